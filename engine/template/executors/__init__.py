@@ -1,0 +1,1 @@
+"""The engine's executors. Each module exports what it defines."""

@@ -1,0 +1,1 @@
+"""The engine's rules. Each module exports what it defines."""

@@ -1,0 +1,1 @@
+"""The engine's watchers. Each module exports what it defines."""

@@ -1,0 +1,61 @@
+"""`pulsectl logs [-f] [--worker NAME] [-n N]`: pulse.log, written by pulsed alone."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+from pulse import logs as logsmod
+from pulse.cli import Context, pass_ctx
+from pulse.states import WORKERS
+
+
+def matches(line: str, worker: str | None) -> bool:
+    if worker is None:
+        return True
+    parts = line.split(" ", 2)
+    return len(parts) > 1 and parts[1].startswith(worker + "[")
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (across rotation).")
+@click.option("--worker", type=click.Choice(WORKERS + ("pulsed", "forkserver")), help="Only this process's lines.")
+@click.option("-n", "--lines", default=50, show_default=True, help="How many past lines to print first.")
+@pass_ctx
+def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
+    """Print Pulse's log."""
+    path = ctx.paths.log_file
+    tail: list[str] = []
+    for file in logsmod.log_files(path):
+        with open(file, encoding="utf-8", errors="replace") as f:
+            tail += [line.rstrip("\n") for line in f if matches(line, worker)]
+            tail = tail[-lines:] if lines else []
+    for line in tail:
+        click.echo(line)
+    if not follow:
+        return
+    f = open(path, encoding="utf-8", errors="replace") if path.exists() else None
+    if f is not None:
+        f.seek(0, os.SEEK_END)
+    try:
+        while True:
+            line = f.readline() if f is not None else ""
+            if line:
+                if matches(line, worker):
+                    click.echo(line.rstrip("\n"))
+                continue
+            time.sleep(0.2)
+            try:   # rotated or created: reopen
+                if f is None or os.stat(path).st_ino != os.fstat(f.fileno()).st_ino:
+                    if f is not None:
+                        f.close()
+                    f = open(path, encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                f = None
+    except KeyboardInterrupt:
+        pass
+
+
+COMMANDS = [logs]

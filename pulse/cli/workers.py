@@ -1,0 +1,92 @@
+"""`pulsectl restart|start WORKER`, `pulsectl stop [WORKER]`.
+
+Operator actions never count toward the restart intensity limit. A stopped
+worker stays stopped across pulsed restarts until `pulsectl start`.
+Each waits (up to --wait seconds) until the worker is where it was asked to be.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from pulse import wire
+from pulse.cli import Context, pass_ctx
+from pulse.states import WORKERS
+
+worker_arg = click.argument("worker", type=click.Choice(WORKERS))
+wait_opt = click.option("--wait", default=15.0, show_default=True, help="Seconds to wait for the outcome (0: don't).")
+
+
+def wait_for(ctx: Context, name: str, done, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        worker = next(w for w in ctx.request(wire.GetStatus()).status.workers if w.name == name)
+        if done(worker):
+            click.echo(f"{name}: {worker.state}" + (f" (pid {worker.pid})" if worker.pid else ""))
+            return
+        if time.monotonic() >= deadline:
+            click.echo(f"pulsectl: {name} is {worker.state} after {seconds:g}s", err=True)
+            sys.exit(1)
+        time.sleep(0.05)
+
+
+def pid_of(ctx: Context, name: str) -> int | None:
+    return next(w.pid for w in ctx.request(wire.GetStatus()).status.workers if w.name == name)
+
+
+@click.command()
+@worker_arg
+@wait_opt
+@pass_ctx
+def restart(ctx: Context, worker: str, wait: float) -> None:
+    """Restart WORKER (also revives a failed engine)."""
+    old = pid_of(ctx, worker)
+    click.echo(ctx.request(wire.RestartWorker(worker)).message)
+    if wait:
+        wait_for(ctx, worker, lambda w: w.state == "running" and w.pid != old, wait)
+
+
+@click.command()
+@worker_arg
+@wait_opt
+@pass_ctx
+def start(ctx: Context, worker: str, wait: float) -> None:
+    """Start WORKER (after a stop, or a failed engine)."""
+    click.echo(ctx.request(wire.StartWorker(worker)).message)
+    if wait:
+        wait_for(ctx, worker, lambda w: w.state == "running", wait)
+
+
+@click.command()
+@click.argument("worker", type=click.Choice(WORKERS), required=False)
+@wait_opt
+@pass_ctx
+def stop(ctx: Context, worker: str | None, wait: float) -> None:
+    """Stop WORKER and keep it stopped; without WORKER, stop pulsed itself (gracefully)."""
+    if worker is None:
+        from pulse.client import daemon_pid
+        pid = daemon_pid(ctx.paths)
+        click.echo(ctx.request(wire.Shutdown()).message)
+        deadline = time.monotonic() + wait
+        while wait and pid and daemon_pid(ctx.paths) == pid:
+            if time.monotonic() >= deadline:
+                click.echo(f"pulsectl: pulsed (pid {pid}) still running after {wait:g}s", err=True)
+                sys.exit(1)
+            time.sleep(0.05)
+        return
+    click.echo(ctx.request(wire.StopWorker(worker)).message)
+    if wait:
+        wait_for(ctx, worker, lambda w: w.state == "stopped", wait)
+
+
+@click.command()
+@pass_ctx
+def reload(ctx: Context) -> None:
+    """Re-read config.toml; restart only the workers whose settings changed."""
+    click.echo(ctx.request(wire.Reload()).message)
+
+
+COMMANDS = [restart, start, stop, reload]

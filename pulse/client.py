@@ -1,0 +1,60 @@
+"""Talking to a running pulsed over its control socket (pulsectl, and later the agent's tools)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from pathlib import Path
+
+import zmq
+
+from pulse import wire
+from pulse.home import Paths
+
+DEFAULT_TIMEOUT_S = 3.0
+
+
+class Unreachable(Exception):
+    """No pulsed answered: not running, or not responding within the deadline."""
+
+
+_FLOCK = "hhqqi4x"   # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
+
+
+def daemon_pid(paths: Paths) -> int | None:
+    """The pid of the pulsed holding this home's lock, or None when none does.
+
+    Asks the kernel (F_GETLK) without taking the lock, so it never races a starting
+    pulsed, and a dead or zombie pulsed (which holds no lock) reads as gone at once.
+    """
+    try:
+        fd = os.open(paths.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        return -1    # another user's home: cannot tell, let the socket decide
+    try:
+        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        l_type, _, _, _, l_pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    finally:
+        os.close(fd)
+    return None if l_type == fcntl.F_UNLCK else l_pid
+
+
+def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.Reply:
+    if daemon_pid(paths) is None:
+        raise Unreachable(f"pulsed is not running on {paths.home}")
+    if not Path(paths.socket_file("control")).exists():
+        raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(paths.endpoint("control"))
+        sock.send(wire.encode(message))
+        if not sock.poll(timeout * 1000):
+            raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s")
+        return wire.decode(sock.recv(), wire.Reply)
+    finally:
+        sock.close()

@@ -1,0 +1,216 @@
+"""config.toml: its schema, its defaults, and PULSE_* overrides.
+
+Every default is stated here once. `load()` raises ConfigError with the key path
+(`$.timings.heartbeat_ms`) and what is wrong; pulsed turns that into exit 78.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class ConfigError(Exception):
+    """Bad configuration: names the file or variable, the key path, and the problem."""
+
+
+class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    restart_backoff_base_ms: int = 100        # second restart in a crash streak waits this long
+    restart_backoff_max_ms: int = 30_000      # ... doubling up to this
+    healthy_reset_s: float = 30               # running this long forgets the crash streak
+    intensity_restarts: int = 5               # more automatic restarts than this ...
+    intensity_period_s: float = 60            # ... within this window: engine fails, core escalates
+    engine_retry_after_failed_s: float = 600  # a failed engine is retried this long after failing
+    heartbeat_ms: int = 1_000                 # workers heartbeat this often from their main loop
+    hung_after_ms: int = 10_000               # silent this long: hung (SIGABRT, SIGCONT, SIGKILL)
+    ready_timeout_ms: int = 10_000            # not ready this long after spawn: hung
+    stop_grace_ms: int = 5_000                # SIGTERM, then SIGKILL after this
+    tick_ms: int = 5_000                      # the tick's default period
+    tick_ms_min: int = 50                     # clamp of the tick_ms a rule returns
+    tick_ms_max: int = 60_000
+    engine_rpc_deadline_ms: int = 250         # the tick waits this long for the engine
+    effect_deadline_s: float = 60             # an effect older than this expires unrun
+    effect_timeout_s: float = 30              # one effect may run this long
+    executor_concurrency: int = 8             # effects run at once
+    executor_scan_interval_ms: int = 1_000    # executor scan, the doorbell's fallback
+    watcher_interval_ms: int = 5_000          # default watcher interval
+    wake_window_s: float = 60                 # what should_wake() sees
+
+
+class Log(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    max_bytes: int = 10 * 1024 * 1024         # pulse.log rotates at this size ...
+    backups: int = 5                          # ... keeping this many old files
+
+
+class EngineLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # The engine runs the agent's code: a memory blow-up must kill it, not the survival layer.
+    address_space_mb: int = 4096              # RLIMIT_AS of the engine process; 0 = unlimited
+    oom_score_adj: int = 800                  # the OOM killer picks the engine first
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    schema: int = SCHEMA_VERSION
+    timings: Timings = msgspec.field(default_factory=Timings)
+    log: Log = msgspec.field(default_factory=Log)
+    engine: EngineLimits = msgspec.field(default_factory=EngineLimits)
+
+
+# Which config each worker reads. A reload restarts a worker only when its part changed.
+WORKER_KEYS: dict[str, tuple[str, ...]] = {
+    "watcher": ("timings.heartbeat_ms", "timings.watcher_interval_ms", "timings.wake_window_s", "log.level"),
+    "tick": ("timings.heartbeat_ms", "timings.tick_ms", "timings.tick_ms_min", "timings.tick_ms_max",
+             "timings.engine_rpc_deadline_ms", "log.level"),
+    "executor": ("timings.heartbeat_ms", "timings.effect_deadline_s", "timings.effect_timeout_s",
+                 "timings.executor_concurrency", "timings.executor_scan_interval_ms", "log.level"),
+    "engine": ("timings.heartbeat_ms", "timings.engine_rpc_deadline_ms", "timings.watcher_interval_ms",
+               "engine.address_space_mb", "engine.oom_score_adj", "log.level"),
+}
+
+
+def worker_view(config: Config, worker: str) -> tuple:
+    """The values of `config` that `worker` depends on."""
+    out = []
+    for path in WORKER_KEYS[worker]:
+        section, key = path.split(".")
+        out.append(getattr(getattr(config, section), key))
+    return tuple(out)
+
+
+def env_overrides(environ: os._Environ | dict) -> dict[str, object]:
+    """PULSE_<TIMING_KEY>=value → {key: value}, typed like the default."""
+    out: dict[str, object] = {}
+    for field in msgspec.structs.fields(Timings):
+        name = "PULSE_" + field.name.upper()
+        if name not in environ:
+            continue
+        raw = environ[name]
+        try:
+            out[field.name] = float(raw) if field.type is float else int(raw)
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r}: expected a number for $.timings.{field.name}") from None
+    return out
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)` - at `(?P<path>[^`]+)`")
+_AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]+)`$")
+
+
+def _explain(err: msgspec.ValidationError) -> str:
+    text = str(err)
+    m = _UNKNOWN.match(text)
+    if m:
+        return f"unknown key {m['path']}.{m['key']}"
+    m = _AT.match(text)
+    if m:
+        return f"{m['path']}: {m['msg']}"
+    return text
+
+
+def decode(text: str | bytes, origin: str) -> Config:
+    """Decode config.toml text; errors name `origin` and the key path."""
+    try:
+        config = msgspec.toml.decode(text, type=Config)
+    except msgspec.ValidationError as err:
+        raise ConfigError(f"{origin}: {_explain(err)}") from None
+    except msgspec.DecodeError as err:
+        raise ConfigError(f"{origin}: not valid TOML: {err}") from None
+    if config.schema > SCHEMA_VERSION:
+        raise ConfigError(f"{origin}: $.schema is {config.schema}; this Pulse reads up to {SCHEMA_VERSION}")
+    return config
+
+
+def validate(config: Config, origin: str) -> Config:
+    """Cross-field checks that a type cannot express."""
+    t = config.timings
+    positive = [f.name for f in msgspec.structs.fields(Timings)]
+    for name in positive:
+        if getattr(t, name) <= 0:
+            raise ConfigError(f"{origin}: $.timings.{name} must be greater than 0, got {getattr(t, name)}")
+    if t.restart_backoff_max_ms < t.restart_backoff_base_ms:
+        raise ConfigError(f"{origin}: $.timings.restart_backoff_max_ms must be at least restart_backoff_base_ms")
+    if t.hung_after_ms <= t.heartbeat_ms:
+        raise ConfigError(f"{origin}: $.timings.hung_after_ms ({t.hung_after_ms}) must exceed heartbeat_ms ({t.heartbeat_ms})")
+    if t.hung_after_ms <= t.engine_rpc_deadline_ms:
+        raise ConfigError(f"{origin}: $.timings.hung_after_ms must exceed engine_rpc_deadline_ms")
+    if not t.tick_ms_min <= t.tick_ms <= t.tick_ms_max:
+        raise ConfigError(f"{origin}: $.timings.tick_ms must lie within tick_ms_min … tick_ms_max")
+    if config.engine.address_space_mb < 0:
+        raise ConfigError(f"{origin}: $.engine.address_space_mb must be 0 (unlimited) or more")
+    if not -1000 <= config.engine.oom_score_adj <= 1000:
+        raise ConfigError(f"{origin}: $.engine.oom_score_adj must lie within -1000 … 1000")
+    return config
+
+
+def load(path: Path, environ: os._Environ | dict = os.environ) -> Config:
+    """config.toml (missing = all defaults) plus PULSE_* overrides, validated."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        text = b""
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    config = decode(text, str(path))
+    overrides = env_overrides(environ)
+    if overrides:
+        config = msgspec.structs.replace(config, timings=msgspec.structs.replace(config.timings, **overrides))
+    origin = f"{path} (with PULSE_* overrides)" if overrides else str(path)
+    return validate(config, origin)
+
+
+def encode(config: Config) -> bytes:
+    return msgspec.msgpack.encode(config)
+
+
+def from_bytes(data: bytes) -> Config:
+    return msgspec.msgpack.decode(data, type=Config)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)   # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def to_toml(config: Config) -> str:
+    """TOML text for `config` (msgspec only decodes TOML without an extra package)."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict]] = []
+    for key, value in msgspec.to_builtins(config).items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def default_toml() -> str:
+    """The config.toml a fresh home gets: every default, commented, so an operator sees what is in force."""
+    lines = [
+        "# Pulse configuration. Every key below shows its default; uncomment to change it.",
+        "# `pulsectl check-config` validates this file; `pulsectl reload` applies it.",
+        "# Each [timings] key can also be overridden with PULSE_<KEY> in pulsed's environment.",
+        f"schema = {SCHEMA_VERSION}",
+        "",
+    ]
+    body = to_toml(Config()).splitlines()
+    for line in body:
+        if line.startswith("schema"):
+            continue
+        lines.append(line if (not line or line.startswith("[")) else "# " + line)
+    return "\n".join(lines) + "\n"

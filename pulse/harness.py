@@ -1,0 +1,196 @@
+"""The worker harness: what every worker process does around its own loop.
+
+A worker is started by the forkserver, which calls `run()`. The harness
+  1. makes the process a good child: dies with its parent, ignores SIGINT (Ctrl-C
+     reaches the whole process group; pulsed decides), stops cleanly on SIGTERM,
+     dumps every thread's traceback on SIGABRT (faulthandler);
+  2. opens the worker (its databases and sockets), then says Ready;
+  3. runs one loop: poll the worker's sockets, run its timers, and heartbeat to
+     pulsed from this loop, never from a thread, so a worker stuck in its own
+     code stops heartbeating and is found hung.
+
+Test-only switch, documented in the README: PULSE_TEST_INJECT="tick:crash-before-ready,engine:hang-before-ready*3"
+injects a fault into the first N starts (default 1) of a worker. Faults:
+crash-before-ready, hang-before-ready, exit-0 / exit-1 (right after ready),
+grandchild (start a `sleep` that must die with the worker).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import zmq
+
+from pulse import config as configmod
+from pulse import logs, procs, wire
+from pulse.home import Paths
+
+log = logging.getLogger("pulse.harness")
+
+FAULTS = ("crash-before-ready", "hang-before-ready", "exit-0", "exit-1", "grandchild")
+
+
+def injected_faults(name: str, start: int, spec: str | None) -> set[str]:
+    """The faults PULSE_TEST_INJECT asks for on this start of this worker."""
+    out = set()
+    for item in filter(None, (spec or "").split(",")):
+        target, _, fault = item.strip().partition(":")
+        fault, _, times = fault.partition("*")
+        if target == name and fault in FAULTS and start <= int(times or 1):
+            out.add(fault)
+    return out
+
+
+class Worker:
+    """A worker's own part. Subclasses open sockets in `open()` and register handlers."""
+
+    name = "worker"
+
+    def __init__(self, ctx: zmq.Context, paths: Paths, config: configmod.Config):
+        self.ctx, self.paths, self.config = ctx, paths, config
+        self.handlers: dict[object, Callable[[], None]] = {}
+        self.log = logging.getLogger(f"pulse.{self.name}")
+
+    def socket(self, kind: int, endpoint: str, *, bind: bool, handler: Callable[[], None] | None = None,
+               **options) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        for key, value in options.items():
+            sock.setsockopt(getattr(zmq, key), value)
+        (sock.bind if bind else sock.connect)(endpoint)
+        if handler is not None:
+            self.handlers[sock] = handler
+        return sock
+
+    def receive(self, frame: bytes, kind: type, where: str):
+        """Decode a frame, or log it as malformed and return None."""
+        try:
+            return wire.decode(frame, kind)
+        except wire.Malformed as err:
+            self.log.warning("dropped a malformed frame on the %s socket: %s", where, err)
+            return None
+
+    def open(self) -> None:
+        """Open databases and sockets. Ready is sent when this returns."""
+
+    def next_timer(self) -> float | None:
+        """Monotonic time of this worker's next timed duty, or None."""
+        return None
+
+    def on_timer(self, now: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Harness:
+    def __init__(self, worker: Worker, spec: wire.Spawn):
+        self.worker, self.spec = worker, spec
+        self.stop_requested = False
+        self.heartbeat_s = worker.config.timings.heartbeat_ms / 1000
+        self.seq = 0
+        self.beat = worker.socket(zmq.PUSH, worker.paths.endpoint("heartbeat"), bind=False,
+                                  SNDHWM=16)
+
+    def send(self, message) -> None:
+        try:
+            self.beat.send(wire.encode(message), zmq.NOBLOCK)
+        except zmq.Again:
+            pass   # pulsed is not there (or busy): it must never stall us
+
+    def heartbeat(self) -> None:
+        self.seq += 1
+        self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic()))
+
+    def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
+        poller = zmq.Poller()
+        poller.register(wakeup_fd, zmq.POLLIN)
+        for sock in self.worker.handlers:
+            poller.register(sock, zmq.POLLIN)
+        self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic()))
+        after_ready()
+        next_beat = time.monotonic() + self.heartbeat_s
+        while not self.stop_requested:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.heartbeat()
+                next_beat = now + self.heartbeat_s
+            wake_at = min(filter(None, (next_beat, self.worker.next_timer())))
+            for item, _ in poller.poll(max(0.0, wake_at - time.monotonic()) * 1000):
+                if item == wakeup_fd:
+                    _drain(wakeup_fd)
+                else:
+                    self.worker.handlers[item]()
+            self.worker.on_timer(time.monotonic())
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
+    """The body of a worker process; returns its exit code."""
+    procs.die_with_parent(forkserver_pid)
+    procs.set_title(f"pulse: {spec.name}")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    config = configmod.from_bytes(spec.config)
+    logs.setup_worker_logging(config.log.level)
+    faults = injected_faults(spec.name, spec.start, os.environ.get("PULSE_TEST_INJECT"))
+    if faults:
+        log.warning("test faults injected into start %d: %s", spec.start, ", ".join(sorted(faults)))
+    grandchild = procs.start_child(["sleep", "3600"]) if "grandchild" in faults else None
+    if "crash-before-ready" in faults:
+        raise RuntimeError("injected crash before ready (PULSE_TEST_INJECT)")
+    if "hang-before-ready" in faults:
+        while True:
+            time.sleep(3600)
+
+    rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    harness: Harness | None = None
+
+    def on_term(signum, frame):   # only flags; the loop sees it through the wakeup fd
+        if harness is not None:
+            harness.stop_requested = True
+        else:
+            raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+
+    ctx = zmq.Context()
+    paths = Paths(home=Path(spec.home), runtime=Path(spec.runtime))
+    worker = worker_class(ctx, paths, config)
+    worker.open()
+    harness = Harness(worker, spec)
+
+    def after_ready() -> None:
+        for code in (0, 1):
+            if f"exit-{code}" in faults:
+                harness.heartbeat()
+                log.warning("injected exit %d after ready (PULSE_TEST_INJECT)", code)
+                raise SystemExit(code)
+
+    try:
+        harness.loop(rfd, after_ready)
+        log.info("stopping on request")
+    finally:
+        worker.close()
+        harness.beat.close()
+        ctx.term()
+        if grandchild is not None:
+            grandchild.kill()
+    return 0

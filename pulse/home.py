@@ -1,0 +1,175 @@
+"""The pulse home and its runtime directory: where everything lives.
+
+    <home>/config.toml   mode 0600: it may hold webhook tokens
+    <home>/events.db     append-only history (lifecycle, effects, ...)
+    <home>/objects/      content-addressed blobs
+    <home>/logs/         pulse.log (+ rotated pulse.log.N), written by pulsed alone
+    <home>/engine/       the agent's engine, a git repo on branch main
+    <home>/staging/      a git worktree of the engine on branch staging
+    <home>/workers.json  workers an operator stopped (kept across pulsed restarts)
+    <home>/pulsed.lock   held by the running pulsed; holds its pid
+    <home>/runtime-dir   where the running pulsed put its sockets
+
+The runtime directory holds the ipc sockets. It is short (zmq refuses ipc paths
+over 107 bytes) and private (0700).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from pulse import config as configmod
+
+SOCKETS = ("control", "heartbeat", "wake", "doorbell", "engine", "events")
+GIT_IDENTITY = ("-c", "user.name=Pulse", "-c", "user.email=pulse@localhost")
+
+
+class HomeError(Exception):
+    pass
+
+
+def resolve_home(option: str | None) -> Path:
+    """--home, else PULSE_HOME, else ~/.pulse."""
+    raw = option or os.environ.get("PULSE_HOME") or "~/.pulse"
+    return Path(raw).expanduser().absolute()
+
+
+def derived_runtime_dir(home: Path) -> Path:
+    """PULSE_RUNTIME_DIR, else a short per-home directory under XDG_RUNTIME_DIR or /tmp."""
+    if os.environ.get("PULSE_RUNTIME_DIR"):
+        return Path(os.environ["PULSE_RUNTIME_DIR"])
+    tag = hashlib.sha256(str(home).encode()).hexdigest()[:10]
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isdir(base) and os.access(base, os.W_OK):
+        return Path(base) / f"pulse-{tag}"
+    return Path(tempfile.gettempdir()) / f"pulse-{os.getuid()}-{tag}"
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+    runtime: Path
+
+    @classmethod
+    def for_daemon(cls, home: Path) -> "Paths":
+        return cls(home, derived_runtime_dir(home))
+
+    @classmethod
+    def for_client(cls, home: Path) -> "Paths":
+        """Find the runtime directory the running daemon recorded, else derive it."""
+        try:
+            runtime = Path((home / "runtime-dir").read_text().strip())
+        except OSError:
+            runtime = derived_runtime_dir(home)
+        return cls(home, runtime)
+
+    @property
+    def config(self) -> Path:
+        return self.home / "config.toml"
+
+    @property
+    def events_db(self) -> Path:
+        return self.home / "events.db"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        return self.logs / "pulse.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.home / "pulsed.lock"
+
+    @property
+    def workers_state(self) -> Path:
+        return self.home / "workers.json"
+
+    @property
+    def engine(self) -> Path:
+        return self.home / "engine"
+
+    @property
+    def staging(self) -> Path:
+        return self.home / "staging"
+
+    def endpoint(self, socket: str) -> str:
+        assert socket in SOCKETS, socket
+        return f"ipc://{self.runtime / socket}.ipc"
+
+    def socket_file(self, socket: str) -> Path:
+        return self.runtime / f"{socket}.ipc"
+
+
+def make_runtime_dir(paths: Paths) -> None:
+    longest = len(paths.endpoint("heartbeat")) - len("ipc://")
+    if longest > 107:
+        raise HomeError(f"runtime directory {paths.runtime} is too long for ipc sockets "
+                        f"({longest} > 107 bytes); set PULSE_RUNTIME_DIR to a shorter path")
+    paths.runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(paths.runtime, 0o700)
+    st = paths.runtime.stat()
+    if st.st_uid != os.getuid():
+        raise HomeError(f"runtime directory {paths.runtime} belongs to uid {st.st_uid}, not to us")
+    (paths.home / "runtime-dir").write_text(f"{paths.runtime}\n")
+
+
+def _git(cwd: Path, *args: str) -> None:
+    if shutil.which("git") is None:
+        raise HomeError("git is required for the engine directory, and is not on PATH")
+    proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise HomeError(f"git {' '.join(args)} in {cwd} failed: {proc.stderr.strip()}")
+
+
+def _copy_template(dest: Path) -> None:
+    template = resources.files("pulse.engine") / "template"
+    with resources.as_file(template) as src:
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+
+
+def ensure_home(home: Path) -> list[str]:
+    """Create whatever of the home is missing; returns what it made. Idempotent."""
+    from pulse import store   # sqlite3 stays off pulsectl's fast paths
+
+    made: list[str] = []
+    if not home.exists():
+        home.mkdir(mode=0o700, parents=True)
+        made.append(f"{home}/")
+    paths = Paths.for_daemon(home)
+    if not paths.config.exists():
+        fd = os.open(paths.config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(configmod.default_toml())
+        made.append(str(paths.config))
+    for folder in (home / "objects", paths.logs):
+        if not folder.exists():
+            folder.mkdir(mode=0o700)
+            made.append(f"{folder}/")
+    if not paths.events_db.exists():
+        made.append(str(paths.events_db))
+    store.open_events(paths.events_db).close()
+    if not (paths.engine / ".git").exists():
+        paths.engine.mkdir(exist_ok=True)
+        _copy_template(paths.engine)
+        _git(paths.engine, "init", "-q", "-b", "main")
+        _git(paths.engine, "add", "-A")
+        _git(paths.engine, "commit", "-q", "-m", "engine: initial template")
+        made.append(f"{paths.engine}/ (git, branch main)")
+    if not paths.staging.exists():
+        _git(paths.engine, "worktree", "prune")
+        branch = subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/staging"],
+                                cwd=paths.engine, capture_output=True).returncode == 0
+        _git(paths.engine, "worktree", "add", "-q", *([] if branch else ["-b", "staging"]),
+             str(paths.staging), *(["staging"] if branch else []))
+        made.append(f"{paths.staging}/ (git worktree, branch staging)")
+    return made

@@ -1,0 +1,43 @@
+"""Worker states, and the groups that decide what a state means.
+
+Stdlib only: every other module imports this one.
+"""
+
+import enum
+
+
+class WorkerState(enum.StrEnum):
+    STARTING = "starting"   # spawned, not yet ready
+    RUNNING = "running"     # ready and heartbeating
+    BACKOFF = "backoff"     # exited unexpectedly; waiting out its restart delay
+    HUNG = "hung"           # alive but silent; being aborted and killed
+    STOPPING = "stopping"   # asked to stop; waiting out the grace period
+    STOPPED = "stopped"     # not running, by request
+    FAILED = "failed"       # hit the restart intensity limit
+
+
+# A process exists (or is being created) in these states.
+ALIVE_STATES = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState.HUNG, WorkerState.STOPPING})
+
+# Workers in the core keep the host alive; at the intensity limit their failure escalates
+# (pulsed exits non-zero). The engine only ever fails on its own.
+CORE_WORKERS = ("watcher", "tick", "executor")
+ENGINE = "engine"
+WORKERS = CORE_WORKERS + (ENGINE,)   # start order; stop order is the reverse
+
+
+class Exit(enum.IntEnum):
+    """pulsed's exit codes."""
+
+    OK = 0
+    ESCALATED = 1        # a core worker hit its restart intensity limit: let systemd restart us
+    ALREADY_RUNNING = 2  # another pulsed holds this home
+    CONFIG = 78          # EX_CONFIG: bad configuration, do not restart (RestartPreventExitStatus=78)
+
+
+class StatusExit(enum.IntEnum):
+    """`pulsectl status` exit codes (LSB)."""
+
+    RUNNING = 0
+    NOT_RUNNING = 3      # something is not running
+    UNKNOWN = 4          # the daemon could not be reached

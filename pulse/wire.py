@@ -1,0 +1,187 @@
+"""Every message that crosses a process boundary, defined once.
+
+Frames are msgpack. A frame that does not decode to the expected union raises
+`Malformed`; receivers log it and drop it, and the next valid frame still works.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+STATUS_VERSION = 1
+
+
+class Malformed(Exception):
+    pass
+
+
+# -- heartbeat socket: worker (PUSH) → pulsed (PULL) -------------------------------------------------
+
+class Ready(msgspec.Struct, tag="ready"):
+    name: str
+    pid: int
+    mono: float                 # time.monotonic() at sending: one clock for every process of a boot
+
+
+class Heartbeat(msgspec.Struct, tag="heartbeat"):
+    name: str
+    pid: int
+    seq: int
+    mono: float
+
+
+WorkerMessage = Ready | Heartbeat
+
+
+# -- control socket: pulsectl / workers (DEALER) → pulsed (ROUTER) -----------------------------------
+
+class GetStatus(msgspec.Struct, tag="status"):
+    pass
+
+
+class RestartWorker(msgspec.Struct, tag="restart"):
+    name: str
+
+
+class StopWorker(msgspec.Struct, tag="stop-worker"):
+    name: str
+
+
+class StartWorker(msgspec.Struct, tag="start-worker"):
+    name: str
+
+
+class Reload(msgspec.Struct, tag="reload"):
+    pass
+
+
+class Shutdown(msgspec.Struct, tag="shutdown"):
+    pass
+
+
+ControlRequest = GetStatus | RestartWorker | StopWorker | StartWorker | Reload | Shutdown
+
+
+class LastExit(msgspec.Struct):
+    code: int | None
+    signal: int | None
+    at: str                     # ISO 8601, UTC
+
+
+class WorkerStatus(msgspec.Struct):
+    name: str
+    pid: int | None
+    state: str
+    restarts: int
+    uptime_s: float | None
+    heartbeat_age_s: float | None
+    last_exit: LastExit | None
+
+
+class SupervisorStatus(msgspec.Struct):
+    pid: int
+    uptime_s: float
+    home: str
+
+
+class Status(msgspec.Struct):
+    """`pulsectl status --json`, version 1 (DESIGN §7)."""
+    version: int
+    supervisor: SupervisorStatus
+    workers: list[WorkerStatus]
+
+
+class Reply(msgspec.Struct, omit_defaults=True):
+    ok: bool
+    error: str | None = None
+    message: str | None = None
+    status: Status | None = None
+
+
+# -- wake (tick binds), doorbell (executor binds): one-way doorbells ----------------------------------
+
+class Wake(msgspec.Struct, tag="wake"):
+    source: str
+    reason: str = ""
+
+
+class Doorbell(msgspec.Struct, tag="doorbell"):
+    source: str
+
+
+# -- engine RPC: tick / executor (DEALER) → engine (ROUTER) --------------------------------------------
+
+class Ping(msgspec.Struct, tag="ping"):
+    id: int
+    deadline: float             # absolute, time.time(); the engine drops expired requests
+
+
+class Pong(msgspec.Struct, tag="pong"):
+    id: int
+    pid: int
+
+
+EngineRequest = Ping
+EngineReply = Pong
+
+
+# -- pulsed ↔ its forkserver (a socketpair, not zmq) --------------------------------------------------
+
+class Spawn(msgspec.Struct, tag="spawn"):
+    name: str
+    start: int                  # how many times pulsed has started this worker, counting this one
+    config: bytes               # msgpack of pulse.config.Config, as pulsed has it now
+    runtime: str
+    home: str
+
+
+class Spawned(msgspec.Struct, tag="spawned"):
+    name: str
+    pid: int
+
+
+class Exited(msgspec.Struct, tag="exited"):
+    pid: int
+    code: int | None            # exit status, or None when killed by a signal
+    signal: int | None
+
+
+ForkserverMessage = Spawn | Spawned | Exited
+
+
+# -- events (PUB): committed events, live --------------------------------------------------------------
+
+class Event(msgspec.Struct):
+    type: str
+    source: str
+    target: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+    ts: float = 0.0             # wall clock
+    mono: float = 0.0           # time.monotonic(), comparable across processes of one boot
+    seq: int = 0                # the source process's own sequence number
+    id: int | None = None       # assigned by events.db
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(frame: bytes, kind: type[T]) -> T:
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.msgpack.Decoder(kind)
+    try:
+        return decoder.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise Malformed(f"{err} (frame of {len(frame)} bytes: {bytes(frame[:32])!r})") from None
+
+
+def status_json(status: Status) -> bytes:
+    return msgspec.json.encode(status)

@@ -1,0 +1,7 @@
+"""pulsed, the supervisor: spawn, reap, restart, heartbeats, control socket, sd_notify.
+
+Modules: `main` (the pulsed command), `arbiter` (the one loop), `child` (one
+worker's state and restart policy), `forkserver` (forks workers from a clean,
+preloaded process), `eventlog` (lifecycle events, written off the loop),
+`control` (control requests).
+"""

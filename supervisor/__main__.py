@@ -1,0 +1,3 @@
+from pulse.supervisor.main import main
+
+main()

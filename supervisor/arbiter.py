@@ -1,0 +1,564 @@
+"""The arbiter: pulsed's one loop.
+
+    wait (zmq poll on sockets, pidfds, pipes and the signal pipe; timeout = next deadline)
+    → read signals (handlers only queue them) → learn of deaths (pidfds: the kernel says so)
+    → read the forkserver, heartbeats, control requests, worker output
+    → fire due timers: hung workers, backoffs, stop grace, slow engine retry, watchdog
+    → restore the wanted set of workers
+
+A death is known when the worker's pidfd becomes readable: the kernel has
+confirmed it, so a replacement can never run beside its predecessor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import zmq
+
+from pulse import config as configmod
+from pulse import logs, procs, store, wire
+from pulse.home import SOCKETS, Paths
+from pulse.sdnotify import Notifier
+from pulse.states import ALIVE_STATES, CORE_WORKERS, WORKERS, Exit, WorkerState
+
+from . import control
+from .child import Child, Fail, Restart, forget_crashes, next_deadline, on_crash
+from .eventlog import EventWriter
+from .forkserver import Forkserver
+
+log = logging.getLogger("pulse.supervisor")
+S = WorkerState
+EXIT_STATUS_WAIT_S = 0.05     # a death is known from the pidfd; its status follows from the forkserver
+
+
+def iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+class Arbiter:
+    def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
+        self.paths, self.config, self.sink, self.notifier = paths, config, sink, notifier
+        self.config_bytes = configmod.encode(config)
+        self.children = {name: Child(name) for name in WORKERS}
+        self.stopped_by_operator = store.load_stopped(paths.workers_state) & set(WORKERS)
+        self.started_mono = time.monotonic()
+        self.ready_sent = False
+        self.shutting_down = False
+        self.shutdown_deadline: float | None = None
+        self.exit_code = Exit.OK
+        self.next_watchdog: float | None = None
+        self.forkserver: Forkserver | None = None
+        self.forkserver_restarts: list[float] = []
+        self.outputs: list[logs.PipeReader] = []   # output pipes, read until EOF (which may outlive the process)
+        self.early_ready: dict[int, float] = {}           # Ready seen before Spawned, by pid
+
+    @property
+    def timings(self) -> configmod.Timings:
+        return self.config.timings
+
+    # -- setup and teardown ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self.ctx = zmq.Context()
+        self.control = self._bind(zmq.ROUTER, "control")
+        self.heartbeats = self._bind(zmq.PULL, "heartbeat")
+        self.events = EventWriter(self.paths.events_db, self.ctx, self.paths.endpoint("events"))
+        self.events.start()
+        self.signal_r, signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda s, f: None)   # handlers only queue: the number lands in the pipe
+        signal.set_wakeup_fd(signal_w, warn_on_full_buffer=False)
+        self.record("supervisor-started", None, pid=os.getpid(), home=str(self.paths.home),
+                    runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
+        self.start_forkserver()
+        if self.notifier.watchdog_s:
+            self.next_watchdog = time.monotonic()
+
+    def _bind(self, kind: int, name: str) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(self.paths.endpoint(name))
+        return sock
+
+    def close(self) -> None:
+        if self.forkserver is not None:
+            self.forkserver.close()
+            try:
+                self.forkserver.proc.wait(timeout=1)
+            except Exception:
+                self.forkserver.proc.kill()
+                self.forkserver.proc.wait()
+        for reader in self.outputs:
+            reader.read(self.sink)
+            reader.close()
+        if not self.events.close(timeout=2):
+            log.error("events.db writer did not finish in time; the last lifecycle events may be missing")
+        self.control.close()
+        self.heartbeats.close()
+        self.ctx.term()
+        for name in SOCKETS:
+            try:
+                self.paths.socket_file(name).unlink()
+            except FileNotFoundError:
+                pass
+
+    # -- events and notifications ------------------------------------------------------------------
+
+    def record(self, type: str, target: str | None, **data) -> None:
+        self.events.put(store.now_event(type, "pulsed", target, **data))
+
+    def update_notify(self) -> None:
+        running = [c.name for c in self.children.values() if c.state is S.RUNNING]
+        wanted = [n for n in CORE_WORKERS if n not in self.stopped_by_operator]
+        if not self.ready_sent and all(n in running for n in wanted):
+            self.ready_sent = True
+            self.notifier.send("READY=1", f"MAINPID={os.getpid()}")
+            log.info("ready: %s running", ", ".join(wanted))
+        others = [f"{c.name} {c.state}" for c in self.children.values() if c.state is not S.RUNNING]
+        self.notifier.status(f"{len(running)}/{len(WORKERS)} workers running" +
+                             (f"; {', '.join(others)}" if others else ""))
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.open()
+        try:
+            for name in WORKERS:
+                if name in self.stopped_by_operator:
+                    log.info("%s stays stopped (stopped by an operator; `pulsectl start %s`)", name, name)
+                else:
+                    self.spawn(self.children[name])
+            self.update_notify()
+            while not (self.shutting_down and self.all_down()):
+                self.step()
+        finally:
+            self.close()
+        log.info("stopped (exit %d)", self.exit_code)
+        return int(self.exit_code)
+
+    def all_down(self) -> bool:
+        return all(c.state not in ALIVE_STATES for c in self.children.values())
+
+    def step(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.control, zmq.POLLIN)
+        if any(c.state is S.STARTING for c in self.children.values()):
+            poller.register(self.heartbeats, zmq.POLLIN)   # a Ready is awaited: read at once
+        fds = {self.signal_r: self.read_signals}
+        if self.forkserver is not None:
+            fds[self.forkserver.sock.fileno()] = self.read_forkserver
+            fds[self.forkserver.pidfd] = self.forkserver_died
+        for child in self.children.values():
+            if child.pidfd is not None:
+                fds[child.pidfd] = lambda c=child: self.died(c)
+        for reader in self.outputs:
+            fds[reader.fd] = lambda r=reader: self.read_output(r)
+        for fd in fds:
+            poller.register(fd, zmq.POLLIN)
+
+        deadline = self.next_deadline()
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+        ready = dict(poller.poll(timeout))
+        # Deaths first, so a Ready or a request never acts on a process that is already gone.
+        for fd in sorted((f for f in ready if isinstance(f, int)), key=lambda f: f != self.signal_r):
+            if fd in fds:
+                fds[fd]()
+        if self.heartbeats in ready:
+            self.read_heartbeats()
+        if self.control in ready:
+            self.read_control()
+        self.fire_timers(time.monotonic())
+
+    def next_deadline(self) -> float | None:
+        times = [next_deadline(c, self.timings) for c in self.children.values()]
+        times += [self.next_watchdog, self.shutdown_deadline]
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def read_signals(self) -> None:
+        try:
+            data = os.read(self.signal_r, 64)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                log.info("%s: stopping", signal.Signals(signum).name)
+                self.begin_shutdown(Exit.OK, f"signal {signal.Signals(signum).name}")
+            elif signum == signal.SIGHUP:
+                log.info("SIGHUP: reloading configuration")
+                self.reload()
+
+    def read_heartbeats(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                frame = self.heartbeats.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                message = wire.decode(frame, wire.WorkerMessage)
+            except wire.Malformed as err:
+                log.warning("dropped a malformed frame on the heartbeat socket: %s", err)
+                continue
+            child = self.children.get(message.name)
+            if child is None:
+                continue
+            sent = min(message.mono, now)
+            if child.pid is None and child.state is S.STARTING and isinstance(message, wire.Ready):
+                self.early_ready[message.pid] = sent   # it beat the forkserver's Spawned to us
+                continue
+            if child.pid != message.pid:
+                continue   # from a predecessor, already replaced
+            child.heartbeat_at = max(sent, child.heartbeat_at or 0.0)
+            if isinstance(message, wire.Ready) and child.state is S.STARTING:
+                self.became_ready(child, sent)
+
+    def read_control(self) -> None:
+        while True:
+            try:
+                frames = self.control.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) < 2:
+                log.warning("dropped a malformed frame on the control socket: %d frames", len(frames))
+                continue
+            identity, payload = frames[0], frames[-1]
+            try:
+                request = wire.decode(payload, wire.ControlRequest)
+            except wire.Malformed as err:
+                log.warning("dropped a malformed frame on the control socket: %s", err)
+                reply = wire.Reply(ok=False, error=f"malformed request: {err}")
+            else:
+                reply = control.handle(self, request)
+            self.control.send_multipart([identity, wire.encode(reply)])
+
+    def read_forkserver(self) -> None:
+        try:
+            messages = self.forkserver.receive()
+        except wire.Malformed as err:
+            log.error("forkserver sent a malformed message: %s", err)
+            return
+        for message in messages:
+            if isinstance(message, wire.Spawned):
+                self.spawned(self.children[message.name], message.pid)
+
+    def read_output(self, reader: logs.PipeReader) -> None:
+        if not reader.read(self.sink):
+            reader.close()
+            self.outputs.remove(reader)
+
+    # -- the forkserver ----------------------------------------------------------------------------
+
+    def start_forkserver(self) -> None:
+        self.forkserver = Forkserver.start()
+        self.outputs.append(logs.PipeReader(self.forkserver.output_fd, "forkserver", self.forkserver.pid))
+        log.info("forkserver started (pid %d)", self.forkserver.pid)
+
+    def forkserver_died(self) -> None:
+        fs = self.forkserver
+        code = fs.proc.wait()
+        os.close(fs.pidfd)
+        fs.sock.close()
+        self.forkserver = None
+        signal_num = -code if code < 0 else None
+        self.record("worker-exited", "forkserver", pid=fs.pid, code=None if code < 0 else code, signal=signal_num)
+        log.error("forkserver (pid %d) exited (%s); its workers die with it and are restarted",
+                  fs.pid, f"signal {signal_num}" if signal_num else f"code {code}")
+        if self.shutting_down:
+            return
+        now = time.monotonic()
+        self.forkserver_restarts = [t for t in self.forkserver_restarts if now - t <= self.timings.intensity_period_s]
+        if len(self.forkserver_restarts) >= self.timings.intensity_restarts:
+            self.record("worker-failed", "forkserver", restarts=len(self.forkserver_restarts))
+            log.critical("forkserver restarted too often; escalating")
+            self.begin_shutdown(Exit.ESCALATED, "forkserver restart intensity reached")
+            return
+        self.forkserver_restarts.append(now)
+        self.start_forkserver()
+        self.record("worker-restarted", "forkserver", reason="crash", pid=self.forkserver.pid)
+        for child in self.children.values():   # spawns it never answered: ask the new one
+            if child.state is S.STARTING and child.pid is None:
+                self.spawn(child, again=True)
+
+    # -- one worker's lifecycle --------------------------------------------------------------------
+
+    def spawn(self, child: Child, *, again: bool = False) -> None:
+        """STOPPED/BACKOFF/FAILED → STARTING: ask the forkserver for a process."""
+        if self.forkserver is None:
+            self.start_forkserver()
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        if not again:
+            child.starts += 1
+        spec = wire.Spawn(child.name, child.starts, self.config_bytes, str(self.paths.runtime), str(self.paths.home))
+        sent = self.forkserver.spawn(spec, out_w)
+        os.close(out_w)
+        child.output = logs.PipeReader(out_r, child.name, None)
+        self.outputs.append(child.output)
+        child.state, child.pid = S.STARTING, None
+        child.spawned_at = time.monotonic()
+        child.ready_at = child.heartbeat_at = None
+        child.deadline = child.spawned_at + self.timings.ready_timeout_ms / 1000
+        if not sent:
+            log.error("could not reach the forkserver to start %s; restarting the forkserver", child.name)
+            self.forkserver.proc.kill()
+
+    def spawned(self, child: Child, pid: int) -> None:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            pidfd = None
+        if child.state not in (S.STARTING, S.STOPPING) or child.pid is not None:
+            log.error("forkserver started %s (pid %d) that pulsed no longer wants; killing it", child.name, pid)
+            if pidfd is not None:
+                procs.signal_pidfd(pidfd, signal.SIGKILL)
+                os.close(pidfd)
+            return
+        child.pid, child.pidfd = pid, pidfd
+        child.output.pid = pid
+        self.record("worker-started", child.name, pid=pid, start=child.starts)
+        ready_at = self.early_ready.pop(pid, None)
+        self.early_ready.clear()
+        if pidfd is None:
+            self.died(child)
+        elif child.state is S.STOPPING:
+            self.signal(child, signal.SIGTERM)
+        elif ready_at is not None:
+            child.heartbeat_at = ready_at
+            self.became_ready(child, ready_at)
+
+    def became_ready(self, child: Child, now: float) -> None:
+        """STARTING → RUNNING."""
+        child.state, child.ready_at, child.deadline = S.RUNNING, now, None
+        ms = round((now - child.spawned_at) * 1000, 2)
+        self.record("worker-ready", child.name, pid=child.pid, start_to_ready_ms=ms)
+        log.info("%s ready (pid %d, %.1f ms after spawn)", child.name, child.pid, ms)
+        self.update_notify()
+
+    def signal(self, child: Child, signum: int) -> None:
+        if child.pidfd is not None:
+            procs.signal_pidfd(child.pidfd, signum)
+
+    def died(self, child: Child) -> None:
+        """The kernel says the process is gone. Decide what follows."""
+        now = time.monotonic()
+        pid = child.pid
+        status = self.forkserver.wait_exit(pid, EXIT_STATUS_WAIT_S) if self.forkserver and pid else None
+        if child.pidfd is not None:
+            os.close(child.pidfd)
+        child.pid = child.pidfd = None
+        code = status.code if status else None
+        signum = status.signal if status else None
+        child.last_exit = wire.LastExit(code, signum, iso(time.time()))
+        uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
+        was = child.state
+        self.record("worker-exited", child.name, pid=pid, code=code, signal=signum, state=str(was), uptime_s=uptime)
+        how = f"signal {signal.Signals(signum).name}" if signum else f"code {code}" if code is not None else "unknown status"
+        if was is S.STOPPING or self.shutting_down:
+            log.info("%s (pid %s) stopped (%s)", child.name, pid, how)
+            child.deadline = None
+            if child.restart_after_stop and not self.shutting_down:
+                child.restart_after_stop = False
+                child.restarts += 1
+                self.record("worker-restarted", child.name, reason="operator", delay_ms=0)
+                self.spawn(child)
+            else:
+                child.state = S.STOPPED
+            self.update_notify()
+            return
+        log.warning("%s (pid %s) exited unexpectedly (%s) while %s", child.name, pid, how, was)
+        self.crashed(child, now, "hung" if was is S.HUNG else "crash")
+
+    def crashed(self, child: Child, now: float, reason: str) -> None:
+        decision = on_crash(child, now, self.timings)
+        if isinstance(decision, Fail):
+            child.state = S.FAILED
+            child.deadline = decision.retry_at
+            self.record("worker-failed", child.name, restarts=len(child.recent),
+                        period_s=self.timings.intensity_period_s, retry_in_s=None if decision.retry_at is None
+                        else self.timings.engine_retry_after_failed_s)
+            if child.core:
+                log.critical("%s crashed more than %d times in %gs: stopping everything (exit %d) so the "
+                             "service manager can act", child.name, self.timings.intensity_restarts,
+                             self.timings.intensity_period_s, Exit.ESCALATED)
+                self.begin_shutdown(Exit.ESCALATED, f"{child.name} restart intensity reached")
+            else:
+                log.error("%s crashed more than %d times in %gs: failed; retrying in %gs "
+                          "(or now: `pulsectl restart %s`)", child.name, self.timings.intensity_restarts,
+                          self.timings.intensity_period_s, self.timings.engine_retry_after_failed_s, child.name)
+            self.update_notify()
+            return
+        child.restarts += 1
+        self.record("worker-restarted", child.name, reason=reason, delay_ms=round(decision.delay_s * 1000),
+                    streak=child.streak)
+        if decision.delay_s == 0:
+            self.spawn(child)
+        else:
+            child.state, child.deadline = S.BACKOFF, now + decision.delay_s
+            log.info("%s restarts in %.0f ms (crash %d in a row)", child.name, decision.delay_s * 1000, child.streak)
+        self.update_notify()
+
+    def hung(self, child: Child, now: float) -> None:
+        """STARTING/RUNNING → HUNG: SIGABRT (faulthandler traceback), SIGCONT, SIGKILL after the grace."""
+        silent = now - (child.heartbeat_at or child.spawned_at)
+        self.record("worker-hung", child.name, pid=child.pid, silent_ms=round(silent * 1000),
+                    before_ready=child.state is S.STARTING)
+        log.error("%s (pid %s) silent for %.1fs: aborting it for a traceback, then killing it",
+                  child.name, child.pid, silent)
+        child.state = S.HUNG
+        child.deadline = now + self.timings.stop_grace_ms / 1000
+        if child.pid is None:
+            # The forkserver never answered this spawn: it is the one that is stuck.
+            log.error("the forkserver did not start %s; killing the forkserver", child.name)
+            if self.forkserver is not None:
+                self.forkserver.proc.kill()
+            child.state = S.STARTING
+            child.deadline = now + self.timings.ready_timeout_ms / 1000
+            return
+        self.signal(child, signal.SIGABRT)
+        self.signal(child, signal.SIGCONT)
+
+    def stop(self, child: Child, *, restart: bool = False) -> None:
+        """Operator stop/restart, reload, or shutdown."""
+        child.restart_after_stop = restart
+        if child.state in (S.STOPPED, S.FAILED, S.BACKOFF):
+            child.deadline = None
+            if restart:
+                child.restart_after_stop = False
+                child.restarts += 1
+                self.record("worker-restarted", child.name, reason="operator", delay_ms=0)
+                self.spawn(child)
+            else:
+                child.state = S.STOPPED
+            return
+        if child.state is S.STOPPING:
+            return
+        child.state = S.STOPPING
+        child.deadline = time.monotonic() + self.timings.stop_grace_ms / 1000
+        self.signal(child, signal.SIGTERM)
+        self.signal(child, signal.SIGCONT)   # a stopped process cannot act on SIGTERM
+
+    def fire_timers(self, now: float) -> None:
+        if any(c.state is S.RUNNING and (next_deadline(c, self.timings) or now + 1) <= now
+               for c in self.children.values()):
+            self.read_heartbeats()   # heartbeats are read lazily: look before calling anyone hung
+        for child in self.children.values():
+            due = next_deadline(child, self.timings)
+            if due is None or due > now:
+                continue
+            if child.state in (S.STARTING, S.RUNNING):
+                self.hung(child, now)
+            elif child.state in (S.HUNG, S.STOPPING):
+                log.warning("%s (pid %s) still alive after %d ms: SIGKILL", child.name, child.pid,
+                            self.timings.stop_grace_ms)
+                self.signal(child, signal.SIGKILL)
+                child.deadline = None
+            elif child.state is S.BACKOFF:
+                self.spawn(child)
+            elif child.state is S.FAILED:
+                log.info("retrying failed %s", child.name)
+                forget_crashes(child)
+                child.restarts += 1
+                self.record("worker-restarted", child.name, reason="retry-after-failed", delay_ms=0)
+                self.spawn(child)
+        if self.next_watchdog is not None and now >= self.next_watchdog:
+            self.notifier.send("WATCHDOG=1")
+            self.next_watchdog = now + self.notifier.watchdog_s / 2
+        if self.shutting_down:
+            self.continue_shutdown(now)
+
+    # -- operator actions --------------------------------------------------------------------------
+
+    def operator_start(self, child: Child) -> None:
+        self.set_stopped(child.name, False)
+        forget_crashes(child)
+        if child.state in (S.STOPPED, S.FAILED, S.BACKOFF):
+            child.deadline = None
+            self.spawn(child)
+
+    def operator_stop(self, child: Child) -> None:
+        self.set_stopped(child.name, True)
+        self.stop(child)
+
+    def operator_restart(self, child: Child) -> None:
+        self.set_stopped(child.name, False)
+        forget_crashes(child)
+        self.stop(child, restart=True)
+
+    def set_stopped(self, name: str, stopped: bool) -> None:
+        before = set(self.stopped_by_operator)
+        (self.stopped_by_operator.add if stopped else self.stopped_by_operator.discard)(name)
+        if before != self.stopped_by_operator:
+            store.save_stopped(self.paths.workers_state, self.stopped_by_operator)
+
+    def reload(self) -> tuple[bool, str]:
+        try:
+            new = configmod.load(self.paths.config)
+        except configmod.ConfigError as err:
+            log.error("reload refused, keeping the running configuration: %s", err)
+            return False, str(err)
+        affected = [n for n in WORKERS if configmod.worker_view(new, n) != configmod.worker_view(self.config, n)]
+        self.config, self.config_bytes = new, configmod.encode(new)
+        logging.getLogger().setLevel(new.log.level.upper())
+        for name in affected:
+            child = self.children[name]
+            if child.state in ALIVE_STATES or child.state is S.BACKOFF:
+                self.stop(child, restart=True)
+        message = f"reloaded; restarted: {', '.join(affected) or 'none'}"
+        log.info(message)
+        return True, message
+
+    def begin_shutdown(self, code: Exit, reason: str) -> None:
+        if self.shutting_down:
+            return
+        self.shutting_down, self.exit_code = True, code
+        self.shutdown_deadline = time.monotonic() + self.timings.stop_grace_ms / 1000
+        self.notifier.send("STOPPING=1")
+        self.record("supervisor-stopping", None, reason=reason, exit_code=int(code))
+        for child in self.children.values():
+            if child.state in (S.BACKOFF, S.FAILED):
+                child.state, child.deadline = S.STOPPED, None
+        self.continue_shutdown(time.monotonic())
+
+    def continue_shutdown(self, now: float) -> None:
+        """Stop workers one by one in reverse start order; SIGKILL what is left at the deadline."""
+        if now >= self.shutdown_deadline:
+            for child in self.children.values():
+                if child.pidfd is not None:
+                    self.signal(child, signal.SIGKILL)
+            for child in self.children.values():
+                if child.state in ALIVE_STATES and child.pid is None:
+                    child.state = S.STOPPED   # a spawn the forkserver never answered
+            self.shutdown_deadline = now + 1.0
+            return
+        for name in reversed(WORKERS):
+            child = self.children[name]
+            if child.state in ALIVE_STATES:
+                if child.state is not S.STOPPING:
+                    self.stop(child)
+                    child.deadline = self.shutdown_deadline
+                return
+
+    # -- status ------------------------------------------------------------------------------------
+
+    def status(self) -> wire.Status:
+        self.read_heartbeats()
+        now = time.monotonic()
+        workers = []
+        for c in self.children.values():
+            alive = c.pid is not None
+            workers.append(wire.WorkerStatus(
+                name=c.name, pid=c.pid, state=str(c.state), restarts=c.restarts,
+                uptime_s=round(now - c.spawned_at, 3) if alive and c.spawned_at else None,
+                heartbeat_age_s=round(now - c.heartbeat_at, 3) if alive and c.heartbeat_at else None,
+                last_exit=c.last_exit))
+        return wire.Status(
+            version=wire.STATUS_VERSION,
+            supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
+                                             home=str(self.paths.home)),
+            workers=workers)

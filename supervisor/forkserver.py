@@ -1,0 +1,204 @@
+"""The forkserver: a clean, preloaded process that forks the workers.
+
+pulsed runs threads (the event writer, zmq's I/O threads). Forking a worker
+straight from it could hand the child a mutex some other thread held (SQLite's
+among them). So pulsed execs this process once, before it needs a worker; it
+imports everything a worker needs, then forks workers on request in
+milliseconds, single-threaded.
+
+Protocol, over a SOCK_SEQPACKET socketpair (one message per packet):
+    pulsed → forkserver   Spawn, with the worker's output pipe passed as an fd
+    forkserver → pulsed   Spawned(name, pid); Exited(pid, code, signal) when it reaps one
+EOF at pulsed's end makes it exit. It dies with pulsed (PDEATHSIG), and its
+workers die with it, so nothing outlives pulsed.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+from pulse import wire
+
+PRELOAD = {
+    "watcher": ("pulse.watcher", "Watcher"),
+    "tick": ("pulse.tick", "Tick"),
+    "executor": ("pulse.executor", "Executor"),
+    "engine": ("pulse.engine.process", "Engine"),
+}
+TITLE = "pulse: forkserver"
+MAX_PACKET = 1 << 20
+
+
+# -- pulsed's side ------------------------------------------------------------------------------------
+
+class Forkserver:
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket, output_fd: int):
+        self.proc, self.sock, self.output_fd = proc, sock, output_fd
+        self.pid = proc.pid
+        self.pidfd = os.pidfd_open(proc.pid)
+        self.exits: dict[int, wire.Exited] = {}     # reaped, not yet claimed by pulsed's loop
+
+    @classmethod
+    def start(cls) -> "Forkserver":
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "pulse.supervisor.forkserver", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd="/")
+        theirs.close()
+        os.close(out_w)
+        ours.setblocking(False)
+        return cls(proc, ours, out_r)
+
+    def spawn(self, spec: wire.Spawn, output_fd: int) -> bool:
+        try:
+            socket.send_fds(self.sock, [wire.encode(spec)], [output_fd])
+            return True
+        except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+            return False
+
+    def receive(self) -> list[wire.Spawned | wire.Exited]:
+        """Everything the forkserver has said; Exited messages are also kept in `exits`."""
+        out = []
+        while True:
+            try:
+                packet = self.sock.recv(MAX_PACKET)
+            except BlockingIOError:
+                return out
+            except OSError:
+                return out
+            if not packet:
+                return out
+            message = wire.decode(packet, wire.ForkserverMessage)
+            if isinstance(message, wire.Exited):
+                self.exits[message.pid] = message
+            out.append(message)
+
+    def wait_exit(self, pid: int, timeout: float) -> wire.Exited | None:
+        """The exit status of `pid`, waiting briefly for the forkserver to reap it."""
+        deadline = time.monotonic() + timeout
+        while pid not in self.exits:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                break
+            if not self.receive() and pid not in self.exits:
+                break
+        return self.exits.pop(pid, None)
+
+    def close(self) -> None:
+        self.sock.close()          # EOF: the forkserver exits
+
+    def reap(self) -> int | None:
+        return self.proc.poll()
+
+
+# -- the forkserver process ---------------------------------------------------------------------------
+
+def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup: tuple[int, int]) -> None:
+    """In the freshly forked worker: never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        server.close()
+        for fd in wakeup:
+            os.close(fd)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        os.close(output_fd)
+        from pulse import harness
+        module, cls = PRELOAD[spec.name]
+        worker_class = getattr(sys.modules[module], cls)
+        code = harness.run(spec, worker_class, forkserver_pid=os.getppid())
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(server: socket.socket, parent: int) -> int:
+    from pulse import procs
+    procs.die_with_parent(parent)
+    procs.set_title(TITLE)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import importlib
+    for module, _ in PRELOAD.values():
+        importlib.import_module(module)
+    import pulse.harness  # noqa: F401  (preloaded for the workers)
+
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def send(message) -> None:
+        try:
+            server.send(wire.encode(message))
+        except OSError:
+            pass
+
+    while True:
+        readable, _, _ = select.select([server, wake_r], [], [])
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if os.WIFSIGNALED(status):
+                    send(wire.Exited(pid, None, os.WTERMSIG(status)))
+                else:
+                    send(wire.Exited(pid, os.waitstatus_to_exitcode(status), None))
+        if server in readable:
+            try:
+                packet, fds, _, _ = socket.recv_fds(server, MAX_PACKET, 1)
+            except ConnectionResetError:
+                return 0
+            if not packet:
+                return 0   # pulsed closed its end
+            try:
+                spec = wire.decode(packet, wire.Spawn)
+                if spec.name not in PRELOAD or len(fds) != 1:
+                    raise wire.Malformed(f"spawn of {spec.name!r} with {len(fds)} fds")
+            except wire.Malformed as err:
+                print(f"ERROR pulse.forkserver: dropped a malformed request: {err}", file=sys.stderr, flush=True)
+                for fd in fds:
+                    os.close(fd)
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _worker_body(spec, fds[0], server, (wake_r, wake_w))
+            os.close(fds[0])
+            send(wire.Spawned(spec.name, pid))
+
+
+def main() -> None:
+    fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    server = socket.socket(fileno=fd)
+    server.setblocking(True)
+    sys.exit(serve(server, parent))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Helpers for tests that start real pulsed processes in temporary homes.
+
+Every wait is a condition with a deadline; every process a test starts is
+killed by pid at teardown (psutil.Process checks its create time, so a
+recycled pid is never hit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pulse import client, wire
+from pulse.home import Paths
+
+BIN = Path(sys.executable).parent
+PULSED = str(BIN / "pulsed")
+PULSECTL = str(BIN / "pulsectl")
+
+# Fast timings for tests, through the documented PULSE_* overrides.
+FAST = {
+    "PULSE_HEARTBEAT_MS": "100",
+    "PULSE_HUNG_AFTER_MS": "1500",
+    "PULSE_READY_TIMEOUT_MS": "3000",
+    "PULSE_STOP_GRACE_MS": "1000",
+    "PULSE_RESTART_BACKOFF_BASE_MS": "50",
+    "PULSE_RESTART_BACKOFF_MAX_MS": "400",
+}
+
+
+def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):
+    """Poll `condition` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Pulsed:
+    """One real pulsed on a temporary home."""
+
+    def __init__(self, home: Path, tracker: "Tracker"):
+        self.home = home
+        self.tracker = tracker
+        self.proc: subprocess.Popen | None = None
+        self.env: dict[str, str] = {}
+
+    @property
+    def paths(self) -> Paths:
+        return Paths.for_client(self.home)
+
+    def start(self, env: dict | None = None, args: tuple = (), wait: bool = True) -> "Pulsed":
+        self.env = {**os.environ, **FAST, **(env or {})}
+        self.env.pop("NOTIFY_SOCKET", None)
+        self.log = open(self.home.parent / "pulsed.out", "ab")
+        self.proc = subprocess.Popen([PULSED, "--home", str(self.home), *args], env=self.env,
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.tracker.add(self.proc.pid)
+        if wait:
+            self.wait_running()
+        return self
+
+    def request(self, message, timeout: float = 3.0) -> wire.Reply:
+        return client.request(self.paths, message, timeout)
+
+    def status(self) -> wire.Status:
+        status = self.request(wire.GetStatus()).status
+        self.tracker.add(*[w.pid for w in status.workers if w.pid])
+        return status
+
+    def worker(self, name: str) -> wire.WorkerStatus:
+        return next(w for w in self.status().workers if w.name == name)
+
+    def try_status(self) -> wire.Status | None:
+        try:
+            return self.status()
+        except client.Unreachable:
+            return None
+
+    def wait_running(self, names=("watcher", "tick", "executor", "engine"), timeout: float = 15.0) -> wire.Status:
+        def check():
+            st = self.try_status()
+            return st if st and all(w.state == "running" for w in st.workers if w.name in names) else None
+        return wait_for(check, timeout, what=f"{', '.join(names)} running")
+
+    def wait_state(self, name: str, state: str, timeout: float = 10.0) -> wire.WorkerStatus:
+        return wait_for(lambda: (w := self.worker(name)).state == state and w, timeout, what=f"{name} {state}")
+
+    def wait_replaced(self, name: str, old_pid: int, timeout: float = 10.0) -> wire.WorkerStatus:
+        """Running with a new pid, and heartbeating since: a new pid alone proves nothing."""
+        def check():
+            w = self.worker(name)
+            if w.state == "running" and w.pid not in (None, old_pid):
+                return w
+            return None
+        w = wait_for(check, timeout, what=f"{name} replaced (was pid {old_pid})")
+        self.wait_heartbeat(name, w.pid)
+        return w
+
+    def wait_heartbeat(self, name: str, pid: int, timeout: float = 5.0) -> None:
+        """A heartbeat from `pid` sent after now: it is alive and looping."""
+        t0 = time.monotonic()
+
+        def check():
+            before = time.monotonic()
+            w = next((w for w in self.status().workers if w.pid == pid), None)
+            return w is not None and w.heartbeat_age_s is not None and before - w.heartbeat_age_s > t0
+        wait_for(check, timeout, what=f"a fresh heartbeat from {name} (pid {pid})")
+
+    def events(self, type: str | None = None, target: str | None = None) -> list[dict]:
+        conn = sqlite3.connect(f"file:{self.home / 'events.db'}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT id, seq, ts, mono, type, source, target, data FROM events ORDER BY id")
+            out = [dict(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6],
+                        data=json.loads(r[7])) for r in rows]
+        finally:
+            conn.close()
+        return [e for e in out if (type is None or e["type"] == type) and (target is None or e["target"] == target)]
+
+    def forkserver_pid(self) -> int:
+        kids = psutil.Process(self.proc.pid).children()
+        pid = next(p.pid for p in kids if "forkserver" in " ".join(p.cmdline()))
+        self.tracker.add(pid)
+        return pid
+
+    def tree(self) -> list[psutil.Process]:
+        procs = [psutil.Process(self.proc.pid)] + psutil.Process(self.proc.pid).children(recursive=True)
+        self.tracker.add(*[p.pid for p in procs])
+        return procs
+
+    def ctl(self, *args: str, timeout: float = 30, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([PULSECTL, "--home", str(self.home), *args], capture_output=True, text=True,
+                              timeout=timeout, env=dict(os.environ, **(env or {})))
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def log_text(self) -> str:
+        path = self.home / "logs" / "pulse.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+class Tracker:
+    """Every pid a test saw; killed at teardown if still alive."""
+
+    def __init__(self):
+        self.procs: dict[int, psutil.Process] = {}
+
+    def add(self, *pids: int) -> None:
+        for pid in pids:
+            if pid and pid not in self.procs:
+                try:
+                    self.procs[pid] = psutil.Process(pid)
+                except psutil.NoSuchProcess:
+                    pass
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass

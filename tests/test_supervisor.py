@@ -1,0 +1,158 @@
+"""pulsed itself: start, status, stop, signals, lock, config, restart policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from support import wait_for
+
+from pulse import wire
+
+WORKERS = ("watcher", "tick", "executor", "engine")
+
+
+def test_first_run_makes_home_and_runs_every_worker(pulsed):
+    pulsed.start()
+    home = pulsed.home
+    assert (home / "config.toml").stat().st_mode & 0o777 == 0o600
+    assert (home / "engine" / ".git").is_dir() and (home / "staging").is_dir()
+    assert os.stat(pulsed.paths.runtime).st_mode & 0o777 == 0o700
+
+    out = pulsed.ctl("status")
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()
+    assert header.split() == ["NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST", "EXIT", "HEARTBEAT"]
+    assert [r.split()[:2] for r in rows[:4]] == [[w, "running"] for w in WORKERS]
+    assert rows[4].startswith(f"pulsed pid {pulsed.proc.pid},")
+
+    data = json.loads(pulsed.ctl("status", "--json").stdout)
+    assert list(data) == ["version", "supervisor", "workers"] and data["version"] == 1
+    assert list(data["supervisor"]) == ["pid", "uptime_s", "home"]
+    assert data["supervisor"]["home"] == str(home)
+    for w in data["workers"]:
+        assert list(w) == ["name", "pid", "state", "restarts", "uptime_s", "heartbeat_age_s", "last_exit"]
+        assert w["state"] == "running" and w["last_exit"] is None and w["restarts"] == 0
+
+
+def test_process_titles(pulsed):
+    status = pulsed.start().status()
+    for w in status.workers:
+        assert open(f"/proc/{w.pid}/comm").read().strip() == f"pulse: {w.name}"
+        assert psutil.Process(w.pid).cmdline()[0] == f"pulse: {w.name}"
+
+
+def test_sigterm_stops_in_reverse_order_exit_0_and_removes_sockets(pulsed):
+    pulsed.start()
+    tree = pulsed.tree()
+    sockets = list(pulsed.paths.runtime.glob("*.ipc"))
+    assert {s.name for s in sockets} >= {"control.ipc", "heartbeat.ipc", "wake.ipc", "doorbell.ipc", "engine.ipc"}
+    assert pulsed.terminate() == 0
+    assert not list(pulsed.paths.runtime.glob("*.ipc"))
+    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree), 2,
+             what="the whole tree gone")
+    exits = [e["target"] for e in pulsed.events("worker-exited")]
+    assert exits == list(reversed(WORKERS))
+    assert all(e["data"]["code"] == 0 for e in pulsed.events("worker-exited"))
+    types = [e["type"] for e in pulsed.events()]
+    assert types[0] == "supervisor-started" and "supervisor-stopping" in types
+
+
+def test_sigint_is_a_clean_stop_too(pulsed):
+    pulsed.start()
+    pulsed.proc.send_signal(signal.SIGINT)
+    assert pulsed.proc.wait(10) == 0
+
+
+def test_pulsectl_stop_stops_the_daemon(pulsed):
+    pulsed.start()
+    out = pulsed.ctl("stop")
+    assert out.returncode == 0, out.stderr
+    assert pulsed.proc.wait(10) == 0
+
+
+def test_second_instance_refused(pulsed, tracker):
+    pulsed.start()
+    import subprocess
+    from support import PULSED
+    second = subprocess.run([PULSED, "--home", str(pulsed.home)], capture_output=True, text=True, timeout=20,
+                            env=pulsed.env)
+    assert second.returncode == 2
+    assert f"already running on {pulsed.home}" in second.stderr and str(pulsed.proc.pid) in second.stderr
+    assert pulsed.ctl("status").returncode == 0
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[timings]\nheartbeat_ms = 'fast'\n", "$.timings.heartbeat_ms"),
+    ("[timings]\nhartbeat_ms = 100\n", "$.timings.hartbeat_ms"),
+    ("[log]\nlevel = 'loud'\n", "$.log.level"),
+    ("[timings\n", "not valid TOML"),
+])
+def test_bad_config_exits_78_naming_the_key(pulsed, text, key):
+    pulsed.home.mkdir()
+    (pulsed.home / "config.toml").write_text(text)
+    pulsed.start(wait=False)
+    assert pulsed.proc.wait(20) == 78
+    out = (pulsed.home.parent / "pulsed.out").read_text()
+    assert key in out and "config.toml" in out
+
+
+def test_bad_override_exits_78_naming_the_variable(pulsed):
+    pulsed.start(env={"PULSE_HEARTBEAT_MS": "soon"}, wait=False)
+    assert pulsed.proc.wait(20) == 78
+    assert "PULSE_HEARTBEAT_MS" in (pulsed.home.parent / "pulsed.out").read_text()
+
+
+def test_status_exit_codes(pulsed):
+    pulsed.start()
+    assert pulsed.ctl("status").returncode == 0
+    assert pulsed.ctl("stop", "engine").returncode == 0
+    out = pulsed.ctl("status")
+    assert out.returncode == 3 and "stopped" in out.stdout
+    pulsed.proc.kill()                       # leaves a stale control socket behind
+    pulsed.proc.wait(10)
+    assert pulsed.paths.socket_file("control").exists()
+    started = time.monotonic()
+    out = pulsed.ctl("status")
+    assert out.returncode == 4 and "not running" in out.stderr
+    assert time.monotonic() - started < 3
+
+
+def test_stopped_worker_stays_stopped_across_restart(pulsed):
+    pulsed.start()
+    assert pulsed.ctl("stop", "engine").returncode == 0
+    assert pulsed.terminate() == 0
+    pulsed.start(wait=False)
+    pulsed.wait_running(names=("watcher", "tick", "executor"))
+    assert pulsed.worker("engine").state == "stopped"
+    assert pulsed.ctl("start", "engine").returncode == 0
+    assert pulsed.worker("engine").state == "running"
+    assert pulsed.terminate() == 0
+    pulsed.start()       # and a start is remembered too
+
+
+def test_operator_restarts_never_count_toward_the_limit(pulsed):
+    pulsed.start(env={"PULSE_INTENSITY_RESTARTS": "2"})
+    for _ in range(5):
+        old = pulsed.worker("engine").pid
+        out = pulsed.ctl("restart", "engine")
+        assert out.returncode == 0, out.stderr
+        pulsed.wait_replaced("engine", old)
+    assert pulsed.worker("engine").restarts == 5
+    assert not pulsed.events("worker-failed")
+
+
+def test_events_survive_a_pulsed_restart(pulsed):
+    pulsed.start()
+    assert pulsed.terminate() == 0
+    first = pulsed.events()
+    pulsed.start()
+    assert pulsed.terminate() == 0
+    after = pulsed.events()
+    assert after[:len(first)] == first
+    assert [e["type"] for e in after].count("supervisor-started") == 2
