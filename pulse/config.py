@@ -99,7 +99,7 @@ def env_overrides(environ: os._Environ | dict) -> dict[str, object]:
     return out
 
 
-_UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)` - at `(?P<path>[^`]+)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)`(?: - at `(?P<path>[^`]+)`)?$")
 _AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]+)`$")
 
 
@@ -107,7 +107,7 @@ def _explain(err: msgspec.ValidationError) -> str:
     text = str(err)
     m = _UNKNOWN.match(text)
     if m:
-        return f"unknown key {m['path']}.{m['key']}"
+        return f"unknown key {m['path'] or '$'}.{m['key']}"
     m = _AT.match(text)
     if m:
         return f"{m['path']}: {m['msg']}"

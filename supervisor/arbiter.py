@@ -172,6 +172,7 @@ class Arbiter:
         if self.control in ready:
             self.read_control()
         self.fire_timers(time.monotonic())
+        self.take_spawned()
 
     def next_deadline(self) -> float | None:
         times = [next_deadline(c, self.timings) for c in self.children.values()]
@@ -240,13 +241,16 @@ class Arbiter:
 
     def read_forkserver(self) -> None:
         try:
-            messages = self.forkserver.receive()
+            self.forkserver.receive()
         except wire.Malformed as err:
             log.error("forkserver sent a malformed message: %s", err)
-            return
-        for message in messages:
-            if isinstance(message, wire.Spawned):
-                self.spawned(self.children[message.name], message.pid)
+        self.take_spawned()
+
+    def take_spawned(self) -> None:
+        """Spawned messages may be read while waiting for an exit status: take them all here."""
+        while self.forkserver is not None and self.forkserver.spawned:
+            message = self.forkserver.spawned.pop(0)
+            self.spawned(self.children[message.name], message.pid)
 
     def read_output(self, reader: logs.PipeReader) -> None:
         if not reader.read(self.sink):
@@ -258,6 +262,7 @@ class Arbiter:
     def start_forkserver(self) -> None:
         self.forkserver = Forkserver.start()
         self.outputs.append(logs.PipeReader(self.forkserver.output_fd, "forkserver", self.forkserver.pid))
+        self.record("worker-started", "forkserver", pid=self.forkserver.pid)
         log.info("forkserver started (pid %d)", self.forkserver.pid)
 
     def forkserver_died(self) -> None:
@@ -297,6 +302,7 @@ class Arbiter:
             child.starts += 1
         spec = wire.Spawn(child.name, child.starts, self.config_bytes, str(self.paths.runtime), str(self.paths.home))
         sent = self.forkserver.spawn(spec, out_w)
+        child.forkserver = self.forkserver
         os.close(out_w)
         child.output = logs.PipeReader(out_r, child.name, None)
         self.outputs.append(child.output)
@@ -348,7 +354,12 @@ class Arbiter:
         """The kernel says the process is gone. Decide what follows."""
         now = time.monotonic()
         pid = child.pid
-        status = self.forkserver.wait_exit(pid, EXIT_STATUS_WAIT_S) if self.forkserver and pid else None
+        parent = child.forkserver
+        if parent is not None and parent is self.forkserver:
+            status = parent.wait_exit(pid, EXIT_STATUS_WAIT_S)
+        else:   # its forkserver is gone: the status went with it, unless it was already told
+            status = parent.exits.pop(pid, None) if parent is not None else None
+        child.forkserver = None
         if child.pidfd is not None:
             os.close(child.pidfd)
         child.pid = child.pidfd = None

@@ -28,6 +28,7 @@ class Child:
     pid: int | None = None
     pidfd: int | None = None
     output: PipeReader | None = None
+    forkserver: object | None = None     # the forkserver that was asked for this process
     starts: int = 0                      # spawns since pulsed started
     restarts: int = 0                    # restarts since pulsed started (automatic and operator)
     streak: int = 0                      # crashes in a row, for backoff

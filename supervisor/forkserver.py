@@ -44,6 +44,7 @@ class Forkserver:
         self.pid = proc.pid
         self.pidfd = os.pidfd_open(proc.pid)
         self.exits: dict[int, wire.Exited] = {}     # reaped, not yet claimed by pulsed's loop
+        self.spawned: list[wire.Spawned] = []       # started, not yet claimed by pulsed's loop
 
     @classmethod
     def start(cls) -> "Forkserver":
@@ -64,22 +65,22 @@ class Forkserver:
         except (BlockingIOError, BrokenPipeError, ConnectionResetError):
             return False
 
-    def receive(self) -> list[wire.Spawned | wire.Exited]:
-        """Everything the forkserver has said; Exited messages are also kept in `exits`."""
-        out = []
+    def receive(self) -> bool:
+        """Queue what the forkserver has said (`spawned`, `exits`); False if it said nothing."""
+        said = False
         while True:
             try:
                 packet = self.sock.recv(MAX_PACKET)
-            except BlockingIOError:
-                return out
-            except OSError:
-                return out
+            except OSError:   # BlockingIOError: nothing more for now; others: it is gone
+                return said
             if not packet:
-                return out
+                return said
+            said = True
             message = wire.decode(packet, wire.ForkserverMessage)
             if isinstance(message, wire.Exited):
                 self.exits[message.pid] = message
-            out.append(message)
+            elif isinstance(message, wire.Spawned):
+                self.spawned.append(message)
 
     def wait_exit(self, pid: int, timeout: float) -> wire.Exited | None:
         """The exit status of `pid`, waiting briefly for the forkserver to reap it."""
@@ -88,7 +89,7 @@ class Forkserver:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
                 break
-            if not self.receive() and pid not in self.exits:
+            if not self.receive():
                 break
         return self.exits.pop(pid, None)
 

@@ -63,8 +63,8 @@ class Pulsed:
         return Paths.for_client(self.home)
 
     def start(self, env: dict | None = None, args: tuple = (), wait: bool = True) -> "Pulsed":
-        self.env = {**os.environ, **FAST, **(env or {})}
-        self.env.pop("NOTIFY_SOCKET", None)
+        inherited = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+        self.env = {**inherited, **FAST, **(env or {})}
         self.log = open(self.home.parent / "pulsed.out", "ab")
         self.proc = subprocess.Popen([PULSED, "--home", str(self.home), *args], env=self.env,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -97,17 +97,22 @@ class Pulsed:
         return wait_for(check, timeout, what=f"{', '.join(names)} running")
 
     def wait_state(self, name: str, state: str, timeout: float = 10.0) -> wire.WorkerStatus:
-        return wait_for(lambda: (w := self.worker(name)).state == state and w, timeout, what=f"{name} {state}")
+        def check():
+            st = self.try_status()
+            w = st and next(w for w in st.workers if w.name == name)
+            return w if w and w.state == state else None
+        return wait_for(check, timeout, what=f"{name} {state}")
 
-    def wait_replaced(self, name: str, old_pid: int, timeout: float = 10.0) -> wire.WorkerStatus:
-        """Running with a new pid, and heartbeating since: a new pid alone proves nothing."""
+    def wait_replaced(self, name: str, old_pid: int, timeout: float = 10.0, heartbeat: bool = True) -> wire.WorkerStatus:
+        """Running (its Ready arrived) with a new pid, and heartbeating since: a new pid alone proves nothing."""
         def check():
             w = self.worker(name)
             if w.state == "running" and w.pid not in (None, old_pid):
                 return w
             return None
         w = wait_for(check, timeout, what=f"{name} replaced (was pid {old_pid})")
-        self.wait_heartbeat(name, w.pid)
+        if heartbeat:
+            self.wait_heartbeat(name, w.pid)
         return w
 
     def wait_heartbeat(self, name: str, pid: int, timeout: float = 5.0) -> None:

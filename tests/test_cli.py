@@ -1,0 +1,117 @@
+"""pulsectl commands that are not status: logs, daemon start, init, config, worker control."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from support import wait_for
+
+from pulse import client, logs
+from pulse.home import Paths
+
+
+def test_logs_name_worker_and_pid_and_filter(pulsed):
+    status = pulsed.start(env={"PULSE_TEST_INJECT": "tick:crash-before-ready"}).status()
+    tick = next(w for w in status.workers if w.name == "tick")
+    wait_for(lambda: "injected crash before ready" in pulsed.log_text(), 5, what="the crash in the log")
+    out = pulsed.ctl("logs", "--worker", "tick", "-n", "1000")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert lines and all(line.split(" ")[1].startswith("tick[") for line in lines)
+    assert any("RuntimeError: injected crash before ready" in line for line in lines)
+    everything = pulsed.ctl("logs", "-n", "1000").stdout
+    assert f"pulsed[{pulsed.proc.pid}] INFO pulse.supervisor: tick ready (pid {tick.pid}" in everything
+    assert all(line[:4].isdigit() and line[23] == "Z" for line in everything.splitlines())
+
+
+def test_output_pipe_yields_whole_lines(tmp_path):
+    r, w = os.pipe()
+    sink = logs.Sink(tmp_path / "x.log", to_stderr=False, max_bytes=1 << 20, backups=1)
+    reader = logs.PipeReader(r, "tick", 42)
+    os.write(w, b"first half of a line, ")
+    assert reader.read(sink)
+    os.write(w, b"second half\npartial")
+    assert reader.read(sink)
+    os.write(w, b" tail\n")
+    reader.read(sink)
+    os.close(w)
+    assert not reader.read(sink)
+    reader.close()
+    sink.close()
+    lines = (tmp_path / "x.log").read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["tick[42] first half of a line, second half",
+                                                         "tick[42] partial tail"]
+
+
+def test_daemon_start_returns_once_ready(tmp_path, tracker):
+    from support import PULSECTL
+    import subprocess
+    home = tmp_path / "home"
+    env = {**os.environ, "PULSE_HEARTBEAT_MS": "100", "PULSE_STOP_GRACE_MS": "1000"}
+    out = subprocess.run([PULSECTL, "--home", str(home), "daemon", "start"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    pid = client.daemon_pid(Paths.for_client(home))
+    tracker.add(pid, *[p.pid for p in psutil.Process(pid).children(recursive=True)] if pid else [])
+    assert out.returncode == 0, out.stderr
+    assert f"pulsed running (pid {pid})" in out.stdout
+    assert psutil.Process(pid).ppid() != os.getpid()           # in the background, its own session
+    assert os.getsid(pid) == pid
+    status = subprocess.run([PULSECTL, "--home", str(home), "status"], capture_output=True, text=True, timeout=30)
+    assert status.returncode == 0, status.stdout
+    again = subprocess.run([PULSECTL, "--home", str(home), "daemon", "start"], capture_output=True, text=True,
+                           timeout=30, env=env)
+    assert again.returncode == 2 and "already running" in again.stderr
+    stop = subprocess.run([PULSECTL, "--home", str(home), "stop"], capture_output=True, text=True, timeout=30)
+    assert stop.returncode == 0, stop.stderr
+    assert client.daemon_pid(Paths.for_client(home)) is None
+
+
+def test_daemon_start_fails_with_the_reason(tmp_path):
+    from support import PULSECTL
+    import subprocess
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[timings]\nbogus = 1\n")
+    out = subprocess.run([PULSECTL, "--home", str(home), "daemon", "start"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1
+    assert "pulsed exited with code 78" in out.stderr and "unknown key $.timings.bogus" in out.stderr
+
+
+def test_init_is_idempotent_and_says_what_it_made(tmp_path):
+    from support import PULSECTL
+    import subprocess
+    home = tmp_path / "home"
+    first = subprocess.run([PULSECTL, "--home", str(home), "init"], capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0
+    assert "config.toml" in first.stdout and "engine" in first.stdout and "staging" in first.stdout
+    second = subprocess.run([PULSECTL, "--home", str(home), "init"], capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0 and "nothing to make" in second.stdout
+    log = subprocess.run(["git", "-C", str(home / "engine"), "log", "--format=%an"], capture_output=True,
+                         text=True, timeout=30)
+    assert log.stdout.strip() == "Pulse"
+
+
+def test_check_config_and_effective(tmp_path):
+    from support import PULSECTL
+    import subprocess
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[timings]\ntick_ms = 2000\n")
+    run = lambda *a, **env: subprocess.run([PULSECTL, "--home", str(home), *a], capture_output=True, text=True,
+                                           timeout=30, env={**os.environ, **env})
+    assert run("check-config").returncode == 0
+    effective = run("config", "--effective", PULSE_HEARTBEAT_MS="250").stdout
+    assert "tick_ms = 2000" in effective and "heartbeat_ms = 250" in effective and "stop_grace_ms = 5000" in effective
+    (home / "config.toml").write_text("[[process]]\nname = 'x'\n")
+    bad = run("check-config")
+    assert bad.returncode == 78 and "unknown key $.process" in bad.stderr
+
+
+def test_unknown_worker_is_refused(pulsed):
+    pulsed.start()
+    out = pulsed.ctl("restart", "nobody")
+    assert out.returncode == 2 and "nobody" in out.stderr

@@ -1,0 +1,89 @@
+"""The kill matrix: every way a worker can die or stall, for every worker and the forkserver.
+
+After each fault the test sees the replacement *work* (running, a new pid, and a
+heartbeat sent after the fault), and the other workers untouched where they
+should be.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from support import wait_for
+
+WORKERS = ("watcher", "tick", "executor", "engine")
+SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGSTOP": signal.SIGSTOP}
+INJECTED = ("exit-0", "exit-1", "crash-before-ready", "hang-before-ready")
+
+
+def assert_all_working(pulsed, except_: str | None = None):
+    status = pulsed.wait_running()
+    for w in status.workers:
+        pulsed.wait_heartbeat(w.name, w.pid)
+    return status
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.parametrize("fault", list(SIGNALS))
+def test_signal(pulsed, worker, fault):
+    before = {w.name: w.pid for w in pulsed.start().status().workers}
+    os.kill(before[worker], SIGNALS[fault])
+    replaced = pulsed.wait_replaced(worker, before[worker], timeout=15)
+    assert replaced.restarts == 1
+    after = {w.name: w.pid for w in assert_all_working(pulsed).workers}
+    assert {n: p for n, p in after.items() if n != worker} == {n: p for n, p in before.items() if n != worker}
+    exited = pulsed.events("worker-exited", worker)
+    assert [e["data"]["pid"] for e in exited] == [before[worker]]
+    if fault == "SIGKILL":
+        assert exited[0]["data"]["signal"] == signal.SIGKILL
+    if fault == "SIGTERM":        # a clean stop pulsed did not ask for is still an unexpected exit
+        assert exited[0]["data"]["code"] == 0
+    if fault == "SIGSTOP":        # hung: SIGABRT for a traceback, SIGCONT, then replaced
+        assert pulsed.events("worker-hung", worker)
+        assert exited[0]["data"]["signal"] == signal.SIGABRT
+        wait_for(lambda: f"{worker}[{before[worker]}] Fatal Python error: Aborted" in pulsed.log_text(), 5,
+                 what="the faulthandler traceback in the log")
+        assert f"{worker}[{before[worker]}]   File " in pulsed.log_text()
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.parametrize("fault", INJECTED)
+def test_injected(pulsed, worker, fault):
+    pulsed.start(env={"PULSE_TEST_INJECT": f"{worker}:{fault}", "PULSE_READY_TIMEOUT_MS": "1500"}, wait=False)
+    assert_all_working(pulsed)
+    exited = wait_for(lambda: pulsed.events("worker-exited", worker), 5, what="the faulty start's exit")
+    data = exited[0]["data"]
+    expected = {"exit-0": (0, None), "exit-1": (1, None), "crash-before-ready": (1, None),
+                "hang-before-ready": (None, signal.SIGABRT)}[fault]
+    assert (data["code"], data["signal"]) == expected
+    started = pulsed.events("worker-started", worker)
+    assert [e["data"]["start"] for e in started] == [1, 2]
+    assert pulsed.worker(worker).pid == started[1]["data"]["pid"]
+    ready = [e["data"]["pid"] for e in pulsed.events("worker-ready", worker)]
+    if fault in ("crash-before-ready", "hang-before-ready"):
+        assert ready == [started[1]["data"]["pid"]]
+    if fault == "hang-before-ready":
+        assert pulsed.events("worker-hung", worker)[0]["data"]["before_ready"] is True
+        assert "Fatal Python error: Aborted" in pulsed.log_text()
+    if fault == "crash-before-ready":
+        assert "RuntimeError: injected crash before ready" in pulsed.log_text()
+
+
+@pytest.mark.parametrize("fault", list(SIGNALS))
+def test_forkserver(pulsed, fault):
+    before = {w.name: w.pid for w in pulsed.start().status().workers}
+    forkserver = pulsed.forkserver_pid()
+    os.kill(forkserver, SIGNALS[fault])
+    if fault == "SIGSTOP":
+        # A stopped forkserver harms nothing until a worker needs replacing: force one.
+        os.kill(before["tick"], signal.SIGKILL)
+    status = wait_for(lambda: (st := pulsed.try_status()) and all(
+        w.state == "running" and w.pid != before[w.name] for w in st.workers
+        if fault != "SIGSTOP" or w.name == "tick") and st, 20, what="workers replaced")
+    assert_all_working(pulsed)
+    assert pulsed.forkserver_pid() != forkserver
+    assert [e["data"]["pid"] for e in pulsed.events("worker-exited", "forkserver")] == [forkserver]
+    assert status

@@ -1,0 +1,102 @@
+"""ZeroMQ sockets: malformed frames are dropped and the next valid message works;
+a restarted worker is reachable again without restarting its peers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import zmq
+
+from support import wait_for
+
+from pulse import wire
+
+GARBAGE = [b"", b"\x00\xff garbage", wire.encode(wire.Wake("x"))[:-1], b"\x81\xa4type\xa3bad"]
+
+
+def engine_ping(sock: zmq.Socket, request_id: int, timeout: float = 1.0) -> wire.Pong | None:
+    sock.send(wire.encode(wire.Ping(request_id, time.time() + timeout)))
+    if sock.poll(timeout * 1000):
+        return wire.decode(sock.recv(), wire.EngineReply)
+    return None
+
+
+def test_malformed_frames_on_every_socket(pulsed):
+    pulsed.home.mkdir()
+    (pulsed.home / "config.toml").write_text('[log]\nlevel = "debug"\n')
+    pulsed.start()
+    ctx = zmq.Context()
+    try:
+        # control (ROUTER): garbage gets an error reply; the next request works
+        ctl = ctx.socket(zmq.DEALER)
+        ctl.setsockopt(zmq.LINGER, 0)
+        ctl.connect(pulsed.paths.endpoint("control"))
+        for frame in GARBAGE:
+            ctl.send(frame)
+            assert ctl.poll(3000)
+            reply = wire.decode(ctl.recv(), wire.Reply)
+            assert not reply.ok and "malformed request" in reply.error
+        ctl.send_multipart([b"two", b"frames"])
+        assert ctl.poll(3000) and not wire.decode(ctl.recv(), wire.Reply).ok
+        ctl.send(wire.encode(wire.GetStatus()))
+        assert ctl.poll(3000) and wire.decode(ctl.recv(), wire.Reply).status.version == 1
+
+        # one-way sockets: garbage, then a valid message that must still be handled
+        for name, valid, handled in (
+                ("heartbeat", None, None),
+                ("wake", wire.Wake("test", "after garbage"), "woken by test (after garbage)"),
+                ("doorbell", wire.Doorbell("test"), "doorbell from test")):
+            push = ctx.socket(zmq.PUSH)
+            push.setsockopt(zmq.LINGER, 1000)
+            push.connect(pulsed.paths.endpoint(name))
+            for frame in GARBAGE:
+                push.send(frame)
+            if valid is not None:
+                push.send(wire.encode(valid))
+            push.close()
+            wait_for(lambda: f"dropped a malformed frame on the {name} socket" in pulsed.log_text(), 5,
+                     what=f"the {name} socket's complaint")
+            if handled:
+                wait_for(lambda: handled in pulsed.log_text(), 5, what=f"the valid {name} message handled")
+
+        # engine RPC (ROUTER): garbage, then a ping answered
+        rpc = ctx.socket(zmq.DEALER)
+        rpc.setsockopt(zmq.LINGER, 0)
+        rpc.connect(pulsed.paths.endpoint("engine"))
+        for frame in GARBAGE:
+            rpc.send(frame)
+        pong = engine_ping(rpc, 7, timeout=3)
+        assert pong is not None and pong.id == 7 and pong.pid == pulsed.worker("engine").pid
+        # an expired request is dropped, not answered
+        rpc.send(wire.encode(wire.Ping(8, time.time() - 1)))
+        assert engine_ping(rpc, 9, timeout=3).id == 9
+        assert not rpc.poll(100)
+
+        # and every worker is still running and heartbeating
+        for w in pulsed.wait_running().workers:
+            pulsed.wait_heartbeat(w.name, w.pid)
+        assert all(w.restarts == 0 for w in pulsed.status().workers)
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_restarted_engine_is_reachable_without_restarting_peers(pulsed):
+    status = pulsed.start().status()
+    old = {w.name: w.pid for w in status.workers}
+    ctx = zmq.Context()
+    try:
+        rpc = ctx.socket(zmq.DEALER)
+        rpc.setsockopt(zmq.LINGER, 0)
+        rpc.connect(pulsed.paths.endpoint("engine"))
+        assert engine_ping(rpc, 1, timeout=3).pid == old["engine"]
+        os.kill(old["engine"], signal.SIGKILL)
+        new = pulsed.wait_replaced("engine", old["engine"])
+        ids = iter(range(2, 1000))
+        pong = wait_for(lambda: engine_ping(rpc, next(ids), timeout=0.2), 5, what="the new engine answering")
+        assert pong.pid == new.pid
+        assert {w.name: w.pid for w in pulsed.status().workers if w.name != "engine"} == \
+            {n: p for n, p in old.items() if n != "engine"}
+    finally:
+        ctx.destroy(linger=0)
