@@ -16,16 +16,11 @@ over 107 bytes) and private (0700).
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from pulse import config as configmod
+# Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
 
 SOCKETS = ("control", "heartbeat", "wake", "doorbell", "engine", "events")
 GIT_IDENTITY = ("-c", "user.name=Pulse", "-c", "user.email=pulse@localhost")
@@ -43,6 +38,8 @@ def resolve_home(option: str | None) -> Path:
 
 def derived_runtime_dir(home: Path) -> Path:
     """PULSE_RUNTIME_DIR, else a short per-home directory under XDG_RUNTIME_DIR or /tmp."""
+    import hashlib
+    import tempfile
     if os.environ.get("PULSE_RUNTIME_DIR"):
         return Path(os.environ["PULSE_RUNTIME_DIR"])
     tag = hashlib.sha256(str(home).encode()).hexdigest()[:10]
@@ -124,6 +121,8 @@ def make_runtime_dir(paths: Paths) -> None:
 
 
 def _git(cwd: Path, *args: str) -> None:
+    import shutil
+    import subprocess
     if shutil.which("git") is None:
         raise HomeError("git is required for the engine directory, and is not on PATH")
     proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=cwd, capture_output=True, text=True)
@@ -132,6 +131,8 @@ def _git(cwd: Path, *args: str) -> None:
 
 
 def _copy_template(dest: Path) -> None:
+    import shutil
+    from importlib import resources
     template = resources.files("pulse.engine") / "template"
     with resources.as_file(template) as src:
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
@@ -139,7 +140,10 @@ def _copy_template(dest: Path) -> None:
 
 def ensure_home(home: Path) -> list[str]:
     """Create whatever of the home is missing; returns what it made. Idempotent."""
-    from pulse import store   # sqlite3 stays off pulsectl's fast paths
+    import subprocess
+
+    from pulse import config as configmod
+    from pulse import store
 
     made: list[str] = []
     if not home.exists():

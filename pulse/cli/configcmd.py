@@ -4,11 +4,11 @@ import sys
 
 import click
 
-from pulse import config as configmod
 from pulse.cli import Context, pass_ctx
 
 
-def _load(ctx: Context) -> configmod.Config:
+def _load(ctx: Context):
+    from pulse import config as configmod
     try:
         return configmod.load(ctx.paths.config)
     except configmod.ConfigError as err:
@@ -29,7 +29,8 @@ def check_config(ctx: Context) -> None:
 @pass_ctx
 def config(ctx: Context, effective: bool) -> None:
     """Print the configuration pulsed would run with."""
-    click.echo(configmod.to_toml(_load(ctx)), nl=False)
+    from pulse.config import to_toml
+    click.echo(to_toml(_load(ctx)), nl=False)
 
 
 COMMANDS = [check_config, config]

@@ -9,10 +9,7 @@ if it exits first. Outside systemd nothing restarts pulsed if it escalates.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 import click
@@ -30,6 +27,9 @@ def daemon() -> None:
 @pass_ctx
 def daemon_start(ctx: Context, wait: float) -> None:
     """Start pulsed in the background; return once it is ready."""
+    import socket
+    import subprocess
+    import tempfile
     from pulse.client import daemon_pid
     pid = daemon_pid(ctx.paths)
     if pid:

@@ -7,7 +7,6 @@ import time
 
 import click
 
-from pulse import logs as logsmod
 from pulse.cli import Context, pass_ctx
 from pulse.states import WORKERS
 
@@ -26,6 +25,7 @@ def matches(line: str, worker: str | None) -> bool:
 @pass_ctx
 def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
     """Print Pulse's log."""
+    from pulse import logs as logsmod
     path = ctx.paths.log_file
     tail: list[str] = []
     for file in logsmod.log_files(path):

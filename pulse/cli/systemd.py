@@ -1,5 +1,218 @@
-"""`pulsectl systemd install [--user]`: render the unit with this installation's real paths."""
+"""`pulsectl systemd install [--user]`: render the unit with this installation's real paths.
+
+The unit templates ship as package data of `pulse.systemd` (the repository's
+top-level `systemd/` folder). Rendering fills in:
+
+    @PULSED@  absolute path of the `pulsed` console script beside the running
+              interpreter, so the unit runs the installation that rendered it
+    @USER@    the account the system unit runs pulsed as (`pulse` by default)
+
+This module is imported on every pulsectl invocation: everything but click is
+imported inside the functions.
+"""
+
+from __future__ import annotations
 
 import click
 
-COMMANDS = []
+UNIT_NAME = "pulse.service"
+SYSTEM_TEMPLATE = "pulse.service"
+USER_TEMPLATE = "pulse-user.service"
+SYSTEM_UNIT_DIR = "/etc/systemd/system"
+SYSTEM_HOME = "/var/lib/pulse"        # the system unit's StateDirectory=pulse, PULSE_HOME
+DEFAULT_USER = "pulse"
+
+
+class RenderError(Exception):
+    pass
+
+
+def pulsed_path() -> str:
+    """The `pulsed` console script that belongs to the running interpreter."""
+    import os
+    import sys
+    from pathlib import Path
+
+    path = Path(sys.executable).absolute().parent / "pulsed"
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise RenderError(f"no executable pulsed beside this interpreter ({path}); "
+                          f"install pulse into {Path(sys.executable).absolute().parent.parent} "
+                          "(pip install pulse-supervisor) and run its own pulsectl")
+    return str(path)
+
+
+def template(name: str) -> str:
+    from importlib import resources
+
+    try:
+        return (resources.files("pulse.systemd") / name).read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError) as err:
+        raise RenderError(f"the unit template {name} is not installed with this pulse "
+                          f"(package data pulse.systemd): {err}") from None
+
+
+def exec_path(path: str) -> str:
+    """`path` as the command of an Exec*= line (systemd.syntax(7), systemd.service(5))."""
+    import re
+
+    if re.search(r'[\x00-\x1f\x7f"\'\\$]', path):
+        raise RenderError(f"cannot put {path!r} in a unit file: quotes, backslashes, '$' and control "
+                          "characters are not supported in the pulsed path")
+    path = path.replace("%", "%%")                       # %% is a literal % (specifiers)
+    return f'"{path}"' if re.search(r"\s", path) else path
+
+
+def check_user_name(name: str) -> str:
+    import re
+
+    # The portable subset of what systemd accepts for User= (and what useradd accepts).
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,31}", name):
+        raise RenderError(f"invalid user name {name!r}")
+    return name
+
+
+def render(text: str, pulsed: str, user: str | None) -> str:
+    import re
+
+    text = text.replace("@PULSED@", exec_path(pulsed))
+    if user is not None:
+        text = text.replace("@USER@", check_user_name(user))
+    left = sorted(set(re.findall(r"@[A-Z_]+@", text)))
+    if left:
+        raise RenderError(f"placeholders left unfilled in the unit: {', '.join(left)}")
+    return text
+
+
+def warnings(pulsed: str, user_unit: bool, user: str | None) -> list[str]:
+    """What would keep the rendered unit from working on this host (best effort)."""
+    import os
+    from pathlib import Path
+
+    out = []
+    path = Path(pulsed)
+    if any(path.is_relative_to(d) for d in ("/tmp", "/var/tmp")):
+        out.append(f"{pulsed} is under /tmp or /var/tmp, which the unit's PrivateTmp=yes replaces: "
+                   "pulsed will not be found; install Pulse elsewhere (e.g. a virtualenv in /opt)")
+    if not user_unit:
+        for parent in path.parents:
+            if parent.exists() and not os.stat(parent).st_mode & 0o001:
+                out.append(f"{parent} is not searchable by other users: user {user} may not reach {pulsed}")
+                break
+        import pwd
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            pass
+        else:
+            if entry.pw_uid != 0 and entry.pw_dir.rstrip("/") != SYSTEM_HOME:
+                out.append(f"user {user} already exists with home {entry.pw_dir} (another program's "
+                           f"account? PulseAudio's system user is also called pulse): pick a dedicated "
+                           f"account with --user-name")
+    return out
+
+
+def user_unit_dir() -> str:
+    import os
+
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return os.path.join(config, "systemd", "user")
+
+
+def write(directory: str, text: str) -> str:
+    """Write <directory>/pulse.service atomically (mode 0644); returns its path."""
+    import os
+    import tempfile
+
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, UNIT_NAME)
+    fd, tmp = tempfile.mkstemp(prefix=".pulse.service.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def next_steps(target: str, user_unit: bool, user: str | None, installed: bool) -> list[str]:
+    import shlex
+    import sys
+    from pathlib import Path
+
+    pulsectl = shlex.quote(str(Path(sys.executable).absolute().parent / "pulsectl"))
+    steps = []
+    if not installed:
+        where = "~/.config/systemd/user/" if user_unit else f"{SYSTEM_UNIT_DIR}/"
+        steps.append(f"cp {shlex.quote(target)} {where}{UNIT_NAME}")
+    if user_unit:
+        steps += ["systemctl --user daemon-reload && systemctl --user enable --now pulse",
+                  'loginctl enable-linger "$USER"   # keep it running while you are logged out',
+                  f"{pulsectl} status"]
+    else:
+        steps += [f"id -u {user} >/dev/null 2>&1 || useradd --system --home-dir {SYSTEM_HOME} "
+                  f"--shell /usr/sbin/nologin {user}",
+                  "systemctl daemon-reload && systemctl enable --now pulse",
+                  f"sudo -u {user} {pulsectl} --home {SYSTEM_HOME} status"]
+    return steps
+
+
+@click.group()
+def systemd() -> None:
+    """Run pulsed under systemd."""
+
+
+@systemd.command("install")
+@click.option("--user", "user_unit", is_flag=True,
+              help="A user unit (systemctl --user, home ~/.pulse) instead of the system unit.")
+@click.option("--user-name", default=None, metavar="NAME",
+              help=f"Account the system unit runs pulsed as [default: {DEFAULT_USER}].")
+@click.option("--output", type=click.Path(file_okay=False), metavar="DIR",
+              help="Write pulse.service into DIR instead of systemd's directory.")
+@click.option("--print", "to_stdout", is_flag=True, help="Print the unit instead of writing it.")
+def install(user_unit: bool, user_name: str | None, output: str | None, to_stdout: bool) -> None:
+    """Render the Pulse unit for this installation of pulsed and install it.
+
+    The system unit goes to /etc/systemd/system/pulse.service and runs pulsed
+    as a dedicated user with the home /var/lib/pulse; --user writes
+    ~/.config/systemd/user/pulse.service, which runs pulsed as you with the
+    home ~/.pulse.
+    """
+    import sys
+
+    if output and to_stdout:
+        raise click.UsageError("--output and --print are exclusive")
+    if user_unit and user_name is not None:
+        raise click.UsageError("--user-name is for the system unit; a user unit runs as its own user")
+    user = None if user_unit else (user_name or DEFAULT_USER)
+    try:
+        pulsed = pulsed_path()
+        text = render(template(USER_TEMPLATE if user_unit else SYSTEM_TEMPLATE), pulsed, user)
+    except RenderError as err:
+        click.echo(f"pulsectl: {err}", err=True)
+        sys.exit(1)
+    for warning in warnings(pulsed, user_unit, user):
+        click.echo(f"pulsectl: warning: {warning}", err=True)
+    if to_stdout:
+        click.echo(text, nl=False)
+        return
+    directory = output or (user_unit_dir() if user_unit else SYSTEM_UNIT_DIR)
+    try:
+        target = write(directory, text)
+    except OSError as err:
+        hint = "" if output or user_unit else " (run as root, or use --output DIR / --print)"
+        click.echo(f"pulsectl: cannot write {directory}/{UNIT_NAME}: {err.strerror}{hint}", err=True)
+        sys.exit(1)
+    who = "you" if user_unit else f"user {user}"
+    click.echo(f"wrote {target} (runs {pulsed} as {who})")
+    click.echo("next:")
+    for step in next_steps(target, user_unit, user, installed=output is None):
+        click.echo(f"  {step}")
+
+
+COMMANDS = [systemd]
