@@ -56,22 +56,98 @@ class EngineLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     oom_score_adj: int = 800                  # the OOM killer picks the engine first
 
 
+class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A critical process: watched by `process-alive`, restarted by `restart-process`."""
+    name: str
+    pidfile: str | None = None                # found by the pid in this file ...
+    match: str | None = None                  # ... or by a regex over its full command line
+    restart: list[str] | None = None          # argv, never a shell string
+    cwd: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A notification channel."""
+    kind: Literal["log", "file", "webhook", "command"]
+    name: str | None = None
+    path: str | None = None                   # file: JSON Lines appended here
+    url: str | None = None                    # webhook: POST JSON here
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    argv: list[str] | None = None             # command: the notification arrives as JSON on stdin
+    retries: int = 3                          # webhook attempts after the first fail
+    timeout_s: float = 10
+
+
+class NetworkTarget(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An outbound check: DNS resolution of `host`, and an HTTP GET of `url` if given."""
+    name: str
+    host: str | None = None
+    url: str | None = None
+    timeout_s: float = 5
+
+
+class ErrorLog(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A log file tailed for keywords (across rotation and truncation)."""
+    name: str
+    path: str
+    keywords: list[str] = msgspec.field(default_factory=lambda: ["ERROR", "CRITICAL", "Traceback"])
+
+
+class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Thresholds at which a built-in watcher rings the tick at once instead of waiting."""
+    cpu_pct: float = 95
+    memory_pct: float = 90
+    disk_pct: float = 90
+    disk_path: str = "/"
+    network: list[NetworkTarget] = msgspec.field(default_factory=list)   # none on a fresh install
+    error_log: list[ErrorLog] = msgspec.field(default_factory=list)
+
+
+class Tick(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
+    sense: list[str] = msgspec.field(default_factory=lambda: [
+        "system-resource", "process-alive:*", "network:*", "error-log:*", "engine:*"])
+
+
+class Allow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What effects of origin `engine` or `agent` may do (survival and operator effects are trusted)."""
+    kinds: list[str] = msgspec.field(default_factory=lambda: ["noop", "notify", "restart-process", "signal"])
+    exec_argv: list[list[str]] = msgspec.field(default_factory=list)   # allowed argv prefixes for `exec`
+    any_exec: bool = False                    # allow every argv (not recommended)
+    signals: list[str] = msgspec.field(default_factory=lambda: ["SIGHUP", "SIGTERM", "SIGUSR1", "SIGUSR2"])
+
+
+class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    vitals_retention_h: float = 24            # vitals older than this are garbage-collected
+    objects_retention_days: float = 7         # unreferenced blobs older than this are collected
+    error_coalesce_s: float = 3600            # identical errors within this window are one event, counted
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
     timings: Timings = msgspec.field(default_factory=Timings)
     log: Log = msgspec.field(default_factory=Log)
     engine: EngineLimits = msgspec.field(default_factory=EngineLimits)
+    watch: Watch = msgspec.field(default_factory=Watch)
+    tick: Tick = msgspec.field(default_factory=Tick)
+    allow: Allow = msgspec.field(default_factory=Allow)
+    store: Store = msgspec.field(default_factory=Store)
+    process: list[Process] = msgspec.field(default_factory=list)
+    notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
 
 
 # Which config each worker reads. A reload restarts a worker only when its part changed.
 WORKER_KEYS: dict[str, tuple[str, ...]] = {
-    "watcher": ("timings.heartbeat_ms", "timings.watcher_interval_ms", "timings.wake_window_s", "log.level"),
+    "watcher": ("timings.heartbeat_ms", "timings.watcher_interval_ms", "timings.wake_window_s", "log.level",
+                "watch", "process", "store"),
     "tick": ("timings.heartbeat_ms", "timings.tick_ms", "timings.tick_ms_min", "timings.tick_ms_max",
-             "timings.engine_rpc_deadline_ms", "log.level"),
+             "timings.engine_rpc_deadline_ms", "timings.effect_deadline_s", "log.level", "tick", "process",
+             "store"),
     "executor": ("timings.heartbeat_ms", "timings.effect_deadline_s", "timings.effect_timeout_s",
-                 "timings.executor_concurrency", "timings.executor_scan_interval_ms", "log.level"),
+                 "timings.executor_concurrency", "timings.executor_scan_interval_ms",
+                 "timings.engine_rpc_deadline_ms", "log.level", "notify", "process", "allow", "store"),
     "engine": ("timings.heartbeat_ms", "timings.engine_rpc_deadline_ms", "timings.watcher_interval_ms",
-               "engine.address_space_mb", "engine.oom_score_adj", "log.level"),
+               "timings.wake_window_s", "engine", "log.level", "store"),
 }
 
 
@@ -79,8 +155,10 @@ def worker_view(config: Config, worker: str) -> tuple:
     """The values of `config` that `worker` depends on."""
     out = []
     for path in WORKER_KEYS[worker]:
-        section, key = path.split(".")
-        out.append(getattr(getattr(config, section), key))
+        value: object = config
+        for part in path.split("."):
+            value = getattr(value, part)
+        out.append(msgspec.to_builtins(value))
     return tuple(out)
 
 
@@ -142,6 +220,27 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.timings.hung_after_ms must exceed engine_rpc_deadline_ms")
     if not t.tick_ms_min <= t.tick_ms <= t.tick_ms_max:
         raise ConfigError(f"{origin}: $.timings.tick_ms must lie within tick_ms_min … tick_ms_max")
+    for i, proc in enumerate(config.process):
+        where = f"{origin}: $.process[{i}]"
+        if (proc.pidfile is None) == (proc.match is None):
+            raise ConfigError(f"{where}: set exactly one of pidfile or match")
+        if proc.match is not None:
+            try:
+                re.compile(proc.match)
+            except re.error as err:
+                raise ConfigError(f"{where}.match: not a valid regex: {err}") from None
+        if proc.restart is not None and not proc.restart:
+            raise ConfigError(f"{where}.restart: an argv list needs at least the program")
+    names = [p.name for p in config.process]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.process: names must be unique")
+    for i, channel in enumerate(config.notify):
+        need = {"file": "path", "webhook": "url", "command": "argv"}.get(channel.kind)
+        if need and not getattr(channel, need):
+            raise ConfigError(f"{origin}: $.notify[{i}].{need}: required for kind {channel.kind!r}")
+    for i, target in enumerate(config.watch.network):
+        if not (target.host or target.url):
+            raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     if config.engine.address_space_mb < 0:
         raise ConfigError(f"{origin}: $.engine.address_space_mb must be 0 (unlimited) or more")
     if not -1000 <= config.engine.oom_score_adj <= 1000:
@@ -182,20 +281,52 @@ def _toml_value(value: object) -> str:
         return json.dumps(value)   # a JSON string is a valid TOML basic string
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if value is None:
+        raise TypeError("TOML has no null")
     raise TypeError(f"no TOML form for {value!r}")
+
+
+def _toml_table(name: str, table: dict, header: str) -> list[str]:
+    lines = ["", header]
+    nested: list[tuple[str, object]] = []
+    for key, value in table.items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and key not in ("env", "headers"):
+            nested.append((key, value))
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            nested.append((key, value))
+        elif isinstance(value, dict):
+            lines.append(f"{key} = {{{', '.join(f'{json.dumps(k)} = {_toml_value(v)}' for k, v in value.items())}}}")
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in nested:
+        lines += _toml_entry(f"{name}.{key}", value)
+    return lines
+
+
+def _toml_entry(name: str, value: object) -> list[str]:
+    if isinstance(value, dict):
+        return _toml_table(name, value, f"[{name}]")
+    out: list[str] = []
+    for item in value:
+        out += _toml_table(name, item, f"[[{name}]]")
+    return out
 
 
 def to_toml(config: Config) -> str:
     """TOML text for `config` (msgspec only decodes TOML without an extra package)."""
     lines: list[str] = []
-    tables: list[tuple[str, dict]] = []
+    tables: list[tuple[str, object]] = []
     for key, value in msgspec.to_builtins(config).items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
             tables.append((key, value))
+        elif isinstance(value, list) and not value:
+            continue   # an empty array of tables has no TOML form; absence means empty
         else:
             lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables:
-        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    for name, value in tables:
+        lines += _toml_entry(name, value)
     return "\n".join(lines) + "\n"
 
 
@@ -206,11 +337,18 @@ def default_toml() -> str:
         "# `pulsectl check-config` validates this file; `pulsectl reload` applies it.",
         "# Each [timings] key can also be overridden with PULSE_<KEY> in pulsed's environment.",
         f"schema = {SCHEMA_VERSION}",
-        "",
     ]
-    body = to_toml(Config()).splitlines()
-    for line in body:
+    for line in to_toml(Config()).splitlines():
         if line.startswith("schema"):
             continue
-        lines.append(line if (not line or line.startswith("[")) else "# " + line)
+        single_table = line.startswith("[") and not line.startswith("[[")
+        lines.append(line if (not line or single_table) else "# " + line)
+    lines += [
+        "",
+        "# A critical process, watched and restarted (repeat the table for more):",
+        "# [[process]]",
+        '# name = "gateway"',
+        '# pidfile = "/run/gateway.pid"          # or: match = "regex over the full command line"',
+        '# restart = ["systemctl", "restart", "gateway"]   # argv, never a shell string',
+    ]
     return "\n".join(lines) + "\n"

@@ -55,7 +55,7 @@ class Worker:
 
     def __init__(self, ctx: zmq.Context, paths: Paths, config: configmod.Config):
         self.ctx, self.paths, self.config = ctx, paths, config
-        self.handlers: dict[object, Callable[[], None]] = {}
+        self.handlers: dict[object, Callable[[], None]] = {}   # zmq socket or fd → called when readable
         self.log = logging.getLogger(f"pulse.{self.name}")
 
     def socket(self, kind: int, endpoint: str, *, bind: bool, handler: Callable[[], None] | None = None,
@@ -111,23 +111,26 @@ class Harness:
         self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic()))
 
     def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
-        poller = zmq.Poller()
-        poller.register(wakeup_fd, zmq.POLLIN)
-        for sock in self.worker.handlers:
-            poller.register(sock, zmq.POLLIN)
         self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic()))
         after_ready()
+        poller, registered = None, None
         next_beat = time.monotonic() + self.heartbeat_s
         while not self.stop_requested:
             now = time.monotonic()
             if now >= next_beat:
                 self.heartbeat()
                 next_beat = now + self.heartbeat_s
-            wake_at = min(filter(None, (next_beat, self.worker.next_timer())))
+            if registered != self.worker.handlers.keys():   # a worker may add or drop fds as it goes
+                registered = set(self.worker.handlers)
+                poller = zmq.Poller()
+                poller.register(wakeup_fd, zmq.POLLIN)
+                for item in registered:
+                    poller.register(item, zmq.POLLIN)
+            wake_at = min(t for t in (next_beat, self.worker.next_timer()) if t is not None)
             for item, _ in poller.poll(max(0.0, wake_at - time.monotonic()) * 1000):
                 if item == wakeup_fd:
                     _drain(wakeup_fd)
-                else:
+                elif item in self.worker.handlers:
                     self.worker.handlers[item]()
             self.worker.on_timer(time.monotonic())
 

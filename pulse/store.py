@@ -5,22 +5,38 @@ events.db is append-only and never compacted. Its schema version is
 
 synchronous levels, and why:
 - events.db, NORMAL by default: in WAL mode a commit survives a crash of any
-  process; only power loss can drop the last commits. Writers whose commit must
-  survive power loss (the claim of a non-idempotent effect) open with FULL.
+  process; only power loss can drop the last commits. The executor opens it
+  FULL: the claim of a non-idempotent effect must survive power loss, or the
+  effect could run twice.
+- vitals.db, NORMAL: samples are replaced every few seconds; losing the last
+  ones to power loss costs nothing.
+
+Effects live in events.db as events (effect, effect-executing, effect-acked,
+effect-failed, effect-expired) plus one mutable row per effect in `effects`,
+the queue's index, changed in the same transaction as the event it mirrors.
+Errors coalesce: an error identical to one recorded within error_coalesce_s
+bumps that event's data.count and data.last_ts instead of adding a row (the one
+place an event row changes), so a rule that raises every tick cannot fill the disk.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from pulse.wire import Event
+import msgspec
 
-EVENTS_SCHEMA = 1
+from pulse.wire import Effect, Event, Outcome, Vital
+
+EVENTS_SCHEMA = 2
+VITALS_SCHEMA = 1
 BUSY_TIMEOUT_MS = 5_000
 
 _MIGRATIONS: dict[int, Sequence[str]] = {
@@ -38,6 +54,37 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX events_type_id ON events(type, id)",
         "CREATE INDEX events_target_id ON events(target, id)",
         "CREATE INDEX events_ts ON events(ts)",
+    ),
+    2: (
+        """CREATE TABLE effects (
+               id         TEXT PRIMARY KEY,
+               event_id   INTEGER NOT NULL,
+               kind       TEXT NOT NULL,
+               target     TEXT,
+               origin     TEXT NOT NULL,
+               idempotent INTEGER NOT NULL,
+               created    REAL NOT NULL,
+               deadline   REAL NOT NULL,
+               state      TEXT NOT NULL CHECK (state IN ('pending','executing','acked','failed','expired')),
+               claimer    TEXT,
+               pgid       INTEGER,
+               body       BLOB NOT NULL
+           )""",
+        "CREATE INDEX effects_open ON effects(state, created) WHERE state IN ('pending', 'executing')",
+        "CREATE INDEX events_error ON events(source, target, id) WHERE type = 'error'",
+    ),
+}
+
+_VITALS_MIGRATIONS: dict[int, Sequence[str]] = {
+    1: (
+        """CREATE TABLE vitals (
+               id   INTEGER PRIMARY KEY,
+               key  TEXT NOT NULL,
+               ts   REAL NOT NULL,
+               data TEXT NOT NULL CHECK (json_valid(data))
+           )""",
+        "CREATE INDEX vitals_key_ts ON vitals(key, ts)",   # latest per key; the last minute of a key
+        "CREATE INDEX vitals_ts ON vitals(ts)",            # garbage collection by age
     ),
 }
 
@@ -77,22 +124,32 @@ def open_events(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
     return conn
 
 
+class _Tx:
+    """`with _Tx(conn):` BEGIN IMMEDIATE … COMMIT, ROLLBACK on any error."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, kind, value, tb) -> None:
+        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _insert_event(conn: sqlite3.Connection, ev: Event) -> Event:
+    cur = conn.execute(
+        "INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (ev.seq, ev.ts, ev.mono, ev.type, ev.source, ev.target, json.dumps(ev.data, default=str)))
+    ev.id = cur.lastrowid
+    return ev
+
+
 def append_events(conn: sqlite3.Connection, events: Iterable[Event]) -> list[Event]:
     """Append in one transaction; returns the events with their ids."""
-    out = []
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for ev in events:
-            cur = conn.execute(
-                "INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (ev.seq, ev.ts, ev.mono, ev.type, ev.source, ev.target, json.dumps(ev.data)))
-            ev.id = cur.lastrowid
-            out.append(ev)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return out
+    with _Tx(conn):
+        return [_insert_event(conn, ev) for ev in events]
 
 
 def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[str] = (),
@@ -111,9 +168,211 @@ def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[
                   data=json.loads(r[7])) for r in conn.execute(sql, args)]
 
 
-def now_event(type: str, source: str, target: str | None = None, seq: int = 0, **data) -> Event:
-    return Event(type=type, source=source, target=target, data=data, ts=time.time(),
-                 mono=time.monotonic(), seq=seq)
+def now_event(type: str, source: str, target: str | None = None, data: dict | None = None, **fields) -> Event:
+    """An event stamped now; its data is `data` and/or the keyword fields."""
+    return Event(type=type, source=source, target=target, data={**(data or {}), **fields}, ts=time.time(),
+                 mono=time.monotonic())
+
+
+def last_event_id(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+def record_error(conn: sqlite3.Connection, source: str, target: str | None, message: str,
+                 coalesce_s: float = 3600, **data) -> Event:
+    """An `error` event, or one more count on an identical error from within coalesce_s."""
+    fingerprint = hashlib.sha256(f"{source}\0{target}\0{message}".encode()).hexdigest()[:16]
+    now = time.time()
+    with _Tx(conn):
+        row = conn.execute(
+            "SELECT id, data FROM events WHERE type = 'error' AND source = ? AND target IS ? "
+            "AND json_extract(data, '$.fingerprint') = ? AND json_extract(data, '$.last_ts') >= ? "
+            "ORDER BY id DESC LIMIT 1", (source, target, fingerprint, now - coalesce_s)).fetchone()
+        if row is not None:
+            conn.execute("UPDATE events SET data = json_set(data, '$.count', json_extract(data, '$.count') + 1, "
+                         "'$.last_ts', ?) WHERE id = ?", (now, row[0]))
+            ev = Event(type="error", source=source, target=target, data=json.loads(row[1]), id=row[0])
+            ev.data["count"] += 1
+            return ev
+        body = dict(data, message=message, fingerprint=fingerprint, count=1, last_ts=now)
+        return _insert_event(conn, now_event("error", source, target, body))
+
+
+# -- effects -----------------------------------------------------------------------------------------
+
+OPEN_STATES = ("pending", "executing")
+TERMINAL_TYPES = {"acked": "effect-acked", "failed": "effect-failed", "expired": "effect-expired"}
+
+
+def new_effect(effect: Effect, origin: str, deadline_s: float, now: float | None = None) -> Effect:
+    """Give an effect its id, times and origin (it is committed next)."""
+    now = time.time() if now is None else now
+    return msgspec.structs.replace(effect, id=effect.id or uuid.uuid4().hex, created=now,
+                                   deadline=effect.deadline or now + deadline_s, origin=origin)
+
+
+def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: str,
+                   events: Sequence[Event] = ()) -> list[Effect]:
+    """Commit effects (and any other events) in one transaction."""
+    with _Tx(conn):
+        for ev in events:
+            _insert_event(conn, ev)
+        for eff in effects:
+            ev = _insert_event(conn, now_event("effect", source, eff.target, msgspec.to_builtins(eff)))
+            conn.execute(
+                "INSERT INTO effects (id, event_id, kind, target, origin, idempotent, created, deadline, state, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+                (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
+                 msgspec.msgpack.encode(eff)))
+    return list(effects)
+
+
+def _effect(body: bytes) -> Effect:
+    return msgspec.msgpack.decode(body, type=Effect)
+
+
+def open_effects(conn: sqlite3.Connection, state: str | None = None, limit: int = 1000) -> list[tuple[Effect, str, str | None, int | None]]:
+    """(effect, state, claimer, pgid) of effects not yet ended, oldest first."""
+    states = (state,) if state else OPEN_STATES
+    rows = conn.execute(
+        f"SELECT body, state, claimer, pgid FROM effects WHERE state IN ({','.join('?' * len(states))}) "
+        "ORDER BY created LIMIT ?", (*states, limit))
+    return [(_effect(r[0]), r[1], r[2], r[3]) for r in rows]
+
+
+def claim_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str) -> Effect | None:
+    """pending → executing, atomically: None if someone else claimed it first."""
+    with _Tx(conn):
+        cur = conn.execute("UPDATE effects SET state = 'executing', claimer = ? WHERE id = ? AND state = 'pending'",
+                           (claimer, effect_id))
+        if cur.rowcount != 1:
+            return None
+        body, target = conn.execute("SELECT body, target FROM effects WHERE id = ?", (effect_id,)).fetchone()
+        effect = _effect(body)
+        _insert_event(conn, now_event("effect-executing", source, target, effect_id=effect_id, kind=effect.kind,
+                                      claimer=claimer))
+        return effect
+
+
+def record_pgid(conn: sqlite3.Connection, effect_id: str, pgid: int) -> None:
+    """The process group an executing effect started, so a successor can kill or await it."""
+    with _Tx(conn):
+        conn.execute("UPDATE effects SET pgid = ? WHERE id = ? AND state = 'executing'", (pgid, effect_id))
+
+
+def finish_effect(conn: sqlite3.Connection, effect_id: str, state: str, source: str,
+                  from_states: Sequence[str] = ("executing",), **data) -> bool:
+    """executing (or pending, for expiry) → acked | failed | expired, with its event; False if not in from_states."""
+    with _Tx(conn):
+        row = conn.execute("SELECT state, target, kind FROM effects WHERE id = ?", (effect_id,)).fetchone()
+        if row is None or row[0] not in from_states:
+            return False
+        conn.execute("UPDATE effects SET state = ? WHERE id = ?", (state, effect_id))
+        _insert_event(conn, now_event(TERMINAL_TYPES[state], source, row[1], effect_id=effect_id, kind=row[2],
+                                      **data))
+        return True
+
+
+def requeue_effect(conn: sqlite3.Connection, effect_id: str, source: str, reason: str) -> bool:
+    """executing → pending (an idempotent effect whose executor died): it runs again."""
+    with _Tx(conn):
+        cur = conn.execute("UPDATE effects SET state = 'pending', claimer = NULL, pgid = NULL "
+                           "WHERE id = ? AND state = 'executing'", (effect_id,))
+        if cur.rowcount == 1:
+            target = conn.execute("SELECT target FROM effects WHERE id = ?", (effect_id,)).fetchone()[0]
+            _insert_event(conn, now_event("effect-failed", source, target, effect_id=effect_id, reason=reason,
+                                          requeued=True))
+        return cur.rowcount == 1
+
+
+def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
+    row = conn.execute("SELECT state FROM effects WHERE id = ?", (effect_id,)).fetchone()
+    return row[0] if row else None
+
+
+def outcomes_after(conn: sqlite3.Connection, after_id: int, limit: int = 10_000) -> list[tuple[int, str | None, Outcome]]:
+    """(event id, target, outcome) of effects that ended after event `after_id`."""
+    rows = conn.execute(
+        "SELECT id, target, type, ts, data FROM events WHERE id > ? AND type IN "
+        "('effect-acked', 'effect-failed', 'effect-expired') ORDER BY id LIMIT ?", (after_id, limit))
+    out = []
+    for event_id, target, type_, ts, data in rows:
+        d = json.loads(data)
+        out.append((event_id, target, Outcome(effect_id=d.get("effect_id", ""), kind=d.get("kind", ""),
+                                             state=type_.removeprefix("effect-"), ts=ts, error=d.get("error"))))
+    return out
+
+
+# -- vitals.db ---------------------------------------------------------------------------------------
+
+def open_vitals(path: Path) -> sqlite3.Connection:
+    conn = _connect(path, "NORMAL")
+    _migrate(conn, path, _VITALS_MIGRATIONS, VITALS_SCHEMA)
+    return conn
+
+
+def append_vitals(conn: sqlite3.Connection, vitals: Iterable[Vital]) -> None:
+    with _Tx(conn):
+        conn.executemany("INSERT INTO vitals (key, ts, data) VALUES (?, ?, ?)",
+                         [(v.key, v.ts, json.dumps(v.data, default=str)) for v in vitals])
+
+
+def _key_clause(patterns: Sequence[str]) -> tuple[str, list[str]]:
+    parts, args = [], []
+    for p in patterns:
+        if p.endswith("*"):
+            parts.append("(key >= ? AND key < ?)")
+            prefix = p[:-1]
+            args += [prefix, prefix + "\U0010ffff"]
+        else:
+            parts.append("key = ?")
+            args.append(p)
+    return " OR ".join(parts) or "0", args
+
+
+def latest_vitals(conn: sqlite3.Connection, patterns: Sequence[str]) -> dict[str, Vital]:
+    """The newest vital of each key matching `patterns` (exact keys, or prefixes ending in *)."""
+    clause, args = _key_clause(patterns)
+    rows = conn.execute(
+        f"SELECT key, ts, data FROM vitals AS v WHERE ({clause}) AND ts = "
+        "(SELECT MAX(ts) FROM vitals WHERE key = v.key) GROUP BY key", args)
+    return {r[0]: Vital(r[0], r[1], json.loads(r[2])) for r in rows}
+
+
+def vitals_window(conn: sqlite3.Connection, key: str, since_ts: float) -> list[Vital]:
+    rows = conn.execute("SELECT key, ts, data FROM vitals WHERE key = ? AND ts >= ? ORDER BY ts", (key, since_ts))
+    return [Vital(r[0], r[1], json.loads(r[2])) for r in rows]
+
+
+def vitals_keys(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT DISTINCT key FROM vitals ORDER BY key")]
+
+
+def gc_vitals(conn: sqlite3.Connection, older_than_ts: float, batch: int = 5_000) -> int:
+    """Delete old vitals in small transactions, so writers never wait long."""
+    total = 0
+    while True:
+        with _Tx(conn):
+            n = conn.execute("DELETE FROM vitals WHERE id IN (SELECT id FROM vitals WHERE ts < ? LIMIT ?)",
+                             (older_than_ts, batch)).rowcount
+        total += n
+        if n < batch:
+            return total
+
+
+# -- objects/ references -----------------------------------------------------------------------------
+
+_OBJECT_REF = re.compile(r"sha256:([0-9a-f]{64})")
+
+
+def referenced_objects(conn: sqlite3.Connection) -> set[str]:
+    """Every blob an event names (as "sha256:<hex>")."""
+    out: set[str] = set()
+    for (data,) in conn.execute("SELECT data FROM events WHERE data LIKE '%sha256:%'"):
+        out.update(_OBJECT_REF.findall(data))
+    return out
 
 
 # -- workers.json: the workers an operator stopped -------------------------------------------------

@@ -114,6 +114,50 @@ class Doorbell(msgspec.Struct, tag="doorbell"):
 
 # -- engine RPC: tick / executor (DEALER) → engine (ROUTER) --------------------------------------------
 
+class Effect(msgspec.Struct, kw_only=True):
+    """A description of an action: serialisable parameters, interpreted by an executor."""
+    kind: str
+    target: str | None = None
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    idempotent: bool = False    # True: run at least once; False: at most once
+    id: str = ""                # assigned when committed, like the fields below
+    created: float = 0.0
+    deadline: float = 0.0       # wall clock; not started by then = expired
+    origin: str = ""            # survival | engine | operator | agent
+
+
+class Vital(msgspec.Struct):
+    key: str
+    ts: float
+    data: dict[str, Any]
+
+
+class Outcome(msgspec.Struct):
+    """How an effect ended, as the snapshot shows it."""
+    effect_id: str
+    kind: str
+    state: str                  # acked | failed | expired
+    ts: float
+    error: str | None = None
+
+
+class EngineHealth(msgspec.Struct):
+    state: str                  # the engine worker's state as pulsed reports it, or "unknown"
+    restarts: int = 0
+    errors: int = 0             # error events from the engine since the last promote
+
+
+class Snapshot(msgspec.Struct, kw_only=True):
+    """What the rules see: the latest vitals of the sense keys, and projections of events.db."""
+    tick: int
+    ts: float
+    vitals: dict[str, Vital] = msgspec.field(default_factory=dict)
+    pending: list[Effect] = msgspec.field(default_factory=list)       # committed, not yet ended
+    outcomes: dict[str, list[Outcome]] = msgspec.field(default_factory=dict)   # recent, per target
+    engine: EngineHealth = msgspec.field(default_factory=lambda: EngineHealth("unknown"))
+    last_promote: float | None = None
+
+
 class Ping(msgspec.Struct, tag="ping"):
     id: int
     deadline: float             # absolute, time.time(); the engine drops expired requests
@@ -124,8 +168,38 @@ class Pong(msgspec.Struct, tag="pong"):
     pid: int
 
 
-EngineRequest = Ping
-EngineReply = Pong
+class RunChain(msgspec.Struct, tag="run-chain"):
+    """Run the engine's business rules: the innermost layer of the onion."""
+    id: int
+    deadline: float
+    prev: Snapshot | None
+    curr: Snapshot
+
+
+class ChainResult(msgspec.Struct, tag="chain-result"):
+    id: int
+    effects: list[Effect]
+    tick_ms: int | None = None
+    error: str | None = None
+
+
+class RunExecutor(msgspec.Struct, tag="run-executor"):
+    """Carry out an effect of a kind only the engine's executors know."""
+    id: int
+    deadline: float
+    effect: Effect
+
+
+class ExecutorResult(msgspec.Struct, tag="executor-result"):
+    id: int
+    ok: bool
+    result: dict[str, Any] = msgspec.field(default_factory=dict)
+    error: str | None = None
+    unknown_kind: bool = False
+
+
+EngineRequest = Ping | RunChain | RunExecutor
+EngineReply = Pong | ChainResult | ExecutorResult
 
 
 # -- pulsed ↔ its forkserver (a socketpair, not zmq) --------------------------------------------------
