@@ -1,20 +1,36 @@
 """The engine process: the only process that imports the agent's engine code.
 
-It binds the engine RPC socket (ROUTER). Requests carry an id and an absolute
-deadline; expired ones are dropped unanswered. Until the pipeline lands it
-answers Ping alone. Before anything else it caps its own address space and
-raises its oom_score_adj, so a memory blow-up in agent code kills the engine,
-not the survival layer.
+It loads the engine directory (failures recorded as `error` events naming file
+and line; the rest still load), then serves the engine RPC socket (ROUTER):
+RunChain runs the business rules (the onion's innermost layers) and replies
+with effects; RunExecutor runs an engine executor in a thread and replies when
+it is done. Requests carry an id and an absolute deadline; expired ones are
+dropped unanswered. The engine's own watchers write vitals like the built-in
+ones. Before anything else it caps its own address space and raises its
+oom_score_adj, so a memory blow-up in agent code kills the engine, not the
+survival layer. A rule that never returns blocks this loop, so the engine stops
+heartbeating and pulsed replaces it (with a traceback in the log).
 """
 
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
 import os
+import queue
 import resource
 import time
+import traceback
 
+import msgspec
 import zmq
 
-from pulse import wire
+from pulse import rules as onion
+from pulse import store, wire
+from pulse.engine import loader
 from pulse.harness import Worker
+
+EXECUTOR_THREADS = 4
 
 
 def limit_self(address_space_mb: int, oom_score_adj: int) -> None:
@@ -25,18 +41,54 @@ def limit_self(address_space_mb: int, oom_score_adj: int) -> None:
         f.write(str(oom_score_adj))
 
 
+def short_traceback(err: BaseException, root: str) -> str:
+    """The exception and the innermost frame inside the engine directory."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(root)]
+    where = f" at {os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
+
+
 class Engine(Worker):
     name = "engine"
 
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
+        self.events = store.open_events(self.paths.events_db)
+        self.root = self.paths.engine
+        self.engine = loader.load(self.root)
+        for error in self.engine.errors:
+            self.record_error(f"failed to load {error.message}", target=f"engine:{error.file}",
+                              file=error.file, line=error.line)
+        self.log.info("loaded %d modules from %s: %d rules, %d watchers, %d executors, %d failed",
+                      len(self.engine.modules), self.root, len(self.engine.rules), len(self.engine.watchers),
+                      len(self.engine.executors), len(self.engine.errors))
+        self.chain = onion.compose(self.engine.rules, onion.nothing)
+        self.loop = asyncio.new_event_loop()
         self.rpc = self.socket(zmq.ROUTER, self.paths.endpoint("engine"), bind=True, handler=self.on_request,
-                               MAXMSGSIZE=1024 * 1024)
+                               MAXMSGSIZE=16 * 1024 * 1024)
+        self.pool = concurrent.futures.ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="engine-executor")
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        self.done_r, self.done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.handlers[self.done_r] = self.on_executor_done
+        self.runner = None
+        if self.engine.watchers:
+            from pulse.watching import WatcherRunner
+            self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
+            self.vitals = store.open_vitals(self.paths.home / "vitals.db")
+            self.runner = WatcherRunner(self.engine.watchers, vitals_conn=self.vitals, events_conn=self.events,
+                                        wake_sock=self.wake, source="engine", config=self.config, log=self.log)
+            self.handlers.update(self.runner.handlers)
+
+    def record_error(self, message: str, target: str = "engine", **data) -> None:
+        store.record_error(self.events, "engine", target, message, coalesce_s=self.config.store.error_coalesce_s,
+                           **data)
+
+    # -- requests --------------------------------------------------------------------------------
 
     def on_request(self) -> None:
         frames = self.rpc.recv_multipart()
         if len(frames) != 2:
-            self.log.warning("dropped a malformed request on the engine socket: %d frames", len(frames))
+            self.log.warning("dropped a malformed frame on the engine socket: %d frames", len(frames))
             return
         identity, frame = frames
         request = self.receive(frame, wire.EngineRequest, "engine")
@@ -45,7 +97,78 @@ class Engine(Worker):
         if request.deadline < time.time():
             self.log.debug("dropped expired request %d", request.id)
             return
-        self.rpc.send_multipart([identity, wire.encode(wire.Pong(request.id, os.getpid()))])
+        if isinstance(request, wire.Ping):
+            self.reply(identity, wire.Pong(request.id, os.getpid()))
+        elif isinstance(request, wire.RunChain):
+            self.reply(identity, self.run_chain(request))
+        elif isinstance(request, wire.RunExecutor):
+            self.start_executor(identity, request)
+
+    def reply(self, identity: bytes, message) -> None:
+        try:
+            frame = wire.encode(message)
+        except (TypeError, ValueError, OverflowError) as err:   # agent code returned something unsendable
+            self.record_error(f"engine reply cannot be sent: {err}")
+            frame = wire.encode(type(message)(message.id, [], None, error=f"unsendable result: {err}")
+                                if isinstance(message, wire.ChainResult)
+                                else wire.ExecutorResult(message.id, ok=False, error=f"unsendable result: {err}"))
+        self.rpc.send_multipart([identity, frame])
+
+    def run_chain(self, request: wire.RunChain) -> wire.ChainResult:
+        try:
+            effects, tick_ms = self.loop.run_until_complete(self.chain(request.prev, request.curr))
+        except Exception as err:
+            message = short_traceback(err, str(self.root))
+            self.record_error(f"rule raised {message}")
+            return wire.ChainResult(request.id, [], None, error=message)
+        return wire.ChainResult(request.id, effects, tick_ms)
+
+    def start_executor(self, identity: bytes, request: wire.RunExecutor) -> None:
+        executor = self.engine.executors.get(request.effect.kind)
+        if executor is None:
+            self.reply(identity, wire.ExecutorResult(request.id, ok=False, unknown_kind=True,
+                                                     error=f"no engine executor for kind {request.effect.kind!r}"))
+            return
+        future = self.pool.submit(executor.run, request.effect)
+        future.add_done_callback(lambda f: self._executor_done(identity, request, f))
+
+    def _executor_done(self, identity: bytes, request: wire.RunExecutor, future) -> None:
+        """In the executor thread: hand the result to the main loop (only it uses the socket)."""
+        try:
+            result = wire.ExecutorResult(request.id, ok=True, result=msgspec.to_builtins(future.result() or {}))
+        except Exception as err:
+            result = wire.ExecutorResult(request.id, ok=False, error=short_traceback(err, str(self.root)))
+        self.done.put((identity, request, result))
+        try:
+            os.write(self.done_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def on_executor_done(self) -> None:
+        try:
+            while os.read(self.done_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        while not self.done.empty():
+            identity, request, result = self.done.get()
+            if request.deadline < time.time():
+                self.log.warning("engine executor %s finished after its deadline", request.effect.kind)
+            self.reply(identity, result)
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def next_timer(self) -> float | None:
+        return self.runner.next_timer() if self.runner else None
+
+    def on_timer(self, now: float) -> None:
+        if self.runner:
+            self.runner.on_timer(now)
 
     def close(self) -> None:
+        if self.runner:
+            self.runner.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.loop.close()
         self.rpc.close()
+        self.events.close()

@@ -200,6 +200,14 @@ def record_error(conn: sqlite3.Connection, source: str, target: str | None, mess
         return _insert_event(conn, now_event("error", source, target, body))
 
 
+def engine_errors_since(conn: sqlite3.Connection, after_id: int) -> int:
+    """Errors counted against the engine since event `after_id` (coalesced counts included)."""
+    row = conn.execute("SELECT COALESCE(SUM(json_extract(data, '$.count')), 0) FROM events "
+                       "WHERE type = 'error' AND source IN ('engine', 'tick') AND target LIKE 'engine%' "
+                       "AND id > ?", (after_id,)).fetchone()
+    return row[0]
+
+
 # -- effects -----------------------------------------------------------------------------------------
 
 OPEN_STATES = ("pending", "executing")
@@ -360,6 +368,16 @@ def gc_vitals(conn: sqlite3.Connection, older_than_ts: float, batch: int = 5_000
         total += n
         if n < batch:
             return total
+
+
+def gc_vitals_step(conn: sqlite3.Connection, older_than_ts: float, batch: int = 1_000) -> int:
+    """One short transaction of vitals gc: deletes at most `batch` rows older than `older_than_ts`.
+
+    The caller paces the steps (the watcher pauses between them), so a writer in another
+    process (the engine's watchers) gets the lock in between instead of waiting out a whole gc."""
+    with _Tx(conn):
+        return conn.execute("DELETE FROM vitals WHERE id IN (SELECT id FROM vitals WHERE ts < ? LIMIT ?)",
+                            (older_than_ts, batch)).rowcount
 
 
 # -- objects/ references -----------------------------------------------------------------------------

@@ -1,28 +1,258 @@
 """The tick process: snapshot → rule chain → effects (Understand).
 
-Until the pipeline lands it runs the harness alone. It already owns the wake
-socket (any process may ring it) and its DEALER to the engine's RPC socket.
+Each tick: fold new events into the projections, read the latest vitals of the
+sense keys, run the survival rules around the engine's business chain, commit
+the effects in one transaction, ring the executor, then sleep the returned
+tick_ms (clamped) or until rung on the wake socket. The engine is called over
+RPC with a deadline: dead, frozen, slow, raising or returning garbage all mean
+"inner returned no effects" and an `error` event. The tick never waits on
+execution, and keeps no rule memory that is not folded from events.db.
 """
 
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import msgspec
 import zmq
 
-from pulse import wire
+from pulse import rules, store, wire
 from pulse.harness import Worker
+
+OUTCOMES_PER_TARGET = 10
+MAX_EFFECTS_PER_TICK = 1_000
+ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class Projections:
+    """What the snapshot needs from events.db, folded incrementally (never a full scan per tick)."""
+    last_id: int = 0
+    pending: dict[str, wire.Effect] = field(default_factory=dict)
+    outcomes: dict[str, collections.deque] = field(default_factory=dict)
+    last_promote: float | None = None
+    last_promote_id: int = 0
+
+    def fold(self, events: list[wire.Event]) -> None:
+        for ev in events:
+            self.last_id = ev.id
+            if ev.type == "effect":
+                effect = msgspec.convert(ev.data, wire.Effect)
+                self.pending[effect.id] = effect
+            elif ev.type in ("effect-acked", "effect-failed", "effect-expired"):
+                if ev.data.get("requeued"):
+                    continue   # an idempotent effect going round again: still pending
+                effect = self.pending.pop(ev.data.get("effect_id", ""), None)
+                outcome = wire.Outcome(effect_id=ev.data.get("effect_id", ""), kind=ev.data.get("kind", ""),
+                                       state=ev.type.removeprefix("effect-"), ts=ev.ts, error=ev.data.get("error"))
+                target = ev.target if ev.target is not None else (effect.target if effect else None)
+                if target is not None:
+                    self.outcomes.setdefault(target, collections.deque(maxlen=OUTCOMES_PER_TARGET)).append(outcome)
+            elif ev.type == "promote":
+                self.last_promote, self.last_promote_id = ev.ts, ev.id
+
+
+def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
+    return min(max(default if value is None else value, low), high)
+
+
+class EngineClient:
+    """The tick's side of the engine RPC: request id, absolute deadline, late replies dropped."""
+
+    def __init__(self, sock: zmq.Socket, deadline_s: float):
+        self.sock, self.deadline_s = sock, deadline_s
+        self.ids = itertools.count(1)
+        self.unresponsive = False   # after a timeout: ping without waiting until it answers again
+
+    def _drain(self) -> list[object]:
+        replies = []
+        while True:
+            try:
+                frame = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return replies
+            try:
+                replies.append(wire.decode(frame, wire.EngineReply))
+            except wire.Malformed:
+                replies.append(None)
+
+    def run_chain(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> tuple[wire.ChainResult | None, str | None]:
+        """(result, None) or (None, why the engine gave nothing)."""
+        if self.unresponsive:
+            if any(isinstance(r, wire.Pong) for r in self._drain()):
+                self.unresponsive = False
+            else:
+                self._send(wire.Ping(next(self.ids), time.time() + self.deadline_s))
+                return None, "engine unresponsive since its last deadline; skipped"
+        self._drain()   # whatever is left over is late
+        request_id = next(self.ids)
+        deadline = time.time() + self.deadline_s
+        # IMMEDIATE: writable only once connected (a freshly started engine may take a moment)
+        if not (self.sock.poll(self.deadline_s * 1000, zmq.POLLOUT)
+                and self._send(wire.RunChain(request_id, deadline, prev, curr))):
+            return None, "engine not connected"
+        while (left := deadline - time.time()) > 0:
+            if not self.sock.poll(left * 1000):
+                break
+            for reply in self._drain():
+                if reply is None:
+                    return None, "engine sent a malformed reply"
+                if isinstance(reply, wire.ChainResult) and reply.id == request_id:
+                    return reply, None
+        self.unresponsive = True
+        return None, f"engine did not answer within {self.deadline_s * 1000:.0f} ms"
+
+    def _send(self, message) -> bool:
+        try:
+            self.sock.send(wire.encode(message), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
 
 
 class Tick(Worker):
     name = "tick"
 
     def open(self) -> None:
+        t = self.config.timings
+        self.events = store.open_events(self.paths.events_db)
+        self.vitals = store.open_vitals(self.paths.home / "vitals.db")
         self.wake = self.socket(zmq.PULL, self.paths.endpoint("wake"), bind=True, handler=self.on_wake)
-        self.engine = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1)
+        self.engine_sock = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1,
+                                       MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)
+        self.control = self.socket(zmq.DEALER, self.paths.endpoint("control"), bind=False)
         self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, SNDHWM=4, IMMEDIATE=1)
+        self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000)
+        self.projections = Projections()
+        self.fold()
+        self.loop = asyncio.new_event_loop()
+        self.chain = rules.compose(rules.survival_rules(self.config), self.inner)
+        self.count = 0
+        self.prev: wire.Snapshot | None = None
+        self.next_tick = time.monotonic()
+        self.last_tick = 0.0
+        self.inner_note: str | None = None
+
+    # -- inputs ----------------------------------------------------------------------------------
 
     def on_wake(self) -> None:
         message = self.receive(self.wake.recv(), wire.Wake, "wake")
-        if message is not None:
-            self.log.debug("woken by %s (%s)", message.source, message.reason)
+        if message is None:
+            return
+        self.log.debug("woken by %s (%s)", message.source, message.reason)
+        soonest = self.last_tick + self.config.timings.tick_ms_min / 1000
+        self.next_tick = min(self.next_tick, max(time.monotonic(), soonest))
+
+    def fold(self) -> None:
+        while True:
+            batch = store.read_events(self.events, after_id=self.projections.last_id, limit=5_000)
+            self.projections.fold(batch)
+            if len(batch) < 5_000:
+                return
+
+    def engine_state(self) -> wire.EngineHealth:
+        """The engine worker's state from pulsed: the tick never calls an engine that is not running."""
+        try:
+            self.control.send(wire.encode(wire.GetStatus()), zmq.NOBLOCK)
+            if self.control.poll(100):
+                reply = wire.decode(self.control.recv(), wire.Reply)
+                engine = next(w for w in reply.status.workers if w.name == "engine")
+                errors = store.engine_errors_since(self.events, self.projections.last_promote_id)
+                return wire.EngineHealth(engine.state, engine.restarts, errors)
+        except (zmq.ZMQError, wire.Malformed, StopIteration, AttributeError):
+            pass
+        return wire.EngineHealth("unknown")
+
+    # -- one tick --------------------------------------------------------------------------------
+
+    def snapshot(self) -> wire.Snapshot:
+        self.fold()
+        p = self.projections
+        return wire.Snapshot(
+            tick=self.count, ts=time.time(),
+            vitals=store.latest_vitals(self.vitals, self.config.tick.sense),
+            pending=list(p.pending.values()),
+            outcomes={target: list(q) for target, q in p.outcomes.items()},
+            engine=self.engine_state(),
+            last_promote=p.last_promote)
+
+    async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> rules.RuleResult:
+        """The innermost layer: the engine's business chain, across the process boundary."""
+        if curr.engine.state != "running":
+            self.inner_note = f"engine {curr.engine.state}; skipped"
+            return [], None
+        result, why = self.engine.run_chain(prev, curr)
+        if result is None:
+            self.inner_error(why)
+            return [], None
+        if result.error is not None:
+            self.inner_error(f"engine rules raised: {result.error}")
+            return [], None
+        effects = [msgspec.structs.replace(e, origin="engine") for e in result.effects]
+        self.inner_note = "ok"
+        return effects, result.tick_ms
+
+    def inner_error(self, message: str) -> None:
+        self.inner_note = message
+        store.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
+
+    def run_tick(self) -> None:
+        t = self.config.timings
+        started = time.monotonic()
+        self.count += 1
+        self.inner_note = None
+        curr = self.snapshot()
+        try:
+            effects, tick_ms = self.loop.run_until_complete(self.chain(self.prev, curr))
+            problem = validate_effects(effects)
+        except Exception as err:   # a survival rule must never stop the tick
+            effects, tick_ms, problem = [], None, f"rule chain raised {type(err).__name__}: {err}"
+            self.log.exception("rule chain raised")
+        if problem:
+            store.record_error(self.events, "tick", None, problem, coalesce_s=self.config.store.error_coalesce_s)
+            effects = []
+        tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
+        now = time.time()
+        committed = [store.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
+        duration_ms = round((time.monotonic() - started) * 1000, 2)
+        tick_event = store.now_event("tick", "tick", None, n=self.count, effects=len(committed), tick_ms=tick_ms,
+                                     inner=self.inner_note, duration_ms=duration_ms, started_mono=started)
+        store.commit_effects(self.events, committed, "tick", events=[tick_event])
+        if committed:
+            try:
+                self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
+            except zmq.Again:
+                pass   # the executor's scan finds them
+        self.prev = curr
+        self.last_tick = time.monotonic()
+        self.next_tick = started + tick_ms / 1000
+
+    def next_timer(self) -> float:
+        return self.next_tick
+
+    def on_timer(self, now: float) -> None:
+        if now >= self.next_tick:
+            self.run_tick()
 
     def close(self) -> None:
-        for sock in (self.wake, self.engine, self.doorbell):
+        self.loop.close()
+        self.events.close()
+        self.vitals.close()
+        for sock in (self.wake, self.engine_sock, self.control, self.doorbell):
             sock.close()
+
+
+def validate_effects(effects: list[wire.Effect]) -> str | None:
+    """Bounds no rule may exceed; None when the effects are fine."""
+    if len(effects) > MAX_EFFECTS_PER_TICK:
+        return f"rules emitted {len(effects)} effects in one tick (at most {MAX_EFFECTS_PER_TICK})"
+    for e in effects:
+        if not e.kind or len(e.kind) > 64:
+            return f"effect kind {e.kind[:80]!r} is empty or longer than 64 characters"
+        if e.target is not None and len(e.target) > 256:
+            return "effect target longer than 256 characters"
+    return None

@@ -1,0 +1,134 @@
+"""The tick and the engine: the onion across processes, and survival that never waits on business."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import textwrap
+
+import pytest
+
+from support import PULSECTL, wait_for
+
+TICK_MS = 200
+DEADLINE_MS = 250
+TICKING = {"PULSE_TICK_MS": str(TICK_MS), "PULSE_ENGINE_RPC_DEADLINE_MS": str(DEADLINE_MS),
+           "PULSE_HUNG_AFTER_MS": "2000"}
+
+
+def engine_rule(pulsed, name: str, body: str) -> None:
+    """Put a rule module into the home's engine directory before pulsed starts."""
+    if not (pulsed.home / "engine").exists():
+        subprocess.run([PULSECTL, "--home", str(pulsed.home), "init"], check=True, capture_output=True, timeout=60)
+    (pulsed.home / "engine" / "rules" / f"{name}.py").write_text(textwrap.dedent(body))
+
+
+def ticks(pulsed) -> list[dict]:
+    return pulsed.events("tick")
+
+
+def max_start_gap(events: list[dict]) -> float:
+    starts = [e["data"]["started_mono"] for e in events]
+    return max(b - a for a, b in zip(starts, starts[1:]))
+
+
+def wait_ticks(pulsed, n: int, after: int = 0, timeout: float = 15) -> list[dict]:
+    return wait_for(lambda: len(t := [e for e in ticks(pulsed) if e["id"] > after]) >= n and t, timeout,
+                    what=f"{n} ticks")
+
+
+EMIT = """
+from pulse.engine.api import Effect
+
+def emit(prev, curr, inner):
+    return [Effect(kind="noop", target=f"tick-{curr.tick}", params={"saw": sorted(curr.vitals)})], 300
+
+RULES = [emit]
+"""
+
+
+def test_healthy_engine_is_really_called(pulsed):
+    engine_rule(pulsed, "emit", EMIT)
+    pulsed.start(env=TICKING)
+    wait_ticks(pulsed, 3)
+    effects = wait_for(lambda: pulsed.events("effect"), 10, what="an effect from the engine's rule")
+    assert effects[0]["data"]["origin"] == "engine" and effects[0]["data"]["kind"] == "noop"
+    assert effects[0]["target"].startswith("tick-")
+    called = [t for t in ticks(pulsed) if t["data"]["inner"] == "ok"]
+    assert called and called[-1]["data"]["tick_ms"] == 300       # the engine's tick_ms is obeyed
+    assert not pulsed.events("error")
+
+
+@pytest.mark.parametrize("misbehaviour, body", [
+    ("raising", """
+        def boom(prev, curr, inner):
+            raise ValueError("business logic bug")
+        RULES = [boom]
+        """),
+    ("looping", """
+        def spin(prev, curr, inner):
+            while True:
+                pass
+        RULES = [spin]
+        """),
+    ("wrong-types", """
+        def wrong(prev, curr, inner):
+            return "effects", "soon"
+        RULES = [wrong]
+        """),
+    ("unsendable", """
+        from pulse.engine.api import Effect
+        def odd(prev, curr, inner):
+            return [Effect(kind="noop", params={"x": object()})], None
+        RULES = [odd]
+        """),
+    ("megabytes", """
+        from pulse.engine.api import Effect
+        def flood(prev, curr, inner):
+            return [Effect(kind="noop", params={"blob": "x" * 1024 * 1024}) for _ in range(8)], None
+        RULES = [flood]
+        """),
+])
+def test_misbehaving_engine_never_stops_the_tick(pulsed, misbehaviour, body):
+    engine_rule(pulsed, "bad", body)
+    pulsed.start(env=TICKING)
+    events = wait_ticks(pulsed, 12, timeout=20)
+    assert max_start_gap(events) <= (TICK_MS + DEADLINE_MS) / 1000
+    assert all(t["data"]["effects"] == 0 for t in events)
+    errors = wait_for(lambda: pulsed.events("error"), 10, what="an error event")
+    assert errors
+    assert not pulsed.events("effect")
+    # identical errors coalesce into one event with a count
+    if misbehaviour == "raising":
+        wait_for(lambda: any(e["data"]["count"] >= 3 for e in pulsed.events("error", "engine")), 10,
+                 what="a coalesced count")
+        assert "ValueError: business logic bug at rules/bad.py:3" in pulsed.events("error", "engine")[0]["data"]["message"]
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_tick_keeps_cadence_when_the_engine_is_killed_or_frozen(pulsed, fault):
+    engine_rule(pulsed, "emit", EMIT)
+    pulsed.start(env=TICKING)
+    before = wait_ticks(pulsed, 2)
+    engine = pulsed.worker("engine").pid
+    os.kill(engine, getattr(signal, fault))
+    events = wait_ticks(pulsed, 10, after=before[-1]["id"])
+    assert max_start_gap(before[-1:] + events) <= (TICK_MS + DEADLINE_MS) / 1000
+    pulsed.wait_replaced("engine", engine, timeout=15)
+    # and once the engine is back, it is called again
+    wait_for(lambda: [t for t in ticks(pulsed) if t["id"] > events[-1]["id"] and t["data"]["inner"] == "ok"], 10,
+             what="the new engine called")
+
+
+def test_broken_module_is_an_error_naming_file_and_line_and_the_rest_loads(pulsed):
+    engine_rule(pulsed, "a_broken", "x = 1\ndef f(:\n    pass\n")
+    engine_rule(pulsed, "b_fails", "import os\nraise RuntimeError('at import')\n")
+    engine_rule(pulsed, "emit", EMIT)
+    pulsed.start(env=TICKING)
+    wait_for(lambda: pulsed.events("effect"), 10, what="the good module's effect")
+    messages = {e["target"]: e["data"] for e in pulsed.events("error")}
+    assert messages["engine:rules/a_broken.py"]["line"] == 2
+    assert "SyntaxError" in messages["engine:rules/a_broken.py"]["message"]
+    assert messages["engine:rules/b_fails.py"]["line"] == 2
+    assert "RuntimeError: at import" in messages["engine:rules/b_fails.py"]["message"]
