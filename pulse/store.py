@@ -412,3 +412,19 @@ def save_stopped(path: Path, stopped: set[str]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (), limit: int = 100) -> list[tuple[Effect, str]]:
+    """(effect, state), newest first; all states unless `states` is given."""
+    where = f"WHERE state IN ({','.join('?' * len(states))})" if states else ""
+    rows = conn.execute(f"SELECT body, state FROM effects {where} ORDER BY created DESC LIMIT ?", (*states, limit))
+    return [(_effect(r[0]), r[1]) for r in rows]
+
+
+def open_readonly(path: Path) -> sqlite3.Connection:
+    """For pulsectl: never writes, never migrates, never creates."""
+    if not path.exists():
+        raise StoreError(f"{path} does not exist (has pulsed run on this home?)")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn

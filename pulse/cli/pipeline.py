@@ -1,0 +1,183 @@
+"""`pulsectl events`, `vitals`, `effects`, `emit`: the pipeline's stores, read and fed by hand.
+
+Every --json listing is JSON Lines, so `-f` streams.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+
+import click
+
+from pulse.cli import Context, pass_ctx
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_since(text: str) -> float:
+    """An ISO time (naive = UTC) or a duration back from now: 30s, 10m, 2h, 1d."""
+    m = _DURATION.match(text.strip())
+    if m:
+        return time.time() - float(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+    from datetime import datetime, timezone
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither an ISO time nor a duration like 10m") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+def _connect(ctx: Context, name: str):
+    from pulse import store
+    try:
+        return store.open_readonly(ctx.home / name)
+    except store.StoreError as err:
+        click.echo(f"pulsectl: {err}", err=True)
+        sys.exit(1)
+
+
+def _event_line(ev, as_json: bool) -> str:
+    import msgspec
+    if as_json:
+        return msgspec.json.encode(ev).decode()
+    data = json.dumps(ev.data, separators=(",", ":"), default=str)
+    return f"{ev.id:>7} {iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
+
+
+@click.command()
+@click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
+@click.option("--since", help="Only events since an ISO time or a duration (10m, 2h).")
+@click.option("-n", "--lines", default=50, show_default=True, help="How many past events to print first.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events.")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines.")
+@pass_ctx
+def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool) -> None:
+    """Print events from events.db."""
+    from pulse import store
+    conn = _connect(ctx, "events.db")
+    since_ts = parse_since(since) if since else None
+    last = store.last_event_id(conn)
+    first = max(0, last - lines) if since_ts is None else 0
+    for ev in store.read_events(conn, after_id=first, types=types, since_ts=since_ts):
+        click.echo(_event_line(ev, as_json))
+    try:
+        while follow:
+            batch = store.read_events(conn, after_id=last, limit=1000)
+            if batch:
+                last = batch[-1].id
+                for ev in batch:
+                    if not types or ev.type in types:
+                        click.echo(_event_line(ev, as_json))
+            else:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command()
+@click.argument("key", required=False)
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines.")
+@pass_ctx
+def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
+    """The latest vital of each key (KEY: one key, or a prefix ending in *)."""
+    import msgspec
+    from pulse import store
+    conn = _connect(ctx, "vitals.db")
+    latest = store.latest_vitals(conn, [key] if key else ["*"])
+    if key and not latest:
+        click.echo(f"pulsectl: no vitals for {key!r}", err=True)
+        sys.exit(1)
+    for k in sorted(latest):
+        v = latest[k]
+        click.echo(msgspec.json.encode(v).decode() if as_json else
+                   f"{k:<28} {iso(v.ts)}  {json.dumps(v.data, separators=(',', ':'), default=str)}")
+
+
+@click.command()
+@click.option("--pending", is_flag=True, help="Only effects not yet ended (pending or executing).")
+@click.option("-n", "--lines", default=50, show_default=True, help="How many, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines.")
+@pass_ctx
+def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
+    """Effects and their state."""
+    import msgspec
+    from pulse import store
+    conn = _connect(ctx, "events.db")
+    for effect, state in store.list_effects(conn, ("pending", "executing") if pending else (), lines):
+        if as_json:
+            click.echo(msgspec.json.encode({**msgspec.to_builtins(effect), "state": state}).decode())
+        else:
+            click.echo(f"{effect.id}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} {effect.origin:<9} "
+                       f"created {iso(effect.created)}  deadline {iso(effect.deadline)}")
+
+
+def _param(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{text!r}: expected key=value")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+@click.command()
+@click.argument("kind")
+@click.option("--target", help="What the effect acts on.")
+@click.option("--param", "params", multiple=True, help="key=value (a JSON value, else a string); repeatable.")
+@click.option("--idempotent", is_flag=True, help="Safe to run more than once (run at least once after a crash).")
+@click.option("--deadline", "deadline_s", type=float, help="Seconds until it expires unrun (default effect_deadline_s).")
+@click.option("--wait", "wait_s", type=float, default=0, help="Wait up to this many seconds for its outcome.")
+@pass_ctx
+def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool,
+         deadline_s: float | None, wait_s: float) -> None:
+    """Queue an effect by hand (origin operator) and ring the executor."""
+    import zmq
+
+    from pulse import config as configmod
+    from pulse import store, wire
+    try:
+        config = configmod.load(ctx.paths.config)
+    except configmod.ConfigError as err:
+        click.echo(f"pulsectl: {err}", err=True)
+        sys.exit(78)
+    try:
+        values = dict(_param(p) for p in params)
+    except click.BadParameter as err:
+        click.echo(f"pulsectl: --param {err.message}", err=True)
+        sys.exit(2)
+    effect = store.new_effect(wire.Effect(kind=kind, target=target, params=values, idempotent=idempotent),
+                              "operator", deadline_s or config.timings.effect_deadline_s)
+    conn = store.open_events(ctx.paths.events_db)
+    store.commit_effects(conn, [effect], "pulsectl")
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 500)
+    sock.connect(ctx.paths.endpoint("doorbell"))
+    try:
+        sock.send(wire.encode(wire.Doorbell("pulsectl")), zmq.NOBLOCK)
+    except zmq.Again:
+        pass   # the executor's scan finds it
+    sock.close()
+    click.echo(effect.id)
+    deadline = time.monotonic() + wait_s
+    while wait_s:
+        state = store.effect_state(conn, effect.id)
+        if state not in ("pending", "executing"):
+            click.echo(f"{effect.id} {state}")
+            sys.exit(0 if state == "acked" else 1)
+        if time.monotonic() >= deadline:
+            click.echo(f"pulsectl: {effect.id} still {state} after {wait_s:g}s", err=True)
+            sys.exit(1)
+        time.sleep(0.01)
+
+
+COMMANDS = [events, vitals, effects, emit]
