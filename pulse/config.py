@@ -123,6 +123,13 @@ class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     error_coalesce_s: float = 3600            # identical errors within this window are one event, counted
 
 
+class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Thresholds of the survival rules (they run in the tick; the engine cannot change them)."""
+    process_notify_after: int = 3             # failed restarts in a row before processWatchdog notifies
+    process_backoff_base_s: float = 1         # after a failed restart, wait this long before the next ...
+    process_backoff_max_s: float = 300        # ... doubling up to this
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
     timings: Timings = msgspec.field(default_factory=Timings)
@@ -132,6 +139,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tick: Tick = msgspec.field(default_factory=Tick)
     allow: Allow = msgspec.field(default_factory=Allow)
     store: Store = msgspec.field(default_factory=Store)
+    survival: Survival = msgspec.field(default_factory=Survival)
     process: list[Process] = msgspec.field(default_factory=list)
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
 
@@ -142,7 +150,7 @@ WORKER_KEYS: dict[str, tuple[str, ...]] = {
                 "watch", "process", "store"),
     "tick": ("timings.heartbeat_ms", "timings.tick_ms", "timings.tick_ms_min", "timings.tick_ms_max",
              "timings.engine_rpc_deadline_ms", "timings.effect_deadline_s", "log.level", "tick", "process",
-             "store"),
+             "store", "survival"),
     "executor": ("timings.heartbeat_ms", "timings.effect_deadline_s", "timings.effect_timeout_s",
                  "timings.executor_concurrency", "timings.executor_scan_interval_ms",
                  "timings.engine_rpc_deadline_ms", "log.level", "notify", "process", "allow", "store"),

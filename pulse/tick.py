@@ -36,6 +36,7 @@ class Projections:
     outcomes: dict[str, collections.deque] = field(default_factory=dict)
     last_promote: float | None = None
     last_promote_id: int = 0
+    notified: dict[str, float] = field(default_factory=dict)
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
@@ -43,6 +44,8 @@ class Projections:
             if ev.type == "effect":
                 effect = msgspec.convert(ev.data, wire.Effect)
                 self.pending[effect.id] = effect
+                if effect.kind == "notify" and effect.params.get("rule"):
+                    self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
             elif ev.type in ("effect-acked", "effect-failed", "effect-expired"):
                 if ev.data.get("requeued"):
                     continue   # an idempotent effect going round again: still pending
@@ -178,7 +181,8 @@ class Tick(Worker):
             pending=list(p.pending.values()),
             outcomes={target: list(q) for target, q in p.outcomes.items()},
             engine=self.engine_state(),
-            last_promote=p.last_promote)
+            last_promote=p.last_promote,
+            notified=dict(p.notified))
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> rules.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""

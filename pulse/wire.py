@@ -156,6 +156,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     outcomes: dict[str, list[Outcome]] = msgspec.field(default_factory=dict)   # recent, per target
     engine: EngineHealth = msgspec.field(default_factory=lambda: EngineHealth("unknown"))
     last_promote: float | None = None
+    notified: dict[str, float] = msgspec.field(default_factory=dict)   # "rule:target" → last notify committed
 
 
 class Ping(msgspec.Struct, tag="ping"):
