@@ -41,6 +41,19 @@ def limit_self(address_space_mb: int, oom_score_adj: int) -> None:
         f.write(str(oom_score_adj))
 
 
+def loaded_commit(root) -> str | None:
+    """The commit of the tree just loaded, "+dirty" if it differs (dev mode edits, or a hand edit)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def short_traceback(err: BaseException, root: str) -> str:
     """The exception and the innermost frame inside the engine directory."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(root)]
@@ -56,6 +69,7 @@ class Engine(Worker):
         self.events = store.open_events(self.paths.events_db)
         self.root = self.paths.engine
         self.engine = loader.load(self.root)
+        self.commit = loaded_commit(self.root)
         for error in self.engine.errors:
             self.record_error(f"failed to load {error.message}", target=f"engine:{error.file}",
                               file=error.file, line=error.line)

@@ -54,6 +54,7 @@ class EngineLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # The engine runs the agent's code: a memory blow-up must kill it, not the survival layer.
     address_space_mb: int = 4096              # RLIMIT_AS of the engine process; 0 = unlimited
     oom_score_adj: int = 800                  # the OOM killer picks the engine first
+    typecheck: list[str] | None = None        # argv run in the candidate tree by the promote gate, e.g. ["mypy", "."]
 
 
 class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

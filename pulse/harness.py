@@ -52,6 +52,7 @@ class Worker:
     """A worker's own part. Subclasses open sockets in `open()` and register handlers."""
 
     name = "worker"
+    commit: str | None = None   # reported in Ready: what code this worker runs, where that varies
 
     def __init__(self, ctx: zmq.Context, paths: Paths, config: configmod.Config):
         self.ctx, self.paths, self.config = ctx, paths, config
@@ -111,7 +112,7 @@ class Harness:
         self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic()))
 
     def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
-        self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic()))
+        self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
         after_ready()
         poller, registered = None, None
         next_beat = time.monotonic() + self.heartbeat_s

@@ -24,6 +24,7 @@ class Ready(msgspec.Struct, tag="ready"):
     name: str
     pid: int
     mono: float                 # time.monotonic() at sending: one clock for every process of a boot
+    commit: str | None = None   # the engine: the commit of the tree it loaded
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat"):
@@ -99,6 +100,7 @@ class Reply(msgspec.Struct, omit_defaults=True):
     error: str | None = None
     message: str | None = None
     status: Status | None = None
+    engine_commit: str | None = None   # beside the status document, which stays exactly DESIGN §7's
 
 
 # -- wake (tick binds), doorbell (executor binds): one-way doorbells ----------------------------------

@@ -54,7 +54,7 @@ class Arbiter:
         self.forkserver: Forkserver | None = None
         self.forkserver_restarts: list[float] = []
         self.outputs: list[logs.PipeReader] = []   # output pipes, read until EOF (which may outlive the process)
-        self.early_ready: dict[int, float] = {}           # Ready seen before Spawned, by pid
+        self.early_ready: dict[int, tuple] = {}           # Ready seen before Spawned, by pid: (sent, commit)
 
     @property
     def timings(self) -> configmod.Timings:
@@ -212,12 +212,13 @@ class Arbiter:
                 continue
             sent = min(message.mono, now)
             if child.pid is None and child.state is S.STARTING and isinstance(message, wire.Ready):
-                self.early_ready[message.pid] = sent   # it beat the forkserver's Spawned to us
+                self.early_ready[message.pid] = (sent, message.commit)   # it beat the forkserver's Spawned to us
                 continue
             if child.pid != message.pid:
                 continue   # from a predecessor, already replaced
             child.heartbeat_at = max(sent, child.heartbeat_at or 0.0)
             if isinstance(message, wire.Ready) and child.state is S.STARTING:
+                child.commit = message.commit
                 self.became_ready(child, sent)
 
     def read_control(self) -> None:
@@ -328,7 +329,7 @@ class Arbiter:
         child.pid, child.pidfd = pid, pidfd
         child.output.pid = pid
         self.record("worker-started", child.name, pid=pid, start=child.starts)
-        ready_at = self.early_ready.pop(pid, None)
+        ready_at, child.commit = self.early_ready.pop(pid, (None, None))
         self.early_ready.clear()
         if pidfd is None:
             self.died(child)
@@ -342,7 +343,8 @@ class Arbiter:
         """STARTING → RUNNING."""
         child.state, child.ready_at, child.deadline = S.RUNNING, now, None
         ms = round((now - child.spawned_at) * 1000, 2)
-        self.record("worker-ready", child.name, pid=child.pid, start_to_ready_ms=ms)
+        self.record("worker-ready", child.name, pid=child.pid, start_to_ready_ms=ms,
+                    **({"commit": child.commit} if child.commit else {}))
         log.info("%s ready (pid %d, %.1f ms after spawn)", child.name, child.pid, ms)
         self.update_notify()
 

@@ -39,6 +39,7 @@ class Child:
     deadline: float | None = None        # when this state's timer fires (meaning depends on state)
     restart_after_stop: bool = False     # STOPPING → STARTING instead of STOPPED
     last_exit: LastExit | None = None
+    commit: str | None = None            # what the running process said it runs (the engine's tree)
 
     @property
     def core(self) -> bool:

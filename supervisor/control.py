@@ -20,7 +20,7 @@ def _worker(arbiter: "Arbiter", name: str):
 
 def handle(arbiter: "Arbiter", request) -> wire.Reply:
     if isinstance(request, wire.GetStatus):
-        return wire.Reply(ok=True, status=arbiter.status())
+        return wire.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children["engine"].commit)
     if isinstance(request, wire.Reload):
         ok, message = arbiter.reload()
         return wire.Reply(ok=ok, message=message if ok else None, error=None if ok else message)

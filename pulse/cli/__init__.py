@@ -51,9 +51,9 @@ def cli(ctx: click.Context, home: str | None, timeout: float) -> None:
     ctx.obj = Context(home, timeout)
 
 
-from pulse.cli import configcmd, daemon, init, logs, pipeline, status, systemd, workers  # noqa: E402
+from pulse.cli import configcmd, daemon, engine, init, logs, pipeline, status, systemd, workers  # noqa: E402
 
-for module in (status, workers, pipeline, daemon, logs, systemd, init, configcmd):
+for module in (status, workers, pipeline, engine, daemon, logs, systemd, init, configcmd):
     for command in module.COMMANDS:
         cli.add_command(command)
 

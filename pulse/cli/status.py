@@ -38,7 +38,7 @@ def last_exit(exit: wire.LastExit | None) -> str:
     return f"{how} at {exit.at[11:19]}Z"
 
 
-def table(status: wire.Status) -> str:
+def table(status: wire.Status, engine_commit: str | None = None) -> str:
     rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
         rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.restarts), last_exit(w.last_exit),
@@ -46,7 +46,9 @@ def table(status: wire.Status) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     s = status.supervisor
-    lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}")
+    lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
+                 + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
+                    if engine_commit else ""))
     return "\n".join(lines)
 
 
@@ -59,7 +61,7 @@ def status(ctx: Context, as_json: bool) -> None:
     if as_json:
         click.echo(wire.status_json(reply.status).decode())
     else:
-        click.echo(table(reply.status))
+        click.echo(table(reply.status, reply.engine_commit))
     sys.exit(0 if all(w.state == "running" for w in reply.status.workers) else 3)
 
 

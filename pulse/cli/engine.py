@@ -1,0 +1,104 @@
+"""`pulsectl promote`, `deploy`, `rollback`, `engine log`: the engine directory's lifecycle.
+
+A promote or rollback reloads the engine (restarts the `engine` worker alone),
+which also revives a `failed` engine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from pulse.cli import Context, pass_ctx
+
+
+def _reload_engine(ctx: Context) -> None:
+    from pulse import client, wire
+    try:
+        reply = client.request(ctx.paths, wire.RestartWorker("engine"), ctx.timeout)
+    except client.Unreachable:
+        click.echo("pulsed is not running: the engine loads the new tree when it starts")
+        return
+    click.echo(reply.message if reply.ok else f"pulsectl: engine reload refused: {reply.error}")
+
+
+def _fail(err) -> None:
+    click.echo(f"pulsectl: {err}", err=True)
+    sys.exit(1)
+
+
+def _typecheck(ctx: Context) -> list[str] | None:
+    from pulse import config as configmod
+    try:
+        return configmod.load(ctx.paths.config).engine.typecheck
+    except configmod.ConfigError as err:
+        _fail(err)
+
+
+@click.command()
+@click.option("-m", "--message", help="The merge commit's message.")
+@pass_ctx
+def promote(ctx: Context, message: str | None) -> None:
+    """Merge staging into main behind the gate (compile, import, the engine's tests), then reload."""
+    from pulse import enginedir
+    try:
+        result = enginedir.promote(ctx.paths, typecheck=_typecheck(ctx), message=message)
+    except enginedir.EngineDirError as err:
+        _fail(f"promote refused, main untouched: {err}")
+    click.echo(f"promoted {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
+    _reload_engine(ctx)
+
+
+@click.command()
+@pass_ctx
+def deploy(ctx: Context) -> None:
+    """Promote a staging tree that is already committed."""
+    from pulse import enginedir
+    try:
+        result = enginedir.promote(ctx.paths, deploy=True, typecheck=_typecheck(ctx))
+    except enginedir.EngineDirError as err:
+        _fail(f"deploy refused, main untouched: {err}")
+    click.echo(f"deployed {result.before[:12]} → {result.after[:12]}")
+    _reload_engine(ctx)
+
+
+@click.command()
+@click.option("--to", "ref", help="A commit of main to return to (default: main before the last promote).")
+@pass_ctx
+def rollback(ctx: Context, ref: str | None) -> None:
+    """Return main to an earlier tree (a new commit; or from a snapshot if git is damaged), then reload."""
+    from pulse import enginedir
+    try:
+        result = enginedir.rollback(ctx.paths, ref)
+    except enginedir.EngineDirError as err:
+        _fail(f"rollback failed: {err}")
+    how = f" from snapshot {result.snapshot[:19]}…" if result.snapshot else ""
+    click.echo(f"rolled back {result.before[:12]} → {result.after[:12]}{how}")
+    _reload_engine(ctx)
+
+
+@click.group()
+def engine() -> None:
+    """The engine directory."""
+
+
+@engine.command("log")
+@pass_ctx
+def engine_log(ctx: Context) -> None:
+    """Promotes and rollbacks, oldest first."""
+    from pulse import store
+    try:
+        conn = store.open_readonly(ctx.paths.events_db)
+    except store.StoreError as err:
+        _fail(err)
+    for ev in store.read_events(conn, types=["promote", "rollback"]):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ev.ts))
+        d = ev.data
+        detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"
+        click.echo(f"{when}Z  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
+                   f"by {ev.source}  {detail}")
+
+
+COMMANDS = [promote, deploy, rollback, engine]

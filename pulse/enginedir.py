@@ -1,0 +1,274 @@
+"""The engine directory's lifecycle: promote (merge staging into main behind a gate), rollback.
+
+    <home>/engine    branch main: what the engine process runs
+    <home>/staging   branch staging (a git worktree): where the agent edits
+
+Every git mutation goes through one lock (<home>/engine.lock), whoever makes it:
+`pulsectl promote`, a rollback by hand or by a survival rule.
+
+The gate runs on a candidate, never on main: staging is merged into a temporary
+worktree of main; every file must compile, the engine must import in a
+throwaway process within a timeout, and the engine's own tests must pass. Only
+then is main fast-forwarded to the candidate, so a failed gate leaves main, and
+the running engine, exactly as they were.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pulse import objects, store
+from pulse.home import GIT_IDENTITY, Paths
+
+GATE_TIMEOUT_S = 120
+IMPORT_TIMEOUT_S = 30
+LOCK_TIMEOUT_S = 300
+
+
+class EngineDirError(Exception):
+    """A promote or rollback that did not happen, and why (main is untouched)."""
+
+    def __init__(self, check: str, reason: str, file: str | None = None, line: int | None = None):
+        self.check, self.reason, self.file, self.line = check, reason, file, line
+        where = f" ({file}{f':{line}' if line else ''})" if file else ""
+        super().__init__(f"{check} failed{where}: {reason}")
+
+
+@dataclass
+class Result:
+    kind: str                 # promote | rollback
+    before: str
+    after: str
+    snapshot: str | None
+    event_id: int | None = None
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=repo, capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise EngineDirError("git", f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout.strip()
+
+
+def head(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD")
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    return subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=repo,
+                          capture_output=True, timeout=60).returncode == 0
+
+
+@contextmanager
+def locked(paths: Paths, timeout_s: float = LOCK_TIMEOUT_S):
+    """The one lock every engine git mutation takes."""
+    fd = os.open(paths.home / "engine.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise EngineDirError("lock", f"another promote or rollback held the engine for {timeout_s:g}s")
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
+
+
+# -- the gate ---------------------------------------------------------------------------------------
+
+def check_compiles(tree: Path) -> None:
+    for path in sorted(tree.rglob("*.py")):
+        if ".git" in path.parts:
+            continue
+        try:
+            compile(path.read_bytes(), str(path), "exec")
+        except (SyntaxError, ValueError) as err:
+            raise EngineDirError("compile", f"{type(err).__name__}: {getattr(err, 'msg', err)}",
+                                 str(path.relative_to(tree)), getattr(err, "lineno", None)) from None
+
+
+_IMPORT_PROBE = """
+import json, sys
+from pathlib import Path
+from pulse.engine import loader
+engine = loader.load(Path(sys.argv[1]))
+print(json.dumps([{"file": e.file, "line": e.line, "error": e.error} for e in engine.errors]))
+"""
+
+
+def check_imports(tree: Path) -> None:
+    """Load the engine in a throwaway process: agent code never runs in ours."""
+    try:
+        proc = subprocess.run([sys.executable, "-P", "-c", _IMPORT_PROBE, str(tree)], cwd=tree,
+                              capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise EngineDirError("import", f"importing the engine took longer than {IMPORT_TIMEOUT_S}s") from None
+    if proc.returncode != 0:
+        raise EngineDirError("import", f"the import probe exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    if errors:
+        first = errors[0]
+        raise EngineDirError("import", first["error"], first["file"], first["line"])
+
+
+def check_tests(tree: Path) -> None:
+    if not any((tree / "tests").glob("test_*.py")):
+        return
+    try:
+        proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                               "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
+                              timeout=GATE_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(tree)})
+    except subprocess.TimeoutExpired:
+        raise EngineDirError("tests", f"the engine's tests took longer than {GATE_TIMEOUT_S}s") from None
+    if proc.returncode != 0:
+        failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        raise EngineDirError("tests", (failed[0] if failed else proc.stdout.strip().splitlines()[-1])[:500])
+
+
+def check_types(tree: Path, argv: list[str] | None) -> None:
+    if not argv:
+        return
+    proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True, timeout=GATE_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise EngineDirError("typecheck", (proc.stdout.strip() or proc.stderr.strip()).splitlines()[0][:500])
+
+
+def gate(tree: Path, typecheck: list[str] | None = None) -> list[str]:
+    """Every check in order; raises EngineDirError at the first that fails."""
+    check_compiles(tree)
+    check_imports(tree)
+    check_tests(tree)
+    check_types(tree, typecheck)
+    return ["compile", "import", "tests"] + (["typecheck"] if typecheck else [])
+
+
+# -- snapshots --------------------------------------------------------------------------------------
+
+def snapshot(paths: Paths, commit: str) -> str:
+    """The tree of `commit` as a tar in objects/ (kept as long as an event names it)."""
+    tar = subprocess.run(["git", "archive", "--format=tar", commit], cwd=paths.engine, capture_output=True,
+                         timeout=60, check=True).stdout
+    return objects.put(paths.home / "objects", tar)
+
+
+def restore_snapshot(paths: Paths, ref: str) -> None:
+    """Replace the engine tree (not .git) with a snapshot: for when git itself is damaged."""
+    data = objects.get(paths.home / "objects", ref)
+    for entry in paths.engine.iterdir():
+        if entry.name == ".git":
+            continue
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(paths.engine, filter="data")
+
+
+# -- promote and rollback ---------------------------------------------------------------------------
+
+def _record(paths: Paths, type_: str, source: str, **data) -> int:
+    conn = store.open_events(paths.events_db)
+    try:
+        return store.append_events(conn, [store.now_event(type_, source, "engine", **data)])[0].id
+    finally:
+        conn.close()
+
+
+def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None = None,
+            source: str = "pulsectl", message: str | None = None) -> Result:
+    """Merge staging into main behind the gate. deploy: staging must already be committed."""
+    with locked(paths):
+        if git(paths.engine, "status", "--porcelain"):
+            raise EngineDirError("main", "the main engine tree has uncommitted changes; promote only from staging")
+        dirty = git(paths.staging, "status", "--porcelain")
+        if dirty and deploy:
+            raise EngineDirError("staging", "deploy takes a committed staging tree; commit or use promote")
+        if dirty:
+            git(paths.staging, "add", "-A")
+            git(paths.staging, "commit", "-q", "-m", message or "staging: changes to promote")
+        before = head(paths.engine)
+        staged = head(paths.staging)
+        if is_ancestor(paths.engine, staged, before):
+            raise EngineDirError("staging", "nothing to promote: staging has no commits main lacks")
+        with tempfile.TemporaryDirectory(prefix="pulse-candidate-") as tmp:
+            candidate = Path(tmp) / "engine"
+            git(paths.engine, "worktree", "add", "-q", "--detach", str(candidate), before)
+            try:
+                merge = subprocess.run(["git", *GIT_IDENTITY, "merge", "-q", "--no-ff", "-m",
+                                        message or f"promote staging {staged[:12]}", staged],
+                                       cwd=candidate, capture_output=True, text=True, timeout=60)
+                if merge.returncode != 0:
+                    raise EngineDirError("merge", (merge.stdout.strip() or merge.stderr.strip())[:500])
+                checks = gate(candidate, typecheck)
+                after = head(candidate)
+            finally:
+                git(paths.engine, "worktree", "remove", "--force", str(candidate), check=False)
+                git(paths.engine, "worktree", "prune", check=False)
+        git(paths.engine, "merge", "-q", "--ff-only", after)
+        ref = snapshot(paths, after)
+        event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
+                           checks=checks)
+        return Result("promote", before, after, ref, event_id)
+
+
+def last_promote(paths: Paths) -> store.Event | None:
+    conn = store.open_readonly(paths.events_db)
+    try:
+        promotes = store.read_events(conn, types=["promote"])
+    finally:
+        conn.close()
+    return promotes[-1] if promotes else None
+
+
+def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", reason: str = "operator") -> Result:
+    """Make main's tree that of `to` (default: main before the last promote), as a new commit."""
+    with locked(paths):
+        promoted = last_promote(paths)
+        if to is None:
+            if promoted is None:
+                raise EngineDirError("rollback", "no promote to roll back; name a commit with --to")
+            to = promoted.data["before"]
+        try:
+            before = head(paths.engine)
+            target = git(paths.engine, "rev-parse", "--verify", f"{to}^{{commit}}")
+            git(paths.engine, "read-tree", "-u", "--reset", target)
+            if git(paths.engine, "status", "--porcelain"):
+                git(paths.engine, "commit", "-q", "-m", f"rollback to {target[:12]} ({reason})")
+            after = head(paths.engine)
+            restored = None
+        except EngineDirError as err:
+            # git is damaged: restore the tree from the snapshot the promote kept
+            ref = promoted.data.get("snapshot") if promoted and to == promoted.data["before"] else None
+            snapshots = _snapshots_by_commit(paths)
+            ref = snapshots.get(to, ref)
+            if ref is None:
+                raise EngineDirError("rollback", f"git failed ({err.reason}) and no snapshot of {to} exists") from None
+            restore_snapshot(paths, ref)
+            before = after = target = to
+            restored = ref
+        event_id = _record(paths, "rollback", source, before=before, after=after, to=target, reason=reason,
+                           restored_snapshot=restored)
+        return Result("rollback", before, after, restored, event_id)
+
+
+def _snapshots_by_commit(paths: Paths) -> dict[str, str]:
+    conn = store.open_readonly(paths.events_db)
+    try:
+        return {e.data["after"]: e.data["snapshot"] for e in store.read_events(conn, types=["promote"])
+                if e.data.get("snapshot")}
+    finally:
+        conn.close()

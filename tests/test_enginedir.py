@@ -1,0 +1,131 @@
+"""The engine directory: promote behind a gate, rollback, and what the running engine runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+
+from support import PULSECTL, wait_for
+
+from pulse import enginedir
+from pulse.home import Paths
+
+RULE = """
+from pulse.engine.api import Effect
+def {name}(prev, curr, inner):
+    return [Effect(kind="noop", target="{name}")], None
+RULES = [{name}]
+"""
+
+
+def git(repo, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+
+
+def tree_of(repo, ref: str) -> str:
+    return git(repo, "rev-parse", f"{ref}^{{tree}}")
+
+
+def running_commit(pulsed) -> str:
+    return pulsed.events("worker-ready", "engine")[-1]["data"]["commit"]
+
+
+def stage(pulsed, name: str, text: str) -> None:
+    (pulsed.home / "staging" / name).write_text(text)
+
+
+def test_promote_reloads_the_engine_onto_the_new_tree_and_rollback_returns(pulsed):
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    engine = pulsed.worker("engine").pid
+    before = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    assert running_commit(pulsed) == before
+    stage(pulsed, "rules/fresh.py", RULE.format(name="fresh"))
+    out = pulsed.ctl("promote", "-m", "add fresh")
+    assert out.returncode == 0, out.stderr
+    after = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    assert after != before and "restarting engine" in out.stdout
+    pulsed.wait_replaced("engine", engine)
+    wait_for(lambda: running_commit(pulsed) == after, 10, what="the engine running the promoted commit")
+    wait_for(lambda: [e for e in pulsed.events("effect") if e["target"] == "fresh"], 10, what="the new rule acting")
+    promote = pulsed.events("promote")[-1]["data"]
+    assert (promote["before"], promote["after"]) == (before, after)
+    assert (pulsed.home / "objects" / promote["snapshot"][7:9] / promote["snapshot"][9:]).exists()
+    assert "engine at " + after[:12] in pulsed.ctl("status").stdout
+
+    engine = pulsed.worker("engine").pid
+    out = pulsed.ctl("rollback")
+    assert out.returncode == 0, out.stderr
+    pulsed.wait_replaced("engine", engine)
+    head = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    assert tree_of(pulsed.home / "engine", head) == tree_of(pulsed.home / "engine", before)
+    wait_for(lambda: running_commit(pulsed) == head, 10, what="the running engine back on the old tree")
+    log = pulsed.ctl("engine", "log").stdout.splitlines()
+    assert [line.split()[2] for line in log] == ["promote", "rollback"]
+
+
+def test_a_failed_gate_leaves_main_and_the_running_engine_untouched(pulsed):
+    pulsed.start()
+    engine = pulsed.worker("engine").pid
+    main_before = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    for path, text, check, where in (
+            ("rules/broken.py", "def f(:\n", "compile failed", "rules/broken.py:1"),
+            ("rules/boom.py", "x = 1\nraise RuntimeError('at import')\n", "import failed", "rules/boom.py:2"),
+            ("tests/test_no.py", "def test_no():\n    assert False\n", "tests failed", "tests/test_no.py")):
+        stage(pulsed, path, text)
+        out = pulsed.ctl("promote")
+        assert out.returncode == 1 and "main untouched" in out.stderr
+        assert check in out.stderr and where in out.stderr, out.stderr
+        git(pulsed.home / "staging", "rm", "-q", "-f", path)
+        git(pulsed.home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "undo")
+        assert git(pulsed.home / "engine", "rev-parse", "HEAD") == main_before
+        assert not git(pulsed.home / "engine", "status", "--porcelain")
+    assert pulsed.worker("engine").pid == engine and running_commit(pulsed) == main_before
+    assert not pulsed.events("promote")
+    assert git(pulsed.home / "engine", "worktree", "list").count("\n") == 1   # the candidate worktree is gone
+
+
+def test_promote_revives_a_failed_engine(pulsed):
+    pulsed.start(env={"PULSE_TEST_INJECT": "engine:crash-before-ready*6"}, wait=False)
+    pulsed.wait_state("engine", "failed", timeout=15)
+    stage(pulsed, "rules/fresh.py", RULE.format(name="fresh"))
+    assert pulsed.ctl("promote").returncode == 0
+    pulsed.wait_state("engine", "running", timeout=10)
+
+
+def test_rollback_restores_from_the_snapshot_when_git_is_damaged(tmp_path):
+    home = tmp_path / "home"
+    subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
+    paths = Paths.for_client(home)
+    (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
+    first = enginedir.promote(paths)
+    (home / "staging" / "rules" / "two.py").write_text(RULE.format(name="two"))
+    enginedir.promote(paths)
+    shutil.rmtree(home / "engine" / ".git" / "objects")             # git can no longer read anything
+    result = enginedir.rollback(paths, to=first.after)
+    assert result.snapshot == first.snapshot
+    assert (home / "engine" / "rules" / "one.py").exists() and not (home / "engine" / "rules" / "two.py").exists()
+
+
+def test_concurrent_promotes_are_serialised(tmp_path):
+    home = tmp_path / "home"
+    subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
+    paths = Paths.for_client(home)
+    (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
+    git(home / "staging", "add", "-A")
+    git(home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    results, errors = [], []
+
+    def attempt():
+        try:
+            results.append(enginedir.promote(paths, deploy=True))
+        except enginedir.EngineDirError as err:
+            errors.append(err)
+    threads = [threading.Thread(target=attempt) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 1 and all(e.check == "staging" for e in errors)      # the others: nothing to promote
+    assert git(home / "engine", "rev-parse", "HEAD") == results[0].after
+    assert not git(home / "engine", "status", "--porcelain")
