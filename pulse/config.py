@@ -124,15 +124,38 @@ class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     error_coalesce_s: float = 3600            # identical errors within this window are one event, counted
 
 
+class Llm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The agent's LLM endpoint: a [[watch.network]] target whose failures llmWatchdog answers."""
+    target: str                               # the name of a [[watch.network]] entry
+    restart: list[str]                        # argv that restarts the endpoint
+    fail_after: int = 3                       # failed health checks in a row before a restart
+
+
 class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Thresholds of the survival rules (they run in the tick; the engine cannot change them)."""
+    panic_failures: int = 3                   # panicRollback: corrective effects failed in a row since a promote
+    auto_rollback_window_s: float = 600       # autoRollback watches a promote this long ...
+    auto_rollback_errors: int = 5             # ... for this many engine errors ...
+    auto_rollback_crashes: int = 3            # ... or this many engine crashes
     process_notify_after: int = 3             # failed restarts in a row before processWatchdog notifies
     process_backoff_base_s: float = 1         # after a failed restart, wait this long before the next ...
     process_backoff_max_s: float = 300        # ... doubling up to this
+    memory_pct: float = 90                    # resourceGuard acts above these
+    disk_pct: float = 90
+    resource_cooldown_s: float = 300          # between two rounds of archive/cleanup for one cause
+    archive_from: str | None = None           # agent session files older than archive_age_h move ...
+    archive_to: str | None = None             # ... here
+    archive_age_h: float = 72
+    cleanup: list[str] = msgspec.field(default_factory=list)   # glob patterns of deletable temp files
+    ballast_mb: int = 32                      # freed first when the disk is full, so effects can still commit
+    error_tick_ms: int = 1_000                # errorEscalate's tick while log errors keep coming
+    notify_every_s: float = 300               # at most one notification per (rule, target) this often
+    llm: Llm | None = None                    # unset: llmWatchdog is inactive
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
+    observe_only: bool = False                # record what the rules would do as effect-expired, run nothing
     timings: Timings = msgspec.field(default_factory=Timings)
     log: Log = msgspec.field(default_factory=Log)
     engine: EngineLimits = msgspec.field(default_factory=EngineLimits)
@@ -247,6 +270,9 @@ def validate(config: Config, origin: str) -> Config:
         need = {"file": "path", "webhook": "url", "command": "argv"}.get(channel.kind)
         if need and not getattr(channel, need):
             raise ConfigError(f"{origin}: $.notify[{i}].{need}: required for kind {channel.kind!r}")
+    llm = config.survival.llm
+    if llm is not None and llm.target not in {t.name for t in config.watch.network}:
+        raise ConfigError(f"{origin}: $.survival.llm.target: no [[watch.network]] named {llm.target!r}")
     for i, target in enumerate(config.watch.network):
         if not (target.host or target.url):
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")

@@ -251,8 +251,9 @@ def new_effect(effect: Effect, origin: str, deadline_s: float, now: float | None
 
 
 def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: str,
-                   events: Sequence[Event] = ()) -> list[Effect]:
-    """Commit effects (and any other events) in one transaction."""
+                   events: Sequence[Event] = (), observe_only: bool = False) -> list[Effect]:
+    """Commit effects (and any other events) in one transaction. observe_only: record each as
+    effect-expired with reason observe-only in the same transaction, so nothing runs it."""
     with _Tx(conn):
         for ev in events:
             _insert_event(conn, ev)
@@ -263,6 +264,10 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
                 (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
                  msgspec.msgpack.encode(eff)))
+            if observe_only:
+                conn.execute("UPDATE effects SET state = 'expired' WHERE id = ?", (eff.id,))
+                _insert_event(conn, now_event("effect-expired", source, eff.target, effect_id=eff.id, kind=eff.kind,
+                                              reason="observe-only"))
     return list(effects)
 
 
@@ -322,6 +327,35 @@ def requeue_effect(conn: sqlite3.Connection, effect_id: str, source: str, reason
             _insert_event(conn, now_event("effect-failed", source, target, effect_id=effect_id, reason=reason,
                                           requeued=True))
         return cur.rowcount == 1
+
+
+def finish_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, state: str, source: str,
+                          **data) -> bool:
+    """executing under `claimer` → acked | failed, with its event; False if it is not (or no longer) that
+    claimer's: an executor only ever ends its own claims, or a dead claimer's when it settles an orphan."""
+    with _Tx(conn):
+        row = conn.execute("SELECT target, kind FROM effects WHERE id = ? AND state = 'executing' AND claimer = ?",
+                           (effect_id, claimer)).fetchone()
+        if row is None:
+            return False
+        conn.execute("UPDATE effects SET state = ? WHERE id = ?", (state, effect_id))
+        _insert_event(conn, now_event(TERMINAL_TYPES[state], source, row[0], effect_id=effect_id, kind=row[1],
+                                      **data))
+        return True
+
+
+def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str,
+                           reason: str) -> bool:
+    """executing under `claimer` → pending (it runs again), with an effect-failed event marked requeued."""
+    with _Tx(conn):
+        row = conn.execute("SELECT target, kind FROM effects WHERE id = ? AND state = 'executing' AND claimer = ?",
+                           (effect_id, claimer)).fetchone()
+        if row is None:
+            return False
+        conn.execute("UPDATE effects SET state = 'pending', claimer = NULL, pgid = NULL WHERE id = ?", (effect_id,))
+        _insert_event(conn, now_event("effect-failed", source, row[0], effect_id=effect_id, kind=row[1],
+                                      reason=reason, requeued=True))
+        return True
 
 
 def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
@@ -457,3 +491,56 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     return conn
+
+
+def recent_vitals(conn: sqlite3.Connection, key: str, n: int) -> list[Vital]:
+    """The last `n` samples of `key`, oldest first (for rules that count failures in a row)."""
+    rows = conn.execute("SELECT key, ts, data FROM vitals WHERE key = ? ORDER BY ts DESC LIMIT ?", (key, n))
+    return [Vital(r[0], r[1], json.loads(r[2])) for r in rows][::-1]
+
+
+# -- tasks -------------------------------------------------------------------------------------------
+# A task is its task-* events (target = the task id). The transition table lives in pulse.tasks;
+# these functions run it inside the transaction that appends, so a check and its write are one.
+
+from collections.abc import Callable  # noqa: E402  (kept with the section it serves)
+
+TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
+              "task-given-up")   # the same as pulse.tasks.TYPES (store imports nothing of the task logic)
+
+
+def _task_type_clause() -> str:
+    return f"type IN ({','.join('?' * len(TASK_TYPES))})"
+
+
+def task_events(conn: sqlite3.Connection, after_id: int = 0, limit: int = 10_000) -> list[Event]:
+    """Every task-* event after `after_id`, oldest first (by the (type, id) index)."""
+    return read_events(conn, after_id=after_id, types=TASK_TYPES, limit=limit)
+
+
+def task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
+    """The task-* events of one task, oldest first."""
+    rows = conn.execute(
+        f"SELECT id, seq, ts, mono, type, source, target, data FROM events WHERE {_task_type_clause()} "
+        "AND target = ? ORDER BY id", (*TASK_TYPES, task))
+    return [Event(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6],
+                  data=json.loads(r[7])) for r in rows]
+
+
+def append_task_events(conn: sqlite3.Connection, task: str,
+                       decide: Callable[[list[Event]], Sequence[Event]]) -> list[Event]:
+    """Check-and-append in one BEGIN IMMEDIATE transaction: `decide(history)` sees the task's
+    committed events and returns the events to append, or raises (and nothing is written)."""
+    with _Tx(conn):
+        new = list(decide(task_history(conn, task)))
+        for ev in new:
+            _insert_event(conn, ev)
+    return new
+
+
+def create_task_event(conn: sqlite3.Connection, make: Callable[[int], Event]) -> Event:
+    """Append the task-created event `make(n)` returns, n being the next task number, allocated
+    inside the transaction (events are never deleted, so the count only grows)."""
+    with _Tx(conn):
+        count = conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0]
+        return _insert_event(conn, make(count + 1))

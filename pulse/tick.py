@@ -14,18 +14,33 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
 
 import msgspec
 import zmq
 
-from pulse import rules, store, wire
+from pulse import rules, store, survival, wire
 from pulse.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
+HISTORY_SAMPLES = 20
 MAX_EFFECTS_PER_TICK = 1_000
 ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
+
+
+CORRECTIVE = frozenset({"restart-process", "archive", "cleanup", "exec"})   # survival's own repairs
+
+
+@dataclass
+class Promote:
+    id: int
+    ts: float
+    before: str
+    after: str
+    rolled_back: bool = False
 
 
 @dataclass
@@ -34,29 +49,104 @@ class Projections:
     last_id: int = 0
     pending: dict[str, wire.Effect] = field(default_factory=dict)
     outcomes: dict[str, collections.deque] = field(default_factory=dict)
-    last_promote: float | None = None
-    last_promote_id: int = 0
     notified: dict[str, float] = field(default_factory=dict)
+    promotes: list[Promote] = field(default_factory=list)
+    crashes: int = 0                       # engine crashes since the last promote
+    corrective_streak: int = 0             # survival repairs failed in a row since the last promote
+    paused: dict[str, float] = field(default_factory=dict)
+    engine_failed_at: float | None = None
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
             self.last_id = ev.id
-            if ev.type == "effect":
-                effect = msgspec.convert(ev.data, wire.Effect)
-                self.pending[effect.id] = effect
-                if effect.kind == "notify" and effect.params.get("rule"):
-                    self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
-            elif ev.type in ("effect-acked", "effect-failed", "effect-expired"):
-                if ev.data.get("requeued"):
-                    continue   # an idempotent effect going round again: still pending
-                effect = self.pending.pop(ev.data.get("effect_id", ""), None)
-                outcome = wire.Outcome(effect_id=ev.data.get("effect_id", ""), kind=ev.data.get("kind", ""),
-                                       state=ev.type.removeprefix("effect-"), ts=ev.ts, error=ev.data.get("error"))
-                target = ev.target if ev.target is not None else (effect.target if effect else None)
-                if target is not None:
-                    self.outcomes.setdefault(target, collections.deque(maxlen=OUTCOMES_PER_TARGET)).append(outcome)
-            elif ev.type == "promote":
-                self.last_promote, self.last_promote_id = ev.ts, ev.id
+            fold = _FOLDS.get(ev.type)
+            if fold is not None:
+                fold(self, ev)
+
+    def _effect(self, ev: wire.Event) -> None:
+        effect = msgspec.convert(ev.data, wire.Effect)
+        self.pending[effect.id] = effect
+        if effect.kind == "notify" and effect.params.get("rule"):
+            self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
+
+    def _ended(self, ev: wire.Event) -> None:
+        effect_id = ev.data.get("effect_id", "")
+        effect = self.pending.get(effect_id)
+        state = ev.type.removeprefix("effect-")
+        if effect is not None and effect.origin == "survival" and effect.kind in CORRECTIVE:
+            self.corrective_streak = 0 if state == "acked" else self.corrective_streak + 1
+        if ev.data.get("requeued"):
+            return   # an idempotent effect going round again: still pending
+        self.pending.pop(effect_id, None)
+        outcome = wire.Outcome(effect_id=effect_id, kind=ev.data.get("kind", ""), state=state, ts=ev.ts,
+                               error=ev.data.get("error") or ev.data.get("reason"))
+        target = ev.target if ev.target is not None else (effect.target if effect else None)
+        if target is not None:
+            self.outcomes.setdefault(target, collections.deque(maxlen=OUTCOMES_PER_TARGET)).append(outcome)
+
+    def _promote(self, ev: wire.Event) -> None:
+        self.promotes = self.promotes[-9:] + [Promote(ev.id, ev.ts, ev.data.get("before", ""), ev.data.get("after", ""))]
+        self.crashes = self.corrective_streak = 0
+
+    def _rollback(self, ev: wire.Event) -> None:
+        if self.promotes:
+            self.promotes[-1].rolled_back = True
+
+    def _exited(self, ev: wire.Event) -> None:
+        if ev.target == "engine" and ev.data.get("state") != "stopping" and self.promotes:
+            self.crashes += 1
+
+    def _failed(self, ev: wire.Event) -> None:
+        if ev.target == "engine":
+            self.engine_failed_at = ev.ts
+
+    def _pause(self, ev: wire.Event) -> None:
+        self.paused[ev.target] = ev.data.get("until", 0.0)
+
+    def _resume(self, ev: wire.Event) -> None:
+        self.paused.pop(ev.target, None)
+
+    def lifecycle(self, now: float, window_s: float) -> wire.Lifecycle:
+        """The engine since its last promote; last known good = newest promote clean past its window."""
+        if not self.promotes:
+            return wire.Lifecycle()
+        last = self.promotes[-1]
+        good = next((p.after for p in reversed(self.promotes)
+                     if not p.rolled_back and now - p.ts > window_s), self.promotes[0].before)
+        return wire.Lifecycle(promote_id=last.id, promote_ts=last.ts, before=last.before, after=last.after,
+                              rolled_back=last.rolled_back, last_known_good=good, crashes=self.crashes,
+                              corrective_streak=self.corrective_streak)
+
+
+_FOLDS = {
+    "effect": Projections._effect,
+    "effect-acked": Projections._ended, "effect-failed": Projections._ended, "effect-expired": Projections._ended,
+    "promote": Projections._promote,
+    "rollback": Projections._rollback,
+    "worker-exited": Projections._exited,
+    "worker-failed": Projections._failed,
+    "pause": Projections._pause,
+    "resume": Projections._resume,
+}
+
+
+def keep_ballast(path, size_mb: int) -> None:
+    """A file of size_mb that can be deleted when the disk is full. Made when missing, if there is room."""
+    if size_mb <= 0 or (path.exists() and path.stat().st_size == size_mb << 20):
+        return
+    try:
+        with open(path, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, size_mb << 20)
+    except OSError:
+        path.unlink(missing_ok=True)   # no room now; try again at the next start
+
+
+def release_ballast(path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
@@ -130,10 +220,12 @@ class Tick(Worker):
         self.control = self.socket(zmq.DEALER, self.paths.endpoint("control"), bind=False)
         self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, SNDHWM=4, IMMEDIATE=1)
         self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000)
+        self.ballast = self.paths.home / "ballast"
+        keep_ballast(self.ballast, self.config.survival.ballast_mb)
         self.projections = Projections()
         self.fold()
         self.loop = asyncio.new_event_loop()
-        self.chain = rules.compose(rules.survival_rules(self.config), self.inner)
+        self.chain = rules.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
         self.prev: wire.Snapshot | None = None
         self.next_tick = time.monotonic()
@@ -164,8 +256,9 @@ class Tick(Worker):
             if self.control.poll(100):
                 reply = wire.decode(self.control.recv(), wire.Reply)
                 engine = next(w for w in reply.status.workers if w.name == "engine")
-                errors = store.engine_errors_since(self.events, self.projections.last_promote_id)
-                return wire.EngineHealth(engine.state, engine.restarts, errors)
+                promotes = self.projections.promotes
+                errors = store.engine_errors_since(self.events, promotes[-1].id if promotes else 0)
+                return wire.EngineHealth(engine.state, engine.restarts, errors, self.projections.engine_failed_at)
         except (zmq.ZMQError, wire.Malformed, StopIteration, AttributeError):
             pass
         return wire.EngineHealth("unknown")
@@ -175,14 +268,18 @@ class Tick(Worker):
     def snapshot(self) -> wire.Snapshot:
         self.fold()
         p = self.projections
+        now = time.time()
         return wire.Snapshot(
-            tick=self.count, ts=time.time(),
+            tick=self.count, ts=now,
             vitals=store.latest_vitals(self.vitals, self.config.tick.sense),
             pending=list(p.pending.values()),
             outcomes={target: list(q) for target, q in p.outcomes.items()},
             engine=self.engine_state(),
-            last_promote=p.last_promote,
-            notified=dict(p.notified))
+            last_promote=p.promotes[-1].ts if p.promotes else None,
+            notified=dict(p.notified),
+            lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
+            paused={name: until for name, until in p.paused.items() if until > now},
+            history={key: store.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> rules.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
@@ -225,8 +322,8 @@ class Tick(Worker):
         duration_ms = round((time.monotonic() - started) * 1000, 2)
         tick_event = store.now_event("tick", "tick", None, n=self.count, effects=len(committed), tick_ms=tick_ms,
                                      inner=self.inner_note, duration_ms=duration_ms, started_mono=started)
-        store.commit_effects(self.events, committed, "tick", events=[tick_event])
-        if committed:
+        self.commit_tick(committed, tick_event)
+        if committed and not self.config.observe_only:
             try:
                 self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
             except zmq.Again:
@@ -234,6 +331,17 @@ class Tick(Worker):
         self.prev = curr
         self.last_tick = time.monotonic()
         self.next_tick = started + tick_ms / 1000
+
+    def commit_tick(self, effects: list[wire.Effect], tick_event: wire.Event) -> None:
+        """Commit; on a full disk, free the ballast first so the effects that free space still land."""
+        try:
+            store.commit_effects(self.events, effects, "tick", events=[tick_event], observe_only=self.config.observe_only)
+        except sqlite3.OperationalError as err:
+            if "full" not in str(err) or not release_ballast(self.ballast):
+                raise
+            self.log.error("disk full: released the %d MiB ballast to commit this tick's effects",
+                           self.config.survival.ballast_mb)
+            store.commit_effects(self.events, effects, "tick", events=[tick_event], observe_only=self.config.observe_only)
 
     def next_timer(self) -> float:
         return self.next_tick

@@ -147,6 +147,19 @@ class EngineHealth(msgspec.Struct):
     state: str                  # the engine worker's state as pulsed reports it, or "unknown"
     restarts: int = 0
     errors: int = 0             # error events from the engine since the last promote
+    failed_at: float | None = None   # when it last went `failed` (wall clock)
+
+
+class Lifecycle(msgspec.Struct, kw_only=True):
+    """The engine since its last promote, as the survival rules see it (folded from events.db)."""
+    promote_id: int = 0                 # 0: never promoted
+    promote_ts: float | None = None
+    before: str | None = None           # main before the promote
+    after: str | None = None            # main after it (what should be running)
+    rolled_back: bool = False           # a rollback happened since
+    last_known_good: str | None = None  # the newest promote that ran clean past the autoRollback window
+    crashes: int = 0                    # unexpected engine exits since
+    corrective_streak: int = 0          # survival's own corrective effects failed in a row since
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
@@ -159,6 +172,9 @@ class Snapshot(msgspec.Struct, kw_only=True):
     engine: EngineHealth = msgspec.field(default_factory=lambda: EngineHealth("unknown"))
     last_promote: float | None = None
     notified: dict[str, float] = msgspec.field(default_factory=dict)   # "rule:target" → last notify committed
+    lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
+    paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
+    history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
 
 
 class Ping(msgspec.Struct, tag="ping"):

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from pulse import config as configmod
-from pulse import rules
+from pulse import rules, survival
 from pulse.wire import Effect, Outcome, Snapshot, Vital
 
 
@@ -76,10 +76,10 @@ def test_wrong_shapes_are_refused(bad):
         run(rules.compose([rule], innermost))
 
 
-def config_with(**survival) -> configmod.Config:
+def config_with(**settings) -> configmod.Config:
     return configmod.decode(
         b"[[process]]\nname = 'gw'\nmatch = 'gw'\nrestart = ['true']\n"
-        + "".join(f"[survival]\n{k} = {v}\n" for k, v in survival.items()).encode(), "test")
+        + "".join(f"[survival]\n{k} = {v}\n" for k, v in settings.items()).encode(), "test")
 
 
 def snap(ts: float, alive: bool, vital_ts: float, outcomes=(), pending=(), notified=None) -> Snapshot:
@@ -87,8 +87,8 @@ def snap(ts: float, alive: bool, vital_ts: float, outcomes=(), pending=(), notif
                     outcomes={"gw": list(outcomes)}, pending=list(pending), notified=notified or {})
 
 
-def watchdog(curr: Snapshot, inner=rules.nothing, **survival):
-    return run(rules.compose([rules.process_watchdog(config_with(**survival))], inner), curr=curr)
+def watchdog(curr: Snapshot, inner=rules.nothing, **settings):
+    return run(rules.compose([survival.process_watchdog(config_with(**settings))], inner), curr=curr)
 
 
 def restart_outcome(state: str, ts: float) -> Outcome:
@@ -121,4 +121,4 @@ def test_watchdog_backs_off_then_notifies_once_per_streak():
     effects, _ = watchdog(snap(8.0, False, 7.5, outcomes=failures, notified={"process-watchdog:gw": 4.0}))
     assert [e.kind for e in effects] == ["restart-process"]
     # a success ends the streak
-    assert rules.failure_streak(failures + [restart_outcome("acked", 9.0)], "restart-process") == []
+    assert survival.failure_streak(failures + [restart_outcome("acked", 9.0)], "restart-process") == []

@@ -1,0 +1,305 @@
+"""The survival rules: the outer layers of the onion, shipped with Pulse, run in the tick.
+
+Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard,
+llmWatchdog, networkWatchdog, errorEscalate. Each is built from config and is
+a pure function of (prev, curr, inner): all its memory ("failed N times in a
+row", "already notified") is in the snapshot, folded from events.db, so a
+killed tick forgets nothing. The first two may bypass the inner chain; the
+other five decorate it: they let the business rules act first, and add their
+own effect only where those did not already handle that target (same kind,
+same target). No rule re-issues an effect for a target that has one pending.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from pulse.config import Config
+from pulse.rules import Inner, RuleResult, handled
+from pulse.wire import Effect, Outcome, Snapshot, Vital
+
+CORRECTIVE_DEADLINE_S = 600
+NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
+
+
+def _named(name: str):
+    def wrap(rule):
+        rule.__qualname__ = name
+        return rule
+    return wrap
+
+
+def pending_or_handled(curr: Snapshot, effects: Sequence[Effect], kind: str, target: str | None) -> bool:
+    return handled(effects, kind, target) or handled(curr.pending, kind, target)
+
+
+def notify(rule: str, target: str, title: str, message: str, **extra) -> Effect:
+    """A notification, marked with the rule that sent it (the snapshot remembers it per rule and target)."""
+    return Effect(kind="notify", target=target, origin="survival", idempotent=True,
+                  params={"rule": rule, "title": title, "message": message, "deadline_s": NOTIFY_DEADLINE_S, **extra})
+
+
+def may_notify(curr: Snapshot, rule: str, target: str, every_s: float, since: float | None = None) -> bool:
+    """Deduplicated and rate-limited per (rule, target): nothing sent since `since`, nor within every_s."""
+    last = curr.notified.get(f"{rule}:{target}")
+    if last is None:
+        return True
+    return (since is None or last < since) and curr.ts - last >= every_s
+
+
+def failure_streak(outcomes: Iterable[Outcome], kind: str) -> list[Outcome]:
+    """The trailing failed outcomes of `kind` (oldest first): the current streak of failures."""
+    streak: list[Outcome] = []
+    for outcome in reversed([o for o in outcomes if o.kind == kind]):
+        if outcome.state == "acked":
+            break
+        streak.append(outcome)
+    return streak[::-1]
+
+
+def backoff_s(streak: int, base_s: float, max_s: float) -> float:
+    return 0.0 if streak == 0 else min(base_s * 2 ** (streak - 1), max_s)
+
+
+def failing_in_a_row(samples: Sequence[Vital], ok: str = "ok") -> int:
+    n = 0
+    for sample in reversed(samples):
+        if sample.data.get(ok, True):
+            break
+        n += 1
+    return n
+
+
+def sooner(tick_ms: int | None, ms: int) -> int:
+    return ms if tick_ms is None else min(tick_ms, ms)
+
+
+def rollback_effect(rule: str, to: str, reason: str) -> Effect:
+    return Effect(kind="engine-rollback", target="engine", origin="survival",
+                  params={"to": to, "rule": rule, "reason": reason})
+
+
+# -- 1. panicRollback -------------------------------------------------------------------------------
+
+def panic_rollback(config: Config):
+    """Survival's own repairs keep failing since a promote, and the engine changed since the last
+    known good: roll back to it, notify, and bypass the inner chain this tick. Once per promote.
+    It never fights processWatchdog, which keeps retrying on its own."""
+    limit = config.survival.panic_failures
+
+    @_named("panic_rollback")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        life = curr.lifecycle
+        if (life.promote_id and not life.rolled_back and life.corrective_streak >= limit
+                and life.last_known_good and life.last_known_good != life.after
+                and not pending_or_handled(curr, (), "engine-rollback", "engine")):
+            reason = f"{life.corrective_streak} survival repairs failed in a row since the promote"
+            return [rollback_effect("panic-rollback", life.last_known_good, reason),
+                    notify("panic-rollback", "engine", "Engine rolled back (panic)",
+                           f"{reason}; rolling back to the last known good {life.last_known_good[:12]}")], None
+        return await inner(prev, curr)
+    return rule
+
+
+# -- 2. autoRollback --------------------------------------------------------------------------------
+
+def auto_rollback(config: Config):
+    """Within the window after a promote, the new engine erred or crashed too often: roll back
+    to the commit before the promote and notify. Once per promote."""
+    s = config.survival
+
+    @_named("auto_rollback")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        life = curr.lifecycle
+        within = life.promote_ts is not None and curr.ts - life.promote_ts <= s.auto_rollback_window_s
+        bad = curr.engine.errors >= s.auto_rollback_errors or life.crashes >= s.auto_rollback_crashes
+        if (within and bad and not life.rolled_back and life.before
+                and not pending_or_handled(curr, (), "engine-rollback", "engine")):
+            reason = f"{curr.engine.errors} errors and {life.crashes} crashes within {s.auto_rollback_window_s:g}s of the promote"
+            return [rollback_effect("auto-rollback", life.before, reason),
+                    notify("auto-rollback", "engine", "Engine rolled back",
+                           f"{reason}; rolling back to {life.before[:12]}")], None
+        return await inner(prev, curr)
+    return rule
+
+
+# -- 3. processWatchdog -----------------------------------------------------------------------------
+
+def process_watchdog(config: Config):
+    """A configured critical process is not alive: restart it.
+
+    - Only a death newer than the last restart outcome counts, so a restart that is
+      done but not yet seen by the watcher is not issued twice.
+    - After a failed restart it waits (doubling from process_backoff_base_s).
+    - After process_notify_after failed restarts in a row it notifies, once per streak,
+      and keeps trying slowly. A paused process is left alone.
+    """
+    restartable = sorted(p.name for p in config.process if p.restart)
+    s = config.survival
+
+    @_named("process_watchdog")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        for name in restartable:
+            vital = curr.vitals.get(f"process-alive:{name}")
+            if vital is None or vital.data.get("alive", True) or name in curr.paused:
+                continue
+            if pending_or_handled(curr, effects, "restart-process", name):
+                continue
+            history = curr.outcomes.get(name, ())
+            last = max((o.ts for o in history if o.kind == "restart-process"), default=0.0)
+            if vital.ts <= last:
+                continue   # this death was seen before the last restart ended: wait for a fresh sample
+            streak = failure_streak(history, "restart-process")
+            if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
+                effects = effects + [notify("process-watchdog", name, f"{name} does not come back",
+                                            f"{len(streak)} restarts of {name} failed in a row; still trying",
+                                            last_error=streak[-1].error)]
+            wait = backoff_s(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
+            if streak and curr.ts < streak[-1].ts + wait:
+                tick_ms = sooner(tick_ms, int((streak[-1].ts + wait - curr.ts) * 1000) + 1)
+                continue
+            effects = effects + [Effect(kind="restart-process", target=name, origin="survival")]
+        return effects, tick_ms
+    return rule
+
+
+# -- 4. resourceGuard -------------------------------------------------------------------------------
+
+def resource_guard(config: Config):
+    """Memory or disk above its threshold: archive old agent session files and clean up (temp
+    patterns, vitals gc, objects gc). Never touches events.db. One round per cooldown; a full
+    disk is also a notification."""
+    s = config.survival
+
+    @_named("resource_guard")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        vital = curr.vitals.get("system-resource")
+        if vital is None:
+            return effects, tick_ms
+        over = [what for what, limit in (("memory", s.memory_pct), ("disk", s.disk_pct))
+                if vital.data.get(f"{what}_pct", 0) >= limit]
+        if not over:
+            return effects, tick_ms
+        target = "+".join(over)
+        cooled = all(curr.ts - o.ts >= s.resource_cooldown_s for o in curr.outcomes.get(target, ()))
+        wanted = []
+        if s.archive_from and s.archive_to:
+            wanted.append(Effect(kind="archive", target=target, origin="survival", params={
+                "from": s.archive_from, "to": s.archive_to, "older_than_h": s.archive_age_h}))
+        wanted.append(Effect(kind="cleanup", target=target, origin="survival", params={
+            "patterns": list(s.cleanup), "vitals_gc": True, "objects_gc": True}))
+        if cooled:
+            effects = effects + [e for e in wanted if not pending_or_handled(curr, effects, e.kind, target)]
+        if "disk" in over and may_notify(curr, "resource-guard", "disk", s.notify_every_s):
+            effects = effects + [notify("resource-guard", "disk", "Disk nearly full",
+                                        f"disk at {vital.data.get('disk_pct')} % (threshold {s.disk_pct} %)")]
+        return effects, tick_ms
+    return rule
+
+
+# -- 5. llmWatchdog ---------------------------------------------------------------------------------
+
+def llm_watchdog(config: Config):
+    """The LLM endpoint's health check failed fail_after times in a row: restart it; notify if
+    the restart does not bring it back. Inactive when no endpoint is configured."""
+    llm = config.survival.llm
+    s = config.survival
+
+    @_named("llm_watchdog")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        if llm is None:
+            return effects, tick_ms
+        failing = failing_in_a_row(curr.history.get(f"network:{llm.target}", []))
+        if failing < llm.fail_after:
+            return effects, tick_ms
+        target = f"llm:{llm.target}"
+        restarts = [o for o in curr.outcomes.get(target, ()) if o.kind == "exec"]
+        first_failure = curr.history[f"network:{llm.target}"][-failing].ts
+        since_restart = [o for o in restarts if o.ts >= first_failure]
+        if since_restart and may_notify(curr, "llm-watchdog", target, s.notify_every_s, first_failure):
+            effects = effects + [notify("llm-watchdog", target, "LLM endpoint does not come back",
+                                        f"{failing} failed health checks in a row, even after a restart")]
+        if not since_restart and not pending_or_handled(curr, effects, "exec", target):
+            effects = effects + [Effect(kind="exec", target=target, origin="survival",
+                                        params={"argv": list(llm.restart)})]
+        return effects, tick_ms
+    return rule
+
+
+# -- 6. networkWatchdog -----------------------------------------------------------------------------
+
+def network_watchdog(config: Config):
+    """DNS or outbound HTTP down: notify once when it goes down and once when it recovers, no
+    storm in between (the notifications wait for the network in the queue)."""
+    names = [t.name for t in config.watch.network if config.survival.llm is None or t.name != config.survival.llm.target]
+
+    @_named("network_watchdog")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        for name in names:
+            vital = curr.vitals.get(f"network:{name}")
+            if vital is None:
+                continue
+            down_at = curr.notified.get(f"network-watchdog:{name}:down", 0.0)
+            up_at = curr.notified.get(f"network-watchdog:{name}:up", 0.0)
+            if handled(effects, "notify", f"{name}:down") or handled(effects, "notify", f"{name}:up"):
+                continue
+            if not vital.data.get("ok", True) and down_at <= up_at:
+                effects = effects + [notify("network-watchdog", f"{name}:down", f"{name} is down",
+                                            vital.data.get("error") or "unreachable")]
+            elif vital.data.get("ok", True) and down_at > up_at:
+                effects = effects + [notify("network-watchdog", f"{name}:up", f"{name} is back", "reachable again")]
+        return effects, tick_ms
+    return rule
+
+
+# -- 7. errorEscalate -------------------------------------------------------------------------------
+
+def error_escalate(config: Config):
+    """Keyword matches in a watched log: notify (rate-limited), and tick faster while they keep coming."""
+    names = [e.name for e in config.watch.error_log]
+    s = config.survival
+
+    @_named("error_escalate")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        for name in names:
+            vital = curr.vitals.get(f"error-log:{name}")
+            if vital is None or not vital.data.get("matches"):
+                continue
+            if prev is not None and prev.vitals.get(f"error-log:{name}") == vital:
+                continue   # nothing new since the last tick
+            tick_ms = sooner(tick_ms, s.error_tick_ms)
+            if not handled(effects, "notify", name) and may_notify(curr, "error-escalate", name, s.notify_every_s):
+                lines = vital.data.get("lines") or []
+                effects = effects + [notify("error-escalate", name, f"Errors in {name}",
+                                            f"{vital.data['matches']} matching lines", lines=lines[-5:])]
+        return effects, tick_ms
+    return rule
+
+
+def engine_failed_notice(config: Config):
+    """Pulse notifies about itself: the engine went `failed` (once per failure)."""
+    @_named("engine_failed_notice")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        failed_at = curr.engine.failed_at
+        if curr.engine.state == "failed" and failed_at and may_notify(curr, "engine-failed", "engine", 0, failed_at):
+            effects = effects + [notify("engine-failed", "engine", "Engine failed",
+                                        f"the engine crashed {curr.engine.restarts} times; retrying slowly")]
+        return effects, tick_ms
+    return rule
+
+
+def survival_rules(config: Config) -> list:
+    """Outermost first."""
+    return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
+            llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config)]
+
+
+def counted_keys(config: Config) -> list[str]:
+    """Vital keys whose recent samples the snapshot carries (rules that count failures in a row)."""
+    return [f"network:{config.survival.llm.target}"] if config.survival.llm else []

@@ -1,0 +1,166 @@
+"""The survival rules as pure functions of snapshots (their end-to-end tests start real processes
+elsewhere). Memory is in the snapshot, so these are the cases a killed tick must also get right."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pulse import config as configmod
+from pulse import rules, survival
+from pulse.wire import Effect, EngineHealth, Lifecycle, Outcome, Snapshot, Vital
+
+CONFIG = configmod.validate(configmod.decode(b"""
+[[process]]
+name = "gw"
+match = "gw"
+restart = ["true"]
+
+[[watch.network]]
+name = "api"
+url = "http://127.0.0.1:1/"
+
+[[watch.network]]
+name = "model"
+url = "http://127.0.0.1:2/health"
+
+[[watch.error_log]]
+name = "app"
+path = "/tmp/app.log"
+
+[survival]
+archive_from = "/tmp/sessions"
+archive_to = "/tmp/archive"
+[survival.llm]
+target = "model"
+restart = ["systemctl", "restart", "model"]
+""", "test"), "test")
+
+
+def run(rule, curr: Snapshot, prev: Snapshot | None = None, inner=rules.nothing):
+    return asyncio.run(rules.compose([rule(CONFIG)], inner)(prev, curr))
+
+
+def kinds(effects):
+    return [(e.kind, e.target) for e in effects]
+
+
+def snap(**fields) -> Snapshot:
+    return Snapshot(tick=1, ts=fields.pop("ts", 1000.0), **fields)
+
+
+def business(*effects):
+    async def inner(prev, curr):
+        return list(effects), None
+    return inner
+
+
+PROMOTED = Lifecycle(promote_id=7, promote_ts=900.0, before="aaa", after="bbb", last_known_good="aaa")
+
+
+def test_panic_rollback_fires_once_per_promote_and_bypasses_business():
+    called = []
+
+    async def inner(prev, curr):
+        called.append(1)
+        return [Effect(kind="noop")], None
+    life = \
+        Lifecycle(promote_id=7, promote_ts=900.0, before="aaa", after="bbb", last_known_good="aaa", corrective_streak=3)
+    effects, _ = run(survival.panic_rollback, snap(lifecycle=life), inner=inner)
+    assert kinds(effects) == [("engine-rollback", "engine"), ("notify", "engine")]
+    assert effects[0].params["to"] == "aaa" and not called
+    # already rolled back since this promote, or one pending: the business chain runs again
+    done = Lifecycle(promote_id=7, promote_ts=900.0, before="aaa", after="bbb", last_known_good="aaa",
+                     corrective_streak=5, rolled_back=True)
+    assert kinds(run(survival.panic_rollback, snap(lifecycle=done), inner=inner)[0]) == [("noop", None)]
+    # the engine is the last known good: nothing to roll back to
+    same = Lifecycle(promote_id=7, promote_ts=900.0, before="aaa", after="bbb", last_known_good="bbb",
+                     corrective_streak=5)
+    assert kinds(run(survival.panic_rollback, snap(lifecycle=same), inner=inner)[0]) == [("noop", None)]
+
+
+def test_auto_rollback_within_the_window_only():
+    errors = snap(lifecycle=PROMOTED, engine=EngineHealth("running", errors=5))
+    effects, _ = run(survival.auto_rollback, errors)
+    assert kinds(effects) == [("engine-rollback", "engine"), ("notify", "engine")] and effects[0].params["to"] == "aaa"
+    crashes = snap(lifecycle=Lifecycle(promote_id=7, promote_ts=900.0, before="aaa", after="bbb", crashes=3))
+    assert kinds(run(survival.auto_rollback, crashes)[0])[0] == ("engine-rollback", "engine")
+    late = snap(ts=900.0 + 601, lifecycle=PROMOTED, engine=EngineHealth("running", errors=50))
+    assert run(survival.auto_rollback, late) == ([], None)
+    fine = snap(lifecycle=PROMOTED, engine=EngineHealth("running", errors=4))
+    assert run(survival.auto_rollback, fine) == ([], None)
+
+
+def test_process_watchdog_leaves_a_paused_process_alone():
+    dead = {"process-alive:gw": Vital("process-alive:gw", 999.0, {"alive": False})}
+    assert kinds(run(survival.process_watchdog, snap(vitals=dead))[0]) == [("restart-process", "gw")]
+    assert run(survival.process_watchdog, snap(vitals=dead, paused={"gw": 2000.0})) == ([], None)
+
+
+@pytest.mark.parametrize("rule, curr, kind, target", [
+    (survival.process_watchdog, snap(vitals={"process-alive:gw": Vital("process-alive:gw", 999.0, {"alive": False})}),
+     "restart-process", "gw"),
+    (survival.resource_guard, snap(vitals={"system-resource": Vital("system-resource", 999.0, {"disk_pct": 95})}),
+     "cleanup", "disk"),
+    (survival.network_watchdog, snap(vitals={"network:api": Vital("network:api", 999.0, {"ok": False})}),
+     "notify", "api:down"),
+    (survival.error_escalate, snap(vitals={"error-log:app": Vital("error-log:app", 999.0, {"matches": 2})}),
+     "notify", "app"),
+])
+def test_decorating_rules_act_after_inner_and_only_where_it_did_not(rule, curr, kind, target):
+    effects, _ = run(rule, curr)
+    assert (kind, target) in kinds(effects)
+    mine = Effect(kind=kind, target=target, origin="engine")
+    effects, _ = run(rule, curr, inner=business(mine))
+    assert [e for e in effects if (e.kind, e.target) == (kind, target)] == [mine]
+
+
+def test_resource_guard_archives_cleans_and_cools_down():
+    full = {"system-resource": Vital("system-resource", 999.0, {"memory_pct": 95, "disk_pct": 10})}
+    effects, _ = run(survival.resource_guard, snap(vitals=full))
+    assert kinds(effects) == [("archive", "memory"), ("cleanup", "memory")]
+    assert effects[0].params == {"from": "/tmp/sessions", "to": "/tmp/archive", "older_than_h": 72}
+    recent = {"memory": [Outcome("x", "cleanup", "acked", 900.0)]}
+    assert run(survival.resource_guard, snap(vitals=full, outcomes=recent)) == ([], None)
+
+
+def test_network_watchdog_notifies_once_down_and_once_up():
+    down = {"network:api": Vital("network:api", 999.0, {"ok": False, "error": "refused"})}
+    up = {"network:api": Vital("network:api", 999.0, {"ok": True})}
+    assert kinds(run(survival.network_watchdog, snap(vitals=down))[0]) == [("notify", "api:down")]
+    said_down = {"network-watchdog:api:down": 990.0}
+    assert run(survival.network_watchdog, snap(vitals=down, notified=said_down)) == ([], None)
+    assert kinds(run(survival.network_watchdog, snap(vitals=up, notified=said_down))[0]) == [("notify", "api:up")]
+    both = {"network-watchdog:api:down": 990.0, "network-watchdog:api:up": 995.0}
+    assert run(survival.network_watchdog, snap(vitals=up, notified=both)) == ([], None)
+    # the LLM endpoint is llmWatchdog's, not networkWatchdog's
+    model_down = {"network:model": Vital("network:model", 999.0, {"ok": False})}
+    assert run(survival.network_watchdog, snap(vitals=model_down)) == ([], None)
+
+
+def test_error_escalate_shortens_the_tick_and_rate_limits():
+    errs = {"error-log:app": Vital("error-log:app", 999.0, {"matches": 3, "lines": ["ERROR x"]})}
+    effects, tick_ms = run(survival.error_escalate, snap(vitals=errs))
+    assert kinds(effects) == [("notify", "app")] and tick_ms == 1000
+    effects, tick_ms = run(survival.error_escalate, snap(vitals=errs, notified={"error-escalate:app": 950.0}))
+    assert effects == [] and tick_ms == 1000
+
+
+def test_llm_watchdog_restarts_then_notifies():
+    def samples(*oks):
+        return {"network:model": [Vital("network:model", 990.0 + i, {"ok": ok}) for i, ok in enumerate(oks)]}
+    assert run(survival.llm_watchdog, snap(history=samples(True, False, False))) == ([], None)
+    effects, _ = run(survival.llm_watchdog, snap(history=samples(True, False, False, False)))
+    assert kinds(effects) == [("exec", "llm:model")] and effects[0].params["argv"] == ["systemctl", "restart", "model"]
+    restarted = {"llm:model": [Outcome("r", "exec", "acked", 993.5)]}
+    effects, _ = run(survival.llm_watchdog, snap(history=samples(True, False, False, False, False),
+                                                 outcomes=restarted))
+    assert kinds(effects) == [("notify", "llm:model")]
+
+
+def test_engine_failed_is_notified_once():
+    failed = snap(engine=EngineHealth("failed", restarts=6, failed_at=990.0))
+    assert kinds(run(survival.engine_failed_notice, failed)[0]) == [("notify", "engine")]
+    told = snap(engine=EngineHealth("failed", restarts=6, failed_at=990.0), notified={"engine-failed:engine": 991.0})
+    assert run(survival.engine_failed_notice, told) == ([], None)
