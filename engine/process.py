@@ -67,7 +67,8 @@ class Engine(Worker):
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
         self.events = store.open_events(self.paths.events_db)
-        self.root = self.paths.engine
+        from pulse.enginedir import engine_root
+        self.root = engine_root(self.paths)
         self.engine = loader.load(self.root)
         self.commit = loaded_commit(self.root)
         for error in self.engine.errors:

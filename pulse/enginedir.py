@@ -90,6 +90,35 @@ def locked(paths: Paths, timeout_s: float = LOCK_TIMEOUT_S):
         os.close(fd)   # releases the lock
 
 
+# -- dev mode --------------------------------------------------------------------------------------
+
+def dev_marker(paths: Paths) -> Path:
+    return paths.home / "dev"
+
+
+def enter_dev(paths: Paths, pid: int) -> None:
+    dev_marker(paths).write_text(f"{pid}\n")
+
+
+def leave_dev(paths: Paths) -> None:
+    dev_marker(paths).unlink(missing_ok=True)
+
+
+def engine_root(paths: Paths) -> Path:
+    """What the engine loads: staging while a `pulsectl dev` is alive, else main."""
+    try:
+        pid = int(dev_marker(paths).read_text().strip())
+        os.kill(pid, 0)
+        return paths.staging
+    except (OSError, ValueError):
+        return paths.engine
+
+
+def dev_filter(change, path: str) -> bool:
+    parts = Path(path).parts
+    return ".git" not in parts and "__pycache__" not in parts and not path.endswith((".pyc", ".swp", "~"))
+
+
 # -- the gate ---------------------------------------------------------------------------------------
 
 def check_compiles(tree: Path) -> None:

@@ -129,3 +129,36 @@ def test_concurrent_promotes_are_serialised(tmp_path):
     assert len(results) == 1 and all(e.check == "staging" for e in errors)      # the others: nothing to promote
     assert git(home / "engine", "rev-parse", "HEAD") == results[0].after
     assert not git(home / "engine", "status", "--porcelain")
+
+
+def test_dev_mode_runs_staging_and_reloads_on_change(pulsed, tracker):
+    import os
+    import signal
+    import time
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    main_head = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    engine = pulsed.worker("engine").pid
+    dev = subprocess.Popen([PULSECTL, "--home", str(pulsed.home), "dev"], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    tracker.add(dev.pid)
+    try:
+        assert "dev mode" in dev.stdout.readline() + dev.stdout.readline()
+        engine = pulsed.wait_replaced("engine", engine).pid
+        wait_for(lambda: pulsed.events("worker-ready", "engine")[-1]["data"]["pid"] == engine, 5,
+                 what="the dev engine's ready")
+        staged_head = git(pulsed.home / "staging", "rev-parse", "HEAD")
+        assert running_commit(pulsed).startswith(staged_head)
+        changed_at = time.monotonic()
+        stage(pulsed, "rules/live.py", RULE.format(name="live"))
+        engine = pulsed.wait_replaced("engine", engine, timeout=5).pid
+        assert time.monotonic() - changed_at < 2.5      # watchfiles' step plus a restart
+        wait_for(lambda: [e for e in pulsed.events("effect") if e["target"] == "live"], 10,
+                 what="the staged rule acting without a promote")
+        assert pulsed.worker("watcher").restarts == 0    # survival keeps guarding, untouched
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.wait(15)
+    pulsed.wait_replaced("engine", engine)
+    wait_for(lambda: running_commit(pulsed) == main_head, 10, what="the engine back on main")
+    assert not (pulsed.home / "dev").exists()
+    assert not [f for f in os.listdir(pulsed.home / "engine" / "rules") if f == "live.py"]

@@ -101,4 +101,36 @@ def engine_log(ctx: Context) -> None:
                    f"by {ev.source}  {detail}")
 
 
-COMMANDS = [promote, deploy, rollback, engine]
+@click.command()
+@pass_ctx
+def dev(ctx: Context) -> None:
+    """Run the engine on the staging tree, reloading it on every change, until Ctrl-C.
+
+    Survival keeps guarding meanwhile. Leaving dev mode returns the engine to main.
+    """
+    import os
+    import signal
+
+    import watchfiles
+
+    from pulse import enginedir
+    staging = ctx.paths.staging
+    if not staging.is_dir():
+        _fail(f"{staging} does not exist; run `pulsectl init`")
+    enginedir.enter_dev(ctx.paths, os.getpid())
+    stop = __import__("threading").Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        _reload_engine(ctx)
+        click.echo(f"dev mode: the engine runs {staging}; Ctrl-C returns it to main")
+        for changes in watchfiles.watch(staging, stop_event=stop, watch_filter=enginedir.dev_filter,
+                                        raise_interrupt=False, rust_timeout=500):
+            click.echo(f"changed: {', '.join(sorted(os.path.relpath(p, staging) for _, p in changes))}")
+            _reload_engine(ctx)
+    finally:
+        enginedir.leave_dev(ctx.paths)
+        click.echo("leaving dev mode: the engine returns to main")
+        _reload_engine(ctx)
+
+
+COMMANDS = [promote, deploy, rollback, engine, dev]

@@ -141,10 +141,8 @@ def _param(text: str) -> tuple[str, object]:
 def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool,
          deadline_s: float | None, wait_s: float) -> None:
     """Queue an effect by hand (origin operator) and ring the executor."""
-    import zmq
-
     from pulse import config as configmod
-    from pulse import store, wire
+    from pulse import wire
     try:
         config = configmod.load(ctx.paths.config)
     except configmod.ConfigError as err:
@@ -155,8 +153,16 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
     except click.BadParameter as err:
         click.echo(f"pulsectl: --param {err.message}", err=True)
         sys.exit(2)
-    effect = store.new_effect(wire.Effect(kind=kind, target=target, params=values, idempotent=idempotent),
-                              "operator", deadline_s or config.timings.effect_deadline_s)
+    effect = wire.Effect(kind=kind, target=target, params=values, idempotent=idempotent)
+    sys.exit(queue_effect(ctx, effect, deadline_s or config.timings.effect_deadline_s, wait_s))
+
+
+def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
+    """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
+    import zmq
+
+    from pulse import store, wire
+    effect = store.new_effect(effect, "operator", deadline_s)
     conn = store.open_events(ctx.paths.events_db)
     store.commit_effects(conn, [effect], "pulsectl")
     sock = zmq.Context.instance().socket(zmq.PUSH)
@@ -173,11 +179,12 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
         state = store.effect_state(conn, effect.id)
         if state not in ("pending", "executing"):
             click.echo(f"{effect.id} {state}")
-            sys.exit(0 if state == "acked" else 1)
+            return 0 if state == "acked" else 1
         if time.monotonic() >= deadline:
             click.echo(f"pulsectl: {effect.id} still {state} after {wait_s:g}s", err=True)
-            sys.exit(1)
+            return 1
         time.sleep(0.01)
+    return 0
 
 
 COMMANDS = [events, vitals, effects, emit]
