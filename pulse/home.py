@@ -38,15 +38,14 @@ def resolve_home(option: str | None) -> Path:
 
 def derived_runtime_dir(home: Path) -> Path:
     """PULSE_RUNTIME_DIR, else a short per-home directory under XDG_RUNTIME_DIR or /tmp."""
-    import hashlib
-    import tempfile
+    import zlib   # not hashlib: it maps 3 MiB of OpenSSL into pulsed for one short tag
     if os.environ.get("PULSE_RUNTIME_DIR"):
         return Path(os.environ["PULSE_RUNTIME_DIR"])
-    tag = hashlib.sha256(str(home).encode()).hexdigest()[:10]
+    tag = format(zlib.crc32(str(home).encode()), "08x")
     base = os.environ.get("XDG_RUNTIME_DIR")
     if base and os.path.isdir(base) and os.access(base, os.W_OK):
         return Path(base) / f"pulse-{tag}"
-    return Path(tempfile.gettempdir()) / f"pulse-{os.getuid()}-{tag}"
+    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pulse-{os.getuid()}-{tag}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,14 @@ class Paths:
     @property
     def events_db(self) -> Path:
         return self.home / "events.db"
+
+    @property
+    def vitals_db(self) -> Path:
+        return self.home / "vitals.db"
+
+    @property
+    def objects(self) -> Path:
+        return self.home / "objects"
 
     @property
     def logs(self) -> Path:
@@ -136,6 +143,12 @@ def _copy_template(dest: Path) -> None:
     template = resources.files("pulse.engine") / "template"
     with resources.as_file(template) as src:
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+
+
+def home_is_complete(paths: Paths) -> bool:
+    """Everything ensure_home() makes is there (the stores migrate themselves when opened)."""
+    return all(p.exists() for p in (paths.config, paths.events_db, paths.home / "objects", paths.logs,
+                                    paths.engine / ".git", paths.staging))
 
 
 def ensure_home(home: Path) -> list[str]:

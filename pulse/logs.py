@@ -14,7 +14,6 @@ every child, and it loses what bypasses `logging` (faulthandler writes to fd 2).
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import sys
 import time
@@ -29,16 +28,49 @@ def stamp(now: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
+class RotatingFile:
+    """pulse.log, rotated by size to pulse.log.1 … pulse.log.N. Only pulsed writes it, so only
+    pulsed rotates it. (logging.handlers would do, at the cost of importing socket, pickle and
+    more into pulsed, which must stay small.)"""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int):
+        self.path, self.max_bytes, self.backups = path, max_bytes, backups
+        self.fd = self._open()
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def write(self, line: str) -> None:
+        data = (line + "\n").encode("utf-8", "replace")
+        try:
+            if os.fstat(self.fd).st_size + len(data) > self.max_bytes:
+                self.rotate()
+            os.write(self.fd, data)
+        except OSError as err:   # a full disk must not take the supervisor down
+            sys.stderr.write(f"pulse.log: {err}\n")
+
+    def rotate(self) -> None:
+        os.close(self.fd)
+        for n in range(self.backups - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{n}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{n + 1}"))
+        if self.backups > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            os.truncate(self.path, 0)
+        self.fd = self._open()
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class Sink:
     """Where every line ends up: stderr (optional) and the rotating file."""
 
     def __init__(self, log_file: Path | None, *, to_stderr: bool, max_bytes: int, backups: int):
         self.to_stderr = to_stderr
-        self.file = None
-        if log_file is not None:
-            self.file = logging.handlers.RotatingFileHandler(log_file, maxBytes=max_bytes, backupCount=backups,
-                                                             encoding="utf-8", errors="replace")
-            self.file.setFormatter(logging.Formatter("%(message)s"))
+        self.file = RotatingFile(log_file, max_bytes, backups) if log_file is not None else None
 
     def line(self, source: str, pid: int, text: str) -> None:
         out = f"{stamp()} {source}[{pid}] {text}"
@@ -49,7 +81,7 @@ class Sink:
             except OSError:
                 pass
         if self.file is not None:
-            self.file.emit(logging.makeLogRecord({"msg": out}))
+            self.file.write(out)
 
     def close(self) -> None:
         if self.file is not None:

@@ -21,13 +21,12 @@ place an event row changes), so a rule that raises every tick cannot fill the di
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import sqlite3
 import time
-import uuid
+import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -212,7 +211,7 @@ def last_event_id(conn: sqlite3.Connection) -> int:
 def record_error(conn: sqlite3.Connection, source: str, target: str | None, message: str,
                  coalesce_s: float = 3600, **data) -> Event:
     """An `error` event, or one more count on an identical error from within coalesce_s."""
-    fingerprint = hashlib.sha256(f"{source}\0{target}\0{message}".encode()).hexdigest()[:16]
+    fingerprint = format(zlib.crc32("\0".join((source, str(target), message)).encode()), "08x")
     now = time.time()
     with _Tx(conn):
         row = conn.execute(
@@ -246,7 +245,7 @@ TERMINAL_TYPES = {"acked": "effect-acked", "failed": "effect-failed", "expired":
 def new_effect(effect: Effect, origin: str, deadline_s: float, now: float | None = None) -> Effect:
     """Give an effect its id, times and origin (it is committed next)."""
     now = time.time() if now is None else now
-    return msgspec.structs.replace(effect, id=effect.id or uuid.uuid4().hex, created=now,
+    return msgspec.structs.replace(effect, id=effect.id or os.urandom(16).hex(), created=now,
                                    deadline=effect.deadline or now + deadline_s, origin=origin)
 
 

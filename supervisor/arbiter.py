@@ -87,11 +87,9 @@ class Arbiter:
     def close(self) -> None:
         if self.forkserver is not None:
             self.forkserver.close()
-            try:
-                self.forkserver.proc.wait(timeout=1)
-            except Exception:
-                self.forkserver.proc.kill()
-                self.forkserver.proc.wait()
+            if self.forkserver.wait(timeout=1) is None:
+                self.forkserver.kill()
+                self.forkserver.wait()
         for reader in self.outputs:
             reader.read(self.sink)
             reader.close()
@@ -268,7 +266,7 @@ class Arbiter:
 
     def forkserver_died(self) -> None:
         fs = self.forkserver
-        code = fs.proc.wait()
+        code = fs.wait()
         os.close(fs.pidfd)
         fs.sock.close()
         self.forkserver = None
@@ -313,7 +311,7 @@ class Arbiter:
         child.deadline = child.spawned_at + self.timings.ready_timeout_ms / 1000
         if not sent:
             log.error("could not reach the forkserver to start %s; restarting the forkserver", child.name)
-            self.forkserver.proc.kill()
+            self.forkserver.kill()
 
     def spawned(self, child: Child, pid: int) -> None:
         try:
@@ -330,7 +328,6 @@ class Arbiter:
         child.output.pid = pid
         self.record("worker-started", child.name, pid=pid, start=child.starts)
         ready_at, child.commit = self.early_ready.pop(pid, (None, None))
-        self.early_ready.clear()
         if pidfd is None:
             self.died(child)
         elif child.state is S.STOPPING:
@@ -429,7 +426,7 @@ class Arbiter:
             # The forkserver never answered this spawn: it is the one that is stuck.
             log.error("the forkserver did not start %s; killing the forkserver", child.name)
             if self.forkserver is not None:
-                self.forkserver.proc.kill()
+                self.forkserver.kill()
             child.state = S.STARTING
             child.deadline = now + self.timings.ready_timeout_ms / 1000
             return

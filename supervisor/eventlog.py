@@ -77,6 +77,7 @@ class EventWriter:
                 try:
                     if conn is None:
                         conn = store.open_events(self.path)
+                        conn.execute("PRAGMA cache_size = -256")   # KiB: it only appends; keep pulsed small
                     store.append_events(conn, batch)
                     break
                 except (sqlite3.Error, OSError) as err:

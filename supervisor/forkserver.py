@@ -19,7 +19,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -38,25 +37,31 @@ MAX_PACKET = 1 << 20
 
 # -- pulsed's side ------------------------------------------------------------------------------------
 
+SOCKET_FD = 3   # where the forkserver finds its end of the socketpair
+
+
 class Forkserver:
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket, output_fd: int):
-        self.proc, self.sock, self.output_fd = proc, sock, output_fd
-        self.pid = proc.pid
-        self.pidfd = os.pidfd_open(proc.pid)
+    def __init__(self, pid: int, sock: socket.socket, output_fd: int):
+        self.pid, self.sock, self.output_fd = pid, sock, output_fd
+        self.pidfd = os.pidfd_open(pid)
+        self.returncode: int | None = None
         self.exits: dict[int, wire.Exited] = {}     # reaped, not yet claimed by pulsed's loop
         self.spawned: list[wire.Spawned] = []       # started, not yet claimed by pulsed's loop
 
     @classmethod
     def start(cls) -> "Forkserver":
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        """posix_spawn (no subprocess module in pulsed: it stays small) a fresh interpreter."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "pulse.supervisor.forkserver", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd="/")
+        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2),
+                   (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD)]   # dup2 clears close-on-exec
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "pulse.supervisor.forkserver",
+                                              str(SOCKET_FD), str(os.getpid())], os.environ, file_actions=actions)
         theirs.close()
         os.close(out_w)
         ours.setblocking(False)
-        return cls(proc, ours, out_r)
+        return cls(pid, ours, out_r)
 
     def spawn(self, spec: wire.Spawn, output_fd: int) -> bool:
         try:
@@ -96,8 +101,15 @@ class Forkserver:
     def close(self) -> None:
         self.sock.close()          # EOF: the forkserver exits
 
-    def reap(self) -> int | None:
-        return self.proc.poll()
+    def kill(self) -> None:
+        signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Reap it; its exit code (negative: killed by that signal), or None if still alive at the timeout."""
+        if self.returncode is None and select.select([self.pidfd], [], [], timeout)[0]:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 # -- the forkserver process ---------------------------------------------------------------------------
@@ -134,6 +146,7 @@ def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup
 def serve(server: socket.socket, parent: int) -> int:
     from pulse import procs
     procs.die_with_parent(parent)
+    os.chdir("/")   # hold no directory busy
     procs.set_title(TITLE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import importlib

@@ -3,28 +3,30 @@
 Exit codes: 0 stopped on request; 1 a core worker hit its restart intensity
 limit (escalated: let the service manager restart us); 2 another pulsed holds
 this home; 78 bad configuration (do not restart).
+
+argparse, not click: pulsed's two options do not need click, and every MiB
+pulsed keeps resident is paid for as long as the host runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import logging
 import os
 import sys
 
-import click
-
 from pulse import __version__
 from pulse import config as configmod
-from pulse import logs, procs
-from pulse.home import HomeError, Paths, ensure_home, make_runtime_dir, resolve_home
+from pulse import logs
+from pulse.home import HomeError, Paths, ensure_home, home_is_complete, make_runtime_dir, resolve_home
 from pulse.sdnotify import Notifier
 from pulse.states import Exit
 from pulse.store import StoreError
 
 
 def fail(code: Exit, message: str) -> "NoReturn":  # noqa: F821
-    click.echo(f"pulsed: {message}", err=True)
+    print(f"pulsed: {message}", file=sys.stderr, flush=True)
     sys.exit(int(code))
 
 
@@ -44,15 +46,19 @@ def take_lock(paths: Paths) -> int:
     return fd
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False),
-              help="Pulse home (default: $PULSE_HOME, else ~/.pulse).")
-@click.option("--log-stderr/--no-log-stderr", default=True, show_default=True,
-              help="Also write the log to stderr (journald under systemd).")
-@click.version_option(__version__, prog_name="pulsed")
-def main(home: str | None, log_stderr: bool) -> None:
-    """Run the Pulse supervisor in the foreground."""
-    home_path = resolve_home(home)
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pulsed", description="Run the Pulse supervisor in the foreground.")
+    parser.add_argument("--home", default=os.environ.get("PULSE_HOME"),
+                        help="Pulse home (default: $PULSE_HOME, else ~/.pulse)")
+    parser.add_argument("--no-log-stderr", dest="log_stderr", action="store_false",
+                        help="write the log to <home>/logs only, not also to stderr (journald under systemd)")
+    parser.add_argument("--version", action="version", version=f"pulsed, version {__version__}")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    home_path = resolve_home(args.home)
     try:
         home_path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
@@ -61,12 +67,13 @@ def main(home: str | None, log_stderr: bool) -> None:
     lock_fd = take_lock(paths)
     try:
         config = configmod.load(paths.config)
-        ensure_home(home_path)
+        if not home_is_complete(paths):
+            ensure_home(home_path)
         make_runtime_dir(paths)
     except (configmod.ConfigError, HomeError, StoreError) as err:
         fail(Exit.CONFIG, str(err))
 
-    sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=config.log.max_bytes,
+    sink = logs.Sink(paths.log_file, to_stderr=args.log_stderr, max_bytes=config.log.max_bytes,
                      backups=config.log.backups)
     root = logging.getLogger()
     root.addHandler(logs.SinkHandler(sink))

@@ -106,9 +106,12 @@ def test_check_config_and_effective(tmp_path):
     assert run("check-config").returncode == 0
     effective = run("config", "--effective", PULSE_HEARTBEAT_MS="250").stdout
     assert "tick_ms = 2000" in effective and "heartbeat_ms = 250" in effective and "stop_grace_ms = 5000" in effective
+    (home / "config.toml").write_text("[[process]]\nname = 'x'\nmatch = 'x'\nrestrat = ['y']\n")
+    bad = run("check-config")
+    assert bad.returncode == 78 and "unknown key $.process[0].restrat" in bad.stderr
     (home / "config.toml").write_text("[[process]]\nname = 'x'\n")
     bad = run("check-config")
-    assert bad.returncode == 78 and "unknown key $.process" in bad.stderr
+    assert bad.returncode == 78 and "$.process[0]: set exactly one of pidfile or match" in bad.stderr
 
 
 def test_unknown_worker_is_refused(pulsed):
