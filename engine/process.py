@@ -89,10 +89,12 @@ class Engine(Worker):
         if self.engine.watchers:
             from pulse.watching import WatcherRunner
             self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
-            self.vitals = store.open_vitals(self.paths.home / "vitals.db")
+            self.vitals = store.open_vitals(self.paths.vitals_db)
             self.runner = WatcherRunner(self.engine.watchers, vitals_conn=self.vitals, events_conn=self.events,
                                         wake_sock=self.wake, source="engine", config=self.config, log=self.log)
-            self.handlers.update(self.runner.handlers)
+            # One dict for both: the runner adds and drops fds as it goes, and the harness follows them.
+            self.runner.handlers.update(self.handlers)
+            self.handlers = self.runner.handlers
 
     def record_error(self, message: str, target: str = "engine", **data) -> None:
         store.record_error(self.events, "engine", target, message, coalesce_s=self.config.store.error_coalesce_s,

@@ -213,7 +213,7 @@ class Tick(Worker):
     def open(self) -> None:
         t = self.config.timings
         self.events = store.open_events(self.paths.events_db)
-        self.vitals = store.open_vitals(self.paths.home / "vitals.db")
+        self.vitals = store.open_vitals(self.paths.vitals_db)
         self.wake = self.socket(zmq.PULL, self.paths.endpoint("wake"), bind=True, handler=self.on_wake)
         self.engine_sock = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1,
                                        MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)

@@ -1,19 +1,97 @@
 """The watcher process: built-in watchers sense the host (Percept).
 
-Until the pipeline lands it runs the harness alone: ready, heartbeat, clean stop.
-It connects to the tick's wake socket, which it will ring when a vital says so.
+It runs the built-in watchers (pulse.watchers) through a WatcherRunner, which
+writes their samples to vitals.db and rings the tick's wake socket when a
+watcher's should_wake says so. It also garbage-collects vitals.db by age.
+
+Startup stays fast: open() only opens the two databases and the wake socket and
+builds the watcher objects; every collect starts from the loop, after Ready.
+No subprocess is ever started here (nothing to orphan).
 """
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
 
 import zmq
 
+from pulse import store
 from pulse.harness import Worker
+from pulse.watchers import builtin_watchers
+from pulse.watching import WatcherRunner
+
+
+class VitalsGc:
+    """Deletes vitals older than the retention, once at start and then every EVERY_S.
+
+    It deletes STEP_ROWS per transaction from the main loop and pauses between
+    steps: each step holds the write lock for milliseconds, and the pause lets
+    other writers (the engine's watchers, this process's own runner) in between,
+    so nobody waits out a whole collection; the loop keeps heartbeating."""
+
+    EVERY_S = 600
+    STEP_ROWS = 1_000
+    PAUSE_S = 0.02
+    RETRY_S = 5           # after a failed step (e.g. the database stayed locked)
+
+    def __init__(self, conn: sqlite3.Connection, retention_s: float, log: logging.Logger, now: float):
+        self.conn, self.retention_s, self.log = conn, retention_s, log
+        self.due = now
+        self.cutoff: float | None = None   # wall time: rows older than this go, fixed for one collection
+        self.deleted = 0
+
+    def next_timer(self) -> float:
+        return self.due
+
+    def on_timer(self, now: float) -> None:
+        if now < self.due:
+            return
+        if self.cutoff is None:
+            self.cutoff, self.deleted = time.time() - self.retention_s, 0
+        try:
+            n = store.gc_vitals_step(self.conn, self.cutoff, self.STEP_ROWS)
+        except sqlite3.Error as err:
+            self.log.warning("vitals gc: %s; retrying in %d s", err, self.RETRY_S)
+            self.due = now + self.RETRY_S
+            return
+        self.deleted += n
+        if n == self.STEP_ROWS:
+            self.due = now + self.PAUSE_S
+            return
+        if self.deleted:
+            self.log.info("vitals gc: deleted %d vitals older than %.1f h", self.deleted, self.retention_s / 3600)
+        self.cutoff, self.due = None, now + self.EVERY_S
 
 
 class Watcher(Worker):
     name = "watcher"
 
     def open(self) -> None:
-        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
+        self.vitals = store.open_vitals(self.paths.vitals_db)
+        self.events = store.open_events(self.paths.events_db)
+        # Reconnect fast (10 ms, backing off to 200 ms): until the connection to the tick is up,
+        # IMMEDIATE makes a wake fail instead of queueing, and the runner has to offer it again.
+        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1,
+                                RECONNECT_IVL=10, RECONNECT_IVL_MAX=200)
+        self.runner = WatcherRunner(builtin_watchers(self.config), vitals_conn=self.vitals, events_conn=self.events,
+                                    wake_sock=self.wake, source=self.name, config=self.config, log=self.log)
+        # The runner adds and drops fds as they come and go (a pidfd per live critical process);
+        # sharing its dict keeps the harness's poll set exact at every turn of the loop.
+        self.runner.handlers.update(self.handlers)
+        self.handlers = self.runner.handlers
+        self.gc = VitalsGc(self.vitals, self.config.store.vitals_retention_h * 3600, self.log, time.monotonic())
+
+    def next_timer(self) -> float | None:
+        return min(t for t in (self.runner.next_timer(), self.gc.next_timer()) if t is not None)
+
+    def on_timer(self, now: float) -> None:
+        self.runner.on_timer(now)
+        self.gc.on_timer(now)
 
     def close(self) -> None:
+        self.runner.close()
         self.wake.close()
+        self.vitals.close()
+        self.events.close()

@@ -132,3 +132,36 @@ def test_broken_module_is_an_error_naming_file_and_line_and_the_rest_loads(pulse
     assert "SyntaxError" in messages["engine:rules/a_broken.py"]["message"]
     assert messages["engine:rules/b_fails.py"]["line"] == 2
     assert "RuntimeError: at import" in messages["engine:rules/b_fails.py"]["message"]
+
+
+def test_engine_watchers_write_vitals_and_wake_the_tick(pulsed):
+    if not (pulsed.home / "engine").exists():
+        subprocess.run([PULSECTL, "--home", str(pulsed.home), "init"], check=True, capture_output=True, timeout=60)
+    (pulsed.home / "engine" / "watchers" / "queue.py").write_text(textwrap.dedent("""
+        from pulse.engine.api import Watcher
+
+        class QueueDepth(Watcher):
+            name = "queue-depth"
+            key = "engine:queue-depth"
+            interval_ms = 100
+
+            def collect(self):
+                return {"depth": 42}
+
+            def should_wake(self, window):
+                return len(window) == 1      # the first sample rings the tick
+
+        WATCHERS = [QueueDepth()]
+    """))
+    (pulsed.home / "config.toml").write_text('[log]\nlevel = "debug"\n')
+    pulsed.start(env={"PULSE_TICK_MS": "60000", "PULSE_TICK_MS_MAX": "60000"})
+    import sqlite3
+    def sample():
+        conn = sqlite3.connect(f"file:{pulsed.home / 'vitals.db'}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT data FROM vitals WHERE key = 'engine:queue-depth'").fetchone()
+        finally:
+            conn.close()
+    import json
+    assert json.loads(wait_for(sample, 10, what="the engine watcher's vital")[0]) == {"depth": 42}
+    wait_for(lambda: "woken by engine (engine:queue-depth)" in pulsed.log_text(), 10, what="the tick woken")

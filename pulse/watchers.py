@@ -1,0 +1,423 @@
+"""The built-in (P0) watchers: system-resource, process-alive, network, error-log.
+
+Each is an `engine.api.Watcher` with one key. `collect()` runs in a pool thread
+of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
+`should_wake()` runs on its main loop and is a pure function of the window.
+Every `should_wake` here fires on an *edge*, not on a level: a host pinned at
+96 % CPU, a process that stays dead, a target that stays down ring the tick
+once when they change, not at every sample (the tick sees the level in its
+snapshot anyway).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable
+
+import psutil
+
+from pulse import config as configmod
+from pulse.engine.api import Watcher
+from pulse.wire import Vital
+
+
+def builtin_watchers(config: configmod.Config) -> list[Watcher]:
+    """One watcher per key: the host, each configured process, network target and log file."""
+    interval = config.timings.watcher_interval_ms
+    return [
+        SystemResource(config.watch, interval),
+        *(ProcessAlive(p, interval) for p in config.process),
+        *(Network(t, interval) for t in config.watch.network),
+        *(ErrorLog(e, interval) for e in config.watch.error_log),
+    ]
+
+
+def previous_and_latest(window: list[Vital]) -> tuple[dict | None, dict | None]:
+    """The data of the last two samples in the window (oldest first); None where there is none."""
+    latest = window[-1].data if window else None
+    previous = window[-2].data if len(window) >= 2 else None
+    return previous, latest
+
+
+# -- system-resource -----------------------------------------------------------------------------------
+
+CPU_FIRST_SAMPLE_S = 0.2   # cpu % is a rate: the first sample measures over this, in its thread
+
+
+def cpu_busy_and_total(times: Any) -> tuple[float, float]:
+    """psutil's own formula: guest time is already counted in user; idle and iowait are not busy."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return total - idle, total
+
+
+def cpu_pct(before: Any, after: Any) -> float:
+    busy0, total0 = cpu_busy_and_total(before)
+    busy1, total1 = cpu_busy_and_total(after)
+    if total1 <= total0:
+        return 0.0
+    return round(min(100.0, max(0.0, (busy1 - busy0) / (total1 - total0) * 100)), 1)
+
+
+def over(data: dict | None, field: str, limit: float) -> bool:
+    value = None if data is None else data.get(field)
+    return isinstance(value, (int, float)) and value > limit
+
+
+def crossed(previous: dict | None, latest: dict | None, thresholds: dict[str, float]) -> list[str]:
+    """Fields over their threshold now and not in the previous sample (none: a first sample counts)."""
+    return [f for f, limit in thresholds.items() if over(latest, f, limit) and not over(previous, f, limit)]
+
+
+class SystemResource(Watcher):
+    """cpu, memory, swap and disk use, and the load average.
+
+    Wakes the tick when cpu_pct, memory_pct or disk_pct goes over its threshold
+    (`[watch]`) between the previous sample and the latest: an edge, so a host
+    that stays over rings once, not every interval."""
+
+    name = key = "system-resource"
+
+    def __init__(self, watch: configmod.Watch, interval_ms: int):
+        self.interval_ms = interval_ms
+        self.disk_path = watch.disk_path
+        self.thresholds = {"cpu_pct": watch.cpu_pct, "memory_pct": watch.memory_pct, "disk_pct": watch.disk_pct}
+        self._cpu_times: Any = None   # only the (one) collect thread of this watcher touches it
+
+    def collect(self) -> dict[str, Any]:
+        before = self._cpu_times
+        if before is None:
+            before = psutil.cpu_times()
+            time.sleep(CPU_FIRST_SAMPLE_S)
+        self._cpu_times = psutil.cpu_times()
+        data: dict[str, Any] = {
+            "cpu_pct": cpu_pct(before, self._cpu_times),
+            "cpus": psutil.cpu_count(),
+            "load": [round(x, 2) for x in os.getloadavg()],
+            "memory_pct": psutil.virtual_memory().percent,
+            "swap_pct": psutil.swap_memory().percent,
+            "disk_path": self.disk_path,
+        }
+        try:   # a missing or broken disk_path costs the disk figure, not the whole sample
+            data["disk_pct"] = psutil.disk_usage(self.disk_path).percent
+        except OSError as err:
+            data["disk_pct"], data["disk_error"] = None, f"{type(err).__name__}: {err}"
+        return data
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        return bool(crossed(*previous_and_latest(window), self.thresholds))
+
+
+# -- process-alive ---------------------------------------------------------------------------------------
+
+RECHECK_INTERVAL_MS = 100   # after a death, sample this often ...
+RECHECK_FOR_S = 10          # ... for this long
+
+
+def living(pid: int) -> psutil.Process | None:
+    """The process `pid` if it runs; a zombie has died (its parent has not reaped it yet)."""
+    try:
+        proc = psutil.Process(pid)
+    except (psutil.NoSuchProcess, ValueError):
+        return None
+    try:
+        return None if proc.status() == psutil.STATUS_ZOMBIE else proc
+    except psutil.NoSuchProcess:   # ZombieProcess is one too
+        return None
+    except psutil.AccessDenied:    # another user's process: it exists, so it lives
+        return proc
+
+
+def find_by_pidfile(path: str) -> tuple[psutil.Process | None, str]:
+    """(the live process whose pid the file holds, or None; why not)."""
+    try:
+        pid = int(Path(path).read_text().split()[0])
+    except FileNotFoundError:
+        return None, f"no pidfile {path}"
+    except (OSError, ValueError, IndexError) as err:
+        return None, f"pidfile {path} unreadable: {err}"
+    if pid <= 0:
+        return None, f"pidfile {path} holds no valid pid ({pid})"
+    proc = living(pid)
+    return proc, "" if proc else f"pid {pid} (from {path}) is not running"
+
+
+def find_by_match(pattern: re.Pattern) -> tuple[psutil.Process | None, int, str]:
+    """(the oldest live process whose command line matches, or None; how many match; why not).
+
+    The oldest: a server's forked workers match its pattern too, and it is their parent we watch."""
+    me, best, count = os.getpid(), None, 0
+    for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
+        info = proc.info
+        if proc.pid == me or info["status"] == psutil.STATUS_ZOMBIE or not info["cmdline"]:
+            continue
+        if pattern.search(" ".join(info["cmdline"])):
+            count += 1
+            if best is None or (info["create_time"] or 0) < (best.info["create_time"] or 0):
+                best = proc
+    return best, count, "" if best else f"no process matches {pattern.pattern!r}"
+
+
+def open_pidfd(pid: int, since: float | None) -> int | None:
+    """A pidfd for `pid`, if it is still the process that started at `since` (pids are reused)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:   # gone already (ProcessLookupError), or no pidfd here: the interval and rechecks remain
+        return None
+    try:
+        if since is not None and psutil.Process(pid).create_time() != since:
+            os.close(fd)
+            return None
+    except psutil.NoSuchProcess:
+        pass   # it died after the pidfd was opened: the pidfd is readable, which is what we want
+    return fd
+
+
+def died(window: list[Vital]) -> bool:
+    """The latest sample is dead and the previous one (if the window has one) was alive."""
+    previous, latest = previous_and_latest(window)
+    return latest is not None and not latest.get("alive") and (previous is None or bool(previous.get("alive")))
+
+
+class ProcessAlive(Watcher):
+    """A critical process from `[[process]]`, found by pidfile or by a regex over its command line.
+
+    Its death is learned from the kernel: while it lives, the watcher holds a pidfd
+    (its `event_fd`), which the runner polls; the pidfd turns readable the moment
+    the process exits, and the runner samples at once and rings the tick.
+
+    After a death the watcher samples every RECHECK_INTERVAL_MS for RECHECK_FOR_S:
+    whoever restarts the process (an executor, systemd, an operator) usually does
+    so within seconds, and the new process's pidfd should be armed then, not at
+    the next interval (a minute, on a quiet host), or a second quick death would
+    again be learned late."""
+
+    def __init__(self, process: configmod.Process, interval_ms: int):
+        self.process = process
+        self.name = self.key = f"process-alive:{process.name}"
+        self.pattern = re.compile(process.match) if process.match else None
+        self._interval_ms = interval_ms
+        self._recheck_until = 0.0
+        self._was_alive: bool | None = None
+        self.event_fd: int | None = None       # a pidfd of the live process; main thread only
+        self._pidfd_pid: int | None = None
+
+    @property
+    def interval_ms(self) -> int:
+        return RECHECK_INTERVAL_MS if time.monotonic() < self._recheck_until else self._interval_ms
+
+    def collect(self) -> dict[str, Any]:
+        if self.pattern is not None:
+            proc, count, why = find_by_match(self.pattern)
+        else:
+            (proc, why), count = find_by_pidfile(self.process.pidfile), None
+        if proc is None:
+            return {"alive": False, "pid": None, "reason": why}
+        data = {"alive": True, "pid": proc.pid, "since": proc.create_time()}
+        if count is not None:
+            data["matches"] = count
+        return data
+
+    def after_sample(self, data: dict[str, Any]) -> None:
+        """On the main thread: hold a pidfd on the live process, drop it when it is gone or replaced."""
+        alive, pid = bool(data.get("alive")), data.get("pid")
+        if self.event_fd is not None and (not alive or pid != self._pidfd_pid):
+            self._close_pidfd()
+        if alive and self.event_fd is None:
+            self.event_fd = open_pidfd(pid, data.get("since"))
+            self._pidfd_pid = pid if self.event_fd is not None else None
+            if self.event_fd is None:   # it died (or was replaced) between collect and now: look again soon
+                self._recheck_until = time.monotonic() + RECHECK_FOR_S
+        if self._was_alive and not alive:
+            self._recheck_until = time.monotonic() + RECHECK_FOR_S
+        self._was_alive = alive
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        return died(window)
+
+    def _close_pidfd(self) -> None:
+        fd, self.event_fd, self._pidfd_pid = self.event_fd, None, None
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        self._close_pidfd()
+
+
+# -- network ---------------------------------------------------------------------------------------------
+
+def check_target(target: configmod.NetworkTarget) -> dict[str, Any]:
+    """DNS resolution of the host (the url's host if no host is set), then an HTTP GET of the url.
+
+    ok: the name resolves and, if a url is set, it answers below 400 (redirects followed).
+    getaddrinfo has no timeout of its own: the runner's timeout_s reports it hung."""
+    host = target.host or urllib.parse.urlsplit(target.url).hostname
+    data: dict[str, Any] = {"ok": False, "dns_ok": None, "http_status": None, "latency_ms": None, "error": None}
+    t0 = time.monotonic()
+    if host:
+        try:
+            socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            data["dns_ok"] = True
+        except (OSError, UnicodeError) as err:   # socket.gaierror is an OSError; an unencodable name a UnicodeError
+            data.update(dns_ok=False, error=f"dns: {err}", latency_ms=elapsed_ms(t0))
+            return data
+    if target.url:
+        request = urllib.request.Request(target.url, method="GET", headers={"User-Agent": "pulse-watcher"})
+        try:
+            with urllib.request.urlopen(request, timeout=target.timeout_s) as response:
+                data["http_status"] = response.status
+        except urllib.error.HTTPError as err:
+            data.update(http_status=err.code, error=f"http: {err.code} {err.reason}")
+        except (OSError, http.client.HTTPException, ValueError) as err:   # refused, timeout, TLS, garbage, bad url
+            data["error"] = f"http: {getattr(err, 'reason', err)}"
+    data["latency_ms"] = elapsed_ms(t0)
+    data["ok"] = data["dns_ok"] is not False and (not target.url or (data["http_status"] or 999) < 400)
+    return data
+
+
+def elapsed_ms(t0: float) -> float:
+    return round((time.monotonic() - t0) * 1000, 1)
+
+
+def ok_changed(window: list[Vital]) -> bool:
+    """ok flipped between the previous and the latest sample; with no previous one, up is assumed."""
+    previous, latest = previous_and_latest(window)
+    if latest is None:
+        return False
+    return bool(latest.get("ok")) != (True if previous is None else bool(previous.get("ok")))
+
+
+class Network(Watcher):
+    """An outbound target from `[[watch.network]]`. A fresh install configures none.
+    Wakes the tick when the target goes down or comes back."""
+
+    def __init__(self, target: configmod.NetworkTarget, interval_ms: int):
+        self.target = target
+        self.name = self.key = f"network:{target.name}"
+        self.interval_ms = interval_ms
+        self.timeout_s = 2 * target.timeout_s + 1   # DNS and HTTP may each take up to the target's timeout
+
+    def collect(self) -> dict[str, Any]:
+        return check_target(self.target)
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        return ok_changed(window)
+
+
+# -- error-log -------------------------------------------------------------------------------------------
+
+MAX_READ_BYTES = 8 * 1024 * 1024   # per sample; the rest is read at the next one
+KEPT_LINES = 5                     # matched lines a vital carries, the newest ...
+KEPT_LINE_CHARS = 300              # ... each cut to this
+
+
+class Tail:
+    """Lines appended to a file, followed by path across rotation and truncation.
+
+    The first read starts at the end of the file: history is not news. A file that
+    appears later (or replaces a rotated one) is read from its start. On rotation
+    (the path now names another inode) the old file is read to its end first, so
+    lines written just before the rename are not lost. Truncation is seen as a size
+    below our offset; a file truncated and then refilled past our offset between
+    two reads cannot be told from one that grew (as with `tail -F`). A last line
+    without its newline waits for it (or for a rotation)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = None
+        self.identity: tuple[int, int] | None = None
+        self.partial = b""
+        self.started = False
+
+    def read_lines(self) -> list[bytes]:
+        lines = self._read_more() if self.file is not None else []
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.started = True   # rotated away and not yet recreated: keep the old file until it is
+            return lines
+        if self.identity != (st.st_dev, st.st_ino):
+            at_end = not self.started
+            lines += self._finish_partial()
+            self._reopen(at_end)
+            lines += self._read_more()
+        elif st.st_size < self.file.tell():
+            self.file.seek(0)
+            self.partial = b""
+            lines += self._read_more()
+        self.started = True
+        return lines
+
+    def _reopen(self, at_end: bool) -> None:
+        self.close()
+        self.file = open(self.path, "rb")
+        st = os.fstat(self.file.fileno())
+        self.identity = (st.st_dev, st.st_ino)
+        if at_end:
+            self.file.seek(0, os.SEEK_END)
+
+    def _read_more(self) -> list[bytes]:
+        chunk = self.file.read(MAX_READ_BYTES)
+        if not chunk:
+            return []
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        return lines
+
+    def _finish_partial(self) -> list[bytes]:
+        line, self.partial = self.partial, b""
+        return [line] if line else []
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def count_keywords(lines: Iterable[bytes], keywords: list[str]) -> dict[str, Any]:
+    """matches: lines with at least one keyword; by_keyword: lines containing each keyword
+    (case-sensitive); lines: the last few matched lines, cut."""
+    needles = [(k, k.encode()) for k in keywords]
+    by_keyword = {k: 0 for k in keywords}
+    matched: list[bytes] = []
+    read = 0
+    for line in lines:
+        read += 1
+        hits = [k for k, needle in needles if needle in line]
+        for k in hits:
+            by_keyword[k] += 1
+        if hits:
+            matched.append(line)
+    kept = [line.decode("utf-8", "replace").rstrip("\r")[:KEPT_LINE_CHARS] for line in matched[-KEPT_LINES:]]
+    return {"matches": len(matched), "by_keyword": by_keyword, "lines": kept, "lines_read": read}
+
+
+class ErrorLog(Watcher):
+    """A log file from `[[watch.error_log]]`: keyword matches since the previous sample.
+    Wakes the tick whenever the newest sample has matches."""
+
+    def __init__(self, log: configmod.ErrorLog, interval_ms: int):
+        self.name = self.key = f"error-log:{log.name}"
+        self.path = Path(log.path)
+        self.keywords = list(log.keywords)
+        self.interval_ms = interval_ms
+        self.tail = Tail(self.path)   # only the (one) collect thread of this watcher touches it
+
+    def collect(self) -> dict[str, Any]:
+        data = count_keywords(self.tail.read_lines(), self.keywords)
+        data["path"] = str(self.path)
+        data["exists"] = self.path.exists()
+        return data
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        return bool(window) and window[-1].data.get("matches", 0) > 0
+
+    def close(self) -> None:
+        self.tail.close()
