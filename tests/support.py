@@ -135,6 +135,21 @@ class Pulsed:
             conn.close()
         return [e for e in out if (type is None or e["type"] == type) and (target is None or e["target"] == target)]
 
+    def vital(self, key: str, check=lambda data: True):
+        """The latest vital of `key` if `check(data)` holds, else None."""
+        path = self.home / "vitals.db"
+        if not path.exists():
+            return None
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT data FROM vitals WHERE key = ? ORDER BY ts DESC LIMIT 1", (key,)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        finally:
+            conn.close()
+        data = json.loads(row[0]) if row else None
+        return data if data is not None and check(data) else None
+
     def forkserver_pid(self) -> int:
         kids = psutil.Process(self.proc.pid).children()
         pid = next(p.pid for p in kids if "forkserver" in " ".join(p.cmdline()))
