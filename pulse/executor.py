@@ -1,27 +1,461 @@
-"""The executor process: claims effects and carries them out (Execute).
+"""The executor process: claims effects from events.db and carries them out (Execute; DESIGN §4, §7).
 
-Until the pipeline lands it runs the harness alone. It already owns the
-doorbell socket and its DEALER to the engine's RPC socket (engine executors).
+The main loop (the harness's: it heartbeats, so nothing here may block it):
+  scan      on the doorbell, every executor_scan_interval_ms (the doorbell's fallback: a lost
+            doorbell costs latency, never an effect), and soon after an effect is put back.
+            Read the open effects; settle orphans (executing under a dead claimer); expire
+            pending effects past their deadline; dispatch the rest, oldest first, keeping
+            up to executor_concurrency in flight so a slow effect blocks nothing.
+  built-in  kinds (pulse.executors) go to a runner thread: claim (a transaction that fails if
+            someone claimed first), run with the effect's timeout, record acked or failed.
+  engine    any other kind goes to the engine's executors (RunExecutor over the engine RPC,
+            with an absolute deadline; replies matched by id, late ones dropped). It is claimed
+            only once a Pong shows the engine can take it: while the engine is down such an
+            effect stays pending, unclaimed, until its deadline expires it.
+  results   threads hand back what became of each effect through a pipe the loop polls; an
+            ended effect rings the tick's wake socket, so rules see outcomes at once.
+
+Threads: executor_concurrency runners and one bookkeeper (orphans, expiry, the claims and results
+of engine effects), each with its own events.db connection at synchronous FULL: the claim of a
+non-idempotent effect must survive power loss, or the effect could run twice. The loop's own
+connection only reads. Threads live as long as the process, because PR_SET_PDEATHSIG of the
+processes effects start fires when the thread that started them exits. A database error in a
+thread crashes the executor on purpose: pulsed restarts it and the successor settles what was in flight.
+
+Claimer ids are "pid:start-ticks@boot-id", so a successor can tell a claimer is dead even across
+pid reuse or a reboot. An orphan (its claimer dead) is settled by first killing what is left of
+its recorded process group (and awaiting it; still alive: left for the next scan), then: idempotent
+→ put back to pending (it runs again: at least once); not idempotent → failed, reason "interrupted"
+(at most once; never silently twice). That happens at startup and at every scan.
+
+Stopping (SIGTERM): the loop ends and the process exits. Effects still running die with it
+(PDEATHSIG) and the next executor settles them as orphans. Processes restart-process started
+detached are the exception by design: they are the restarted services, not leftovers, and must
+outlive Pulse (see pulse.executors).
 """
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import logging
+import os
+import queue
+import sqlite3
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import zmq
 
-from pulse import wire
+from pulse import executors, store, wire
 from pulse.harness import Worker
 
+SOURCE = "executor"
+SCAN_LIMIT = 1_000               # open effects read per scan; more are picked up by the next ones
+RESCAN_SOON_S = 0.05             # after an effect is put back, or a scan did not hold every pending effect
+ENGINE_TRUST_S = 2.0             # any reply from the engine vouches for it this long
+PING_RETRY_S = 0.2               # an unreachable engine is asked again no sooner than this
+CLOCK_SLACK_S = 2.0              # process start times are known to about a second (btime is whole seconds)
+MAX_ENGINE_REPLY = 1024 * 1024   # what the engine can send back
+TERMINAL = ("acked", "failed", "expired")
+
+log = logging.getLogger("pulse.executor")
+
+
+# -- claimers ----------------------------------------------------------------------------------------
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of a process, or None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[19])
+
+
+def boot_id() -> str:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def claimer_id(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    stat = _stat(pid)
+    if stat is None:
+        raise ProcessLookupError(pid)
+    return f"{pid}:{stat[1]}@{boot_id()}"
+
+
+def claimer_alive(claimer: str | None, boot: str) -> bool:
+    """Is the process that made this claim still running? An id in another form can never be shown alive."""
+    pid, _, rest = (claimer or "").partition(":")
+    ticks, _, claimer_boot = rest.partition("@")
+    if claimer_boot != boot or not pid.isdigit() or not ticks.isdigit():
+        return False
+    stat = _stat(int(pid))
+    return stat is not None and stat[1] == int(ticks) and stat[0] not in ("Z", "X")
+
+
+# -- threads -----------------------------------------------------------------------------------------
+
+@dataclass
+class Done:
+    """A thread's word to the loop about one effect.
+
+    outcome: acked | failed | expired (ended) · requeued (pending again) · lost (someone else
+    has it, or it already ended) · kept (an orphan whose processes are not gone yet) ·
+    claimed (an engine effect, ours to send) · crashed (the thread hit an error: stop)."""
+    effect_id: str
+    outcome: str
+    effect: wire.Effect | None = None
+
+
+Job = Callable[[sqlite3.Connection], Done]
+
+
+class Pool:
+    """Long-lived threads running jobs, each thread with its own events.db connection (FULL)."""
+
+    def __init__(self, size: int, name: str, db_path: Path, deliver: Callable[[Done], None]):
+        self.jobs: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
+        self.db_path, self.deliver = db_path, deliver
+        for i in range(size):
+            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True).start()
+
+    def submit(self, effect_id: str, job: Job) -> None:
+        self.jobs.put((effect_id, job))
+
+    def _loop(self) -> None:
+        conn = None
+        while True:
+            effect_id, job = self.jobs.get()
+            try:
+                conn = conn or store.open_events(self.db_path, "FULL")
+                done = job(conn)
+            except Exception:
+                log.exception("effect %s: the executor cannot go on", effect_id)
+                done = Done(effect_id, "crashed")
+            self.deliver(done)
+
+
+@dataclass
+class EngineCall:
+    effect: wire.Effect
+    expires: float               # time.monotonic(): no answer by then, and it is settled without one
+
+
+# -- the worker --------------------------------------------------------------------------------------
 
 class Executor(Worker):
     name = "executor"
 
     def open(self) -> None:
-        self.doorbell = self.socket(zmq.PULL, self.paths.endpoint("doorbell"), bind=True, handler=self.on_doorbell)
-        self.engine = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1)
+        t = self.config.timings
+        self.concurrency = t.executor_concurrency
+        self.scan_s = t.executor_scan_interval_ms / 1000
+        self.rpc_deadline_s = t.engine_rpc_deadline_ms / 1000
+        self.boot = boot_id()
+        self.claimer = claimer_id()
+        self.objects = getattr(self.paths, "objects", self.paths.home / "objects")
+        self.process_names = {p.name for p in self.config.process}
+        self.db = store.open_events(self.paths.events_db, "FULL")   # the loop only reads with it
 
-    def on_doorbell(self) -> None:
-        message = self.receive(self.doorbell.recv(), wire.Doorbell, "doorbell")
-        if message is not None:
-            self.log.debug("doorbell from %s", message.source)
+        self.results: collections.deque[Done] = collections.deque()
+        self.results_r, self.results_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.handlers[self.results_r] = self.on_results
+        self.runners = Pool(self.concurrency, "runner", self.paths.events_db, self.deliver)
+        self.bookkeeper = Pool(1, "bookkeeper", self.paths.events_db, self.deliver)
+
+        self.doorbell = self.socket(zmq.PULL, self.paths.endpoint("doorbell"), bind=True, handler=self.on_doorbell)
+        self.engine = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False,
+                                  handler=self.on_engine_reply, IMMEDIATE=1, MAXMSGSIZE=MAX_ENGINE_REPLY)
+        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
+
+        self.in_flight: dict[str, str] = {}                 # effect id → kind: dispatched, not yet over
+        self.booked: set[str] = set()                       # effect ids with a bookkeeping job queued
+        self.candidates: dict[str, wire.Effect] = {}        # pending at the last scan, not yet dispatched
+        self.more_pending = False                           # the last scan did not hold them all
+        self.engine_calls: dict[int, EngineCall] = {}
+        self.rpc_ids = itertools.count(1)
+        self.ping: tuple[int, float] | None = None          # (request id, monotonic deadline)
+        self.next_ping = 0.0
+        self.engine_trusted_until = 0.0
+        self.detached: collections.deque[subprocess.Popen] = collections.deque()   # reaped when they exit
+        self.next_scan = time.monotonic()                   # the first scan settles orphans at once
+        self.log.info("claimer %s, %d effects at once", self.claimer, self.concurrency)
 
     def close(self) -> None:
-        self.doorbell.close()
-        self.engine.close()
+        # Runner threads are left as they are: the process exits next, and the processes they
+        # started die with it (PDEATHSIG); the next executor settles those effects.
+        for sock in (self.doorbell, self.engine, self.wake):
+            sock.close()
+        self.db.close()
+
+    # -- timers and inputs -------------------------------------------------------------------------
+
+    def next_timer(self) -> float | None:
+        times = [self.next_scan, *(call.expires for call in self.engine_calls.values())]
+        if self.ping is not None:
+            times.append(self.ping[1])
+        return min(times)
+
+    def on_timer(self, now: float) -> None:
+        if self.ping is not None and now >= self.ping[1]:
+            self.ping = None                 # unanswered: asked again when an engine effect waits
+        for request_id in [r for r, call in self.engine_calls.items() if call.expires <= now]:
+            effect = self.engine_calls.pop(request_id).effect
+            self.book(effect.id, functools.partial(self.after_no_answer, effect))
+        if now >= self.next_scan:
+            self.scan(now)
+
+    def on_doorbell(self) -> None:
+        rang = False
+        while True:
+            try:
+                frame = self.doorbell.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            message = self.receive(frame, wire.Doorbell, "doorbell")
+            if message is not None:
+                self.log.debug("doorbell from %s", message.source)
+                rang = True
+        if rang:
+            self.scan(time.monotonic())
+
+    def deliver(self, done: Done) -> None:
+        """From any thread: queue a result and wake the loop."""
+        self.results.append(done)
+        try:
+            os.write(self.results_w, b".")
+        except BlockingIOError:
+            pass             # the pipe is full, so the loop is woken already
+
+    def on_results(self) -> None:
+        try:
+            while os.read(self.results_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        now, ended = time.monotonic(), False
+        while self.results:
+            done = self.results.popleft()
+            self.booked.discard(done.effect_id)
+            if done.outcome == "crashed":
+                raise RuntimeError(f"a database error while handling effect {done.effect_id} (logged above)")
+            if done.outcome == "claimed":
+                self.call_engine(done.effect, now)
+                continue
+            self.in_flight.pop(done.effect_id, None)
+            ended = ended or done.outcome in TERMINAL
+            if done.outcome == "requeued":
+                self.next_scan = min(self.next_scan, now + RESCAN_SOON_S)
+        if ended:
+            self.ring_tick()
+        self.dispatch(now)
+
+    def ring_tick(self) -> None:
+        try:
+            self.wake.send(wire.encode(wire.Wake(SOURCE, "effect-ended")), zmq.NOBLOCK)
+        except zmq.Again:
+            pass             # no tick right now: it reads the outcomes when it runs
+
+    # -- scan and dispatch -------------------------------------------------------------------------
+
+    def book(self, effect_id: str, job: Job) -> None:
+        self.booked.add(effect_id)
+        self.bookkeeper.submit(effect_id, job)
+
+    def scan(self, now: float) -> None:
+        self.next_scan = now + self.scan_s
+        self.reap_detached()
+        try:
+            executing = store.open_effects(self.db, "executing", limit=SCAN_LIMIT)
+            pending = store.open_effects(self.db, "pending", limit=SCAN_LIMIT)
+        except sqlite3.OperationalError as err:     # e.g. busy while another process recovers the WAL
+            self.log.warning("scan of events.db failed (%s); again at the next scan", err)
+            return
+        for effect, _, claimer, pgid in executing:
+            if claimer != self.claimer and effect.id not in self.booked and not claimer_alive(claimer, self.boot):
+                self.book(effect.id, functools.partial(self.settle_orphan, effect, claimer, pgid))
+        self.more_pending = len(pending) == SCAN_LIMIT
+        wall = time.time()
+        self.candidates = {}
+        for effect, *_ in pending:
+            if effect.id in self.in_flight or effect.id in self.booked:
+                continue
+            if effect.deadline <= wall:
+                self.book(effect.id, functools.partial(self.expire, effect))
+            else:
+                self.candidates[effect.id] = effect
+        self.dispatch(now)
+
+    def dispatch(self, now: float) -> None:
+        """Start pending effects, oldest first, while fewer than executor_concurrency are in flight."""
+        slots = self.concurrency - len(self.in_flight)
+        engine_ready = now < self.engine_trusted_until
+        for effect in list(self.candidates.values()):
+            if slots <= 0:
+                break
+            if effect.kind in executors.BUILTIN:
+                pool, job = self.runners, functools.partial(self.run_builtin, effect)
+            elif engine_ready:
+                pool, job = self.bookkeeper, functools.partial(self.claim_for_engine, effect)
+            else:
+                self.ask_engine(now)          # it stays pending (unclaimed) until the engine answers
+                continue
+            del self.candidates[effect.id]
+            self.in_flight[effect.id] = effect.kind
+            pool.submit(effect.id, job)
+            slots -= 1
+        if slots > 0 and self.more_pending and not self.candidates:
+            self.next_scan = min(self.next_scan, now + RESCAN_SOON_S)
+
+    def reap_detached(self) -> None:
+        for _ in range(len(self.detached)):
+            proc = self.detached.popleft()
+            if proc.poll() is None:
+                self.detached.append(proc)
+
+    # -- the engine's executors --------------------------------------------------------------------
+
+    def send_engine(self, message) -> bool:
+        try:
+            self.engine.send(wire.encode(message), zmq.NOBLOCK)
+            return True
+        except zmq.Again:    # IMMEDIATE: no engine connected
+            self.engine_trusted_until = 0.0
+            return False
+
+    def ask_engine(self, now: float) -> None:
+        if self.ping is not None or now < self.next_ping:
+            return
+        self.next_ping = now + PING_RETRY_S
+        request_id = next(self.rpc_ids)
+        if self.send_engine(wire.Ping(request_id, time.time() + self.rpc_deadline_s)):
+            self.ping = (request_id, now + self.rpc_deadline_s)
+
+    def call_engine(self, effect: wire.Effect, now: float) -> None:
+        timeout = executors.effect_timeout(effect, self.config.timings.effect_timeout_s)
+        request_id = next(self.rpc_ids)
+        if not self.send_engine(wire.RunExecutor(request_id, time.time() + timeout, effect)):
+            # Nothing reached the engine, so nothing ran: the claim is undone, whatever the effect.
+            self.book(effect.id, functools.partial(self.unclaim, effect, "engine-unreachable"))
+            return
+        self.engine_calls[request_id] = EngineCall(effect, now + timeout + self.rpc_deadline_s)
+
+    def on_engine_reply(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                frame = self.engine.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            reply = self.receive(frame, wire.EngineReply, "engine")
+            if reply is None:
+                continue
+            self.engine_trusted_until = now + ENGINE_TRUST_S
+            if self.ping is not None and reply.id == self.ping[0]:
+                self.ping = None
+            call = self.engine_calls.pop(reply.id, None)
+            if call is not None:
+                self.book(call.effect.id, functools.partial(self.finish_engine, call.effect, reply))
+            elif not isinstance(reply, wire.Pong):
+                self.log.info("dropped a late reply from the engine (request %d)", reply.id)
+        self.dispatch(now)
+
+    # -- jobs (in threads; each gets that thread's connection) -------------------------------------
+
+    def finish(self, conn: sqlite3.Connection, effect: wire.Effect, state: str, data: dict) -> Done:
+        ended = store.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
+        if ended and state == "failed":
+            self.log.warning("%s effect %s failed: %s", effect.kind, effect.id, data.get("error"))
+        return Done(effect.id, state if ended else "lost")
+
+    def expire(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+        ended = store.finish_effect(conn, effect.id, "expired", SOURCE, from_states=("pending",),
+                                    reason="deadline", deadline=effect.deadline)
+        return Done(effect.id, "expired" if ended else "lost")
+
+    def run_builtin(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+        if effect.deadline <= time.time():
+            return self.expire(effect, conn)
+        refused = executors.refusal(effect, self.config.allow, self.process_names)
+        if refused is not None:      # never claimed: it never ran
+            ended = store.finish_effect(conn, effect.id, "failed", SOURCE, from_states=("pending",),
+                                        reason="not-allowed", error=refused, origin=effect.origin)
+            if ended:
+                self.log.warning("%s effect %s from %s refused: %s", effect.kind, effect.id, effect.origin, refused)
+            return Done(effect.id, "failed" if ended else "lost")
+        if store.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
+            return Done(effect.id, "lost")
+        ctx = executors.Context(self.config, self.objects,
+                                executors.effect_timeout(effect, self.config.timings.effect_timeout_s),
+                                paths=self.paths,
+                                started=lambda pgid: store.record_pgid(conn, effect.id, pgid),
+                                detached=self.detached.append)
+        began = time.monotonic()
+        try:
+            state, data = "acked", executors.BUILTIN[effect.kind](effect, ctx)
+        except executors.EffectFailed as failure:
+            state, data = "failed", {**failure.data, "reason": failure.reason, "error": failure.error}
+        except (sqlite3.Error, store.StoreError):
+            raise
+        except Exception as err:     # a bug in an executor fails its effect, not the executor
+            self.log.exception("%s effect %s raised", effect.kind, effect.id)
+            state, data = "failed", {"reason": "error", "error": f"{type(err).__name__}: {err}"}
+        data["duration_s"] = round(time.monotonic() - began, 3)
+        return self.finish(conn, effect, state, data)
+
+    def claim_for_engine(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+        if effect.deadline <= time.time():
+            return self.expire(effect, conn)
+        claimed = store.claim_effect(conn, effect.id, self.claimer, SOURCE)
+        return Done(effect.id, "claimed", claimed) if claimed is not None else Done(effect.id, "lost")
+
+    def finish_engine(self, effect: wire.Effect, reply, conn: sqlite3.Connection) -> Done:
+        if not isinstance(reply, wire.ExecutorResult):
+            return self.finish(conn, effect, "failed", {
+                "reason": "engine", "error": f"the engine answered run-executor with {type(reply).__name__}"})
+        if reply.ok:
+            return self.finish(conn, effect, "acked", {"result": reply.result})
+        if reply.unknown_kind:
+            return self.finish(conn, effect, "failed", {
+                "reason": "unknown-kind", "error": f"unknown kind {effect.kind!r}: no executor knows it"})
+        return self.finish(conn, effect, "failed", {
+            "reason": "engine", "error": reply.error or "the engine's executor failed", "result": reply.result})
+
+    def after_no_answer(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+        """The engine did not answer in time: it may or may not have run the effect."""
+        if effect.idempotent:
+            return self.unclaim(effect, "engine-no-answer", conn)
+        return self.finish(conn, effect, "failed", {
+            "reason": "engine-no-answer", "error": "no answer from the engine in time; not idempotent, not retried"})
+
+    def unclaim(self, effect: wire.Effect, reason: str, conn: sqlite3.Connection) -> Done:
+        requeued = store.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE, reason)
+        return Done(effect.id, "requeued" if requeued else "lost")
+
+    def settle_orphan(self, effect: wire.Effect, claimer: str | None, pgid: int | None,
+                      conn: sqlite3.Connection) -> Done:
+        if pgid is not None and not executors.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):
+            self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",
+                             effect.id, pgid, claimer)
+            return Done(effect.id, "kept")
+        if effect.idempotent:
+            requeued = store.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
+            if requeued:
+                self.log.info("%s effect %s interrupted (claimer %s died): runs again", effect.kind, effect.id,
+                              claimer)
+            return Done(effect.id, "requeued" if requeued else "lost")
+        ended = store.finish_claimed_effect(
+            conn, effect.id, claimer, "failed", SOURCE, reason="interrupted", dead_claimer=claimer,
+            error="interrupted: its executor died while it ran; not idempotent, so not run again")
+        if ended:
+            self.log.warning("%s effect %s interrupted (claimer %s died): failed", effect.kind, effect.id, claimer)
+        return Done(effect.id, "failed" if ended else "lost")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,8 +29,8 @@ def put(root: Path, data: bytes) -> str:
     if path.exists():
         return f"sha256:{digest}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f"{TMP_PREFIX}{os.getpid()}-{digest[:8]}"
-    with open(tmp, "wb") as f:
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)   # unique: threads may store the same bytes
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

@@ -39,6 +39,8 @@ def set_title(title: str) -> None:
 
 def _child_dies_with_parent() -> None:   # runs between fork and exec (ctypes is loaded by then)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for signum in (signal.SIGINT, signal.SIGHUP):   # the worker ignores them; ignored survives exec
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def start_child(argv: Sequence[str], **popen) -> "subprocess.Popen":

@@ -33,10 +33,11 @@ def pending_or_handled(curr: Snapshot, effects: Sequence[Effect], kind: str, tar
     return handled(effects, kind, target) or handled(curr.pending, kind, target)
 
 
-def notify(rule: str, target: str, title: str, message: str, **extra) -> Effect:
-    """A notification, marked with the rule that sent it (the snapshot remembers it per rule and target)."""
+def notify(curr: Snapshot, rule: str, target: str, title: str, message: str, **extra) -> Effect:
+    """A notification, marked with the rule that sent it (the snapshot remembers it per rule and target).
+    It may wait a day in the queue: a webhook needs the network, which may be what is down."""
     return Effect(kind="notify", target=target, origin="survival", idempotent=True,
-                  params={"rule": rule, "title": title, "message": message, "deadline_s": NOTIFY_DEADLINE_S, **extra})
+                  deadline=curr.ts + NOTIFY_DEADLINE_S, params={"rule": rule, "title": title, "message": message, **extra})
 
 
 def may_notify(curr: Snapshot, rule: str, target: str, every_s: float, since: float | None = None) -> bool:
@@ -95,7 +96,7 @@ def panic_rollback(config: Config):
                 and not pending_or_handled(curr, (), "engine-rollback", "engine")):
             reason = f"{life.corrective_streak} survival repairs failed in a row since the promote"
             return [rollback_effect("panic-rollback", life.last_known_good, reason),
-                    notify("panic-rollback", "engine", "Engine rolled back (panic)",
+                    notify(curr, "panic-rollback", "engine", "Engine rolled back (panic)",
                            f"{reason}; rolling back to the last known good {life.last_known_good[:12]}")], None
         return await inner(prev, curr)
     return rule
@@ -117,7 +118,7 @@ def auto_rollback(config: Config):
                 and not pending_or_handled(curr, (), "engine-rollback", "engine")):
             reason = f"{curr.engine.errors} errors and {life.crashes} crashes within {s.auto_rollback_window_s:g}s of the promote"
             return [rollback_effect("auto-rollback", life.before, reason),
-                    notify("auto-rollback", "engine", "Engine rolled back",
+                    notify(curr, "auto-rollback", "engine", "Engine rolled back",
                            f"{reason}; rolling back to {life.before[:12]}")], None
         return await inner(prev, curr)
     return rule
@@ -152,7 +153,7 @@ def process_watchdog(config: Config):
                 continue   # this death was seen before the last restart ended: wait for a fresh sample
             streak = failure_streak(history, "restart-process")
             if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
-                effects = effects + [notify("process-watchdog", name, f"{name} does not come back",
+                effects = effects + [notify(curr, "process-watchdog", name, f"{name} does not come back",
                                             f"{len(streak)} restarts of {name} failed in a row; still trying",
                                             last_error=streak[-1].error)]
             wait = backoff_s(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
@@ -193,7 +194,7 @@ def resource_guard(config: Config):
         if cooled:
             effects = effects + [e for e in wanted if not pending_or_handled(curr, effects, e.kind, target)]
         if "disk" in over and may_notify(curr, "resource-guard", "disk", s.notify_every_s):
-            effects = effects + [notify("resource-guard", "disk", "Disk nearly full",
+            effects = effects + [notify(curr, "resource-guard", "disk", "Disk nearly full",
                                         f"disk at {vital.data.get('disk_pct')} % (threshold {s.disk_pct} %)")]
         return effects, tick_ms
     return rule
@@ -220,7 +221,7 @@ def llm_watchdog(config: Config):
         first_failure = curr.history[f"network:{llm.target}"][-failing].ts
         since_restart = [o for o in restarts if o.ts >= first_failure]
         if since_restart and may_notify(curr, "llm-watchdog", target, s.notify_every_s, first_failure):
-            effects = effects + [notify("llm-watchdog", target, "LLM endpoint does not come back",
+            effects = effects + [notify(curr, "llm-watchdog", target, "LLM endpoint does not come back",
                                         f"{failing} failed health checks in a row, even after a restart")]
         if not since_restart and not pending_or_handled(curr, effects, "exec", target):
             effects = effects + [Effect(kind="exec", target=target, origin="survival",
@@ -248,10 +249,10 @@ def network_watchdog(config: Config):
             if handled(effects, "notify", f"{name}:down") or handled(effects, "notify", f"{name}:up"):
                 continue
             if not vital.data.get("ok", True) and down_at <= up_at:
-                effects = effects + [notify("network-watchdog", f"{name}:down", f"{name} is down",
+                effects = effects + [notify(curr, "network-watchdog", f"{name}:down", f"{name} is down",
                                             vital.data.get("error") or "unreachable")]
             elif vital.data.get("ok", True) and down_at > up_at:
-                effects = effects + [notify("network-watchdog", f"{name}:up", f"{name} is back", "reachable again")]
+                effects = effects + [notify(curr, "network-watchdog", f"{name}:up", f"{name} is back", "reachable again")]
         return effects, tick_ms
     return rule
 
@@ -275,7 +276,7 @@ def error_escalate(config: Config):
             tick_ms = sooner(tick_ms, s.error_tick_ms)
             if not handled(effects, "notify", name) and may_notify(curr, "error-escalate", name, s.notify_every_s):
                 lines = vital.data.get("lines") or []
-                effects = effects + [notify("error-escalate", name, f"Errors in {name}",
+                effects = effects + [notify(curr, "error-escalate", name, f"Errors in {name}",
                                             f"{vital.data['matches']} matching lines", lines=lines[-5:])]
         return effects, tick_ms
     return rule
@@ -288,7 +289,7 @@ def engine_failed_notice(config: Config):
         effects, tick_ms = await inner(prev, curr)
         failed_at = curr.engine.failed_at
         if curr.engine.state == "failed" and failed_at and may_notify(curr, "engine-failed", "engine", 0, failed_at):
-            effects = effects + [notify("engine-failed", "engine", "Engine failed",
+            effects = effects + [notify(curr, "engine-failed", "engine", "Engine failed",
                                         f"the engine crashed {curr.engine.restarts} times; retrying slowly")]
         return effects, tick_ms
     return rule

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from pulse import rules, store, survival, wire
+from pulse import rules, store, survival, tasks, wire
 from pulse.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
@@ -223,6 +223,7 @@ class Tick(Worker):
         self.ballast = self.paths.home / "ballast"
         keep_ballast(self.ballast, self.config.survival.ballast_mb)
         self.projections = Projections()
+        self.task_book = tasks.TaskBook() if tasks.SENSE_KEY in self.config.tick.sense else None
         self.fold()
         self.loop = asyncio.new_event_loop()
         self.chain = rules.compose(survival.survival_rules(self.config), self.inner)
@@ -269,7 +270,10 @@ class Tick(Worker):
         self.fold()
         p = self.projections
         now = time.time()
+        extras = tasks.snapshot_extras(self.events, self.task_book) if self.task_book is not None else {}
         return wire.Snapshot(
+            pending_tasks=extras.get("pending-tasks"),
+            agent_capability_stats=extras.get("agent-capability-stats", {}),
             tick=self.count, ts=now,
             vitals=store.latest_vitals(self.vitals, self.config.tick.sense),
             pending=list(p.pending.values()),

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from pulse.tasks import AgentCapabilityStats, PendingTasks
+
 T = TypeVar("T")
 STATUS_VERSION = 1
 
@@ -175,6 +177,9 @@ class Snapshot(msgspec.Struct, kw_only=True):
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
+    # Only when the tick's sense keys include "pending-tasks":
+    pending_tasks: PendingTasks | None = None
+    agent_capability_stats: dict[str, AgentCapabilityStats] = msgspec.field(default_factory=dict)
 
 
 class Ping(msgspec.Struct, tag="ping"):

@@ -53,8 +53,9 @@ def test_signal(pulsed, worker, fault):
 @pytest.mark.parametrize("fault", INJECTED)
 def test_injected(pulsed, worker, fault):
     pulsed.start(env={"PULSE_TEST_INJECT": f"{worker}:{fault}", "PULSE_READY_TIMEOUT_MS": "1500"}, wait=False)
+    # the faulty first start may look running for a moment (exit-N comes right after ready): wait it out
+    exited = wait_for(lambda: pulsed.events("worker-exited", worker), 10, what="the faulty start's exit")
     assert_all_working(pulsed)
-    exited = wait_for(lambda: pulsed.events("worker-exited", worker), 5, what="the faulty start's exit")
     data = exited[0]["data"]
     expected = {"exit-0": (0, None), "exit-1": (1, None), "crash-before-ready": (1, None),
                 "hang-before-ready": (None, signal.SIGABRT)}[fault]

@@ -51,9 +51,10 @@ def cli(ctx: click.Context, home: str | None, timeout: float) -> None:
     ctx.obj = Context(home, timeout)
 
 
-from pulse.cli import configcmd, daemon, engine, init, logs, pipeline, status, systemd, workers  # noqa: E402
+from pulse.cli import (configcmd, daemon, engine, init, logs, maintenance, mcp, pipeline, status,  # noqa: E402
+                       systemd, tasks, workers)
 
-for module in (status, workers, pipeline, engine, daemon, logs, systemd, init, configcmd):
+for module in (status, workers, pipeline, engine, daemon, logs, systemd, init, configcmd, tasks, maintenance, mcp):
     for command in module.COMMANDS:
         cli.add_command(command)
 

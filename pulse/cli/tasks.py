@@ -1,0 +1,183 @@
+"""`pulsectl task add|list|show|close|give-up`: the work Pulse hands to agents.
+
+A task is its task-* events in events.db; these commands append them through the
+checked path (pulse.tasks.record), so an illegal move is refused with its reason
+and nothing is written. Exit codes: 0 done; 1 refused or no such task; 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from pulse.cli import Context, pass_ctx
+
+
+def _task_arg(ctx, param, value: str) -> str:
+    from pulse.tasks import parse_task_id
+    try:
+        return parse_task_id(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+task_arg = click.argument("task", callback=_task_arg)
+
+
+def _fail(message: str, code: int = 1):
+    click.echo(f"pulsectl: {message}", err=True)
+    sys.exit(code)
+
+
+def _writable(ctx: Context):
+    from pulse import store
+    if not ctx.home.is_dir():
+        _fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
+    return store.open_events(ctx.paths.events_db)
+
+
+def _readonly(ctx: Context):
+    from pulse import store
+    try:
+        return store.open_readonly(ctx.paths.events_db)
+    except store.StoreError as err:
+        _fail(str(err))
+
+
+def _ring_tick(ctx: Context, reason: str) -> None:
+    """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
+    import zmq
+
+    from pulse import wire
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 200)
+    sock.setsockopt(zmq.IMMEDIATE, 1)
+    try:
+        sock.connect(ctx.paths.endpoint("wake"))
+        sock.send(wire.encode(wire.Wake("pulsectl", reason)), zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass   # no tick: it finds the task at its next tick anyway
+    finally:
+        sock.close()
+
+
+def _line(t) -> str:
+    return f"{t.id:<10} {t.status:<9} {t.priority:>4}  {t.project:<16} {t.agent or '-':<12} {t.title}"
+
+
+HEADER = f"{'ID':<10} {'STATUS':<9} {'PRIO':>4}  {'PROJECT':<16} {'AGENT':<12} TITLE"
+
+
+def _number(task_id: str) -> int:
+    return int(task_id.rpartition("-")[2])
+
+
+@click.group()
+def task() -> None:
+    """Tasks Pulse hands to agents: add, list, show, close, give up."""
+
+
+@task.command()
+@click.option("--project", required=True, help="What the task belongs to.")
+@click.option("--title", required=True, help="One line that says what to do.")
+@click.option("--prompt", required=True, help="The agent's instructions ('-' reads them from stdin).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@pass_ctx
+def add(ctx: Context, project: str, title: str, prompt: str, priority: int) -> None:
+    """Add a pending task; prints its id."""
+    from pulse import tasks
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        _fail("--prompt is empty", 2)
+    state = tasks.create(_writable(ctx), project, title, prompt, priority, source="pulsectl")
+    _ring_tick(ctx, f"{state.id} created")
+    click.echo(state.id)
+
+
+@task.command(name="list")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["pending", "assigned", "executing", "acked", "closed", "given_up"]),
+              help="Only tasks in this status (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines, one task each.")
+@pass_ctx
+def list_(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
+    """Every task, oldest first."""
+    import msgspec
+
+    from pulse import tasks
+    states = sorted(tasks.load_all(_readonly(ctx)).values(), key=lambda t: _number(t.id))
+    chosen = [t for t in states if not statuses or t.status in statuses]
+    if as_json:
+        for t in chosen:
+            click.echo(msgspec.json.encode(t).decode())
+        return
+    click.echo(HEADER)
+    for t in chosen:
+        click.echo(_line(t))
+
+
+@task.command()
+@task_arg
+@click.option("--json", "as_json", is_flag=True, help="The task as JSON, with its events.")
+@pass_ctx
+def show(ctx: Context, task: str, as_json: bool) -> None:
+    """One task: its fields and its history."""
+    import msgspec
+
+    from pulse import store, tasks
+    from pulse.cli.pipeline import iso
+    conn = _readonly(ctx)
+    history = store.task_history(conn, task)
+    state = tasks.fold_tasks(history).get(task)
+    if state is None:
+        _fail(f"{task}: no such task")
+    if as_json:
+        body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history]}
+        click.echo(json.dumps(body))
+        return
+    for name in ("id", "project", "title", "status", "priority", "agent", "last_agent", "failures", "attempts",
+                 "error"):
+        value = getattr(state, name)
+        if value not in (None, ""):
+            click.echo(f"{name + ':':<12} {value}")
+    if state.result is not None:
+        click.echo(f"{'result:':<12} {json.dumps(state.result)}")
+    click.echo("prompt:")
+    for line in state.prompt.splitlines() or [""]:
+        click.echo(f"  {line}")
+    click.echo("history:")
+    for ev in history:
+        data = {k: v for k, v in ev.data.items() if k != "prompt"}
+        click.echo(f"  {iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
+
+
+def _record(ctx: Context, task: str, type: str, **data) -> None:
+    from pulse import tasks
+    try:
+        state = tasks.record(_writable(ctx), task, type, "pulsectl", **data)
+    except tasks.IllegalTransition as err:
+        _fail(str(err))
+    click.echo(f"{task}: {state.status}")
+
+
+@task.command()
+@task_arg
+@pass_ctx
+def close(ctx: Context, task: str) -> None:
+    """Close a task: its result is accepted (acked), or it needs no agent (pending)."""
+    _record(ctx, task, "task-closed", by="operator")
+
+
+@task.command(name="give-up")
+@task_arg
+@click.option("--reason", default="given up by the operator", show_default=True)
+@pass_ctx
+def give_up(ctx: Context, task: str, reason: str) -> None:
+    """Give a task up: no agent will be handed it again."""
+    _record(ctx, task, "task-given-up", by="operator", reason=reason)
+
+
+COMMANDS = [task]

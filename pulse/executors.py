@@ -1,0 +1,552 @@
+"""The built-in executors: one function per effect kind, and the allow-list.
+
+An executor is `run(effect, ctx) -> dict`: the dict is the `effect-acked` event's
+data; raising `EffectFailed(reason, error, **data)` records `effect-failed`
+instead. Executors run in the executor process's worker threads, never in its
+main loop, so they may block (up to the effect's timeout).
+
+Kinds and their params (every argv is a list, never a shell string):
+
+    exec             {"argv": [...], "env": {...}, "cwd": "...", "timeout_s": n}
+                     acked on exit code 0; the event has the code, the last 2 KiB of
+                     output (stdout and stderr merged) and the full output in objects/.
+    notify           {"message": "...", "level": "info", "channels": [names], ...}
+                     to every configured [[notify]] channel (or the named ones):
+                     log | file (a JSON line, fsynced) | webhook (POST JSON, retried) |
+                     command (argv, the JSON on stdin). Acked when every channel took it.
+    restart-process  target = a configured [[process]]; runs its `restart` argv (below).
+    signal           target = a configured [[process]]; {"signal": "SIGHUP"}; found by
+                     its pidfile or match, never by a pid taken from the effect.
+    noop             {}: for benchmarks and tests.
+
+Processes. `exec` and `notify` commands run in their own process group, which is
+recorded in the claim (ctx.started) before the executor waits on them, and die
+with the thread that started them (PR_SET_PDEATHSIG): when the executor dies,
+they die, and its successor kills whatever is left of the group before it
+settles the effect. After the leader exits, what is left of its group is killed
+too: an `exec` effect does not leave processes behind (start daemons with
+restart-process). Children get SIGINT and SIGHUP back at their defaults (the
+worker ignores both, and ignored signals survive exec).
+
+restart-process. Its argv may be a one-shot command (`systemctl restart gw`) or
+the long-running process itself (`sleep 300`). So it always starts detached: its
+own session, stdio on /dev/null, no PDEATHSIG, and no recorded process group: it
+must outlive the executor and Pulse, and a successor must not kill it. It then
+waits a short grace (params `grace_s`, default 1 s, at most the effect's
+timeout): exited by then, its exit code decides acked or failed; still running,
+it is a daemon-style restart, acked with {"detached": true, "pid": ...}. (A
+one-shot command slower than the grace is acked the same way, its exit code
+unseen; the process-alive watcher still sees whether the process came back.)
+Under systemd (INVOCATION_ID set) a process started from a raw argv would land
+in Pulse's cgroup and die with Pulse's next restart, so when `systemd-run` is on
+PATH the argv runs as `systemd-run [--user] --scope --collect --unit=...`: a
+transient scope outside Pulse's cgroup, still our child (so the exit code
+above still means what it says). --user when Pulse does not run as root: a
+user unit's processes belong to the user's manager.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Collection, Sequence
+
+import psutil
+
+from pulse import objects, repairs
+from pulse.config import Allow, Config, Notify, Process
+from pulse.home import Paths
+from pulse.wire import Effect
+
+UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
+TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
+MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept
+DRAIN_AFTER_EXIT_S = 0.2                     # a background child may hold the pipe open: read this long, then stop
+RESTART_GRACE_S = 1.0                        # a restart argv still running after this is a daemon
+END_GROUP_WAIT_S = 2.0
+DEFAULT_SIGNAL = "SIGTERM"
+SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_TEST_INJECT")   # pulsed's, not theirs
+
+log = logging.getLogger("pulse.executor")
+
+
+class EffectFailed(Exception):
+    """The effect ran (or could not) and failed: `reason` is a stable code, `error` says what happened."""
+
+    def __init__(self, reason: str, error: str, **data):
+        super().__init__(error)
+        self.reason, self.error, self.data = reason, error, data
+
+
+@dataclass
+class Context:
+    """What an executor may use besides its effect."""
+    config: Config
+    objects: Path
+    timeout_s: float                                            # this effect may run this long
+    paths: Paths | None = None                                  # the home, for the repairs that act on it
+    started: Callable[[int], None] = lambda pgid: None          # record a process group in the claim
+    detached: Callable[[subprocess.Popen], None] = lambda proc: None   # a process left running on purpose
+    deadline: float = field(init=False)                         # time.monotonic() by which it must be done
+
+    def __post_init__(self):
+        self.deadline = time.monotonic() + self.timeout_s
+
+
+# -- the allow-list ------------------------------------------------------------------------------------
+
+def argv_param(value: object) -> list[str] | None:
+    """An argv from params: a non-empty list of strings, or None."""
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        return value
+    return None
+
+
+def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
+    """Why [allow] refuses this effect ("not-allowed: ..."), or None if it may run.
+
+    Only origins engine and agent are checked. Only built-in kinds are: the others
+    run inside the engine's own executors, with powers the engine has anyway.
+    An `exec` from them must match an allowed argv prefix, and may not set env or
+    cwd (LD_PRELOAD, PATH or a relative program would make the prefix meaningless)
+    unless any_exec; `signal` and `restart-process` reach configured processes only.
+    """
+    if effect.origin not in UNTRUSTED_ORIGINS or effect.kind not in BUILTIN:
+        return None
+    if effect.kind not in allow.kinds:
+        return f"not-allowed: kind {effect.kind!r} is not in allow.kinds"
+    params = effect.params
+    if effect.kind == "exec" and not allow.any_exec:
+        argv = argv_param(params.get("argv"))
+        if argv is None or not any(prefix and argv[:len(prefix)] == prefix for prefix in allow.exec_argv):
+            return f"not-allowed: exec argv {params.get('argv')!r} matches no allow.exec_argv prefix"
+        if params.get("env") or params.get("cwd"):
+            return "not-allowed: exec env and cwd need allow.any_exec"
+    if effect.kind in ("signal", "restart-process") and effect.target not in process_names:
+        return f"not-allowed: {effect.target!r} is not a configured [[process]]"
+    if effect.kind == "signal" and params.get("signal", DEFAULT_SIGNAL) not in allow.signals:
+        return f"not-allowed: signal {params.get('signal')!r} is not in allow.signals"
+    return None
+
+
+def effect_timeout(effect: Effect, default_s: float) -> float:
+    """params.timeout_s, at most effect_timeout_s ("one effect may run this long")."""
+    asked = effect.params.get("timeout_s")
+    if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+        return min(float(asked), default_s)
+    return default_s
+
+
+# -- processes -----------------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_defaults() -> None:      # between fork and exec: no Python objects, plain libc calls
+    _libc.signal(signal.SIGINT, 0)  # SIG_DFL
+    _libc.signal(signal.SIGHUP, 0)
+
+
+def _child_dies_with_thread() -> None:
+    _child_defaults()
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def child_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    env.update(extra or {})
+    return env
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_process(argv: Sequence[str], ctx: Context, *, env: dict | None = None, cwd: str | None = None,
+                stdin_data: bytes | None = None, timeout_s: float | None = None) -> tuple[int | None, bytes, bool]:
+    """Run argv in its own process group; (exit code or None, output, timed out).
+
+    The group is recorded (ctx.started) before waiting. At the timeout, or once the
+    leader has exited, whatever is left of the group is killed; the leader is reaped
+    only after that, so until then the group id cannot have been reused."""
+    timeout_s = ctx.timeout_s if timeout_s is None else timeout_s
+    deadline = min(ctx.deadline, time.monotonic() + timeout_s)
+    try:
+        proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True,
+                                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=_child_dies_with_thread)
+    except OSError as err:
+        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
+    try:
+        ctx.started(proc.pid)
+        if stdin_data is not None:
+            try:
+                proc.stdin.write(stdin_data)   # small (a notification): fits the pipe
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        output, timed_out = _collect(proc, deadline)
+    finally:
+        _kill_group(proc.pid)        # leftovers, or everything at the timeout
+        proc.wait()
+        proc.stdout.close()
+    return (None if timed_out else proc.returncode), output, timed_out
+
+
+def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bool]:
+    """Merged output, and whether the deadline came first.
+
+    Done when the leader has exited (its pidfd says so, without reaping it) and the
+    pipe reached EOF, or DRAIN_AFTER_EXIT_S after the exit if a background child
+    still holds the pipe open."""
+    out = bytearray()
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    pidfd = os.pidfd_open(proc.pid)
+    exited_at, eof = None, False
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ, "output")
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
+            while True:
+                now = time.monotonic()
+                if exited_at is not None and (eof or now - exited_at >= DRAIN_AFTER_EXIT_S):
+                    return bytes(out), False
+                if now >= deadline:
+                    return bytes(out), True
+                wait = deadline - now if exited_at is None else min(deadline, exited_at + DRAIN_AFTER_EXIT_S) - now
+                for key, _ in sel.select(wait):
+                    if key.data == "exit":
+                        exited_at = time.monotonic()
+                        sel.unregister(pidfd)
+                        continue
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        out += chunk[:max(0, MAX_OUTPUT - len(out))]
+                    else:
+                        eof = True
+                        sel.unregister(fd)
+    finally:
+        os.close(pidfd)
+
+
+def tail(output: bytes) -> str:
+    return output[-TAIL_BYTES:].decode("utf-8", "replace")
+
+
+_objects_lock = threading.Lock()   # objects.put names its temporary file by pid: one writer per process at a time
+
+
+def store_output(root: Path, output: bytes) -> str:
+    with _objects_lock:
+        return objects.put(root, output)
+
+
+def group_members(pgid: int, not_before: float) -> list[psutil.Process]:
+    """Live processes of group `pgid` started at or after `not_before` (wall time).
+
+    Older ones cannot be the effect's: the group id was reused."""
+    out = []
+    for proc in psutil.process_iter(["create_time", "status"]):
+        try:
+            if (proc.info["status"] != psutil.STATUS_ZOMBIE and proc.info["create_time"] >= not_before
+                    and os.getpgid(proc.pid) == pgid):
+                out.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def end_group(pgid: int, not_before: float, wait_s: float = END_GROUP_WAIT_S) -> bool:
+    """SIGKILL what is left of an effect's process group and await it; True once none is alive."""
+    members = group_members(pgid, not_before)
+    for proc in members:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [p for p in members if _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return not alive
+        time.sleep(0.05)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# -- configured processes ------------------------------------------------------------------------------
+
+def configured_process(config: Config, name: str | None) -> Process:
+    for proc in config.process:
+        if proc.name == name:
+            return proc
+    raise EffectFailed("bad-params", f"{name!r} is not a configured [[process]]")
+
+
+def find_processes(process: Process) -> list[psutil.Process]:
+    """The running processes of a configured process: by its pidfile, or its match over the command line."""
+    if process.pidfile is not None:
+        try:
+            pid = int(Path(process.pidfile).read_text().split()[0])
+            found = [psutil.Process(pid)]
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return []
+        return [p for p in found if _alive(p)]
+    pattern = re.compile(process.match or "")
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.pid == os.getpid():
+            continue
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if cmdline and pattern.search(cmdline) and _alive(proc):
+            out.append(proc)
+    return out
+
+
+def outside_pulse(argv: Sequence[str], unit: str, environ: dict, systemd_run: str | None, uid: int) -> list[str]:
+    """argv, or under systemd its `systemd-run --scope` form, so it does not die with Pulse's cgroup."""
+    if not environ.get("INVOCATION_ID") or not systemd_run:
+        return list(argv)
+    return [systemd_run, *([] if uid == 0 else ["--user"]), "--scope", "--collect", "--quiet",
+            f"--unit={unit}", "--", *argv]
+
+
+def unit_name(process: str, effect_id: str) -> str:
+    return "pulse-restart-" + re.sub(r"[^A-Za-z0-9:_.-]", "-", process) + "-" + effect_id[:8]
+
+
+# -- the executors ----------------------------------------------------------------------------------------
+
+def run_noop(effect: Effect, ctx: Context) -> dict:
+    return {}
+
+
+def run_exec(effect: Effect, ctx: Context) -> dict:
+    params = effect.params
+    argv = argv_param(params.get("argv"))
+    if argv is None:
+        raise EffectFailed("bad-params", "exec needs params.argv: a non-empty list of strings")
+    env = params.get("env") or {}
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise EffectFailed("bad-params", "exec params.env must map strings to strings")
+    cwd = params.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise EffectFailed("bad-params", "exec params.cwd must be a string")
+    code, output, timed_out = run_process(argv, ctx, env=env, cwd=cwd)
+    data = {"code": code, "tail": tail(output), "output": store_output(ctx.objects, output), "bytes": len(output)}
+    if timed_out:
+        raise EffectFailed("timeout", f"timed out after {ctx.timeout_s:g}s; its process group was killed", **data)
+    if code != 0:
+        what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        raise EffectFailed("exit", what, **data)
+    return data
+
+
+def run_restart(effect: Effect, ctx: Context) -> dict:
+    process = configured_process(ctx.config, effect.target)
+    if not process.restart:
+        raise EffectFailed("bad-params", f"[[process]] {process.name!r} has no restart argv")
+    argv = outside_pulse(process.restart, unit_name(process.name, effect.id), dict(os.environ),
+                         shutil.which("systemd-run"), os.getuid())
+    try:
+        proc = subprocess.Popen(argv, env=child_env(process.env), cwd=process.cwd, start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                close_fds=True, preexec_fn=_child_defaults)
+    except OSError as err:
+        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
+    grace = effect.params.get("grace_s", RESTART_GRACE_S)
+    grace = min(float(grace) if isinstance(grace, (int, float)) else RESTART_GRACE_S, ctx.timeout_s)
+    try:
+        code = proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        ctx.detached(proc)
+        return {"detached": True, "pid": proc.pid, "argv": argv}
+    if code != 0:
+        what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        raise EffectFailed("exit", f"restart of {process.name!r}: {what}", code=code, argv=argv)
+    return {"code": code, "argv": argv}
+
+
+def run_signal(effect: Effect, ctx: Context) -> dict:
+    process = configured_process(ctx.config, effect.target)
+    name = effect.params.get("signal", DEFAULT_SIGNAL)
+    try:
+        signum = signal.Signals[name] if isinstance(name, str) else None
+    except KeyError:
+        signum = None
+    if signum is None:
+        raise EffectFailed("bad-params", f"unknown signal {name!r}")
+    procs = find_processes(process)
+    if not procs:
+        raise EffectFailed("not-running", f"{process.name!r} is not running")
+    sent = []
+    for proc in procs:
+        try:
+            proc.send_signal(signum)   # psutil checks the pid still names the process it found
+            sent.append(proc.pid)
+        except psutil.Error:
+            pass
+    if not sent:
+        raise EffectFailed("not-running", f"{process.name!r} exited before the signal")
+    return {"signal": signum.name, "pids": sent}
+
+
+# notify ------------------------------------------------------------------------------------------------
+
+def notification(effect: Effect) -> dict:
+    """The JSON every channel gets."""
+    body = {k: v for k, v in effect.params.items() if k not in ("channels", "timeout_s")}
+    return {"effect_id": effect.id, "ts": time.time(), "target": effect.target, "origin": effect.origin, **body}
+
+
+def channel_label(channel: Notify, index: int) -> str:
+    return channel.name or f"{channel.kind}#{index}"
+
+
+def notify_log(channel: Notify, payload: dict, ctx: Context) -> str:
+    level = logging.getLevelName(str(payload.get("level", "info")).upper())
+    log.log(level if isinstance(level, int) else logging.WARNING, "notify: %s",
+            json.dumps(payload, default=str, sort_keys=True))
+    return "logged"
+
+
+def notify_file(channel: Notify, payload: dict, ctx: Context) -> str:
+    line = (json.dumps(payload, default=str, sort_keys=True) + "\n").encode()
+    fd = os.open(channel.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, line)        # one write with O_APPEND: lines from concurrent writers never interleave
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return "appended"
+
+
+def post_json(url: str, body: bytes, headers: dict, timeout_s: float) -> int:
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "pulse", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def notify_webhook(channel: Notify, payload: dict, ctx: Context) -> str:
+    """POST, retried on 5xx, 408, 429 and network errors with doubling backoff, within the effect's deadline."""
+    body = json.dumps(payload, default=str).encode()
+    problem = "no attempt"
+    for attempt in range(1 + max(0, channel.retries)):
+        left = ctx.deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            status = post_json(channel.url, body, channel.headers, min(channel.timeout_s, left))
+        except (urllib.error.URLError, OSError) as err:
+            problem = str(getattr(err, "reason", err))
+        else:
+            if 200 <= status < 300:
+                return f"HTTP {status} after {attempt + 1} attempt(s)"
+            problem = f"HTTP {status}"
+            if 400 <= status < 500 and status not in (408, 429):
+                break                                   # the request itself is wrong: retrying won't help
+        delay = min(0.5 * 2 ** attempt, 5.0)
+        if time.monotonic() + delay >= ctx.deadline:
+            break
+        time.sleep(delay)
+    raise RuntimeError(problem)
+
+
+def notify_command(channel: Notify, payload: dict, ctx: Context) -> str:
+    stdin = (json.dumps(payload, default=str) + "\n").encode()
+    code, output, timed_out = run_process(channel.argv, ctx, stdin_data=stdin, timeout_s=channel.timeout_s)
+    if timed_out:
+        raise RuntimeError(f"timed out after {channel.timeout_s:g}s")
+    if code != 0:
+        raise RuntimeError(f"exit code {code}: {tail(output)[-200:].strip()}")
+    return "exit code 0"
+
+
+CHANNELS = {"log": notify_log, "file": notify_file, "webhook": notify_webhook, "command": notify_command}
+
+
+def run_notify(effect: Effect, ctx: Context) -> dict:
+    wanted = effect.params.get("channels")
+    channels = [(channel_label(c, i), c) for i, c in enumerate(ctx.config.notify)]
+    if wanted is not None:
+        unknown = set(wanted) - {label for label, _ in channels} if isinstance(wanted, list) else {wanted}
+        if unknown:
+            raise EffectFailed("bad-params", f"no such notify channel(s): {sorted(map(str, unknown))}")
+        channels = [(label, c) for label, c in channels if label in wanted]
+    payload = notification(effect)
+    results, failed = {}, []
+    for label, channel in channels:
+        try:
+            results[label] = CHANNELS[channel.kind](channel, payload, ctx)
+        except Exception as err:                     # one broken channel must not keep the others silent
+            results[label] = f"failed: {err}"
+            failed.append(label)
+    if failed:
+        raise EffectFailed("notify", f"notify channel(s) failed: {', '.join(failed)}", channels=results)
+    return {"channels": results}
+
+
+def run_archive(effect: Effect, ctx: Context) -> dict:
+    return repairs.archive(effect.params)
+
+
+def run_cleanup(effect: Effect, ctx: Context) -> dict:
+    return repairs.cleanup(effect.params, ctx.paths, ctx.config)
+
+
+def run_engine_rollback(effect: Effect, ctx: Context) -> dict:
+    """Built in, never the engine's: a rollback is wanted exactly when the engine is broken."""
+    return repairs.engine_rollback(effect.params, ctx.paths)
+
+
+def run_engine_promote(effect: Effect, ctx: Context) -> dict:
+    return repairs.engine_promote(effect.params, ctx.paths, ctx.config)
+
+
+def run_restart_worker(effect: Effect, ctx: Context) -> dict:
+    return repairs.restart_worker(effect.target, ctx.paths)
+
+
+BUILTIN: dict[str, Callable[[Effect, Context], dict]] = {
+    "exec": run_exec,
+    "notify": run_notify,
+    "restart-process": run_restart,
+    "signal": run_signal,
+    "noop": run_noop,
+    "archive": run_archive,
+    "cleanup": run_cleanup,
+    "engine-rollback": run_engine_rollback,
+    "engine-promote": run_engine_promote,
+    "restart-worker": run_restart_worker,
+}

@@ -1,0 +1,508 @@
+"""`pulsectl mcp`: Pulse's tools for an agent, over MCP on stdio, every call through the gate.
+
+Three layers, each usable without the one above it:
+
+- `PulseTools`: what each tool does (pulse.gate.TOOLS says what kind it is). Reads look at
+  events.db, vitals.db, pulse.log and pulsed's status; writes commit an effect with origin
+  `agent` (the executor checks it against [allow]), ring the executor, and return only once
+  the effect has its terminal event. create_task writes Pulse's own state (a task-created
+  event) and reads it back, so it verifies itself.
+- `GatedSession`: one agent session. Each call goes gate.begin → the tool → gate.end, and
+  each step's gate-call / gate-blocked record is appended to events.db (source "mcp",
+  target the session id). `finish` asks the gate whether the session may end.
+- `serve()`: the MCP server (the official `mcp` SDK, imported only here). stdout carries
+  JSON-RPC and nothing else; logging goes to stderr.
+
+SQLite is used from the event loop's thread only (short statements); blocking waits on
+pulsed or psutil run in worker threads; waiting for an effect polls with async sleeps, so
+calls in flight at once really are concurrent (the gate's batch rule sees them together).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+from pulse import gate, store, tasks, wire
+from pulse.config import Config
+from pulse.home import Paths
+
+TERMINAL_EVENTS = ("effect-acked", "effect-failed", "effect-expired")
+NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
+POLL_S = 0.02
+LIST_LIMIT = 200
+
+
+Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
+
+
+class ToolError(Exception):
+    """A tool call that failed. `acted` (writes): whether the host may have changed anyway."""
+
+    def __init__(self, code: str, message: str, acted: bool = False, **details):
+        super().__init__(message)
+        self.code, self.message, self.acted, self.details = code, message, acted, details
+
+    def envelope(self) -> dict:
+        error = {"code": self.code, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return {"ok": False, "error": error}
+
+
+# -- arguments ---------------------------------------------------------------------------------------------
+# name: (JSON type, required, description). The gate classified unknown arguments as writes
+# before a tool ever runs; the tools still refuse them (INVALID_INPUT) rather than ignore them.
+
+P = tuple[str, bool, str]
+PARAMS: dict[str, dict[str, P]] = {
+    "find_process": {"name": ("string", True, "A configured [[process]] name.")},
+    "list_workers": {},
+    "list_tasks": {"status": ("string", False, "Only tasks in this status.")},
+    "status": {},
+    "vitals": {"key": ("string", False, "One vital key, or a prefix ending in *.")},
+    "events": {"type": ("string", False, "Only events of this type."),
+               "target": ("string", False, "Only events about this target."),
+               "since": ("string", False, "An ISO time or a duration such as 10m."),
+               "limit": ("integer", False, "At most this many, newest last (default 50, at most 500).")},
+    "log_tail": {"worker": ("string", False, "Only this process's lines (pulsed, watcher, tick, ...)."),
+                 "lines": ("integer", False, "How many lines (default 50, at most 500).")},
+    "effect": {"id": ("string", True, "The effect id.")},
+    "restart_process": {"name": ("string", True, "A configured [[process]] name.")},
+    "restart_worker": {"name": ("string", True, "watcher, tick, executor or engine.")},
+    "signal_process": {"name": ("string", True, "A configured [[process]] name."),
+                       "signal": ("string", True, "A signal name such as SIGHUP.")},
+    "emit_effect": {"kind": ("string", True, "The effect kind."),
+                    "target": ("string", False, "What it acts on."),
+                    "params": ("object", False, "The effect's parameters."),
+                    "idempotent": ("boolean", False, "Safe to run more than once.")},
+    "promote": {},
+    "rollback": {"to": ("string", False, "A commit of main to return to.")},
+    "create_task": {"project": ("string", True, "What the task belongs to."),
+                    "title": ("string", True, "One line that says what to do."),
+                    "prompt": ("string", True, "The instructions for the agent that takes it."),
+                    "priority": ("integer", False, "Higher runs first (default 0).")},
+    "ask_operator": {"question": ("string", True, "The question, complete in itself.")},
+}
+FINISH_PARAMS: dict[str, P] = {"summary": ("string", True, "What was done and how it was verified.")}
+_JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool}
+
+
+def checked_args(tool: str, args: dict, params: dict[str, P]) -> dict:
+    """The arguments, or ToolError INVALID_INPUT naming what is wrong."""
+    unknown = sorted(set(args) - set(params))
+    if unknown:
+        raise ToolError("INVALID_INPUT", f"{tool} takes no argument {', '.join(unknown)}")
+    for name, (type_, required, _) in params.items():
+        value = args.get(name)
+        if value is None:
+            if required:
+                raise ToolError("INVALID_INPUT", f"{tool} needs {name}")
+            continue
+        if not isinstance(value, _JSON_TYPES[type_]) or (type_ == "integer" and isinstance(value, bool)):
+            raise ToolError("INVALID_INPUT", f"{tool}: {name} must be a {type_}")
+    return args
+
+
+def input_schema(params: dict[str, P]) -> dict:
+    return {"type": "object",
+            "properties": {n: {"type": t, "description": d} for n, (t, _, d) in params.items()},
+            "required": [n for n, (_, r, _) in params.items() if r]}
+
+
+def tool_description(d: gate.Descriptor) -> str:
+    """What the model reads: what the tool does, its kind, and for a write what verifies it."""
+    text = f"{d.description} [{d.kind}]"
+    if d.kind == gate.Kind.WRITE:
+        text += f" Verified by: {d.verified_by}."
+    return text
+
+
+FINISH_DESCRIPTION = ("Say the session's work is done. Refused (UNVERIFIED_WRITE) while a write has not been "
+                      "verified.")
+
+
+# -- the tools ---------------------------------------------------------------------------------------------
+
+class PulseTools:
+    """Every tool of gate.TOOLS, on one Pulse home. `run(name, args)` → the result dict, or ToolError."""
+
+    def __init__(self, paths: Paths, config: Config, events, to_thread: Callable[..., Awaitable[Any]],
+                 sleep: Callable[[float], Awaitable[None]]):
+        self.paths, self.config, self.events = paths, config, events
+        self.to_thread, self.sleep = to_thread, sleep     # anyio's, passed in: this module imports no async lib
+
+    async def run(self, name: str, args: dict, operator: Operator | None = None) -> dict:
+        """`operator`: how the transport reaches a person for ask_operator, if it can."""
+        method = getattr(self, f"tool_{name}", None)
+        if name not in gate.TOOLS or method is None:
+            raise ToolError("NOT_FOUND", f"no tool {name!r}")
+        args = checked_args(name, args, PARAMS[name])
+        return await (method(operator=operator, **args) if name == "ask_operator" else method(**args))
+
+    # -- resolve --------------------------------------------------------------------------
+
+    async def tool_find_process(self, name: str) -> dict:
+        process = next((p for p in self.config.process if p.name == name), None)
+        if process is None:
+            raise ToolError("NOT_FOUND", f"{name!r} is not a configured [[process]]",
+                            configured=[p.name for p in self.config.process])
+        from pulse.executors import find_processes   # the executor's own lookup: what restart and signal act on
+        found = await self.to_thread(find_processes, process)
+        return {"name": name, "alive": bool(found), "checked_at": time.time(),
+                "processes": [{"pid": p.pid, "cmdline": _cmdline(p), "started": _create_time(p)} for p in found],
+                "found_by": f"pidfile {process.pidfile}" if process.pidfile else f"match {process.match!r}"}
+
+    async def tool_list_workers(self) -> dict:
+        status = await self._status()
+        return {"workers": status["workers"], "checked_at": time.time()}
+
+    async def tool_list_tasks(self, status: str | None = None) -> dict:
+        states = sorted(tasks.load_all(self.events).values(), key=lambda t: int(t.id.rpartition("-")[2]))
+        chosen = [t for t in states if status is None or t.status == status][-LIST_LIMIT:]
+        import msgspec
+        return {"tasks": [msgspec.to_builtins(t) for t in chosen], "count": len(chosen)}
+
+    # -- read -----------------------------------------------------------------------------
+
+    async def tool_status(self) -> dict:
+        return await self._status()
+
+    async def tool_vitals(self, key: str | None = None) -> dict:
+        try:
+            conn = store.open_readonly(self.paths.vitals_db)
+        except store.StoreError as err:
+            raise ToolError("NOT_FOUND", str(err)) from None
+        try:
+            latest = store.latest_vitals(conn, [key] if key else ["*"])
+        finally:
+            conn.close()
+        return {"vitals": {k: {"ts": v.ts, "data": v.data} for k, v in sorted(latest.items())}}
+
+    async def tool_events(self, type: str | None = None, target: str | None = None, since: str | None = None,
+                          limit: int | None = None) -> dict:
+        limit = min(max(limit or 50, 1), 500)
+        since_ts = _since(since) if since else None
+        last = store.last_event_id(self.events)
+        first = 0 if since_ts is not None else max(0, last - 5_000)   # bounded: the last 5,000 events at most
+        found = [e for e in store.read_events(self.events, after_id=first, types=(type,) if type else (),
+                                              since_ts=since_ts, limit=100_000)
+                 if target is None or e.target == target]
+        return {"events": [_event(e) for e in found[-limit:]]}
+
+    async def tool_log_tail(self, worker: str | None = None, lines: int | None = None) -> dict:
+        from pulse.logs import log_files
+        lines = min(max(lines or 50, 1), 500)
+        tail: list[str] = []
+        for path in log_files(self.paths.log_file):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                tail = (tail + [line.rstrip("\n") for line in f if _from(line, worker)])[-lines:]
+        return {"lines": tail}
+
+    async def tool_effect(self, id: str) -> dict:
+        state = store.effect_state(self.events, id)
+        if state is None:
+            raise ToolError("NOT_FOUND", f"no effect {id!r}")
+        import msgspec
+        body = next((e for e, _ in store.list_effects(self.events, limit=1_000) if e.id == id), None)
+        # its terminal event comes after it was created: start the search there (ids grow with time)
+        after = max(0, store.first_id_since(self.events, body.created) - 1) if body else 0
+        return {"id": id, "state": state, "effect": msgspec.to_builtins(body) if body else None,
+                "outcome": self._outcome(id, after)}
+
+    # -- write ----------------------------------------------------------------------------
+
+    async def tool_restart_process(self, name: str) -> dict:
+        return await self._effect(wire.Effect(kind="restart-process", target=name))
+
+    async def tool_restart_worker(self, name: str) -> dict:
+        return await self._effect(wire.Effect(kind="restart-worker", target=name, idempotent=True))
+
+    async def tool_signal_process(self, name: str, signal: str) -> dict:
+        return await self._effect(wire.Effect(kind="signal", target=name, params={"signal": signal}))
+
+    async def tool_emit_effect(self, kind: str, target: str | None = None, params: dict | None = None,
+                               idempotent: bool | None = None) -> dict:
+        result = await self._effect(wire.Effect(kind=kind, target=target, params=params or {},
+                                                idempotent=bool(idempotent)))
+        if kind in gate.SELF_VERIFYING_KINDS:   # acked: the acknowledgement is the whole change
+            result["verification"] = {"ok": True, "by": f"{kind} acked"}
+        return result
+
+    async def tool_promote(self) -> dict:
+        return await self._effect(wire.Effect(kind="engine-promote", target="engine", params={"by": "agent"}))
+
+    async def tool_rollback(self, to: str | None = None) -> dict:
+        params = {"reason": "requested by the agent", **({"to": to} if to else {})}
+        return await self._effect(wire.Effect(kind="engine-rollback", target="engine", params=params))
+
+    async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
+        import msgspec
+        created = tasks.create(self.events, project, title, prompt, priority or 0, source="agent")
+        again = tasks.load(self.events, created.id)    # read back: the verification is in the result
+        ok = again is not None and (again.project, again.title, again.prompt) == (project, title, prompt)
+        _ring(self.paths, "wake", wire.Wake("mcp", f"{created.id} created"))
+        return {"task": msgspec.to_builtins(again or created),
+                "verification": {"ok": ok, "by": "read back from events.db"}}
+
+    # -- user input -----------------------------------------------------------------------
+
+    async def tool_ask_operator(self, question: str, operator: Operator | None) -> dict:
+        if operator is None:
+            raise ToolError("NO_OPERATOR", "no operator can answer in this session")
+        return {"question": question, "answer": await operator(question)}
+
+    # -- helpers --------------------------------------------------------------------------
+
+    async def _status(self) -> dict:
+        from pulse import client
+        import msgspec
+        try:
+            reply = await self.to_thread(client.request, self.paths, wire.GetStatus(), 3.0)
+        except client.Unreachable as err:
+            raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", str(err)) from None
+        return msgspec.to_builtins(reply.status)
+
+    async def _effect(self, effect: wire.Effect) -> dict:
+        """Commit an effect of origin agent, ring the executor, wait for its terminal event."""
+        from pulse.client import daemon_pid
+        if daemon_pid(self.paths) is None:
+            raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", f"pulsed is not running on {self.paths.home}")
+        t = self.config.timings
+        effect = store.new_effect(effect, "agent", t.effect_deadline_s)
+        mark = store.last_event_id(self.events)
+        store.commit_effects(self.events, [effect], "mcp")
+        _ring(self.paths, "doorbell", wire.Doorbell("mcp"))
+        give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
+        while (state := store.effect_state(self.events, effect.id)) in store.OPEN_STATES:
+            if time.monotonic() >= give_up:
+                raise ToolError("EXECUTION_FAILED", f"effect {effect.id} still {state}; its outcome is unknown",
+                                acted=True, effect_id=effect.id)
+            await self.sleep(POLL_S)
+        outcome = self._outcome(effect.id, mark)
+        result = {"effect_id": effect.id, "kind": effect.kind, "target": effect.target, "state": state,
+                  "outcome": outcome}
+        if state != "acked":
+            reason = (outcome or {}).get("reason")
+            raise ToolError("ACTION_NOT_ALLOWED" if reason == "not-allowed" else "EXECUTION_FAILED",
+                            f"effect {effect.id} ({effect.kind}) {state}"
+                            + (f": {outcome.get('error') or reason}" if outcome else ""),
+                            acted=state == "failed" and reason not in NOT_RUN_REASONS, **result)
+        return result
+
+    def _outcome(self, effect_id: str, after_id: int) -> dict | None:
+        """The data of the effect's terminal event (requeued failures are not terminal)."""
+        for ev in store.read_events(self.events, after_id=after_id, types=TERMINAL_EVENTS, limit=100_000):
+            if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
+                return {"type": ev.type, **ev.data}
+        return None
+
+
+def _ring(paths: Paths, socket: str, message) -> None:
+    """A doorbell, dropped when nobody listens: the receiver's scan finds the work anyway."""
+    import zmq
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 200)
+    sock.setsockopt(zmq.IMMEDIATE, 1)
+    try:
+        sock.connect(paths.endpoint(socket))
+        sock.send(wire.encode(message), zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass
+    finally:
+        sock.close()
+
+
+def _since(text: str) -> float:
+    import click
+
+    from pulse.cli.pipeline import parse_since
+    try:
+        return parse_since(text)
+    except click.BadParameter as err:
+        raise ToolError("INVALID_INPUT", str(err.message)) from None
+
+
+def _event(ev: wire.Event) -> dict:
+    return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
+
+
+def _from(line: str, worker: str | None) -> bool:
+    parts = line.split(" ", 2)
+    return worker is None or (len(parts) > 1 and parts[1].startswith(worker + "["))
+
+
+def _cmdline(proc) -> list[str]:
+    try:
+        return proc.cmdline()
+    except Exception:   # gone or not ours since the lookup: the pid still says what was found
+        return []
+
+
+def _create_time(proc) -> float | None:
+    try:
+        return proc.create_time()
+    except Exception:
+        return None
+
+
+# -- one gated session ------------------------------------------------------------------------------------
+
+class GatedSession:
+    """gate.begin → the tool → gate.end, every step recorded in events.db."""
+
+    def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time):
+        self.tools = tools
+        self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", gate.TOOLS, clock)
+
+    def record(self, *records: gate.Record) -> None:
+        store.append_events(self.tools.events, [store.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
+
+    async def call(self, name: str, args: Any, operator: Operator | None = None) -> tuple[dict, str]:
+        """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
+        or {"ok": false, "error": {"code": ..., ...}}; a block's code leads its text."""
+        args = args if args is not None else {}
+        if name == "finish":
+            return self.finish(args)
+        admitted = self.gate.begin(name, args)
+        if isinstance(admitted, gate.Blocked):
+            self.record(*admitted.records)
+            return admitted.error, admitted.text()
+        try:
+            data = await self.tools.run(name, args, operator)
+        except ToolError as err:
+            self.record(self.gate.end(admitted.ticket, False, None, err.acted))
+            return err.envelope(), f"{err.code}: {err.message}\n{json.dumps(err.envelope(), default=str)}"
+        except Exception as err:   # a bug here must not leave the call in flight, or hide a write that acted
+            write = admitted.call.kind == gate.Kind.WRITE
+            self.record(self.gate.end(admitted.ticket, False, None, acted=write))
+            failed = ToolError("EXECUTION_FAILED", f"{type(err).__name__}: {err}")
+            return failed.envelope(), f"{failed.code}: {failed.message}"
+        self.record(self.gate.end(admitted.ticket, True, data))
+        envelope = {"ok": True, "data": data}
+        return envelope, json.dumps(envelope, default=str)
+
+    def reset(self, keep_progress: bool = False) -> None:
+        """The operator's reset (never a tool: the agent cannot wear its own gate down)."""
+        self.record(self.gate.reset(keep_progress))
+
+    def finish(self, args: dict) -> tuple[dict, str]:
+        try:
+            checked_args("finish", args, FINISH_PARAMS)
+        except ToolError as err:
+            return err.envelope(), f"{err.code}: {err.message}"
+        outcome = self.gate.finish(args)
+        if isinstance(outcome, gate.Blocked):
+            self.record(*outcome.records)
+            return outcome.error, outcome.text()
+        self.record(outcome)
+        envelope = {"ok": True, "data": {"finished": True, "state": str(self.gate.state)}}
+        return envelope, json.dumps(envelope)
+
+
+# -- the MCP server over stdio --------------------------------------------------------------------------
+
+RESET_SIGNALS = {"plain": signal.SIGUSR1, "keep-progress": signal.SIGUSR2}
+OPERATOR_KEY = "pulse-operator"
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "description": "Your answer."}},
+                 "required": ["answer"]}
+
+
+def operator_answer(reply: Any) -> str:
+    """The text of an elicitation reply (a model or its dict), or ToolError when nobody answered."""
+    action = getattr(reply, "action", None) or (reply.get("action") if isinstance(reply, dict) else None)
+    content = getattr(reply, "content", None) if not isinstance(reply, dict) else reply.get("content")
+    if action != "accept" or not isinstance(content, dict) or not isinstance(content.get("answer"), str):
+        raise ToolError("NO_ANSWER", f"the operator did not answer ({action or 'no reply'})")
+    return content["answer"]
+
+
+def tool_list() -> list[tuple[str, str, dict]]:
+    """(name, description, input schema) of every tool the server lists, finish last."""
+    out = [(name, tool_description(d), input_schema(PARAMS[name])) for name, d in gate.TOOLS.items()]
+    return out + [("finish", FINISH_DESCRIPTION, input_schema(FINISH_PARAMS))]
+
+
+def serve(paths: Paths, config: Config) -> None:
+    """Serve one agent session on stdin/stdout until the client closes it."""
+    import asyncio
+
+    import anyio
+    import anyio.to_thread
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+    from mcp_types.version import is_version_at_least
+
+    from pulse import __version__
+
+    events = store.open_events(paths.events_db)
+    tools = PulseTools(paths, config, events, anyio.to_thread.run_sync, anyio.sleep)
+    session = GatedSession(tools)
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
+                                            for n, d, s in tool_list()])
+
+    async def call_tool(ctx, params) -> types.CallToolResult | types.InputRequiredResult:
+        operator = operator_round(ctx, params) if params.name == "ask_operator" else None
+        if isinstance(operator, types.InputRequiredResult):
+            return operator   # the client asks its person and calls again with the answer
+        envelope, text = await session.call(params.name, params.arguments, operator)
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=envelope,
+                                    is_error=not envelope["ok"])
+
+    def operator_round(ctx, params):
+        """How ask_operator reaches a person: on 2026-07-28 connections the question goes back
+        inline (InputRequiredResult) and the answer comes with the retried call, which is the
+        call the gate sees; on older ones, a server-to-client elicitation request. None when
+        the client declared no form elicitation: nobody can answer."""
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
+            return None
+        if not is_version_at_least(ctx.protocol_version or "", "2026-07-28"):
+            return elicit(ctx)
+        answer = (params.input_responses or {}).get(OPERATOR_KEY)
+        question = (params.arguments or {}).get("question")
+        if answer is None and isinstance(question, str) and question:
+            form = types.ElicitRequestFormParams(message=question, requested_schema=ANSWER_SCHEMA)
+            return types.InputRequiredResult(input_requests={OPERATOR_KEY: types.ElicitRequest(params=form)})
+
+        async def answered(_question: str) -> str:
+            return operator_answer(answer)
+        return answered
+
+    def elicit(ctx) -> Operator:
+        async def ask(question: str) -> str:
+            try:
+                reply = await ctx.session.elicit_form(question, ANSWER_SCHEMA, related_request_id=ctx.request_id)
+            except Exception as err:   # the connection cannot carry it after all
+                raise ToolError("NO_OPERATOR", f"no operator can answer in this session ({type(err).__name__})")
+            return operator_answer(reply)
+        return ask
+
+    server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
+                    instructions="Pulse's tools for this host. Every call passes a safety gate: writes need a "
+                                 "validated target, one write at a time, each verified by a later read of the "
+                                 "same resource before the next write or finish.")
+
+    async def main() -> None:
+        # The operator resets a session with a signal (`pulsectl gate-reset`), run as a loop
+        # callback so it never lands in the middle of a call's gate step.
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(RESET_SIGNALS["plain"], session.reset, False)
+        loop.add_signal_handler(RESET_SIGNALS["keep-progress"], session.reset, True)
+        print(f"pulsectl mcp: session {session.gate.id} on {paths.home}", file=sys.stderr, flush=True)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    finally:
+        events.close()

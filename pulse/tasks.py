@@ -1,0 +1,350 @@
+"""Tasks: the work Pulse hands to agents, as events, and the projections folded from them.
+
+A task's life is its `task-*` events in events.db (target = the task id):
+
+    task-created → task-assigned → task-executing → task-acked → task-closed
+                       ↑               │
+                       └── task-failed ┘   (back to pending; after MAX_FAILURES in a row: task-given-up)
+
+`TRANSITIONS` is the whole table. `decide()` checks one requested event against a
+task's history and returns the events to append, or raises IllegalTransition; the
+store runs it inside the BEGIN IMMEDIATE transaction that appends, so two writers
+can never both move a task from the same state. Everything here but
+`snapshot_extras` is pure (no I/O), and imports nothing of Pulse at module level,
+so wire.py may import these Structs without a cycle.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Iterable, Sequence
+
+import msgspec
+
+MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
+SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
+SNAPSHOT_TASKS_LIMIT = 100  # the snapshot lists at most this many pending tasks (pending_count is exact)
+TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
+         "task-given-up")
+
+# Which event each status accepts, and the status it leads to. task-failed leads back to
+# pending (or to given_up at the failure limit: decide() adds the task-given-up event).
+TRANSITIONS: dict[str, dict[str, str]] = {
+    "new":       {"task-created": "pending"},
+    "pending":   {"task-assigned": "assigned", "task-closed": "closed", "task-given-up": "given_up"},
+    "assigned":  {"task-executing": "executing", "task-failed": "pending", "task-given-up": "given_up"},
+    "executing": {"task-acked": "acked", "task-failed": "pending", "task-given-up": "given_up"},
+    "acked":     {"task-closed": "closed", "task-given-up": "given_up"},
+    "closed":    {},
+    "given_up":  {},
+}
+# Why some moves are refused, in words an operator can act on.
+_HINTS = {
+    ("assigned", "task-closed"): "an agent holds it; give it up, or wait for its result",
+    ("executing", "task-closed"): "it is running; wait for its result, or give it up",
+}
+
+
+class IllegalTransition(Exception):
+    """A task event that the transition table refuses; nothing was written."""
+
+
+class TaskState(msgspec.Struct, kw_only=True):
+    id: str
+    project: str
+    title: str
+    prompt: str
+    priority: int = 0
+    status: str = "pending"              # pending | assigned | executing | acked | closed | given_up
+    agent: str | None = None             # holding it now (assigned, executing, acked)
+    last_agent: str | None = None        # the last agent it was assigned to, kept after it lets go
+    result: Any = None                   # what the agent's run returned (task-acked)
+    error: str | None = None             # why the last run failed (task-failed)
+    failures: int = 0                    # consecutive failed runs; an ack resets it
+    attempts: int = 0                    # runs started (task-executing)
+    created: float = 0.0                 # wall-clock timestamps of the events that set them
+    updated: float = 0.0
+    assigned: float | None = None
+    started: float | None = None
+    acked: float | None = None
+    closed: float | None = None
+    given_up: float | None = None
+
+
+class PendingTasks(msgspec.Struct, kw_only=True):
+    pending_count: int = 0
+    tasks: list[TaskState] = msgspec.field(default_factory=list)   # most urgent first, at most a limit
+    by_project: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class AgentCapabilityStats(msgspec.Struct, kw_only=True):
+    agent: str
+    assigned: int = 0
+    acked: int = 0
+    failed: int = 0
+    closed: int = 0
+    given_up: int = 0
+    consecutive_failures: int = 0       # failed runs in a row, across tasks; an ack resets it
+    avg_duration_ms: float | None = None  # task-executing → task-acked, over acked runs
+    total_duration_ms: float = 0.0
+
+
+# -- task ids -----------------------------------------------------------------------------------------
+
+_ID = re.compile(r"^(?:task-)?([1-9][0-9]*)$")
+
+
+def task_id(number: int) -> str:
+    return f"task-{number}"
+
+
+def parse_task_id(text: str) -> str:
+    """"7" or "task-7" → "task-7"; anything else is a ValueError."""
+    m = _ID.match(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a task id (expected a number such as 7, or task-7)")
+    return task_id(int(m[1]))
+
+
+# -- the transition table, applied -------------------------------------------------------------------
+
+def status_of(state: TaskState | None) -> str:
+    return "new" if state is None else state.status
+
+
+def refusal(state: TaskState | None, type: str, task: str) -> str | None:
+    """Why `type` may not happen to the task now, or None when it may."""
+    status = status_of(state)
+    if type in TRANSITIONS[status]:
+        return None
+    if status == "new":
+        return f"{task}: no such task"
+    if not TRANSITIONS[status]:
+        return f"{task} is {status.replace('_', ' ')}: nothing more can happen to it (refused {type})"
+    hint = _HINTS.get((status, type))
+    return (f"{task}: cannot record {type} while it is {status}" + (f" ({hint})" if hint else "")
+            + f"; allowed now: {', '.join(TRANSITIONS[status])}")
+
+
+def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) -> TaskState:
+    """The state after one event (a new TaskState; `state` is left alone). Raises IllegalTransition."""
+    why = refusal(state, type, task)
+    if why:
+        raise IllegalTransition(why)
+    if state is None:
+        return TaskState(id=task, project=str(data.get("project", "")), title=str(data.get("title", "")),
+                         prompt=str(data.get("prompt", "")), priority=int(data.get("priority", 0)),
+                         created=ts, updated=ts)
+    new = msgspec.structs.replace(state, status=TRANSITIONS[state.status][type], updated=ts)
+    if type == "task-assigned":
+        agent = data.get("agent")
+        if not agent:
+            raise IllegalTransition(f"{task}: task-assigned needs an agent")
+        new.agent = new.last_agent = str(agent)
+        new.assigned = ts
+    elif type == "task-executing":
+        if data.get("agent", state.agent) != state.agent:
+            raise IllegalTransition(f"{task}: assigned to {state.agent}, not {data.get('agent')}")
+        new.started, new.attempts = ts, state.attempts + 1
+    elif type == "task-acked":
+        new.result, new.acked, new.failures, new.error = data.get("result"), ts, 0, None
+    elif type == "task-failed":
+        new.agent, new.failures, new.error = None, state.failures + 1, data.get("error")
+    elif type == "task-closed":
+        new.agent, new.closed = None, ts
+    elif type == "task-given-up":
+        new.agent, new.given_up = None, ts
+    return new
+
+
+def fold_one(states: dict[str, TaskState], ev) -> bool:
+    """Apply one event to `states` in place; False (and no change) when the table refuses it.
+
+    Every write is checked, so a refused event in the history means someone appended
+    around the store's checked path; folding skips it rather than inventing a state.
+    """
+    task = ev.target or ""
+    try:
+        states[task] = apply(states.get(task), ev.type, ev.data, ev.ts, task)
+    except (IllegalTransition, ValueError, TypeError):
+        return False
+    return True
+
+
+def fold_tasks(events: Iterable) -> dict[str, TaskState]:
+    states: dict[str, TaskState] = {}
+    for ev in events:
+        if ev.type in TYPES:
+            fold_one(states, ev)
+    return states
+
+
+def decide(history: Sequence, type: str, task: str, data: dict, ts: float, source: str,
+           max_failures: int = MAX_FAILURES) -> list[tuple[str, dict]]:
+    """The (type, data) events to append for `type` given the task's `history`, or IllegalTransition.
+
+    A failure that reaches `max_failures` in a row also gives the task up, in the same
+    transaction, so no reader ever sees it pending after its last allowed failure.
+    """
+    state = fold_tasks(history).get(task)
+    after = apply(state, type, data, ts, task)
+    out = [(type, data)]
+    if type == "task-failed" and after.failures >= max_failures:
+        out.append(("task-given-up", {"reason": f"failed {after.failures} times in a row", "by": source,
+                                      "failures": after.failures}))
+    return out
+
+
+# -- projections ------------------------------------------------------------------------------------
+
+def urgency(task: TaskState) -> tuple:
+    """Sort key: higher priority first, then older first, then by id."""
+    return (-task.priority, task.created, task.id)
+
+
+def pending_tasks(states: dict[str, TaskState], limit: int = SNAPSHOT_TASKS_LIMIT) -> PendingTasks:
+    pending = sorted((t for t in states.values() if t.status == "pending"), key=urgency)
+    by_project: dict[str, int] = {}
+    for t in pending:
+        by_project[t.project] = by_project.get(t.project, 0) + 1
+    return PendingTasks(pending_count=len(pending), tasks=pending[:limit], by_project=by_project)
+
+
+class AgentStatsFold:
+    """AgentCapabilityStats per agent, folded event by event (it needs who held a task when)."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, AgentCapabilityStats] = {}
+        self.tasks: dict[str, TaskState] = {}
+
+    def _of(self, agent: str) -> AgentCapabilityStats:
+        if agent not in self.stats:
+            self.stats[agent] = AgentCapabilityStats(agent=agent)
+        return self.stats[agent]
+
+    def fold(self, ev) -> None:
+        before = self.tasks.get(ev.target or "")
+        if not fold_one(self.tasks, ev):
+            return
+        agent = credited_agent(before, self.tasks[ev.target or ""], ev.type)
+        if agent is None:
+            return
+        s = self._of(agent)
+        if ev.type == "task-assigned":
+            s.assigned += 1
+        elif ev.type == "task-acked":
+            s.acked += 1
+            s.consecutive_failures = 0
+            if before.started is not None:
+                s.total_duration_ms += max(0.0, (ev.ts - before.started) * 1000)
+                s.avg_duration_ms = round(s.total_duration_ms / s.acked, 3)
+        elif ev.type == "task-failed":
+            s.failed += 1
+            s.consecutive_failures += 1
+        elif ev.type == "task-closed":
+            s.closed += 1
+        elif ev.type == "task-given-up":
+            s.given_up += 1
+
+
+def credited_agent(before: TaskState | None, after: TaskState, type: str) -> str | None:
+    """The agent an event counts for: the one holding the task, or, for a give-up after
+    failed runs, the one that failed it last. A task the operator closes or gives up
+    before any agent touched it (or after a clean hand-back) counts for nobody."""
+    if type == "task-assigned":
+        return after.agent
+    if before is None or type == "task-created":
+        return None
+    if type == "task-closed":
+        return before.agent if before.status == "acked" else None
+    if type == "task-given-up" and before.agent is None:
+        return before.last_agent if before.failures else None
+    return before.agent
+
+
+def agent_capability_stats(events: Iterable) -> dict[str, AgentCapabilityStats]:
+    fold = AgentStatsFold()
+    for ev in events:
+        if ev.type in TYPES:
+            fold.fold(ev)
+    return fold.stats
+
+
+class TaskBook:
+    """Both projections, folded incrementally: `last_id` is the last event folded."""
+
+    def __init__(self) -> None:
+        self.last_id = 0
+        self.agents = AgentStatsFold()
+
+    @property
+    def states(self) -> dict[str, TaskState]:
+        return self.agents.tasks
+
+    def fold(self, events: Iterable) -> None:
+        for ev in events:
+            if ev.type in TYPES:
+                self.agents.fold(ev)
+            if ev.id is not None:
+                self.last_id = max(self.last_id, ev.id)
+
+    def extras(self) -> dict[str, Any]:
+        return {"pending-tasks": pending_tasks(self.states),
+                "agent-capability-stats": dict(sorted(self.agents.stats.items()))}
+
+
+def snapshot_extras(conn, book: TaskBook | None = None) -> dict[str, Any]:
+    """What a snapshot carries when its sense keys include "pending-tasks":
+    {"pending-tasks": PendingTasks, "agent-capability-stats": {agent: AgentCapabilityStats}}.
+
+    Reads only task-* events (by the (type, id) index). Pass the same `book` every tick
+    to fold only what is new since the last call; without one, it folds from the start.
+    """
+    book = book if book is not None else TaskBook()
+    catch_up(conn, book)
+    return book.extras()
+
+
+def catch_up(conn, book: TaskBook, batch: int = 5_000) -> TaskBook:
+    """Fold into `book` every task event committed since it last looked."""
+    from pulse import store
+    while True:
+        events = store.task_events(conn, after_id=book.last_id, limit=batch)
+        book.fold(events)
+        if len(events) < batch:
+            return book
+
+
+# -- reading and writing events.db (the only I/O here; every statement is in pulse.store) -----------
+
+def create(conn, project: str, title: str, prompt: str, priority: int = 0, source: str = "pulsectl") -> TaskState:
+    """Append a task-created event under the next task id; returns the new task."""
+    from pulse import store
+    fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
+    ev = store.create_task_event(conn, lambda n: store.now_event("task-created", source, task_id(n), fields))
+    return apply(None, ev.type, ev.data, ev.ts, ev.target)
+
+
+def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAILURES, **data) -> TaskState:
+    """Append `type` for `task` if the transition table allows it now (checked and appended in
+    one transaction), plus task-given-up when a failure reaches `max_failures`. Returns the
+    task's new state; raises IllegalTransition, writing nothing, when the move is refused."""
+    from pulse import store
+
+    def decide_events(history: list) -> list:
+        ts = time.time()
+        return [store.now_event(t, source, task, d) for t, d in
+                decide(history, type, task, data, ts, source, max_failures)]
+
+    store.append_task_events(conn, task, decide_events)
+    return load(conn, task)
+
+
+def load(conn, task: str) -> TaskState | None:
+    from pulse import store
+    return fold_tasks(store.task_history(conn, task)).get(task)
+
+
+def load_all(conn) -> dict[str, TaskState]:
+    return catch_up(conn, TaskBook()).states

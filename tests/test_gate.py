@@ -1,0 +1,441 @@
+"""The safety gate, tested directly (it is pure): the transition table, the closed gaps,
+fail-closed classification, recoveries and their expiry, resets, and Pulse's own tool table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pulse import gate
+from pulse.gate import FSM_BLOCKED, UNVERIFIED_WRITE, Descriptor, Kind, State
+
+# A small registry with one tool of each kind, on resources of class "x".
+TEST_TOOLS = {d.name: d for d in (
+    Descriptor("lookup", Kind.RESOLVE, frozenset({"name"}), covers=("x:{name}",)),
+    Descriptor("read_all", Kind.READ, covers=("x:*",)),
+    Descriptor("read_one", Kind.READ, frozenset({"name"}), covers=("x:{name}",)),
+    Descriptor("poke", Kind.WRITE, frozenset({"name"}), touches=("x:{name}",), verified_by="read_one of it"),
+    Descriptor("poke_two", Kind.WRITE, frozenset({"a", "b"}), touches=("x:{a}", "x:{b}"), verified_by="reads"),
+    Descriptor("ask", Kind.USER_INPUT, frozenset({"question"})),
+    Descriptor("docker", None, frozenset({"action", "name"}), discriminator="action",
+               cases={"list": Kind.READ, "inspect": Kind.READ, "find": Kind.RESOLVE}, covers=("x:{name}",),
+               touches=("x:{name}",), verified_by="docker inspect of it"),
+)}
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def session(clock=None, tools=TEST_TOOLS) -> gate.Session:
+    return gate.Session("s1", tools, clock=clock or Clock())
+
+
+def run(s: gate.Session, tool: str, args=None, ok: bool = True, result=None, acted=None):
+    """Begin and end one call; the Blocked, or the gate-call Record."""
+    admitted = s.begin(tool, args if args is not None else {})
+    if isinstance(admitted, gate.Blocked):
+        return admitted
+    return s.end(admitted.ticket, ok, result, acted)
+
+
+def at(state: State) -> gate.Session:
+    """A session brought to `state` by real calls (VERIFYING: after poke x:a)."""
+    s = session()
+    if state != State.RESOLVING:
+        run(s, "lookup", {"name": "a"})
+    if state == State.VERIFYING:
+        run(s, "poke", {"name": "a"})
+    assert s.state == state
+    return s
+
+
+# -- the transition table ---------------------------------------------------------------------------------
+
+KIND_CALLS = {Kind.RESOLVE: ("lookup", {"name": "a"}), Kind.READ: ("read_one", {"name": "a"}),
+              Kind.WRITE: ("poke", {"name": "a"}), Kind.USER_INPUT: ("ask", {"question": "?"})}
+
+# (state, kind, outcome) → the state after, or "blocked". Reads here cover the written resource
+# and start after the write returned (the gaps are tested separately below).
+TABLE = {
+    (State.RESOLVING, Kind.RESOLVE, "ok"): State.READING,
+    (State.RESOLVING, Kind.READ, "ok"): State.READING,
+    (State.RESOLVING, Kind.USER_INPUT, "ok"): State.RESOLVING,
+    (State.RESOLVING, Kind.WRITE, "ok"): "blocked",
+    (State.READING, Kind.RESOLVE, "ok"): State.READING,
+    (State.READING, Kind.READ, "ok"): State.READING,
+    (State.READING, Kind.USER_INPUT, "ok"): State.READING,
+    (State.READING, Kind.WRITE, "ok"): State.VERIFYING,
+    (State.VERIFYING, Kind.RESOLVE, "ok"): State.READING,
+    (State.VERIFYING, Kind.READ, "ok"): State.READING,
+    (State.VERIFYING, Kind.USER_INPUT, "ok"): State.VERIFYING,
+    (State.VERIFYING, Kind.WRITE, "ok"): "blocked",
+}
+for (_state, _kind, _), _after in list(TABLE.items()):   # a failed call never moves the state
+    TABLE[(_state, _kind, "error")] = "blocked" if _after == "blocked" else _state
+
+
+@pytest.mark.parametrize("state, kind, outcome", list(TABLE))
+def test_transition_table(state, kind, outcome):
+    s = at(state)
+    tool, args = KIND_CALLS[kind]
+    result = run(s, tool, args, ok=outcome == "ok", acted=False if outcome == "error" else None)
+    expected = TABLE[(state, kind, outcome)]
+    if expected == "blocked":
+        assert isinstance(result, gate.Blocked) and result.code == FSM_BLOCKED
+        assert s.state == state
+    else:
+        assert isinstance(result, gate.Record) and result.type == "gate-call"
+        assert s.state == expected and result.data["state"] == str(expected)
+        assert result.data["state_before"] == str(state)
+
+
+def test_a_write_that_acted_and_failed_must_still_be_verified():
+    s = at(State.READING)
+    run(s, "poke", {"name": "a"}, ok=False, acted=True)     # the effect ran and failed: the host may differ
+    assert s.state == State.VERIFYING
+    t = at(State.READING)
+    run(t, "poke", {"name": "a"}, ok=False, acted=False)    # refused or expired before it ran
+    assert t.state == State.READING
+
+
+def test_a_write_whose_result_verifies_itself_needs_no_read():
+    s = at(State.READING)
+    record = run(s, "poke", {"name": "a"}, result={"verification": {"ok": True, "by": "probe"}})
+    assert s.state == State.READING and record.data["self_verified"] is True
+    for fake in ({"verification": {"ok": "yes"}}, {"verification": True}, {"ok": True}, "verified"):
+        t = at(State.READING)
+        run(t, "poke", {"name": "a"}, result=fake)
+        assert t.state == State.VERIFYING, fake
+    u = at(State.READING)
+    run(u, "poke", {"name": "a"}, ok=False, acted=True, result={"verification": {"ok": True}})
+    assert u.state == State.VERIFYING                        # a failed call's result proves nothing
+
+
+# -- the closed gaps ------------------------------------------------------------------------------------------
+
+def test_only_a_read_of_the_same_resource_verifies():
+    s = at(State.VERIFYING)                                  # poke x:a
+    run(s, "read_one", {"name": "b"})
+    run(s, "lookup", {"name": "b"})
+    assert s.state == State.VERIFYING
+    assert isinstance(run(s, "poke", {"name": "b"}), gate.Blocked)
+    record = run(s, "read_one", {"name": "a"})
+    assert s.state == State.READING and record.data["verified"] == ["x:a"]
+
+
+def test_a_class_wide_read_covers_every_resource_of_the_class():
+    s = at(State.VERIFYING)
+    run(s, "read_all")
+    assert s.state == State.READING
+
+
+def test_a_write_of_two_resources_needs_both_covered():
+    s = at(State.READING)
+    run(s, "poke_two", {"a": "p", "b": "q"})
+    run(s, "read_one", {"name": "p"})
+    assert s.state == State.VERIFYING and s.summary()["unverified"] == ["x:q"]
+    run(s, "lookup", {"name": "q"})
+    assert s.state == State.READING
+
+
+def test_a_read_that_started_before_the_write_returned_does_not_verify():
+    s = at(State.READING)
+    write = s.begin("poke", {"name": "a"})
+    early = s.begin("read_one", {"name": "a"})               # same batch: runs alongside the write
+    s.end(write.ticket, True)
+    assert s.state == State.VERIFYING
+    record = s.end(early.ticket, True)                        # finishes after, but saw the world before
+    assert s.state == State.VERIFYING and "verified" not in record.data
+    late = s.begin("read_one", {"name": "a"})
+    s.end(late.ticket, True)
+    assert s.state == State.READING
+
+
+def test_a_read_started_before_the_write_but_listed_after_it_is_not_verification():
+    """The other project's gate ordered verification by call order; here only time order counts."""
+    s = at(State.READING)
+    read = s.begin("read_one", {"name": "a"})
+    write = s.begin("poke", {"name": "a"})
+    s.end(write.ticket, True)
+    s.end(read.ticket, True)
+    assert s.state == State.VERIFYING
+
+
+def test_a_batch_holds_at_most_one_write():
+    s = at(State.READING)
+    first = s.begin("poke", {"name": "a"})
+    second = s.begin("poke", {"name": "b"})
+    assert isinstance(first, gate.Admitted)
+    assert isinstance(second, gate.Blocked) and "in flight" in second.error["error"]["reason"]
+    assert isinstance(s.begin("read_one", {"name": "b"}), gate.Admitted)   # reads still go alongside
+    s.end(first.ticket, True)
+    assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)         # now: unverified
+    run(s, "read_one", {"name": "a"})
+    assert isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
+
+
+def test_finish_is_refused_while_a_write_is_unverified_or_in_flight():
+    assert isinstance(session().finish(), gate.Record)                      # nothing written: fine
+    s = at(State.VERIFYING)
+    refused = s.finish({"summary": "done"})
+    assert isinstance(refused, gate.Blocked) and refused.code == UNVERIFIED_WRITE
+    assert refused.error["error"]["tool"] == "finish" and refused.record.type == "gate-blocked"
+    run(s, "read_one", {"name": "a"})
+    write = s.begin("poke", {"name": "b"})
+    in_flight = s.finish({"summary": "done"})
+    assert isinstance(in_flight, gate.Blocked) and "in flight" in in_flight.error["error"]["reason"]
+    s.end(write.ticket, True)
+    run(s, "read_one", {"name": "b"})
+    done = s.finish({"summary": "done"})
+    assert isinstance(done, gate.Record) and done.data["state"] == "READING"
+    assert done.data["recovered"]["code"] == UNVERIFIED_WRITE                # the same finish, now through
+
+
+def test_user_input_never_advances_or_verifies():
+    s = session()
+    for _ in range(3):
+        run(s, "ask", {"question": "which one?"})
+    assert s.state == State.RESOLVING and isinstance(s.begin("poke", {"name": "a"}), gate.Blocked)
+    v = at(State.VERIFYING)
+    run(v, "ask", {"question": "did it work?"})
+    assert v.state == State.VERIFYING
+
+
+def test_reads_are_never_blocked_and_blocks_never_wear_the_gate_down():
+    s = at(State.VERIFYING)
+    for _ in range(50):
+        assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)
+        assert isinstance(s.finish(), gate.Blocked)
+    assert s.blocked == 100 and s.state == State.VERIFYING
+    assert s.recoveries[("poke", gate.args_hash({"name": "b"}))].attempts == 50
+    for state in State:
+        t = at(state)
+        for tool, args in (("lookup", {"name": "z"}), ("read_all", {}), ("ask", {"question": "?"})):
+            assert isinstance(t.begin(tool, args), gate.Admitted)
+    for _ in range(1000):   # and reads of other resources never verify it either
+        run(s, "read_one", {"name": "b"})
+    assert s.state == State.VERIFYING and isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)
+
+
+def test_a_write_finishing_after_a_reset_still_leaves_a_debt():
+    s = at(State.READING)
+    write = s.begin("poke", {"name": "a"})
+    s.reset()
+    s.end(write.ticket, True)
+    assert s.state == State.VERIFYING
+
+
+# -- fail-closed classification ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tool, args, why", [
+    ("rm_rf", {}, "unknown tool"),
+    ("read_all", {"force": True}, "unrecognised arguments ['force']"),
+    ("lookup", {"name": "a", "action": "delete"}, "unrecognised arguments ['action']"),
+    ("read_one", ["a"], "arguments are not an object"),
+    ("docker", {"name": "a"}, "unrecognised action None"),
+    ("docker", {"action": "restart", "name": "a"}, "unrecognised action 'restart'"),
+    ("docker", {"action": 3, "name": "a"}, "unrecognised action 3"),
+    ("docker", {"action": "", "name": "a"}, "unrecognised action ''"),
+])
+def test_anything_not_plainly_safe_is_a_write(tool, args, why):
+    call = gate.classify(TEST_TOOLS, tool, args)
+    assert call.kind == Kind.WRITE and call.why == why and call.touches
+    s = at(State.RESOLVING)
+    blocked = s.begin(tool, args)
+    assert isinstance(blocked, gate.Blocked) and blocked.record.data["classified"] == why
+
+
+def test_discriminator_values_are_trimmed_and_case_insensitive():
+    assert gate.classify(TEST_TOOLS, "docker", {"action": " Inspect ", "name": "a"}).kind == Kind.READ
+    assert gate.classify(TEST_TOOLS, "docker", {"action": "FIND", "name": "a"}).kind == Kind.RESOLVE
+    assert gate.classify(TEST_TOOLS, "ask", {"question": "?"}).kind == Kind.USER_INPUT
+
+
+def test_unknown_tool_that_somehow_succeeds_leaves_an_unverifiable_debt():
+    s = at(State.READING)
+    run(s, "rm_rf", {})
+    assert s.state == State.VERIFYING and s.summary()["unverified"] == ["tool:rm_rf"]
+    run(s, "read_all")
+    assert s.state == State.VERIFYING                         # only a reset clears it
+
+
+def test_argument_values_are_literal_never_wildcards():
+    s = at(State.VERIFYING)                                    # poke x:a
+    run(s, "read_one", {"name": "*"})
+    run(s, "lookup", {"name": "a*"})
+    assert s.state == State.VERIFYING
+    assert gate.touched(("x:{name}",), {}) == frozenset({"x:*"})
+    assert gate.covered(("x:{name}",), {}) == frozenset()     # a read of nothing in particular verifies nothing
+
+
+@pytest.mark.parametrize("bad, message", [
+    (Descriptor("t", Kind.READ, discriminator="a", params=frozenset({"a"}), cases={"x": Kind.READ}), "not both"),
+    (Descriptor("t", None), "not both or neither"),
+    (Descriptor("t", None, frozenset({"a"}), discriminator="action", cases={"x": Kind.READ}), "must be a parameter"),
+    (Descriptor("t", None, frozenset({"a"}), discriminator="a", cases={"List": Kind.READ}, touches=("x",),
+                verified_by="r"), "lower-case"),
+    (Descriptor("t", Kind.WRITE, verified_by="r"), "which resources it touches"),
+    (Descriptor("t", Kind.WRITE, touches=("x",)), "what verifies it"),
+    (Descriptor("t", None, frozenset({"a"}), discriminator="a", cases={"x": Kind.READ}, verified_by="r"),
+     "which resources"),
+    (Descriptor("t", Kind.READ, covers=("x:{nope}",)), "unknown parameters"),
+])
+def test_ambiguous_registries_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        gate.check_registry({"t": bad})
+    with pytest.raises(ValueError, match="another name"):
+        gate.check_registry({"u": TEST_TOOLS["lookup"]})
+
+
+# -- the block envelope and the records ------------------------------------------------------------------------
+
+def test_blocks_return_the_stable_envelope_with_the_code_in_the_text():
+    blocked = at(State.RESOLVING).begin("poke", {"name": "a"})
+    assert blocked.error == {"ok": False, "error": {
+        "code": "FSM_BLOCKED", "state": "RESOLVING", "tool": "poke", "kind": "write",
+        "reason": blocked.error["error"]["reason"], "recoverable": True}}
+    text = blocked.text()
+    assert text.startswith("FSM_BLOCKED: ") and json.loads(text.split("\n", 1)[1]) == blocked.error
+    as_call, record = blocked.records
+    assert record.type == "gate-blocked" and record.data["code"] == FSM_BLOCKED and record.data["session"] == "s1"
+    assert as_call.type == "gate-call" and as_call.data | {"args_hash": None} == {
+        "session": "s1", "tool": "poke", "kind": "write", "args_hash": None, "ok": False, "blocked": FSM_BLOCKED,
+        "state_before": "RESOLVING", "state": "RESOLVING"}
+
+
+def test_block_reasons_describe_the_constraint_and_never_name_a_tool_to_call():
+    reasons = [at(State.RESOLVING).begin("poke", {"name": "a"}), at(State.VERIFYING).begin("poke", {"name": "b"}),
+               at(State.VERIFYING).finish()]
+    s = at(State.READING)
+    s.begin("poke", {"name": "a"})
+    reasons.append(s.begin("poke", {"name": "b"}))
+    for blocked in reasons:
+        reason = blocked.error["error"]["reason"].lower()
+        assert not any(f"{name} " in reason or reason.endswith(name) for name in ("lookup", "read_one", "read_all"))
+        assert "call " not in reason and "next tool" not in reason
+        assert not any(name in reason for name in gate.TOOLS if gate.TOOLS[name].kind != Kind.WRITE)
+
+
+def test_every_call_is_recorded_with_what_it_did():
+    s = session()
+    resolve = run(s, "lookup", {"name": "a"})
+    write = run(s, "poke", {"name": "a"})
+    read = run(s, "read_one", {"name": "a"})
+    assert [r.type for r in (resolve, write, read)] == ["gate-call"] * 3
+    assert resolve.data["covers"] == ["x:a"] and resolve.data["state"] == "READING"
+    assert write.data["touches"] == ["x:a"] and write.data["acted"] is True and write.data["state"] == "VERIFYING"
+    assert read.data["verified"] == ["x:a"] and read.data["args_hash"] == gate.args_hash({"name": "a"})
+    assert s.reset().data == {"session": "s1", "tool": "reset", "kind": "reset", "keep_progress": False,
+                              "state_before": "READING", "state": "RESOLVING"}
+
+
+# -- recoveries, expiry and resets ------------------------------------------------------------------------------
+
+def test_recoveries_are_per_tool_and_argument_hash(clock):
+    s = session(clock)
+    s.begin("poke", {"name": "a"})                              # blocked: RESOLVING
+    clock.t += 5
+    s.begin("poke", {"name": "a"})
+    run(s, "lookup", {"name": "a"})
+    other = run(s, "poke", {"name": "b"})                        # same tool, other arguments
+    assert "recovered" not in other.data
+    run(s, "read_one", {"name": "b"})
+    clock.t += 1
+    same = run(s, "poke", {"name": "a"})
+    assert same.data["recovered"] == {"code": FSM_BLOCKED, "attempts": 2, "after_s": 6.0}
+    assert s.recoveries == {}
+
+
+def test_recoveries_expire_after_ten_minutes(clock):
+    s = session(clock)
+    s.begin("poke", {"name": "a"})
+    clock.t += gate.RECOVERY_TTL_S - 1
+    assert s.summary()["recoveries"] == 1
+    clock.t += 1
+    assert s.summary()["recoveries"] == 0
+    s.begin("poke", {"name": "a"})                              # a fresh entry, attempts from 1
+    assert s.recoveries[("poke", gate.args_hash({"name": "a"}))].attempts == 1
+    clock.t += gate.RECOVERY_TTL_S
+    run(s, "lookup", {"name": "a"})
+    assert "recovered" not in run(s, "poke", {"name": "a"}).data
+
+
+def test_reset_returns_to_resolving_and_clears_recoveries():
+    s = at(State.VERIFYING)
+    s.begin("poke", {"name": "b"})
+    s.reset()
+    assert s.state == State.RESOLVING and s.recoveries == {} and s.last_write is None
+    assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)        # the target is gone too
+
+
+def test_reset_keep_progress_drops_verification_but_keeps_the_target():
+    s = at(State.VERIFYING)
+    s.begin("poke", {"name": "b"})
+    record = s.reset(keep_progress=True)
+    assert record.data["state_before"] == "VERIFYING" and s.state == State.READING
+    assert len(s.recoveries) == 1 and isinstance(s.finish(), gate.Record)
+    assert isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
+    fresh = session()
+    fresh.reset(keep_progress=True)
+    assert fresh.state == State.RESOLVING
+
+
+# -- Pulse's own tools ----------------------------------------------------------------------------------------
+
+def test_pulse_tools_registry_is_well_formed_and_complete():
+    gate.check_registry(gate.TOOLS)
+    kinds = {name: d.kind for name, d in gate.TOOLS.items()}
+    assert {n for n, k in kinds.items() if k == Kind.RESOLVE} == {"find_process", "list_workers", "list_tasks"}
+    assert {n for n, k in kinds.items() if k == Kind.READ} == {"status", "vitals", "events", "log_tail", "effect"}
+    assert {n for n, k in kinds.items() if k == Kind.WRITE} == {
+        "restart_process", "restart_worker", "signal_process", "emit_effect", "promote", "rollback", "create_task"}
+    assert {n for n, k in kinds.items() if k == Kind.USER_INPUT} == {"ask_operator"}
+
+
+def pulse_session() -> gate.Session:
+    s = gate.Session("p", gate.TOOLS, clock=Clock())
+    run(s, "list_workers")
+    return s
+
+
+@pytest.mark.parametrize("write, args, not_enough, enough", [
+    ("restart_process", {"name": "gw"}, [("status", {}), ("find_process", {"name": "db"}), ("vitals", {})],
+     ("find_process", {"name": "gw"})),
+    ("signal_process", {"name": "gw", "signal": "SIGHUP"}, [("list_workers", {})], ("find_process", {"name": "gw"})),
+    ("restart_worker", {"name": "tick"}, [("find_process", {"name": "tick"}), ("log_tail", {"worker": "tick"})],
+     ("status", {})),
+    ("promote", {}, [("events", {"type": "promote"}), ("vitals", {"key": "engine:*"})], ("list_workers", {})),
+    ("rollback", {}, [("log_tail", {"worker": "engine"})], ("status", {})),
+    ("emit_effect", {"kind": "restart-process", "target": "gw"}, [("status", {})], ("find_process", {"name": "gw"})),
+    ("emit_effect", {"kind": "engine-rollback", "target": "engine"}, [("find_process", {"name": "engine"})],
+     ("status", {})),
+    ("emit_effect", {"kind": "restart-worker", "target": "tick"}, [("events", {"target": "tick"})], ("status", {})),
+    ("emit_effect", {"kind": "exec", "target": "backup"}, [("events", {}), ("status", {})],
+     ("events", {"target": "backup"})),
+    ("create_task", {"project": "p", "title": "t", "prompt": "x"}, [("status", {})], ("list_tasks", {})),
+])
+def test_what_verifies_each_pulse_write(write, args, not_enough, enough):
+    s = pulse_session()
+    run(s, write, args)
+    for tool, targs in not_enough:
+        run(s, tool, targs)
+        assert s.state == State.VERIFYING, f"{tool} {targs} must not verify {write}"
+    run(s, *enough)
+    assert s.state == State.READING
+
+
+def test_pulse_tools_fail_closed_on_extra_arguments():
+    assert gate.classify(gate.TOOLS, "status", {"restart": "tick"}).kind == Kind.WRITE
+    assert gate.classify(gate.TOOLS, "find_process", {"name": "gw", "kill": True}).kind == Kind.WRITE
+    assert gate.classify(gate.TOOLS, "pulse_exec", {"argv": ["rm"]}).kind == Kind.WRITE

@@ -1,0 +1,282 @@
+"""`pulsectl mcp` end to end: the real MCP client over stdio, against a running pulsed.
+
+One session walks the gate the way an agent would: a write before any target (blocked),
+a resolve, two writes in one batch (one blocked), finish on an unverified write (refused),
+a read of the wrong resource (not verification), the right one (verified), a
+self-verifying write, an effect the allow-list refuses, and finish. The events it leaves
+are checked too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import threading
+
+import psutil
+import pytest
+
+from support import PULSECTL
+
+pytest.importorskip("mcp")
+
+MARK = "777.125"   # a sleep no other test starts: the critical process of this test
+
+
+def sleepers() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if p.info["cmdline"] == ["sleep", MARK]:
+            out.append(p)
+    return out
+
+
+@pytest.fixture
+def host(pulsed, tracker):
+    """A pulsed whose config has one critical process, a `sleep` this test started."""
+    pulsed.home.mkdir(parents=True)
+    (pulsed.home / "config.toml").write_text(
+        "[[process]]\n"
+        'name = "sleeper"\n'
+        f'match = "^sleep {MARK.replace(".", "[.]")}$"\n'
+        f'restart = ["sleep", "{MARK}"]\n')
+    first = subprocess.Popen(["sleep", MARK], start_new_session=True)
+    tracker.add(first.pid)
+    pulsed.start()
+    yield pulsed
+    for p in sleepers():   # restarts start detached sleepers: end them by pid
+        tracker.add(p.pid)
+    first.kill()
+    first.wait(5)
+
+
+def server_params(home):
+    from mcp import StdioServerParameters
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    return StdioServerParameters(command=PULSECTL, args=["--home", str(home), "mcp"], env=env)
+
+
+def envelope(result) -> dict:
+    return result.structured_content
+
+
+def code(result) -> str | None:
+    body = envelope(result)
+    return None if body["ok"] else body["error"]["code"]
+
+
+async def agent_session(home, answers: list[str]) -> dict:
+    from mcp import Client
+    import mcp_types as types
+
+    async def operator(context, params):
+        answers.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "the sleeper, please"})
+
+    seen: dict = {}
+    async with Client(server_params(home), elicitation_callback=operator, read_timeout_seconds=60) as c:
+        seen["tools"] = sorted(t.name for t in (await c.list_tools()).tools)
+        call = c.call_tool
+        seen["write_first"] = await call("restart_process", {"name": "sleeper"})
+        seen["ask"] = await call("ask_operator", {"question": "Which process?"})
+        seen["still_blocked"] = await call("restart_process", {"name": "sleeper"})   # user_input validated nothing
+        seen["resolve"] = await call("find_process", {"name": "sleeper"})
+        seen["batch"] = await asyncio.gather(call("restart_process", {"name": "sleeper"}),
+                                             call("restart_process", {"name": "sleeper"}))
+        seen["finish_early"] = await call("finish", {"summary": "restarted it"})
+        seen["other_read"] = await call("status", {})
+        seen["second_write"] = await call("signal_process", {"name": "sleeper", "signal": "SIGTERM"})
+        seen["verify"] = await call("find_process", {"name": "sleeper"})
+        seen["task"] = await call("create_task", {"project": "ops", "title": "check the sleeper",
+                                                  "prompt": "Find out why it was restarted."})
+        seen["refused"] = await call("emit_effect", {"kind": "exec", "params": {"argv": ["true"]}})
+        seen["tasks"] = await call("list_tasks", {})
+        seen["finish"] = await call("finish", {"summary": "restarted and verified"})
+    return seen
+
+
+def test_an_agent_session_through_the_gate(host):
+    answers: list[str] = []
+    seen = asyncio.run(asyncio.wait_for(agent_session(host.home, answers), 120))
+
+    assert seen["tools"] == sorted(["find_process", "list_workers", "list_tasks", "status", "vitals", "events",
+                                    "log_tail", "effect", "restart_process", "restart_worker", "signal_process",
+                                    "emit_effect", "promote", "rollback", "create_task", "ask_operator",
+                                    "finish"])
+    first = seen["write_first"]
+    assert first.is_error and first.content[0].text.startswith("FSM_BLOCKED: ")
+    assert envelope(first)["error"] | {"reason": None} == {"code": "FSM_BLOCKED", "state": "RESOLVING",
+                                                          "tool": "restart_process", "kind": "write",
+                                                          "reason": None, "recoverable": True}
+    assert not seen["ask"].is_error, envelope(seen["ask"])
+    assert envelope(seen["ask"])["data"]["answer"] == "the sleeper, please" and answers == ["Which process?"]
+    assert code(seen["still_blocked"]) == "FSM_BLOCKED"
+    resolved = envelope(seen["resolve"])["data"]
+    assert resolved["alive"] and resolved["processes"]
+
+    outcomes = sorted(code(r) or "ok" for r in seen["batch"])
+    assert outcomes == ["FSM_BLOCKED", "ok"]
+    blocked = next(r for r in seen["batch"] if r.is_error)
+    assert "in flight" in envelope(blocked)["error"]["reason"]
+    done = next(r for r in seen["batch"] if not r.is_error)
+    assert envelope(done)["data"]["state"] == "acked" and envelope(done)["data"]["outcome"]["type"] == "effect-acked"
+
+    assert code(seen["finish_early"]) == "UNVERIFIED_WRITE"
+    assert seen["finish_early"].content[0].text.startswith("UNVERIFIED_WRITE: ")
+    assert not seen["other_read"].is_error                     # status covers workers, not the process
+    assert code(seen["second_write"]) == "FSM_BLOCKED"
+    assert envelope(seen["second_write"])["error"]["state"] == "VERIFYING"
+    assert envelope(seen["verify"])["data"]["alive"]
+    task = envelope(seen["task"])["data"]
+    assert task["verification"]["ok"] and task["task"]["status"] == "pending"
+    not_allowed = envelope(seen["refused"])["error"]
+    assert not_allowed["code"] == "ACTION_NOT_ALLOWED" and "allow" in not_allowed["message"]
+    assert [t["title"] for t in envelope(seen["tasks"])["data"]["tasks"]] == ["check the sleeper"]
+    assert envelope(seen["finish"]) == {"ok": True, "data": {"finished": True, "state": "READING"}}
+
+    # What the session left in events.db.
+    every, blocks = host.events("gate-call"), host.events("gate-blocked")
+    assert len({e["target"] for e in every + blocks}) == 1 and every[0]["source"] == "mcp"
+    assert len(every) == 14                                     # every call is a gate-call, blocked or not
+    assert [e["data"]["code"] for e in blocks] == ["FSM_BLOCKED", "FSM_BLOCKED", "FSM_BLOCKED", "UNVERIFIED_WRITE",
+                                                  "FSM_BLOCKED"]
+    refused = [e["data"] for e in every if "blocked" in e["data"]]
+    assert [(c["tool"], c["blocked"]) for c in refused] == [(b["data"]["tool"], b["data"]["code"]) for b in blocks]
+    calls = [e for e in every if "blocked" not in e["data"]]
+    assert [e["data"]["tool"] for e in calls] == ["ask_operator", "find_process", "restart_process", "status",
+                                                 "find_process", "create_task", "emit_effect", "list_tasks",
+                                                 "finish"]
+    restart = calls[2]["data"]
+    assert restart["state_before"] == "READING" and restart["state"] == "VERIFYING" and restart["acted"]
+    verify = calls[4]["data"]
+    assert verify["verified"] == ["process:sleeper"] and verify["state"] == "READING"
+    assert calls[5]["data"]["self_verified"] is True
+    assert calls[6]["data"]["acted"] is False and calls[6]["data"]["state"] == "READING"
+    assert calls[0]["data"]["state"] == "RESOLVING"            # ask_operator changed nothing
+
+    agent_effects = [e for e in host.events("effect") if e["data"]["origin"] == "agent"]
+    assert [e["data"]["kind"] for e in agent_effects] == ["restart-process", "exec"]
+    failed = host.events("effect-failed")
+    assert failed and failed[-1]["data"]["reason"] == "not-allowed"
+    assert [e["target"] for e in host.events("task-created")] == ["task-1"]
+    assert host.events("task-created")[0]["source"] == "agent"
+
+
+def test_stdout_carries_json_rpc_only(host):
+    """A raw session: every line pulsectl mcp writes on stdout is a JSON-RPC message."""
+    proc = subprocess.Popen([PULSECTL, "--home", str(host.home), "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    host.tracker.add(proc.pid)
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        # sent together: the write begins first (still RESOLVING), the read alongside it
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "promote", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "status", "arguments": {}}},
+    ]
+    killer = threading.Timer(60, proc.kill)   # bounded: a hung server fails the test, never hangs it
+    killer.start()
+    lines: list[str] = []
+    try:
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        proc.stdin.flush()
+        while not {1, 2, 3} <= {json.loads(line).get("id") for line in lines}:
+            line = proc.stdout.readline()
+            assert line, f"pulsectl mcp closed stdout early: {proc.stderr.read()}"
+            lines.append(line)
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    finally:
+        killer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines) + proc.stdout.read()
+    replies = [json.loads(line) for line in out.splitlines()]   # raises on anything that is not JSON
+    assert all(r.get("jsonrpc") == "2.0" for r in replies)
+    by_id = {r["id"]: r for r in replies if "id" in r}
+    assert all("result" in r for r in by_id.values()) and set(by_id) == {1, 2, 3}, replies
+    assert by_id[1]["result"]["serverInfo"]["name"] == "pulse"
+    status = by_id[3]["result"]["structuredContent"]
+    assert status["ok"] and {w["name"] for w in status["data"]["workers"]} >= {"watcher", "tick", "executor"}
+    promote = by_id[2]["result"]
+    assert promote["isError"] and promote["structuredContent"]["error"]["code"] == "FSM_BLOCKED"
+    assert "FSM_BLOCKED" in promote["content"][0]["text"]
+
+
+def test_mcp_refuses_a_missing_home(tmp_path):
+    out = subprocess.run([PULSECTL, "--home", str(tmp_path / "none"), "mcp"], capture_output=True, text=True,
+                         timeout=30, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and "no Pulse home" in out.stderr and out.stdout == ""
+
+
+async def reset_session(host) -> dict:
+    from mcp import Client
+    seen: dict = {}
+    async with Client(server_params(host.home), read_timeout_seconds=60) as c:
+        seen["ask"] = await c.call_tool("ask_operator", {"question": "anyone there?"})   # no elicitation here
+        await c.call_tool("find_process", {"name": "sleeper"})
+        seen["write"] = await c.call_tool("restart_process", {"name": "sleeper"})
+        session = host.events("gate-call")[-1]["target"]
+        seen["blocked"] = await c.call_tool("restart_process", {"name": "sleeper"})
+        seen["keep"] = await asyncio.to_thread(host.ctl, "gate-reset", session, "--keep-progress")
+        seen["finish"] = await c.call_tool("finish", {"summary": "reset by the operator"})
+        seen["plain"] = await asyncio.to_thread(host.ctl, "gate-reset", session)
+        seen["after"] = await c.call_tool("restart_process", {"name": "sleeper"})
+        seen["session"] = session
+    return seen
+
+
+def test_the_operator_resets_a_live_session(host):
+    seen = asyncio.run(asyncio.wait_for(reset_session(host), 120))
+    assert code(seen["ask"]) == "NO_OPERATOR"
+    assert not seen["write"].is_error and code(seen["blocked"]) == "FSM_BLOCKED"
+    assert seen["keep"].returncode == 0 and seen["keep"].stdout.strip().endswith("VERIFYING → READING")
+    assert not seen["finish"].is_error                          # the debt was dropped with the tracking
+    assert seen["plain"].returncode == 0 and seen["plain"].stdout.strip().endswith("READING → RESOLVING")
+    assert envelope(seen["after"])["error"]["state"] == "RESOLVING"
+    resets = [e["data"] for e in host.events("gate-call") if e["data"]["tool"] == "reset"]
+    assert [r["keep_progress"] for r in resets] == [True, False]
+    gone = host.ctl("gate-reset", seen["session"])
+    assert gone.returncode == 1 and "not running" in gone.stderr
+    assert host.ctl("gate-reset", "nonsense").returncode == 2
+
+
+def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
+    """Without the SDK or a pulsed: the gate and the tools, on a real events.db."""
+    from pulse import store
+    from pulse.config import Config
+    from pulse.home import Paths
+    from pulse.mcp_server import GatedSession, PulseTools
+
+    home = tmp_path / "home"
+    home.mkdir()
+    paths = Paths.for_client(home)
+    events = store.open_events(paths.events_db)
+    session = GatedSession(PulseTools(paths, Config(), events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
+
+    async def calls():
+        return [await session.call(name, args) for name, args in (
+            ("list_tasks", {}),                                   # RESOLVING → READING
+            ("restart_process", {"name": "gw"}),                  # no pulsed: refused before any effect
+            ("status", {}),                                       # no pulsed: a failed read
+            ("no_such_tool", {}),                                 # a write by classification; not found
+            ("list_tasks", {"status": "pending", "all": True}),   # an unknown argument: a write; refused
+            ("create_task", {"project": "p", "title": "t"}),      # missing prompt
+            ("finish", {"summary": "nothing changed"}),
+        )]
+    results = asyncio.run(calls())
+    codes = [env["error"]["code"] if not env["ok"] else "ok" for env, _ in results]
+    assert codes == ["ok", "EXECUTION_CONTEXT_UNAVAILABLE", "EXECUTION_CONTEXT_UNAVAILABLE", "NOT_FOUND",
+                     "INVALID_INPUT", "INVALID_INPUT", "ok"]
+    assert all(text.startswith(code) for code, (_, text) in zip(codes[1:-1], results[1:-1]))
+    assert session.gate.state.value == "READING" and store.list_effects(events) == []
+    calls_ = [e.data for e in store.read_events(events, types=("gate-call",))]
+    assert [c["tool"] for c in calls_] == ["list_tasks", "restart_process", "status", "no_such_tool", "list_tasks",
+                                          "create_task", "finish"]
+    assert calls_[3]["classified"] == "unknown tool" and calls_[4]["classified"].startswith("unrecognised")
+    assert all(c.get("acted") is False for c in calls_[1:6] if c["kind"] == "write")
+    events.close()
