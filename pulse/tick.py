@@ -295,7 +295,7 @@ class Tick(Worker):
             self.inner_error(why)
             return [], None
         if result.error is not None:
-            self.inner_error(f"engine rules raised: {result.error}")
+            self.inner_note = f"engine rules raised: {result.error}"   # the engine recorded the error itself
             return [], None
         effects = [msgspec.structs.replace(e, origin="engine") for e in result.effects]
         self.inner_note = "ok"
@@ -324,9 +324,13 @@ class Tick(Worker):
         now = time.time()
         committed = [store.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
         duration_ms = round((time.monotonic() - started) * 1000, 2)
-        tick_event = store.now_event("tick", "tick", None, n=self.count, effects=len(committed), tick_ms=tick_ms,
-                                     inner=self.inner_note, duration_ms=duration_ms, started_mono=started)
-        self.commit_tick(committed, tick_event)
+        record = dict(n=self.count, effects=len(committed), tick_ms=tick_ms, inner=self.inner_note,
+                      duration_ms=duration_ms, started_mono=started)
+        # Every tick is a vital (kept 24 h); only a tick that did something, or whose engine
+        # call went wrong, is also an event: events.db is never compacted.
+        notable = committed or self.inner_note not in (None, "ok")
+        self.commit_tick(committed, [store.now_event("tick", "tick", None, record)] if notable else [])
+        store.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
         if committed and not self.config.observe_only:
             try:
                 self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
@@ -336,16 +340,16 @@ class Tick(Worker):
         self.last_tick = time.monotonic()
         self.next_tick = started + tick_ms / 1000
 
-    def commit_tick(self, effects: list[wire.Effect], tick_event: wire.Event) -> None:
+    def commit_tick(self, effects: list[wire.Effect], events: list[wire.Event]) -> None:
         """Commit; on a full disk, free the ballast first so the effects that free space still land."""
         try:
-            store.commit_effects(self.events, effects, "tick", events=[tick_event], observe_only=self.config.observe_only)
+            store.commit_effects(self.events, effects, "tick", events=events, observe_only=self.config.observe_only)
         except sqlite3.OperationalError as err:
             if "full" not in str(err) or not release_ballast(self.ballast):
                 raise
             self.log.error("disk full: released the %d MiB ballast to commit this tick's effects",
                            self.config.survival.ballast_mb)
-            store.commit_effects(self.events, effects, "tick", events=[tick_event], observe_only=self.config.observe_only)
+            store.commit_effects(self.events, effects, "tick", events=events, observe_only=self.config.observe_only)
 
     def next_timer(self) -> float:
         return self.next_tick

@@ -126,14 +126,32 @@ class Pulsed:
         wait_for(check, timeout, what=f"a fresh heartbeat from {name} (pid {pid})")
 
     def events(self, type: str | None = None, target: str | None = None) -> list[dict]:
-        conn = sqlite3.connect(f"file:{self.home / 'events.db'}?mode=ro", uri=True)
+        if not (self.home / "events.db").exists():
+            return []   # pulsed has not made it yet
+        conn = sqlite3.connect(self.home / "events.db", timeout=5)
         try:
             rows = conn.execute("SELECT id, seq, ts, mono, type, source, target, data FROM events ORDER BY id")
             out = [dict(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6],
                         data=json.loads(r[7])) for r in rows]
+        except sqlite3.OperationalError:   # being created by pulsed this very moment
+            return []
         finally:
             conn.close()
         return [e for e in out if (type is None or e["type"] == type) and (target is None or e["target"] == target)]
+
+    def ticks(self) -> list[dict]:
+        """Every tick's record (the tick writes one vital per tick), oldest first."""
+        path = self.home / "vitals.db"
+        if not path.exists():
+            return []
+        conn = sqlite3.connect(path, timeout=5)
+        try:
+            rows = conn.execute("SELECT rowid, ts, data FROM vitals WHERE key = 'tick' ORDER BY rowid").fetchall()
+        except sqlite3.OperationalError:
+            return []
+        finally:
+            conn.close()
+        return [{"id": r[0], "ts": r[1], "data": json.loads(r[2])} for r in rows]
 
     def vital(self, key: str, check=lambda data: True):
         """The latest vital of `key` if `check(data)` holds, else None."""

@@ -25,7 +25,7 @@ def engine_rule(pulsed, name: str, body: str) -> None:
 
 
 def ticks(pulsed) -> list[dict]:
-    return pulsed.events("tick")
+    return pulsed.ticks()
 
 
 def max_start_gap(events: list[dict]) -> float:
