@@ -102,6 +102,8 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 def _migrate(conn: sqlite3.Connection, path: Path, migrations: dict[int, Sequence[str]], latest: int) -> None:
+    if conn.execute("PRAGMA user_version").fetchone()[0] == latest:
+        return   # current: no write transaction, so a store opens even on a full disk
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -113,7 +115,8 @@ def _migrate(conn: sqlite3.Connection, path: Path, migrations: dict[int, Sequenc
         conn.execute(f"PRAGMA user_version = {latest}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
 
 
@@ -134,7 +137,10 @@ class _Tx:
         return self.conn
 
     def __exit__(self, kind, value, tb) -> None:
-        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:   # SQLite may have rolled back itself (a full disk does)
+            self.conn.execute("ROLLBACK")
 
 
 def _insert_event(conn: sqlite3.Connection, ev: Event) -> Event:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from pulse import rules, store, survival, tasks, wire
+from pulse import ballast, rules, store, survival, tasks, wire
 from pulse.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
 HISTORY_SAMPLES = 20
+BALLAST_CHECK_S = 60
 MAX_EFFECTS_PER_TICK = 1_000
 ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
 
@@ -130,25 +131,6 @@ _FOLDS = {
 }
 
 
-def keep_ballast(path, size_mb: int) -> None:
-    """A file of size_mb that can be deleted when the disk is full. Made when missing, if there is room."""
-    if size_mb <= 0 or (path.exists() and path.stat().st_size == size_mb << 20):
-        return
-    try:
-        with open(path, "wb") as f:
-            os.posix_fallocate(f.fileno(), 0, size_mb << 20)
-    except OSError:
-        path.unlink(missing_ok=True)   # no room now; try again at the next start
-
-
-def release_ballast(path) -> bool:
-    try:
-        path.unlink()
-        return True
-    except FileNotFoundError:
-        return False
-
-
 def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
     return min(max(default if value is None else value, low), high)
 
@@ -221,7 +203,8 @@ class Tick(Worker):
         self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, SNDHWM=4, IMMEDIATE=1)
         self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000)
         self.ballast = self.paths.home / "ballast"
-        keep_ballast(self.ballast, self.config.survival.ballast_mb)
+        ballast.keep(self.ballast, self.config.survival.ballast_mb)
+        self.ballast_checked = time.monotonic()
         self.projections = Projections()
         self.task_book = tasks.TaskBook() if tasks.SENSE_KEY in self.config.tick.sense else None
         self.fold()
@@ -232,6 +215,7 @@ class Tick(Worker):
         self.next_tick = time.monotonic()
         self.last_tick = 0.0
         self.inner_note: str | None = None
+        self.inner_failed = False
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -296,20 +280,21 @@ class Tick(Worker):
             return [], None
         if result.error is not None:
             self.inner_note = f"engine rules raised: {result.error}"   # the engine recorded the error itself
+            self.inner_failed = True
             return [], None
         effects = [msgspec.structs.replace(e, origin="engine") for e in result.effects]
         self.inner_note = "ok"
         return effects, result.tick_ms
 
     def inner_error(self, message: str) -> None:
-        self.inner_note = message
+        self.inner_note, self.inner_failed = message, True
         store.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
 
     def run_tick(self) -> None:
         t = self.config.timings
         started = time.monotonic()
         self.count += 1
-        self.inner_note = None
+        self.inner_note, self.inner_failed = None, False
         curr = self.snapshot()
         try:
             effects, tick_ms = self.loop.run_until_complete(self.chain(self.prev, curr))
@@ -328,9 +313,15 @@ class Tick(Worker):
                       duration_ms=duration_ms, started_mono=started)
         # Every tick is a vital (kept 24 h); only a tick that did something, or whose engine
         # call went wrong, is also an event: events.db is never compacted.
-        notable = committed or self.inner_note not in (None, "ok")
+        notable = committed or self.inner_failed
         self.commit_tick(committed, [store.now_event("tick", "tick", None, record)] if notable else [])
-        store.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
+        try:
+            store.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
+        except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
+            self.log.warning("could not record tick %d in vitals.db: %s", self.count, err)
+        if time.monotonic() - self.ballast_checked > BALLAST_CHECK_S and self.disk_has_room(curr):
+            self.ballast_checked = time.monotonic()
+            ballast.keep(self.ballast, self.config.survival.ballast_mb)
         if committed and not self.config.observe_only:
             try:
                 self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
@@ -341,15 +332,24 @@ class Tick(Worker):
         self.next_tick = started + tick_ms / 1000
 
     def commit_tick(self, effects: list[wire.Effect], events: list[wire.Event]) -> None:
-        """Commit; on a full disk, free the ballast first so the effects that free space still land."""
-        try:
-            store.commit_effects(self.events, effects, "tick", events=events, observe_only=self.config.observe_only)
-        except sqlite3.OperationalError as err:
-            if "full" not in str(err) or not release_ballast(self.ballast):
-                raise
-            self.log.error("disk full: released the %d MiB ballast to commit this tick's effects",
-                           self.config.survival.ballast_mb)
-            store.commit_effects(self.events, effects, "tick", events=events, observe_only=self.config.observe_only)
+        """Commit; on a full disk, free the ballast first so the effects that free space still land.
+        A commit that still fails loses this tick's effects, not the tick: the next tick decides again."""
+        for attempt in (1, 2):
+            try:
+                store.commit_effects(self.events, effects, "tick", events=events,
+                                     observe_only=self.config.observe_only)
+                return
+            except sqlite3.OperationalError as err:
+                if attempt == 1 and ballast.is_full_disk(err) and ballast.release(self.ballast):
+                    self.log.error("disk full: released the %d MiB ballast to commit this tick's effects",
+                                   self.config.survival.ballast_mb)
+                    continue
+                self.log.error("could not commit tick %d (%d effects): %s", self.count, len(effects), err)
+                return
+
+    def disk_has_room(self, curr: wire.Snapshot) -> bool:
+        vital = curr.vitals.get("system-resource")
+        return vital is not None and (vital.data.get("disk_pct") or 100) < self.config.survival.disk_pct
 
     def next_timer(self) -> float:
         return self.next_tick

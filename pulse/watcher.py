@@ -76,6 +76,7 @@ class Watcher(Worker):
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1,
                                 RECONNECT_IVL=10, RECONNECT_IVL_MAX=200)
         self.runner = WatcherRunner(builtin_watchers(self.config), vitals_conn=self.vitals, events_conn=self.events,
+                                    ballast_path=self.paths.home / "ballast",
                                     wake_sock=self.wake, source=self.name, config=self.config, log=self.log)
         # The runner adds and drops fds as they come and go (a pidfd per live critical process);
         # sharing its dict keeps the harness's poll set exact at every turn of the loop.

@@ -42,13 +42,14 @@ import sqlite3
 import threading
 import time
 import traceback
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import zmq
 
-from pulse import store, wire
+from pulse import ballast, store, wire
 from pulse.config import Config
 from pulse.engine.api import Watcher
 from pulse.wire import Vital
@@ -119,8 +120,9 @@ class WatcherRunner:
 
     def __init__(self, watchers: Sequence[Watcher], *, vitals_conn: sqlite3.Connection,
                  events_conn: sqlite3.Connection, wake_sock: zmq.Socket, source: str, config: Config,
-                 log: logging.Logger):
+                 log: logging.Logger, ballast_path: Path | None = None):
         self.vitals_conn, self.events_conn, self.wake_sock = vitals_conn, events_conn, wake_sock
+        self.ballast = ballast_path   # released when the disk is full, so the vital saying so still lands
         self.source, self.config, self.log = source, config, log
         self.default_interval_s = config.timings.watcher_interval_ms / 1000
         self.handlers: dict[object, Callable[[], None]] = {}
@@ -264,6 +266,9 @@ class WatcherRunner:
             store.append_vitals(self.vitals_conn, vitals)
             return True
         except sqlite3.Error as err:
+            if self.ballast is not None and ballast.is_full_disk(err) and ballast.release(self.ballast):
+                self.log.error("disk full: released the ballast to record what the watchers see")
+                return self._store(vitals)
             self.log.error("could not write %d vitals: %s", len(vitals), err)
             self._record_error("vitals.db", f"cannot write vitals: {describe(err)}")
             return False

@@ -270,3 +270,50 @@ def test_resource_guard_archives_and_never_touches_events_db(pulsed, tmp_path):
     conn = sqlite3.connect(pulsed.home / "events.db")
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     conn.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 MiB tmpfs of our own to fill (root only; skipped where mounting is not allowed)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", str(mnt)],
+                      capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+def test_a_full_disk_frees_its_ballast_and_cleans_up(pulsed, small_disk):
+    pulsed.home = small_disk / "home"
+    filler = small_disk / "scratch" / "filler.bin"
+    filler.parent.mkdir()
+    write_config(pulsed, f"""
+        [watch]
+        disk_path = "{small_disk}"
+
+        [survival]
+        disk_pct = 90
+        ballast_mb = 4
+        cleanup = ["{small_disk}/scratch/*.bin"]
+    """)
+    pulsed.start(env=FAST_TICK)
+    assert (pulsed.home / "ballast").stat().st_size == 4 << 20
+    events_before = pulsed.events()
+    with open(filler, "wb") as f:                 # fill the disk to the last byte
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    cleaned = wait_for(lambda: [e for e in pulsed.events("effect-acked") if e["data"]["kind"] == "cleanup"], 30,
+                       what="the cleanup that frees the disk")
+    assert cleaned and not filler.exists()
+    assert pulsed.events()[:len(events_before)] == events_before       # nothing stored was lost
+    import sqlite3
+    for db in ("events.db", "vitals.db"):
+        conn = sqlite3.connect(pulsed.home / db)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        conn.close()
+    assert pulsed.status() and all(w.state == "running" for w in pulsed.status().workers)
