@@ -118,3 +118,12 @@ def test_unknown_worker_is_refused(pulsed):
     pulsed.start()
     out = pulsed.ctl("restart", "nobody")
     assert out.returncode == 2 and "nobody" in out.stderr
+
+
+def test_every_command_is_registered_where_it_lives():
+    import importlib
+
+    from pulse.cli import COMMAND_MODULES
+    defined = {c.name: m for m in set(COMMAND_MODULES.values())
+               for c in importlib.import_module(f"pulse.cli.{m}").COMMANDS}
+    assert defined == COMMAND_MODULES

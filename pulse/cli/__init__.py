@@ -40,7 +40,33 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Which module defines each command: only the one invoked is imported, so `pulsectl status`
+# pays for click, zmq and msgspec, not for every other command's imports.
+COMMAND_MODULES = {
+    "status": "status", "restart": "workers", "start": "workers", "stop": "workers", "reload": "workers",
+    "events": "pipeline", "vitals": "pipeline", "effects": "pipeline", "emit": "pipeline",
+    "promote": "engine", "deploy": "engine", "rollback": "engine", "engine": "engine", "dev": "engine",
+    "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
+    "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
+    "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
+    "check-config": "configcmd", "config": "configcmd",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(name)
+        if module is None:
+            return None
+        import importlib
+        commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS
+        return next(c for c in commands if c.name == name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False),
               help="Pulse home (default: $PULSE_HOME, else ~/.pulse).")
 @click.option("--timeout", default=3.0, show_default=True, help="Seconds to wait for pulsed to answer.")
@@ -49,14 +75,6 @@ pass_ctx = click.make_pass_decorator(Context)
 def cli(ctx: click.Context, home: str | None, timeout: float) -> None:
     """Inspect and steer Pulse, the supervisor of an AI agent's host."""
     ctx.obj = Context(home, timeout)
-
-
-from pulse.cli import (configcmd, daemon, engine, init, logs, maintenance, mcp, pipeline, status,  # noqa: E402
-                       systemd, tasks, workers)
-
-for module in (status, workers, pipeline, engine, daemon, logs, systemd, init, configcmd, tasks, maintenance, mcp):
-    for command in module.COMMANDS:
-        cli.add_command(command)
 
 
 def main() -> None:
