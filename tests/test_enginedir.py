@@ -162,3 +162,53 @@ def test_dev_mode_runs_staging_and_reloads_on_change(pulsed, tracker):
     wait_for(lambda: running_commit(pulsed) == main_head, 10, what="the engine back on main")
     assert not (pulsed.home / "dev").exists()
     assert not [f for f in os.listdir(pulsed.home / "engine" / "rules") if f == "live.py"]
+
+
+def test_the_engine_killed_during_a_promote(pulsed):
+    import os
+    import signal
+    pulsed.start()
+    # A slow engine test keeps the gate busy long enough to kill the engine in the middle of it.
+    stage(pulsed, "tests/test_slow.py", "import time\n\ndef test_slow():\n    time.sleep(1.5)\n")
+    stage(pulsed, "rules/fresh.py", RULE.format(name="fresh"))
+    promote = subprocess.Popen([PULSECTL, "--home", str(pulsed.home), "promote"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    pulsed.tracker.add(promote.pid)
+    wait_for(lambda: git(pulsed.home / "engine", "worktree", "list").count("\n") >= 2, 10,
+             what="the gate running on its candidate")
+    os.kill(pulsed.worker("engine").pid, signal.SIGKILL)
+    out, err = promote.communicate(timeout=60)
+    assert promote.returncode == 0, err
+    head = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    wait_for(lambda: pulsed.worker("engine").state == "running" and running_commit(pulsed) == head, 15,
+             what="the engine running the promoted commit after all")
+
+
+def test_a_promote_and_a_rollback_at_once_are_serialised(tmp_path):
+    home = tmp_path / "home"
+    subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
+    paths = Paths.for_client(home)
+    (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
+    first = enginedir.promote(paths)
+    (home / "staging" / "rules" / "two.py").write_text(RULE.format(name="two"))
+    git(home / "staging", "add", "-A")
+    git(home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
+    outcomes = []
+
+    def promote():
+        outcomes.append(("promote", enginedir.promote(paths, deploy=True)))
+
+    def roll_back():
+        outcomes.append(("rollback", enginedir.rollback(paths, to=first.before, source="executor",
+                                                        reason="auto-rollback")))
+    threads = [threading.Thread(target=promote), threading.Thread(target=roll_back)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(kind for kind, _ in outcomes) == ["promote", "rollback"]
+    (kind_a, a), (kind_b, b) = outcomes
+    assert b.before == a.after                      # the second started from where the first ended
+    assert not git(home / "engine", "status", "--porcelain")
+    expected = (home / "engine" / "rules" / "two.py").exists()
+    assert expected == (kind_b == "promote")

@@ -3,6 +3,7 @@ loopback, real files. Timings shrink through PULSE_* and [survival]."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -66,7 +67,39 @@ def endpoint():
     e.close()
 
 
-def test_network_watchdog_notifies_once_down_and_once_up_across_a_killed_tick(pulsed, endpoint, tmp_path):
+class EngineChaos:
+    """kill -9 the engine over and over while a test runs: survival must not notice."""
+
+    def __init__(self, pulsed, every_s: float = 0.1):
+        self.pulsed, self.every_s = pulsed, every_s
+        self.stop = threading.Event()
+        self.kills = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.wait(self.every_s):
+            try:
+                pid = self.pulsed.worker("engine").pid
+            except Exception:
+                continue
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.kills += 1
+                except ProcessLookupError:
+                    pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("chaos", [False, True], ids=["engine-steady", "engine-killed-repeatedly"])
+def test_network_watchdog_notifies_once_down_and_once_up_across_a_killed_tick(pulsed, endpoint, tmp_path, chaos):
     notes = tmp_path / "notes.jsonl"
     write_config(pulsed, f"""
         [[watch.network]]
@@ -78,8 +111,16 @@ def test_network_watchdog_notifies_once_down_and_once_up_across_a_killed_tick(pu
         kind = "file"
         path = "{notes}"
     """)
-    pulsed.start(env=FAST_TICK)
+    # the engine's crash loop must not escalate: its intensity is raised for the chaos run
+    pulsed.start(env={**FAST_TICK, "PULSE_INTENSITY_RESTARTS": "1000"})
     wait_for(lambda: pulsed.vital("network:api", lambda d: d["ok"]), 10, what="the target up")
+    with (EngineChaos(pulsed) if chaos else contextlib.nullcontext()) as killer:
+        run_network_scenario(pulsed, endpoint, notes)
+    if chaos:
+        assert killer.kills >= 2
+
+
+def run_network_scenario(pulsed, endpoint, notes):
     endpoint.healthy = False
     wait_for(lambda: notifications(notes, "network-watchdog"), 10, what="the down notification")
     tick = pulsed.worker("tick").pid
