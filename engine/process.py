@@ -28,7 +28,7 @@ import zmq
 from pulse import rules as onion
 from pulse import store, wire
 from pulse.engine import loader
-from pulse.harness import Worker
+from pulse.harness import Worker, drain, poke
 
 EXECUTOR_THREADS = 4
 
@@ -156,17 +156,10 @@ class Engine(Worker):
         except Exception as err:
             result = wire.ExecutorResult(request.id, ok=False, error=short_traceback(err, str(self.root)))
         self.done.put((identity, request, result))
-        try:
-            os.write(self.done_w, b"x")
-        except BlockingIOError:
-            pass
+        poke(self.done_w)
 
     def on_executor_done(self) -> None:
-        try:
-            while os.read(self.done_r, 512):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self.done_r)
         while not self.done.empty():
             identity, request, result = self.done.get()
             if request.deadline < time.time():

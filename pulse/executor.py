@@ -53,7 +53,7 @@ from typing import Callable
 import zmq
 
 from pulse import executors, store, wire
-from pulse.harness import Worker
+from pulse.harness import Worker, drain, poke
 
 SOURCE = "executor"
 SCAN_LIMIT = 1_000               # open effects read per scan; more are picked up by the next ones
@@ -231,17 +231,10 @@ class Executor(Worker):
     def deliver(self, done: Done) -> None:
         """From any thread: queue a result and wake the loop."""
         self.results.append(done)
-        try:
-            os.write(self.results_w, b".")
-        except BlockingIOError:
-            pass             # the pipe is full, so the loop is woken already
+        poke(self.results_w)
 
     def on_results(self) -> None:
-        try:
-            while os.read(self.results_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self.results_r)
         now, ended = time.monotonic(), False
         while self.results:
             done = self.results.popleft()

@@ -130,16 +130,25 @@ class Harness:
             wake_at = min(t for t in (next_beat, self.worker.next_timer()) if t is not None)
             for item, _ in poller.poll(max(0.0, wake_at - time.monotonic()) * 1000):
                 if item == wakeup_fd:
-                    _drain(wakeup_fd)
+                    drain(wakeup_fd)
                 elif item in self.worker.handlers:
                     self.worker.handlers[item]()
             self.worker.on_timer(time.monotonic())
 
 
-def _drain(fd: int) -> None:
+def drain(fd: int) -> None:
+    """Empty a non-blocking wakeup pipe."""
     try:
-        while os.read(fd, 512):
+        while os.read(fd, 4096):
             pass
+    except BlockingIOError:
+        pass
+
+
+def poke(fd: int) -> None:
+    """Wake a loop from another thread through its pipe (already full means already woken)."""
+    try:
+        os.write(fd, b"\0")
     except BlockingIOError:
         pass
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import os
 import sqlite3
 import time
 from dataclasses import dataclass, field

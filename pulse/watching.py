@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from pulse import ballast, store, wire
+from pulse.harness import drain, poke
 from pulse.config import Config
 from pulse.engine.api import Watcher
 from pulse.wire import Vital
@@ -210,18 +211,11 @@ class WatcherRunner:
         with self._write_lock:
             if self._closed:
                 return
-            try:
-                os.write(self._done_w, b"\0")
-            except BlockingIOError:
-                pass   # the pipe is full, so the main loop is already woken and drains the whole queue
+            poke(self._done_w)
 
     def _on_done(self) -> None:
         """The pipe said a collect finished: settle every finished collect in one batch."""
-        try:
-            while os.read(self._done_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self._done_r)
         results = []
         while True:
             try:

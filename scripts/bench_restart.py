@@ -745,7 +745,7 @@ def verdict(value: float | None, target: float) -> str:
 
 
 def report(b: Bench) -> str:
-    r, a = b.results, b.args
+    r = b.results
     lines = []
     host = r.get("host", {})
     lines.append(f"{host.get('pulsed_version', 'pulsed')} restart / footprint benchmark — {host.get('cpu', '?')}, {host.get('cpus', '?')} CPUs, "

@@ -26,7 +26,7 @@ from pulse.sdnotify import Notifier
 from pulse.states import ALIVE_STATES, CORE_WORKERS, WORKERS, Exit, WorkerState
 
 from . import control
-from .child import Child, Fail, Restart, forget_crashes, next_deadline, on_crash
+from .child import Child, Fail, forget_crashes, next_deadline, on_crash
 from .eventlog import EventWriter
 from .forkserver import Forkserver
 
@@ -373,10 +373,7 @@ class Arbiter:
             log.info("%s (pid %s) stopped (%s)", child.name, pid, how)
             child.deadline = None
             if child.restart_after_stop and not self.shutting_down:
-                child.restart_after_stop = False
-                child.restarts += 1
-                self.record("worker-restarted", child.name, reason="operator", delay_ms=0)
-                self.spawn(child)
+                self.restart_now(child)
             else:
                 child.state = S.STOPPED
             self.update_notify()
@@ -433,16 +430,20 @@ class Arbiter:
         self.signal(child, signal.SIGABRT)
         self.signal(child, signal.SIGCONT)
 
+    def restart_now(self, child: Child) -> None:
+        """An operator's restart (or a reload's): not a crash, never counted toward the limit."""
+        child.restart_after_stop = False
+        child.restarts += 1
+        self.record("worker-restarted", child.name, reason="operator", delay_ms=0)
+        self.spawn(child)
+
     def stop(self, child: Child, *, restart: bool = False) -> None:
         """Operator stop/restart, reload, or shutdown."""
         child.restart_after_stop = restart
         if child.state in (S.STOPPED, S.FAILED, S.BACKOFF):
             child.deadline = None
             if restart:
-                child.restart_after_stop = False
-                child.restarts += 1
-                self.record("worker-restarted", child.name, reason="operator", delay_ms=0)
-                self.spawn(child)
+                self.restart_now(child)
             else:
                 child.state = S.STOPPED
             return

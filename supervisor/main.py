@@ -15,6 +15,7 @@ import fcntl
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from pulse import __version__
 from pulse import config as configmod
@@ -25,7 +26,7 @@ from pulse.states import Exit
 from pulse.store import StoreError
 
 
-def fail(code: Exit, message: str) -> "NoReturn":  # noqa: F821
+def fail(code: Exit, message: str) -> NoReturn:
     print(f"pulsed: {message}", file=sys.stderr, flush=True)
     sys.exit(int(code))
 

@@ -12,7 +12,6 @@ import pytest
 
 from support import wait_for
 
-from pulse import wire
 
 WORKERS = ("watcher", "tick", "executor", "engine")
 

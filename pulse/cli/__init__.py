@@ -23,6 +23,15 @@ class Context:
     def paths(self) -> Paths:
         return Paths.for_client(self.home)
 
+    def config(self):
+        """config.toml with PULSE_* overrides; exit 78 (like pulsed) naming what is wrong."""
+        from pulse import config as configmod
+        try:
+            return configmod.load(self.paths.config)
+        except configmod.ConfigError as err:
+            click.echo(f"pulsectl: {err}", err=True)
+            sys.exit(78)
+
     def request(self, message):
         """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached."""
         from pulse import client

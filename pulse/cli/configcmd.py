@@ -1,26 +1,15 @@
 """`pulsectl check-config` and `pulsectl config --effective`."""
 
-import sys
-
 import click
 
 from pulse.cli import Context, pass_ctx
-
-
-def _load(ctx: Context):
-    from pulse import config as configmod
-    try:
-        return configmod.load(ctx.paths.config)
-    except configmod.ConfigError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(78)
 
 
 @click.command("check-config")
 @pass_ctx
 def check_config(ctx: Context) -> None:
     """Validate config.toml (and PULSE_* overrides). Exit 78 if it is bad."""
-    _load(ctx)
+    ctx.config()
     click.echo(f"{ctx.paths.config}: ok")
 
 
@@ -30,7 +19,7 @@ def check_config(ctx: Context) -> None:
 def config(ctx: Context, effective: bool) -> None:
     """Print the configuration pulsed would run with."""
     from pulse.config import to_toml
-    click.echo(to_toml(_load(ctx)), nl=False)
+    click.echo(to_toml(ctx.config()), nl=False)
 
 
 COMMANDS = [check_config, config]

@@ -29,12 +29,16 @@ def _fail(err) -> None:
     sys.exit(1)
 
 
-def _typecheck(ctx: Context) -> list[str] | None:
-    from pulse import config as configmod
+def _promote(ctx: Context, *, deploy: bool, message: str | None = None) -> None:
+    from pulse import enginedir
+    verb = "deploy" if deploy else "promote"
     try:
-        return configmod.load(ctx.paths.config).engine.typecheck
-    except configmod.ConfigError as err:
-        _fail(err)
+        result = enginedir.promote(ctx.paths, deploy=deploy, typecheck=ctx.config().engine.typecheck,
+                                   message=message)
+    except enginedir.EngineDirError as err:
+        _fail(f"{verb} refused, main untouched: {err}")
+    click.echo(f"{verb}d {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
+    _reload_engine(ctx)
 
 
 @click.command()
@@ -42,26 +46,14 @@ def _typecheck(ctx: Context) -> list[str] | None:
 @pass_ctx
 def promote(ctx: Context, message: str | None) -> None:
     """Merge staging into main behind the gate (compile, import, the engine's tests), then reload."""
-    from pulse import enginedir
-    try:
-        result = enginedir.promote(ctx.paths, typecheck=_typecheck(ctx), message=message)
-    except enginedir.EngineDirError as err:
-        _fail(f"promote refused, main untouched: {err}")
-    click.echo(f"promoted {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
-    _reload_engine(ctx)
+    _promote(ctx, deploy=False, message=message)
 
 
 @click.command()
 @pass_ctx
 def deploy(ctx: Context) -> None:
     """Promote a staging tree that is already committed."""
-    from pulse import enginedir
-    try:
-        result = enginedir.promote(ctx.paths, deploy=True, typecheck=_typecheck(ctx))
-    except enginedir.EngineDirError as err:
-        _fail(f"deploy refused, main untouched: {err}")
-    click.echo(f"deployed {result.before[:12]} → {result.after[:12]}")
-    _reload_engine(ctx)
+    _promote(ctx, deploy=True)
 
 
 @click.command()

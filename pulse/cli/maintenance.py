@@ -12,15 +12,6 @@ from pulse.cli import Context, pass_ctx
 from pulse.cli.pipeline import _DURATION
 
 
-def _config(ctx: Context):
-    from pulse import config as configmod
-    try:
-        return configmod.load(ctx.paths.config)
-    except configmod.ConfigError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(78)
-
-
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
     """Commit the event, then ring the tick so the rules see it now."""
     import zmq
@@ -39,7 +30,7 @@ def _append(ctx: Context, type_: str, target: str, **data) -> None:
 
 
 def _known_process(ctx: Context, name: str) -> None:
-    names = [p.name for p in _config(ctx).process]
+    names = [p.name for p in ctx.config().process]
     if name not in names:
         click.echo(f"pulsectl: no [[process]] named {name!r} in config.toml (known: {', '.join(names) or 'none'})",
                    err=True)
@@ -83,7 +74,7 @@ def notify_test(ctx: Context, wait: float) -> None:
     """Send one notification through every configured channel, and say how it went."""
     from pulse import wire
     from pulse.cli.pipeline import queue_effect
-    config = _config(ctx)
+    config = ctx.config()
     click.echo(f"channels: {', '.join(c.name or c.kind for c in config.notify) or 'none'}")
     effect = wire.Effect(kind="notify", target="pulse", params={
         "title": "Pulse test notification", "message": "If you read this, this channel works.", "test": True})

@@ -141,13 +141,8 @@ def _param(text: str) -> tuple[str, object]:
 def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool,
          deadline_s: float | None, wait_s: float) -> None:
     """Queue an effect by hand (origin operator) and ring the executor."""
-    from pulse import config as configmod
     from pulse import wire
-    try:
-        config = configmod.load(ctx.paths.config)
-    except configmod.ConfigError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(78)
+    config = ctx.config()
     try:
         values = dict(_param(p) for p in params)
     except click.BadParameter as err:
