@@ -295,10 +295,24 @@ def engine_failed_notice(config: Config):
     return rule
 
 
+def escalation_notice(config: Config):
+    """Pulse notifies about itself: it escalated (a core worker crash-looped, pulsed exited so the
+    service manager would restart it). Said by the next pulsed's tick, once per escalation."""
+    @_named("escalation_notice")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        if curr.escalated and may_notify(curr, "escalation", "pulse", 0, curr.escalated):
+            effects = effects + [notify(curr, "escalation", "pulse", "Pulse restarted after an escalation",
+                                        f"pulsed stopped everything: {curr.escalation}; it is running again")]
+        return effects, tick_ms
+    return rule
+
+
 def survival_rules(config: Config) -> list:
     """Outermost first."""
     return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
-            llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config)]
+            llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config),
+            escalation_notice(config)]
 
 
 def counted_keys(config: Config) -> list[str]:

@@ -274,9 +274,11 @@ def agent_capability_stats(events: Iterable) -> dict[str, AgentCapabilityStats]:
 class TaskBook:
     """Both projections, folded incrementally: `last_id` is the last event folded."""
 
-    def __init__(self) -> None:
+    def __init__(self, agents: Iterable[str] = ()) -> None:
         self.last_id = 0
         self.agents = AgentStatsFold()
+        for name in agents:          # configured agents show (with zero counts) before their first task
+            self.agents._of(name)
 
     @property
     def states(self) -> dict[str, TaskState]:
@@ -326,16 +328,61 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 
 
-def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAILURES, **data) -> TaskState:
+def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAILURES, run: str | None = None,
+           **data) -> TaskState:
     """Append `type` for `task` if the transition table allows it now (checked and appended in
     one transaction), plus task-given-up when a failure reaches `max_failures`. Returns the
-    task's new state; raises IllegalTransition, writing nothing, when the move is refused."""
+    task's new state; raises IllegalTransition, writing nothing, when the move is refused.
+
+    `run`: only if the task is held by that run (see current_run), so the end of one run can
+    never land on the next one (an orphan settled late, say); the events carry it."""
     from pulse import store
+    if run is not None:
+        data = {**data, "run": run}
 
     def decide_events(history: list) -> list:
+        if run is not None and current_run(history, task) != run:
+            raise IllegalTransition(f"{task}: not held by run {run}")
         ts = time.time()
         return [store.now_event(t, source, task, d) for t, d in
                 decide(history, type, task, data, ts, source, max_failures)]
+
+    store.append_task_events(conn, task, decide_events)
+    return load(conn, task)
+
+
+def current_run(history: Sequence, task: str) -> str | None:
+    """The run (an agent-run effect id) holding the task: the `run` of its latest task-assigned or
+    task-executing event while it is assigned or executing; None otherwise."""
+    state = fold_tasks(history).get(task)
+    if state is None or state.status not in ("assigned", "executing"):
+        return None
+    for ev in reversed(history):
+        if ev.type in ("task-assigned", "task-executing"):
+            return ev.data.get("run")
+    return None
+
+
+def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> TaskState:
+    """A run of `agent` takes the task: task-assigned (from pending) and task-executing, both
+    checked and appended in one transaction, each carrying `run`. A task already assigned to
+    `agent` by someone else only gets task-executing. Raises IllegalTransition otherwise."""
+    from pulse import store
+
+    def decide_events(history: list) -> list:
+        state = fold_tasks(history).get(task)
+        steps = ["task-executing"]
+        if state is not None and state.status == "pending":
+            steps.insert(0, "task-assigned")
+        elif state is not None and state.status == "assigned" and state.agent != agent:
+            raise IllegalTransition(f"{task}: assigned to {state.agent}, not {agent}")
+        out, seen = [], list(history)
+        for step in steps:
+            for t, d in decide(seen, step, task, {**data, "agent": agent, "run": run}, time.time(), source):
+                ev = store.now_event(t, source, task, d)
+                out.append(ev)
+                seen.append(ev)
+        return out
 
     store.append_task_events(conn, task, decide_events)
     return load(conn, task)

@@ -55,6 +55,7 @@ class Projections:
     corrective_streak: int = 0             # survival repairs failed in a row since the last promote
     paused: dict[str, float] = field(default_factory=dict)
     engine_failed_at: float | None = None
+    escalated: tuple[float, str] | None = None   # the last time pulsed stopped everything: (when, why)
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
@@ -100,6 +101,10 @@ class Projections:
         if ev.target == "engine":
             self.engine_failed_at = ev.ts
 
+    def _stopping(self, ev: wire.Event) -> None:
+        if ev.data.get("exit_code"):
+            self.escalated = (ev.ts, ev.data.get("reason", ""))
+
     def _pause(self, ev: wire.Event) -> None:
         self.paused[ev.target] = ev.data.get("until", 0.0)
 
@@ -125,6 +130,7 @@ _FOLDS = {
     "rollback": Projections._rollback,
     "worker-exited": Projections._exited,
     "worker-failed": Projections._failed,
+    "supervisor-stopping": Projections._stopping,
     "pause": Projections._pause,
     "resume": Projections._resume,
 }
@@ -264,6 +270,8 @@ class Tick(Worker):
             engine=self.engine_state(),
             last_promote=p.promotes[-1].ts if p.promotes else None,
             notified=dict(p.notified),
+            escalated=p.escalated[0] if p.escalated else None,
+            escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
             history={key: store.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})

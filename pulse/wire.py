@@ -177,6 +177,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
+    escalated: float | None = None      # when pulsed last stopped everything and exited non-zero
+    escalation: str | None = None       # why
     # Only when the tick's sense keys include "pending-tasks":
     pending_tasks: PendingTasks | None = None
     agent_capability_stats: dict[str, AgentCapabilityStats] = msgspec.field(default_factory=dict)

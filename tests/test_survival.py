@@ -164,3 +164,12 @@ def test_engine_failed_is_notified_once():
     assert kinds(run(survival.engine_failed_notice, failed)[0]) == [("notify", "engine")]
     told = snap(engine=EngineHealth("failed", restarts=6, failed_at=990.0), notified={"engine-failed:engine": 991.0})
     assert run(survival.engine_failed_notice, told) == ([], None)
+
+
+def test_an_escalation_is_notified_once_by_the_next_pulsed():
+    escalated = snap(escalated=900.0, escalation="tick restart intensity reached")
+    effects, _ = run(survival.escalation_notice, escalated)
+    assert kinds(effects) == [("notify", "pulse")] and "tick restart intensity" in effects[0].params["message"]
+    told = snap(escalated=900.0, escalation="x", notified={"escalation:pulse": 950.0})
+    assert run(survival.escalation_notice, told) == ([], None)
+    assert run(survival.escalation_notice, snap()) == ([], None)

@@ -358,3 +358,40 @@ def test_a_full_disk_frees_its_ballast_and_cleans_up(pulsed, small_disk):
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         conn.close()
     assert pulsed.status() and all(w.state == "running" for w in pulsed.status().workers)
+
+
+def test_pulse_notifies_about_itself_engine_failed_and_escalation(pulsed, tmp_path):
+    notes = tmp_path / "notes.jsonl"
+    write_config(pulsed, f"""
+        [[notify]]
+        kind = "file"
+        path = "{notes}"
+    """)
+    pulsed.start(env={**FAST_TICK, "PULSE_TEST_INJECT": "engine:crash-before-ready*99"}, wait=False)
+    pulsed.wait_state("engine", "failed", timeout=15)
+    wait_for(lambda: notifications(notes, "engine-failed"), 10, what="the engine-failed notification")
+    assert pulsed.terminate() == 0
+    pulsed.start(env={**FAST_TICK, "PULSE_TEST_INJECT": "tick:crash-before-ready*99"}, wait=False)
+    assert pulsed.proc.wait(20) == 1                      # escalated
+    pulsed.start(env=FAST_TICK)                           # what systemd would do
+    sent = wait_for(lambda: notifications(notes, "escalation"), 10, what="the escalation notification")
+    assert len(sent) == 1 and "tick restart intensity reached" in sent[0]["message"]
+    assert len(notifications(notes, "engine-failed")) == 1
+
+
+def test_notify_test_sends_through_every_channel(pulsed, tmp_path):
+    notes = tmp_path / "notes.jsonl"
+    write_config(pulsed, f"""
+        [[notify]]
+        kind = "file"
+        path = "{notes}"
+
+        [[notify]]
+        kind = "log"
+    """)
+    pulsed.start()
+    out = pulsed.ctl("notify", "test", "--wait", "10")
+    assert out.returncode == 0, out.stderr
+    assert "acked" in out.stdout
+    assert json.loads(notes.read_text().splitlines()[0])["title"] == "Pulse test notification"
+    wait_for(lambda: "Pulse test notification" in pulsed.log_text(), 5, what="the log channel")
