@@ -98,7 +98,14 @@ class EngineChaos:
         self.thread.join(5)
 
 
-@pytest.mark.parametrize("chaos", [False, True], ids=["engine-steady", "engine-killed-repeatedly"])
+CHAOS = pytest.mark.parametrize("chaos", [False, True], ids=["engine-steady", "engine-killed-repeatedly"])
+
+
+def maybe_chaos(pulsed, chaos: bool):
+    return EngineChaos(pulsed) if chaos else contextlib.nullcontext()
+
+
+@CHAOS
 def test_network_watchdog_notifies_once_down_and_once_up_across_a_killed_tick(pulsed, endpoint, tmp_path, chaos):
     notes = tmp_path / "notes.jsonl"
     write_config(pulsed, f"""
@@ -114,7 +121,7 @@ def test_network_watchdog_notifies_once_down_and_once_up_across_a_killed_tick(pu
     # the engine's crash loop must not escalate: its intensity is raised for the chaos run
     pulsed.start(env={**FAST_TICK, "PULSE_INTENSITY_RESTARTS": "1000"})
     wait_for(lambda: pulsed.vital("network:api", lambda d: d["ok"]), 10, what="the target up")
-    with (EngineChaos(pulsed) if chaos else contextlib.nullcontext()) as killer:
+    with maybe_chaos(pulsed, chaos) as killer:
         run_network_scenario(pulsed, endpoint, notes)
     if chaos:
         assert killer.kills >= 2
@@ -135,7 +142,8 @@ def run_network_scenario(pulsed, endpoint, notes):
     assert [n["target"] for n in sent] == ["api:down", "api:up"]
 
 
-def test_error_escalate_notifies_and_shortens_the_tick(pulsed, tmp_path):
+@CHAOS
+def test_error_escalate_notifies_and_shortens_the_tick(pulsed, tmp_path, chaos):
     log = tmp_path / "app.log"
     log.write_text("starting\n")
     notes = tmp_path / "notes.jsonl"
@@ -151,16 +159,20 @@ def test_error_escalate_notifies_and_shortens_the_tick(pulsed, tmp_path):
         [survival]
         error_tick_ms = 150
     """)
-    pulsed.start(env={"PULSE_TICK_MS": "5000", "PULSE_WATCHER_INTERVAL_MS": "100"})
+    pulsed.start(env={"PULSE_TICK_MS": "5000", "PULSE_WATCHER_INTERVAL_MS": "100",
+                      "PULSE_INTENSITY_RESTARTS": "1000"})
     wait_for(lambda: pulsed.vital("error-log:app"), 10, what="the log watched")
-    with log.open("a") as f:
-        f.write("ERROR the database went away\n")
-    sent = wait_for(lambda: notifications(notes, "error-escalate"), 10, what="the escalation")
-    assert sent[0]["target"] == "app" and "ERROR the database went away" in json.dumps(sent[0])
-    wait_for(lambda: any(t["data"]["tick_ms"] == 150 for t in pulsed.ticks()), 5, what="a shorter tick")
+    with maybe_chaos(pulsed, chaos):
+        with log.open("a") as f:
+            f.write("ERROR the database went away\n")
+        sent = wait_for(lambda: notifications(notes, "error-escalate"), 10, what="the escalation")
+        assert sent[0]["target"] == "app" and "ERROR the database went away" in json.dumps(sent[0])
+        wait_for(lambda: any(t["data"]["tick_ms"] == 150 for t in pulsed.ticks()), 5, what="a shorter tick")
+    assert len(notifications(notes, "error-escalate")) == 1
 
 
-def test_llm_watchdog_restarts_the_endpoint(pulsed, endpoint, tmp_path):
+@CHAOS
+def test_llm_watchdog_restarts_the_endpoint(pulsed, endpoint, tmp_path, chaos):
     marker = tmp_path / "restarted"
     write_config(pulsed, f"""
         [[watch.network]]
@@ -173,11 +185,12 @@ def test_llm_watchdog_restarts_the_endpoint(pulsed, endpoint, tmp_path):
         restart = ["touch", "{marker}"]
         fail_after = 3
     """)
-    pulsed.start(env=FAST_TICK)
+    pulsed.start(env={**FAST_TICK, "PULSE_INTENSITY_RESTARTS": "1000"})
     wait_for(lambda: pulsed.vital("network:model", lambda d: d["ok"]), 10, what="the endpoint up")
     assert not marker.exists()
-    endpoint.healthy = False
-    wait_for(marker.exists, 15, what="the endpoint's restart command run")
+    with maybe_chaos(pulsed, chaos):
+        endpoint.healthy = False
+        wait_for(marker.exists, 15, what="the endpoint's restart command run")
     restarts = [e for e in pulsed.events("effect") if e["data"]["kind"] == "exec"]
     assert len(restarts) == 1 and restarts[0]["target"] == "llm:model"
 
