@@ -242,6 +242,8 @@ class Tick(Worker):
     def engine_state(self) -> wire.EngineHealth:
         """The engine worker's state from pulsed: the tick never calls an engine that is not running."""
         try:
+            while self.control.poll(0):
+                self.control.recv()   # a late answer to an earlier question: stale
             self.control.send(wire.encode(wire.GetStatus()), zmq.NOBLOCK)
             if self.control.poll(100):
                 reply = wire.decode(self.control.recv(), wire.Reply)

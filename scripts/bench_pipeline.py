@@ -89,12 +89,29 @@ def vital_pid(vitals_db: Path) -> int | None:
     return data.get("pid") if data.get("alive") else None
 
 
+def restart_settled(events_db: Path) -> bool:
+    """No restart-process effect still open: the last restart was acked (a restart of a long-running
+    process is acked after a 1 s grace; killing it inside the grace would fail the restart and make
+    processWatchdog back off, which this benchmark must not measure)."""
+    conn = sqlite3.connect(f"file:{events_db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT COUNT(*) FROM effects WHERE kind = 'restart-process' "
+                           "AND state IN ('pending', 'executing')").fetchone()
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+    return row[0] == 0
+
+
 def restart_trials(home: Path, marker: Path, tracker: Tracker, trials: int, label: str) -> list[float]:
-    """Kill the victim, time until its replacement starts; wait until the watcher watches the new one."""
+    """Kill the victim, time until its replacement starts; wait until the watcher watches the new one
+    and the restart that made it has ended, so no backoff is ever in play."""
     out = []
     for i in range(trials):
         pid, _ = markers(marker)[-1]
-        wait_until(lambda: vital_pid(home / "vitals.db") == pid, 15, what="the watcher watching the victim")
+        wait_until(lambda: vital_pid(home / "vitals.db") == pid and restart_settled(home / "events.db"), 15,
+                   what="the watcher watching the victim, its restart settled")
         before = len(markers(marker))
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
