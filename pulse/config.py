@@ -106,13 +106,15 @@ class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Tick(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
+    # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
-        "system-resource", "process-alive:*", "network:*", "error-log:*", "engine:*"])
+        "system-resource", "process-alive:*", "network:*", "error-log:*", "engine:*", "pending-tasks"])
 
 
 class Allow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """What effects of origin `engine` or `agent` may do (survival and operator effects are trusted)."""
-    kinds: list[str] = msgspec.field(default_factory=lambda: ["noop", "notify", "restart-process", "signal"])
+    kinds: list[str] = msgspec.field(default_factory=lambda: [
+        "noop", "notify", "restart-process", "signal", "agent-run"])   # agent-run: configured [[agent]]s only
     exec_argv: list[list[str]] = msgspec.field(default_factory=list)   # allowed argv prefixes for `exec`
     any_exec: bool = False                    # allow every argv (not recommended)
     signals: list[str] = msgspec.field(default_factory=lambda: ["SIGHUP", "SIGTERM", "SIGUSR1", "SIGUSR2"])
@@ -153,6 +155,23 @@ class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     llm: Llm | None = None                    # unset: llmWatchdog is inactive
 
 
+class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents)."""
+    name: str
+    adapter: str = "command"                  # command | claude-code | a `pulse.adapters` entry point
+    # argv template, never a shell string; placeholders per element: {prompt} {task_id} {title}
+    # {project} {agent} {workdir}. claude-code defaults to ["claude", "-p", "{prompt}", "--output-format", "json"].
+    argv: list[str] | None = None
+    cwd: str | None = None                    # may use {task_id} {agent} {project}; unset: <home>/work/<task_id>
+    env: dict[str, str] = msgspec.field(default_factory=dict)   # added to Pulse's; values take placeholders
+    timeout_s: float = 1800                   # a run longer than this is killed (its whole process group)
+    concurrency: int = 1                      # runs of this agent at once; more wait, pending
+
+
+class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    max_failures: int = 3                     # failed runs of one task in a row before it is given up
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
     observe_only: bool = False                # record what the rules would do as effect-expired, run nothing
@@ -164,7 +183,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     allow: Allow = msgspec.field(default_factory=Allow)
     store: Store = msgspec.field(default_factory=Store)
     survival: Survival = msgspec.field(default_factory=Survival)
+    tasks: Tasks = msgspec.field(default_factory=Tasks)
     process: list[Process] = msgspec.field(default_factory=list)
+    agent: list[Agent] = msgspec.field(default_factory=list)
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
 
 
@@ -174,10 +195,11 @@ WORKER_KEYS: dict[str, tuple[str, ...]] = {
                 "watch", "process", "store"),
     "tick": ("timings.heartbeat_ms", "timings.tick_ms", "timings.tick_ms_min", "timings.tick_ms_max",
              "timings.engine_rpc_deadline_ms", "timings.effect_deadline_s", "log.level", "tick", "process",
-             "store", "survival"),
+             "store", "survival", "agent"),
     "executor": ("timings.heartbeat_ms", "timings.effect_deadline_s", "timings.effect_timeout_s",
                  "timings.executor_concurrency", "timings.executor_scan_interval_ms",
-                 "timings.engine_rpc_deadline_ms", "log.level", "notify", "process", "allow", "store"),
+                 "timings.engine_rpc_deadline_ms", "log.level", "notify", "process", "allow", "store", "agent",
+                 "tasks"),
     "engine": ("timings.heartbeat_ms", "timings.engine_rpc_deadline_ms", "timings.watcher_interval_ms",
                "timings.wake_window_s", "engine", "log.level", "store"),
 }
@@ -276,11 +298,54 @@ def validate(config: Config, origin: str) -> Config:
     for i, target in enumerate(config.watch.network):
         if not (target.host or target.url):
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
+    validate_agents(config, origin)
     if config.engine.address_space_mb < 0:
         raise ConfigError(f"{origin}: $.engine.address_space_mb must be 0 (unlimited) or more")
     if not -1000 <= config.engine.oom_score_adj <= 1000:
         raise ConfigError(f"{origin}: $.engine.oom_score_adj must lie within -1000 … 1000")
     return config
+
+
+MAX_AGENT_TIMEOUT_S = 7 * 24 * 3600
+
+
+def validate_agents(config: Config, origin: str) -> None:
+    if config.tasks.max_failures < 1:
+        raise ConfigError(f"{origin}: $.tasks.max_failures must be at least 1")
+    if not config.agent:
+        return
+    from pulse import agents       # only with agents configured: it reads entry points (names only)
+    for i, agent in enumerate(config.agent):
+        where = f"{origin}: $.agent[{i}]"
+        if not agent.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", agent.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol)")
+        for j, arg in enumerate(agent.argv or []):
+            try:
+                agents.placeholders(arg)
+            except ValueError as err:
+                raise ConfigError(f"{where}.argv[{j}]: {err}") from None
+        for key, value in agent.env.items():
+            try:
+                agents.placeholders(value)
+            except ValueError as err:
+                raise ConfigError(f"{where}.env.{key}: {err}") from None
+        if agent.cwd is not None:
+            try:
+                agents.placeholders(agent.cwd, agents.CWD_PLACEHOLDERS)
+            except ValueError as err:
+                raise ConfigError(f"{where}.cwd: {err}") from None
+        if agent.argv is not None and not agent.argv:
+            raise ConfigError(f"{where}.argv: an argv list needs at least the program")
+        if not 0 < agent.timeout_s <= MAX_AGENT_TIMEOUT_S:
+            raise ConfigError(f"{where}.timeout_s must lie within 0 … {MAX_AGENT_TIMEOUT_S} (exclusive of 0)")
+        if agent.concurrency < 1:
+            raise ConfigError(f"{where}.concurrency must be at least 1")
+        problem = agents.check_agent(agent)
+        if problem:
+            raise ConfigError(f"{where}.{problem}" if problem.startswith("adapter:") else f"{where}: {problem}")
+    names = [a.name for a in config.agent]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.agent: names must be unique")
 
 
 def load(path: Path, environ: os._Environ | dict = os.environ) -> Config:
@@ -385,5 +450,15 @@ def default_toml() -> str:
         '# name = "gateway"',
         '# pidfile = "/run/gateway.pid"          # or: match = "regex over the full command line"',
         '# restart = ["systemctl", "restart", "gateway"]   # argv, never a shell string',
+        "",
+        "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
+        "# [[agent]]",
+        '# name = "claude"',
+        '# adapter = "claude-code"                # or "command", or a pulse.adapters entry point',
+        '# argv = ["claude", "-p", "{prompt}", "--output-format", "json"]   # {prompt} {task_id} {workdir} ...',
+        '# cwd = "/srv/work/{task_id}"             # unset: <home>/work/<task_id>',
+        "# env = {}",
+        "# timeout_s = 1800.0",
+        "# concurrency = 1",
     ]
     return "\n".join(lines) + "\n"
