@@ -52,7 +52,7 @@ from typing import Callable
 
 import zmq
 
-from pulse import executors, store, wire
+from pulse import agentrun, executors, store, wire
 from pulse.harness import Worker, drain, poke
 
 SOURCE = "executor"
@@ -245,7 +245,7 @@ class Executor(Worker):
                 self.call_engine(done.effect, now)
                 continue
             self.in_flight.pop(done.effect_id, None)
-            executors.SLOTS.release(done.effect_id)
+            agentrun.SLOTS.release(done.effect_id)
             ended = ended or done.outcome in TERMINAL
             if done.outcome == "requeued":
                 self.next_scan = min(self.next_scan, now + RESCAN_SOON_S)
@@ -297,7 +297,7 @@ class Executor(Worker):
             if slots <= 0:
                 break
             if effect.kind in executors.BUILTIN:
-                if not executors.SLOTS.admit(effect, self.config):
+                if not agentrun.SLOTS.admit(effect, self.config):
                     continue                  # its agent runs at its concurrency: it stays pending
                 pool, job = self.runners, functools.partial(self.run_builtin, effect)
             elif engine_ready:
@@ -443,7 +443,7 @@ class Executor(Worker):
             self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",
                              effect.id, pgid, claimer)
             return Done(effect.id, "kept")
-        executors.settle_interrupted(effect, conn, self.config)   # agent-run: its task back to pending
+        agentrun.settle_interrupted(effect, conn, self.config)   # agent-run: its task back to pending
         if effect.idempotent:
             requeued = store.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
             if requeued:

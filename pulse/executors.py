@@ -50,7 +50,6 @@ user unit's processes belong to the user's manager.
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import re
@@ -58,10 +57,7 @@ import selectors
 import shutil
 import signal
 import subprocess
-import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection, Sequence
@@ -69,7 +65,7 @@ from typing import Callable, Collection, Sequence
 import psutil
 
 from pulse import objects, repairs
-from pulse.config import Agent, Allow, Config, Notify, Process
+from pulse.config import Allow, Config, Process
 from pulse.home import Paths
 from pulse.wire import Effect
 
@@ -259,12 +255,8 @@ def tail(output: bytes) -> str:
     return output[-TAIL_BYTES:].decode("utf-8", "replace")
 
 
-_objects_lock = threading.Lock()   # objects.put names its temporary file by pid: one writer per process at a time
-
-
 def store_output(root: Path, output: bytes) -> str:
-    with _objects_lock:
-        return objects.put(root, output)
+    return objects.put(root, output)
 
 
 def group_members(pgid: int, not_before: float) -> list[psutil.Process]:
@@ -422,104 +414,7 @@ def run_signal(effect: Effect, ctx: Context) -> dict:
     return {"signal": signum.name, "pids": sent}
 
 
-# notify ------------------------------------------------------------------------------------------------
-
-def notification(effect: Effect) -> dict:
-    """The JSON every channel gets."""
-    body = {k: v for k, v in effect.params.items() if k not in ("channels", "timeout_s")}
-    return {"effect_id": effect.id, "ts": time.time(), "target": effect.target, "origin": effect.origin, **body}
-
-
-def channel_label(channel: Notify, index: int) -> str:
-    return channel.name or f"{channel.kind}#{index}"
-
-
-def notify_log(channel: Notify, payload: dict, ctx: Context) -> str:
-    level = logging.getLevelName(str(payload.get("level", "info")).upper())
-    log.log(level if isinstance(level, int) else logging.WARNING, "notify: %s",
-            json.dumps(payload, default=str, sort_keys=True))
-    return "logged"
-
-
-def notify_file(channel: Notify, payload: dict, ctx: Context) -> str:
-    line = (json.dumps(payload, default=str, sort_keys=True) + "\n").encode()
-    fd = os.open(channel.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, line)        # one write with O_APPEND: lines from concurrent writers never interleave
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return "appended"
-
-
-def post_json(url: str, body: bytes, headers: dict, timeout_s: float) -> int:
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "pulse", **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status
-    except urllib.error.HTTPError as err:
-        return err.code
-
-
-def notify_webhook(channel: Notify, payload: dict, ctx: Context) -> str:
-    """POST, retried on 5xx, 408, 429 and network errors with doubling backoff, within the effect's deadline."""
-    body = json.dumps(payload, default=str).encode()
-    problem = "no attempt"
-    for attempt in range(1 + max(0, channel.retries)):
-        left = ctx.deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            status = post_json(channel.url, body, channel.headers, min(channel.timeout_s, left))
-        except (urllib.error.URLError, OSError) as err:
-            problem = str(getattr(err, "reason", err))
-        else:
-            if 200 <= status < 300:
-                return f"HTTP {status} after {attempt + 1} attempt(s)"
-            problem = f"HTTP {status}"
-            if 400 <= status < 500 and status not in (408, 429):
-                break                                   # the request itself is wrong: retrying won't help
-        delay = min(0.5 * 2 ** attempt, 5.0)
-        if time.monotonic() + delay >= ctx.deadline:
-            break
-        time.sleep(delay)
-    raise RuntimeError(problem)
-
-
-def notify_command(channel: Notify, payload: dict, ctx: Context) -> str:
-    stdin = (json.dumps(payload, default=str) + "\n").encode()
-    code, output, timed_out = run_process(channel.argv, ctx, stdin_data=stdin, timeout_s=channel.timeout_s)
-    if timed_out:
-        raise RuntimeError(f"timed out after {channel.timeout_s:g}s")
-    if code != 0:
-        raise RuntimeError(f"exit code {code}: {tail(output)[-200:].strip()}")
-    return "exit code 0"
-
-
-CHANNELS = {"log": notify_log, "file": notify_file, "webhook": notify_webhook, "command": notify_command}
-
-
-def run_notify(effect: Effect, ctx: Context) -> dict:
-    wanted = effect.params.get("channels")
-    channels = [(channel_label(c, i), c) for i, c in enumerate(ctx.config.notify)]
-    if wanted is not None:
-        unknown = set(wanted) - {label for label, _ in channels} if isinstance(wanted, list) else {wanted}
-        if unknown:
-            raise EffectFailed("bad-params", f"no such notify channel(s): {sorted(map(str, unknown))}")
-        channels = [(label, c) for label, c in channels if label in wanted]
-    payload = notification(effect)
-    results, failed = {}, []
-    for label, channel in channels:
-        try:
-            results[label] = CHANNELS[channel.kind](channel, payload, ctx)
-        except Exception as err:                     # one broken channel must not keep the others silent
-            results[label] = f"failed: {err}"
-            failed.append(label)
-    if failed:
-        raise EffectFailed("notify", f"notify channel(s) failed: {', '.join(failed)}", channels=results)
-    return {"channels": results}
-
+# survival's repairs ------------------------------------------------------------------------------------
 
 def run_archive(effect: Effect, ctx: Context) -> dict:
     return repairs.archive(effect.params)
@@ -542,166 +437,16 @@ def run_restart_worker(effect: Effect, ctx: Context) -> dict:
     return repairs.restart_worker(effect.target, ctx.paths)
 
 
-# agent-run --------------------------------------------------------------------------------------------
-
-class AgentSlots:
-    """Per-agent concurrency, kept by the executor's loop: an agent-run effect is dispatched only
-    while its agent runs fewer than `concurrency`; the others stay pending (unclaimed) until a
-    slot frees or their deadline expires them. An agent-run without params.agent takes the
-    first configured agent with a free slot (the assignment rule knew no agent to name)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.running: dict[str, str] = {}          # effect id → agent
-
-    def admit(self, effect: Effect, config: Config) -> bool:
-        if effect.kind != "agent-run":
-            return True
-        wanted = effect.params.get("agent")
-        with self.lock:
-            for agent in config.agent:
-                if wanted not in (None, agent.name):
-                    continue
-                if sum(1 for a in self.running.values() if a == agent.name) < agent.concurrency:
-                    self.running[effect.id] = agent.name
-                    return True
-            return wanted is not None and wanted not in {a.name for a in config.agent}   # unknown: fails when run
-
-    def release(self, effect_id: str) -> None:
-        with self.lock:
-            self.running.pop(effect_id, None)
-
-    def reserved(self, effect_id: str) -> str | None:
-        with self.lock:
-            return self.running.get(effect_id)
-
-
-SLOTS = AgentSlots()
-
-
-def configured_agent(config: Config, name: object) -> Agent:
-    for agent in config.agent:
-        if agent.name == name:
-            return agent
-    raise EffectFailed("bad-params", f"{name!r} is not a configured [[agent]]")
-
-
-def _task_param(effect: Effect) -> str:
-    from pulse.tasks import parse_task_id
-    raw = effect.params.get("task_id", effect.target)
-    try:
-        return parse_task_id(str(raw)) if raw is not None else ""
-    except ValueError:
-        return ""
-
-
-def run_agent(effect: Effect, ctx: Context) -> dict:
-    """Run a configured agent on a task (params task_id, agent).
-
-    One transaction moves the task pending → assigned → executing, each event carrying
-    run = this effect's id (refused: the effect fails, reason task-state, and nothing ran).
-    The adapter's argv runs through run_process: its own process group, recorded in the
-    claim, killed at the agent's timeout_s (params.timeout_s may shorten it; effect_timeout_s
-    does not apply: the operator configured this agent). Its full output goes to objects/.
-    Then task-acked with the adapter's result, or task-failed (task-given-up after
-    [tasks] max_failures in a row), each only while this run still holds the task.
-
-    Not idempotent: a run interrupted by the executor's death is not re-run as such; the
-    settlement of the orphan (settle_interrupted) fails the task's run, reason interrupted,
-    which puts it back to pending for the assignment rule to hand out again."""
-    from pulse import agents, store, tasks
-    task = _task_param(effect)
-    if not task:
-        raise EffectFailed("bad-params", "agent-run needs params.task_id (task-7, or 7)")
-    agent = configured_agent(ctx.config, effect.params.get("agent") or SLOTS.reserved(effect.id)
-                             or next((a.name for a in ctx.config.agent), None))
-    try:
-        adapter = agents.load_adapter(agent.adapter)
-    except Exception as err:          # a third-party adapter may fail to import
-        raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
-    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
-    conn = store.open_events(home / "events.db", "FULL")
-    try:
-        try:
-            state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
-        except tasks.IllegalTransition as err:
-            raise EffectFailed("task-state", str(err), task_id=task, agent=agent.name) from None
-        base = {"task_id": task, "agent": agent.name, "attempt": state.attempts}
-        try:
-            data = _run_agent_process(effect, ctx, conn, agent, adapter, state, home, base)
-        except BaseException as err:
-            failure = err if isinstance(err, EffectFailed) else None
-            why = failure.error if failure else f"{type(err).__name__}: {err}"
-            extra = {k: v for k, v in (failure.data if failure else {}).items() if k in ("output", "code")}
-            _end_run(conn, ctx, task, effect.id, "task-failed", reason=failure.reason if failure else "error",
-                     error=why, agent=agent.name, **extra)
-            raise
-        return data
-    finally:
-        conn.close()
-
-
-def _end_run(conn, ctx: Context, task: str, run: str, type: str, **data) -> bool:
-    from pulse import tasks
-    try:
-        tasks.record(conn, task, type, SOURCE, ctx.config.tasks.max_failures, run=run, **data)
-        return True
-    except tasks.IllegalTransition as err:      # the run no longer holds the task (an operator gave it up)
-        log.warning("%s: %s not recorded: %s", task, type, err)
-        return False
-
-
-def _run_agent_process(effect: Effect, ctx: Context, conn, agent: Agent, adapter, state, home: Path,
-                       base: dict) -> dict:
-    from pulse import agents
-    if agent.cwd is not None:
-        workdir = agents.substitute(agent.cwd, {"task_id": state.id, "agent": agent.name, "project": state.project})
-    else:
-        workdir = str(home / "work" / state.id)
-        os.makedirs(workdir, mode=0o700, exist_ok=True)
-    invocation = adapter.invocation(agent, agents.Task(state.id, state.prompt, state.title, state.project), workdir)
-    limit = agent.timeout_s
-    asked = effect.params.get("timeout_s")
-    if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
-        limit = min(limit, float(asked))
-    ctx.timeout_s, ctx.deadline = limit, time.monotonic() + limit
-    began = time.monotonic()
-    code, output, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd)
-    ref = store_output(ctx.objects, output)
-    result = adapter.parse(code, output, timed_out)
-    data = {**base, "code": code, "output": ref, "bytes": len(output), "result": result.summary,
-            "run_ms": round((time.monotonic() - began) * 1000, 1)}
-    if not result.ok:
-        raise EffectFailed("timeout" if timed_out else "agent", result.error or "the agent failed", **data)
-    if not _end_run(conn, ctx, state.id, effect.id, "task-acked", result=result.summary, agent=agent.name,
-                    output=ref, code=code):
-        raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
-    return data
-
-
-def settle_interrupted(effect: Effect, conn, config: Config) -> None:
-    """Called by the executor when it settles an orphan (its claimer died), once the orphan's
-    process group is gone and before the effect is put back or failed: what an interrupted
-    effect of this kind leaves behind is undone. agent-run: the task goes back to pending
-    (task-failed, reason interrupted), only if this run still holds it. Safe to repeat."""
-    if effect.kind != "agent-run":
-        return
-    from pulse import tasks
-    task = _task_param(effect)
-    if not task:
-        return
-    try:
-        tasks.record(conn, task, "task-failed", SOURCE, config.tasks.max_failures, run=effect.id,
-                     reason="interrupted", error="interrupted: the executor died while the agent ran")
-        log.warning("%s: its run %s was interrupted; back to pending", task, effect.id)
-    except tasks.IllegalTransition:
-        pass                       # the run had ended, or never began: nothing to give back
+def _beside(name: str):
+    """Kinds whose code lives in a module of its own (it imports this one): notify, agent-run."""
+    import importlib
+    return importlib.import_module(f"pulse.{name}")
 
 
 BUILTIN: dict[str, Callable[[Effect, Context], dict]] = {
-    "agent-run": run_agent,
+    "agent-run": lambda effect, ctx: _beside("agentrun").run_agent(effect, ctx),
     "exec": run_exec,
-    "notify": run_notify,
+    "notify": lambda effect, ctx: _beside("notify").run_notify(effect, ctx),
     "restart-process": run_restart,
     "signal": run_signal,
     "noop": run_noop,

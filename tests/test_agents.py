@@ -21,7 +21,7 @@ import pytest
 
 from support import wait_for
 
-from pulse import agents, config, executors, objects
+from pulse import agentrun, agents, config, executors, objects
 from pulse.config import Agent, Config, ConfigError
 from pulse.wire import Effect
 
@@ -299,7 +299,7 @@ def test_adapters_parse_results():
 
 def test_agent_slots_hold_each_agent_to_its_concurrency():
     cfg = Config(agent=[Agent(name="a", argv=["x"], concurrency=2), Agent(name="b", argv=["x"])])
-    slots = executors.AgentSlots()
+    slots = agentrun.AgentSlots()
     run = lambda i, agent=None: Effect(kind="agent-run", id=f"e{i}",
                                        params={"task_id": f"task-{i}", **({"agent": agent} if agent else {})})
     assert slots.admit(run(1, "a"), cfg) and slots.admit(run(2, "a"), cfg)

@@ -1,0 +1,170 @@
+"""The agent-run executor: a configured agent works on a task, at most once at a time.
+
+Per-agent concurrency is kept by the executor's loop (SLOTS); a run killed with its executor
+is settled by settle_interrupted, which puts the task back to pending before the effect fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from pulse import agents, store, tasks
+from pulse.config import Agent, Config
+from pulse.executors import SOURCE, Context, EffectFailed, run_process, store_output
+from pulse.wire import Effect
+
+log = logging.getLogger("pulse.executor")
+
+
+class AgentSlots:
+    """Per-agent concurrency, kept by the executor's loop: an agent-run effect is dispatched only
+    while its agent runs fewer than `concurrency`; the others stay pending (unclaimed) until a
+    slot frees or their deadline expires them. An agent-run without params.agent takes the
+    first configured agent with a free slot (the assignment rule knew no agent to name)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: dict[str, str] = {}          # effect id → agent
+
+    def admit(self, effect: Effect, config: Config) -> bool:
+        if effect.kind != "agent-run":
+            return True
+        wanted = effect.params.get("agent")
+        with self.lock:
+            for agent in config.agent:
+                if wanted not in (None, agent.name):
+                    continue
+                if sum(1 for a in self.running.values() if a == agent.name) < agent.concurrency:
+                    self.running[effect.id] = agent.name
+                    return True
+            return wanted is not None and wanted not in {a.name for a in config.agent}   # unknown: fails when run
+
+    def release(self, effect_id: str) -> None:
+        with self.lock:
+            self.running.pop(effect_id, None)
+
+    def reserved(self, effect_id: str) -> str | None:
+        with self.lock:
+            return self.running.get(effect_id)
+
+
+SLOTS = AgentSlots()
+
+
+def configured_agent(config: Config, name: object) -> Agent:
+    for agent in config.agent:
+        if agent.name == name:
+            return agent
+    raise EffectFailed("bad-params", f"{name!r} is not a configured [[agent]]")
+
+
+def _task_param(effect: Effect) -> str:
+    from pulse.tasks import parse_task_id
+    raw = effect.params.get("task_id", effect.target)
+    try:
+        return parse_task_id(str(raw)) if raw is not None else ""
+    except ValueError:
+        return ""
+
+
+def run_agent(effect: Effect, ctx: Context) -> dict:
+    """Run a configured agent on a task (params task_id, agent).
+
+    One transaction moves the task pending → assigned → executing, each event carrying
+    run = this effect's id (refused: the effect fails, reason task-state, and nothing ran).
+    The adapter's argv runs through run_process: its own process group, recorded in the
+    claim, killed at the agent's timeout_s (params.timeout_s may shorten it; effect_timeout_s
+    does not apply: the operator configured this agent). Its full output goes to objects/.
+    Then task-acked with the adapter's result, or task-failed (task-given-up after
+    [tasks] max_failures in a row), each only while this run still holds the task.
+
+    Not idempotent: a run interrupted by the executor's death is not re-run as such; the
+    settlement of the orphan (settle_interrupted) fails the task's run, reason interrupted,
+    which puts it back to pending for the assignment rule to hand out again."""
+    task = _task_param(effect)
+    if not task:
+        raise EffectFailed("bad-params", "agent-run needs params.task_id (task-7, or 7)")
+    agent = configured_agent(ctx.config, effect.params.get("agent") or SLOTS.reserved(effect.id)
+                             or next((a.name for a in ctx.config.agent), None))
+    try:
+        adapter = agents.load_adapter(agent.adapter)
+    except Exception as err:          # a third-party adapter may fail to import
+        raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
+    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    conn = store.open_events(home / "events.db", "FULL")
+    try:
+        try:
+            state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
+        except tasks.IllegalTransition as err:
+            raise EffectFailed("task-state", str(err), task_id=task, agent=agent.name) from None
+        base = {"task_id": task, "agent": agent.name, "attempt": state.attempts}
+        try:
+            data = _run_agent_process(effect, ctx, conn, agent, adapter, state, home, base)
+        except BaseException as err:
+            failure = err if isinstance(err, EffectFailed) else None
+            why = failure.error if failure else f"{type(err).__name__}: {err}"
+            extra = {k: v for k, v in (failure.data if failure else {}).items() if k in ("output", "code")}
+            _end_run(conn, ctx, task, effect.id, "task-failed", reason=failure.reason if failure else "error",
+                     error=why, agent=agent.name, **extra)
+            raise
+        return data
+    finally:
+        conn.close()
+
+
+def _end_run(conn, ctx: Context, task: str, run: str, type: str, **data) -> bool:
+    try:
+        tasks.record(conn, task, type, SOURCE, ctx.config.tasks.max_failures, run=run, **data)
+        return True
+    except tasks.IllegalTransition as err:      # the run no longer holds the task (an operator gave it up)
+        log.warning("%s: %s not recorded: %s", task, type, err)
+        return False
+
+
+def _run_agent_process(effect: Effect, ctx: Context, conn, agent: Agent, adapter, state, home: Path,
+                       base: dict) -> dict:
+    if agent.cwd is not None:
+        workdir = agents.substitute(agent.cwd, {"task_id": state.id, "agent": agent.name, "project": state.project})
+    else:
+        workdir = str(home / "work" / state.id)
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+    invocation = adapter.invocation(agent, agents.Task(state.id, state.prompt, state.title, state.project), workdir)
+    limit = agent.timeout_s
+    asked = effect.params.get("timeout_s")
+    if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+        limit = min(limit, float(asked))
+    ctx.timeout_s, ctx.deadline = limit, time.monotonic() + limit
+    began = time.monotonic()
+    code, output, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd)
+    ref = store_output(ctx.objects, output)
+    result = adapter.parse(code, output, timed_out)
+    data = {**base, "code": code, "output": ref, "bytes": len(output), "result": result.summary,
+            "run_ms": round((time.monotonic() - began) * 1000, 1)}
+    if not result.ok:
+        raise EffectFailed("timeout" if timed_out else "agent", result.error or "the agent failed", **data)
+    if not _end_run(conn, ctx, state.id, effect.id, "task-acked", result=result.summary, agent=agent.name,
+                    output=ref, code=code):
+        raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
+    return data
+
+
+def settle_interrupted(effect: Effect, conn, config: Config) -> None:
+    """Called by the executor when it settles an orphan (its claimer died), once the orphan's
+    process group is gone and before the effect is put back or failed: what an interrupted
+    effect of this kind leaves behind is undone. agent-run: the task goes back to pending
+    (task-failed, reason interrupted), only if this run still holds it. Safe to repeat."""
+    if effect.kind != "agent-run":
+        return
+    task = _task_param(effect)
+    if not task:
+        return
+    try:
+        tasks.record(conn, task, "task-failed", SOURCE, config.tasks.max_failures, run=effect.id,
+                     reason="interrupted", error="interrupted: the executor died while the agent ran")
+        log.warning("%s: its run %s was interrupted; back to pending", task, effect.id)
+    except tasks.IllegalTransition:
+        pass                       # the run had ended, or never began: nothing to give back
