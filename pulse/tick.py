@@ -210,10 +210,9 @@ class Tick(Worker):
         self.ballast = self.paths.home / "ballast"
         ballast.keep(self.ballast, self.config.survival.ballast_mb)
         self.ballast_checked = time.monotonic()
-        self.projections = Projections()
+        self.projections = Projections()   # folded at the first tick, after Ready: a long history must not delay it
         self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent])   # known before their first task
                           if tasks.SENSE_KEY in self.config.tick.sense else None)
-        self.fold()
         self.loop = asyncio.new_event_loop()
         self.chain = rules.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
