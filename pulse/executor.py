@@ -104,6 +104,16 @@ def claimer_alive(claimer: str | None, boot: str) -> bool:
 
 # -- threads -----------------------------------------------------------------------------------------
 
+RETRY_BASE_S = 5        # a notification that could not get out is tried again after 5 s, 10 s, … 300 s
+RETRY_MAX_S = 300
+
+
+def retry_later(effect: wire.Effect, data: dict) -> bool:
+    """Idempotent notifications whose channels failed, with time left before their deadline."""
+    return (effect.kind == "notify" and effect.idempotent and data.get("reason") == "notify"
+            and effect.deadline - time.time() > RETRY_BASE_S)
+
+
 @dataclass
 class Done:
     """A thread's word to the loop about one effect.
@@ -180,6 +190,8 @@ class Executor(Worker):
         self.in_flight: dict[str, str] = {}                 # effect id → kind: dispatched, not yet over
         self.booked: set[str] = set()                       # effect ids with a bookkeeping job queued
         self.candidates: dict[str, wire.Effect] = {}        # pending at the last scan, not yet dispatched
+        self.retries: dict[str, int] = {}                   # notification id → failed attempts (runner threads write)
+        self.retry_at: dict[str, float] = {}                # notification id → monotonic time of its next try
         self.more_pending = False                           # the last scan did not hold them all
         self.engine_calls: dict[int, EngineCall] = {}
         self.rpc_ids = itertools.count(1)
@@ -248,7 +260,7 @@ class Executor(Worker):
             agentrun.SLOTS.release(done.effect_id)
             ended = ended or done.outcome in TERMINAL
             if done.outcome == "requeued":
-                self.next_scan = min(self.next_scan, now + RESCAN_SOON_S)
+                self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + RESCAN_SOON_S))
         if ended:
             self.ring_tick()
         self.dispatch(now)
@@ -281,7 +293,7 @@ class Executor(Worker):
         wall = time.time()
         self.candidates = {}
         for effect, *_ in pending:
-            if effect.id in self.in_flight or effect.id in self.booked:
+            if effect.id in self.in_flight or effect.id in self.booked or self.retry_at.get(effect.id, 0) > now:
                 continue
             if effect.deadline <= wall:
                 self.book(effect.id, functools.partial(self.expire, effect))
@@ -368,6 +380,15 @@ class Executor(Worker):
     # -- jobs (in threads; each gets that thread's connection) -------------------------------------
 
     def finish(self, conn: sqlite3.Connection, effect: wire.Effect, state: str, data: dict) -> Done:
+        if state == "failed" and retry_later(effect, data):
+            # A notification that could not get out (the network may be what is down) waits in the
+            # queue and is tried again, with backoff, until its deadline: queued, not lost.
+            attempt = self.retries.get(effect.id, 0) + 1
+            if store.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
+                                            reason=f"retry later ({data.get('error')})"):
+                self.retries[effect.id] = attempt
+                self.retry_at[effect.id] = time.monotonic() + min(RETRY_BASE_S * 2 ** (attempt - 1), RETRY_MAX_S)
+                return Done(effect.id, "requeued")
         ended = store.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
         if ended and state == "failed":
             self.log.warning("%s effect %s failed: %s", effect.kind, effect.id, data.get("error"))

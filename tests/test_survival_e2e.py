@@ -408,3 +408,45 @@ def test_notify_test_sends_through_every_channel(pulsed, tmp_path):
     assert "acked" in out.stdout
     assert json.loads(notes.read_text().splitlines()[0])["title"] == "Pulse test notification"
     wait_for(lambda: "Pulse test notification" in pulsed.log_text(), 5, what="the log channel")
+
+
+def test_a_notification_that_cannot_get_out_waits_and_is_retried(pulsed, tmp_path):
+    """The network is down when the notification is due: it stays queued and goes out later."""
+    received = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    port = server.server_address[1]
+    server.server_close()                       # nothing listens yet: the webhook is "down"
+    write_config(pulsed, f"""
+        [[notify]]
+        kind = "webhook"
+        url = "http://127.0.0.1:{port}/hook"
+        retries = 0
+        timeout_s = 1
+    """)
+    pulsed.start()
+    from pulse import store, wire
+    conn = store.open_events(pulsed.home / "events.db")
+    effect = store.new_effect(wire.Effect(kind="notify", target="t", idempotent=True,
+                                          params={"title": "late", "message": "but not lost"}), "survival", 600)
+    store.commit_effects(conn, [effect], "test")
+    wait_for(lambda: [e for e in pulsed.events("effect-failed") if e["data"].get("requeued")], 15,
+             what="a failed attempt, requeued")
+    assert store.effect_state(conn, effect.id) in ("pending", "executing")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Hook)   # the network is back
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wait_for(lambda: store.effect_state(conn, effect.id) == "acked", 30, what="the notification delivered")
+        assert received and received[0]["title"] == "late"
+    finally:
+        server.shutdown()
+        server.server_close()
