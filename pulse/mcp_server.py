@@ -452,7 +452,12 @@ def serve(paths: Paths, config: Config) -> None:
     async def call_tool(ctx, params) -> types.CallToolResult | types.InputRequiredResult:
         operator = operator_round(ctx, params) if params.name == "ask_operator" else None
         if isinstance(operator, types.InputRequiredResult):
-            return operator   # the client asks its person and calls again with the answer
+            # The client asks its person and calls again with the answer (the call the gate
+            # judges). This round is a call too: it is recorded, and changes no state.
+            session.record(gate.Record("gate-call", {"session": session.gate.id, "tool": "ask_operator",
+                                                     "kind": "user_input", "ok": True, "round": "question",
+                                                     "state": str(session.gate.state)}))
+            return operator
         envelope, text = await session.call(params.name, params.arguments, operator)
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=envelope,
                                     is_error=not envelope["ok"])
