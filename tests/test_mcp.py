@@ -139,22 +139,25 @@ def test_an_agent_session_through_the_gate(host):
     # What the session left in events.db.
     every, blocks = host.events("gate-call"), host.events("gate-blocked")
     assert len({e["target"] for e in every + blocks}) == 1 and every[0]["source"] == "mcp"
-    assert len(every) == 14                                     # every call is a gate-call, blocked or not
+    # every call is a gate-call, blocked or not; ask_operator counts twice: the round that
+    # returned the question to the client, and the call with the answer that the gate judged
+    assert len(every) == 15
+    assert [e["data"].get("round") for e in every if e["data"]["tool"] == "ask_operator"] == ["question", None]
     assert [e["data"]["code"] for e in blocks] == ["FSM_BLOCKED", "FSM_BLOCKED", "FSM_BLOCKED", "UNVERIFIED_WRITE",
                                                   "FSM_BLOCKED"]
     refused = [e["data"] for e in every if "blocked" in e["data"]]
     assert [(c["tool"], c["blocked"]) for c in refused] == [(b["data"]["tool"], b["data"]["code"]) for b in blocks]
     calls = [e for e in every if "blocked" not in e["data"]]
-    assert [e["data"]["tool"] for e in calls] == ["ask_operator", "find_process", "restart_process", "status",
+    assert [e["data"]["tool"] for e in calls] == ["ask_operator", "ask_operator", "find_process", "restart_process", "status",
                                                  "find_process", "create_task", "emit_effect", "list_tasks",
                                                  "finish"]
-    restart = calls[2]["data"]
+    restart = calls[3]["data"]
     assert restart["state_before"] == "READING" and restart["state"] == "VERIFYING" and restart["acted"]
-    verify = calls[4]["data"]
+    verify = calls[5]["data"]
     assert verify["verified"] == ["process:sleeper"] and verify["state"] == "READING"
-    assert calls[5]["data"]["self_verified"] is True
-    assert calls[6]["data"]["acted"] is False and calls[6]["data"]["state"] == "READING"
-    assert calls[0]["data"]["state"] == "RESOLVING"            # ask_operator changed nothing
+    assert calls[6]["data"]["self_verified"] is True
+    assert calls[7]["data"]["acted"] is False and calls[7]["data"]["state"] == "READING"
+    assert calls[1]["data"]["state"] == "RESOLVING"            # ask_operator changed nothing
 
     agent_effects = [e for e in host.events("effect") if e["data"]["origin"] == "agent"]
     assert [e["data"]["kind"] for e in agent_effects] == ["restart-process", "exec"]
