@@ -153,6 +153,26 @@ class Pulsed:
             conn.close()
         return [{"id": r[0], "ts": r[1], "data": json.loads(r[2])} for r in rows]
 
+    def samples(self, key: str) -> int:
+        path = self.home / "vitals.db"
+        if not path.exists():
+            return 0
+        conn = sqlite3.connect(path, timeout=5)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM vitals WHERE key = ?", (key,)).fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+        finally:
+            conn.close()
+
+    def wait_samples(self, key: str, n: int, timeout: float = 10.0) -> None:
+        """n more samples of `key` from now: for "nothing more happens" checks, instead of a sleep."""
+        start = self.samples(key)
+        wait_for(lambda: self.samples(key) >= start + n, timeout, what=f"{n} more samples of {key}")
+
+    def wait_ticks(self, n: int, timeout: float = 10.0) -> None:
+        self.wait_samples("tick", n, timeout)
+
     def vital(self, key: str, check=lambda data: True):
         """The latest vital of `key` if `check(data)` holds, else None."""
         path = self.home / "vitals.db"

@@ -96,7 +96,7 @@ def agent_toml(script: Path, tmp_path: Path, name: str = "fake", **env) -> str:
 def start(pulsed, text: str, **env):
     pulsed.home.mkdir(exist_ok=True)
     (pulsed.home / "config.toml").write_text(text)
-    pulsed.start(env=env)
+    pulsed.start(env={"PULSE_TICK_MS": "200", **env})   # the assignment rule gets many chances to err
 
 
 def add_task(pulsed, prompt: str = "do the thing") -> str:
@@ -154,7 +154,7 @@ def test_a_task_goes_created_assigned_executing_acked_with_output_in_objects(pul
     assert done["data"]["task_id"] == task and done["data"]["output"] == acked["data"]["output"]
     (run,) = agent_log(tmp_path)[::2]
     assert run["cwd"] == str(pulsed.home / "work" / task) and run["task"] == task
-    time.sleep(1.0)                                            # no second run of an acked task
+    pulsed.wait_ticks(5)                                       # no second run of an acked task
     assert len(pulsed.events("task-executing", task)) == 1
 
 
@@ -168,9 +168,11 @@ def test_a_failing_agent_puts_the_task_back_then_it_is_given_up(pulsed, fake, tm
     assert len({f["data"]["run"] for f in failed}) == 3       # three runs, one effect each
     types = task_types(pulsed, task)
     assert types == ["task-created"] + ["task-assigned", "task-executing", "task-failed"] * 3 + ["task-given-up"]
-    failed_effects = [e for e in pulsed.events("effect-failed") if e["data"].get("kind") == "agent-run"]
+    failed_effects = wait_for(lambda: len(f := [e for e in pulsed.events("effect-failed")   # the task ends first
+                                                if e["data"].get("kind") == "agent-run"]) >= 3 and f, 10,
+                              what="the third run's effect ended")
     assert len(failed_effects) == 3 and all(e["data"]["reason"] == "agent" for e in failed_effects)
-    time.sleep(1.0)
+    pulsed.wait_ticks(5)
     assert len(pulsed.events("task-executing", task)) == 3    # given up: not handed out again
     shown = json.loads(pulsed.ctl("task", "show", task, "--json").stdout)
     assert shown.get("status", shown.get("task", {}).get("status")) == "given_up"

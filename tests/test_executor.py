@@ -72,6 +72,13 @@ def ending(pulsed, effect_id: str) -> dict | None:
                  and e["data"].get("effect_id") == effect_id and not e["data"].get("requeued")), None)
 
 
+def executor_has_looked(pulsed) -> None:
+    """A noop submitted now and ended: the executor has scanned and dispatched since. For
+    "nothing happened" checks, instead of a sleep."""
+    probe, = submit(pulsed, effect("noop"))
+    wait_end(pulsed, probe.id)
+
+
 def wait_end(pulsed, effect_id: str, timeout: float = 10) -> dict:
     return wait_for(lambda: ending(pulsed, effect_id), timeout, interval=0.02, what=f"effect {effect_id} to end")
 
@@ -225,9 +232,9 @@ def test_malformed_doorbell_then_a_valid_one_still_runs_effects(pulsed):
     pulsed.start(env={"PULSE_EXECUTOR_SCAN_INTERVAL_MS": "60000"})   # only the doorbell can start it
     e, = commit(pulsed.home, effect("noop"))
     ring(pulsed, b"", b"\x00\xff garbage", wire.encode(wire.Wake("x")))
-    wait_for(lambda: "dropped a malformed frame on the doorbell socket" in pulsed.log_text(), 5,
-             what="the doorbell's complaint")
-    time.sleep(0.3)
+    # the loop handles frames in order: once all three complaints are out, it has acted on them
+    wait_for(lambda: pulsed.log_text().count("dropped a malformed frame on the doorbell socket") >= 3, 5,
+             what="the doorbell's three complaints")
     assert ending(pulsed, e.id) is None
     t0 = time.monotonic()
     ring(pulsed)
@@ -289,7 +296,7 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     assert out.read_text() == "again\n"                  # the non-idempotent one never ran
     assert wait_end(pulsed, predates.id)["data"]["reason"] == "interrupted"
     assert unrelated.poll() is None                      # older than the effect: not its process
-    time.sleep(0.3)
+    executor_has_looked(pulsed)
     assert store.effect_state(conn, live.id) == "executing"
     conn.close()
 
@@ -456,7 +463,7 @@ def test_restart_process_and_signal(pulsed):
     executor = pulsed.worker("executor").pid
     os.kill(executor, signal.SIGKILL)
     pulsed.wait_replaced("executor", executor)
-    time.sleep(0.5)
+    executor_has_looked(pulsed)                          # the new executor has settled what it found
     assert alive(new)
 
     # signal: the configured process, found by its match (both sleeps), never a pid from the effect.
@@ -476,7 +483,7 @@ def test_engine_kind_waits_while_the_engine_is_stopped_then_expires(pulsed):
     assert pulsed.ctl("stop", "engine").returncode == 0
     pulsed.wait_state("engine", "stopped")
     e, = submit(pulsed, effect("my-engine-kind"), deadline_s=2)
-    time.sleep(1.2)
+    executor_has_looked(pulsed)
     assert history(pulsed, e.id) == ["effect"]                      # not claimed while nobody can run it
     expired = wait_end(pulsed, e.id, timeout=5)
     assert expired["type"] == "effect-expired"
@@ -505,6 +512,8 @@ class FakeEngine(threading.Thread):
                 if isinstance(request, wire.Ping):
                     sock.send_multipart([identity, wire.encode(wire.Pong(request.id, os.getpid()))])
                     continue
+                if not isinstance(request, wire.RunExecutor):
+                    continue   # the tick's business-chain calls: not this fake's concern
                 kind = request.effect.kind
                 self.calls.append(kind)
                 reply = {"engine-ok": wire.ExecutorResult(request.id, True, {"did": kind}),

@@ -316,7 +316,10 @@ def test_pulsed_runs_under_memory_deny_write_execute(tmp_path):
                           if ":\t" in line)
             assert fields["Seccomp"].strip() == "2", f"{p.cmdline()} is not under the filter"
         proc.send_signal(signal.SIGHUP)          # ExecReload=
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while "reloaded; restarted:" not in (home / "logs" / "pulse.log").read_text(errors="replace"):
+            assert time.monotonic() < deadline and proc.poll() is None, "no reload after SIGHUP"
+            time.sleep(0.05)
         assert proc.poll() is None and status_rc() == 0
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(TIMEOUT) == 0, (tmp_path / "pulsed.out").read_text()

@@ -168,8 +168,8 @@ def test_wake_beats_the_interval(pulsed, tracker, tmp_path):
     sleeper.kill()
     sleeper.wait(5)
     wait_for(lambda: line in pulsed.log_text(), 1.0, what="the tick woken within a second (tick_ms 60 s)")
-    time.sleep(0.5)                             # several quick re-checks, all dead ...
-    assert pulsed.log_text().count(line) == 1   # ... and only the edge rang
+    pulsed.wait_samples("process-alive:critical", 3)  # several quick re-checks, all dead ...
+    assert pulsed.log_text().count(line) == 1        # ... and only the edge rang
 
 
 # -- error-log -----------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_error_log_counts_keywords_across_rotation_and_truncation(pulsed, tmp_pa
     with open(log, "w") as f:                               # truncation (copytruncate), shorter than before
         f.write("ERROR after truncation\n")
     reach(6, 4, 3, "the match after truncation")
-    time.sleep(0.5)                                         # a few more samples: nothing is counted twice
+    pulsed.wait_samples(key, 3)                             # a few more samples: nothing is counted twice
     assert totals()[:3] == (6, 4, 3)
     latest_sample = latest(pulsed.home, key)
     assert latest_sample["exists"] is True and latest_sample["path"] == str(log)
