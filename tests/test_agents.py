@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import time
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
