@@ -260,7 +260,11 @@ def network_watchdog(config: Config):
 # -- 7. errorEscalate -------------------------------------------------------------------------------
 
 def error_escalate(config: Config):
-    """Keyword matches in a watched log: notify (rate-limited), and tick faster while they keep coming."""
+    """Keyword matches in a watched log: notify (rate-limited), and tick faster while they keep coming.
+
+    A sample counts the matches since the sample before, so the rule reads every sample since
+    the last tick (the snapshot's history), not only the latest: under load the tick may run
+    after a quiet sample has followed the one with the errors."""
     names = [e.name for e in config.watch.error_log]
     s = config.survival
 
@@ -268,16 +272,16 @@ def error_escalate(config: Config):
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
         for name in names:
-            vital = curr.vitals.get(f"error-log:{name}")
-            if vital is None or not vital.data.get("matches"):
+            since = prev.ts if prev is not None else 0.0
+            fresh = [v for v in curr.history.get(f"error-log:{name}", []) if v.ts > since and v.data.get("matches")]
+            if not fresh:
                 continue
-            if prev is not None and prev.vitals.get(f"error-log:{name}") == vital:
-                continue   # nothing new since the last tick
             tick_ms = sooner(tick_ms, s.error_tick_ms)
             if not handled(effects, "notify", name) and may_notify(curr, "error-escalate", name, s.notify_every_s):
-                lines = vital.data.get("lines") or []
+                lines = [line for v in fresh for line in v.data.get("lines") or []]
                 effects = effects + [notify(curr, "error-escalate", name, f"Errors in {name}",
-                                            f"{vital.data['matches']} matching lines", lines=lines[-5:])]
+                                            f"{sum(v.data['matches'] for v in fresh)} matching lines",
+                                            lines=lines[-5:])]
         return effects, tick_ms
     return rule
 
@@ -316,5 +320,7 @@ def survival_rules(config: Config) -> list:
 
 
 def counted_keys(config: Config) -> list[str]:
-    """Vital keys whose recent samples the snapshot carries (rules that count failures in a row)."""
-    return [f"network:{config.survival.llm.target}"] if config.survival.llm else []
+    """Vital keys whose recent samples the snapshot carries: llmWatchdog counts failures in a row,
+    errorEscalate adds up the matches of every sample since the last tick."""
+    keys = [f"error-log:{e.name}" for e in config.watch.error_log]
+    return keys + ([f"network:{config.survival.llm.target}"] if config.survival.llm else [])

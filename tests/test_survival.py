@@ -105,7 +105,7 @@ def test_process_watchdog_leaves_a_paused_process_alone():
      "cleanup", "disk"),
     (survival.network_watchdog, snap(vitals={"network:api": Vital("network:api", 999.0, {"ok": False})}),
      "notify", "api:down"),
-    (survival.error_escalate, snap(vitals={"error-log:app": Vital("error-log:app", 999.0, {"matches": 2})}),
+    (survival.error_escalate, snap(history={"error-log:app": [Vital("error-log:app", 999.0, {"matches": 2})]}),
      "notify", "app"),
 ])
 def test_decorating_rules_act_after_inner_and_only_where_it_did_not(rule, curr, kind, target):
@@ -140,11 +140,16 @@ def test_network_watchdog_notifies_once_down_and_once_up():
 
 
 def test_error_escalate_shortens_the_tick_and_rate_limits():
-    errs = {"error-log:app": Vital("error-log:app", 999.0, {"matches": 3, "lines": ["ERROR x"]})}
-    effects, tick_ms = run(survival.error_escalate, snap(vitals=errs))
+    # the errors are in a sample the tick did not see as the latest: a quiet one came after it
+    errs = {"error-log:app": [Vital("error-log:app", 998.0, {"matches": 3, "lines": ["ERROR x"]}),
+                              Vital("error-log:app", 999.0, {"matches": 0, "lines": []})]}
+    effects, tick_ms = run(survival.error_escalate, snap(history=errs), prev=snap(ts=990.0))
     assert kinds(effects) == [("notify", "app")] and tick_ms == 1000
-    effects, tick_ms = run(survival.error_escalate, snap(vitals=errs, notified={"error-escalate:app": 950.0}))
+    assert effects[0].params["message"] == "3 matching lines" and effects[0].params["lines"] == ["ERROR x"]
+    effects, tick_ms = run(survival.error_escalate, snap(history=errs, notified={"error-escalate:app": 950.0}),
+                           prev=snap(ts=990.0))
     assert effects == [] and tick_ms == 1000
+    assert run(survival.error_escalate, snap(history=errs), prev=snap(ts=999.5)) == ([], None)   # nothing new
 
 
 def test_llm_watchdog_restarts_then_notifies():
