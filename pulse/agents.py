@@ -219,28 +219,3 @@ def check_agent(agent) -> str | None:
     if agent.adapter in BUILTIN:
         return BUILTIN[agent.adapter]().check(agent)
     return None
-
-
-# -- choosing ------------------------------------------------------------------------------------------
-
-def best_agent(names: Iterable[str], stats: dict) -> str | None:
-    """The policy the template's assignment rule starts from: skip agents with failures in a row
-    when others have none; then the highest closed/assigned ratio; then the lowest average
-    duration (unknown = last); then the name."""
-    names = sorted(set(names))
-    if not names:
-        return None
-
-    def failing(n):
-        s = stats.get(n)
-        return s is not None and s.consecutive_failures > 0
-
-    pool = [n for n in names if not failing(n)] or names
-
-    def key(n):
-        s = stats.get(n)
-        ratio = s.closed / s.assigned if s is not None and s.assigned else 0.0
-        avg = s.avg_duration_ms if s is not None and s.avg_duration_ms is not None else float("inf")
-        return (-ratio, avg, n)
-
-    return min(pool, key=key)
