@@ -126,3 +126,26 @@ def test_every_command_is_registered_where_it_lives():
     defined = {c.name: m for m in set(COMMAND_MODULES.values())
                for c in importlib.import_module(f"pulse.cli.{m}").COMMANDS}
     assert defined == COMMAND_MODULES
+
+
+def test_pipeline_commands_events_vitals_effects_emit(pulsed):
+    import json as jsonlib
+    pulsed.start()
+    out = pulsed.ctl("emit", "noop", "--target", "demo", "--param", "n=3", "--param", "word=hi", "--wait", "10")
+    assert out.returncode == 0, out.stderr
+    effect_id = out.stdout.split()[0]
+    assert out.stdout.splitlines()[-1] == f"{effect_id} acked"
+    emitted = [jsonlib.loads(line) for line in pulsed.ctl("events", "--type", "effect", "--json").stdout.splitlines()]
+    assert emitted[-1]["data"]["params"] == {"n": 3, "word": "hi"} and emitted[-1]["data"]["origin"] == "operator"
+    recent = pulsed.ctl("events", "--since", "10m", "--type", "effect-acked").stdout
+    assert effect_id in recent
+    assert pulsed.ctl("events", "--since", "soon").returncode == 2          # neither ISO time nor duration
+    wait_for(lambda: pulsed.vital("system-resource"), 10, what="a vital")
+    vitals = [jsonlib.loads(line) for line in pulsed.ctl("vitals", "system-resource", "--json").stdout.splitlines()]
+    assert vitals[0]["key"] == "system-resource" and "cpu_pct" in vitals[0]["data"]
+    assert pulsed.ctl("vitals", "no-such-key").returncode == 1
+    listed = [jsonlib.loads(line) for line in pulsed.ctl("effects", "--json").stdout.splitlines()]
+    assert any(e["id"] == effect_id and e["state"] == "acked" for e in listed)
+    assert effect_id not in pulsed.ctl("effects", "--pending").stdout
+    bad = pulsed.ctl("emit", "noop", "--param", "no-equals-sign")
+    assert bad.returncode == 2 and "key=value" in bad.stderr
