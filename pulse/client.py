@@ -42,6 +42,21 @@ def daemon_pid(paths: Paths) -> int | None:
     return None if l_type == fcntl.F_UNLCK else l_pid
 
 
+def ring(paths: Paths, socket: str, message) -> None:
+    """Ring a worker's doorbell (wake, doorbell) from outside Pulse: dropped if nobody listens,
+    since the receiver finds the work at its next scan anyway. Not IMMEDIATE: the message waits
+    for the connection that is still being made, and LINGER gives it half a second to leave."""
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 500)
+    try:
+        sock.connect(paths.endpoint(socket))
+        sock.send(wire.encode(message), zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass
+    finally:
+        sock.close()
+
+
 def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.Reply:
     if daemon_pid(paths) is None:
         raise Unreachable(f"pulsed is not running on {paths.home}")

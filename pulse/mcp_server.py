@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from pulse import gate, store, tasks, wire
+from pulse import client, gate, store, tasks, wire
 from pulse.config import Config
 from pulse.home import Paths
 
@@ -246,7 +246,7 @@ class PulseTools:
         created = tasks.create(self.events, project, title, prompt, priority or 0, source="agent")
         again = tasks.load(self.events, created.id)    # read back: the verification is in the result
         ok = again is not None and (again.project, again.title, again.prompt) == (project, title, prompt)
-        _ring(self.paths, "wake", wire.Wake("mcp", f"{created.id} created"))
+        client.ring(self.paths, "wake", wire.Wake("mcp", f"{created.id} created"))
         return {"task": msgspec.to_builtins(again or created),
                 "verification": {"ok": ok, "by": "read back from events.db"}}
 
@@ -260,7 +260,6 @@ class PulseTools:
     # -- helpers --------------------------------------------------------------------------
 
     async def _status(self) -> dict:
-        from pulse import client
         import msgspec
         try:
             reply = await self.to_thread(client.request, self.paths, wire.GetStatus(), 3.0)
@@ -277,7 +276,7 @@ class PulseTools:
         effect = store.new_effect(effect, "agent", t.effect_deadline_s)
         mark = store.last_event_id(self.events)
         store.commit_effects(self.events, [effect], "mcp")
-        _ring(self.paths, "doorbell", wire.Doorbell("mcp"))
+        client.ring(self.paths, "doorbell", wire.Doorbell("mcp"))
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
         while (state := store.effect_state(self.events, effect.id)) in store.OPEN_STATES:
             if time.monotonic() >= give_up:
@@ -301,21 +300,6 @@ class PulseTools:
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None
-
-
-def _ring(paths: Paths, socket: str, message) -> None:
-    """A doorbell, dropped when nobody listens: the receiver's scan finds the work anyway."""
-    import zmq
-    sock = zmq.Context.instance().socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 200)
-    sock.setsockopt(zmq.IMMEDIATE, 1)
-    try:
-        sock.connect(paths.endpoint(socket))
-        sock.send(wire.encode(message), zmq.NOBLOCK)
-    except zmq.ZMQError:
-        pass
-    finally:
-        sock.close()
 
 
 def _since(text: str) -> float:

@@ -14,19 +14,10 @@ from pulse.cli.pipeline import _DURATION
 
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
     """Commit the event, then ring the tick so the rules see it now."""
-    import zmq
-
-    from pulse import store, wire
+    from pulse import client, store, wire
     conn = store.open_events(ctx.paths.events_db)
     store.append_events(conn, [store.now_event(type_, "pulsectl", target, **data)])
-    sock = zmq.Context.instance().socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 200)
-    sock.connect(ctx.paths.endpoint("wake"))
-    try:
-        sock.send(wire.encode(wire.Wake("pulsectl", type_)), zmq.NOBLOCK)
-    except zmq.Again:
-        pass
-    sock.close()
+    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", type_))
 
 
 def _known_process(ctx: Context, name: str) -> None:

@@ -154,20 +154,11 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
 
 def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
     """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
-    import zmq
-
-    from pulse import store, wire
+    from pulse import client, store, wire
     effect = store.new_effect(effect, "operator", deadline_s)
     conn = store.open_events(ctx.paths.events_db)
     store.commit_effects(conn, [effect], "pulsectl")
-    sock = zmq.Context.instance().socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 500)
-    sock.connect(ctx.paths.endpoint("doorbell"))
-    try:
-        sock.send(wire.encode(wire.Doorbell("pulsectl")), zmq.NOBLOCK)
-    except zmq.Again:
-        pass   # the executor's scan finds it
-    sock.close()
+    client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
     click.echo(effect.id)
     deadline = time.monotonic() + wait_s
     while wait_s:

@@ -48,19 +48,8 @@ def _readonly(ctx: Context):
 
 def _ring_tick(ctx: Context, reason: str) -> None:
     """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
-    import zmq
-
-    from pulse import wire
-    sock = zmq.Context.instance().socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 200)
-    sock.setsockopt(zmq.IMMEDIATE, 1)
-    try:
-        sock.connect(ctx.paths.endpoint("wake"))
-        sock.send(wire.encode(wire.Wake("pulsectl", reason)), zmq.NOBLOCK)
-    except zmq.ZMQError:
-        pass   # no tick: it finds the task at its next tick anyway
-    finally:
-        sock.close()
+    from pulse import client, wire
+    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", reason))
 
 
 def _line(t) -> str:
