@@ -75,9 +75,11 @@ def sooner(tick_ms: int | None, ms: int) -> int:
     return ms if tick_ms is None else min(tick_ms, ms)
 
 
-def rollback_effect(rule: str, to: str, reason: str) -> Effect:
-    return Effect(kind="engine-rollback", target="engine", origin="survival",
-                  params={"to": to, "rule": rule, "reason": reason})
+def roll_back(curr: Snapshot, rule: str, to: str, reason: str, title: str) -> list[Effect]:
+    """Roll the engine back to `to`, and say so."""
+    return [Effect(kind="engine-rollback", target="engine", origin="survival",
+                   params={"to": to, "rule": rule, "reason": reason}),
+            notify(curr, rule, "engine", title, f"{reason}; rolling back to {to[:12]}")]
 
 
 # -- 1. panicRollback -------------------------------------------------------------------------------
@@ -94,10 +96,9 @@ def panic_rollback(config: Config):
         if (life.promote_id and not life.rolled_back and life.corrective_streak >= limit
                 and life.last_known_good and life.last_known_good != life.after
                 and not pending_or_handled(curr, (), "engine-rollback", "engine")):
-            reason = f"{life.corrective_streak} survival repairs failed in a row since the promote"
-            return [rollback_effect("panic-rollback", life.last_known_good, reason),
-                    notify(curr, "panic-rollback", "engine", "Engine rolled back (panic)",
-                           f"{reason}; rolling back to the last known good {life.last_known_good[:12]}")], None
+            reason = (f"{life.corrective_streak} survival repairs failed in a row since the promote; "
+                      "back to the last known good")
+            return roll_back(curr, "panic-rollback", life.last_known_good, reason, "Engine rolled back (panic)"), None
         return await inner(prev, curr)
     return rule
 
@@ -117,9 +118,7 @@ def auto_rollback(config: Config):
         if (within and bad and not life.rolled_back and life.before
                 and not pending_or_handled(curr, (), "engine-rollback", "engine")):
             reason = f"{curr.engine.errors} errors and {life.crashes} crashes within {s.auto_rollback_window_s:g}s of the promote"
-            return [rollback_effect("auto-rollback", life.before, reason),
-                    notify(curr, "auto-rollback", "engine", "Engine rolled back",
-                           f"{reason}; rolling back to {life.before[:12]}")], None
+            return roll_back(curr, "auto-rollback", life.before, reason, "Engine rolled back"), None
         return await inner(prev, curr)
     return rule
 
