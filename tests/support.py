@@ -49,6 +49,13 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str
         time.sleep(interval)
 
 
+def init_home(home: Path) -> Paths:
+    """`pulsectl init` once (the engine directory, config, stores), as a user would before editing it."""
+    if not (home / "engine").exists():
+        subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
+    return Paths.for_client(home)
+
+
 class Pulsed:
     """One real pulsed on a temporary home."""
 

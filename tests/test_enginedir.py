@@ -6,10 +6,9 @@ import shutil
 import subprocess
 import threading
 
-from support import PULSECTL, wait_for
+from support import PULSECTL, init_home, wait_for
 
 from pulse import enginedir
-from pulse.home import Paths
 
 RULE = """
 from pulse.engine.api import Effect
@@ -95,8 +94,7 @@ def test_promote_revives_a_failed_engine(pulsed):
 
 def test_rollback_restores_from_the_snapshot_when_git_is_damaged(tmp_path):
     home = tmp_path / "home"
-    subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
-    paths = Paths.for_client(home)
+    paths = init_home(home)
     (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
     first = enginedir.promote(paths)
     (home / "staging" / "rules" / "two.py").write_text(RULE.format(name="two"))
@@ -109,8 +107,7 @@ def test_rollback_restores_from_the_snapshot_when_git_is_damaged(tmp_path):
 
 def test_concurrent_promotes_are_serialised(tmp_path):
     home = tmp_path / "home"
-    subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
-    paths = Paths.for_client(home)
+    paths = init_home(home)
     (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
     git(home / "staging", "add", "-A")
     git(home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
@@ -186,8 +183,7 @@ def test_the_engine_killed_during_a_promote(pulsed):
 
 def test_a_promote_and_a_rollback_at_once_are_serialised(tmp_path):
     home = tmp_path / "home"
-    subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
-    paths = Paths.for_client(home)
+    paths = init_home(home)
     (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
     first = enginedir.promote(paths)
     (home / "staging" / "rules" / "two.py").write_text(RULE.format(name="two"))

@@ -15,14 +15,13 @@ import time
 
 import pytest
 
-from support import PULSECTL, wait_for
+from support import init_home, wait_for
 
 FAST_TICK = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
 
 
 def write_config(pulsed, text: str) -> None:
-    if not (pulsed.home / "engine").exists():
-        subprocess.run([PULSECTL, "--home", str(pulsed.home), "init"], check=True, capture_output=True, timeout=60)
+    init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(textwrap.dedent(text))
 
 

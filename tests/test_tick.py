@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import textwrap
 
 import pytest
 
-from support import PULSECTL, wait_for
+from support import init_home, wait_for
 
 TICK_MS = 200
 DEADLINE_MS = 250
@@ -19,8 +18,7 @@ TICKING = {"PULSE_TICK_MS": str(TICK_MS), "PULSE_ENGINE_RPC_DEADLINE_MS": str(DE
 
 def engine_rule(pulsed, name: str, body: str) -> None:
     """Put a rule module into the home's engine directory before pulsed starts."""
-    if not (pulsed.home / "engine").exists():
-        subprocess.run([PULSECTL, "--home", str(pulsed.home), "init"], check=True, capture_output=True, timeout=60)
+    init_home(pulsed.home)
     (pulsed.home / "engine" / "rules" / f"{name}.py").write_text(textwrap.dedent(body))
 
 
@@ -135,8 +133,7 @@ def test_broken_module_is_an_error_naming_file_and_line_and_the_rest_loads(pulse
 
 
 def test_engine_watchers_write_vitals_and_wake_the_tick(pulsed):
-    if not (pulsed.home / "engine").exists():
-        subprocess.run([PULSECTL, "--home", str(pulsed.home), "init"], check=True, capture_output=True, timeout=60)
+    init_home(pulsed.home)
     (pulsed.home / "engine" / "watchers" / "queue.py").write_text(textwrap.dedent("""
         from pulse.engine.api import Watcher
 
