@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 import msgspec
 
-from pulse.wire import Effect, Event, Outcome, Vital
+from pulse.wire import Effect, Event, Vital
 
 EVENTS_SCHEMA = 2
 VITALS_SCHEMA = 1
@@ -322,18 +322,6 @@ def finish_effect(conn: sqlite3.Connection, effect_id: str, state: str, source: 
         return True
 
 
-def requeue_effect(conn: sqlite3.Connection, effect_id: str, source: str, reason: str) -> bool:
-    """executing → pending (an idempotent effect whose executor died): it runs again."""
-    with _Tx(conn):
-        cur = conn.execute("UPDATE effects SET state = 'pending', claimer = NULL, pgid = NULL "
-                           "WHERE id = ? AND state = 'executing'", (effect_id,))
-        if cur.rowcount == 1:
-            target = conn.execute("SELECT target FROM effects WHERE id = ?", (effect_id,)).fetchone()[0]
-            _insert_event(conn, now_event("effect-failed", source, target, effect_id=effect_id, reason=reason,
-                                          requeued=True))
-        return cur.rowcount == 1
-
-
 def finish_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, state: str, source: str,
                           **data) -> bool:
     """executing under `claimer` → acked | failed, with its event; False if it is not (or no longer) that
@@ -366,19 +354,6 @@ def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: st
 def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
     row = conn.execute("SELECT state FROM effects WHERE id = ?", (effect_id,)).fetchone()
     return row[0] if row else None
-
-
-def outcomes_after(conn: sqlite3.Connection, after_id: int, limit: int = 10_000) -> list[tuple[int, str | None, Outcome]]:
-    """(event id, target, outcome) of effects that ended after event `after_id`."""
-    rows = conn.execute(
-        "SELECT id, target, type, ts, data FROM events WHERE id > ? AND type IN "
-        "('effect-acked', 'effect-failed', 'effect-expired') ORDER BY id LIMIT ?", (after_id, limit))
-    out = []
-    for event_id, target, type_, ts, data in rows:
-        d = json.loads(data)
-        out.append((event_id, target, Outcome(effect_id=d.get("effect_id", ""), kind=d.get("kind", ""),
-                                             state=type_.removeprefix("effect-"), ts=ts, error=d.get("error"))))
-    return out
 
 
 # -- vitals.db ---------------------------------------------------------------------------------------
@@ -422,17 +397,11 @@ def vitals_window(conn: sqlite3.Connection, key: str, since_ts: float) -> list[V
     return [Vital(r[0], r[1], json.loads(r[2])) for r in rows]
 
 
-def vitals_keys(conn: sqlite3.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT DISTINCT key FROM vitals ORDER BY key")]
-
-
 def gc_vitals(conn: sqlite3.Connection, older_than_ts: float, batch: int = 5_000) -> int:
     """Delete old vitals in small transactions, so writers never wait long."""
     total = 0
     while True:
-        with _Tx(conn):
-            n = conn.execute("DELETE FROM vitals WHERE id IN (SELECT id FROM vitals WHERE ts < ? LIMIT ?)",
-                             (older_than_ts, batch)).rowcount
+        n = gc_vitals_step(conn, older_than_ts, batch)
         total += n
         if n < batch:
             return total
