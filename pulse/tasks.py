@@ -10,8 +10,8 @@ A task's life is its `task-*` events in events.db (target = the task id):
 task's history and returns the events to append, or raises IllegalTransition; the
 store runs it inside the BEGIN IMMEDIATE transaction that appends, so two writers
 can never both move a task from the same state. Everything here but
-`snapshot_extras` is pure (no I/O), and imports nothing of Pulse at module level,
-so wire.py may import these Structs without a cycle.
+`snapshot_extras` is pure (no I/O). The Structs a snapshot carries (TaskState,
+PendingTasks, AgentCapabilityStats) are wire messages, defined in pulse.wire.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import time
 from typing import Any, Iterable, Sequence
 
 import msgspec
+
+from pulse.wire import AgentCapabilityStats, PendingTasks, TaskState
 
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
 SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
@@ -48,46 +50,6 @@ _HINTS = {
 
 class IllegalTransition(Exception):
     """A task event that the transition table refuses; nothing was written."""
-
-
-class TaskState(msgspec.Struct, kw_only=True):
-    id: str
-    project: str
-    title: str
-    prompt: str
-    priority: int = 0
-    status: str = "pending"              # pending | assigned | executing | acked | closed | given_up
-    agent: str | None = None             # holding it now (assigned, executing, acked)
-    last_agent: str | None = None        # the last agent it was assigned to, kept after it lets go
-    result: Any = None                   # what the agent's run returned (task-acked)
-    error: str | None = None             # why the last run failed (task-failed)
-    failures: int = 0                    # consecutive failed runs; an ack resets it
-    attempts: int = 0                    # runs started (task-executing)
-    created: float = 0.0                 # wall-clock timestamps of the events that set them
-    updated: float = 0.0
-    assigned: float | None = None
-    started: float | None = None
-    acked: float | None = None
-    closed: float | None = None
-    given_up: float | None = None
-
-
-class PendingTasks(msgspec.Struct, kw_only=True):
-    pending_count: int = 0
-    tasks: list[TaskState] = msgspec.field(default_factory=list)   # most urgent first, at most a limit
-    by_project: dict[str, int] = msgspec.field(default_factory=dict)
-
-
-class AgentCapabilityStats(msgspec.Struct, kw_only=True):
-    agent: str
-    assigned: int = 0
-    acked: int = 0
-    failed: int = 0
-    closed: int = 0
-    given_up: int = 0
-    consecutive_failures: int = 0       # failed runs in a row, across tasks; an ack resets it
-    avg_duration_ms: float | None = None  # task-executing → task-acked, over acked runs
-    total_duration_ms: float = 0.0
 
 
 # -- task ids -----------------------------------------------------------------------------------------

@@ -10,8 +10,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pulse.tasks import AgentCapabilityStats, PendingTasks
-
 T = TypeVar("T")
 STATUS_VERSION = 1
 
@@ -162,6 +160,48 @@ class Lifecycle(msgspec.Struct, kw_only=True):
     last_known_good: str | None = None  # the newest promote that ran clean past the autoRollback window
     crashes: int = 0                    # unexpected engine exits since
     corrective_streak: int = 0          # survival's own corrective effects failed in a row since
+
+
+# -- tasks, as a snapshot carries them (pulse.tasks folds them from events.db) ---------------------
+
+class TaskState(msgspec.Struct, kw_only=True):
+    id: str
+    project: str
+    title: str
+    prompt: str
+    priority: int = 0
+    status: str = "pending"              # pending | assigned | executing | acked | closed | given_up
+    agent: str | None = None             # holding it now (assigned, executing, acked)
+    last_agent: str | None = None        # the last agent it was assigned to, kept after it lets go
+    result: Any = None                   # what the agent's run returned (task-acked)
+    error: str | None = None             # why the last run failed (task-failed)
+    failures: int = 0                    # consecutive failed runs; an ack resets it
+    attempts: int = 0                    # runs started (task-executing)
+    created: float = 0.0                 # wall-clock timestamps of the events that set them
+    updated: float = 0.0
+    assigned: float | None = None
+    started: float | None = None
+    acked: float | None = None
+    closed: float | None = None
+    given_up: float | None = None
+
+
+class PendingTasks(msgspec.Struct, kw_only=True):
+    pending_count: int = 0
+    tasks: list[TaskState] = msgspec.field(default_factory=list)   # most urgent first, at most a limit
+    by_project: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class AgentCapabilityStats(msgspec.Struct, kw_only=True):
+    agent: str
+    assigned: int = 0
+    acked: int = 0
+    failed: int = 0
+    closed: int = 0
+    given_up: int = 0
+    consecutive_failures: int = 0       # failed runs in a row, across tasks; an ack resets it
+    avg_duration_ms: float | None = None  # task-executing → task-acked, over acked runs
+    total_duration_ms: float = 0.0
 
 
 class Snapshot(msgspec.Struct, kw_only=True):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
-from support import wait_for
+from support import PULSECTL, wait_for
 
 
 WORKERS = ("watcher", "tick", "executor", "engine")
@@ -107,11 +109,23 @@ def test_bad_override_exits_78_naming_the_variable(pulsed):
     assert "PULSE_HEARTBEAT_MS" in (pulsed.home.parent / "pulsed.out").read_text()
 
 
+def status_both_ways(pulsed, *args: str) -> subprocess.CompletedProcess:
+    """`pulsectl status` served plain (no click) and through click (`--home=` is not a plain
+    invocation): the same exit code, the same errors, the same workers in the same states."""
+    plain = pulsed.ctl("status", *args)
+    clicked = subprocess.run([PULSECTL, f"--home={pulsed.home}", "status", *args], capture_output=True,
+                             text=True, timeout=30)
+    assert (plain.returncode, plain.stderr) == (clicked.returncode, clicked.stderr)
+    rows = [[line.split()[:2] for line in out.stdout.splitlines()[:-1]] for out in (plain, clicked)]
+    assert rows[0] == rows[1]
+    return plain
+
+
 def test_status_exit_codes(pulsed):
     pulsed.start()
-    assert pulsed.ctl("status").returncode == 0
+    assert status_both_ways(pulsed).returncode == 0
     assert pulsed.ctl("stop", "engine").returncode == 0
-    out = pulsed.ctl("status")
+    out = status_both_ways(pulsed)
     assert out.returncode == 3 and "stopped" in out.stdout
     pulsed.proc.kill()                       # leaves a stale control socket behind
     pulsed.proc.wait(10)
@@ -120,6 +134,19 @@ def test_status_exit_codes(pulsed):
     out = pulsed.ctl("status")
     assert out.returncode == 4 and "not running" in out.stderr
     assert time.monotonic() - started < 3
+    assert status_both_ways(pulsed, "--json").returncode == 4
+
+
+def test_plain_status_never_imports_click(pulsed):
+    pulsed.start()
+    argv = [sys.executable, "-X", "importtime", "-c", "from pulse.cli import main; main()"]
+    plain = subprocess.run([*argv, "--home", str(pulsed.home), "--timeout", "5", "status", "--json"],
+                           capture_output=True, text=True, timeout=30)
+    assert plain.returncode == 0 and json.loads(plain.stdout)["version"] == 1
+    assert " pulse.cli.statusview\n" in plain.stderr and " click\n" not in plain.stderr
+    clicked = subprocess.run([*argv, "--home", str(pulsed.home), "status", "--help"], capture_output=True,
+                             text=True, timeout=30)
+    assert clicked.returncode == 0 and " click\n" in clicked.stderr
 
 
 def test_stopped_worker_stays_stopped_across_restart(pulsed):

@@ -1,90 +1,74 @@
 """pulsectl: inspect and steer a running pulsed.
 
-Each command lives in its own module; heavy imports stay inside the commands
-that need them, so `pulsectl status` starts fast.
+The click application is in `app`, each command in its own module, and heavy
+imports stay inside the commands that need them. `pulsectl status` is what
+health checks and operators run in loops, so a plain status invocation
+(`[--home DIR] [--timeout S] status [--json]`) is served without importing
+click at all, which alone costs more than the request; anything else,
+`--help` included, goes through click.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-import click
-
-from pulse import __version__
-from pulse.home import Paths, resolve_home
+DEFAULT_TIMEOUT_S = 3.0
 
 
-class Context:
-    def __init__(self, home: str | None, timeout: float):
-        self.home = resolve_home(home)
-        self.timeout = timeout
-
-    @property
-    def paths(self) -> Paths:
-        return Paths.for_client(self.home)
-
-    def config(self):
-        """config.toml with PULSE_* overrides; exit 78 (like pulsed) naming what is wrong."""
-        from pulse import config as configmod
-        try:
-            return configmod.load(self.paths.config)
-        except configmod.ConfigError as err:
-            click.echo(f"pulsectl: {err}", err=True)
-            sys.exit(78)
-
-    def request(self, message):
-        """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached."""
-        from pulse import client
-        try:
-            reply = client.request(self.paths, message, self.timeout)
-        except client.Unreachable as err:
-            click.echo(f"pulsectl: {err}", err=True)
-            sys.exit(4)
-        if not reply.ok:
-            click.echo(f"pulsectl: {reply.error}", err=True)
-            sys.exit(1)
-        return reply
+def request_or_exit(paths, message, timeout: float):
+    """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses."""
+    from pulse import client
+    try:
+        reply = client.request(paths, message, timeout)
+    except client.Unreachable as err:
+        print(f"pulsectl: {err}", file=sys.stderr)
+        sys.exit(4)
+    if not reply.ok:
+        print(f"pulsectl: {reply.error}", file=sys.stderr)
+        sys.exit(1)
+    return reply
 
 
-pass_ctx = click.make_pass_decorator(Context)
-
-
-# Which module defines each command: only the one invoked is imported, so `pulsectl status`
-# pays for click, zmq and msgspec, not for every other command's imports.
-COMMAND_MODULES = {
-    "status": "status", "restart": "workers", "start": "workers", "stop": "workers", "reload": "workers",
-    "events": "pipeline", "vitals": "pipeline", "effects": "pipeline", "emit": "pipeline",
-    "promote": "engine", "deploy": "engine", "rollback": "engine", "engine": "engine", "dev": "engine",
-    "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
-    "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
-    "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
-    "check-config": "configcmd", "config": "configcmd",
-}
-
-
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMAND_MODULES)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        module = COMMAND_MODULES.get(name)
-        if module is None:
-            return None
-        import importlib
-        commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS
-        return next(c for c in commands if c.name == name)
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False),
-              help="Pulse home (default: $PULSE_HOME, else ~/.pulse).")
-@click.option("--timeout", default=3.0, show_default=True, help="Seconds to wait for pulsed to answer.")
-@click.version_option(__version__, prog_name="pulsectl")
-@click.pass_context
-def cli(ctx: click.Context, home: str | None, timeout: float) -> None:
-    """Inspect and steer Pulse, the supervisor of an AI agent's host."""
-    ctx.obj = Context(home, timeout)
+def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
+    """(home, timeout, as_json) when argv is a plain status invocation; None sends it to click."""
+    home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
+    while len(args) > 2 and args[0] in ("--home", "--timeout"):
+        option, value = args.pop(0), args.pop(0)
+        if option == "--home":
+            if os.path.isfile(value):
+                return None   # click says what is wrong with it
+            home = value
+        else:
+            try:
+                timeout = float(value)
+            except ValueError:
+                return None
+    if args not in (["status"], ["status", "--json"]):
+        return None
+    return home, timeout, args[-1] == "--json"
 
 
 def main() -> None:
-    cli()
+    plain = plain_status(sys.argv[1:])
+    if plain is None:
+        from pulse.cli.app import cli
+        cli()
+        return
+    from pulse.cli import statusview
+    from pulse.home import Paths, resolve_home
+    home, timeout, as_json = plain
+    try:
+        code = statusview.show(Paths.for_client(resolve_home(home)), timeout, as_json)
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 1
+    except BrokenPipeError:   # `pulsectl status | head -1`: the reader has what it wanted
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:   # a closed pipe: nobody is reading
+            pass
+    # Skip the interpreter's teardown, which frees every module one by one and costs more than
+    # the request: the output is flushed and the socket closed, so nothing is left to finish.
+    os._exit(code)

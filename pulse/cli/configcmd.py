@@ -2,7 +2,7 @@
 
 import click
 
-from pulse.cli import Context, pass_ctx
+from pulse.cli.app import Context, pass_ctx
 
 
 @click.command("check-config")

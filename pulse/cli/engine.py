@@ -11,7 +11,7 @@ import time
 
 import click
 
-from pulse.cli import Context, pass_ctx
+from pulse.cli.app import Context, pass_ctx
 
 
 def _reload_engine(ctx: Context) -> None:

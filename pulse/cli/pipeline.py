@@ -12,7 +12,7 @@ import time
 
 import click
 
-from pulse.cli import Context, pass_ctx
+from pulse.cli.app import Context, pass_ctx
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 

@@ -1,6 +1,7 @@
 """`pulsectl status`: every worker, one line each, and the supervisor line.
 
 Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unreachable.
+A plain `pulsectl status` never reaches this module: pulse.cli serves it without click.
 """
 
 from __future__ import annotations
@@ -9,47 +10,8 @@ import sys
 
 import click
 
-from pulse import wire
-from pulse.cli import Context, pass_ctx
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    text = f"{rest // 3600}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}d {text}" if days else text
-
-
-def last_exit(exit: wire.LastExit | None) -> str:
-    if exit is None:
-        return "-"
-    import signal
-    if exit.signal:
-        try:
-            how = signal.Signals(exit.signal).name
-        except ValueError:
-            how = f"signal {exit.signal}"
-    elif exit.code is not None:
-        how = f"exit {exit.code}"
-    else:
-        how = "exit ?"
-    return f"{how} at {exit.at[11:19]}Z"
-
-
-def table(status: wire.Status, engine_commit: str | None = None) -> str:
-    rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
-    for w in status.workers:
-        rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.restarts), last_exit(w.last_exit),
-                     "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s ago"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    s = status.supervisor
-    lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
-                 + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
-                    if engine_commit else ""))
-    return "\n".join(lines)
+from pulse.cli import statusview
+from pulse.cli.app import Context, pass_ctx
 
 
 @click.command()
@@ -57,12 +19,7 @@ def table(status: wire.Status, engine_commit: str | None = None) -> str:
 @pass_ctx
 def status(ctx: Context, as_json: bool) -> None:
     """Show every worker's state. Exit 0: all running; 3: not all running; 4: pulsed unreachable."""
-    reply = ctx.request(wire.GetStatus())
-    if as_json:
-        click.echo(wire.status_json(reply.status).decode())
-    else:
-        click.echo(table(reply.status, reply.engine_commit))
-    sys.exit(0 if all(w.state == "running" for w in reply.status.workers) else 3)
+    sys.exit(statusview.show(ctx.paths, ctx.timeout, as_json))
 
 
 COMMANDS = [status]

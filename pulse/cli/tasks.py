@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from pulse.cli import Context, pass_ctx
+from pulse.cli.app import Context, pass_ctx
 
 
 def _task_arg(ctx, param, value: str) -> str:

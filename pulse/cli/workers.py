@@ -13,7 +13,7 @@ import time
 import click
 
 from pulse import wire
-from pulse.cli import Context, pass_ctx
+from pulse.cli.app import Context, pass_ctx
 from pulse.states import WORKERS
 
 worker_arg = click.argument("worker", type=click.Choice(WORKERS))

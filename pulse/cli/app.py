@@ -1,0 +1,73 @@
+"""pulsectl's click application: the group, its options, and where each command lives."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pulse import __version__
+from pulse.cli import DEFAULT_TIMEOUT_S, request_or_exit
+from pulse.home import Paths, resolve_home
+
+
+class Context:
+    def __init__(self, home: str | None, timeout: float):
+        self.home = resolve_home(home)
+        self.timeout = timeout
+
+    @property
+    def paths(self) -> Paths:
+        return Paths.for_client(self.home)
+
+    def config(self):
+        """config.toml with PULSE_* overrides; exit 78 (like pulsed) naming what is wrong."""
+        from pulse import config as configmod
+        try:
+            return configmod.load(self.paths.config)
+        except configmod.ConfigError as err:
+            click.echo(f"pulsectl: {err}", err=True)
+            sys.exit(78)
+
+    def request(self, message):
+        return request_or_exit(self.paths, message, self.timeout)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+# Which module defines each command: only the one invoked is imported, so `pulsectl status`
+# pays for click, zmq and msgspec, not for every other command's imports.
+COMMAND_MODULES = {
+    "status": "status", "restart": "workers", "start": "workers", "stop": "workers", "reload": "workers",
+    "events": "pipeline", "vitals": "pipeline", "effects": "pipeline", "emit": "pipeline",
+    "promote": "engine", "deploy": "engine", "rollback": "engine", "engine": "engine", "dev": "engine",
+    "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
+    "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
+    "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
+    "check-config": "configcmd", "config": "configcmd",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(name)
+        if module is None:
+            return None
+        import importlib
+        commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS
+        return next(c for c in commands if c.name == name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False),
+              help="Pulse home (default: $PULSE_HOME, else ~/.pulse).")
+@click.option("--timeout", default=DEFAULT_TIMEOUT_S, show_default=True, help="Seconds to wait for pulsed to answer.")
+@click.version_option(__version__, prog_name="pulsectl")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, timeout: float) -> None:
+    """Inspect and steer Pulse, the supervisor of an AI agent's host."""
+    ctx.obj = Context(home, timeout)

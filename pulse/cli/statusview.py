@@ -1,0 +1,58 @@
+"""What `pulsectl status` prints, and its exit code, without click (see pulse.cli).
+
+Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unreachable.
+"""
+
+from __future__ import annotations
+
+from pulse import wire
+from pulse.cli import request_or_exit
+from pulse.home import Paths
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    text = f"{rest // 3600}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}d {text}" if days else text
+
+
+def last_exit(exit: wire.LastExit | None) -> str:
+    if exit is None:
+        return "-"
+    import signal
+    if exit.signal:
+        try:
+            how = signal.Signals(exit.signal).name
+        except ValueError:
+            how = f"signal {exit.signal}"
+    elif exit.code is not None:
+        how = f"exit {exit.code}"
+    else:
+        how = "exit ?"
+    return f"{how} at {exit.at[11:19]}Z"
+
+
+def table(status: wire.Status, engine_commit: str | None = None) -> str:
+    rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
+    for w in status.workers:
+        rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.restarts), last_exit(w.last_exit),
+                     "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s ago"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    s = status.supervisor
+    lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
+                 + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
+                    if engine_commit else ""))
+    return "\n".join(lines)
+
+
+def show(paths: Paths, timeout: float, as_json: bool) -> int:
+    reply = request_or_exit(paths, wire.GetStatus(), timeout)
+    if as_json:
+        print(wire.status_json(reply.status).decode())
+    else:
+        print(table(reply.status, reply.engine_commit))
+    return 0 if all(w.state == "running" for w in reply.status.workers) else 3
