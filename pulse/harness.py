@@ -54,10 +54,11 @@ class Worker:
     name = "worker"
     commit: str | None = None   # reported in Ready: what code this worker runs, where that varies
 
-    def __init__(self, ctx: zmq.Context, paths: Paths, config: configmod.Config):
-        self.ctx, self.paths, self.config = ctx, paths, config
+    def __init__(self, ctx: zmq.Context, paths: Paths, config: configmod.Config, spec: wire.Spawn):
+        self.ctx, self.paths, self.config, self.spec = ctx, paths, config, spec
         self.handlers: dict[object, Callable[[], None]] = {}   # zmq socket or fd → called when readable
         self.log = logging.getLogger(f"pulse.{self.name}")
+        self.to_pulsed: Callable[[object], bool] = lambda message: False   # over the heartbeat socket, once ready
 
     def socket(self, kind: int, endpoint: str, *, bind: bool, handler: Callable[[], None] | None = None,
                **options) -> zmq.Socket:
@@ -100,12 +101,14 @@ class Harness:
         self.seq = 0
         self.beat = worker.socket(zmq.PUSH, worker.paths.endpoint("heartbeat"), bind=False,
                                   SNDHWM=16)
+        worker.to_pulsed = self.send
 
-    def send(self, message) -> None:
+    def send(self, message) -> bool:
         try:
             self.beat.send(wire.encode(message), zmq.NOBLOCK)
+            return True
         except zmq.Again:
-            pass   # pulsed is not there (or busy): it must never stall us
+            return False   # pulsed is not there (or busy): it must never stall us
 
     def heartbeat(self) -> None:
         self.seq += 1
@@ -186,7 +189,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
 
     ctx = zmq.Context()
     paths = Paths(home=Path(spec.home), runtime=Path(spec.runtime))
-    worker = worker_class(ctx, paths, config)
+    worker = worker_class(ctx, paths, config, spec)
     worker.open()
     harness = Harness(worker, spec)
 

@@ -16,13 +16,14 @@ over 107 bytes) and private (0700).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 # Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
 
-SOCKETS = ("control", "heartbeat", "wake", "doorbell", "engine", "events")
+SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "events")
 GIT_IDENTITY = ("-c", "user.name=Pulse", "-c", "user.email=pulse@localhost")
 
 
@@ -190,3 +191,24 @@ def ensure_home(home: Path) -> list[str]:
              str(paths.staging), *(["staging"] if branch else []))
         made.append(f"{paths.staging}/ (git worktree, branch staging)")
     return made
+
+
+# -- which workers an operator stopped: kept across pulsed restarts until a start ---------------------
+
+def load_stopped(path: Path) -> set[str]:
+    try:
+        return set(json.loads(path.read_text()).get("stopped", []))
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError) as err:
+        raise HomeError(f"{path}: unreadable ({err}); fix or remove it") from None
+
+
+def save_stopped(path: Path, stopped: set[str]) -> None:
+    """Atomic: write a temporary file, fsync, rename."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"stopped": sorted(stopped)}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -19,7 +19,8 @@ class Notifier:
         self.sock = None
         if address:
             self.address = "\0" + address[1:] if address.startswith("@") else address
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            # Non-blocking: a manager that does not read (its queue holds a few datagrams) must never stall pulsed.
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
         self.watchdog_s: float | None = None
         if self.sock and usec and usec.isdigit() and int(usec) > 0:
             if watchdog_pid is None or watchdog_pid == str(os.getpid()):
@@ -32,7 +33,7 @@ class Notifier:
         try:
             self.sock.sendto("\n".join(fields).encode(), self.address)
         except OSError:
-            pass   # the manager went away; nothing to tell
+            pass   # the manager went away, or is not reading: nothing to tell, nothing to wait for
 
     def status(self, text: str) -> None:
         if text != self.last_status:

@@ -23,7 +23,11 @@ ALIVE_STATES = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState
 # (pulsed exits non-zero). The engine only ever fails on its own.
 CORE_WORKERS = ("watcher", "tick", "executor")
 ENGINE = "engine"
-WORKERS = CORE_WORKERS + (ENGINE,)   # start order; stop order is the reverse
+WORKERS = CORE_WORKERS + (ENGINE,)   # what pulsectl status lists and operators steer
+# pulsed's own event writer: a worker like the others, but part of pulsed, so not listed. It
+# starts first and stops last, so that it writes every lifecycle event of the others.
+EVENT_WRITER = "eventlog"
+SUPERVISED = (EVENT_WRITER,) + WORKERS   # start order; stop order is the reverse
 
 
 class Exit(enum.IntEnum):

@@ -1,4 +1,4 @@
-"""Every SQL statement Pulse runs, and the small files it keeps beside them.
+"""Every SQL statement Pulse runs.
 
 events.db is append-only and never compacted. Its schema version is
 `PRAGMA user_version`; opening an older file migrates it in one transaction.
@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 import msgspec
 
-from pulse.wire import Effect, Event, Vital
+from pulse.wire import Effect, Event, Vital, now_event
 
 EVENTS_SCHEMA = 2
 VITALS_SCHEMA = 1
@@ -170,6 +170,16 @@ def append_events(conn: sqlite3.Connection, events: Sequence[Event]) -> list[Eve
     return list(events)
 
 
+def pulsed_committed_seq(conn: sqlite3.Connection, run: float) -> int:
+    """The highest seq of pulsed's events in events.db from the run whose supervisor-started
+    event is stamped `run` (its mono), or 0: where that run's event writer picks up."""
+    row = conn.execute(
+        "SELECT seq FROM events WHERE source = 'pulsed' AND id >= "
+        "(SELECT id FROM events WHERE type = 'supervisor-started' AND source = 'pulsed' AND mono = ? "
+        " ORDER BY id DESC LIMIT 1) ORDER BY id DESC LIMIT 1", (run,)).fetchone()
+    return row[0] if row else 0
+
+
 def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[str] = (),
                 since_ts: float | None = None, limit: int = 10_000) -> list[Event]:
     sql = "SELECT id, seq, ts, mono, type, source, target, data FROM events WHERE id > ?"
@@ -185,12 +195,6 @@ def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[
     args.append(limit)
     return [Event(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6],
                   data=json.loads(r[7])) for r in conn.execute(sql, args)]
-
-
-def now_event(type: str, source: str, target: str | None = None, data: dict | None = None, **fields) -> Event:
-    """An event stamped now; its data is `data` and/or the keyword fields."""
-    return Event(type=type, source=source, target=target, data={**(data or {}), **fields}, ts=time.time(),
-                 mono=time.monotonic())
 
 
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
@@ -431,25 +435,6 @@ def referenced_objects(conn: sqlite3.Connection) -> set[str]:
 
 
 # -- workers.json: the workers an operator stopped -------------------------------------------------
-
-def load_stopped(path: Path) -> set[str]:
-    try:
-        return set(json.loads(path.read_text()).get("stopped", []))
-    except FileNotFoundError:
-        return set()
-    except (OSError, ValueError) as err:
-        raise StoreError(f"{path}: unreadable ({err}); fix or remove it") from None
-
-
-def save_stopped(path: Path, stopped: set[str]) -> None:
-    """Atomic: write a temporary file, fsync, rename."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"stopped": sorted(stopped)}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
 
 def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (), limit: int = 100) -> list[tuple[Effect, str]]:
     """(effect, state), newest first; all states unless `states` is given."""

@@ -6,6 +6,7 @@ Frames are msgpack. A frame that does not decode to the expected union raises
 
 from __future__ import annotations
 
+import time
 from typing import Any, TypeVar
 
 import msgspec
@@ -34,7 +35,16 @@ class Heartbeat(msgspec.Struct, tag="heartbeat"):
     mono: float
 
 
-WorkerMessage = Ready | Heartbeat
+class Committed(msgspec.Struct, tag="committed"):
+    """From the event writer: every event of pulsed's run up to `seq` is in events.db; with
+    `resend`, something after it never arrived: send everything after it again."""
+    name: str
+    pid: int
+    seq: int
+    resend: bool = False
+
+
+WorkerMessage = Ready | Heartbeat | Committed
 
 
 # -- control socket: pulsectl / workers (DEALER) → pulsed (ROUTER) -----------------------------------
@@ -276,6 +286,7 @@ class Spawn(msgspec.Struct, tag="spawn"):
     config: bytes               # msgpack of pulse.config.Config, as pulsed has it now
     runtime: str
     home: str
+    run: float = 0.0            # pulsed's run: the mono stamp of its supervisor-started event
 
 
 class Spawned(msgspec.Struct, tag="spawned"):
@@ -303,6 +314,12 @@ class Event(msgspec.Struct):
     mono: float = 0.0           # time.monotonic(), comparable across processes of one boot
     seq: int = 0                # the source process's own sequence number
     id: int | None = None       # assigned by events.db
+
+
+def now_event(type: str, source: str, target: str | None = None, data: dict | None = None, **fields) -> Event:
+    """An event stamped now; its data is `data` and/or the keyword fields."""
+    return Event(type=type, source=source, target=target, data={**(data or {}), **fields}, ts=time.time(),
+                 mono=time.monotonic())
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -20,14 +20,14 @@ import time
 import zmq
 
 from pulse import config as configmod
-from pulse import logs, procs, store, wire
-from pulse.home import SOCKETS, Paths
+from pulse import logs, procs, wire
+from pulse.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.sdnotify import Notifier
-from pulse.states import ALIVE_STATES, CORE_WORKERS, WORKERS, Exit, WorkerState
+from pulse.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WORKERS, Exit, WorkerState
 
 from . import control
 from .child import Child, Fail, forget_crashes, next_deadline, on_crash
-from .eventlog import EventWriter
+from .eventlog import EventQueue
 from .forkserver import Forkserver
 
 log = logging.getLogger("pulse.supervisor")
@@ -43,8 +43,8 @@ class Arbiter:
     def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
         self.paths, self.config, self.sink, self.notifier = paths, config, sink, notifier
         self.config_bytes = configmod.encode(config)
-        self.children = {name: Child(name) for name in WORKERS}
-        self.stopped_by_operator = store.load_stopped(paths.workers_state) & set(WORKERS)
+        self.children = {name: Child(name) for name in SUPERVISED}
+        self.stopped_by_operator = load_stopped(paths.workers_state) & set(WORKERS)
         self.started_mono = time.monotonic()
         self.ready_sent = False
         self.shutting_down = False
@@ -66,14 +66,15 @@ class Arbiter:
         self.ctx = zmq.Context()
         self.control = self._bind(zmq.ROUTER, "control")
         self.heartbeats = self._bind(zmq.PULL, "heartbeat")
-        self.events = EventWriter(self.paths.events_db, self.ctx, self.paths.endpoint("events"))
-        self.events.start()
+        # IMMEDIATE: frames wait in EventQueue, not in a pipe to a writer that may be gone.
+        self.events = EventQueue(self._connect(zmq.PUSH, "eventlog", IMMEDIATE=1, RECONNECT_IVL=20))
         self.signal_r, signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, f: None)   # handlers only queue: the number lands in the pipe
         signal.set_wakeup_fd(signal_w, warn_on_full_buffer=False)
         self.record("supervisor-started", None, pid=os.getpid(), home=str(self.paths.home),
                     runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
+        self.run_mono = self.events.pending[0].mono   # names this run to its event writers
         self.start_forkserver()
         if self.notifier.watchdog_s:
             self.next_watchdog = time.monotonic()
@@ -82,6 +83,14 @@ class Arbiter:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(self.paths.endpoint(name))
+        return sock
+
+    def _connect(self, kind: int, name: str, **options: int) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        for key, value in options.items():
+            sock.setsockopt(getattr(zmq, key), value)
+        sock.connect(self.paths.endpoint(name))
         return sock
 
     def close(self) -> None:
@@ -93,8 +102,12 @@ class Arbiter:
         for reader in self.outputs:
             reader.read(self.sink)
             reader.close()
-        if not self.events.close(timeout=2):
-            log.error("events.db writer did not finish in time; the last lifecycle events may be missing")
+        if self.events.pending:   # the writer could not take them: keep them in the log at least
+            log.error("%d lifecycle events were not written to events.db; here they are:",
+                      len(self.events.pending))
+            for event in self.events.pending:
+                log.error("unwritten event: %r", event)
+        self.events.sock.close()
         self.control.close()
         self.heartbeats.close()
         self.ctx.term()
@@ -107,10 +120,10 @@ class Arbiter:
     # -- events and notifications ------------------------------------------------------------------
 
     def record(self, type: str, target: str | None, **data) -> None:
-        self.events.put(store.now_event(type, "pulsed", target, **data))
+        self.events.put(wire.now_event(type, "pulsed", target, **data))
 
     def update_notify(self) -> None:
-        running = [c.name for c in self.children.values() if c.state is S.RUNNING]
+        running = [n for n in WORKERS if self.children[n].state is S.RUNNING]
         wanted = [n for n in CORE_WORKERS if n not in self.stopped_by_operator]
         if not self.ready_sent and all(n in running for n in wanted):
             self.ready_sent = True
@@ -125,7 +138,7 @@ class Arbiter:
     def run(self) -> int:
         self.open()
         try:
-            for name in WORKERS:
+            for name in SUPERVISED:
                 if name in self.stopped_by_operator:
                     log.info("%s stays stopped (stopped by an operator; `pulsectl start %s`)", name, name)
                 else:
@@ -144,8 +157,10 @@ class Arbiter:
     def step(self) -> None:
         poller = zmq.Poller()
         poller.register(self.control, zmq.POLLIN)
-        if any(c.state is S.STARTING for c in self.children.values()):
-            poller.register(self.heartbeats, zmq.POLLIN)   # a Ready is awaited: read at once
+        if self.events.pending or any(c.state is S.STARTING for c in self.children.values()):
+            poller.register(self.heartbeats, zmq.POLLIN)   # a Ready or a Committed is awaited: read at once
+        if self.events.unsent:
+            poller.register(self.events.sock, zmq.POLLOUT)
         fds = {self.signal_r: self.read_signals}
         if self.forkserver is not None:
             fds[self.forkserver.sock.fileno()] = self.read_forkserver
@@ -167,6 +182,8 @@ class Arbiter:
                 fds[fd]()
         if self.heartbeats in ready:
             self.read_heartbeats()
+        if self.events.sock in ready:
+            self.events.send()
         if self.control in ready:
             self.read_control()
         self.fire_timers(time.monotonic())
@@ -208,14 +225,16 @@ class Arbiter:
             child = self.children.get(message.name)
             if child is None:
                 continue
-            sent = min(message.mono, now)
+            sent = now if isinstance(message, wire.Committed) else min(message.mono, now)
             if child.pid is None and child.state is S.STARTING and isinstance(message, wire.Ready):
                 self.early_ready[message.pid] = (sent, message.commit)   # it beat the forkserver's Spawned to us
                 continue
             if child.pid != message.pid:
                 continue   # from a predecessor, already replaced
             child.heartbeat_at = max(sent, child.heartbeat_at or 0.0)
-            if isinstance(message, wire.Ready) and child.state is S.STARTING:
+            if isinstance(message, wire.Committed):
+                self.events.committed(message)
+            elif isinstance(message, wire.Ready) and child.state is S.STARTING:
                 child.commit = message.commit
                 self.became_ready(child, sent)
 
@@ -299,7 +318,8 @@ class Arbiter:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         if not again:
             child.starts += 1
-        spec = wire.Spawn(child.name, child.starts, self.config_bytes, str(self.paths.runtime), str(self.paths.home))
+        spec = wire.Spawn(child.name, child.starts, self.config_bytes, str(self.paths.runtime), str(self.paths.home),
+                          self.run_mono)
         sent = self.forkserver.spawn(spec, out_w)
         child.forkserver = self.forkserver
         os.close(out_w)
@@ -343,6 +363,8 @@ class Arbiter:
         self.record("worker-ready", child.name, pid=child.pid, start_to_ready_ms=ms,
                     **({"commit": child.commit} if child.commit else {}))
         log.info("%s ready (pid %d, %.1f ms after spawn)", child.name, child.pid, ms)
+        if child.name == EVENT_WRITER:
+            self.events.resend()
         self.update_notify()
 
     def signal(self, child: Child, signum: int) -> None:
@@ -367,7 +389,9 @@ class Arbiter:
         child.last_exit = wire.LastExit(code, signum, iso(time.time()))
         uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         was = child.state
-        self.record("worker-exited", child.name, pid=pid, code=code, signal=signum, state=str(was), uptime_s=uptime)
+        if not (child.name == EVENT_WRITER and self.shutting_down):   # nobody would write that one
+            self.record("worker-exited", child.name, pid=pid, code=code, signal=signum, state=str(was),
+                        uptime_s=uptime)
         how = f"signal {signal.Signals(signum).name}" if signum else f"code {code}" if code is not None else "unknown status"
         if was is S.STOPPING or self.shutting_down:
             log.info("%s (pid %s) stopped (%s)", child.name, pid, how)
@@ -395,9 +419,10 @@ class Arbiter:
                              self.timings.intensity_period_s, Exit.ESCALATED)
                 self.begin_shutdown(Exit.ESCALATED, f"{child.name} restart intensity reached")
             else:
-                log.error("%s crashed more than %d times in %gs: failed; retrying in %gs "
-                          "(or now: `pulsectl restart %s`)", child.name, self.timings.intensity_restarts,
-                          self.timings.intensity_period_s, self.timings.engine_retry_after_failed_s, child.name)
+                log.error("%s crashed more than %d times in %gs: failed; retrying in %gs%s", child.name,
+                          self.timings.intensity_restarts, self.timings.intensity_period_s,
+                          self.timings.engine_retry_after_failed_s,
+                          f" (or now: `pulsectl restart {child.name}`)" if child.name in WORKERS else "")
             self.update_notify()
             return
         child.restarts += 1
@@ -505,7 +530,7 @@ class Arbiter:
         before = set(self.stopped_by_operator)
         (self.stopped_by_operator.add if stopped else self.stopped_by_operator.discard)(name)
         if before != self.stopped_by_operator:
-            store.save_stopped(self.paths.workers_state, self.stopped_by_operator)
+            save_stopped(self.paths.workers_state, self.stopped_by_operator)
 
     def reload(self) -> tuple[bool, str]:
         try:
@@ -513,7 +538,7 @@ class Arbiter:
         except configmod.ConfigError as err:
             log.error("reload refused, keeping the running configuration: %s", err)
             return False, str(err)
-        affected = [n for n in WORKERS if configmod.worker_view(new, n) != configmod.worker_view(self.config, n)]
+        affected = [n for n in SUPERVISED if configmod.worker_view(new, n) != configmod.worker_view(self.config, n)]
         self.config, self.config_bytes = new, configmod.encode(new)
         logging.getLogger().setLevel(new.log.level.upper())
         for name in affected:
@@ -547,9 +572,11 @@ class Arbiter:
                     child.state = S.STOPPED   # a spawn the forkserver never answered
             self.shutdown_deadline = now + 1.0
             return
-        for name in reversed(WORKERS):
+        for name in reversed(SUPERVISED):
             child = self.children[name]
             if child.state in ALIVE_STATES:
+                if child.name == EVENT_WRITER and self.events.pending and child.state is S.RUNNING:
+                    return   # the last lifecycle events are being written
                 if child.state is not S.STOPPING:
                     self.stop(child)
                     child.deadline = self.shutdown_deadline
@@ -561,7 +588,7 @@ class Arbiter:
         self.read_heartbeats()
         now = time.monotonic()
         workers = []
-        for c in self.children.values():
+        for c in (self.children[name] for name in WORKERS):
             alive = c.pid is not None
             workers.append(wire.WorkerStatus(
                 name=c.name, pid=c.pid, state=str(c.state), restarts=c.restarts,

@@ -1,10 +1,11 @@
 """The forkserver: a clean, preloaded process that forks the workers.
 
-pulsed runs threads (the event writer, zmq's I/O threads). Forking a worker
-straight from it could hand the child a mutex some other thread held (SQLite's
-among them). So pulsed execs this process once, before it needs a worker; it
-imports everything a worker needs, then forks workers on request in
-milliseconds, single-threaded.
+pulsed runs threads (zmq's I/O threads), and keeps only what it needs itself
+resident (no SQLite, none of the workers' modules). Forking a worker straight
+from it could hand the child a mutex another thread held, and the child would
+import its modules on every start. So pulsed execs this process once, before it
+needs a worker; it imports everything a worker needs, then forks workers on
+request in milliseconds, single-threaded.
 
 Protocol, over a SOCK_SEQPACKET socketpair (one message per packet):
     pulsed → forkserver   Spawn, with the worker's output pipe passed as an fd
@@ -26,6 +27,7 @@ import traceback
 from pulse import wire
 
 PRELOAD = {
+    "eventlog": ("pulse.eventlog", "EventLog"),
     "watcher": ("pulse.watcher", "Watcher"),
     "tick": ("pulse.tick", "Tick"),
     "executor": ("pulse.executor", "Executor"),

@@ -2,19 +2,19 @@
 
 Exit codes: 0 stopped on request; 1 a core worker hit its restart intensity
 limit (escalated: let the service manager restart us); 2 another pulsed holds
-this home; 78 bad configuration (do not restart).
+this home; 78 bad configuration or command line (do not restart).
 
-argparse, not click: pulsed's two options do not need click, and every MiB
+No click, no argparse: pulsed's three options need neither, and every MiB
 pulsed keeps resident is paid for as long as the host runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from pulse import __version__
@@ -23,7 +23,6 @@ from pulse import logs
 from pulse.home import HomeError, Paths, ensure_home, home_is_complete, make_runtime_dir, resolve_home
 from pulse.sdnotify import Notifier
 from pulse.states import Exit
-from pulse.store import StoreError
 
 
 def fail(code: Exit, message: str) -> NoReturn:
@@ -47,19 +46,73 @@ def take_lock(paths: Paths) -> int:
     return fd
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pulsed", description="Run the Pulse supervisor in the foreground.")
-    parser.add_argument("--home", default=os.environ.get("PULSE_HOME"),
-                        help="Pulse home (default: $PULSE_HOME, else ~/.pulse)")
-    parser.add_argument("--no-log-stderr", dest="log_stderr", action="store_false",
-                        help="write the log to <home>/logs only, not also to stderr (journald under systemd)")
-    parser.add_argument("--version", action="version", version=f"pulsed, version {__version__}")
-    return parser.parse_args(argv)
+def make_home(home: Path) -> None:
+    """ensure_home() in a short-lived child, so what making a home takes (git, shutil, the
+    stores' SQLite) never stays resident in pulsed. pulsed has no thread yet: fork is safe."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            ensure_home(home)
+        except Exception as err:
+            import traceback
+
+            from pulse.store import StoreError
+            known = isinstance(err, (configmod.ConfigError, HomeError, StoreError))
+            os.write(w, (str(err) if known else traceback.format_exc()).encode())
+            code = 1
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as reader:
+        message = reader.read().decode(errors="replace").strip()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise HomeError(message or f"making the home {home} failed (wait status {status})")
+
+
+USAGE = """usage: pulsed [--home DIR] [--no-log-stderr] [--version] [-h]
+
+Run the Pulse supervisor in the foreground.
+
+options:
+  --home DIR       Pulse home (default: $PULSE_HOME, else ~/.pulse)
+  --no-log-stderr  write the log to <home>/logs only, not also to stderr (journald under systemd)
+  --version        print the version and exit
+  -h, --help       print this help and exit
+"""
+
+
+def parse(argv: list[str]) -> tuple[str | None, bool]:
+    """(home, log to stderr). Three options need no parser module: argparse and what it
+    imports would stay resident in pulsed for its whole life."""
+    home, log_stderr = os.environ.get("PULSE_HOME"), True
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help"):
+            print(USAGE, end="")
+            sys.exit(0)
+        elif arg == "--version":
+            print(f"pulsed, version {__version__}")
+            sys.exit(0)
+        elif arg == "--no-log-stderr":
+            log_stderr = False
+        elif arg == "--home" and args:
+            home = args.pop(0)
+        elif arg.startswith("--home="):
+            home = arg.removeprefix("--home=")
+        else:
+            problem = "--home needs a directory" if arg == "--home" else f"unrecognized argument {arg!r}"
+            print(USAGE.splitlines()[0], file=sys.stderr)
+            fail(Exit.CONFIG, problem)
+    return home, log_stderr
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
-    home_path = resolve_home(args.home)
+    home, log_stderr = parse(sys.argv[1:] if argv is None else argv)
+    home_path = resolve_home(home)
     try:
         home_path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
@@ -69,12 +122,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = configmod.load(paths.config)
         if not home_is_complete(paths):
-            ensure_home(home_path)
+            make_home(home_path)
         make_runtime_dir(paths)
-    except (configmod.ConfigError, HomeError, StoreError) as err:
+    except (configmod.ConfigError, HomeError) as err:
         fail(Exit.CONFIG, str(err))
 
-    sink = logs.Sink(paths.log_file, to_stderr=args.log_stderr, max_bytes=config.log.max_bytes,
+    sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=config.log.max_bytes,
                      backups=config.log.backups)
     root = logging.getLogger()
     root.addHandler(logs.SinkHandler(sink))
@@ -83,7 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
 
     from .arbiter import Arbiter   # zmq and the rest only once the cheap checks passed
-    code = Arbiter(paths, config, sink, notifier).run()
+    try:
+        arbiter = Arbiter(paths, config, sink, notifier)
+    except HomeError as err:
+        fail(Exit.CONFIG, str(err))
+    code = arbiter.run()
     sink.close()
     os.close(lock_fd)
     sys.exit(code)

@@ -1,0 +1,120 @@
+"""The event writer: pulsed's lifecycle events into events.db, and out on the events socket.
+
+pulsed itself keeps no SQLite: it stays small, and a locked database or a full
+disk can never block its loop. It numbers its events and PUSHes them here
+(eventlog socket), and holds each one until this process reports it committed
+(wire.Committed, over the heartbeat socket). A replaced writer gets again
+whatever was not acknowledged; the writer takes events strictly in sequence,
+picking up after what events.db already holds of this run of pulsed
+(`store.pulsed_committed_seq`), so every event is written exactly once.
+
+A commit that fails (a locked database, a full disk) keeps its batch and is
+retried with backoff from the loop, so heartbeats go on; meanwhile the inbox
+is left unread and pulsed holds what follows.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+import msgspec
+import zmq
+
+from pulse import store, wire
+from pulse.harness import Worker
+from pulse.states import EVENT_WRITER
+
+BATCH = 512
+RETRY_MAX_S = 5.0
+
+
+class EventLog(Worker):
+    name = EVENT_WRITER
+
+    def open(self) -> None:
+        self.conn: sqlite3.Connection | None = self.connect()
+        self.committed = store.pulsed_committed_seq(self.conn, self.spec.run)
+        self.reported: int | None = None      # the last `committed` pulsed was told
+        self.gap_reported = False
+        self.batch: list[wire.Event] = []
+        self.retry_at: float | None = None
+        self.retry_s = 0.05
+        self.inbox = self.socket(zmq.PULL, self.paths.endpoint("eventlog"), bind=True, handler=self.receive_events)
+        self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
+
+    def connect(self) -> sqlite3.Connection:
+        conn = store.open_events(self.paths.events_db)
+        # Wait on a lock only briefly: longer ones are retried from the loop, which keeps heartbeating.
+        conn.execute(f"PRAGMA busy_timeout = {self.config.timings.hung_after_ms // 4}")
+        conn.execute("PRAGMA cache_size = -256")   # KiB: it only appends
+        return conn
+
+    def receive_events(self) -> None:
+        while len(self.batch) < BATCH:
+            try:
+                frame = self.inbox.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            event = self.receive(frame, wire.Event, "eventlog")
+            if event is None:
+                continue
+            expected = self.committed + len(self.batch) + 1
+            if event.seq == expected:
+                self.batch.append(event)
+            elif event.seq > expected and not self.gap_reported:
+                # Something before it never arrived (sent to a predecessor): ask for all of it again.
+                self.gap_reported = self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed, resend=True))
+            # below `expected`: already written, sent again to be sure
+        if len(self.batch) >= BATCH:
+            self.handlers.pop(self.inbox, None)   # read on once this batch is in
+        if self.retry_at is None:
+            self.write()
+
+    def write(self) -> None:
+        if not self.batch:
+            return
+        try:
+            if self.conn is None:
+                self.conn = self.connect()
+            store.append_events(self.conn, self.batch)
+        except (sqlite3.Error, OSError) as err:
+            self.log.error("events.db: cannot commit %d lifecycle events (%s); retrying in %.2fs",
+                           len(self.batch), err, self.retry_s)
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
+            self.retry_at = time.monotonic() + self.retry_s
+            self.retry_s = min(self.retry_s * 2, RETRY_MAX_S)
+            return
+        self.retry_at, self.retry_s = None, 0.05
+        self.committed = self.batch[-1].seq
+        self.gap_reported = False
+        for event in self.batch:
+            self.pub.send_multipart([event.type.encode(), msgspec.json.encode(event)])
+        self.batch = []
+        self.handlers[self.inbox] = self.receive_events
+        self.report()
+
+    def report(self) -> None:
+        if self.reported != self.committed and self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed)):
+            self.reported = self.committed
+
+    def next_timer(self) -> float | None:
+        return self.retry_at
+
+    def on_timer(self, now: float) -> None:
+        """Runs after every turn of the loop (at least once a heartbeat): retries and reports are due here."""
+        if self.retry_at is not None and now >= self.retry_at:
+            self.retry_at = None
+            self.write()
+        self.report()
+
+    def close(self) -> None:
+        self.retry_at = None
+        self.receive_events()
+        if self.conn is not None:
+            self.conn.close()
+        self.inbox.close()
+        self.pub.close()

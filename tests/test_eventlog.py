@@ -1,0 +1,85 @@
+"""pulsed's lifecycle events go through its event writer, a process of its own: whatever
+happens to the writer or to events.db, each event is written once, in order, and none is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+
+import pytest
+
+from support import wait_for
+
+
+def writer_pid(pulsed, not_pid: int | None = None) -> int:
+    """The pid of the event writer that last became ready (by its worker-ready event), other than `not_pid`."""
+    ready = wait_for(lambda: [e for e in pulsed.events("worker-ready") if e["target"] == "eventlog"
+                              and e["data"]["pid"] != not_pid], 10, what="an event writer ready")
+    pid = ready[-1]["data"]["pid"]
+    pulsed.tracker.add(pid)
+    return pid
+
+
+def pulsed_seqs(pulsed) -> list[int]:
+    return [e["seq"] for e in pulsed.events() if e["source"] == "pulsed"]
+
+
+def engine_restarted(pulsed, old_pid: int) -> None:
+    """An operator restart of the engine: five lifecycle events while the writer is in trouble."""
+    assert pulsed.ctl("restart", "engine").returncode == 0
+    pulsed.wait_replaced("engine", old_pid, heartbeat=False)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_writer_killed_or_frozen_loses_and_repeats_nothing(pulsed, how):
+    pulsed.start()
+    old_writer = writer_pid(pulsed)
+    old_engine = pulsed.worker("engine").pid
+    os.kill(old_writer, getattr(signal, how))
+    engine_restarted(pulsed, old_engine)    # recorded while no writer can take them
+    writer_pid(pulsed, not_pid=old_writer)
+    new_engine = pulsed.worker("engine").pid
+    wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
+                         for e in pulsed.events("worker-ready")), 10, what="the new engine's ready event")
+    seqs = pulsed_seqs(pulsed)
+    assert seqs == list(range(1, len(seqs) + 1))    # every one, once, in order
+    exited = [e for e in pulsed.events("worker-exited") if e["target"] == "eventlog"]
+    assert [e["data"]["pid"] for e in exited] == [old_writer]
+    if how == "SIGSTOP":
+        assert [e["data"]["pid"] for e in pulsed.events("worker-hung") if e["target"] == "eventlog"] == [old_writer]
+        assert f"eventlog[{old_writer}] Fatal Python error: Aborted" in pulsed.log_text()   # faulthandler
+    assert "not written" not in pulsed.log_text()
+
+
+def test_locked_database_delays_events_without_losing_one(pulsed):
+    pulsed.start()
+    writer = writer_pid(pulsed)
+    old_engine = pulsed.worker("engine").pid
+    lock = sqlite3.connect(pulsed.home / "events.db", timeout=5, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        before = pulsed_seqs(pulsed)
+        engine_restarted(pulsed, old_engine)
+        wait_for(lambda: "cannot commit" in pulsed.log_text(), 10, what="the writer retrying a locked events.db")
+        assert pulsed_seqs(pulsed) == before      # nothing got through the lock
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    new_engine = pulsed.worker("engine").pid
+    wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
+                         for e in pulsed.events("worker-ready")), 10, what="the delayed events written")
+    seqs = pulsed_seqs(pulsed)
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert writer_pid(pulsed) == writer and not pulsed.events("worker-hung")   # it waited, heartbeating
+    assert pulsed.terminate() == 0
+    assert pulsed.events()[-1]["type"] == "worker-exited" and "not written" not in pulsed.log_text()
+
+
+def test_pulsed_keeps_no_sqlite(pulsed):
+    """The point of the separate writer: SQLite (and the stores) never load into pulsed."""
+    pulsed.start()
+    maps = open(f"/proc/{pulsed.proc.pid}/maps").read()
+    assert "libsqlite3" not in maps and "_sqlite3" not in maps
+    writer = writer_pid(pulsed)
+    assert "sqlite3" in open(f"/proc/{writer}/maps").read()
