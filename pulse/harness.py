@@ -156,6 +156,17 @@ def poke(fd: int) -> None:
         pass
 
 
+def setup_logging(level: str) -> None:
+    """In a worker: plain lines on stderr (the pipe to pulsed)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)   # inherited from pulsed: never write its file from here
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(logs.WORKER_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
 def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
     """The body of a worker process; returns its exit code."""
     procs.die_with_parent(forkserver_pid)
@@ -164,7 +175,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     config = configmod.from_bytes(spec.config)
-    logs.setup_worker_logging(config.log.level)
+    setup_logging(config.log.level)
     faults = injected_faults(spec.name, spec.start, os.environ.get("PULSE_TEST_INJECT"))
     if faults:
         log.warning("test faults injected into start %d: %s", spec.start, ", ".join(sorted(faults)))

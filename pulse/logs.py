@@ -13,7 +13,6 @@ every child, and it loses what bypasses `logging` (faulthandler writes to fd 2).
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -88,21 +87,41 @@ class Sink:
             self.file.close()
 
 
-class SinkHandler(logging.Handler):
-    """pulsed's own `logging` records, into the sink."""
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
-    def __init__(self, sink: Sink, source: str = "pulsed"):
-        super().__init__()
-        self.sink, self.source = sink, source
-        self.setFormatter(logging.Formatter(WORKER_FORMAT))
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.format(record)
-            for line in text.splitlines() or [""]:
-                self.sink.line(self.source, os.getpid(), line)
-        except Exception:
-            self.handleError(record)
+class Log:
+    """pulsed's own lines, in the workers' format (`LEVEL name: message`), straight into the
+    sink. The part of `logging`'s interface pulsed uses, without importing logging and what it
+    pulls in: pulsed stays resident for as long as the host runs, every KiB counts."""
+
+    sink: Sink | None = None          # set once by pulsed's main
+    level = LEVELS["info"]
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _line(self, level: str, message: str, args: tuple) -> None:
+        if LEVELS[level] < Log.level or Log.sink is None:
+            return
+        text = message % args if args else message
+        for line in text.splitlines() or [""]:
+            Log.sink.line("pulsed", os.getpid(), f"{level.upper()} {self.name}: {line}")
+
+    def debug(self, message: str, *args) -> None:
+        self._line("debug", message, args)
+
+    def info(self, message: str, *args) -> None:
+        self._line("info", message, args)
+
+    def warning(self, message: str, *args) -> None:
+        self._line("warning", message, args)
+
+    def error(self, message: str, *args) -> None:
+        self._line("error", message, args)
+
+    def critical(self, message: str, *args) -> None:
+        self._line("critical", message, args)
 
 
 class PipeReader:
@@ -138,17 +157,6 @@ class PipeReader:
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-def setup_worker_logging(level: str) -> None:
-    """In a worker: plain lines on stderr (the pipe to pulsed)."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)   # inherited from pulsed: never write its file from here
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(WORKER_FORMAT))
-    root.addHandler(handler)
-    root.setLevel(level.upper())
 
 
 def log_files(log_file: Path) -> list[Path]:

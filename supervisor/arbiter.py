@@ -12,7 +12,6 @@ confirmed it, so a replacement can never run beside its predecessor.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
@@ -30,7 +29,7 @@ from .child import Child, Fail, forget_crashes, next_deadline, on_crash
 from .eventlog import EventQueue
 from .forkserver import Forkserver
 
-log = logging.getLogger("pulse.supervisor")
+log = logs.Log("pulse.supervisor")
 S = WorkerState
 EXIT_STATUS_WAIT_S = 0.05     # a death is known from the pidfd; its status follows from the forkserver
 
@@ -64,10 +63,10 @@ class Arbiter:
 
     def open(self) -> None:
         self.ctx = zmq.Context()
-        self.control = self._bind(zmq.ROUTER, "control")
-        self.heartbeats = self._bind(zmq.PULL, "heartbeat")
+        self.control = self._socket(zmq.ROUTER, "control", bind=True)
+        self.heartbeats = self._socket(zmq.PULL, "heartbeat", bind=True)
         # IMMEDIATE: frames wait in EventQueue, not in a pipe to a writer that may be gone.
-        self.events = EventQueue(self._connect(zmq.PUSH, "eventlog", IMMEDIATE=1, RECONNECT_IVL=20))
+        self.events = EventQueue(self._socket(zmq.PUSH, "eventlog", bind=False, IMMEDIATE=1, RECONNECT_IVL=20))
         self.signal_r, signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, f: None)   # handlers only queue: the number lands in the pipe
@@ -79,18 +78,12 @@ class Arbiter:
         if self.notifier.watchdog_s:
             self.next_watchdog = time.monotonic()
 
-    def _bind(self, kind: int, name: str) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.bind(self.paths.endpoint(name))
-        return sock
-
-    def _connect(self, kind: int, name: str, **options: int) -> zmq.Socket:
+    def _socket(self, kind: int, name: str, *, bind: bool, **options: int) -> zmq.Socket:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         for key, value in options.items():
             sock.setsockopt(getattr(zmq, key), value)
-        sock.connect(self.paths.endpoint(name))
+        (sock.bind if bind else sock.connect)(self.paths.endpoint(name))
         return sock
 
     def close(self) -> None:
@@ -540,7 +533,7 @@ class Arbiter:
             return False, str(err)
         affected = [n for n in SUPERVISED if configmod.worker_view(new, n) != configmod.worker_view(self.config, n)]
         self.config, self.config_bytes = new, configmod.encode(new)
-        logging.getLogger().setLevel(new.log.level.upper())
+        logs.Log.level = logs.LEVELS[new.log.level]
         for name in affected:
             child = self.children[name]
             if child.state in ALIVE_STATES or child.state is S.BACKOFF:

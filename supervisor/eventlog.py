@@ -11,13 +11,12 @@ counted as dropped and said in the log, never waited for.
 from __future__ import annotations
 
 import collections
-import logging
 
 import zmq
 
-from pulse import wire
+from pulse import logs, wire
 
-log = logging.getLogger("pulse.eventlog")
+log = logs.Log("pulse.eventlog")
 CAPACITY = 10_000
 
 

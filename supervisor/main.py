@@ -11,7 +11,6 @@ pulsed keeps resident is paid for as long as the host runs.
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import sys
 from pathlib import Path
@@ -129,11 +128,9 @@ def main(argv: list[str] | None = None) -> None:
 
     sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=config.log.max_bytes,
                      backups=config.log.backups)
-    root = logging.getLogger()
-    root.addHandler(logs.SinkHandler(sink))
-    root.setLevel(config.log.level.upper())
+    logs.Log.sink, logs.Log.level = sink, logs.LEVELS[config.log.level]
     notifier = Notifier()
-    logging.getLogger("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
+    logs.Log("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
 
     from .arbiter import Arbiter   # zmq and the rest only once the cheap checks passed
     try:
