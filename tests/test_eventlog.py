@@ -52,6 +52,17 @@ def test_writer_killed_or_frozen_loses_and_repeats_nothing(pulsed, how):
     assert "not written" not in pulsed.log_text()
 
 
+@pytest.mark.parametrize("fault", ["crash-before-ready", "hang-before-ready", "exit-1"])
+def test_writer_that_fails_to_start_or_exits_loses_nothing(pulsed, fault):
+    pulsed.start(env={"PULSE_TEST_INJECT": f"eventlog:{fault}"})     # the core is ready without it
+    writer_pid(pulsed)                        # its successor wrote everything, its own start included
+    seqs = pulsed_seqs(pulsed)
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert [e["target"] for e in pulsed.events("worker-restarted")] == ["eventlog"]
+    assert pulsed.terminate() == 0
+    assert "not written" not in pulsed.log_text()
+
+
 def test_locked_database_delays_events_without_losing_one(pulsed):
     pulsed.start()
     writer = writer_pid(pulsed)
