@@ -160,7 +160,7 @@ def setup_logging(level: str) -> None:
     """In a worker: plain lines on stderr (the pipe to pulsed)."""
     root = logging.getLogger()
     for handler in list(root.handlers):
-        root.removeHandler(handler)   # inherited from pulsed: never write its file from here
+        root.removeHandler(handler)   # whatever the forkserver had: a worker writes only to its pipe
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(logs.WORKER_FORMAT))
     root.addHandler(handler)

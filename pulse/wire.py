@@ -111,6 +111,8 @@ class Reply(msgspec.Struct, omit_defaults=True):
     message: str | None = None
     status: Status | None = None
     engine_commit: str | None = None   # beside the status document, which stays exactly DESIGN §7's
+    events_recorded: int = 0           # pulsed's lifecycle events so far (the last seq) ...
+    events_written: int = 0            # ... and how many of them the event writer has committed
 
 
 # -- wake (tick binds), doorbell (executor binds): one-way doorbells ----------------------------------

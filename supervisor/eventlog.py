@@ -25,7 +25,8 @@ class EventQueue:
         self.sock = sock
         self.pending: collections.deque[wire.Event] = collections.deque()   # not yet committed, by seq
         self.unsent = 0      # how many at the tail of `pending` the current writer has not been sent
-        self.seq = 0
+        self.seq = 0         # the last event numbered
+        self.written = 0     # the last event the writer committed
         self.dropped = 0
 
     def put(self, event: wire.Event) -> None:
@@ -50,6 +51,7 @@ class EventQueue:
             self.unsent -= 1
 
     def committed(self, message: wire.Committed) -> None:
+        self.written = max(self.written, message.seq)
         while self.pending and self.pending[0].seq <= message.seq:
             self.pending.popleft()
         self.unsent = len(self.pending) if message.resend else min(self.unsent, len(self.pending))

@@ -132,7 +132,21 @@ class Pulsed:
             return w is not None and w.heartbeat_age_s is not None and before - w.heartbeat_age_s > t0
         wait_for(check, timeout, what=f"a fresh heartbeat from {name} (pid {pid})")
 
-    def events(self, type: str | None = None, target: str | None = None) -> list[dict]:
+    def events_written(self, timeout: float = 10.0) -> None:
+        """Wait until the event writer has committed every lifecycle event pulsed has recorded
+        so far (pulsed writes them asynchronously); at once if pulsed is not answering."""
+        try:
+            recorded = self.request(wire.GetStatus(), timeout=1.0).events_recorded
+        except client.Unreachable:
+            return
+        wait_for(lambda: self.request(wire.GetStatus()).events_written >= recorded, timeout,
+                 what=f"pulsed's first {recorded} lifecycle events written")
+
+    def events(self, type: str | None = None, target: str | None = None, *, written: bool = True) -> list[dict]:
+        """events.db's rows (of a type, for a target); first, unless `written=False`, every
+        lifecycle event pulsed recorded until now."""
+        if written and self.proc is not None and self.proc.poll() is None:
+            self.events_written()
         if not (self.home / "events.db").exists():
             return []   # pulsed has not made it yet
         conn = sqlite3.connect(self.home / "events.db", timeout=5)

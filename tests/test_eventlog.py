@@ -11,10 +11,12 @@ import pytest
 
 from support import wait_for
 
+# These tests impair the writer on purpose: they read events.db as it is (events(written=False)).
+
 
 def writer_pid(pulsed, not_pid: int | None = None) -> int:
     """The pid of the event writer that last became ready (by its worker-ready event), other than `not_pid`."""
-    ready = wait_for(lambda: [e for e in pulsed.events("worker-ready") if e["target"] == "eventlog"
+    ready = wait_for(lambda: [e for e in pulsed.events("worker-ready", written=False) if e["target"] == "eventlog"
                               and e["data"]["pid"] != not_pid], 10, what="an event writer ready")
     pid = ready[-1]["data"]["pid"]
     pulsed.tracker.add(pid)
@@ -22,7 +24,7 @@ def writer_pid(pulsed, not_pid: int | None = None) -> int:
 
 
 def pulsed_seqs(pulsed) -> list[int]:
-    return [e["seq"] for e in pulsed.events() if e["source"] == "pulsed"]
+    return [e["seq"] for e in pulsed.events(written=False) if e["source"] == "pulsed"]
 
 
 def engine_restarted(pulsed, old_pid: int) -> None:
@@ -41,13 +43,14 @@ def test_writer_killed_or_frozen_loses_and_repeats_nothing(pulsed, how):
     writer_pid(pulsed, not_pid=old_writer)
     new_engine = pulsed.worker("engine").pid
     wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
-                         for e in pulsed.events("worker-ready")), 10, what="the new engine's ready event")
+                         for e in pulsed.events("worker-ready", written=False)), 10, what="the new engine's ready event")
+    pulsed.events_written()                 # pulsed hears that all it recorded is in
     seqs = pulsed_seqs(pulsed)
     assert seqs == list(range(1, len(seqs) + 1))    # every one, once, in order
-    exited = [e for e in pulsed.events("worker-exited") if e["target"] == "eventlog"]
+    exited = [e for e in pulsed.events("worker-exited", written=False) if e["target"] == "eventlog"]
     assert [e["data"]["pid"] for e in exited] == [old_writer]
     if how == "SIGSTOP":
-        assert [e["data"]["pid"] for e in pulsed.events("worker-hung") if e["target"] == "eventlog"] == [old_writer]
+        assert [e["data"]["pid"] for e in pulsed.events("worker-hung", written=False) if e["target"] == "eventlog"] == [old_writer]
         assert f"eventlog[{old_writer}] Fatal Python error: Aborted" in pulsed.log_text()   # faulthandler
     assert "not written" not in pulsed.log_text()
 
@@ -55,10 +58,11 @@ def test_writer_killed_or_frozen_loses_and_repeats_nothing(pulsed, how):
 @pytest.mark.parametrize("fault", ["crash-before-ready", "hang-before-ready", "exit-1"])
 def test_writer_that_fails_to_start_or_exits_loses_nothing(pulsed, fault):
     pulsed.start(env={"PULSE_TEST_INJECT": f"eventlog:{fault}"})     # the core is ready without it
-    writer_pid(pulsed)                        # its successor wrote everything, its own start included
+    wait_for(lambda: pulsed.events("worker-restarted", written=False), 10, what="the writer's restart written")
+    pulsed.events_written()                 # its successor wrote everything, its own start included
     seqs = pulsed_seqs(pulsed)
     assert seqs == list(range(1, len(seqs) + 1))
-    assert [e["target"] for e in pulsed.events("worker-restarted")] == ["eventlog"]
+    assert [e["target"] for e in pulsed.events("worker-restarted", written=False)] == ["eventlog"]
     assert pulsed.terminate() == 0
     assert "not written" not in pulsed.log_text()
 
@@ -79,12 +83,12 @@ def test_locked_database_delays_events_without_losing_one(pulsed):
         lock.close()
     new_engine = pulsed.worker("engine").pid
     wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
-                         for e in pulsed.events("worker-ready")), 10, what="the delayed events written")
+                         for e in pulsed.events("worker-ready", written=False)), 10, what="the delayed events written")
     seqs = pulsed_seqs(pulsed)
     assert seqs == list(range(1, len(seqs) + 1))
-    assert writer_pid(pulsed) == writer and not pulsed.events("worker-hung")   # it waited, heartbeating
+    assert writer_pid(pulsed) == writer and not pulsed.events("worker-hung", written=False)   # it waited, heartbeating
     assert pulsed.terminate() == 0
-    assert pulsed.events()[-1]["type"] == "worker-exited" and "not written" not in pulsed.log_text()
+    assert pulsed.events(written=False)[-1]["type"] == "worker-exited" and "not written" not in pulsed.log_text()
 
 
 def test_pulsed_keeps_no_sqlite(pulsed):

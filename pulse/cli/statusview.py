@@ -35,7 +35,7 @@ def last_exit(exit: wire.LastExit | None) -> str:
     return f"{how} at {exit.at[11:19]}Z"
 
 
-def table(status: wire.Status, engine_commit: str | None = None) -> str:
+def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
         rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.restarts), last_exit(w.last_exit),
@@ -45,7 +45,8 @@ def table(status: wire.Status, engine_commit: str | None = None) -> str:
     s = status.supervisor
     lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
-                    if engine_commit else ""))
+                    if engine_commit else "")
+                 + (f", {events_unwritten} lifecycle events not yet in events.db" if events_unwritten else ""))
     return "\n".join(lines)
 
 
@@ -54,5 +55,5 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
     if as_json:
         print(wire.status_json(reply.status).decode())
     else:
-        print(table(reply.status, reply.engine_commit))
+        print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
     return 0 if all(w.state == "running" for w in reply.status.workers) else 3
