@@ -51,18 +51,19 @@ def make_home(home: Path) -> None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(r)
-        code = 0
+        code = 1
         try:
+            os.close(r)
             ensure_home(home)
+            code = 0
         except Exception as err:
             import traceback
 
             from pulse.store import StoreError
             known = isinstance(err, (configmod.ConfigError, HomeError, StoreError))
             os.write(w, (str(err) if known else traceback.format_exc()).encode())
-            code = 1
-        os._exit(code)
+        finally:
+            os._exit(code)   # never return into pulsed's code
     os.close(w)
     with os.fdopen(r, "rb") as reader:
         message = reader.read().decode(errors="replace").strip()

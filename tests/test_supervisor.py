@@ -103,6 +103,14 @@ def test_bad_config_exits_78_naming_the_key(pulsed, text, key):
     assert key in out and "config.toml" in out
 
 
+def test_first_run_that_cannot_make_the_home_says_why_and_exits_78(pulsed, tmp_path):
+    (tmp_path / "bin").mkdir()                      # a PATH without git: the engine repo cannot be made
+    pulsed.start(env={"PATH": str(tmp_path / "bin")}, wait=False)
+    assert pulsed.proc.wait(30) == 78
+    assert "git is required" in (pulsed.home.parent / "pulsed.out").read_text()
+    assert not pulsed.paths.socket_file("control").exists()
+
+
 def test_bad_override_exits_78_naming_the_variable(pulsed):
     pulsed.start(env={"PULSE_HEARTBEAT_MS": "soon"}, wait=False)
     assert pulsed.proc.wait(20) == 78
