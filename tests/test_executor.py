@@ -420,11 +420,14 @@ argv = ["sh", "-c", "echo nope >&2; exit 1"]
 
 # -- restart-process and signal ----------------------------------------------------------------------------
 
-PROCESSES = """
+# The sleeper's argument is this run's own, so no other run's process (or anything else on the host)
+# can match it.
+SLEEP = f"3000.{random.randrange(10**6):06d}"
+PROCESSES = f"""
 [[process]]
 name = "sleeper"
-match = "^sleep 3000$"
-restart = ["sleep", "3000"]
+match = "^sleep {SLEEP}$"
+restart = ["sleep", "{SLEEP}"]
 
 [[process]]
 name = "oneshot-ok"
@@ -440,7 +443,7 @@ restart = ["sh", "-c", "exit 4"]
 
 def test_restart_process_and_signal(pulsed):
     write_config(pulsed, PROCESSES)
-    old = subprocess.Popen(["sleep", "3000"])
+    old = subprocess.Popen(["sleep", SLEEP])
     pulsed.tracker.add(old.pid)
     pulsed.start()
     restart, ok, fails, missing = submit(
@@ -451,7 +454,7 @@ def test_restart_process_and_signal(pulsed):
     assert acked["type"] == "effect-acked" and acked["data"]["detached"] is True
     new = acked["data"]["pid"]
     pulsed.tracker.add(new)
-    assert new != old.pid and psutil.Process(new).cmdline() == ["sleep", "3000"]
+    assert new != old.pid and psutil.Process(new).cmdline() == ["sleep", SLEEP]
     assert os.getsid(new) == new                                   # its own session
     assert {os.readlink(f"/proc/{new}/fd/{fd}") for fd in (0, 1, 2)} == {"/dev/null"}
     assert wait_end(pulsed, ok.id)["data"]["code"] == 0
@@ -467,6 +470,8 @@ def test_restart_process_and_signal(pulsed):
     assert alive(new)
 
     # signal: the configured process, found by its match (both sleeps), never a pid from the effect.
+    # Paused first: processWatchdog would otherwise start another sleeper, which would outlive the test.
+    assert pulsed.ctl("pause", "sleeper", "--for", "10m").returncode == 0
     hup, absent = submit(pulsed, effect("signal", target="sleeper", signal="SIGTERM"),
                          effect("signal", target="oneshot-ok", signal="SIGHUP"), origin="agent")
     sent = wait_end(pulsed, hup.id)
