@@ -13,7 +13,7 @@ from pulse.home import Paths
 
 
 def test_logs_name_worker_and_pid_and_filter(pulsed):
-    status = pulsed.start(env={"PULSE_TEST_INJECT": "tick:crash-before-ready"}).status()
+    status = pulsed.start(env={"PULSE_TEST_INJECT": "tick:crash-before-ready,eventlog:exit-0"}).status()
     tick = next(w for w in status.workers if w.name == "tick")
     wait_for(lambda: "injected crash before ready" in pulsed.log_text(), 5, what="the crash in the log")
     out = pulsed.ctl("logs", "--worker", "tick", "-n", "1000")
@@ -21,6 +21,10 @@ def test_logs_name_worker_and_pid_and_filter(pulsed):
     lines = out.stdout.splitlines()
     assert lines and all(line.split(" ")[1].startswith("tick[") for line in lines)
     assert any("RuntimeError: injected crash before ready" in line for line in lines)
+    wait_for(lambda: "injected exit 0" in pulsed.log_text(), 5, what="the event writer's exit in the log")
+    writer = pulsed.ctl("logs", "--worker", "eventlog", "-n", "1000").stdout.splitlines()
+    assert any("injected exit 0" in line for line in writer)
+    assert all(line.split(" ")[1].startswith("eventlog[") for line in writer)
     everything = pulsed.ctl("logs", "-n", "1000").stdout
     assert f"pulsed[{pulsed.proc.pid}] INFO pulse.supervisor: tick ready (pid {tick.pid}" in everything
     assert all(line[:4].isdigit() and line[23] == "Z" for line in everything.splitlines())

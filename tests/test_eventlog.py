@@ -39,7 +39,7 @@ def test_writer_killed_or_frozen_loses_and_repeats_nothing(pulsed, how):
     old_writer = writer_pid(pulsed)
     old_engine = pulsed.worker("engine").pid
     os.kill(old_writer, getattr(signal, how))
-    engine_restarted(pulsed, old_engine)    # recorded while no writer can take them
+    engine_restarted(pulsed, old_engine)    # recorded while the writer is down or frozen
     writer_pid(pulsed, not_pid=old_writer)
     new_engine = pulsed.worker("engine").pid
     wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
