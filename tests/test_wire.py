@@ -46,6 +46,7 @@ def test_malformed_frames_on_every_socket(pulsed):
         # one-way sockets: garbage, then a valid message that must still be handled
         for name, valid, handled in (
                 ("heartbeat", None, None),
+                ("eventlog", None, None),
                 ("wake", wire.Wake("test", "after garbage"), "woken by test (after garbage)"),
                 ("doorbell", wire.Doorbell("test"), "doorbell from test")):
             push = ctx.socket(zmq.PUSH)
@@ -74,10 +75,14 @@ def test_malformed_frames_on_every_socket(pulsed):
         assert engine_ping(rpc, 9, timeout=3).id == 9
         assert not rpc.poll(100)
 
+        assert pulsed.ctl("restart", "engine").returncode == 0   # lifecycle events still get written
+        pulsed.wait_replaced("engine", pong.pid, heartbeat=False)
+        pulsed.events_written()
+
         # and every worker is still running and heartbeating
         for w in pulsed.wait_running().workers:
             pulsed.wait_heartbeat(w.name, w.pid)
-        assert all(w.restarts == 0 for w in pulsed.status().workers)
+        assert all(w.restarts == (w.name == "engine") for w in pulsed.status().workers)
     finally:
         ctx.destroy(linger=0)
 
