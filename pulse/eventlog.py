@@ -56,14 +56,7 @@ class EventLog(Worker):
         return conn
 
     def receive_events(self) -> None:
-        while len(self.batch) < BATCH:
-            try:
-                frame = self.inbox.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            event = self.receive(frame, wire.Event, "eventlog")
-            if event is None:
-                continue
+        for event in self.messages(self.inbox, wire.Event, "eventlog"):
             expected = self.committed + len(self.batch) + 1
             if event.seq == expected:
                 self.batch.append(event)
@@ -71,8 +64,9 @@ class EventLog(Worker):
                 # Something before it never arrived (sent to a predecessor): ask for all of it again.
                 self.gap_reported = self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed, resend=True))
             # below `expected`: already written, sent again to be sure
-        if len(self.batch) >= BATCH:
-            self.handlers.pop(self.inbox, None)   # read on once this batch is in
+            if len(self.batch) >= BATCH:
+                self.handlers.pop(self.inbox, None)   # read on once this batch is in
+                break
         if self.batch and self.write_at is None:
             self.write_at = time.monotonic() + (0.0 if len(self.batch) >= BATCH else COALESCE_S)
 

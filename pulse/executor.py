@@ -228,15 +228,9 @@ class Executor(Worker):
 
     def on_doorbell(self) -> None:
         rang = False
-        while True:
-            try:
-                frame = self.doorbell.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            message = self.receive(frame, wire.Doorbell, "doorbell")
-            if message is not None:
-                self.log.debug("doorbell from %s", message.source)
-                rang = True
+        for message in self.messages(self.doorbell, wire.Doorbell, "doorbell"):
+            self.log.debug("doorbell from %s", message.source)
+            rang = True
         if rang:
             self.scan(time.monotonic())
 
@@ -359,14 +353,7 @@ class Executor(Worker):
 
     def on_engine_reply(self) -> None:
         now = time.monotonic()
-        while True:
-            try:
-                frame = self.engine.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            reply = self.receive(frame, wire.EngineReply, "engine")
-            if reply is None:
-                continue
+        for reply in self.messages(self.engine, wire.EngineReply, "engine"):
             self.engine_trusted_until = now + ENGINE_TRUST_S
             if self.ping is not None and reply.id == self.ping[0]:
                 self.ping = None

@@ -79,6 +79,18 @@ class Worker:
             self.log.warning("dropped a malformed frame on the %s socket: %s", where, err)
             return None
 
+    def messages(self, sock: zmq.Socket, kind: type, where: str):
+        """The messages waiting on `sock`, decoded, without blocking (malformed ones logged and
+        dropped). Lazy: what the caller does not take stays queued on the socket."""
+        while True:
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            message = self.receive(frame, kind, where)
+            if message is not None:
+                yield message
+
     def open(self) -> None:
         """Open databases and sockets. Ready is sent when this returns."""
 
