@@ -191,7 +191,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 # Which config each worker reads. A reload restarts a worker only when its part changed.
 WORKER_KEYS: dict[str, tuple[str, ...]] = {
-    "eventlog": ("timings.heartbeat_ms", "log.level"),
+    "eventlog": ("timings.heartbeat_ms", "timings.hung_after_ms", "log.level"),
     "watcher": ("timings.heartbeat_ms", "timings.watcher_interval_ms", "timings.wake_window_s", "log.level",
                 "watch", "process", "store"),
     "tick": ("timings.heartbeat_ms", "timings.tick_ms", "timings.tick_ms_min", "timings.tick_ms_max",

@@ -71,9 +71,9 @@ class Arbiter:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, f: None)   # handlers only queue: the number lands in the pipe
         signal.set_wakeup_fd(signal_w, warn_on_full_buffer=False)
-        self.record("supervisor-started", None, pid=os.getpid(), home=str(self.paths.home),
-                    runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
-        self.run_mono = self.events.pending[0].mono   # names this run to its event writers
+        started = self.record("supervisor-started", None, pid=os.getpid(), home=str(self.paths.home),
+                              runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
+        self.run_mono = started.mono   # names this run to its event writers
         self.start_forkserver()
         if self.notifier.watchdog_s:
             self.next_watchdog = time.monotonic()
@@ -112,8 +112,10 @@ class Arbiter:
 
     # -- events and notifications ------------------------------------------------------------------
 
-    def record(self, type: str, target: str | None, **data) -> None:
-        self.events.put(wire.now_event(type, "pulsed", target, **data))
+    def record(self, type: str, target: str | None, **data) -> wire.Event:
+        event = wire.now_event(type, "pulsed", target, **data)
+        self.events.put(event)
+        return event
 
     def update_notify(self) -> None:
         running = [n for n in WORKERS if self.children[n].state is S.RUNNING]
