@@ -604,20 +604,9 @@ class Bench:
             stdout_logfile={d / 'child-supervisord.log'}
             redirect_stderr=true
             """))
-        version = subprocess.run([str(venv / "bin" / "supervisord"), "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout.strip()
-        daemon = self.start_peer(d, "supervisord", [str(venv / "bin" / "supervisord"), "-n", "-c", str(conf)])
-        try:
-            out = self.peer_trials("supervisord", daemon, marker, child)
-            out["version"] = version
-            out["config"] = "autorestart=true, startsecs=0, everything else default"
-            out["ctl_status"] = self.time_command([str(venv / "bin" / "supervisorctl"), "-c", str(conf), "status"],
-                                                  None, self.args.status_runs, "supervisorctl status")
-        finally:
-            code = self.tracker.stop_root(daemon, 15)
-            self.kill_marker_children(marker, child)
-        out["exit_code"] = code
-        return out
+        return self.measure_peer(d, "supervisord", [str(venv / "bin" / "supervisord"), "-n", "-c", str(conf)],
+                                 [str(venv / "bin" / "supervisorctl"), "-c", str(conf), "status"], marker, child,
+                                 "autorestart=true, startsecs=0, everything else default")
 
     def run_circus(self, d: Path, child: Path) -> dict:
         venv = self.make_venv("circus", PEER_PINS["circus"])
@@ -634,16 +623,22 @@ class Bench:
             numprocesses = 1
             copy_env = True
             """))
-        version = subprocess.run([str(venv / "bin" / "circusd"), "--version"], capture_output=True, text=True,
+        return self.measure_peer(d, "circus", [str(venv / "bin" / "circusd"), "--log-output",
+                                               str(d / "circusd.log"), str(ini)],
+                                 [str(venv / "bin" / "circusctl"), "--endpoint", endpoint, "status"], marker, child,
+                                 "numprocesses=1, default check_delay, ipc endpoints, everything else default")
+
+    def measure_peer(self, d: Path, name: str, daemon_argv: list[str], ctl_argv: list[str],
+                     marker: Path, child: Path, config: str) -> dict:
+        """Start a peer's daemon, run the kill trials and time its status command, stop it."""
+        version = subprocess.run([daemon_argv[0], "--version"], capture_output=True, text=True,
                                  timeout=30).stdout.strip()
-        daemon = self.start_peer(d, "circusd", [str(venv / "bin" / "circusd"), "--log-output",
-                                               str(d / "circusd.log"), str(ini)])
+        daemon = self.start_peer(d, Path(daemon_argv[0]).name, daemon_argv)
         try:
-            out = self.peer_trials("circus", daemon, marker, child)
-            out["version"] = version
-            out["config"] = "numprocesses=1, default check_delay, ipc endpoints, everything else default"
-            out["ctl_status"] = self.time_command([str(venv / "bin" / "circusctl"), "--endpoint", endpoint, "status"],
-                                                  None, self.args.status_runs, "circusctl status")
+            out = self.peer_trials(name, daemon, marker, child)
+            out["version"], out["config"] = version, config
+            out["ctl_status"] = self.time_command(ctl_argv, None, self.args.status_runs,
+                                                  f"{Path(ctl_argv[0]).name} status")
         finally:
             code = self.tracker.stop_root(daemon, 15)
             self.kill_marker_children(marker, child)
