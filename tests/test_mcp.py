@@ -283,3 +283,12 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     assert calls_[3]["classified"] == "unknown tool" and calls_[4]["classified"].startswith("unrecognised")
     assert all(c.get("acted") is False for c in calls_[1:6] if c["kind"] == "write")
     events.close()
+
+
+def test_every_tool_declares_the_same_parameters_to_the_gate_and_to_the_client():
+    """The gate classifies by gate.TOOLS' parameter names; the server checks and advertises
+    PARAMS'. One name in only one of them would make a tool refuse its own argument."""
+    from pulse import gate, mcp_server
+    assert set(mcp_server.PARAMS) == set(gate.TOOLS)
+    for name, descriptor in gate.TOOLS.items():
+        assert set(mcp_server.PARAMS[name]) == descriptor.params, name
