@@ -18,7 +18,6 @@ from pulse.config import Config
 from pulse.rules import Inner, RuleResult, handled
 from pulse.wire import Effect, Outcome, Snapshot, Vital
 
-CORRECTIVE_DEADLINE_S = 600
 NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
 
 

@@ -19,11 +19,12 @@ DEFAULT_TIMEOUT_S = 3.0
 def request_or_exit(paths, message, timeout: float):
     """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses."""
     from pulse import client
+    from pulse.states import StatusExit
     try:
         reply = client.request(paths, message, timeout)
     except client.Unreachable as err:
         print(f"pulsectl: {err}", file=sys.stderr)
-        sys.exit(4)
+        sys.exit(StatusExit.UNKNOWN)
     if not reply.ok:
         print(f"pulsectl: {reply.error}", file=sys.stderr)
         sys.exit(1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pulse import wire
 from pulse.cli import request_or_exit
 from pulse.home import Paths
+from pulse.states import StatusExit
 
 
 def duration(seconds: float | None) -> str:
@@ -56,4 +57,5 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         print(wire.status_json(reply.status).decode())
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
-    return 0 if all(w.state == "running" for w in reply.status.workers) else 3
+    running = all(w.state == "running" for w in reply.status.workers)
+    return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING
