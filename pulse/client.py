@@ -42,6 +42,17 @@ def daemon_pid(paths: Paths) -> int | None:
     return None if l_type == fcntl.F_UNLCK else l_pid
 
 
+def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **options: int) -> zmq.Socket:
+    """A socket as every Pulse process makes them: LINGER 0 (closing never waits on a missing
+    peer), further options by name (`SNDHWM=16`), bound or connected."""
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    for key, value in options.items():
+        sock.setsockopt(getattr(zmq, key), value)
+    (sock.bind if bind else sock.connect)(endpoint)
+    return sock
+
+
 def ring(paths: Paths, socket: str, message) -> None:
     """Ring a worker's doorbell (wake, doorbell) from outside Pulse: dropped if nobody listens,
     since the receiver finds the work at its next scan anyway. Not IMMEDIATE: the message waits
@@ -62,11 +73,8 @@ def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.R
         raise Unreachable(f"pulsed is not running on {paths.home}")
     if not Path(paths.socket_file("control")).exists():
         raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    sock = open_socket(zmq.Context.instance(), zmq.DEALER, paths.endpoint("control"), bind=False)
     try:
-        sock.connect(paths.endpoint("control"))
         sock.send(wire.encode(message))
         if not sock.poll(timeout * 1000):
             raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s")

@@ -29,7 +29,7 @@ from typing import Callable
 import zmq
 
 from pulse import config as configmod
-from pulse import logs, procs, wire
+from pulse import client, logs, procs, wire
 from pulse.home import Paths
 
 log = logging.getLogger("pulse.harness")
@@ -62,11 +62,7 @@ class Worker:
 
     def socket(self, kind: int, endpoint: str, *, bind: bool, handler: Callable[[], None] | None = None,
                **options) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        for key, value in options.items():
-            sock.setsockopt(getattr(zmq, key), value)
-        (sock.bind if bind else sock.connect)(endpoint)
+        sock = client.open_socket(self.ctx, kind, endpoint, bind=bind, **options)
         if handler is not None:
             self.handlers[sock] = handler
         return sock

@@ -19,7 +19,7 @@ import time
 import zmq
 
 from pulse import config as configmod
-from pulse import logs, procs, wire
+from pulse import client, logs, procs, wire
 from pulse.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.sdnotify import Notifier
 from pulse.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WORKERS, Exit, WorkerState
@@ -79,12 +79,7 @@ class Arbiter:
             self.next_watchdog = time.monotonic()
 
     def _socket(self, kind: int, name: str, *, bind: bool, **options: int) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        for key, value in options.items():
-            sock.setsockopt(getattr(zmq, key), value)
-        (sock.bind if bind else sock.connect)(self.paths.endpoint(name))
-        return sock
+        return client.open_socket(self.ctx, kind, self.paths.endpoint(name), bind=bind, **options)
 
     def close(self) -> None:
         if self.forkserver is not None:
