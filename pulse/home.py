@@ -148,8 +148,8 @@ def _copy_template(dest: Path) -> None:
 
 def home_is_complete(paths: Paths) -> bool:
     """Everything ensure_home() makes is there (the stores migrate themselves when opened)."""
-    return all(p.exists() for p in (paths.config, paths.events_db, paths.home / "objects", paths.logs,
-                                    paths.engine / ".git", paths.staging))
+    return all(p.exists() for p in (paths.config, paths.events_db, paths.vitals_db, paths.home / "objects",
+                                    paths.logs, paths.engine / ".git", paths.staging))
 
 
 def ensure_home(home: Path) -> list[str]:
@@ -173,9 +173,12 @@ def ensure_home(home: Path) -> list[str]:
         if not folder.exists():
             folder.mkdir(mode=0o700)
             made.append(f"{folder}/")
-    if not paths.events_db.exists():
-        made.append(str(paths.events_db))
-    store.open_events(paths.events_db).close()
+    # Every store is made here, before any worker opens it: workers that create the same new file
+    # at once race for its switch to WAL, and SQLite refuses the loser without waiting.
+    for db, open_store in ((paths.events_db, store.open_events), (paths.vitals_db, store.open_vitals)):
+        if not db.exists():
+            made.append(str(db))
+        open_store(db).close()
     if not (paths.engine / ".git").exists():
         paths.engine.mkdir(exist_ok=True)
         _copy_template(paths.engine)

@@ -96,8 +96,8 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=True)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    # WAL is persistent: only a new file needs the switch. Asking for it on every open takes a
-    # lock that workers opening the same file at once could get "database is locked" over.
+    # WAL is persistent: only a new file needs the switch, and pulse.home.ensure_home makes every
+    # store before the workers start. The switch takes a lock that SQLite refuses without waiting.
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")

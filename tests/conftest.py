@@ -12,6 +12,16 @@ def tracker():
     t.kill_all()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that ran a pulsed shows the end of its log beside the traceback."""
+    report = yield
+    pulsed = getattr(item, "funcargs", {}).get("pulsed")
+    if report.when == "call" and report.failed and isinstance(pulsed, Pulsed):
+        report.sections.append(("the end of pulse.log", "\n".join(pulsed.log_text().splitlines()[-100:])))
+    return report
+
+
 @pytest.fixture
 def pulsed(tmp_path, tracker) -> Pulsed:
     """A pulsed, not yet started: call .start(env=...)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 
 import psutil
 
@@ -91,6 +92,11 @@ def test_init_is_idempotent_and_says_what_it_made(tmp_path):
     first = subprocess.run([PULSECTL, "--home", str(home), "init"], capture_output=True, text=True, timeout=60)
     assert first.returncode == 0
     assert "config.toml" in first.stdout and "engine" in first.stdout and "staging" in first.stdout
+    for db in ("events.db", "vitals.db"):   # made and in WAL before any worker opens them
+        assert db in first.stdout
+        conn = sqlite3.connect(home / db)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn.close()
     second = subprocess.run([PULSECTL, "--home", str(home), "init"], capture_output=True, text=True, timeout=60)
     assert second.returncode == 0 and "nothing to make" in second.stdout
     log = subprocess.run(["git", "-C", str(home / "engine"), "log", "--format=%an"], capture_output=True,
