@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 # Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
 
@@ -49,8 +49,7 @@ def derived_runtime_dir(home: Path) -> Path:
     return Path(os.environ.get("TMPDIR") or "/tmp") / f"pulse-{os.getuid()}-{tag}"
 
 
-@dataclass(frozen=True)
-class Paths:
+class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `pulsectl status`
     home: Path
     runtime: Path
 

@@ -56,6 +56,9 @@ def main() -> None:
         from pulse.cli.app import cli
         cli()
         return
+    # msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it
+    # costs ~11 ms, inspect included; no wire type needs it, so this process goes without.
+    sys.modules.setdefault("typing_extensions", None)
     from pulse.cli import statusview
     from pulse.home import Paths, resolve_home
     home, timeout, as_json = plain
