@@ -16,7 +16,6 @@ over 107 bytes) and private (0700).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -198,6 +197,7 @@ def ensure_home(home: Path) -> list[str]:
 # -- which workers an operator stopped: kept across pulsed restarts until a start ---------------------
 
 def load_stopped(path: Path) -> set[str]:
+    import json
     try:
         return set(json.loads(path.read_text()).get("stopped", []))
     except FileNotFoundError:
@@ -208,6 +208,7 @@ def load_stopped(path: Path) -> set[str]:
 
 def save_stopped(path: Path, stopped: set[str]) -> None:
     """Atomic: write a temporary file, fsync, rename."""
+    import json
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         json.dump({"stopped": sorted(stopped)}, f)
