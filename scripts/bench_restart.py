@@ -481,6 +481,9 @@ class Bench:
 
         self.results["pulsectl_status"] = self.time_command(
             [self.pulsectl, "--home", str(p.home), "status"], p.ctl_env, a.status_runs, "pulsectl status")
+        # The floor on this machine at this moment: interpreter start varies from run to run here.
+        self.results["bare_interpreter"] = self.time_command([sys.executable, "-c", "pass"], p.ctl_env,
+                                                             a.status_runs, "bare interpreter")
         code, stop_s = p.stop()
         self.results["idle_instance_stop"] = {"exit_code": code, "sigterm_to_exit_s": round(stop_s, 3)}
         if code != 0:
@@ -843,6 +846,9 @@ def report(b: Bench) -> str:
         lines += ["", f"5. `pulsectl --home H status` wall time ({x['n']} runs after a warm-up, Popen → exit)",
                   f"   min {fmt(x['min'])}  median {fmt(x['median'])}  p95 {fmt(x['p95'])}  max {fmt(x['max'])} ms"
                   f"   target median ≤ {TARGETS['pulsectl_status_median_ms']:g} ms; exit codes {st['exit_codes']}"]
+        bare = r.get("bare_interpreter")
+        if bare:
+            lines.append(f"   right after, `{Path(sys.executable).name} -c pass` (the floor): median {fmt(bare['ms']['median'])} ms")
         checks.append(("pulsectl status median (ms)", x["median"], "≤", TARGETS["pulsectl_status_median_ms"]))
 
     peers = r.get("peers")
