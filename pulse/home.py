@@ -2,6 +2,7 @@
 
     <home>/config.toml   mode 0600: it may hold webhook tokens
     <home>/events.db     append-only history (lifecycle, effects, ...)
+    <home>/vitals.db     the watcher's samples
     <home>/objects/      content-addressed blobs
     <home>/logs/         pulse.log (+ rotated pulse.log.N), written by pulsed alone
     <home>/engine/       the agent's engine, a git repo on branch main
