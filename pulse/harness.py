@@ -123,6 +123,8 @@ class Harness:
         self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic()))
 
     def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
+        if self.stop_requested:
+            return   # told to stop while starting: never ready
         self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
         after_ready()
         poller, registered = None, None
@@ -196,12 +198,16 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
 
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     harness: Harness | None = None
+    stop_requested = False
 
-    def on_term(signum, frame):   # only flags; the loop sees it through the wakeup fd
+    def on_term(signum, frame):
+        # Only flags; the loop sees it through the wakeup fd. Raising SystemExit here would land in
+        # whatever runs at the moment, and the engine's loader rightly survives an agent module that
+        # raises it: a SIGTERM during its start was swallowed and pulsed waited out stop_grace_ms.
+        nonlocal stop_requested
+        stop_requested = True
         if harness is not None:
             harness.stop_requested = True
-        else:
-            raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
@@ -211,6 +217,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
     worker = worker_class(ctx, paths, config, spec)
     worker.open()
     harness = Harness(worker, spec)
+    harness.stop_requested = stop_requested   # a SIGTERM that came while it opened
 
     def after_ready() -> None:
         for code in (0, 1):

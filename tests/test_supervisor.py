@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from support import PULSECTL, wait_for
+from support import PULSECTL, init_home, wait_for
 
 
 WORKERS = ("watcher", "tick", "executor", "engine")
@@ -62,6 +62,23 @@ def test_sigterm_stops_in_reverse_order_exit_0_and_removes_sockets(pulsed):
     assert all(e["data"]["code"] == 0 for e in pulsed.events("worker-exited"))
     types = [e["type"] for e in pulsed.events()]
     assert types[0] == "supervisor-started" and "supervisor-stopping" in types
+
+
+def test_sigterm_while_the_engine_loads_the_agents_modules_is_a_clean_stop(pulsed, tmp_path):
+    """A SIGTERM that lands inside an agent module's import is not that module's error: the
+    engine finishes loading, never says ready, and exits 0; nobody waits out stop_grace_ms."""
+    init_home(pulsed.home)
+    loading = tmp_path / "loading"
+    (pulsed.home / "engine" / "rules" / "slow.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(loading)!r}).touch()\ntime.sleep(0.5)\n")
+    pulsed.start(env={"PULSE_STOP_GRACE_MS": "30000"}, wait=False)
+    wait_for(loading.exists, 15, what="the engine importing rules/slow.py")
+    assert pulsed.terminate(timeout=60) == 0
+    log = pulsed.log_text()
+    assert "SIGKILL" not in log and "SystemExit" not in log
+    engine = [e for e in pulsed.events("worker-exited") if e["target"] == "engine"]
+    assert [(e["data"]["code"], e["data"]["signal"]) for e in engine] == [(0, None)]
+    assert not [e for e in pulsed.events("worker-ready") if e["target"] == "engine"]
 
 
 def test_sigint_is_a_clean_stop_too(pulsed):
