@@ -48,6 +48,7 @@ class Arbiter:
         self.ready_sent = False
         self.shutting_down = False
         self.shutdown_deadline: float | None = None
+        self.shutdown_overtime = False   # past stop_grace_ms: only the event writer may still finish
         self.exit_code = Exit.OK
         self.next_watchdog: float | None = None
         self.forkserver: Forkserver | None = None
@@ -552,11 +553,17 @@ class Arbiter:
         self.continue_shutdown(time.monotonic())
 
     def continue_shutdown(self, now: float) -> None:
-        """Stop workers one by one in reverse start order; SIGKILL what is left at the deadline."""
+        """Stop workers one by one in reverse start order; SIGKILL what is left at the deadline.
+
+        A running event writer is spared at the deadline: it gets one more second to write the
+        workers' last events (their exits included) and is stopped as usual, or killed then."""
         if now >= self.shutdown_deadline:
+            writer = self.children[EVENT_WRITER]
+            spare = writer if not self.shutdown_overtime and writer.state is S.RUNNING else None
             for child in self.children.values():
-                if child.pidfd is not None:
+                if child.pidfd is not None and child is not spare:
                     self.signal(child, signal.SIGKILL)
+            self.shutdown_overtime = True
             for child in self.children.values():
                 if child.state in ALIVE_STATES and child.pid is None:
                     child.state = S.STOPPED   # a spawn the forkserver never answered

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from support import wait_for
+from support import init_home, wait_for
 
 # These tests impair the writer on purpose: they read events.db as it is (events(written=False)).
 
@@ -89,6 +89,26 @@ def test_locked_database_delays_events_without_losing_one(pulsed):
     assert writer_pid(pulsed) == writer and not pulsed.events("worker-hung", written=False)   # it waited, heartbeating
     assert pulsed.terminate() == 0
     assert pulsed.events(written=False)[-1]["type"] == "worker-exited" and "not written" not in pulsed.log_text()
+
+
+def test_worker_killed_at_the_stop_grace_still_has_its_exit_written(pulsed, tmp_path):
+    """An engine stuck in an agent's rule cannot act on SIGTERM: at stop_grace_ms it and the
+    workers not yet stopped are SIGKILLed, but the event writer is spared to write their exits."""
+    init_home(pulsed.home)
+    stuck = tmp_path / "stuck"
+    (pulsed.home / "engine" / "rules" / "stuck.py").write_text(
+        f"import pathlib, time\n\ndef stuck(prev, curr, inner):\n    pathlib.Path({str(stuck)!r}).touch()\n"
+        f"    time.sleep(60)\n    return [], 1000\n\nRULES = [stuck]\n")
+    pulsed.start(env={"PULSE_TICK_MS": "200", "PULSE_HUNG_AFTER_MS": "30000"})
+    wait_for(stuck.exists, 15, what="the engine inside the stuck rule")
+    assert pulsed.terminate(timeout=30) == 0
+    log = pulsed.log_text()
+    assert "engine (pid" in log and "still alive after 1000 ms: SIGKILL" in log
+    assert "not written" not in log
+    exits = {e["target"]: e["data"]["signal"] for e in pulsed.events("worker-exited", written=False)}
+    assert set(exits) == {"watcher", "tick", "executor", "engine"} and exits["engine"] == signal.SIGKILL
+    seqs = pulsed_seqs(pulsed)
+    assert seqs == list(range(1, len(seqs) + 1))
 
 
 def test_pulsed_keeps_no_sqlite(pulsed):
