@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -54,6 +55,12 @@ def init_home(home: Path) -> Paths:
     if not (home / "engine").exists():
         subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
     return Paths.for_client(home)
+
+
+def engine_rule(pulsed: "Pulsed", name: str, body: str) -> None:
+    """Put a rule module into the home's engine directory before pulsed starts."""
+    init_home(pulsed.home)
+    (pulsed.home / "engine" / "rules" / f"{name}.py").write_text(textwrap.dedent(body))
 
 
 class Pulsed:

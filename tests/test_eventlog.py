@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from support import init_home, wait_for
+from support import engine_rule, wait_for
 
 # These tests impair the writer on purpose: they read events.db as it is (events(written=False)).
 
@@ -25,6 +25,11 @@ def writer_pid(pulsed, not_pid: int | None = None) -> int:
 
 def pulsed_seqs(pulsed) -> list[int]:
     return [e["seq"] for e in pulsed.events(written=False) if e["source"] == "pulsed"]
+
+
+def assert_each_event_once_in_order(pulsed) -> None:
+    seqs = pulsed_seqs(pulsed)
+    assert seqs == list(range(1, len(seqs) + 1))
 
 
 def engine_restarted(pulsed, old_pid: int) -> None:
@@ -45,8 +50,7 @@ def test_writer_killed_or_frozen_loses_and_repeats_nothing(pulsed, how):
     wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
                          for e in pulsed.events("worker-ready", written=False)), 10, what="the new engine's ready event")
     pulsed.events_written()                 # pulsed hears that all it recorded is in
-    seqs = pulsed_seqs(pulsed)
-    assert seqs == list(range(1, len(seqs) + 1))    # every one, once, in order
+    assert_each_event_once_in_order(pulsed)
     exited = [e for e in pulsed.events("worker-exited", written=False) if e["target"] == "eventlog"]
     assert [e["data"]["pid"] for e in exited] == [old_writer]
     if how == "SIGSTOP":
@@ -60,8 +64,7 @@ def test_writer_that_fails_to_start_or_exits_loses_nothing(pulsed, fault):
     pulsed.start(env={"PULSE_TEST_INJECT": f"eventlog:{fault}"})     # the core is ready without it
     wait_for(lambda: pulsed.events("worker-restarted", written=False), 10, what="the writer's restart written")
     pulsed.events_written()                 # its successor wrote everything, its own start included
-    seqs = pulsed_seqs(pulsed)
-    assert seqs == list(range(1, len(seqs) + 1))
+    assert_each_event_once_in_order(pulsed)
     assert [e["target"] for e in pulsed.events("worker-restarted", written=False)] == ["eventlog"]
     assert pulsed.terminate() == 0
     assert "not written" not in pulsed.log_text()
@@ -84,8 +87,7 @@ def test_locked_database_delays_events_without_losing_one(pulsed):
     new_engine = pulsed.worker("engine").pid
     wait_for(lambda: any(e["target"] == "engine" and e["data"]["pid"] == new_engine
                          for e in pulsed.events("worker-ready", written=False)), 10, what="the delayed events written")
-    seqs = pulsed_seqs(pulsed)
-    assert seqs == list(range(1, len(seqs) + 1))
+    assert_each_event_once_in_order(pulsed)
     assert writer_pid(pulsed) == writer and not pulsed.events("worker-hung", written=False)   # it waited, heartbeating
     assert pulsed.terminate() == 0
     assert pulsed.events(written=False)[-1]["type"] == "worker-exited" and "not written" not in pulsed.log_text()
@@ -94,11 +96,17 @@ def test_locked_database_delays_events_without_losing_one(pulsed):
 def test_worker_killed_at_the_stop_grace_still_has_its_exit_written(pulsed, tmp_path):
     """An engine stuck in an agent's rule cannot act on SIGTERM: at stop_grace_ms it and the
     workers not yet stopped are SIGKILLed, but the event writer is spared to write their exits."""
-    init_home(pulsed.home)
     stuck = tmp_path / "stuck"
-    (pulsed.home / "engine" / "rules" / "stuck.py").write_text(
-        f"import pathlib, time\n\ndef stuck(prev, curr, inner):\n    pathlib.Path({str(stuck)!r}).touch()\n"
-        f"    time.sleep(60)\n    return [], 1000\n\nRULES = [stuck]\n")
+    engine_rule(pulsed, "stuck", f"""
+        import pathlib, time
+
+        def stuck(prev, curr, inner):
+            pathlib.Path({str(stuck)!r}).touch()
+            time.sleep(60)
+            return [], 1000
+
+        RULES = [stuck]
+        """)
     pulsed.start(env={"PULSE_TICK_MS": "200", "PULSE_HUNG_AFTER_MS": "30000"})
     wait_for(stuck.exists, 15, what="the engine inside the stuck rule")
     assert pulsed.terminate(timeout=30) == 0
@@ -107,8 +115,7 @@ def test_worker_killed_at_the_stop_grace_still_has_its_exit_written(pulsed, tmp_
     assert "not written" not in log
     exits = {e["target"]: e["data"]["signal"] for e in pulsed.events("worker-exited", written=False)}
     assert set(exits) == {"watcher", "tick", "executor", "engine"} and exits["engine"] == signal.SIGKILL
-    seqs = pulsed_seqs(pulsed)
-    assert seqs == list(range(1, len(seqs) + 1))
+    assert_each_event_once_in_order(pulsed)
 
 
 def test_pulsed_keeps_no_sqlite(pulsed):

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from support import PULSECTL, init_home, wait_for
+from support import PULSECTL, engine_rule, wait_for
 
 
 WORKERS = ("watcher", "tick", "executor", "engine")
@@ -67,10 +67,8 @@ def test_sigterm_stops_in_reverse_order_exit_0_and_removes_sockets(pulsed):
 def test_sigterm_while_the_engine_loads_the_agents_modules_is_a_clean_stop(pulsed, tmp_path):
     """A SIGTERM that lands inside an agent module's import is not that module's error: the
     engine finishes loading, never says ready, and exits 0; nobody waits out stop_grace_ms."""
-    init_home(pulsed.home)
     loading = tmp_path / "loading"
-    (pulsed.home / "engine" / "rules" / "slow.py").write_text(
-        f"import pathlib, time\npathlib.Path({str(loading)!r}).touch()\ntime.sleep(0.5)\n")
+    engine_rule(pulsed, "slow", f"import pathlib, time\npathlib.Path({str(loading)!r}).touch()\ntime.sleep(0.5)\n")
     pulsed.start(env={"PULSE_STOP_GRACE_MS": "30000"}, wait=False)
     wait_for(loading.exists, 15, what="the engine importing rules/slow.py")
     assert pulsed.terminate(timeout=60) == 0

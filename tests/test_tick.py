@@ -8,18 +8,12 @@ import textwrap
 
 import pytest
 
-from support import init_home, wait_for
+from support import engine_rule, init_home, wait_for
 
 TICK_MS = 200
 DEADLINE_MS = 250
 TICKING = {"PULSE_TICK_MS": str(TICK_MS), "PULSE_ENGINE_RPC_DEADLINE_MS": str(DEADLINE_MS),
            "PULSE_HUNG_AFTER_MS": "2000"}
-
-
-def engine_rule(pulsed, name: str, body: str) -> None:
-    """Put a rule module into the home's engine directory before pulsed starts."""
-    init_home(pulsed.home)
-    (pulsed.home / "engine" / "rules" / f"{name}.py").write_text(textwrap.dedent(body))
 
 
 def ticks(pulsed) -> list[dict]:
