@@ -1,6 +1,7 @@
-"""The engine side of Pulse: the one process that runs the agent's own code.
+"""The engine side of Pulse: what the agent's own code sees, and its directory's lifecycle.
 
-`pulse.engine.process` is the engine worker; `template/` is what a fresh home's
-engine directory starts from. Nothing outside the engine process imports code
-from the engine directory.
+Modules: `api` (the public API for rules, watchers and executors), `loader` (loading an engine
+directory), `repo` (promote and rollback of the engine directory, behind the promote checks);
+`template/` is what a fresh home's engine directory starts from. The engine worker that runs
+this code is `pulse.workers.engine`; nothing outside it imports code from the engine directory.
 """

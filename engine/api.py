@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Union
 
-from pulse.wire import Effect, Outcome, Snapshot, Vital
+from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 
 __all__ = ["Effect", "Executor", "Inner", "Outcome", "Rule", "RuleResult", "Snapshot", "Vital", "Watcher"]
 

@@ -31,7 +31,7 @@ class LoadError:
 
 
 @dataclass
-class Engine:
+class LoadedEngine:
     root: Path
     rules: list = field(default_factory=list)
     watchers: list[Watcher] = field(default_factory=list)
@@ -62,7 +62,7 @@ def _import(path: Path, name: str):
     return module
 
 
-def _exported(module, folder: str, rel: str, engine: Engine) -> list:
+def _exported(module, folder: str, rel: str, engine: LoadedEngine) -> list:
     items = getattr(module, EXPORTS[folder], [])
     if not isinstance(items, (list, tuple)):
         engine.errors.append(LoadError(rel, None, f"{EXPORTS[folder]} must be a list"))
@@ -76,8 +76,8 @@ def _exported(module, folder: str, rel: str, engine: Engine) -> list:
     return good
 
 
-def load(root: Path) -> Engine:
-    engine = Engine(root)
+def load(root: Path) -> LoadedEngine:
+    engine = LoadedEngine(root)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))   # engine modules may import helpers from their own directory
     for folder in FOLDERS:

@@ -9,7 +9,7 @@
       and the CLI's wall time with --wait.
   (c) sustained noop effects end to end (committed → all acked), at the executor's durability
       (events.db synchronous=FULL for claims): target ≥ 1,000/s.
-  (d) events.db batched append (store.append_events, batches of 1,000): target ≥ 100,000 events/s.
+  (d) events.db batched append (db.append_events, batches of 1,000): target ≥ 100,000 events/s.
 
 Everything it starts is tracked by pid and stopped at the end.
 
@@ -35,8 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Timeout, Tracker, log, summary, table, wait_until  # noqa: E402
 
-from pulse import store, wire  # noqa: E402
-from pulse.home import Paths  # noqa: E402
+from pulse.store import db  # noqa: E402
+from pulse.core import wire
+from pulse.core.home import Paths  # noqa: E402
 
 BIN = Path(sys.executable).parent
 VICTIM_TAG = "pulse-bench-victim"
@@ -57,7 +58,7 @@ def start_pulsed(home: Path, tracker: Tracker, env: dict) -> subprocess.Popen:
                             start_new_session=True)
     tracker.add_root(proc)
     paths = Paths.for_client(home)
-    from pulse import client
+    from pulse.core import client
 
     def running():
         try:
@@ -139,7 +140,7 @@ def bench_restart(tmp: Path, tracker: Tracker, trials: int) -> dict:
     start_pulsed(home, tracker, {"PULSE_HUNG_AFTER_MS": "600000"})
     wait_until(lambda: markers(marker), 10, what="the victim's first marker")
     healthy = restart_trials(home, marker, tracker, trials, "engine healthy")
-    from pulse import client
+    from pulse.core import client
     status = client.request(Paths.for_client(home), wire.GetStatus()).status
     engine = next(w.pid for w in status.workers if w.name == "engine")
     os.kill(engine, signal.SIGSTOP)
@@ -154,7 +155,7 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
     home = tmp / "effects-home"
     start_pulsed(home, tracker, {})
     paths = Paths.for_client(home)
-    conn = store.open_events(paths.events_db)
+    conn = db.open_events(paths.events_db)
     import zmq
     bell = zmq.Context.instance().socket(zmq.PUSH)
     bell.setsockopt(zmq.LINGER, 0)
@@ -173,9 +174,9 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
     latencies = []
     for _ in range(emits):
-        effect = store.new_effect(wire.Effect(kind="noop"), "operator", 60)
+        effect = db.new_effect(wire.Effect(kind="noop"), "operator", 60)
         committed = time.monotonic()
-        store.commit_effects(conn, [effect], "bench")
+        db.commit_effects(conn, [effect], "bench")
         ring()
         acked = wait_until(lambda: acked_mono(effect.id), 10, interval=0.001, what="effect-acked")
         latencies.append((acked - committed) * 1000)
@@ -187,10 +188,10 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
                        check=True, capture_output=True, timeout=30)
         cli.append((time.monotonic() - started) * 1000)
 
-    effects = [store.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(sustained)]
+    effects = [db.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(sustained)]
     started = time.monotonic()
     for i in range(0, sustained, 100):
-        store.commit_effects(conn, effects[i:i + 100], "bench")
+        db.commit_effects(conn, effects[i:i + 100], "bench")
         ring()
     committed_s = time.monotonic() - started
 
@@ -206,13 +207,13 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
 
 def bench_append(tmp: Path, total: int) -> dict:
-    conn = store.open_events(tmp / "append.db")
-    batch = [store.now_event("collect", "bench", "x", n=i) for i in range(1000)]
+    conn = db.open_events(tmp / "append.db")
+    batch = [db.now_event("collect", "bench", "x", n=i) for i in range(1000)]
     started = time.monotonic()
     for _ in range(total // 1000):
         for ev in batch:
             ev.id = None
-        store.append_events(conn, batch)
+        db.append_events(conn, batch)
     elapsed = time.monotonic() - started
     return {"events": total, "seconds": round(elapsed, 3), "per_s": round(total / elapsed), "synchronous": "NORMAL"}
 

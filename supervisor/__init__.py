@@ -2,6 +2,6 @@
 
 Modules: `main` (the pulsed command), `arbiter` (the one loop), `child` (one
 worker's state and restart policy), `forkserver` (forks workers from a clean,
-preloaded process), `eventlog` (lifecycle events, written off the loop),
+preloaded process), `eventqueue` (lifecycle events, held until the event writer commits them),
 `control` (control requests).
 """

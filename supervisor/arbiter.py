@@ -18,15 +18,15 @@ import time
 
 import zmq
 
-from pulse import config as configmod
-from pulse import client, logs, procs, wire
-from pulse.home import SOCKETS, Paths, load_stopped, save_stopped
-from pulse.sdnotify import Notifier
-from pulse.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WORKERS, Exit, WorkerState
+from pulse.core import config as configmod
+from pulse.core import client, logs, procs, wire
+from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
+from pulse.core.sdnotify import Notifier
+from pulse.core.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WORKERS, Exit, WorkerState
 
 from . import control
 from .child import Child, Fail, forget_crashes, next_deadline, on_crash
-from .eventlog import EventQueue
+from .eventqueue import EventQueue
 from .forkserver import Forkserver
 
 log = logs.Log("pulse.supervisor")

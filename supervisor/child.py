@@ -15,10 +15,10 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from pulse.config import Timings
-from pulse.logs import PipeReader
-from pulse.states import CORE_WORKERS, WorkerState
-from pulse.wire import LastExit
+from pulse.core.config import Timings
+from pulse.core.logs import PipeReader
+from pulse.core.states import CORE_WORKERS, WorkerState
+from pulse.core.wire import LastExit
 
 
 @dataclass

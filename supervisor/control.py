@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pulse import wire
-from pulse.states import WORKERS
+from pulse.core import wire
+from pulse.core.states import WORKERS
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter

@@ -24,14 +24,14 @@ import sys
 import time
 import traceback
 
-from pulse import wire
+from pulse.core import wire
 
 PRELOAD = {
-    "eventlog": ("pulse.eventlog", "EventLog"),
-    "watcher": ("pulse.watcher", "Watcher"),
-    "tick": ("pulse.tick", "Tick"),
-    "executor": ("pulse.executor", "Executor"),
-    "engine": ("pulse.engine.process", "Engine"),
+    "eventlog": ("pulse.workers.eventwriter", "EventWriter"),
+    "watcher": ("pulse.workers.watcher", "WatcherWorker"),
+    "tick": ("pulse.workers.tick", "TickWorker"),
+    "executor": ("pulse.workers.executor", "ExecutorWorker"),
+    "engine": ("pulse.workers.engine", "EngineWorker"),
 }
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20
@@ -128,7 +128,7 @@ def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         os.close(output_fd)
-        from pulse import harness
+        from pulse.workers import harness
         module, cls = PRELOAD[spec.name]
         worker_class = getattr(sys.modules[module], cls)
         code = harness.run(spec, worker_class, forkserver_pid=os.getppid())
@@ -146,7 +146,7 @@ def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup
 
 
 def serve(server: socket.socket, parent: int) -> int:
-    from pulse import procs
+    from pulse.core import procs
     procs.die_with_parent(parent)
     os.chdir("/")   # hold no directory busy
     procs.set_title(TITLE)
@@ -154,7 +154,7 @@ def serve(server: socket.socket, parent: int) -> int:
     import importlib
     for module, _ in PRELOAD.values():
         importlib.import_module(module)
-    import pulse.harness  # noqa: F401  (preloaded for the workers)
+    import pulse.workers.harness  # noqa: F401  (preloaded for the workers)
 
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)

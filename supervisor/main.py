@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from pulse import __version__
-from pulse import config as configmod
-from pulse import logs
-from pulse.home import HomeError, Paths, ensure_home, home_is_complete, make_runtime_dir, resolve_home
-from pulse.sdnotify import Notifier
-from pulse.states import Exit
+from pulse.core import config as configmod
+from pulse.core import logs
+from pulse.core.home import HomeError, Paths, ensure_home, home_is_complete, make_runtime_dir, resolve_home
+from pulse.core.sdnotify import Notifier
+from pulse.core.states import Exit
 
 
 def fail(code: Exit, message: str) -> NoReturn:
@@ -59,7 +59,7 @@ def make_home(home: Path) -> None:
         except Exception as err:
             import traceback
 
-            from pulse.store import StoreError
+            from pulse.store.db import StoreError
             known = isinstance(err, (configmod.ConfigError, HomeError, StoreError))
             os.write(w, (str(err) if known else traceback.format_exc()).encode())
         finally:

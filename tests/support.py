@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pulse import client, wire
-from pulse.home import Paths
+from pulse.core import client, wire
+from pulse.core.home import Paths
 
 BIN = Path(sys.executable).parent
 PULSED = str(BIN / "pulsed")

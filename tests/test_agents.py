@@ -20,9 +20,12 @@ import pytest
 
 from support import wait_for
 
-from pulse import agentrun, agents, config, executors, objects
-from pulse.config import Agent, Config, ConfigError
-from pulse.wire import Effect
+from pulse.agents import adapters, agentrun
+from pulse.core import config
+from pulse.effects import kinds
+from pulse.store import objects
+from pulse.core.config import Agent, Config, ConfigError
+from pulse.core.wire import Effect
 
 PY = sys.executable
 
@@ -216,19 +219,19 @@ def test_kill_9_mid_run_loses_no_task_and_never_runs_it_twice_at_once(pulsed, fa
 
 def test_adapters_are_found_by_name_through_entry_points(monkeypatch):
     declared = {ep.name: ep.value for ep in entry_points(group="pulse.adapters")}
-    assert declared["command"] == "pulse.agents:CommandAdapter"
-    assert declared["claude-code"] == "pulse.agents:ClaudeCodeAdapter"
-    assert isinstance(agents.load_adapter("command"), agents.CommandAdapter)
-    assert isinstance(agents.load_adapter("claude-code"), agents.ClaudeCodeAdapter)
+    assert declared["command"] == "pulse.agents.adapters:CommandAdapter"
+    assert declared["claude-code"] == "pulse.agents.adapters:ClaudeCodeAdapter"
+    assert isinstance(adapters.load_adapter("command"), adapters.CommandAdapter)
+    assert isinstance(adapters.load_adapter("claude-code"), adapters.ClaudeCodeAdapter)
 
     # A third-party adapter: registered under the group, loaded by name.
-    third = EntryPoint(name="mine", value="pulse.agents:CommandAdapter", group="pulse.adapters")
-    monkeypatch.setattr(agents, "_entry_points", lambda: [*entry_points(group="pulse.adapters"), third])
-    assert "mine" in agents.adapter_names()
-    assert isinstance(agents.load_adapter("mine"), agents.CommandAdapter)
+    third = EntryPoint(name="mine", value="pulse.agents.adapters:CommandAdapter", group="pulse.adapters")
+    monkeypatch.setattr(adapters, "_entry_points", lambda: [*entry_points(group="pulse.adapters"), third])
+    assert "mine" in adapters.adapter_names()
+    assert isinstance(adapters.load_adapter("mine"), adapters.CommandAdapter)
     config.validate(Config(agent=[Agent(name="x", adapter="mine", argv=["true"])]), "test")
     with pytest.raises(LookupError):
-        agents.load_adapter("nope")
+        adapters.load_adapter("nope")
 
 
 @pytest.mark.parametrize("table, where", [
@@ -272,20 +275,20 @@ def test_placeholders_are_substituted_per_element_and_never_reach_a_shell(tmp_pa
                   argv=[PY, str(fake), "--id={task_id}", "-p", "{prompt}", "{{literal}}"],
                   env={"FAKE_LOG": str(tmp_path / "agent.log"), "FAKE_ARGV": str(tmp_path / "argv.json"),
                        "WHERE": "{workdir}"})
-    inv = agents.load_adapter("claude-code").invocation(agent, agents.Task("task-9", prompt), str(tmp_path))
+    inv = adapters.load_adapter("claude-code").invocation(agent, adapters.Task("task-9", prompt), str(tmp_path))
     assert inv.argv == [PY, str(fake), "--id=task-9", "-p", prompt, "{literal}"]   # the prompt's braces stay as is
     assert inv.env["WHERE"] == str(tmp_path) and inv.env["PULSE_TASK_ID"] == "task-9"
-    ctx = executors.Context(Config(), tmp_path / "objects", 10)
-    code, output, timed_out = executors.run_process(inv.argv, ctx, env=inv.env, cwd=inv.cwd)
+    ctx = kinds.EffectContext(Config(), tmp_path / "objects", 10)
+    code, output, timed_out = kinds.run_process(inv.argv, ctx, env=inv.env, cwd=inv.cwd)
     assert code == 0 and not timed_out
     assert json.loads((tmp_path / "argv.json").read_text())[1:] == ["--id=task-9", "-p", prompt, "{literal}"]
     assert marker.exists()
-    result = agents.ClaudeCodeAdapter().parse(code, output, timed_out)
+    result = adapters.ClaudeCodeAdapter().parse(code, output, timed_out)
     assert result.ok and result.summary["result"] == "done: " + prompt
 
 
 def test_adapters_parse_results():
-    claude = agents.ClaudeCodeAdapter()
+    claude = adapters.ClaudeCodeAdapter()
     ok = json.dumps({"type": "result", "is_error": False, "result": "fine", "session_id": "s"}).encode()
     assert claude.parse(0, ok, False).ok
     assert not claude.parse(1, ok, False).ok                                   # exit code wins
@@ -293,7 +296,7 @@ def test_adapters_parse_results():
     assert "error_max_turns" in claude.parse(0, bad, False).error
     assert claude.parse(0, b"not json", False).error == "no JSON result in the output"
     assert "timed out" in claude.parse(None, b"", True).error
-    command = agents.CommandAdapter()
+    command = adapters.CommandAdapter()
     assert command.parse(0, b"hello", False).summary == {"code": 0, "tail": "hello"}
     assert command.parse(2, b"", False).error == "exit code 2"
 

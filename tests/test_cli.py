@@ -9,8 +9,8 @@ import psutil
 
 from support import wait_for
 
-from pulse import client, logs
-from pulse.home import Paths
+from pulse.core import client, logs
+from pulse.core.home import Paths
 
 
 def test_logs_name_worker_and_pid_and_filter(pulsed):

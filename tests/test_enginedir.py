@@ -8,7 +8,7 @@ import threading
 
 from support import PULSECTL, init_home, wait_for
 
-from pulse import enginedir
+from pulse.engine import repo
 
 RULE = """
 from pulse.engine.api import Effect
@@ -96,11 +96,11 @@ def test_rollback_restores_from_the_snapshot_when_git_is_damaged(tmp_path):
     home = tmp_path / "home"
     paths = init_home(home)
     (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
-    first = enginedir.promote(paths)
+    first = repo.promote(paths)
     (home / "staging" / "rules" / "two.py").write_text(RULE.format(name="two"))
-    enginedir.promote(paths)
+    repo.promote(paths)
     shutil.rmtree(home / "engine" / ".git" / "objects")             # git can no longer read anything
-    result = enginedir.rollback(paths, to=first.after)
+    result = repo.rollback(paths, to=first.after)
     assert result.snapshot == first.snapshot
     assert (home / "engine" / "rules" / "one.py").exists() and not (home / "engine" / "rules" / "two.py").exists()
 
@@ -115,8 +115,8 @@ def test_concurrent_promotes_are_serialised(tmp_path):
 
     def attempt():
         try:
-            results.append(enginedir.promote(paths, deploy=True))
-        except enginedir.EngineDirError as err:
+            results.append(repo.promote(paths, deploy=True))
+        except repo.EngineDirError as err:
             errors.append(err)
     threads = [threading.Thread(target=attempt) for _ in range(3)]
     for t in threads:
@@ -185,17 +185,17 @@ def test_a_promote_and_a_rollback_at_once_are_serialised(tmp_path):
     home = tmp_path / "home"
     paths = init_home(home)
     (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
-    first = enginedir.promote(paths)
+    first = repo.promote(paths)
     (home / "staging" / "rules" / "two.py").write_text(RULE.format(name="two"))
     git(home / "staging", "add", "-A")
     git(home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
     outcomes = []
 
     def promote():
-        outcomes.append(("promote", enginedir.promote(paths, deploy=True)))
+        outcomes.append(("promote", repo.promote(paths, deploy=True)))
 
     def roll_back():
-        outcomes.append(("rollback", enginedir.rollback(paths, to=first.before, source="executor",
+        outcomes.append(("rollback", repo.rollback(paths, to=first.before, source="executor",
                                                         reason="auto-rollback")))
     threads = [threading.Thread(target=promote), threading.Thread(target=roll_back)]
     for t in threads:

@@ -1,7 +1,7 @@
 """The executor (DESIGN §4, §7 "Effects", "Writes"): claims, timeouts, orphans, expiry, the allow-list,
 the built-in executors, the engine's executors, and exactly-once under kill -9 and a racing claimer.
 
-Effects are committed straight into the home's events.db with pulse.store (as the tick does), and the
+Effects are committed straight into the home's events.db with pulse.store.db (as the tick does), and the
 doorbell is rung like the tick rings it.
 """
 
@@ -26,10 +26,12 @@ import zmq
 
 from support import wait_for
 
-from pulse import executors, objects, store, wire
-from pulse.config import Allow, Config
-from pulse.executor import boot_id, claimer_alive, claimer_id
-from pulse.home import ensure_home
+from pulse.effects import kinds
+from pulse.store import db, objects
+from pulse.core import wire
+from pulse.core.config import Allow, Config
+from pulse.workers.executor import boot_id, claimer_alive, claimer_id
+from pulse.core.home import ensure_home
 
 TERMINAL_TYPES = ("effect-acked", "effect-failed", "effect-expired")
 PY = sys.executable
@@ -43,9 +45,9 @@ def effect(kind: str, target: str | None = None, idempotent: bool = False, **par
 
 def commit(home: Path, *effects: wire.Effect, origin: str = "operator", deadline_s: float = 60,
            now: float | None = None) -> list[wire.Effect]:
-    conn = store.open_events(home / "events.db")
+    conn = db.open_events(home / "events.db")
     try:
-        return store.commit_effects(conn, [store.new_effect(e, origin, deadline_s, now) for e in effects], "test")
+        return db.commit_effects(conn, [db.new_effect(e, origin, deadline_s, now) for e in effects], "test")
     finally:
         conn.close()
 
@@ -129,7 +131,7 @@ CONFIGURED = {"gw"}
 ])
 def test_allow_list(origin, kind, target, params, allow, refused):
     e = wire.Effect(kind=kind, target=target, params=params, origin=origin)
-    why = executors.refusal(e, allow, CONFIGURED)
+    why = kinds.refusal(e, allow, CONFIGURED)
     if refused is None:
         assert why is None
     else:
@@ -138,12 +140,12 @@ def test_allow_list(origin, kind, target, params, allow, refused):
 
 def test_outside_pulse_under_systemd_only():
     argv = ["sleep", "300"]
-    assert executors.outside_pulse(argv, "u", {}, "/usr/bin/systemd-run", 0) == argv
-    assert executors.outside_pulse(argv, "u", {"INVOCATION_ID": "x"}, None, 0) == argv
-    assert executors.outside_pulse(argv, "u", {"INVOCATION_ID": "x"}, "/usr/bin/systemd-run", 0) == [
+    assert kinds.outside_pulse(argv, "u", {}, "/usr/bin/systemd-run", 0) == argv
+    assert kinds.outside_pulse(argv, "u", {"INVOCATION_ID": "x"}, None, 0) == argv
+    assert kinds.outside_pulse(argv, "u", {"INVOCATION_ID": "x"}, "/usr/bin/systemd-run", 0) == [
         "/usr/bin/systemd-run", "--scope", "--collect", "--quiet", "--unit=u", "--", "sleep", "300"]
-    assert executors.outside_pulse(argv, "u", {"INVOCATION_ID": "x"}, "/usr/bin/systemd-run", 1000)[1] == "--user"
-    assert executors.unit_name("my gw/1", "0123456789") == "pulse-restart-my-gw-1-01234567"
+    assert kinds.outside_pulse(argv, "u", {"INVOCATION_ID": "x"}, "/usr/bin/systemd-run", 1000)[1] == "--user"
+    assert kinds.unit_name("my gw/1", "0123456789") == "pulse-restart-my-gw-1-01234567"
 
 
 def test_claimer_ids_tell_the_living_from_the_dead():
@@ -160,25 +162,25 @@ def test_claimer_ids_tell_the_living_from_the_dead():
 
 
 def test_effect_timeout_is_bounded_by_the_config():
-    assert executors.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": 5}), 30) == 5
-    assert executors.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": 500}), 30) == 30
-    assert executors.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": "x"}), 30) == 30
+    assert kinds.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": 5}), 30) == 5
+    assert kinds.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": 500}), 30) == 30
+    assert kinds.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": "x"}), 30) == 30
 
 
 def test_run_process_outside_a_daemon(tmp_path):
     """The process primitive alone: output, the group killed at the timeout and after the leader's exit."""
     def ctx():   # one per effect: its deadline starts with it
-        return executors.Context(Config(), tmp_path, timeout_s=1.0)
+        return kinds.EffectContext(Config(), tmp_path, timeout_s=1.0)
 
-    code, out, timed_out = executors.run_process([PY, "-c", "print('x' * 5000)"], ctx())
+    code, out, timed_out = kinds.run_process([PY, "-c", "print('x' * 5000)"], ctx())
     assert (code, len(out), timed_out) == (0, 5001, False)
     t0 = time.monotonic()
-    code, out, timed_out = executors.run_process(["sh", "-c", "sleep 300 & echo $!; wait"], ctx())
+    code, out, timed_out = kinds.run_process(["sh", "-c", "sleep 300 & echo $!; wait"], ctx())
     assert timed_out and code is None and 0.9 < time.monotonic() - t0 < 2
     wait_for(lambda: not alive(int(out.split()[0])), 2, what="the timed-out group's background sleep killed")
     t0 = time.monotonic()
-    code, out, timed_out = executors.run_process(["sh", "-c", "sleep 300 & echo $!"], ctx())
-    assert time.monotonic() - t0 < executors.DRAIN_AFTER_EXIT_S + 0.3   # done when the leader is
+    code, out, timed_out = kinds.run_process(["sh", "-c", "sleep 300 & echo $!"], ctx())
+    assert time.monotonic() - t0 < kinds.DRAIN_AFTER_EXIT_S + 0.3   # done when the leader is
     assert code == 0 and not timed_out
     wait_for(lambda: not alive(int(out.split()[0])), 2, what="a leftover of an exited leader killed")
 
@@ -192,7 +194,7 @@ def test_exec_records_code_tail_and_full_output(pulsed):
                      effect("exec", argv=["sh", "-c", "echo out; echo err >&2; exit 3"]))
     acked = wait_end(pulsed, ok.id)
     assert acked["type"] == "effect-acked" and acked["data"]["code"] == 0
-    assert acked["data"]["tail"] == big.encode()[-executors.TAIL_BYTES:].decode()
+    assert acked["data"]["tail"] == big.encode()[-kinds.TAIL_BYTES:].decode()
     assert objects.get(pulsed.home / "objects", acked["data"]["output"]) == big.encode()
     assert history(pulsed, ok.id) == ["effect", "effect-executing", "effect-acked"]
     failed = wait_end(pulsed, bad.id)
@@ -278,12 +280,12 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     leftover = subprocess.Popen(["sleep", "300"], process_group=0)   # what the dead executor's effect left
     unrelated = subprocess.Popen(["sleep", "301"], process_group=0)  # its group id, recorded, got "reused"
     pulsed.tracker.add(leftover.pid, unrelated.pid)
-    conn = store.open_events(pulsed.home / "events.db")
+    conn = db.open_events(pulsed.home / "events.db")
     for e in (once, again, predates):
-        assert store.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
-    store.record_pgid(conn, once.id, leftover.pid)
-    store.record_pgid(conn, predates.id, unrelated.pid)
-    assert store.claim_effect(conn, live.id, claimer_id(), "test") is not None
+        assert db.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
+    db.record_pgid(conn, once.id, leftover.pid)
+    db.record_pgid(conn, predates.id, unrelated.pid)
+    assert db.claim_effect(conn, live.id, claimer_id(), "test") is not None
 
     pulsed.start()
     failed = wait_end(pulsed, once.id)
@@ -297,7 +299,7 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     assert wait_end(pulsed, predates.id)["data"]["reason"] == "interrupted"
     assert unrelated.poll() is None                      # older than the effect: not its process
     executor_has_looked(pulsed)
-    assert store.effect_state(conn, live.id) == "executing"
+    assert db.effect_state(conn, live.id) == "executing"
     conn.close()
 
 
@@ -307,9 +309,9 @@ def test_kill_9_mid_effect(pulsed, tmp_path):
     pulsed.start()
     pidfile = tmp_path / "grandchild.pid"
     e, = submit(pulsed, effect("exec", argv=["sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], timeout_s=25))
-    conn = store.open_events(pulsed.home / "events.db")
+    conn = db.open_events(pulsed.home / "events.db")
     row = wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() and
-                   next((r for r in store.open_effects(conn, "executing") if r[3]), None), 5,
+                   next((r for r in db.open_effects(conn, "executing") if r[3]), None), 5,
                    what="the effect running, its process group recorded")
     leader, grandchild = row[3], int(pidfile.read_text())
     pulsed.tracker.add(leader, grandchild)
@@ -574,20 +576,20 @@ APPEND = ("import os, sys, time\n"
 RACER = """
 import subprocess, sys, time
 from pathlib import Path
-from pulse import store
-from pulse.executor import claimer_id
-conn = store.open_events(Path(sys.argv[1]), "FULL")
+from pulse.store import db
+from pulse.workers.executor import claimer_id
+conn = db.open_events(Path(sys.argv[1]), "FULL")
 me, done, won = claimer_id(), Path(sys.argv[2]), 0
 while not done.exists():
-    pending = store.open_effects(conn, "pending", limit=8)
+    pending = db.open_effects(conn, "pending", limit=8)
     if not pending:
         time.sleep(0.005)
         continue
     for effect, *_ in pending:
-        if store.claim_effect(conn, effect.id, me, "racer") is not None:
+        if db.claim_effect(conn, effect.id, me, "racer") is not None:
             won += 1
             code = subprocess.run(effect.params["argv"]).returncode
-            store.finish_claimed_effect(conn, effect.id, me, "acked" if code == 0 else "failed", "racer", code=code)
+            db.finish_claimed_effect(conn, effect.id, me, "acked" if code == 0 else "failed", "racer", code=code)
             break
 print(won)
 """
@@ -614,10 +616,10 @@ def test_exactly_once_under_kill_9_and_a_racing_claimer(pulsed, tmp_path):
     pulsed.tracker.add(racer.pid)
     ring(pulsed)
 
-    conn = store.open_events(pulsed.home / "events.db")
+    conn = db.open_events(pulsed.home / "events.db")
 
     def open_count() -> int:
-        return len(store.open_effects(conn, limit=2000))
+        return len(db.open_effects(conn, limit=2000))
 
     kills, rng = 0, random.Random(7)
     t0 = time.monotonic()

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pulse import gate
-from pulse.gate import FSM_BLOCKED, UNVERIFIED_WRITE, Descriptor, Kind, State
+from pulse.agents import gate
+from pulse.agents.gate import FSM_BLOCKED, UNVERIFIED_WRITE, Descriptor, Kind, State
 
 # A small registry with one tool of each kind, on resources of class "x".
 TEST_TOOLS = {d.name: d for d in (

@@ -250,15 +250,15 @@ def test_the_operator_resets_a_live_session(host):
 
 def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     """Without the SDK or a pulsed: the gate and the tools, on a real events.db."""
-    from pulse import store
-    from pulse.config import Config
-    from pulse.home import Paths
-    from pulse.mcp_server import GatedSession, PulseTools
+    from pulse.store import db
+    from pulse.core.config import Config
+    from pulse.core.home import Paths
+    from pulse.agents.toolserver import GatedSession, PulseTools
 
     home = tmp_path / "home"
     home.mkdir()
     paths = Paths.for_client(home)
-    events = store.open_events(paths.events_db)
+    events = db.open_events(paths.events_db)
     session = GatedSession(PulseTools(paths, Config(), events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
 
     async def calls():
@@ -276,8 +276,8 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     assert codes == ["ok", "EXECUTION_CONTEXT_UNAVAILABLE", "EXECUTION_CONTEXT_UNAVAILABLE", "NOT_FOUND",
                      "INVALID_INPUT", "INVALID_INPUT", "ok"]
     assert all(text.startswith(code) for code, (_, text) in zip(codes[1:-1], results[1:-1]))
-    assert session.gate.state.value == "READING" and store.list_effects(events) == []
-    calls_ = [e.data for e in store.read_events(events, types=("gate-call",))]
+    assert session.gate.state.value == "READING" and db.list_effects(events) == []
+    calls_ = [e.data for e in db.read_events(events, types=("gate-call",))]
     assert [c["tool"] for c in calls_] == ["list_tasks", "restart_process", "status", "no_such_tool", "list_tasks",
                                           "create_task", "finish"]
     assert calls_[3]["classified"] == "unknown tool" and calls_[4]["classified"].startswith("unrecognised")
@@ -288,7 +288,7 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
 def test_every_tool_declares_the_same_parameters_to_the_gate_and_to_the_client():
     """The gate classifies by gate.TOOLS' parameter names; the server checks and advertises
     PARAMS'. One name in only one of them would make a tool refuse its own argument."""
-    from pulse import gate, mcp_server
-    assert set(mcp_server.PARAMS) == set(gate.TOOLS)
+    from pulse.agents import gate, toolserver
+    assert set(toolserver.PARAMS) == set(gate.TOOLS)
     for name, descriptor in gate.TOOLS.items():
-        assert set(mcp_server.PARAMS[name]) == descriptor.params, name
+        assert set(toolserver.PARAMS[name]) == descriptor.params, name

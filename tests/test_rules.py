@@ -7,9 +7,9 @@ import asyncio
 import msgspec
 import pytest
 
-from pulse import config as configmod
-from pulse import rules, survival
-from pulse.wire import Effect, Outcome, Snapshot, Vital
+from pulse.core import config as configmod
+from pulse.rules import onion, survival
+from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 
 
 def run(chain, prev=None, curr=None):
@@ -26,7 +26,7 @@ def test_pass_sync_and_async():
 
     def passes_sync(prev, curr, inner):
         return inner(prev, curr)        # a plain rule may hand back inner's coroutine
-    assert run(rules.compose([passes, passes_sync], innermost)) == ([Effect(kind="noop", target="inner")], 1000)
+    assert run(onion.compose([passes, passes_sync], innermost)) == ([Effect(kind="noop", target="inner")], 1000)
 
 
 def test_bypass_never_calls_inner():
@@ -38,7 +38,7 @@ def test_bypass_never_calls_inner():
 
     def bypass(prev, curr, inner):
         return [Effect(kind="noop", target="outer")], 50
-    assert run(rules.compose([bypass], inner)) == ([Effect(kind="noop", target="outer")], 50)
+    assert run(onion.compose([bypass], inner)) == ([Effect(kind="noop", target="outer")], 50)
     assert not called
 
 
@@ -50,9 +50,9 @@ def test_decorate_adds_and_filters_after_inner():
     async def drop_noops(prev, curr, inner):
         effects, ms = await inner(prev, curr)
         return [e for e in effects if e.kind != "noop"], ms
-    assert run(rules.compose([drop_noops, add], innermost)) == ([Effect(kind="notify", target="x")], 1000)
+    assert run(onion.compose([drop_noops, add], innermost)) == ([Effect(kind="notify", target="x")], 1000)
     # order matters: outermost first
-    assert run(rules.compose([add, drop_noops], innermost)) == ([Effect(kind="notify", target="x")], 1000)
+    assert run(onion.compose([add, drop_noops], innermost)) == ([Effect(kind="notify", target="x")], 1000)
 
 
 def test_transform_changes_what_inner_sees():
@@ -64,7 +64,7 @@ def test_transform_changes_what_inner_sees():
 
     async def renumber(prev, curr, inner):
         return await inner(prev, msgspec.structs.replace(curr, tick=curr.tick + 41))
-    run(rules.compose([renumber], inner))
+    run(onion.compose([renumber], inner))
     assert seen == [42]
 
 
@@ -72,8 +72,8 @@ def test_transform_changes_what_inner_sees():
 def test_wrong_shapes_are_refused(bad):
     def rule(prev, curr, inner):
         return bad
-    with pytest.raises(rules.RuleError):
-        run(rules.compose([rule], innermost))
+    with pytest.raises(onion.RuleError):
+        run(onion.compose([rule], innermost))
 
 
 def config_with(**settings) -> configmod.Config:
@@ -87,8 +87,8 @@ def snap(ts: float, alive: bool, vital_ts: float, outcomes=(), pending=(), notif
                     outcomes={"gw": list(outcomes)}, pending=list(pending), notified=notified or {})
 
 
-def watchdog(curr: Snapshot, inner=rules.nothing, **settings):
-    return run(rules.compose([survival.process_watchdog(config_with(**settings))], inner), curr=curr)
+def watchdog(curr: Snapshot, inner=onion.nothing, **settings):
+    return run(onion.compose([survival.process_watchdog(config_with(**settings))], inner), curr=curr)
 
 
 def restart_outcome(state: str, ts: float) -> Outcome:

@@ -8,94 +8,95 @@ import time
 
 import pytest
 
-from pulse import objects, store, wire
+from pulse.store import db, objects
+from pulse.core import wire
 
 
 @pytest.fixture
 def events(tmp_path):
-    conn = store.open_events(tmp_path / "events.db")
+    conn = db.open_events(tmp_path / "events.db")
     yield conn
     conn.close()
 
 
 def test_schema_is_versioned_and_reopening_keeps_data(tmp_path, events):
-    store.append_events(events, [store.now_event("wake", "test", "tick", reason="x")])
-    assert events.execute("PRAGMA user_version").fetchone()[0] == store.EVENTS_SCHEMA
+    db.append_events(events, [db.now_event("wake", "test", "tick", reason="x")])
+    assert events.execute("PRAGMA user_version").fetchone()[0] == db.EVENTS_SCHEMA
     assert events.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    again = store.open_events(tmp_path / "events.db")
-    assert [e.type for e in store.read_events(again)] == ["wake"]
+    again = db.open_events(tmp_path / "events.db")
+    assert [e.type for e in db.read_events(again)] == ["wake"]
 
 
 def test_an_older_store_is_migrated(tmp_path):
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
-    for statement in store._MIGRATIONS[1]:
+    for statement in db._MIGRATIONS[1]:
         conn.execute(statement)
     conn.execute("PRAGMA user_version = 1")
     conn.execute("INSERT INTO events (seq, ts, mono, type, source, data) VALUES (0, 1, 1, 'wake', 'old', '{}')")
     conn.commit()
     conn.close()
-    migrated = store.open_events(path)
-    assert migrated.execute("PRAGMA user_version").fetchone()[0] == store.EVENTS_SCHEMA
-    assert store.read_events(migrated)[0].source == "old"
-    assert store.open_effects(migrated) == []
+    migrated = db.open_events(path)
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == db.EVENTS_SCHEMA
+    assert db.read_events(migrated)[0].source == "old"
+    assert db.open_effects(migrated) == []
 
 
 def test_a_newer_store_is_refused(tmp_path):
     path = tmp_path / "new.db"
-    sqlite3.connect(path).execute(f"PRAGMA user_version = {store.EVENTS_SCHEMA + 1}")
-    with pytest.raises(store.StoreError, match="schema"):
-        store.open_events(path)
+    sqlite3.connect(path).execute(f"PRAGMA user_version = {db.EVENTS_SCHEMA + 1}")
+    with pytest.raises(db.StoreError, match="schema"):
+        db.open_events(path)
 
 
 def test_append_assigns_consecutive_ids_and_since_bisects(events):
-    batch = [store.now_event("collect", "t", None, n=i) for i in range(100)]
+    batch = [db.now_event("collect", "t", None, n=i) for i in range(100)]
     for i, ev in enumerate(batch):
         ev.ts = 1000.0 + i
-    store.append_events(events, batch)
+    db.append_events(events, batch)
     assert [e.id for e in batch] == list(range(1, 101))
-    assert [e.data["n"] for e in store.read_events(events, since_ts=1090.0)] == list(range(90, 100))
-    assert store.first_id_since(events, 0) == 1 and store.first_id_since(events, 5000) == 101
+    assert [e.data["n"] for e in db.read_events(events, since_ts=1090.0)] == list(range(90, 100))
+    assert db.first_id_since(events, 0) == 1 and db.first_id_since(events, 5000) == 101
     row = events.execute("SELECT json_extract(data, '$.n') FROM events WHERE id = 42").fetchone()
     assert row == (41,)
 
 
 def test_identical_errors_coalesce_into_one_counted_event(events):
     for _ in range(50):
-        store.record_error(events, "tick", "engine", "engine did not answer")
-    store.record_error(events, "tick", "engine", "something else")
-    errors = store.read_events(events, types=["error"])
+        db.record_error(events, "tick", "engine", "engine did not answer")
+    db.record_error(events, "tick", "engine", "something else")
+    errors = db.read_events(events, types=["error"])
     assert [(e.data["message"], e.data["count"]) for e in errors] == [("engine did not answer", 50),
                                                                       ("something else", 1)]
-    assert store.engine_errors_since(events, 0) == 51
+    assert db.engine_errors_since(events, 0) == 51
     # outside the window it is a new event
-    store.record_error(events, "tick", "engine", "engine did not answer", coalesce_s=-1)
-    assert len(store.read_events(events, types=["error"])) == 3
+    db.record_error(events, "tick", "engine", "engine did not answer", coalesce_s=-1)
+    assert len(db.read_events(events, types=["error"])) == 3
 
 
 def test_effect_claim_is_atomic_and_terminal_once(events):
-    effect = store.new_effect(wire.Effect(kind="noop", target="t"), "operator", 60)
-    store.commit_effects(events, [effect], "test")
-    assert store.claim_effect(events, effect.id, "1:1", "a") is not None
-    assert store.claim_effect(events, effect.id, "2:2", "b") is None
-    assert store.finish_effect(events, effect.id, "acked", "a")
-    assert not store.finish_effect(events, effect.id, "failed", "a")
-    types = [e.type for e in store.read_events(events)]
+    effect = db.new_effect(wire.Effect(kind="noop", target="t"), "operator", 60)
+    db.commit_effects(events, [effect], "test")
+    assert db.claim_effect(events, effect.id, "1:1", "a") is not None
+    assert db.claim_effect(events, effect.id, "2:2", "b") is None
+    assert db.finish_effect(events, effect.id, "acked", "a")
+    assert not db.finish_effect(events, effect.id, "failed", "a")
+    types = [e.type for e in db.read_events(events)]
     assert types == ["effect", "effect-executing", "effect-acked"]
 
 
 def test_vitals_latest_window_and_gc_without_blocking(tmp_path):
-    conn = store.open_vitals(tmp_path / "vitals.db")
+    conn = db.open_vitals(tmp_path / "vitals.db")
     now = time.time()
-    store.append_vitals(conn, [wire.Vital("system-resource", now - age, {"cpu_pct": age}) for age in range(100)])
-    store.append_vitals(conn, [wire.Vital("process-alive:gw", now - 90000, {"alive": True})])
-    latest = store.latest_vitals(conn, ["system-resource", "process-alive:*"])
+    db.append_vitals(conn, [wire.Vital("system-resource", now - age, {"cpu_pct": age}) for age in range(100)])
+    db.append_vitals(conn, [wire.Vital("process-alive:gw", now - 90000, {"alive": True})])
+    latest = db.latest_vitals(conn, ["system-resource", "process-alive:*"])
     assert latest["system-resource"].data == {"cpu_pct": 0} and "process-alive:gw" in latest
-    assert len(store.vitals_window(conn, "system-resource", now - 59.5)) == 60
-    writer = store.open_vitals(tmp_path / "vitals.db")     # a writer between gc batches never waits long
-    assert store.gc_vitals(conn, now - 50, batch=7) == 50
-    store.append_vitals(writer, [wire.Vital("system-resource", now, {"cpu_pct": 1})])
-    assert set(store.latest_vitals(conn, ["*"])) == {"system-resource"}
+    assert len(db.vitals_window(conn, "system-resource", now - 59.5)) == 60
+    writer = db.open_vitals(tmp_path / "vitals.db")     # a writer between gc batches never waits long
+    assert db.gc_vitals(conn, now - 50, batch=7) == 50
+    db.append_vitals(writer, [wire.Vital("system-resource", now, {"cpu_pct": 1})])
+    assert set(db.latest_vitals(conn, ["*"])) == {"system-resource"}
 
 
 def test_objects_are_content_addressed_and_gc_keeps_referenced(tmp_path, events):
@@ -105,11 +106,11 @@ def test_objects_are_content_addressed_and_gc_keeps_referenced(tmp_path, events)
     assert objects.put(root, b"some output") == output                 # deduplicated
     assert objects.get(root, snapshot) == b"engine tree snapshot"
     assert len(list(root.glob("??/*"))) == 2
-    store.append_events(events, [store.now_event("promote", "pulsectl", "engine", snapshot=snapshot)])
+    db.append_events(events, [db.now_event("promote", "pulsectl", "engine", snapshot=snapshot)])
     old = time.time() - 10 * 86400
     for path in root.glob("??/*"):
         os.utime(path, (old, old))
-    removed = objects.gc(root, store.referenced_objects(events), older_than_s=86400)
+    removed = objects.gc(root, db.referenced_objects(events), older_than_s=86400)
     assert removed == [output.removeprefix("sha256:")]
     assert objects.get(root, snapshot) == b"engine tree snapshot"      # promote snapshots are kept
     with pytest.raises(FileNotFoundError):

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from pulse import config as configmod
-from pulse import rules, survival
-from pulse.wire import Effect, EngineHealth, Lifecycle, Outcome, Snapshot, Vital
+from pulse.core import config as configmod
+from pulse.rules import onion, survival
+from pulse.core.wire import Effect, EngineHealth, Lifecycle, Outcome, Snapshot, Vital
 
 CONFIG = configmod.validate(configmod.decode(b"""
 [[process]]
@@ -38,8 +38,8 @@ restart = ["systemctl", "restart", "model"]
 """, "test"), "test")
 
 
-def run(rule, curr: Snapshot, prev: Snapshot | None = None, inner=rules.nothing):
-    return asyncio.run(rules.compose([rule(CONFIG)], inner)(prev, curr))
+def run(rule, curr: Snapshot, prev: Snapshot | None = None, inner=onion.nothing):
+    return asyncio.run(onion.compose([rule(CONFIG)], inner)(prev, curr))
 
 
 def kinds(effects):

@@ -11,7 +11,7 @@ import zmq
 
 from support import wait_for
 
-from pulse import wire
+from pulse.core import wire
 
 GARBAGE = [b"", b"\x00\xff garbage", wire.encode(wire.Wake("x"))[:-1], b"\x81\xa4type\xa3bad"]
 

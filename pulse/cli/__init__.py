@@ -18,8 +18,8 @@ DEFAULT_TIMEOUT_S = 3.0
 
 def request_or_exit(paths, message, timeout: float):
     """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses."""
-    from pulse import client
-    from pulse.states import StatusExit
+    from pulse.core import client
+    from pulse.core.states import StatusExit
     try:
         reply = client.request(paths, message, timeout)
     except client.Unreachable as err:
@@ -60,7 +60,7 @@ def main() -> None:
     # costs ~11 ms, inspect included; no wire type needs it, so this process goes without.
     sys.modules.setdefault("typing_extensions", None)
     from pulse.cli import statusview
-    from pulse.home import Paths, resolve_home
+    from pulse.core.home import Paths, resolve_home
     home, timeout, as_json = plain
     try:
         code = statusview.show(Paths.for_client(resolve_home(home)), timeout, as_json)

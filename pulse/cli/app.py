@@ -8,7 +8,7 @@ import click
 
 from pulse import __version__
 from pulse.cli import DEFAULT_TIMEOUT_S, request_or_exit
-from pulse.home import Paths, resolve_home
+from pulse.core.home import Paths, resolve_home
 
 
 class Context:
@@ -22,7 +22,7 @@ class Context:
 
     def config(self):
         """config.toml with PULSE_* overrides; exit 78 (like pulsed) naming what is wrong."""
-        from pulse import config as configmod
+        from pulse.core import config as configmod
         try:
             return configmod.load(self.paths.config)
         except configmod.ConfigError as err:

@@ -18,7 +18,7 @@ def check_config(ctx: Context) -> None:
 @pass_ctx
 def config(ctx: Context, effective: bool) -> None:
     """Print the configuration pulsed would run with."""
-    from pulse.config import to_toml
+    from pulse.core.config import to_toml
     click.echo(to_toml(ctx.config()), nl=False)
 
 

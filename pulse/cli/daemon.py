@@ -30,7 +30,7 @@ def daemon_start(ctx: Context, wait: float) -> None:
     import socket
     import subprocess
     import tempfile
-    from pulse.client import daemon_pid
+    from pulse.core.client import daemon_pid
     pid = daemon_pid(ctx.paths)
     if pid:
         click.echo(f"pulsectl: pulsed is already running on {ctx.home} (pid {pid})", err=True)

@@ -15,7 +15,7 @@ from pulse.cli.app import Context, pass_ctx
 
 
 def _reload_engine(ctx: Context) -> None:
-    from pulse import client, wire
+    from pulse.core import client, wire
     try:
         reply = client.request(ctx.paths, wire.RestartWorker("engine"), ctx.timeout)
     except client.Unreachable:
@@ -30,12 +30,12 @@ def _fail(err) -> None:
 
 
 def _promote(ctx: Context, *, deploy: bool, message: str | None = None) -> None:
-    from pulse import enginedir
+    from pulse.engine import repo
     verb = "deploy" if deploy else "promote"
     try:
-        result = enginedir.promote(ctx.paths, deploy=deploy, typecheck=ctx.config().engine.typecheck,
+        result = repo.promote(ctx.paths, deploy=deploy, typecheck=ctx.config().engine.typecheck,
                                    message=message)
-    except enginedir.EngineDirError as err:
+    except repo.EngineDirError as err:
         _fail(f"{verb} refused, main untouched: {err}")
     click.echo(f"{verb}d {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
     _reload_engine(ctx)
@@ -61,10 +61,10 @@ def deploy(ctx: Context) -> None:
 @pass_ctx
 def rollback(ctx: Context, ref: str | None) -> None:
     """Return main to an earlier tree (a new commit; or from a snapshot if git is damaged), then reload."""
-    from pulse import enginedir
+    from pulse.engine import repo
     try:
-        result = enginedir.rollback(ctx.paths, ref)
-    except enginedir.EngineDirError as err:
+        result = repo.rollback(ctx.paths, ref)
+    except repo.EngineDirError as err:
         _fail(f"rollback failed: {err}")
     how = f" from snapshot {result.snapshot[:19]}…" if result.snapshot else ""
     click.echo(f"rolled back {result.before[:12]} → {result.after[:12]}{how}")
@@ -80,12 +80,12 @@ def engine() -> None:
 @pass_ctx
 def engine_log(ctx: Context) -> None:
     """Promotes and rollbacks, oldest first."""
-    from pulse import store
+    from pulse.store import db
     try:
-        conn = store.open_readonly(ctx.paths.events_db)
-    except store.StoreError as err:
+        conn = db.open_readonly(ctx.paths.events_db)
+    except db.StoreError as err:
         _fail(err)
-    for ev in store.read_events(conn, types=["promote", "rollback"]):
+    for ev in db.read_events(conn, types=["promote", "rollback"]):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ev.ts))
         d = ev.data
         detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"
@@ -105,22 +105,22 @@ def dev(ctx: Context) -> None:
 
     import watchfiles
 
-    from pulse import enginedir
+    from pulse.engine import repo
     staging = ctx.paths.staging
     if not staging.is_dir():
         _fail(f"{staging} does not exist; run `pulsectl init`")
-    enginedir.enter_dev(ctx.paths, os.getpid())
+    repo.enter_dev(ctx.paths, os.getpid())
     stop = __import__("threading").Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         _reload_engine(ctx)
         click.echo(f"dev mode: the engine runs {staging}; Ctrl-C returns it to main")
-        for changes in watchfiles.watch(staging, stop_event=stop, watch_filter=enginedir.dev_filter,
+        for changes in watchfiles.watch(staging, stop_event=stop, watch_filter=repo.dev_filter,
                                         raise_interrupt=False, rust_timeout=500):
             click.echo(f"changed: {', '.join(sorted(os.path.relpath(p, staging) for _, p in changes))}")
             _reload_engine(ctx)
     finally:
-        enginedir.leave_dev(ctx.paths)
+        repo.leave_dev(ctx.paths)
         click.echo("leaving dev mode: the engine returns to main")
         _reload_engine(ctx)
 

@@ -11,7 +11,7 @@ from pulse.cli.app import Context, pass_ctx
 @pass_ctx
 def init(ctx: Context) -> None:
     """Create the Pulse home with working defaults (idempotent)."""
-    from pulse.home import HomeError, ensure_home
+    from pulse.core.home import HomeError, ensure_home
     try:
         made = ensure_home(ctx.home)
     except HomeError as err:

@@ -8,7 +8,7 @@ import time
 import click
 
 from pulse.cli.app import Context, pass_ctx
-from pulse.states import SUPERVISED
+from pulse.core.states import SUPERVISED
 
 
 def matches(line: str, worker: str | None) -> bool:
@@ -25,7 +25,7 @@ def matches(line: str, worker: str | None) -> bool:
 @pass_ctx
 def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
     """Print Pulse's log."""
-    from pulse import logs as logsmod
+    from pulse.core import logs as logsmod
     path = ctx.paths.log_file
     tail: list[str] = []
     for file in logsmod.log_files(path):

@@ -21,7 +21,7 @@ from pulse.cli.app import Context, pass_ctx
 @pass_ctx
 def mcp(ctx: Context) -> None:
     """Serve the gated tools over MCP on stdin/stdout (one agent session)."""
-    from pulse import config as configmod
+    from pulse.core import config as configmod
     if not ctx.home.is_dir():
         click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
         sys.exit(1)
@@ -34,7 +34,7 @@ def mcp(ctx: Context) -> None:
     if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
         click.echo("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", err=True)
         sys.exit(1)
-    from pulse.mcp_server import serve
+    from pulse.agents.toolserver import serve
     serve(ctx.paths, config)
 
 
@@ -49,8 +49,8 @@ def gate_reset(ctx: Context, session: str, keep_progress: bool, wait: float) -> 
     back to RESOLVING, forgetting its target, unverified write and recoveries."""
     import psutil
 
-    from pulse import store
-    from pulse.mcp_server import RESET_SIGNALS
+    from pulse.store import db
+    from pulse.agents.toolserver import RESET_SIGNALS
     m = re.fullmatch(r"mcp-([0-9]+)-[0-9a-f]{8}", session)
     if m is None:
         raise click.BadParameter(f"{session!r} is not an MCP session id (like mcp-1234-0123abcd)")
@@ -62,12 +62,12 @@ def gate_reset(ctx: Context, session: str, keep_progress: bool, wait: float) -> 
     if not serving:   # gone, or its pid now belongs to something else: signal nothing
         click.echo(f"pulsectl: session {session} is not running", err=True)
         sys.exit(1)
-    conn = store.open_readonly(ctx.paths.events_db)
-    mark = store.last_event_id(conn)
+    conn = db.open_readonly(ctx.paths.events_db)
+    mark = db.last_event_id(conn)
     proc.send_signal(RESET_SIGNALS["keep-progress" if keep_progress else "plain"])
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        for ev in store.read_events(conn, after_id=mark, types=("gate-call",)):
+        for ev in db.read_events(conn, after_id=mark, types=("gate-call",)):
             if ev.target == session and ev.data.get("tool") == "reset":
                 click.echo(f"{session}: {ev.data['state_before']} → {ev.data['state']}")
                 return

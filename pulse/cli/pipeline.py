@@ -37,10 +37,10 @@ def iso(ts: float) -> str:
 
 
 def _connect(ctx: Context, name: str):
-    from pulse import store
+    from pulse.store import db
     try:
-        return store.open_readonly(ctx.home / name)
-    except store.StoreError as err:
+        return db.open_readonly(ctx.home / name)
+    except db.StoreError as err:
         click.echo(f"pulsectl: {err}", err=True)
         sys.exit(1)
 
@@ -62,16 +62,16 @@ def _event_line(ev, as_json: bool) -> str:
 @pass_ctx
 def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool) -> None:
     """Print events from events.db."""
-    from pulse import store
+    from pulse.store import db
     conn = _connect(ctx, "events.db")
     since_ts = parse_since(since) if since else None
-    last = store.last_event_id(conn)
+    last = db.last_event_id(conn)
     first = max(0, last - lines) if since_ts is None else 0
-    for ev in store.read_events(conn, after_id=first, types=types, since_ts=since_ts):
+    for ev in db.read_events(conn, after_id=first, types=types, since_ts=since_ts):
         click.echo(_event_line(ev, as_json))
     try:
         while follow:
-            batch = store.read_events(conn, after_id=last, limit=1000)
+            batch = db.read_events(conn, after_id=last, limit=1000)
             if batch:
                 last = batch[-1].id
                 for ev in batch:
@@ -90,9 +90,9 @@ def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, 
 def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
     """The latest vital of each key (KEY: one key, or a prefix ending in *)."""
     import msgspec
-    from pulse import store
+    from pulse.store import db
     conn = _connect(ctx, "vitals.db")
-    latest = store.latest_vitals(conn, [key] if key else ["*"])
+    latest = db.latest_vitals(conn, [key] if key else ["*"])
     if key and not latest:
         click.echo(f"pulsectl: no vitals for {key!r}", err=True)
         sys.exit(1)
@@ -110,9 +110,9 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
 def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
     """Effects and their state."""
     import msgspec
-    from pulse import store
+    from pulse.store import db
     conn = _connect(ctx, "events.db")
-    for effect, state in store.list_effects(conn, ("pending", "executing") if pending else (), lines):
+    for effect, state in db.list_effects(conn, ("pending", "executing") if pending else (), lines):
         if as_json:
             click.echo(msgspec.json.encode({**msgspec.to_builtins(effect), "state": state}).decode())
         else:
@@ -141,7 +141,7 @@ def _param(text: str) -> tuple[str, object]:
 def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool,
          deadline_s: float | None, wait_s: float) -> None:
     """Queue an effect by hand (origin operator) and ring the executor."""
-    from pulse import wire
+    from pulse.core import wire
     config = ctx.config()
     try:
         values = dict(_param(p) for p in params)
@@ -154,15 +154,17 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
 
 def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
     """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
-    from pulse import client, store, wire
-    effect = store.new_effect(effect, "operator", deadline_s)
-    conn = store.open_events(ctx.paths.events_db)
-    store.commit_effects(conn, [effect], "pulsectl")
+    from pulse.core import client
+    from pulse.store import db
+    from pulse.core import wire
+    effect = db.new_effect(effect, "operator", deadline_s)
+    conn = db.open_events(ctx.paths.events_db)
+    db.commit_effects(conn, [effect], "pulsectl")
     client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
     click.echo(effect.id)
     deadline = time.monotonic() + wait_s
     while wait_s:
-        state = store.effect_state(conn, effect.id)
+        state = db.effect_state(conn, effect.id)
         if state not in ("pending", "executing"):
             click.echo(f"{effect.id} {state}")
             return 0 if state == "acked" else 1

@@ -5,10 +5,10 @@ Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unre
 
 from __future__ import annotations
 
-from pulse import wire
+from pulse.core import wire
 from pulse.cli import request_or_exit
-from pulse.home import Paths
-from pulse.states import StatusExit
+from pulse.core.home import Paths
+from pulse.core.states import StatusExit
 
 
 def duration(seconds: float | None) -> str:

@@ -1,7 +1,7 @@
 """`pulsectl task add|list|show|close|give-up`: the work Pulse hands to agents.
 
 A task is its task-* events in events.db; these commands append them through the
-checked path (pulse.tasks.record), so an illegal move is refused with its reason
+checked path (pulse.agents.tasks.record), so an illegal move is refused with its reason
 and nothing is written. Exit codes: 0 done; 1 refused or no such task; 2 usage.
 """
 
@@ -16,7 +16,7 @@ from pulse.cli.app import Context, pass_ctx
 
 
 def _task_arg(ctx, param, value: str) -> str:
-    from pulse.tasks import parse_task_id
+    from pulse.agents.tasks import parse_task_id
     try:
         return parse_task_id(value)
     except ValueError as err:
@@ -32,23 +32,23 @@ def _fail(message: str, code: int = 1):
 
 
 def _writable(ctx: Context):
-    from pulse import store
+    from pulse.store import db
     if not ctx.home.is_dir():
         _fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
-    return store.open_events(ctx.paths.events_db)
+    return db.open_events(ctx.paths.events_db)
 
 
 def _readonly(ctx: Context):
-    from pulse import store
+    from pulse.store import db
     try:
-        return store.open_readonly(ctx.paths.events_db)
-    except store.StoreError as err:
+        return db.open_readonly(ctx.paths.events_db)
+    except db.StoreError as err:
         _fail(str(err))
 
 
 def _ring_tick(ctx: Context, reason: str) -> None:
     """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
-    from pulse import client, wire
+    from pulse.core import client, wire
     client.ring(ctx.paths, "wake", wire.Wake("pulsectl", reason))
 
 
@@ -76,7 +76,7 @@ def task() -> None:
 @pass_ctx
 def add(ctx: Context, project: str, title: str, prompt: str, priority: int) -> None:
     """Add a pending task; prints its id."""
-    from pulse import tasks
+    from pulse.agents import tasks
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
@@ -96,7 +96,7 @@ def list_(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
     """Every task, oldest first."""
     import msgspec
 
-    from pulse import tasks
+    from pulse.agents import tasks
     states = sorted(tasks.load_all(_readonly(ctx)).values(), key=lambda t: _number(t.id))
     chosen = [t for t in states if not statuses or t.status in statuses]
     if as_json:
@@ -116,10 +116,11 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     """One task: its fields and its history."""
     import msgspec
 
-    from pulse import store, tasks
+    from pulse.store import db
+    from pulse.agents import tasks
     from pulse.cli.pipeline import iso
     conn = _readonly(ctx)
-    history = store.task_history(conn, task)
+    history = db.task_history(conn, task)
     state = tasks.fold_tasks(history).get(task)
     if state is None:
         _fail(f"{task}: no such task")
@@ -144,7 +145,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
 
 
 def _record(ctx: Context, task: str, type: str, **data) -> None:
-    from pulse import tasks
+    from pulse.agents import tasks
     try:
         state = tasks.record(_writable(ctx), task, type, "pulsectl", **data)
     except tasks.IllegalTransition as err:

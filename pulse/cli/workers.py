@@ -12,9 +12,9 @@ import time
 
 import click
 
-from pulse import wire
+from pulse.core import wire
 from pulse.cli.app import Context, pass_ctx
-from pulse.states import WORKERS
+from pulse.core.states import WORKERS
 
 worker_arg = click.argument("worker", type=click.Choice(WORKERS))
 wait_opt = click.option("--wait", default=15.0, show_default=True, help="Seconds to wait for the outcome (0: don't).")
@@ -67,7 +67,7 @@ def start(ctx: Context, worker: str, wait: float) -> None:
 def stop(ctx: Context, worker: str | None, wait: float) -> None:
     """Stop WORKER and keep it stopped; without WORKER, stop pulsed itself (gracefully)."""
     if worker is None:
-        from pulse.client import daemon_pid
+        from pulse.core.client import daemon_pid
         pid = daemon_pid(ctx.paths)
         click.echo(ctx.request(wire.Shutdown()).message)
         deadline = time.monotonic() + wait

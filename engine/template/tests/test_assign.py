@@ -3,7 +3,7 @@
 import asyncio
 
 from pulse.engine.api import Effect, Snapshot
-from pulse.tasks import AgentCapabilityStats, PendingTasks, TaskState
+from pulse.agents.tasks import AgentCapabilityStats, PendingTasks, TaskState
 from rules.assign import assign, choose
 
 

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulse import objects, store
-from pulse.home import GIT_IDENTITY, Paths
+from pulse.store import db, objects
+from pulse.core.home import GIT_IDENTITY, Paths
 
 GATE_TIMEOUT_S = 120
 IMPORT_TIMEOUT_S = 30
@@ -47,7 +47,7 @@ class EngineDirError(Exception):
 
 
 @dataclass
-class Result:
+class Change:
     kind: str                 # promote | rollback
     before: str
     after: str
@@ -210,15 +210,15 @@ def restore_snapshot(paths: Paths, ref: str) -> None:
 # -- promote and rollback ---------------------------------------------------------------------------
 
 def _record(paths: Paths, type_: str, source: str, **data) -> int:
-    conn = store.open_events(paths.events_db)
+    conn = db.open_events(paths.events_db)
     try:
-        return store.append_events(conn, [store.now_event(type_, source, "engine", **data)])[0].id
+        return db.append_events(conn, [db.now_event(type_, source, "engine", **data)])[0].id
     finally:
         conn.close()
 
 
 def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None = None,
-            source: str = "pulsectl", message: str | None = None) -> Result:
+            source: str = "pulsectl", message: str | None = None) -> Change:
     """Merge staging into main behind the gate. deploy: staging must already be committed."""
     with locked(paths):
         if git(paths.engine, "status", "--porcelain"):
@@ -251,19 +251,19 @@ def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None =
         ref = snapshot(paths, after)
         event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
                            checks=checks)
-        return Result("promote", before, after, ref, event_id)
+        return Change("promote", before, after, ref, event_id)
 
 
-def last_promote(paths: Paths) -> store.Event | None:
-    conn = store.open_readonly(paths.events_db)
+def last_promote(paths: Paths) -> db.Event | None:
+    conn = db.open_readonly(paths.events_db)
     try:
-        promotes = store.read_events(conn, types=["promote"])
+        promotes = db.read_events(conn, types=["promote"])
     finally:
         conn.close()
     return promotes[-1] if promotes else None
 
 
-def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", reason: str = "operator") -> Result:
+def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", reason: str = "operator") -> Change:
     """Make main's tree that of `to` (default: main before the last promote), as a new commit."""
     with locked(paths):
         promoted = last_promote(paths)
@@ -291,13 +291,13 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
             restored = ref
         event_id = _record(paths, "rollback", source, before=before, after=after, to=target, reason=reason,
                            restored_snapshot=restored)
-        return Result("rollback", before, after, restored, event_id)
+        return Change("rollback", before, after, restored, event_id)
 
 
 def _snapshots_by_commit(paths: Paths) -> dict[str, str]:
-    conn = store.open_readonly(paths.events_db)
+    conn = db.open_readonly(paths.events_db)
     try:
-        return {e.data["after"]: e.data["snapshot"] for e in store.read_events(conn, types=["promote"])
+        return {e.data["after"]: e.data["snapshot"] for e in db.read_events(conn, types=["promote"])
                 if e.data.get("snapshot")}
     finally:
         conn.close()

@@ -11,7 +11,7 @@ task's history and returns the events to append, or raises IllegalTransition; th
 store runs it inside the BEGIN IMMEDIATE transaction that appends, so two writers
 can never both move a task from the same state. Everything here but
 `snapshot_extras` is pure (no I/O). The Structs a snapshot carries (TaskState,
-PendingTasks, AgentCapabilityStats) are wire messages, defined in pulse.wire.
+PendingTasks, AgentCapabilityStats) are wire messages, defined in pulse.core.wire.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 import msgspec
 
-from pulse.wire import AgentCapabilityStats, PendingTasks, TaskState
+from pulse.core.wire import AgentCapabilityStats, PendingTasks, TaskState
 
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
 SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
@@ -272,21 +272,21 @@ def snapshot_extras(conn, book: TaskBook | None = None) -> dict[str, Any]:
 
 def catch_up(conn, book: TaskBook, batch: int = 5_000) -> TaskBook:
     """Fold into `book` every task event committed since it last looked."""
-    from pulse import store
+    from pulse.store import db
     while True:
-        events = store.task_events(conn, after_id=book.last_id, limit=batch)
+        events = db.task_events(conn, after_id=book.last_id, limit=batch)
         book.fold(events)
         if len(events) < batch:
             return book
 
 
-# -- reading and writing events.db (the only I/O here; every statement is in pulse.store) -----------
+# -- reading and writing events.db (the only I/O here; every statement is in pulse.store.db) -----------
 
 def create(conn, project: str, title: str, prompt: str, priority: int = 0, source: str = "pulsectl") -> TaskState:
     """Append a task-created event under the next task id; returns the new task."""
-    from pulse import store
+    from pulse.store import db
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
-    ev = store.create_task_event(conn, lambda n: store.now_event("task-created", source, task_id(n), fields))
+    ev = db.create_task_event(conn, lambda n: db.now_event("task-created", source, task_id(n), fields))
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 
 
@@ -298,7 +298,7 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
 
     `run`: only if the task is held by that run (see current_run), so the end of one run can
     never land on the next one (an orphan settled late, say); the events carry it."""
-    from pulse import store
+    from pulse.store import db
     if run is not None:
         data = {**data, "run": run}
 
@@ -306,10 +306,10 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
         if run is not None and current_run(history, task) != run:
             raise IllegalTransition(f"{task}: not held by run {run}")
         ts = time.time()
-        return [store.now_event(t, source, task, d) for t, d in
+        return [db.now_event(t, source, task, d) for t, d in
                 decide(history, type, task, data, ts, source, max_failures)]
 
-    store.append_task_events(conn, task, decide_events)
+    db.append_task_events(conn, task, decide_events)
     return load(conn, task)
 
 
@@ -329,7 +329,7 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
     """A run of `agent` takes the task: task-assigned (from pending) and task-executing, both
     checked and appended in one transaction, each carrying `run`. A task already assigned to
     `agent` by someone else only gets task-executing. Raises IllegalTransition otherwise."""
-    from pulse import store
+    from pulse.store import db
 
     def decide_events(history: list) -> list:
         state = fold_tasks(history).get(task)
@@ -341,18 +341,18 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
         out, seen = [], list(history)
         for step in steps:
             for t, d in decide(seen, step, task, {**data, "agent": agent, "run": run}, time.time(), source):
-                ev = store.now_event(t, source, task, d)
+                ev = db.now_event(t, source, task, d)
                 out.append(ev)
                 seen.append(ev)
         return out
 
-    store.append_task_events(conn, task, decide_events)
+    db.append_task_events(conn, task, decide_events)
     return load(conn, task)
 
 
 def load(conn, task: str) -> TaskState | None:
-    from pulse import store
-    return fold_tasks(store.task_history(conn, task)).get(task)
+    from pulse.store import db
+    return fold_tasks(db.task_history(conn, task)).get(task)
 
 
 def load_all(conn) -> dict[str, TaskState]:

@@ -6,7 +6,7 @@ disk can never block its loop. It numbers its events and PUSHes them here
 (wire.Committed, over the heartbeat socket). A replaced writer gets again
 whatever was not acknowledged; the writer takes events strictly in sequence,
 picking up after what events.db already holds of this run of pulsed
-(`store.pulsed_committed_seq`), so every event is written exactly once.
+(`db.pulsed_committed_seq`), so every event is written exactly once.
 
 Lifecycle events come in bursts (a worker's exit, restart, start and ready
 within ~20 ms), so a batch is written COALESCE_S after its first event: one
@@ -25,21 +25,22 @@ import time
 import msgspec
 import zmq
 
-from pulse import store, wire
-from pulse.harness import Worker
-from pulse.states import EVENT_WRITER
+from pulse.store import db
+from pulse.core import wire
+from pulse.workers.harness import Worker
+from pulse.core.states import EVENT_WRITER
 
 BATCH = 512
 COALESCE_S = 0.05
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 5.0
 
 
-class EventLog(Worker):
+class EventWriter(Worker):
     name = EVENT_WRITER
 
     def open(self) -> None:
         self.conn: sqlite3.Connection | None = self.connect()
-        self.committed = store.pulsed_committed_seq(self.conn, self.spec.run)
+        self.committed = db.pulsed_committed_seq(self.conn, self.spec.run)
         self.reported: int | None = None      # the last `committed` pulsed was told
         self.gap_reported = False
         self.batch: list[wire.Event] = []
@@ -49,7 +50,7 @@ class EventLog(Worker):
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
 
     def connect(self) -> sqlite3.Connection:
-        conn = store.open_events(self.paths.events_db)
+        conn = db.open_events(self.paths.events_db)
         # Wait on a lock only briefly: longer ones are retried from the loop, which keeps heartbeating.
         conn.execute(f"PRAGMA busy_timeout = {self.config.timings.hung_after_ms // 4}")
         conn.execute("PRAGMA cache_size = -256")   # KiB: it only appends
@@ -77,7 +78,7 @@ class EventLog(Worker):
         try:
             if self.conn is None:
                 self.conn = self.connect()
-            store.append_events(self.conn, self.batch)
+            db.append_events(self.conn, self.batch)
         except (sqlite3.Error, OSError) as err:
             self.log.error("events.db: cannot commit %d lifecycle events (%s); retrying in %.2fs",
                            len(self.batch), err, self.retry_s)

@@ -25,10 +25,11 @@ import traceback
 import msgspec
 import zmq
 
-from pulse import rules as onion
-from pulse import store, wire
+from pulse.rules import onion as onion
+from pulse.store import db
+from pulse.core import wire
 from pulse.engine import loader
-from pulse.harness import Worker, drain, poke
+from pulse.workers.harness import Worker, drain, poke
 
 EXECUTOR_THREADS = 4
 
@@ -61,13 +62,13 @@ def short_traceback(err: BaseException, root: str) -> str:
     return f"{type(err).__name__}: {err}{where}"
 
 
-class Engine(Worker):
+class EngineWorker(Worker):
     name = "engine"
 
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
-        self.events = store.open_events(self.paths.events_db)
-        from pulse.enginedir import engine_root
+        self.events = db.open_events(self.paths.events_db)
+        from pulse.engine.repo import engine_root
         self.root = engine_root(self.paths)
         self.engine = loader.load(self.root)
         self.commit = loaded_commit(self.root)
@@ -87,9 +88,9 @@ class Engine(Worker):
         self.handlers[self.done_r] = self.on_executor_done
         self.runner = None
         if self.engine.watchers:
-            from pulse.watching import WatcherRunner
+            from pulse.sensing.runner import WatcherRunner
             self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
-            self.vitals = store.open_vitals(self.paths.vitals_db)
+            self.vitals = db.open_vitals(self.paths.vitals_db)
             self.runner = WatcherRunner(self.engine.watchers, vitals_conn=self.vitals, events_conn=self.events,
                                         wake_sock=self.wake, source="engine", config=self.config, log=self.log)
             # One dict for both: the runner adds and drops fds as it goes, and the harness follows them.
@@ -97,7 +98,7 @@ class Engine(Worker):
             self.handlers = self.runner.handlers
 
     def record_error(self, message: str, target: str = "engine", **data) -> None:
-        store.record_error(self.events, "engine", target, message, coalesce_s=self.config.store.error_coalesce_s,
+        db.record_error(self.events, "engine", target, message, coalesce_s=self.config.store.error_coalesce_s,
                            **data)
 
     # -- requests --------------------------------------------------------------------------------

@@ -21,8 +21,13 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from pulse import ballast, rules, store, survival, tasks, wire
-from pulse.harness import Worker
+from pulse.store import ballast
+from pulse.rules import onion
+from pulse.store import db
+from pulse.rules import survival
+from pulse.agents import tasks
+from pulse.core import wire
+from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
 HISTORY_SAMPLES = 20
@@ -194,13 +199,13 @@ class EngineClient:
             return False
 
 
-class Tick(Worker):
+class TickWorker(Worker):
     name = "tick"
 
     def open(self) -> None:
         t = self.config.timings
-        self.events = store.open_events(self.paths.events_db)
-        self.vitals = store.open_vitals(self.paths.vitals_db)
+        self.events = db.open_events(self.paths.events_db)
+        self.vitals = db.open_vitals(self.paths.vitals_db)
         self.wake = self.socket(zmq.PULL, self.paths.endpoint("wake"), bind=True, handler=self.on_wake)
         self.engine_sock = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1,
                                        MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)
@@ -214,7 +219,7 @@ class Tick(Worker):
         self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent])   # known before their first task
                           if tasks.SENSE_KEY in self.config.tick.sense else None)
         self.loop = asyncio.new_event_loop()
-        self.chain = rules.compose(survival.survival_rules(self.config), self.inner)
+        self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
         self.prev: wire.Snapshot | None = None
         self.next_tick = time.monotonic()
@@ -234,7 +239,7 @@ class Tick(Worker):
 
     def fold(self) -> None:
         while True:
-            batch = store.read_events(self.events, after_id=self.projections.last_id, limit=5_000)
+            batch = db.read_events(self.events, after_id=self.projections.last_id, limit=5_000)
             self.projections.fold(batch)
             if len(batch) < 5_000:
                 return
@@ -249,7 +254,7 @@ class Tick(Worker):
                 reply = wire.decode(self.control.recv(), wire.Reply)
                 engine = next(w for w in reply.status.workers if w.name == "engine")
                 promotes = self.projections.promotes
-                errors = store.engine_errors_since(self.events, promotes[-1].id if promotes else 0)
+                errors = db.engine_errors_since(self.events, promotes[-1].id if promotes else 0)
                 return wire.EngineHealth(engine.state, engine.restarts, errors, self.projections.engine_failed_at)
         except (zmq.ZMQError, wire.Malformed, StopIteration, AttributeError):
             pass
@@ -266,7 +271,7 @@ class Tick(Worker):
             pending_tasks=extras.get("pending-tasks"),
             agent_capability_stats=extras.get("agent-capability-stats", {}),
             tick=self.count, ts=now,
-            vitals=store.latest_vitals(self.vitals, self.config.tick.sense),
+            vitals=db.latest_vitals(self.vitals, self.config.tick.sense),
             pending=list(p.pending.values()),
             outcomes={target: list(q) for target, q in p.outcomes.items()},
             engine=self.engine_state(),
@@ -276,9 +281,9 @@ class Tick(Worker):
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
-            history={key: store.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
+            history={key: db.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
 
-    async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> rules.RuleResult:
+    async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
         if curr.engine.state != "running":
             self.inner_note = f"engine {curr.engine.state}; skipped"
@@ -297,7 +302,7 @@ class Tick(Worker):
 
     def inner_error(self, message: str) -> None:
         self.inner_note, self.inner_failed = message, True
-        store.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
+        db.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
 
     def run_tick(self) -> None:
         t = self.config.timings
@@ -312,20 +317,20 @@ class Tick(Worker):
             effects, tick_ms, problem = [], None, f"rule chain raised {type(err).__name__}: {err}"
             self.log.exception("rule chain raised")
         if problem:
-            store.record_error(self.events, "tick", None, problem, coalesce_s=self.config.store.error_coalesce_s)
+            db.record_error(self.events, "tick", None, problem, coalesce_s=self.config.store.error_coalesce_s)
             effects = []
         tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
         now = time.time()
-        committed = [store.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
+        committed = [db.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
         duration_ms = round((time.monotonic() - started) * 1000, 2)
         record = dict(n=self.count, effects=len(committed), tick_ms=tick_ms, inner=self.inner_note,
                       duration_ms=duration_ms, started_mono=started)
         # Every tick is a vital (kept 24 h); only a tick that did something, or whose engine
         # call went wrong, is also an event: events.db is never compacted.
         notable = committed or self.inner_failed
-        self.commit_tick(committed, [store.now_event("tick", "tick", None, record)] if notable else [])
+        self.commit_tick(committed, [db.now_event("tick", "tick", None, record)] if notable else [])
         try:
-            store.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
+            db.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
         except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
             self.log.warning("could not record tick %d in vitals.db: %s", self.count, err)
         if time.monotonic() - self.ballast_checked > BALLAST_CHECK_S and self.disk_has_room(curr):
@@ -345,7 +350,7 @@ class Tick(Worker):
         A commit that still fails loses this tick's effects, not the tick: the next tick decides again."""
         for attempt in (1, 2):
             try:
-                store.commit_effects(self.events, effects, "tick", events=events,
+                db.commit_effects(self.events, effects, "tick", events=events,
                                      observe_only=self.config.observe_only)
                 return
             except sqlite3.OperationalError as err:

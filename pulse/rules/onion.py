@@ -3,7 +3,7 @@
 A rule is `rule(prev, curr, inner) -> (effects, tick_ms)`, plain or async (see
 pulse.engine.api). `compose(rules, innermost)` nests them, outermost first, and
 returns the chain as a coroutine function. The tick composes the survival rules
-(pulse.survival) around the engine's business chain, reached over RPC; the
+(pulse.rules.survival) around the engine's business chain, reached over RPC; the
 engine composes the agent's rules around `nothing`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Awaitable, Callable, Sequence
 
-from pulse.wire import Effect, Snapshot
+from pulse.core.wire import Effect, Snapshot
 
 RuleResult = tuple[list[Effect], int | None]
 Inner = Callable[[Snapshot | None, Snapshot], Awaitable[RuleResult]]

@@ -9,9 +9,9 @@ import time
 import urllib.error
 import urllib.request
 
-from pulse.config import Notify
-from pulse.executors import Context, EffectFailed, run_process, tail
-from pulse.wire import Effect
+from pulse.core.config import Notify
+from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
+from pulse.core.wire import Effect
 
 log = logging.getLogger("pulse.executor")
 
@@ -26,14 +26,14 @@ def channel_label(channel: Notify, index: int) -> str:
     return channel.name or f"{channel.kind}#{index}"
 
 
-def notify_log(channel: Notify, payload: dict, ctx: Context) -> str:
+def notify_log(channel: Notify, payload: dict, ctx: EffectContext) -> str:
     level = logging.getLevelName(str(payload.get("level", "info")).upper())
     log.log(level if isinstance(level, int) else logging.WARNING, "notify: %s",
             json.dumps(payload, default=str, sort_keys=True))
     return "logged"
 
 
-def notify_file(channel: Notify, payload: dict, ctx: Context) -> str:
+def notify_file(channel: Notify, payload: dict, ctx: EffectContext) -> str:
     line = (json.dumps(payload, default=str, sort_keys=True) + "\n").encode()
     fd = os.open(channel.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -54,7 +54,7 @@ def post_json(url: str, body: bytes, headers: dict, timeout_s: float) -> int:
         return err.code
 
 
-def notify_webhook(channel: Notify, payload: dict, ctx: Context) -> str:
+def notify_webhook(channel: Notify, payload: dict, ctx: EffectContext) -> str:
     """POST, retried on 5xx, 408, 429 and network errors with doubling backoff, within the effect's deadline."""
     body = json.dumps(payload, default=str).encode()
     problem = "no attempt"
@@ -79,7 +79,7 @@ def notify_webhook(channel: Notify, payload: dict, ctx: Context) -> str:
     raise RuntimeError(problem)
 
 
-def notify_command(channel: Notify, payload: dict, ctx: Context) -> str:
+def notify_command(channel: Notify, payload: dict, ctx: EffectContext) -> str:
     stdin = (json.dumps(payload, default=str) + "\n").encode()
     code, output, timed_out = run_process(channel.argv, ctx, stdin_data=stdin, timeout_s=channel.timeout_s)
     if timed_out:
@@ -92,7 +92,7 @@ def notify_command(channel: Notify, payload: dict, ctx: Context) -> str:
 CHANNELS = {"log": notify_log, "file": notify_file, "webhook": notify_webhook, "command": notify_command}
 
 
-def run_notify(effect: Effect, ctx: Context) -> dict:
+def run_notify(effect: Effect, ctx: EffectContext) -> dict:
     wanted = effect.params.get("channels")
     channels = [(channel_label(c, i), c) for i, c in enumerate(ctx.config.notify)]
     if wanted is not None:

@@ -1,5 +1,5 @@
 """pulsed's side of its event log: number each lifecycle event, hold it until the event
-writer (pulse.eventlog, a process of its own) reports it committed, and send again
+writer (pulse.workers.eventwriter, a process of its own) reports it committed, and send again
 to a replacement writer whatever its predecessor never acknowledged.
 
 Nothing here waits: `put()` and `send()` hand frames to zmq without blocking, and
@@ -14,9 +14,9 @@ import collections
 
 import zmq
 
-from pulse import logs, wire
+from pulse.core import logs, wire
 
-log = logs.Log("pulse.eventlog")
+log = logs.Log("pulse.eventqueue")
 CAPACITY = 10_000
 
 

@@ -1,6 +1,6 @@
-"""Agent adapters: how one agent CLI runs one task (the `agent-run` effect, pulse.executors).
+"""Agent adapters: how one agent CLI runs one task (the `agent-run` effect, pulse.effects.kinds).
 
-An agent is a `[[agent]]` table in config.toml (pulse.config.Agent): a name, an adapter,
+An agent is a `[[agent]]` table in config.toml (pulse.core.config.Agent): a name, an adapter,
 an argv template, cwd, env, timeout_s and concurrency. An adapter turns a task plus that
 table into what to run (`invocation`), and what came out (exit code, output) into a result
 (`parse`). The executor does the rest: the checked task transitions, the process group,
@@ -94,7 +94,7 @@ class Invocation:
 
 
 @dataclass
-class Result:
+class AgentResult:
     ok: bool
     summary: dict[str, Any] = field(default_factory=dict)    # the task's result (task-acked), JSON-able
     error: str | None = None                                  # why it failed (task-failed)
@@ -122,7 +122,7 @@ class Adapter:
         env.update(PULSE_TASK_ID=task.id, PULSE_AGENT=agent.name, PULSE_WORKDIR=workdir)
         return Invocation(argv, env, workdir)
 
-    def parse(self, code: int | None, output: bytes, timed_out: bool) -> Result:
+    def parse(self, code: int | None, output: bytes, timed_out: bool) -> AgentResult:
         raise NotImplementedError
 
 
@@ -138,11 +138,11 @@ class CommandAdapter(Adapter):
     """Any CLI: exit code 0 means done; the result is the exit code and the tail of the output."""
     name = "command"
 
-    def parse(self, code: int | None, output: bytes, timed_out: bool) -> Result:
+    def parse(self, code: int | None, output: bytes, timed_out: bool) -> AgentResult:
         text = output.decode("utf-8", "replace")
         summary = {"code": code, "tail": text[-TAIL_CHARS:]}
         problem = _exit_problem(code, timed_out)
-        return Result(ok=problem is None, summary=summary, error=problem)
+        return AgentResult(ok=problem is None, summary=summary, error=problem)
 
 
 def _json_object(text: str) -> dict | None:
@@ -167,12 +167,12 @@ class ClaudeCodeAdapter(Adapter):
     default_argv = ["claude", "-p", "{prompt}", "--output-format", "json"]
     KEPT = ("session_id", "subtype", "num_turns", "duration_ms", "total_cost_usd")
 
-    def parse(self, code: int | None, output: bytes, timed_out: bool) -> Result:
+    def parse(self, code: int | None, output: bytes, timed_out: bool) -> AgentResult:
         text = output.decode("utf-8", "replace")
         obj = _json_object(text)
         problem = _exit_problem(code, timed_out)
         if obj is None:
-            return Result(ok=False, summary={"code": code, "tail": text[-TAIL_CHARS:]},
+            return AgentResult(ok=False, summary={"code": code, "tail": text[-TAIL_CHARS:]},
                           error=problem or "no JSON result in the output")
         result = obj.get("result")
         summary = {"code": code, "result": (result if isinstance(result, str) else json.dumps(result))[:SUMMARY_CHARS]
@@ -180,7 +180,7 @@ class ClaudeCodeAdapter(Adapter):
         if obj.get("is_error"):
             reported = f"the agent reported an error ({obj.get('subtype', 'is_error')})"
             problem = reported if problem is None else f"{reported}; {problem}"
-        return Result(ok=problem is None, summary=summary, error=problem)
+        return AgentResult(ok=problem is None, summary=summary, error=problem)
 
 
 BUILTIN: dict[str, type[Adapter]] = {"command": CommandAdapter, "claude-code": ClaudeCodeAdapter}
@@ -208,7 +208,7 @@ def load_adapter(name: str) -> Adapter:
     loaded = found[0].load()
     adapter = loaded() if isinstance(loaded, type) else loaded
     if not isinstance(adapter, Adapter):
-        raise LookupError(f"entry point {GROUP}:{name} is not a pulse.agents.Adapter")
+        raise LookupError(f"entry point {GROUP}:{name} is not a pulse.agents.adapters.Adapter")
     return adapter
 
 

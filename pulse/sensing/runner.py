@@ -49,11 +49,12 @@ from typing import Any, Callable, Sequence
 
 import zmq
 
-from pulse import ballast, store, wire
-from pulse.harness import drain, poke
-from pulse.config import Config
+from pulse.store import ballast, db
+from pulse.core import wire
+from pulse.workers.harness import drain, poke
+from pulse.core.config import Config
 from pulse.engine.api import Watcher
-from pulse.wire import Vital
+from pulse.core.wire import Vital
 
 MAX_THREADS = 32          # one per watcher up to this: a hung collect holds a thread, the others need theirs
 MIN_INTERVAL_S = 0.05     # a watcher asking for less (or for nonsense) would spin the loop
@@ -257,7 +258,7 @@ class WatcherRunner:
         if not vitals:
             return False
         try:
-            store.append_vitals(self.vitals_conn, vitals)
+            db.append_vitals(self.vitals_conn, vitals)
             return True
         except sqlite3.Error as err:
             if self.ballast is not None and ballast.is_full_disk(err) and ballast.release(self.ballast):
@@ -276,7 +277,7 @@ class WatcherRunner:
                 self._error(slot, f"after_sample: {describe(err)}", traceback=traceback.format_exc()[-MAX_TRACEBACK:])
 
     def _maybe_wake(self, slot: _Slot, vital: Vital) -> None:
-        window = store.vitals_window(self.vitals_conn, vital.key, time.time() - self.config.timings.wake_window_s)
+        window = db.vitals_window(self.vitals_conn, vital.key, time.time() - self.config.timings.wake_window_s)
         try:
             wake = bool(slot.watcher.should_wake(window))
         except Exception as err:
@@ -338,7 +339,7 @@ class WatcherRunner:
 
     def _record_error(self, target: str, message: str, **data) -> None:
         try:
-            event = store.record_error(self.events_conn, self.source, target, message,
+            event = db.record_error(self.events_conn, self.source, target, message,
                                        coalesce_s=self.config.store.error_coalesce_s, **data)
         except sqlite3.Error as err:
             self.log.error("%s: %s (and it could not be recorded: %s)", target, message, err)

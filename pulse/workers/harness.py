@@ -28,9 +28,9 @@ from typing import Callable
 
 import zmq
 
-from pulse import config as configmod
-from pulse import client, logs, procs, wire
-from pulse.home import Paths
+from pulse.core import config as configmod
+from pulse.core import client, logs, procs, wire
+from pulse.core.home import Paths
 
 log = logging.getLogger("pulse.harness")
 

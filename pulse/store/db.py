@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 import msgspec
 
-from pulse.wire import Effect, Event, Vital, now_event
+from pulse.core.wire import Effect, Event, Vital, now_event
 
 EVENTS_SCHEMA = 2
 VITALS_SCHEMA = 1
@@ -96,7 +96,7 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=True)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    # WAL is persistent: only a new file needs the switch, and pulse.home.ensure_home makes every
+    # WAL is persistent: only a new file needs the switch, and pulse.core.home.ensure_home makes every
     # store before the workers start. The switch takes a lock that SQLite refuses without waiting.
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
@@ -462,13 +462,13 @@ def recent_vitals(conn: sqlite3.Connection, key: str, n: int) -> list[Vital]:
 
 
 # -- tasks -------------------------------------------------------------------------------------------
-# A task is its task-* events (target = the task id). The transition table lives in pulse.tasks;
+# A task is its task-* events (target = the task id). The transition table lives in pulse.agents.tasks;
 # these functions run it inside the transaction that appends, so a check and its write are one.
 
 from collections.abc import Callable  # noqa: E402  (kept with the section it serves)
 
 TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
-              "task-given-up")   # the same as pulse.tasks.TYPES (store imports nothing of the task logic)
+              "task-given-up")   # the same as pulse.agents.tasks.TYPES (store imports nothing of the task logic)
 
 
 def _task_type_clause() -> str:

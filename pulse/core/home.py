@@ -155,8 +155,8 @@ def ensure_home(home: Path) -> list[str]:
     """Create whatever of the home is missing; returns what it made. Idempotent."""
     import subprocess
 
-    from pulse import config as configmod
-    from pulse import store
+    from pulse.core import config as configmod
+    from pulse.store import db
 
     made: list[str] = []
     if not home.exists():
@@ -174,7 +174,7 @@ def ensure_home(home: Path) -> list[str]:
             made.append(f"{folder}/")
     # Every store is made here, before any worker opens it: workers that create the same new file
     # at once race for its switch to WAL, and SQLite refuses the loser without waiting.
-    for db, open_store in ((paths.events_db, store.open_events), (paths.vitals_db, store.open_vitals)):
+    for db, open_store in ((paths.events_db, db.open_events), (paths.vitals_db, db.open_vitals)):
         if not db.exists():
             made.append(str(db))
         open_store(db).close()

@@ -12,9 +12,10 @@ import shutil
 import time
 from pathlib import Path
 
-from pulse import objects, store, wire
-from pulse.config import Config
-from pulse.home import Paths
+from pulse.store import db, objects
+from pulse.core import wire
+from pulse.core.config import Config
+from pulse.core.home import Paths
 
 
 def archive(params: dict, now: float | None = None) -> dict:
@@ -49,15 +50,15 @@ def cleanup(params: dict, paths: Paths, config: Config) -> dict:
                 removed += 1
     result: dict = {"removed": removed, "bytes": size}
     if params.get("vitals_gc"):
-        conn = store.open_vitals(paths.vitals_db)
+        conn = db.open_vitals(paths.vitals_db)
         try:
-            result["vitals_removed"] = store.gc_vitals(conn, time.time() - config.store.vitals_retention_h * 3600)
+            result["vitals_removed"] = db.gc_vitals(conn, time.time() - config.store.vitals_retention_h * 3600)
         finally:
             conn.close()
     if params.get("objects_gc"):
-        conn = store.open_readonly(paths.events_db)
+        conn = db.open_readonly(paths.events_db)
         try:
-            referenced = store.referenced_objects(conn)
+            referenced = db.referenced_objects(conn)
         finally:
             conn.close()
         result["objects_removed"] = len(objects.gc(paths.objects, referenced,
@@ -67,8 +68,8 @@ def cleanup(params: dict, paths: Paths, config: Config) -> dict:
 
 def restart_worker(name: str | None, paths: Paths) -> dict:
     """Ask pulsed to restart a worker (an operator-style restart: never counted as a crash)."""
-    from pulse import client
-    from pulse.states import WORKERS
+    from pulse.core import client
+    from pulse.core.states import WORKERS
     if name not in WORKERS:
         raise ValueError(f"no worker named {name!r}")
     try:
@@ -82,16 +83,16 @@ def restart_worker(name: str | None, paths: Paths) -> dict:
 
 def engine_rollback(params: dict, paths: Paths) -> dict:
     """Roll main back (through the one engine lock) and reload the engine."""
-    from pulse import enginedir
-    result = enginedir.rollback(paths, to=params.get("to"), source="executor",
+    from pulse.engine import repo
+    result = repo.rollback(paths, to=params.get("to"), source="executor",
                                 reason=params.get("rule") or params.get("reason") or "effect")
     return {"before": result.before, "after": result.after, **_reload(paths)}
 
 
 def engine_promote(params: dict, paths: Paths, config: Config) -> dict:
     """An agent-requested promote of its committed staging tree: the same gate, the same lock."""
-    from pulse import enginedir
-    result = enginedir.promote(paths, deploy=True, typecheck=config.engine.typecheck, source="executor",
+    from pulse.engine import repo
+    result = repo.promote(paths, deploy=True, typecheck=config.engine.typecheck, source="executor",
                                message=params.get("message"))
     return {"before": result.before, "after": result.after, "snapshot": result.snapshot, **_reload(paths)}
 

@@ -44,7 +44,7 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     wake_window_s: float = 60                 # what should_wake() sees
 
 
-class Log(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class LogSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     level: Literal["debug", "info", "warning", "error"] = "info"
     max_bytes: int = 10 * 1024 * 1024         # pulse.log rotates at this size ...
     backups: int = 5                          # ... keeping this many old files
@@ -87,7 +87,7 @@ class NetworkTarget(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout_s: float = 5
 
 
-class ErrorLog(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class ErrorLogWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A log file tailed for keywords (across rotation and truncation)."""
     name: str
     path: str
@@ -101,10 +101,10 @@ class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     disk_pct: float = 90
     disk_path: str = "/"
     network: list[NetworkTarget] = msgspec.field(default_factory=list)   # none on a fresh install
-    error_log: list[ErrorLog] = msgspec.field(default_factory=list)
+    error_log: list[ErrorLogWatch] = msgspec.field(default_factory=list)
 
 
-class Tick(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
@@ -156,7 +156,7 @@ class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents)."""
+    """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents.adapters)."""
     name: str
     adapter: str = "command"                  # command | claude-code | a `pulse.adapters` entry point
     # argv template, never a shell string; placeholders per element: {prompt} {task_id} {title}
@@ -176,10 +176,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
     observe_only: bool = False                # record what the rules would do as effect-expired, run nothing
     timings: Timings = msgspec.field(default_factory=Timings)
-    log: Log = msgspec.field(default_factory=Log)
+    log: LogSettings = msgspec.field(default_factory=LogSettings)
     engine: EngineLimits = msgspec.field(default_factory=EngineLimits)
     watch: Watch = msgspec.field(default_factory=Watch)
-    tick: Tick = msgspec.field(default_factory=Tick)
+    tick: TickSettings = msgspec.field(default_factory=TickSettings)
     allow: Allow = msgspec.field(default_factory=Allow)
     store: Store = msgspec.field(default_factory=Store)
     survival: Survival = msgspec.field(default_factory=Survival)
@@ -315,24 +315,24 @@ def validate_agents(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: $.tasks.max_failures must be at least 1")
     if not config.agent:
         return
-    from pulse import agents       # only with agents configured: it reads entry points (names only)
+    from pulse.agents import adapters       # only with agents configured: it reads entry points (names only)
     for i, agent in enumerate(config.agent):
         where = f"{origin}: $.agent[{i}]"
         if not agent.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", agent.name):
             raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol)")
         for j, arg in enumerate(agent.argv or []):
             try:
-                agents.placeholders(arg)
+                adapters.placeholders(arg)
             except ValueError as err:
                 raise ConfigError(f"{where}.argv[{j}]: {err}") from None
         for key, value in agent.env.items():
             try:
-                agents.placeholders(value)
+                adapters.placeholders(value)
             except ValueError as err:
                 raise ConfigError(f"{where}.env.{key}: {err}") from None
         if agent.cwd is not None:
             try:
-                agents.placeholders(agent.cwd, agents.CWD_PLACEHOLDERS)
+                adapters.placeholders(agent.cwd, adapters.CWD_PLACEHOLDERS)
             except ValueError as err:
                 raise ConfigError(f"{where}.cwd: {err}") from None
         if agent.argv is not None and not agent.argv:
@@ -341,7 +341,7 @@ def validate_agents(config: Config, origin: str) -> None:
             raise ConfigError(f"{where}.timeout_s must lie within 0 … {MAX_AGENT_TIMEOUT_S} (exclusive of 0)")
         if agent.concurrency < 1:
             raise ConfigError(f"{where}.concurrency must be at least 1")
-        problem = agents.check_agent(agent)
+        problem = adapters.check_agent(agent)
         if problem:
             raise ConfigError(f"{where}.{problem}" if problem.startswith("adapter:") else f"{where}: {problem}")
     names = [a.name for a in config.agent]

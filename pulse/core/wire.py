@@ -174,7 +174,7 @@ class Lifecycle(msgspec.Struct, kw_only=True):
     corrective_streak: int = 0          # survival's own corrective effects failed in a row since
 
 
-# -- tasks, as a snapshot carries them (pulse.tasks folds them from events.db) ---------------------
+# -- tasks, as a snapshot carries them (pulse.agents.tasks folds them from events.db) ---------------------
 
 class TaskState(msgspec.Struct, kw_only=True):
     id: str
@@ -285,7 +285,7 @@ EngineReply = Pong | ChainResult | ExecutorResult
 class Spawn(msgspec.Struct, tag="spawn"):
     name: str
     start: int                  # how many times pulsed has started this worker, counting this one
-    config: bytes               # msgpack of pulse.config.Config, as pulsed has it now
+    config: bytes               # msgpack of pulse.core.config.Config, as pulsed has it now
     runtime: str
     home: str
     run: float = 0.0            # pulsed's run: the mono stamp of its supervisor-started event

@@ -19,7 +19,7 @@ Kinds and their params (every argv is a list, never a shell string):
                      its pidfile or match, never by a pid taken from the effect.
     noop             {}: for benchmarks and tests.
     agent-run        target = the task id; {"task_id": "task-7", "agent": "name"}: runs a configured
-                     [[agent]] on the task (see run_agent, pulse.agents). Not idempotent.
+                     [[agent]] on the task (see run_agent, pulse.agents.adapters). Not idempotent.
 
 Processes. `exec` and `notify` commands run in their own process group, which is
 recorded in the claim (ctx.started) before the executor waits on them, and die
@@ -64,10 +64,11 @@ from typing import Callable, Collection, Sequence
 
 import psutil
 
-from pulse import objects, repairs
-from pulse.config import Allow, Config, Process
-from pulse.home import Paths
-from pulse.wire import Effect
+from pulse.store import objects
+from pulse.effects import repairs
+from pulse.core.config import Allow, Config, Process
+from pulse.core.home import Paths
+from pulse.core.wire import Effect
 
 UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
@@ -92,7 +93,7 @@ class EffectFailed(Exception):
 
 
 @dataclass
-class Context:
+class EffectContext:
     """What an executor may use besides its effect."""
     config: Config
     objects: Path
@@ -179,7 +180,7 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def run_process(argv: Sequence[str], ctx: Context, *, env: dict | None = None, cwd: str | None = None,
+def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = None, cwd: str | None = None,
                 stdin_data: bytes | None = None, timeout_s: float | None = None) -> tuple[int | None, bytes, bool]:
     """Run argv in its own process group; (exit code or None, output, timed out).
 
@@ -340,11 +341,11 @@ def unit_name(process: str, effect_id: str) -> str:
 
 # -- the executors ----------------------------------------------------------------------------------------
 
-def run_noop(effect: Effect, ctx: Context) -> dict:
+def run_noop(effect: Effect, ctx: EffectContext) -> dict:
     return {}
 
 
-def run_exec(effect: Effect, ctx: Context) -> dict:
+def run_exec(effect: Effect, ctx: EffectContext) -> dict:
     params = effect.params
     argv = argv_param(params.get("argv"))
     if argv is None:
@@ -365,7 +366,7 @@ def run_exec(effect: Effect, ctx: Context) -> dict:
     return data
 
 
-def run_restart(effect: Effect, ctx: Context) -> dict:
+def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     process = configured_process(ctx.config, effect.target)
     if not process.restart:
         raise EffectFailed("bad-params", f"[[process]] {process.name!r} has no restart argv")
@@ -390,7 +391,7 @@ def run_restart(effect: Effect, ctx: Context) -> dict:
     return {"code": code, "argv": argv}
 
 
-def run_signal(effect: Effect, ctx: Context) -> dict:
+def run_signal(effect: Effect, ctx: EffectContext) -> dict:
     process = configured_process(ctx.config, effect.target)
     name = effect.params.get("signal", DEFAULT_SIGNAL)
     try:
@@ -416,37 +417,37 @@ def run_signal(effect: Effect, ctx: Context) -> dict:
 
 # survival's repairs ------------------------------------------------------------------------------------
 
-def run_archive(effect: Effect, ctx: Context) -> dict:
+def run_archive(effect: Effect, ctx: EffectContext) -> dict:
     return repairs.archive(effect.params)
 
 
-def run_cleanup(effect: Effect, ctx: Context) -> dict:
+def run_cleanup(effect: Effect, ctx: EffectContext) -> dict:
     return repairs.cleanup(effect.params, ctx.paths, ctx.config)
 
 
-def run_engine_rollback(effect: Effect, ctx: Context) -> dict:
+def run_engine_rollback(effect: Effect, ctx: EffectContext) -> dict:
     """Built in, never the engine's: a rollback is wanted exactly when the engine is broken."""
     return repairs.engine_rollback(effect.params, ctx.paths)
 
 
-def run_engine_promote(effect: Effect, ctx: Context) -> dict:
+def run_engine_promote(effect: Effect, ctx: EffectContext) -> dict:
     return repairs.engine_promote(effect.params, ctx.paths, ctx.config)
 
 
-def run_restart_worker(effect: Effect, ctx: Context) -> dict:
+def run_restart_worker(effect: Effect, ctx: EffectContext) -> dict:
     return repairs.restart_worker(effect.target, ctx.paths)
 
 
 def _beside(name: str):
     """Kinds whose code lives in a module of its own (it imports this one): notify, agent-run."""
     import importlib
-    return importlib.import_module(f"pulse.{name}")
+    return importlib.import_module(name)
 
 
-BUILTIN: dict[str, Callable[[Effect, Context], dict]] = {
-    "agent-run": lambda effect, ctx: _beside("agentrun").run_agent(effect, ctx),
+BUILTIN: dict[str, Callable[[Effect, EffectContext], dict]] = {
+    "agent-run": lambda effect, ctx: _beside("pulse.agents.agentrun").run_agent(effect, ctx),
     "exec": run_exec,
-    "notify": lambda effect, ctx: _beside("notify").run_notify(effect, ctx),
+    "notify": lambda effect, ctx: _beside("pulse.effects.notify").run_notify(effect, ctx),
     "restart-process": run_restart,
     "signal": run_signal,
     "noop": run_noop,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import zmq
 
-from pulse import wire
-from pulse.home import Paths
+from pulse.core import wire
+from pulse.core.home import Paths
 
 DEFAULT_TIMEOUT_S = 3.0
 

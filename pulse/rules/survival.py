@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from pulse.config import Config
-from pulse.rules import Inner, RuleResult, handled
-from pulse.wire import Effect, Outcome, Snapshot, Vital
+from pulse.core.config import Config
+from pulse.rules.onion import Inner, RuleResult, handled
+from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 
 NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
 

@@ -24,9 +24,9 @@ from typing import Any, Iterable
 
 import psutil
 
-from pulse import config as configmod
+from pulse.core import config as configmod
 from pulse.engine.api import Watcher
-from pulse.wire import Vital
+from pulse.core.wire import Vital
 
 
 def builtin_watchers(config: configmod.Config) -> list[Watcher]:
@@ -403,7 +403,7 @@ class ErrorLog(Watcher):
     """A log file from `[[watch.error_log]]`: keyword matches since the previous sample.
     Wakes the tick whenever the newest sample has matches."""
 
-    def __init__(self, log: configmod.ErrorLog, interval_ms: int):
+    def __init__(self, log: configmod.ErrorLogWatch, interval_ms: int):
         self.name = self.key = f"error-log:{log.name}"
         self.path = Path(log.path)
         self.keywords = list(log.keywords)

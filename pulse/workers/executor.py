@@ -6,7 +6,7 @@ The main loop (the harness's: it heartbeats, so nothing here may block it):
             Read the open effects; settle orphans (executing under a dead claimer); expire
             pending effects past their deadline; dispatch the rest, oldest first, keeping
             up to executor_concurrency in flight so a slow effect blocks nothing.
-  built-in  kinds (pulse.executors) go to a runner thread: claim (a transaction that fails if
+  built-in  kinds (pulse.effects.kinds) go to a runner thread: claim (a transaction that fails if
             someone claimed first), run with the effect's timeout, record acked or failed.
   engine    any other kind goes to the engine's executors (RunExecutor over the engine RPC,
             with an absolute deadline; replies matched by id, late ones dropped). It is claimed
@@ -31,7 +31,7 @@ its recorded process group (and awaiting it; still alive: left for the next scan
 Stopping (SIGTERM): the loop ends and the process exits. Effects still running die with it
 (PDEATHSIG) and the next executor settles them as orphans. Processes restart-process started
 detached are the exception by design: they are the restarted services, not leftovers, and must
-outlive Pulse (see pulse.executors).
+outlive Pulse (see pulse.effects.kinds).
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ from typing import Callable
 
 import zmq
 
-from pulse import agentrun, executors, store, wire
-from pulse.harness import Worker, drain, poke
+from pulse.agents import agentrun
+from pulse.effects import kinds
+from pulse.store import db
+from pulse.core import wire
+from pulse.workers.harness import Worker, drain, poke
 
 SOURCE = "executor"
 SCAN_LIMIT = 1_000               # open effects read per scan; more are picked up by the next ones
@@ -146,7 +149,7 @@ class Pool:
         while True:
             effect_id, job = self.jobs.get()
             try:
-                conn = conn or store.open_events(self.db_path, "FULL")
+                conn = conn or db.open_events(self.db_path, "FULL")
                 done = job(conn)
             except Exception:
                 log.exception("effect %s: the executor cannot go on", effect_id)
@@ -162,7 +165,7 @@ class EngineCall:
 
 # -- the worker --------------------------------------------------------------------------------------
 
-class Executor(Worker):
+class ExecutorWorker(Worker):
     name = "executor"
 
     def open(self) -> None:
@@ -174,7 +177,7 @@ class Executor(Worker):
         self.claimer = claimer_id()
         self.objects = getattr(self.paths, "objects", self.paths.home / "objects")
         self.process_names = {p.name for p in self.config.process}
-        self.db = store.open_events(self.paths.events_db, "FULL")   # the loop only reads with it
+        self.db = db.open_events(self.paths.events_db, "FULL")   # the loop only reads with it
 
         self.results: collections.deque[Done] = collections.deque()
         self.results_r, self.results_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -275,8 +278,8 @@ class Executor(Worker):
         self.next_scan = now + self.scan_s
         self.reap_detached()
         try:
-            executing = store.open_effects(self.db, "executing", limit=SCAN_LIMIT)
-            pending = store.open_effects(self.db, "pending", limit=SCAN_LIMIT)
+            executing = db.open_effects(self.db, "executing", limit=SCAN_LIMIT)
+            pending = db.open_effects(self.db, "pending", limit=SCAN_LIMIT)
         except sqlite3.OperationalError as err:     # e.g. busy while another process recovers the WAL
             self.log.warning("scan of events.db failed (%s); again at the next scan", err)
             return
@@ -302,7 +305,7 @@ class Executor(Worker):
         for effect in list(self.candidates.values()):
             if slots <= 0:
                 break
-            if effect.kind in executors.BUILTIN:
+            if effect.kind in kinds.BUILTIN:
                 if not agentrun.SLOTS.admit(effect, self.config):
                     continue                  # its agent runs at its concurrency: it stays pending
                 pool, job = self.runners, functools.partial(self.run_builtin, effect)
@@ -343,7 +346,7 @@ class Executor(Worker):
             self.ping = (request_id, now + self.rpc_deadline_s)
 
     def call_engine(self, effect: wire.Effect, now: float) -> None:
-        timeout = executors.effect_timeout(effect, self.config.timings.effect_timeout_s)
+        timeout = kinds.effect_timeout(effect, self.config.timings.effect_timeout_s)
         request_id = next(self.rpc_ids)
         if not self.send_engine(wire.RunExecutor(request_id, time.time() + timeout, effect)):
             # Nothing reached the engine, so nothing ran: the claim is undone, whatever the effect.
@@ -371,44 +374,44 @@ class Executor(Worker):
             # A notification that could not get out (the network may be what is down) waits in the
             # queue and is tried again, with backoff, until its deadline: queued, not lost.
             attempt = self.retries.get(effect.id, 0) + 1
-            if store.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
+            if db.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
                                             reason=f"retry later ({data.get('error')})"):
                 self.retries[effect.id] = attempt
                 self.retry_at[effect.id] = time.monotonic() + min(RETRY_BASE_S * 2 ** (attempt - 1), RETRY_MAX_S)
                 return Done(effect.id, "requeued")
-        ended = store.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
+        ended = db.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
         if ended and state == "failed":
             self.log.warning("%s effect %s failed: %s", effect.kind, effect.id, data.get("error"))
         return Done(effect.id, state if ended else "lost")
 
     def expire(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
-        ended = store.finish_effect(conn, effect.id, "expired", SOURCE, from_states=("pending",),
+        ended = db.finish_effect(conn, effect.id, "expired", SOURCE, from_states=("pending",),
                                     reason="deadline", deadline=effect.deadline)
         return Done(effect.id, "expired" if ended else "lost")
 
     def run_builtin(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():
             return self.expire(effect, conn)
-        refused = executors.refusal(effect, self.config.allow, self.process_names)
+        refused = kinds.refusal(effect, self.config.allow, self.process_names)
         if refused is not None:      # never claimed: it never ran
-            ended = store.finish_effect(conn, effect.id, "failed", SOURCE, from_states=("pending",),
+            ended = db.finish_effect(conn, effect.id, "failed", SOURCE, from_states=("pending",),
                                         reason="not-allowed", error=refused, origin=effect.origin)
             if ended:
                 self.log.warning("%s effect %s from %s refused: %s", effect.kind, effect.id, effect.origin, refused)
             return Done(effect.id, "failed" if ended else "lost")
-        if store.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
+        if db.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
             return Done(effect.id, "lost")
-        ctx = executors.Context(self.config, self.objects,
-                                executors.effect_timeout(effect, self.config.timings.effect_timeout_s),
+        ctx = kinds.EffectContext(self.config, self.objects,
+                                kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
                                 paths=self.paths,
-                                started=lambda pgid: store.record_pgid(conn, effect.id, pgid),
+                                started=lambda pgid: db.record_pgid(conn, effect.id, pgid),
                                 detached=self.detached.append)
         began = time.monotonic()
         try:
-            state, data = "acked", executors.BUILTIN[effect.kind](effect, ctx)
-        except executors.EffectFailed as failure:
+            state, data = "acked", kinds.BUILTIN[effect.kind](effect, ctx)
+        except kinds.EffectFailed as failure:
             state, data = "failed", {**failure.data, "reason": failure.reason, "error": failure.error}
-        except (sqlite3.Error, store.StoreError):
+        except (sqlite3.Error, db.StoreError):
             raise
         except Exception as err:     # a bug in an executor fails its effect, not the executor
             self.log.exception("%s effect %s raised", effect.kind, effect.id)
@@ -419,7 +422,7 @@ class Executor(Worker):
     def claim_for_engine(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():
             return self.expire(effect, conn)
-        claimed = store.claim_effect(conn, effect.id, self.claimer, SOURCE)
+        claimed = db.claim_effect(conn, effect.id, self.claimer, SOURCE)
         return Done(effect.id, "claimed", claimed) if claimed is not None else Done(effect.id, "lost")
 
     def finish_engine(self, effect: wire.Effect, reply, conn: sqlite3.Connection) -> Done:
@@ -442,23 +445,23 @@ class Executor(Worker):
             "reason": "engine-no-answer", "error": "no answer from the engine in time; not idempotent, not retried"})
 
     def unclaim(self, effect: wire.Effect, reason: str, conn: sqlite3.Connection) -> Done:
-        requeued = store.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE, reason)
+        requeued = db.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE, reason)
         return Done(effect.id, "requeued" if requeued else "lost")
 
     def settle_orphan(self, effect: wire.Effect, claimer: str | None, pgid: int | None,
                       conn: sqlite3.Connection) -> Done:
-        if pgid is not None and not executors.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):
+        if pgid is not None and not kinds.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):
             self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",
                              effect.id, pgid, claimer)
             return Done(effect.id, "kept")
         agentrun.settle_interrupted(effect, conn, self.config)   # agent-run: its task back to pending
         if effect.idempotent:
-            requeued = store.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
+            requeued = db.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
             if requeued:
                 self.log.info("%s effect %s interrupted (claimer %s died): runs again", effect.kind, effect.id,
                               claimer)
             return Done(effect.id, "requeued" if requeued else "lost")
-        ended = store.finish_claimed_effect(
+        ended = db.finish_claimed_effect(
             conn, effect.id, claimer, "failed", SOURCE, reason="interrupted", dead_claimer=claimer,
             error="interrupted: its executor died while it ran; not idempotent, so not run again")
         if ended:

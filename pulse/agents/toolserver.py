@@ -2,7 +2,7 @@
 
 Three layers, each usable without the one above it:
 
-- `PulseTools`: what each tool does (pulse.gate.TOOLS says what kind it is). Reads look at
+- `PulseTools`: what each tool does (pulse.agents.gate.TOOLS says what kind it is). Reads look at
   events.db, vitals.db, pulse.log and pulsed's status; writes commit an effect with origin
   `agent` (the executor checks it against [allow]), ring the executor, and return only once
   the effect has its terminal event. create_task writes Pulse's own state (a task-created
@@ -28,9 +28,13 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from pulse import client, gate, store, tasks, wire
-from pulse.config import Config
-from pulse.home import Paths
+from pulse.core import client
+from pulse.agents import gate
+from pulse.store import db
+from pulse.agents import tasks
+from pulse.core import wire
+from pulse.core.config import Config
+from pulse.core.home import Paths
 
 TERMINAL_EVENTS = ("effect-acked", "effect-failed", "effect-expired")
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
@@ -152,7 +156,7 @@ class PulseTools:
         if process is None:
             raise ToolError("NOT_FOUND", f"{name!r} is not a configured [[process]]",
                             configured=[p.name for p in self.config.process])
-        from pulse.executors import find_processes   # the executor's own lookup: what restart and signal act on
+        from pulse.effects.kinds import find_processes   # the executor's own lookup: what restart and signal act on
         found = await self.to_thread(find_processes, process)
         return {"name": name, "alive": bool(found), "checked_at": time.time(),
                 "processes": [{"pid": p.pid, "cmdline": _cmdline(p), "started": _create_time(p)} for p in found],
@@ -175,11 +179,11 @@ class PulseTools:
 
     async def tool_vitals(self, key: str | None = None) -> dict:
         try:
-            conn = store.open_readonly(self.paths.vitals_db)
-        except store.StoreError as err:
+            conn = db.open_readonly(self.paths.vitals_db)
+        except db.StoreError as err:
             raise ToolError("NOT_FOUND", str(err)) from None
         try:
-            latest = store.latest_vitals(conn, [key] if key else ["*"])
+            latest = db.latest_vitals(conn, [key] if key else ["*"])
         finally:
             conn.close()
         return {"vitals": {k: {"ts": v.ts, "data": v.data} for k, v in sorted(latest.items())}}
@@ -188,15 +192,15 @@ class PulseTools:
                           limit: int | None = None) -> dict:
         limit = min(max(limit or 50, 1), 500)
         since_ts = _since(since) if since else None
-        last = store.last_event_id(self.events)
+        last = db.last_event_id(self.events)
         first = 0 if since_ts is not None else max(0, last - 5_000)   # bounded: the last 5,000 events at most
-        found = [e for e in store.read_events(self.events, after_id=first, types=(type,) if type else (),
+        found = [e for e in db.read_events(self.events, after_id=first, types=(type,) if type else (),
                                               since_ts=since_ts, limit=100_000)
                  if target is None or e.target == target]
         return {"events": [_event(e) for e in found[-limit:]]}
 
     async def tool_log_tail(self, worker: str | None = None, lines: int | None = None) -> dict:
-        from pulse.logs import log_files
+        from pulse.core.logs import log_files
         lines = min(max(lines or 50, 1), 500)
         tail: list[str] = []
         for path in log_files(self.paths.log_file):
@@ -205,13 +209,13 @@ class PulseTools:
         return {"lines": tail}
 
     async def tool_effect(self, id: str) -> dict:
-        state = store.effect_state(self.events, id)
+        state = db.effect_state(self.events, id)
         if state is None:
             raise ToolError("NOT_FOUND", f"no effect {id!r}")
         import msgspec
-        body = next((e for e, _ in store.list_effects(self.events, limit=1_000) if e.id == id), None)
+        body = next((e for e, _ in db.list_effects(self.events, limit=1_000) if e.id == id), None)
         # its terminal event comes after it was created: start the search there (ids grow with time)
-        after = max(0, store.first_id_since(self.events, body.created) - 1) if body else 0
+        after = max(0, db.first_id_since(self.events, body.created) - 1) if body else 0
         return {"id": id, "state": state, "effect": msgspec.to_builtins(body) if body else None,
                 "outcome": self._outcome(id, after)}
 
@@ -269,16 +273,16 @@ class PulseTools:
 
     async def _effect(self, effect: wire.Effect) -> dict:
         """Commit an effect of origin agent, ring the executor, wait for its terminal event."""
-        from pulse.client import daemon_pid
+        from pulse.core.client import daemon_pid
         if daemon_pid(self.paths) is None:
             raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", f"pulsed is not running on {self.paths.home}")
         t = self.config.timings
-        effect = store.new_effect(effect, "agent", t.effect_deadline_s)
-        mark = store.last_event_id(self.events)
-        store.commit_effects(self.events, [effect], "mcp")
+        effect = db.new_effect(effect, "agent", t.effect_deadline_s)
+        mark = db.last_event_id(self.events)
+        db.commit_effects(self.events, [effect], "mcp")
         client.ring(self.paths, "doorbell", wire.Doorbell("mcp"))
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
-        while (state := store.effect_state(self.events, effect.id)) in store.OPEN_STATES:
+        while (state := db.effect_state(self.events, effect.id)) in db.OPEN_STATES:
             if time.monotonic() >= give_up:
                 raise ToolError("EXECUTION_FAILED", f"effect {effect.id} still {state}; its outcome is unknown",
                                 acted=True, effect_id=effect.id)
@@ -296,7 +300,7 @@ class PulseTools:
 
     def _outcome(self, effect_id: str, after_id: int) -> dict | None:
         """The data of the effect's terminal event (requeued failures are not terminal)."""
-        for ev in store.read_events(self.events, after_id=after_id, types=TERMINAL_EVENTS, limit=100_000):
+        for ev in db.read_events(self.events, after_id=after_id, types=TERMINAL_EVENTS, limit=100_000):
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None
@@ -345,7 +349,7 @@ class GatedSession:
         self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", gate.TOOLS, clock)
 
     def record(self, *records: gate.Record) -> None:
-        store.append_events(self.tools.events, [store.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
+        db.append_events(self.tools.events, [db.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
 
     async def call(self, name: str, args: Any, operator: Operator | None = None) -> tuple[dict, str]:
         """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
@@ -425,7 +429,7 @@ def serve(paths: Paths, config: Config) -> None:
 
     from pulse import __version__
 
-    events = store.open_events(paths.events_db)
+    events = db.open_events(paths.events_db)
     tools = PulseTools(paths, config, events, anyio.to_thread.run_sync, anyio.sleep)
     session = GatedSession(tools)
 

@@ -12,10 +12,12 @@ import threading
 import time
 from pathlib import Path
 
-from pulse import agents, store, tasks
-from pulse.config import Agent, Config
-from pulse.executors import SOURCE, Context, EffectFailed, run_process, store_output
-from pulse.wire import Effect
+from pulse.agents import adapters
+from pulse.store import db
+from pulse.agents import tasks
+from pulse.core.config import Agent, Config
+from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
+from pulse.core.wire import Effect
 
 log = logging.getLogger("pulse.executor")
 
@@ -63,7 +65,7 @@ def configured_agent(config: Config, name: object) -> Agent:
 
 
 def _task_param(effect: Effect) -> str:
-    from pulse.tasks import parse_task_id
+    from pulse.agents.tasks import parse_task_id
     raw = effect.params.get("task_id", effect.target)
     try:
         return parse_task_id(str(raw)) if raw is not None else ""
@@ -71,7 +73,7 @@ def _task_param(effect: Effect) -> str:
         return ""
 
 
-def run_agent(effect: Effect, ctx: Context) -> dict:
+def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     """Run a configured agent on a task (params task_id, agent).
 
     One transaction moves the task pending → assigned → executing, each event carrying
@@ -91,11 +93,11 @@ def run_agent(effect: Effect, ctx: Context) -> dict:
     agent = configured_agent(ctx.config, effect.params.get("agent") or SLOTS.reserved(effect.id)
                              or next((a.name for a in ctx.config.agent), None))
     try:
-        adapter = agents.load_adapter(agent.adapter)
+        adapter = adapters.load_adapter(agent.adapter)
     except Exception as err:          # a third-party adapter may fail to import
         raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
     home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
-    conn = store.open_events(home / "events.db", "FULL")
+    conn = db.open_events(home / "events.db", "FULL")
     try:
         try:
             state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
@@ -116,7 +118,7 @@ def run_agent(effect: Effect, ctx: Context) -> dict:
         conn.close()
 
 
-def _end_run(conn, ctx: Context, task: str, run: str, type: str, **data) -> bool:
+def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -> bool:
     try:
         tasks.record(conn, task, type, SOURCE, ctx.config.tasks.max_failures, run=run, **data)
         return True
@@ -125,14 +127,14 @@ def _end_run(conn, ctx: Context, task: str, run: str, type: str, **data) -> bool
         return False
 
 
-def _run_agent_process(effect: Effect, ctx: Context, conn, agent: Agent, adapter, state, home: Path,
+def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, adapter, state, home: Path,
                        base: dict) -> dict:
     if agent.cwd is not None:
-        workdir = agents.substitute(agent.cwd, {"task_id": state.id, "agent": agent.name, "project": state.project})
+        workdir = adapters.substitute(agent.cwd, {"task_id": state.id, "agent": agent.name, "project": state.project})
     else:
         workdir = str(home / "work" / state.id)
         os.makedirs(workdir, mode=0o700, exist_ok=True)
-    invocation = adapter.invocation(agent, agents.Task(state.id, state.prompt, state.title, state.project), workdir)
+    invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project), workdir)
     limit = agent.timeout_s
     asked = effect.params.get("timeout_s")
     if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:

@@ -1,6 +1,6 @@
 """The watcher process: built-in watchers sense the host (Percept).
 
-It runs the built-in watchers (pulse.watchers) through a WatcherRunner, which
+It runs the built-in watchers (pulse.sensing.builtin) through a WatcherRunner, which
 writes their samples to vitals.db and rings the tick's wake socket when a
 watcher's should_wake says so. It also garbage-collects vitals.db by age.
 
@@ -17,10 +17,10 @@ import time
 
 import zmq
 
-from pulse import store
-from pulse.harness import Worker
-from pulse.watchers import builtin_watchers
-from pulse.watching import WatcherRunner
+from pulse.store import db
+from pulse.workers.harness import Worker
+from pulse.sensing.builtin import builtin_watchers
+from pulse.sensing.runner import WatcherRunner
 
 
 class VitalsGc:
@@ -51,7 +51,7 @@ class VitalsGc:
         if self.cutoff is None:
             self.cutoff, self.deleted = time.time() - self.retention_s, 0
         try:
-            n = store.gc_vitals_step(self.conn, self.cutoff, self.STEP_ROWS)
+            n = db.gc_vitals_step(self.conn, self.cutoff, self.STEP_ROWS)
         except sqlite3.Error as err:
             self.log.warning("vitals gc: %s; retrying in %d s", err, self.RETRY_S)
             self.due = now + self.RETRY_S
@@ -65,12 +65,12 @@ class VitalsGc:
         self.cutoff, self.due = None, now + self.EVERY_S
 
 
-class Watcher(Worker):
+class WatcherWorker(Worker):
     name = "watcher"
 
     def open(self) -> None:
-        self.vitals = store.open_vitals(self.paths.vitals_db)
-        self.events = store.open_events(self.paths.events_db)
+        self.vitals = db.open_vitals(self.paths.vitals_db)
+        self.events = db.open_events(self.paths.events_db)
         # Reconnect fast (10 ms, backing off to 200 ms): until the connection to the tick is up,
         # IMMEDIATE makes a wake fail instead of queueing, and the runner has to offer it again.
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1,

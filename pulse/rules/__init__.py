@@ -1,0 +1,5 @@
+"""Understand: rules composed as an onion.
+
+Modules: `onion` (composing rules around an innermost layer), `survival` (the survival
+rules, the onion's outer layers).
+"""
