@@ -68,8 +68,9 @@ def imported_modules(path: Path, top_level_only: bool) -> set[str]:
 
 
 # What core may reach above itself, inside a function only: config's checks of names that a higher
-# layer defines (an [[agent]]'s adapter and placeholders), done once when config is loaded.
-CORE_LAZY_IMPORTS = {"config.py": {"pulse.agents"}}
+# layer defines (an [[agent]]'s adapter and placeholders), done once when config is loaded; and
+# ensure_home making the stores, which runs in pulsectl init or pulsed's home-making child only.
+CORE_LAZY_IMPORTS = {"config.py": {"pulse.agents"}, "home.py": {"pulse.store"}}
 
 
 def test_core_imports_nothing_of_pulse_above_it():
