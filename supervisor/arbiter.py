@@ -41,7 +41,6 @@ def iso(wall: float) -> str:
 class Arbiter:
     def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
         self.paths, self.config, self.sink, self.notifier = paths, config, sink, notifier
-        self.config_bytes = configmod.encode(config)
         self.children = {name: Child(name) for name in SUPERVISED}
         self.stopped_by_operator = load_stopped(paths.workers_state) & set(WORKERS)
         self.started_mono = time.monotonic()
@@ -309,8 +308,8 @@ class Arbiter:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         if not again:
             child.starts += 1
-        spec = wire.Spawn(child.name, child.starts, self.config_bytes, str(self.paths.runtime), str(self.paths.home),
-                          self.run_mono)
+        spec = wire.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
+                          str(self.paths.runtime), str(self.paths.home), self.run_mono)
         sent = self.forkserver.spawn(spec, out_w)
         child.forkserver = self.forkserver
         os.close(out_w)
@@ -529,8 +528,8 @@ class Arbiter:
         except configmod.ConfigError as err:
             log.error("reload refused, keeping the running configuration: %s", err)
             return False, str(err)
-        affected = [n for n in SUPERVISED if configmod.worker_view(new, n) != configmod.worker_view(self.config, n)]
-        self.config, self.config_bytes = new, configmod.encode(new)
+        affected = configmod.changed_slices(self.config, new)
+        self.config = new
         logs.Log.level = logs.LEVELS[new.log.level]
         for name in affected:
             child = self.children[name]

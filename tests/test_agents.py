@@ -264,7 +264,8 @@ def test_agent_config_defaults_and_round_trip(tmp_path):
     assert config.load(again, {}) == loaded
     assert "# [[agent]]" in config.default_toml()
     assert config.decode(config.default_toml(), "default") == Config()
-    assert "agent" in config.WORKER_KEYS["executor"] and "tasks" in config.WORKER_KEYS["executor"]
+    executor = config.slice_of(loaded, "executor")
+    assert executor.agent == loaded.agent and executor.tasks.max_failures == 5
 
 
 def test_placeholders_are_substituted_per_element_and_never_reach_a_shell(tmp_path, fake):

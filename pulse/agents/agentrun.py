@@ -15,7 +15,7 @@ from pathlib import Path
 from pulse.agents import adapters
 from pulse.store import db
 from pulse.agents import tasks
-from pulse.core.config import Agent, Config
+from pulse.core.config import Agent, ExecutorConfig
 from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
 from pulse.core.wire import Effect
 
@@ -32,7 +32,7 @@ class AgentSlots:
         self.lock = threading.Lock()
         self.running: dict[str, str] = {}          # effect id → agent
 
-    def admit(self, effect: Effect, config: Config) -> bool:
+    def admit(self, effect: Effect, config: ExecutorConfig) -> bool:
         if effect.kind != "agent-run":
             return True
         wanted = effect.params.get("agent")
@@ -57,7 +57,7 @@ class AgentSlots:
 SLOTS = AgentSlots()
 
 
-def configured_agent(config: Config, name: object) -> Agent:
+def configured_agent(config: ExecutorConfig, name: object) -> Agent:
     for agent in config.agent:
         if agent.name == name:
             return agent
@@ -154,7 +154,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     return data
 
 
-def settle_interrupted(effect: Effect, conn, config: Config) -> None:
+def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     """Called by the executor when it settles an orphan (its claimer died), once the orphan's
     process group is gone and before the effect is put back or failed: what an interrupted
     effect of this kind leaves behind is undone. agent-run: the task goes back to pending

@@ -2,11 +2,13 @@
 
 Every default is stated here once. `load()` raises ConfigError with the key path
 (`$.timings.heartbeat_ms`) and what is wrong; pulsed turns that into exit 78.
+
+Each process reads one slice of it (`SLICES`, `SupervisorConfig`): pulsed sends a worker its
+slice alone, and a reload restarts exactly the workers whose slice changed (`changed_slices`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -189,32 +191,107 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
 
 
-# Which config each worker reads. A reload restarts a worker only when its part changed.
-WORKER_KEYS: dict[str, tuple[str, ...]] = {
-    "eventlog": ("timings.heartbeat_ms", "timings.hung_after_ms", "log.level"),
-    "watcher": ("timings.heartbeat_ms", "timings.watcher_interval_ms", "timings.wake_window_s", "log.level",
-                "watch", "process", "store"),
-    "tick": ("timings.heartbeat_ms", "timings.tick_ms", "timings.tick_ms_min", "timings.tick_ms_max",
-             "timings.engine_rpc_deadline_ms", "timings.effect_deadline_s", "log.level", "tick", "process",
-             "store", "survival", "agent"),
-    "executor": ("timings.heartbeat_ms", "timings.effect_deadline_s", "timings.effect_timeout_s",
-                 "timings.executor_concurrency", "timings.executor_scan_interval_ms",
-                 "timings.engine_rpc_deadline_ms", "log.level", "notify", "process", "allow", "store", "agent",
-                 "tasks"),
-    "engine": ("timings.heartbeat_ms", "timings.engine_rpc_deadline_ms", "timings.watcher_interval_ms",
-               "timings.wake_window_s", "engine", "log.level", "store"),
+# -- what each process reads -----------------------------------------------------------------------
+# Each worker declares the config it reads as one Struct of Config's own types (a table whole, or a
+# cut of one). pulsed sends a worker its slice and nothing else, so the worker cannot read what its
+# slice does not hold, and a reload restarts exactly the workers whose slice changed.
+
+def _cut(name: str, table: type[msgspec.Struct], keys: tuple[str, ...]) -> type[msgspec.Struct]:
+    """A Struct holding `keys` of `table`, typed as there."""
+    types = {f.name: f.type for f in msgspec.structs.fields(table)}
+    return msgspec.defstruct(name, [(k, types[k]) for k in keys], kw_only=True, frozen=True, module=__name__)
+
+
+EventWriterTimings = _cut("EventWriterTimings", Timings, ("heartbeat_ms", "hung_after_ms"))
+WatcherTimings = _cut("WatcherTimings", Timings, ("heartbeat_ms", "watcher_interval_ms", "wake_window_s"))
+TickTimings = _cut("TickTimings", Timings, ("heartbeat_ms", "tick_ms", "tick_ms_min", "tick_ms_max",
+                                            "engine_rpc_deadline_ms", "effect_deadline_s"))
+ExecutorTimings = _cut("ExecutorTimings", Timings, ("heartbeat_ms", "effect_deadline_s", "effect_timeout_s",
+                                                    "executor_concurrency", "executor_scan_interval_ms",
+                                                    "engine_rpc_deadline_ms"))
+EngineTimings = _cut("EngineTimings", Timings, ("heartbeat_ms", "engine_rpc_deadline_ms",
+                                                "watcher_interval_ms", "wake_window_s"))
+SupervisorTimings = _cut("SupervisorTimings", Timings, (
+    "restart_backoff_base_ms", "restart_backoff_max_ms", "healthy_reset_s", "intensity_restarts",
+    "intensity_period_s", "engine_retry_after_failed_s", "heartbeat_ms", "hung_after_ms", "ready_timeout_ms",
+    "stop_grace_ms"))
+EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
+PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
+
+
+class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: EventWriterTimings
+    log: LogSettings
+
+
+class WatcherConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: WatcherTimings
+    log: LogSettings
+    watch: Watch
+    process: list[Process]
+    store: Store
+
+
+class TickConfig(msgspec.Struct, kw_only=True, frozen=True):
+    observe_only: bool
+    timings: TickTimings
+    log: LogSettings
+    tick: TickSettings
+    watch: Watch                  # errorEscalate and networkWatchdog act on what is watched
+    process: list[Process]
+    store: Store
+    survival: Survival
+    agent: list[Agent]
+
+
+class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: ExecutorTimings
+    log: LogSettings
+    allow: Allow
+    process: list[Process]
+    notify: list[Notify]
+    agent: list[Agent]
+    tasks: Tasks
+    store: Store
+    engine: PromoteChecks         # the engine-promote effect runs the promote checks
+
+
+class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: EngineTimings
+    log: LogSettings
+    engine: EngineProcessLimits
+    store: Store
+
+
+class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
+    """What pulsed itself reads; a reload applies it in place."""
+    timings: SupervisorTimings
+    log: LogSettings
+
+
+SLICES: dict[str, type[msgspec.Struct]] = {
+    "eventlog": EventWriterConfig, "watcher": WatcherConfig, "tick": TickConfig,
+    "executor": ExecutorConfig, "engine": EngineConfig,
 }
 
 
-def worker_view(config: Config, worker: str) -> tuple:
-    """The values of `config` that `worker` depends on."""
-    out = []
-    for path in WORKER_KEYS[worker]:
-        value: object = config
-        for part in path.split("."):
-            value = getattr(value, part)
-        out.append(msgspec.to_builtins(value))
-    return tuple(out)
+def slice_of(config: Config, worker: str) -> msgspec.Struct:
+    """The part of `config` that `worker` reads (`supervisor` for pulsed's own)."""
+    kind = SupervisorConfig if worker == "supervisor" else SLICES[worker]
+    return msgspec.convert(msgspec.to_builtins(config), kind)
+
+
+def encode_slice(config: Config, worker: str) -> bytes:
+    return msgspec.msgpack.encode(slice_of(config, worker))
+
+
+def decode_slice(worker: str, data: bytes) -> msgspec.Struct:
+    return msgspec.msgpack.decode(data, type=SLICES[worker])
+
+
+def changed_slices(old: Config, new: Config) -> list[str]:
+    """The workers a reload from `old` to `new` must restart."""
+    return [name for name in SLICES if slice_of(old, name) != slice_of(new, name)]
 
 
 def env_overrides(environ: os._Environ | dict) -> dict[str, object]:
@@ -365,70 +442,19 @@ def load(path: Path, environ: os._Environ | dict = os.environ) -> Config:
     return validate(config, origin)
 
 
-def encode(config: Config) -> bytes:
-    return msgspec.msgpack.encode(config)
-
-
-def from_bytes(data: bytes) -> Config:
-    return msgspec.msgpack.decode(data, type=Config)
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)   # a JSON string is a valid TOML basic string
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if value is None:
-        raise TypeError("TOML has no null")
-    raise TypeError(f"no TOML form for {value!r}")
-
-
-def _toml_table(name: str, table: dict, header: str) -> list[str]:
-    lines = ["", header]
-    nested: list[tuple[str, object]] = []
-    for key, value in table.items():
-        if value is None:
-            continue
-        if isinstance(value, dict) and key not in ("env", "headers"):
-            nested.append((key, value))
-        elif isinstance(value, list) and value and isinstance(value[0], dict):
-            nested.append((key, value))
-        elif isinstance(value, dict):
-            lines.append(f"{key} = {{{', '.join(f'{json.dumps(k)} = {_toml_value(v)}' for k, v in value.items())}}}")
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, value in nested:
-        lines += _toml_entry(f"{name}.{key}", value)
-    return lines
-
-
-def _toml_entry(name: str, value: object) -> list[str]:
+def _without_none(value: object) -> object:
+    """TOML has no null: an unset optional key is simply absent."""
     if isinstance(value, dict):
-        return _toml_table(name, value, f"[{name}]")
-    out: list[str] = []
-    for item in value:
-        out += _toml_table(name, item, f"[[{name}]]")
-    return out
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def to_toml(config: Config) -> str:
-    """TOML text for `config` (msgspec only decodes TOML without an extra package)."""
-    lines: list[str] = []
-    tables: list[tuple[str, object]] = []
-    for key, value in msgspec.to_builtins(config).items():
-        if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
-            tables.append((key, value))
-        elif isinstance(value, list) and not value:
-            continue   # an empty array of tables has no TOML form; absence means empty
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, value in tables:
-        lines += _toml_entry(name, value)
-    return "\n".join(lines) + "\n"
+    """TOML text for `config` (tomli-w: imported here, so pulsed and the workers never load it)."""
+    import tomli_w
+    return tomli_w.dumps(_without_none(msgspec.to_builtins(config)))
 
 
 def default_toml() -> str:

@@ -285,7 +285,7 @@ EngineReply = Pong | ChainResult | ExecutorResult
 class Spawn(msgspec.Struct, tag="spawn"):
     name: str
     start: int                  # how many times pulsed has started this worker, counting this one
-    config: bytes               # msgpack of pulse.core.config.Config, as pulsed has it now
+    config: bytes               # msgpack of the worker's slice of the config (pulse.core.config.SLICES)
     runtime: str
     home: str
     run: float = 0.0            # pulsed's run: the mono stamp of its supervisor-started event

@@ -66,7 +66,7 @@ import psutil
 
 from pulse.store import objects
 from pulse.effects import repairs
-from pulse.core.config import Allow, Config, Process
+from pulse.core.config import Allow, ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect
 
@@ -95,7 +95,7 @@ class EffectFailed(Exception):
 @dataclass
 class EffectContext:
     """What an executor may use besides its effect."""
-    config: Config
+    config: ExecutorConfig
     objects: Path
     timeout_s: float                                            # this effect may run this long
     paths: Paths | None = None                                  # the home, for the repairs that act on it
@@ -300,7 +300,7 @@ def _alive(proc: psutil.Process) -> bool:
 
 # -- configured processes ------------------------------------------------------------------------------
 
-def configured_process(config: Config, name: str | None) -> Process:
+def configured_process(config: ExecutorConfig, name: str | None) -> Process:
     for proc in config.process:
         if proc.name == name:
             return proc

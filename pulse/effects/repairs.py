@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pulse.store import db, objects
 from pulse.core import wire
-from pulse.core.config import Config
+from pulse.core.config import ExecutorConfig
 from pulse.core.home import Paths
 
 
@@ -36,7 +36,7 @@ def archive(params: dict, now: float | None = None) -> dict:
     return {"moved": moved, "bytes": size}
 
 
-def cleanup(params: dict, paths: Paths, config: Config) -> dict:
+def cleanup(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
     """Delete files matching the configured absolute glob patterns; gc vitals and objects."""
     removed = size = 0
     for pattern in params.get("patterns", []):
@@ -89,7 +89,7 @@ def engine_rollback(params: dict, paths: Paths) -> dict:
     return {"before": result.before, "after": result.after, **_reload(paths)}
 
 
-def engine_promote(params: dict, paths: Paths, config: Config) -> dict:
+def engine_promote(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
     """An agent-requested promote of its committed staging tree: the same gate, the same lock."""
     from pulse.engine import repo
     result = repo.promote(paths, deploy=True, typecheck=config.engine.typecheck, source="executor",

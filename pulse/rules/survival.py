@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from pulse.core.config import Config
+from pulse.core.config import TickConfig
 from pulse.rules.onion import Inner, RuleResult, handled
 from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 
@@ -83,7 +83,7 @@ def roll_back(curr: Snapshot, rule: str, to: str, reason: str, title: str) -> li
 
 # -- 1. panicRollback -------------------------------------------------------------------------------
 
-def panic_rollback(config: Config):
+def panic_rollback(config: TickConfig):
     """Survival's own repairs keep failing since a promote, and the engine changed since the last
     known good: roll back to it, notify, and bypass the inner chain this tick. Once per promote.
     It never fights processWatchdog, which keeps retrying on its own."""
@@ -104,7 +104,7 @@ def panic_rollback(config: Config):
 
 # -- 2. autoRollback --------------------------------------------------------------------------------
 
-def auto_rollback(config: Config):
+def auto_rollback(config: TickConfig):
     """Within the window after a promote, the new engine erred or crashed too often: roll back
     to the commit before the promote and notify. Once per promote."""
     s = config.survival
@@ -124,7 +124,7 @@ def auto_rollback(config: Config):
 
 # -- 3. processWatchdog -----------------------------------------------------------------------------
 
-def process_watchdog(config: Config):
+def process_watchdog(config: TickConfig):
     """A configured critical process is not alive: restart it.
 
     - Only a death newer than the last restart outcome counts, so a restart that is
@@ -165,7 +165,7 @@ def process_watchdog(config: Config):
 
 # -- 4. resourceGuard -------------------------------------------------------------------------------
 
-def resource_guard(config: Config):
+def resource_guard(config: TickConfig):
     """Memory or disk above its threshold: archive old agent session files and clean up (temp
     patterns, vitals gc, objects gc). Never touches events.db. One round per cooldown; a full
     disk is also a notification."""
@@ -200,7 +200,7 @@ def resource_guard(config: Config):
 
 # -- 5. llmWatchdog ---------------------------------------------------------------------------------
 
-def llm_watchdog(config: Config):
+def llm_watchdog(config: TickConfig):
     """The LLM endpoint's health check failed fail_after times in a row: restart it; notify if
     the restart does not bring it back. Inactive when no endpoint is configured."""
     llm = config.survival.llm
@@ -230,7 +230,7 @@ def llm_watchdog(config: Config):
 
 # -- 6. networkWatchdog -----------------------------------------------------------------------------
 
-def network_watchdog(config: Config):
+def network_watchdog(config: TickConfig):
     """DNS or outbound HTTP down: notify once when it goes down and once when it recovers, no
     storm in between (the notifications wait for the network in the queue)."""
     names = [t.name for t in config.watch.network if config.survival.llm is None or t.name != config.survival.llm.target]
@@ -257,7 +257,7 @@ def network_watchdog(config: Config):
 
 # -- 7. errorEscalate -------------------------------------------------------------------------------
 
-def error_escalate(config: Config):
+def error_escalate(config: TickConfig):
     """Keyword matches in a watched log: notify (rate-limited), and tick faster while they keep coming.
 
     A sample counts the matches since the sample before, so the rule reads every sample since
@@ -284,7 +284,7 @@ def error_escalate(config: Config):
     return rule
 
 
-def engine_failed_notice(config: Config):
+def engine_failed_notice(config: TickConfig):
     """Pulse notifies about itself: the engine went `failed` (once per failure)."""
     @_named("engine_failed_notice")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
@@ -297,7 +297,7 @@ def engine_failed_notice(config: Config):
     return rule
 
 
-def escalation_notice(config: Config):
+def escalation_notice(config: TickConfig):
     """Pulse notifies about itself: it escalated (a core worker crash-looped, pulsed exited so the
     service manager would restart it). Said by the next pulsed's tick, once per escalation."""
     @_named("escalation_notice")
@@ -310,14 +310,14 @@ def escalation_notice(config: Config):
     return rule
 
 
-def survival_rules(config: Config) -> list:
+def survival_rules(config: TickConfig) -> list:
     """Outermost first."""
     return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
             llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config),
             escalation_notice(config)]
 
 
-def counted_keys(config: Config) -> list[str]:
+def counted_keys(config: TickConfig) -> list[str]:
     """Vital keys whose recent samples the snapshot carries: llmWatchdog counts failures in a row,
     errorEscalate adds up the matches of every sample since the last tick."""
     keys = [f"error-log:{e.name}" for e in config.watch.error_log]

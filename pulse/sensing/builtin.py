@@ -29,7 +29,7 @@ from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
 
 
-def builtin_watchers(config: configmod.Config) -> list[Watcher]:
+def builtin_watchers(config: configmod.WatcherConfig) -> list[Watcher]:
     """One watcher per key: the host, each configured process, network target and log file."""
     interval = config.timings.watcher_interval_ms
     return [

@@ -52,7 +52,7 @@ import zmq
 from pulse.store import ballast, db
 from pulse.core import wire
 from pulse.workers.harness import drain, poke
-from pulse.core.config import Config
+from pulse.core.config import EngineConfig, WatcherConfig
 from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
 
@@ -121,7 +121,7 @@ class WatcherRunner:
     runner dropped must leave the poll set before the next poll."""
 
     def __init__(self, watchers: Sequence[Watcher], *, vitals_conn: sqlite3.Connection,
-                 events_conn: sqlite3.Connection, wake_sock: zmq.Socket, source: str, config: Config,
+                 events_conn: sqlite3.Connection, wake_sock: zmq.Socket, source: str, config: WatcherConfig | EngineConfig,
                  log: logging.Logger, ballast_path: Path | None = None):
         self.vitals_conn, self.events_conn, self.wake_sock = vitals_conn, events_conn, wake_sock
         self.ballast = ballast_path   # released when the disk is full, so the vital saying so still lands

@@ -54,7 +54,8 @@ class Worker:
     name = "worker"
     commit: str | None = None   # reported in Ready: what code this worker runs, where that varies
 
-    def __init__(self, ctx: zmq.Context, paths: Paths, config: configmod.Config, spec: wire.Spawn):
+    def __init__(self, ctx: zmq.Context, paths: Paths, config, spec: wire.Spawn):
+        # config: this worker's slice (pulse.core.config.SLICES), never the whole Config
         self.ctx, self.paths, self.config, self.spec = ctx, paths, config, spec
         self.handlers: dict[object, Callable[[], None]] = {}   # zmq socket or fd → called when readable
         self.log = logging.getLogger(f"pulse.{self.name}")
@@ -184,7 +185,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    config = configmod.from_bytes(spec.config)
+    config = configmod.decode_slice(spec.name, spec.config)   # all this worker may read
     setup_logging(config.log.level)
     faults = injected_faults(spec.name, spec.start, os.environ.get("PULSE_TEST_INJECT"))
     if faults:
