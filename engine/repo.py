@@ -137,12 +137,14 @@ import json, sys
 from pathlib import Path
 from pulse.engine import loader
 engine = loader.load(Path(sys.argv[1]))
-print(json.dumps([{"file": e.file, "line": e.line, "error": e.error} for e in engine.errors]))
+print(json.dumps({"errors": [{"file": e.file, "line": e.line, "error": e.error} for e in engine.errors],
+                  "kinds": sorted(engine.executors)}))
 """
 
 
-def check_imports(tree: Path) -> None:
-    """Load the engine in a throwaway process: agent code never runs in ours."""
+def probe(tree: Path) -> dict:
+    """Load the engine in a throwaway process (agent code never runs in ours): its load errors and
+    the effect kinds its executors declare."""
     try:
         proc = subprocess.run([sys.executable, "-P", "-c", _IMPORT_PROBE, str(tree)], cwd=tree,
                               capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
@@ -150,7 +152,11 @@ def check_imports(tree: Path) -> None:
         raise EngineDirError("import", f"importing the engine took longer than {IMPORT_TIMEOUT_S}s") from None
     if proc.returncode != 0:
         raise EngineDirError("import", f"the import probe exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
-    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_imports(tree: Path) -> None:
+    errors = probe(tree)["errors"]
     if errors:
         first = errors[0]
         raise EngineDirError("import", first["error"], first["file"], first["line"])

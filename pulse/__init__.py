@@ -7,7 +7,7 @@ The folders are the layers (docs/architecture.md draws them):
                 engine, eventwriter)
     sensing/    the built-in sensors (builtin) and the runner that samples them (runner)
     rules/      the onion (onion) and the survival rules (survival)
-    effects/    the effect kinds and what they do (kinds, notify, repairs)
+    effects/    the effect kinds and what they do (registry, kinds, notify, repairs)
     store/      persistence: every SQL statement (db), blobs (objects), the disk ballast (ballast)
     agents/     tasks for agents and their safety gate (tasks, adapters, agentrun, gate, toolserver)
     cli/        pulsectl, one module per command group

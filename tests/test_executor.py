@@ -26,7 +26,7 @@ import zmq
 
 from support import wait_for
 
-from pulse.effects import kinds
+from pulse.effects import kinds, registry
 from pulse.store import db, objects
 from pulse.core import wire
 from pulse.core.config import Allow, Config
@@ -131,7 +131,7 @@ CONFIGURED = {"gw"}
 ])
 def test_allow_list(origin, kind, target, params, allow, refused):
     e = wire.Effect(kind=kind, target=target, params=params, origin=origin)
-    why = kinds.refusal(e, allow, CONFIGURED)
+    why = registry.refusal(e, allow, CONFIGURED)
     if refused is None:
         assert why is None
     else:

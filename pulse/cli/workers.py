@@ -86,6 +86,16 @@ def stop(ctx: Context, worker: str | None, wait: float) -> None:
 @pass_ctx
 def reload(ctx: Context) -> None:
     """Re-read config.toml; restart only the workers whose settings changed."""
+    from pulse.cli.configcmd import unknown_kinds
+    from pulse.core import config as configmod
+    try:
+        problems = unknown_kinds(ctx, configmod.load(ctx.paths.config))
+    except configmod.ConfigError:
+        problems = []              # pulsed refuses it, and says why
+    if problems:
+        for problem in problems:
+            click.echo(f"pulsectl: reload refused, pulsed keeps its configuration: {problem}", err=True)
+        sys.exit(1)
     click.echo(ctx.request(wire.Reload()).message)
 
 

@@ -1,5 +1,7 @@
 """Execute: the effect kinds and what each does.
 
-Modules: `kinds` (the built-in kinds and the allow-list), `notify` (the notify kind's
-channels), `repairs` (archive, cleanup, engine promote and rollback, restart-worker).
+Modules: `registry` (one descriptor per built-in kind: params, idempotence, [allow] check,
+run, hooks), `kinds` (the kinds that start processes, and the process primitives),
+`notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
+rollback, restart-worker).
 """

@@ -1,25 +1,10 @@
-"""The built-in executors: one function per effect kind, and the allow-list.
+"""What the built-in kinds that start processes do (exec, restart-process, signal, noop), and the
+process primitives every kind shares. Which kinds exist, their params and hooks: pulse.effects.registry.
 
 An executor is `run(effect, ctx) -> dict`: the dict is the `effect-acked` event's
 data; raising `EffectFailed(reason, error, **data)` records `effect-failed`
 instead. Executors run in the executor process's worker threads, never in its
 main loop, so they may block (up to the effect's timeout).
-
-Kinds and their params (every argv is a list, never a shell string):
-
-    exec             {"argv": [...], "env": {...}, "cwd": "...", "timeout_s": n}
-                     acked on exit code 0; the event has the code, the last 2 KiB of
-                     output (stdout and stderr merged) and the full output in objects/.
-    notify           {"message": "...", "level": "info", "channels": [names], ...}
-                     to every configured [[notify]] channel (or the named ones):
-                     log | file (a JSON line, fsynced) | webhook (POST JSON, retried) |
-                     command (argv, the JSON on stdin). Acked when every channel took it.
-    restart-process  target = a configured [[process]]; runs its `restart` argv (below).
-    signal           target = a configured [[process]]; {"signal": "SIGHUP"}; found by
-                     its pidfile or match, never by a pid taken from the effect.
-    noop             {}: for benchmarks and tests.
-    agent-run        target = the task id; {"task_id": "task-7", "agent": "name"}: runs a configured
-                     [[agent]] on the task (see run_agent, pulse.agents.adapters). Not idempotent.
 
 Processes. `exec` and `notify` commands run in their own process group, which is
 recorded in the claim (ctx.started) before the executor waits on them, and die
@@ -60,17 +45,15 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection, Sequence
+from typing import Callable, Sequence
 
 import psutil
 
 from pulse.store import objects
-from pulse.effects import repairs
-from pulse.core.config import Allow, ExecutorConfig, Process
+from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect
 
-UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
 MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept
 DRAIN_AFTER_EXIT_S = 0.2                     # a background child may hold the pipe open: read this long, then stop
@@ -105,42 +88,6 @@ class EffectContext:
 
     def __post_init__(self):
         self.deadline = time.monotonic() + self.timeout_s
-
-
-# -- the allow-list ------------------------------------------------------------------------------------
-
-def argv_param(value: object) -> list[str] | None:
-    """An argv from params: a non-empty list of strings, or None."""
-    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
-        return value
-    return None
-
-
-def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
-    """Why [allow] refuses this effect ("not-allowed: ..."), or None if it may run.
-
-    Only origins engine and agent are checked. Only built-in kinds are: the others
-    run inside the engine's own executors, with powers the engine has anyway.
-    An `exec` from them must match an allowed argv prefix, and may not set env or
-    cwd (LD_PRELOAD, PATH or a relative program would make the prefix meaningless)
-    unless any_exec; `signal` and `restart-process` reach configured processes only.
-    """
-    if effect.origin not in UNTRUSTED_ORIGINS or effect.kind not in BUILTIN:
-        return None
-    if effect.kind not in allow.kinds:
-        return f"not-allowed: kind {effect.kind!r} is not in allow.kinds"
-    params = effect.params
-    if effect.kind == "exec" and not allow.any_exec:
-        argv = argv_param(params.get("argv"))
-        if argv is None or not any(prefix and argv[:len(prefix)] == prefix for prefix in allow.exec_argv):
-            return f"not-allowed: exec argv {params.get('argv')!r} matches no allow.exec_argv prefix"
-        if params.get("env") or params.get("cwd"):
-            return "not-allowed: exec env and cwd need allow.any_exec"
-    if effect.kind in ("signal", "restart-process") and effect.target not in process_names:
-        return f"not-allowed: {effect.target!r} is not a configured [[process]]"
-    if effect.kind == "signal" and params.get("signal", DEFAULT_SIGNAL) not in allow.signals:
-        return f"not-allowed: signal {params.get('signal')!r} is not in allow.signals"
-    return None
 
 
 def effect_timeout(effect: Effect, default_s: float) -> float:
@@ -346,17 +293,8 @@ def run_noop(effect: Effect, ctx: EffectContext) -> dict:
 
 
 def run_exec(effect: Effect, ctx: EffectContext) -> dict:
-    params = effect.params
-    argv = argv_param(params.get("argv"))
-    if argv is None:
-        raise EffectFailed("bad-params", "exec needs params.argv: a non-empty list of strings")
-    env = params.get("env") or {}
-    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-        raise EffectFailed("bad-params", "exec params.env must map strings to strings")
-    cwd = params.get("cwd")
-    if cwd is not None and not isinstance(cwd, str):
-        raise EffectFailed("bad-params", "exec params.cwd must be a string")
-    code, output, timed_out = run_process(argv, ctx, env=env, cwd=cwd)
+    params = effect.params            # checked against registry.ExecParams before the claim
+    code, output, timed_out = run_process(params["argv"], ctx, env=params.get("env"), cwd=params.get("cwd"))
     data = {"code": code, "tail": tail(output), "output": store_output(ctx.objects, output), "bytes": len(output)}
     if timed_out:
         raise EffectFailed("timeout", f"timed out after {ctx.timeout_s:g}s; its process group was killed", **data)
@@ -413,47 +351,3 @@ def run_signal(effect: Effect, ctx: EffectContext) -> dict:
     if not sent:
         raise EffectFailed("not-running", f"{process.name!r} exited before the signal")
     return {"signal": signum.name, "pids": sent}
-
-
-# survival's repairs ------------------------------------------------------------------------------------
-
-def run_archive(effect: Effect, ctx: EffectContext) -> dict:
-    return repairs.archive(effect.params)
-
-
-def run_cleanup(effect: Effect, ctx: EffectContext) -> dict:
-    return repairs.cleanup(effect.params, ctx.paths, ctx.config)
-
-
-def run_engine_rollback(effect: Effect, ctx: EffectContext) -> dict:
-    """Built in, never the engine's: a rollback is wanted exactly when the engine is broken."""
-    return repairs.engine_rollback(effect.params, ctx.paths)
-
-
-def run_engine_promote(effect: Effect, ctx: EffectContext) -> dict:
-    return repairs.engine_promote(effect.params, ctx.paths, ctx.config)
-
-
-def run_restart_worker(effect: Effect, ctx: EffectContext) -> dict:
-    return repairs.restart_worker(effect.target, ctx.paths)
-
-
-def _beside(name: str):
-    """Kinds whose code lives in a module of its own (it imports this one): notify, agent-run."""
-    import importlib
-    return importlib.import_module(name)
-
-
-BUILTIN: dict[str, Callable[[Effect, EffectContext], dict]] = {
-    "agent-run": lambda effect, ctx: _beside("pulse.agents.agentrun").run_agent(effect, ctx),
-    "exec": run_exec,
-    "notify": lambda effect, ctx: _beside("pulse.effects.notify").run_notify(effect, ctx),
-    "restart-process": run_restart,
-    "signal": run_signal,
-    "noop": run_noop,
-    "archive": run_archive,
-    "cleanup": run_cleanup,
-    "engine-rollback": run_engine_rollback,
-    "engine-promote": run_engine_promote,
-    "restart-worker": run_restart_worker,
-}

@@ -6,7 +6,7 @@ The main loop (the harness's: it heartbeats, so nothing here may block it):
             Read the open effects; settle orphans (executing under a dead claimer); expire
             pending effects past their deadline; dispatch the rest, oldest first, keeping
             up to executor_concurrency in flight so a slow effect blocks nothing.
-  built-in  kinds (pulse.effects.kinds) go to a runner thread: claim (a transaction that fails if
+  built-in  kinds (pulse.effects.registry) go to a runner thread: claim (a transaction that fails if
             someone claimed first), run with the effect's timeout, record acked or failed.
   engine    any other kind goes to the engine's executors (RunExecutor over the engine RPC,
             with an absolute deadline; replies matched by id, late ones dropped). It is claimed
@@ -52,8 +52,7 @@ from typing import Callable
 
 import zmq
 
-from pulse.agents import agentrun
-from pulse.effects import kinds
+from pulse.effects import kinds, registry
 from pulse.store import db
 from pulse.core import wire
 from pulse.workers.harness import Worker, drain, poke
@@ -112,8 +111,10 @@ RETRY_MAX_S = 300
 
 
 def retry_later(effect: wire.Effect, data: dict) -> bool:
-    """Idempotent notifications whose channels failed, with time left before their deadline."""
-    return (effect.kind == "notify" and effect.idempotent and data.get("reason") == "notify"
+    """A failure its kind puts back in the queue (a notification that could not get out), with
+    time left before its deadline."""
+    kind = registry.get(effect.kind)
+    return (kind is not None and kind.retry_failed is not None and kind.retry_failed(effect, data)
             and effect.deadline - time.time() > RETRY_BASE_S)
 
 
@@ -177,6 +178,9 @@ class ExecutorWorker(Worker):
         self.claimer = claimer_id()
         self.objects = getattr(self.paths, "objects", self.paths.home / "objects")
         self.process_names = {p.name for p in self.config.process}
+        for problem in registry.unknown_kinds(self.config.allow.kinds):
+            self.log.warning("[allow] %s; fine only if the engine declares it (pulsectl check-config asks it)",
+                             problem)
         self.db = db.open_events(self.paths.events_db, "FULL")   # the loop only reads with it
 
         self.results: collections.deque[Done] = collections.deque()
@@ -253,8 +257,9 @@ class ExecutorWorker(Worker):
             if done.outcome == "claimed":
                 self.call_engine(done.effect, now)
                 continue
-            self.in_flight.pop(done.effect_id, None)
-            agentrun.SLOTS.release(done.effect_id)
+            kind = registry.get(self.in_flight.pop(done.effect_id, ""))
+            if kind is not None and kind.release is not None:
+                kind.release(done.effect_id)
             ended = ended or done.outcome in TERMINAL
             if done.outcome == "requeued":
                 self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + RESCAN_SOON_S))
@@ -305,9 +310,10 @@ class ExecutorWorker(Worker):
         for effect in list(self.candidates.values()):
             if slots <= 0:
                 break
-            if effect.kind in kinds.BUILTIN:
-                if not agentrun.SLOTS.admit(effect, self.config):
-                    continue                  # its agent runs at its concurrency: it stays pending
+            kind = registry.get(effect.kind)
+            if kind is not None:
+                if kind.admit is not None and not kind.admit(effect, self.config):
+                    continue                  # e.g. its agent runs at its concurrency: it stays pending
                 pool, job = self.runners, functools.partial(self.run_builtin, effect)
             elif engine_ready:
                 pool, job = self.bookkeeper, functools.partial(self.claim_for_engine, effect)
@@ -392,10 +398,12 @@ class ExecutorWorker(Worker):
     def run_builtin(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():
             return self.expire(effect, conn)
-        refused = kinds.refusal(effect, self.config.allow, self.process_names)
+        refused = registry.refusal(effect, self.config.allow, self.process_names)
+        reason = "not-allowed" if refused else "bad-params"
+        refused = refused or registry.params_problem(effect)
         if refused is not None:      # never claimed: it never ran
             ended = db.finish_effect(conn, effect.id, "failed", SOURCE, from_states=("pending",),
-                                        reason="not-allowed", error=refused, origin=effect.origin)
+                                        reason=reason, error=refused, origin=effect.origin)
             if ended:
                 self.log.warning("%s effect %s from %s refused: %s", effect.kind, effect.id, effect.origin, refused)
             return Done(effect.id, "failed" if ended else "lost")
@@ -408,7 +416,7 @@ class ExecutorWorker(Worker):
                                 detached=self.detached.append)
         began = time.monotonic()
         try:
-            state, data = "acked", kinds.BUILTIN[effect.kind](effect, ctx)
+            state, data = "acked", registry.KINDS[effect.kind].run(effect, ctx)
         except kinds.EffectFailed as failure:
             state, data = "failed", {**failure.data, "reason": failure.reason, "error": failure.error}
         except (sqlite3.Error, db.StoreError):
@@ -454,7 +462,9 @@ class ExecutorWorker(Worker):
             self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",
                              effect.id, pgid, claimer)
             return Done(effect.id, "kept")
-        agentrun.settle_interrupted(effect, conn, self.config)   # agent-run: its task back to pending
+        kind = registry.get(effect.kind)
+        if kind is not None and kind.settle_orphan is not None:
+            kind.settle_orphan(effect, conn, self.config)   # e.g. agent-run: its task back to pending
         if effect.idempotent:
             requeued = db.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
             if requeued:

@@ -1,0 +1,264 @@
+"""Every built-in effect kind, one descriptor each: what its params are, whether running it twice
+is safe, what [allow] checks for it, how it runs, and the hooks the executor calls around it.
+
+The executor's loop names no kind: it asks `get(kind)`. A kind that is not here is the engine's
+own (declared by an executor in the agent's engine directory) and runs in the engine process.
+`reference()` renders this table as Markdown for docs/rules.md, so the rule author's guide is
+generated from what the executor enforces.
+
+Params are checked against the kind's schema before the effect is claimed: an effect whose
+params do not fit is failed, reason `bad-params`, with the field named, and never runs. Keys a
+schema does not name are kept (a rule may tag its effects, e.g. params["rule"]).
+"""
+
+from __future__ import annotations
+
+import difflib
+import sqlite3
+import types
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Callable, Collection, Iterable
+
+import msgspec
+
+from pulse.agents import agentrun
+from pulse.core.config import Allow, ExecutorConfig
+from pulse.core.wire import Effect
+from pulse.effects import kinds, notify, repairs
+from pulse.effects.kinds import EffectContext
+
+UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
+
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+# -- params, one Struct per kind ---------------------------------------------------------------------
+
+class NoParams(msgspec.Struct):
+    pass
+
+
+class ExecParams(msgspec.Struct):
+    argv: Annotated[list[str], msgspec.Meta(min_length=1)]   # a list, never a shell string
+    env: dict[str, str] = {}                                 # added to Pulse's environment
+    cwd: str | None = None
+    timeout_s: Seconds | None = None                         # at most [timings] effect_timeout_s
+
+
+class NotifyParams(msgspec.Struct):
+    message: str = ""
+    title: str | None = None
+    level: str = "info"                                      # the log channel's level
+    channels: list[str] | None = None                        # [[notify]] names; unset: every channel
+    timeout_s: Seconds | None = None
+
+
+class RestartProcessParams(msgspec.Struct):
+    grace_s: Annotated[float, msgspec.Meta(ge=0)] = kinds.RESTART_GRACE_S   # still running after this: a daemon
+    timeout_s: Seconds | None = None
+
+
+class SignalParams(msgspec.Struct):
+    signal: str = kinds.DEFAULT_SIGNAL                       # a name: "SIGHUP", "SIGTERM", ...
+
+
+class AgentRunParams(msgspec.Struct):
+    task_id: str | int | None = None                         # "task-7" or 7; unset: the effect's target
+    agent: str | None = None                                 # an [[agent]] name; unset: the first with a free slot
+    timeout_s: Seconds | None = None                         # at most the agent's timeout_s
+
+
+class ArchiveParams(msgspec.Struct):
+    from_: str = msgspec.field(name="from")                  # absolute
+    to: str                                                  # absolute
+    older_than_h: Annotated[float, msgspec.Meta(ge=0)] = 72
+
+
+class CleanupParams(msgspec.Struct):
+    patterns: list[str] = []                                 # absolute globs; never inside the home
+    vitals_gc: bool = False                                  # also collect vitals past [store] retention
+    objects_gc: bool = False                                 # also collect unreferenced blobs
+
+
+class EngineRollbackParams(msgspec.Struct):
+    to: str | None = None                                    # a commit; unset: the one before the last promote
+    reason: str | None = None
+
+
+class EnginePromoteParams(msgspec.Struct):
+    message: str | None = None                               # the merge commit's message
+
+
+# -- allow-checks beyond the kind itself --------------------------------------------------------------
+
+def allow_exec(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
+    """argv starts with an allow.exec_argv prefix and sets no env or cwd, unless allow.any_exec"""
+    # env and cwd would make a prefix meaningless (LD_PRELOAD, PATH, a relative program)
+    if allow.any_exec:
+        return None
+    argv = effect.params.get("argv")
+    if not isinstance(argv, list) or not any(prefix and argv[:len(prefix)] == prefix for prefix in allow.exec_argv):
+        return f"not-allowed: exec argv {effect.params.get('argv')!r} matches no allow.exec_argv prefix"
+    if effect.params.get("env") or effect.params.get("cwd"):
+        return "not-allowed: exec env and cwd need allow.any_exec"
+    return None
+
+
+def allow_configured_process(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
+    """the target is a configured [[process]]"""
+    if effect.target not in process_names:
+        return f"not-allowed: {effect.target!r} is not a configured [[process]]"
+    return None
+
+
+def allow_signal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
+    """a signal from allow.signals, to a configured [[process]]"""
+    if effect.params.get("signal", kinds.DEFAULT_SIGNAL) not in allow.signals:
+        return f"not-allowed: signal {effect.params.get('signal')!r} is not in allow.signals"
+    return allow_configured_process(effect, allow, process_names)
+
+
+# -- the descriptors ----------------------------------------------------------------------------------
+
+AllowCheck = Callable[[Effect, Allow, Collection[str]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    doc: str                                                  # one paragraph, for docs/rules.md
+    params: type[msgspec.Struct]
+    run: Callable[[Effect, EffectContext], dict]              # the effect-acked data, or raises EffectFailed
+    idempotent: bool                                          # safe to run twice: the default to give it
+    target: str = "unused"                                    # what the effect's target names
+    allow: AllowCheck | None = None                           # what [allow] checks beyond the kind
+    admit: Callable[[Effect, ExecutorConfig], bool] | None = None   # may it start now? (else: stays pending)
+    release: Callable[[str], None] | None = None              # it ended: give back what admit took
+    settle_orphan: Callable[[Effect, sqlite3.Connection, ExecutorConfig], None] | None = None
+    retry_failed: Callable[[Effect, dict], bool] | None = None   # put a failure back in the queue?
+
+
+def _notify_retry(effect: Effect, data: dict) -> bool:
+    """A notification whose channels failed waits and is tried again: the network may be what is down."""
+    return effect.idempotent and data.get("reason") == "notify"
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True),
+    Kind("exec", "Runs an argv in its own process group; acked on exit code 0. The event has the code "
+         "and the last 2 KiB of output; the whole output is in objects/.",
+         ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec),
+    Kind("notify", "Sends a notification through every configured [[notify]] channel (or the named "
+         "ones); acked when every channel took it, retried with backoff while its deadline allows "
+         "when idempotent. Every param, including keys this table does not name, is in the JSON "
+         "each channel receives.",
+         NotifyParams, notify.run_notify, True, "what the notification is about", retry_failed=_notify_retry),
+    Kind("restart-process", "Runs the configured [[process]]'s `restart` argv, detached so it outlives "
+         "Pulse; acked on its exit code, or as a daemon if it still runs after grace_s.",
+         RestartProcessParams, kinds.run_restart, False, "a configured [[process]]",
+         allow=allow_configured_process),
+    Kind("signal", "Sends a signal to a configured [[process]], found by its pidfile or match, never "
+         "by a pid taken from the effect.",
+         SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal),
+    Kind("restart-worker", "Asks pulsed to restart one of its workers (an operator-style restart, "
+         "never counted as a crash).",
+         NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name"),
+    Kind("archive", "Moves files older than older_than_h from one directory to another, keeping their "
+         "relative paths.", ArchiveParams, lambda e, ctx: repairs.archive(e.params), False),
+    Kind("cleanup", "Deletes files matching absolute globs (never inside the home), and collects old "
+         "vitals and unreferenced objects.",
+         CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True),
+    Kind("agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
+         "once; the task is acked or failed with the agent's result.",
+         AgentRunParams, agentrun.run_agent, False, "the task id", admit=agentrun.SLOTS.admit,
+         release=agentrun.SLOTS.release, settle_orphan=agentrun.settle_interrupted),
+    Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
+         "then reloads the engine.",
+         EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False),
+    Kind("engine-rollback", "Rolls the engine's main branch back and reloads the engine. Built in, "
+         "never the engine's: a rollback is wanted exactly when the engine is broken.",
+         EngineRollbackParams, lambda e, ctx: repairs.engine_rollback(e.params, ctx.paths), False),
+)}
+
+
+def get(kind: str) -> Kind | None:
+    """The built-in kind, or None: the engine's own."""
+    return KINDS.get(kind)
+
+
+def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
+    """Why [allow] refuses this effect ("not-allowed: ..."), or None if it may run.
+
+    Only origins engine and agent are checked, and only built-in kinds: the others run inside
+    the engine's own executors, with powers the engine has anyway."""
+    kind = KINDS.get(effect.kind)
+    if effect.origin not in UNTRUSTED_ORIGINS or kind is None:
+        return None
+    if effect.kind not in allow.kinds:
+        return f"not-allowed: kind {effect.kind!r} is not in allow.kinds"
+    return kind.allow(effect, allow, process_names) if kind.allow else None
+
+
+def params_problem(effect: Effect) -> str | None:
+    """What is wrong with a built-in effect's params, naming the field; None if they fit."""
+    kind = KINDS[effect.kind]
+    try:
+        msgspec.convert(effect.params, kind.params)
+    except msgspec.ValidationError as err:
+        text = str(err).replace("`$.", "`params.").replace("`$`", "`params`")
+        return f"{effect.kind}: {text}"
+    return None
+
+
+def unknown_kinds(names: Iterable[str], engine_kinds: Collection[str] = ()) -> list[str]:
+    """Each name that is neither a built-in kind nor one the engine declares, with a suggestion."""
+    known = [*KINDS, *engine_kinds]
+    out = []
+    for name in names:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        out.append(f"{name!r} is no effect kind" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return out
+
+
+def _type_name(kind: object) -> str:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if kind is type(None):
+        return "None"
+    return kind.__name__ if isinstance(kind, type) and not args else str(kind).replace("typing.", "")
+
+
+def _params_rows(params: type[msgspec.Struct]) -> list[str]:
+    rows = []
+    for field in msgspec.structs.fields(params):
+        if field.required:
+            default = "required"
+        else:
+            value = field.default if field.default is not msgspec.NODEFAULT else field.default_factory()
+            default = f"default `{msgspec.json.encode(value).decode()}`"
+        rows.append(f"`{field.encode_name}` ({_type_name(field.type)}, {default})")
+    return rows
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0].rstrip(".") if doc else ""
+
+
+def reference() -> str:
+    """Every built-in kind as Markdown: what it does, its target, its params, its idempotent default."""
+    lines = []
+    for kind in KINDS.values():
+        params = "; ".join(_params_rows(kind.params)) or "none"
+        lines += [f"### `{kind.name}`", "", kind.doc, "",
+                  f"- target: {kind.target}",
+                  f"- params: {params}",
+                  f"- idempotent by default: {'yes' if kind.idempotent else 'no'}",
+                  f"- [allow], for effects of the engine or an agent: the kind in `allow.kinds`"
+                  + (f"; {_first_line(kind.allow.__doc__)}" if kind.allow else ""), ""]
+    return "\n".join(lines)
