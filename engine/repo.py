@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pulse.store import db, objects
-from pulse.core.home import GIT_IDENTITY, Paths
+from pulse.core import procs
+from pulse.core.home import Paths
 
 GATE_TIMEOUT_S = 120
 IMPORT_TIMEOUT_S = 30
@@ -56,10 +57,12 @@ class Change:
 
 
 def git(repo: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=repo, capture_output=True, text=True, timeout=60)
-    if check and proc.returncode != 0:
-        raise EngineDirError("git", f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc.stdout.strip()
+    if not check:
+        return procs.run_git(repo, *args).stdout.strip()
+    try:
+        return procs.git(repo, *args)
+    except procs.GitError as err:
+        raise EngineDirError("git", str(err)) from None
 
 
 def head(repo: Path) -> str:
@@ -67,8 +70,7 @@ def head(repo: Path) -> str:
 
 
 def is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    return subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=repo,
-                          capture_output=True, timeout=60).returncode == 0
+    return procs.run_git(repo, "merge-base", "--is-ancestor", older, newer).returncode == 0
 
 
 @contextmanager
@@ -197,8 +199,7 @@ def gate(tree: Path, typecheck: list[str] | None = None) -> list[str]:
 
 def snapshot(paths: Paths, commit: str) -> str:
     """The tree of `commit` as a tar in objects/ (kept as long as an event names it)."""
-    tar = subprocess.run(["git", "archive", "--format=tar", commit], cwd=paths.engine, capture_output=True,
-                         timeout=60, check=True).stdout
+    tar = procs.run_git(paths.engine, "archive", "--format=tar", commit, text=False).stdout
     return objects.put(paths.home / "objects", tar)
 
 
@@ -243,9 +244,8 @@ def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None =
             candidate = Path(tmp) / "engine"
             git(paths.engine, "worktree", "add", "-q", "--detach", str(candidate), before)
             try:
-                merge = subprocess.run(["git", *GIT_IDENTITY, "merge", "-q", "--no-ff", "-m",
-                                        message or f"promote staging {staged[:12]}", staged],
-                                       cwd=candidate, capture_output=True, text=True, timeout=60)
+                merge = procs.run_git(candidate, "merge", "-q", "--no-ff", "-m",
+                                      message or f"promote staging {staged[:12]}", staged)
                 if merge.returncode != 0:
                     raise EngineDirError("merge", (merge.stdout.strip() or merge.stderr.strip())[:500])
                 checks = gate(candidate, typecheck)

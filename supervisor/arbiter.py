@@ -19,7 +19,7 @@ import time
 import zmq
 
 from pulse.core import config as configmod
-from pulse.core import client, logs, procs, wire
+from pulse.core import client, clock, logs, procs, wire
 from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WORKERS, Exit, WorkerState
@@ -32,10 +32,6 @@ from .forkserver import Forkserver
 log = logs.Log("pulse.supervisor")
 S = WorkerState
 EXIT_STATUS_WAIT_S = 0.05     # a death is known from the pidfd; its status follows from the forkserver
-
-
-def iso(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
 
 
 class Arbiter:
@@ -376,7 +372,7 @@ class Arbiter:
         child.pid = child.pidfd = None
         code = status.code if status else None
         signum = status.signal if status else None
-        child.last_exit = wire.LastExit(code, signum, iso(time.time()))
+        child.last_exit = wire.LastExit(code, signum, clock.iso(time.time(), ms=False))
         uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         was = child.state
         if not (child.name == EVENT_WRITER and self.shutting_down):   # nobody would write that one

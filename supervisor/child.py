@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from pulse.core import clock
 from pulse.core.config import Timings
 from pulse.core.logs import PipeReader
 from pulse.core.states import CORE_WORKERS, WorkerState
@@ -68,7 +69,7 @@ def on_crash(child: Child, now: float, t: Timings) -> Restart | Fail:
     child.recent.append(now)
     if child.streak == 1:
         return Restart(0.0)
-    delay_ms = min(t.restart_backoff_base_ms * 2 ** (child.streak - 2), t.restart_backoff_max_ms)
+    delay_ms = clock.backoff(child.streak - 1, t.restart_backoff_base_ms, t.restart_backoff_max_ms)
     return Restart(delay_ms / 1000)
 
 

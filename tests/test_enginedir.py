@@ -60,7 +60,7 @@ def test_promote_reloads_the_engine_onto_the_new_tree_and_rollback_returns(pulse
     assert tree_of(pulsed.home / "engine", head) == tree_of(pulsed.home / "engine", before)
     wait_for(lambda: running_commit(pulsed) == head, 10, what="the running engine back on the old tree")
     log = pulsed.ctl("engine", "log").stdout.splitlines()
-    assert [line.split()[2] for line in log] == ["promote", "rollback"]
+    assert [line.split()[1] for line in log] == ["promote", "rollback"]
 
 
 def test_a_failed_gate_leaves_main_and_the_running_engine_untouched(pulsed):

@@ -32,8 +32,9 @@ from pulse.core import wire
 from pulse.core.config import Allow, Config
 from pulse.workers.executor import boot_id, claimer_alive, claimer_id
 from pulse.core.home import ensure_home
+from pulse.core.states import EFFECT_END_EVENTS
 
-TERMINAL_TYPES = ("effect-acked", "effect-failed", "effect-expired")
+TERMINAL_TYPES = tuple(EFFECT_END_EVENTS.values())
 PY = sys.executable
 
 

@@ -3,7 +3,6 @@ by check-config, and rendered as the rule author's reference."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import msgspec

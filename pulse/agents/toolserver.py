@@ -34,9 +34,9 @@ from pulse.store import db
 from pulse.agents import tasks
 from pulse.core import wire
 from pulse.core.config import Config
+from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.home import Paths
 
-TERMINAL_EVENTS = ("effect-acked", "effect-failed", "effect-expired")
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
 POLL_S = 0.02
 LIST_LIMIT = 200
@@ -282,7 +282,7 @@ class PulseTools:
         db.commit_effects(self.events, [effect], "mcp")
         client.ring(self.paths, "doorbell", wire.Doorbell("mcp"))
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
-        while (state := db.effect_state(self.events, effect.id)) in db.OPEN_STATES:
+        while (state := db.effect_state(self.events, effect.id)) in EFFECT_OPEN:
             if time.monotonic() >= give_up:
                 raise ToolError("EXECUTION_FAILED", f"effect {effect.id} still {state}; its outcome is unknown",
                                 acted=True, effect_id=effect.id)
@@ -300,7 +300,7 @@ class PulseTools:
 
     def _outcome(self, effect_id: str, after_id: int) -> dict | None:
         """The data of the effect's terminal event (requeued failures are not terminal)."""
-        for ev in db.read_events(self.events, after_id=after_id, types=TERMINAL_EVENTS, limit=100_000):
+        for ev in db.read_events(self.events, after_id=after_id, types=tuple(EFFECT_END_EVENTS.values()), limit=100_000):
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None

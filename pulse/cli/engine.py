@@ -7,11 +7,11 @@ which also revives a `failed` engine.
 from __future__ import annotations
 
 import sys
-import time
 
 import click
 
 from pulse.cli.app import Context, pass_ctx
+from pulse.core import clock
 
 
 def _reload_engine(ctx: Context) -> None:
@@ -86,10 +86,10 @@ def engine_log(ctx: Context) -> None:
     except db.StoreError as err:
         _fail(err)
     for ev in db.read_events(conn, types=["promote", "rollback"]):
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ev.ts))
+        when = clock.iso(ev.ts, ms=False)
         d = ev.data
         detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"
-        click.echo(f"{when}Z  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
+        click.echo(f"{when}  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
                    f"by {ev.source}  {detail}")
 
 

@@ -9,7 +9,7 @@ import time
 import click
 
 from pulse.cli.app import Context, pass_ctx
-from pulse.cli.pipeline import _DURATION
+from pulse.core import clock
 
 
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
@@ -37,12 +37,12 @@ def _known_process(ctx: Context, name: str) -> None:
 def pause(ctx: Context, process: str, duration: str) -> None:
     """Leave PROCESS alone (no restarts) for a while."""
     _known_process(ctx, process)
-    m = _DURATION.match(duration)
-    if not m:
+    seconds = clock.parse_duration(duration)
+    if seconds is None:
         raise click.BadParameter(f"{duration!r}: expected a duration like 30m", param_hint="--for")
-    until = time.time() + float(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+    until = time.time() + seconds
     _append(ctx, "pause", process, until=until)
-    click.echo(f"{process} paused until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(until))}Z")
+    click.echo(f"{process} paused until {clock.iso(until, ms=False)}")
 
 
 @click.command()

@@ -6,22 +6,20 @@ Every --json listing is JSON Lines, so `-f` streams.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 
 import click
 
 from pulse.cli.app import Context, pass_ctx
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-
+from pulse.core import clock
+from pulse.core.states import EFFECT_OPEN
 
 def parse_since(text: str) -> float:
     """An ISO time (naive = UTC) or a duration back from now: 30s, 10m, 2h, 1d."""
-    m = _DURATION.match(text.strip())
-    if m:
-        return time.time() - float(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+    seconds = clock.parse_duration(text)
+    if seconds is not None:
+        return time.time() - seconds
     from datetime import datetime, timezone
     try:
         when = datetime.fromisoformat(text)
@@ -30,10 +28,6 @@ def parse_since(text: str) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.timestamp()
-
-
-def iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
 
 
 def _connect(ctx: Context, name: str):
@@ -50,7 +44,7 @@ def _event_line(ev, as_json: bool) -> str:
     if as_json:
         return msgspec.json.encode(ev).decode()
     data = json.dumps(ev.data, separators=(",", ":"), default=str)
-    return f"{ev.id:>7} {iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
+    return f"{ev.id:>7} {clock.iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
 
 
 @click.command()
@@ -99,7 +93,7 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
     for k in sorted(latest):
         v = latest[k]
         click.echo(msgspec.json.encode(v).decode() if as_json else
-                   f"{k:<28} {iso(v.ts)}  {json.dumps(v.data, separators=(',', ':'), default=str)}")
+                   f"{k:<28} {clock.iso(v.ts)}  {json.dumps(v.data, separators=(',', ':'), default=str)}")
 
 
 @click.command()
@@ -112,12 +106,12 @@ def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
     import msgspec
     from pulse.store import db
     conn = _connect(ctx, "events.db")
-    for effect, state in db.list_effects(conn, ("pending", "executing") if pending else (), lines):
+    for effect, state in db.list_effects(conn, EFFECT_OPEN if pending else (), lines):
         if as_json:
             click.echo(msgspec.json.encode({**msgspec.to_builtins(effect), "state": state}).decode())
         else:
             click.echo(f"{effect.id}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} {effect.origin:<9} "
-                       f"created {iso(effect.created)}  deadline {iso(effect.deadline)}")
+                       f"created {clock.iso(effect.created)}  deadline {clock.iso(effect.deadline)}")
 
 
 def _param(text: str) -> tuple[str, object]:
@@ -170,7 +164,7 @@ def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
     deadline = time.monotonic() + wait_s
     while wait_s:
         state = db.effect_state(conn, effect.id)
-        if state not in ("pending", "executing"):
+        if state not in EFFECT_OPEN:
             click.echo(f"{effect.id} {state}")
             return 0 if state == "acked" else 1
         if time.monotonic() >= deadline:

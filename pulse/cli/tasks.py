@@ -13,6 +13,8 @@ import sys
 import click
 
 from pulse.cli.app import Context, pass_ctx
+from pulse.core import clock
+from pulse.core.states import TaskStatus
 
 
 def _task_arg(ctx, param, value: str) -> str:
@@ -88,7 +90,7 @@ def add(ctx: Context, project: str, title: str, prompt: str, priority: int) -> N
 
 @task.command(name="list")
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["pending", "assigned", "executing", "acked", "closed", "given_up"]),
+              type=click.Choice([s.value for s in TaskStatus]),
               help="Only tasks in this status (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines, one task each.")
 @pass_ctx
@@ -118,7 +120,6 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
 
     from pulse.store import db
     from pulse.agents import tasks
-    from pulse.cli.pipeline import iso
     conn = _readonly(ctx)
     history = db.task_history(conn, task)
     state = tasks.fold_tasks(history).get(task)
@@ -141,7 +142,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     click.echo("history:")
     for ev in history:
         data = {k: v for k, v in ev.data.items() if k != "prompt"}
-        click.echo(f"  {iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
+        click.echo(f"  {clock.iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
 
 
 def _record(ctx: Context, task: str, type: str, **data) -> None:

@@ -24,7 +24,6 @@ from typing import NamedTuple
 # Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
 
 SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "events")
-GIT_IDENTITY = ("-c", "user.name=Pulse", "-c", "user.email=pulse@localhost")
 
 
 class HomeError(Exception):
@@ -128,13 +127,11 @@ def make_runtime_dir(paths: Paths) -> None:
 
 
 def _git(cwd: Path, *args: str) -> None:
-    import shutil
-    import subprocess
-    if shutil.which("git") is None:
-        raise HomeError("git is required for the engine directory, and is not on PATH")
-    proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise HomeError(f"git {' '.join(args)} in {cwd} failed: {proc.stderr.strip()}")
+    from pulse.core import procs
+    try:
+        procs.git(cwd, *args)
+    except procs.GitError as err:
+        raise HomeError(f"in {cwd}: {err}") from None
 
 
 def _copy_template(dest: Path) -> None:
@@ -153,9 +150,8 @@ def home_is_complete(paths: Paths) -> bool:
 
 def ensure_home(home: Path) -> list[str]:
     """Create whatever of the home is missing; returns what it made. Idempotent."""
-    import subprocess
-
     from pulse.core import config as configmod
+    from pulse.core import procs
     from pulse.store import db
 
     made: list[str] = []
@@ -174,10 +170,10 @@ def ensure_home(home: Path) -> list[str]:
             made.append(f"{folder}/")
     # Every store is made here, before any worker opens it: workers that create the same new file
     # at once race for its switch to WAL, and SQLite refuses the loser without waiting.
-    for db, open_store in ((paths.events_db, db.open_events), (paths.vitals_db, db.open_vitals)):
-        if not db.exists():
-            made.append(str(db))
-        open_store(db).close()
+    for store, open_store in ((paths.events_db, db.open_events), (paths.vitals_db, db.open_vitals)):
+        if not store.exists():
+            made.append(str(store))
+        open_store(store).close()
     if not (paths.engine / ".git").exists():
         paths.engine.mkdir(exist_ok=True)
         _copy_template(paths.engine)
@@ -187,8 +183,7 @@ def ensure_home(home: Path) -> list[str]:
         made.append(f"{paths.engine}/ (git, branch main)")
     if not paths.staging.exists():
         _git(paths.engine, "worktree", "prune")
-        branch = subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/staging"],
-                                cwd=paths.engine, capture_output=True).returncode == 0
+        branch = procs.run_git(paths.engine, "rev-parse", "--verify", "-q", "refs/heads/staging").returncode == 0
         _git(paths.engine, "worktree", "add", "-q", *([] if branch else ["-b", "staging"]),
              str(paths.staging), *(["staging"] if branch else []))
         made.append(f"{paths.staging}/ (git worktree, branch staging)")

@@ -18,13 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from pulse.core import clock
+
 MAX_LINE = 16 * 1024      # a longer line is cut, so one runaway writer cannot grow pulsed
 WORKER_FORMAT = "%(levelname)s %(name)s: %(message)s"
-
-
-def stamp(now: float | None = None) -> str:
-    now = time.time() if now is None else now
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
 class RotatingFile:
@@ -72,7 +69,7 @@ class Sink:
         self.file = RotatingFile(log_file, max_bytes, backups) if log_file is not None else None
 
     def line(self, source: str, pid: int, text: str) -> None:
-        out = f"{stamp()} {source}[{pid}] {text}"
+        out = f"{clock.iso(time.time())} {source}[{pid}] {text}"
         if self.to_stderr:
             try:
                 sys.stderr.write(out + "\n")

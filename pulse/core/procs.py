@@ -12,9 +12,21 @@ if TYPE_CHECKING:
 PR_SET_PDEATHSIG = 1
 
 
+_libc = None
+
+
+def libc():
+    """The C library, loaded once. ctypes is imported here, not at the top: pulsed itself never
+    calls prctl, and ctypes is big. Load it before forking a child whose pre-exec uses it."""
+    global _libc
+    if _libc is None:
+        import ctypes
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
 def _prctl(*args: int) -> int:
-    import ctypes   # here, not at the top: pulsed itself never calls prctl, and ctypes is big
-    return ctypes.CDLL(None, use_errno=True).prctl(*args)
+    return libc().prctl(*args)
 
 
 def die_with_parent(expected_parent: int) -> None:
@@ -37,10 +49,18 @@ def set_title(title: str) -> None:
     setproctitle.setthreadtitle(title)
 
 
-def _child_dies_with_parent() -> None:   # runs between fork and exec (ctypes is loaded by then)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    for signum in (signal.SIGINT, signal.SIGHUP):   # the worker ignores them; ignored survives exec
-        signal.signal(signum, signal.SIG_DFL)
+def child_signal_defaults() -> None:
+    """Pre-exec: SIGINT and SIGHUP back to their defaults (a worker ignores both, and an ignored
+    signal survives exec). Plain libc calls, nothing of Python's, between fork and exec."""
+    _libc.signal(signal.SIGINT, 0)   # SIG_DFL
+    _libc.signal(signal.SIGHUP, 0)
+
+
+def child_dies_with_parent() -> None:
+    """Pre-exec: as child_signal_defaults, and SIGKILL the child when the thread that started it
+    exits (PR_SET_PDEATHSIG): no orphans."""
+    child_signal_defaults()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def start_child(argv: Sequence[str], **popen) -> "subprocess.Popen":
@@ -49,9 +69,9 @@ def start_child(argv: Sequence[str], **popen) -> "subprocess.Popen":
     argv is a list, never a shell string. It runs in its own process group so the
     caller can signal it and everything it starts as one.
     """
-    import ctypes  # noqa: F401  (loaded before the fork: the child must not import between fork and exec)
     import subprocess   # workers only: pulsed never starts a grandchild
-    return subprocess.Popen(list(argv), preexec_fn=_child_dies_with_parent, process_group=0,
+    libc()              # loaded before the fork: the child must not import between fork and exec
+    return subprocess.Popen(list(argv), preexec_fn=child_dies_with_parent, process_group=0,
                             stdin=subprocess.DEVNULL, close_fds=True, **popen)
 
 
@@ -62,3 +82,33 @@ def signal_pidfd(pidfd: int, sig: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+# -- git ---------------------------------------------------------------------------------------------
+
+# The daemon's user may have no git identity: every commit Pulse makes names itself.
+GIT_IDENTITY = ("-c", "user.name=Pulse", "-c", "user.email=pulse@localhost")
+
+
+class GitError(Exception):
+    """git failed; the message names the command and what git said."""
+
+
+def run_git(repo, *args: str, text: bool = True, timeout: float = 60) -> "subprocess.CompletedProcess":
+    """git ARGS in `repo`, with Pulse's identity, output captured; never raises on its exit code."""
+    import subprocess
+    try:
+        return subprocess.run(["git", *GIT_IDENTITY, *args], cwd=repo, capture_output=True, text=text,
+                              timeout=timeout)
+    except FileNotFoundError:
+        raise GitError("git is required for the engine directory, and is not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {' '.join(args)} in {repo}: no answer within {timeout:g}s") from None
+
+
+def git(repo, *args: str, timeout: float = 60) -> str:
+    """git ARGS in `repo`: its output, stripped; GitError if it fails."""
+    proc = run_git(repo, *args, timeout=timeout)
+    if proc.returncode != 0:
+        raise GitError(f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout.strip()

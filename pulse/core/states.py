@@ -1,4 +1,4 @@
-"""Worker states, and the groups that decide what a state means.
+"""Worker, effect and task states, and the groups that decide what a state means.
 
 Stdlib only: every other module imports this one.
 """
@@ -28,6 +28,30 @@ WORKERS = CORE_WORKERS + (ENGINE,)   # what pulsectl status lists and operators 
 # starts first and stops last, so that it writes every lifecycle event of the others.
 EVENT_WRITER = "eventlog"
 SUPERVISED = (EVENT_WRITER,) + WORKERS   # start order; stop order is the reverse
+
+
+class EffectState(enum.StrEnum):
+    PENDING = "pending"       # committed, not yet claimed
+    EXECUTING = "executing"   # claimed by an executor
+    ACKED = "acked"           # done
+    FAILED = "failed"         # ran and failed, was refused, or was interrupted and may not run twice
+    EXPIRED = "expired"       # past its deadline unrun, or recorded only (observe_only)
+
+
+EFFECT_OPEN = (EffectState.PENDING, EffectState.EXECUTING)
+EFFECT_ENDED = frozenset({EffectState.ACKED, EffectState.FAILED, EffectState.EXPIRED})
+# The event each end is recorded with; a requeued failure is an effect-failed marked requeued.
+EFFECT_END_EVENTS = {state: f"effect-{state}" for state in EFFECT_ENDED}
+
+
+class TaskStatus(enum.StrEnum):
+    PENDING = "pending"       # waiting for an agent
+    ASSIGNED = "assigned"     # an agent-run took it
+    EXECUTING = "executing"   # its agent runs
+    ACKED = "acked"           # its agent answered; the creator may close it
+    CLOSED = "closed"
+    GIVEN_UP = "given_up"     # failed too often, or given up by hand
+
 
 
 class Exit(enum.IntEnum):

@@ -34,7 +34,6 @@ user unit's processes belong to the user's manager.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -50,6 +49,7 @@ from typing import Callable, Sequence
 import psutil
 
 from pulse.store import objects
+from pulse.core import procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect
@@ -100,18 +100,7 @@ def effect_timeout(effect: Effect, default_s: float) -> float:
 
 # -- processes -----------------------------------------------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_defaults() -> None:      # between fork and exec: no Python objects, plain libc calls
-    _libc.signal(signal.SIGINT, 0)  # SIG_DFL
-    _libc.signal(signal.SIGHUP, 0)
-
-
-def _child_dies_with_thread() -> None:
-    _child_defaults()
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+procs.libc()   # loaded now: the pre-exec functions run between fork and exec, where nothing may be imported
 
 
 def child_env(extra: dict[str, str] | None) -> dict[str, str]:
@@ -140,7 +129,7 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
         proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True,
                                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=_child_dies_with_thread)
+                                preexec_fn=procs.child_dies_with_parent)
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
     try:
@@ -313,7 +302,7 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     try:
         proc = subprocess.Popen(argv, env=child_env(process.env), cwd=process.cwd, start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                close_fds=True, preexec_fn=_child_defaults)
+                                close_fds=True, preexec_fn=procs.child_signal_defaults)
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
     grace = effect.params.get("grace_s", RESTART_GRACE_S)

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
+from pulse.core import clock
 from pulse.core.config import Notify
 from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
 from pulse.core.wire import Effect
@@ -72,7 +73,7 @@ def notify_webhook(channel: Notify, payload: dict, ctx: EffectContext) -> str:
             problem = f"HTTP {status}"
             if 400 <= status < 500 and status not in (408, 429):
                 break                                   # the request itself is wrong: retrying won't help
-        delay = min(0.5 * 2 ** attempt, 5.0)
+        delay = clock.backoff(attempt + 1, 0.5, 5.0)
         if time.monotonic() + delay >= ctx.deadline:
             break
         time.sleep(delay)

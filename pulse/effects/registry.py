@@ -259,6 +259,6 @@ def reference() -> str:
                   f"- target: {kind.target}",
                   f"- params: {params}",
                   f"- idempotent by default: {'yes' if kind.idempotent else 'no'}",
-                  f"- [allow], for effects of the engine or an agent: the kind in `allow.kinds`"
+                  "- [allow], for effects of the engine or an agent: the kind in `allow.kinds`"
                   + (f"; {_first_line(kind.allow.__doc__)}" if kind.allow else ""), ""]
     return "\n".join(lines)

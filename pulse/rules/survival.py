@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from pulse.core import clock
 from pulse.core.config import TickConfig
 from pulse.rules.onion import Inner, RuleResult, handled
 from pulse.core.wire import Effect, Outcome, Snapshot, Vital
@@ -55,10 +56,6 @@ def failure_streak(outcomes: Iterable[Outcome], kind: str) -> list[Outcome]:
             break
         streak.append(outcome)
     return streak[::-1]
-
-
-def backoff_s(streak: int, base_s: float, max_s: float) -> float:
-    return 0.0 if streak == 0 else min(base_s * 2 ** (streak - 1), max_s)
 
 
 def failing_in_a_row(samples: Sequence[Vital], ok: str = "ok") -> int:
@@ -154,7 +151,7 @@ def process_watchdog(config: TickConfig):
                 effects = effects + [notify(curr, "process-watchdog", name, f"{name} does not come back",
                                             f"{len(streak)} restarts of {name} failed in a row; still trying",
                                             last_error=streak[-1].error)]
-            wait = backoff_s(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
+            wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s) if streak else 0.0
             if streak and curr.ts < streak[-1].ts + wait:
                 tick_ms = sooner(tick_ms, int((streak[-1].ts + wait - curr.ts) * 1000) + 1)
                 continue

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 
 import msgspec
 
+from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.wire import Effect, Event, Vital, now_event
 
 EVENTS_SCHEMA = 2
@@ -146,15 +147,24 @@ class _Tx:
             self.conn.execute("ROLLBACK")
 
 
-def _insert_event(conn: sqlite3.Connection, ev: Event) -> Event:
-    cur = conn.execute(
-        "INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (ev.seq, ev.ts, ev.mono, ev.type, ev.source, ev.target, json.dumps(ev.data, default=str)))
-    ev.id = cur.lastrowid
-    return ev
-
-
 _json = msgspec.json.Encoder(enc_hook=str)
+_INSERT_EVENT = "INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_EVENT_COLUMNS = "id, seq, ts, mono, type, source, target, data"
+
+
+def _event_row(ev: Event) -> tuple:
+    return (ev.seq, ev.ts, ev.mono, ev.type, ev.source, ev.target, _json.encode(ev.data).decode())
+
+
+def _row_event(row) -> Event:
+    """A row of _EVENT_COLUMNS as an Event."""
+    return Event(id=row[0], seq=row[1], ts=row[2], mono=row[3], type=row[4], source=row[5], target=row[6],
+                 data=json.loads(row[7]))
+
+
+def _insert_event(conn: sqlite3.Connection, ev: Event) -> Event:
+    ev.id = conn.execute(_INSERT_EVENT, _event_row(ev)).lastrowid
+    return ev
 
 
 def append_events(conn: sqlite3.Connection, events: Sequence[Event]) -> list[Event]:
@@ -163,11 +173,10 @@ def append_events(conn: sqlite3.Connection, events: Sequence[Event]) -> list[Eve
     One executemany: inside BEGIN IMMEDIATE no other writer can interleave, so the
     ids are the consecutive run after the largest one before.
     """
-    rows = [(ev.seq, ev.ts, ev.mono, ev.type, ev.source, ev.target, _json.encode(ev.data).decode()) for ev in events]
+    rows = [_event_row(ev) for ev in events]
     with _Tx(conn):
         first = last_event_id(conn) + 1
-        conn.executemany("INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         rows)
+        conn.executemany(_INSERT_EVENT, rows)
     for i, ev in enumerate(events):
         ev.id = first + i
     return list(events)
@@ -185,7 +194,7 @@ def pulsed_committed_seq(conn: sqlite3.Connection, run: float) -> int:
 
 def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[str] = (),
                 since_ts: float | None = None, limit: int = 10_000) -> list[Event]:
-    sql = "SELECT id, seq, ts, mono, type, source, target, data FROM events WHERE id > ?"
+    sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ?"
     args: list = [after_id]
     if types:
         sql += f" AND type IN ({','.join('?' * len(types))})"
@@ -196,8 +205,7 @@ def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[
         args.append(since_ts)
     sql += " ORDER BY id LIMIT ?"
     args.append(limit)
-    return [Event(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6],
-                  data=json.loads(r[7])) for r in conn.execute(sql, args)]
+    return [_row_event(r) for r in conn.execute(sql, args)]
 
 
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
@@ -251,10 +259,6 @@ def engine_errors_since(conn: sqlite3.Connection, after_id: int) -> int:
 
 # -- effects -----------------------------------------------------------------------------------------
 
-OPEN_STATES = ("pending", "executing")
-TERMINAL_TYPES = {"acked": "effect-acked", "failed": "effect-failed", "expired": "effect-expired"}
-
-
 def new_effect(effect: Effect, origin: str, deadline_s: float, now: float | None = None) -> Effect:
     """Give an effect its id, times and origin (it is committed next)."""
     now = time.time() if now is None else now
@@ -289,7 +293,7 @@ def _effect(body: bytes) -> Effect:
 
 def open_effects(conn: sqlite3.Connection, state: str | None = None, limit: int = 1000) -> list[tuple[Effect, str, str | None, int | None]]:
     """(effect, state, claimer, pgid) of effects not yet ended, oldest first."""
-    states = (state,) if state else OPEN_STATES
+    states = (state,) if state else EFFECT_OPEN
     rows = conn.execute(
         f"SELECT body, state, claimer, pgid FROM effects WHERE state IN ({','.join('?' * len(states))}) "
         "ORDER BY created LIMIT ?", (*states, limit))
@@ -316,46 +320,40 @@ def record_pgid(conn: sqlite3.Connection, effect_id: str, pgid: int) -> None:
         conn.execute("UPDATE effects SET pgid = ? WHERE id = ? AND state = 'executing'", (pgid, effect_id))
 
 
+def _move_effect(conn: sqlite3.Connection, effect_id: str, source: str, *, where: str, args: Sequence,
+                 state: str, event: str, release: bool = False, **data) -> bool:
+    """One effect whose row matches `where` → `state`, with its event, in one transaction; False if
+    it does not match (someone else moved it first). release: forget its claimer and process group."""
+    with _Tx(conn):
+        row = conn.execute(f"SELECT target, kind FROM effects WHERE id = ? AND {where}", (effect_id, *args)).fetchone()
+        if row is None:
+            return False
+        conn.execute("UPDATE effects SET state = ?" + (", claimer = NULL, pgid = NULL" if release else "")
+                     + " WHERE id = ?", (state, effect_id))
+        _insert_event(conn, now_event(event, source, row[0], effect_id=effect_id, kind=row[1], **data))
+        return True
+
+
 def finish_effect(conn: sqlite3.Connection, effect_id: str, state: str, source: str,
                   from_states: Sequence[str] = ("executing",), **data) -> bool:
     """executing (or pending, for expiry) → acked | failed | expired, with its event; False if not in from_states."""
-    with _Tx(conn):
-        row = conn.execute("SELECT state, target, kind FROM effects WHERE id = ?", (effect_id,)).fetchone()
-        if row is None or row[0] not in from_states:
-            return False
-        conn.execute("UPDATE effects SET state = ? WHERE id = ?", (state, effect_id))
-        _insert_event(conn, now_event(TERMINAL_TYPES[state], source, row[1], effect_id=effect_id, kind=row[2],
-                                      **data))
-        return True
+    return _move_effect(conn, effect_id, source, where=f"state IN ({','.join('?' * len(from_states))})",
+                        args=from_states, state=state, event=EFFECT_END_EVENTS[state], **data)
 
 
 def finish_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, state: str, source: str,
                           **data) -> bool:
     """executing under `claimer` → acked | failed, with its event; False if it is not (or no longer) that
     claimer's: an executor only ever ends its own claims, or a dead claimer's when it settles an orphan."""
-    with _Tx(conn):
-        row = conn.execute("SELECT target, kind FROM effects WHERE id = ? AND state = 'executing' AND claimer = ?",
-                           (effect_id, claimer)).fetchone()
-        if row is None:
-            return False
-        conn.execute("UPDATE effects SET state = ? WHERE id = ?", (state, effect_id))
-        _insert_event(conn, now_event(TERMINAL_TYPES[state], source, row[0], effect_id=effect_id, kind=row[1],
-                                      **data))
-        return True
+    return _move_effect(conn, effect_id, source, where="state = 'executing' AND claimer = ?", args=(claimer,),
+                        state=state, event=EFFECT_END_EVENTS[state], **data)
 
 
 def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str,
                            reason: str) -> bool:
     """executing under `claimer` → pending (it runs again), with an effect-failed event marked requeued."""
-    with _Tx(conn):
-        row = conn.execute("SELECT target, kind FROM effects WHERE id = ? AND state = 'executing' AND claimer = ?",
-                           (effect_id, claimer)).fetchone()
-        if row is None:
-            return False
-        conn.execute("UPDATE effects SET state = 'pending', claimer = NULL, pgid = NULL WHERE id = ?", (effect_id,))
-        _insert_event(conn, now_event("effect-failed", source, row[0], effect_id=effect_id, kind=row[1],
-                                      reason=reason, requeued=True))
-        return True
+    return _move_effect(conn, effect_id, source, where="state = 'executing' AND claimer = ?", args=(claimer,),
+                        state="pending", event="effect-failed", release=True, reason=reason, requeued=True)
 
 
 def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
@@ -482,11 +480,9 @@ def task_events(conn: sqlite3.Connection, after_id: int = 0, limit: int = 10_000
 
 def task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
     """The task-* events of one task, oldest first."""
-    rows = conn.execute(
-        f"SELECT id, seq, ts, mono, type, source, target, data FROM events WHERE {_task_type_clause()} "
-        "AND target = ? ORDER BY id", (*TASK_TYPES, task))
-    return [Event(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6],
-                  data=json.loads(r[7])) for r in rows]
+    rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE {_task_type_clause()} AND target = ? ORDER BY id",
+                        (*TASK_TYPES, task))
+    return [_row_event(r) for r in rows]
 
 
 def append_task_events(conn: sqlite3.Connection, task: str,

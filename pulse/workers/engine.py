@@ -25,9 +25,9 @@ import traceback
 import msgspec
 import zmq
 
-from pulse.rules import onion as onion
+from pulse.rules import onion
 from pulse.store import db
-from pulse.core import wire
+from pulse.core import procs, wire
 from pulse.engine import loader
 from pulse.workers.harness import Worker, drain, poke
 
@@ -44,11 +44,10 @@ def limit_self(address_space_mb: int, oom_score_adj: int) -> None:
 
 def loaded_commit(root) -> str | None:
     """The commit of the tree just loaded, "+dirty" if it differs (dev mode edits, or a hand edit)."""
-    import subprocess
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        head = procs.run_git(root, "rev-parse", "HEAD", timeout=10)
+        dirty = procs.run_git(root, "status", "--porcelain", timeout=10)
+    except (OSError, procs.GitError):
         return None
     if head.returncode != 0:
         return None

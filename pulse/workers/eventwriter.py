@@ -26,7 +26,7 @@ import msgspec
 import zmq
 
 from pulse.store import db
-from pulse.core import wire
+from pulse.core import clock, wire
 from pulse.workers.harness import Worker
 from pulse.core.states import EVENT_WRITER
 
@@ -45,7 +45,7 @@ class EventWriter(Worker):
         self.gap_reported = False
         self.batch: list[wire.Event] = []
         self.write_at: float | None = None    # when the batch is due: coalescing, or a retry's backoff
-        self.retry_s = RETRY_FIRST_S
+        self.failures = 0                     # commits failed in a row, for the retry's backoff
         self.inbox = self.socket(zmq.PULL, self.paths.endpoint("eventlog"), bind=True, handler=self.receive_events)
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
 
@@ -80,15 +80,16 @@ class EventWriter(Worker):
                 self.conn = self.connect()
             db.append_events(self.conn, self.batch)
         except (sqlite3.Error, OSError) as err:
+            self.failures += 1
+            retry_s = clock.backoff(self.failures, RETRY_FIRST_S, RETRY_MAX_S)
             self.log.error("events.db: cannot commit %d lifecycle events (%s); retrying in %.2fs",
-                           len(self.batch), err, self.retry_s)
+                           len(self.batch), err, retry_s)
             if self.conn is not None:
                 self.conn.close()
                 self.conn = None
-            self.write_at = time.monotonic() + self.retry_s
-            self.retry_s = min(self.retry_s * 2, RETRY_MAX_S)
+            self.write_at = time.monotonic() + retry_s
             return
-        self.retry_s = RETRY_FIRST_S
+        self.failures = 0
         self.committed = self.batch[-1].seq
         self.gap_reported = False
         for event in self.batch:

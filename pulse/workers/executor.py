@@ -54,7 +54,8 @@ import zmq
 
 from pulse.effects import kinds, registry
 from pulse.store import db
-from pulse.core import wire
+from pulse.core import clock, wire
+from pulse.core.states import EFFECT_ENDED
 from pulse.workers.harness import Worker, drain, poke
 
 SOURCE = "executor"
@@ -64,7 +65,6 @@ ENGINE_TRUST_S = 2.0             # any reply from the engine vouches for it this
 PING_RETRY_S = 0.2               # an unreachable engine is asked again no sooner than this
 CLOCK_SLACK_S = 2.0              # process start times are known to about a second (btime is whole seconds)
 MAX_ENGINE_REPLY = 1024 * 1024   # what the engine can send back
-TERMINAL = ("acked", "failed", "expired")
 
 log = logging.getLogger("pulse.executor")
 
@@ -260,7 +260,7 @@ class ExecutorWorker(Worker):
             kind = registry.get(self.in_flight.pop(done.effect_id, ""))
             if kind is not None and kind.release is not None:
                 kind.release(done.effect_id)
-            ended = ended or done.outcome in TERMINAL
+            ended = ended or done.outcome in EFFECT_ENDED
             if done.outcome == "requeued":
                 self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + RESCAN_SOON_S))
         if ended:
@@ -383,7 +383,7 @@ class ExecutorWorker(Worker):
             if db.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
                                             reason=f"retry later ({data.get('error')})"):
                 self.retries[effect.id] = attempt
-                self.retry_at[effect.id] = time.monotonic() + min(RETRY_BASE_S * 2 ** (attempt - 1), RETRY_MAX_S)
+                self.retry_at[effect.id] = time.monotonic() + clock.backoff(attempt, RETRY_BASE_S, RETRY_MAX_S)
                 return Done(effect.id, "requeued")
         ended = db.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
         if ended and state == "failed":

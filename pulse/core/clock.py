@@ -1,0 +1,29 @@
+"""Time as Pulse writes and reads it: UTC ISO stamps, durations like `10m`, doubling backoff.
+
+Stdlib only (pulsed imports it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def iso(ts: float, ms: bool = True) -> str:
+    """A wall time in UTC: 2026-12-02T19:37:29.123Z (ms=False: …:29Z)."""
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))
+    return text + (f".{int(ts % 1 * 1000):03d}Z" if ms else "Z")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in `30s`, `10m`, `2h`, `1d` (or `1.5h`); None if `text` is no such duration."""
+    m = _DURATION.match(text.strip())
+    return float(m[1]) * _UNIT_S[m[2]] if m else None
+
+
+def backoff(attempt: int, first: float, cap: float) -> float:
+    """The wait before retry number `attempt` (1, 2, 3 …): first, 2×first, 4×first … at most cap."""
+    return min(first * 2 ** (attempt - 1), cap)
