@@ -285,10 +285,12 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     events.close()
 
 
-def test_every_tool_declares_the_same_parameters_to_the_gate_and_to_the_client():
-    """The gate classifies by gate.TOOLS' parameter names; the server checks and advertises
-    PARAMS'. One name in only one of them would make a tool refuse its own argument."""
+def test_every_tool_advertises_exactly_the_arguments_the_gate_declares():
+    """Arguments are declared once, in the gate's descriptors; the MCP schema is generated from them,
+    so the gate classifies and the client sees the same names."""
     from pulse.agents import gate, toolserver
-    assert set(toolserver.PARAMS) == set(gate.TOOLS)
+    listed = {name: schema for name, _, schema in toolserver.tool_list()}
+    assert set(listed) == set(gate.TOOLS) | {"finish"}
     for name, descriptor in gate.TOOLS.items():
-        assert set(toolserver.PARAMS[name]) == descriptor.params, name
+        assert set(listed[name]["properties"]) == set(descriptor.params), name
+        assert set(listed[name]["required"]) == {n for n, a in descriptor.params.items() if a.required}, name

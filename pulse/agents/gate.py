@@ -34,7 +34,7 @@ import json
 import string
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 RECOVERY_TTL_S = 600.0
 FSM_BLOCKED = "FSM_BLOCKED"
@@ -112,13 +112,20 @@ def is_covered(key: str, patterns: frozenset[Pattern]) -> bool:
 
 # -- descriptors and classification --------------------------------------------------------------------
 
+class Arg(NamedTuple):
+    """One argument of a tool: its JSON type, what it means (the model reads it), whether required."""
+    type: str                          # string | integer | boolean | object
+    description: str
+    required: bool = False
+
+
 @dataclass(frozen=True)
 class Descriptor:
     """One tool: its kind (static, or chosen by a discriminator argument), the arguments it
     takes, and the resources it touches (as a write) or covers (as a read or resolve)."""
     name: str
     kind: Kind | None = None
-    params: frozenset[str] = frozenset()
+    params: Mapping[str, Arg] = field(default_factory=dict)   # the arguments it takes, by name
     touches: tuple[str, ...] = ()      # templates, e.g. "process:{name}"
     covers: tuple[str, ...] = ()       # templates, e.g. "worker:*"
     discriminator: str | None = None   # the argument naming the action, e.g. "action"
@@ -177,7 +184,7 @@ def classify(tools: Mapping[str, Descriptor], name: str, args: Any) -> Call:
         return Call(name, Kind.WRITE, digest, frozenset({f"tool:{name}"}), why="unknown tool")
     if not isinstance(args, Mapping):
         return Call(name, Kind.WRITE, digest, _write_keys(d, {}), why="arguments are not an object")
-    unknown = sorted(set(args) - d.params)
+    unknown = sorted(set(args) - set(d.params))
     if unknown:
         return Call(name, Kind.WRITE, digest, _write_keys(d, args), why=f"unrecognised arguments {unknown}")
     kind, why = d.kind, ""
@@ -468,40 +475,58 @@ def effect_touches(args: Mapping[str, Any]) -> frozenset[str]:
     return frozenset({f"target:{name}"})
 
 
-def _tool(name: str, kind: Kind, params: str = "", **kw) -> Descriptor:
-    return Descriptor(name=name, kind=kind, params=frozenset(params.split()), **kw)
+def _tool(name: str, kind: Kind, params: Mapping[str, Arg] | None = None, **kw) -> Descriptor:
+    return Descriptor(name=name, kind=kind, params=params or {}, **kw)
 
 
 TOOLS: dict[str, Descriptor] = {d.name: d for d in (
     # resolve: find what to act on
-    _tool("find_process", Kind.RESOLVE, "name", covers=("process:{name}",),
+    _tool("find_process", Kind.RESOLVE, {"name": Arg("string", "A configured [[process]] name.", required=True)},
+          covers=("process:{name}",),
           description="Look up one configured critical process now: its pid, whether it is alive, its command."),
     _tool("list_workers", Kind.RESOLVE, covers=("worker:*",),
           description="Pulse's workers (watcher, tick, executor, engine) and their states, live from pulsed."),
-    _tool("list_tasks", Kind.RESOLVE, "status", covers=("task:*",),
+    _tool("list_tasks", Kind.RESOLVE, {"status": Arg("string", "Only tasks in this status.")}, covers=("task:*",),
           description="Tasks and their states (optionally only one status)."),
     # read: observe
     _tool("status", Kind.READ, covers=("worker:*",),
           description="pulsectl status as JSON: the supervisor and every worker."),
-    _tool("vitals", Kind.READ, "key", covers=("vital:{key}",),
+    _tool("vitals", Kind.READ, {"key": Arg("string", "One vital key, or a prefix ending in *.")},
+          covers=("vital:{key}",),
           description="The latest sample of each vital key (or of one key, or a prefix ending in *)."),
-    _tool("events", Kind.READ, "type target since limit", covers=("target:{target}",),
+    _tool("events", Kind.READ, {
+              "type": Arg("string", "Only events of this type."),
+              "target": Arg("string", "Only events about this target."),
+              "since": Arg("string", "An ISO time or a duration such as 10m."),
+              "limit": Arg("integer", "At most this many, newest last (default 50, at most 500).")},
+          covers=("target:{target}",),
           description="Recent events from events.db, optionally of one type, one target, since a time."),
-    _tool("log_tail", Kind.READ, "worker lines", covers=("log:{worker}",),
+    _tool("log_tail", Kind.READ, {
+              "worker": Arg("string", "Only this process's lines (pulsed, watcher, tick, ...)."),
+              "lines": Arg("integer", "How many lines (default 50, at most 500).")}, covers=("log:{worker}",),
           description="The last lines of pulse.log, optionally of one worker."),
-    _tool("effect", Kind.READ, "id", covers=("effect:{id}",),
+    _tool("effect", Kind.READ, {"id": Arg("string", "The effect id.", required=True)}, covers=("effect:{id}",),
           description="One effect and its state."),
     # write: change the host, or Pulse; each waits for its effect's terminal event
-    _tool("restart_process", Kind.WRITE, "name", touches=("process:{name}",),
+    _tool("restart_process", Kind.WRITE, {"name": Arg("string", "A configured [[process]] name.", required=True)},
+          touches=("process:{name}",),
           verified_by="find_process of the same name, started after the restart returned",
           description="Restart a configured critical process with its configured restart command."),
-    _tool("restart_worker", Kind.WRITE, "name", touches=("worker:{name}",),
+    _tool("restart_worker", Kind.WRITE, {"name": Arg("string", "watcher, tick, executor or engine.", required=True)},
+          touches=("worker:{name}",),
           verified_by="status or list_workers, started after the restart returned",
           description="Restart one of Pulse's workers."),
-    _tool("signal_process", Kind.WRITE, "name signal", touches=("process:{name}",),
+    _tool("signal_process", Kind.WRITE, {
+              "name": Arg("string", "A configured [[process]] name.", required=True),
+              "signal": Arg("string", "A signal name such as SIGHUP.", required=True)},
+          touches=("process:{name}",),
           verified_by="find_process of the same name, started after the signal returned",
           description="Send a signal to a configured critical process."),
-    _tool("emit_effect", Kind.WRITE, "kind target params idempotent", touches_fn=effect_touches,
+    _tool("emit_effect", Kind.WRITE, {
+              "kind": Arg("string", "The effect kind.", required=True),
+              "target": Arg("string", "What it acts on."),
+              "params": Arg("object", "The effect's parameters."),
+              "idempotent": Arg("boolean", "Safe to run more than once.")}, touches_fn=effect_touches,
           verified_by="by kind: find_process for restart-process and signal, status for engine-promote, "
                       "engine-rollback and restart-worker, "
                       "events of the same target otherwise; noop and notify verify themselves when acked",
@@ -509,13 +534,19 @@ TOOLS: dict[str, Descriptor] = {d.name: d for d in (
     _tool("promote", Kind.WRITE, touches=("worker:engine",),
           verified_by="status or list_workers, started after the promote returned (the engine reloaded)",
           description="Merge staging into the engine, gate it, and reload the engine."),
-    _tool("rollback", Kind.WRITE, "to", touches=("worker:engine",),
+    _tool("rollback", Kind.WRITE, {"to": Arg("string", "A commit of main to return to.")},
+          touches=("worker:engine",),
           verified_by="status or list_workers, started after the rollback returned (the engine reloaded)",
           description="Revert the engine to the previous (or a given) commit and reload it."),
-    _tool("create_task", Kind.WRITE, "project title prompt priority", touches=("task:*",),
+    _tool("create_task", Kind.WRITE, {
+              "project": Arg("string", "What the task belongs to.", required=True),
+              "title": Arg("string", "One line that says what to do.", required=True),
+              "prompt": Arg("string", "The instructions for the agent that takes it.", required=True),
+              "priority": Arg("integer", "Higher runs first (default 0).")}, touches=("task:*",),
           verified_by="itself: the task is read back in the transaction that created it (or list_tasks)",
           description="Add a pending task for an agent."),
     # user_input: ask a person
-    _tool("ask_operator", Kind.USER_INPUT, "question",
+    _tool("ask_operator", Kind.USER_INPUT,
+          {"question": Arg("string", "The question, complete in itself.", required=True)},
           description="Ask the operator a question and wait for the answer."),
 )}

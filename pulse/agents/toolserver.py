@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from pulse.core import client
 from pulse.agents import gate
@@ -60,49 +60,19 @@ class ToolError(Exception):
 
 
 # -- arguments ---------------------------------------------------------------------------------------------
-# name: (JSON type, required, description). The gate classified unknown arguments as writes
-# before a tool ever runs; the tools still refuse them (INVALID_INPUT) rather than ignore them.
+# Each tool's arguments are declared once, in its gate descriptor (gate.Arg). The gate classified
+# unknown arguments as writes before a tool ever runs; the tools still refuse them (INVALID_INPUT).
 
-P = tuple[str, bool, str]
-PARAMS: dict[str, dict[str, P]] = {
-    "find_process": {"name": ("string", True, "A configured [[process]] name.")},
-    "list_workers": {},
-    "list_tasks": {"status": ("string", False, "Only tasks in this status.")},
-    "status": {},
-    "vitals": {"key": ("string", False, "One vital key, or a prefix ending in *.")},
-    "events": {"type": ("string", False, "Only events of this type."),
-               "target": ("string", False, "Only events about this target."),
-               "since": ("string", False, "An ISO time or a duration such as 10m."),
-               "limit": ("integer", False, "At most this many, newest last (default 50, at most 500).")},
-    "log_tail": {"worker": ("string", False, "Only this process's lines (pulsed, watcher, tick, ...)."),
-                 "lines": ("integer", False, "How many lines (default 50, at most 500).")},
-    "effect": {"id": ("string", True, "The effect id.")},
-    "restart_process": {"name": ("string", True, "A configured [[process]] name.")},
-    "restart_worker": {"name": ("string", True, "watcher, tick, executor or engine.")},
-    "signal_process": {"name": ("string", True, "A configured [[process]] name."),
-                       "signal": ("string", True, "A signal name such as SIGHUP.")},
-    "emit_effect": {"kind": ("string", True, "The effect kind."),
-                    "target": ("string", False, "What it acts on."),
-                    "params": ("object", False, "The effect's parameters."),
-                    "idempotent": ("boolean", False, "Safe to run more than once.")},
-    "promote": {},
-    "rollback": {"to": ("string", False, "A commit of main to return to.")},
-    "create_task": {"project": ("string", True, "What the task belongs to."),
-                    "title": ("string", True, "One line that says what to do."),
-                    "prompt": ("string", True, "The instructions for the agent that takes it."),
-                    "priority": ("integer", False, "Higher runs first (default 0).")},
-    "ask_operator": {"question": ("string", True, "The question, complete in itself.")},
-}
-FINISH_PARAMS: dict[str, P] = {"summary": ("string", True, "What was done and how it was verified.")}
+FINISH_PARAMS = {"summary": gate.Arg("string", "What was done and how it was verified.", required=True)}
 _JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool}
 
 
-def checked_args(tool: str, args: dict, params: dict[str, P]) -> dict:
+def checked_args(tool: str, args: dict, params: Mapping[str, gate.Arg]) -> dict:
     """The arguments, or ToolError INVALID_INPUT naming what is wrong."""
     unknown = sorted(set(args) - set(params))
     if unknown:
         raise ToolError("INVALID_INPUT", f"{tool} takes no argument {', '.join(unknown)}")
-    for name, (type_, required, _) in params.items():
+    for name, (type_, _, required) in params.items():
         value = args.get(name)
         if value is None:
             if required:
@@ -113,10 +83,11 @@ def checked_args(tool: str, args: dict, params: dict[str, P]) -> dict:
     return args
 
 
-def input_schema(params: dict[str, P]) -> dict:
+def input_schema(params: Mapping[str, gate.Arg]) -> dict:
+    """The MCP input schema, generated from the gate's declaration."""
     return {"type": "object",
-            "properties": {n: {"type": t, "description": d} for n, (t, _, d) in params.items()},
-            "required": [n for n, (_, r, _) in params.items() if r]}
+            "properties": {n: {"type": a.type, "description": a.description} for n, a in params.items()},
+            "required": [n for n, a in params.items() if a.required]}
 
 
 def tool_description(d: gate.Descriptor) -> str:
@@ -146,7 +117,7 @@ class PulseTools:
         method = getattr(self, f"tool_{name}", None)
         if name not in gate.TOOLS or method is None:
             raise ToolError("NOT_FOUND", f"no tool {name!r}")
-        args = checked_args(name, args, PARAMS[name])
+        args = checked_args(name, args, gate.TOOLS[name].params)
         return await (method(operator=operator, **args) if name == "ask_operator" else method(**args))
 
     # -- resolve --------------------------------------------------------------------------
@@ -412,7 +383,7 @@ def operator_answer(reply: Any) -> str:
 
 def tool_list() -> list[tuple[str, str, dict]]:
     """(name, description, input schema) of every tool the server lists, finish last."""
-    out = [(name, tool_description(d), input_schema(PARAMS[name])) for name, d in gate.TOOLS.items()]
+    out = [(name, tool_description(d), input_schema(d.params)) for name, d in gate.TOOLS.items()]
     return out + [("finish", FINISH_DESCRIPTION, input_schema(FINISH_PARAMS))]
 
 
