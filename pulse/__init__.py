@@ -2,7 +2,8 @@
 
 The folders are the layers (docs/architecture.md draws them):
 
-    core/       what every process shares: config, wire, states, home, logs, procs, sdnotify, client
+    core/       what every process shares: config, wire, states, home, logs, procs, clock, sdnotify,
+                client
     workers/    the worker processes: harness, and one module each (watcher, tick, executor,
                 engine, eventwriter)
     sensing/    the built-in sensors (builtin) and the runner that samples them (runner)

@@ -50,6 +50,13 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str
         time.sleep(interval)
 
 
+def notifications(path: Path, rule: str) -> list[dict]:
+    """The notifications a rule sent through a [[notify]] file channel at `path`."""
+    if not path.exists():
+        return []
+    return [n for n in map(json.loads, path.read_text().splitlines()) if n.get("rule") == rule]
+
+
 def init_home(home: Path) -> Paths:
     """`pulsectl init` once (the engine directory, config, stores), as a user would before editing it."""
     if not (home / "engine").exists():

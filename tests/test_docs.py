@@ -101,3 +101,13 @@ def test_python_examples_run(doc, tmp_path, monkeypatch):
     namespace: dict = {"__name__": f"docs.{doc.stem}"}
     for n, block in enumerate(python_examples(doc), 1):
         exec(compile(block, f"{doc.name}[python block {n}]", "exec"), namespace)
+
+
+def test_the_survival_docstring_names_the_chain_in_its_order():
+    from pulse.core import config as configmod
+    from pulse.rules import survival
+    listed = re.search(r"Outermost first: (.*?)\.\n", survival.__doc__, flags=re.S)[1]
+    camel = [name.strip() for name in listed.replace("\n", " ").split(",")]
+    snake = [re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower() for name in camel]
+    tick = configmod.slice_of(configmod.Config(), "tick")
+    assert snake == [rule.__qualname__ for rule in survival.survival_rules(tick)]

@@ -3,7 +3,6 @@ workers whose slice changed, so every change takes effect and nothing else is di
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import textwrap
@@ -13,7 +12,7 @@ import msgspec
 import pytest
 
 from pulse.core import config as configmod
-from support import init_home, wait_for
+from support import init_home, notifications, wait_for
 
 WORKERS = ("eventlog", "watcher", "tick", "executor", "engine")
 FAST = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100", "PULSE_INTENSITY_RESTARTS": "1000"}
@@ -50,12 +49,6 @@ def reload(pulsed) -> set[str]:
     named = out.stdout.strip().rpartition("restarted: ")[2]
     pulsed.wait_running(WORKERS)
     return set() if named == "none" else set(named.split(", "))
-
-
-def notifications(path, rule: str) -> list[dict]:
-    if not path.exists():
-        return []
-    return [n for n in map(json.loads, path.read_text().splitlines()) if n.get("rule") == rule]
 
 
 NOTIFY_FILE = """

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from support import init_home, wait_for
+from support import init_home, notifications, wait_for
 
 FAST_TICK = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
 
@@ -23,12 +23,6 @@ FAST_TICK = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
 def write_config(pulsed, text: str) -> None:
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(textwrap.dedent(text))
-
-
-def notifications(path, rule: str) -> list[dict]:
-    if not path.exists():
-        return []
-    return [n for n in map(json.loads, path.read_text().splitlines()) if n.get("rule") == rule]
 
 
 def git(repo, *args) -> str:

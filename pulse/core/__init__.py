@@ -1,7 +1,8 @@
 """What every process shares: stdlib, pyzmq and msgspec only, so pulsed can import it.
 
-Modules: `config` (config.toml's schema and defaults), `wire` (every message that crosses a
-process boundary), `states` (worker states and exit codes), `home` (the home and runtime
-directory), `logs` (the one log writer), `procs` (process primitives), `sdnotify` (systemd's
-notify protocol), `client` (sockets to a running pulsed).
+Modules: `config` (config.toml's schema, defaults and per-worker slices), `wire` (every
+message that crosses a process boundary), `states` (worker, effect and task states, exit
+codes), `home` (the home and runtime directory), `logs` (the one log writer), `procs`
+(process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),
+`sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed).
 """

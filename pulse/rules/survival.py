@@ -1,13 +1,14 @@
 """The survival rules: the outer layers of the onion, shipped with Pulse, run in the tick.
 
 Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard,
-llmWatchdog, networkWatchdog, errorEscalate. Each is built from config and is
-a pure function of (prev, curr, inner): all its memory ("failed N times in a
-row", "already notified") is in the snapshot, folded from events.db, so a
-killed tick forgets nothing. The first two may bypass the inner chain; the
-other five decorate it: they let the business rules act first, and add their
-own effect only where those did not already handle that target (same kind,
-same target). No rule re-issues an effect for a target that has one pending.
+llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice.
+Each is built from config and is a pure function of (prev, curr, inner): all its
+memory ("failed N times in a row", "already notified") is in the snapshot, folded
+from events.db, so a killed tick forgets nothing. The first two may bypass the
+inner chain; the others decorate it: they let the business rules act first, and
+add their own effect only where those did not already handle that target (same
+kind, same target). No rule re-issues an effect for a target that has one pending.
+The last two tell the operator about Pulse itself: the engine failed, pulsed escalated.
 """
 
 from __future__ import annotations
