@@ -111,6 +111,10 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
         "system-resource", "process-alive:*", "network:*", "error-log:*", "engine:*", "pending-tasks"])
+    # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
+    engine_dedupe_s: float = 60               # identical engine effects within this are committed once
+    engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
+    outcome_wake_min_ms: int = 1_000          # a tick woken by an effect's outcome waits this long after the last
 
 
 class Allow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

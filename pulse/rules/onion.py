@@ -12,6 +12,8 @@ from __future__ import annotations
 import inspect
 from typing import Awaitable, Callable, Sequence
 
+import msgspec
+
 from pulse.core.wire import Effect, Snapshot
 
 RuleResult = tuple[list[Effect], int | None]
@@ -33,22 +35,41 @@ def check_result(result: object, where: str) -> RuleResult:
     return effects, tick_ms
 
 
-def _layer(rule, inner: Inner) -> Inner:
+def _layer(rule, inner: Inner, tag: bool) -> Inner:
     where = getattr(rule, "__qualname__", repr(rule))
 
     async def call(prev: Snapshot | None, curr: Snapshot) -> RuleResult:
-        result = rule(prev, curr, inner)
+        passed: list[Effect] = []
+
+        async def seen(p: Snapshot | None, c: Snapshot) -> RuleResult:
+            result = await inner(p, c)
+            passed.extend(result[0])
+            return result
+        result = rule(prev, curr, seen if tag else inner)
         if inspect.isawaitable(result):
             result = await result
-        return check_result(result, where)
+        effects, tick_ms = check_result(result, where)
+        if tag:
+            effects = [_tagged(e, where, passed) for e in effects]
+        return effects, tick_ms
     return call
 
 
-def compose(rules: Sequence, innermost: Inner) -> Inner:
-    """rules[0] is the outermost layer; innermost is called by the last rule that passes."""
+def _tagged(effect: Effect, rule: str, passed: list[Effect]) -> Effect:
+    """An effect this layer added (not one its inner layers returned) names it in params["rule"],
+    unless the rule named itself: so the budget can say which rule floods, and curr.notified
+    remembers per rule."""
+    if "rule" in effect.params or any(effect is e for e in passed):
+        return effect
+    return msgspec.structs.replace(effect, params={**effect.params, "rule": rule})
+
+
+def compose(rules: Sequence, innermost: Inner, tag: bool = False) -> Inner:
+    """rules[0] is the outermost layer; innermost is called by the last rule that passes.
+    tag: each effect is marked with the rule that added it (the engine's business rules)."""
     chain = innermost
     for rule in reversed(rules):
-        chain = _layer(rule, chain)
+        chain = _layer(rule, chain, tag)
     return chain
 
 

@@ -77,7 +77,7 @@ class EngineWorker(Worker):
         self.log.info("loaded %d modules from %s: %d rules, %d watchers, %d executors, %d failed",
                       len(self.engine.modules), self.root, len(self.engine.rules), len(self.engine.watchers),
                       len(self.engine.executors), len(self.engine.errors))
-        self.chain = onion.compose(self.engine.rules, onion.nothing)
+        self.chain = onion.compose(self.engine.rules, onion.nothing, tag=True)
         self.loop = asyncio.new_event_loop()
         self.rpc = self.socket(zmq.ROUTER, self.paths.endpoint("engine"), bind=True, handler=self.on_request,
                                MAXMSGSIZE=16 * 1024 * 1024)

@@ -22,7 +22,7 @@ import msgspec
 import zmq
 
 from pulse.store import ballast
-from pulse.rules import onion
+from pulse.rules import budget, onion
 from pulse.store import db
 from pulse.rules import survival
 from pulse.agents import tasks
@@ -61,6 +61,9 @@ class Projections:
     paused: dict[str, float] = field(default_factory=dict)
     engine_failed_at: float | None = None
     escalated: tuple[float, str] | None = None   # the last time pulsed stopped everything: (when, why)
+    engine_recent: collections.deque = field(default_factory=collections.deque)   # (ts, fingerprint) of engine effects
+    engine_horizon_s: float = budget.WINDOW_S    # engine_recent keeps this far back
+    engine_retryable: dict = field(default_factory=dict)   # fingerprint → when its last engine effect failed
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
@@ -72,6 +75,11 @@ class Projections:
     def _effect(self, ev: wire.Event) -> None:
         effect = msgspec.convert(ev.data, wire.Effect)
         self.pending[effect.id] = effect
+        if effect.origin == "engine":
+            self.engine_recent.append((ev.ts, budget.fingerprint(effect)))
+            self.engine_retryable.pop(self.engine_recent[-1][1], None)
+            while self.engine_recent and ev.ts - self.engine_recent[0][0] > self.engine_horizon_s:
+                self.engine_recent.popleft()
         if effect.kind == "notify" and effect.params.get("rule"):
             self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
 
@@ -83,6 +91,11 @@ class Projections:
             self.corrective_streak = 0 if state == "acked" else self.corrective_streak + 1
         if ev.data.get("requeued"):
             return   # an idempotent effect going round again: still pending
+        if effect is not None and effect.origin == "engine" and state != "acked":
+            self.engine_retryable[budget.fingerprint(effect)] = ev.ts
+            if len(self.engine_retryable) > 1_000:    # only those within the dedupe window matter
+                self.engine_retryable = {fp: ts for fp, ts in self.engine_retryable.items()
+                                         if ev.ts - ts <= self.engine_horizon_s}
         self.pending.pop(effect_id, None)
         outcome = wire.Outcome(effect_id=effect_id, kind=ev.data.get("kind", ""), state=state, ts=ev.ts,
                                error=ev.data.get("error") or ev.data.get("reason"))
@@ -215,7 +228,8 @@ class TickWorker(Worker):
         self.ballast = self.paths.home / "ballast"
         ballast.keep(self.ballast, self.config.survival.ballast_mb)
         self.ballast_checked = time.monotonic()
-        self.projections = Projections()   # folded at the first tick, after Ready: a long history must not delay it
+        # folded at the first tick, after Ready: a long history must not delay it
+        self.projections = Projections(engine_horizon_s=max(budget.WINDOW_S, self.config.tick.engine_dedupe_s))
         self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent])   # known before their first task
                           if tasks.SENSE_KEY in self.config.tick.sense else None)
         self.loop = asyncio.new_event_loop()
@@ -234,7 +248,11 @@ class TickWorker(Worker):
         if message is None:
             return
         self.log.debug("woken by %s (%s)", message.source, message.reason)
-        soonest = self.last_tick + self.config.timings.tick_ms_min / 1000
+        # An outcome of the tick's own effects wakes it at most every outcome_wake_min_ms: a rule that
+        # answers every outcome with a new effect must not spin the tick (and the host) at tick_ms_min.
+        gap_ms = (self.config.tick.outcome_wake_min_ms if message.reason == "effect-ended"
+                  else self.config.timings.tick_ms_min)
+        soonest = self.last_tick + gap_ms / 1000
         self.next_tick = min(self.next_tick, max(time.monotonic(), soonest))
 
     def fold(self) -> None:
@@ -319,6 +337,7 @@ class TickWorker(Worker):
         if problem:
             db.record_error(self.events, "tick", None, problem, coalesce_s=self.config.store.error_coalesce_s)
             effects = []
+        effects = self.within_budget(effects, curr)
         tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
         now = time.time()
         committed = [db.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
@@ -344,6 +363,20 @@ class TickWorker(Worker):
         self.prev = curr
         self.last_tick = time.monotonic()
         self.next_tick = started + tick_ms / 1000
+
+    def within_budget(self, effects: list[wire.Effect], curr: wire.Snapshot) -> list[wire.Effect]:
+        """The engine's effects that its budget admits; for each rule over it, one coalesced error and,
+        at most every notify_every_s, a notification."""
+        tk = self.config.tick
+        p = self.projections
+        kept, dropped = budget.admit(effects, p.engine_recent, curr.ts, tk.engine_dedupe_s,
+                                     tk.engine_effects_per_min, p.engine_retryable)
+        for rule, why in budget.culprits(dropped).items():
+            message = f"engine rule {rule!r} is over its effect budget: effects dropped ({why})"
+            db.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
+            if survival.may_notify(curr, "engine-budget", rule, self.config.survival.notify_every_s):
+                kept.append(survival.notify(curr, "engine-budget", rule, f"engine rule {rule} floods", message))
+        return kept
 
     def commit_tick(self, effects: list[wire.Effect], events: list[wire.Event]) -> None:
         """Commit; on a full disk, free the ballast first so the effects that free space still land.
