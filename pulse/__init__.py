@@ -7,7 +7,7 @@ The folders are the layers (docs/architecture.md draws them):
     workers/    the worker processes: harness, and one module each (watcher, tick, executor,
                 engine, eventwriter)
     sensing/    the built-in sensors (builtin) and the runner that samples them (runner)
-    rules/      the onion (onion) and the survival rules (survival)
+    rules/      the onion (onion), the survival rules (survival), the engine's budget (budget)
     effects/    the effect kinds and what they do (registry, kinds, notify, repairs)
     store/      persistence: every SQL statement (db), blobs (objects), the disk ballast (ballast)
     agents/     tasks for agents and their safety gate (tasks, adapters, agentrun, gate, toolserver)

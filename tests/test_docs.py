@@ -111,3 +111,22 @@ def test_the_survival_docstring_names_the_chain_in_its_order():
     snake = [re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower() for name in camel]
     tick = configmod.slice_of(configmod.Config(), "tick")
     assert snake == [rule.__qualname__ for rule in survival.survival_rules(tick)]
+
+
+def test_the_effect_kinds_reference_is_generated_from_the_registry():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    from pulse.effects import registry
+    text = (DOCS / "rules.md").read_text()
+    start, end = gen.generated(text)
+    assert text[start:end] == registry.reference(), "run scripts/gen_docs.py"
+
+
+def test_the_rules_guide_names_every_field_of_the_snapshot():
+    import msgspec
+
+    from pulse.core.wire import Snapshot
+    text = (DOCS / "rules.md").read_text()
+    assert [f.name for f in msgspec.structs.fields(Snapshot) if f"`{f.name}`" not in text] == []
