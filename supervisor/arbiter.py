@@ -523,8 +523,10 @@ class Arbiter:
             new = configmod.load(self.paths.config)
         except configmod.ConfigError as err:
             log.error("reload refused, keeping the running configuration: %s", err)
+            self.record("reload", None, ok=False, error=str(err))
             return False, str(err)
         affected = configmod.changed_slices(self.config, new)
+        self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected)
         self.config = new
         logs.Log.level = logs.LEVELS[new.log.level]
         for name in affected:

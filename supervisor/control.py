@@ -33,13 +33,12 @@ def handle(arbiter: "Arbiter", request) -> wire.Reply:
     child, error = _worker(arbiter, request.name)
     if error:
         return error
-    if isinstance(request, wire.RestartWorker):
-        arbiter.operator_restart(child)
-        return wire.Reply(ok=True, message=f"restarting {child.name}")
-    if isinstance(request, wire.StopWorker):
-        arbiter.operator_stop(child)
-        return wire.Reply(ok=True, message=f"stopping {child.name}")
-    if isinstance(request, wire.StartWorker):
-        arbiter.operator_start(child)
-        return wire.Reply(ok=True, message=f"starting {child.name}")
-    return wire.Reply(ok=False, error=f"unknown request {type(request).__name__}")
+    actions = {wire.RestartWorker: ("restart", "restarting", arbiter.operator_restart),
+               wire.StopWorker: ("stop", "stopping", arbiter.operator_stop),
+               wire.StartWorker: ("start", "starting", arbiter.operator_start)}
+    if type(request) not in actions:
+        return wire.Reply(ok=False, error=f"unknown request {type(request).__name__}")
+    action, doing, act = actions[type(request)]
+    arbiter.record("operator", child.name, action=action, state=str(child.state))
+    act(child)
+    return wire.Reply(ok=True, message=f"{doing} {child.name}")

@@ -105,3 +105,16 @@ def test_restarted_engine_is_reachable_without_restarting_peers(pulsed):
             {n: p for n, p in old.items() if n != "engine"}
     finally:
         ctx.destroy(linger=0)
+
+
+def test_every_event_type_the_source_writes_is_a_known_one():
+    import re
+    from pathlib import Path
+
+    from pulse.core.wire import EVENT_TYPES
+    root = Path(__file__).resolve().parents[1]
+    written = set()
+    for path in [*root.glob("pulse/**/*.py"), *root.glob("supervisor/*.py"), *root.glob("engine/*.py")]:
+        text = path.read_text()
+        written |= set(re.findall(r'(?:now_event|self\.record|_record\(paths,|_append\(ctx,)\(?\s*"([a-z-]+)"', text))
+    assert written and written <= EVENT_TYPES, written - EVENT_TYPES

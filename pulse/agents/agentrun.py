@@ -36,6 +36,8 @@ class AgentSlots:
         if effect.kind != "agent-run":
             return True
         wanted = effect.params.get("agent")
+        if not config.agent:
+            return True               # nothing to wait for: it fails when run, saying so
         with self.lock:
             for agent in config.agent:
                 if wanted not in (None, agent.name):
@@ -61,6 +63,8 @@ def configured_agent(config: ExecutorConfig, name: object) -> Agent:
     for agent in config.agent:
         if agent.name == name:
             return agent
+    if not config.agent:
+        raise EffectFailed("no-agent", "no [[agent]] is configured: add one to config.toml, then pulsectl reload")
     raise EffectFailed("bad-params", f"{name!r} is not a configured [[agent]]")
 
 

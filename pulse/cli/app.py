@@ -53,6 +53,15 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_MODULES)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMAND_MODULES:
+            import difflib
+            close = difflib.get_close_matches(name, COMMAND_MODULES, n=1)
+            ctx.fail(f"no command {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
+                     " (pulsectl --help lists them)")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = COMMAND_MODULES.get(name)
         if module is None:

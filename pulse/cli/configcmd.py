@@ -37,10 +37,14 @@ def unknown_kinds(ctx: Context, config) -> list[str]:
 
 
 @click.command("config")
-@click.option("--effective", is_flag=True, required=True, help="Print the configuration in force, defaults included.")
+@click.option("--effective", is_flag=True, help="Print the configuration in force, defaults included.")
 @pass_ctx
-def config(ctx: Context, effective: bool) -> None:
-    """Print the configuration pulsed would run with."""
+@click.pass_context
+def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
+    """Print the configuration pulsed would run with (--effective)."""
+    if not effective:
+        click.echo(click_ctx.get_help())
+        return
     from pulse.core.config import to_toml
     click.echo(to_toml(ctx.config()), nl=False)
 

@@ -55,13 +55,19 @@ def _event_line(ev, as_json: bool) -> str:
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines.")
 @pass_ctx
 def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool) -> None:
-    """Print events from events.db."""
+    """Print events from events.db: the last -n (of --type, over the whole history), or all --since."""
+    from pulse.core.wire import EVENT_TYPES
     from pulse.store import db
+    unknown = sorted(set(types) - EVENT_TYPES)
+    if unknown:
+        raise click.BadParameter(f"no event type {', '.join(map(repr, unknown))}; the types are: "
+                                 f"{', '.join(sorted(EVENT_TYPES))}", param_hint="--type")
     conn = _connect(ctx, "events.db")
     since_ts = parse_since(since) if since else None
     last = db.last_event_id(conn)
-    first = max(0, last - lines) if since_ts is None else 0
-    for ev in db.read_events(conn, after_id=first, types=types, since_ts=since_ts):
+    past = (db.read_events(conn, types=types, since_ts=since_ts) if since_ts is not None
+            else db.last_events(conn, lines, types))
+    for ev in past:
         click.echo(_event_line(ev, as_json))
     try:
         while follow:
@@ -106,12 +112,15 @@ def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
     import msgspec
     from pulse.store import db
     conn = _connect(ctx, "events.db")
-    for effect, state in db.list_effects(conn, EFFECT_OPEN if pending else (), lines):
+    rows = db.list_effects(conn, EFFECT_OPEN if pending else (), lines)
+    if not as_json:
+        click.echo(f"{'ID':<32}  {'STATE':<9} {'KIND':<16} {'TARGET':<20} {'ORIGIN':<9} {'CREATED':<24} WHY")
+    for effect, state, why in rows:
         if as_json:
-            click.echo(msgspec.json.encode({**msgspec.to_builtins(effect), "state": state}).decode())
+            click.echo(msgspec.json.encode({**msgspec.to_builtins(effect), "state": state, "why": why}).decode())
         else:
-            click.echo(f"{effect.id}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} {effect.origin:<9} "
-                       f"created {clock.iso(effect.created)}  deadline {clock.iso(effect.deadline)}")
+            click.echo(f"{effect.id:<32}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} "
+                       f"{effect.origin:<9} {clock.iso(effect.created):<24} {why or ''}".rstrip())
 
 
 def _param(text: str) -> tuple[str, object]:
@@ -165,7 +174,8 @@ def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
     while wait_s:
         state = db.effect_state(conn, effect.id)
         if state not in EFFECT_OPEN:
-            click.echo(f"{effect.id} {state}")
+            why = db.effect_why(conn, effect.id)
+            click.echo(f"{effect.id} {state}" + (f": {why}" if why else ""))
             return 0 if state == "acked" else 1
         if time.monotonic() >= deadline:
             click.echo(f"pulsectl: {effect.id} still {state} after {wait_s:g}s", err=True)

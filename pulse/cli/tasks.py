@@ -86,6 +86,9 @@ def add(ctx: Context, project: str, title: str, prompt: str, priority: int) -> N
     state = tasks.create(_writable(ctx), project, title, prompt, priority, source="pulsectl")
     _ring_tick(ctx, f"{state.id} created")
     click.echo(state.id)
+    if not ctx.config().agent:
+        click.echo(f"pulsectl: no [[agent]] is configured in {ctx.paths.config}: {state.id} waits, pending, "
+                   "until one is (then pulsectl reload)", err=True)
 
 
 @task.command(name="list")

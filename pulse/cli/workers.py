@@ -17,7 +17,10 @@ from pulse.cli.app import Context, pass_ctx
 from pulse.core.states import WORKERS
 
 worker_arg = click.argument("worker", type=click.Choice(WORKERS))
-wait_opt = click.option("--wait", default=15.0, show_default=True, help="Seconds to wait for the outcome (0: don't).")
+def wait_opt(command):
+    """--wait SECONDS (default 15) for the outcome, or --no-wait to return at once."""
+    command = click.option("--no-wait", is_flag=True, help="Return at once, without waiting for the outcome.")(command)
+    return click.option("--wait", default=15.0, show_default=True, help="Seconds to wait for the outcome.")(command)
 
 
 def wait_for(ctx: Context, name: str, done, seconds: float) -> None:
@@ -41,11 +44,11 @@ def pid_of(ctx: Context, name: str) -> int | None:
 @worker_arg
 @wait_opt
 @pass_ctx
-def restart(ctx: Context, worker: str, wait: float) -> None:
+def restart(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     """Restart WORKER (also revives a failed engine)."""
     old = pid_of(ctx, worker)
     click.echo(ctx.request(wire.RestartWorker(worker)).message)
-    if wait:
+    if wait and not no_wait:
         wait_for(ctx, worker, lambda w: w.state == "running" and w.pid != old, wait)
 
 
@@ -53,10 +56,10 @@ def restart(ctx: Context, worker: str, wait: float) -> None:
 @worker_arg
 @wait_opt
 @pass_ctx
-def start(ctx: Context, worker: str, wait: float) -> None:
+def start(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     """Start WORKER (after a stop, or a failed engine)."""
     click.echo(ctx.request(wire.StartWorker(worker)).message)
-    if wait:
+    if wait and not no_wait:
         wait_for(ctx, worker, lambda w: w.state == "running", wait)
 
 
@@ -64,8 +67,10 @@ def start(ctx: Context, worker: str, wait: float) -> None:
 @click.argument("worker", type=click.Choice(WORKERS), required=False)
 @wait_opt
 @pass_ctx
-def stop(ctx: Context, worker: str | None, wait: float) -> None:
-    """Stop WORKER and keep it stopped; without WORKER, stop pulsed itself (gracefully)."""
+def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:
+    """Stop WORKER and keep it stopped; without WORKER, stop pulsed itself (gracefully) and
+    return once it has exited."""
+    wait = 0 if no_wait else wait
     if worker is None:
         from pulse.core.client import daemon_pid
         pid = daemon_pid(ctx.paths)
@@ -76,6 +81,8 @@ def stop(ctx: Context, worker: str | None, wait: float) -> None:
                 click.echo(f"pulsectl: pulsed (pid {pid}) still running after {wait:g}s", err=True)
                 sys.exit(1)
             time.sleep(0.05)
+        if wait and pid:
+            click.echo(f"pulsed (pid {pid}) stopped")
         return
     click.echo(ctx.request(wire.StopWorker(worker)).message)
     if wait:

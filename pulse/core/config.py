@@ -293,6 +293,11 @@ def decode_slice(worker: str, data: bytes) -> msgspec.Struct:
     return msgspec.msgpack.decode(data, type=SLICES[worker])
 
 
+def changed_tables(old: Config, new: Config) -> list[str]:
+    """The top-level keys of config.toml whose values differ."""
+    return [f.name for f in msgspec.structs.fields(Config) if getattr(old, f.name) != getattr(new, f.name)]
+
+
 def changed_slices(old: Config, new: Config) -> list[str]:
     """The workers a reload from `old` to `new` must restart."""
     return [name for name in SLICES if slice_of(old, name) != slice_of(new, name)]

@@ -307,6 +307,18 @@ ForkserverMessage = Spawn | Spawned | Exited
 
 # -- events (PUB): committed events, live --------------------------------------------------------------
 
+# Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
+EVENT_TYPES = frozenset({
+    "supervisor-started", "supervisor-stopping", "reload", "operator",
+    "worker-started", "worker-ready", "worker-exited", "worker-hung", "worker-failed", "worker-restarted",
+    "wake", "tick", "collect", "error", "pause", "resume",
+    "effect", "effect-executing", "effect-acked", "effect-failed", "effect-expired",
+    "promote", "rollback", "notify",
+    "task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed", "task-given-up",
+    "gate-call", "gate-blocked", "gate-reset",
+})
+
+
 class Event(msgspec.Struct):
     type: str
     source: str

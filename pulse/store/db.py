@@ -35,7 +35,7 @@ import msgspec
 from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.wire import Effect, Event, Vital, now_event
 
-EVENTS_SCHEMA = 2
+EVENTS_SCHEMA = 3
 VITALS_SCHEMA = 1
 BUSY_TIMEOUT_MS = 5_000
 
@@ -73,6 +73,8 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX effects_open ON effects(state, created) WHERE state IN ('pending', 'executing')",
         "CREATE INDEX events_error ON events(source, target, id) WHERE type = 'error'",
     ),
+    # why an effect failed or expired, beside its state, so listings need not search the history
+    3: ("ALTER TABLE effects ADD COLUMN why TEXT",),
 }
 
 _VITALS_MIGRATIONS: dict[int, Sequence[str]] = {
@@ -208,6 +210,15 @@ def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[
     return [_row_event(r) for r in conn.execute(sql, args)]
 
 
+def last_events(conn: sqlite3.Connection, n: int, types: Sequence[str] = ()) -> list[Event]:
+    """The last `n` events (of `types`, over the whole history), oldest first."""
+    sql = f"SELECT {_EVENT_COLUMNS} FROM events"
+    if types:
+        sql += f" WHERE type IN ({','.join('?' * len(types))})"
+    rows = conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*types, n)).fetchall()
+    return [_row_event(r) for r in reversed(rows)]
+
+
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
     """The first event id stamped at or after `ts`, by bisection over ids (events are never
     deleted, so ids are contiguous and grow with time; a wall-clock jump back makes this a
@@ -281,7 +292,7 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
                 (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
                  msgspec.msgpack.encode(eff)))
             if observe_only:
-                conn.execute("UPDATE effects SET state = 'expired' WHERE id = ?", (eff.id,))
+                conn.execute("UPDATE effects SET state = 'expired', why = 'observe-only' WHERE id = ?", (eff.id,))
                 _insert_event(conn, now_event("effect-expired", source, eff.target, effect_id=eff.id, kind=eff.kind,
                                               reason="observe-only"))
     return list(effects)
@@ -328,8 +339,9 @@ def _move_effect(conn: sqlite3.Connection, effect_id: str, source: str, *, where
         row = conn.execute(f"SELECT target, kind FROM effects WHERE id = ? AND {where}", (effect_id, *args)).fetchone()
         if row is None:
             return False
-        conn.execute("UPDATE effects SET state = ?" + (", claimer = NULL, pgid = NULL" if release else "")
-                     + " WHERE id = ?", (state, effect_id))
+        why = data.get("error") or data.get("reason") if state != "acked" else None
+        conn.execute("UPDATE effects SET state = ?, why = ?" + (", claimer = NULL, pgid = NULL" if release else "")
+                     + " WHERE id = ?", (state, why, effect_id))
         _insert_event(conn, now_event(event, source, row[0], effect_id=effect_id, kind=row[1], **data))
         return True
 
@@ -358,6 +370,12 @@ def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: st
 
 def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
     row = conn.execute("SELECT state FROM effects WHERE id = ?", (effect_id,)).fetchone()
+    return row[0] if row else None
+
+
+def effect_why(conn: sqlite3.Connection, effect_id: str) -> str | None:
+    """Why it failed or expired (the error, else the reason code); None while open or acked."""
+    row = conn.execute("SELECT why FROM effects WHERE id = ?", (effect_id,)).fetchone()
     return row[0] if row else None
 
 
@@ -437,11 +455,13 @@ def referenced_objects(conn: sqlite3.Connection) -> set[str]:
 
 # -- workers.json: the workers an operator stopped -------------------------------------------------
 
-def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (), limit: int = 100) -> list[tuple[Effect, str]]:
-    """(effect, state), newest first; all states unless `states` is given."""
+def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (),
+                 limit: int = 100) -> list[tuple[Effect, str, str | None]]:
+    """(effect, state, why it failed or expired), newest first; all states unless `states` is given."""
     where = f"WHERE state IN ({','.join('?' * len(states))})" if states else ""
-    rows = conn.execute(f"SELECT body, state FROM effects {where} ORDER BY created DESC LIMIT ?", (*states, limit))
-    return [(_effect(r[0]), r[1]) for r in rows]
+    rows = conn.execute(f"SELECT body, state, why FROM effects {where} ORDER BY created DESC LIMIT ?",
+                        (*states, limit))
+    return [(_effect(r[0]), r[1], r[2]) for r in rows]
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:

@@ -9,9 +9,9 @@ A failed run puts the task back to pending, so the next tick hands it out again;
 
 The best agent (choose): agents with failures in a row are skipped while another has none;
 then the highest closed/assigned ratio; then the lowest average duration; then the name.
-The candidates are the agents in the snapshot's stats (configured agents appear there as
-the tick learns of them) plus AGENTS below. With none known, the effect names no agent
-and the executor takes the first configured [[agent]] with a free slot.
+The candidates are the agents in the snapshot's stats (every configured [[agent]] is there
+from the start) plus AGENTS below. With none at all, tasks wait: handing one out would only
+fail it.
 
 Needs "pending-tasks" in config.toml's [tick] sense (the default), and "agent-run" in
 [allow] kinds (the default); agents come from config.toml's [[agent]] tables.
@@ -53,11 +53,10 @@ def assignments(curr, already=()) -> list:
     for task in pending.tasks:
         if task.id in busy:
             continue
-        params = {"task_id": task.id}
         agent = choose(curr.agent_capability_stats, AGENTS)
-        if agent is not None:
-            params["agent"] = agent
-        out.append(Effect(kind="agent-run", target=task.id, params=params))
+        if agent is None:
+            break                 # no agent at all: the tasks wait (pulsectl task add said so)
+        out.append(Effect(kind="agent-run", target=task.id, params={"task_id": task.id, "agent": agent}))
     return out
 
 

@@ -35,3 +35,12 @@ def test_assign_emits_one_agent_run_per_pending_task_not_already_running():
     effects, _ = asyncio.run(assign(None, curr, inner))
     assert [(e.kind, e.target, e.params) for e in effects] == [
         ("agent-run", "task-2", {"task_id": "task-2", "agent": "bot"})]
+
+
+def test_assign_hands_out_nothing_while_no_agent_is_known():
+    tasks = [TaskState(id="task-1", project="p", title="t", prompt="do")]
+    curr = Snapshot(tick=1, ts=0.0, pending_tasks=PendingTasks(pending_count=1, tasks=tasks))
+
+    async def inner(prev, curr):
+        return [], None
+    assert asyncio.run(assign(None, curr, inner)) == ([], None)

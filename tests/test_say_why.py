@@ -1,0 +1,69 @@
+"""pulsectl says why: what failed and for what reason, what an operator changed, what it meant."""
+
+from __future__ import annotations
+
+import json
+
+from support import init_home, wait_for
+
+
+def test_a_failed_effect_says_why_in_emit_and_in_the_effects_listing(pulsed):
+    init_home(pulsed.home)
+    pulsed.start()
+    out = pulsed.ctl("emit", "exec", "--param", 'argv=["false"]', "--wait", "20")
+    assert out.returncode == 1 and "failed: exit code 1" in out.stdout
+    listing = pulsed.ctl("effects").stdout.splitlines()
+    assert listing[0].split() == ["ID", "STATE", "KIND", "TARGET", "ORIGIN", "CREATED", "WHY"]
+    assert listing[1].split()[1:3] == ["failed", "exec"] and listing[1].endswith("exit code 1")
+    row = json.loads(pulsed.ctl("effects", "--json").stdout.splitlines()[0])
+    assert row["state"] == "failed" and row["why"] == "exit code 1"
+
+
+def test_events_of_a_type_come_from_the_whole_history_and_an_unknown_type_is_refused(pulsed):
+    init_home(pulsed.home)
+    pulsed.start()
+    assert pulsed.ctl("task", "add", "--project", "p", "--title", "early", "--prompt", "x").returncode == 0
+    for _ in range(3):                    # push the task far back in the history
+        assert pulsed.ctl("emit", "noop", "--wait", "20").returncode == 0
+    out = pulsed.ctl("events", "--type", "task-created", "-n", "1")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 1 and "task-created" in out.stdout
+    assert "task-created" not in pulsed.ctl("events", "-n", "3").stdout
+    bad = pulsed.ctl("events", "--type", "task-create")
+    assert bad.returncode == 2 and "no event type 'task-create'" in bad.stderr and "task-created" in bad.stderr
+
+
+def test_reload_and_operator_actions_are_events(pulsed):
+    init_home(pulsed.home)
+    pulsed.start()
+    assert pulsed.ctl("restart", "engine").returncode == 0
+    (pulsed.home / "config.toml").write_text("[timings]\ntick_ms = 4000\n")
+    assert pulsed.ctl("reload").returncode == 0
+    operator = wait_for(lambda: pulsed.events("operator"), 10, what="the operator's restart recorded")
+    assert operator[0]["target"] == "engine" and operator[0]["data"]["action"] == "restart"
+    reload = pulsed.events("reload")[-1]["data"]
+    assert reload["ok"] and reload["changed"] == ["timings"] and reload["restarted"] == ["tick"]
+
+
+def test_stop_returns_once_pulsed_has_exited(pulsed):
+    init_home(pulsed.home)
+    pulsed.start()
+    out = pulsed.ctl("stop")
+    assert out.returncode == 0 and f"pulsed (pid {pulsed.proc.pid}) stopped" in out.stdout
+    assert pulsed.proc.poll() is not None or pulsed.proc.wait(5) == 0
+
+
+def test_bare_config_prints_help_and_an_unknown_command_suggests_the_nearest(pulsed):
+    init_home(pulsed.home)
+    out = pulsed.ctl("config")
+    assert out.returncode == 0 and "--effective" in out.stdout
+    out = pulsed.ctl("stauts")
+    assert out.returncode == 2 and "did you mean 'status'?" in out.stderr
+
+
+def test_a_task_without_any_agent_says_so_and_its_run_fails_clearly(pulsed):
+    init_home(pulsed.home)
+    pulsed.start()
+    out = pulsed.ctl("task", "add", "--project", "p", "--title", "t", "--prompt", "do it")
+    assert out.returncode == 0 and "no [[agent]] is configured" in out.stderr
+    ran = pulsed.ctl("emit", "agent-run", "--target", out.stdout.strip(), "--wait", "20")
+    assert ran.returncode == 1 and "no [[agent]] is configured" in ran.stdout
