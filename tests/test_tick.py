@@ -156,3 +156,35 @@ def test_engine_watchers_write_vitals_and_wake_the_tick(pulsed):
     import json
     assert json.loads(wait_for(sample, 10, what="the engine watcher's vital")[0]) == {"depth": 42}
     wait_for(lambda: "woken by engine (engine:queue-depth)" in pulsed.log_text(), 10, what="the tick woken")
+
+
+def test_a_critical_death_gives_a_frozen_engine_the_short_deadline(pulsed, tracker, tmp_path):
+    """The tick the death wakes waits engine_urgent_deadline_ms for the engine, not the usual deadline,
+    so survival's restart is not held up by a frozen engine."""
+    import subprocess
+    argv = ["sleep", "3600.5151"]
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(textwrap.dedent(f"""
+        [[process]]
+        name = "svc"
+        match = "^sleep 3600.5151$"
+        restart = ["touch", "{tmp_path / 'restarted'}"]
+    """))
+    victim = subprocess.Popen(argv, start_new_session=True)
+    tracker.add(victim.pid)
+    pulsed.start(env={"PULSE_TICK_MS": "60000", "PULSE_TICK_MS_MAX": "60000", "PULSE_ENGINE_RPC_DEADLINE_MS": "2000",
+                      "PULSE_ENGINE_URGENT_DEADLINE_MS": "50", "PULSE_HUNG_AFTER_MS": "30000"})
+    wait_for(lambda: pulsed.vital("process-alive:svc", lambda d: d["alive"]), 10, what="watched")
+    pulsed.wait_running()
+    engine = pulsed.worker("engine").pid
+    assert pulsed.ctl("emit", "noop", "--wait", "10").returncode == 0    # its outcome wakes a tick ...
+    wait_for(lambda: any(t["data"]["inner"] == "ok" for t in pulsed.ticks()), 10, what="... that reaches the engine")
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        victim.kill()
+        victim.wait(5)
+        wait_for((tmp_path / "restarted").exists, 10, what="the restart run")
+        urgent = [t["data"] for t in pulsed.ticks() if t["data"]["effects"]]
+        assert urgent and urgent[0]["inner"] == "engine did not answer within 50 ms", urgent
+    finally:
+        os.kill(engine, signal.SIGCONT)

@@ -38,6 +38,7 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tick_ms_min: int = 50                     # clamp of the tick_ms a rule returns
     tick_ms_max: int = 60_000
     engine_rpc_deadline_ms: int = 250         # the tick waits this long for the engine
+    engine_urgent_deadline_ms: int = 50       # ... or this long, in a tick woken by a critical process's death
     effect_deadline_s: float = 60             # an effect older than this expires unrun
     effect_timeout_s: float = 30              # one effect may run this long
     executor_concurrency: int = 8             # effects run at once
@@ -209,7 +210,8 @@ def _cut(name: str, table: type[msgspec.Struct], keys: tuple[str, ...]) -> type[
 EventWriterTimings = _cut("EventWriterTimings", Timings, ("heartbeat_ms", "hung_after_ms"))
 WatcherTimings = _cut("WatcherTimings", Timings, ("heartbeat_ms", "watcher_interval_ms", "wake_window_s"))
 TickTimings = _cut("TickTimings", Timings, ("heartbeat_ms", "tick_ms", "tick_ms_min", "tick_ms_max",
-                                            "engine_rpc_deadline_ms", "effect_deadline_s"))
+                                            "engine_rpc_deadline_ms", "engine_urgent_deadline_ms",
+                                            "effect_deadline_s"))
 ExecutorTimings = _cut("ExecutorTimings", Timings, ("heartbeat_ms", "effect_deadline_s", "effect_timeout_s",
                                                     "executor_concurrency", "executor_scan_interval_ms",
                                                     "engine_rpc_deadline_ms"))
@@ -359,6 +361,8 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.timings.hung_after_ms ({t.hung_after_ms}) must exceed heartbeat_ms ({t.heartbeat_ms})")
     if t.hung_after_ms <= t.engine_rpc_deadline_ms:
         raise ConfigError(f"{origin}: $.timings.hung_after_ms must exceed engine_rpc_deadline_ms")
+    if t.engine_urgent_deadline_ms > t.engine_rpc_deadline_ms:
+        raise ConfigError(f"{origin}: $.timings.engine_urgent_deadline_ms must not exceed engine_rpc_deadline_ms")
     if not t.tick_ms_min <= t.tick_ms <= t.tick_ms_max:
         raise ConfigError(f"{origin}: $.timings.tick_ms must lie within tick_ms_min … tick_ms_max")
     for i, proc in enumerate(config.process):

@@ -178,19 +178,21 @@ class EngineClient:
             except wire.Malformed:
                 replies.append(None)
 
-    def run_chain(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> tuple[wire.ChainResult | None, str | None]:
-        """(result, None) or (None, why the engine gave nothing)."""
+    def run_chain(self, prev: wire.Snapshot | None, curr: wire.Snapshot,
+                  deadline_s: float | None = None) -> tuple[wire.ChainResult | None, str | None]:
+        """(result, None) or (None, why the engine gave nothing); deadline_s: this call's, if not the usual."""
+        deadline_s = self.deadline_s if deadline_s is None else deadline_s
         if self.unresponsive:
             if any(isinstance(r, wire.Pong) for r in self._drain()):
                 self.unresponsive = False
             else:
-                self._send(wire.Ping(next(self.ids), time.time() + self.deadline_s))
+                self._send(wire.Ping(next(self.ids), time.time() + deadline_s))
                 return None, "engine unresponsive since its last deadline; skipped"
         self._drain()   # whatever is left over is late
         request_id = next(self.ids)
-        deadline = time.time() + self.deadline_s
+        deadline = time.time() + deadline_s
         # IMMEDIATE: writable only once connected (a freshly started engine may take a moment)
-        if not (self.sock.poll(self.deadline_s * 1000, zmq.POLLOUT)
+        if not (self.sock.poll(deadline_s * 1000, zmq.POLLOUT)
                 and self._send(wire.RunChain(request_id, deadline, prev, curr))):
             return None, "engine not connected"
         while (left := deadline - time.time()) > 0:
@@ -202,7 +204,7 @@ class EngineClient:
                 if isinstance(reply, wire.ChainResult) and reply.id == request_id:
                     return reply, None
         self.unresponsive = True
-        return None, f"engine did not answer within {self.deadline_s * 1000:.0f} ms"
+        return None, f"engine did not answer within {deadline_s * 1000:.0f} ms"
 
     def _send(self, message) -> bool:
         try:
@@ -235,6 +237,7 @@ class TickWorker(Worker):
         self.loop = asyncio.new_event_loop()
         self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
+        self.urgent = False       # woken by a critical process's death: the next tick is in a hurry
         self.prev: wire.Snapshot | None = None
         self.next_tick = time.monotonic()
         self.last_tick = 0.0
@@ -252,6 +255,8 @@ class TickWorker(Worker):
         # answers every outcome with a new effect must not spin the tick (and the host) at tick_ms_min.
         gap_ms = (self.config.tick.outcome_wake_min_ms if message.reason == "effect-ended"
                   else self.config.timings.tick_ms_min)
+        # A critical process died: survival must restart it now, so the engine gets a short deadline.
+        self.urgent = self.urgent or message.reason.startswith("process-alive:")
         soonest = self.last_tick + gap_ms / 1000
         self.next_tick = min(self.next_tick, max(time.monotonic(), soonest))
 
@@ -306,7 +311,8 @@ class TickWorker(Worker):
         if curr.engine.state != "running":
             self.inner_note = f"engine {curr.engine.state}; skipped"
             return [], None
-        result, why = self.engine.run_chain(prev, curr)
+        urgent_s = self.config.timings.engine_urgent_deadline_ms / 1000 if self.urgent else None
+        result, why = self.engine.run_chain(prev, curr, urgent_s)
         if result is None:
             self.inner_error(why)
             return [], None
@@ -361,6 +367,7 @@ class TickWorker(Worker):
             except zmq.Again:
                 pass   # the executor's scan finds them
         self.prev = curr
+        self.urgent = False
         self.last_tick = time.monotonic()
         self.next_tick = started + tick_ms / 1000
 
