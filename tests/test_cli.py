@@ -6,6 +6,7 @@ import os
 import sqlite3
 
 import psutil
+import pytest
 
 from support import wait_for
 
@@ -159,3 +160,15 @@ def test_pipeline_commands_events_vitals_effects_emit(pulsed):
     assert effect_id not in pulsed.ctl("effects", "--pending").stdout
     bad = pulsed.ctl("emit", "noop", "--param", "no-equals-sign")
     assert bad.returncode == 2 and "key=value" in bad.stderr
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[log]\nlevel = "verbose"\n', "$.log.level: Invalid enum value 'verbose'; one of: debug, info, warning, error"),
+    ('[[notify]]\nkind = "email"\n', "$.notify[0].kind: Invalid enum value 'email'; one of: log, file, webhook, command"),
+])
+def test_an_enum_error_lists_the_valid_values(tmp_path, text, says):
+    from pulse.core import config
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(config.ConfigError) as err:
+        config.load(tmp_path / "config.toml", {})
+    assert says in str(err.value)

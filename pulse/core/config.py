@@ -331,8 +331,21 @@ def _explain(err: msgspec.ValidationError) -> str:
         return f"unknown key {m['path'] or '$'}.{m['key']}"
     m = _AT.match(text)
     if m:
-        return f"{m['path']}: {m['msg']}"
+        choices = _choices(m["path"]) if m["msg"].startswith("Invalid enum value") else None
+        return f"{m['path']}: {m['msg']}" + (f"; one of: {', '.join(choices)}" if choices else "")
     return text
+
+
+def _choices(path: str) -> list[str] | None:
+    """The values a Literal key at `path` (`$.log.level`, `$.notify[0].kind`) takes."""
+    import typing
+    kind: object = Config
+    for part in re.sub(r"\[\d+\]", "", path).split(".")[1:]:
+        fields = {f.name: f.type for f in msgspec.structs.fields(kind)} if isinstance(kind, type) else {}
+        kind = fields.get(part)
+        while typing.get_origin(kind) in (list, typing.Union) or type(kind).__name__ == "UnionType":
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    return [str(v) for v in typing.get_args(kind)] if typing.get_origin(kind) is Literal else None
 
 
 def decode(text: str | bytes, origin: str) -> Config:
