@@ -218,6 +218,8 @@ class Arbiter:
             if child.pid != message.pid:
                 continue   # from a predecessor, already replaced
             child.heartbeat_at = max(sent, child.heartbeat_at or 0.0)
+            if isinstance(message, wire.Heartbeat) and message.report is not None:
+                child.report = message.report
             if isinstance(message, wire.Committed):
                 self.events.committed(message)
             elif isinstance(message, wire.Ready) and child.state is S.STARTING:
@@ -593,4 +595,11 @@ class Arbiter:
             version=wire.STATUS_VERSION,
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home)),
-            workers=workers)
+            workers=workers, engine_commit=self.children["engine"].commit, processes=self.processes())
+
+    def processes(self) -> list[wire.ProcessStatus]:
+        """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""
+        seen = (self.children["watcher"].report or {}).get("processes", {})
+        paused = (self.children["tick"].report or {}).get("paused", {})
+        return [wire.ProcessStatus(p.name, (seen.get(p.name) or {}).get("alive"), (seen.get(p.name) or {}).get("pid"),
+                                   paused.get(p.name)) for p in self.config.process]

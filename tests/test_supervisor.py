@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from support import PULSECTL, engine_rule, wait_for
+from support import PULSECTL, engine_rule, init_home, wait_for
 
 
 WORKERS = ("watcher", "tick", "executor", "engine")
@@ -33,7 +33,8 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
     assert rows[4].startswith(f"pulsed pid {pulsed.proc.pid},")
 
     data = json.loads(pulsed.ctl("status", "--json").stdout)
-    assert list(data) == ["version", "supervisor", "workers"] and data["version"] == 1
+    assert list(data) == ["version", "supervisor", "workers", "engine_commit", "processes"] and data["version"] == 1
+    assert len(data["engine_commit"]) >= 40 and data["processes"] == []
     assert list(data["supervisor"]) == ["pid", "uptime_s", "home"]
     assert data["supervisor"]["home"] == str(home)
     for w in data["workers"]:
@@ -205,3 +206,25 @@ def test_events_survive_a_pulsed_restart(pulsed):
     after = pulsed.events()
     assert after[:len(first)] == first
     assert [e["type"] for e in after].count("supervisor-started") == 2
+
+
+def test_status_lists_the_critical_processes_alive_dead_and_paused(pulsed, tracker):
+    argv = ["sleep", "3600.6161"]
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text('[[process]]\nname = "svc"\nmatch = "^sleep 3600.6161$"\n')
+    victim = subprocess.Popen(argv, start_new_session=True)
+    tracker.add(victim.pid)
+    pulsed.start(env={"PULSE_WATCHER_INTERVAL_MS": "100"})
+
+    def process(check):
+        data = json.loads(pulsed.ctl("status", "--json").stdout)["processes"]
+        return data if data and check(data[0]) else None
+    assert wait_for(lambda: process(lambda p: p["alive"]), 10, what="svc alive")[0]["pid"] == victim.pid
+    assert pulsed.ctl("pause", "svc", "--for", "10m").returncode == 0
+    wait_for(lambda: process(lambda p: p["paused_until"]), 10, what="svc paused")
+    victim.kill()
+    victim.wait(5)
+    wait_for(lambda: process(lambda p: p["alive"] is False), 10, what="svc dead")
+    lines = pulsed.ctl("status").stdout.splitlines()
+    row = lines[lines.index(next(line for line in lines if line.startswith("PROCESS"))) + 1]
+    assert row.split()[:2] == ["svc", "dead,"] and "paused until" in row

@@ -36,13 +36,29 @@ def last_exit(exit: wire.LastExit | None) -> str:
     return f"{how} at {exit.at[11:19]}Z"
 
 
+def columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def process_state(p: wire.ProcessStatus) -> str:
+    state = "unknown" if p.alive is None else "alive" if p.alive else "dead"
+    if p.paused_until is not None:
+        import time
+        state += f", paused until {time.strftime('%H:%M:%S', time.gmtime(p.paused_until))}Z"
+    return state
+
+
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
         rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.restarts), last_exit(w.last_exit),
                      "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s ago"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = columns(rows)
+    if status.processes:
+        lines.append("")
+        lines += columns([("PROCESS", "STATE", "PID")] +
+                         [(p.name, process_state(p), str(p.pid or "-")) for p in status.processes])
     s = status.supervisor
     lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"

@@ -33,6 +33,7 @@ class Heartbeat(msgspec.Struct, tag="heartbeat"):
     pid: int
     seq: int
     mono: float
+    report: dict[str, Any] | None = None   # what the worker adds to status (Worker.report), small
 
 
 class Committed(msgspec.Struct, tag="committed"):
@@ -98,11 +99,21 @@ class SupervisorStatus(msgspec.Struct):
     home: str
 
 
+class ProcessStatus(msgspec.Struct):
+    """A configured critical process, as the watcher last saw it and the tick knows of pauses."""
+    name: str
+    alive: bool | None                  # None: not sampled yet
+    pid: int | None = None
+    paused_until: float | None = None   # wall clock: survival leaves it alone until then
+
+
 class Status(msgspec.Struct):
-    """`pulsectl status --json`, version 1 (DESIGN §7)."""
+    """`pulsectl status --json`, version 1 (DESIGN §7); engine_commit and processes were added after."""
     version: int
     supervisor: SupervisorStatus
     workers: list[WorkerStatus]
+    engine_commit: str | None = None
+    processes: list[ProcessStatus] = msgspec.field(default_factory=list)
 
 
 class Reply(msgspec.Struct, omit_defaults=True):

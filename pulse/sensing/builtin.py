@@ -209,6 +209,7 @@ class ProcessAlive(Watcher):
         self._was_alive: bool | None = None
         self.event_fd: int | None = None       # a pidfd of the live process; main thread only
         self._pidfd_pid: int | None = None
+        self.seen: dict[str, Any] | None = None   # the last sample: alive, pid (for pulsectl status)
 
     @property
     def interval_ms(self) -> int:
@@ -229,6 +230,7 @@ class ProcessAlive(Watcher):
     def after_sample(self, data: dict[str, Any]) -> None:
         """On the main thread: hold a pidfd on the live process, drop it when it is gone or replaced."""
         alive, pid = bool(data.get("alive")), data.get("pid")
+        self.seen = {"alive": alive, "pid": pid}
         if self.event_fd is not None and (not alive or pid != self._pidfd_pid):
             self._close_pidfd()
         if alive and self.event_fd is None:

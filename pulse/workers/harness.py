@@ -61,6 +61,10 @@ class Worker:
         self.log = logging.getLogger(f"pulse.{self.name}")
         self.to_pulsed: Callable[[object], bool] = lambda message: False   # over the heartbeat socket, once ready
 
+    def report(self) -> dict | None:
+        """What this worker adds to `pulsectl status`, sent with each heartbeat (keep it small)."""
+        return None
+
     def socket(self, kind: int, endpoint: str, *, bind: bool, handler: Callable[[], None] | None = None,
                **options) -> zmq.Socket:
         sock = client.open_socket(self.ctx, kind, endpoint, bind=bind, **options)
@@ -121,7 +125,7 @@ class Harness:
 
     def heartbeat(self) -> None:
         self.seq += 1
-        self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic()))
+        self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic(), self.worker.report()))
 
     def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
         if self.stop_requested:

@@ -19,7 +19,7 @@ import zmq
 
 from pulse.store import db
 from pulse.workers.harness import Worker
-from pulse.sensing.builtin import builtin_watchers
+from pulse.sensing.builtin import ProcessAlive, builtin_watchers
 from pulse.sensing.runner import WatcherRunner
 
 
@@ -75,7 +75,9 @@ class WatcherWorker(Worker):
         # IMMEDIATE makes a wake fail instead of queueing, and the runner has to offer it again.
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1,
                                 RECONNECT_IVL=10, RECONNECT_IVL_MAX=200)
-        self.runner = WatcherRunner(builtin_watchers(self.config), vitals_conn=self.vitals, events_conn=self.events,
+        watchers = builtin_watchers(self.config)
+        self.processes = {w.process.name: w for w in watchers if isinstance(w, ProcessAlive)}
+        self.runner = WatcherRunner(watchers, vitals_conn=self.vitals, events_conn=self.events,
                                     ballast_path=self.paths.home / "ballast",
                                     wake_sock=self.wake, source=self.name, config=self.config, log=self.log)
         # The runner adds and drops fds as they come and go (a pidfd per live critical process);
@@ -83,6 +85,9 @@ class WatcherWorker(Worker):
         self.runner.handlers.update(self.handlers)
         self.handlers = self.runner.handlers
         self.gc = VitalsGc(self.vitals, self.config.store.vitals_retention_h * 3600, self.log, time.monotonic())
+
+    def report(self) -> dict:
+        return {"processes": {name: w.seen for name, w in self.processes.items()}}
 
     def next_timer(self) -> float | None:
         return min(t for t in (self.runner.next_timer(), self.gc.next_timer()) if t is not None)
