@@ -67,3 +67,27 @@ def test_a_task_without_any_agent_says_so_and_its_run_fails_clearly(pulsed):
     assert out.returncode == 0 and "no [[agent]] is configured" in out.stderr
     ran = pulsed.ctl("emit", "agent-run", "--target", out.stdout.strip(), "--wait", "20")
     assert ran.returncode == 1 and "no [[agent]] is configured" in ran.stdout
+
+
+def test_notifications_come_in_a_burst_then_one_digest_per_window(pulsed, tmp_path):
+    from pulse.core import client, wire
+    from pulse.store import db
+    notes = tmp_path / "notes.jsonl"
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(f'[[notify]]\nkind = "file"\npath = "{notes}"\nburst = 3\ngroup_s = 6\n')
+    pulsed.start()
+    conn = db.open_events(pulsed.home / "events.db")
+    flood = [db.new_effect(wire.Effect(kind="notify", target="disk", params={"message": f"full {n}"}), "operator", 60)
+             for n in range(8)]
+    db.commit_effects(conn, flood, "test")          # as pulsectl emit does, eight at once
+    client.ring(pulsed.paths, "doorbell", wire.Doorbell("test"))
+    wait_for(lambda: all(db.effect_state(conn, e.id) == "acked" for e in flood), 20, what="all eight acked")
+    sent = [json.loads(line) for line in notes.read_text().splitlines()]
+    assert len(sent) == 3 and not any(s.get("digest") for s in sent)
+    digest = wait_for(lambda: [json.loads(line) for line in notes.read_text().splitlines()][3:], 20,
+                      what="the window's digest")
+    assert len(digest) == 1 and digest[0]["digest"] and digest[0]["held_back"] == 5
+    assert digest[0]["message"].startswith("5 more notification(s) about disk were held back")
+    other = pulsed.ctl("emit", "notify", "--target", "memory", "--param", "message=m", "--wait", "20")
+    assert other.returncode == 0 and json.loads(notes.read_text().splitlines()[-1])["target"] == "memory"
+    conn.close()

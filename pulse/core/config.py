@@ -80,6 +80,10 @@ class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     argv: list[str] | None = None             # command: the notification arrives as JSON on stdin
     retries: int = 3                          # webhook attempts after the first fail
     timeout_s: float = 10
+    # Grouped per target, as Alertmanager groups: the first `burst` notifications of a window of
+    # `group_s` go out, the rest are held back, and one digest per window says how many were.
+    burst: int = 5
+    group_s: float = 60
 
 
 class NetworkTarget(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -393,6 +397,8 @@ def validate(config: Config, origin: str) -> Config:
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.process: names must be unique")
     for i, channel in enumerate(config.notify):
+        if channel.burst < 1 or channel.group_s <= 0:
+            raise ConfigError(f"{origin}: $.notify[{i}]: burst must be at least 1 and group_s greater than 0")
         need = {"file": "path", "webhook": "url", "command": "argv"}.get(channel.kind)
         if need and not getattr(channel, need):
             raise ConfigError(f"{origin}: $.notify[{i}].{need}: required for kind {channel.kind!r}")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 
 from pulse.core import clock
 from pulse.core.config import Notify
@@ -104,6 +106,9 @@ def run_notify(effect: Effect, ctx: EffectContext) -> dict:
     payload = notification(effect)
     results, failed = {}, []
     for label, channel in channels:
+        if not GROUPS.admit(label, channel, payload, ctx):
+            results[label] = "held back: the digest of this window will count it"
+            continue
         try:
             results[label] = CHANNELS[channel.kind](channel, payload, ctx)
         except Exception as err:                     # one broken channel must not keep the others silent
@@ -112,3 +117,81 @@ def run_notify(effect: Effect, ctx: EffectContext) -> dict:
     if failed:
         raise EffectFailed("notify", f"notify channel(s) failed: {', '.join(failed)}", channels=results)
     return {"channels": results}
+
+
+# -- grouping: a burst, then one digest a window, per channel and target --------------------------------
+
+@dataclass
+class _Group:
+    opened: float                          # time.monotonic() when this window began
+    channel: Notify
+    ctx: EffectContext
+    sent: int = 0                          # notifications sent in this window
+    held: int = 0                          # held back in it
+    last: dict | None = None               # the last one held back
+
+
+class Grouping:
+    """Per (channel, target), as Alertmanager groups alerts: the first `burst` notifications of a
+    window of `group_s` go out at once; the others are held back, and when the window ends one
+    digest says how many were and carries the last of them. Runner threads admit; a flusher
+    thread, started at the first hold, sends the digests of windows that ended. Kept in the
+    executor's memory: a restarted executor opens every window afresh."""
+
+    FLUSH_EVERY_S = 0.25
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.groups: dict[tuple[str, str | None], _Group] = {}
+        self.flusher: threading.Thread | None = None
+
+    def admit(self, label: str, channel: Notify, payload: dict, ctx: EffectContext) -> bool:
+        """True: send it now; False: held back for this window's digest."""
+        now = time.monotonic()
+        with self.lock:
+            key = (label, payload.get("target"))
+            group = self.groups.get(key)
+            if group is None or now - group.opened >= channel.group_s:
+                ended = group if group is not None and group.held else None
+                group = self.groups[key] = _Group(now, channel, ctx)
+            else:
+                ended = None
+            if group.sent < channel.burst:
+                group.sent += 1
+                held = False
+            else:
+                group.held, group.last, held = group.held + 1, payload, True
+                if self.flusher is None:
+                    self.flusher = threading.Thread(target=self._flush_forever, name="notify-digests", daemon=True)
+                    self.flusher.start()
+        if ended is not None:
+            self._send_digest(label, ended)     # the window ended with holds: its digest first
+        return not held
+
+    def _flush_forever(self) -> None:
+        while True:
+            time.sleep(self.FLUSH_EVERY_S)
+            now = time.monotonic()
+            with self.lock:
+                ended = [(key, g) for key, g in self.groups.items() if now - g.opened >= g.channel.group_s]
+                for key, _ in ended:
+                    del self.groups[key]
+            for (label, _), group in ended:
+                if group.held:
+                    self._send_digest(label, group)
+
+    def _send_digest(self, label: str, group: _Group) -> None:
+        last = group.last or {}
+        digest = {**last, "digest": True, "held_back": group.held, "window_s": group.channel.group_s,
+                  "message": f"{group.held} more notification(s) about {last.get('target')} were held back "
+                             f"in {group.channel.group_s:g}s; the last: {last.get('message', '')}"}
+        held = group.ctx           # the held effect's time is up: the digest gets the channel's own
+        fresh = EffectContext(held.config, held.objects, group.channel.timeout_s * (group.channel.retries + 1),
+                              paths=held.paths)
+        try:
+            CHANNELS[group.channel.kind](group.channel, digest, fresh)
+        except Exception as err:                 # nothing to retry it: say so where the operator looks
+            log.error("notify: the digest for %s through %s could not be sent: %s", last.get("target"), label, err)
+
+
+GROUPS = Grouping()
