@@ -219,6 +219,31 @@ def last_events(conn: sqlite3.Connection, n: int, types: Sequence[str] = ()) -> 
     return [_row_event(r) for r in reversed(rows)]
 
 
+def events_between(conn: sqlite3.Connection, start_ts: float, end_ts: float) -> list[Event]:
+    """Every event stamped within [start_ts, end_ts], oldest first (the report's window). The lower
+    bound is found by bisection over ids, so a window at the end of a long history reads only itself."""
+    first = first_id_since(conn, start_ts)
+    rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE id >= ? AND ts >= ? AND ts <= ? ORDER BY id",
+                        (first, start_ts, end_ts))
+    return [_row_event(r) for r in rows]
+
+
+def task_titles(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
+    """task id → (project, title), from every task-created event (by the (type, id) index)."""
+    rows = conn.execute("SELECT target, json_extract(data, '$.project'), json_extract(data, '$.title') "
+                        "FROM events WHERE type = 'task-created'")
+    return {r[0]: (str(r[1] or ""), str(r[2] or "")) for r in rows if r[0]}
+
+
+def effect_end(conn: sqlite3.Connection, effect_id: str) -> Event | None:
+    """The event that ended an effect (acked, failed not requeued, expired), or None while it is open."""
+    row = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > (SELECT event_id FROM effects WHERE id = ?) "
+        "AND type IN ('effect-acked', 'effect-failed', 'effect-expired') AND json_extract(data, '$.effect_id') = ? "
+        "AND json_extract(data, '$.requeued') IS NOT 1 ORDER BY id DESC LIMIT 1", (effect_id, effect_id)).fetchone()
+    return _row_event(row) if row else None
+
+
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
     """The first event id stamped at or after `ts`, by bisection over ids (events are never
     deleted, so ids are contiguous and grow with time; a wall-clock jump back makes this a

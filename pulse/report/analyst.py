@@ -1,0 +1,417 @@
+"""The deterministic analyst: pure functions from a window's events to an Analysis.
+
+No I/O, no clock: the same events give the same analysis. The rules, all readable here:
+
+- Runs. An agent run is the task-executing event that starts it (its `run` is the agent-run
+  effect's id) and the task-acked or task-failed that ends it; a task-given-up right after its
+  last failed run turns that run's outcome into `given_up`. A run still open at the window's
+  end is `running`.
+- Agents. Each agent's success rate is acked / ended runs. It fails below 50 %, or when its
+  last 3 runs or more failed in a row; it warns below 90 % or when one of its tasks was given
+  up; else it passes. An agent that keeps failing therefore always judges worse than one that
+  keeps succeeding. A run longer than twice its agent's own median (once it has 3 acked runs)
+  is slow.
+- Survival. Effects of origin `survival`: its repairs (restart-process, archive, cleanup,
+  exec, engine-rollback), its notifications. A repair that failed is an issue.
+- The score starts at 100 and loses, each loss capped: failed runs 4 each (at most 30),
+  tasks given up 8 (24), failed survival repairs 6 (24), rollbacks 10 (20), gate blocks 2 (10),
+  slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
+  each (20). Verdict: pass from 80, warn from 50, fail below; a window in which any role
+  fails is never a pass (at most warn).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from pulse.report.analysis import (MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp)
+
+REPAIRS = frozenset({"restart-process", "archive", "cleanup", "exec", "engine-rollback"})
+EFFECT_ENDS = {"effect-acked": "acked", "effect-failed": "failed", "effect-expired": "expired"}
+TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
+              "task-given-up")
+OPERATOR_SOURCES = frozenset({"pulsectl"})
+SLOW_FACTOR = 2.0
+SLOW_AFTER_RUNS = 3
+
+# (what loses points, points each, at most)
+PENALTIES = {
+    "failed_runs": (4, 30), "given_up": (8, 24), "failed_repairs": (6, 24), "rollbacks": (10, 20),
+    "gate_blocks": (2, 10), "slow_runs": (1, 5), "errors": (1, 10), "worker_failures": (10, 20),
+}
+PASS_FROM, WARN_FROM = 80, 50
+
+
+def verdict_of(score: int) -> str:
+    return "pass" if score >= PASS_FROM else "warn" if score >= WARN_FROM else "fail"
+
+
+def _ids(ids: Iterable[int | None]) -> list[int]:
+    out = [i for i in dict.fromkeys(ids) if i is not None]
+    return out[:MAX_CITATIONS]
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
+# -- scope ----------------------------------------------------------------------------------------------
+
+def task_of(ev) -> str | None:
+    """The task an event is about: task-* events by target, agent-run effects by their task."""
+    if ev.type in TASK_TYPES:
+        return ev.target
+    if ev.type == "effect" and ev.data.get("kind") == "agent-run":
+        params = ev.data.get("params") or {}
+        raw = params.get("task_id", ev.data.get("target"))
+        if raw is None:
+            return None
+        text = str(raw)
+        return text if text.startswith("task-") else f"task-{text}"
+    return None
+
+
+def in_scope(events: Sequence, tasks: Mapping[str, tuple[str, str]], project: str | None = None,
+             task: str | None = None) -> list:
+    """The events of one project's or one task's tasks and runs (their effects' ends included);
+    everything when neither is given. `tasks`: task id → (project, title), from task-created events."""
+    if project is None and task is None:
+        return list(events)
+    wanted = {t for t, (p, _) in tasks.items() if project is None or p == project}
+    if task is not None:
+        wanted &= {task}
+    effect_ids: set[str] = set()
+    out = []
+    for ev in events:
+        about = task_of(ev)
+        if about is not None and about in wanted:
+            out.append(ev)
+            if ev.type == "effect":
+                effect_ids.add(ev.data.get("id", ""))
+        elif ev.type in EFFECT_ENDS and ev.data.get("effect_id") in effect_ids:
+            out.append(ev)
+    return out
+
+
+# -- folding ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    run: str
+    agent: str
+    task: str
+    start: float
+    end: float | None = None
+    outcome: str = "running"
+    error: str | None = None
+    event_ids: list[int] = field(default_factory=list)
+    cost: float = 0.0
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - self.start)
+
+
+@dataclass
+class Action:
+    """An effect of origin survival (or operator) and what became of it."""
+    id: str
+    kind: str
+    target: str | None
+    ts: float
+    rule: str | None
+    origin: str
+    end: float | None = None
+    state: str = "pending"
+    error: str | None = None
+    event_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Fold:
+    runs: dict[str, Run] = field(default_factory=dict)
+    open_run: dict[str, str] = field(default_factory=dict)         # task → its open run
+    last_run: dict[str, str] = field(default_factory=dict)         # task → its last run
+    given_up: list = field(default_factory=list)                   # task-given-up events
+    actions: dict[str, Action] = field(default_factory=dict)       # effect id → survival/operator effect
+    promotes: list = field(default_factory=list)
+    rollbacks: list = field(default_factory=list)
+    gate_blocks: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    worker_failures: list = field(default_factory=list)
+    operator: list = field(default_factory=list)
+    agents: set[str] = field(default_factory=set)
+
+
+def _run_key(ev, task: str) -> str:
+    return str(ev.data.get("run") or f"{task}@{ev.id}")
+
+
+def fold(events: Iterable, window_start: float) -> Fold:
+    f = Fold()
+    for ev in events:
+        t = ev.type
+        if ev.source in OPERATOR_SOURCES and t not in ("effect-executing",):
+            f.operator.append(ev)
+        if t == "task-executing":
+            task = ev.target or ""
+            key = _run_key(ev, task)
+            agent = str(ev.data.get("agent") or "?")
+            f.agents.add(agent)
+            f.runs[key] = Run(key, agent, task, ev.ts, event_ids=[ev.id])
+            f.open_run[task], f.last_run[task] = key, key
+        elif t in ("task-acked", "task-failed"):
+            task = ev.target or ""
+            key = ev.data.get("run") or f.open_run.get(task)
+            run = f.runs.get(key) if key else None
+            if run is None:                     # began before the window
+                agent = str(ev.data.get("agent") or "?")
+                key = key or f"{task}@{ev.id}"
+                run = f.runs[key] = Run(key, agent, task, window_start)
+                f.agents.add(agent)
+            run.end, run.outcome = ev.ts, "acked" if t == "task-acked" else "failed"
+            run.error = ev.data.get("error")
+            run.event_ids.append(ev.id)
+            result = ev.data.get("result")
+            if isinstance(result, dict) and isinstance(result.get("total_cost_usd"), (int, float)):
+                run.cost = float(result["total_cost_usd"])
+            f.open_run.pop(task, None)
+            f.last_run[task] = key
+        elif t == "task-given-up":
+            f.given_up.append(ev)
+            key = f.last_run.get(ev.target or "")
+            run = f.runs.get(key) if key else None
+            if run is not None and run.outcome == "failed" and ev.data.get("failures"):
+                run.outcome = "given_up"
+                run.event_ids.append(ev.id)
+        elif t == "effect":
+            origin = ev.data.get("origin")
+            if origin in ("survival", "operator"):
+                params = ev.data.get("params") or {}
+                f.actions[ev.data.get("id", "")] = Action(
+                    ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts,
+                    params.get("rule") if isinstance(params, dict) else None, origin, event_ids=[ev.id])
+        elif t in EFFECT_ENDS:
+            action = f.actions.get(ev.data.get("effect_id", ""))
+            if action is not None and not ev.data.get("requeued"):
+                action.state, action.end = EFFECT_ENDS[t], ev.ts
+                action.error = ev.data.get("error") or ev.data.get("reason")
+                action.event_ids.append(ev.id)
+        elif t == "promote":
+            f.promotes.append(ev)
+        elif t == "rollback":
+            f.rollbacks.append(ev)
+        elif t == "gate-blocked":
+            f.gate_blocks.append(ev)
+        elif t == "error":
+            f.errors.append(ev)
+        elif t == "worker-failed" or (t == "supervisor-stopping" and ev.data.get("exit_code")):
+            f.worker_failures.append(ev)
+    return f
+
+
+# -- judging ----------------------------------------------------------------------------------------------
+
+def _trailing_failures(runs: Sequence[Run]) -> int:
+    n = 0
+    for run in reversed([r for r in runs if r.outcome != "running"]):
+        if run.outcome == "acked":
+            break
+        n += 1
+    return n
+
+
+def agent_card(name: str, runs: Sequence[Run], slow: Sequence[Run]) -> RoleCard:
+    ended = [r for r in runs if r.outcome != "running"]
+    acked = [r for r in ended if r.outcome == "acked"]
+    failed = [r for r in ended if r.outcome in ("failed", "given_up")]
+    given_up = [r for r in ended if r.outcome == "given_up"]
+    durations = [r.duration for r in acked if r.duration is not None]
+    rate = _pct(len(acked), len(ended))
+    streak = _trailing_failures(runs)
+    if not ended:
+        verdict, summary = "pass", "no run ended in the window" if runs else "idle"
+    elif rate < 50 or streak >= 3:
+        verdict = "fail"
+        summary = f"acked {len(acked)} of {len(ended)} runs ({rate:g} %)" + (
+            f"; its last {streak} runs failed" if streak >= 2 else "")
+    elif rate < 90 or given_up:
+        verdict, summary = "warn", f"acked {len(acked)} of {len(ended)} runs ({rate:g} %)"
+    else:
+        verdict, summary = "pass", f"acked {len(acked)} of {len(ended)} runs ({rate:g} %)"
+    figures: dict = {
+        "runs": len(runs), "acked": len(acked), "failed": len(failed), "given_up": len(given_up),
+        "running": len(runs) - len(ended), "success_rate_pct": rate,
+        "retries": len(runs) - len({r.task for r in runs}),
+        "median_s": round(statistics.median(durations), 3) if durations else None,
+        "max_s": round(max(durations), 3) if durations else None,
+        "slow_runs": len(slow),
+        "cost_usd": round(sum(r.cost for r in runs), 4) if any(r.cost for r in runs) else None,
+    }
+    cite = [i for r in (failed[-5:] + acked[-5:] if failed else acked[-10:]) for i in r.event_ids]
+    return RoleCard(role="agent", name=name, verdict=verdict, summary=summary, figures=figures,
+                    event_ids=_ids(cite))
+
+
+def slow_runs(runs: Sequence[Run]) -> list[Run]:
+    """Acked runs longer than SLOW_FACTOR × their agent's own median (once it has SLOW_AFTER_RUNS)."""
+    durations = [r.duration for r in runs if r.outcome == "acked" and r.duration is not None]
+    if len(durations) < SLOW_AFTER_RUNS:
+        return []
+    median = statistics.median(durations)
+    return [r for r in runs if r.outcome == "acked" and r.duration is not None and median > 0
+            and r.duration > SLOW_FACTOR * median]
+
+
+def _label(action: Action) -> str:
+    return f"{action.kind} {action.target}" if action.target else action.kind
+
+
+def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
+    repairs = [a for a in actions if a.kind in REPAIRS]
+    failed = [a for a in repairs if a.state == "failed"]
+    acked = [a for a in repairs if a.state == "acked"]
+    notes = [a for a in actions if a.kind == "notify"]
+    if not actions:
+        verdict, summary = "pass", "nothing needed doing"
+    elif failed and len(failed) >= len(acked):
+        verdict, summary = "fail", f"{len(failed)} of {len(repairs)} repairs failed"
+    elif failed:
+        verdict, summary = "warn", f"{len(failed)} of {len(repairs)} repairs failed"
+    else:
+        verdict = "pass"
+        summary = f"{len(acked)} repairs done, {len(notes)} notifications" if repairs else f"{len(notes)} notifications"
+    figures = {"actions": len(actions), "repairs": len(repairs), "repairs_acked": len(acked),
+               "repairs_failed": len(failed), "notifications": len(notes),
+               "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback")}
+    cite = [i for a in (failed + acked)[:10] for i in a.event_ids]
+    return RoleCard(role="survival", name="survival", verdict=verdict, summary=summary, figures=figures,
+                    event_ids=_ids(cite))
+
+
+def operator_card(events: Sequence, actions: Sequence[Action]) -> RoleCard:
+    counts: dict[str, int] = {}
+    for ev in events:
+        counts[ev.type] = counts.get(ev.type, 0) + 1
+    for action in actions:
+        counts[f"effect {action.kind}"] = counts.get(f"effect {action.kind}", 0) + 1
+    words = ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6])
+    summary = words if words else "no operator action"
+    return RoleCard(role="operator", name="operator", verdict="pass", summary=summary,
+                    figures={"actions": len(events)}, event_ids=_ids(ev.id for ev in events[-10:]))
+
+
+def _penalty(what: str, n: int) -> int:
+    each, most = PENALTIES[what]
+    return min(each * n, most)
+
+
+def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, tuple[str, str]] = {},
+            project: str | None = None, task: str | None = None) -> Analysis:
+    """The analysis of `events` (the window [start, end], already scoped with in_scope).
+    `tasks`: task id → (project, title), for tasks created before the window."""
+    f = fold(events, start)
+    titles = {t: title for t, (_, title) in tasks.items()}
+    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == "task-created"})
+
+    def named(task_id: str) -> str:
+        title = titles.get(task_id)
+        return f"{task_id} “{title[:80]}”" if title else task_id
+
+    runs_by_agent: dict[str, list[Run]] = {}
+    for run in f.runs.values():
+        runs_by_agent.setdefault(run.agent, []).append(run)
+    actions = sorted(f.actions.values(), key=lambda a: a.ts)
+    survival = [a for a in actions if a.origin == "survival"]
+    operator_actions = [a for a in actions if a.origin == "operator"]
+    slow = {name: slow_runs(runs) for name, runs in runs_by_agent.items()}
+
+    cards = [agent_card(name, runs_by_agent[name], slow[name]) for name in sorted(runs_by_agent)]
+    cards.append(survival_card(survival, f.rollbacks))
+    cards.append(operator_card(f.operator, operator_actions))
+
+    highlights: list[Finding] = []
+    issues: list[Finding] = []
+    for card in cards:
+        if card.role == "agent" and card.verdict == "pass" and card.figures.get("acked"):
+            highlights.append(Finding(text=f"{card.name} {card.summary}", severity="info", event_ids=card.event_ids))
+        elif card.role == "agent" and card.verdict != "pass":
+            issues.append(Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail"
+                                  else "warn", event_ids=card.event_ids))
+    repairs_acked = [a for a in survival if a.kind in REPAIRS and a.state == "acked"]
+    if repairs_acked:
+        shown = ", ".join(sorted({_label(a) for a in repairs_acked})[:5])
+        highlights.append(Finding(text=f"survival repaired {len(repairs_acked)} time(s): {shown}", severity="info",
+                                  event_ids=_ids(i for a in repairs_acked for i in a.event_ids)))
+
+    given_up_tasks = []
+    for ev in f.given_up:
+        failures = [r for r in f.runs.values() if r.task == ev.target and r.outcome in ("failed", "given_up")]
+        last_error = next((r.error for r in reversed(failures) if r.error), None) or ev.data.get("reason") or ""
+        n = ev.data.get("failures") or len(failures)
+        by = "" if ev.data.get("failures") else f" by {ev.data.get('by', ev.source)}"
+        text = (f"{named(ev.target)} failed {n} times and was given up: {last_error}" if ev.data.get("failures")
+                else f"{named(ev.target)} was given up{by}: {ev.data.get('reason', '')}")
+        given_up_tasks.append(ev)
+        issues.append(Finding(text=text, severity="error", event_ids=_ids(
+            [i for r in failures for i in r.event_ids] + [ev.id])))
+    failed_repairs = [a for a in survival if a.kind in REPAIRS and a.state == "failed"]
+    for a in failed_repairs:
+        issues.append(Finding(text=f"survival repair {_label(a)} failed: {a.error or 'no reason recorded'}",
+                              severity="error", event_ids=_ids(a.event_ids)))
+    for ev in f.rollbacks:
+        reason = ev.data.get("reason") or "no reason recorded"
+        issues.append(Finding(text=f"engine rolled back to {str(ev.data.get('to', ''))[:12]} ({reason}, by {ev.source})",
+                              severity="warn", event_ids=[ev.id]))
+    if f.gate_blocks:
+        reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in f.gate_blocks})
+        issues.append(Finding(text=f"the gate blocked {len(f.gate_blocks)} agent tool call(s): {', '.join(reasons[:5])}",
+                              severity="warn", event_ids=_ids(ev.id for ev in f.gate_blocks)))
+    if f.errors:
+        total = sum(int(ev.data.get("count") or 1) for ev in f.errors)
+        first = str(f.errors[-1].data.get("message", ""))[:200]
+        issues.append(Finding(text=f"{len(f.errors)} distinct error(s), {total} in all; the last: {first}",
+                              severity="warn", event_ids=_ids(ev.id for ev in f.errors[-MAX_CITATIONS:])))
+    for ev in f.worker_failures:
+        what = (f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
+                else f"pulsed escalated: {ev.data.get('reason', '')}")
+        issues.append(Finding(text=what, severity="error", event_ids=[ev.id]))
+    all_slow = [r for runs in slow.values() for r in runs]
+    if all_slow:
+        issues.append(Finding(text=f"{len(all_slow)} run(s) took more than {SLOW_FACTOR:g}× their agent's median",
+                              severity="info", event_ids=_ids(i for r in all_slow for i in r.event_ids)))
+    if f.promotes:
+        highlights.append(Finding(text=f"{len(f.promotes)} engine promote(s)", severity="info",
+                                  event_ids=_ids(ev.id for ev in f.promotes)))
+    if not issues:
+        highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
+
+    all_runs = list(f.runs.values())
+    lost = {
+        "failed_runs": sum(1 for r in all_runs if r.outcome in ("failed", "given_up")),
+        "given_up": len(given_up_tasks), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
+        "gate_blocks": len(f.gate_blocks), "slow_runs": len(all_slow), "errors": len(f.errors),
+        "worker_failures": len(f.worker_failures),
+    }
+    score = max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
+
+    timeline = [TimelineEntry(lane=f"agent:{r.agent}", label=f"{named(r.task)} ({r.agent})", start=stamp(r.start),
+                              end=stamp(r.end if r.end is not None else max(r.start, end)), outcome=r.outcome,
+                              event_ids=_ids(r.event_ids), run=r.run)
+                for r in sorted(all_runs, key=lambda r: r.start)]
+    timeline += [TimelineEntry(lane="survival", label=_label(a), start=stamp(a.ts),
+                               end=stamp(a.end if a.end is not None else a.ts), outcome=a.state,
+                               event_ids=_ids(a.event_ids)) for a in survival]
+    timeline += [TimelineEntry(lane="engine", label=f"{ev.type} {str(ev.data.get('after', ''))[:12]}",
+                               start=stamp(ev.ts), end=stamp(ev.ts), outcome=ev.type, event_ids=[ev.id])
+                 for ev in sorted(f.promotes + f.rollbacks, key=lambda e: e.id)]
+
+    verdict = verdict_of(score)
+    if verdict == "pass" and any(card.verdict == "fail" for card in cards):
+        verdict = "warn"
+    return Analysis(window=Window(start=stamp(start), end=stamp(end), project=project, task=task,
+                                  events=len(events)),
+                    score=score, verdict=verdict, highlights=highlights, issues=issues,
+                    role_analysis=cards, timeline=timeline)
