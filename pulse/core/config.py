@@ -183,6 +183,15 @@ class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_failures: int = 3                     # failed runs of one task in a row before it is given up
 
 
+class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """`pulsectl report` and the daily report (pulse.report)."""
+    analyst: str = "deterministic"            # or the name of an [[agent]] that writes the analysis
+    analyst_timeout_s: float = 300            # an agent analyst silent this long: the deterministic one is used
+    analyst_max_events: int = 400             # the agent gets at most this many events (summarised, with ids)
+    daily_at: str | None = None               # "08:00", host local time: the day's report through [[notify]]
+    dir: str | None = None                    # where the report effect writes its pages; unset: <home>/reports
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
     observe_only: bool = False                # record what the rules would do as effect-expired, run nothing
@@ -195,6 +204,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     store: Store = msgspec.field(default_factory=Store)
     survival: Survival = msgspec.field(default_factory=Survival)
     tasks: Tasks = msgspec.field(default_factory=Tasks)
+    report: Report = msgspec.field(default_factory=Report)
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
@@ -227,6 +237,7 @@ SupervisorTimings = _cut("SupervisorTimings", Timings, (
     "stop_grace_ms"))
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
+ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
 
 
 class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -252,6 +263,7 @@ class TickConfig(msgspec.Struct, kw_only=True, frozen=True):
     store: Store
     survival: Survival
     agent: list[Agent]
+    report: ReportSchedule        # the daily report is a survival-style rule
 
 
 class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -264,6 +276,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     tasks: Tasks
     store: Store
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
+    report: Report                # the report effect
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -409,6 +422,7 @@ def validate(config: Config, origin: str) -> Config:
         if not (target.host or target.url):
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     validate_agents(config, origin)
+    validate_report(config, origin)
     if config.engine.address_space_mb < 0:
         raise ConfigError(f"{origin}: $.engine.address_space_mb must be 0 (unlimited) or more")
     if not -1000 <= config.engine.oom_score_adj <= 1000:
@@ -456,6 +470,23 @@ def validate_agents(config: Config, origin: str) -> None:
     names = [a.name for a in config.agent]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.agent: names must be unique")
+
+
+DAILY_AT = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+
+
+def validate_report(config: Config, origin: str) -> None:
+    r = config.report
+    if r.daily_at is not None and not DAILY_AT.match(r.daily_at):
+        raise ConfigError(f"{origin}: $.report.daily_at: {r.daily_at!r} is not a time like \"08:00\" (HH:MM, 24 h)")
+    if r.analyst != "deterministic" and r.analyst not in {a.name for a in config.agent}:
+        raise ConfigError(f"{origin}: $.report.analyst: {r.analyst!r} is neither \"deterministic\" nor an [[agent]] name")
+    if r.analyst_timeout_s <= 0:
+        raise ConfigError(f"{origin}: $.report.analyst_timeout_s must be greater than 0")
+    if r.analyst_max_events < 1:
+        raise ConfigError(f"{origin}: $.report.analyst_max_events must be at least 1")
+    if r.dir is not None and not os.path.isabs(r.dir):
+        raise ConfigError(f"{origin}: $.report.dir must be an absolute path")
 
 
 def load(path: Path, environ: os._Environ | dict = os.environ) -> Config:

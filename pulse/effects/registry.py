@@ -27,6 +27,7 @@ from pulse.core.config import Allow, ExecutorConfig
 from pulse.core.wire import Effect
 from pulse.effects import kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
+from pulse.report import reportrun
 
 UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
 
@@ -179,6 +180,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("engine-rollback", "Rolls the engine's main branch back and reloads the engine. Built in, "
          "never the engine's: a rollback is wanted exactly when the engine is broken.",
          EngineRollbackParams, lambda e, ctx: repairs.engine_rollback(e.params, ctx.paths), False),
+    Kind("report", "Writes the report of a window of events.db (the last day by default) as one HTML page "
+         "under [report] dir, analysed by the deterministic analyst or an [[agent]] (checked, with the "
+         "deterministic analysis as fallback); with notify, sends its text summary and the page's path "
+         "through the [[notify]] channels. Acked with the page's path and the analysis in objects/.",
+         reportrun.ReportParams, reportrun.run_report, True, "what the report is for (free text)"),
 )}
 
 
