@@ -236,7 +236,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     outcomes: dict[str, list[Outcome]] = msgspec.field(default_factory=dict)   # recent, per target
     engine: EngineHealth = msgspec.field(default_factory=lambda: EngineHealth("unknown"))
     last_promote: float | None = None
-    notified: dict[str, float] = msgspec.field(default_factory=dict)   # "rule:target" → last notify committed
+    notified: dict[str, float] = msgspec.field(default_factory=dict)   # "rule:target" → last notify (or report) committed
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys

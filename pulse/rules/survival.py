@@ -1,18 +1,20 @@
 """The survival rules: the outer layers of the onion, shipped with Pulse, run in the tick.
 
 Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard,
-llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice.
+llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice, dailyReport.
 Each is built from config and is a pure function of (prev, curr, inner): all its
 memory ("failed N times in a row", "already notified") is in the snapshot, folded
 from events.db, so a killed tick forgets nothing. The first two may bypass the
 inner chain; the others decorate it: they let the business rules act first, and
 add their own effect only where those did not already handle that target (same
 kind, same target). No rule re-issues an effect for a target that has one pending.
-The last two tell the operator about Pulse itself: the engine failed, pulsed escalated.
+The two notices tell the operator about Pulse itself: the engine failed, pulsed escalated;
+dailyReport sends the day's report at [report] daily_at (the report effect does the work).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, Sequence
 
 from pulse.core import clock
@@ -308,11 +310,44 @@ def escalation_notice(config: TickConfig):
     return rule
 
 
+def last_daily_due(now: float, daily_at: str) -> float:
+    """The latest wall time at or before `now` whose host-local clock read `daily_at` (HH:MM)."""
+    hour, minute = map(int, daily_at.split(":"))
+    day = time.localtime(now)
+    due = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, hour, minute, 0, 0, 0, -1))
+    if due > now:
+        due = time.mktime((day.tm_year, day.tm_mon, day.tm_mday - 1, hour, minute, 0, 0, 0, -1))
+    return due
+
+
+def daily_report(config: TickConfig):
+    """At [report] daily_at (host local time), the last day's report: one `report` effect whose
+    executor writes the page and sends its summary through [[notify]]. Once per day: the last one
+    committed is remembered in the snapshot (a pulsed that was down at that hour sends it when it
+    is back, and a fresh daily_at sends the one just past at once). Inactive when unset."""
+    daily_at = config.report.daily_at
+
+    @_named("daily_report")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        if daily_at is None:
+            return effects, tick_ms
+        due = last_daily_due(curr.ts, daily_at)
+        if may_notify(curr, "daily-report", "day", 0, due) and not pending_or_handled(curr, effects, "report", "day"):
+            effects = effects + [Effect(kind="report", target="day", origin="survival", idempotent=True,
+                                        params={"since_s": DAY_S, "notify": True, "rule": "daily-report"})]
+        return effects, tick_ms
+    return rule
+
+
+DAY_S = 86_400
+
+
 def survival_rules(config: TickConfig) -> list:
     """Outermost first."""
     return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
             llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config),
-            escalation_notice(config)]
+            escalation_notice(config), daily_report(config)]
 
 
 def counted_keys(config: TickConfig) -> list[str]:

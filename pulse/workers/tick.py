@@ -80,7 +80,7 @@ class Projections:
             self.engine_retryable.pop(self.engine_recent[-1][1], None)
             while self.engine_recent and ev.ts - self.engine_recent[0][0] > self.engine_horizon_s:
                 self.engine_recent.popleft()
-        if effect.kind == "notify" and effect.params.get("rule"):
+        if effect.kind in ("notify", "report") and effect.params.get("rule"):   # report: the daily report
             self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
 
     def _ended(self, ev: wire.Event) -> None:
