@@ -45,7 +45,7 @@ COMMAND_MODULES = {
     "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
     "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
     "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
-    "check-config": "configcmd", "config": "configcmd",
+    "check-config": "configcmd", "config": "configcmd", "report": "report",
 }
 
 

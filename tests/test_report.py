@@ -1,0 +1,346 @@
+"""The report (issue 14): the deterministic analyst on a fixture history in a real events.db, an
+agent as analyst played by a fake CLI (valid, dangling citation, garbage, silent past its timeout)
+through a real pulsed's executor and through pulsectl alone, the daily report through [[notify]],
+and the page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from reportfixture import fixture_history, write
+from support import init_home, notifications, wait_for
+
+from pulse.report import analysis as analysismod
+from pulse.report import analyst, render, reportrun
+from pulse.rules import survival
+from pulse.store import db
+
+PY = sys.executable
+MARKUP = "<img src=x onerror=window.__pwned=1>"
+
+
+def window_args(h) -> list[str]:
+    iso = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))   # noqa: E731
+    return ["--from", iso(h.events[0].ts - 1), "--to", iso(h.t + 1)]
+
+
+@pytest.fixture
+def history(tmp_path):
+    """The fixture history in a real events.db under a home; (history, home, its events by id)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    h = fixture_history(MARKUP)
+    write(home / "events.db", h.events)
+    return h, home
+
+
+def analyse_db(path: Path, h, **scope):
+    conn = db.open_readonly(path)
+    try:
+        events, tasks = reportrun.read(conn, h.events[0].ts - 1, h.t + 1, scope.get("project"), scope.get("task"))
+    finally:
+        conn.close()
+    return analyst.analyse(events, h.events[0].ts - 1, h.t + 1, tasks=tasks, **scope), {e.id: e for e in events}
+
+
+def ids_of(h, type: str, target: str | None = None, **data) -> list[int]:
+    return [e.id for e in h.events if e.type == type and (target is None or e.target == target)
+            and all(e.data.get(k) == v for k, v in data.items())]
+
+
+# -- the deterministic analyst -------------------------------------------------------------------------
+
+def test_the_analyst_judges_the_fixture_history(history):
+    h, home = history
+    result, events = analyse_db(home / "events.db", h)
+    cards = {card.name: card for card in result.role_analysis}
+    assert cards["good"].verdict == "pass" and cards["good"].figures["success_rate_pct"] == 100.0
+    assert cards["bad"].verdict == "fail" and cards["bad"].figures["acked"] == 0
+    assert cards["bad"].figures["given_up"] == 1
+    assert cards["survival"].verdict == "warn" and cards["survival"].figures["repairs_failed"] == 1
+    # 100 − 3 failed runs × 4 − 1 given up × 8 − 1 failed repair × 6 − 1 rollback × 10
+    assert (result.score, result.verdict) == (64, "warn")
+
+    issues = {f.text.split(":")[0]: f for f in result.issues}
+    given_up = issues["task-3 “rotate keys” failed 3 times and was given up"]
+    assert given_up.severity == "error"
+    assert set(ids_of(h, "task-failed", "task-3")) | set(ids_of(h, "task-given-up", "task-3")) <= set(given_up.event_ids)
+    repair = issues["survival repair restart-process gateway failed"]
+    assert repair.event_ids == ids_of(h, "effect", "gateway") + ids_of(h, "effect-failed", "gateway")
+    rollback = next(f for f in result.issues if f.text.startswith("engine rolled back"))
+    assert rollback.event_ids == ids_of(h, "rollback")
+    assert any(f.text.startswith("good acked 2 of 2 runs") for f in result.highlights)
+
+    runs = [e for e in result.timeline if e.run is not None]
+    assert sorted(e.run for e in runs) == ["run-b1", "run-b2", "run-b3", "run-g1", "run-g2"]
+    assert {e.run: e.outcome for e in runs}["run-b3"] == "given_up"
+    assert [e.outcome for e in result.timeline if e.lane == "engine"] == ["promote", "rollback"]
+
+    # every citation names an event of the window, in the database
+    assert analysismod.cited(result) and set(analysismod.cited(result)) <= set(events)
+    analysismod.check(result, set(events))
+    # and the analysis round-trips through its schema
+    assert analysismod.decode(analysismod.encode(result)) == result
+
+
+def test_an_agent_that_keeps_failing_judges_worse_than_one_that_keeps_succeeding(history):
+    h, home = history
+    result, _ = analyse_db(home / "events.db", h)
+    order = {"pass": 0, "warn": 1, "fail": 2}
+    cards = {card.name: card for card in result.role_analysis}
+    assert order[cards["bad"].verdict] > order[cards["good"].verdict]
+
+
+def test_a_dangling_citation_makes_an_analysis_invalid(history):
+    h, home = history
+    result, events = analyse_db(home / "events.db", h)
+    bad = msgspec.structs.replace(result, issues=[*result.issues, analysismod.Finding(
+        text="made up", severity="warn", event_ids=[max(events) + 1000])])
+    with pytest.raises(analysismod.InvalidAnalysis, match=f"#{max(events) + 1000}"):
+        analysismod.check(bad, set(events))
+
+
+def test_a_project_or_a_task_scopes_the_report(history):
+    h, home = history
+    ops, events = analyse_db(home / "events.db", h, project="ops")
+    assert [c.name for c in ops.role_analysis if c.role == "agent"] == ["bad"]
+    assert all(events[i].type.startswith(("task-", "effect")) for i in analysismod.cited(ops))
+    assert ops.verdict == "warn"          # a failing role: never a pass, whatever the score
+    one, _ = analyse_db(home / "events.db", h, task="task-1")
+    assert [e.run for e in one.timeline] == ["run-g1"]
+
+
+# -- pulsectl report, deterministic ------------------------------------------------------------------
+
+def ctl(home: Path, *args: str, timeout: float = 60, env: dict | None = None):
+    import subprocess
+    from support import PULSECTL
+    return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def test_pulsectl_report_prints_text_json_and_html(history, tmp_path):
+    h, home = history
+    out = ctl(home, "report", *window_args(h))
+    assert out.returncode == 0, out.stderr
+    assert "score 64/100, WARN" in out.stdout and "[fail] agent bad" in out.stdout
+    out = ctl(home, "report", *window_args(h), "--json")
+    assert out.returncode == 0, out.stderr
+    result = analysismod.decode(out.stdout)
+    assert result.version == 1 and result.score == 64
+    page = tmp_path / "r.html"
+    out = ctl(home, "report", *window_args(h), "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    assert MARKUP not in text and "&lt;img src=x onerror=window.__pwned=1&gt;" in text
+    assert ctl(home, "report", "--since", "1h", "--from", "2026-01-01").returncode == 2
+    assert "is neither" in ctl(home, "report", "--analyst", "nobody").stderr
+
+
+# -- an agent as analyst --------------------------------------------------------------------------------
+
+FAKE_ANALYST = r'''
+import json, os, re, sys, time
+mode = os.environ["FAKE_MODE"]
+prompt = sys.argv[1]
+if mode == "silent":
+    time.sleep(120)
+if mode == "garbage":
+    print("I looked at the events and everything is { fine")
+    sys.exit(0)
+base = json.loads(prompt.split("The deterministic analysis, to check and improve: ", 1)[1].split("\n", 1)[0])
+ids = [int(m) for m in re.findall(r"^#(\d+) ", prompt, flags=re.M)]
+base["score"] = 42
+base["verdict"] = "fail"
+cite = [ids[0]] if mode == "valid" else [999999]
+base["issues"].append({"text": "the model's own finding " + os.environ.get("FAKE_TEXT", ""), "severity": "warn",
+                       "event_ids": cite})
+print("some chatter first")
+print(json.dumps({"type": "result", "is_error": False, "result": "```json\n" + json.dumps(base) + "\n```"}))
+'''
+
+
+def running(script: Path) -> list[int]:
+    """Live processes whose command line names `script` (unique to the test's tmp_path)."""
+    import psutil
+    out = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if str(script) in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            out.append(proc.pid)
+    return out
+
+
+def analyst_config(script: Path, timeout_s: float = 60) -> str:
+    out = []
+    for mode in ("valid", "dangling", "garbage", "silent"):
+        out.append(f'[[agent]]\nname = "{mode}"\nadapter = "command"\n'
+                   f'argv = [{json.dumps(PY)}, {json.dumps(str(script))}, "{{prompt}}"]\n'
+                   f'env = {{FAKE_MODE = "{mode}", FAKE_TEXT = {json.dumps(MARKUP)}}}\ntimeout_s = {timeout_s}\n')
+    return "\n".join(out) + "\n[report]\nanalyst_timeout_s = 2\n"
+
+
+def check_answers(home: Path, h, results: dict) -> None:
+    valid = results["valid"]
+    assert valid.analyst == "valid" and valid.fallback is None and valid.score == 42
+    assert any(f.text.startswith("the model's own finding") for f in valid.issues)
+    assert results["dangling"].analyst == "deterministic" and "#999999" in results["dangling"].fallback
+    assert results["dangling"].score == 64
+    assert "no JSON analysis" in results["garbage"].fallback
+    assert "timed out after 2s" in results["silent"].fallback
+
+
+def report_as(home: Path, h, name: str, env: dict | None = None):
+    out = ctl(home, "report", *window_args(h), "--json", "--analyst", name, env=env)
+    assert out.returncode == 0, out.stderr
+    return analysismod.decode(out.stdout), out.stderr
+
+
+def test_an_agent_analyst_runs_as_an_effect_and_falls_back_when_its_answer_is_unusable(pulsed, history, tmp_path):
+    h, home = history
+    assert home == pulsed.home
+    script = tmp_path / "fake_analyst.py"
+    script.write_text(FAKE_ANALYST)
+    (home / "config.toml").write_text(analyst_config(script))
+    pulsed.start()
+    results = {}
+    for mode in ("valid", "dangling", "garbage", "silent"):
+        started = time.monotonic()
+        results[mode], stderr = report_as(home, h, mode)
+        assert "runs from pulsectl" not in stderr
+        if mode != "valid":
+            assert "not used" in stderr
+        assert time.monotonic() - started < 30
+    check_answers(home, h, results)
+    effects = [e for e in pulsed.events("effect") if e["data"]["kind"] == "report"]
+    assert [e["data"]["params"]["analyst"] for e in effects] == ["valid", "dangling", "garbage", "silent"]
+    acked = {e["data"]["effect_id"]: e["data"] for e in pulsed.events("effect-acked") if e["data"]["kind"] == "report"}
+    assert len(acked) == 4 and all(Path(d["path"]).is_file() for d in acked.values())
+    # the silent agent's process group was killed at its timeout
+    wait_for(lambda: not running(script), 10, what="no fake analyst left running")
+
+
+def test_without_pulsed_pulsectl_runs_the_agent_itself_and_says_so(history, tmp_path):
+    h, home = history
+    script = tmp_path / "fake_analyst.py"
+    script.write_text(FAKE_ANALYST)
+    (home / "config.toml").write_text(analyst_config(script))
+    results = {}
+    for mode in ("valid", "dangling", "garbage", "silent"):
+        results[mode], stderr = report_as(home, h, mode)
+        assert "pulsed is not running; the analyst agent runs from pulsectl" in stderr
+    check_answers(home, h, results)
+    assert running(script) == []
+
+
+def test_an_answer_is_found_in_what_agents_print():
+    body = {"score": 1, "verdict": "fail"}
+    assert reportrun.answer(json.dumps(body).encode()) == body
+    assert reportrun.answer(json.dumps({"structured_output": body, "result": ""}).encode()) == body
+    assert reportrun.answer(b"noise\n" + json.dumps({"result": "Here:\n```json\n" + json.dumps(body) + "\n```"}).encode()) == body
+    with pytest.raises(reportrun.AnalystFailed, match="no output"):
+        reportrun.answer(b"")
+
+
+# -- the daily report ------------------------------------------------------------------------------------
+
+def test_last_daily_due_is_the_latest_past_occurrence(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        now = 1_790_000_000.0                              # 2026-09-21T14:13:20Z
+        assert survival.last_daily_due(now, "08:00") == 1_789_977_600.0        # the same day, 08:00
+        assert survival.last_daily_due(now, "15:00") == 1_789_977_600.0 - 17 * 3600   # the day before, 15:00
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_the_daily_report_goes_through_the_notify_channels_once(pulsed, tmp_path):
+    init_home(pulsed.home)
+    channel = tmp_path / "notes.jsonl"
+    now = time.localtime()
+    (pulsed.home / "config.toml").write_text(
+        f'[report]\ndaily_at = "{now.tm_hour:02d}:{now.tm_min:02d}"\n\n'
+        f'[[notify]]\nkind = "file"\npath = "{channel}"\n')
+    pulsed.start(env={"PULSE_TICK_MS": "100"})
+    sent = wait_for(lambda: notifications(channel, "daily-report"), 20, what="the daily report notification")
+    note = sent[0]
+    assert note["message"].startswith("Pulse report ") and f"Page: {note['path']}" in note["message"]
+    page = Path(note["path"])
+    assert page.is_file() and page.parent == pulsed.home / "reports" and page.read_text().startswith("<!doctype html>")
+    pulsed.wait_ticks(10)
+    assert len(notifications(channel, "daily-report")) == 1
+    assert len([e for e in pulsed.events("effect") if e["data"]["kind"] == "report"]) == 1
+
+
+def test_report_config_errors_name_the_key(tmp_path):
+    from pulse.core import config
+    path = tmp_path / "config.toml"
+    path.write_text('[report]\ndaily_at = "8am"\n')
+    with pytest.raises(config.ConfigError, match=r"\$\.report\.daily_at"):
+        config.load(path, {})
+    path.write_text('[report]\nanalyst = "ghost"\n')
+    with pytest.raises(config.ConfigError, match=r"\$\.report\.analyst"):
+        config.load(path, {})
+
+
+# -- the page in a browser -------------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def browser_or_skip():
+    missing = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing = "playwright is not installed (the test extra)"
+    if missing is None and not os.path.exists(CHROMIUM):
+        missing = f"no Chromium at {CHROMIUM}"
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return sync_playwright
+
+
+def test_the_page_in_chromium_is_self_contained_and_inert(history, tmp_path):
+    sync_playwright = browser_or_skip()
+    h, home = history
+    result, events = analyse_db(home / "events.db", h)
+    page_path = tmp_path / "report.html"
+    page_path.write_text(render.html(result, events))
+    runs = [e.run for e in result.timeline if e.run is not None]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(page_path.as_uri())
+            page.wait_for_load_state("load")
+            assert requests == [page_path.as_uri()]           # no request leaves the file
+            assert page.locator("[data-run]").count() == len(runs) == 5
+            for run in runs:
+                assert page.locator(f'[data-run="{run}"]').count() == 1
+            assert page.locator("img").count() == 0 and page.locator("script").count() == 0
+            assert page.evaluate("window.__pwned") is None
+            assert MARKUP in page.inner_text("body")          # the title shows as text
+            # each citation links to its event in the appendix
+            for ref in page.locator("a.cite").evaluate_all("els => els.map(e => e.getAttribute('href'))"):
+                assert page.locator(ref).count() == 1
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            keep = os.environ.get("PULSE_REPORT_SCREENSHOT")
+            if keep:
+                page.screenshot(path=keep, full_page=True)
+        finally:
+            browser.close()
+    assert (tmp_path / "report.png").stat().st_size > 10_000
