@@ -261,6 +261,9 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
         message = Effect(kind="notify", id=effect.id, target=effect.target or "report", origin=effect.origin,
                          params={"rule": effect.params.get("rule"), "title": f"Pulse report: {analysis.verdict}, "
                                  f"score {analysis.score}", "message": summary, "path": str(path)})
+        # The channels get their own time: an agent analyst may have used up the effect's deadline.
+        ctx.timeout_s = ctx.config.timings.effect_timeout_s
+        ctx.deadline = time.monotonic() + ctx.timeout_s
         try:
             data["notify"] = notify.run_notify(message, ctx)
         except EffectFailed as err:
