@@ -344,3 +344,22 @@ def test_the_page_in_chromium_is_self_contained_and_inert(history, tmp_path):
         finally:
             browser.close()
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_the_daily_report_with_a_silent_agent_analyst_still_notifies_through_a_command(pulsed, tmp_path):
+    """The agent uses up its time; the report falls back, and the command channel still gets its own."""
+    init_home(pulsed.home)
+    script = tmp_path / "fake_analyst.py"
+    script.write_text(FAKE_ANALYST)
+    received = tmp_path / "received.jsonl"
+    sink = f"import sys; open({str(received)!r}, 'a').write(sys.stdin.read())"
+    now = time.localtime()
+    (pulsed.home / "config.toml").write_text(
+        analyst_config(script).replace("[report]\n", f'[report]\nanalyst = "silent"\ndaily_at = '
+                                                     f'"{now.tm_hour:02d}:{now.tm_min:02d}"\n')
+        + f'\n[[notify]]\nkind = "command"\nargv = [{json.dumps(PY)}, "-c", {json.dumps(sink)}]\n')
+    pulsed.start(env={"PULSE_TICK_MS": "100"})
+    note = wait_for(lambda: received.exists() and received.read_text().strip()
+                    and json.loads(received.read_text().splitlines()[0]), 30, what="the daily report through the command")
+    assert note["rule"] == "daily-report"
+    assert "the agent's analysis was not used: agent silent: timed out after 2s" in note["message"]
