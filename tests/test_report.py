@@ -363,3 +363,14 @@ def test_the_daily_report_with_a_silent_agent_analyst_still_notifies_through_a_c
                     and json.loads(received.read_text().splitlines()[0]), 30, what="the daily report through the command")
     assert note["rule"] == "daily-report"
     assert "the agent's analysis was not used: agent silent: timed out after 2s" in note["message"]
+
+
+def test_the_web_page_of_a_window_is_the_rendered_deterministic_report(history):
+    h, home = history
+    conn = db.open_readonly(home / "events.db")
+    try:
+        text = reportrun.page(conn, h.events[0].ts - 1, h.t + 1)
+    finally:
+        conn.close()
+    result, events = analyse_db(home / "events.db", h)
+    assert text == render.html(result, events)

@@ -65,6 +65,12 @@ def deterministic(events: Sequence, tasks: dict, start: float, end: float, proje
     return analyst.analyse(events, start, end, tasks=tasks, project=project, task=task)
 
 
+def page(conn, start: float, end: float, project: str | None = None, task: str | None = None) -> str:
+    """The deterministic report of a window as the HTML page (what a web UI serves at /report)."""
+    events, tasks = read(conn, start, end, project, task)
+    return render.html(deterministic(events, tasks, start, end, project, task), {ev.id: ev for ev in events})
+
+
 # -- an agent as analyst ---------------------------------------------------------------------------------
 
 def event_line(ev) -> str:
