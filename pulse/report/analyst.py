@@ -324,7 +324,8 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     for run in f.runs.values():
         runs_by_agent.setdefault(run.agent, []).append(run)
     actions = sorted(f.actions.values(), key=lambda a: a.ts)
-    survival = [a for a in actions if a.origin == "survival"]
+    # the report's own effect (the daily report) is not something survival did about the host
+    survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
     operator_actions = [a for a in actions if a.origin == "operator"]
     slow = {name: slow_runs(runs) for name, runs in runs_by_agent.items()}
 
@@ -358,9 +359,13 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
         issues.append(Finding(text=text, severity="error", event_ids=_ids(
             [i for r in failures for i in r.event_ids] + [ev.id])))
     failed_repairs = [a for a in survival if a.kind in REPAIRS and a.state == "failed"]
+    by_label: dict[str, list[Action]] = {}
     for a in failed_repairs:
-        issues.append(Finding(text=f"survival repair {_label(a)} failed: {a.error or 'no reason recorded'}",
-                              severity="error", event_ids=_ids(a.event_ids)))
+        by_label.setdefault(_label(a), []).append(a)
+    for label, failures in by_label.items():
+        times = "" if len(failures) == 1 else f" {len(failures)} times"
+        issues.append(Finding(text=f"survival repair {label} failed{times}: {failures[-1].error or 'no reason recorded'}",
+                              severity="error", event_ids=_ids(i for a in failures for i in a.event_ids)))
     for ev in f.rollbacks:
         reason = ev.data.get("reason") or "no reason recorded"
         issues.append(Finding(text=f"engine rolled back to {str(ev.data.get('to', ''))[:12]} ({reason}, by {ev.source})",

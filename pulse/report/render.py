@@ -104,6 +104,11 @@ def gantt(analysis: Analysis) -> str:
     """One lane per agent (and survival, engine); one bar per run with data-run=RUN_ID, markers for the rest."""
     timeline = analysis.timeline
     w0, w1 = analysis.window.start.timestamp(), analysis.window.end.timestamp()
+    if timeline:   # zoomed to what happened: a quiet day with one busy minute still shows its bars
+        lo = min(e.start.timestamp() for e in timeline)
+        hi = max(e.end.timestamp() for e in timeline)
+        pad = max((hi - lo) * 0.05, 1.0)
+        w0, w1 = max(w0, lo - pad), min(w1, hi + pad)
     span = max(w1 - w0, 1e-6)
     lanes = _lanes(timeline)
     plot = GANTT_WIDTH - LABEL_WIDTH
