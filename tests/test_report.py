@@ -374,3 +374,12 @@ def test_the_web_page_of_a_window_is_the_rendered_deterministic_report(history):
         conn.close()
     result, events = analyse_db(home / "events.db", h)
     assert text == render.html(result, events)
+
+
+def test_the_agent_gets_at_most_analyst_max_events_the_cited_ones_first(history):
+    h, home = history
+    result, events = analyse_db(home / "events.db", h)
+    text = reportrun.prompt(list(events.values()), result, 5)
+    shown = [int(i) for i in re.findall(r"^#(\d+) ", text, flags=re.M)]
+    assert len(shown) == 5 and set(shown) <= set(analysismod.cited(result))
+    assert "Schema: " in text and len(text) <= reportrun.PROMPT_MAX_CHARS
