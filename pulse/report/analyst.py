@@ -33,6 +33,7 @@ EFFECT_ENDS = {"effect-acked": "acked", "effect-failed": "failed", "effect-expir
 TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
               "task-given-up")
 OPERATOR_SOURCES = frozenset({"pulsectl"})
+OPERATOR_TYPES = frozenset({"operator", "reload"})   # pulsed records what an operator asked of it
 SLOW_FACTOR = 2.0
 SLOW_AFTER_RUNS = 3
 
@@ -153,7 +154,7 @@ def fold(events: Iterable, window_start: float) -> Fold:
     f = Fold()
     for ev in events:
         t = ev.type
-        if ev.source in OPERATOR_SOURCES and t not in ("effect-executing",):
+        if (ev.source in OPERATOR_SOURCES and t != "effect-executing") or t in OPERATOR_TYPES:
             f.operator.append(ev)
         if t == "task-executing":
             task = ev.target or ""
