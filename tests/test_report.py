@@ -223,6 +223,12 @@ def test_an_agent_analyst_runs_as_an_effect_and_falls_back_when_its_answer_is_un
     assert [e["data"]["params"]["analyst"] for e in effects] == ["valid", "dangling", "garbage", "silent"]
     acked = {e["data"]["effect_id"]: e["data"] for e in pulsed.events("effect-acked") if e["data"]["kind"] == "report"}
     assert len(acked) == 4 and all(Path(d["path"]).is_file() for d in acked.values())
+    for data in acked.values():          # the model's words and the task's title, escaped on the page
+        page = Path(data["path"]).read_text()
+        assert MARKUP not in page and "&lt;img src=x onerror=window.__pwned=1&gt;" in page
+    by_analyst = {d["analyst"] if d["fallback"] is None else d["fallback"].split(":")[0]: d for d in acked.values()}
+    assert "the model&#x27;s own finding" in Path(by_analyst["valid"]["path"]).read_text()
+    assert "was not used" in Path(by_analyst["agent silent"]["path"]).read_text()
     # the silent agent's process group was killed at its timeout
     wait_for(lambda: not running(script), 10, what="no fake analyst left running")
 
@@ -338,6 +344,11 @@ def test_the_page_in_chromium_is_self_contained_and_inert(history, tmp_path):
             for ref in page.locator("a.cite").evaluate_all("els => els.map(e => e.getAttribute('href'))"):
                 assert page.locator(ref).count() == 1
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            background = "getComputedStyle(document.body).backgroundColor"
+            assert page.evaluate(background) == "rgb(13, 17, 23)"       # dark on screen
+            page.emulate_media(media="print")
+            assert page.evaluate(background) == "rgb(255, 255, 255)"    # light on paper
+            page.emulate_media(media="screen")
             keep = os.environ.get("PULSE_REPORT_SCREENSHOT")
             if keep:
                 page.screenshot(path=keep, full_page=True)
