@@ -223,6 +223,7 @@ def test_an_agent_analyst_runs_as_an_effect_and_falls_back_when_its_answer_is_un
     assert [e["data"]["params"]["analyst"] for e in effects] == ["valid", "dangling", "garbage", "silent"]
     acked = {e["data"]["effect_id"]: e["data"] for e in pulsed.events("effect-acked") if e["data"]["kind"] == "report"}
     assert len(acked) == 4 and all(Path(d["path"]).is_file() for d in acked.values())
+    assert len({d["path"] for d in acked.values()}) == 4      # four reports within a second: four pages
     for data in acked.values():          # the model's words and the task's title, escaped on the page
         page = Path(data["path"]).read_text()
         assert MARKUP not in page and "&lt;img src=x onerror=window.__pwned=1&gt;" in page

@@ -229,9 +229,10 @@ def chosen_agent(config, name: str | None) -> Agent | None:
     raise EffectFailed("bad-params", f"analyst {name!r} is neither \"deterministic\" nor an [[agent]]")
 
 
-def write_page(folder: Path, analysis: Analysis, events: dict, now: float) -> Path:
+def write_page(folder: Path, analysis: Analysis, events: dict, now: float, effect_id: str) -> Path:
+    """The page as report-<UTC stamp>-<effect id>.html: two reports in one second never share a file."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = folder / f"report-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{os.getpid()}.html"
+    path = folder / f"report-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{effect_id[:12]}.html"
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -258,7 +259,7 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
             max_events=ctx.config.report.analyst_max_events)
     finally:
         conn.close()
-    path = write_page(reports_dir(ctx), analysis, events, now)
+    path = write_page(reports_dir(ctx), analysis, events, now, effect.id)
     data = {"path": str(path), "analysis": store_output(ctx.objects, encode(analysis)), "score": analysis.score,
             "verdict": analysis.verdict, "analyst": analysis.analyst, "fallback": analysis.fallback, **notes}
     if params.notify:
