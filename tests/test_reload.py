@@ -139,6 +139,8 @@ CHANGES = [
     ("[[agent]]\nname = \"a\"\nargv = [\"true\"]", {"tick", "executor"}),
     ("[[notify]]\nkind = \"log\"\n[[notify]]\nkind = \"log\"", {"executor"}),
     ("observe_only = true", {"tick"}),
+    ("[report]\ndaily_at = \"08:00\"", {"tick", "executor"}),
+    ("[report]\nanalyst_timeout_s = 60", {"executor"}),
 ]
 
 
