@@ -199,7 +199,7 @@ def test_kill_9_mid_run_loses_no_task_and_never_runs_it_twice_at_once(pulsed, fa
     assert interrupted["data"]["run"] == run
     settled = wait_for(lambda: next((e for e in pulsed.events("effect-failed")
                                      if e["data"]["effect_id"] == run), None), 10, what="the orphan settled")
-    assert settled["data"]["reason"] == "interrupted"
+    assert settled["data"]["reason"] == "interrupted-after-start"
     assert interrupted["id"] < settled["id"]                   # the task first, then the effect
     assert not group_alive(first["pgid"])                      # the leader and its background child: gone
     assert not psutil.pid_exists(first["child"]) or psutil.Process(first["child"]).status() == psutil.STATUS_ZOMBIE

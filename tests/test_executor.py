@@ -265,15 +265,18 @@ def test_expired_effects_are_recorded_not_run(pulsed):
 
 def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     """Claimed by a dead executor: its process group is killed first, then idempotent → run again,
-    not idempotent → failed `interrupted`. A live claimer's effect is left alone."""
+    not idempotent → failed, `interrupted-after-start` if it may have acted (its process group was
+    recorded, or its kind runs no process), else `interrupted-before-start`. A live claimer's effect
+    is left alone."""
     ensure_home(pulsed.home)
     out = tmp_path / "ran.txt"
     append = [PY, "-c", "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')", str(out)]
     once = effect("exec", argv=append + ["once"])
     again = effect("exec", argv=append + ["again"], idempotent=True)
     predates = effect("noop")
+    unstarted = effect("exec", argv=append + ["unstarted"])
     live = effect("noop")
-    commit(pulsed.home, once, again, live)
+    commit(pulsed.home, once, again, unstarted, live)
     commit(pulsed.home, predates, now=time.time() + 10)    # created "after" the process below started
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -282,7 +285,7 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     unrelated = subprocess.Popen(["sleep", "301"], process_group=0)  # its group id, recorded, got "reused"
     pulsed.tracker.add(leftover.pid, unrelated.pid)
     conn = db.open_events(pulsed.home / "events.db")
-    for e in (once, again, predates):
+    for e in (once, again, predates, unstarted):
         assert db.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
     db.record_pgid(conn, once.id, leftover.pid)
     db.record_pgid(conn, predates.id, unrelated.pid)
@@ -290,14 +293,16 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
 
     pulsed.start()
     failed = wait_end(pulsed, once.id)
-    assert failed["type"] == "effect-failed" and failed["data"]["reason"] == "interrupted"
-    assert failed["data"]["dead_claimer"] == dead_claimer
+    assert failed["type"] == "effect-failed" and failed["data"]["reason"] == "interrupted-after-start"
+    assert failed["data"]["dead_claimer"] == dead_claimer and failed["data"]["may_have_acted"]
+    never = wait_end(pulsed, unstarted.id)["data"]      # claimed, but no process group was ever recorded
+    assert never["reason"] == "interrupted-before-start" and not never["may_have_acted"]
     assert leftover.wait(5) == -signal.SIGKILL
     assert wait_end(pulsed, again.id)["type"] == "effect-acked"
     assert history(pulsed, again.id) == ["effect", "effect-executing", "effect-failed(requeued)",
                                          "effect-executing", "effect-acked"]
-    assert out.read_text() == "again\n"                  # the non-idempotent one never ran
-    assert wait_end(pulsed, predates.id)["data"]["reason"] == "interrupted"
+    assert out.read_text() == "again\n"                  # the non-idempotent ones never ran
+    assert wait_end(pulsed, predates.id)["data"]["reason"] == "interrupted-after-start"
     assert unrelated.poll() is None                      # older than the effect: not its process
     executor_has_looked(pulsed)
     assert db.effect_state(conn, live.id) == "executing"
@@ -321,7 +326,7 @@ def test_kill_9_mid_effect(pulsed, tmp_path):
     wait_for(lambda: not alive(leader), 2, what="the effect's process dead with its executor (PDEATHSIG)")
     pulsed.wait_replaced("executor", before)
     failed = wait_end(pulsed, e.id)
-    assert failed["type"] == "effect-failed" and failed["data"]["reason"] == "interrupted"
+    assert failed["type"] == "effect-failed" and failed["data"]["reason"] == "interrupted-after-start"
     assert not alive(grandchild)                      # killed before the effect was settled
     conn.close()
 
@@ -656,7 +661,7 @@ def test_exactly_once_under_kill_9_and_a_racing_claimer(pulsed, tmp_path):
     # The run was a real race: kills interrupted effects, and both claimers won some.
     failed = [ev for ev in pulsed.events("effect-failed")]
     assert kills >= 10, f"only {kills} kills landed before the effects ran out ({elapsed:.1f}s)"
-    assert all(ev["data"]["reason"] == "interrupted" for ev in failed)
+    assert all(ev["data"]["reason"].startswith("interrupted") for ev in failed)   # requeued: "interrupted"
     assert any(not ev["data"].get("requeued") for ev in failed) and any(ev["data"].get("requeued") for ev in failed)
     executor_won = len([ev for ev in pulsed.events("effect-executing") if ev["source"] == "executor"])
     assert racer_won > 0 and executor_won > 0

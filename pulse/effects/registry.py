@@ -138,6 +138,7 @@ class Kind:
     release: Callable[[str], None] | None = None              # it ended: give back what admit took
     settle_orphan: Callable[[Effect, sqlite3.Connection, ExecutorConfig], None] | None = None
     retry_failed: Callable[[Effect, dict], bool] | None = None   # put a failure back in the queue?
+    starts_process: bool = False     # it acts through a process group recorded in its claim (none: not started)
 
 
 def _notify_retry(effect: Effect, data: dict) -> bool:
@@ -149,7 +150,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True),
     Kind("exec", "Runs an argv in its own process group; acked on exit code 0. The event has the code "
          "and the last 2 KiB of output; the whole output is in objects/.",
-         ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec),
+         ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec, starts_process=True),
     Kind("notify", "Sends a notification through every configured [[notify]] channel (or the named "
          "ones); acked when every channel took it, retried with backoff while its deadline allows "
          "when idempotent. Every param, including keys this table does not name, is in the JSON "
@@ -173,7 +174,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
          "once; the task is acked or failed with the agent's result.",
          AgentRunParams, agentrun.run_agent, False, "the task id", admit=agentrun.SLOTS.admit,
-         release=agentrun.SLOTS.release, settle_orphan=agentrun.settle_interrupted),
+         release=agentrun.SLOTS.release, settle_orphan=agentrun.settle_interrupted, starts_process=True),
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False),

@@ -471,9 +471,14 @@ class ExecutorWorker(Worker):
                 self.log.info("%s effect %s interrupted (claimer %s died): runs again", effect.kind, effect.id,
                               claimer)
             return Done(effect.id, "requeued" if requeued else "lost")
+        # Whether it may have acted: a kind that acts through a process had started one only if the
+        # claim recorded its group; any other kind's code may have run once it was claimed.
+        started = pgid is not None or kind is None or not kind.starts_process
+        reason = "interrupted-after-start" if started else "interrupted-before-start"
+        what = "while it ran; it may have acted" if started else "before its process started"
         ended = db.finish_claimed_effect(
-            conn, effect.id, claimer, "failed", SOURCE, reason="interrupted", dead_claimer=claimer,
-            error="interrupted: its executor died while it ran; not idempotent, so not run again")
+            conn, effect.id, claimer, "failed", SOURCE, reason=reason, dead_claimer=claimer,
+            may_have_acted=started, error=f"{reason}: its executor died {what}; not idempotent, so not run again")
         if ended:
             self.log.warning("%s effect %s interrupted (claimer %s died): failed", effect.kind, effect.id, claimer)
         return Done(effect.id, "failed" if ended else "lost")
