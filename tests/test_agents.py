@@ -145,9 +145,14 @@ def test_a_task_goes_created_assigned_executing_acked_with_output_in_objects(pul
     assert acked["data"]["result"]["result"] == "done: " + prompt
     assert acked["data"]["result"]["session_id"].startswith("sess-")
     output = objects.get(pulsed.home / "objects", acked["data"]["output"]).decode()
-    assert '"is_error": false' in output and "a line on stderr" in output
-    # The prompt reached the agent verbatim, as one argument; no shell ran any of it.
-    assert json.loads(argv_dump.read_text())[1:] == ["-p", prompt, "--output-format", "json"]
+    assert '"is_error": false' in output and "a line on stderr" not in output      # stdout alone ...
+    done_effect = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == assigned["run"])
+    assert "a line on stderr" in objects.get(pulsed.home / "objects", done_effect["data"]["stderr"]).decode()
+    # The prompt reached the agent verbatim, as one argument; no shell ran any of it. Then Pulse's
+    # gated tools: an MCP config, gone once the run ended.
+    argv = json.loads(argv_dump.read_text())[1:]
+    assert argv[:4] == ["-p", prompt, "--output-format", "json"] and argv[4] == "--mcp-config"
+    assert len(argv) == 6 and not os.path.exists(argv[5])
     assert marker.exists()
     # The effect: from the engine's rule, acked, with the task and the output.
     effect_ev = next(e for e in pulsed.events("effect") if e["data"]["kind"] == "agent-run")
@@ -219,8 +224,11 @@ def test_kill_9_mid_run_loses_no_task_and_never_runs_it_twice_at_once(pulsed, fa
 
 def test_adapters_are_found_by_name_through_entry_points(monkeypatch):
     declared = {ep.name: ep.value for ep in entry_points(group="pulse.adapters")}
-    assert declared["command"] == "pulse.agents.adapters:CommandAdapter"
-    assert declared["claude-code"] == "pulse.agents.adapters:ClaudeCodeAdapter"
+    assert declared["command"] == "pulse.agents.adapters.command:CommandAdapter"
+    assert declared["claude-code"] == "pulse.agents.adapters.claude_code:ClaudeCodeAdapter"
+    for name, cls in adapters.BUILTIN.items():                 # every built-in, registered like a third party's
+        module, _, attr = declared[name].partition(":")
+        assert getattr(__import__(module, fromlist=[attr]), attr) is cls
     assert isinstance(adapters.load_adapter("command"), adapters.CommandAdapter)
     assert isinstance(adapters.load_adapter("claude-code"), adapters.ClaudeCodeAdapter)
 
@@ -276,30 +284,35 @@ def test_placeholders_are_substituted_per_element_and_never_reach_a_shell(tmp_pa
                   argv=[PY, str(fake), "--id={task_id}", "-p", "{prompt}", "{{literal}}"],
                   env={"FAKE_LOG": str(tmp_path / "agent.log"), "FAKE_ARGV": str(tmp_path / "argv.json"),
                        "WHERE": "{workdir}"})
-    inv = adapters.load_adapter("claude-code").invocation(agent, adapters.Task("task-9", prompt), str(tmp_path))
+    inv = adapters.load_adapter("claude-code").invocation(agent, adapters.Task("task-9", prompt), str(tmp_path),
+                                                          home=tmp_path)
     assert inv.argv == [PY, str(fake), "--id=task-9", "-p", prompt, "{literal}"]   # the prompt's braces stay as is
     assert inv.env["WHERE"] == str(tmp_path) and inv.env["PULSE_TASK_ID"] == "task-9"
+    assert (inv.env["PULSE_TASK"], inv.env["PULSE_AGENT"], inv.env["PULSE_HOME"]) == ("task-9", "a", str(tmp_path))
     ctx = kinds.EffectContext(Config(), tmp_path / "objects", 10)
     code, output, timed_out = kinds.run_process(inv.argv, ctx, env=inv.env, cwd=inv.cwd)
     assert code == 0 and not timed_out
     assert json.loads((tmp_path / "argv.json").read_text())[1:] == ["--id=task-9", "-p", prompt, "{literal}"]
     assert marker.exists()
-    result = adapters.ClaudeCodeAdapter().parse(code, output, timed_out)
-    assert result.ok and result.summary["result"] == "done: " + prompt
+    result = adapters.ClaudeCodeAdapter().parse(adapters.RunOutput(code, output, b"", timed_out, inv))
+    assert result.ok and result.summary(code)["result"] == "done: " + prompt
 
 
 def test_adapters_parse_results():
+    inv = adapters.Invocation([], {}, "/")
+    run = lambda code, out, timed_out=False, err=b"": adapters.RunOutput(code, out, err, timed_out, inv)
     claude = adapters.ClaudeCodeAdapter()
     ok = json.dumps({"type": "result", "is_error": False, "result": "fine", "session_id": "s"}).encode()
-    assert claude.parse(0, ok, False).ok
-    assert not claude.parse(1, ok, False).ok                                   # exit code wins
-    bad = json.dumps({"is_error": True, "subtype": "error_max_turns", "result": ""}).encode()
-    assert "error_max_turns" in claude.parse(0, bad, False).error
-    assert claude.parse(0, b"not json", False).error == "no JSON result in the output"
-    assert "timed out" in claude.parse(None, b"", True).error
+    assert claude.parse(run(0, ok)).ok
+    assert not claude.parse(run(1, ok)).ok                                   # exit code wins
+    bad = json.dumps({"is_error": True, "subtype": "error_max_turns", "result": "", "num_turns": 4}).encode()
+    capped = claude.parse(run(0, bad))
+    assert capped.reason == "turn-cap" and "error_max_turns" in capped.error and capped.turns == 4
+    assert claude.parse(run(0, b"not json")).error == "no JSON result in the output"
+    assert "timed out" in claude.parse(run(None, b"", True)).error
     command = adapters.CommandAdapter()
-    assert command.parse(0, b"hello", False).summary == {"code": 0, "tail": "hello"}
-    assert command.parse(2, b"", False).error == "exit code 2"
+    assert command.parse(run(0, b"hello")).summary(0) == {"code": 0, "tail": "hello"}
+    assert command.parse(run(2, b"", err=b"boom\n")).error == "boom; exit code 2"
 
 
 def test_agent_slots_hold_each_agent_to_its_concurrency():

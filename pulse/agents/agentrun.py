@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from pulse.agents import adapters
 from pulse.store import db
 from pulse.agents import tasks
 from pulse.core.config import Agent, ExecutorConfig
-from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
+from pulse.effects.kinds import MAX_OUTPUT, SOURCE, EffectContext, EffectFailed, run_process, store_output
 from pulse.core.wire import Effect
 
 log = logging.getLogger("pulse.executor")
@@ -113,7 +115,8 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
         except BaseException as err:
             failure = err if isinstance(err, EffectFailed) else None
             why = failure.error if failure else f"{type(err).__name__}: {err}"
-            extra = {k: v for k, v in (failure.data if failure else {}).items() if k in ("output", "code")}
+            extra = {k: v for k, v in (failure.data if failure else {}).items()
+                     if k in ("output", "stderr", "code", "result", "run_ms")}
             _end_run(conn, ctx, task, effect.id, "task-failed", reason=failure.reason if failure else "error",
                      error=why, agent=agent.name, **extra)
             raise
@@ -138,22 +141,37 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     else:
         workdir = str(home / "work" / state.id)
         os.makedirs(workdir, mode=0o700, exist_ok=True)
-    invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project), workdir)
     limit = agent.timeout_s
     asked = effect.params.get("timeout_s")
     if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
         limit = min(limit, float(asked))
     ctx.timeout_s, ctx.deadline = limit, time.monotonic() + limit
-    began = time.monotonic()
-    code, output, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd)
-    ref = store_output(ctx.objects, output)
-    result = adapter.parse(code, output, timed_out)
-    data = {**base, "code": code, "output": ref, "bytes": len(output), "result": result.summary,
+    # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed.
+    scratch = tempfile.mkdtemp(prefix=f"pulse-{state.id}-")
+    try:
+        invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project),
+                                        workdir, home=home, scratch=scratch)
+        began = time.monotonic()
+        with tempfile.TemporaryFile(dir=scratch) as err_file:
+            code, stdout, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd,
+                                                  stderr=err_file)
+            err_file.seek(0)
+            stderr = err_file.read(MAX_OUTPUT)
+        run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
+        result = adapter.parse(run)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    ref = store_output(ctx.objects, stdout)
+    summary = result.summary(code)
+    data = {**base, "code": code, "output": ref, "bytes": len(stdout), "result": summary,
             "run_ms": round((time.monotonic() - began) * 1000, 1)}
+    if stderr:
+        data["stderr"] = store_output(ctx.objects, stderr)
     if not result.ok:
-        raise EffectFailed("timeout" if timed_out else "agent", result.error or "the agent failed", **data)
-    if not _end_run(conn, ctx, state.id, effect.id, "task-acked", result=result.summary, agent=agent.name,
-                    output=ref, code=code):
+        reason = "timeout" if timed_out else (result.reason or "agent")
+        raise EffectFailed(reason, result.error or "the agent failed", **data)
+    if not _end_run(conn, ctx, state.id, effect.id, "task-acked", result=summary, agent=agent.name,
+                    output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
 

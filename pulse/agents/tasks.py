@@ -204,10 +204,27 @@ class AgentStatsFold:
         elif ev.type == "task-failed":
             s.failed += 1
             s.consecutive_failures += 1
-        elif ev.type == "task-closed":
+        if ev.type in ("task-acked", "task-failed"):
+            add_usage(s, ev.data.get("result"))
+        if ev.type == "task-closed":
             s.closed += 1
         elif ev.type == "task-given-up":
             s.given_up += 1
+
+
+def add_usage(stats: AgentCapabilityStats, result) -> None:
+    """A run's reported cost and tokens (its adapter's result, pulse.agents.adapters) into `stats`."""
+    if not isinstance(result, dict):
+        return
+    cost = result.get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        stats.cost_usd = round(stats.cost_usd + cost, 6)
+        stats.runs_with_cost += 1
+    tokens = result.get("tokens")
+    if isinstance(tokens, dict):
+        for name, n in tokens.items():
+            if isinstance(n, int) and not isinstance(n, bool):
+                stats.tokens[name] = stats.tokens.get(name, 0) + n
 
 
 def credited_agent(before: TaskState | None, after: TaskState, type: str) -> str | None:

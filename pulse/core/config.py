@@ -169,7 +169,8 @@ class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents.adapters)."""
     name: str
-    adapter: str = "command"                  # command | claude-code | a `pulse.adapters` entry point
+    adapter: str = "command"                  # command | claude-code | cursor | codex | hermes | openclaw |
+                                              # a `pulse.adapters` entry point
     # argv template, never a shell string; placeholders per element: {prompt} {task_id} {title}
     # {project} {agent} {workdir}. claude-code defaults to ["claude", "-p", "{prompt}", "--output-format", "json"].
     argv: list[str] | None = None
@@ -177,6 +178,7 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)   # added to Pulse's; values take placeholders
     timeout_s: float = 1800                   # a run longer than this is killed (its whole process group)
     concurrency: int = 1                      # runs of this agent at once; more wait, pending
+    mcp: bool = True                          # hand the run `pulsectl mcp` where its CLI documents a way
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -544,11 +546,12 @@ def default_toml() -> str:
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",
         '# name = "claude"',
-        '# adapter = "claude-code"                # or "command", or a pulse.adapters entry point',
+        '# adapter = "claude-code"                # or command, cursor, codex, hermes, openclaw, an entry point',
         '# argv = ["claude", "-p", "{prompt}", "--output-format", "json"]   # {prompt} {task_id} {workdir} ...',
         '# cwd = "/srv/work/{task_id}"             # unset: <home>/work/<task_id>',
         "# env = {}",
         "# timeout_s = 1800.0",
         "# concurrency = 1",
+        "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
     ]
     return "\n".join(lines) + "\n"

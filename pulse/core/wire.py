@@ -225,6 +225,10 @@ class AgentCapabilityStats(msgspec.Struct, kw_only=True):
     consecutive_failures: int = 0       # failed runs in a row, across tasks; an ack resets it
     avg_duration_ms: float | None = None  # task-executing → task-acked, over acked runs
     total_duration_ms: float = 0.0
+    # What the agent's CLI reported, over every run that ended (acked or failed), where it reports it:
+    cost_usd: float = 0.0
+    tokens: dict[str, int] = msgspec.field(default_factory=dict)   # input / output / cache_read / ...
+    runs_with_cost: int = 0             # runs whose CLI reported a cost (codex and cursor report none)
 
 
 class Snapshot(msgspec.Struct, kw_only=True):

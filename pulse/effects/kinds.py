@@ -117,8 +117,12 @@ def _kill_group(pgid: int) -> None:
 
 
 def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = None, cwd: str | None = None,
-                stdin_data: bytes | None = None, timeout_s: float | None = None) -> tuple[int | None, bytes, bool]:
+                stdin_data: bytes | None = None, timeout_s: float | None = None,
+                stderr=subprocess.STDOUT) -> tuple[int | None, bytes, bool]:
     """Run argv in its own process group; (exit code or None, output, timed out).
+
+    stderr is merged into the output unless `stderr` names a file to write it to (an agent's
+    adapter reads the two apart: the result on stdout, the CLI's own complaint on stderr).
 
     The group is recorded (ctx.started) before waiting. At the timeout, or once the
     leader has exited, whatever is left of the group is killed; the leader is reaped
@@ -128,7 +132,7 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     try:
         proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True,
                                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdout=subprocess.PIPE, stderr=stderr,
                                 preexec_fn=procs.child_dies_with_parent)
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None

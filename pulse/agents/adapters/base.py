@@ -1,0 +1,254 @@
+"""What every adapter shares: argv templates, the task and run it sees, the result it returns.
+
+argv is a list, never a shell string. Each element may hold placeholders, substituted
+element by element (a prompt full of `;`, `$(...)` or quotes stays one argument, verbatim):
+
+    {prompt} {task_id} {title} {project} {agent} {workdir}      ({{ and }} are literal braces)
+
+env values take the same placeholders; cwd takes {task_id} {agent} {project}. An unknown
+placeholder is a config error. Unset cwd: a fresh `<home>/work/<task_id>`. {workdir} is the
+directory the agent runs in.
+
+Every run's process gets PULSE_HOME, PULSE_AGENT (the [[agent]] name) and PULSE_TASK (the task
+id) in its environment (plus PULSE_TASK_ID and PULSE_WORKDIR), so a `pulsectl mcp` its CLI
+starts knows whose run it serves. An adapter whose CLI documents a way to be handed an MCP
+server adds `pulsectl mcp` to the run when the [[agent]] has `mcp = true` (the default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+PLACEHOLDERS = ("prompt", "task_id", "title", "project", "agent", "workdir")
+CWD_PLACEHOLDERS = ("task_id", "agent", "project")
+SUMMARY_CHARS = 4_000            # of the agent's final text kept in the task events (the rest: objects/)
+TAIL_CHARS = 1_000
+STDERR_LINES = 5                 # the last lines of stderr that become a failure's reason
+
+
+# -- templates ---------------------------------------------------------------------------------------
+
+def placeholders(template: str, allowed: Iterable[str] = PLACEHOLDERS) -> list[str]:
+    """The placeholders of `template`; ValueError naming an unknown or malformed one."""
+    allowed = tuple(allowed)
+    out = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise ValueError(f"malformed template {template!r}: {err} (write {{{{ and }}}} for literal braces)") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in allowed or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"unknown placeholder {shown}; known: {', '.join('{' + a + '}' for a in allowed)}")
+        out.append(name)
+    return out
+
+
+def substitute(template: str, values: dict[str, str]) -> str:
+    """`template` with its placeholders replaced by plain text: no format mini-language, no shell."""
+    parts = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        parts.append(literal)
+        if name is not None:
+            parts.append(values[name])
+    return "".join(parts)
+
+
+# -- what an adapter sees and returns ----------------------------------------------------------------
+
+@dataclass
+class Task:
+    """What an adapter knows of the task it runs."""
+    id: str
+    prompt: str
+    title: str = ""
+    project: str = ""
+
+
+@dataclass
+class Invocation:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    scratch: str | None = None        # the run's private directory (MCP config, usage file); removed after
+
+
+@dataclass
+class RunOutput:
+    """What came out of one run of the CLI."""
+    code: int | None                  # None: killed at the timeout
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    invocation: Invocation
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+
+@dataclass
+class AgentResult:
+    """One run's outcome, whatever the CLI: it goes into task-acked / task-failed (as `summary()`)
+    and, through those events, into AgentCapabilityStats (cost and tokens per agent)."""
+    ok: bool
+    error: str | None = None           # why it failed, in the CLI's own words where it gave any
+    reason: str = "agent"              # task-failed's stable reason: agent | timeout | turn-cap | ...
+    text: str | None = None            # the agent's final answer
+    session_id: str | None = None      # session or thread id, to resume
+    cost_usd: float | None = None
+    tokens: dict[str, int] = field(default_factory=dict)     # input / output / cache_read / ... as reported
+    turns: int | None = None
+    duration_ms: float | None = None   # as the CLI reports it (Pulse times the run itself: run_ms)
+    extra: dict[str, Any] = field(default_factory=dict)      # other reported fields worth keeping
+
+    def summary(self, code: int | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": code}
+        if self.text is not None:
+            out["result"] = self.text[:SUMMARY_CHARS]
+        for key in ("session_id", "cost_usd", "turns", "duration_ms"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.tokens:
+            out["tokens"] = dict(self.tokens)
+        out.update(self.extra)
+        return out
+
+
+class Adapter:
+    """Subclass and register under the `pulse.adapters` entry point group."""
+    name = "adapter"
+    default_argv: list[str] | None = None        # used when the [[agent]] sets no argv
+
+    def check(self, agent) -> str | None:
+        """A problem with this [[agent]] table (config time), or None."""
+        if not (agent.argv or self.default_argv):
+            return f"adapter {agent.adapter!r} needs an argv"
+        return None
+
+    def values(self, agent, task: Task, workdir: str) -> dict[str, str]:
+        return {"prompt": task.prompt, "task_id": task.id, "title": task.title, "project": task.project,
+                "agent": agent.name, "workdir": workdir}
+
+    def invocation(self, agent, task: Task, workdir: str, home: str | os.PathLike | None = None,
+                   scratch: str | None = None) -> Invocation:
+        values = self.values(agent, task, workdir)
+        argv = [substitute(a, values) for a in (agent.argv or self.default_argv or [])]
+        env = {k: substitute(v, values) for k, v in agent.env.items()}
+        env.update(run_env(agent.name, task.id, home), PULSE_TASK_ID=task.id, PULSE_WORKDIR=workdir)
+        inv = Invocation(argv, env, workdir, scratch)
+        if getattr(agent, "mcp", False) and scratch is not None:
+            self.add_mcp(inv, mcp_server(inv.env))
+        return inv
+
+    def add_mcp(self, inv: Invocation, server: dict[str, Any]) -> None:
+        """Hand the run `server` ({"command", "args", "env"}) the way the CLI documents; the base
+        adapter knows of no way, so the agent gets no Pulse tools."""
+
+    def parse(self, run: RunOutput) -> AgentResult:
+        raise NotImplementedError
+
+
+# -- helpers for adapters ----------------------------------------------------------------------------
+
+def run_env(agent: str, task: str, home: str | os.PathLike | None) -> dict[str, str]:
+    """The environment that names the run to the processes it starts (a `pulsectl mcp` among them)."""
+    env = {"PULSE_AGENT": agent, "PULSE_TASK": task}
+    if home is not None:
+        env["PULSE_HOME"] = str(home)
+    return env
+
+
+def pulsectl_command() -> str:
+    """pulsectl beside the running interpreter (a venv's bin/), else whatever PATH has."""
+    here = Path(sys.executable).parent / "pulsectl"
+    return str(here) if here.exists() else "pulsectl"
+
+
+def mcp_server(env: dict[str, str]) -> dict[str, Any]:
+    """`pulsectl mcp` as an MCP stdio server entry, with the run's naming environment."""
+    keep = {k: env[k] for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK") if k in env}
+    return {"command": pulsectl_command(), "args": ["mcp"], "env": keep}
+
+
+def exit_problem(code: int | None, timed_out: bool) -> str | None:
+    if timed_out:
+        return "timed out; its process group was killed"
+    if code is None or code != 0:
+        return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return None
+
+
+def stderr_tail(run: RunOutput, lines: int = STDERR_LINES) -> str:
+    """The last non-empty lines of stderr, joined: a CLI's own words when it printed no result."""
+    kept = [line.strip() for line in run.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])[-TAIL_CHARS:]
+
+
+def failed_run(run: RunOutput, why: str | None = None) -> AgentResult:
+    """A run that gave no usable result: timeout first, else `why`, else stderr's last lines and the exit."""
+    if run.timed_out:
+        return AgentResult(ok=False, reason="timeout", error=exit_problem(None, True),
+                           extra={"stderr": stderr_tail(run)} if run.stderr.strip() else {})
+    said = stderr_tail(run)
+    exit_ = exit_problem(run.code, False)
+    parts = [p for p in (why, said, exit_) if p]
+    return AgentResult(ok=False, error="; ".join(parts) or "the agent failed", extra={"tail": run.text[-TAIL_CHARS:]}
+                       if run.stdout.strip() else {})
+
+
+def json_object(text: str) -> dict | None:
+    """The CLI's JSON object: the whole output, or else its last line that is one."""
+    for candidate in [text, *reversed(text.splitlines())]:
+        candidate = candidate.strip()
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def json_lines(text: str) -> tuple[list[dict], int]:
+    """The JSON objects of a JSON Lines stream, and how many non-empty lines were not one."""
+    events, bad = [], 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(value, dict):
+            events.append(value)
+        else:
+            bad += 1
+    return events, bad
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def token_counts(usage: Any, names: dict[str, str]) -> dict[str, int]:
+    """{our name: n} for each `names` key (the CLI's field) that `usage` reports as an integer."""
+    if not isinstance(usage, dict):
+        return {}
+    return {ours: usage[theirs] for theirs, ours in names.items() if count(usage.get(theirs)) is not None}

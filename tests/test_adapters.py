@@ -1,0 +1,259 @@
+"""The agent CLIs' adapters (issue 12): fake CLIs, written by the test, print exactly the formats
+their CLIs document (shared research notes: agent-clis.md), through a running pulsed.
+
+One pulsed per adapter, one [[agent]] whose argv is the adapter's documented default argv with
+the fake in front; the task's prompt picks what the fake does (MODE:<name>). Every task is given
+one run ([tasks] max_failures = 1), so each ends acked or failed, with its reason and ids.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import wait_for
+
+from pulse.agents import adapters, tasks
+from pulse.store import db, objects
+
+PY = sys.executable
+
+FAKE_CLI = r'''
+import json, os, sys, time
+
+cli = sys.argv[1]
+args = sys.argv[2:]
+mode = next(a for a in args if a.startswith("MODE:"))[5:]
+out = lambda obj: print(json.dumps(obj), flush=True)
+
+if os.environ.get("FAKE_ENV_DUMP"):
+    with open(os.environ["FAKE_ENV_DUMP"] + "." + cli + "." + mode, "w") as f:
+        json.dump({"env": {k: os.environ.get(k) for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK")},
+                   "argv": args}, f)
+
+usage_file = args[args.index("--usage-file") + 1] if "--usage-file" in args else None
+
+def usage(**fields):
+    with open(usage_file, "w") as f:
+        json.dump(fields, f)
+
+if mode == "sleep":
+    print("starting", file=sys.stderr, flush=True)
+    time.sleep(60)
+if mode == "stderr":
+    print("some progress", file=sys.stderr)
+    print("Error: not logged in. Run the login command first.", file=sys.stderr)
+    if cli == "hermes":
+        usage(completed=False, failed=True, session_id="hermes-s-fail", estimated_cost_usd=0.01,
+              input_tokens=7, output_tokens=0)
+    sys.exit(1)
+if mode == "malformed":
+    if cli == "hermes":
+        print("the answer")
+        with open(usage_file, "w") as f:
+            f.write("{not json")
+    else:
+        print("this is {not json")
+        print("[1, 2")
+    sys.exit(0)
+
+if cli == "claude":
+    if mode == "ok":
+        out({"type": "result", "subtype": "success", "is_error": False, "result": "claude did it",
+             "duration_ms": 1234, "num_turns": 3, "session_id": "claude-s-1", "total_cost_usd": 0.25,
+             "usage": {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 5,
+                       "cache_creation_input_tokens": 2}})
+    elif mode == "turncap":
+        out({"type": "result", "subtype": "error_max_turns", "is_error": True, "duration_ms": 99,
+             "num_turns": 10, "session_id": "claude-s-cap", "total_cost_usd": 0.5,
+             "usage": {"input_tokens": 1000, "output_tokens": 200}})
+    elif mode == "empty":
+        out({"type": "result", "subtype": "success", "is_error": False, "result": "", "session_id": "claude-s-e",
+             "num_turns": 1, "duration_ms": 1, "total_cost_usd": 0.0})
+elif cli == "cursor":
+    if mode == "ok":
+        out({"type": "result", "subtype": "success", "is_error": False, "duration_ms": 500,
+             "duration_api_ms": 400, "result": "cursor did it", "session_id": "cursor-s-1", "request_id": "r-1"})
+    elif mode == "empty":
+        out({"type": "result", "subtype": "success", "is_error": False, "duration_ms": 5, "duration_api_ms": 4,
+             "result": "", "session_id": "cursor-s-e", "request_id": "r-2"})
+elif cli == "codex":
+    if mode in ("ok", "empty", "turnfailed"):
+        out({"type": "thread.started", "thread_id": "codex-t-1"})
+        out({"type": "turn.started"})
+        out({"type": "item.completed", "item": {"id": "item_0", "type": "reasoning", "text": "thinking"}})
+        if mode == "ok":
+            out({"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": "first"}})
+            out({"type": "item.completed", "item": {"id": "item_2", "type": "command_execution",
+                                                    "command": "ls", "exit_code": 0}})
+            out({"type": "turn.completed", "usage": {"input_tokens": 50, "cached_input_tokens": 10,
+                                                     "output_tokens": 5}})
+            out({"type": "turn.started"})
+            out({"type": "item.completed", "item": {"id": "item_3", "type": "agent_message",
+                                                    "text": "codex did it"}})
+            out({"type": "turn.completed", "usage": {"input_tokens": 60, "cached_input_tokens": 20,
+                                                     "output_tokens": 7}})
+        elif mode == "turnfailed":
+            out({"type": "turn.failed", "error": {"message": "stream disconnected: rate limit reached"}})
+            sys.exit(1)
+        else:
+            out({"type": "turn.completed", "usage": {"input_tokens": 1, "cached_input_tokens": 0,
+                                                     "output_tokens": 0}})
+elif cli == "hermes":
+    if mode == "ok":
+        print("hermes did it")
+        usage(completed=True, failed=False, estimated_cost_usd=0.125, input_tokens=300, output_tokens=40,
+              api_calls=2, model="hermes-4", provider="nous", session_id="hermes-s-1")
+    elif mode == "empty":
+        usage(completed=True, failed=False, estimated_cost_usd=0.0, session_id="hermes-s-e")
+elif cli == "openclaw":
+    if mode == "ok":
+        out({"payloads": [{"text": "openclaw did it"}, {"text": "and more"}],
+             "meta": {"durationMs": 777, "agentMeta": {"sessionId": "claw-s-1", "provider": "anthropic",
+                      "model": "m", "usage": {"input": 11, "output": 3, "cacheRead": 2, "cacheWrite": 1,
+                                              "total": 17}}}})
+    elif mode == "empty":
+        out({"payloads": [], "meta": {"agentMeta": {"sessionId": "claw-s-e"}}})
+'''
+
+CLI = {"claude-code": "claude", "cursor": "cursor", "codex": "codex", "hermes": "hermes", "openclaw": "openclaw"}
+
+# What each mode must become: (acked?, reason, a piece of the error or result, result fields).
+COMMON_FAILURES = {
+    "stderr": (False, "agent", "Error: not logged in", {}),
+    "malformed": (False, "agent", "no JSON", {}),
+    "sleep": (False, "timeout", "timed out", {}),
+    "empty": (False, "empty-result", "", {}),
+}
+EXPECTED = {
+    "claude-code": {
+        "ok": (True, None, "claude did it", {"session_id": "claude-s-1", "cost_usd": 0.25, "turns": 3,
+                                             "duration_ms": 1234, "tokens": {"input": 100, "output": 20,
+                                                                             "cache_read": 5, "cache_write": 2}}),
+        "turncap": (False, "turn-cap", "error_max_turns", {"session_id": "claude-s-cap", "cost_usd": 0.5,
+                                                           "turns": 10}),
+    },
+    "cursor": {"ok": (True, None, "cursor did it", {"session_id": "cursor-s-1", "duration_ms": 500,
+                                                    "request_id": "r-1"})},
+    "codex": {
+        "ok": (True, None, "codex did it", {"session_id": "codex-t-1", "turns": 2,
+                                            "tokens": {"input": 110, "cache_read": 30, "output": 12}}),
+        "turnfailed": (False, "agent", "rate limit reached", {"session_id": "codex-t-1"}),
+        "malformed": (False, "agent", "no JSON events", {}),
+    },
+    "hermes": {
+        "ok": (True, None, "hermes did it", {"session_id": "hermes-s-1", "cost_usd": 0.125, "api_calls": 2,
+                                             "tokens": {"input": 300, "output": 40}, "model": "hermes-4"}),
+        "stderr": (False, "agent", "Error: not logged in", {"session_id": "hermes-s-fail", "cost_usd": 0.01}),
+        # -z prints only text: a garbled usage file loses the figures, not the answer.
+        "malformed": (True, None, "the answer", {"usage_file": "unreadable"}),
+    },
+    "openclaw": {"ok": (True, None, "openclaw did it\n\nand more",
+                        {"session_id": "claw-s-1", "duration_ms": 777,
+                         "tokens": {"input": 11, "output": 3, "cache_read": 2, "cache_write": 1, "total": 17}})},
+}
+
+
+def agent_table(adapter: str, script: Path, env_dump: Path) -> str:
+    default = adapters.load_adapter(adapter).default_argv
+    argv = [PY, str(script), CLI[adapter], *default[1:]]
+    return (f'[[agent]]\nname = "{CLI[adapter]}-agent"\nadapter = "{adapter}"\nargv = {json.dumps(argv)}\n'
+            f'env = {{FAKE_ENV_DUMP = {json.dumps(str(env_dump))}}}\ntimeout_s = 3\nconcurrency = 3\n'
+            "\n[tasks]\nmax_failures = 1\n")
+
+
+def outcome(pulsed, task: str):
+    ended = [e for e in pulsed.events(target=task) if e["type"] in ("task-acked", "task-failed")]
+    return ended[0] if ended else None
+
+
+@pytest.mark.parametrize("adapter", sorted(CLI))
+def test_each_adapter_reads_its_clis_documented_output_through_pulsed(pulsed, tmp_path, adapter):
+    script = tmp_path / "fake_cli.py"
+    script.write_text(FAKE_CLI)
+    env_dump = tmp_path / "env"
+    pulsed.home.mkdir(exist_ok=True)
+    (pulsed.home / "config.toml").write_text(agent_table(adapter, script, env_dump))
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    modes = {**COMMON_FAILURES, **EXPECTED[adapter]}
+    ids = {}
+    for mode in modes:
+        out = pulsed.ctl("task", "add", "--project", "p", "--title", mode, "--prompt", f"MODE:{mode}")
+        assert out.returncode == 0, out.stderr
+        ids[mode] = out.stdout.strip().split()[0].rstrip(":")
+    ended = {mode: wait_for(lambda t=task: outcome(pulsed, t), 30, what=f"{adapter} {mode} ended")
+             for mode, task in ids.items()}
+
+    for mode, (acked, reason, piece, fields) in modes.items():
+        ev = ended[mode]
+        assert ev["type"] == ("task-acked" if acked else "task-failed"), (mode, ev)
+        result = ev["data"].get("result", {})
+        if acked:
+            assert result["result"] == piece, mode
+        else:
+            assert ev["data"]["reason"] == reason, (mode, ev["data"])
+            assert piece in ev["data"]["error"], (mode, ev["data"])
+        for key, value in fields.items():
+            if key == "usage_file":
+                assert result[key].startswith(value), (mode, result)
+            else:
+                assert result[key] == value, (mode, key, result)
+        assert ev["data"]["agent"] == f"{CLI[adapter]}-agent"
+    # The CLI's own complaint is kept whole in objects/, beside stdout.
+    effect = wait_for(lambda: next((e for e in pulsed.events("effect-failed")
+                                    if e["data"].get("task_id") == ids["stderr"]), None), 10)
+    assert b"not logged in" in objects.get(pulsed.home / "objects", effect["data"]["stderr"])
+
+    # Every run's process was told whose run it is.
+    dumped = json.loads(Path(f"{env_dump}.{CLI[adapter]}.ok").read_text())
+    assert dumped["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": f"{CLI[adapter]}-agent",
+                             "PULSE_TASK": ids["ok"]}
+    # Cost and tokens per agent, folded from the events, as the rules see them.
+    conn = db.open_readonly(pulsed.home / "events.db")
+    try:
+        stats = tasks.snapshot_extras(conn)["agent-capability-stats"][f"{CLI[adapter]}-agent"]
+    finally:
+        conn.close()
+    runs = [ended[m]["data"].get("result", {}) for m in modes]
+    assert stats.cost_usd == pytest.approx(sum(r.get("cost_usd", 0) for r in runs))
+    assert stats.runs_with_cost == sum(1 for r in runs if "cost_usd" in r)
+    want_tokens: dict[str, int] = {}
+    for r in runs:
+        for name, n in r.get("tokens", {}).items():
+            want_tokens[name] = want_tokens.get(name, 0) + n
+    assert stats.tokens == want_tokens and stats.acked + stats.failed == len(modes)
+    if adapter in ("claude-code", "hermes"):
+        assert stats.cost_usd > 0 and stats.tokens
+
+
+def test_claude_code_is_handed_pulsectl_mcp_with_the_runs_names(pulsed, tmp_path):
+    """--mcp-config FILE: `pulsectl mcp` with PULSE_HOME / PULSE_AGENT / PULSE_TASK; none with mcp = false."""
+    script = tmp_path / "fake_cli.py"
+    script.write_text(FAKE_CLI + r'''
+if "--mcp-config" in args:
+    with open(os.environ["FAKE_ENV_DUMP"] + ".mcp", "w") as f:
+        f.write(open(args[args.index("--mcp-config") + 1]).read())
+''')
+    env_dump = tmp_path / "env"
+    pulsed.home.mkdir(exist_ok=True)
+    (pulsed.home / "config.toml").write_text(agent_table("claude-code", script, env_dump))
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    out = pulsed.ctl("task", "add", "--project", "p", "--title", "t", "--prompt", "MODE:ok")
+    task = out.stdout.strip().split()[0].rstrip(":")
+    ev = wait_for(lambda: outcome(pulsed, task), 30, what="the run ended")
+    assert ev["type"] == "task-acked"
+    server = json.loads(Path(f"{env_dump}.mcp").read_text())["mcpServers"]["pulse"]
+    assert server["args"] == ["mcp"] and Path(server["command"]).name == "pulsectl"
+    assert server["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": "claude-agent", "PULSE_TASK": task}
+    argv = json.loads(Path(f"{env_dump}.claude.ok").read_text())["argv"]
+    assert not Path(argv[argv.index("--mcp-config") + 1]).exists()      # the run's scratch is gone
+    # mcp = false: no server handed over.
+    from pulse.core.config import Agent
+    for mcp in (True, False):
+        inv = adapters.load_adapter("claude-code").invocation(
+            Agent(name="a", adapter="claude-code", mcp=mcp), adapters.Task("task-1", "p"), str(tmp_path),
+            home=tmp_path, scratch=str(tmp_path))
+        assert ("--mcp-config" in inv.argv) is mcp
