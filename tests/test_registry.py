@@ -13,7 +13,7 @@ from pulse.effects import registry
 from support import init_home, wait_for
 
 BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
-            "agent-run", "engine-promote", "engine-rollback", "report"}
+            "agent-run", "task-add", "engine-promote", "engine-rollback", "report"}
 
 
 def test_every_built_in_kind_has_one_full_descriptor():

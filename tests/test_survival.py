@@ -38,8 +38,8 @@ restart = ["systemctl", "restart", "model"]
 """, "test"), "test")
 
 
-def run(rule, curr: Snapshot, prev: Snapshot | None = None, inner=onion.nothing):
-    return asyncio.run(onion.compose([rule(CONFIG)], inner)(prev, curr))
+def run(rule, curr: Snapshot, prev: Snapshot | None = None, inner=onion.nothing, cfg=CONFIG):
+    return asyncio.run(onion.compose([rule(cfg)], inner)(prev, curr))
 
 
 def kinds(effects):
@@ -178,3 +178,35 @@ def test_an_escalation_is_notified_once_by_the_next_pulsed():
     told = snap(escalated=900.0, escalation="x", notified={"escalation:pulse": 950.0})
     assert run(survival.escalation_notice, told) == ([], None)
     assert run(survival.escalation_notice, snap()) == ([], None)
+
+
+def test_llm_watchdog_restarts_again_after_fail_after_new_failures_backing_off():
+    def samples(*oks):
+        return {"network:model": [Vital("network:model", 990.0 + i, {"ok": ok}) for i, ok in enumerate(oks)]}
+    restarted = {"llm:model": [Outcome("r", "exec", "acked", 993.5)]}
+    told = {"llm-watchdog:llm:model": 994.5}
+    # three failures after the restart: again, once the backoff (1 s after one unhelped restart) is over
+    effects, _ = run(survival.llm_watchdog, snap(ts=997.5, history=samples(True, False, False, False, False, False,
+                                                                            False), outcomes=restarted, notified=told))
+    assert kinds(effects) == [("exec", "llm:model")]
+    effects, tick_ms = run(survival.llm_watchdog, snap(ts=994.2, history=samples(True, False, False, False, False,
+                                                                                  False, False),
+                                                       outcomes=restarted, notified=told))
+    assert effects == [] and 0 < tick_ms <= 301              # backing off: again at 994.5
+
+
+def test_process_watchdog_restarts_an_unhealthy_process_after_failures_probes():
+    cfg = configmod.validate(configmod.decode(
+        '[[process]]\nname = "gw"\nmatch = "gw"\nrestart = ["true"]\n'
+        'health = { url = "http://127.0.0.1:1/readyz", failures = 3 }\n', "test"), "test")
+    alive = {"process-alive:gw": Vital("process-alive:gw", 999.0, {"alive": True, "pid": 5})}
+
+    def probes(*oks, start=990.0):
+        return {"health:gw": [Vital("health:gw", start + i, {"ok": ok}) for i, ok in enumerate(oks)]}
+    assert run(survival.process_watchdog, snap(vitals=alive, history=probes(True, False, False)), cfg=cfg)[0] == []
+    effects, _ = run(survival.process_watchdog, snap(vitals=alive, history=probes(True, False, False, False)), cfg=cfg)
+    assert kinds(effects) == [("restart-process", "gw")] and effects[0].params["why"] == "unhealthy"
+    # a restart starts the count again
+    after = {"gw": [Outcome("r", "restart-process", "acked", 993.5)]}
+    assert run(survival.process_watchdog, snap(vitals=alive, history=probes(True, False, False, False, False, False),
+                                               outcomes=after), cfg=cfg)[0] == []

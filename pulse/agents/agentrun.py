@@ -1,4 +1,5 @@
-"""The agent-run executor: a configured agent works on a task, at most once at a time.
+"""The agent-run executor: a configured agent works on a task, at most once at a time; and
+task-add, by which a rule hands work to the agents (a new pending task).
 
 Per-agent concurrency is kept by the executor's loop (SLOTS); a run killed with its executor
 is settled by settle_interrupted, which puts the task back to pending before the effect fails.
@@ -174,6 +175,20 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def run_task_add(effect: Effect, ctx: EffectContext) -> dict:
+    """A new pending task (params project, title, prompt, priority), created by the effect's origin
+    (a rule that hands a failure to an agent). Not idempotent: at most one task per effect."""
+    p = effect.params
+    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    conn = db.open_events(home / "events.db", "FULL")
+    try:
+        state = tasks.create(conn, p["project"], p["title"], p["prompt"], p.get("priority", 0),
+                             source=f"{SOURCE}:{effect.origin or 'unknown'}")
+    finally:
+        conn.close()
+    return {"task_id": state.id}
 
 
 def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:

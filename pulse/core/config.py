@@ -60,6 +60,20 @@ class EngineLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     typecheck: list[str] | None = None        # argv run in the candidate tree by the promote gate, e.g. ["mypy", "."]
 
 
+MAX_HEALTH_FAILURES = 20                      # the tick keeps this many recent probes of a key
+
+
+class Health(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A probe of whether a live process is any use: an HTTP GET of `url` (healthy: answers below
+    400) or an `argv` whose exit code is the verdict (0 healthy). Sampled by the watcher into
+    `health:<process>`; processWatchdog restarts the process after `failures` failed probes in a row."""
+    url: str | None = None                    # e.g. "http://127.0.0.1:18789/readyz"
+    argv: list[str] | None = None             # e.g. ["openclaw", "health", "--json"]
+    every_s: float = 10
+    timeout_s: float = 3
+    failures: int = 3
+
+
 class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A critical process: watched by `process-alive`, restarted by `restart-process`."""
     name: str
@@ -68,6 +82,10 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     restart: list[str] | None = None          # argv, never a shell string
     cwd: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    health: Health | None = None              # alive is not enough: also probe this
+    # Exit codes by which the process asks to be restarted (Hermes' gateway: 75): restarted at
+    # once, not a crash. Seen for a process Pulse itself started from `restart` (detached).
+    restart_exit_codes: list[int] = msgspec.field(default_factory=list)
 
 
 class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -115,7 +133,7 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
-        "system-resource", "process-alive:*", "network:*", "error-log:*", "engine:*", "pending-tasks"])
+        "system-resource", "process-alive:*", "health:*", "network:*", "error-log:*", "engine:*", "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
@@ -125,7 +143,7 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Allow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """What effects of origin `engine` or `agent` may do (survival and operator effects are trusted)."""
     kinds: list[str] = msgspec.field(default_factory=lambda: [
-        "noop", "notify", "restart-process", "signal", "agent-run"])   # agent-run: configured [[agent]]s only
+        "noop", "notify", "restart-process", "signal", "agent-run", "task-add"])   # agent-run: configured [[agent]]s only
     exec_argv: list[list[str]] = msgspec.field(default_factory=list)   # allowed argv prefixes for `exec`
     any_exec: bool = False                    # allow every argv (not recommended)
     signals: list[str] = msgspec.field(default_factory=lambda: ["SIGHUP", "SIGTERM", "SIGUSR1", "SIGUSR2"])
@@ -408,6 +426,11 @@ def validate(config: Config, origin: str) -> Config:
                 raise ConfigError(f"{where}.match: not a valid regex: {err}") from None
         if proc.restart is not None and not proc.restart:
             raise ConfigError(f"{where}.restart: an argv list needs at least the program")
+        if proc.health is not None:
+            validate_health(proc.health, f"{where}.health")
+        for j, code in enumerate(proc.restart_exit_codes):
+            if not 1 <= code <= 255:
+                raise ConfigError(f"{where}.restart_exit_codes[{j}]: an exit code lies within 1 … 255, got {code}")
     names = [p.name for p in config.process]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.process: names must be unique")
@@ -433,6 +456,19 @@ def validate(config: Config, origin: str) -> Config:
 
 
 MAX_AGENT_TIMEOUT_S = 7 * 24 * 3600
+
+
+def validate_health(health: Health, where: str) -> None:
+    if (health.url is None) == (health.argv is None):
+        raise ConfigError(f"{where}: set exactly one of url or argv")
+    if health.url is not None and not re.match(r"https?://[^/\s]+", health.url):
+        raise ConfigError(f"{where}.url: not an http:// or https:// URL: {health.url!r}")
+    if health.argv is not None and not health.argv:
+        raise ConfigError(f"{where}.argv: an argv list needs at least the program")
+    if not health.every_s > 0 or not health.timeout_s > 0:
+        raise ConfigError(f"{where}: every_s and timeout_s must be greater than 0")
+    if not 1 <= health.failures <= MAX_HEALTH_FAILURES:
+        raise ConfigError(f"{where}.failures must lie within 1 … {MAX_HEALTH_FAILURES}, got {health.failures}")
 
 
 def validate_agents(config: Config, origin: str) -> None:
@@ -542,6 +578,8 @@ def default_toml() -> str:
         '# name = "gateway"',
         '# pidfile = "/run/gateway.pid"          # or: match = "regex over the full command line"',
         '# restart = ["systemctl", "restart", "gateway"]   # argv, never a shell string',
+        '# health = { url = "http://127.0.0.1:18789/readyz", every_s = 10, timeout_s = 3, failures = 3 }',
+        "# restart_exit_codes = [75]              # it exits 75 to ask for a restart: not a crash",
         "",
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",

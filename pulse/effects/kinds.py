@@ -23,7 +23,10 @@ waits a short grace (params `grace_s`, default 1 s, at most the effect's
 timeout): exited by then, its exit code decides acked or failed; still running,
 it is a daemon-style restart, acked with {"detached": true, "pid": ...}. (A
 one-shot command slower than the grace is acked the same way, its exit code
-unseen; the process-alive watcher still sees whether the process came back.)
+unseen; the process-alive watcher still sees whether the process came back.) A
+detached process stays the executor's child: when it exits with one of its
+[[process]] restart_exit_codes, the executor commits a restart-process at once
+(params why = "exit-code"), which is not a crash (pulse.workers.executor).
 Under systemd (INVOCATION_ID set) a process started from a raw argv would land
 in Pulse's cgroup and die with Pulse's next restart, so when `systemd-run` is on
 PATH the argv runs as `systemd-run [--user] --scope --collect --unit=...`: a
@@ -83,7 +86,8 @@ class EffectContext:
     timeout_s: float                                            # this effect may run this long
     paths: Paths | None = None                                  # the home, for the repairs that act on it
     started: Callable[[int], None] = lambda pgid: None          # record a process group in the claim
-    detached: Callable[[subprocess.Popen], None] = lambda proc: None   # a process left running on purpose
+    detached: Callable[[subprocess.Popen, str], None] = lambda proc, name: None   # left running on purpose:
+                                                                # the process and its [[process]] name
     deadline: float = field(init=False)                         # time.monotonic() by which it must be done
 
     def __post_init__(self):
@@ -314,8 +318,11 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     try:
         code = proc.wait(grace)
     except subprocess.TimeoutExpired:
-        ctx.detached(proc)
+        ctx.detached(proc, process.name)
         return {"detached": True, "pid": proc.pid, "argv": argv}
+    if code in process.restart_exit_codes:     # it started, then asked for a restart: not a failure
+        ctx.detached(proc, process.name)        # the executor's reaper answers it like a later exit
+        return {"code": code, "argv": argv, "asked_restart": True}
     if code != 0:
         what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         raise EffectFailed("exit", f"restart of {process.name!r}: {what}", code=code, argv=argv)

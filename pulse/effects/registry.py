@@ -58,6 +58,9 @@ class NotifyParams(msgspec.Struct):
 class RestartProcessParams(msgspec.Struct):
     grace_s: Annotated[float, msgspec.Meta(ge=0)] = kinds.RESTART_GRACE_S   # still running after this: a daemon
     timeout_s: Seconds | None = None
+    why: str | None = None                                   # dead | unhealthy | exit-code (who asked, why)
+    code: int | None = None                                  # why = exit-code: the exit code it asked with
+    pid: int | None = None                                   # ... and the pid that exited
 
 
 class SignalParams(msgspec.Struct):
@@ -68,6 +71,13 @@ class AgentRunParams(msgspec.Struct):
     task_id: str | int | None = None                         # "task-7" or 7; unset: the effect's target
     agent: str | None = None                                 # an [[agent]] name; unset: the first with a free slot
     timeout_s: Seconds | None = None                         # at most the agent's timeout_s
+
+
+class TaskAddParams(msgspec.Struct):
+    project: Annotated[str, msgspec.Meta(min_length=1)]
+    title: Annotated[str, msgspec.Meta(min_length=1)]
+    prompt: Annotated[str, msgspec.Meta(min_length=1)]
+    priority: int = 0
 
 
 class ArchiveParams(msgspec.Struct):
@@ -175,6 +185,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "once; the task is acked or failed with the agent's result.",
          AgentRunParams, agentrun.run_agent, False, "the task id", admit=agentrun.SLOTS.admit,
          release=agentrun.SLOTS.release, settle_orphan=agentrun.settle_interrupted, starts_process=True),
+    Kind("task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "
+         "the assignment rule hands it out like any other.",
+         TaskAddParams, agentrun.run_task_add, False, "what the task is about"),
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False),

@@ -23,6 +23,8 @@ from pulse.rules.onion import Inner, RuleResult, handled
 from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 
 NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
+EXIT_CODE_GRACE_S = 5.0             # a death of a process with restart_exit_codes is left this long to
+                                    # the executor, which sees its exit code (at its next scan)
 
 
 def _named(name: str):
@@ -62,6 +64,8 @@ def failure_streak(outcomes: Iterable[Outcome], kind: str) -> list[Outcome]:
 
 
 def failing_in_a_row(samples: Sequence[Vital], ok: str = "ok") -> int:
+    """Trailing samples whose `ok` is false: failed probes in a row (processWatchdog's health,
+    llmWatchdog's endpoint)."""
     n = 0
     for sample in reversed(samples):
         if sample.data.get(ok, True):
@@ -125,42 +129,69 @@ def auto_rollback(config: TickConfig):
 # -- 3. processWatchdog -----------------------------------------------------------------------------
 
 def process_watchdog(config: TickConfig):
-    """A configured critical process is not alive: restart it.
+    """A configured critical process is dead, or alive but unhealthy: restart it.
 
-    - Only a death newer than the last restart outcome counts, so a restart that is
+    - Dead: only a death newer than the last restart outcome counts, so a restart that is
       done but not yet seen by the watcher is not issued twice.
-    - After a failed restart it waits (doubling from process_backoff_base_s).
+    - Unhealthy (`[[process]] health`): `failures` failed probes in a row, every one newer than
+      the last restart outcome (a restart starts the count again).
+    - After a failed restart it waits (doubling from process_backoff_base_s); for an unhealthy
+      process a restart that did not bring a healthy probe counts as failed too.
     - After process_notify_after failed restarts in a row it notifies, once per streak,
       and keeps trying slowly. A paused process is left alone.
+    - A process with restart_exit_codes may have exited to ask for a restart, which the
+      executor (its parent, if Pulse started it) answers itself: its death waits
+      EXIT_CODE_GRACE_S here, so the two never restart it twice.
     """
     restartable = sorted(p.name for p in config.process if p.restart)
+    health = {p.name: p.health.failures for p in config.process if p.health is not None}
+    asks_by_exit = {p.name for p in config.process if p.restart_exit_codes}
     s = config.survival
 
     @_named("process_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
         for name in restartable:
-            vital = curr.vitals.get(f"process-alive:{name}")
-            if vital is None or vital.data.get("alive", True) or name in curr.paused:
-                continue
-            if pending_or_handled(curr, effects, "restart-process", name):
+            if name in curr.paused or pending_or_handled(curr, effects, "restart-process", name):
                 continue
             history = curr.outcomes.get(name, ())
             last = max((o.ts for o in history if o.kind == "restart-process"), default=0.0)
-            if vital.ts <= last:
-                continue   # this death was seen before the last restart ended: wait for a fresh sample
-            streak = failure_streak(history, "restart-process")
+            vital = curr.vitals.get(f"process-alive:{name}")
+            probes = curr.history.get(f"health:{name}", [])
+            if vital is not None and not vital.data.get("alive", True):
+                if vital.ts <= last:
+                    continue   # this death was seen before the last restart ended: wait for a fresh sample
+                died = vital.data.get("dead_since") or vital.ts
+                if name in asks_by_exit and curr.ts < died + EXIT_CODE_GRACE_S:
+                    tick_ms = sooner(tick_ms, int((died + EXIT_CODE_GRACE_S - curr.ts) * 1000) + 1)
+                    continue
+                why, streak = "dead", failure_streak(history, "restart-process")
+            elif name in health and failing_in_a_row([v for v in probes if v.ts > last]) >= health[name]:
+                why, streak = "unhealthy", unhelped_restarts(history, probes)
+            else:
+                continue
             if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
-                effects = effects + [notify(curr, "process-watchdog", name, f"{name} does not come back",
-                                            f"{len(streak)} restarts of {name} failed in a row; still trying",
-                                            last_error=streak[-1].error)]
+                title = f"{name} does not come back" if why == "dead" else f"{name} stays unhealthy"
+                effects = effects + [notify(curr, "process-watchdog", name, title,
+                                            f"{len(streak)} restarts of {name} did not help; still trying",
+                                            last_error=streak[-1].error or (probes[-1].data.get("error")
+                                                                            if probes else None))]
             wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s) if streak else 0.0
             if streak and curr.ts < streak[-1].ts + wait:
                 tick_ms = sooner(tick_ms, int((streak[-1].ts + wait - curr.ts) * 1000) + 1)
                 continue
-            effects = effects + [Effect(kind="restart-process", target=name, origin="survival")]
+            effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
+                                        params={"why": why})]
         return effects, tick_ms
     return rule
+
+
+def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind: str = "restart-process") -> list[Outcome]:
+    """The restarts (outcomes of `kind`, oldest first) since the last healthy probe, or since the
+    oldest probe the snapshot keeps when none was healthy: restarts that did not make it healthy."""
+    healthy = [v.ts for v in probes if v.data.get("ok", True)]
+    since = healthy[-1] if healthy else (probes[0].ts if probes else 0.0)
+    return [o for o in outcomes if o.kind == kind and o.ts > since]
 
 
 # -- 4. resourceGuard -------------------------------------------------------------------------------
@@ -202,7 +233,9 @@ def resource_guard(config: TickConfig):
 
 def llm_watchdog(config: TickConfig):
     """The LLM endpoint's health check failed fail_after times in a row: restart it; notify if
-    the restart does not bring it back. Inactive when no endpoint is configured."""
+    the restart does not bring it back. The same mechanism as processWatchdog's health: the
+    count starts over at each restart, and restarts that did not help back off (doubling from
+    process_backoff_base_s). Inactive when no endpoint is configured."""
     llm = config.survival.llm
     s = config.survival
 
@@ -211,17 +244,22 @@ def llm_watchdog(config: TickConfig):
         effects, tick_ms = await inner(prev, curr)
         if llm is None:
             return effects, tick_ms
-        failing = failing_in_a_row(curr.history.get(f"network:{llm.target}", []))
+        probes = curr.history.get(f"network:{llm.target}", [])
+        failing = failing_in_a_row(probes)
         if failing < llm.fail_after:
             return effects, tick_ms
         target = f"llm:{llm.target}"
-        restarts = [o for o in curr.outcomes.get(target, ()) if o.kind == "exec"]
-        first_failure = curr.history[f"network:{llm.target}"][-failing].ts
-        since_restart = [o for o in restarts if o.ts >= first_failure]
-        if since_restart and may_notify(curr, "llm-watchdog", target, s.notify_every_s, first_failure):
+        outcomes = curr.outcomes.get(target, ())
+        unhelped = unhelped_restarts(outcomes, probes, "exec")
+        if unhelped and may_notify(curr, "llm-watchdog", target, s.notify_every_s, probes[-failing].ts):
             effects = effects + [notify(curr, "llm-watchdog", target, "LLM endpoint does not come back",
                                         f"{failing} failed health checks in a row, even after a restart")]
-        if not since_restart and not pending_or_handled(curr, effects, "exec", target):
+        last = max((o.ts for o in outcomes if o.kind == "exec"), default=0.0)
+        if (failing_in_a_row([v for v in probes if v.ts > last]) >= llm.fail_after
+                and not pending_or_handled(curr, effects, "exec", target)):
+            wait = clock.backoff(len(unhelped), s.process_backoff_base_s, s.process_backoff_max_s) if unhelped else 0.0
+            if unhelped and curr.ts < unhelped[-1].ts + wait:
+                return effects, sooner(tick_ms, int((unhelped[-1].ts + wait - curr.ts) * 1000) + 1)
             effects = effects + [Effect(kind="exec", target=target, origin="survival",
                                         params={"argv": list(llm.restart)})]
         return effects, tick_ms
@@ -351,7 +389,9 @@ def survival_rules(config: TickConfig) -> list:
 
 
 def counted_keys(config: TickConfig) -> list[str]:
-    """Vital keys whose recent samples the snapshot carries: llmWatchdog counts failures in a row,
-    errorEscalate adds up the matches of every sample since the last tick."""
+    """Vital keys whose recent samples the snapshot carries: processWatchdog (health probes) and
+    llmWatchdog count failures in a row, errorEscalate adds up the matches of every sample since
+    the last tick."""
     keys = [f"error-log:{e.name}" for e in config.watch.error_log]
+    keys += [f"health:{p.name}" for p in config.process if p.health is not None]
     return keys + ([f"network:{config.survival.llm.target}"] if config.survival.llm else [])

@@ -1,4 +1,4 @@
-"""The built-in (P0) watchers: system-resource, process-alive, network, error-log.
+"""The built-in (P0) watchers: system-resource, process-alive, health, network, error-log.
 
 Each is an `engine.api.Watcher` with one key. `collect()` runs in a pool thread
 of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
@@ -14,7 +14,9 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import signal
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -25,6 +27,7 @@ from typing import Any, Iterable
 import psutil
 
 from pulse.core import config as configmod
+from pulse.core import procs
 from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
 
@@ -35,6 +38,7 @@ def builtin_watchers(config: configmod.WatcherConfig) -> list[Watcher]:
     return [
         SystemResource(config.watch, interval),
         *(ProcessAlive(p, interval) for p in config.process),
+        *(HealthProbe(p) for p in config.process if p.health is not None),
         *(Network(t, interval) for t in config.watch.network),
         *(ErrorLog(e, interval) for e in config.watch.error_log),
     ]
@@ -207,6 +211,7 @@ class ProcessAlive(Watcher):
         self._interval_ms = interval_ms
         self._recheck_until = 0.0
         self._was_alive: bool | None = None
+        self._dead_since: float | None = None  # first sample that found it gone (collect's thread only)
         self.event_fd: int | None = None       # a pidfd of the live process; main thread only
         self._pidfd_pid: int | None = None
         self.seen: dict[str, Any] | None = None   # the last sample: alive, pid (for pulsectl status)
@@ -221,7 +226,9 @@ class ProcessAlive(Watcher):
         else:
             (proc, why), count = find_by_pidfile(self.process.pidfile), None
         if proc is None:
-            return {"alive": False, "pid": None, "reason": why}
+            self._dead_since = self._dead_since or time.time()
+            return {"alive": False, "pid": None, "reason": why, "dead_since": self._dead_since}
+        self._dead_since = None
         data = {"alive": True, "pid": proc.pid, "since": proc.create_time()}
         if count is not None:
             data["matches"] = count
@@ -252,6 +259,74 @@ class ProcessAlive(Watcher):
 
     def close(self) -> None:
         self._close_pidfd()
+
+
+# -- health ----------------------------------------------------------------------------------------------
+
+HEALTH_OUTPUT_CHARS = 300       # of a probe argv's output, kept in the vital
+
+
+def probe_url(url: str, timeout_s: float) -> dict[str, Any]:
+    """GET `url` (loopback, usually): healthy when it answers below 400."""
+    t0 = time.monotonic()
+    data: dict[str, Any] = {"ok": False, "status": None, "error": None}
+    request = urllib.request.Request(url, method="GET", headers={"User-Agent": "pulse-health"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            data["status"] = response.status
+    except urllib.error.HTTPError as err:
+        data.update(status=err.code, error=f"http {err.code} {err.reason}")
+    except (OSError, http.client.HTTPException, ValueError) as err:   # refused, timeout, garbage
+        data["error"] = f"{getattr(err, 'reason', err)}"
+    data["ok"] = data["status"] is not None and data["status"] < 400
+    data["latency_ms"] = elapsed_ms(t0)
+    return data
+
+
+def probe_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run `argv` (its own process group, dying with the watcher): healthy when it exits 0."""
+    t0 = time.monotonic()
+    try:
+        proc = procs.start_child(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as err:
+        return {"ok": False, "code": None, "error": f"cannot start {argv[0]!r}: {err.strerror or err}",
+                "latency_ms": elapsed_ms(t0)}
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+        error = None if proc.returncode == 0 else f"exit code {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        output, error = b"", f"no verdict within {timeout_s:g} s"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)    # leftovers, or the whole probe at the timeout
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    code = proc.returncode if error is None or error.startswith("exit") else None
+    return {"ok": error is None, "code": code, "error": error, "latency_ms": elapsed_ms(t0),
+            "output": output.decode("utf-8", "replace")[-HEALTH_OUTPUT_CHARS:]}
+
+
+class HealthProbe(Watcher):
+    """`[[process]] health`: is the process any use, not only alive (OpenClaw's /readyz, an LLM
+    proxy's health URL, `openclaw health --json`). Key `health:<process>`, one probe every
+    `every_s`. Wakes the tick when a probe flips ok and at every failed probe (so at most once
+    per every_s): processWatchdog counts the failures in a row and must not wait for the tick's
+    period to see the one that reaches `failures`."""
+
+    def __init__(self, process: configmod.Process):
+        self.health = process.health
+        self.name = self.key = f"health:{process.name}"
+        self.interval_ms = int(self.health.every_s * 1000)
+        self.timeout_s = self.health.timeout_s + 2     # the probe's own timeout, then the runner calls it hung
+
+    def collect(self) -> dict[str, Any]:
+        if self.health.url is not None:
+            return probe_url(self.health.url, self.health.timeout_s)
+        return probe_argv(list(self.health.argv), self.health.timeout_s)
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        return ok_changed(window) or (bool(window) and not window[-1].data.get("ok", True))
 
 
 # -- network ---------------------------------------------------------------------------------------------

@@ -205,7 +205,8 @@ class ExecutorWorker(Worker):
         self.ping: tuple[int, float] | None = None          # (request id, monotonic deadline)
         self.next_ping = 0.0
         self.engine_trusted_until = 0.0
-        self.detached: collections.deque[subprocess.Popen] = collections.deque()   # reaped when they exit
+        # restart-process's detached processes (with their [[process]] name), reaped when they exit
+        self.detached: collections.deque[tuple[subprocess.Popen, str]] = collections.deque()
         self.next_scan = time.monotonic()                   # the first scan settles orphans at once
         self.log.info("claimer %s, %d effects at once", self.claimer, self.concurrency)
 
@@ -329,9 +330,30 @@ class ExecutorWorker(Worker):
 
     def reap_detached(self) -> None:
         for _ in range(len(self.detached)):
-            proc = self.detached.popleft()
-            if proc.poll() is None:
-                self.detached.append(proc)
+            proc, name = self.detached.popleft()
+            code = proc.poll()
+            if code is None:
+                self.detached.append((proc, name))
+            else:
+                self.detached_exited(name, proc.pid, code)
+
+    def detached_exited(self, name: str, pid: int, code: int) -> None:
+        """A process restart-process started has exited. With one of its restart_exit_codes it asked
+        to be restarted (Hermes' gateway under an external supervisor: 75): commit that restart now,
+        origin survival, why exit-code. No crash is counted: processWatchdog counts failed restarts,
+        and it gives such a process a grace before it acts on the death itself."""
+        process = next((p for p in self.config.process if p.name == name), None)
+        if process is None or code not in process.restart_exit_codes or not process.restart:
+            return
+        self.log.info("%s (pid %d) exited %d, asking for a restart: restarting it", name, pid, code)
+        effect = db.new_effect(wire.Effect(kind="restart-process", target=name, origin="survival",
+                                           params={"why": "exit-code", "code": code, "pid": pid}),
+                               "survival", self.config.timings.effect_deadline_s)
+
+        def commit(conn: sqlite3.Connection) -> Done:
+            db.commit_effects(conn, [effect], SOURCE)
+            return Done(effect.id, "requeued")     # pending: the next scan (soon) runs it
+        self.book(effect.id, commit)
 
     # -- the engine's executors --------------------------------------------------------------------
 
@@ -413,7 +435,7 @@ class ExecutorWorker(Worker):
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
                                 paths=self.paths,
                                 started=lambda pgid: db.record_pgid(conn, effect.id, pgid),
-                                detached=self.detached.append)
+                                detached=lambda proc, name: self.detached.append((proc, name)))
         began = time.monotonic()
         try:
             state, data = "acked", registry.KINDS[effect.kind].run(effect, ctx)
