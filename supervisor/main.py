@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from pulse import __version__
 from pulse.core import config as configmod
-from pulse.core import logs
+from pulse.core import instances, logs
 from pulse.core.home import HomeError, Paths, ensure_home, home_is_complete, make_runtime_dir, resolve_home
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import Exit
@@ -70,6 +70,17 @@ def make_home(home: Path) -> None:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise HomeError(message or f"making the home {home} failed (wait status {status})")
+
+
+def register(paths: Paths, config: configmod.Config) -> Path | None:
+    """This instance's entry in the registry of running Pulses (pulse.core.instances): one small
+    file. A registry we cannot write costs `pulsectl instances` this entry, never the start."""
+    name = config.pulse.name or instances.default_name(paths.home)
+    try:
+        return instances.register(instances.registry_dir(paths.runtime), name, paths.home, paths.runtime)
+    except OSError as err:
+        logs.Log("pulse.supervisor").warning("not listed among the running Pulses: %s", err)
+        return None
 
 
 USAGE = """usage: pulsed [--home DIR] [--no-log-stderr] [--version] [-h]
@@ -133,12 +144,17 @@ def main(argv: list[str] | None = None) -> None:
     notifier = Notifier()
     logs.Log("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
 
+    entry = register(paths, config)
     from .arbiter import Arbiter   # zmq and the rest only once the cheap checks passed
     try:
         arbiter = Arbiter(paths, config, sink, notifier)
     except HomeError as err:
+        instances.unregister(entry)
         fail(Exit.CONFIG, str(err))
-    code = arbiter.run()
+    try:
+        code = arbiter.run()
+    finally:
+        instances.unregister(entry)
     sink.close()
     os.close(lock_fd)
     sys.exit(code)

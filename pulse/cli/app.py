@@ -45,7 +45,7 @@ COMMAND_MODULES = {
     "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
     "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
     "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
-    "check-config": "configcmd", "config": "configcmd", "report": "report",
+    "check-config": "configcmd", "config": "configcmd", "report": "report", "instances": "roster",
 }
 
 
@@ -74,9 +74,16 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False),
               help="Pulse home (default: $PULSE_HOME, else ~/.pulse).")
+@click.option("-i", "--instance", metavar="NAME",
+              help="The running Pulse called NAME (see `pulsectl instances`) instead of --home.")
 @click.option("--timeout", default=DEFAULT_TIMEOUT_S, show_default=True, help="Seconds to wait for pulsed to answer.")
 @click.version_option(__version__, prog_name="pulsectl")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, timeout: float) -> None:
+def cli(ctx: click.Context, home: str | None, instance: str | None, timeout: float) -> None:
     """Inspect and steer Pulse, the supervisor of an AI agent's host."""
+    if instance is not None:
+        if ctx.get_parameter_source("home") == click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError("--home and --instance are exclusive")
+        from pulse.cli.roster import home_of
+        home = home_of(instance)
     ctx.obj = Context(home, timeout)

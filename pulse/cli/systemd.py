@@ -16,6 +16,7 @@ from __future__ import annotations
 import click
 
 UNIT_NAME = "pulse.service"
+INSTANCE_UNIT_NAME = "pulse@.service"     # one unit file, `systemctl enable --now pulse@a pulse@b`
 SYSTEM_TEMPLATE = "pulse.service"
 USER_TEMPLATE = "pulse-user.service"
 SYSTEM_UNIT_DIR = "/etc/systemd/system"
@@ -83,6 +84,41 @@ def render(text: str, pulsed: str, user: str | None) -> str:
     return text
 
 
+# The template unit is the system unit with a home, a runtime directory and a state directory per
+# instance (%i), and the registry of running Pulses shared by them (/run/pulsed/instances, kept when
+# one of them stops: the others' entries are in it). Made from pulse.service, so the two never drift.
+INSTANCE_LINES = {
+    "Description=Pulse supervisor (pulsed) for an AI agent's host":
+        "Description=Pulse supervisor (pulsed) for an AI agent's host, instance %i",
+    "StateDirectory=pulse": "StateDirectory=pulse/%i",
+    "Environment=PULSE_HOME=/var/lib/pulse": "Environment=PULSE_HOME=/var/lib/pulse/%i",
+    "RuntimeDirectory=pulsed": "RuntimeDirectory=pulsed/%i pulsed/instances\nRuntimeDirectoryPreserve=yes",
+    "Environment=PULSE_RUNTIME_DIR=%t/pulsed": "Environment=PULSE_RUNTIME_DIR=%t/pulsed/%i",
+}
+
+
+def instance_template(text: str) -> str:
+    """pulse.service made into the template unit pulse@.service."""
+    lines = text.split("\n")
+    for old, new in INSTANCE_LINES.items():
+        if old not in lines:
+            raise RenderError(f"the system unit template has no line {old!r} to make per instance")
+        lines[lines.index(old)] = new
+    return "\n".join(lines).replace(
+        "# Installed by `pulsectl systemd install`,",
+        "# Installed by `pulsectl systemd install --instance NAME` as pulse@.service (one\n"
+        "# file for every instance: `systemctl enable --now pulse@a pulse@b`),", 1)
+
+
+def check_instance_name(name: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise RenderError(f"invalid instance name {name!r}: 1 to 64 letters, digits and _ . - "
+                          "(not starting with a symbol)")
+    return name
+
+
 def warnings(pulsed: str, user_unit: bool, user: str | None) -> list[str]:
     """What would keep the rendered unit from working on this host (best effort)."""
     import os
@@ -118,14 +154,14 @@ def user_unit_dir() -> str:
     return os.path.join(config, "systemd", "user")
 
 
-def write(directory: str, text: str) -> str:
-    """Write <directory>/pulse.service atomically (mode 0644); returns its path."""
+def write(directory: str, text: str, unit_name: str = UNIT_NAME) -> str:
+    """Write <directory>/<unit_name> atomically (mode 0644); returns its path."""
     import os
     import tempfile
 
     os.makedirs(directory, exist_ok=True)
-    target = os.path.join(directory, UNIT_NAME)
-    fd, tmp = tempfile.mkstemp(prefix=".pulse.service.", dir=directory)
+    target = os.path.join(directory, unit_name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{unit_name}.", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -140,7 +176,8 @@ def write(directory: str, text: str) -> str:
     return target
 
 
-def next_steps(target: str, user_unit: bool, user: str | None, installed: bool) -> list[str]:
+def next_steps(target: str, user_unit: bool, user: str | None, installed: bool,
+               instance: str | None = None) -> list[str]:
     import shlex
     import sys
     from pathlib import Path
@@ -149,7 +186,12 @@ def next_steps(target: str, user_unit: bool, user: str | None, installed: bool) 
     steps = []
     if not installed:
         where = "~/.config/systemd/user/" if user_unit else f"{SYSTEM_UNIT_DIR}/"
-        steps.append(f"cp {shlex.quote(target)} {where}{UNIT_NAME}")
+        steps.append(f"cp {shlex.quote(target)} {where}{INSTANCE_UNIT_NAME if instance else UNIT_NAME}")
+    if instance is not None:
+        return steps + [f"id -u {user} >/dev/null 2>&1 || useradd --system --home-dir {SYSTEM_HOME} "
+                        f"--shell /usr/sbin/nologin {user}",
+                        f"systemctl daemon-reload && systemctl enable --now pulse@{instance}",
+                        f"sudo -u {user} {pulsectl} -i {instance} status   # or --home {SYSTEM_HOME}/{instance}"]
     if user_unit:
         steps += ["systemctl --user daemon-reload && systemctl --user enable --now pulse",
                   'loginctl enable-linger "$USER"   # keep it running while you are logged out',
@@ -175,24 +217,37 @@ def systemd() -> None:
 @click.option("--output", type=click.Path(file_okay=False), metavar="DIR",
               help="Write pulse.service into DIR instead of systemd's directory.")
 @click.option("--print", "to_stdout", is_flag=True, help="Print the unit instead of writing it.")
-def install(user_unit: bool, user_name: str | None, output: str | None, to_stdout: bool) -> None:
+@click.option("--instance", metavar="NAME",
+              help="Write the template unit pulse@.service (home /var/lib/pulse/%i) and show how to "
+                   "run the instance NAME; run it again with another NAME for more.")
+def install(user_unit: bool, user_name: str | None, output: str | None, to_stdout: bool,
+            instance: str | None) -> None:
     """Render the Pulse unit for this installation of pulsed and install it.
 
     The system unit goes to /etc/systemd/system/pulse.service and runs pulsed
     as a dedicated user with the home /var/lib/pulse; --user writes
     ~/.config/systemd/user/pulse.service, which runs pulsed as you with the
-    home ~/.pulse.
+    home ~/.pulse. --instance NAME writes the template unit
+    /etc/systemd/system/pulse@.service instead: each instance has its own home
+    /var/lib/pulse/NAME and runtime directory, so several run side by side.
     """
     import sys
 
     if output and to_stdout:
         raise click.UsageError("--output and --print are exclusive")
+    if instance is not None and user_unit:
+        raise click.UsageError("--instance writes the system template unit; for a user's second Pulse, "
+                               "run pulsed --home DIR")
     if user_unit and user_name is not None:
         raise click.UsageError("--user-name is for the system unit; a user unit runs as its own user")
     user = None if user_unit else (user_name or DEFAULT_USER)
     try:
         pulsed = pulsed_path()
-        text = render(template(USER_TEMPLATE if user_unit else SYSTEM_TEMPLATE), pulsed, user)
+        text = template(USER_TEMPLATE if user_unit else SYSTEM_TEMPLATE)
+        if instance is not None:
+            text = instance_template(text)
+            check_instance_name(instance)
+        text = render(text, pulsed, user)
     except RenderError as err:
         click.echo(f"pulsectl: {err}", err=True)
         sys.exit(1)
@@ -202,16 +257,17 @@ def install(user_unit: bool, user_name: str | None, output: str | None, to_stdou
         click.echo(text, nl=False)
         return
     directory = output or (user_unit_dir() if user_unit else SYSTEM_UNIT_DIR)
+    unit_name = INSTANCE_UNIT_NAME if instance is not None else UNIT_NAME
     try:
-        target = write(directory, text)
+        target = write(directory, text, unit_name)
     except OSError as err:
         hint = "" if output or user_unit else " (run as root, or use --output DIR / --print)"
-        click.echo(f"pulsectl: cannot write {directory}/{UNIT_NAME}: {err.strerror}{hint}", err=True)
+        click.echo(f"pulsectl: cannot write {directory}/{unit_name}: {err.strerror}{hint}", err=True)
         sys.exit(1)
     who = "you" if user_unit else f"user {user}"
     click.echo(f"wrote {target} (runs {pulsed} as {who})")
     click.echo("next:")
-    for step in next_steps(target, user_unit, user, installed=output is None):
+    for step in next_steps(target, user_unit, user, installed=output is None, instance=instance):
         click.echo(f"  {step}")
 
 

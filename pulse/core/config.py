@@ -212,8 +212,15 @@ class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     dir: str | None = None                    # where the report effect writes its pages; unset: <home>/reports
 
 
+class PulseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # This instance's name among the Pulses of the host (`pulsectl instances`, `pulsectl -i NAME`);
+    # unset: the home's folder name. Read when pulsed starts.
+    name: str | None = None
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schema: int = SCHEMA_VERSION
+    pulse: PulseSettings = msgspec.field(default_factory=PulseSettings)
     observe_only: bool = False                # record what the rules would do as effect-expired, run nothing
     timings: Timings = msgspec.field(default_factory=Timings)
     log: LogSettings = msgspec.field(default_factory=LogSettings)
@@ -448,6 +455,8 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     validate_agents(config, origin)
     validate_report(config, origin)
+    if config.pulse.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", config.pulse.name):
+        raise ConfigError(f"{origin}: $.pulse.name: 1 to 64 letters, digits and _ . @ - (not starting with a symbol)")
     if config.engine.address_space_mb < 0:
         raise ConfigError(f"{origin}: $.engine.address_space_mb must be 0 (unlimited) or more")
     if not -1000 <= config.engine.oom_score_adj <= 1000:

@@ -1,0 +1,70 @@
+"""`pulsectl instances`: the running Pulses of this user on this host (and the system's, if
+readable), from the registry each pulsed keeps its entry in (pulse.core.instances); and how
+`pulsectl -i NAME` finds the home of the instance called NAME."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pulse.cli.app import Context, pass_ctx
+from pulse.core import instances
+from pulse.core.home import derived_runtime_dir, resolve_home
+
+PROBE_TIMEOUT_S = 1.0          # per instance: a listing must not hang on one frozen pulsed
+
+
+def registries() -> list[Path]:
+    """This user's registry (where a pulsed of the default home registers) and the system one."""
+    mine = instances.registry_dir(derived_runtime_dir(resolve_home(None)))
+    return [mine] + ([instances.SYSTEM_REGISTRY] if instances.SYSTEM_REGISTRY != mine else [])
+
+
+def home_of(name: str) -> str:
+    """The home of the running instance called `name`; exits 1 naming what runs otherwise."""
+    try:
+        return instances.find(registries(), name)["home"]
+    except LookupError as err:
+        click.echo(f"pulsectl: {err}", err=True)
+        raise SystemExit(1)
+
+
+def describe(entry: dict, timeout: float) -> dict:
+    """The entry, plus whether its pulsed answers and how many of its workers run."""
+    from pulse.core import client, wire
+    from pulse.core.home import Paths
+    out = {k: entry[k] for k in ("name", "home", "pid", "started")}
+    try:
+        reply = client.request(Paths(Path(entry["home"]), Path(entry["runtime"])), wire.GetStatus(), timeout)
+        workers = reply.status.workers
+        out.update(state="answering", running=sum(1 for w in workers if w.state == "running"), total=len(workers))
+    except client.Unreachable:
+        out.update(state="not answering", running=None, total=None)
+    return out
+
+
+@click.command(name="instances")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: one instance per line.")
+@pass_ctx
+def instances_cmd(ctx: Context, as_json: bool) -> None:
+    """List the running Pulses of this user (and the system's, if readable)."""
+    rows = [describe(e, min(ctx.timeout, PROBE_TIMEOUT_S)) for e in instances.live_entries(registries())]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no Pulse is running")
+        return
+    table = [("NAME", "PID", "STATE", "WORKERS", "HOME")]
+    for r in rows:
+        workers = "-" if r["total"] is None else f"{r['running']}/{r['total']}"
+        table.append((r["name"], str(r["pid"]), r["state"], workers, r["home"]))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+COMMANDS = [instances_cmd]

@@ -1,0 +1,119 @@
+"""The registry of running Pulses: several instances on one host, each findable by name.
+
+Each pulsed, while it runs, keeps one small JSON file in a registry directory:
+
+    {"name", "home", "runtime", "pid", "proc_start", "started"}
+
+    PULSE_INSTANCES_DIR            if set (tests; a unit that wants its own)
+    /run/pulsed/instances          for system units (their runtime directory is under /run/pulsed)
+    <runtime dir's parent>/pulse-instances       a private parent ($XDG_RUNTIME_DIR)
+    <runtime dir's parent>/pulse-<uid>-instances a shared one (/tmp)
+
+`pulsectl instances` lists this user's registry and the system one (if readable); an entry
+whose pid is gone, or now belongs to another process (its start time differs), is removed
+as it is read. Writing an entry is one small file: pulsed stays small (stdlib only here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+SYSTEM_RUNTIME = Path("/run/pulsed")
+SYSTEM_REGISTRY = SYSTEM_RUNTIME / "instances"
+NAME_CHARS = "letters, digits and _ . @ -"
+
+
+def registry_dir(runtime: Path) -> Path:
+    """Where a pulsed whose runtime directory is `runtime` registers."""
+    if os.environ.get("PULSE_INSTANCES_DIR"):
+        return Path(os.environ["PULSE_INSTANCES_DIR"])
+    if runtime == SYSTEM_RUNTIME or SYSTEM_RUNTIME in runtime.parents:
+        return SYSTEM_REGISTRY
+    parent = runtime.parent
+    try:
+        st = parent.stat()
+        private = st.st_uid == os.getuid() and not st.st_mode & 0o022
+    except OSError:
+        private = False
+    return parent / ("pulse-instances" if private else f"pulse-{os.getuid()}-instances")
+
+
+def default_name(home: Path) -> str:
+    """An instance's name when `[pulse] name` is unset: its home's folder name."""
+    return home.name.lstrip(".") or "pulse"
+
+
+def proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None
+    when there is no such process: with the pid, it names one process across pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[1].split()
+    return None if fields[0] in (b"Z", b"X") else fields[19].decode()
+
+
+def register(directory: Path, name: str, home: Path, runtime: Path) -> Path:
+    """Write this process's entry (atomically); returns its path. Raises OSError."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pid = os.getpid()
+    entry = {"name": name, "home": str(home), "runtime": str(runtime), "pid": pid,
+             "proc_start": proc_start(pid), "started": time.time()}
+    path = directory / f"{pid}.json"
+    tmp = directory / f".{pid}.json.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(entry, f)
+    os.replace(tmp, path)
+    return path
+
+
+def unregister(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def live_entries(directories: list[Path]) -> list[dict]:
+    """Every live entry in `directories`, by name then pid; dead ones are removed (where we may)."""
+    out, seen = [], set()
+    for directory in directories:
+        try:
+            files = sorted(directory.glob("*.json"))
+        except OSError:
+            continue
+        for path in files:
+            try:
+                entry = json.loads(path.read_text())
+                pid = int(entry["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue            # being written, or not ours: left alone
+            if proc_start(pid) is None or proc_start(pid) != entry.get("proc_start"):
+                unregister(path)    # its pulsed is gone (SIGKILL, power loss) or the pid was reused
+                continue
+            if (str(directory), pid) not in seen:
+                seen.add((str(directory), pid))
+                out.append({**entry, "registry": str(directory)})
+    return sorted(out, key=lambda e: (e["name"], e["pid"]))
+
+
+def find(directories: list[Path], name: str) -> dict:
+    """The one live instance called `name`; LookupError naming what there is otherwise."""
+    entries = live_entries(directories)
+    found = [e for e in entries if e["name"] == name]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        known = ", ".join(sorted({e["name"] for e in entries}))
+        raise LookupError(f"no running Pulse instance named {name!r} "
+                          + (f"(running: {known})" if known else "(none is running)"))
+    homes = ", ".join(e["home"] for e in found)
+    raise LookupError(f"{len(found)} running Pulse instances are named {name!r} ({homes}): use --home")
