@@ -4,5 +4,6 @@ Modules: `config` (config.toml's schema, defaults and per-worker slices), `wire`
 message that crosses a process boundary), `states` (worker, effect and task states, exit
 codes), `home` (the home and runtime directory), `logs` (the one log writer), `procs`
 (process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),
-`sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed).
+`sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed), `instances`
+(the registry of running Pulses on the host).
 """
