@@ -580,6 +580,8 @@ def default_toml() -> str:
             continue
         single_table = line.startswith("[") and not line.startswith("[[")
         lines.append(line if (not line or single_table) else "# " + line)
+        if line == "[pulse]":
+            lines.append("# name = \"<the home's folder name>\"   # this instance among the host's Pulses")
     lines += [
         "",
         "# A critical process, watched and restarted (repeat the table for more):",
