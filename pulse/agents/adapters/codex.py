@@ -15,8 +15,10 @@ Lines that are not JSON are counted (`bad_lines`); a run with no event at all fa
 
 MCP: Codex takes config overrides as `-c key=value` (TOML values) and its MCP servers are the
 `mcp_servers.<name>` table of its config (`command`, `args`, `env`); the run gets
-`-c mcp_servers.pulse.command=…`, `.args=…`, `.env=…` right after `exec`. That pairing comes
-from Codex's config documentation, not from the exec page: check it against your Codex version.
+`-c mcp_servers.pulse.command=…`, `.args=…`, `.env=…` right after `exec` (codex exec has no
+--mcp-config; these override forms are the ones a third-party wrapper reports accepted by
+`codex exec --strict-config` 0.145). The env is set explicitly: Codex hands an MCP server only a
+whitelist of its own environment.
 """
 
 from __future__ import annotations
