@@ -257,3 +257,22 @@ if "--mcp-config" in args:
             Agent(name="a", adapter="claude-code", mcp=mcp), adapters.Task("task-1", "p"), str(tmp_path),
             home=tmp_path, scratch=str(tmp_path))
         assert ("--mcp-config" in inv.argv) is mcp
+
+
+def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
+    import tomllib
+    from pulse.core.config import Agent
+    inv = adapters.load_adapter("codex").invocation(Agent(name="cx", adapter="codex"),
+                                                    adapters.Task("task-3", 'say "hi"'), str(tmp_path),
+                                                    home=tmp_path / "h o", scratch=str(tmp_path))
+    assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-1] == 'say "hi"'
+    overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
+    assert inv.argv[2] == "-c" and len(overrides) == 3
+    parsed = tomllib.loads("\n".join(overrides))["mcp_servers"]["pulse"]   # each override is valid TOML
+    assert parsed["args"] == ["mcp"] and parsed["command"].endswith("pulsectl")
+    assert parsed["env"] == {"PULSE_HOME": str(tmp_path / "h o"), "PULSE_AGENT": "cx", "PULSE_TASK": "task-3"}
+    for name in ("cursor", "hermes", "openclaw", "command"):      # no documented way: nothing added
+        agent = Agent(name="x", adapter=name, argv=None if name != "command" else ["x"])
+        inv = adapters.load_adapter(name).invocation(agent, adapters.Task("task-3", "p"), str(tmp_path),
+                                                     home=tmp_path, scratch=str(tmp_path))
+        assert "--mcp-config" not in inv.argv and "-c" not in inv.argv, name
