@@ -19,7 +19,7 @@ from pulse.agents import adapters
 from pulse.store import db
 from pulse.agents import tasks
 from pulse.core.config import Agent, ExecutorConfig
-from pulse.effects.kinds import MAX_OUTPUT, SOURCE, EffectContext, EffectFailed, run_process, store_output
+from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
 from pulse.core.wire import Effect
 
 log = logging.getLogger("pulse.executor")
@@ -153,11 +153,10 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
         began = time.monotonic()
-        with tempfile.TemporaryFile(dir=scratch) as err_file:
-            code, stdout, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd,
-                                                  stderr=err_file)
-            err_file.seek(0)
-            stderr = err_file.read(MAX_OUTPUT)
+        err = bytearray()
+        code, stdout, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd,
+                                              stderr=err)
+        stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
     finally:

@@ -122,11 +122,12 @@ def _kill_group(pgid: int) -> None:
 
 def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = None, cwd: str | None = None,
                 stdin_data: bytes | None = None, timeout_s: float | None = None,
-                stderr=subprocess.STDOUT) -> tuple[int | None, bytes, bool]:
+                stderr: bytearray | None = None) -> tuple[int | None, bytes, bool]:
     """Run argv in its own process group; (exit code or None, output, timed out).
 
-    stderr is merged into the output unless `stderr` names a file to write it to (an agent's
-    adapter reads the two apart: the result on stdout, the CLI's own complaint on stderr).
+    stderr is merged into the output unless a `stderr` buffer is given: then it is read into
+    that, apart, bounded like the output (an agent's adapter reads the two apart: the result
+    on stdout, the CLI's own complaint on stderr).
 
     The group is recorded (ctx.started) before waiting. At the timeout, or once the
     leader has exited, whatever is left of the group is killed; the leader is reaped
@@ -136,7 +137,8 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     try:
         proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True,
                                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=stderr,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if stderr is None else subprocess.PIPE,
                                 preexec_fn=procs.child_dies_with_parent)
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
@@ -148,32 +150,39 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-        output, timed_out = _collect(proc, deadline)
+        output, timed_out = _collect(proc, deadline, stderr)
     finally:
         _kill_group(proc.pid)        # leftovers, or everything at the timeout
         proc.wait()
         proc.stdout.close()
+        if proc.stderr is not None:
+            proc.stderr.close()
     return (None if timed_out else proc.returncode), output, timed_out
 
 
-def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bool]:
-    """Merged output, and whether the deadline came first.
+def _collect(proc: subprocess.Popen, deadline: float, err: bytearray | None = None) -> tuple[bytes, bool]:
+    """The output (stderr merged, or read into `err`), and whether the deadline came first.
 
     Done when the leader has exited (its pidfd says so, without reaping it) and the
-    pipe reached EOF, or DRAIN_AFTER_EXIT_S after the exit if a background child
-    still holds the pipe open."""
+    pipes reached EOF, or DRAIN_AFTER_EXIT_S after the exit if a background child
+    still holds a pipe open."""
     out = bytearray()
-    fd = proc.stdout.fileno()
-    os.set_blocking(fd, False)
+    buffers = {proc.stdout.fileno(): out}
+    if err is not None:
+        buffers[proc.stderr.fileno()] = err
+    for fd in buffers:
+        os.set_blocking(fd, False)
     pidfd = os.pidfd_open(proc.pid)
-    exited_at, eof = None, False
+    exited_at = None
     try:
         with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ, "output")
+            for fd in buffers:
+                sel.register(fd, selectors.EVENT_READ, "output")
             sel.register(pidfd, selectors.EVENT_READ, "exit")
+            open_fds = set(buffers)
             while True:
                 now = time.monotonic()
-                if exited_at is not None and (eof or now - exited_at >= DRAIN_AFTER_EXIT_S):
+                if exited_at is not None and (not open_fds or now - exited_at >= DRAIN_AFTER_EXIT_S):
                     return bytes(out), False
                 if now >= deadline:
                     return bytes(out), True
@@ -183,14 +192,15 @@ def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bool]:
                         exited_at = time.monotonic()
                         sel.unregister(pidfd)
                         continue
+                    fd, buf = key.fd, buffers[key.fd]
                     try:
                         chunk = os.read(fd, 65536)
                     except BlockingIOError:
                         continue
                     if chunk:
-                        out += chunk[:max(0, MAX_OUTPUT - len(out))]
+                        buf += chunk[:max(0, MAX_OUTPUT - len(buf))]
                     else:
-                        eof = True
+                        open_fds.discard(fd)
                         sel.unregister(fd)
     finally:
         os.close(pidfd)
