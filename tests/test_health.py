@@ -7,11 +7,9 @@ Real pulsed, a loopback HTTP server the test turns unhealthy, real detached proc
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -52,7 +50,6 @@ def probes(pulsed, name: str) -> list[dict]:
 
 
 def test_an_unhealthy_process_is_restarted_after_failures_probes_and_not_before(pulsed, endpoint, tmp_path, tracker):
-    token = f"pulse-health-{os.getpid()}"
     victim = subprocess.Popen(["sleep", "3600.1717"], start_new_session=True)
     tracker.add(victim.pid)
     marker = tmp_path / "restarted"

@@ -141,6 +141,7 @@ CHANGES = [
     ("observe_only = true", {"tick"}),
     ("[report]\ndaily_at = \"08:00\"", {"tick", "executor"}),
     ("[report]\nanalyst_timeout_s = 60", {"executor"}),
+    ("[pulse]\nname = \"other\"", set()),                              # pulsed's own, read at start
 ]
 
 

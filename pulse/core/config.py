@@ -314,9 +314,10 @@ class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
-    """What pulsed itself reads; a reload applies it in place."""
+    """What pulsed itself reads; a reload applies it in place (the instance's name: at start only)."""
     timings: SupervisorTimings
     log: LogSettings
+    pulse: PulseSettings
 
 
 SLICES: dict[str, type[msgspec.Struct]] = {
