@@ -19,7 +19,8 @@ from typing import NoReturn
 from pulse import __version__
 from pulse.core import config as configmod
 from pulse.core import instances, logs
-from pulse.core.home import HomeError, Paths, ensure_home, home_is_complete, make_runtime_dir, resolve_home
+from pulse.core.home import (HomeError, Paths, check_home, ensure_home, home_is_complete, make_runtime_dir,
+                             mark_history, resolve_home)
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import Exit
 
@@ -33,7 +34,10 @@ def take_lock(paths: Paths) -> int:
     """A POSIX lock on <home>/pulsed.lock, held for pulsed's life. Such a lock belongs
     to the process: no child inherits it (and the fd is O_CLOEXEC besides), and
     pulsectl can ask the kernel who holds it without taking it."""
-    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        fail(Exit.CONFIG, f"{paths.lock}: cannot open ({err.strerror}); pulsed must be able to write its home")
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -45,16 +49,23 @@ def take_lock(paths: Paths) -> int:
     return fd
 
 
-def make_home(home: Path) -> None:
-    """ensure_home() in a short-lived child, so what making a home takes (git, shutil, the
-    stores' SQLite) never stays resident in pulsed. pulsed has no thread yet: fork is safe."""
+def prepare_home(paths: Paths) -> None:
+    """In a short-lived child, so what it takes (git, shutil, SQLite) never stays resident in
+    pulsed (which has no thread yet: fork is safe): check the stores, reading only, and refuse a
+    damaged, unreadable or read-only one, or a history that went missing (HomeError: one line a
+    problem); make what is missing; record how long the history is."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(r)
-            ensure_home(home)
+            problems = check_home(paths)
+            if problems:
+                raise HomeError("\n".join(problems))
+            if not home_is_complete(paths):
+                ensure_home(paths.home)
+            mark_history(paths)
             code = 0
         except Exception as err:
             import traceback
@@ -69,7 +80,7 @@ def make_home(home: Path) -> None:
         message = reader.read().decode(errors="replace").strip()
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise HomeError(message or f"making the home {home} failed (wait status {status})")
+        raise HomeError(message or f"preparing the home {paths.home} failed (wait status {status})")
 
 
 def register(paths: Paths, config: configmod.Config) -> Path | None:
@@ -128,15 +139,18 @@ def main(argv: list[str] | None = None) -> None:
         home_path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         fail(Exit.CONFIG, f"cannot create home {home_path}: {err.strerror}")
+    if not os.access(home_path, os.W_OK | os.X_OK):
+        fail(Exit.CONFIG, f"{home_path} is read-only (file or file system); pulsed must be able to write its home")
     paths = Paths.for_daemon(home_path)
     lock_fd = take_lock(paths)
     try:
         config = configmod.load(paths.config)
-        if not home_is_complete(paths):
-            make_home(home_path)
+        prepare_home(paths)
         make_runtime_dir(paths)
     except (configmod.ConfigError, HomeError) as err:
-        fail(Exit.CONFIG, str(err))
+        for line in str(err).splitlines()[:-1]:
+            print(f"pulsed: {line}", file=sys.stderr)
+        fail(Exit.CONFIG, str(err).splitlines()[-1])
 
     sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=config.log.max_bytes,
                      backups=config.log.backups)

@@ -46,6 +46,7 @@ COMMAND_MODULES = {
     "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
     "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
     "check-config": "configcmd", "config": "configcmd", "report": "report", "instances": "roster",
+    "store": "storecmd",
 }
 
 
@@ -61,6 +62,17 @@ class LazyGroup(click.Group):
             ctx.fail(f"no command {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
                      " (pulsectl --help lists them)")
         return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        """A store that cannot be used is one line naming the file and what to do, never a traceback."""
+        try:
+            return super().invoke(ctx)
+        except Exception as err:
+            from pulse.store.db import StoreError    # only now: most commands never touch a store
+            if not isinstance(err, StoreError):
+                raise
+            click.echo(f"pulsectl: {err}", err=True)
+            sys.exit(78)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = COMMAND_MODULES.get(name)

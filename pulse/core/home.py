@@ -82,6 +82,11 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
         return self.home / "objects"
 
     @property
+    def history_mark(self) -> Path:
+        """How many events events.db held when pulsed last started: a history that went missing shows."""
+        return self.home / "events.mark"
+
+    @property
     def logs(self) -> Path:
         return self.home / "logs"
 
@@ -140,6 +145,61 @@ def _copy_template(dest: Path) -> None:
     template = resources.files("pulse.engine") / "template"
     with resources.as_file(template) as src:
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+
+
+def check_home(paths: Paths) -> list[str]:
+    """What keeps pulsed from starting on this home, one line each: the file, what is wrong, what to
+    do. Reads only: a damaged store is never written, truncated or replaced."""
+    from pulse.store import db
+    if paths.home.exists() and not os.access(paths.home, os.W_OK | os.X_OK):
+        return [f"{paths.home} is read-only (file or file system); pulsed must be able to write its home"]
+    problems = [f"{path} {problem}" for path, latest in ((paths.events_db, db.EVENTS_SCHEMA),
+                                                         (paths.vitals_db, db.VITALS_SCHEMA))
+                if (problem := db.store_problem(path, latest))]
+    if paths.objects.exists() and not os.access(paths.objects, os.W_OK | os.X_OK):
+        problems.append(f"{paths.objects}/ is not writable; pulsed must be able to write it")
+    return problems or _history_problem(paths)
+
+
+def _history_problem(paths: Paths) -> list[str]:
+    """events.db replaced by an empty or new file, or rewound behind the events this home had."""
+    import json
+    import sqlite3
+
+    from pulse.store import db
+    try:
+        mark = json.loads(paths.history_mark.read_text())
+    except (OSError, ValueError):
+        return []
+    had = int(mark.get("events", 0))
+    holds = 0
+    if paths.events_db.exists():
+        conn = db.open_readonly(paths.events_db)
+        try:
+            holds = db.last_event_id(conn)
+        except sqlite3.OperationalError:       # a database, but not Pulse's: no events table
+            holds = 0
+        finally:
+            conn.close()
+    if holds >= had:
+        return []
+    return [f"{paths.events_db} holds {holds} events, but this home had {had} when pulsed last started: "
+            f"its history was replaced or rewound. Put the right file back; to start from this one on "
+            f"purpose, delete {paths.history_mark}"]
+
+
+def mark_history(paths: Paths) -> None:
+    """Record how many events events.db holds now (written whole, then renamed into place)."""
+    import json
+    from pulse.store import db
+    conn = db.open_readonly(paths.events_db)
+    try:
+        events = db.last_event_id(conn)
+    finally:
+        conn.close()
+    tmp = paths.history_mark.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"events": events}) + "\n")
+    os.replace(tmp, paths.history_mark)
 
 
 def home_is_complete(paths: Paths) -> bool:

@@ -91,19 +91,72 @@ _VITALS_MIGRATIONS: dict[int, Sequence[str]] = {
 }
 
 
-class StoreError(Exception):
-    pass
+class StoreError(sqlite3.DatabaseError):
+    """A store that cannot be used as it is; the message names the file and what to do."""
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def header_problem(path: Path) -> str | None:
+    """What its first bytes already say is wrong with the database at `path` (cheap: every open
+    asks); None if it looks like SQLite or is not made yet."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"cannot be read ({err.strerror}); give the user pulsed runs as access to it"
+    if not header:
+        return ("is an empty file: its history is gone. Restore it from a backup (see `pulsectl store "
+                "backup`), or move it away to start a new history")
+    if header != SQLITE_MAGIC:
+        return "is not an SQLite database (its header is damaged). Restore it from a backup, or move it away"
+    return None
+
+
+def store_problem(path: Path, latest: int | None = None) -> str | None:
+    """What makes the database at `path` unusable, said so an operator can act on it; None if it
+    is fine or not made yet. Reads only: a damaged file is never written, truncated or replaced."""
+    if not path.exists() or (problem := header_problem(path)):
+        return problem
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return "is read-only (file or file system); pulsed must be able to write it and its directory"
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            found = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as err:
+        return f"is damaged ({err}). Restore it from a backup, or move it away"
+    if found != ["ok"]:
+        return f"is damaged ({'; '.join(found)}). Restore it from a backup, or move it away"
+    if latest is not None and version > latest:
+        return f"has schema {version}, and this Pulse knows up to {latest}: a newer Pulse wrote it"
+    return None
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    if path.exists() and (problem := header_problem(path)):
+        raise StoreError(f"{path} {problem}")
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=True)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    # WAL is persistent: only a new file needs the switch, and pulse.core.home.ensure_home makes every
-    # store before the workers start. The switch takes a lock that SQLite refuses without waiting.
-    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # WAL is persistent: only a new file needs the switch, and pulse.core.home.ensure_home makes every
+        # store before the workers start. The switch takes a lock that SQLite refuses without waiting.
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+    except sqlite3.OperationalError:
+        conn.close()
+        raise                                   # locked, or busy: the caller may retry
+    except sqlite3.DatabaseError as err:        # not a database, or damaged: no retry helps
+        conn.close()
+        raise StoreError(f"{path} {store_problem(path) or err}") from None
     return conn
 
 
@@ -113,7 +166,7 @@ def _migrate(conn: sqlite3.Connection, path: Path, migrations: dict[int, Sequenc
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > latest:
+        if latest is not None and version > latest:
             raise StoreError(f"{path} has schema {version}; this Pulse knows up to {latest}")
         for step in range(version + 1, latest + 1):
             for statement in migrations[step]:
@@ -496,8 +549,14 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     """For pulsectl: never writes, never migrates, never creates."""
     if not path.exists():
         raise StoreError(f"{path} does not exist (has pulsed run on this home?)")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if problem := header_problem(path):
+        raise StoreError(f"{path} {problem}")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")   # a damaged header shows here, not later
+    except sqlite3.DatabaseError as err:
+        raise StoreError(f"{path} {store_problem(path) or err}") from None
     return conn
 
 

@@ -1,0 +1,103 @@
+"""`pulsectl store check` and `pulsectl store backup DIR`: the home's stores, checked and copied.
+
+A backup is taken online, while pulsed runs, through SQLite's backup API (a consistent copy of
+each database, whatever is being written), with objects/, config.toml and the history mark that
+matches the copy. Restoring is a copy back, with pulsed stopped (README, "Backups").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from pulse.cli.app import Context, pass_ctx
+
+
+@click.group()
+def store() -> None:
+    """Check the home's stores, or back them up."""
+
+
+@store.command()
+@pass_ctx
+def check(ctx: Context) -> None:
+    """Check every store in full (SQLite's integrity_check, each object's hash). Exit 0 if all are
+    sound, 1 if not."""
+    import sqlite3
+
+    from pulse.core.home import check_home
+    from pulse.store import db
+    paths = ctx.paths
+    problems = check_home(paths)
+    for path in (paths.events_db, paths.vitals_db):
+        if not path.exists() or any(p.startswith(str(path)) for p in problems):
+            continue
+        conn = db.open_readonly(path)
+        try:
+            found = [row[0] for row in conn.execute("PRAGMA integrity_check(20)")]
+        except sqlite3.DatabaseError as err:
+            found = [str(err)]
+        finally:
+            conn.close()
+        if found != ["ok"]:
+            problems.append(f"{path} is damaged: {'; '.join(found)}")
+        else:
+            click.echo(f"{path}: ok")
+    bad = [p for p in _objects(paths.objects) if hashlib.sha256(p.read_bytes()).hexdigest() != p.parent.name + p.name]
+    problems += [f"{p} does not hold what its name says (its sha256 differs)" for p in bad]
+    if paths.objects.exists() and not bad:
+        click.echo(f"{paths.objects}/: ok ({sum(1 for _ in _objects(paths.objects))} objects)")
+    for problem in problems:
+        click.echo(f"pulsectl: {problem}", err=True)
+    sys.exit(1 if problems else 0)
+
+
+def _objects(root: Path):
+    """Every blob under objects/ (objects/ab/cdef…), not the temporary files of a write."""
+    return (p for p in sorted(root.glob("??/*")) if p.is_file() and not p.name.startswith("."))
+
+
+@store.command()
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@pass_ctx
+def backup(ctx: Context, dest: Path) -> None:
+    """Copy the home's stores into DEST (new or empty), consistently, while pulsed runs."""
+    import json
+    import sqlite3
+
+    from pulse.store import db
+    paths = ctx.paths
+    if dest.exists() and any(dest.iterdir()):
+        click.echo(f"pulsectl: {dest} is not empty; back up into a new directory", err=True)
+        sys.exit(2)
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for path in (paths.events_db, paths.vitals_db):
+        source = db.open_readonly(path)
+        target = sqlite3.connect(dest / path.name)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+            source.close()
+        click.echo(f"{dest / path.name}: copied")
+    copy = sqlite3.connect(f"file:{dest / paths.events_db.name}?mode=ro", uri=True)
+    try:
+        events = db.last_event_id(copy)
+    finally:
+        copy.close()
+    (dest / paths.history_mark.name).write_text(json.dumps({"events": events}) + "\n")
+    if paths.objects.exists():
+        shutil.copytree(paths.objects, dest / "objects", dirs_exist_ok=True)
+        click.echo(f"{dest / 'objects'}/: copied")
+    if paths.config.exists():
+        shutil.copy2(paths.config, dest / "config.toml")
+        os.chmod(dest / "config.toml", 0o600)
+    click.echo(f"backup of {paths.home} in {dest}: {events} events")
+
+
+COMMANDS = [store]
