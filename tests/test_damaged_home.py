@@ -99,3 +99,11 @@ def test_store_check_and_backup_then_restore(pulsed, tmp_path):
         (pulsed.home / extra).unlink(missing_ok=True)
     pulsed.start()
     wait_for(lambda: len(pulsed.events("effect-acked")) >= acked, 10, what="the restored history")
+
+
+def test_a_home_with_only_a_config_starts(pulsed):
+    """What a user who wrote config.toml before the first start has: the stores are made."""
+    pulsed.home.mkdir(parents=True)
+    (pulsed.home / "config.toml").write_text("[timings]\ntick_ms = 4000\n")
+    pulsed.start()
+    assert (pulsed.home / "events.db").exists() and (pulsed.home / "events.mark").exists()

@@ -119,7 +119,9 @@ def header_problem(path: Path) -> str | None:
 def store_problem(path: Path, latest: int | None = None) -> str | None:
     """What makes the database at `path` unusable, said so an operator can act on it; None if it
     is fine or not made yet. Reads only: a damaged file is never written, truncated or replaced."""
-    if not path.exists() or (problem := header_problem(path)):
+    if not path.exists():
+        return None                              # not made yet: ensure_home makes it
+    if problem := header_problem(path):
         return problem
     if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return "is read-only (file or file system); pulsed must be able to write it and its directory"
