@@ -226,7 +226,11 @@ def _record(paths: Paths, type_: str, source: str, **data) -> int:
 
 def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None = None,
             source: str = "pulsectl", message: str | None = None) -> Change:
-    """Merge staging into main behind the gate. deploy: staging must already be committed."""
+    """Merge staging into main behind the promote checks. deploy: staging must already be committed.
+
+    The merge commit's tree is staging's committed tree, exactly: what passed the checks in
+    staging is what runs. (A plain merge would let a rollback's revert on main win, and drop
+    files staging still has.)"""
     with locked(paths):
         if git(paths.engine, "status", "--porcelain"):
             raise EngineDirError("main", "the main engine tree has uncommitted changes; promote only from staging")
@@ -244,10 +248,11 @@ def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None =
             candidate = Path(tmp) / "engine"
             git(paths.engine, "worktree", "add", "-q", "--detach", str(candidate), before)
             try:
-                merge = procs.run_git(candidate, "merge", "-q", "--no-ff", "-m",
-                                      message or f"promote staging {staged[:12]}", staged)
+                merge = procs.run_git(candidate, "merge", "-q", "--no-ff", "--no-commit", "-s", "ours", staged)
                 if merge.returncode != 0:
                     raise EngineDirError("merge", (merge.stdout.strip() or merge.stderr.strip())[:500])
+                git(candidate, "read-tree", "-u", "--reset", staged)     # the tree: staging's, exactly
+                git(candidate, "commit", "-q", "--allow-empty", "-m", message or f"promote staging {staged[:12]}")
                 checks = gate(candidate, typecheck)
                 after = head(candidate)
             finally:
@@ -258,6 +263,12 @@ def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None =
         event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
                            checks=checks)
         return Change("promote", before, after, ref, event_id)
+
+
+def staging_differs(paths: Paths) -> list[str]:
+    """What staging's committed tree has that main's has not, as `git diff --name-status` lines
+    (A added, D deleted, M modified: what a promote would change)."""
+    return [line for line in git(paths.engine, "diff", "--name-status", "HEAD", "staging").splitlines() if line]
 
 
 def last_promote(paths: Paths) -> db.Event | None:
@@ -286,6 +297,8 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
             after = head(paths.engine)
             restored = None
         except EngineDirError as err:
+            if procs.run_git(paths.engine, "rev-parse", "--verify", "HEAD").returncode == 0:
+                raise EngineDirError("rollback", f"{to!r} is no commit of the engine's history") from None
             # git is damaged: restore the tree from the snapshot the promote kept
             ref = promoted.data.get("snapshot") if promoted and to == promoted.data["before"] else None
             snapshots = _snapshots_by_commit(paths)

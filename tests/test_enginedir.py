@@ -208,3 +208,33 @@ def test_a_promote_and_a_rollback_at_once_are_serialised(tmp_path):
     assert not git(home / "engine", "status", "--porcelain")
     expected = (home / "engine" / "rules" / "two.py").exists()
     assert expected == (kind_b == "promote")
+
+
+def test_a_promote_after_a_rollback_runs_exactly_what_staging_has(tmp_path):
+    """Promote a.py, roll back, add b.py in staging, promote: main is staging's tree, a.py included
+    (a plain merge let the rollback's revert on main win, and a.py silently went missing)."""
+    home = tmp_path / "home"
+    paths = init_home(home)
+    (home / "staging" / "rules" / "a.py").write_text(RULE.format(name="a"))
+    repo.promote(paths)
+    repo.rollback(paths)
+    assert not (home / "engine" / "rules" / "a.py").exists()
+    assert repo.staging_differs(paths) == ["A\trules/a.py"]      # what the rollback output lists
+    (home / "staging" / "rules" / "b.py").write_text(RULE.format(name="b"))
+    repo.promote(paths)
+    assert tree_of(home / "engine", "HEAD") == tree_of(home / "engine", "staging")
+    assert (home / "engine" / "rules" / "a.py").exists() and (home / "engine" / "rules" / "b.py").exists()
+    assert repo.staging_differs(paths) == []
+
+
+def test_rollback_says_what_staging_still_has_and_how_to_drop_or_keep_it(pulsed):
+    init_home(pulsed.home)
+    stage(pulsed, "rules/a.py", RULE.format(name="a"))
+    assert pulsed.ctl("promote").returncode == 0
+    out = pulsed.ctl("rollback")
+    assert out.returncode == 0, out.stderr
+    assert "A\trules/a.py" in out.stdout and "reset --hard main" in out.stdout and "promote" in out.stdout
+    again = pulsed.ctl("rollback", "--to", "HEAD")
+    assert again.returncode == 0 and "nothing rolled back" in again.stdout
+    bad = pulsed.ctl("rollback", "--to", "no-such-commit")
+    assert bad.returncode == 1 and bad.stderr.count("failed") == 1

@@ -31,13 +31,13 @@ def _fail(err) -> None:
 
 def _promote(ctx: Context, *, deploy: bool, message: str | None = None) -> None:
     from pulse.engine import repo
-    verb = "deploy" if deploy else "promote"
+    verb, done = ("deploy", "deployed") if deploy else ("promote", "promoted")
     try:
         result = repo.promote(ctx.paths, deploy=deploy, typecheck=ctx.config().engine.typecheck,
                                    message=message)
     except repo.EngineDirError as err:
         _fail(f"{verb} refused, main untouched: {err}")
-    click.echo(f"{verb}d {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
+    click.echo(f"{done} {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
     _reload_engine(ctx)
 
 
@@ -65,10 +65,20 @@ def rollback(ctx: Context, ref: str | None) -> None:
     try:
         result = repo.rollback(ctx.paths, ref)
     except repo.EngineDirError as err:
-        _fail(f"rollback failed: {err}")
+        _fail(err if err.check == "rollback" else f"rollback failed: {err}")
+    if result.before == result.after and not result.snapshot:
+        click.echo(f"main is already at {result.after[:12]}'s tree: nothing rolled back")
+        return
     how = f" from snapshot {result.snapshot[:19]}…" if result.snapshot else ""
     click.echo(f"rolled back {result.before[:12]} → {result.after[:12]}{how}")
     _reload_engine(ctx)
+    differs = repo.staging_differs(ctx.paths) if not result.snapshot else []
+    if differs:
+        click.echo("staging still has what was rolled back (a promote would bring it back):")
+        for line in differs:
+            click.echo(f"  {line}")
+        click.echo(f"keep it: fix it in {ctx.paths.staging} and promote; drop it: "
+                   f"git -C {ctx.paths.staging} reset --hard main")
 
 
 @click.group()
