@@ -1,4 +1,4 @@
-"""The engine directory's lifecycle: promote (merge staging into main behind a gate), rollback.
+"""The engine directory's lifecycle: promote (merge staging into main behind the promote checks), rollback.
 
     <home>/engine    branch main: what the engine process runs
     <home>/staging   branch staging (a git worktree): where the agent edits
@@ -6,10 +6,10 @@
 Every git mutation goes through one lock (<home>/engine.lock), whoever makes it:
 `pulsectl promote`, a rollback by hand or by a survival rule.
 
-The gate runs on a candidate, never on main: staging is merged into a temporary
+The promote checks run on a candidate, never on main: staging is merged into a temporary
 worktree of main; every file must compile, the engine must import in a
 throwaway process within a timeout, and the engine's own tests must pass. Only
-then is main fast-forwarded to the candidate, so a failed gate leaves main, and
+then is main fast-forwarded to the candidate, so a failed check leaves main, and
 the running engine, exactly as they were.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pulse.store import db, objects
 from pulse.core import procs
-from pulse.core.home import Paths
+from pulse.core.home import Paths, dev_pid
 
 GATE_TIMEOUT_S = 120
 IMPORT_TIMEOUT_S = 30
@@ -94,26 +94,17 @@ def locked(paths: Paths, timeout_s: float = LOCK_TIMEOUT_S):
 
 # -- dev mode --------------------------------------------------------------------------------------
 
-def dev_marker(paths: Paths) -> Path:
-    return paths.home / "dev"
-
-
 def enter_dev(paths: Paths, pid: int) -> None:
-    dev_marker(paths).write_text(f"{pid}\n")
+    paths.dev_marker.write_text(f"{pid}\n")
 
 
 def leave_dev(paths: Paths) -> None:
-    dev_marker(paths).unlink(missing_ok=True)
+    paths.dev_marker.unlink(missing_ok=True)
 
 
 def engine_root(paths: Paths) -> Path:
     """What the engine loads: staging while a `pulsectl dev` is alive, else main."""
-    try:
-        pid = int(dev_marker(paths).read_text().strip())
-        os.kill(pid, 0)
-        return paths.staging
-    except (OSError, ValueError):
-        return paths.engine
+    return paths.staging if dev_pid(paths) is not None else paths.engine
 
 
 def dev_filter(change, path: str) -> bool:
@@ -121,7 +112,7 @@ def dev_filter(change, path: str) -> bool:
     return ".git" not in parts and "__pycache__" not in parts and not path.endswith((".pyc", ".swp", "~"))
 
 
-# -- the gate ---------------------------------------------------------------------------------------
+# -- the promote checks ---------------------------------------------------------------------------
 
 def check_compiles(tree: Path) -> None:
     for path in sorted(tree.rglob("*.py")):
@@ -169,13 +160,30 @@ def check_tests(tree: Path) -> None:
         return
     try:
         proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                               "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
+                               "--tb=short", "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
                               timeout=GATE_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(tree)})
     except subprocess.TimeoutExpired:
         raise EngineDirError("tests", f"the engine's tests took longer than {GATE_TIMEOUT_S}s") from None
     if proc.returncode != 0:
-        failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-        raise EngineDirError("tests", (failed[0] if failed else proc.stdout.strip().splitlines()[-1])[:500])
+        raise EngineDirError("tests", failure_summary(proc.stdout))
+
+
+def failure_summary(output: str, most: int = 20) -> str:
+    """The failed test's name, then its traceback's lines (--tb=short: file:line, the source line,
+    and the assertion's `E` lines), at most `most` lines."""
+    lines = output.splitlines()
+    failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    head_line = failed[0] if failed else (lines[-1] if lines else "the engine's tests failed")
+    start = next((i for i, line in enumerate(lines) if line.startswith("_") and line.endswith("_")), None)
+    if start is None:
+        return head_line
+    body = []
+    for line in lines[start + 1:]:
+        if line.startswith(("=", "_")) and body:
+            break
+        if line.strip():
+            body.append(line.rstrip())
+    return "\n".join([head_line, *body[:most]])
 
 
 def check_types(tree: Path, argv: list[str] | None) -> None:
@@ -186,7 +194,7 @@ def check_types(tree: Path, argv: list[str] | None) -> None:
         raise EngineDirError("typecheck", (proc.stdout.strip() or proc.stderr.strip()).splitlines()[0][:500])
 
 
-def gate(tree: Path, typecheck: list[str] | None = None) -> list[str]:
+def promote_checks(tree: Path, typecheck: list[str] | None = None) -> list[str]:
     """Every check in order; raises EngineDirError at the first that fails."""
     check_compiles(tree)
     check_imports(tree)
@@ -240,29 +248,40 @@ def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None =
         if dirty:
             git(paths.staging, "add", "-A")
             git(paths.staging, "commit", "-q", "-m", message or "staging: changes to promote")
-        before = head(paths.engine)
-        staged = head(paths.staging)
-        if is_ancestor(paths.engine, staged, before):
-            raise EngineDirError("staging", "nothing to promote: staging has no commits main lacks")
-        with tempfile.TemporaryDirectory(prefix="pulse-candidate-") as tmp:
-            candidate = Path(tmp) / "engine"
-            git(paths.engine, "worktree", "add", "-q", "--detach", str(candidate), before)
-            try:
-                merge = procs.run_git(candidate, "merge", "-q", "--no-ff", "--no-commit", "-s", "ours", staged)
-                if merge.returncode != 0:
-                    raise EngineDirError("merge", (merge.stdout.strip() or merge.stderr.strip())[:500])
-                git(candidate, "read-tree", "-u", "--reset", staged)     # the tree: staging's, exactly
-                git(candidate, "commit", "-q", "--allow-empty", "-m", message or f"promote staging {staged[:12]}")
-                checks = gate(candidate, typecheck)
-                after = head(candidate)
-            finally:
-                git(paths.engine, "worktree", "remove", "--force", str(candidate), check=False)
-                git(paths.engine, "worktree", "prune", check=False)
-        git(paths.engine, "merge", "-q", "--ff-only", after)
-        ref = snapshot(paths, after)
-        event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
-                           checks=checks)
-        return Change("promote", before, after, ref, event_id)
+        try:
+            return _promote(paths, typecheck, source, message)
+        except EngineDirError:
+            if dirty:       # refused: staging as it was, its changes uncommitted again
+                git(paths.staging, "reset", "-q", "--soft", "HEAD~1")
+                git(paths.staging, "reset", "-q")
+            raise
+
+
+def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: str | None) -> Change:
+    """Merge committed staging into main behind the checks (the engine lock is held)."""
+    before = head(paths.engine)
+    staged = head(paths.staging)
+    if is_ancestor(paths.engine, staged, before):
+        raise EngineDirError("staging", "nothing to promote: staging has no commits main lacks")
+    with tempfile.TemporaryDirectory(prefix="pulse-candidate-") as tmp:
+        candidate = Path(tmp) / "engine"
+        git(paths.engine, "worktree", "add", "-q", "--detach", str(candidate), before)
+        try:
+            merge = procs.run_git(candidate, "merge", "-q", "--no-ff", "--no-commit", "-s", "ours", staged)
+            if merge.returncode != 0:
+                raise EngineDirError("merge", (merge.stdout.strip() or merge.stderr.strip())[:500])
+            git(candidate, "read-tree", "-u", "--reset", staged)     # the tree: staging's, exactly
+            git(candidate, "commit", "-q", "--allow-empty", "-m", message or f"promote staging {staged[:12]}")
+            checks = promote_checks(candidate, typecheck)
+            after = head(candidate)
+        finally:
+            git(paths.engine, "worktree", "remove", "--force", str(candidate), check=False)
+            git(paths.engine, "worktree", "prune", check=False)
+    git(paths.engine, "merge", "-q", "--ff-only", after)
+    ref = snapshot(paths, after)
+    event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
+                       checks=checks)
+    return Change("promote", before, after, ref, event_id)
 
 
 def staging_differs(paths: Paths) -> list[str]:

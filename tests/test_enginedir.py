@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import threading
 
+import pytest
+
 from support import PULSECTL, init_home, wait_for
 
 from pulse.engine import repo
@@ -75,8 +77,8 @@ def test_a_failed_gate_leaves_main_and_the_running_engine_untouched(pulsed):
         out = pulsed.ctl("promote")
         assert out.returncode == 1 and "main untouched" in out.stderr
         assert check in out.stderr and where in out.stderr, out.stderr
-        git(pulsed.home / "staging", "rm", "-q", "-f", path)
-        git(pulsed.home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "undo")
+        assert path in git(pulsed.home / "staging", "status", "--porcelain")   # refused: staging as it was
+        (pulsed.home / "staging" / path).unlink()
         assert git(pulsed.home / "engine", "rev-parse", "HEAD") == main_before
         assert not git(pulsed.home / "engine", "status", "--porcelain")
     assert pulsed.worker("engine").pid == engine and running_commit(pulsed) == main_before
@@ -238,3 +240,47 @@ def test_rollback_says_what_staging_still_has_and_how_to_drop_or_keep_it(pulsed)
     assert again.returncode == 0 and "nothing rolled back" in again.stdout
     bad = pulsed.ctl("rollback", "--to", "no-such-commit")
     assert bad.returncode == 1 and bad.stderr.count("failed") == 1
+
+
+@pytest.mark.parametrize("ending", ["SIGKILL", "SIGHUP"])
+def test_dev_mode_ending_any_way_returns_the_engine_to_main(pulsed, tracker, ending):
+    import signal
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    main_head = git(pulsed.home / "engine", "rev-parse", "HEAD")
+    engine = pulsed.worker("engine").pid
+    dev = subprocess.Popen([PULSECTL, "--home", str(pulsed.home), "dev"], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    tracker.add(dev.pid)
+    assert "dev mode" in dev.stdout.readline() + dev.stdout.readline()
+    engine = pulsed.wait_replaced("engine", engine).pid
+    assert "the engine runs staging" in pulsed.ctl("status").stdout
+    dev.send_signal(getattr(signal, ending))
+    dev.wait(15)
+    pulsed.wait_replaced("engine", engine, timeout=5)
+    wait_for(lambda: running_commit(pulsed) == main_head, 5, what="the engine back on main")
+    assert "the engine runs staging" not in pulsed.ctl("status").stdout
+
+
+def test_a_refused_promote_shows_the_failing_assertion_and_leaves_staging_as_it_was(tmp_path):
+    home = tmp_path / "home"
+    paths = init_home(home)
+    (home / "staging" / "tests" / "test_mine.py").write_text(
+        "def test_the_answer():\n    answer = 41\n    assert answer == 42, 'the answer drifted'\n")
+    before = git(home / "staging", "rev-parse", "HEAD")
+    with pytest.raises(repo.EngineDirError) as err:
+        repo.promote(paths)
+    text = str(err.value)
+    assert "FAILED tests/test_mine.py::test_the_answer" in text
+    assert "assert answer == 42" in text and "the answer drifted" in text       # the assertion, not only FAILED
+    assert git(home / "staging", "rev-parse", "HEAD") == before                 # no commit left behind
+    assert "tests/test_mine.py" in git(home / "staging", "status", "--porcelain")   # the change, uncommitted
+
+
+def test_a_rule_that_keeps_raising_reaches_the_log_coalesced(pulsed):
+    from support import engine_rule
+    engine_rule(pulsed, "broken", "def broken(prev, curr, inner):\n    raise RuntimeError('no disk here')\nRULES = [broken]\n")
+    pulsed.start(env={"PULSE_TICK_MS": "50", "PULSE_TICK_MS_MIN": "50"})
+    wait_for(lambda: any(e["data"].get("count", 0) >= 10 for e in pulsed.events("error")
+                         if "no disk here" in e["data"]["message"]), 20, what="ten ticks of the same error")
+    lines = [line for line in pulsed.log_text().splitlines() if "no disk here" in line]
+    assert lines and len(lines) <= 3, lines      # the first, then at 10 (and 100): not one a tick

@@ -45,7 +45,7 @@ def _promote(ctx: Context, *, deploy: bool, message: str | None = None) -> None:
 @click.option("-m", "--message", help="The merge commit's message.")
 @pass_ctx
 def promote(ctx: Context, message: str | None) -> None:
-    """Merge staging into main behind the gate (compile, import, the engine's tests), then reload."""
+    """Merge staging into main behind the promote checks (compile, import, the engine's tests), then reload."""
     _promote(ctx, deploy=False, message=message)
 
 
@@ -121,7 +121,8 @@ def dev(ctx: Context) -> None:
         _fail(f"{staging} does not exist; run `pulsectl init`")
     repo.enter_dev(ctx.paths, os.getpid())
     stop = __import__("threading").Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for signum in (signal.SIGTERM, signal.SIGHUP):      # a closed terminal ends dev mode cleanly too
+        signal.signal(signum, lambda *_: stop.set())
     try:
         _reload_engine(ctx)
         click.echo(f"dev mode: the engine runs {staging}; Ctrl-C returns it to main")

@@ -82,6 +82,11 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
         return self.home / "objects"
 
     @property
+    def dev_marker(self) -> Path:
+        """Holds the pid of the `pulsectl dev` that has the engine run staging."""
+        return self.home / "dev"
+
+    @property
     def history_mark(self) -> Path:
         """How many events events.db held when pulsed last started: a history that went missing shows."""
         return self.home / "events.mark"
@@ -145,6 +150,16 @@ def _copy_template(dest: Path) -> None:
     template = resources.files("pulse.engine") / "template"
     with resources.as_file(template) as src:
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+
+
+def dev_pid(paths: Paths) -> int | None:
+    """The pid of a live `pulsectl dev` on this home, or None."""
+    try:
+        pid = int(paths.dev_marker.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
 
 
 def check_home(paths: Paths) -> list[str]:

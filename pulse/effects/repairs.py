@@ -90,7 +90,7 @@ def engine_rollback(params: dict, paths: Paths) -> dict:
 
 
 def engine_promote(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
-    """An agent-requested promote of its committed staging tree: the same gate, the same lock."""
+    """An agent-requested promote of its committed staging tree: the same promote checks, the same lock."""
     from pulse.engine import repo
     result = repo.promote(paths, deploy=True, typecheck=config.engine.typecheck, source="executor",
                                message=params.get("message"))

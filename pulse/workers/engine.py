@@ -29,6 +29,7 @@ from pulse.rules import onion
 from pulse.store import db
 from pulse.core import procs, wire
 from pulse.engine import loader
+from pulse.core.home import dev_pid
 from pulse.workers.harness import Worker, drain, poke
 
 EXECUTOR_THREADS = 4
@@ -67,8 +68,16 @@ class EngineWorker(Worker):
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
         self.events = db.open_events(self.paths.events_db)
-        from pulse.engine.repo import engine_root
-        self.root = engine_root(self.paths)
+        from pulse.engine import repo
+        self.root, self.dev = repo.engine_root(self.paths), None
+        if self.root == self.paths.staging:
+            # Back to main as soon as that `pulsectl dev` ends, however it ends (SIGKILL runs no
+            # handler of its own): its pidfd becomes readable, and this engine asks to be replaced.
+            try:
+                self.dev = os.pidfd_open(dev_pid(self.paths) or 0)
+                self.handlers[self.dev] = self.on_dev_ended
+            except (OSError, ValueError):
+                self.root = self.paths.engine
         self.engine = loader.load(self.root)
         self.commit = loaded_commit(self.root)
         for error in self.engine.errors:
@@ -97,8 +106,23 @@ class EngineWorker(Worker):
             self.handlers = self.runner.handlers
 
     def record_error(self, message: str, target: str = "engine", **data) -> None:
-        db.record_error(self.events, "engine", target, message, coalesce_s=self.config.store.error_coalesce_s,
-                           **data)
+        """An error event, coalesced; and a log line for the first of its kind and then at each
+        power of ten, so pulse.log shows a rule that keeps raising without filling up."""
+        event = db.record_error(self.events, "engine", target, message,
+                                coalesce_s=self.config.store.error_coalesce_s, **data)
+        count = event.data.get("count", 1)
+        if count == 1 or (count % 10 == 0 and str(count).strip("0") == "1"):
+            self.log.error("%s%s", message, f" (×{count})" if count > 1 else "")
+
+    def on_dev_ended(self) -> None:
+        from pulse.core import client
+        del self.handlers[self.dev]
+        os.close(self.dev)
+        self.log.info("pulsectl dev ended: asking pulsed to reload the engine onto main")
+        try:
+            client.request(self.paths, wire.RestartWorker(self.name), 3.0)
+        except client.Unreachable as err:
+            self.log.warning("could not ask for a reload (%s); the engine runs staging until restarted", err)
 
     # -- requests --------------------------------------------------------------------------------
 
