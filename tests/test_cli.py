@@ -172,3 +172,12 @@ def test_an_enum_error_lists_the_valid_values(tmp_path, text, says):
     with pytest.raises(config.ConfigError) as err:
         config.load(tmp_path / "config.toml", {})
     assert says in str(err.value)
+
+
+def test_hung_after_ms_must_exceed_the_sqlite_busy_timeout(tmp_path):
+    from pulse.core import config
+    (tmp_path / "config.toml").write_text("[timings]\nhung_after_ms = 4000\n")
+    with pytest.raises(config.ConfigError) as err:
+        config.load(tmp_path / "config.toml", {})
+    assert "hung_after_ms (4000) must exceed sqlite_busy_timeout_ms (5000)" in str(err.value)
+    assert config.load(tmp_path / "config.toml", {"PULSE_SQLITE_BUSY_TIMEOUT_MS": "1000"}).timings.hung_after_ms == 4000

@@ -130,19 +130,24 @@ def test_concurrent_promotes_are_serialised(tmp_path):
     assert not git(home / "engine", "status", "--porcelain")
 
 
-def test_dev_mode_runs_staging_and_reloads_on_change(pulsed, tracker):
-    import os
-    import signal
-    import time
+def start_dev(pulsed, tracker) -> tuple[str, subprocess.Popen, int]:
+    """pulsed, then `pulsectl dev`: (main's head, the dev process, the dev engine's pid)."""
     pulsed.start(env={"PULSE_TICK_MS": "200"})
     main_head = git(pulsed.home / "engine", "rev-parse", "HEAD")
     engine = pulsed.worker("engine").pid
     dev = subprocess.Popen([PULSECTL, "--home", str(pulsed.home), "dev"], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)
     tracker.add(dev.pid)
+    assert "dev mode" in dev.stdout.readline() + dev.stdout.readline()
+    return main_head, dev, pulsed.wait_replaced("engine", engine).pid
+
+
+def test_dev_mode_runs_staging_and_reloads_on_change(pulsed, tracker):
+    import os
+    import signal
+    import time
+    main_head, dev, engine = start_dev(pulsed, tracker)
     try:
-        assert "dev mode" in dev.stdout.readline() + dev.stdout.readline()
-        engine = pulsed.wait_replaced("engine", engine).pid
         wait_for(lambda: pulsed.events("worker-ready", "engine")[-1]["data"]["pid"] == engine, 5,
                  what="the dev engine's ready")
         staged_head = git(pulsed.home / "staging", "rev-parse", "HEAD")
@@ -245,14 +250,7 @@ def test_rollback_says_what_staging_still_has_and_how_to_drop_or_keep_it(pulsed)
 @pytest.mark.parametrize("ending", ["SIGKILL", "SIGHUP"])
 def test_dev_mode_ending_any_way_returns_the_engine_to_main(pulsed, tracker, ending):
     import signal
-    pulsed.start(env={"PULSE_TICK_MS": "200"})
-    main_head = git(pulsed.home / "engine", "rev-parse", "HEAD")
-    engine = pulsed.worker("engine").pid
-    dev = subprocess.Popen([PULSECTL, "--home", str(pulsed.home), "dev"], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    tracker.add(dev.pid)
-    assert "dev mode" in dev.stdout.readline() + dev.stdout.readline()
-    engine = pulsed.wait_replaced("engine", engine).pid
+    main_head, dev, engine = start_dev(pulsed, tracker)
     assert "the engine runs staging" in pulsed.ctl("status").stdout
     dev.send_signal(getattr(signal, ending))
     dev.wait(15)

@@ -38,6 +38,7 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tick_ms_min: int = 50                     # clamp of the tick_ms a rule returns
     tick_ms_max: int = 60_000
     engine_rpc_deadline_ms: int = 250         # the tick waits this long for the engine
+    sqlite_busy_timeout_ms: int = 5_000       # a write waits this long for another's lock (< hung_after_ms)
     engine_urgent_deadline_ms: int = 50       # ... or this long, in a tick woken by a critical process's death
     effect_deadline_s: float = 60             # an effect older than this expires unrun
     effect_timeout_s: float = 30              # one effect may run this long
@@ -137,7 +138,7 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
-    outcome_wake_min_ms: int = 1_000          # a tick woken by an effect's outcome waits this long after the last
+    outcome_wake_min_ms: int = 1_000          # a tick woken by an engine effect's outcome waits this long after the last
 
 
 class Allow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -248,15 +249,16 @@ def _cut(name: str, table: type[msgspec.Struct], keys: tuple[str, ...]) -> type[
     return msgspec.defstruct(name, [(k, types[k]) for k in keys], kw_only=True, frozen=True, module=__name__)
 
 
-EventWriterTimings = _cut("EventWriterTimings", Timings, ("heartbeat_ms", "hung_after_ms"))
-WatcherTimings = _cut("WatcherTimings", Timings, ("heartbeat_ms", "watcher_interval_ms", "wake_window_s"))
-TickTimings = _cut("TickTimings", Timings, ("heartbeat_ms", "tick_ms", "tick_ms_min", "tick_ms_max",
+EVERY_WORKER = ("heartbeat_ms", "sqlite_busy_timeout_ms")   # the harness reads these in every worker
+EventWriterTimings = _cut("EventWriterTimings", Timings, (*EVERY_WORKER, "hung_after_ms"))
+WatcherTimings = _cut("WatcherTimings", Timings, (*EVERY_WORKER, "watcher_interval_ms", "wake_window_s"))
+TickTimings = _cut("TickTimings", Timings, (*EVERY_WORKER, "tick_ms", "tick_ms_min", "tick_ms_max",
                                             "engine_rpc_deadline_ms", "engine_urgent_deadline_ms",
                                             "effect_deadline_s"))
-ExecutorTimings = _cut("ExecutorTimings", Timings, ("heartbeat_ms", "effect_deadline_s", "effect_timeout_s",
+ExecutorTimings = _cut("ExecutorTimings", Timings, (*EVERY_WORKER, "effect_deadline_s", "effect_timeout_s",
                                                     "executor_concurrency", "executor_scan_interval_ms",
                                                     "engine_rpc_deadline_ms"))
-EngineTimings = _cut("EngineTimings", Timings, ("heartbeat_ms", "engine_rpc_deadline_ms",
+EngineTimings = _cut("EngineTimings", Timings, (*EVERY_WORKER, "engine_rpc_deadline_ms",
                                                 "watcher_interval_ms", "wake_window_s"))
 SupervisorTimings = _cut("SupervisorTimings", Timings, (
     "restart_backoff_base_ms", "restart_backoff_max_ms", "healthy_reset_s", "intensity_restarts",
@@ -417,6 +419,9 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.timings.restart_backoff_max_ms must be at least restart_backoff_base_ms")
     if t.hung_after_ms <= t.heartbeat_ms:
         raise ConfigError(f"{origin}: $.timings.hung_after_ms ({t.hung_after_ms}) must exceed heartbeat_ms ({t.heartbeat_ms})")
+    if t.hung_after_ms <= t.sqlite_busy_timeout_ms:
+        raise ConfigError(f"{origin}: $.timings.hung_after_ms ({t.hung_after_ms}) must exceed sqlite_busy_timeout_ms "
+                          f"({t.sqlite_busy_timeout_ms}): a worker waiting for a lock would be killed as hung")
     if t.hung_after_ms <= t.engine_rpc_deadline_ms:
         raise ConfigError(f"{origin}: $.timings.hung_after_ms must exceed engine_rpc_deadline_ms")
     if t.engine_urgent_deadline_ms > t.engine_rpc_deadline_ms:

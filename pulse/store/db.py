@@ -37,6 +37,9 @@ from pulse.core.wire import Effect, Event, Vital, now_event
 
 EVENTS_SCHEMA = 3
 VITALS_SCHEMA = 1
+# How long a statement waits for another process's write lock. A worker waiting on it does not
+# heartbeat, so config requires hung_after_ms to exceed it (timings.sqlite_busy_timeout_ms; the
+# harness sets it in each worker); a lock held by a frozen process stalls a writer this long at most.
 BUSY_TIMEOUT_MS = 5_000
 
 _MIGRATIONS: dict[int, Sequence[str]] = {
@@ -91,6 +94,10 @@ _VITALS_MIGRATIONS: dict[int, Sequence[str]] = {
 }
 
 
+def busy_timeout_s() -> float:
+    return BUSY_TIMEOUT_MS / 1000
+
+
 class StoreError(sqlite3.DatabaseError):
     """A store that cannot be used as it is; the message names the file and what to do."""
 
@@ -126,7 +133,7 @@ def store_problem(path: Path, latest: int | None = None) -> str | None:
     if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return "is read-only (file or file system); pulsed must be able to write it and its directory"
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s())
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             found = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
@@ -144,10 +151,10 @@ def store_problem(path: Path, latest: int | None = None) -> str | None:
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     if path.exists() and (problem := header_problem(path)):
         raise StoreError(f"{path} {problem}")
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+    conn = sqlite3.connect(path, timeout=busy_timeout_s(), isolation_level=None,
                            check_same_thread=True)
     try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s() * 1000)}")
         # WAL is persistent: only a new file needs the switch, and pulse.core.home.ensure_home makes every
         # store before the workers start. The switch takes a lock that SQLite refuses without waiting.
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -554,8 +561,8 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     if problem := header_problem(path):
         raise StoreError(f"{path} {problem}")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s())
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s() * 1000)}")
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")   # a damaged header shows here, not later
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path} {store_problem(path) or err}") from None

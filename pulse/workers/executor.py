@@ -194,7 +194,7 @@ class ExecutorWorker(Worker):
                                   handler=self.on_engine_reply, IMMEDIATE=1, MAXMSGSIZE=MAX_ENGINE_REPLY)
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
 
-        self.in_flight: dict[str, str] = {}                 # effect id → kind: dispatched, not yet over
+        self.in_flight: dict[str, wire.Effect] = {}         # dispatched, not yet over
         self.booked: set[str] = set()                       # effect ids with a bookkeeping job queued
         self.candidates: dict[str, wire.Effect] = {}        # pending at the last scan, not yet dispatched
         self.retries: dict[str, int] = {}                   # notification id → failed attempts (runner threads write)
@@ -249,7 +249,7 @@ class ExecutorWorker(Worker):
 
     def on_results(self) -> None:
         drain(self.results_r)
-        now, ended = time.monotonic(), False
+        now, ended, engine_only = time.monotonic(), False, True
         while self.results:
             done = self.results.popleft()
             self.booked.discard(done.effect_id)
@@ -258,19 +258,23 @@ class ExecutorWorker(Worker):
             if done.outcome == "claimed":
                 self.call_engine(done.effect, now)
                 continue
-            kind = registry.get(self.in_flight.pop(done.effect_id, ""))
+            effect = self.in_flight.pop(done.effect_id, None)
+            kind = registry.get(effect.kind) if effect is not None else None
             if kind is not None and kind.release is not None:
                 kind.release(done.effect_id)
-            ended = ended or done.outcome in EFFECT_ENDED
+            if done.outcome in EFFECT_ENDED:
+                ended, engine_only = True, engine_only and effect is not None and effect.origin == "engine"
             if done.outcome == "requeued":
                 self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + RESCAN_SOON_S))
         if ended:
-            self.ring_tick()
+            # The tick paces wakes that only the engine's own effects' outcomes caused (a rule that
+            # answers every outcome must not spin it); any other outcome wakes it at once.
+            self.ring_tick("engine-effect-ended" if engine_only else "effect-ended")
         self.dispatch(now)
 
-    def ring_tick(self) -> None:
+    def ring_tick(self, reason: str) -> None:
         try:
-            self.wake.send(wire.encode(wire.Wake(SOURCE, "effect-ended")), zmq.NOBLOCK)
+            self.wake.send(wire.encode(wire.Wake(SOURCE, reason)), zmq.NOBLOCK)
         except zmq.Again:
             pass             # no tick right now: it reads the outcomes when it runs
 
@@ -322,7 +326,7 @@ class ExecutorWorker(Worker):
                 self.ask_engine(now)          # it stays pending (unclaimed) until the engine answers
                 continue
             del self.candidates[effect.id]
-            self.in_flight[effect.id] = effect.kind
+            self.in_flight[effect.id] = effect
             pool.submit(effect.id, job)
             slots -= 1
         if slots > 0 and self.more_pending and not self.candidates:

@@ -31,6 +31,7 @@ import zmq
 from pulse.core import config as configmod
 from pulse.core import client, logs, procs, wire
 from pulse.core.home import Paths
+from pulse.store import db
 
 log = logging.getLogger("pulse.harness")
 
@@ -190,6 +191,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     config = configmod.decode_slice(spec.name, spec.config)   # all this worker may read
+    db.BUSY_TIMEOUT_MS = config.timings.sqlite_busy_timeout_ms
     setup_logging(config.log.level)
     faults = injected_faults(spec.name, spec.start, os.environ.get("PULSE_TEST_INJECT"))
     if faults:

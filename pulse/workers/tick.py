@@ -251,9 +251,9 @@ class TickWorker(Worker):
         if message is None:
             return
         self.log.debug("woken by %s (%s)", message.source, message.reason)
-        # An outcome of the tick's own effects wakes it at most every outcome_wake_min_ms: a rule that
+        # Outcomes of the engine's effects wake it at most every outcome_wake_min_ms: a rule that
         # answers every outcome with a new effect must not spin the tick (and the host) at tick_ms_min.
-        gap_ms = (self.config.tick.outcome_wake_min_ms if message.reason == "effect-ended"
+        gap_ms = (self.config.tick.outcome_wake_min_ms if message.reason == "engine-effect-ended"
                   else self.config.timings.tick_ms_min)
         # A critical process died: survival must restart it now, so the engine gets a short deadline.
         self.urgent = self.urgent or message.reason.startswith("process-alive:")

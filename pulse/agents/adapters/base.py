@@ -205,6 +205,17 @@ def failed_run(run: RunOutput, why: str | None = None) -> AgentResult:
                        if run.stdout.strip() else {})
 
 
+def json_result(run: RunOutput, exit_fails: bool = True) -> tuple[dict | None, AgentResult | None]:
+    """(the CLI's JSON object, None), or (None, the failure): timed out, exited non-zero (when
+    `exit_fails`: a CLI whose JSON says how it failed sets it False), no output, or no JSON."""
+    obj = json_object(run.text)
+    if run.timed_out or (exit_fails and run.code != 0):
+        return None, failed_run(run)
+    if obj is None:
+        return None, failed_run(run, "no output" if not run.stdout.strip() else "no JSON result in the output")
+    return obj, None
+
+
 def json_object(text: str) -> dict | None:
     """The CLI's JSON object: the whole output, or else its last line that is one."""
     for candidate in [text, *reversed(text.splitlines())]:

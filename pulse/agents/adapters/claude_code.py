@@ -23,7 +23,7 @@ import json
 import os
 
 from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, count, exit_problem,
-                                        failed_run, json_object, number, stderr_tail, token_counts)
+                                        json_result, number, stderr_tail, token_counts)
 
 USAGE = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
          "cache_read_input_tokens": "cache_read"}
@@ -40,10 +40,9 @@ class ClaudeCodeAdapter(Adapter):
         inv.argv += ["--mcp-config", path]
 
     def parse(self, run: RunOutput) -> AgentResult:
-        obj = json_object(run.text)
-        if obj is None or run.timed_out:
-            return failed_run(run, None if run.timed_out else
-                              ("no output" if not run.stdout.strip() else "no JSON result in the output"))
+        obj, failure = json_result(run, exit_fails=False)     # its JSON says how it failed
+        if failure is not None:
+            return failure
         text = obj.get("result")
         cost = number(obj.get("total_cost_usd"))
         result = AgentResult(

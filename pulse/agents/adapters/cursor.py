@@ -13,7 +13,7 @@ no per-run flag is documented, so this adapter hands it no Pulse tools.
 
 from __future__ import annotations
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, RunOutput, failed_run, json_object, number)
+from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, json_result, number
 
 
 class CursorAdapter(Adapter):
@@ -21,11 +21,9 @@ class CursorAdapter(Adapter):
     default_argv = ["cursor-agent", "-p", "--output-format", "json", "--trust", "--force", "{prompt}"]
 
     def parse(self, run: RunOutput) -> AgentResult:
-        obj = json_object(run.text)
-        if obj is None or run.timed_out or run.code != 0:
-            why = None if run.timed_out or run.code != 0 else (
-                "no output" if not run.stdout.strip() else "no JSON result in the output")
-            return failed_run(run, why)
+        obj, failure = json_result(run)
+        if failure is not None:
+            return failure
         text = obj.get("result")
         result = AgentResult(ok=True, text=text if isinstance(text, str) else None,
                              session_id=obj.get("session_id") if isinstance(obj.get("session_id"), str) else None,

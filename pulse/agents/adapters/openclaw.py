@@ -18,8 +18,7 @@ MCP: no per-run flag is documented, so this adapter hands it no Pulse tools.
 
 from __future__ import annotations
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, RunOutput, failed_run, json_object, number,
-                                        token_counts)
+from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, json_result, number, token_counts
 
 USAGE = {"input": "input", "output": "output", "cacheRead": "cache_read", "cacheWrite": "cache_write",
          "total": "total"}
@@ -30,11 +29,9 @@ class OpenClawAdapter(Adapter):
     default_argv = ["openclaw", "agent", "--agent", "main", "--message", "{prompt}", "--json"]
 
     def parse(self, run: RunOutput) -> AgentResult:
-        obj = json_object(run.text)
-        if obj is None or run.timed_out or run.code != 0:
-            why = None if run.timed_out or run.code != 0 else (
-                "no output" if not run.stdout.strip() else "no JSON result in the output")
-            return failed_run(run, why)
+        obj, failure = json_result(run)
+        if failure is not None:
+            return failure
         payloads = obj.get("payloads") if isinstance(obj.get("payloads"), list) else []
         texts = [p["text"] for p in payloads if isinstance(p, dict) and isinstance(p.get("text"), str)]
         meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
