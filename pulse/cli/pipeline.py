@@ -137,12 +137,11 @@ def _param(text: str) -> tuple[str, object]:
 @click.argument("kind")
 @click.option("--target", help="What the effect acts on.")
 @click.option("--param", "params", multiple=True, help="key=value (a JSON value, else a string); repeatable.")
-@click.option("--idempotent/--not-idempotent", default=None,
-              help="Safe to run more than once (run at least once after a crash); default: the kind's.")
+@click.option("--idempotent", is_flag=True, help="Safe to run more than once (run at least once after a crash).")
 @click.option("--deadline", "deadline_s", type=float, help="Seconds until it expires unrun (default effect_deadline_s).")
 @click.option("--wait", "wait_s", type=float, default=0, help="Wait up to this many seconds for its outcome.")
 @pass_ctx
-def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool | None,
+def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool,
          deadline_s: float | None, wait_s: float) -> None:
     """Queue an effect by hand (origin operator) and ring the executor."""
     from pulse.core import wire
@@ -152,10 +151,6 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
     except click.BadParameter as err:
         click.echo(f"pulsectl: --param {err.message}", err=True)
         sys.exit(2)
-    if idempotent is None:
-        from pulse.effects import registry
-        known = registry.get(kind)
-        idempotent = known.idempotent if known else False
     effect = wire.Effect(kind=kind, target=target, params=values, idempotent=idempotent)
     sys.exit(queue_effect(ctx, effect, deadline_s or config.timings.effect_deadline_s, wait_s))
 
