@@ -22,6 +22,9 @@ def handle(arbiter: "Arbiter", request) -> wire.Reply:
     if isinstance(request, wire.GetStatus):
         return wire.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children["engine"].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
+    if isinstance(request, wire.GetConfig):
+        import msgspec
+        return wire.Reply(ok=True, config=msgspec.to_builtins(arbiter.config))
     if isinstance(request, wire.Reload):
         ok, message = arbiter.reload()
         return wire.Reply(ok=ok, message=message if ok else None, error=None if ok else message)

@@ -91,3 +91,17 @@ def test_notifications_come_in_a_burst_then_one_digest_per_window(pulsed, tmp_pa
     other = pulsed.ctl("emit", "notify", "--target", "memory", "--param", "message=m", "--wait", "20")
     assert other.returncode == 0 and json.loads(notes.read_text().splitlines()[-1])["target"] == "memory"
     conn.close()
+
+
+def test_config_effective_shows_what_the_running_pulsed_uses_and_what_the_file_changes(pulsed):
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text("[timings]\ntick_ms = 4000\n")
+    pulsed.start()
+    (pulsed.home / "config.toml").write_text("[timings]\ntick_ms = 3000\n")     # edited, not reloaded
+    out = pulsed.ctl("config", "--effective")
+    assert out.returncode == 0, out.stderr
+    assert "\ntick_ms = 4000" in out.stdout and "# timings.tick_ms: not what" in out.stdout
+    assert "# timings.heartbeat_ms: not what" in out.stdout          # the tests' PULSE_HEARTBEAT_MS
+    assert pulsed.ctl("reload").returncode == 0
+    out = pulsed.ctl("config", "--effective").stdout
+    assert "\ntick_ms = 3000" in out and "# timings.tick_ms:" not in out

@@ -45,8 +45,35 @@ def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
     if not effective:
         click.echo(click_ctx.get_help())
         return
-    from pulse.core.config import to_toml
-    click.echo(to_toml(ctx.config()), nl=False)
+    import msgspec
+
+    from pulse.core import client, wire
+    from pulse.core.config import Config, ConfigError, load, to_toml
+    on_disk = ctx.config()
+    try:
+        reply = client.request(ctx.paths, wire.GetConfig(), ctx.timeout)
+    except client.Unreachable:
+        click.echo(f"# pulsed is not running: {ctx.paths.config} with every default and PULSE_* override")
+        click.echo(to_toml(on_disk), nl=False)
+        return
+    running = msgspec.convert(reply.config, Config)
+    click.echo("# what the running pulsed uses")
+    try:
+        file_only = load(ctx.paths.config, {})          # the file and defaults, no PULSE_* override
+    except ConfigError as err:
+        click.echo(f"# {ctx.paths.config} is not valid now ({err}); pulsed keeps this until it is")
+        file_only = running
+    for key in differing(msgspec.to_builtins(running), msgspec.to_builtins(file_only)):
+        click.echo(f"# {key}: not what {ctx.paths.config} says (a PULSE_* override, or an edit not yet reloaded)")
+    click.echo(to_toml(running), nl=False)
+
+
+def differing(running: object, on_disk: object, path: str = "") -> list[str]:
+    """The dotted keys whose values differ between two plain configs (arrays of tables whole)."""
+    if isinstance(running, dict) and isinstance(on_disk, dict):
+        return [key for name in sorted(set(running) | set(on_disk))
+                for key in differing(running.get(name), on_disk.get(name), f"{path}.{name}" if path else name)]
+    return [] if running == on_disk else [path]
 
 
 COMMANDS = [check_config, config]

@@ -70,11 +70,15 @@ class Reload(msgspec.Struct, tag="reload"):
     pass
 
 
+class GetConfig(msgspec.Struct, tag="get-config"):
+    """The configuration pulsed runs with (`pulsectl config --effective`)."""
+
+
 class Shutdown(msgspec.Struct, tag="shutdown"):
     pass
 
 
-ControlRequest = GetStatus | RestartWorker | StopWorker | StartWorker | Reload | Shutdown
+ControlRequest = GetStatus | RestartWorker | StopWorker | StartWorker | Reload | Shutdown | GetConfig
 
 
 class LastExit(msgspec.Struct):
@@ -122,6 +126,7 @@ class Reply(msgspec.Struct, omit_defaults=True):
     message: str | None = None
     status: Status | None = None
     engine_commit: str | None = None   # beside the status document, which stays exactly DESIGN §7's
+    config: dict[str, Any] | None = None   # GetConfig: the running configuration, as plain data
     events_recorded: int = 0           # pulsed's lifecycle events so far (the last seq) ...
     events_written: int = 0            # ... and how many of them the event writer has committed
 
