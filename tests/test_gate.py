@@ -41,7 +41,10 @@ def session(clock=None, tools=TEST_TOOLS) -> gate.Session:
     return gate.Session("s1", tools, clock=clock or Clock())
 
 
-def run(s: gate.Session, tool: str, args=None, ok: bool = True, result=None, acted=None):
+FOUND = {"found": "something"}   # what a read returns when it is about something (evidence)
+
+
+def run(s: gate.Session, tool: str, args=None, ok: bool = True, result=FOUND, acted=None):
     """Begin and end one call; the Blocked, or the gate-call Record."""
     admitted = s.begin(tool, args if args is not None else {})
     if isinstance(admitted, gate.Blocked):
@@ -153,12 +156,12 @@ def test_a_read_that_started_before_the_write_returned_does_not_verify():
     s = at(State.READING)
     write = s.begin("poke", {"name": "a"})
     early = s.begin("read_one", {"name": "a"})               # same batch: runs alongside the write
-    s.end(write.ticket, True)
+    s.end(write.ticket, True, FOUND)
     assert s.state == State.VERIFYING
-    record = s.end(early.ticket, True)                        # finishes after, but saw the world before
+    record = s.end(early.ticket, True, FOUND)                        # finishes after, but saw the world before
     assert s.state == State.VERIFYING and "verified" not in record.data
     late = s.begin("read_one", {"name": "a"})
-    s.end(late.ticket, True)
+    s.end(late.ticket, True, FOUND)
     assert s.state == State.READING
 
 
@@ -167,8 +170,8 @@ def test_a_read_started_before_the_write_but_listed_after_it_is_not_verification
     s = at(State.READING)
     read = s.begin("read_one", {"name": "a"})
     write = s.begin("poke", {"name": "a"})
-    s.end(write.ticket, True)
-    s.end(read.ticket, True)
+    s.end(write.ticket, True, FOUND)
+    s.end(read.ticket, True, FOUND)
     assert s.state == State.VERIFYING
 
 
@@ -179,7 +182,7 @@ def test_a_batch_holds_at_most_one_write():
     assert isinstance(first, gate.Admitted)
     assert isinstance(second, gate.Blocked) and "in flight" in second.error["error"]["reason"]
     assert isinstance(s.begin("read_one", {"name": "b"}), gate.Admitted)   # reads still go alongside
-    s.end(first.ticket, True)
+    s.end(first.ticket, True, FOUND)
     assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)         # now: unverified
     run(s, "read_one", {"name": "a"})
     assert isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
@@ -195,7 +198,7 @@ def test_finish_is_refused_while_a_write_is_unverified_or_in_flight():
     write = s.begin("poke", {"name": "b"})
     in_flight = s.finish({"summary": "done"})
     assert isinstance(in_flight, gate.Blocked) and "in flight" in in_flight.error["error"]["reason"]
-    s.end(write.ticket, True)
+    s.end(write.ticket, True, FOUND)
     run(s, "read_one", {"name": "b"})
     done = s.finish({"summary": "done"})
     assert isinstance(done, gate.Record) and done.data["state"] == "READING"
@@ -232,7 +235,7 @@ def test_a_write_finishing_after_a_reset_still_leaves_a_debt():
     s = at(State.READING)
     write = s.begin("poke", {"name": "a"})
     s.reset()
-    s.end(write.ticket, True)
+    s.end(write.ticket, True, FOUND)
     assert s.state == State.VERIFYING
 
 
@@ -384,8 +387,7 @@ def test_reset_keep_progress_drops_verification_but_keeps_the_target():
     s.begin("poke", {"name": "b"})
     record = s.reset(keep_progress=True)
     assert record.data["state_before"] == "VERIFYING" and s.state == State.READING
-    assert len(s.recoveries) == 1 and isinstance(s.finish(), gate.Record)
-    assert isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
+    assert len(s.recoveries) == 1 and isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
     fresh = session()
     fresh.reset(keep_progress=True)
     assert fresh.state == State.RESOLVING
@@ -439,3 +441,28 @@ def test_pulse_tools_fail_closed_on_extra_arguments():
     assert gate.classify(gate.TOOLS, "status", {"restart": "tick"}).kind == Kind.WRITE
     assert gate.classify(gate.TOOLS, "find_process", {"name": "gw", "kill": True}).kind == Kind.WRITE
     assert gate.classify(gate.TOOLS, "pulse_exec", {"argv": ["rm"]}).kind == Kind.WRITE
+
+
+
+def test_an_empty_read_never_verifies():
+    s = at(State.VERIFYING)
+    for empty in (None, [], {}, {"events": []}):
+        run(s, "lookup", {"name": "a"}, result=empty)
+        assert s.state == State.VERIFYING, empty
+    run(s, "lookup", {"name": "a"})
+    assert s.state == State.READING
+
+
+def test_a_literal_star_is_no_wildcard_for_a_write_that_named_no_target():
+    assert not gate.Pattern("target:*").covers("target:*")       # `events {"target": "*"}` is about "*"
+    assert gate.Pattern("target:", prefix=True).covers("target:*")
+    assert gate.Pattern("target:x").covers("target:x") and not gate.Pattern("target:x").covers("target:*")
+
+
+def test_finish_is_terminal():
+    s = at(State.READING)
+    assert isinstance(s.finish({"summary": "done"}), gate.Record)
+    for tool, args in (("lookup", {"name": "a"}), ("poke", {"name": "a"})):
+        blocked = run(s, tool, args)
+        assert isinstance(blocked, gate.Blocked) and blocked.code == gate.SESSION_FINISHED
+    assert s.finish({"summary": "again"}).code == gate.SESSION_FINISHED

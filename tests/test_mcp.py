@@ -294,3 +294,20 @@ def test_every_tool_advertises_exactly_the_arguments_the_gate_declares():
     for name, descriptor in gate.TOOLS.items():
         assert set(listed[name]["properties"]) == set(descriptor.params), name
         assert set(listed[name]["required"]) == {n for n, a in descriptor.params.items() if a.required}, name
+
+def test_finish_is_terminal_and_arguments_are_bounded_through_the_real_client(host):
+    async def session():
+        from mcp import Client
+        async with Client(server_params(host.home), read_timeout_seconds=60) as c:
+            huge = await c.call_tool("find_process", {"name": "x" * (1024 * 1024)})
+            found = await c.call_tool("find_process", {"name": "sleeper"})
+            done = await c.call_tool("finish", {"summary": "looked"})
+            after = await c.call_tool("find_process", {"name": "sleeper"})
+            again = await c.call_tool("finish", {"summary": "again"})
+            return huge, found, done, after, again
+    huge, found, done, after, again = asyncio.run(asyncio.wait_for(session(), 60))
+    assert code(huge) == "INVALID_INPUT" and not found.is_error and not done.is_error
+    assert code(after) == "SESSION_FINISHED" and code(again) == "SESSION_FINISHED"
+    oversized = [e for e in host.events("gate-call") if e["data"].get("blocked") == "INVALID_INPUT"]
+    assert len(oversized) == 1 and oversized[0]["data"]["args_bytes"] > 1024 * 1024
+    assert len(json.dumps(oversized[0]["data"])) < 1024            # a hash and a preview, never the argument

@@ -11,7 +11,11 @@ enforces in code what a prompt cannot (DESIGN §6).
   only a read or resolve that *started after the write returned* and *covers the same
   resource* verifies it (a write whose own result carries `verification.ok` is verified).
 - Calls in flight at once form a batch; a batch holds at most one write.
-- `finish` is refused with UNVERIFIED_WRITE while a write is unverified or in flight.
+- `finish` is refused with UNVERIFIED_WRITE while a write is unverified or in flight, and
+  ends the session: every call after it answers SESSION_FINISHED.
+- A read verifies only with evidence: an empty result (nothing found, no events) is about
+  nothing. A write that named no target touches its whole class ("target:*"), which only a
+  read of the whole class covers: a literal "*" argument is no wildcard.
 - Reads, resolves and user_input are never blocked; user_input never changes state.
 - A blocked attempt only counts (telemetry, and a recovery entry per tool + argument hash
   that expires after RECOVERY_TTL_S); no number of them waives the gate.
@@ -39,6 +43,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 RECOVERY_TTL_S = 600.0
 FSM_BLOCKED = "FSM_BLOCKED"
 UNVERIFIED_WRITE = "UNVERIFIED_WRITE"
+SESSION_FINISHED = "SESSION_FINISHED"
 
 
 class Kind(enum.StrEnum):
@@ -64,6 +69,8 @@ class Pattern:
     prefix: bool = False       # True: covers every key starting with `text`
 
     def covers(self, key: str) -> bool:
+        if key.endswith("*"):      # a whole class ("target:*", a write that named none): only a prefix covers it
+            return self.prefix and key[:-1].startswith(self.text)
         return key.startswith(self.text) if self.prefix else key == self.text
 
     def __str__(self) -> str:
@@ -284,12 +291,15 @@ class Session:
         self.in_flight: dict[int, _InFlight] = {}
         self.last_write: _LastWrite | None = None
         self.blocked = 0                            # telemetry only: never waives anything
+        self.finished = False                       # after finish, every call is refused
         self.recoveries: dict[tuple[str, str], Recovery] = {}
 
     # -- before a call ------------------------------------------------------------------
 
     def begin(self, tool: str, args: Any) -> Admitted | Blocked:
         call = classify(self.tools, tool, args)
+        if self.finished:
+            return self._block(SESSION_FINISHED, call, "the session called finish; it takes no more calls")
         reason = self._write_refusal(call) if call.kind == Kind.WRITE else None
         if reason is not None:
             return self._block(FSM_BLOCKED, call, reason)
@@ -323,7 +333,7 @@ class Session:
             self_verified = ok and has_verification(result)
             self._wrote(call, self_verified)
         elif ok and call.kind in (Kind.READ, Kind.RESOLVE):
-            verified = self._observed(flight)
+            verified = self._observed(flight, has_evidence(result))
         recovered = self._recovered(call) if ok else None
         data = {"session": self.id, "ticket": ticket, "tool": call.tool, "kind": str(call.kind),
                 "args_hash": call.args_hash, "ok": ok, "state_before": str(before), "state": str(self.state)}
@@ -349,13 +359,14 @@ class Session:
         self.last_write = _LastWrite(call.tool, call.touches, self.step, unverified)
         self.state = State.VERIFYING
 
-    def _observed(self, flight: _InFlight) -> list[str]:
-        """A read or resolve succeeded: the target is validated; maybe a write is verified."""
+    def _observed(self, flight: _InFlight, evidence: bool) -> list[str]:
+        """A read or resolve succeeded: the target is validated; if it returned something (an
+        empty result is about nothing), maybe a write is verified."""
         if self.state == State.RESOLVING:
             self.state = State.READING
             return []
         w = self.last_write
-        if self.state != State.VERIFYING or w is None or flight.started <= w.returned:
+        if self.state != State.VERIFYING or w is None or flight.started <= w.returned or not evidence:
             return []   # a read that began before the write returned saw the world before it
         done = sorted(k for k in w.unverified if is_covered(k, flight.call.covers))
         w.unverified.difference_update(done)
@@ -367,6 +378,8 @@ class Session:
 
     def finish(self, args: Any = None) -> Record | Blocked:
         call = Call("finish", Kind.USER_INPUT, args_hash(args or {}))
+        if self.finished:
+            return self._block(SESSION_FINISHED, call, "the session already finished")
         if self.state == State.VERIFYING or any(f.call.kind == Kind.WRITE for f in self.in_flight.values()):
             w = self.last_write
             what = f"{w.tool} on {', '.join(sorted(w.unverified))}" if w and self.state == State.VERIFYING \
@@ -374,6 +387,7 @@ class Session:
             return self._block(UNVERIFIED_WRITE, call, f"a write is unverified ({what}); the session cannot "
                                                        "finish on an unverified change")
         recovered = self._recovered(call)
+        self.finished = True       # terminal: every later call answers SESSION_FINISHED
         data = {"session": self.id, "tool": "finish", "kind": "finish", "ok": True, "state": str(self.state)}
         if recovered:
             data["recovered"] = recovered
@@ -443,6 +457,14 @@ class Session:
         return {"session": self.id, "state": str(self.state), "blocked": self.blocked,
                 "in_flight": len(self.in_flight), "recoveries": len(self.recoveries),
                 "unverified": sorted(w.unverified) if w and self.state == State.VERIFYING else []}
+
+
+def has_evidence(result: Any) -> bool:
+    """A read's result is about something: not empty (no events, no samples, nothing found)."""
+    if isinstance(result, Mapping):
+        lists = [v for v in result.values() if isinstance(v, (list, tuple))]
+        return bool(result) and not (lists and len(lists) == len(result) and not any(lists))
+    return result not in (None, "", [], ())
 
 
 def has_verification(result: Any) -> bool:

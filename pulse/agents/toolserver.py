@@ -67,6 +67,28 @@ FINISH_PARAMS = {"summary": gate.Arg("string", "What was done and how it was ver
 _JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool}
 
 
+MAX_STRING_BYTES = 4 * 1024       # any one string argument, anywhere in the arguments
+MAX_CALL_BYTES = 64 * 1024        # all of one call's arguments, as JSON
+PREVIEW_CHARS = 200
+
+
+def oversized(args: Any) -> str | None:
+    """Why a call's arguments are too large, or None."""
+    size = len(json.dumps(args, default=str).encode())
+    if size > MAX_CALL_BYTES:
+        return f"the arguments are {size} bytes; at most {MAX_CALL_BYTES} in one call"
+    stack = [args]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str) and len(value.encode()) > MAX_STRING_BYTES:
+            return f"a string argument is {len(value.encode())} bytes; at most {MAX_STRING_BYTES}"
+        if isinstance(value, dict):
+            stack += [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple)):
+            stack += list(value)
+    return None
+
+
 def checked_args(tool: str, args: dict, params: Mapping[str, gate.Arg]) -> dict:
     """The arguments, or ToolError INVALID_INPUT naming what is wrong."""
     unknown = sorted(set(args) - set(params))
@@ -326,6 +348,14 @@ class GatedSession:
         """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
         or {"ok": false, "error": {"code": ..., ...}}; a block's code leads its text."""
         args = args if args is not None else {}
+        too_big = oversized(args)
+        if too_big is not None:     # recorded by hash and a preview: a call never grows events.db by its size
+            encoded = json.dumps(args, default=str)
+            self.record(gate.Record("gate-call", {"session": self.gate.id, "tool": name, "ok": False,
+                                                  "blocked": "INVALID_INPUT", "args_hash": gate.args_hash(args),
+                                                  "args_bytes": len(encoded), "preview": encoded[:PREVIEW_CHARS]}))
+            err = ToolError("INVALID_INPUT", too_big)
+            return err.envelope(), f"{err.code}: {err.message}"
         if name == "finish":
             return self.finish(args)
         admitted = self.gate.begin(name, args)
