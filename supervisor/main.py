@@ -148,9 +148,10 @@ def main(argv: list[str] | None = None) -> None:
         prepare_home(paths)
         make_runtime_dir(paths)
     except (configmod.ConfigError, HomeError) as err:
-        for line in str(err).splitlines()[:-1]:
+        *before, last = str(err).splitlines() or [type(err).__name__]
+        for line in before:                  # one line a problem, each said as pulsed's
             print(f"pulsed: {line}", file=sys.stderr)
-        fail(Exit.CONFIG, str(err).splitlines()[-1])
+        fail(Exit.CONFIG, last)
 
     sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=config.log.max_bytes,
                      backups=config.log.backups)
