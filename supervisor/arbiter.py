@@ -390,8 +390,25 @@ class Arbiter:
                 child.state = S.STOPPED
             self.update_notify()
             return
+        if code == Exit.CONFIG:
+            self.unusable(child)
+            return
         log.warning("%s (pid %s) exited unexpectedly (%s) while %s", child.name, pid, how, was)
         self.crashed(child, now, "hung" if was is S.HUNG else "crash")
+
+    def unusable(self, child: Child) -> None:
+        """A worker exits 78 when a store cannot be used (its one line is in the log just before): every
+        restart would fail the same way, so none is tried. Core: pulsed exits 78 as at a damaged start."""
+        child.state, child.deadline = S.FAILED, None
+        self.record("worker-failed", child.name, reason="store unusable", code=int(Exit.CONFIG))
+        if child.core:
+            log.critical("%s cannot use a store (its line above says which and what to do): restarting it "
+                         "cannot help; stopping (exit %d)", child.name, Exit.CONFIG)
+            self.begin_shutdown(Exit.CONFIG, f"{child.name} cannot use a store")
+        else:
+            log.error("%s cannot use a store (its line above says which): failed until `pulsectl restart %s`",
+                      child.name, child.name)
+        self.update_notify()
 
     def crashed(self, child: Child, now: float, reason: str) -> None:
         decision = on_crash(child, now, self.timings)

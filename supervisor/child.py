@@ -8,6 +8,8 @@ Restart policy (every worker is permanent: any exit pulsed did not ask for is a 
   the worker is `failed`. The engine is retried after engine_retry_after_failed_s;
   a core worker escalates (pulsed stops everything and exits non-zero).
 - Operator restarts, stops and starts never count.
+- Exit 78 says a store cannot be used: no restart would help, so none is tried (a core
+  worker stops pulsed with 78; the engine is failed until an operator restarts it).
 """
 
 from __future__ import annotations

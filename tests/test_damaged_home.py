@@ -107,3 +107,22 @@ def test_a_home_with_only_a_config_starts(pulsed):
     (pulsed.home / "config.toml").write_text("[timings]\ntick_ms = 4000\n")
     pulsed.start()
     assert (pulsed.home / "events.db").exists() and (pulsed.home / "events.mark").exists()
+
+
+def test_a_store_damaged_while_running_is_reported_once_and_stops_pulsed_with_78(pulsed):
+    """Every start of the watcher would fail the same way: pulsed says so once and exits 78, not N
+    crash tracebacks and an escalation that systemd would keep retrying."""
+    init_home(pulsed.home)
+    pulsed.start()
+    watcher = pulsed.worker("watcher").pid
+    vitals = pulsed.home / "vitals.db"
+    with open(vitals, "r+b") as f:
+        f.write(b"this is not a database")
+    os.kill(watcher, 9)
+    assert pulsed.proc.wait(30) == 78
+    log = pulsed.log_text()
+    assert "Traceback" not in log
+    assert f"{vitals} is not an SQLite database" in log
+    assert log.count("cannot use a store") == 1
+    failed = [e for e in pulsed.events("worker-failed") if e["data"].get("reason") == "store unusable"]
+    assert len(failed) == 1 and failed[0]["target"] in ("watcher", "tick")

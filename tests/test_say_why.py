@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 
-from support import init_home, wait_for
+from support import engine_rule, init_home, wait_for
 
 
 def test_a_failed_effect_says_why_in_emit_and_in_the_effects_listing(pulsed):
@@ -105,3 +106,38 @@ def test_config_effective_shows_what_the_running_pulsed_uses_and_what_the_file_c
     assert pulsed.ctl("reload").returncode == 0
     out = pulsed.ctl("config", "--effective").stdout
     assert "\ntick_ms = 3000" in out and "# timings.tick_ms:" not in out
+
+
+def test_status_shows_hung_while_a_silent_worker_is_not_yet_replaced(pulsed, tmp_path):
+    """An agent's rule that blocks SIGABRT (no traceback can stop it) and sleeps: from hung_after_ms
+    until the SIGKILL at stop_grace_ms, status says `hung`, not `running`."""
+    freeze = tmp_path / "freeze"
+    engine_rule(pulsed, "freezer", f"""
+        import pathlib, signal, time
+
+        def freezer(prev, curr, inner):
+            flag = pathlib.Path({str(freeze)!r})
+            if flag.exists():
+                flag.unlink()
+                signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGABRT}})
+                time.sleep(60)
+            return [], 100
+
+        RULES = [freezer]
+        """)
+    pulsed.start(env={"PULSE_TICK_MS": "100", "PULSE_STOP_GRACE_MS": "5000"})
+    frozen = pulsed.worker("engine").pid
+    freeze.touch()
+    def hung_in_status():
+        out = pulsed.ctl("status").stdout
+        return out if " hung " in out else None
+
+    shown = wait_for(hung_in_status, 15, what="status showing the engine hung")
+    row = next(line for line in shown.splitlines() if line.startswith("engine"))
+    assert row.split()[1] == "hung" and str(frozen) in row
+    as_json = json.loads(pulsed.ctl("status", "--json").stdout)
+    assert {w["name"]: w["state"] for w in as_json["workers"]}["engine"] == "hung"
+    replaced = pulsed.wait_replaced("engine", frozen, timeout=20)
+    assert replaced.state == "running"
+    exited = [e for e in pulsed.events("worker-exited", "engine") if e["data"]["pid"] == frozen]
+    assert exited and exited[0]["data"]["state"] == "hung" and exited[0]["data"]["signal"] == signal.SIGKILL

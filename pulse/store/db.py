@@ -105,6 +105,18 @@ class StoreError(sqlite3.DatabaseError):
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def unusable(err: sqlite3.DatabaseError) -> str | None:
+    """What a store error says when no retry can help (damaged, not a database, read-only), in one
+    line; None for the errors that pass (locked, busy, a full disk)."""
+    if isinstance(err, StoreError):
+        return str(err)
+    if type(err) is sqlite3.DatabaseError:          # SQLITE_CORRUPT, SQLITE_NOTADB
+        return f"a store is damaged ({err}); `pulsectl store check` names it. Restore it from a backup"
+    if isinstance(err, sqlite3.OperationalError) and "readonly" in str(err):
+        return f"a store is read-only ({err}); pulsed must be able to write its home"
+    return None
+
+
 def header_problem(path: Path) -> str | None:
     """What its first bytes already say is wrong with the database at `path` (cheap: every open
     asks); None if it looks like SQLite or is not made yet."""

@@ -21,6 +21,7 @@ import faulthandler
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ import zmq
 from pulse.core import config as configmod
 from pulse.core import client, logs, procs, wire
 from pulse.core.home import Paths
+from pulse.core.states import Exit
 from pulse.store import db
 
 log = logging.getLogger("pulse.harness")
@@ -184,7 +186,18 @@ def setup_logging(level: str) -> None:
 
 
 def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
-    """The body of a worker process; returns its exit code."""
+    """The body of a worker process; returns its exit code: Exit.CONFIG (78) with one line when a
+    store cannot be used, since every restart would fail the same way."""
+    try:
+        return _run(spec, worker_class, forkserver_pid)
+    except sqlite3.DatabaseError as err:
+        if (problem := db.unusable(err)) is None:
+            raise
+        log.critical("%s", problem)
+        return Exit.CONFIG
+
+
+def _run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
     procs.die_with_parent(forkserver_pid)
     procs.set_title(f"pulse: {spec.name}")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
