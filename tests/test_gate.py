@@ -49,7 +49,7 @@ def run(s: gate.Session, tool: str, args=None, ok: bool = True, result=FOUND, ac
     admitted = s.begin(tool, args if args is not None else {})
     if isinstance(admitted, gate.Blocked):
         return admitted
-    return s.end(admitted.ticket, ok, result, acted)
+    return s.end(admitted, ok, result, acted)
 
 
 def at(state: State) -> gate.Session:
@@ -143,8 +143,11 @@ def test_a_class_wide_read_covers_every_resource_of_the_class():
     assert s.state == State.READING
 
 
-def test_a_write_of_two_resources_needs_both_covered():
+def test_a_write_of_two_resources_needs_both_looked_at_and_both_verified():
     s = at(State.READING)
+    run(s, "lookup", {"name": "p"})
+    assert isinstance(run(s, "poke_two", {"a": "p", "b": "q"}), gate.Blocked)     # q never looked at
+    run(s, "lookup", {"name": "q"})
     run(s, "poke_two", {"a": "p", "b": "q"})
     run(s, "read_one", {"name": "p"})
     assert s.state == State.VERIFYING and s.summary()["unverified"] == ["x:q"]
@@ -156,12 +159,12 @@ def test_a_read_that_started_before_the_write_returned_does_not_verify():
     s = at(State.READING)
     write = s.begin("poke", {"name": "a"})
     early = s.begin("read_one", {"name": "a"})               # same batch: runs alongside the write
-    s.end(write.ticket, True, FOUND)
+    s.end(write, True, FOUND)
     assert s.state == State.VERIFYING
-    record = s.end(early.ticket, True, FOUND)                        # finishes after, but saw the world before
+    record = s.end(early, True, FOUND)                        # finishes after, but saw the world before
     assert s.state == State.VERIFYING and "verified" not in record.data
     late = s.begin("read_one", {"name": "a"})
-    s.end(late.ticket, True, FOUND)
+    s.end(late, True, FOUND)
     assert s.state == State.READING
 
 
@@ -170,8 +173,8 @@ def test_a_read_started_before_the_write_but_listed_after_it_is_not_verification
     s = at(State.READING)
     read = s.begin("read_one", {"name": "a"})
     write = s.begin("poke", {"name": "a"})
-    s.end(write.ticket, True, FOUND)
-    s.end(read.ticket, True, FOUND)
+    s.end(write, True, FOUND)
+    s.end(read, True, FOUND)
     assert s.state == State.VERIFYING
 
 
@@ -181,8 +184,10 @@ def test_a_batch_holds_at_most_one_write():
     second = s.begin("poke", {"name": "b"})
     assert isinstance(first, gate.Admitted)
     assert isinstance(second, gate.Blocked) and "in flight" in second.error["error"]["reason"]
-    assert isinstance(s.begin("read_one", {"name": "b"}), gate.Admitted)   # reads still go alongside
-    s.end(first.ticket, True, FOUND)
+    read_b = s.begin("read_one", {"name": "b"})
+    assert isinstance(read_b, gate.Admitted)                                 # reads still go alongside
+    s.end(read_b, True, FOUND)
+    s.end(first, True, FOUND)
     assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)         # now: unverified
     run(s, "read_one", {"name": "a"})
     assert isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
@@ -195,10 +200,11 @@ def test_finish_is_refused_while_a_write_is_unverified_or_in_flight():
     assert isinstance(refused, gate.Blocked) and refused.code == UNVERIFIED_WRITE
     assert refused.error["error"]["tool"] == "finish" and refused.record.type == "gate-blocked"
     run(s, "read_one", {"name": "a"})
+    run(s, "read_one", {"name": "b"})
     write = s.begin("poke", {"name": "b"})
     in_flight = s.finish({"summary": "done"})
     assert isinstance(in_flight, gate.Blocked) and "in flight" in in_flight.error["error"]["reason"]
-    s.end(write.ticket, True, FOUND)
+    s.end(write, True, FOUND)
     run(s, "read_one", {"name": "b"})
     done = s.finish({"summary": "done"})
     assert isinstance(done, gate.Record) and done.data["state"] == "READING"
@@ -235,7 +241,7 @@ def test_a_write_finishing_after_a_reset_still_leaves_a_debt():
     s = at(State.READING)
     write = s.begin("poke", {"name": "a"})
     s.reset()
-    s.end(write.ticket, True, FOUND)
+    s.end(write, True, FOUND)
     assert s.state == State.VERIFYING
 
 
@@ -265,12 +271,13 @@ def test_discriminator_values_are_trimmed_and_case_insensitive():
     assert gate.classify(TEST_TOOLS, "ask", {"question": "?"}).kind == Kind.USER_INPUT
 
 
-def test_unknown_tool_that_somehow_succeeds_leaves_an_unverifiable_debt():
-    s = at(State.READING)
-    run(s, "rm_rf", {})
-    assert s.state == State.VERIFYING and s.summary()["unverified"] == ["tool:rm_rf"]
-    run(s, "read_all")
-    assert s.state == State.VERIFYING                         # only a reset clears it
+def test_an_unknown_tool_is_refused_in_every_state():
+    """It touches tool:<name>, which no read can look at: nothing ever validates it."""
+    for state in State:
+        s = at(state)
+        run(s, "read_all")
+        blocked = run(s, "rm_rf", {})
+        assert isinstance(blocked, gate.Blocked) and blocked.code == FSM_BLOCKED
 
 
 def test_argument_values_are_literal_never_wildcards():
@@ -279,7 +286,8 @@ def test_argument_values_are_literal_never_wildcards():
     run(s, "lookup", {"name": "a*"})
     assert s.state == State.VERIFYING
     assert gate.touched(("x:{name}",), {}) == frozenset({"x:*"})
-    assert gate.covered(("x:{name}",), {}) == frozenset()     # a read of nothing in particular verifies nothing
+    # a read of no particular one looks at the whole class; what it verifies depends on what it found
+    assert gate.covered(("x:{name}",), {}) == frozenset({gate.Pattern("x:", prefix=True)})
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -313,7 +321,7 @@ def test_blocks_return_the_stable_envelope_with_the_code_in_the_text():
     as_call, record = blocked.records
     assert record.type == "gate-blocked" and record.data["code"] == FSM_BLOCKED and record.data["session"] == "s1"
     assert as_call.type == "gate-call" and as_call.data | {"args_hash": None} == {
-        "session": "s1", "tool": "poke", "kind": "write", "args_hash": None, "ok": False, "blocked": FSM_BLOCKED,
+        "phase": "blocked", "session": "s1", "tool": "poke", "kind": "write", "args_hash": None, "ok": False, "blocked": FSM_BLOCKED,
         "state_before": "RESOLVING", "state": "RESOLVING"}
 
 
@@ -339,8 +347,9 @@ def test_every_call_is_recorded_with_what_it_did():
     assert resolve.data["covers"] == ["x:a"] and resolve.data["state"] == "READING"
     assert write.data["touches"] == ["x:a"] and write.data["acted"] is True and write.data["state"] == "VERIFYING"
     assert read.data["verified"] == ["x:a"] and read.data["args_hash"] == gate.args_hash({"name": "a"})
-    assert s.reset().data == {"session": "s1", "tool": "reset", "kind": "reset", "keep_progress": False,
-                              "state_before": "READING", "state": "RESOLVING"}
+    assert s.reset().data == {"phase": "reset", "agent": "s1", "task": "", "tool": "reset", "kind": "reset",
+                              "keep_progress": False, "by": "operator", "state_before": "READING",
+                              "state": "RESOLVING"}
 
 
 # -- recoveries, expiry and resets ------------------------------------------------------------------------------
@@ -351,11 +360,12 @@ def test_recoveries_are_per_tool_and_argument_hash(clock):
     clock.t += 5
     s.begin("poke", {"name": "a"})
     run(s, "lookup", {"name": "a"})
+    run(s, "lookup", {"name": "b"})
     other = run(s, "poke", {"name": "b"})                        # same tool, other arguments
     assert "recovered" not in other.data
     run(s, "read_one", {"name": "b"})
     clock.t += 1
-    same = run(s, "poke", {"name": "a"})
+    same = run(s, "poke", {"name": "a"})                         # a: looked at, changed by nobody since
     assert same.data["recovered"] == {"code": FSM_BLOCKED, "attempts": 2, "after_s": 6.0}
     assert s.recoveries == {}
 
@@ -378,13 +388,15 @@ def test_reset_returns_to_resolving_and_clears_recoveries():
     s = at(State.VERIFYING)
     s.begin("poke", {"name": "b"})
     s.reset()
-    assert s.state == State.RESOLVING and s.recoveries == {} and s.last_write is None
+    assert s.state == State.RESOLVING and s.recoveries == {} and s.summary()["unverified"] == []
     assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)        # the target is gone too
 
 
-def test_reset_keep_progress_drops_verification_but_keeps_the_target():
-    s = at(State.VERIFYING)
-    s.begin("poke", {"name": "b"})
+def test_reset_keep_progress_drops_verification_but_keeps_what_was_looked_at():
+    s = at(State.READING)
+    run(s, "lookup", {"name": "b"})
+    run(s, "poke", {"name": "a"})
+    s.begin("poke", {"name": "b"})                              # blocked: a is unverified
     record = s.reset(keep_progress=True)
     assert record.data["state_before"] == "VERIFYING" and s.state == State.READING
     assert len(s.recoveries) == 1 and isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
@@ -405,10 +417,15 @@ def test_pulse_tools_registry_is_well_formed_and_complete():
     assert {n for n, k in kinds.items() if k == Kind.USER_INPUT} == {"ask_operator"}
 
 
-def pulse_session() -> gate.Session:
-    s = gate.Session("p", gate.TOOLS, clock=Clock())
-    run(s, "list_workers")
-    return s
+def pulse_result(tool: str, args: dict):
+    """What Pulse's read returns when it found what it was asked about."""
+    if tool == "events":
+        return {"events": [{"id": 10**9, "type": "effect-acked", "target": args.get("target", "x")}]}
+    if tool == "find_process":
+        return {"name": args["name"], "alive": True, "processes": []}
+    if tool == "vitals":
+        return {"vitals": {args.get("key", "cpu"): {"ts": 1, "data": {}}}}
+    return FOUND
 
 
 @pytest.mark.parametrize("write, args, not_enough, enough", [
@@ -428,12 +445,14 @@ def pulse_session() -> gate.Session:
     ("create_task", {"project": "p", "title": "t", "prompt": "x"}, [("status", {})], ("list_tasks", {})),
 ])
 def test_what_verifies_each_pulse_write(write, args, not_enough, enough):
-    s = pulse_session()
-    run(s, write, args)
+    s = gate.Session("p", gate.TOOLS, clock=Clock())
+    assert isinstance(run(s, write, args), gate.Blocked)            # its resource not looked at yet
+    run(s, enough[0], enough[1], result=pulse_result(*enough))
+    assert isinstance(run(s, write, args), gate.Record)
     for tool, targs in not_enough:
-        run(s, tool, targs)
+        run(s, tool, targs, result=pulse_result(tool, targs))
         assert s.state == State.VERIFYING, f"{tool} {targs} must not verify {write}"
-    run(s, *enough)
+    run(s, enough[0], enough[1], result=pulse_result(*enough))
     assert s.state == State.READING
 
 
@@ -466,3 +485,66 @@ def test_finish_is_terminal():
         blocked = run(s, tool, args)
         assert isinstance(blocked, gate.Blocked) and blocked.code == gate.SESSION_FINISHED
     assert s.finish({"summary": "again"}).code == gate.SESSION_FINISHED
+
+
+# -- the ledger: host-wide, across sessions -------------------------------------------------------------------
+
+def sessions_on_one_ledger(*who: tuple[str, str, str]) -> list[gate.Session]:
+    """Sessions (id, agent, task) deciding on one store, as every `pulsectl mcp` on a host does."""
+    store = gate.MemoryStore(Clock())
+    return [gate.Session(sid, TEST_TOOLS, clock=Clock(), agent=agent, task=task, store=store)
+            for sid, agent, task in who]
+
+
+def test_one_change_at_a_time_per_resource_host_wide():
+    a, b = sessions_on_one_ledger(("s1", "alice", ""), ("s2", "bob", ""))
+    run(a, "lookup", {"name": "r"})
+    run(b, "lookup", {"name": "r"})
+    write = a.begin("poke", {"name": "r"})
+    refused = b.begin("poke", {"name": "r"})
+    assert isinstance(refused, gate.Blocked) and "being changed by alice" in refused.error["error"]["reason"]
+    assert isinstance(b.begin("poke", {"name": "other"}), gate.Blocked)    # other: never looked at
+    a.end(write, True, FOUND)
+    again = b.begin("poke", {"name": "r"})                                  # bob looked before alice's change
+    assert isinstance(again, gate.Blocked) and "was changed by alice" in again.error["error"]["reason"]
+    run(b, "read_one", {"name": "r"})
+    assert isinstance(b.begin("poke", {"name": "r"}), gate.Admitted)
+
+
+def test_a_new_session_of_the_same_agent_and_task_inherits_its_unverified_write():
+    first, second, other_task = sessions_on_one_ledger(("s1", "alice", "task-1"), ("s2", "alice", "task-1"),
+                                                       ("s3", "alice", "task-2"))
+    run(first, "lookup", {"name": "r"})
+    run(first, "poke", {"name": "r"})
+    assert second.state == State.VERIFYING and isinstance(second.finish({"summary": "x"}), gate.Blocked)
+    assert other_task.state == State.RESOLVING
+    run(second, "read_one", {"name": "r"})
+    assert first.state == second.state == State.READING
+
+
+def test_an_event_older_than_the_write_verifies_nothing():
+    s = gate.Session("p", gate.TOOLS, clock=Clock())
+    run(s, "events", {"target": "backup"}, result={"events": [{"id": 1, "target": "backup"}]})
+    run(s, "emit_effect", {"kind": "exec", "target": "backup"})
+    run(s, "events", {"target": "backup"}, result={"events": [{"id": 1, "target": "backup"}]})
+    assert s.state == State.VERIFYING
+    run(s, "events", {"target": "backup"}, result={"events": [{"id": 10**9, "target": "other"}]})
+    assert s.state == State.VERIFYING
+    run(s, "events", {"target": "backup"}, result={"events": [{"id": 10**9, "target": "backup"}]})
+    assert s.state == State.READING
+
+
+def test_a_cancelled_write_is_settled_by_its_effect():
+    s = at(State.READING)
+    write = s.begin("poke", {"name": "a"})
+    s.store.transact(lambda: gate.Record("gate-call", {"phase": "acting", "session": "s1", "call": write.ticket,
+                                                       "effect": "e1"}))
+    s.end(write, False, None, cancelled=True)
+    assert s.summary()["in_flight"] == 1 and isinstance(s.finish({"summary": "x"}), gate.Blocked)
+    s.store.transact(lambda: gate.Record("gate-call", {"phase": "settle", "session": "s1", "call": write.ticket,
+                                                       "acted": True}))
+    assert s.summary()["in_flight"] == 0 and s.state == State.VERIFYING
+    unlinked = at(State.READING)
+    write = unlinked.begin("poke", {"name": "a"})
+    unlinked.end(write, False, None, cancelled=True)                       # cancelled before any effect
+    assert unlinked.state == State.READING and unlinked.summary()["in_flight"] == 0

@@ -89,8 +89,10 @@ async def agent_session(home, answers: list[str]) -> dict:
         seen["other_read"] = await call("status", {})
         seen["second_write"] = await call("signal_process", {"name": "sleeper", "signal": "SIGTERM"})
         seen["verify"] = await call("find_process", {"name": "sleeper"})
+        seen["no_tasks"] = await call("list_tasks", {})                    # a write needs its resource looked at
         seen["task"] = await call("create_task", {"project": "ops", "title": "check the sleeper",
                                                   "prompt": "Find out why it was restarted."})
+        seen["events"] = await call("events", {})                           # no target: every target
         seen["refused"] = await call("emit_effect", {"kind": "exec", "params": {"argv": ["true"]}})
         seen["tasks"] = await call("list_tasks", {})
         seen["finish"] = await call("finish", {"summary": "restarted and verified"})
@@ -136,28 +138,34 @@ def test_an_agent_session_through_the_gate(host):
     assert [t["title"] for t in envelope(seen["tasks"])["data"]["tasks"]] == ["check the sleeper"]
     assert envelope(seen["finish"]) == {"ok": True, "data": {"finished": True, "state": "READING"}}
 
-    # What the session left in events.db.
+    # What the session left in events.db: the facts the gate decided on, each committed before the
+    # call went on (open; begin and end of each call; the effect a write committed; blocks; finish).
     every, blocks = host.events("gate-call"), host.events("gate-blocked")
     assert len({e["target"] for e in every + blocks}) == 1 and every[0]["source"] == "mcp"
-    # every call is a gate-call, blocked or not; ask_operator counts twice: the round that
-    # returned the question to the client, and the call with the answer that the gate judged
-    assert len(every) == 15
-    assert [e["data"].get("round") for e in every if e["data"]["tool"] == "ask_operator"] == ["question", None]
+    assert every[0]["data"] | {"pid": None, "started": None} == {
+        "phase": "open", "session": every[0]["target"], "agent": "operator-shell", "task": None, "pid": None,
+        "started": None}
     assert [e["data"]["code"] for e in blocks] == ["FSM_BLOCKED", "FSM_BLOCKED", "FSM_BLOCKED", "UNVERIFIED_WRITE",
                                                   "FSM_BLOCKED"]
-    refused = [e["data"] for e in every if "blocked" in e["data"]]
+    refused = [e["data"] for e in every if e["data"].get("phase") == "blocked"]
     assert [(c["tool"], c["blocked"]) for c in refused] == [(b["data"]["tool"], b["data"]["code"]) for b in blocks]
-    calls = [e for e in every if "blocked" not in e["data"]]
-    assert [e["data"]["tool"] for e in calls] == ["ask_operator", "ask_operator", "find_process", "restart_process", "status",
-                                                 "find_process", "create_task", "emit_effect", "list_tasks",
-                                                 "finish"]
+    # ask_operator counts twice: the round that returned the question to the client, and the call
+    # with the answer that the gate judged
+    calls = [e for e in every if e["data"].get("phase") in ("end", "finish") or e["data"].get("round")]
+    assert [e["data"]["tool"] for e in calls] == ["ask_operator", "ask_operator", "find_process", "restart_process",
+                                                 "status", "find_process", "list_tasks", "create_task", "events",
+                                                 "emit_effect", "list_tasks", "finish"]
+    begun = {e["data"]["call"]: e["id"] for e in every if e["data"].get("phase") == "begin"}
+    assert all(begun[e["data"]["call"]] < e["id"] for e in calls[2:-1])  # each began (committed) before it ended
     restart = calls[3]["data"]
     assert restart["state_before"] == "READING" and restart["state"] == "VERIFYING" and restart["acted"]
+    acting = [e["data"] for e in every if e["data"].get("phase") == "acting"]
+    assert [a["call"] for a in acting] == [restart["call"], calls[9]["data"]["call"]]
     verify = calls[5]["data"]
     assert verify["verified"] == ["process:sleeper"] and verify["state"] == "READING"
-    assert calls[6]["data"]["self_verified"] is True
-    assert calls[7]["data"]["acted"] is False and calls[7]["data"]["state"] == "READING"
-    assert calls[1]["data"]["state"] == "RESOLVING"            # ask_operator changed nothing
+    assert calls[7]["data"]["self_verified"] is True
+    assert calls[9]["data"]["acted"] is False and calls[9]["data"]["state"] == "READING"
+    assert calls[1]["data"]["state_before"] == "RESOLVING"     # ask_operator changed nothing
 
     agent_effects = [e for e in host.events("effect") if e["data"]["origin"] == "agent"]
     assert [e["data"]["kind"] for e in agent_effects] == ["restart-process", "exec"]
@@ -237,21 +245,24 @@ def test_the_operator_resets_a_live_session(host):
     seen = asyncio.run(asyncio.wait_for(reset_session(host), 120))
     assert code(seen["ask"]) == "NO_OPERATOR"
     assert not seen["write"].is_error and code(seen["blocked"]) == "FSM_BLOCKED"
-    assert seen["keep"].returncode == 0 and seen["keep"].stdout.strip().endswith("VERIFYING → READING")
+    assert seen["keep"].returncode == 0
+    assert seen["keep"].stdout.strip() == "operator-shell: VERIFYING → READING (forgot unverified process:sleeper)"
     assert not seen["finish"].is_error                          # the debt was dropped with the tracking
-    assert seen["plain"].returncode == 0 and seen["plain"].stdout.strip().endswith("READING → RESOLVING")
+    assert seen["plain"].returncode == 0
+    assert seen["plain"].stdout.strip() == "operator-shell: READING → RESOLVING (no unverified write)"
     assert envelope(seen["after"])["error"]["state"] == "RESOLVING"
-    resets = [e["data"] for e in host.events("gate-call") if e["data"]["tool"] == "reset"]
+    resets = [e["data"] for e in host.events("gate-call") if e["data"].get("tool") == "reset"]
     assert [r["keep_progress"] for r in resets] == [True, False]
-    gone = host.ctl("gate-reset", seen["session"])
-    assert gone.returncode == 1 and "not running" in gone.stderr
-    assert host.ctl("gate-reset", "nonsense").returncode == 2
+    forged = host.ctl("gate-reset", seen["session"] + "0")         # a session id is matched whole, never in part
+    assert forged.returncode == 1 and "no gate session" in forged.stderr
+    assert host.ctl("gate-reset").returncode == 2 and host.ctl("gate-reset", "--agent", "nobody").returncode == 1
+    assert len([e for e in host.events("gate-call") if e["data"].get("tool") == "reset"]) == 2   # nothing more
 
 
 def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     """Without the SDK or a pulsed: the gate and the tools, on a real events.db."""
     from pulse.store import db
-    from pulse.core.config import Config
+    from pulse.core.config import Config, Process
     from pulse.core.home import Paths
     from pulse.agents.toolserver import GatedSession, PulseTools
 
@@ -259,29 +270,33 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     home.mkdir()
     paths = Paths.for_client(home)
     events = db.open_events(paths.events_db)
-    session = GatedSession(PulseTools(paths, Config(), events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
+    config = Config(process=[Process(name="gw", match="^never-such-process$")])
+    session = GatedSession(PulseTools(paths, config, events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
 
     async def calls():
         return [await session.call(name, args) for name, args in (
-            ("list_tasks", {}),                                   # RESOLVING → READING
+            ("find_process", {"name": "gw"}),                     # RESOLVING → READING: looked at (not alive)
             ("restart_process", {"name": "gw"}),                  # no pulsed: refused before any effect
             ("status", {}),                                       # no pulsed: a failed read
-            ("no_such_tool", {}),                                 # a write by classification; not found
+            ("no_such_tool", {}),                                 # a write by classification: on nothing looked at
             ("list_tasks", {"status": "pending", "all": True}),   # an unknown argument: a write; refused
+            ("list_tasks", {}),
             ("create_task", {"project": "p", "title": "t"}),      # missing prompt
             ("finish", {"summary": "nothing changed"}),
         )]
     results = asyncio.run(calls())
     codes = [env["error"]["code"] if not env["ok"] else "ok" for env, _ in results]
-    assert codes == ["ok", "EXECUTION_CONTEXT_UNAVAILABLE", "EXECUTION_CONTEXT_UNAVAILABLE", "NOT_FOUND",
-                     "INVALID_INPUT", "INVALID_INPUT", "ok"]
-    assert all(text.startswith(code) for code, (_, text) in zip(codes[1:-1], results[1:-1]))
+    assert codes == ["ok", "EXECUTION_CONTEXT_UNAVAILABLE", "EXECUTION_CONTEXT_UNAVAILABLE", "FSM_BLOCKED",
+                     "FSM_BLOCKED", "ok", "INVALID_INPUT", "ok"]
+    assert all(text.startswith(code) for code, (_, text) in zip(codes, results) if code != "ok")
     assert session.gate.state.value == "READING" and db.list_effects(events) == []
-    calls_ = [e.data for e in db.read_events(events, types=("gate-call",))]
-    assert [c["tool"] for c in calls_] == ["list_tasks", "restart_process", "status", "no_such_tool", "list_tasks",
-                                          "create_task", "finish"]
-    assert calls_[3]["classified"] == "unknown tool" and calls_[4]["classified"].startswith("unrecognised")
-    assert all(c.get("acted") is False for c in calls_[1:6] if c["kind"] == "write")
+    calls_ = [e.data for e in db.read_events(events, types=("gate-call",))
+              if e.data["phase"] in ("end", "finish", "blocked")]
+    assert [c["tool"] for c in calls_] == ["find_process", "restart_process", "status", "no_such_tool", "list_tasks",
+                                          "list_tasks", "create_task", "finish"]
+    blocked = [e.data for e in db.read_events(events, types=("gate-blocked",))]
+    assert [b["classified"] for b in blocked] == ["unknown tool", "unrecognised arguments ['all']"]
+    assert all(c.get("acted") is False for c in calls_ if c["kind"] == "write" and c["phase"] == "end")
     events.close()
 
 

@@ -1,24 +1,30 @@
-"""The agent's safety gate: every tool call classified, and a per-session state machine that
-enforces in code what a prompt cannot (DESIGN §6).
+"""The agent's safety gate: every tool call classified, and a state machine per agent that
+enforces in code what a prompt cannot (DESIGN §6), host-wide and across sessions.
 
     RESOLVING ──resolve/read ok──▶ READING ──write returned──▶ VERIFYING
                                       ▲                            │
                                       └─ resolve/read ok: started after the write returned,
-                                         covering every resource it changed ◀┘
+                                         about every resource it changed ◀┘
 
-- No write without a validated target: writes are blocked in RESOLVING.
-- No second write until the last one is verified: writes are blocked in VERIFYING, and
-  only a read or resolve that *started after the write returned* and *covers the same
-  resource* verifies it (a write whose own result carries `verification.ok` is verified).
-- Calls in flight at once form a batch; a batch holds at most one write.
-- `finish` is refused with UNVERIFIED_WRITE while a write is unverified or in flight, and
-  ends the session: every call after it answers SESSION_FINISHED.
-- A read verifies only with evidence: an empty result (nothing found, no events) is about
-  nothing. A write that named no target touches its whole class ("target:*"), which only a
-  read of the whole class covers: a literal "*" argument is no wildcard.
+- A write on resource R needs R itself resolved or read by this agent, in a look that started
+  after the last write on R by anyone returned ("R was changed by <agent> after you last looked").
+- One change at a time per resource, host-wide: no write on R while any session's write on R is
+  in flight; and calls in flight at once in one agent's sessions hold at most one write.
+- No second write until the last one is verified: only a read or resolve that *started after
+  the write returned*, *covers the resource* and *returned evidence about it* verifies it (a
+  write whose own result carries `verification.ok` is verified). An empty result is about
+  nothing; a literal "*" argument is no wildcard: a write that named no target touches its whole
+  class ("target:*"), which only a look at the whole class that found one of it verifies.
+- `finish` is refused with UNVERIFIED_WRITE while a write is unverified or in flight, and ends
+  the session: every call after it answers SESSION_FINISHED.
 - Reads, resolves and user_input are never blocked; user_input never changes state.
 - A blocked attempt only counts (telemetry, and a recovery entry per tool + argument hash
   that expires after RECOVERY_TTL_S); no number of them waives the gate.
+
+The state is a fold of facts (the Ledger): a session's begin and end of each call, the effect
+a write committed, finish, the operator's reset. The durable store (pulse.agents.gatestore)
+commits each fact to events.db in the transaction that decided it, so a new session of the same
+agent and task inherits what the last one left unverified, and two sessions cannot both pass.
 
 Classification fails closed: an unknown tool, an argument a tool does not declare, or a
 discriminator value it does not list is a write. This is the descendant of another
@@ -26,8 +32,7 @@ project's gate (shared/research/rcourtman-pulse.md) with its known gaps closed: 
 any read verified any write, concurrent writes in one turn both passed, and recoveries
 matched on tool name alone.
 
-Pure: no I/O and no clock but the one passed in. Each step returns the Records the
-caller writes as `gate-call` / `gate-blocked` events.
+Pure: no I/O and no clock but the one passed in.
 """
 
 from __future__ import annotations
@@ -100,16 +105,16 @@ def touched(templates: tuple[str, ...], args: Mapping[str, Any]) -> frozenset[st
 
 
 def covered(templates: tuple[str, ...], args: Mapping[str, Any]) -> frozenset[Pattern]:
-    """Patterns a read or resolve covers. A template ending in '*' is a prefix; one whose
-    argument is missing covers nothing (a read of no particular thing verifies nothing)."""
+    """Patterns a read or resolve covers. A template ending in '*' is a prefix, and so is one whose
+    argument is missing: a read of no particular one looks at the whole class (what it verifies
+    still depends on what it returned)."""
     out = set()
     for t in templates:
         if t.endswith("*") and not _fields(t):
             out.add(Pattern(t[:-1], prefix=True))
             continue
         key = _fill(t, args)
-        if key is not None:
-            out.add(Pattern(key))
+        out.add(Pattern(key) if key is not None else Pattern(t.split("{", 1)[0], prefix=True))
     return frozenset(out)
 
 
@@ -139,6 +144,9 @@ class Descriptor:
     cases: Mapping[str, Kind] = field(default_factory=dict)   # its values; any other value is a write
     touches_fn: Callable[[Mapping[str, Any]], frozenset[str]] | None = None   # when templates cannot say
     verified_by: str = ""              # for writes: what verifies it, in words the model reads
+    evidence: Callable[[Call, Any], list[tuple[Pattern, int | None]]] | None = None
+    # for reads: what a result is about (a resource, and the event id it was seen at, if it says);
+    # default: everything it covers, if the result is not empty
     description: str = ""
 
 
@@ -245,8 +253,13 @@ class Blocked:
 
 @dataclass(frozen=True)
 class Admitted:
-    ticket: int
+    ticket: str                 # the call's id, unique on the host
     call: Call
+    record: Record | None       # its begin fact (none for user_input, which changes nothing)
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        return (self.record,) if self.record else ()
 
 
 @dataclass
@@ -259,157 +272,396 @@ class Recovery:
     attempts: int = 1
 
 
-@dataclass
-class _InFlight:
-    call: Call
-    started: int                # the session's step counter when it began
+# -- the ledger: every session's facts, folded ------------------------------------------------------------
+# The gate decides on facts, each the data of a gate-call event, folded in events.db order; a fact's
+# position is its event id, so "a read that started after the write returned" compares ids, host-wide.
+#   open     a session began          {session, agent, task, pid, started}
+#   begin    a call began             {session, call, tool, kind, touches, covers}
+#   acting   a write's effect is committed (in the effect's own transaction)   {session, call, effect}
+#   end      a call returned          {session, call, ok, acted, self_verified, evidence, cancelled}
+#   settle   a write whose caller is gone, or that was cancelled, settled from its effect's outcome
+#   blocked  a refused call;  finish  the session is done;  reset  the operator's, by agent (and task)
+# Who acts is the principal: (agent, task). A new session of the same principal inherits its
+# unverified writes and what it looked at; restarting or killing the server forgets nothing.
+
+Principal = tuple[str, str]
 
 
 @dataclass
-class _LastWrite:
+class Flight:
+    """A call that began and has not returned."""
+    call: str
+    session: str
+    kind: Kind
     tool: str
     touches: frozenset[str]
-    returned: int               # the step counter when it returned
-    unverified: set[str]
+    covers: frozenset[Pattern]
+    began: int
+    effect: str | None = None       # the effect a write committed, once it did
+    cancelled: bool = False         # the client gave up on it; its effect's outcome settles it
+
+
+@dataclass
+class Debt:
+    tool: str
+    returned: int
+
+
+@dataclass
+class Change:
+    returned: int
+    agent: str
+    ts: float
+
+
+@dataclass
+class Actor:
+    looked: dict[Pattern, int] = field(default_factory=dict)   # pattern → where its latest good look began
+    unverified: dict[str, Debt] = field(default_factory=dict)   # resource → the write that left it so
+
+
+@dataclass
+class SessionFacts:
+    agent: str
+    task: str
+    pid: int | None = None
+    started: float | None = None    # its process's start time: a pid alone may be reused
+    opened: float = 0.0
+    last: float = 0.0
+    calls: int = 0
+    blocked: int = 0
+    finished: bool = False
+
+
+def conflicts(a: str, b: str) -> bool:
+    """Two resource keys name overlapping things ("process:*" is every process)."""
+    if a == b:
+        return True
+    if a.endswith("*"):
+        return b.startswith(a[:-1])
+    return b.endswith("*") and a.startswith(b[:-1])
+
+
+def about(evidence: Pattern, key: str) -> bool:
+    """A read's evidence is about `key`: that resource, or for a whole class, any of its members."""
+    return evidence.text.startswith(key[:-1]) if key.endswith("*") else evidence.covers(key)
+
+
+class Ledger:
+    """What every session on the host has done, folded from its facts. Pure."""
+
+    def __init__(self):
+        self.position = 0
+        self.sessions: dict[str, SessionFacts] = {}
+        self.actors: dict[Principal, Actor] = {}
+        self.flights: dict[str, Flight] = {}
+        self.changes: dict[str, Change] = {}
+
+    def principal(self, session: str) -> Principal:
+        s = self.sessions.get(session)
+        return (s.agent, s.task) if s else (session, "")
+
+    def actor(self, principal: Principal) -> Actor:
+        return self.actors.setdefault(principal, Actor())
+
+    def state(self, principal: Principal) -> State:
+        actor = self.actors.get(principal)
+        if actor is not None and actor.unverified:
+            return State.VERIFYING
+        return State.READING if actor is not None and actor.looked else State.RESOLVING
+
+    def apply(self, position: int, ts: float, fact: Mapping[str, Any]) -> list[str]:
+        """Fold one fact; returns what it verified (a read's end)."""
+        self.position = max(self.position, position)
+        phase, sid = fact.get("phase"), fact.get("session")
+        if phase == "open":
+            self.sessions[sid] = SessionFacts(fact.get("agent") or sid, fact.get("task") or "", fact.get("pid"),
+                                              fact.get("started"), opened=ts)
+        session = self.sessions.get(sid) if sid else None
+        if session is not None:
+            session.last = ts
+        if phase == "begin":
+            self.flights[fact["call"]] = Flight(
+                fact["call"], sid, Kind(fact["kind"]), fact["tool"], frozenset(fact.get("touches", ())),
+                frozenset(Pattern(t, bool(prefix)) for t, prefix in fact.get("covers", ())), position)
+            if session is not None:
+                session.calls += 1
+        elif phase == "acting" and fact.get("call") in self.flights:
+            self.flights[fact["call"]].effect = fact.get("effect")
+        elif phase == "end" and fact.get("call") in self.flights:
+            flight = self.flights[fact["call"]]
+            if fact.get("cancelled") and flight.kind == Kind.WRITE and flight.effect and fact.get("acted") is None:
+                flight.cancelled = True          # its effect may still act: settled once it ends
+                return []
+            del self.flights[fact["call"]]
+            return self._returned(flight, position, ts, fact)
+        elif phase == "settle" and fact.get("call") in self.flights:
+            return self._returned(self.flights.pop(fact["call"]), position, ts, {"acted": fact.get("acted")})
+        elif phase == "blocked" and session is not None:
+            session.blocked += 1
+        elif phase == "finish" and session is not None:
+            session.finished = True
+        elif phase == "reset":
+            for (agent, task), actor in self.actors.items():
+                if agent == fact.get("agent") and fact.get("task") in (None, task):
+                    actor.unverified.clear()
+                    if not fact.get("keep_progress"):
+                        actor.looked.clear()
+        return []
+
+    def _returned(self, flight: Flight, position: int, ts: float, fact: Mapping[str, Any]) -> list[str]:
+        principal = self.principal(flight.session)
+        actor = self.actor(principal)
+        if flight.kind == Kind.WRITE:
+            if fact.get("acted"):
+                for key in flight.touches:
+                    self.changes[key] = Change(position, principal[0], ts)
+                    if fact.get("self_verified"):
+                        actor.looked[Pattern(key)] = position      # its own result is a look after it
+                    else:
+                        actor.unverified[key] = Debt(flight.tool, position)
+            return []
+        if flight.kind not in (Kind.READ, Kind.RESOLVE) or not fact.get("ok"):
+            return []
+        for p in flight.covers:
+            actor.looked[p] = max(actor.looked.get(p, 0), flight.began)
+        evidence = [(Pattern(t, bool(prefix)), at) for t, prefix, at in fact.get("evidence", ())]
+        done = sorted(key for key, debt in actor.unverified.items()
+                      if flight.began > debt.returned and is_covered(key, flight.covers)
+                      and any(about(e, key) and (at is None or at > debt.returned) for e, at in evidence))
+        for key in done:
+            del actor.unverified[key]
+        return done
+
+    # -- decisions ------------------------------------------------------------------------
+
+    def write_refusal(self, session: str, call: Call) -> str | None:
+        """Why `session` may not make this write now, or None. Reasons describe the constraint;
+        they never name a tool to call."""
+        principal = self.principal(session)
+        actor = self.actors.get(principal) or Actor()
+        if actor.unverified:
+            debt = max(actor.unverified.values(), key=lambda d: d.returned)
+            return (f"the last write ({debt.tool} on {', '.join(sorted(actor.unverified))}) is unverified: it needs "
+                    "a successful read or resolve of the same resource that started after the write returned "
+                    "and found it")
+        for flight in self.flights.values():
+            if flight.kind != Kind.WRITE:
+                continue
+            if self.principal(flight.session) == principal:
+                return "another write is in flight; calls running at once may hold at most one write"
+            busy = sorted(j for j in flight.touches if any(conflicts(j, k) for k in call.touches))
+            if busy:
+                return (f"{busy[0]} is being changed by {self.principal(flight.session)[0]} right now; "
+                        "one change at a time per resource")
+        for key in sorted(call.touches):
+            seen = max((at for p, at in actor.looked.items() if p.covers(key)), default=None)
+            if seen is None:
+                return (f"{key} has not been resolved or read by this agent; a write needs that very resource "
+                        "looked at first")
+            change = max((c for k, c in self.changes.items() if conflicts(k, key)), key=lambda c: c.returned,
+                         default=None)
+            if change is not None and seen < change.returned:
+                when = time.strftime("%H:%M:%SZ", time.gmtime(change.ts))
+                return f"{key} was changed by {change.agent} at {when} after you last looked; look again first"
+        return None
+
+    def finish_refusal(self, session: str) -> str | None:
+        principal = self.principal(session)
+        actor = self.actors.get(principal)
+        if actor is not None and actor.unverified:
+            debt = max(actor.unverified.values(), key=lambda d: d.returned)
+            return (f"a write is unverified ({debt.tool} on {', '.join(sorted(actor.unverified))}); the session "
+                    "cannot finish on an unverified change")
+        if any(f.kind == Kind.WRITE and self.principal(f.session) == principal for f in self.flights.values()):
+            return "a write is unverified (a write still in flight); the session cannot finish on an unverified change"
+        return None
+
+    def summary(self, session: str) -> dict:
+        """One session as `pulsectl gate sessions` shows it."""
+        s = self.sessions.get(session) or SessionFacts(session, "")
+        principal = (s.agent, s.task)
+        actor = self.actors.get(principal) or Actor()
+        return {"session": session, "agent": s.agent, "task": s.task or None, "pid": s.pid,
+                "state": "FINISHED" if s.finished else str(self.state(principal)),
+                "unverified": sorted(actor.unverified), "calls": s.calls, "blocked": s.blocked,
+                "in_flight": sum(1 for f in self.flights.values() if f.session == session),
+                "opened": s.opened, "last": s.last}
+
+
+def records_of(outcome: Any) -> tuple[Record, ...]:
+    return (outcome,) if isinstance(outcome, Record) else outcome.records
+
+
+def complete(ledger: Ledger, record: Record, position: int, ts: float) -> None:
+    """Fold a fact about to be committed at `position`, and add to it what the fold says (what it
+    verified, the state after), so the event tells the whole step."""
+    if record.type != "gate-call":
+        return
+    verified = ledger.apply(position, ts, record.data)
+    if verified:
+        record.data["verified"] = verified
+    if record.data.get("phase") in ("begin", "end", "settle", "finish") and "session" in record.data:
+        record.data["state"] = str(ledger.state(ledger.principal(record.data["session"])))
+
+
+class MemoryStore:
+    """Facts kept in memory, positioned as they come: the gate alone, for tests and a single process."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self.ledger, self.clock = Ledger(), clock
+
+    def transact(self, decide: Callable[[], Any]) -> Any:
+        """Decide on the ledger as it is; commit (here: fold) the records the outcome carries."""
+        outcome = decide()
+        for record in records_of(outcome):
+            complete(self.ledger, record, self.ledger.position + 1, self.clock())
+        return outcome
+
+
+def reset_fact(agent: str, task: str | None, keep_progress: bool, by: str = "operator") -> Record:
+    """The operator's reset of an agent (of one task, or None: all its tasks)."""
+    return Record("gate-call", {"phase": "reset", "tool": "reset", "kind": "reset", "agent": agent,
+                                "task": task, "keep_progress": keep_progress, "by": by})
 
 
 # -- the session ------------------------------------------------------------------------------------------
 
 class Session:
-    """One agent session's gate. `begin` before a tool runs, `end` after it returns;
-    `finish` when the agent says it is done; `reset` from the operator's side."""
+    """One agent session's view of the gate. `begin` before a tool runs, `end` after it returns,
+    `finish` when the agent says it is done; `reset` is the operator's. Each decision is taken on
+    the store's ledger and committed as a fact before the call proceeds (`store.transact`)."""
 
     def __init__(self, session_id: str, tools: Mapping[str, Descriptor], clock: Callable[[], float] = time.time,
-                 recovery_ttl_s: float = RECOVERY_TTL_S):
+                 recovery_ttl_s: float = RECOVERY_TTL_S, agent: str | None = None, task: str = "",
+                 store: Any = None):
         check_registry(tools)
         self.id = session_id
         self.tools = tools
         self.clock = clock
         self.recovery_ttl_s = recovery_ttl_s
-        self.state = State.RESOLVING
-        self.step = 0                               # orders begins and ends: "started after it returned"
-        self.in_flight: dict[int, _InFlight] = {}
-        self.last_write: _LastWrite | None = None
-        self.blocked = 0                            # telemetry only: never waives anything
-        self.finished = False                       # after finish, every call is refused
+        self.agent, self.task = agent or session_id, task
+        self.store = store if store is not None else MemoryStore(clock)
+        self.calls = 0
+        self.blocked = 0                            # this process's count; the ledger keeps the session's
         self.recoveries: dict[tuple[str, str], Recovery] = {}
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.store.ledger
+
+    @property
+    def principal(self) -> Principal:
+        return (self.agent, self.task)
+
+    @property
+    def state(self) -> State:
+        return self.ledger.state(self.principal)
+
+    @property
+    def finished(self) -> bool:
+        facts = self.ledger.sessions.get(self.id)
+        return facts is not None and facts.finished
+
+    def open(self, pid: int | None = None, started: float | None = None) -> Record:
+        """The session's first fact: who acts, and its process (to settle what it leaves in flight)."""
+        return self.store.transact(lambda: Record("gate-call", {
+            "phase": "open", "session": self.id, "agent": self.agent, "task": self.task or None,
+            "pid": pid, "started": started}))
+
+    def _opened(self) -> None:
+        if self.id not in self.ledger.sessions:     # not opened (the gate alone): its first call does
+            self.ledger.sessions[self.id] = SessionFacts(self.agent, self.task, opened=self.clock())
 
     # -- before a call ------------------------------------------------------------------
 
     def begin(self, tool: str, args: Any) -> Admitted | Blocked:
         call = classify(self.tools, tool, args)
+        return self.store.transact(lambda: self._begin(call))
+
+    def _begin(self, call: Call) -> Admitted | Blocked:
+        self._opened()
         if self.finished:
             return self._block(SESSION_FINISHED, call, "the session called finish; it takes no more calls")
-        reason = self._write_refusal(call) if call.kind == Kind.WRITE else None
+        reason = self.ledger.write_refusal(self.id, call) if call.kind == Kind.WRITE else None
         if reason is not None:
             return self._block(FSM_BLOCKED, call, reason)
-        self.step += 1
-        self.in_flight[self.step] = _InFlight(call, self.step)
-        return Admitted(self.step, call)
-
-    def _write_refusal(self, call: Call) -> str | None:
-        if self.state == State.RESOLVING:
-            return "no target has been validated in this session yet; writes need a validated target"
-        if any(f.call.kind == Kind.WRITE for f in self.in_flight.values()):
-            return "another write is in flight; calls running at once may hold at most one write"
-        if self.state == State.VERIFYING:
-            w = self.last_write
-            return (f"the last write ({w.tool} on {', '.join(sorted(w.unverified))}) is unverified: it needs a "
-                    "successful read or resolve of the same resource that started after the write returned")
-        return None
+        self.calls += 1
+        ticket = f"{self.id}#{self.calls}"
+        if call.kind == Kind.USER_INPUT:            # changes nothing: only its end is recorded
+            return Admitted(ticket, call, None)
+        data = {"phase": "begin", "session": self.id, "call": ticket, "tool": call.tool, "kind": str(call.kind),
+                "args_hash": call.args_hash, "state_before": str(self.state)}
+        if call.touches:
+            data["touches"] = sorted(call.touches)
+        if call.covers:
+            data["covers"] = sorted([p.text, p.prefix] for p in call.covers)
+        if call.why:
+            data["classified"] = call.why
+        return Admitted(ticket, call, Record("gate-call", data))
 
     # -- after a call -------------------------------------------------------------------
 
-    def end(self, ticket: int, ok: bool, result: Any = None, acted: bool | None = None) -> Record:
-        """The call `ticket` returned. `ok`: it succeeded. For a write, `acted` says whether the
-        host may have changed (default: ok); a write that acted, even if it failed, must be
-        verified like one that succeeded."""
-        flight = self.in_flight.pop(ticket)
-        self.step += 1
-        call, before = flight.call, self.state
-        verified: list[str] = []
-        self_verified = False
-        if call.kind == Kind.WRITE and (ok if acted is None else acted):
-            self_verified = ok and has_verification(result)
-            self._wrote(call, self_verified)
-        elif ok and call.kind in (Kind.READ, Kind.RESOLVE):
-            verified = self._observed(flight, has_evidence(result))
-        recovered = self._recovered(call) if ok else None
-        data = {"session": self.id, "ticket": ticket, "tool": call.tool, "kind": str(call.kind),
-                "args_hash": call.args_hash, "ok": ok, "state_before": str(before), "state": str(self.state)}
+    def end(self, admitted: Admitted, ok: bool, result: Any = None, acted: bool | None = None,
+            cancelled: bool = False) -> Record:
+        """The call returned. `ok`: it succeeded. For a write, `acted` says whether the host may have
+        changed (default: ok); a write that acted, even if it failed, must be verified like one that
+        succeeded. `cancelled`: the client gave up on it; if it committed an effect and `acted` is
+        not known, the effect's outcome settles it."""
+        return self.store.transact(lambda: self._end(admitted, ok, result, acted, cancelled))
+
+    def _end(self, admitted: Admitted, ok: bool, result: Any, acted: bool | None, cancelled: bool) -> Record:
+        call = admitted.call
+        data: dict = {"phase": "end", "session": self.id, "call": admitted.ticket, "tool": call.tool,
+                      "kind": str(call.kind), "args_hash": call.args_hash, "ok": ok, "state_before": str(self.state)}
         if call.kind == Kind.WRITE:
-            data.update(touches=sorted(call.touches), acted=ok if acted is None else acted,
-                        self_verified=self_verified)
+            did = None if cancelled and acted is None else (ok if acted is None else acted)
+            data.update(touches=sorted(call.touches), acted=did,
+                        self_verified=bool(did) and ok and has_verification(result))
+        elif ok and call.kind in (Kind.READ, Kind.RESOLVE):
+            d = self.tools.get(call.tool)
+            found = d.evidence(call, result) if d is not None and d.evidence is not None else \
+                ([(p, None) for p in call.covers] if has_evidence(result) else [])
+            data["evidence"] = [[p.text, p.prefix, at] for p, at in sorted(found, key=lambda f: str(f[0]))]
         if call.covers:
             data["covers"] = sorted(str(p) for p in call.covers)
-        if verified:
-            data["verified"] = verified
+        if cancelled:
+            data["cancelled"] = True
         if call.why:
             data["classified"] = call.why
-        if recovered:
+        if ok and (recovered := self._recovered(call)):
             data["recovered"] = recovered
         return Record("gate-call", data)
-
-    def _wrote(self, call: Call, self_verified: bool) -> None:
-        if self_verified:
-            return   # its own result verified it: no debt to pay
-        unverified = set(call.touches)
-        if self.state == State.VERIFYING and self.last_write is not None:
-            unverified |= self.last_write.unverified   # never forget an older debt
-        self.last_write = _LastWrite(call.tool, call.touches, self.step, unverified)
-        self.state = State.VERIFYING
-
-    def _observed(self, flight: _InFlight, evidence: bool) -> list[str]:
-        """A read or resolve succeeded: the target is validated; if it returned something (an
-        empty result is about nothing), maybe a write is verified."""
-        if self.state == State.RESOLVING:
-            self.state = State.READING
-            return []
-        w = self.last_write
-        if self.state != State.VERIFYING or w is None or flight.started <= w.returned or not evidence:
-            return []   # a read that began before the write returned saw the world before it
-        done = sorted(k for k in w.unverified if is_covered(k, flight.call.covers))
-        w.unverified.difference_update(done)
-        if not w.unverified:
-            self.state = State.READING
-        return done
 
     # -- the agent's "I'm done" ---------------------------------------------------------
 
     def finish(self, args: Any = None) -> Record | Blocked:
         call = Call("finish", Kind.USER_INPUT, args_hash(args or {}))
+        return self.store.transact(lambda: self._finish(call))
+
+    def _finish(self, call: Call) -> Record | Blocked:
+        self._opened()
         if self.finished:
             return self._block(SESSION_FINISHED, call, "the session already finished")
-        if self.state == State.VERIFYING or any(f.call.kind == Kind.WRITE for f in self.in_flight.values()):
-            w = self.last_write
-            what = f"{w.tool} on {', '.join(sorted(w.unverified))}" if w and self.state == State.VERIFYING \
-                else "a write still in flight"
-            return self._block(UNVERIFIED_WRITE, call, f"a write is unverified ({what}); the session cannot "
-                                                       "finish on an unverified change")
-        recovered = self._recovered(call)
-        self.finished = True       # terminal: every later call answers SESSION_FINISHED
-        data = {"session": self.id, "tool": "finish", "kind": "finish", "ok": True, "state": str(self.state)}
-        if recovered:
+        reason = self.ledger.finish_refusal(self.id)
+        if reason is not None:
+            return self._block(UNVERIFIED_WRITE, call, reason)
+        data = {"phase": "finish", "session": self.id, "tool": "finish", "kind": "finish", "ok": True}
+        if recovered := self._recovered(call):
             data["recovered"] = recovered
         return Record("gate-call", data)
 
     # -- reset (the operator's, never a tool the agent holds) ------------------------------------------
 
     def reset(self, keep_progress: bool = False) -> Record:
-        """Plain: back to RESOLVING, forgetting the target, any unverified write and the
-        recoveries. keep_progress: drop verification tracking but keep the validated target
-        (VERIFYING → READING; RESOLVING stays RESOLVING), and keep the recoveries."""
+        """Forget this principal's unverified writes; plain also forgets what it looked at (back to
+        RESOLVING) and this session's recoveries."""
         before = self.state
-        self.last_write = None
-        if keep_progress:
-            if self.state == State.VERIFYING:
-                self.state = State.READING
-        else:
-            self.state = State.RESOLVING
+        record = self.store.transact(lambda: reset_fact(self.agent, self.task, keep_progress))
+        if not keep_progress:
             self.recoveries.clear()
-        return Record("gate-call", {"session": self.id, "tool": "reset", "kind": "reset",
-                                    "keep_progress": keep_progress, "state_before": str(before),
-                                    "state": str(self.state)})
+        record.data.update(state_before=str(before), state=str(self.state))
+        return record
 
     # -- blocks and recoveries ----------------------------------------------------------
 
@@ -417,15 +669,16 @@ class Session:
         self.blocked += 1
         recovery = self._track(code, call)
         kind = "finish" if call.tool == "finish" else str(call.kind)
-        error = {"ok": False, "error": {"code": code, "state": str(self.state), "tool": call.tool, "kind": kind,
+        state = str(self.state)
+        error = {"ok": False, "error": {"code": code, "state": state, "tool": call.tool, "kind": kind,
                                         "reason": reason, "recoverable": True}}
-        data = {"session": self.id, "tool": call.tool, "kind": kind, "args_hash": call.args_hash, "code": code,
-                "state": str(self.state), "reason": reason, "blocked_total": self.blocked,
-                "attempts": recovery.attempts}
+        data = {"session": self.id, "agent": self.agent, "tool": call.tool, "kind": kind,
+                "args_hash": call.args_hash, "code": code, "state": state, "reason": reason,
+                "blocked_total": self.blocked, "attempts": recovery.attempts}
         if call.why:
             data["classified"] = call.why
-        as_call = {"session": self.id, "tool": call.tool, "kind": kind, "args_hash": call.args_hash, "ok": False,
-                   "blocked": code, "state_before": str(self.state), "state": str(self.state)}
+        as_call = {"phase": "blocked", "session": self.id, "tool": call.tool, "kind": kind,
+                   "args_hash": call.args_hash, "ok": False, "blocked": code, "state_before": state, "state": state}
         return Blocked(error, Record("gate-call", as_call), Record("gate-blocked", data))
 
     def _expire(self) -> None:
@@ -453,17 +706,15 @@ class Session:
     def summary(self) -> dict:
         """The session's gate as telemetry (for a status line or a test)."""
         self._expire()
-        w = self.last_write
-        return {"session": self.id, "state": str(self.state), "blocked": self.blocked,
-                "in_flight": len(self.in_flight), "recoveries": len(self.recoveries),
-                "unverified": sorted(w.unverified) if w and self.state == State.VERIFYING else []}
+        return {**self.ledger.summary(self.id), "recoveries": len(self.recoveries)}
 
 
 def has_evidence(result: Any) -> bool:
-    """A read's result is about something: not empty (no events, no samples, nothing found)."""
+    """A read's result is about something: not empty (no events, no samples, nothing found). In a
+    mapping, its lists and mappings say; scalars beside them (a count, a time) are about nothing."""
     if isinstance(result, Mapping):
-        lists = [v for v in result.values() if isinstance(v, (list, tuple))]
-        return bool(result) and not (lists and len(lists) == len(result) and not any(lists))
+        containers = [v for v in result.values() if isinstance(v, (list, tuple, Mapping))]
+        return any(containers) if containers else bool(result)
     return result not in (None, "", [], ())
 
 
@@ -497,6 +748,26 @@ def effect_touches(args: Mapping[str, Any]) -> frozenset[str]:
     return frozenset({f"target:{name}"})
 
 
+def events_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
+    """`events` is about the targets of the events it returned, as of each one's id: a write on R
+    is verified by an event targeting R written after the write returned, not by an older one."""
+    latest: dict[str, int] = {}
+    for ev in result.get("events", ()) if isinstance(result, Mapping) else ():
+        if ev.get("target") is not None:
+            latest[ev["target"]] = max(latest.get(ev["target"], 0), ev.get("id") or 0)
+    return [(Pattern(f"target:{t}"), at) for t, at in latest.items()]
+
+
+def vitals_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
+    return [(Pattern(f"vital:{key}"), None) for key in (result or {}).get("vitals", {})]
+
+
+def process_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
+    """find_process is about the process it looked up, found alive or reported dead."""
+    name = result.get("name") if isinstance(result, Mapping) else None
+    return [(Pattern(f"process:{name}"), None)] if name else []
+
+
 def _tool(name: str, kind: Kind, params: Mapping[str, Arg] | None = None, **kw) -> Descriptor:
     return Descriptor(name=name, kind=kind, params=params or {}, **kw)
 
@@ -504,7 +775,7 @@ def _tool(name: str, kind: Kind, params: Mapping[str, Arg] | None = None, **kw) 
 TOOLS: dict[str, Descriptor] = {d.name: d for d in (
     # resolve: find what to act on
     _tool("find_process", Kind.RESOLVE, {"name": Arg("string", "A configured [[process]] name.", required=True)},
-          covers=("process:{name}",),
+          covers=("process:{name}",), evidence=process_evidence,
           description="Look up one configured critical process now: its pid, whether it is alive, its command."),
     _tool("list_workers", Kind.RESOLVE, covers=("worker:*",),
           description="Pulse's workers (watcher, tick, executor, engine) and their states, live from pulsed."),
@@ -514,14 +785,14 @@ TOOLS: dict[str, Descriptor] = {d.name: d for d in (
     _tool("status", Kind.READ, covers=("worker:*",),
           description="pulsectl status as JSON: the supervisor and every worker."),
     _tool("vitals", Kind.READ, {"key": Arg("string", "One vital key, or a prefix ending in *.")},
-          covers=("vital:{key}",),
+          covers=("vital:{key}",), evidence=vitals_evidence,
           description="The latest sample of each vital key (or of one key, or a prefix ending in *)."),
     _tool("events", Kind.READ, {
               "type": Arg("string", "Only events of this type."),
               "target": Arg("string", "Only events about this target."),
               "since": Arg("string", "An ISO time or a duration such as 10m."),
               "limit": Arg("integer", "At most this many, newest last (default 50, at most 500).")},
-          covers=("target:{target}",),
+          covers=("target:{target}",), evidence=events_evidence,
           description="Recent events from events.db, optionally of one type, one target, since a time."),
     _tool("log_tail", Kind.READ, {
               "worker": Arg("string", "Only this process's lines (pulsed, watcher, tick, ...)."),

@@ -20,9 +20,9 @@ calls in flight at once really are concurrent (the gate's batch rule sees them t
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
-import signal
 import sys
 import time
 import uuid
@@ -34,6 +34,7 @@ from pulse.store import db
 from pulse.agents import tasks
 from pulse.core import wire
 from pulse.core.config import Config
+from pulse.core.config import Gate as GateLimits
 from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.home import Paths
 
@@ -43,6 +44,8 @@ LIST_LIMIT = 200
 
 
 Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
+# The gate's fact naming the effect a write commits, written in the effect's own transaction.
+ACTING: contextvars.ContextVar[Callable[[str], wire.Event] | None] = contextvars.ContextVar("acting", default=None)
 
 
 class ToolError(Exception):
@@ -67,21 +70,19 @@ FINISH_PARAMS = {"summary": gate.Arg("string", "What was done and how it was ver
 _JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool}
 
 
-MAX_STRING_BYTES = 4 * 1024       # any one string argument, anywhere in the arguments
-MAX_CALL_BYTES = 64 * 1024        # all of one call's arguments, as JSON
 PREVIEW_CHARS = 200
 
 
-def oversized(args: Any) -> str | None:
-    """Why a call's arguments are too large, or None."""
+def oversized(args: Any, limits: GateLimits) -> str | None:
+    """Why a call's arguments are too large ([gate] in config.toml), or None."""
     size = len(json.dumps(args, default=str).encode())
-    if size > MAX_CALL_BYTES:
-        return f"the arguments are {size} bytes; at most {MAX_CALL_BYTES} in one call"
+    if size > limits.max_call_bytes:
+        return f"the arguments are {size} bytes; at most {limits.max_call_bytes} in one call"
     stack = [args]
     while stack:
         value = stack.pop()
-        if isinstance(value, str) and len(value.encode()) > MAX_STRING_BYTES:
-            return f"a string argument is {len(value.encode())} bytes; at most {MAX_STRING_BYTES}"
+        if isinstance(value, str) and len(value.encode()) > limits.max_string_bytes:
+            return f"a string argument is {len(value.encode())} bytes; at most {limits.max_string_bytes}"
         if isinstance(value, dict):
             stack += [*value.keys(), *value.values()]
         elif isinstance(value, (list, tuple)):
@@ -134,13 +135,19 @@ class PulseTools:
         self.paths, self.config, self.events = paths, config, events
         self.to_thread, self.sleep = to_thread, sleep     # anyio's, passed in: this module imports no async lib
 
-    async def run(self, name: str, args: dict, operator: Operator | None = None) -> dict:
-        """`operator`: how the transport reaches a person for ask_operator, if it can."""
+    async def run(self, name: str, args: dict, operator: Operator | None = None,
+                  acting: Callable[[str], wire.Event] | None = None) -> dict:
+        """`operator`: how the transport reaches a person for ask_operator, if it can. `acting`: the
+        gate's fact to commit with a write's effect (which effect this call's write is)."""
         method = getattr(self, f"tool_{name}", None)
         if name not in gate.TOOLS or method is None:
             raise ToolError("NOT_FOUND", f"no tool {name!r}")
         args = checked_args(name, args, gate.TOOLS[name].params)
-        return await (method(operator=operator, **args) if name == "ask_operator" else method(**args))
+        token = ACTING.set(acting)      # per task: calls in flight at once each keep their own
+        try:
+            return await (method(operator=operator, **args) if name == "ask_operator" else method(**args))
+        finally:
+            ACTING.reset(token)
 
     # -- resolve --------------------------------------------------------------------------
 
@@ -272,7 +279,8 @@ class PulseTools:
         t = self.config.timings
         effect = db.new_effect(effect, "agent", t.effect_deadline_s)
         mark = db.last_event_id(self.events)
-        db.commit_effects(self.events, [effect], "mcp")
+        acting = ACTING.get()
+        db.commit_effects(self.events, [effect], "mcp", events=[acting(effect.id)] if acting else ())
         client.ring(self.paths, "doorbell", wire.Doorbell("mcp"))
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
         while (state := db.effect_state(self.events, effect.id)) in EFFECT_OPEN:
@@ -335,20 +343,28 @@ def _create_time(proc) -> float | None:
 # -- one gated session ------------------------------------------------------------------------------------
 
 class GatedSession:
-    """gate.begin → the tool → gate.end, every step recorded in events.db."""
+    """gate.begin → the tool → gate.end, each step a fact committed to events.db before the call
+    goes on (pulse.agents.gatestore). `agent` and `task` name who acts: a new session of the same
+    agent and task inherits what the last one left unverified."""
 
-    def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time):
+    def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time,
+                 agent: str = "operator-shell", task: str = ""):
+        from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
-        self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", gate.TOOLS, clock)
+        self.store = DurableStore(tools.events)
+        self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", gate.TOOLS, clock,
+                                 agent=agent, task=task, store=self.store)
+        self.gate.open(pid=os.getpid(), started=stamp(os.getpid()))
 
     def record(self, *records: gate.Record) -> None:
+        """Facts that change no state (an oversized call, an operator's question round)."""
         db.append_events(self.tools.events, [db.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
 
     async def call(self, name: str, args: Any, operator: Operator | None = None) -> tuple[dict, str]:
         """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
         or {"ok": false, "error": {"code": ..., ...}}; a block's code leads its text."""
         args = args if args is not None else {}
-        too_big = oversized(args)
+        too_big = oversized(args, self.tools.config.gate)
         if too_big is not None:     # recorded by hash and a preview: a call never grows events.db by its size
             encoded = json.dumps(args, default=str)
             self.record(gate.Record("gate-call", {"session": self.gate.id, "tool": name, "ok": False,
@@ -360,25 +376,30 @@ class GatedSession:
             return self.finish(args)
         admitted = self.gate.begin(name, args)
         if isinstance(admitted, gate.Blocked):
-            self.record(*admitted.records)
             return admitted.error, admitted.text()
+        write = admitted.call.kind == gate.Kind.WRITE
         try:
-            data = await self.tools.run(name, args, operator)
+            data = await self.tools.run(name, args, operator, self.acting(admitted) if write else None)
         except ToolError as err:
-            self.record(self.gate.end(admitted.ticket, False, None, err.acted))
+            self.gate.end(admitted, False, None, err.acted)
             return err.envelope(), f"{err.code}: {err.message}\n{json.dumps(err.envelope(), default=str)}"
         except Exception as err:   # a bug here must not leave the call in flight, or hide a write that acted
-            write = admitted.call.kind == gate.Kind.WRITE
-            self.record(self.gate.end(admitted.ticket, False, None, acted=write))
+            self.gate.end(admitted, False, None, acted=write)
             failed = ToolError("EXECUTION_FAILED", f"{type(err).__name__}: {err}")
             return failed.envelope(), f"{failed.code}: {failed.message}"
-        self.record(self.gate.end(admitted.ticket, True, data))
+        except BaseException:      # cancelled by the client: recorded; its effect's outcome settles a write
+            self.gate.end(admitted, False, None, cancelled=True)
+            raise
+        self.gate.end(admitted, True, data)
         envelope = {"ok": True, "data": data}
         return envelope, json.dumps(envelope, default=str)
 
-    def reset(self, keep_progress: bool = False) -> None:
-        """The operator's reset (never a tool: the agent cannot wear its own gate down)."""
-        self.record(self.gate.reset(keep_progress))
+    def acting(self, admitted: gate.Admitted) -> Callable[[str], wire.Event]:
+        """The fact that links a write to the effect it commits, written in the effect's transaction."""
+        def fact(effect_id: str) -> wire.Event:
+            return db.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
+                                                                     "call": admitted.ticket, "effect": effect_id})
+        return fact
 
     def finish(self, args: dict) -> tuple[dict, str]:
         try:
@@ -387,16 +408,13 @@ class GatedSession:
             return err.envelope(), f"{err.code}: {err.message}"
         outcome = self.gate.finish(args)
         if isinstance(outcome, gate.Blocked):
-            self.record(*outcome.records)
             return outcome.error, outcome.text()
-        self.record(outcome)
         envelope = {"ok": True, "data": {"finished": True, "state": str(self.gate.state)}}
         return envelope, json.dumps(envelope)
 
 
 # -- the MCP server over stdio --------------------------------------------------------------------------
 
-RESET_SIGNALS = {"plain": signal.SIGUSR1, "keep-progress": signal.SIGUSR2}
 OPERATOR_KEY = "pulse-operator"
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "description": "Your answer."}},
                  "required": ["answer"]}
@@ -417,9 +435,8 @@ def tool_list() -> list[tuple[str, str, dict]]:
     return out + [("finish", FINISH_DESCRIPTION, input_schema(FINISH_PARAMS))]
 
 
-def serve(paths: Paths, config: Config) -> None:
-    """Serve one agent session on stdin/stdout until the client closes it."""
-    import asyncio
+def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
+    """Serve one session of `agent` (and `task`) on stdin/stdout until the client closes it."""
 
     import anyio
     import anyio.to_thread
@@ -432,7 +449,7 @@ def serve(paths: Paths, config: Config) -> None:
 
     events = db.open_events(paths.events_db)
     tools = PulseTools(paths, config, events, anyio.to_thread.run_sync, anyio.sleep)
-    session = GatedSession(tools)
+    session = GatedSession(tools, agent=agent, task=task)
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
@@ -444,8 +461,7 @@ def serve(paths: Paths, config: Config) -> None:
             # The client asks its person and calls again with the answer (the call the gate
             # judges). This round is a call too: it is recorded, and changes no state.
             session.record(gate.Record("gate-call", {"session": session.gate.id, "tool": "ask_operator",
-                                                     "kind": "user_input", "ok": True, "round": "question",
-                                                     "state": str(session.gate.state)}))
+                                                     "kind": "user_input", "ok": True, "round": "question"}))
             return operator
         envelope, text = await session.call(params.name, params.arguments, operator)
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=envelope,
@@ -487,12 +503,9 @@ def serve(paths: Paths, config: Config) -> None:
                                  "same resource before the next write or finish.")
 
     async def main() -> None:
-        # The operator resets a session with a signal (`pulsectl gate-reset`), run as a loop
-        # callback so it never lands in the middle of a call's gate step.
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(RESET_SIGNALS["plain"], session.reset, False)
-        loop.add_signal_handler(RESET_SIGNALS["keep-progress"], session.reset, True)
-        print(f"pulsectl mcp: session {session.gate.id} on {paths.home}", file=sys.stderr, flush=True)
+        # The operator's reset (`pulsectl gate-reset`) is a fact in events.db: the next call folds it.
+        print(f"pulsectl mcp: session {session.gate.id} of {agent}{f' (task {task})' if task else ''} "
+              f"on {paths.home}", file=sys.stderr, flush=True)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 

@@ -43,7 +43,7 @@ COMMAND_MODULES = {
     "events": "pipeline", "vitals": "pipeline", "effects": "pipeline", "emit": "pipeline",
     "promote": "engine", "deploy": "engine", "rollback": "engine", "engine": "engine", "dev": "engine",
     "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
-    "task": "tasks", "mcp": "mcp", "gate-reset": "mcp",
+    "task": "tasks", "mcp": "mcp", "gate-reset": "mcp", "gate": "mcp",
     "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
     "check-config": "configcmd", "config": "configcmd", "report": "report", "instances": "roster",
     "store": "storecmd",

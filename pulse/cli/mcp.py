@@ -1,26 +1,32 @@
-"""`pulsectl mcp`: serve Pulse's gated tools to an agent over MCP on stdio.
+"""`pulsectl mcp`: serve Pulse's gated tools to an agent over MCP on stdio; `pulsectl gate`
+and `gate-reset`: the operator's view of the gate and its reset.
 
-One process is one agent session: its gate starts in RESOLVING and lives as long as
-the connection. stdout carries JSON-RPC only; anything else goes to stderr (the first
-line there names the session). `pulsectl gate-reset SESSION [--keep-progress]` is the
-operator's reset of a live session's gate; the agent has no tool for it.
+One process is one session of an agent (`--agent`, else PULSE_AGENT, else operator-shell) and,
+in an agent run, of its task (PULSE_TASK). The gate's state lives in events.db: a new session of
+the same agent and task starts where the last one left off. stdout carries JSON-RPC only;
+anything else goes to stderr (the first line there names the session).
 """
 
 from __future__ import annotations
 
-import re
+import json
+import os
 import sys
-import time
 
 import click
 
 from pulse.cli.app import Context, pass_ctx
 
+OPERATOR_SHELL = "operator-shell"
+
 
 @click.command()
+@click.option("--agent", default=None, metavar="NAME",
+              help=f"Who acts (default: PULSE_AGENT, else {OPERATOR_SHELL}). A new session of the same agent "
+                   "(and PULSE_TASK) inherits its unverified writes.")
 @pass_ctx
-def mcp(ctx: Context) -> None:
-    """Serve the gated tools over MCP on stdin/stdout (one agent session)."""
+def mcp(ctx: Context, agent: str | None) -> None:
+    """Serve the gated tools over MCP on stdin/stdout (one session of an agent)."""
     from pulse.core import config as configmod
     if not ctx.home.is_dir():
         click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
@@ -35,45 +41,85 @@ def mcp(ctx: Context) -> None:
         click.echo("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", err=True)
         sys.exit(1)
     from pulse.agents.toolserver import serve
-    serve(ctx.paths, config)
+    serve(ctx.paths, config, agent or os.environ.get("PULSE_AGENT") or OPERATOR_SHELL,
+          os.environ.get("PULSE_TASK", ""))
+
+
+def gate_store(ctx: Context, source: str = "pulsectl"):
+    """The gate's durable store on this home, caught up with every session's facts."""
+    from pulse.agents.gatestore import DurableStore
+    from pulse.store import db
+    if not ctx.paths.events_db.exists():
+        click.echo(f"pulsectl: no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
+        sys.exit(1)
+    store = DurableStore(db.open_events(ctx.paths.events_db), source)
+    store.catch_up()
+    return store
 
 
 @click.command(name="gate-reset")
-@click.argument("session")
+@click.argument("session", required=False)
+@click.option("--agent", default=None, metavar="NAME", help="Reset every session of this agent instead.")
 @click.option("--keep-progress", is_flag=True,
-              help="Drop verification tracking but keep the validated target (VERIFYING → READING).")
-@click.option("--wait", default=5.0, show_default=True, help="Seconds to wait for the session to confirm.")
+              help="Forget the unverified writes only; keep what the agent has looked at.")
 @pass_ctx
-def gate_reset(ctx: Context, session: str, keep_progress: bool, wait: float) -> None:
-    """Reset the gate of a running `pulsectl mcp` SESSION (the target of its gate-call events):
-    back to RESOLVING, forgetting its target, unverified write and recoveries."""
-    import psutil
+def gate_reset(ctx: Context, session: str | None, agent: str | None, keep_progress: bool) -> None:
+    """Reset the gate of SESSION (its full id, as `pulsectl gate sessions` lists it), or of every
+    session of an --agent: forget its unverified writes and, unless --keep-progress, what it has
+    looked at. A fact in events.db: running sessions see it at their next call."""
+    from pulse.agents import gate
+    if (session is None) == (agent is None):
+        raise click.UsageError("give a SESSION or --agent NAME (one of them)")
+    store = gate_store(ctx)
+    ledger = store.ledger
+    if session is not None:
+        facts = ledger.sessions.get(session)
+        if facts is None:
+            click.echo(f"pulsectl: no gate session {session!r} (`pulsectl gate sessions` lists them)", err=True)
+            sys.exit(1)
+        agent, task = facts.agent, facts.task
+    else:
+        if agent not in {s.agent for s in ledger.sessions.values()}:
+            click.echo(f"pulsectl: agent {agent!r} has no gate session (`pulsectl gate sessions` lists them)",
+                       err=True)
+            sys.exit(1)
+        task = None
+    principals = [p for p in ledger.actors if p[0] == agent and task in (None, p[1])]
+    before = {p: (str(ledger.state(p)), sorted(ledger.actors[p].unverified)) for p in principals}
+    store.transact(lambda: gate.reset_fact(agent, task, keep_progress))
+    for p in sorted(before):
+        state, unverified = before[p]
+        what = f"forgot unverified {', '.join(unverified)}" if unverified else "no unverified write"
+        click.echo(f"{p[0]}{f' task {p[1]}' if p[1] else ''}: {state} → {ledger.state(p)} ({what})")
+    if not principals:
+        click.echo(f"{agent}: nothing to reset (it has made no call)")
 
-    from pulse.store import db
-    from pulse.agents.toolserver import RESET_SIGNALS
-    m = re.fullmatch(r"mcp-([0-9]+)-[0-9a-f]{8}", session)
-    if m is None:
-        raise click.BadParameter(f"{session!r} is not an MCP session id (like mcp-1234-0123abcd)")
-    try:
-        proc = psutil.Process(int(m[1]))
-        serving = "mcp" in proc.cmdline() and any("pulsectl" in part for part in proc.cmdline())
-    except psutil.Error:
-        serving = False
-    if not serving:   # gone, or its pid now belongs to something else: signal nothing
-        click.echo(f"pulsectl: session {session} is not running", err=True)
-        sys.exit(1)
-    conn = db.open_readonly(ctx.paths.events_db)
-    mark = db.last_event_id(conn)
-    proc.send_signal(RESET_SIGNALS["keep-progress" if keep_progress else "plain"])
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        for ev in db.read_events(conn, after_id=mark, types=("gate-call",)):
-            if ev.target == session and ev.data.get("tool") == "reset":
-                click.echo(f"{session}: {ev.data['state_before']} → {ev.data['state']}")
-                return
-        time.sleep(0.05)
-    click.echo(f"pulsectl: session {session} did not confirm the reset within {wait:g}s", err=True)
-    sys.exit(1)
+
+@click.group(name="gate")
+def gate_group() -> None:
+    """The agent's safety gate: its sessions (`pulsectl gate sessions`)."""
 
 
-COMMANDS = [mcp, gate_reset]
+@gate_group.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session (JSON Lines).")
+@pass_ctx
+def sessions(ctx: Context, as_json: bool) -> None:
+    """Every gate session: its agent, task, state, unverified writes and counts."""
+    from pulse.core import clock
+    ledger = gate_store(ctx).ledger
+    rows = [ledger.summary(sid) for sid in sorted(ledger.sessions, key=lambda s: ledger.sessions[s].opened)]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no gate sessions yet (`pulsectl mcp` starts one)")
+        return
+    click.echo(f"{'SESSION':<24} {'AGENT':<16} {'TASK':<10} {'STATE':<10} {'CALLS':>5} {'BLOCKED':>7}  "
+               f"{'LAST':<20} UNVERIFIED")
+    for r in rows:
+        click.echo(f"{r['session']:<24} {r['agent']:<16} {r['task'] or '-':<10} {r['state']:<10} {r['calls']:>5} "
+                   f"{r['blocked']:>7}  {clock.iso(r['last'], ms=False):<20} {', '.join(r['unverified']) or '-'}")
+
+
+COMMANDS = [mcp, gate_reset, gate_group]

@@ -198,6 +198,9 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout_s: float = 1800                   # a run longer than this is killed (its whole process group)
     concurrency: int = 1                      # runs of this agent at once; more wait, pending
     mcp: bool = True                          # hand the run `pulsectl mcp` where its CLI documents a way
+    # a run that used the gate is acked only if a session of it called finish; false relaxes that
+    # (an unverified write still fails the run)
+    gate_requires_finish: bool = True
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -211,6 +214,12 @@ class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     analyst_max_events: int = 400             # the agent gets at most this many events (summarised, with ids)
     daily_at: str | None = None               # "08:00", host local time: the day's report through [[notify]]
     dir: str | None = None                    # where the report effect writes its pages; unset: <home>/reports
+
+
+class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The agent's safety gate (`pulsectl mcp`): how large a call may be."""
+    max_string_bytes: int = 4 * 1024          # any one string argument; larger: INVALID_INPUT
+    max_call_bytes: int = 64 * 1024           # all of one call's arguments, as JSON
 
 
 class PulseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -233,6 +242,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     survival: Survival = msgspec.field(default_factory=Survival)
     tasks: Tasks = msgspec.field(default_factory=Tasks)
     report: Report = msgspec.field(default_factory=Report)
+    gate: Gate = msgspec.field(default_factory=Gate)
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
@@ -461,6 +471,8 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     validate_agents(config, origin)
     validate_report(config, origin)
+    if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
+        raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
     if config.pulse.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", config.pulse.name):
         raise ConfigError(f"{origin}: $.pulse.name: 1 to 64 letters, digits and _ . @ - (not starting with a symbol)")
     if config.engine.address_space_mb < 0:

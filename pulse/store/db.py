@@ -259,6 +259,23 @@ def append_events(conn: sqlite3.Connection, events: Sequence[Event]) -> list[Eve
     return list(events)
 
 
+def transaction(conn: sqlite3.Connection) -> _Tx:
+    """`with db.transaction(conn):` one BEGIN IMMEDIATE for a caller that reads, decides and writes."""
+    return _Tx(conn)
+
+
+def insert_event(conn: sqlite3.Connection, ev: Event) -> Event:
+    """Append one event inside the caller's transaction (`transaction`)."""
+    return _insert_event(conn, ev)
+
+
+def gate_facts(conn: sqlite3.Connection, after_id: int) -> list[Event]:
+    """Every gate-call event after `after_id`: the facts the gate folds (pulse.agents.gate.Ledger)."""
+    rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type = 'gate-call' AND id > ? ORDER BY id",
+                        (after_id,))
+    return [_row_event(r) for r in rows]
+
+
 def pulsed_committed_seq(conn: sqlite3.Connection, run: float) -> int:
     """The highest seq of pulsed's events in events.db from the run whose supervisor-started
     event is stamped `run` (its mono), or 0: where that run's event writer picks up."""

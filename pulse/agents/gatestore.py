@@ -1,0 +1,116 @@
+"""The gate's durable store: its facts are gate-call events in events.db, and every decision is
+taken inside one BEGIN IMMEDIATE.
+
+Each process that uses the gate (a `pulsectl mcp` session, pulsectl's reset and listing, an agent
+run's check) folds the facts of every session into its own Ledger, incrementally: a decision
+folds what others committed since, decides, and appends its own fact in the same transaction, so
+two sessions cannot both pass, and a session that restarts forgets nothing.
+
+Before deciding it settles the writes nobody will end: a write whose session's process is gone,
+or that its client cancelled, is settled from its effect's outcome (acked, or failed after it
+started: it acted; expired, refused, failed before it started, or no effect committed: it never
+did). A write whose effect is still open stays in flight: it may yet act.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any, Callable
+
+from pulse.agents import gate
+from pulse.core.states import EFFECT_OPEN
+from pulse.core.wire import now_event
+from pulse.store import db
+
+NOT_ACTED = ("not-allowed", "deadline", "interrupted-before-start")   # an effect that ended so never ran
+
+
+def process_alive(pid: int | None, started: float | None) -> bool:
+    """The session's process still runs (the same process: a pid alone may have been reused)."""
+    if pid is None:
+        return True
+    import psutil
+    try:
+        return started is None or abs(psutil.Process(pid).create_time() - started) < 0.05
+    except psutil.Error:
+        return False
+
+
+def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> tuple[bool, str] | None:
+    """Whether a write's effect acted, and why we think so; None while it may still act."""
+    if effect_id is None:
+        return False, "it committed no effect"
+    state = db.effect_state(conn, effect_id)
+    if state in EFFECT_OPEN:
+        return None
+    end = db.effect_end(conn, effect_id)
+    reason = (end.data.get("reason") if end else None) or ""
+    if state == "acked":
+        return True, f"its effect {effect_id} was acked"
+    if state == "expired" or reason in NOT_ACTED:
+        return False, f"its effect {effect_id} ended {state} ({reason or 'never run'})"
+    return True, f"its effect {effect_id} failed after it started"
+
+
+class DurableStore:
+    """gate.MemoryStore's contract (`ledger`, `transact`), kept in events.db."""
+
+    def __init__(self, conn: sqlite3.Connection, source: str = "mcp",
+                 alive: Callable[[int | None, float | None], bool] = process_alive):
+        self.conn, self.source, self.alive = conn, source, alive
+        self.ledger = gate.Ledger()
+
+    def catch_up(self) -> gate.Ledger:
+        """Fold every fact committed since the last one folded."""
+        for ev in db.gate_facts(self.conn, self.ledger.position):
+            self.ledger.apply(ev.id, ev.ts, ev.data)
+        return self.ledger
+
+    def transact(self, decide: Callable[[], Any]) -> Any:
+        with db.transaction(self.conn):
+            self.catch_up()
+            for record in self.settlements():
+                self._commit(record)
+            outcome = decide()
+            for record in gate.records_of(outcome):
+                self._commit(record)
+        return outcome
+
+    def _commit(self, record: gate.Record) -> None:
+        position = db.last_event_id(self.conn) + 1       # inside BEGIN IMMEDIATE: the id it gets
+        gate.complete(self.ledger, record, position, time.time())
+        data = record.data
+        ev = db.insert_event(self.conn, now_event(record.type, self.source, data.get("session") or data.get("agent"),
+                                                  data))
+        if ev.id != position:
+            raise RuntimeError(f"gate fact got id {ev.id}, folded at {position}")
+
+    def settlements(self) -> list[gate.Record]:
+        """Settle facts for the calls in flight that nobody will end."""
+        out = []
+        for flight in list(self.ledger.flights.values()):
+            facts = self.ledger.sessions.get(flight.session)
+            gone = facts is not None and not self.alive(facts.pid, facts.started)
+            if not (gone or flight.cancelled):
+                continue
+            if flight.kind != gate.Kind.WRITE:
+                acted, why = False, "its session is gone"
+            elif (settled := acted_by_outcome(self.conn, flight.effect)) is None:
+                continue
+            else:
+                acted, why = settled
+            out.append(gate.Record("gate-call", {
+                "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
+                "kind": str(flight.kind), "acted": acted, "effect": flight.effect,
+                "why": ("cancelled: " if flight.cancelled else "session gone: ") + why}))
+        return out
+
+
+def stamp(pid: int) -> float | None:
+    """A process's start time, which with its pid names it (see process_alive)."""
+    import psutil
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
