@@ -13,12 +13,13 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import threading
 
 import psutil
 import pytest
 
-from support import PULSECTL
+from support import PULSECTL, wait_for
 
 pytest.importorskip("mcp")
 
@@ -33,15 +34,18 @@ def sleepers() -> list[psutil.Process]:
     return out
 
 
-@pytest.fixture
-def host(pulsed, tracker):
+SLEEPER = ("[[process]]\n"
+           'name = "sleeper"\n'
+           f'match = "^sleep {MARK.replace(".", "[.]")}$"\n'
+           f'restart = ["sleep", "{MARK}"]\n')
+# An effect that takes a while, so a write can be caught in flight: exec of `sleep` on target "napper".
+NAPPER = '[allow]\nkinds = ["noop", "notify", "restart-process", "signal", "exec"]\nexec_argv = [["sleep"]]\n'
+
+
+def with_sleeper(pulsed, tracker, config: str):
     """A pulsed whose config has one critical process, a `sleep` this test started."""
     pulsed.home.mkdir(parents=True)
-    (pulsed.home / "config.toml").write_text(
-        "[[process]]\n"
-        'name = "sleeper"\n'
-        f'match = "^sleep {MARK.replace(".", "[.]")}$"\n'
-        f'restart = ["sleep", "{MARK}"]\n')
+    (pulsed.home / "config.toml").write_text(config)
     first = subprocess.Popen(["sleep", MARK], start_new_session=True)
     tracker.add(first.pid)
     pulsed.start()
@@ -52,10 +56,22 @@ def host(pulsed, tracker):
     first.wait(5)
 
 
-def server_params(home):
+@pytest.fixture
+def host(pulsed, tracker):
+    yield from with_sleeper(pulsed, tracker, SLEEPER)
+
+
+@pytest.fixture
+def napper_host(pulsed, tracker):
+    yield from with_sleeper(pulsed, tracker, SLEEPER + NAPPER)
+
+
+def server_params(home, agent: str | None = None):
     from mcp import StdioServerParameters
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    return StdioServerParameters(command=PULSECTL, args=["--home", str(home), "mcp"], env=env)
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PULSE_AGENT",
+                                                               "PULSE_TASK")}
+    return StdioServerParameters(command=PULSECTL, args=["--home", str(home), "mcp",
+                                                         *(["--agent", agent] if agent else [])], env=env)
 
 
 def envelope(result) -> dict:
@@ -326,3 +342,192 @@ def test_finish_is_terminal_and_arguments_are_bounded_through_the_real_client(ho
     oversized = [e for e in host.events("gate-call") if e["data"].get("blocked") == "INVALID_INPUT"]
     assert len(oversized) == 1 and oversized[0]["data"]["args_bytes"] > 1024 * 1024
     assert len(json.dumps(oversized[0]["data"])) < 1024            # a hash and a preview, never the argument
+
+
+# -- the gate across sessions, restarts and agent runs --------------------------------------------------------
+
+def client(home, agent: str | None = None):
+    from mcp import Client
+    return Client(server_params(home, agent), read_timeout_seconds=60)
+
+
+NAP = {"kind": "exec", "target": "napper", "params": {"argv": ["sleep", "1.5"]}}
+
+
+def facts(host, phase: str) -> list[dict]:
+    return [e["data"] for e in host.events("gate-call") if e["data"].get("phase") == phase]
+
+
+def test_restarting_the_server_forgets_nothing(host):
+    """Closed cleanly, the next session of the same agent still owes the verification."""
+    async def sessions():
+        async with client(host.home) as c:
+            await c.call_tool("find_process", {"name": "sleeper"})
+            wrote = await c.call_tool("restart_process", {"name": "sleeper"})
+        async with client(host.home) as c:
+            finish = await c.call_tool("finish", {"summary": "done"})
+            again = await c.call_tool("restart_process", {"name": "sleeper"})
+            await c.call_tool("find_process", {"name": "sleeper"})
+            done = await c.call_tool("finish", {"summary": "restarted and looked"})
+        return wrote, finish, again, done
+    wrote, finish, again, done = asyncio.run(asyncio.wait_for(sessions(), 120))
+    assert not wrote.is_error and code(finish) == "UNVERIFIED_WRITE" and code(again) == "FSM_BLOCKED"
+    assert envelope(again)["error"]["state"] == "VERIFYING" and not done.is_error
+    opened = facts(host, "open")
+    assert len(opened) == 2 and opened[0]["session"] != opened[1]["session"]
+
+
+def test_a_server_killed_between_write_began_and_returned_leaves_the_write_to_verify(napper_host):
+    host = napper_host
+
+    async def killed():
+        try:
+            async with client(host.home) as c:
+                await c.call_tool("events", {"target": "napper"})
+                call = asyncio.ensure_future(c.call_tool("emit_effect", NAP))
+                acting = await asyncio.to_thread(wait_for, lambda: facts(host, "acting"), 20, what="the write's effect")
+                server = next(f["pid"] for f in facts(host, "open") if f["session"] == acting[0]["session"])
+                os.kill(server, 9)
+                await asyncio.gather(call, return_exceptions=True)   # its server is gone: the call fails
+        except Exception:
+            pass                                                       # however the client ends
+        async with client(host.home) as c:
+            in_flight = await c.call_tool("finish", {"summary": "done"})
+            blocked = await c.call_tool("emit_effect", NAP)
+            await asyncio.to_thread(wait_for, lambda: host.events("effect-acked", "napper"), 20,
+                                    what="the nap's effect acked")
+            owed = await c.call_tool("finish", {"summary": "done"})
+            looked = await c.call_tool("events", {"target": "napper"})
+            done = await c.call_tool("finish", {"summary": "napped and looked"})
+        return in_flight, blocked, owed, looked, done
+    in_flight, blocked, owed, looked, done = asyncio.run(asyncio.wait_for(killed(), 120))
+    assert code(in_flight) == "UNVERIFIED_WRITE" and "in flight" in envelope(in_flight)["error"]["reason"]
+    assert code(blocked) == "FSM_BLOCKED"
+    assert code(owed) == "UNVERIFIED_WRITE"                      # settled from its effect: it acted
+    settled = facts(host, "settle")
+    assert len(settled) == 1 and settled[0]["acted"] is True and settled[0]["why"].startswith("session gone")
+    assert not looked.is_error and not done.is_error
+    assert len([e for e in host.events("effect") if e["data"]["kind"] == "exec"]) == 1
+
+
+def test_two_agents_writing_one_process_at_once_exactly_one_acts(host):
+    async def race():
+        async with client(host.home, "alice") as a, client(host.home, "bob") as b:
+            await a.call_tool("find_process", {"name": "sleeper"})
+            await b.call_tool("find_process", {"name": "sleeper"})
+            return await asyncio.gather(a.call_tool("restart_process", {"name": "sleeper"}),
+                                        b.call_tool("restart_process", {"name": "sleeper"}))
+    results = asyncio.run(asyncio.wait_for(race(), 120))
+    assert sorted(code(r) or "ok" for r in results) == ["FSM_BLOCKED", "ok"]
+    reason = envelope(next(r for r in results if r.is_error))["error"]["reason"]
+    assert "being changed by" in reason or "was changed by" in reason
+    restarts = [e for e in host.events("effect") if e["data"]["kind"] == "restart-process"]
+    assert len(restarts) == 1
+
+
+def test_looks_are_per_resource_empty_reads_verify_nothing_and_finish_races_a_write(host):
+    async def session():
+        out = {}
+        async with client(host.home, "reader") as c:
+            await c.call_tool("vitals", {})
+            out["unlooked"] = await c.call_tool("restart_process", {"name": "sleeper"})
+            await c.call_tool("find_process", {"name": "sleeper"})
+            out["wrote"] = await c.call_tool("restart_process", {"name": "sleeper"})
+            out["empty"] = await c.call_tool("events", {"target": "sleeper", "type": "no-such-type"})
+            out["star"] = await c.call_tool("events", {"target": "*"})
+            out["owed"] = await c.call_tool("finish", {"summary": "done"})
+        async with client(host.home, "racer") as c:
+            await c.call_tool("find_process", {"name": "sleeper"})
+            out["race"] = await asyncio.gather(c.call_tool("finish", {"summary": "done"}),
+                                               c.call_tool("restart_process", {"name": "sleeper"}))
+        return out
+    out = asyncio.run(asyncio.wait_for(session(), 120))
+    assert code(out["unlooked"]) == "FSM_BLOCKED"
+    assert "process:sleeper has not been resolved or read" in envelope(out["unlooked"])["error"]["reason"]
+    assert not out["wrote"].is_error and envelope(out["empty"])["data"]["events"] == []
+    assert code(out["owed"]) == "UNVERIFIED_WRITE"             # neither empty read verified it
+    assert sorted(code(r) or "ok" for r in out["race"]) in (["SESSION_FINISHED", "ok"], ["UNVERIFIED_WRITE", "ok"])
+
+
+def test_a_cancelled_write_is_recorded_and_settled_from_its_effect(napper_host):
+    host = napper_host
+
+    async def session():
+        async with client(host.home) as c:
+            await c.call_tool("events", {"target": "napper"})
+            call = asyncio.ensure_future(c.call_tool("emit_effect", NAP))
+            await asyncio.to_thread(wait_for, lambda: facts(host, "acting"), 20, what="the write's effect")
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            ended = await asyncio.to_thread(wait_for, lambda: [f for f in facts(host, "end") if f.get("cancelled")],
+                                            20, what="the cancelled call recorded")
+            await asyncio.to_thread(wait_for, lambda: host.events("effect-acked", "napper"), 20, what="the nap acked")
+            owed = await c.call_tool("finish", {"summary": "done"})
+            await c.call_tool("events", {"target": "napper"})
+            done = await c.call_tool("finish", {"summary": "napped and looked"})
+        return ended, owed, done
+    ended, owed, done = asyncio.run(asyncio.wait_for(session(), 120))
+    assert ended[0]["tool"] == "emit_effect" and ended[0]["acted"] is None
+    assert code(owed) == "UNVERIFIED_WRITE" and not done.is_error
+    assert facts(host, "settle")[0]["why"].startswith("cancelled: its effect")
+
+
+def test_sessions_are_listed_and_reset_by_agent(host):
+    async def session():
+        async with client(host.home, "lister") as c:
+            await c.call_tool("find_process", {"name": "sleeper"})
+            await c.call_tool("restart_process", {"name": "sleeper"})
+    asyncio.run(asyncio.wait_for(session(), 60))
+    listed = [json.loads(line) for line in host.ctl("gate", "sessions", "--json").stdout.splitlines()]
+    row = next(r for r in listed if r["agent"] == "lister")
+    assert row["state"] == "VERIFYING" and row["unverified"] == ["process:sleeper"] and row["calls"] == 2
+    table = host.ctl("gate", "sessions").stdout
+    assert "lister" in table and "process:sleeper" in table
+    reset = host.ctl("gate-reset", "--agent", "lister")
+    assert reset.returncode == 0 and "forgot unverified process:sleeper" in reset.stdout
+    listed = [json.loads(line) for line in host.ctl("gate", "sessions", "--json").stdout.splitlines()]
+    assert next(r for r in listed if r["agent"] == "lister")["state"] == "RESOLVING"
+
+
+AGENT_SCRIPT = """
+import asyncio, os, sys
+from mcp import Client, StdioServerParameters
+
+async def main(mode):
+    server = StdioServerParameters(command=sys.argv[1], args=["mcp"], env=dict(os.environ))
+    async with Client(server, read_timeout_seconds=60) as c:
+        await c.call_tool("find_process", {"name": "sleeper"})
+        await c.call_tool("restart_process", {"name": "sleeper"})
+        if mode == "verify":
+            await c.call_tool("find_process", {"name": "sleeper"})
+            await c.call_tool("finish", {"summary": "restarted the sleeper and looked at it again"})
+
+asyncio.run(main(sys.argv[2]))
+"""
+
+
+def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, tracker, tmp_path):
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT)
+    agent = (f'[[agent]]\nname = "fixer"\nadapter = "command"\n'
+             f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, {json.dumps(PULSECTL)}, "{{prompt}}"]\n'
+             "timeout_s = 120\n[tasks]\nmax_failures = 1\n")
+    host = next(with_sleeper(pulsed, tracker, SLEEPER + agent))
+    try:
+        def run(prompt: str) -> str:
+            out = host.ctl("task", "add", "--project", "ops", "--title", prompt, "--prompt", prompt)
+            assert out.returncode == 0, out.stderr
+            task = out.stdout.strip().split()[0].rstrip(":")
+            return wait_for(lambda: next((e for e in host.events(target=task)
+                                          if e["type"] in ("task-acked", "task-failed")), None), 90,
+                            what=f"the end of {task}")
+        left = run("leave")
+        assert left["type"] == "task-failed" and left["data"]["reason"] == "unverified-write"
+        assert "process:sleeper" in left["data"]["error"]
+        opened = [f for f in facts(host, "open") if f["agent"] == "fixer"]
+        assert opened and opened[0]["task"] == left["target"]
+        done = run("verify")
+        assert done["type"] == "task-acked", done
+    finally:
+        for p in sleepers():
+            tracker.add(p.pid)

@@ -147,6 +147,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
         limit = min(limit, float(asked))
     ctx.timeout_s, ctx.deadline = limit, time.monotonic() + limit
+    started = time.time()
     # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed.
     scratch = tempfile.mkdtemp(prefix=f"pulse-{state.id}-")
     try:
@@ -170,10 +171,37 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     if not result.ok:
         reason = "timeout" if timed_out else (result.reason or "agent")
         raise EffectFailed(reason, result.error or "the agent failed", **data)
+    if (refusal := gate_verdict(conn, agent, state.id, started)) is not None:
+        raise EffectFailed(*refusal, **data)
     if not _end_run(conn, ctx, state.id, effect.id, "task-acked", result=summary, agent=agent.name,
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str] | None:
+    """A run that exited well is acked only if its gate agrees: (reason, error) when it does not.
+    The run's sessions are those of its agent and task opened since it started; a write they (or
+    an earlier attempt) left unverified or in flight fails it, `unverified-write`; a run that used
+    the gate and never called finish fails, `no-finish`, unless the [[agent]] has
+    gate_requires_finish = false. A run that never used the gate answers to nothing here."""
+    from pulse.agents import gate
+    from pulse.agents.gatestore import DurableStore
+    store = DurableStore(conn, "executor")
+    store.transact(lambda: None)          # settles what the run's sessions left in flight
+    ledger = store.ledger
+    principal = (agent.name, task)
+    actor = ledger.actors.get(principal)
+    pending = sorted(actor.unverified) if actor else []
+    pending += sorted(k for f in ledger.flights.values() if f.kind == gate.Kind.WRITE
+                      and ledger.principal(f.session) == principal for k in f.touches)
+    if pending:
+        return "unverified-write", f"the agent left a write unverified ({', '.join(pending)}); the run is not acked"
+    mine = [s for s in ledger.sessions.values() if (s.agent, s.task) == principal and s.opened >= since]
+    used = any(s.calls or s.blocked for s in mine)
+    if used and agent.gate_requires_finish and not any(s.finished for s in mine):
+        return "no-finish", "the agent used the gate but never called finish; the run is not acked"
+    return None
 
 
 def run_task_add(effect: Effect, ctx: EffectContext) -> dict:

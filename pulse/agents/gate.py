@@ -12,7 +12,8 @@ enforces in code what a prompt cannot (DESIGN §6), host-wide and across session
   in flight; and calls in flight at once in one agent's sessions hold at most one write.
 - No second write until the last one is verified: only a read or resolve that *started after
   the write returned*, *covers the resource* and *returned evidence about it* verifies it (a
-  write whose own result carries `verification.ok` is verified). An empty result is about
+  write whose own result carries `verification.ok` is verified); evidence that is an event
+  counts if it was written after the write began. An empty result is about
   nothing; a literal "*" argument is no wildcard: a write that named no target touches its whole
   class ("target:*"), which only a look at the whole class that found one of it verifies.
 - `finish` is refused with UNVERIFIED_WRITE while a write is unverified or in flight, and ends
@@ -304,6 +305,7 @@ class Flight:
 @dataclass
 class Debt:
     tool: str
+    began: int
     returned: int
 
 
@@ -396,7 +398,9 @@ class Ledger:
             del self.flights[fact["call"]]
             return self._returned(flight, position, ts, fact)
         elif phase == "settle" and fact.get("call") in self.flights:
-            return self._returned(self.flights.pop(fact["call"]), position, ts, {"acted": fact.get("acted")})
+            # a settled write returned when its effect ended, not when the settling was written
+            return self._returned(self.flights.pop(fact["call"]), fact.get("ended") or position, ts,
+                                  {"acted": fact.get("acted")})
         elif phase == "blocked" and session is not None:
             session.blocked += 1
         elif phase == "finish" and session is not None:
@@ -419,16 +423,18 @@ class Ledger:
                     if fact.get("self_verified"):
                         actor.looked[Pattern(key)] = position      # its own result is a look after it
                     else:
-                        actor.unverified[key] = Debt(flight.tool, position)
+                        actor.unverified[key] = Debt(flight.tool, flight.began, position)
             return []
         if flight.kind not in (Kind.READ, Kind.RESOLVE) or not fact.get("ok"):
             return []
         for p in flight.covers:
             actor.looked[p] = max(actor.looked.get(p, 0), flight.began)
         evidence = [(Pattern(t, bool(prefix)), at) for t, prefix, at in fact.get("evidence", ())]
+        # evidence that names its event counts if that event came after the write began (the
+        # write's own outcome is news about R); the look itself must start after it returned
         done = sorted(key for key, debt in actor.unverified.items()
                       if flight.began > debt.returned and is_covered(key, flight.covers)
-                      and any(about(e, key) and (at is None or at > debt.returned) for e, at in evidence))
+                      and any(about(e, key) and (at is None or at > debt.began) for e, at in evidence))
         for key in done:
             del actor.unverified[key]
         return done
@@ -490,6 +496,8 @@ class Ledger:
 
 
 def records_of(outcome: Any) -> tuple[Record, ...]:
+    if outcome is None:
+        return ()
     return (outcome,) if isinstance(outcome, Record) else outcome.records
 
 

@@ -37,20 +37,22 @@ def process_alive(pid: int | None, started: float | None) -> bool:
         return False
 
 
-def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> tuple[bool, str] | None:
-    """Whether a write's effect acted, and why we think so; None while it may still act."""
+def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> tuple[bool, str, int | None] | None:
+    """Whether a write's effect acted, why we think so, and the id of the event that ended it;
+    None while it may still act."""
     if effect_id is None:
-        return False, "it committed no effect"
+        return False, "it committed no effect", None
     state = db.effect_state(conn, effect_id)
     if state in EFFECT_OPEN:
         return None
     end = db.effect_end(conn, effect_id)
     reason = (end.data.get("reason") if end else None) or ""
+    ended = end.id if end else None
     if state == "acked":
-        return True, f"its effect {effect_id} was acked"
+        return True, f"its effect {effect_id} was acked", ended
     if state == "expired" or reason in NOT_ACTED:
-        return False, f"its effect {effect_id} ended {state} ({reason or 'never run'})"
-    return True, f"its effect {effect_id} failed after it started"
+        return False, f"its effect {effect_id} ended {state} ({reason or 'never run'})", ended
+    return True, f"its effect {effect_id} failed after it started", ended
 
 
 class DurableStore:
@@ -95,14 +97,14 @@ class DurableStore:
             if not (gone or flight.cancelled):
                 continue
             if flight.kind != gate.Kind.WRITE:
-                acted, why = False, "its session is gone"
+                acted, why, ended = False, "its session is gone", None
             elif (settled := acted_by_outcome(self.conn, flight.effect)) is None:
                 continue
             else:
-                acted, why = settled
+                acted, why, ended = settled
             out.append(gate.Record("gate-call", {
                 "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
-                "kind": str(flight.kind), "acted": acted, "effect": flight.effect,
+                "kind": str(flight.kind), "acted": acted, "effect": flight.effect, "ended": ended,
                 "why": ("cancelled: " if flight.cancelled else "session gone: ") + why}))
         return out
 

@@ -216,6 +216,9 @@ class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     dir: str | None = None                    # where the report effect writes its pages; unset: <home>/reports
 
 
+PULSECTL_TABLES = ("gate",)       # read by pulsectl commands (`pulsectl mcp`), never by pulsed or a worker
+
+
 class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The agent's safety gate (`pulsectl mcp`): how large a call may be."""
     max_string_bytes: int = 4 * 1024          # any one string argument; larger: INVALID_INPUT
