@@ -128,7 +128,8 @@ CONFIGURED = {"gw"}
     ("engine", "signal", "gw", {"signal": "SIGKILL"}, Allow(), "signal 'SIGKILL' is not in allow.signals"),
     ("agent", "restart-process", "nope", {}, Allow(), "'nope' is not a configured [[process]]"),
     ("agent", "noop", None, {}, Allow(kinds=[]), "kind 'noop' is not in allow.kinds"),
-    ("engine", "my-engine-kind", None, {}, Allow(kinds=[]), None),   # runs in the engine, with its own powers
+    ("engine", "my-engine-kind", None, {}, Allow(kinds=[]), "not-allowed: kind 'my-engine-kind' is not in allow.kinds"),
+    ("engine", "my-engine-kind", None, {}, Allow(kinds=["my-engine-kind"]), None),   # listed: it runs
 ])
 def test_allow_list(origin, kind, target, params, allow, refused):
     e = wire.Effect(kind=kind, target=target, params=params, origin=origin)

@@ -119,10 +119,10 @@ def test_an_agent_session_through_the_gate(host):
     answers: list[str] = []
     seen = asyncio.run(asyncio.wait_for(agent_session(host.home, answers), 120))
 
+    # the default [allow] refuses restart-worker, engine-promote and engine-rollback: those tools are not offered
     assert seen["tools"] == sorted(["find_process", "list_workers", "list_tasks", "status", "vitals", "events",
-                                    "log_tail", "effect", "restart_process", "restart_worker", "signal_process",
-                                    "emit_effect", "promote", "rollback", "create_task", "ask_operator",
-                                    "finish"])
+                                    "log_tail", "effect", "restart_process", "signal_process",
+                                    "emit_effect", "create_task", "ask_operator", "finish"])
     first = seen["write_first"]
     assert first.is_error and first.content[0].text.startswith("FSM_BLOCKED: ")
     assert envelope(first)["error"] | {"reason": None} == {"code": "FSM_BLOCKED", "state": "RESOLVING",
@@ -314,6 +314,17 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     assert [b["classified"] for b in blocked] == ["unknown tool", "unrecognised arguments ['all']"]
     assert all(c.get("acted") is False for c in calls_ if c["kind"] == "write" and c["phase"] == "end")
     events.close()
+
+
+def test_only_tools_that_can_work_are_offered():
+    from pulse.agents import toolserver
+    from pulse.core.config import Allow
+    everything = Allow(kinds=["noop", "restart-process", "signal", "restart-worker", "engine-promote",
+                              "engine-rollback"])
+    assert {n for n, _, _ in toolserver.tool_list(everything)} == {n for n, _, _ in toolserver.tool_list()}
+    narrow = Allow(kinds=["noop"])
+    assert {n for n, _, _ in toolserver.tool_list(narrow)} & {"restart_process", "signal_process", "promote"} == set()
+    assert 'restart_process (allow.kinds lacks "restart-process")' in toolserver.instructions(narrow)
 
 
 def test_every_tool_advertises_exactly_the_arguments_the_gate_declares():

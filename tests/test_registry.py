@@ -89,3 +89,4 @@ def test_check_config_accepts_a_kind_the_engine_declares(pulsed):
     (pulsed.home / "config.toml").write_text('[allow]\nkinds = ["noop", "deploy-sit"]\n')
     out = pulsed.ctl("check-config")
     assert out.returncode == 78 and "did you mean 'deploy-site'?" in out.stderr
+

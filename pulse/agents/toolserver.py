@@ -33,7 +33,7 @@ from pulse.agents import gate
 from pulse.store import db
 from pulse.agents import tasks
 from pulse.core import wire
-from pulse.core.config import Config
+from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.home import Paths
@@ -429,10 +429,33 @@ def operator_answer(reply: Any) -> str:
     return content["answer"]
 
 
-def tool_list() -> list[tuple[str, str, dict]]:
-    """(name, description, input schema) of every tool the server lists, finish last."""
-    out = [(name, tool_description(d), input_schema(d.params)) for name, d in gate.TOOLS.items()]
+# The effect kind each write tool commits; emit_effect's is the agent's to choose (checked when it runs).
+TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", "restart_worker": "restart-worker",
+              "promote": "engine-promote", "rollback": "engine-rollback"}
+
+
+def unavailable(allow: Allow) -> dict[str, str]:
+    """The write tools [allow] would refuse every time, each with the entry that enables it."""
+    return {tool: f'allow.kinds lacks "{kind}"' for tool, kind in TOOL_KINDS.items() if kind not in allow.kinds}
+
+
+def tool_list(allow: Allow | None = None) -> list[tuple[str, str, dict]]:
+    """(name, description, input schema) of every tool that can work under `allow` (all of them
+    when None), finish last."""
+    hidden = unavailable(allow) if allow is not None else {}
+    out = [(name, tool_description(d), input_schema(d.params)) for name, d in gate.TOOLS.items() if name not in hidden]
     return out + [("finish", FINISH_DESCRIPTION, input_schema(FINISH_PARAMS))]
+
+
+def instructions(allow: Allow) -> str:
+    text = ("Pulse's tools for this host. Every call passes a safety gate: a write on a resource needs that "
+            "resource resolved or read first, one write at a time, each verified by a later read of the same "
+            "resource that finds it, before the next write or finish.")
+    hidden = unavailable(allow)
+    if hidden:
+        text += " Not offered here, as config.toml's [allow] refuses them: " + "; ".join(
+            f"{tool} ({why})" for tool, why in sorted(hidden.items())) + "."
+    return text
 
 
 def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
@@ -453,7 +476,7 @@ def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
-                                            for n, d, s in tool_list()])
+                                            for n, d, s in tool_list(config.allow)])
 
     async def call_tool(ctx, params) -> types.CallToolResult | types.InputRequiredResult:
         operator = operator_round(ctx, params) if params.name == "ask_operator" else None
@@ -498,9 +521,7 @@ def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
         return ask
 
     server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
-                    instructions="Pulse's tools for this host. Every call passes a safety gate: writes need a "
-                                 "validated target, one write at a time, each verified by a later read of the "
-                                 "same resource before the next write or finish.")
+                    instructions=instructions(config.allow))
 
     async def main() -> None:
         # The operator's reset (`pulsectl gate-reset`) is a fact in events.db: the next call folds it.

@@ -210,14 +210,15 @@ def get(kind: str) -> Kind | None:
 def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
     """Why [allow] refuses this effect ("not-allowed: ..."), or None if it may run.
 
-    Only origins engine and agent are checked, and only built-in kinds: the others run inside
-    the engine's own executors, with powers the engine has anyway."""
-    kind = KINDS.get(effect.kind)
-    if effect.origin not in UNTRUSTED_ORIGINS or kind is None:
+    Only origins engine and agent are checked; every kind they emit must be in allow.kinds, the
+    engine's own executors' kinds included (an agent's emit_effect must not reach one the operator
+    never listed). Built-in kinds may check their params further."""
+    if effect.origin not in UNTRUSTED_ORIGINS:
         return None
     if effect.kind not in allow.kinds:
         return f"not-allowed: kind {effect.kind!r} is not in allow.kinds"
-    return kind.allow(effect, allow, process_names) if kind.allow else None
+    kind = KINDS.get(effect.kind)
+    return kind.allow(effect, allow, process_names) if kind is not None and kind.allow else None
 
 
 def params_problem(effect: Effect) -> str | None:
