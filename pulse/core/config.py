@@ -623,5 +623,6 @@ def default_toml() -> str:
         "# timeout_s = 1800.0",
         "# concurrency = 1",
         "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
+        "# gate_requires_finish = true             # a run that used the gate is acked only after finish",
     ]
     return "\n".join(lines) + "\n"
