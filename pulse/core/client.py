@@ -42,6 +42,12 @@ def daemon_pid(paths: Paths) -> int | None:
     return None if l_type == fcntl.F_UNLCK else l_pid
 
 
+# A worker's doorbell to another worker (wake, doorbell): IMMEDIATE, so a ring while the peer is
+# away fails at once instead of queueing; and a fast reconnect (10 ms, backing off to 200 ms), so a
+# peer that binds later, or restarts, hears the next ring within milliseconds, not zmq's 100 ms.
+DOORBELL = {"SNDHWM": 4, "IMMEDIATE": 1, "RECONNECT_IVL": 10, "RECONNECT_IVL_MAX": 200}
+
+
 def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **options: int) -> zmq.Socket:
     """A socket as every Pulse process makes them: LINGER 0 (closing never waits on a missing
     peer), further options by name (`SNDHWM=16`), bound or connected."""

@@ -27,7 +27,7 @@ import zmq
 
 from pulse.rules import onion
 from pulse.store import db
-from pulse.core import procs, wire
+from pulse.core import client, procs, wire
 from pulse.engine import loader
 from pulse.core.home import dev_pid
 from pulse.workers.harness import Worker, drain, poke
@@ -97,7 +97,7 @@ class EngineWorker(Worker):
         self.runner = None
         if self.engine.watchers:
             from pulse.sensing.runner import WatcherRunner
-            self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
+            self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
             self.vitals = db.open_vitals(self.paths.vitals_db)
             self.runner = WatcherRunner(self.engine.watchers, vitals_conn=self.vitals, events_conn=self.events,
                                         wake_sock=self.wake, source="engine", config=self.config, log=self.log)

@@ -54,7 +54,7 @@ import zmq
 
 from pulse.effects import kinds, registry
 from pulse.store import db
-from pulse.core import clock, wire
+from pulse.core import client, clock, wire
 from pulse.core.states import EFFECT_ENDED
 from pulse.workers.harness import Worker, drain, poke
 
@@ -192,7 +192,7 @@ class ExecutorWorker(Worker):
         self.doorbell = self.socket(zmq.PULL, self.paths.endpoint("doorbell"), bind=True, handler=self.on_doorbell)
         self.engine = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False,
                                   handler=self.on_engine_reply, IMMEDIATE=1, MAXMSGSIZE=MAX_ENGINE_REPLY)
-        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1)
+        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
 
         self.in_flight: dict[str, wire.Effect] = {}         # dispatched, not yet over
         self.booked: set[str] = set()                       # effect ids with a bookkeeping job queued

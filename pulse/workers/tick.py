@@ -26,7 +26,7 @@ from pulse.rules import budget, onion
 from pulse.store import db
 from pulse.rules import survival
 from pulse.agents import tasks
-from pulse.core import wire
+from pulse.core import client, wire
 from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
@@ -225,7 +225,7 @@ class TickWorker(Worker):
         self.engine_sock = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1,
                                        MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)
         self.control = self.socket(zmq.DEALER, self.paths.endpoint("control"), bind=False)
-        self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, SNDHWM=4, IMMEDIATE=1)
+        self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, **client.DOORBELL)
         self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000)
         self.ballast = self.paths.home / "ballast"
         ballast.keep(self.ballast, self.config.survival.ballast_mb)

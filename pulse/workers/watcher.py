@@ -17,6 +17,7 @@ import time
 
 import zmq
 
+from pulse.core import client
 from pulse.store import db
 from pulse.workers.harness import Worker
 from pulse.sensing.builtin import ProcessAlive, builtin_watchers
@@ -71,10 +72,8 @@ class WatcherWorker(Worker):
     def open(self) -> None:
         self.vitals = db.open_vitals(self.paths.vitals_db)
         self.events = db.open_events(self.paths.events_db)
-        # Reconnect fast (10 ms, backing off to 200 ms): until the connection to the tick is up,
-        # IMMEDIATE makes a wake fail instead of queueing, and the runner has to offer it again.
-        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, SNDHWM=4, IMMEDIATE=1,
-                                RECONNECT_IVL=10, RECONNECT_IVL_MAX=200)
+        # Until the connection to the tick is up, a wake fails, and the runner offers it again.
+        self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
         watchers = builtin_watchers(self.config)
         self.processes = {w.process.name: w for w in watchers if isinstance(w, ProcessAlive)}
         self.runner = WatcherRunner(watchers, vitals_conn=self.vitals, events_conn=self.events,
