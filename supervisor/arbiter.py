@@ -22,7 +22,7 @@ from pulse.core import config as configmod
 from pulse.core import client, clock, logs, procs, wire
 from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
-from pulse.core.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WORKERS, Exit, WorkerState
+from pulse.core.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WEB, WORKERS, Exit, WorkerState
 
 from . import control
 from .child import Child, Fail, forget_crashes, next_deadline, on_crash
@@ -37,8 +37,8 @@ EXIT_STATUS_WAIT_S = 0.05     # a death is known from the pidfd; its status foll
 class Arbiter:
     def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
         self.paths, self.config, self.sink, self.notifier = paths, config, sink, notifier
-        self.children = {name: Child(name) for name in SUPERVISED}
-        self.stopped_by_operator = load_stopped(paths.workers_state) & set(WORKERS)
+        self.children = {name: Child(name) for name in (*SUPERVISED, WEB)}   # web runs when [web] enabled
+        self.stopped_by_operator = load_stopped(paths.workers_state) & {*WORKERS, WEB}
         self.started_mono = time.monotonic()
         self.ready_sent = False
         self.shutting_down = False
@@ -54,6 +54,14 @@ class Arbiter:
     @property
     def timings(self) -> configmod.Timings:
         return self.config.timings
+
+    def supervised(self) -> tuple[str, ...]:
+        """What runs, in start order: the web worker only when [web] is enabled."""
+        return SUPERVISED + ((WEB,) if self.config.web.enabled else ())
+
+    def listed(self) -> tuple[str, ...]:
+        """The workers status lists and operators steer."""
+        return WORKERS + ((WEB,) if self.config.web.enabled else ())
 
     # -- setup and teardown ------------------------------------------------------------------------
 
@@ -124,7 +132,7 @@ class Arbiter:
     def run(self) -> int:
         self.open()
         try:
-            for name in SUPERVISED:
+            for name in self.supervised():
                 if name in self.stopped_by_operator:
                     log.info("%s stays stopped (stopped by an operator; `pulsectl start %s`)", name, name)
                 else:
@@ -544,15 +552,23 @@ class Arbiter:
             log.error("reload refused, keeping the running configuration: %s", err)
             self.record("reload", None, ok=False, error=str(err))
             return False, str(err)
-        affected = configmod.changed_slices(self.config, new)
-        self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected)
+        was, now = self.config.web.enabled, new.web.enabled
+        affected = [n for n in configmod.changed_slices(self.config, new) if n != WEB or (was and now)]
+        web = {(False, True): "web started; ", (True, False): "web stopped; "}.get((was, now), "")
+        self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
+                    **({"web": "started" if now else "stopped"} if web else {}))
         self.config = new
         logs.Log.level = logs.LEVELS[new.log.level]
         for name in affected:
             child = self.children[name]
             if child.state in ALIVE_STATES or child.state is S.BACKOFF:
                 self.stop(child, restart=True)
-        message = f"reloaded; restarted: {', '.join(affected) or 'none'}"
+        child = self.children[WEB]
+        if now and not was and WEB not in self.stopped_by_operator and child.state not in ALIVE_STATES:
+            self.spawn(child)
+        elif was and not now:
+            self.stop(child)
+        message = f"reloaded; {web}restarted: {', '.join(affected) or 'none'}"
         log.info(message)
         return True, message
 
@@ -585,7 +601,7 @@ class Arbiter:
                     child.state = S.STOPPED   # a spawn the forkserver never answered
             self.shutdown_deadline = now + 1.0
             return
-        for name in reversed(SUPERVISED):
+        for name in reversed((*SUPERVISED, WEB)):
             child = self.children[name]
             if child.state in ALIVE_STATES:
                 if child.name == EVENT_WRITER and self.events.pending and child.state is S.RUNNING:
@@ -601,7 +617,7 @@ class Arbiter:
         self.read_heartbeats()
         now = time.monotonic()
         workers = []
-        for c in (self.children[name] for name in WORKERS):
+        for c in (self.children[name] for name in self.listed()):
             alive = c.pid is not None
             workers.append(wire.WorkerStatus(
                 name=c.name, pid=c.pid, state=str(c.state), restarts=c.restarts,
@@ -612,7 +628,8 @@ class Arbiter:
             version=wire.STATUS_VERSION,
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home)),
-            workers=workers, engine_commit=self.children["engine"].commit, processes=self.processes())
+            workers=workers, engine_commit=self.children["engine"].commit, processes=self.processes(),
+            web_url=(self.children[WEB].report or {}).get("url") if self.children[WEB].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""

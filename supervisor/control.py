@@ -6,15 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pulse.core import wire
-from pulse.core.states import WORKERS
+from pulse.core.states import WEB
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter
 
 
 def _worker(arbiter: "Arbiter", name: str):
-    if name not in WORKERS:
-        return None, wire.Reply(ok=False, error=f"no worker named {name!r}; workers: {', '.join(WORKERS)}")
+    listed = arbiter.listed()
+    if name not in listed:
+        hint = " (enable it: [web] enabled = true, then reload)" if name == WEB else ""
+        return None, wire.Reply(ok=False, error=f"no worker named {name!r}{hint}; workers: {', '.join(listed)}")
     return arbiter.children[name], None
 
 

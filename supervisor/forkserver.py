@@ -32,6 +32,7 @@ PRELOAD = {
     "tick": ("pulse.workers.tick", "TickWorker"),
     "executor": ("pulse.workers.executor", "ExecutorWorker"),
     "engine": ("pulse.workers.engine", "EngineWorker"),
+    "web": ("pulse.workers.web", "WebWorker"),            # its web stack is imported when it opens
 }
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20

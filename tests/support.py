@@ -268,3 +268,22 @@ class Tracker:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+CHROMIUM = "/usr/bin/chromium"   # Debian's package: never a browser Playwright downloads
+
+
+def browser_or_skip():
+    """Playwright's sync API, or a skip; in CI (CI=true) a missing browser fails the test instead."""
+    missing = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing = "playwright is not installed (the test extra)"
+    if missing is None and not os.path.exists(CHROMIUM):
+        missing = f"no Chromium at {CHROMIUM}"
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return sync_playwright

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from reportfixture import fixture_history, write
-from support import init_home, notifications, wait_for
+from support import CHROMIUM, browser_or_skip, init_home, notifications, wait_for
 
 from pulse.report import analysis as analysismod
 from pulse.report import analyst, render, reportrun
@@ -300,24 +300,6 @@ def test_report_config_errors_name_the_key(tmp_path):
 
 
 # -- the page in a browser -------------------------------------------------------------------------------
-
-CHROMIUM = "/usr/bin/chromium"
-
-
-def browser_or_skip():
-    missing = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing = "playwright is not installed (the test extra)"
-    if missing is None and not os.path.exists(CHROMIUM):
-        missing = f"no Chromium at {CHROMIUM}"
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return sync_playwright
-
 
 def test_the_page_in_chromium_is_self_contained_and_inert(history, tmp_path):
     sync_playwright = browser_or_skip()

@@ -308,13 +308,11 @@ class PulseTools:
 
 
 def _since(text: str) -> float:
-    import click
-
-    from pulse.cli.pipeline import parse_since
+    from pulse.core import clock
     try:
-        return parse_since(text)
-    except click.BadParameter as err:
-        raise ToolError("INVALID_INPUT", str(err.message)) from None
+        return clock.parse_since(text)
+    except ValueError as err:
+        raise ToolError("INVALID_INPUT", str(err)) from None
 
 
 def _event(ev: wire.Event) -> dict:

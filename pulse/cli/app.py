@@ -46,7 +46,7 @@ COMMAND_MODULES = {
     "task": "tasks", "mcp": "mcp", "gate-reset": "mcp", "gate": "mcp",
     "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
     "check-config": "configcmd", "config": "configcmd", "report": "report", "instances": "roster",
-    "store": "storecmd",
+    "store": "storecmd", "web": "web",
 }
 
 

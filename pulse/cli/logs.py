@@ -8,7 +8,7 @@ import time
 import click
 
 from pulse.cli.app import Context, pass_ctx
-from pulse.core.states import SUPERVISED
+from pulse.core.states import SUPERVISED, WEB
 
 
 def matches(line: str, worker: str | None) -> bool:
@@ -20,7 +20,7 @@ def matches(line: str, worker: str | None) -> bool:
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (across rotation).")
-@click.option("--worker", type=click.Choice(("pulsed", "forkserver") + SUPERVISED), help="Only this process's lines.")
+@click.option("--worker", type=click.Choice(("pulsed", "forkserver", *SUPERVISED, WEB)), help="Only this process's lines.")
 @click.option("-n", "--lines", default=50, show_default=True, help="How many past lines to print first.")
 @pass_ctx
 def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:

@@ -17,17 +17,10 @@ from pulse.core.states import EFFECT_OPEN
 
 def parse_since(text: str) -> float:
     """An ISO time (naive = UTC) or a duration back from now: 30s, 10m, 2h, 1d."""
-    seconds = clock.parse_duration(text)
-    if seconds is not None:
-        return time.time() - seconds
-    from datetime import datetime, timezone
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither an ISO time nor a duration like 10m") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
+        return clock.parse_since(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
 
 
 def _connect(ctx: Context, name: str):

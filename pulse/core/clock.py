@@ -27,3 +27,19 @@ def parse_duration(text: str) -> float | None:
 def backoff(attempt: int, first: float, cap: float) -> float:
     """The wait before retry number `attempt` (1, 2, 3 …): first, 2×first, 4×first … at most cap."""
     return min(first * 2 ** (attempt - 1), cap)
+
+
+def parse_since(text: str) -> float:
+    """An ISO time (naive = UTC) or a duration back from now (30s, 10m, 2h, 1d), as a wall time;
+    ValueError naming the text otherwise."""
+    seconds = parse_duration(text)
+    if seconds is not None:
+        return time.time() - seconds
+    from datetime import datetime, timezone
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither an ISO time nor a duration like 10m") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()

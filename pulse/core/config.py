@@ -225,6 +225,15 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_call_bytes: int = 64 * 1024           # all of one call's arguments, as JSON
 
 
+class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The operator's page and /metrics (`pulsectl web url`). Nothing listens on TCP unless enabled."""
+    enabled: bool = False
+    listen: str = "127.0.0.1:8370"            # host:port; port 0 takes a free one
+    allow_remote: bool = False                # a non-loopback listen needs this, and TLS
+    tls_cert: str | None = None               # PEM files; both, or neither
+    tls_key: str | None = None
+
+
 class PulseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # This instance's name among the Pulses of the host (`pulsectl instances`, `pulsectl -i NAME`);
     # unset: the home's folder name. Read when pulsed starts.
@@ -246,6 +255,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tasks: Tasks = msgspec.field(default_factory=Tasks)
     report: Report = msgspec.field(default_factory=Report)
     gate: Gate = msgspec.field(default_factory=Gate)
+    web: Web = msgspec.field(default_factory=Web)
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
@@ -328,16 +338,26 @@ class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
     store: Store
 
 
+WebTimings = _cut("WebTimings", Timings, EVERY_WORKER)
+
+
+class WebConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: WebTimings
+    log: LogSettings
+    web: Web
+
+
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
     """What pulsed itself reads; a reload applies it in place (the instance's name: at start only)."""
     timings: SupervisorTimings
     log: LogSettings
     pulse: PulseSettings
+    web: Web                      # whether the web worker runs
 
 
 SLICES: dict[str, type[msgspec.Struct]] = {
     "eventlog": EventWriterConfig, "watcher": WatcherConfig, "tick": TickConfig,
-    "executor": ExecutorConfig, "engine": EngineConfig,
+    "executor": ExecutorConfig, "engine": EngineConfig, "web": WebConfig,
 }
 
 
@@ -474,6 +494,7 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     validate_agents(config, origin)
     validate_report(config, origin)
+    validate_web(config.web, origin)
     if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
     if config.pulse.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", config.pulse.name):
@@ -538,6 +559,39 @@ def validate_agents(config: Config, origin: str) -> None:
     names = [a.name for a in config.agent]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.agent: names must be unique")
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """"host:port" (an IPv6 host in brackets) → (host, port); ValueError saying what is wrong."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{listen!r} is not host:port (like 127.0.0.1:8370; port 0 takes a free one)")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def validate_web(web: Web, origin: str) -> None:
+    try:
+        host, _ = listen_address(web.listen)
+    except ValueError as err:
+        raise ConfigError(f"{origin}: $.web.listen: {err}") from None
+    if (web.tls_cert is None) != (web.tls_key is None):
+        raise ConfigError(f"{origin}: $.web: set both tls_cert and tls_key, or neither")
+    if not is_loopback(host):
+        if not web.allow_remote:
+            raise ConfigError(f"{origin}: $.web.listen: {host} is not a loopback address; set allow_remote = true "
+                              "(and tls_cert, tls_key) to listen beyond this host")
+        if web.tls_cert is None:
+            raise ConfigError(f"{origin}: $.web: listening on {host} beyond this host needs tls_cert and tls_key")
 
 
 DAILY_AT = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")

@@ -87,6 +87,11 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
         return self.home / "dev"
 
     @property
+    def web_token(self) -> Path:
+        """The web page's token (mode 0600; `pulsectl web rotate-token` replaces it)."""
+        return self.home / "web.token"
+
+    @property
     def history_mark(self) -> Path:
         """How many events events.db held when pulsed last started: a history that went missing shows."""
         return self.home / "events.mark"
@@ -220,7 +225,7 @@ def mark_history(paths: Paths) -> None:
 def home_is_complete(paths: Paths) -> bool:
     """Everything ensure_home() makes is there (the stores migrate themselves when opened)."""
     return all(p.exists() for p in (paths.config, paths.events_db, paths.vitals_db, paths.home / "objects",
-                                    paths.logs, paths.engine / ".git", paths.staging))
+                                    paths.logs, paths.engine / ".git", paths.staging, paths.web_token))
 
 
 def ensure_home(home: Path) -> list[str]:
@@ -239,6 +244,9 @@ def ensure_home(home: Path) -> list[str]:
         with os.fdopen(fd, "w") as f:
             f.write(configmod.default_toml())
         made.append(str(paths.config))
+    if not paths.web_token.exists():
+        write_web_token(paths)
+        made.append(str(paths.web_token))
     for folder in (home / "objects", paths.logs):
         if not folder.exists():
             folder.mkdir(mode=0o700)
@@ -263,6 +271,18 @@ def ensure_home(home: Path) -> list[str]:
              str(paths.staging), *(["staging"] if branch else []))
         made.append(f"{paths.staging}/ (git worktree, branch staging)")
     return made
+
+
+def write_web_token(paths: Paths) -> str:
+    """A new web token, written whole (mode 0600) and renamed into place; returns it."""
+    import secrets
+    token = secrets.token_urlsafe(32)
+    tmp = paths.web_token.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.replace(tmp, paths.web_token)
+    return token
 
 
 # -- which workers an operator stopped: kept across pulsed restarts until a start ---------------------

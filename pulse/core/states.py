@@ -28,6 +28,9 @@ WORKERS = CORE_WORKERS + (ENGINE,)   # what pulsectl status lists and operators 
 # starts first and stops last, so that it writes every lifecycle event of the others.
 EVENT_WRITER = "eventlog"
 SUPERVISED = (EVENT_WRITER,) + WORKERS   # start order; stop order is the reverse
+# The operator's page ([web] enabled): supervised and listed only when enabled, started last,
+# and like the engine never core.
+WEB = "web"
 
 
 class EffectState(enum.StrEnum):

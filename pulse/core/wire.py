@@ -118,6 +118,7 @@ class Status(msgspec.Struct):
     workers: list[WorkerStatus]
     engine_commit: str | None = None
     processes: list[ProcessStatus] = msgspec.field(default_factory=list)
+    web_url: str | None = None          # the web worker's address, when it runs (`pulsectl web url`)
 
 
 class Reply(msgspec.Struct, omit_defaults=True):

@@ -322,6 +322,57 @@ def events_between(conn: sqlite3.Connection, start_ts: float, end_ts: float) -> 
             for r in rows]
 
 
+def event_type_counts(conn: sqlite3.Connection, upto_id: int) -> dict[str, int]:
+    """How many events of each type, through id `upto_id` (the metrics' starting point)."""
+    return dict(conn.execute("SELECT type, COUNT(*) FROM events WHERE id <= ? GROUP BY type", (upto_id,)))
+
+
+def events_of_types(conn: sqlite3.Connection, types: Sequence[str], upto_id: int) -> Iterable[Event]:
+    """Every event of `types` through id `upto_id`, oldest first, read as it goes (the type index finds them)."""
+    rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN ({','.join('?' * len(types))}) "
+                        "AND id <= ? ORDER BY id", (*types, upto_id))
+    return (_row_event(r) for r in rows)
+
+
+def search_events(conn: sqlite3.Connection, *, types: Sequence[str] = (), source: str | None = None,
+                  target: str | None = None, since_ts: float | None = None, text: str | None = None,
+                  after_id: int = 0, limit: int = 200) -> list[Event]:
+    """The newest `limit` events that match, over the whole history, newest first. `text` is a
+    case-insensitive substring of the type, source, target or data."""
+    sql, args = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ?", [after_id]
+    if since_ts is not None:
+        args[0] = max(after_id, first_id_since(conn, since_ts) - 1)
+        sql += " AND ts >= ?"
+        args.append(since_ts)
+    if types:
+        sql += f" AND type IN ({','.join('?' * len(types))})"
+        args += list(types)
+    for column, value in (("source", source), ("target", target)):
+        if value:
+            sql += f" AND {column} = ?"
+            args.append(value)
+    if text:
+        sql += " AND instr(lower(type || ' ' || source || ' ' || COALESCE(target, '') || ' ' || data), lower(?)) > 0"
+        args.append(text)
+    sql += " ORDER BY id DESC LIMIT ?"
+    args.append(limit)
+    return [_row_event(r) for r in conn.execute(sql, args)]
+
+
+def event_by_id(conn: sqlite3.Connection, event_id: int) -> Event | None:
+    row = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE id = ?", (event_id,)).fetchone()
+    return _row_event(row) if row else None
+
+
+def event_types_seen(conn: sqlite3.Connection) -> list[str]:
+    """Each type events.db holds (a skip scan of the type index: one step per type)."""
+    out, last = [], ""
+    while (row := conn.execute("SELECT type FROM events WHERE type > ? ORDER BY type LIMIT 1", (last,)).fetchone()):
+        last = row[0]
+        out.append(last)
+    return out
+
+
 def task_titles(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
     """task id → (project, title), from every task-created event (by the (type, id) index)."""
     rows = conn.execute("SELECT target, json_extract(data, '$.project'), json_extract(data, '$.title') "
@@ -596,6 +647,28 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path} {store_problem(path) or err}") from None
     return conn
+
+
+def tick_durations(conn: sqlite3.Connection, after_row: int) -> list[tuple[int, float]]:
+    """(row, duration_ms) of every tick the tick recorded after `after_row` (its vitals)."""
+    return list(conn.execute("SELECT id, json_extract(data, '$.duration_ms') FROM vitals WHERE key = 'tick' AND id > ? "
+                             "AND json_extract(data, '$.duration_ms') IS NOT NULL ORDER BY id", (after_row,)))
+
+
+def vitals_keys(conn: sqlite3.Connection) -> list[str]:
+    out, last = [], ""
+    while (row := conn.execute("SELECT key FROM vitals WHERE key > ? ORDER BY key LIMIT 1", (last,)).fetchone()):
+        last = row[0]
+        out.append(last)
+    return out
+
+
+def vitals_buckets(conn: sqlite3.Connection, key: str, since_ts: float, bucket_s: float) -> list[tuple[float, dict]]:
+    """One sample of `key` per `bucket_s` since `since_ts` (the last of each bucket), oldest first:
+    downsampled in SQLite, so a week of samples reaches the page as a few hundred points."""
+    rows = conn.execute("SELECT MAX(ts), data FROM vitals WHERE key = ? AND ts >= ? GROUP BY CAST(ts / ? AS INTEGER) "
+                        "ORDER BY 1", (key, since_ts, bucket_s))
+    return [(ts, json.loads(data)) for ts, data in rows]
 
 
 def recent_vitals(conn: sqlite3.Connection, key: str, n: int) -> list[Vital]:

@@ -68,6 +68,11 @@ class Worker:
         """What this worker adds to `pulsectl status`, sent with each heartbeat (keep it small)."""
         return None
 
+    def healthy(self) -> bool:
+        """False withholds the heartbeat: a worker whose real work runs elsewhere (the web server's
+        event loop) says here whether that work still moves, so pulsed sees it hang."""
+        return True
+
     def socket(self, kind: int, endpoint: str, *, bind: bool, handler: Callable[[], None] | None = None,
                **options) -> zmq.Socket:
         sock = client.open_socket(self.ctx, kind, endpoint, bind=bind, **options)
@@ -134,13 +139,15 @@ class Harness:
         if self.stop_requested:
             return   # told to stop while starting: never ready
         self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
+        self.heartbeat()          # its report (a web address, the processes seen) reaches status now
         after_ready()
         poller, registered = None, None
         next_beat = time.monotonic() + self.heartbeat_s
         while not self.stop_requested:
             now = time.monotonic()
             if now >= next_beat:
-                self.heartbeat()
+                if self.worker.healthy():
+                    self.heartbeat()
                 next_beat = now + self.heartbeat_s
             if registered != self.worker.handlers.keys():   # a worker may add or drop fds as it goes
                 registered = set(self.worker.handlers)

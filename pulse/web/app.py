@@ -1,0 +1,463 @@
+"""The operator's page and /metrics: a Starlette app (the ASGI stack the MCP SDK already brings).
+
+It reads the stores read-only and acts only as pulsectl does: worker restart/stop/start over the
+control socket; pause and resume as events; promote and rollback as effects of origin
+`operator`. So every action taken from the page is an event like any other. Each page is a
+small HTML shell and /static/app.js, which reads /api/…; the overview and the events tail are
+live over server-sent events. Every request passes `Guard` (pulse.web.auth) first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import statistics
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from pulse.core import client, clock, wire
+from pulse.core.home import Paths
+from pulse.store import db
+from pulse.web import auth
+from pulse.web.metrics import HOST, HOST_FIELDS, Counts, exposition
+
+PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
+         "engine": "/engine", "gate": "/gate", "log": "/log"}
+WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
+POINTS = 240                      # a chart's points, whatever its window
+LIVE_S = 0.25                     # how often the live streams look for news
+OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
+
+
+class Web:
+    """What the routes share: the home, the token file, the metrics' counts."""
+
+    def __init__(self, paths: Paths, token_file: Path):
+        self.paths, self.token_file = paths, token_file
+        self._token: tuple[float, str] | None = None
+        self.counts: Counts | None = None
+
+    def token(self) -> str:
+        """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
+        mtime = self.token_file.stat().st_mtime
+        if self._token is None or self._token[0] != mtime:
+            self._token = (mtime, self.token_file.read_text().strip())
+        return self._token[1]
+
+    def events(self):
+        return db.open_readonly(self.paths.events_db)
+
+    def vitals(self):
+        return db.open_readonly(self.paths.vitals_db)
+
+    def status(self) -> wire.Status | None:
+        try:
+            return client.request(self.paths, wire.GetStatus(), 2.0).status
+        except client.Unreachable:
+            return None
+
+    def read(self, what: Callable[[Any], Any], store: str = "events") -> Any:
+        conn = self.events() if store == "events" else self.vitals()
+        try:
+            return what(conn)
+        finally:
+            conn.close()
+
+
+# -- the guard ----------------------------------------------------------------------------------------
+
+class Guard:
+    """ASGI middleware: 401 without a session cookie or the bearer token; a POST also needs the
+    session's CSRF token and its own Origin. `/?token=` opens a session."""
+
+    def __init__(self, app, web: Web):
+        self.app, self.web = app, web
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
+        token = self.web.token()
+        given = request.query_params.get("token")
+        if given is not None and request.method == "GET":
+            if not auth.token_ok(token, given):
+                return await PlainTextResponse("wrong token\n", 401)(scope, receive, send)
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + ("?" + "&".join(f"{k}={v}" for k, v in rest) if rest else "")
+            response = RedirectResponse(target, 303)
+            response.set_cookie(auth.COOKIE, auth.new_session(token), httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https", path="/")
+            return await response(scope, receive, send)
+        cookie = request.cookies.get(auth.COOKIE)
+        nonce = auth.session_nonce(token, cookie)
+        if nonce is None and not auth.bearer_ok(token, request.headers.get("authorization")):
+            return await PlainTextResponse("401: open the address `pulsectl web url` prints\n", 401)(scope, receive, send)
+        if request.method not in ("GET", "HEAD"):
+            refused = auth.post_refusal(token, request.headers, cookie, own_origin(request))
+            if refused is not None:
+                return await JSONResponse({"ok": False, "error": refused}, 403)(scope, receive, send)
+        scope.setdefault("state", {})["csrf"] = auth.csrf_token(token, nonce) if nonce else ""
+        return await self.app(scope, receive, send)
+
+
+def own_origin(request: Request) -> str:
+    return f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+# -- pages ----------------------------------------------------------------------------------------------
+
+def shell(request: Request, page: str, body: str = "") -> Response:
+    """The page's HTML: the nav with `page` current, and `body` (rendered here: the script leaves
+    it alone) or an empty main the script fills."""
+    nav = "".join(f'<a href="{href}"{" aria-current=page" if name == page else ""}>{name}</a>'
+                  for name, href in PAGES.items())
+    csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
+    text = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="csrf" content="{csrf}"><link rel="icon" href="data:,"><title>Pulse · {page}</title><link rel="stylesheet" href="/static/app.css"></head>
+<body data-page="{page if not body else 'static'}"><header><strong>Pulse</strong><nav>{nav}</nav>
+<span id="said" class="muted" role="status" aria-live="polite"></span>
+<button id="theme" type="button" aria-label="switch between dark and light">◐</button></header>
+<main>{body or '<p class="muted">loading…</p>'}</main>
+<script src="/static/app.js" defer></script></body></html>"""
+    return Response(text, media_type="text/html", headers={"Cache-Control": "no-store",
+                    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'"})
+
+
+def page(name: str):
+    async def handler(request: Request) -> Response:
+        return shell(request, name)
+    return handler
+
+
+async def event_page(request: Request) -> Response:
+    web: Web = request.app.state.web
+    try:
+        ev = await run_in_threadpool(web.read, lambda c: db.event_by_id(c, int(request.path_params["id"])))
+    except ValueError:
+        ev = None
+    if ev is None:
+        return shell(request, "events", '<section><h2>No such event</h2></section>')
+    rows = "".join(f"<tr><th scope=row>{k}</th><td class=wrap>{html.escape(str(v))}</td></tr>"
+                   for k, v in (("id", ev.id), ("when", clock.iso(ev.ts)), ("type", ev.type), ("source", ev.source),
+                                ("target", ev.target or "-")))
+    body = (f'<section data-event="{ev.id}"><h2>Event {ev.id}</h2><table>{rows}</table>'
+            f'<pre>{html.escape(json.dumps(ev.data, indent=2, sort_keys=True))}</pre></section>')
+    return shell(request, "events", body)
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in ("app.js", "app.css"):
+        return PlainTextResponse("not found\n", 404)
+    text = (resources.files("pulse.web") / "static" / name).read_text()
+    return Response(text, media_type="text/javascript" if name.endswith(".js") else "text/css")
+
+
+# -- reads ------------------------------------------------------------------------------------------------
+
+def status_dict(status: wire.Status | None) -> dict | None:
+    return msgspec.to_builtins(status) if status is not None else None
+
+
+def host_series(conn, since: float, bucket_s: float) -> dict[str, list]:
+    samples = db.vitals_buckets(conn, HOST, since, bucket_s)
+    return {f.removesuffix("_pct"): [[ts, d[f]] for ts, d in samples if isinstance(d.get(f), (int, float))]
+            for f in HOST_FIELDS}
+
+
+def overview(web: Web) -> dict:
+    status = web.status()
+
+    def from_events(conn):
+        promotes = db.last_events(conn, 1, ["promote"])
+        effects = db.list_effects(conn, limit=200)
+        survival = [{"ts": e.created, "rule": (e.params or {}).get("rule"), "kind": e.kind, "target": e.target,
+                     "outcome": state} for e, state, _ in effects if e.origin == "survival"][:10]
+        return {"last_promote": {"ts": promotes[0].ts} if promotes else None, "survival": survival}
+    view = web.read(from_events)
+    view["vitals"] = web.read(lambda c: host_series(c, time.time() - OVERVIEW_VITALS_S, 5), "vitals")
+    view["status"] = status_dict(status)
+    if status is None:
+        view["error"] = f"pulsed is not answering on {web.paths.home}"
+    return view
+
+
+async def stream_overview(request: Request):
+    web: Web = request.app.state.web
+
+    async def updates():
+        last = None
+        while not await request.is_disconnected():
+            view = await run_in_threadpool(overview, web)
+            text = json.dumps(view, default=str, sort_keys=True)
+            if text != last:
+                yield {"data": text}
+                last = text
+            await asyncio.sleep(LIVE_S)
+    return EventSourceResponse(updates(), ping=15)
+
+
+def event_filters(request: Request) -> dict:
+    q = request.query_params
+    since_ts = clock.parse_since(q["since"]) if q.get("since") else None
+    return {"types": [q["type"]] if q.get("type") else [], "source": q.get("source") or None,
+            "target": q.get("target") or None, "since_ts": since_ts, "text": q.get("q") or None}
+
+
+def as_json(ev: wire.Event) -> dict:
+    return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
+
+
+async def api_events(request: Request) -> Response:
+    web: Web = request.app.state.web
+    try:
+        filters = event_filters(request)
+    except ValueError as err:
+        return JSONResponse({"events": [], "types": [], "last_id": 0, "error": str(err)})
+
+    def read(conn):
+        return {"events": [as_json(e) for e in db.search_events(conn, **filters)],
+                "types": sorted(wire.EVENT_TYPES), "last_id": db.last_event_id(conn)}
+    return JSONResponse(await run_in_threadpool(web.read, read))
+
+
+async def stream_events(request: Request):
+    web: Web = request.app.state.web
+    filters = event_filters(request)
+    after = int(request.query_params.get("after") or 0)
+
+    async def updates():
+        nonlocal after
+        while not await request.is_disconnected():
+            def read(conn):
+                return db.last_event_id(conn), db.search_events(conn, **filters, after_id=after, limit=500)
+            last, found = await run_in_threadpool(web.read, read)
+            if found:
+                yield {"data": json.dumps([as_json(e) for e in reversed(found)], default=str)}
+            after = last
+            await asyncio.sleep(LIVE_S)
+    return EventSourceResponse(updates(), ping=15)
+
+
+async def api_vitals(request: Request) -> Response:
+    web: Web = request.app.state.web
+    window = WINDOWS.get(request.query_params.get("window", "1h"), 3600)
+
+    def read(conn):
+        since, bucket = time.time() - window, window / POINTS
+        series: dict[str, list] = {}
+        for key in db.vitals_keys(conn):
+            if key == "tick":
+                continue
+            for ts, data in db.vitals_buckets(conn, key, since, bucket):
+                for field, value in data.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        series.setdefault(f"{key} {field}", []).append([ts, value])
+        return {"window_s": window, "series": series}
+    return JSONResponse(await run_in_threadpool(web.read, read, "vitals"))
+
+
+async def api_effects(request: Request) -> Response:
+    web: Web = request.app.state.web
+
+    def read(conn):
+        by_state: dict[str, list] = {s: [] for s in ("pending", "executing", "failed", "expired", "acked")}
+        for e, state, why in db.list_effects(conn, limit=500):
+            by_state[state].append({"id": e.id, "origin": e.origin, "kind": e.kind, "target": e.target,
+                                    "created": e.created, "why": why})
+        return {"now": time.time(), "by_state": by_state}
+    return JSONResponse(await run_in_threadpool(web.read, read))
+
+
+async def api_tasks(request: Request) -> Response:
+    from pulse.agents import tasks
+    web: Web = request.app.state.web
+
+    def read(conn):
+        states = tasks.load_all(conn)
+        by_status: dict[str, list] = {s: [] for s in ("pending", "assigned", "executing", "acked", "closed", "given_up")}
+        for t in sorted(states.values(), key=lambda t: int(t.id.rpartition("-")[2])):
+            by_status.setdefault(t.status, []).append({"id": t.id, "title": t.title, "project": t.project,
+                                                       "agent": t.agent or t.last_agent, "attempts": t.attempts})
+        every = db.task_events(conn, limit=1_000_000)
+        history = every[-100:]
+        runs: dict[str, list] = {}
+        for ev in every:
+            if ev.type in ("task-acked", "task-failed") and ev.data.get("agent"):
+                runs.setdefault(ev.data["agent"], []).append(ev)
+        agents = []
+        for agent, evs in sorted(runs.items()):
+            secs = [e.data["run_ms"] / 1000 for e in evs if isinstance(e.data.get("run_ms"), (int, float))]
+            costs = [c for e in evs if isinstance(c := (e.data.get("result") or {}).get("cost_usd"), (int, float))]
+            agents.append({"agent": agent, "runs": len(evs),
+                           "success_rate": sum(e.type == "task-acked" for e in evs) / len(evs),
+                           "mean_run_s": statistics.fmean(secs) if secs else None,
+                           "cost_usd": sum(costs) if costs else None})
+        return {"by_status": by_status, "agents": agents, "history": [as_json(e) for e in reversed(history)]}
+    return JSONResponse(await run_in_threadpool(web.read, read))
+
+
+async def api_engine(request: Request) -> Response:
+    web: Web = request.app.state.web
+    status = await run_in_threadpool(web.status)
+    history = await run_in_threadpool(web.read, lambda c: db.last_events(c, 100, ["promote", "rollback"]))
+    return JSONResponse({"commit": status.engine_commit if status else None,
+                         "history": [as_json(e) for e in reversed(history)]})
+
+
+async def api_gate(request: Request) -> Response:
+    from pulse.agents.gatestore import DurableStore
+    web: Web = request.app.state.web
+
+    def read(conn):
+        store = DurableStore(conn, "web")
+        ledger = store.catch_up()                      # reads only: never settles or writes
+        sessions = [ledger.summary(s) for s in sorted(ledger.sessions, key=lambda s: -ledger.sessions[s].last)]
+        return {"sessions": sessions[:200], "blocked": [as_json(e) for e in reversed(db.last_events(conn, 100, ["gate-blocked"]))]}
+    return JSONResponse(await run_in_threadpool(web.read, read))
+
+
+async def api_log(request: Request) -> Response:
+    from pulse.core.logs import log_files
+    web: Web = request.app.state.web
+    worker = request.query_params.get("worker") or None
+
+    def read() -> list[str]:
+        tail: list[str] = []
+        for path in log_files(web.paths.log_file):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    parts = line.split(" ", 2)
+                    if worker is None or (len(parts) > 1 and parts[1].startswith(worker + "[")):
+                        tail.append(line.rstrip("\n"))
+                tail = tail[-500:]
+        return tail
+    from pulse.core.states import EVENT_WRITER, WORKERS, WEB
+    return JSONResponse({"lines": await run_in_threadpool(read),
+                         "processes": ["pulsed", "forkserver", EVENT_WRITER, *WORKERS, WEB]})
+
+
+# -- actions: what pulsectl would do ----------------------------------------------------------------------
+
+WORKER_ACTIONS = {"restart": wire.RestartWorker, "stop": wire.StopWorker, "start": wire.StartWorker}
+
+
+async def body(request: Request) -> dict:
+    try:
+        data = await request.json()
+    except ValueError:
+        data = None
+    return data if isinstance(data, dict) else {}
+
+
+async def act_worker(request: Request) -> Response:
+    web: Web = request.app.state.web
+    data = await body(request)
+    action, worker = data.get("action"), data.get("worker")
+    if action not in WORKER_ACTIONS or not isinstance(worker, str):
+        return JSONResponse({"ok": False, "error": f"action must be one of {sorted(WORKER_ACTIONS)}, with a worker"}, 400)
+    try:
+        reply = await run_in_threadpool(client.request, web.paths, WORKER_ACTIONS[action](worker), 5.0)
+    except client.Unreachable as err:
+        return JSONResponse({"ok": False, "error": str(err)}, 503)
+    return JSONResponse({"ok": reply.ok, "message": reply.message, "error": reply.error}, 200 if reply.ok else 409)
+
+
+async def act_process(request: Request) -> Response:
+    web: Web = request.app.state.web
+    data = await body(request)
+    action, process = data.get("action"), data.get("process")
+    if action not in ("pause", "resume") or not isinstance(process, str):
+        return JSONResponse({"ok": False, "error": "action must be pause or resume, with a process"}, 400)
+    status = await run_in_threadpool(web.status)
+    if status is None or process not in {p.name for p in status.processes}:
+        return JSONResponse({"ok": False, "error": f"no critical process {process!r}"}, 404)
+    extra = {"until": time.time() + float(data.get("seconds") or 1800)} if action == "pause" else {}
+
+    def append():
+        conn = db.open_events(web.paths.events_db)
+        try:
+            db.append_events(conn, [db.now_event(action, "web", process, **extra)])
+        finally:
+            conn.close()
+        client.ring(web.paths, "wake", wire.Wake("web", action))
+    await run_in_threadpool(append)
+    return JSONResponse({"ok": True, "message": f"{process} {action}d"})
+
+
+async def act_engine(request: Request) -> Response:
+    web: Web = request.app.state.web
+    action = (await body(request)).get("action")
+    kinds = {"promote": ("engine-promote", {"by": "web"}), "rollback": ("engine-rollback", {"reason": "from the web page"})}
+    if action not in kinds:
+        return JSONResponse({"ok": False, "error": "action must be promote or rollback"}, 400)
+    kind, params = kinds[action]
+
+    def commit():
+        from pulse.core import config as configmod
+        deadline = configmod.load(web.paths.config).timings.effect_deadline_s
+        conn = db.open_events(web.paths.events_db)
+        try:
+            effect = db.new_effect(wire.Effect(kind=kind, target="engine", params=params), "operator", deadline)
+            db.commit_effects(conn, [effect], "web")
+        finally:
+            conn.close()
+        client.ring(web.paths, "doorbell", wire.Doorbell("web"))
+        return effect.id
+    effect_id = await run_in_threadpool(commit)
+    return JSONResponse({"ok": True, "message": f"{action} queued (effect {effect_id[:12]}); its outcome is an event"})
+
+
+# -- metrics ------------------------------------------------------------------------------------------------
+
+async def metrics(request: Request) -> Response:
+    web: Web = request.app.state.web
+
+    def scrape() -> bytes:
+        events, vitals = web.events(), web.vitals()
+        try:
+            if web.counts is None:
+                web.counts = Counts()
+                web.counts.start(events, vitals)
+            else:
+                web.counts.catch_up(events, vitals)
+            latest = db.latest_vitals(vitals, [HOST])
+        finally:
+            events.close()
+            vitals.close()
+        host = {k: v.data for k, v in latest.items()}
+        return exposition(web.counts, web.status(), host)
+    return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def make_app(paths: Paths, token_file: Path) -> Any:
+    web = Web(paths, token_file)
+    routes = [Route(path, page(name)) for name, path in PAGES.items()]
+    routes += [
+        Route("/events/{id}", event_page),
+        Route("/static/{name}", static),
+        Route("/api/stream/overview", stream_overview),
+        Route("/api/stream/events", stream_events),
+        Route("/api/events", api_events), Route("/api/vitals", api_vitals), Route("/api/effects", api_effects),
+        Route("/api/tasks", api_tasks), Route("/api/engine", api_engine, methods=["GET"]),
+        Route("/api/gate", api_gate), Route("/api/log", api_log),
+        Route("/api/workers", act_worker, methods=["POST"]), Route("/api/processes", act_process, methods=["POST"]),
+        Route("/api/engine", act_engine, methods=["POST"]),
+        Route("/metrics", metrics),
+    ]
+    app = Starlette(routes=routes)
+    app.state.web = web
+    return Guard(app, web), web
+

@@ -1,0 +1,190 @@
+"""`GET /metrics`: Prometheus text, written by `prometheus_client`.
+
+Counters are derived from events.db, so they survive restarts of the web worker: at start the
+web worker folds the history once (the type counts by one GROUP BY, the rest from the events of
+the few types they need, found by the type index); each scrape folds only the events committed
+since the last one, and the ticks vitals.db recorded since. Gauges come from pulsed's status and
+the latest vitals. A scrape's cost does not grow with the history.
+"""
+
+from __future__ import annotations
+
+import collections
+import sqlite3
+from typing import Iterable
+
+from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily)
+from prometheus_client.exposition import generate_latest
+
+from pulse import __version__
+from pulse.agents.tasks import TRANSITIONS
+from pulse.core.states import EFFECT_END_EVENTS
+from pulse.core.wire import Event, Status
+from pulse.store import db
+
+EFFECT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+TICK_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+STATES = ("starting", "running", "backoff", "hung", "stopping", "stopped", "failed")
+HOST = "system-resource"           # the vital whose fields are the host's gauges
+HOST_FIELDS = ("cpu_pct", "memory_pct", "disk_pct", "swap_pct")
+FOLDED_TYPES = ("effect", *EFFECT_END_EVENTS.values(), "error", "task-created", "task-assigned", "task-executing",
+                "task-acked", "task-failed", "task-closed", "task-given-up")
+
+
+class Histogram:
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds, self.counts, self.sum = bounds, [0] * (len(bounds) + 1), 0.0
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1
+
+    def buckets(self) -> list[tuple[str, int]]:
+        out, running = [], 0
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+            running += count
+            out.append((bound, running))
+        return out
+
+
+class Counts:
+    """Everything /metrics counts, folded from events.db and vitals.db. `catch_up` reads what is new."""
+
+    def __init__(self):
+        self.last_event = 0
+        self.last_tick_row = 0
+        self.types: collections.Counter = collections.Counter()
+        self.effects: collections.Counter = collections.Counter()          # (kind, origin, outcome)
+        self.durations: dict[str, Histogram] = {}
+        self.open_origins: dict[str, str] = {}                              # effect id → origin, until it ends
+        self.survival: collections.Counter = collections.Counter()         # rule
+        self.process_restarts: collections.Counter = collections.Counter() # process
+        self.rule_errors = 0
+        self.tasks: dict[str, str] = {}                                     # task id → status
+        self.ticks = Histogram(TICK_BUCKETS)
+
+    def start(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
+        """Fold the whole history once."""
+        self.last_event = db.last_event_id(events)
+        self.types.update(db.event_type_counts(events, self.last_event))
+        for ev in db.events_of_types(events, FOLDED_TYPES, upto_id=self.last_event):
+            self.fold(ev)
+        if vitals is not None:
+            self.fold_ticks(vitals)
+
+    def catch_up(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
+        while True:
+            batch = db.read_events(events, after_id=self.last_event, limit=10_000)
+            for ev in batch:
+                self.types[ev.type] += 1
+                self.fold(ev)
+                self.last_event = ev.id
+            if len(batch) < 10_000:
+                break
+        if vitals is not None:
+            self.fold_ticks(vitals)
+
+    def fold_ticks(self, vitals: sqlite3.Connection) -> None:
+        for row, duration_ms in db.tick_durations(vitals, self.last_tick_row):
+            self.ticks.observe(duration_ms / 1000)
+            self.last_tick_row = row
+
+    def fold(self, ev: Event) -> None:
+        d = ev.data
+        if ev.type == "effect":
+            self.open_origins[d.get("id", "")] = d.get("origin", "unknown")
+            if d.get("origin") == "survival":
+                self.survival[(d.get("params") or {}).get("rule") or d.get("kind", "unknown")] += 1
+        elif ev.type in EFFECT_END_EVENTS.values():
+            if d.get("requeued"):
+                return
+            origin = self.open_origins.pop(d.get("effect_id", ""), "unknown")
+            kind = d.get("kind", "unknown")
+            self.effects[(kind, origin, ev.type.removeprefix("effect-"))] += 1
+            if kind == "restart-process" and ev.type == "effect-acked" and ev.target:
+                self.process_restarts[ev.target] += 1
+            if ev.type == "effect-acked" and isinstance(d.get("duration_s"), (int, float)):
+                self.durations.setdefault(kind, Histogram(EFFECT_BUCKETS)).observe(d["duration_s"])
+        elif ev.type == "error":
+            if ev.source in ("engine", "tick") and (ev.target or "").startswith("engine"):
+                self.rule_errors += int(d.get("count", 1) or 1)
+        elif ev.type.startswith("task-") and ev.target:
+            now = self.tasks.get(ev.target, "new")
+            self.tasks[ev.target] = TRANSITIONS.get(now, {}).get(ev.type, now)
+
+
+class Collector:
+    """A prometheus_client collector over Counts and the live status."""
+
+    def __init__(self, counts: Counts, status: Status | None, vitals: dict[str, dict]):
+        self.counts, self.status, self.vitals = counts, status, vitals
+
+    def collect(self) -> Iterable:
+        c, s = self.counts, self.status
+        up = GaugeMetricFamily("pulse_worker_up", "1 if the worker runs", labels=["worker"])
+        state = GaugeMetricFamily("pulse_worker_state", "1 for the worker's current state", labels=["worker", "state"])
+        restarts = CounterMetricFamily("pulse_worker_restarts", "Restarts since pulsed started", labels=["worker"])
+        age = GaugeMetricFamily("pulse_worker_heartbeat_age_seconds", "Since the last heartbeat", labels=["worker"])
+        for w in s.workers if s else ():
+            up.add_metric([w.name], 1 if w.state == "running" else 0)
+            for name in STATES:
+                state.add_metric([w.name, name], 1 if w.state == name else 0)
+            restarts.add_metric([w.name], w.restarts)
+            if w.heartbeat_age_s is not None:
+                age.add_metric([w.name], w.heartbeat_age_s)
+        yield from (up, state, restarts, age)
+        alive = GaugeMetricFamily("pulse_process_alive", "1 if the critical process is alive", labels=["process"])
+        process_restarts = CounterMetricFamily("pulse_process_restarts", "Restarts of the critical process (acked)",
+                                               labels=["process"])
+        for p in s.processes if s else ():
+            alive.add_metric([p.name], 1 if p.alive else 0)
+            process_restarts.add_metric([p.name], c.process_restarts[p.name])
+        yield from (alive, process_restarts)
+        effects = CounterMetricFamily("pulse_effects", "Effects that ended", labels=["kind", "origin", "outcome"])
+        for (kind, origin, outcome), n in sorted(c.effects.items()):
+            effects.add_metric([kind, origin, outcome], n)
+        yield effects
+        durations = HistogramMetricFamily("pulse_effect_duration_seconds", "Run time of acked effects", labels=["kind"])
+        for kind, h in sorted(c.durations.items()):
+            durations.add_metric([kind], h.buckets(), h.sum)
+        yield durations
+        ticks = HistogramMetricFamily("pulse_tick_duration_seconds", "One tick's rule chain")
+        ticks.add_metric([], c.ticks.buckets(), c.ticks.sum)
+        yield ticks
+        survival = CounterMetricFamily("pulse_survival_actions", "Effects the survival rules committed", labels=["rule"])
+        for rule, n in sorted(c.survival.items()):
+            survival.add_metric([rule], n)
+        yield survival
+        yield CounterMetricFamily("pulse_rule_errors", "Errors of the engine's rules", value=c.rule_errors)
+        types = CounterMetricFamily("pulse_events", "Events in events.db", labels=["type"])
+        for type_, n in sorted(c.types.items()):
+            types.add_metric([type_], n)
+        yield types
+        tasks = GaugeMetricFamily("pulse_tasks", "Tasks by status", labels=["status"])
+        for status, n in sorted(collections.Counter(c.tasks.values()).items()):
+            tasks.add_metric([status], n)
+        yield tasks
+        yield CounterMetricFamily("pulse_gate_blocked", "Calls the agent's gate refused", value=c.types["gate-blocked"])
+        engine = GaugeMetricFamily("pulse_engine_info", "The engine's commit", labels=["commit"])
+        if s and s.engine_commit:
+            engine.add_metric([s.engine_commit], 1)
+        yield engine
+        build = GaugeMetricFamily("pulse_build_info", "Pulse's version", labels=["version"])
+        build.add_metric([__version__], 1)
+        yield build
+        host = self.vitals.get(HOST) or {}
+        for field in HOST_FIELDS:
+            if isinstance(host.get(field), (int, float)):
+                name = field.removesuffix("_pct")
+                yield GaugeMetricFamily(f"pulse_host_{name}_percent", f"Host {name} use, %", value=host[field])
+
+
+def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector(counts, status, vitals))
+    return generate_latest(registry)

@@ -1,0 +1,313 @@
+// Pulse's page. Plain JavaScript, served by Pulse itself: no build step, nothing fetched from elsewhere.
+// Every page reads JSON from /api/…; the overview and the events tail stay live over server-sent events.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf"]').content;
+const PAGE = document.body.dataset.page;
+
+// -- small helpers ----------------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return node;
+}
+
+// Every time in the viewer's zone; UTC on hover.
+function when(ts) {
+  if (ts === null || ts === undefined) return el("span", {class: "muted"}, "-");
+  const d = new Date(ts * 1000);
+  return el("time", {datetime: d.toISOString(), title: d.toISOString().replace(/\.\d+Z$/, "Z") + " (UTC)"},
+            d.toLocaleString());
+}
+
+function ago(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  if (seconds < 1) return seconds.toFixed(1) + "s ago";
+  if (seconds < 120) return Math.round(seconds) + "s ago";
+  return Math.round(seconds / 60) + "m ago";
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  const s = Math.floor(seconds), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+  return `${h}:${String(m).padStart(2, "0")}:${String(s % 60).padStart(2, "0")}`;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, {credentials: "same-origin"});
+  if (!r.ok) throw new Error(`${url}: ${r.status}`);
+  return r.json();
+}
+
+async function post(url, body) {
+  const r = await fetch(url, {method: "POST", credentials: "same-origin",
+                              headers: {"Content-Type": "application/json", "X-CSRF-Token": CSRF},
+                              body: JSON.stringify(body)});
+  const answer = await r.json().catch(() => ({ok: false, error: r.statusText}));
+  say(answer.ok ? answer.message || "done" : `refused: ${answer.error}`, !answer.ok);
+  return answer;
+}
+
+function say(text, bad = false) {
+  const box = document.getElementById("said");
+  box.textContent = text;
+  box.className = bad ? "bad" : "muted";
+}
+
+function table(head, rows) {
+  const empty = el("tr", {}, el("td", {class: "muted", colspan: String(head.length)}, "none yet"));
+  return el("table", {}, el("thead", {}, el("tr", {}, head.map(h => el("th", {scope: "col"}, h)))),
+            el("tbody", {}, rows.length ? rows : empty));
+}
+
+function section(title, ...body) {
+  return el("section", {"aria-label": title}, el("h2", {}, title), ...body);
+}
+
+function spark(points, {label = "", max = null} = {}) {
+  // points: [[ts, value], ...]; an inline SVG polyline from 0 to `max` (a percentage: 100), else
+  // to the series' own largest value.
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 100 40");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  if (points.length > 1) {
+    const t0 = points[0][0], t1 = points[points.length - 1][0] || t0 + 1;
+    const vs = points.map(p => p[1]);
+    const lo = Math.min(...vs, 0), hi = max ?? Math.max(...vs, lo + 1e-9);
+    const line = document.createElementNS(svg.namespaceURI, "polyline");
+    line.setAttribute("points", points.map(([t, v]) =>
+      `${((t - t0) / (t1 - t0 || 1) * 100).toFixed(2)},${(38 - (v - lo) / (hi - lo) * 36).toFixed(2)}`).join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+// -- the overview ---------------------------------------------------------------------------------------
+
+const FIELDS = ["state", "pid", "uptime", "restarts", "last_exit", "heartbeat"];
+
+function workerRow(w) {
+  const exit = w.last_exit ? (w.last_exit.signal ? `signal ${w.last_exit.signal}` : `code ${w.last_exit.code}`) : "-";
+  const cells = {state: w.state, pid: w.pid ?? "-", uptime: duration(w.uptime_s), restarts: w.restarts,
+                 last_exit: exit, heartbeat: ago(w.heartbeat_age_s)};
+  const act = (action) => el("button", {type: "button", "data-action": action,
+      onclick: () => { if (confirm(`${action} ${w.name}?`)) post("/api/workers", {action, worker: w.name}); }}, action);
+  return el("tr", {"data-worker": w.name},
+            el("th", {scope: "row"}, w.name),
+            FIELDS.map(f => el("td", {"data-field": f, class: f === "state" ? `state-${w.state}` : null}, String(cells[f]))),
+            el("td", {}, act("restart"), " ", act("stop"), " ", act("start")));
+}
+
+function processRow(p) {
+  const state = p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "alive" : "dead";
+  const act = (action) => el("button", {type: "button", "data-action": action,
+      onclick: () => { if (confirm(`${action} ${p.name}?`)) post("/api/processes", {action, process: p.name}); }}, action);
+  return el("tr", {"data-process": p.name},
+            el("th", {scope: "row"}, p.name),
+            el("td", {"data-field": "state", class: state}, state + (p.paused_until ? " until " : "")),
+            el("td", {}, p.paused_until ? when(p.paused_until) : ""),
+            el("td", {}, act("pause"), " ", act("resume")));
+}
+
+// The overview is built once, then kept current in place: a cell changes, its row and buttons stay
+// (focus and an open confirmation survive the updates that come several times a second).
+const shown = {};
+
+function refresh(id, title, data, build) {
+  const key = JSON.stringify(data);
+  if (shown[id] === key) return;
+  shown[id] = key;
+  document.getElementById(id).replaceChildren(el("h2", {}, title), ...build());
+}
+
+function refreshWorkers(view) {
+  const s = view.status, box = document.getElementById("workers");
+  const names = s ? s.workers.map(w => w.name).join() : "";
+  if (!s || box.dataset.names !== names) {
+    box.dataset.names = names;
+    box.replaceChildren(el("h2", {}, "Workers"),
+      s ? table(["worker", ...FIELDS.map(f => f.replace("_", " ")), ""], s.workers.map(workerRow))
+        : el("p", {class: "bad"}, view.error || "pulsed is not answering"),
+      el("p", {class: "muted", id: "pulsed"}));
+  } else {
+    for (const w of s.workers) {
+      const row = box.querySelector(`[data-worker="${w.name}"]`), fresh = workerRow(w);
+      for (const f of FIELDS) {
+        const cell = row.querySelector(`[data-field="${f}"]`), now = fresh.querySelector(`[data-field="${f}"]`);
+        if (cell.textContent !== now.textContent) cell.textContent = now.textContent;
+        cell.className = now.className;
+      }
+    }
+  }
+  if (s) document.getElementById("pulsed").textContent = `pulsed pid ${s.supervisor.pid}, up ${duration(s.supervisor.uptime_s)}`;
+}
+
+function renderOverview(view) {
+  const main = document.querySelector("main"), s = view.status;
+  if (!document.getElementById("workers")) {
+    main.replaceChildren(...["workers", "processes", "engine", "host", "survival"].map(id =>
+      el("section", {id, "aria-live": id === "workers" ? "polite" : null})));
+  }
+  refreshWorkers(view);
+  refresh("processes", "Critical processes", s?.processes, () => [s && s.processes.length
+    ? table(["process", "state", "until", ""], s.processes.map(processRow))
+    : el("p", {class: "muted"}, "none configured ([[process]] in config.toml)")]);
+  const engine = s?.workers.find(w => w.name === "engine");
+  refresh("engine", "Engine", [s?.engine_commit, engine?.state, view.last_promote], () => [el("p", {},
+    "commit ", el("code", {"data-field": "engine-commit"}, s?.engine_commit?.slice(0, 12) || "-"),
+    ", state ", el("span", {"data-field": "engine-state"}, engine?.state || "-"),
+    ", last promote ", view.last_promote ? when(view.last_promote.ts) : "none")]);
+  refresh("host", "Host", view.vitals, () => [el("div", {class: "charts"}, Object.entries(view.vitals).map(([key, points]) =>
+    el("div", {class: "chart", "data-vital": key},
+       el("div", {}, key, " ", el("strong", {}, points.length ? points[points.length - 1][1].toFixed(1) + "%" : "-")),
+       spark(points, {label: `${key}, %`, max: 100}))))]);
+  refresh("survival", "Last survival actions", view.survival, () => [view.survival.length
+    ? table(["when", "rule", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
+        el("td", {}, when(a.ts)), el("td", {}, a.rule || "-"), el("td", {}, a.kind), el("td", {}, a.target || "-"),
+        el("td", {class: a.outcome}, a.outcome || "pending"))))
+    : el("p", {class: "muted"}, "none yet")]);
+}
+
+function live(url, onData) {
+  const source = new EventSource(url);
+  source.onmessage = (m) => onData(JSON.parse(m.data));
+  source.onerror = () => say("live updates interrupted; reconnecting…", true);
+  source.onopen = () => say("live");
+  return source;
+}
+
+// -- events ---------------------------------------------------------------------------------------------
+
+function eventRow(e) {
+  return el("tr", {"data-event": e.id},
+            el("td", {}, el("a", {href: `/events/${e.id}`}, String(e.id))), el("td", {}, when(e.ts)),
+            el("td", {}, e.type), el("td", {}, e.source), el("td", {}, e.target ?? "-"),
+            el("td", {class: "wrap"}, el("code", {}, JSON.stringify(e.data).slice(0, 200))));
+}
+
+function eventsPage() {
+  const main = document.querySelector("main");
+  const params = new URLSearchParams(location.search);
+  const field = (name, label, extra = {}) => el("label", {}, label,
+      el("input", {name, value: params.get(name) || "", ...extra}));
+  const form = el("form", {class: "filters", method: "get"},
+    field("type", "type", {list: "types"}), field("source", "source"), field("target", "target"),
+    field("since", "since (10m, ISO)"), field("q", "search"), el("button", {type: "submit"}, "filter"));
+  const body = el("tbody");
+  main.replaceChildren(section("Events", form,
+    el("table", {}, el("thead", {}, el("tr", {}, ["id", "when", "type", "source", "target", "data"].map(h => el("th", {}, h)))), body)));
+  getJSON("/api/events?" + params).then(r => {
+    form.append(el("datalist", {id: "types"}, r.types.map(t => el("option", {value: t}))));
+    body.replaceChildren(...r.events.map(eventRow));
+    if (r.error) say(r.error, true);
+    live("/api/stream/events?" + params + `&after=${r.last_id}`, (batch) => {
+      for (const e of batch) body.prepend(eventRow(e));
+    });
+  }).catch(err => say(String(err), true));
+}
+
+// -- the other pages --------------------------------------------------------------------------------------
+
+async function vitalsPage() {
+  const main = document.querySelector("main");
+  const params = new URLSearchParams(location.search);
+  const window_ = params.get("window") || "1h";
+  const pick = el("select", {name: "window", onchange: (e) => { location.search = `?window=${e.target.value}`; }},
+    ["1h", "6h", "24h", "7d"].map(w => el("option", {value: w, selected: w === window_ ? "" : null}, w)));
+  const r = await getJSON(`/api/vitals?window=${window_}`);
+  main.replaceChildren(section(`Vitals over ${window_}`, el("label", {}, "window ", pick),
+    el("div", {class: "charts"}, Object.entries(r.series).map(([key, points]) => {
+      const vs = points.map(p => p[1]), last = vs[vs.length - 1];
+      const range = vs.length ? `${Math.min(...vs).toFixed(1)} … ${Math.max(...vs).toFixed(1)}` : "";
+      return el("div", {class: "chart big", "data-vital": key}, el("div", {}, key, " ", el("strong", {}, last?.toFixed(1) ?? "-")),
+                el("div", {class: "muted"}, `${range} · ${points.length} points`),
+                spark(points, {label: key, max: key.endsWith("_pct") ? 100 : null}));
+    }))));
+}
+
+async function effectsPage() {
+  const r = await getJSON("/api/effects");
+  document.querySelector("main").replaceChildren(...Object.entries(r.by_state).map(([state, rows]) =>
+    section(`${state} (${rows.length})`, table(["id", "origin", "kind", "target", "age", "why"], rows.map(e =>
+      el("tr", {"data-effect": e.id}, el("td", {}, el("code", {}, e.id.slice(0, 12))), el("td", {}, e.origin),
+         el("td", {}, e.kind), el("td", {}, e.target ?? "-"), el("td", {}, ago(r.now - e.created)),
+         el("td", {class: "wrap"}, e.why ?? "")))))));
+}
+
+async function tasksPage() {
+  const r = await getJSON("/api/tasks");
+  const main = document.querySelector("main");
+  main.replaceChildren(
+    section("Board", el("div", {class: "board"}, Object.entries(r.by_status).map(([status, tasks]) =>
+      el("div", {"data-status": status}, el("h2", {}, `${status} (${tasks.length})`),
+         el("ul", {}, tasks.map(t => el("li", {}, el("strong", {}, t.id), " ", t.title,
+            el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs`)))))))),
+    section("Agents", table(["agent", "runs", "success", "mean duration", "cost"], r.agents.map(a =>
+      el("tr", {}, el("td", {}, a.agent), el("td", {}, a.runs), el("td", {}, (a.success_rate * 100).toFixed(0) + "%"),
+         el("td", {}, a.mean_run_s === null ? "-" : a.mean_run_s.toFixed(1) + "s"),
+         el("td", {}, a.cost_usd === null ? "-" : "$" + a.cost_usd.toFixed(2)))))),
+    section("History", table(["when", "task", "event", "detail"], r.history.map(e =>
+      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, e.target), el("td", {}, e.type),
+         el("td", {class: "wrap"}, e.data.reason || e.data.error || e.data.agent || ""))))));
+}
+
+async function enginePage() {
+  const r = await getJSON("/api/engine");
+  const act = (action) => el("button", {type: "button", "data-action": action,
+      onclick: () => { if (confirm(`${action} the engine?`)) post("/api/engine", {action}); }}, action);
+  document.querySelector("main").replaceChildren(
+    section("Engine", el("p", {}, "running ", el("code", {}, (r.commit || "-").slice(0, 12)), " ", act("promote"), " ", act("rollback"))),
+    section("Promotes and rollbacks", table(["when", "what", "from → to", "result"], r.history.map(e =>
+      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, e.type),
+         el("td", {}, `${(e.data.before || "").slice(0, 12)} → ${(e.data.after || "").slice(0, 12)}`),
+         el("td", {class: "wrap"}, e.data.summary || e.data.reason || e.data.error || "ok"))))));
+}
+
+async function gatePage() {
+  const r = await getJSON("/api/gate");
+  document.querySelector("main").replaceChildren(
+    section("Gate sessions", table(["session", "agent", "task", "state", "calls", "blocked", "unverified", "last"],
+      r.sessions.map(s => el("tr", {"data-session": s.session}, el("td", {}, el("code", {}, s.session)),
+        el("td", {}, s.agent), el("td", {}, s.task || "-"), el("td", {}, s.state), el("td", {}, s.calls),
+        el("td", {}, s.blocked), el("td", {}, s.unverified.join(", ") || "-"), el("td", {}, when(s.last)))))),
+    section("Blocked calls", table(["when", "session", "tool", "code", "reason"], r.blocked.map(e =>
+      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, e.target), el("td", {}, e.data.tool),
+         el("td", {}, e.data.code), el("td", {class: "wrap"}, e.data.reason))))));
+}
+
+async function logPage() {
+  const params = new URLSearchParams(location.search);
+  const r = await getJSON("/api/log?" + params);
+  const pick = el("select", {name: "worker", onchange: (e) => { location.search = e.target.value ? `?worker=${e.target.value}` : ""; }},
+    el("option", {value: ""}, "every process"),
+    r.processes.map(p => el("option", {value: p, selected: p === params.get("worker") ? "" : null}, p)));
+  document.querySelector("main").replaceChildren(section("pulse.log", el("label", {}, "process ", pick),
+    el("pre", {}, r.lines.join("\n"))));
+}
+
+// -- start --------------------------------------------------------------------------------------------------
+
+function theme() {
+  const saved = localStorage.getItem("pulse-theme");
+  const dark = saved ? saved === "dark" : matchMedia("(prefers-color-scheme: dark)").matches;
+  document.documentElement.dataset.theme = dark ? "dark" : "light";
+  document.getElementById("theme").onclick = () => {
+    const next = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
+    localStorage.setItem("pulse-theme", next);
+    document.documentElement.dataset.theme = next;
+  };
+}
+
+theme();
+const PAGES = {overview: () => live("/api/stream/overview", renderOverview), events: eventsPage, vitals: vitalsPage,
+               effects: effectsPage, tasks: tasksPage, engine: enginePage, gate: gatePage, log: logPage};
+Promise.resolve(PAGES[PAGE]?.()).catch(err => say(String(err), true));

@@ -1,0 +1,75 @@
+"""The web worker: the operator's page and /metrics (pulse.web), when `[web] enabled = true`.
+
+Not core: like the engine, its crashes never escalate pulsed, and it writes nothing on the
+survival path. uvicorn serves the app in a thread of its own with its own event loop; this
+process's main loop (the harness) heartbeats only while that loop still turns (`healthy`), so
+a hung server is replaced like any hung worker. It binds its socket before it says it is ready,
+so `ready` means listening; the address it got (port 0 takes a free one) goes to pulsed with
+each heartbeat, for `pulsectl web url`. The web stack is imported here, at open, never by the
+forkserver or pulsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+from pulse.core import config as configmod
+from pulse.workers.harness import Worker
+
+STOP_WAIT_S = 3.0
+
+
+class WebWorker(Worker):
+    name = "web"
+
+    def open(self) -> None:
+        import uvicorn
+
+        from pulse.web.app import make_app
+        web = self.config.web
+        host, port = configmod.listen_address(web.listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, port), family=family, reuse_port=False)
+        self.port = self.sock.getsockname()[1]
+        self.scheme = "https" if web.tls_cert else "http"
+        app, _ = make_app(self.paths, self.paths.web_token)
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", ssl_certfile=web.tls_cert,
+            ssl_keyfile=web.tls_key, timeout_graceful_shutdown=1))
+        self.turned = time.monotonic()       # the server's loop was last seen turning
+        self.beat_s = self.config.timings.heartbeat_ms / 1000
+        self.thread = threading.Thread(target=self.serve, name="web-server", daemon=True)
+        self.thread.start()
+        self.log.info("serving %s", self.url())
+
+    def serve(self) -> None:
+        async def main() -> None:
+            async def turning() -> None:
+                while True:
+                    self.turned = time.monotonic()
+                    await asyncio.sleep(self.beat_s / 2)
+            beat = asyncio.create_task(turning())
+            try:
+                await self.server.serve(sockets=[self.sock])
+            finally:
+                beat.cancel()
+        asyncio.run(main())
+
+    def url(self) -> str:
+        host, _ = configmod.listen_address(self.config.web.listen)
+        shown = f"[{host}]" if ":" in host else host
+        return f"{self.scheme}://{shown}:{self.port}"
+
+    def report(self) -> dict:
+        return {"url": self.url()}
+
+    def healthy(self) -> bool:
+        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(STOP_WAIT_S)
+        self.sock.close()

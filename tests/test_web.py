@@ -1,0 +1,270 @@
+"""The web worker: a real pulsed with [web] enabled, its page in Debian's headless Chromium
+(Playwright with executable_path, never a downloaded browser), its auth and /metrics over HTTP.
+
+One pulsed serves the module's browser tests; each test says what it changes. A screenshot of
+each page is saved in the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import urllib.parse
+
+import msgspec
+import pytest
+
+from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, wait_for
+
+PAGES = ("overview", "events", "vitals", "effects", "tasks", "engine", "gate", "log")
+WORKERS = ("watcher", "tick", "executor", "engine", "web")
+LAUNCH = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+          "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A pulsed with the web worker on a free port: (pulsed, base URL, token)."""
+    tracker = Tracker()
+    home = tmp_path_factory.mktemp("web") / "home"
+    pulsed = Pulsed(home, tracker)
+    init_home(home)
+    (home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
+    pulsed.start()
+    pulsed.wait_running(WORKERS)
+    url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
+    base, _, token = url.partition("/?token=")
+    yield pulsed, base, token
+    pulsed.terminate()
+    tracker.kill_all()
+
+
+def call(base: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
+    parts = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    sync_playwright = browser_or_skip()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(site, browser):
+    """A page logged in through `pulsectl web url`, recording every request it makes."""
+    pulsed, base, token = site
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    tab = context.new_page()
+    tab.requests = []
+    tab.on("request", lambda r: tab.requests.append(r.url))
+    tab.on("dialog", lambda d: d.accept())          # the confirmations of restart, stop, start
+    tab.goto(f"{base}/?token={token}")
+    yield tab
+    context.close()
+
+
+def cell(page, worker: str, field: str) -> str:
+    return page.locator(f'[data-worker="{worker}"] [data-field="{field}"]').inner_text()
+
+
+# -- the page ------------------------------------------------------------------------------------------------
+
+def test_the_overview_lists_every_worker_and_the_token_leaves_the_address_bar(site, page, tmp_path):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-worker="web"]')
+    assert page.url == f"{base}/" and token not in page.url
+    status = pulsed.status()
+    for w in status.workers:
+        assert cell(page, w.name, "state") == "running" and cell(page, w.name, "pid") == str(w.pid)
+        assert page.locator(f'[data-worker="{w.name}"] [data-action="restart"]').count() == 1
+    assert {w.name for w in status.workers} == set(WORKERS)
+    cookie = next(c for c in page.context.cookies() if c["name"] == "pulse_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+
+
+def test_a_killed_tick_shows_on_the_open_page_without_a_reload(site, page):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-worker="tick"]')
+    old = pulsed.worker("tick")
+    navigations = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url))
+    os.kill(old.pid, signal.SIGKILL)
+    new = pulsed.wait_replaced("tick", old.pid)
+    # within 2 s of the replacement, the same page shows the new pid and the restart
+    page.wait_for_function(
+        """([pid, restarts]) => {
+             const row = document.querySelector('[data-worker="tick"]');
+             return row && row.querySelector('[data-field="pid"]').textContent === String(pid)
+                        && row.querySelector('[data-field="restarts"]').textContent === String(restarts);
+           }""", arg=[new.pid, old.restarts + 1], timeout=2000)
+    assert navigations == []
+
+
+def test_the_engines_restart_button_restarts_it(site, page):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-worker="engine"]')
+    old = pulsed.worker("engine")
+    page.click('[data-worker="engine"] [data-action="restart"]')
+    new = pulsed.wait_replaced("engine", old.pid)
+    assert new.restarts == old.restarts + 1
+    operator = [e for e in pulsed.events("operator", "engine") if e["data"]["action"] == "restart"]
+    assert operator, "the page's restart is an event like pulsectl's"
+
+
+def test_no_page_makes_a_request_outside_pulse_and_each_one_renders(site, page, tmp_path):
+    pulsed, base, token = site
+    errors = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    for name in PAGES:
+        page.goto(f"{base}/" if name == "overview" else f"{base}/{name}")
+        page.wait_for_selector("main section")
+        page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+    assert errors == []
+    outside = [u for u in page.requests if not u.startswith(base + "/")]
+    assert outside == []
+
+
+def test_the_events_page_finds_an_old_event_by_type(site, page):
+    pulsed, base, token = site
+    page.goto(f"{base}/events?type=supervisor-started")
+    page.wait_for_selector("[data-event]")
+    rows = page.locator("[data-event]")
+    first = pulsed.events("supervisor-started")[0]
+    assert rows.count() == 1 and rows.first.get_attribute("data-event") == str(first["id"])
+    page.click(f'[data-event="{first["id"]}"] a')
+    page.wait_for_selector(f'section[data-event="{first["id"]}"]')
+    assert '"pid"' in page.inner_text("main")
+
+
+def test_dark_and_light_themes_and_a_phone_width(site, page, tmp_path):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-worker="tick"]')
+    before = page.evaluate("document.documentElement.dataset.theme")
+    page.click("#theme")
+    assert page.evaluate("document.documentElement.dataset.theme") != before
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(tmp_path / "overview-phone.png"), full_page=True)
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.tagName") in ("A", "BUTTON")
+
+
+# -- auth -------------------------------------------------------------------------------------------------------
+
+def test_without_a_token_every_page_and_api_answers_401(site):
+    pulsed, base, token = site
+    for path in ("/", "/events", "/api/events", "/api/stream/overview", "/metrics", "/static/app.js"):
+        assert call(base, "GET", path)[0] == 401, path
+    assert call(base, "GET", "/?token=wrong")[0] == 401
+    assert call(base, "GET", "/api/events", {"Authorization": f"Bearer {token}"})[0] == 200
+
+
+def session_cookie(base: str, token: str) -> str:
+    status, headers, _ = call(base, "GET", f"/?token={token}")
+    assert status == 303 and headers["location"] == "/"
+    return headers["set-cookie"].split(";", 1)[0]
+
+
+def test_a_cross_origin_or_csrf_less_post_is_refused(site):
+    pulsed, base, token = site
+    cookie = session_cookie(base, token)
+    status, _, page_html = call(base, "GET", "/", {"Cookie": cookie})
+    csrf = page_html.decode().split('name="csrf" content="', 1)[1].split('"', 1)[0]
+    body = json.dumps({"action": "restart", "worker": "engine"}).encode()
+    evil = {"Cookie": cookie, "Origin": "http://evil.example", "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+    assert call(base, "POST", "/api/workers", evil, body)[0] == 403
+    no_csrf = {"Cookie": cookie, "Origin": base, "Content-Type": "application/json"}
+    assert call(base, "POST", "/api/workers", no_csrf, body)[0] == 403
+    before = pulsed.worker("engine").restarts
+    ok = {"Cookie": cookie, "Origin": base, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+    status, _, answer = call(base, "POST", "/api/workers", ok, body)
+    assert status == 200 and json.loads(answer)["ok"]
+    wait_for(lambda: pulsed.worker("engine").restarts == before + 1 and pulsed.worker("engine").state == "running",
+             10, what="the engine restarted by the POST")
+
+
+def test_metrics_parse_and_the_restart_counter_matches_status(site):
+    from prometheus_client.parser import text_string_to_metric_families
+    pulsed, base, token = site
+    status, headers, body = call(base, "GET", "/metrics", {"Authorization": f"Bearer {token}"})
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    restarts = {s.labels["worker"]: s.value for s in families["pulse_worker_restarts"].samples
+                if s.name == "pulse_worker_restarts_total"}
+    shown = json.loads(pulsed.ctl("status", "--json").stdout)
+    assert restarts == {w["name"]: w["restarts"] for w in shown["workers"]}
+    up = {s.labels["worker"]: s.value for s in families["pulse_worker_up"].samples}
+    assert up == {w: 1.0 for w in WORKERS}
+    types = {s.labels["type"]: s.value for s in families["pulse_events"].samples if s.name == "pulse_events_total"}
+    assert types["worker-started"] == len(pulsed.events("worker-started"))
+    for name in ("pulse_build_info", "pulse_engine_info", "pulse_tick_duration_seconds", "pulse_effects",
+                 "pulse_gate_blocked", "pulse_rule_errors"):
+        assert name in families, name
+
+
+def test_rotating_the_token_ends_every_session(site):
+    pulsed, base, token = site
+    cookie = session_cookie(base, token)
+    assert call(base, "GET", "/api/events", {"Cookie": cookie})[0] == 200
+    out = pulsed.ctl("web", "rotate-token")
+    assert out.returncode == 0
+    assert call(base, "GET", "/api/events", {"Cookie": cookie})[0] == 401
+    fresh = pulsed.ctl("web", "url").stdout.strip()
+    assert fresh.partition("/?token=")[2] != token
+    assert oct(pulsed.home.joinpath("web.token").stat().st_mode & 0o777) == "0o600"
+    session_cookie(base, fresh.partition("/?token=")[2])
+    # the module's other tests log in with the token they were given: put it back
+    pulsed.home.joinpath("web.token").write_text(token + "\n")
+
+
+# -- the worker in the tree ---------------------------------------------------------------------------------------
+
+def test_the_web_worker_is_off_by_default_and_its_crash_never_escalates(pulsed):
+    init_home(pulsed.home)
+    pulsed.start()
+    assert [w.name for w in pulsed.status().workers] == list(WORKERS[:-1])
+    off = pulsed.ctl("web", "url")
+    assert off.returncode == 3 and "[web] enabled = true" in off.stderr
+    (pulsed.home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
+    assert "web started" in pulsed.ctl("reload").stdout
+    web = pulsed.wait_state("web", "running")
+    for _ in range(3):                                   # crashes: restarted, pulsed untouched
+        os.kill(web.pid, signal.SIGKILL)
+        web = pulsed.wait_replaced("web", web.pid)
+    assert pulsed.proc.poll() is None and all(w.state == "running" for w in pulsed.status().workers)
+    (pulsed.home / "config.toml").write_text("")
+    assert "web stopped" in pulsed.ctl("reload").stdout
+    wait_for(lambda: "web" not in [w.name for w in pulsed.status().workers], 10, what="the web worker gone")
+
+
+@pytest.mark.parametrize("table, says", [
+    ('listen = "0.0.0.0:8370"', "0.0.0.0 is not a loopback address; set allow_remote = true"),
+    ('listen = "0.0.0.0:8370"\nallow_remote = true', "needs tls_cert and tls_key"),
+    ('listen = "localhost"', "is not host:port"),
+    ('tls_cert = "/x.pem"', "set both tls_cert and tls_key"),
+])
+def test_web_config_errors_name_the_key(tmp_path, table, says):
+    from pulse.core import config
+    path = tmp_path / "config.toml"
+    path.write_text("[web]\nenabled = true\n" + table + "\n")
+    with pytest.raises(config.ConfigError, match=r"\$\.web") as err:
+        config.load(path, {})
+    assert says in str(err.value)
+
+
+def test_status_json_carries_the_web_address(site):
+    pulsed, base, token = site
+    shown = json.loads(pulsed.ctl("status", "--json").stdout)
+    assert shown.get("web_url") == base or msgspec.to_builtins(pulsed.status()).get("web_url") == base
