@@ -13,6 +13,7 @@ import asyncio
 import html
 import json
 import statistics
+import threading
 import time
 from importlib import resources
 from pathlib import Path
@@ -36,7 +37,8 @@ PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "
          "engine": "/engine", "gate": "/gate", "log": "/log"}
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
-LIVE_S = 0.25                     # how often the live streams look for news
+LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
+TAIL_S = 0.1                      # how often the events tail looks for new events (an indexed read)
 OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
 
 
@@ -47,6 +49,7 @@ class Web:
         self.paths, self.token_file = paths, token_file
         self._token: tuple[float, str] | None = None
         self.counts: Counts | None = None
+        self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -66,6 +69,22 @@ class Web:
             return client.request(self.paths, wire.GetStatus(), 2.0).status
         except client.Unreachable:
             return None
+
+    def count(self) -> Counts:
+        """The metrics' counts, caught up with the stores (the first call folds the whole history)."""
+        with self.counting:
+            events, vitals = self.events(), self.vitals()
+            try:
+                if self.counts is None:
+                    counts = Counts()
+                    counts.start(events, vitals)
+                    self.counts = counts
+                else:
+                    self.counts.catch_up(events, vitals)
+            finally:
+                events.close()
+                vitals.close()
+            return self.counts
 
     def read(self, what: Callable[[Any], Any], store: str = "events") -> Any:
         conn = self.events() if store == "events" else self.vitals()
@@ -242,12 +261,13 @@ async def stream_events(request: Request):
         nonlocal after
         while not await request.is_disconnected():
             def read(conn):
-                return db.last_event_id(conn), db.search_events(conn, **filters, after_id=after, limit=500)
+                last = db.last_event_id(conn)          # first: what commits meanwhile waits for the next look
+                return last, [e for e in db.search_events(conn, **filters, after_id=after, limit=500) if e.id <= last]
             last, found = await run_in_threadpool(web.read, read)
             if found:
                 yield {"data": json.dumps([as_json(e) for e in reversed(found)], default=str)}
             after = last
-            await asyncio.sleep(LIVE_S)
+            await asyncio.sleep(TAIL_S)
     return EventSourceResponse(updates(), ping=15)
 
 
@@ -426,19 +446,9 @@ async def metrics(request: Request) -> Response:
     web: Web = request.app.state.web
 
     def scrape() -> bytes:
-        events, vitals = web.events(), web.vitals()
-        try:
-            if web.counts is None:
-                web.counts = Counts()
-                web.counts.start(events, vitals)
-            else:
-                web.counts.catch_up(events, vitals)
-            latest = db.latest_vitals(vitals, [HOST])
-        finally:
-            events.close()
-            vitals.close()
-        host = {k: v.data for k, v in latest.items()}
-        return exposition(web.counts, web.status(), host)
+        counts = web.count()
+        host = {k: v.data for k, v in web.read(lambda c: db.latest_vitals(c, [HOST]), "vitals").items()}
+        return exposition(counts, web.status(), host)
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

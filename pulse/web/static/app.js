@@ -94,9 +94,10 @@ function spark(points, {label = "", max = null} = {}) {
 // -- the overview ---------------------------------------------------------------------------------------
 
 const FIELDS = ["state", "pid", "uptime", "restarts", "last_exit", "heartbeat"];
+const SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"};
 
 function workerRow(w) {
-  const exit = w.last_exit ? (w.last_exit.signal ? `signal ${w.last_exit.signal}` : `code ${w.last_exit.code}`) : "-";
+  const exit = w.last_exit ? (w.last_exit.signal ? SIGNALS[w.last_exit.signal] || `signal ${w.last_exit.signal}` : `code ${w.last_exit.code}`) : "-";
   const cells = {state: w.state, pid: w.pid ?? "-", uptime: duration(w.uptime_s), restarts: w.restarts,
                  last_exit: exit, heartbeat: ago(w.heartbeat_age_s)};
   const act = (action) => el("button", {type: "button", "data-action": action,
