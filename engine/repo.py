@@ -194,6 +194,15 @@ def check_types(tree: Path, argv: list[str] | None) -> None:
         raise EngineDirError("typecheck", (proc.stdout.strip() or proc.stderr.strip()).splitlines()[0][:500])
 
 
+def diff_summary(paths: Paths, before: str, after: str) -> str:
+    """`git diff --shortstat` between two commits of main ("2 files changed, 9 insertions(+)"), or
+    what kept git from saying."""
+    out = procs.run_git(paths.engine, "diff", "--shortstat", before, after)
+    if out.returncode != 0:
+        return f"no diff ({(out.stderr.strip().splitlines() or ['git failed'])[-1]})"
+    return out.stdout.strip() or "no change to the tree"
+
+
 def promote_checks(tree: Path, typecheck: list[str] | None = None) -> list[str]:
     """Every check in order; raises EngineDirError at the first that fails."""
     check_compiles(tree)

@@ -33,7 +33,8 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
     assert rows[4].startswith(f"pulsed pid {pulsed.proc.pid},")
 
     data = json.loads(pulsed.ctl("status", "--json").stdout)
-    assert list(data) == ["version", "supervisor", "workers", "engine_commit", "processes"] and data["version"] == 1
+    assert list(data) == ["version", "supervisor", "workers", "engine_commit", "processes", "web_url"]
+    assert data["version"] == 1 and data["web_url"] is None          # no web worker unless [web] enabled
     assert len(data["engine_commit"]) >= 40 and data["processes"] == []
     assert list(data["supervisor"]) == ["pid", "uptime_s", "home"]
     assert data["supervisor"]["home"] == str(home)

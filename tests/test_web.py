@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import signal
+import subprocess
 import urllib.parse
 
 import msgspec
@@ -32,13 +33,15 @@ def site(tmp_path_factory):
     pulsed = Pulsed(home, tracker)
     init_home(home)
     (home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
-    pulsed.start()
-    pulsed.wait_running(WORKERS)
-    url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
-    base, _, token = url.partition("/?token=")
-    yield pulsed, base, token
-    pulsed.terminate()
-    tracker.kill_all()
+    try:
+        pulsed.start()
+        pulsed.wait_running(WORKERS)
+        url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
+        base, _, token = url.partition("/?token=")
+        yield pulsed, base, token
+        pulsed.terminate()
+    finally:
+        tracker.kill_all()
 
 
 def call(base: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
@@ -198,6 +201,7 @@ def test_a_cross_origin_or_csrf_less_post_is_refused(site):
 def test_metrics_parse_and_the_restart_counter_matches_status(site):
     from prometheus_client.parser import text_string_to_metric_families
     pulsed, base, token = site
+    pulsed.events_written()                  # pulsed writes its lifecycle events a moment after they happen
     status, headers, body = call(base, "GET", "/metrics", {"Authorization": f"Bearer {token}"})
     assert status == 200 and headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
@@ -268,3 +272,19 @@ def test_status_json_carries_the_web_address(site):
     pulsed, base, token = site
     shown = json.loads(pulsed.ctl("status", "--json").stdout)
     assert shown.get("web_url") == base or msgspec.to_builtins(pulsed.status()).get("web_url") == base
+
+
+def test_the_engine_page_shows_a_promote_with_its_diff_and_checks(site, page, tmp_path):
+    pulsed, base, token = site
+    staging = pulsed.home / "staging"
+    (staging / "rules" / "quiet.py").write_text("RULES = []\n")
+    for argv in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "quiet"]):
+        subprocess.run(["git", "-C", str(staging), *argv], check=True, capture_output=True)
+    promoted = pulsed.ctl("promote")
+    assert promoted.returncode == 0, promoted.stderr
+    pulsed.wait_running(WORKERS)
+    page.goto(f"{base}/engine")
+    page.wait_for_selector("tr[data-event]")
+    text = page.inner_text("main")
+    assert "1 file changed" in text and "compile, import, tests" in text
+    page.screenshot(path=str(tmp_path / "engine.png"), full_page=True)

@@ -333,8 +333,15 @@ async def api_engine(request: Request) -> Response:
     web: Web = request.app.state.web
     status = await run_in_threadpool(web.status)
     history = await run_in_threadpool(web.read, lambda c: db.last_events(c, 100, ["promote", "rollback"]))
-    return JSONResponse({"commit": status.engine_commit if status else None,
-                         "history": [as_json(e) for e in reversed(history)]})
+
+    def summarise(ev: wire.Event) -> dict:
+        from pulse.engine import repo
+        row = as_json(ev)
+        if ev.data.get("before") and ev.data.get("after"):
+            row["diff"] = repo.diff_summary(web.paths, ev.data["before"], ev.data["after"])
+        return row
+    rows = await run_in_threadpool(lambda: [summarise(e) for e in reversed(history)])
+    return JSONResponse({"commit": status.engine_commit if status else None, "history": rows})
 
 
 async def api_gate(request: Request) -> Response:

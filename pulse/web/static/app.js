@@ -250,15 +250,15 @@ async function tasksPage() {
   main.replaceChildren(
     section("Board", el("div", {class: "board"}, Object.entries(r.by_status).map(([status, tasks]) =>
       el("div", {"data-status": status}, el("h2", {}, `${status} (${tasks.length})`),
-         el("ul", {}, tasks.map(t => el("li", {}, el("strong", {}, t.id), " ", t.title,
+         el("ul", {}, tasks.map(t => el("li", {}, el("a", {href: `/events?target=${t.id}`, title: "its history"}, t.id), " ", t.title,
             el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs`)))))))),
     section("Agents", table(["agent", "runs", "success", "mean duration", "cost"], r.agents.map(a =>
       el("tr", {}, el("td", {}, a.agent), el("td", {}, a.runs), el("td", {}, (a.success_rate * 100).toFixed(0) + "%"),
          el("td", {}, a.mean_run_s === null ? "-" : a.mean_run_s.toFixed(1) + "s"),
          el("td", {}, a.cost_usd === null ? "-" : "$" + a.cost_usd.toFixed(2)))))),
     section("History", table(["when", "task", "event", "detail"], r.history.map(e =>
-      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, e.target), el("td", {}, e.type),
-         el("td", {class: "wrap"}, e.data.reason || e.data.error || e.data.agent || ""))))));
+      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, el("a", {href: `/events?target=${e.target}`}, e.target)),
+         el("td", {}, e.type), el("td", {class: "wrap"}, e.data.reason || e.data.error || e.data.agent || ""))))));
 }
 
 async function enginePage() {
@@ -267,10 +267,11 @@ async function enginePage() {
       onclick: () => { if (confirm(`${action} the engine?`)) post("/api/engine", {action}); }}, action);
   document.querySelector("main").replaceChildren(
     section("Engine", el("p", {}, "running ", el("code", {}, (r.commit || "-").slice(0, 12)), " ", act("promote"), " ", act("rollback"))),
-    section("Promotes and rollbacks", table(["when", "what", "from → to", "result"], r.history.map(e =>
-      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, e.type),
-         el("td", {}, `${(e.data.before || "").slice(0, 12)} → ${(e.data.after || "").slice(0, 12)}`),
-         el("td", {class: "wrap"}, e.data.summary || e.data.reason || e.data.error || "ok"))))));
+    section("Promotes and rollbacks", table(["when", "what", "from → to", "diff", "checks passed / reason"], r.history.map(e =>
+      el("tr", {"data-event": e.id}, el("td", {}, when(e.ts)), el("td", {}, e.type),
+         el("td", {}, el("code", {}, `${(e.data.before || "").slice(0, 12)} → ${(e.data.after || "").slice(0, 12)}`)),
+         el("td", {}, e.diff || "-"),
+         el("td", {class: "wrap"}, e.data.checks ? e.data.checks.join(", ") : e.data.reason || e.data.error || "-"))))));
 }
 
 async function gatePage() {
