@@ -364,15 +364,6 @@ def event_by_id(conn: sqlite3.Connection, event_id: int) -> Event | None:
     return _row_event(row) if row else None
 
 
-def event_types_seen(conn: sqlite3.Connection) -> list[str]:
-    """Each type events.db holds (a skip scan of the type index: one step per type)."""
-    out, last = [], ""
-    while (row := conn.execute("SELECT type FROM events WHERE type > ? ORDER BY type LIMIT 1", (last,)).fetchone()):
-        last = row[0]
-        out.append(last)
-    return out
-
-
 def task_titles(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
     """task id → (project, title), from every task-created event (by the (type, id) index)."""
     rows = conn.execute("SELECT target, json_extract(data, '$.project'), json_extract(data, '$.title') "
@@ -656,6 +647,7 @@ def tick_durations(conn: sqlite3.Connection, after_row: int) -> list[tuple[int, 
 
 
 def vitals_keys(conn: sqlite3.Connection) -> list[str]:
+    """Each key vitals.db holds (a skip scan of the key index: one step per key)."""
     out, last = [], ""
     while (row := conn.execute("SELECT key FROM vitals WHERE key > ? ORDER BY key LIMIT 1", (last,)).fetchone()):
         last = row[0]
