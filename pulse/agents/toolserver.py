@@ -7,9 +7,10 @@ Three layers, each usable without the one above it:
   `agent` (the executor checks it against [allow]), ring the executor, and return only once
   the effect has its terminal event. create_task writes Pulse's own state (a task-created
   event) and reads it back, so it verifies itself.
-- `GatedSession`: one agent session. Each call goes gate.begin → the tool → gate.end, and
-  each step's gate-call / gate-blocked record is appended to events.db (source "mcp",
-  target the session id). `finish` asks the gate whether the session may end.
+- `GatedSession`: one session of an agent (and task). Each call goes gate.begin → the tool →
+  gate.end, each step decided and committed to events.db in one transaction by the gate's
+  durable store (pulse.agents.gatestore; source "mcp", target the session id), so the gate
+  holds across sessions and restarts. `finish` asks the gate whether the session may end.
 - `serve()`: the MCP server (the official `mcp` SDK, imported only here). stdout carries
   JSON-RPC and nothing else; logging goes to stderr.
 
