@@ -241,6 +241,8 @@ def test_the_web_worker_is_off_by_default_and_its_crash_never_escalates(pulsed):
     assert [w.name for w in pulsed.status().workers] == list(WORKERS[:-1])
     off = pulsed.ctl("web", "url")
     assert off.returncode == 3 and "[web] enabled = true" in off.stderr
+    refused = pulsed.ctl("restart", "web")
+    assert refused.returncode == 1 and "[web] enabled = true" in refused.stderr and "Traceback" not in refused.stderr
     (pulsed.home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
     assert "web started" in pulsed.ctl("reload").stdout
     web = pulsed.wait_state("web", "running")

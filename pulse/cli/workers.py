@@ -23,10 +23,18 @@ def wait_opt(command):
     return click.option("--wait", default=15.0, show_default=True, help="Seconds to wait for the outcome.")(command)
 
 
+def listed(ctx: Context, name: str) -> wire.WorkerStatus | None:
+    """The worker as status lists it; None when it is not listed (the web worker, not enabled)."""
+    return next((w for w in ctx.request(wire.GetStatus()).status.workers if w.name == name), None)
+
+
 def wait_for(ctx: Context, name: str, done, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while True:
-        worker = next(w for w in ctx.request(wire.GetStatus()).status.workers if w.name == name)
+        worker = listed(ctx, name)
+        if worker is None:
+            click.echo(f"pulsectl: {name} is no longer listed (its config table turned it off)", err=True)
+            sys.exit(1)
         if done(worker):
             click.echo(f"{name}: {worker.state}" + (f" (pid {worker.pid})" if worker.pid else ""))
             return
@@ -36,17 +44,14 @@ def wait_for(ctx: Context, name: str, done, seconds: float) -> None:
         time.sleep(0.05)
 
 
-def pid_of(ctx: Context, name: str) -> int | None:
-    return next(w.pid for w in ctx.request(wire.GetStatus()).status.workers if w.name == name)
-
-
 @click.command()
 @worker_arg
 @wait_opt
 @pass_ctx
 def restart(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     """Restart WORKER (also revives a failed engine)."""
-    old = pid_of(ctx, worker)
+    found = listed(ctx, worker)          # not listed (web, not enabled): pulsed's refusal says why
+    old = found.pid if found else None
     click.echo(ctx.request(wire.RestartWorker(worker)).message)
     if wait and not no_wait:
         wait_for(ctx, worker, lambda w: w.state == "running" and w.pid != old, wait)
