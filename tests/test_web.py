@@ -21,6 +21,7 @@ from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, wait_
 
 PAGES = ("overview", "events", "vitals", "effects", "tasks", "engine", "gate", "log")
 WORKERS = ("watcher", "tick", "executor", "engine", "web")
+NAP = "888.125"     # a critical process of the module's pulsed: a sleep no other test starts
 LAUNCH = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
           "--disable-sync", "--no-first-run"]
 
@@ -32,7 +33,10 @@ def site(tmp_path_factory):
     home = tmp_path_factory.mktemp("web") / "home"
     pulsed = Pulsed(home, tracker)
     init_home(home)
-    (home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
+    (home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
+                                      f'[[process]]\nname = "napper"\nmatch = "^sleep {NAP}$"\n')
+    napper = subprocess.Popen(["sleep", NAP], start_new_session=True)
+    tracker.add(napper.pid)
     try:
         pulsed.start()
         pulsed.wait_running(WORKERS)
@@ -72,7 +76,8 @@ def page(site, browser):
     tab = context.new_page()
     tab.requests = []
     tab.on("request", lambda r: tab.requests.append(r.url))
-    tab.on("dialog", lambda d: d.accept())          # the confirmations of restart, stop, start
+    # the confirmations of restart, stop, start; a prompt (pause: for how long) takes its default
+    tab.on("dialog", lambda d: d.accept(d.default_value) if d.type == "prompt" else d.accept())
     tab.goto(f"{base}/?token={token}")
     yield tab
     context.close()
@@ -96,6 +101,19 @@ def test_the_overview_lists_every_worker_and_the_token_leaves_the_address_bar(si
     cookie = next(c for c in page.context.cookies() if c["name"] == "pulse_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+
+
+def test_a_critical_process_is_paused_from_the_page(site, page):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-process="napper"] [data-field="state"]')
+    page.click('[data-process="napper"] [data-action="pause"]')          # the prompt's default: 30m
+    page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="state"]')
+                                       .textContent.startsWith('paused')""", timeout=10_000)
+    pause = pulsed.events("pause", "napper")
+    assert len(pause) == 1 and pause[0]["source"] == "web"
+    page.click('[data-process="napper"] [data-action="resume"]')
+    page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="state"]')
+                                       .textContent === 'alive'""", timeout=10_000)
 
 
 def test_a_killed_tick_shows_on_the_open_page_without_a_reload(site, page):

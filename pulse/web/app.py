@@ -411,7 +411,12 @@ async def act_process(request: Request) -> Response:
     status = await run_in_threadpool(web.status)
     if status is None or process not in {p.name for p in status.processes}:
         return JSONResponse({"ok": False, "error": f"no critical process {process!r}"}, 404)
-    extra = {"until": time.time() + float(data.get("seconds") or 1800)} if action == "pause" else {}
+    extra = {}
+    if action == "pause":
+        seconds = clock.parse_duration(str(data.get("for") or "30m"))
+        if seconds is None:
+            return JSONResponse({"ok": False, "error": f"{data.get('for')!r} is not a duration like 30m"}, 400)
+        extra["until"] = time.time() + seconds
 
     def append():
         conn = db.open_events(web.paths.events_db)
@@ -421,7 +426,8 @@ async def act_process(request: Request) -> Response:
             conn.close()
         client.ring(web.paths, "wake", wire.Wake("web", action))
     await run_in_threadpool(append)
-    return JSONResponse({"ok": True, "message": f"{process} {action}d"})
+    until = f" until {clock.iso(extra['until'], ms=False)}" if extra else ""
+    return JSONResponse({"ok": True, "message": f"{process} {action}d{until}"})
 
 
 async def act_engine(request: Request) -> Response:

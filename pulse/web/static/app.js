@@ -110,8 +110,12 @@ function workerRow(w) {
 
 function processRow(p) {
   const state = p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "alive" : "dead";
-  const act = (action) => el("button", {type: "button", "data-action": action,
-      onclick: () => { if (confirm(`${action} ${p.name}?`)) post("/api/processes", {action, process: p.name}); }}, action);
+  const act = (action) => el("button", {type: "button", "data-action": action, onclick: () => {
+    if (action === "pause") {
+      const span = prompt(`Leave ${p.name} alone (no restarts) for how long? 90s, 30m, 2h, 1d`, "30m");
+      if (span) post("/api/processes", {action, process: p.name, for: span});
+    } else if (confirm(`resume watching ${p.name}?`)) post("/api/processes", {action, process: p.name});
+  }}, action);
   return el("tr", {"data-process": p.name},
             el("th", {scope: "row"}, p.name),
             el("td", {"data-field": "state", class: state}, state + (p.paused_until ? " until " : "")),
