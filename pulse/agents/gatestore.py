@@ -70,13 +70,23 @@ class DurableStore:
         return self.ledger
 
     def transact(self, decide: Callable[[], Any]) -> Any:
-        with db.transaction(self.conn):
-            self.catch_up()
-            for record in self.settlements():
-                self._commit(record)
-            outcome = decide()
-            for record in gate.records_of(outcome):
-                self._commit(record)
+        try:
+            with db.transaction(self.conn):
+                self.catch_up()
+                for record in self.settlements():
+                    self._commit(record)
+                outcome = decide()
+                for record in gate.records_of(outcome):
+                    self._commit(record)
+        except BaseException:
+            # The ledger folded facts this rollback undid: fold it again from events.db (now, if
+            # the file answers; else at the next decision, which catches up first).
+            self.ledger = gate.Ledger()
+            try:
+                self.catch_up()
+            except sqlite3.Error:
+                pass
+            raise
         return outcome
 
     def _commit(self, record: gate.Record) -> None:
