@@ -570,13 +570,10 @@ def listen_address(listen: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
-    import ipaddress
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """127.0.0.0/8, ::1 or localhost (by text: pulsed validates config and stays small, so no ipaddress)."""
+    parts = host.split(".")
+    ipv4 = len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+    return host in ("localhost", "::1", "0:0:0:0:0:0:0:1") or (ipv4 and parts[0] == "127")
 
 
 def validate_web(web: Web, origin: str) -> None:
