@@ -22,7 +22,8 @@ from pulse.core import config as configmod
 from pulse.core import client, clock, logs, procs, wire
 from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
-from pulse.core.states import ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, SUPERVISED, WEB, WORKERS, Exit, WorkerState
+from pulse.core.states import (ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, STEERABLE, SUPERVISED, WEB, WORKERS, Exit,
+                               WorkerState)
 
 from . import control
 from .child import Child, Fail, forget_crashes, next_deadline, on_crash
@@ -38,7 +39,7 @@ class Arbiter:
     def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
         self.paths, self.config, self.sink, self.notifier = paths, config, sink, notifier
         self.children = {name: Child(name) for name in (*SUPERVISED, WEB)}   # web runs when [web] enabled
-        self.stopped_by_operator = load_stopped(paths.workers_state) & {*WORKERS, WEB}
+        self.stopped_by_operator = load_stopped(paths.workers_state) & set(STEERABLE)
         self.started_mono = time.monotonic()
         self.ready_sent = False
         self.shutting_down = False
@@ -60,8 +61,8 @@ class Arbiter:
         return SUPERVISED + ((WEB,) if self.config.web.enabled else ())
 
     def listed(self) -> tuple[str, ...]:
-        """The workers status lists and operators steer."""
-        return WORKERS + ((WEB,) if self.config.web.enabled else ())
+        """The workers status lists and operators steer: all it supervises but its event writer."""
+        return self.supervised()[1:]
 
     # -- setup and teardown ------------------------------------------------------------------------
 
@@ -601,7 +602,7 @@ class Arbiter:
                     child.state = S.STOPPED   # a spawn the forkserver never answered
             self.shutdown_deadline = now + 1.0
             return
-        for name in reversed((*SUPERVISED, WEB)):
+        for name in reversed(self.children):   # start order, the web worker last
             child = self.children[name]
             if child.state in ALIVE_STATES:
                 if child.name == EVENT_WRITER and self.events.pending and child.state is S.RUNNING:

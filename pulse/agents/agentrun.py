@@ -185,17 +185,12 @@ def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str]
     an earlier attempt) left unverified or in flight fails it, `unverified-write`; a run that used
     the gate and never called finish fails, `no-finish`, unless the [[agent]] has
     gate_requires_finish = false. A run that never used the gate answers to nothing here."""
-    from pulse.agents import gate
     from pulse.agents.gatestore import DurableStore
     store = DurableStore(conn, "executor")
     store.transact(lambda: None)          # settles what the run's sessions left in flight
     ledger = store.ledger
     principal = (agent.name, task)
-    actor = ledger.actors.get(principal)
-    pending = sorted(actor.unverified) if actor else []
-    pending += sorted(k for f in ledger.flights.values() if f.kind == gate.Kind.WRITE
-                      and ledger.principal(f.session) == principal for k in f.touches)
-    if pending:
+    if pending := ledger.pending(principal):
         return "unverified-write", f"the agent left a write unverified ({', '.join(pending)}); the run is not acked"
     mine = [s for s in ledger.sessions.values() if (s.agent, s.task) == principal and s.opened >= since]
     used = any(s.calls or s.blocked for s in mine)

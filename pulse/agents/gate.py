@@ -50,6 +50,7 @@ RECOVERY_TTL_S = 600.0
 FSM_BLOCKED = "FSM_BLOCKED"
 UNVERIFIED_WRITE = "UNVERIFIED_WRITE"
 SESSION_FINISHED = "SESSION_FINISHED"
+OPERATOR_SHELL = "operator-shell"   # who acts when nobody says (`pulsectl mcp` without --agent or PULSE_AGENT)
 
 
 class Kind(enum.StrEnum):
@@ -441,21 +442,36 @@ class Ledger:
 
     # -- decisions ------------------------------------------------------------------------
 
+    def writes_in_flight(self, principal: Principal) -> list[Flight]:
+        return [f for f in self.flights.values() if f.kind == Kind.WRITE and self.principal(f.session) == principal]
+
+    def unverified(self, principal: Principal) -> str | None:
+        """The principal's unverified writes, said as "tool on resources" (the latest write's tool)."""
+        actor = self.actors.get(principal)
+        if actor is None or not actor.unverified:
+            return None
+        debt = max(actor.unverified.values(), key=lambda d: d.returned)
+        return f"{debt.tool} on {', '.join(sorted(actor.unverified))}"
+
+    def pending(self, principal: Principal) -> list[str]:
+        """Every resource the principal changed and has not verified, or is changing now."""
+        actor = self.actors.get(principal)
+        return sorted(actor.unverified if actor else ()) + sorted(
+            k for f in self.writes_in_flight(principal) for k in f.touches)
+
     def write_refusal(self, session: str, call: Call) -> str | None:
         """Why `session` may not make this write now, or None. Reasons describe the constraint;
         they never name a tool to call."""
         principal = self.principal(session)
         actor = self.actors.get(principal) or Actor()
-        if actor.unverified:
-            debt = max(actor.unverified.values(), key=lambda d: d.returned)
-            return (f"the last write ({debt.tool} on {', '.join(sorted(actor.unverified))}) is unverified: it needs "
-                    "a successful read or resolve of the same resource that started after the write returned "
-                    "and found it")
+        if (owed := self.unverified(principal)) is not None:
+            return (f"the last write ({owed}) is unverified: it needs a successful read or resolve of the same "
+                    "resource that started after the write returned and found it")
+        if self.writes_in_flight(principal):
+            return "another write is in flight; calls running at once may hold at most one write"
         for flight in self.flights.values():
             if flight.kind != Kind.WRITE:
                 continue
-            if self.principal(flight.session) == principal:
-                return "another write is in flight; calls running at once may hold at most one write"
             busy = sorted(j for j in flight.touches if any(conflicts(j, k) for k in call.touches))
             if busy:
                 return (f"{busy[0]} is being changed by {self.principal(flight.session)[0]} right now; "
@@ -474,14 +490,10 @@ class Ledger:
 
     def finish_refusal(self, session: str) -> str | None:
         principal = self.principal(session)
-        actor = self.actors.get(principal)
-        if actor is not None and actor.unverified:
-            debt = max(actor.unverified.values(), key=lambda d: d.returned)
-            return (f"a write is unverified ({debt.tool} on {', '.join(sorted(actor.unverified))}); the session "
-                    "cannot finish on an unverified change")
-        if any(f.kind == Kind.WRITE and self.principal(f.session) == principal for f in self.flights.values()):
-            return "a write is unverified (a write still in flight); the session cannot finish on an unverified change"
-        return None
+        owed = self.unverified(principal) or ("a write still in flight" if self.writes_in_flight(principal) else None)
+        if owed is None:
+            return None
+        return f"a write is unverified ({owed}); the session cannot finish on an unverified change"
 
     def summary(self, session: str) -> dict:
         """One session as `pulsectl gate sessions` shows it."""
@@ -758,7 +770,8 @@ def effect_touches(args: Mapping[str, Any]) -> frozenset[str]:
 
 def events_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
     """`events` is about the targets of the events it returned, as of each one's id: a write on R
-    is verified by an event targeting R written after the write returned, not by an older one."""
+    is verified by an event targeting R written after the write began (its own outcome counts),
+    not by an older one."""
     latest: dict[str, int] = {}
     for ev in result.get("events", ()) if isinstance(result, Mapping) else ():
         if ev.get("target") is not None:

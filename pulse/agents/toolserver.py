@@ -201,13 +201,8 @@ class PulseTools:
         return {"events": [_event(e) for e in found[-limit:]]}
 
     async def tool_log_tail(self, worker: str | None = None, lines: int | None = None) -> dict:
-        from pulse.core.logs import log_files
-        lines = min(max(lines or 50, 1), 500)
-        tail: list[str] = []
-        for path in log_files(self.paths.log_file):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                tail = (tail + [line.rstrip("\n") for line in f if _from(line, worker)])[-lines:]
-        return {"lines": tail}
+        from pulse.core.logs import tail
+        return {"lines": tail(self.paths.log_file, worker, min(max(lines or 50, 1), 500))}
 
     async def tool_effect(self, id: str) -> dict:
         state = db.effect_state(self.events, id)
@@ -320,11 +315,6 @@ def _event(ev: wire.Event) -> dict:
     return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
 
 
-def _from(line: str, worker: str | None) -> bool:
-    parts = line.split(" ", 2)
-    return worker is None or (len(parts) > 1 and parts[1].startswith(worker + "["))
-
-
 def _cmdline(proc) -> list[str]:
     try:
         return proc.cmdline()
@@ -347,12 +337,11 @@ class GatedSession:
     agent and task inherits what the last one left unverified."""
 
     def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time,
-                 agent: str = "operator-shell", task: str = ""):
+                 agent: str = gate.OPERATOR_SHELL, task: str = ""):
         from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
-        self.store = DurableStore(tools.events)
         self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", gate.TOOLS, clock,
-                                 agent=agent, task=task, store=self.store)
+                                 agent=agent, task=task, store=DurableStore(tools.events))
         self.gate.open(pid=os.getpid(), started=stamp(os.getpid()))
 
     def record(self, *records: gate.Record) -> None:

@@ -8,31 +8,19 @@ import time
 import click
 
 from pulse.cli.app import Context, pass_ctx
-from pulse.core.states import SUPERVISED, WEB
-
-
-def matches(line: str, worker: str | None) -> bool:
-    if worker is None:
-        return True
-    parts = line.split(" ", 2)
-    return len(parts) > 1 and parts[1].startswith(worker + "[")
+from pulse.core.states import LOG_SOURCES
 
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (across rotation).")
-@click.option("--worker", type=click.Choice(("pulsed", "forkserver", *SUPERVISED, WEB)), help="Only this process's lines.")
+@click.option("--worker", type=click.Choice(LOG_SOURCES), help="Only this process's lines.")
 @click.option("-n", "--lines", default=50, show_default=True, help="How many past lines to print first.")
 @pass_ctx
 def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
     """Print Pulse's log."""
     from pulse.core import logs as logsmod
     path = ctx.paths.log_file
-    tail: list[str] = []
-    for file in logsmod.log_files(path):
-        with open(file, encoding="utf-8", errors="replace") as f:
-            tail += [line.rstrip("\n") for line in f if matches(line, worker)]
-            tail = tail[-lines:] if lines else []
-    for line in tail:
+    for line in logsmod.tail(path, worker, lines):
         click.echo(line)
     if not follow:
         return
@@ -43,7 +31,7 @@ def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
         while True:
             line = f.readline() if f is not None else ""
             if line:
-                if matches(line, worker):
+                if logsmod.written_by(line, worker):
                     click.echo(line.rstrip("\n"))
                 continue
             time.sleep(0.2)

@@ -15,9 +15,8 @@ import sys
 
 import click
 
+from pulse.agents.gate import OPERATOR_SHELL
 from pulse.cli.app import Context, pass_ctx
-
-OPERATOR_SHELL = "operator-shell"
 
 
 @click.command()
@@ -105,6 +104,7 @@ def gate_group() -> None:
 @pass_ctx
 def sessions(ctx: Context, as_json: bool) -> None:
     """Every gate session: its agent, task, state, unverified writes and counts."""
+    from pulse.cli.statusview import columns
     from pulse.core import clock
     ledger = gate_store(ctx).ledger
     rows = [ledger.summary(sid) for sid in sorted(ledger.sessions, key=lambda s: ledger.sessions[s].opened)]
@@ -115,11 +115,11 @@ def sessions(ctx: Context, as_json: bool) -> None:
     if not rows:
         click.echo("no gate sessions yet (`pulsectl mcp` starts one)")
         return
-    click.echo(f"{'SESSION':<24} {'AGENT':<16} {'TASK':<10} {'STATE':<10} {'CALLS':>5} {'BLOCKED':>7}  "
-               f"{'LAST':<20} UNVERIFIED")
-    for r in rows:
-        click.echo(f"{r['session']:<24} {r['agent']:<16} {r['task'] or '-':<10} {r['state']:<10} {r['calls']:>5} "
-                   f"{r['blocked']:>7}  {clock.iso(r['last'], ms=False):<20} {', '.join(r['unverified']) or '-'}")
+    table = [("SESSION", "AGENT", "TASK", "STATE", "CALLS", "BLOCKED", "LAST", "UNVERIFIED")]
+    table += [(r["session"], r["agent"], r["task"] or "-", r["state"], str(r["calls"]), str(r["blocked"]),
+               clock.iso(r["last"], ms=False), ", ".join(r["unverified"]) or "-") for r in rows]
+    for line in columns(table):
+        click.echo(line)
 
 
 COMMANDS = [mcp, gate_reset, gate_group]

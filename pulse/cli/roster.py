@@ -50,6 +50,7 @@ def describe(entry: dict, timeout: float) -> dict:
 @pass_ctx
 def instances_cmd(ctx: Context, as_json: bool) -> None:
     """List the running Pulses of this user (and the system's, if readable)."""
+    from pulse.cli.statusview import columns
     rows = [describe(e, min(ctx.timeout, PROBE_TIMEOUT_S)) for e in instances.live_entries(registries())]
     if as_json:
         for row in rows:
@@ -62,9 +63,8 @@ def instances_cmd(ctx: Context, as_json: bool) -> None:
     for r in rows:
         workers = "-" if r["total"] is None else f"{r['running']}/{r['total']}"
         table.append((r["name"], str(r["pid"]), r["state"], workers, r["home"]))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for line in columns(table):
+        click.echo(line)
 
 
 COMMANDS = [instances_cmd]

@@ -14,9 +14,9 @@ import click
 
 from pulse.core import wire
 from pulse.cli.app import Context, pass_ctx
-from pulse.core.states import WEB, WORKERS
+from pulse.core.states import STEERABLE
 
-worker_arg = click.argument("worker", type=click.Choice((*WORKERS, WEB)))
+worker_arg = click.argument("worker", type=click.Choice(STEERABLE))
 def wait_opt(command):
     """--wait SECONDS (default 15) for the outcome, or --no-wait to return at once."""
     command = click.option("--no-wait", is_flag=True, help="Return at once, without waiting for the outcome.")(command)
@@ -69,7 +69,7 @@ def start(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
 
 
 @click.command()
-@click.argument("worker", type=click.Choice((*WORKERS, WEB)), required=False)
+@click.argument("worker", type=click.Choice(STEERABLE), required=False)
 @wait_opt
 @pass_ctx
 def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:

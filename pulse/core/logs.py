@@ -161,3 +161,21 @@ def log_files(log_file: Path) -> list[Path]:
     rotated = sorted((p for p in log_file.parent.glob(log_file.name + ".*") if p.suffix[1:].isdigit()),
                      key=lambda p: -int(p.suffix[1:]))
     return rotated + ([log_file] if log_file.exists() else [])
+
+
+def written_by(line: str, process: str | None) -> bool:
+    """A pulse.log line ("TIME NAME[PID] ...") comes from `process` (every line when None)."""
+    if process is None:
+        return True
+    parts = line.split(" ", 2)
+    return len(parts) > 1 and parts[1].startswith(process + "[")
+
+
+def tail(log_file: Path, process: str | None, n: int) -> list[str]:
+    """The last `n` lines of pulse.log and its rotations, of `process` (or of every process)."""
+    out: list[str] = []
+    for path in log_files(log_file):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            out = (out + [line.rstrip("\n") for line in f if written_by(line, process)])[-n:] if n else []
+    return out
+

@@ -31,6 +31,8 @@ SUPERVISED = (EVENT_WRITER,) + WORKERS   # start order; stop order is the revers
 # The operator's page ([web] enabled): supervised and listed only when enabled, started last,
 # and like the engine never core.
 WEB = "web"
+STEERABLE = WORKERS + (WEB,)                                  # what an operator may name
+LOG_SOURCES = ("pulsed", "forkserver", EVENT_WRITER, *STEERABLE)   # who writes pulse.log
 
 
 class EffectState(enum.StrEnum):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import html
 import json
-import statistics
 import threading
 import time
 from importlib import resources
@@ -50,6 +49,7 @@ class Web:
         self._token: tuple[float, str] | None = None
         self.counts: Counts | None = None
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
+        self.diffs: dict[tuple[str, str], str] = {}   # (before, after) → diff summary: commits never change
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -112,9 +112,8 @@ class Guard:
         if given is not None and request.method == "GET":
             if not auth.token_ok(token, given):
                 return await PlainTextResponse("wrong token\n", 401)(scope, receive, send)
-            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + ("?" + "&".join(f"{k}={v}" for k, v in rest) if rest else "")
-            response = RedirectResponse(target, 303)
+            rest = request.url.remove_query_params("token")
+            response = RedirectResponse(rest.path + (f"?{rest.query}" if rest.query else ""), 303)
             response.set_cookie(auth.COOKIE, auth.new_session(token), httponly=True, samesite="strict",
                                 secure=request.url.scheme == "https", path="/")
             return await response(scope, receive, send)
@@ -306,25 +305,17 @@ async def api_tasks(request: Request) -> Response:
     web: Web = request.app.state.web
 
     def read(conn):
-        states = tasks.load_all(conn)
+        book = tasks.catch_up(conn, tasks.TaskBook())      # the tasks and each agent's record, one fold
         by_status: dict[str, list] = {s: [] for s in ("pending", "assigned", "executing", "acked", "closed", "given_up")}
-        for t in sorted(states.values(), key=lambda t: int(t.id.rpartition("-")[2])):
+        for t in sorted(book.states.values(), key=lambda t: int(t.id.rpartition("-")[2])):
             by_status.setdefault(t.status, []).append({"id": t.id, "title": t.title, "project": t.project,
                                                        "agent": t.agent or t.last_agent, "attempts": t.attempts})
-        every = db.task_events(conn, limit=1_000_000)
-        history = every[-100:]
-        runs: dict[str, list] = {}
-        for ev in every:
-            if ev.type in ("task-acked", "task-failed") and ev.data.get("agent"):
-                runs.setdefault(ev.data["agent"], []).append(ev)
-        agents = []
-        for agent, evs in sorted(runs.items()):
-            secs = [e.data["run_ms"] / 1000 for e in evs if isinstance(e.data.get("run_ms"), (int, float))]
-            costs = [c for e in evs if isinstance(c := (e.data.get("result") or {}).get("cost_usd"), (int, float))]
-            agents.append({"agent": agent, "runs": len(evs),
-                           "success_rate": sum(e.type == "task-acked" for e in evs) / len(evs),
-                           "mean_run_s": statistics.fmean(secs) if secs else None,
-                           "cost_usd": sum(costs) if costs else None})
+        agents = [{"agent": name, "runs": (runs := s.acked + s.failed),
+                   "success_rate": s.acked / runs if runs else 0.0,
+                   "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
+                   "cost_usd": s.cost_usd if s.runs_with_cost else None}
+                  for name, s in sorted(book.agents.stats.items())]
+        history = db.last_events(conn, 100, tasks.TYPES)
         return {"by_status": by_status, "agents": agents, "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
@@ -337,8 +328,11 @@ async def api_engine(request: Request) -> Response:
     def summarise(ev: wire.Event) -> dict:
         from pulse.engine import repo
         row = as_json(ev)
-        if ev.data.get("before") and ev.data.get("after"):
-            row["diff"] = repo.diff_summary(web.paths, ev.data["before"], ev.data["after"])
+        span = (ev.data.get("before"), ev.data.get("after"))
+        if all(span):
+            if span not in web.diffs:
+                web.diffs[span] = repo.diff_summary(web.paths, *span)
+            row["diff"] = web.diffs[span]
         return row
     rows = await run_in_threadpool(lambda: [summarise(e) for e in reversed(history)])
     return JSONResponse({"commit": status.engine_commit if status else None, "history": rows})
@@ -357,23 +351,12 @@ async def api_gate(request: Request) -> Response:
 
 
 async def api_log(request: Request) -> Response:
-    from pulse.core.logs import log_files
+    from pulse.core.logs import tail
+    from pulse.core.states import LOG_SOURCES
     web: Web = request.app.state.web
     worker = request.query_params.get("worker") or None
-
-    def read() -> list[str]:
-        tail: list[str] = []
-        for path in log_files(web.paths.log_file):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parts = line.split(" ", 2)
-                    if worker is None or (len(parts) > 1 and parts[1].startswith(worker + "[")):
-                        tail.append(line.rstrip("\n"))
-                tail = tail[-500:]
-        return tail
-    from pulse.core.states import EVENT_WRITER, WORKERS, WEB
-    return JSONResponse({"lines": await run_in_threadpool(read),
-                         "processes": ["pulsed", "forkserver", EVENT_WRITER, *WORKERS, WEB]})
+    lines = await run_in_threadpool(tail, web.paths.log_file, worker, 500)
+    return JSONResponse({"lines": lines, "processes": list(LOG_SOURCES)})
 
 
 # -- actions: what pulsectl would do ----------------------------------------------------------------------
