@@ -73,6 +73,16 @@ if cli == "claude":
     elif mode == "empty":
         out({"type": "result", "subtype": "success", "is_error": False, "result": "", "session_id": "claude-s-e",
              "num_turns": 1, "duration_ms": 1, "total_cost_usd": 0.0})
+    elif mode == "nologin":         # what Claude Code 2.1 printed with no credentials
+        out({"type": "result", "subtype": "success", "is_error": True, "duration_ms": 20, "num_turns": 1,
+             "result": "Not logged in \u00b7 Please run /login", "session_id": "claude-s-n", "total_cost_usd": 0,
+             "usage": {"input_tokens": 0, "output_tokens": 0}})
+        sys.exit(1)
+    elif mode == "modelusage":      # 2.1 against a non-streaming endpoint: usage zeros, modelUsage counts
+        out({"type": "result", "subtype": "success", "is_error": False, "result": "PONG", "num_turns": 1,
+             "session_id": "claude-s-m", "total_cost_usd": 0.02305,
+             "usage": {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0},
+             "modelUsage": {"claude-x": {"inputTokens": 2095, "outputTokens": 503, "costUSD": 0.02305}}})
 elif cli == "cursor":
     if mode == "ok":
         out({"type": "result", "subtype": "success", "is_error": False, "duration_ms": 500,
@@ -102,8 +112,29 @@ elif cli == "codex":
         else:
             out({"type": "turn.completed", "usage": {"input_tokens": 1, "cached_input_tokens": 0,
                                                      "output_tokens": 0}})
+    if mode == "recovered":         # 0.171: retries it recovers from are top-level error events
+        out({"type": "thread.started", "thread_id": "codex-t-r"})
+        out({"type": "turn.started"})
+        out({"type": "error", "message": "Reconnecting... 2/5 (stream disconnected before completion)"})
+        out({"type": "item.completed", "item": {"id": "item_0", "type": "error", "message": "Model metadata not found"}})
+        out({"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": "PONG"}})
+        out({"type": "turn.completed", "usage": {"input_tokens": 4236, "cached_input_tokens": 0,
+                                                 "cache_write_input_tokens": 3, "output_tokens": 2,
+                                                 "reasoning_output_tokens": 1}})
+    elif mode == "nokey":
+        out({"type": "thread.started", "thread_id": "codex-t-k"})
+        out({"type": "error", "message": "Missing environment variable: `LITELLM_API_KEY`."})
+        out({"type": "turn.failed", "error": {"message": "Missing environment variable: `LITELLM_API_KEY`."}})
+        sys.exit(1)
 elif cli == "hermes":
-    if mode == "ok":
+    if mode == "apifail":           # 0.19 with its API down: exit 0, the error printed as the answer
+        print("API call failed after 3 retries: Connection error.")
+        usage(completed=False, failed=True, api_calls=1, model=None, provider=None)
+    elif mode == "noprovider":
+        print("hermes -z: agent failed: No inference provider configured. Run 'hermes model'", file=sys.stderr)
+        usage(completed=False, failed=True, failure="No inference provider configured. Run 'hermes model'")
+        sys.exit(1)
+    elif mode == "ok":
         print("hermes did it")
         usage(completed=True, failed=False, estimated_cost_usd=0.125, input_tokens=300, output_tokens=40,
               api_calls=2, model="hermes-4", provider="nous", session_id="hermes-s-1")
@@ -117,13 +148,23 @@ elif cli == "openclaw":
                                               "total": 17}}}})
     elif mode == "empty":
         out({"payloads": [], "meta": {"agentMeta": {"sessionId": "claw-s-e"}}})
+    elif mode == "gateway":         # 2026.9 through its gateway (the default argv): the same, wrapped
+        out({"runId": "run-1", "status": "ok", "summary": "completed",
+             "result": {"payloads": [{"text": "PONG", "mediaUrl": None}],
+                        "meta": {"agentMeta": {"sessionId": "claw-s-g", "usage": {
+                            "input": 11199, "output": 2, "total": 11201, "cost": {"total": 0.0042}}}}}})
+    elif mode == "unreachable":
+        print("Start it with `openclaw gateway run` or check the URL.", file=sys.stderr)
+        out({"ok": False, "error": {"type": "cli_error", "message":
+             "Gateway not reachable at ws://127.0.0.1:18789 (ECONNREFUSED).\nStart it with `openclaw gateway run`."}})
+        sys.exit(1)
 '''
 
 CLI = {"claude-code": "claude", "cursor": "cursor", "codex": "codex", "hermes": "hermes", "openclaw": "openclaw"}
 
 # What each mode must become: (acked?, reason, a piece of the error or result, result fields).
 COMMON_FAILURES = {
-    "stderr": (False, "agent", "Error: not logged in", {}),
+    "stderr": (False, "not-logged-in", "Error: not logged in", {}),
     "malformed": (False, "agent", "no JSON", {}),
     "sleep": (False, "timeout", "timed out", {}),
     "empty": (False, "empty-result", "", {}),
@@ -135,6 +176,8 @@ EXPECTED = {
                                                                              "cache_read": 5, "cache_write": 2}}),
         "turncap": (False, "turn-cap", "error_max_turns", {"session_id": "claude-s-cap", "cost_usd": 0.5,
                                                            "turns": 10}),
+        "nologin": (False, "not-logged-in", "error: Not logged in", {"session_id": "claude-s-n"}),
+        "modelusage": (True, None, "PONG", {"tokens": {"input": 2095, "output": 503}}),
     },
     "cursor": {"ok": (True, None, "cursor did it", {"session_id": "cursor-s-1", "duration_ms": 500,
                                                     "request_id": "r-1"})},
@@ -143,17 +186,26 @@ EXPECTED = {
                                             "tokens": {"input": 110, "cache_read": 30, "output": 12}}),
         "turnfailed": (False, "agent", "rate limit reached", {"session_id": "codex-t-1"}),
         "malformed": (False, "agent", "no JSON events", {}),
+        "recovered": (True, None, "PONG", {"session_id": "codex-t-r", "recovered": [
+            "Reconnecting... 2/5 (stream disconnected before completion)"], "tokens": {
+            "input": 4236, "cache_read": 0, "cache_write": 3, "output": 2, "reasoning": 1}}),
+        "nokey": (False, "missing-key", "Missing environment variable", {"session_id": "codex-t-k"}),
     },
     "hermes": {
         "ok": (True, None, "hermes did it", {"session_id": "hermes-s-1", "cost_usd": 0.125, "api_calls": 2,
                                              "tokens": {"input": 300, "output": 40}, "model": "hermes-4"}),
-        "stderr": (False, "agent", "Error: not logged in", {"session_id": "hermes-s-fail", "cost_usd": 0.01}),
+        "stderr": (False, "not-logged-in", "Error: not logged in", {"session_id": "hermes-s-fail", "cost_usd": 0.01}),
+        "apifail": (False, "agent", "API call failed after 3 retries", {"api_calls": 1}),
+        "noprovider": (False, "missing-key", "No inference provider configured", {}),
         # -z prints only text: a garbled usage file loses the figures, not the answer.
         "malformed": (True, None, "the answer", {"usage_file": "unreadable"}),
     },
     "openclaw": {"ok": (True, None, "openclaw did it\n\nand more",
                         {"session_id": "claw-s-1", "duration_ms": 777,
-                         "tokens": {"input": 11, "output": 3, "cache_read": 2, "cache_write": 1, "total": 17}})},
+                         "tokens": {"input": 11, "output": 3, "cache_read": 2, "cache_write": 1, "total": 17}}),
+                 "gateway": (True, None, "PONG", {"session_id": "claw-s-g", "cost_usd": 0.0042, "run_id": "run-1",
+                                                  "tokens": {"input": 11199, "output": 2, "total": 11201}}),
+                 "unreachable": (False, "agent", "Gateway not reachable at ws://127.0.0.1:18789", {})},
 }
 
 
@@ -250,6 +302,8 @@ if "--mcp-config" in args:
     assert server["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": "claude-agent", "PULSE_TASK": task}
     argv = json.loads(Path(f"{env_dump}.claude.ok").read_text())["argv"]
     assert not Path(argv[argv.index("--mcp-config") + 1]).exists()      # the run's scratch is gone
+    # Every option before `--`: after it Claude reads --mcp-config as the prompt's and starts no server.
+    assert argv.index("--mcp-config") < argv.index("--") == len(argv) - 2 and argv[-1] == "MODE:ok"
     # mcp = false: no server handed over.
     from pulse.core.config import Agent
     for mcp in (True, False):
@@ -259,13 +313,25 @@ if "--mcp-config" in args:
         assert ("--mcp-config" in inv.argv) is mcp
 
 
+@pytest.mark.parametrize("adapter", sorted(CLI))
+def test_a_prompt_that_starts_with_a_dash_stays_the_prompt(tmp_path, adapter):
+    """A bullet list ("- restart the gateway") was parsed as an unknown option by Claude Code and Codex."""
+    from pulse.core.config import Agent
+    prompt = "- restart the gateway\n- then check the logs"
+    inv = adapters.load_adapter(adapter).invocation(Agent(name="a", adapter=adapter), adapters.Task("task-9", prompt),
+                                                    str(tmp_path), home=tmp_path, scratch=str(tmp_path))
+    at = inv.argv.index(prompt)
+    assert inv.argv[at - 1] in ("--", "--message", "-z"), inv.argv
+    assert inv.argv.count(prompt) == 1
+
+
 def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
     import tomllib
     from pulse.core.config import Agent
     inv = adapters.load_adapter("codex").invocation(Agent(name="cx", adapter="codex"),
                                                     adapters.Task("task-3", 'say "hi"'), str(tmp_path),
                                                     home=tmp_path / "h o", scratch=str(tmp_path))
-    assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-1] == 'say "hi"'
+    assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-2:] == ["--", 'say "hi"']
     overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
     assert inv.argv[2] == "-c" and len(overrides) == 3
     parsed = tomllib.loads("\n".join(overrides))["mcp_servers"]["pulse"]   # each override is valid TOML

@@ -166,11 +166,15 @@ def test_a_task_goes_created_assigned_executing_acked_with_output_in_objects(pul
 
 
 def test_a_failing_agent_puts_the_task_back_then_it_is_given_up(pulsed, fake, tmp_path):
-    start(pulsed, agent_toml(fake, tmp_path, FAKE_EXIT="3") + "\n[tasks]\nmax_failures = 3\n")
+    start(pulsed, agent_toml(fake, tmp_path, FAKE_EXIT="3") + "\n[tasks]\nmax_failures = 3\nretry_base_s = 0.5\n")
     task = add_task(pulsed)
     wait_for(lambda: pulsed.events("task-given-up", task), 30, what="task-given-up")
     failed = pulsed.events("task-failed", task)
     assert len(failed) == 3
+    # Each retry waited out its backoff (0.5 s, then 1 s) before the next run began.
+    executing = pulsed.events("task-executing", task)
+    assert [f["data"]["retry_after_s"] for f in failed[:2]] == [0.5, 1.0]
+    assert all(executing[i + 1]["ts"] >= failed[i]["ts"] + failed[i]["data"]["retry_after_s"] for i in range(2))
     assert all(f["data"]["reason"] == "agent" and "error_during_execution" in f["data"]["error"] for f in failed)
     assert len({f["data"]["run"] for f in failed}) == 3       # three runs, one effect each
     types = task_types(pulsed, task)

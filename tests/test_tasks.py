@@ -129,13 +129,42 @@ def test_decide_gives_up_at_the_failure_limit_in_the_same_batch():
     assert second[1][1]["reason"] == "failed 2 times in a row"
 
 
+@pytest.mark.parametrize("reason", sorted(tasks.FINAL_REASONS))
+def test_a_failure_that_cannot_fix_itself_gives_the_task_up_at_once(reason):
+    """Not logged in, a missing key, an unknown option, a turn cap: the same run gives the same answer."""
+    out = tasks.decide(history_to("executing"), "task-failed", "task-1", {"reason": reason, "error": "x"}, 1.0,
+                       "executor", max_failures=3, retry=(10, 300))
+    assert [t for t, _ in out] == ["task-failed", "task-given-up"]
+    assert out[1][1]["reason"] == f"{reason}: retrying cannot fix it" and "retry_after_s" not in out[0][1]
+
+
+def test_a_failed_run_waits_before_the_task_is_handed_out_again_doubling():
+    history = history_to("executing")
+    first = tasks.decide(history, "task-failed", "task-1", {"reason": "agent"}, 100.0, "executor", 5, (10, 25))
+    assert first[0][1]["retry_after_s"] == 10
+    history += [ev("task-failed", 100.0, **first[0][1])]
+    state = tasks.fold_tasks(history)["task-1"]
+    assert state.status == "pending" and state.retry_at == 110.0
+    waiting = tasks.pending_tasks({"task-1": state}, now=105.0)
+    assert waiting.tasks == [] and waiting.pending_count == 1 and waiting.waiting_retry == 1
+    assert waiting.next_retry == 110.0
+    assert [t.id for t in tasks.pending_tasks({"task-1": state}, now=110.0).tasks] == ["task-1"]
+    history += [ev("task-assigned", 111.0, agent="a"), ev("task-executing", 111.0, agent="a")]
+    second = tasks.decide(history, "task-failed", "task-1", {"reason": "agent"}, 112.0, "executor", 5, (10, 25))
+    assert second[0][1]["retry_after_s"] == 20
+    history += [ev("task-failed", 112.0, **second[0][1]), ev("task-assigned", 140.0, agent="a"),
+                ev("task-executing", 140.0, agent="a")]
+    third = tasks.decide(history, "task-failed", "task-1", {"reason": "agent"}, 141.0, "executor", 5, (10, 25))
+    assert third[0][1]["retry_after_s"] == 25          # capped
+
+
 def test_pending_tasks_orders_by_priority_then_age_and_counts_by_project():
     events = []
     for n, (project, prio, ts) in enumerate([("a", 0, 1.0), ("b", 5, 2.0), ("a", 5, 3.0), ("a", 1, 4.0)], 1):
         events.append(ev("task-created", ts, target=f"task-{n}", project=project, title="t", prompt="x",
                          priority=prio))
     events.append(ev("task-assigned", 5.0, target="task-4", agent="x"))
-    pending = tasks.pending_tasks(tasks.fold_tasks(events), limit=2)
+    pending = tasks.pending_tasks(tasks.fold_tasks(events), now=0.0, limit=2)
     assert pending.pending_count == 3
     assert [t.id for t in pending.tasks] == ["task-2", "task-3"]
     assert pending.by_project == {"a": 2, "b": 1}

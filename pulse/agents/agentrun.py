@@ -128,7 +128,9 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
 
 def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -> bool:
     try:
-        tasks.record(conn, task, type, SOURCE, ctx.config.tasks.max_failures, run=run, **data)
+        t = ctx.config.tasks
+        tasks.record(conn, task, type, SOURCE, t.max_failures, run=run, retry=(t.retry_base_s, t.retry_max_s),
+                     **data)
         return True
     except tasks.IllegalTransition as err:      # the run no longer holds the task (an operator gave it up)
         log.warning("%s: %s not recorded: %s", task, type, err)

@@ -22,9 +22,13 @@ from typing import Any, Iterable, Sequence
 
 import msgspec
 
+from pulse.core import clock
 from pulse.core.wire import AgentCapabilityStats, PendingTasks, TaskState
 
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
+# Failures that cannot fix themselves (pulse.agents.adapters reads them from the CLI's own words):
+# the task is given up at the first, not retried into the same answer.
+FINAL_REASONS = frozenset({"not-logged-in", "missing-key", "usage", "turn-cap"})
 SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
 SNAPSHOT_TASKS_LIMIT = 100  # the snapshot lists at most this many pending tasks (pending_count is exact)
 TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
@@ -104,7 +108,7 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
         if not agent:
             raise IllegalTransition(f"{task}: task-assigned needs an agent")
         new.agent = new.last_agent = str(agent)
-        new.assigned = ts
+        new.assigned, new.retry_at = ts, None
     elif type == "task-executing":
         if data.get("agent", state.agent) != state.agent:
             raise IllegalTransition(f"{task}: assigned to {state.agent}, not {data.get('agent')}")
@@ -113,6 +117,8 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
         new.result, new.acked, new.failures, new.error = data.get("result"), ts, 0, None
     elif type == "task-failed":
         new.agent, new.failures, new.error = None, state.failures + 1, data.get("error")
+        after = data.get("retry_after_s")
+        new.retry_at = ts + after if isinstance(after, (int, float)) and after > 0 else None
     elif type == "task-closed":
         new.agent, new.closed = None, ts
     elif type == "task-given-up":
@@ -143,16 +149,25 @@ def fold_tasks(events: Iterable) -> dict[str, TaskState]:
 
 
 def decide(history: Sequence, type: str, task: str, data: dict, ts: float, source: str,
-           max_failures: int = MAX_FAILURES) -> list[tuple[str, dict]]:
+           max_failures: int = MAX_FAILURES, retry: tuple[float, float] | None = None) -> list[tuple[str, dict]]:
     """The (type, data) events to append for `type` given the task's `history`, or IllegalTransition.
 
-    A failure that reaches `max_failures` in a row also gives the task up, in the same
-    transaction, so no reader ever sees it pending after its last allowed failure.
+    A failure that reaches `max_failures` in a row, or whose reason cannot fix itself
+    (FINAL_REASONS), also gives the task up, in the same transaction, so no reader ever sees it
+    pending after its last allowed failure. Another failure waits before it is handed out again:
+    `retry` = (first, cap) seconds, doubling per failure in a row (data `retry_after_s`).
     """
     state = fold_tasks(history).get(task)
+    failures = (state.failures if state is not None else 0) + 1
+    final = type == "task-failed" and data.get("reason") in FINAL_REASONS
+    if type == "task-failed" and retry is not None and not final and failures < max_failures:
+        data = {**data, "retry_after_s": clock.backoff(failures, *retry)}
     after = apply(state, type, data, ts, task)
     out = [(type, data)]
-    if type == "task-failed" and after.failures >= max_failures:
+    if final:
+        out.append(("task-given-up", {"reason": f"{data['reason']}: retrying cannot fix it", "by": source,
+                                      "failures": after.failures}))
+    elif type == "task-failed" and after.failures >= max_failures:
         out.append(("task-given-up", {"reason": f"failed {after.failures} times in a row", "by": source,
                                       "failures": after.failures}))
     return out
@@ -165,12 +180,17 @@ def urgency(task: TaskState) -> tuple:
     return (-task.priority, task.created, task.id)
 
 
-def pending_tasks(states: dict[str, TaskState], limit: int = SNAPSHOT_TASKS_LIMIT) -> PendingTasks:
+def pending_tasks(states: dict[str, TaskState], now: float, limit: int = SNAPSHOT_TASKS_LIMIT) -> PendingTasks:
+    """The tasks to hand out now, most urgent first: pending ones whose retry wait (after a failed
+    run) is over. Those still waiting are counted, with the earliest time one is due."""
     pending = sorted((t for t in states.values() if t.status == "pending"), key=urgency)
+    due = [t for t in pending if t.retry_at is None or t.retry_at <= now]
+    waits = [t.retry_at for t in pending if t.retry_at is not None and t.retry_at > now]
     by_project: dict[str, int] = {}
     for t in pending:
         by_project[t.project] = by_project.get(t.project, 0) + 1
-    return PendingTasks(pending_count=len(pending), tasks=pending[:limit], by_project=by_project)
+    return PendingTasks(pending_count=len(pending), tasks=due[:limit], by_project=by_project,
+                        waiting_retry=len(waits), next_retry=min(waits, default=None))
 
 
 class AgentStatsFold:
@@ -271,7 +291,7 @@ class TaskBook:
                 self.last_id = max(self.last_id, ev.id)
 
     def extras(self) -> dict[str, Any]:
-        return {"pending-tasks": pending_tasks(self.states),
+        return {"pending-tasks": pending_tasks(self.states, time.time()),
                 "agent-capability-stats": dict(sorted(self.agents.stats.items()))}
 
 
@@ -308,7 +328,7 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
 
 
 def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAILURES, run: str | None = None,
-           **data) -> TaskState:
+           retry: tuple[float, float] | None = None, **data) -> TaskState:
     """Append `type` for `task` if the transition table allows it now (checked and appended in
     one transaction), plus task-given-up when a failure reaches `max_failures`. Returns the
     task's new state; raises IllegalTransition, writing nothing, when the move is refused.
@@ -324,7 +344,7 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
             raise IllegalTransition(f"{task}: not held by run {run}")
         ts = time.time()
         return [db.now_event(t, source, task, d) for t, d in
-                decide(history, type, task, data, ts, source, max_failures)]
+                decide(history, type, task, data, ts, source, max_failures, retry)]
 
     db.append_task_events(conn, task, decide_events)
     return load(conn, task)

@@ -205,6 +205,8 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_failures: int = 3                     # failed runs of one task in a row before it is given up
+    retry_base_s: float = 10                  # a failed run's task waits this long before the next run ...
+    retry_max_s: float = 300                  # ... doubling per failure in a row, up to this
 
 
 class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -525,6 +527,8 @@ def validate_health(health: Health, where: str) -> None:
 def validate_agents(config: Config, origin: str) -> None:
     if config.tasks.max_failures < 1:
         raise ConfigError(f"{origin}: $.tasks.max_failures must be at least 1")
+    if not 0 <= config.tasks.retry_base_s <= config.tasks.retry_max_s:
+        raise ConfigError(f"{origin}: $.tasks: retry_base_s must be at least 0 and at most retry_max_s")
     if not config.agent:
         return
     from pulse.agents import adapters       # only with agents configured: it reads entry points (names only)

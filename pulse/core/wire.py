@@ -213,12 +213,15 @@ class TaskState(msgspec.Struct, kw_only=True):
     acked: float | None = None
     closed: float | None = None
     given_up: float | None = None
+    retry_at: float | None = None        # after a failed run: not handed out again before this
 
 
 class PendingTasks(msgspec.Struct, kw_only=True):
     pending_count: int = 0
     tasks: list[TaskState] = msgspec.field(default_factory=list)   # most urgent first, at most a limit
     by_project: dict[str, int] = msgspec.field(default_factory=dict)
+    waiting_retry: int = 0               # pending, but waiting out the backoff after a failed run
+    next_retry: float | None = None      # the earliest of those waits' ends
 
 
 class AgentCapabilityStats(msgspec.Struct, kw_only=True):

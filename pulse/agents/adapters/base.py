@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import string
 import sys
 from dataclasses import dataclass, field
@@ -30,6 +31,19 @@ CWD_PLACEHOLDERS = ("task_id", "agent", "project")
 SUMMARY_CHARS = 4_000            # of the agent's final text kept in the task events (the rest: objects/)
 TAIL_CHARS = 1_000
 STDERR_LINES = 5                 # the last lines of stderr that become a failure's reason
+OPTIONS_END = "--"               # every option before it: a prompt that starts with "-" stays a prompt
+
+# Failures that cannot fix themselves: retrying the same run gives the same answer, so the task
+# is given up at once (pulse.agents.tasks.FINAL_REASONS), saying why. Matched in the CLI's own
+# words (its JSON's message, else stderr), as the real CLIs print them.
+_FINAL = [
+    ("not-logged-in", re.compile(r"not logged in|please run /login|invalid (?:x-)?api[ _-]?key|"
+                                 r"authentication_error|incorrect api key", re.I)),
+    ("missing-key", re.compile(r"missing environment variable|no inference provider configured|"
+                               r"requires credentials|no api key", re.I)),
+    ("usage", re.compile(r"unknown option|unexpected argument|unrecognized arguments?|"
+                         r"error: the following arguments are required", re.I)),
+]
 
 
 # -- templates ---------------------------------------------------------------------------------------
@@ -149,6 +163,10 @@ class Adapter:
             self.add_mcp(inv, mcp_server(inv.env))
         return inv
 
+    def options_at(self, inv: Invocation) -> int:
+        """Where an option may be added to `inv.argv`: before its `--`, else at the end."""
+        return inv.argv.index(OPTIONS_END) if OPTIONS_END in inv.argv else len(inv.argv)
+
     def add_mcp(self, inv: Invocation, server: dict[str, Any]) -> None:
         """Hand the run `server` ({"command", "args", "env"}) the way the CLI documents; the base
         adapter knows of no way, so the agent gets no Pulse tools."""
@@ -193,16 +211,30 @@ def stderr_tail(run: RunOutput, lines: int = STDERR_LINES) -> str:
     return " | ".join(kept[-lines:])[-TAIL_CHARS:]
 
 
-def failed_run(run: RunOutput, why: str | None = None) -> AgentResult:
-    """A run that gave no usable result: timeout first, else `why`, else stderr's last lines and the exit."""
-    if run.timed_out:
-        return AgentResult(ok=False, reason="timeout", error=exit_problem(None, True),
-                           extra={"stderr": stderr_tail(run)} if run.stderr.strip() else {})
+def final_reason(said: str | None) -> str | None:
+    """The reason code of a failure that cannot fix itself, read from the CLI's words, or None."""
+    if said:
+        for reason, pattern in _FINAL:
+            if pattern.search(said):
+                return reason
+    return None
+
+
+def failed(error: str, reason: str = "agent", **extra) -> AgentResult:
+    """A failed run: `error` in the CLI's own words; a reason that cannot fix itself is found in them."""
+    return AgentResult(ok=False, error=error, reason=final_reason(error) or reason, extra=extra)
+
+
+def failed_run(run: RunOutput, why: str | None = None, last_said: str | None = None) -> AgentResult:
+    """A run that gave no usable result: timeout first (with `last_said`, what the CLI said last,
+    so a run that hung retrying says on what), else `why`, else stderr's last lines and the exit."""
     said = stderr_tail(run)
-    exit_ = exit_problem(run.code, False)
-    parts = [p for p in (why, said, exit_) if p]
-    return AgentResult(ok=False, error="; ".join(parts) or "the agent failed", extra={"tail": run.text[-TAIL_CHARS:]}
-                       if run.stdout.strip() else {})
+    if run.timed_out:
+        error = exit_problem(None, True) + (f"; it last said: {last_said}" if last_said else "")
+        return AgentResult(ok=False, reason="timeout", error=error, extra={"stderr": said} if said else {})
+    parts = [p for p in (why, said, exit_problem(run.code, False)) if p]
+    return failed("; ".join(parts) or "the agent failed", **({"tail": run.text[-TAIL_CHARS:]}
+                                                              if run.stdout.strip() else {}))
 
 
 def json_result(run: RunOutput, exit_fails: bool = True) -> tuple[dict | None, AgentResult | None]:

@@ -1,20 +1,25 @@
-"""`claude-code`: Claude Code's non-interactive mode, `claude -p "<prompt>" --output-format json`.
+"""`claude-code`: Claude Code's non-interactive mode, `claude -p --output-format json -- "<prompt>"`.
 
-Documented output: one JSON object {"type": "result", "subtype", "is_error", "result",
-"duration_ms", "num_turns", "session_id", "total_cost_usd", "usage"}; subtypes include
-"success" and "error_max_turns". Read here:
+Documented output, and what 2.1 prints: one JSON object {"type": "result", "subtype", "is_error",
+"result", "duration_ms", "num_turns", "session_id", "total_cost_usd", "usage", "modelUsage"}.
+Read here:
   - done: exit code 0, that object found, is_error false, a non-empty `result`;
-  - `subtype: "error_max_turns"`: stopped at the turn cap, not a success: failed, reason `turn-cap`;
-  - other `is_error`: failed with the subtype and whatever `result` says;
-  - no object: failed with stderr's last lines (e.g. not logged in) and the exit code;
+  - `subtype: "error_max_turns"`: stopped at the turn cap (`--max-turns`, accepted but hidden
+    from --help), failed, reason `turn-cap`, its `errors` kept in the reason;
+  - other `is_error`: failed with what `result` says (2.1 says "subtype": "success" with
+    is_error true when not logged in or when the API is unreachable: the subtype is named only
+    when it is not "success");
+  - no object: failed with stderr's last lines (e.g. an unknown option) and the exit code;
   - cost: `total_cost_usd` (older versions printed `cost_usd`; read as a fallback);
   - tokens: `usage.input_tokens`, `output_tokens`, `cache_creation_input_tokens`,
-    `cache_read_input_tokens`.
-Not documented exactly: which non-zero exit code a failure uses (any non-zero fails the run),
-and `num_turns` / `duration_ms` may cover the last turn only (Pulse times the run itself: run_ms).
+    `cache_read_input_tokens`; when those are all zero (2.1 against a non-streaming endpoint),
+    the sums of `modelUsage`'s inputTokens / outputTokens / cacheCreationInputTokens /
+    cacheReadInputTokens.
+The prompt follows `--`, so a prompt starting with "-" (a bullet list) is not taken for an option.
 
 MCP: `--mcp-config FILE` (documented) with {"mcpServers": {"pulse": {command, args, env}}}, the
-file in the run's private scratch directory.
+file in the run's private scratch directory, inserted before the `--` (after it, Claude reads it
+as part of the prompt and silently starts no server).
 """
 
 from __future__ import annotations
@@ -23,21 +28,36 @@ import json
 import os
 
 from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, count, exit_problem,
-                                        json_result, number, stderr_tail, token_counts)
+                                        final_reason, json_result, number, stderr_tail, token_counts)
 
 USAGE = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
          "cache_read_input_tokens": "cache_read"}
+MODEL_USAGE = {"inputTokens": "input", "outputTokens": "output", "cacheCreationInputTokens": "cache_write",
+               "cacheReadInputTokens": "cache_read"}
+
+
+def tokens(obj: dict) -> dict[str, int]:
+    """`usage`'s counts, or `modelUsage`'s summed over models when `usage` reports only zeros."""
+    counts = token_counts(obj.get("usage"), USAGE)
+    if any(counts.values()) or not isinstance(obj.get("modelUsage"), dict):
+        return counts
+    summed: dict[str, int] = {}
+    for per_model in obj["modelUsage"].values():
+        for name, n in token_counts(per_model, MODEL_USAGE).items():
+            summed[name] = summed.get(name, 0) + n
+    return summed or counts
 
 
 class ClaudeCodeAdapter(Adapter):
     name = "claude-code"
-    default_argv = ["claude", "-p", "{prompt}", "--output-format", "json"]
+    default_argv = ["claude", "-p", "--output-format", "json", "--", "{prompt}"]
 
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         path = os.path.join(inv.scratch, "mcp.json")
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump({"mcpServers": {"pulse": {"type": "stdio", **server}}}, f)
-        inv.argv += ["--mcp-config", path]
+        at = self.options_at(inv)
+        inv.argv[at:at] = ["--mcp-config", path]
 
     def parse(self, run: RunOutput) -> AgentResult:
         obj, failure = json_result(run, exit_fails=False)     # its JSON says how it failed
@@ -49,19 +69,24 @@ class ClaudeCodeAdapter(Adapter):
             ok=True, text=text if isinstance(text, str) or text is None else json.dumps(text),
             session_id=obj.get("session_id") if isinstance(obj.get("session_id"), str) else None,
             cost_usd=cost if cost is not None else number(obj.get("cost_usd")),
-            tokens=token_counts(obj.get("usage"), USAGE), turns=count(obj.get("num_turns")),
+            tokens=tokens(obj), turns=count(obj.get("num_turns")),
             duration_ms=number(obj.get("duration_ms")),
             extra={"subtype": obj["subtype"]} if isinstance(obj.get("subtype"), str) else {})
         subtype = obj.get("subtype")
+        errors = [e for e in obj.get("errors", []) if isinstance(e, str)] if isinstance(obj.get("errors"), list) else []
         if subtype == "error_max_turns":
             result.ok, result.reason = False, "turn-cap"
-            result.error = f"stopped at the turn cap (error_max_turns) after {result.turns} turns"
+            result.error = "; ".join([f"stopped at the turn cap (error_max_turns) after {result.turns} turns",
+                                      *errors])
         elif obj.get("is_error"):
-            said = f": {result.text[:300]}" if result.text else ""
-            result.ok, result.error = False, f"the agent reported an error ({subtype or 'is_error'}){said}"
+            said = "; ".join([result.text[:300]] if result.text else errors) or "no message"
+            kind = f" ({subtype})" if subtype and subtype != "success" else ""
+            result.ok, result.error = False, f"the agent reported an error{kind}: {said}"
+            result.reason = final_reason(said) or "agent"
         elif run.code != 0:
             result.ok = False
             result.error = "; ".join(p for p in (stderr_tail(run), exit_problem(run.code, False)) if p)
+            result.reason = final_reason(result.error) or "agent"
         elif not result.text:
             result.ok, result.reason, result.error = False, "empty-result", "the agent's result is empty"
         return result

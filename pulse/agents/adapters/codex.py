@@ -1,34 +1,38 @@
-"""`codex`: OpenAI Codex, `codex exec --json --skip-git-repo-check "<prompt>"`.
+"""`codex`: OpenAI Codex, `codex exec --json --skip-git-repo-check -- "<prompt>"`.
 
-Documented output: JSON Lines events `thread.started{thread_id}`, `turn.started`,
-`item.started/updated/completed{item}` (item types include `agent_message` with `text`,
-`reasoning`, `command_execution`), `turn.completed{usage}`, `turn.failed{error}`, `error`.
-Read here:
+Documented output, and what 0.171 prints: JSON Lines events `thread.started{thread_id}`,
+`turn.started`, `item.started/updated/completed{item}` (item types include `agent_message` with
+`text`, `reasoning`, `command_execution`, and `error` for warnings), `turn.completed{usage}`,
+`turn.failed{error}`, and top-level `error{message}`. Read here:
   - the final text is the last completed `agent_message` item's `text`;
   - the session id is `thread.started`'s `thread_id`; turns = the number of `turn.completed`;
-  - tokens: `usage.input_tokens`, `cached_input_tokens`, `output_tokens`, summed over turns;
-    Codex reports no money, so no cost;
-  - `turn.failed` or `error` fails the run with its message.
-Not documented exactly: the shape of `error` in `turn.failed` and of the `error` event (read:
-`error.message`, else `message`, else the value as text), and the exit code (non-zero fails it).
-Lines that are not JSON are counted (`bad_lines`); a run with no event at all fails.
+  - tokens: `usage.input_tokens`, `cached_input_tokens`, `cache_write_input_tokens`,
+    `output_tokens`, `reasoning_output_tokens`, summed over turns; Codex reports no money;
+  - failed: the last turn is `turn.failed` (its message), or the exit is non-zero (the `error`
+    events' messages, else stderr). A top-level `error` alone fails nothing: Codex prints
+    "Reconnecting... 2/5" for retries it recovers from, then completes the turn; those are kept
+    as `recovered`. A run killed at its timeout says what Codex said last ("Reconnecting...
+    waiting for network"), since Codex without a reachable endpoint retries without end.
+Lines that are not JSON are counted (`bad_lines`); a run with no event at all fails. The prompt
+follows `--`, so a prompt starting with "-" is not taken for an option.
 
 MCP: Codex takes config overrides as `-c key=value` (TOML values) and its MCP servers are the
 `mcp_servers.<name>` table of its config (`command`, `args`, `env`); the run gets
 `-c mcp_servers.pulse.command=…`, `.args=…`, `.env=…` right after `exec` (codex exec has no
---mcp-config; these override forms are the ones a third-party wrapper reports accepted by
-`codex exec --strict-config` 0.145). The env is set explicitly: Codex hands an MCP server only a
-whitelist of its own environment.
+--mcp-config; `codex mcp list` shows the server so configured). The env is set explicitly: Codex
+hands an MCP server only a whitelist of its own environment.
 """
 
 from __future__ import annotations
 
 import json
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, failed_run, json_lines,
-                                        token_counts)
+from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, failed, failed_run, json_lines,
+                                        stderr_tail, token_counts)
 
-USAGE = {"input_tokens": "input", "cached_input_tokens": "cache_read", "output_tokens": "output"}
+USAGE = {"input_tokens": "input", "cached_input_tokens": "cache_read", "cache_write_input_tokens": "cache_write",
+         "output_tokens": "output", "reasoning_output_tokens": "reasoning"}
+RECOVERED_KEPT = 5              # of the retries Codex recovered from, the last ones kept in the result
 
 
 def _toml(value) -> str:
@@ -51,7 +55,7 @@ def _message(value) -> str:
 
 class CodexAdapter(Adapter):
     name = "codex"
-    default_argv = ["codex", "exec", "--json", "--skip-git-repo-check", "{prompt}"]
+    default_argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--", "{prompt}"]
 
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         at = inv.argv.index("exec") + 1 if "exec" in inv.argv else 1
@@ -62,11 +66,13 @@ class CodexAdapter(Adapter):
 
     def parse(self, run: RunOutput) -> AgentResult:
         events, bad = json_lines(run.text)
+        said = [_message(ev) for ev in events if ev.get("type") == "error"]
         if run.timed_out or not events:
             return failed_run(run, None if run.timed_out else
-                              ("no output" if not run.stdout.strip() else "no JSON events in the output"))
+                              ("no output" if not run.stdout.strip() else "no JSON events in the output"),
+                              last_said=said[-1] if said else None)
         result = AgentResult(ok=True, turns=0, extra={"bad_lines": bad} if bad else {})
-        errors = []
+        last_turn_failed = None
         for ev in events:
             kind = ev.get("type")
             if kind == "thread.started" and isinstance(ev.get("thread_id"), str):
@@ -77,17 +83,25 @@ class CodexAdapter(Adapter):
                     result.text = item["text"]
             elif kind == "turn.completed":
                 result.turns += 1
+                last_turn_failed = None
                 for name, n in token_counts(ev.get("usage"), USAGE).items():
                     result.tokens[name] = result.tokens.get(name, 0) + n
             elif kind == "turn.failed":
-                errors.append(_message(ev.get("error", ev)))
-            elif kind == "error":
-                errors.append(_message(ev))
-        if errors:
-            result.ok, result.error = False, "; ".join(dict.fromkeys(errors))
-        elif run.code != 0:
-            failed = failed_run(run)
-            result.ok, result.error = False, failed.error
-        elif not result.text:
+                last_turn_failed = _message(ev.get("error", ev))
+        if last_turn_failed is not None:
+            return _with(failed(last_turn_failed), result)
+        if run.code != 0:
+            why = "; ".join(dict.fromkeys(said)) or stderr_tail(run)
+            return _with(failed("; ".join(p for p in (why, f"exit code {run.code}") if p)), result)
+        if said:
+            result.extra["recovered"] = said[-RECOVERED_KEPT:]
+        if not result.text:
             result.ok, result.reason, result.error = False, "empty-result", "no agent_message in the output"
         return result
+
+
+def _with(failure: AgentResult, seen: AgentResult) -> AgentResult:
+    """`failure`, keeping what the run reported before it failed (session, tokens, turns)."""
+    failure.session_id, failure.tokens, failure.turns = seen.session_id, seen.tokens, seen.turns
+    failure.extra.update(seen.extra)
+    return failure

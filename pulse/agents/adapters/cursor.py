@@ -1,4 +1,7 @@
-"""`cursor`: the Cursor Agent CLI, `cursor-agent -p --output-format json --trust --force "<prompt>"`.
+"""`cursor`: the Cursor Agent CLI, `cursor-agent -p --output-format json --trust --force -- "<prompt>"`.
+
+Not on npm or PyPI, so never run for real in the tests (a fake CLI stands in): what follows is
+its documentation's word, and `--` before the prompt is the convention of its CLI parser.
 
 Documented output: one JSON object {"type": "result", "subtype": "success", "is_error": false,
 "duration_ms", "duration_api_ms", "result", "session_id", "request_id"}. On failure it exits
@@ -18,7 +21,7 @@ from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, json_res
 
 class CursorAdapter(Adapter):
     name = "cursor"
-    default_argv = ["cursor-agent", "-p", "--output-format", "json", "--trust", "--force", "{prompt}"]
+    default_argv = ["cursor-agent", "-p", "--output-format", "json", "--trust", "--force", "--", "{prompt}"]
 
     def parse(self, run: RunOutput) -> AgentResult:
         obj, failure = json_result(run)

@@ -1,19 +1,19 @@
 """`hermes`: Nous Research's Hermes Agent, `hermes -z "<prompt>" --usage-file FILE`.
 
-Documented: `-z` prints only the final text on stdout; the usage file is written even when the
-run fails and holds completed / failed flags, `estimated_cost_usd`, token fields, `api_calls`,
-`model`, `provider` and `session_id`. This adapter adds `--usage-file` (in the run's private
-scratch directory) to every run, and reads:
+Documented, and what 0.19 does: `-z` prints only the final text on stdout; the usage file
+(written even when the run fails) holds `completed` / `failed`, `failure` (the message, when an
+exception escaped), `estimated_cost_usd`, `cost_status`, token fields, `api_calls`, `model`,
+`provider` and `session_id`. This adapter adds `--usage-file` (in the run's private scratch
+directory) to every run, and reads:
   - done: exit code 0, non-empty text, and the usage file (if any) not saying failed;
-  - failed: the usage file's `failed` true or `completed` false, or a non-zero exit: the reason
-    is the usage file's `error` if it has one, else stderr's last lines;
-  - cost: `estimated_cost_usd`; session: `session_id`; turns: `api_calls` is kept as is (it counts
-    model calls, not turns); `model` and `provider` are kept.
-Not documented exactly: the flags' names (read: `completed`, `failed`, booleans), the token
-fields' names (read when present: `input_tokens`, `output_tokens`, `cache_read_tokens`,
-`cache_write_tokens`, `reasoning_tokens`, `total_tokens`, and `prompt_tokens` /
-`completion_tokens` as input / output), and whether the file carries an error message (read:
-`error`). A missing or unreadable usage file is noted (`usage_file`), not guessed at.
+  - failed: the usage file's `failed` true or `completed` false, or a non-zero exit. The reason
+    is the file's `failure`, else, when Hermes exited 0 with its error as the "answer" (its API
+    failed: "API call failed after 3 retries: Connection error."), that text, else stderr's last
+    lines (`hermes -z: agent failed: ...`);
+  - cost: `estimated_cost_usd`; session: `session_id`; tokens: `input_tokens`, `output_tokens`,
+    `cache_read_tokens`, `cache_write_tokens`, `reasoning_tokens`, `total_tokens`; `api_calls`
+    (model calls, not turns), `model` and `provider` are kept when the file names them.
+A missing or unreadable usage file is noted (`usage_file`), not guessed at.
 
 MCP: Hermes reads MCP servers from its own config; no per-run flag is documented, so this
 adapter hands it no Pulse tools.
@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 import os
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, failed_run, number,
-                                        token_counts)
+from pulse.agents.adapters.base import (TAIL_CHARS, Adapter, AgentResult, Invocation, RunOutput, failed_run,
+                                        number, token_counts)
 
 USAGE = {"input_tokens": "input", "prompt_tokens": "input", "output_tokens": "output",
          "completion_tokens": "output", "cache_read_tokens": "cache_read", "cache_write_tokens": "cache_write",
@@ -56,12 +56,15 @@ class HermesAdapter(Adapter):
             except (OSError, ValueError) as err:
                 note = f"unreadable: {err}"
         said_failed = usage is not None and (usage.get("failed") is True or usage.get("completed") is False)
-        said = usage.get("error") if usage is not None and isinstance(usage.get("error"), str) else None
+        said = next((usage[k] for k in ("failure", "error") if isinstance(usage.get(k), str) and usage[k].strip()),
+                    None) if usage is not None else None
         text = run.text.strip()
         if run.timed_out:
             result = failed_run(run)
         elif run.code != 0 or said_failed:
-            result = failed_run(run, said or (None if run.code != 0 else "the usage file says the run failed"))
+            # Exit 0 with failed: Hermes printed its error where the answer goes.
+            result = failed_run(run, said or (text[-TAIL_CHARS:] if run.code == 0 and text else None)
+                                or (None if run.code != 0 else "the usage file says the run failed"))
         elif not text:
             result = AgentResult(ok=False, reason="empty-result", error="the agent printed no answer")
         else:
@@ -72,5 +75,5 @@ class HermesAdapter(Adapter):
             result.cost_usd = number(usage.get("estimated_cost_usd"))
             result.session_id = usage.get("session_id") if isinstance(usage.get("session_id"), str) else None
             result.tokens = token_counts(usage, USAGE)
-            result.extra.update({k: usage[k] for k in ("api_calls", "model", "provider") if k in usage})
+            result.extra.update({k: usage[k] for k in ("api_calls", "model", "provider") if usage.get(k) is not None})
         return result

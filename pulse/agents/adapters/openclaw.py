@@ -1,47 +1,71 @@
-"""`openclaw`: OpenClaw's agent turn, `openclaw agent --agent main --message "<prompt>" --json`.
+"""`openclaw`: OpenClaw's agent turn, `openclaw agent --agent main --session-key <task> --message "<prompt>" --json`.
 
-Documented: JSON with `payloads` and `meta.agentMeta`, usage under `meta.agentMeta` as input /
-output / cacheRead / cacheWrite / total; in gateway mode it falls back to the embedded agent if
-the gateway request fails. Read here:
+What 2026.9 prints (the docs describe only the `--local` shape):
+  - through the gateway (the default): {"runId", "status": "ok", "summary": "completed",
+    "result": {"payloads": [...], "meta": {...}}}; with `--local`: {"payloads", "meta"} at the
+    top level. Both are read; a `status` other than "ok" fails the run with its `summary`;
+  - a failure: exit 1 and {"ok": false, "error": {"type", "message"}} on stdout ("Gateway not
+    reachable at ws://127.0.0.1:18789 (ECONNREFUSED)..."): the message's first lines are the reason;
   - the final text: the `text` of each payload that has one, joined by blank lines;
-  - tokens: `meta.agentMeta.usage.{input, output, cacheRead, cacheWrite, total}` (or those keys
-    directly on `meta.agentMeta`);
-  - failure: a non-zero exit (stderr's last lines), no JSON, or no text.
-Not documented exactly: the shape of a payload (read: `text`), where usage sits inside
-`agentMeta` (both places read), the session id's key (read: `sessionId` of `agentMeta`, then
-of `meta`), a duration (read: `durationMs` of `meta`), the cost (none read: none documented),
-and the exit codes. The default `--agent main` names OpenClaw's agent, not Pulse's [[agent]]:
-set argv to pick another.
+  - tokens and cost: `meta.agentMeta.usage.{input, output, cacheRead, cacheWrite, total}` and
+    `usage.cost.total` (or those keys directly on `meta.agentMeta`);
+  - the session: `agentMeta.sessionId` (then `meta.sessionId`); duration: `meta.durationMs`.
+Without a session key every run shares `agent:main:main` and its context: the default argv gives
+each task its own (`--session-key <task id>`, scoped to `--agent`). `--agent main` names OpenClaw's
+agent, not Pulse's [[agent]]: set argv to pick another. Prompts that start with "-" are taken as
+`--message`'s value.
 
 MCP: no per-run flag is documented, so this adapter hands it no Pulse tools.
 """
 
 from __future__ import annotations
 
-from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, json_result, number, token_counts
+from pulse.agents.adapters.base import (Adapter, AgentResult, RunOutput, failed, json_result, number,
+                                        token_counts)
 
 USAGE = {"input": "input", "output": "output", "cacheRead": "cache_read", "cacheWrite": "cache_write",
          "total": "total"}
 
 
+REASON_LINES = 2                 # of an error message, the lines kept in the reason (the first says what)
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 class OpenClawAdapter(Adapter):
     name = "openclaw"
-    default_argv = ["openclaw", "agent", "--agent", "main", "--message", "{prompt}", "--json"]
+    default_argv = ["openclaw", "agent", "--agent", "main", "--session-key", "{task_id}", "--message", "{prompt}",
+                    "--json"]
 
     def parse(self, run: RunOutput) -> AgentResult:
-        obj, failure = json_result(run)
+        obj, failure = json_result(run, exit_fails=False)     # its JSON says how it failed
         if failure is not None:
             return failure
-        payloads = obj.get("payloads") if isinstance(obj.get("payloads"), list) else []
+        error = _dict(obj.get("error"))
+        if obj.get("ok") is False or run.code != 0:
+            said = error.get("message") if isinstance(error.get("message"), str) else None
+            lines = [line.strip() for line in (said or "").splitlines() if line.strip()][:REASON_LINES]
+            return failed("; ".join(lines + [f"exit code {run.code}"] if run.code else lines)
+                          or f"exit code {run.code}")
+        body = _dict(obj.get("result")) if "result" in obj and "payloads" not in obj else obj
+        payloads = body.get("payloads") if isinstance(body.get("payloads"), list) else []
         texts = [p["text"] for p in payloads if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
-        agent_meta = meta.get("agentMeta") if isinstance(meta.get("agentMeta"), dict) else {}
+        meta = _dict(body.get("meta"))
+        agent_meta = _dict(meta.get("agentMeta"))
         usage = agent_meta.get("usage") if isinstance(agent_meta.get("usage"), dict) else agent_meta
         session = agent_meta.get("sessionId", meta.get("sessionId"))
+        extra = {k: agent_meta[k] for k in ("model", "provider") if k in agent_meta}
+        if isinstance(obj.get("runId"), str):
+            extra["run_id"] = obj["runId"]
         result = AgentResult(ok=True, text="\n\n".join(texts) if texts else None,
                              session_id=session if isinstance(session, str) else None,
+                             cost_usd=number(_dict(usage.get("cost")).get("total")),
                              tokens=token_counts(usage, USAGE), duration_ms=number(meta.get("durationMs")),
-                             extra={k: agent_meta[k] for k in ("model", "provider") if k in agent_meta})
-        if not result.text or not result.text.strip():
+                             extra=extra)
+        if obj.get("status", "ok") != "ok":
+            result.ok, result.error = False, f"the gateway says {obj.get('status')}: {obj.get('summary', '')}".rstrip(": ")
+        elif not result.text or not result.text.strip():
             result.ok, result.reason, result.error = False, "empty-result", "no payload with text"
         return result
