@@ -636,5 +636,9 @@ class Arbiter:
         """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""
         seen = (self.children["watcher"].report or {}).get("processes", {})
         paused = (self.children["tick"].report or {}).get("paused", {})
-        return [wire.ProcessStatus(p.name, (seen.get(p.name) or {}).get("alive"), (seen.get(p.name) or {}).get("pid"),
-                                   paused.get(p.name)) for p in self.config.process]
+        out = []
+        for p in self.config.process:
+            sample = seen.get(p.name) or {}
+            out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
+                                          sample.get("matches")))
+        return out

@@ -464,8 +464,13 @@ def test_restart_process_and_signal(pulsed):
     new = acked["data"]["pid"]
     pulsed.tracker.add(new)
     assert new != old.pid and psutil.Process(new).cmdline() == ["sleep", SLEEP]
-    assert os.getsid(new) == new                                   # its own session
-    assert {os.readlink(f"/proc/{new}/fd/{fd}") for fd in (0, 1, 2)} == {"/dev/null"}
+    # What was there was stopped first (SIGTERM; default disposition restored in children): never two copies.
+    assert old.wait(5) == -signal.SIGTERM and acked["data"]["stopped"] == [old.pid]
+    keeper = psutil.Process(new).parent()                           # its keeper, in a session of its own
+    assert keeper.cmdline()[0] == f"pulse: keep sleeper ({pulsed.home})"
+    assert os.getsid(new) == os.getsid(keeper.pid) != os.getsid(pulsed.worker("executor").pid)
+    assert os.readlink(f"/proc/{new}/fd/0") == "/dev/null"
+    assert all(os.readlink(f"/proc/{new}/fd/{fd}").startswith("pipe:") for fd in (1, 2))   # to its log
     assert wait_end(pulsed, ok.id)["data"]["code"] == 0
     failed = wait_end(pulsed, fails.id)
     assert (failed["type"], failed["data"]["reason"], failed["data"]["code"]) == ("effect-failed", "exit", 4)
@@ -478,15 +483,16 @@ def test_restart_process_and_signal(pulsed):
     executor_has_looked(pulsed)                          # the new executor has settled what it found
     assert alive(new)
 
-    # signal: the configured process, found by its match (both sleeps), never a pid from the effect.
+    # signal: the configured process, found by its match, never a pid from the effect.
     # Paused first: processWatchdog would otherwise start another sleeper, which would outlive the test.
     assert pulsed.ctl("pause", "sleeper", "--for", "10m").returncode == 0
     hup, absent = submit(pulsed, effect("signal", target="sleeper", signal="SIGTERM"),
                          effect("signal", target="oneshot-ok", signal="SIGHUP"), origin="agent")
     sent = wait_end(pulsed, hup.id)
-    assert sent["type"] == "effect-acked" and sorted(sent["data"]["pids"]) == sorted([old.pid, new])
-    assert old.wait(5) == -signal.SIGTERM                           # default disposition restored in children
+    assert sent["type"] == "effect-acked" and sent["data"]["pids"] == [new]
     wait_for(lambda: not alive(new), 5, what="the restarted sleep terminated")
+    exited = wait_for(lambda: pulsed.events("process-exited", "sleeper"), 5, what="its keeper's record")
+    assert exited[-1]["data"] == {"pid": new, "code": None, "signal": "SIGTERM", "tail": ""}
     assert wait_end(pulsed, absent.id)["data"]["reason"] == "not-running"
 
 

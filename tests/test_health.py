@@ -1,15 +1,21 @@
 """Health, not only liveness (issue 12): `[[process]] health` probes into `health:<name>`, and
 processWatchdog restarts a live but unhealthy process after `failures` failed probes, not before;
-`restart_exit_codes`: a process Pulse started that exits with one is restarted at once, no crash.
+`restart_exit_codes` / `stop_exit_codes`, from the keeper's process-exited facts; a restart stops
+what is there first.
 
 Real pulsed, a loopback HTTP server the test turns unhealthy, real detached processes."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+
+import psutil
 
 import pytest
 
@@ -53,8 +59,9 @@ def test_an_unhealthy_process_is_restarted_after_failures_probes_and_not_before(
     victim = subprocess.Popen(["sleep", "3600.1717"], start_new_session=True)
     tracker.add(victim.pid)
     marker = tmp_path / "restarted"
-    healer = tmp_path / "heal.py"       # the "restart": records itself; the test decides what it fixes
-    healer.write_text("import sys, time\nopen(sys.argv[1], 'a').write(str(time.time()) + '\\n')\n")
+    healer = tmp_path / "heal.py"       # the "restart": records itself, then becomes the process again
+    healer.write_text("import os, sys, time\nopen(sys.argv[1], 'a').write(str(time.time()) + '\\n')\n"
+                      "os.execvp('sleep', ['sleep', '3600.1717'])\n")
     write_config(pulsed, f"""
         [[process]]
         name = "gw"
@@ -72,7 +79,11 @@ def test_an_unhealthy_process_is_restarted_after_failures_probes_and_not_before(
     failed_before = [p for p in probes(pulsed, "gw") if not p["ok"] and p["ts"] < first["ts"]]
     assert len(failed_before) >= 3, failed_before                           # not before `failures` ...
     assert all(p["status"] == 503 for p in failed_before)
-    assert victim.poll() is None                                            # ... and it was alive all along
+    # ... and it was alive all along, until the restart stopped it (SIGTERM) before starting another
+    assert victim.wait(5) == -signal.SIGTERM
+    again = wait_for(lambda: pulsed.vital("process-alive:gw", lambda d: d["alive"] and d["pid"] != victim.pid),
+                     10, what="the new copy")
+    tracker.add(again["pid"])
     # Healthy again after the restart: no second restart.
     endpoint.healthy = True
     wait_for(lambda: any(p["ok"] and p["ts"] > first["ts"] for p in probes(pulsed, "gw")), 10, what="healthy")
@@ -121,7 +132,9 @@ while True:
 '''
 
 
-def test_restart_exit_codes_restart_at_once_without_counting_a_crash(pulsed, tmp_path, tracker):
+def test_exit_codes_are_facts_honoured_across_executor_restarts(pulsed, tmp_path, tracker):
+    """restart_exit_codes and stop_exit_codes come from the keeper's process-exited fact, so they
+    hold whichever executor started the process; a kill -9 is a crash, restarted at once."""
     gateway = tmp_path / "gateway.py"
     gateway.write_text(GATEWAY)
     log, stop = tmp_path / "gateway.log", tmp_path / "stop"
@@ -132,31 +145,105 @@ def test_restart_exit_codes_restart_at_once_without_counting_a_crash(pulsed, tmp
         match = "gateway.py {log}"
         restart = [{json.dumps(sys.executable)}, "{gateway}", "{log}", "{stop}"]
         restart_exit_codes = [75]
+        stop_exit_codes = [78]
     """)
     pulsed.start(env=FAST)
-    # Not running: processWatchdog starts it (after the exit-code grace: it may have asked).
-    first = wait_for(lambda: starts(), 20, what="the gateway started")[0]
-    tracker.add(first["pid"])
-    wait_for(lambda: pulsed.vital("process-alive:hermes", lambda d: d["alive"] and d["pid"] == first["pid"]), 10)
-    wait_for(lambda: [e for e in pulsed.events("effect-acked") if e["data"].get("detached")], 10,
-             what="its start acked as a daemon")          # so the exit below comes to the executor's reaper
+
+    def started(n: int) -> int:
+        pid = wait_for(lambda: starts()[n:], 20, what=f"start number {n + 1}")[0]["pid"]
+        tracker.add(pid)
+        wait_for(lambda: pulsed.vital("process-alive:hermes", lambda d: d["alive"] and d["pid"] == pid), 10)
+        wait_for(lambda: [e for e in pulsed.events("effect-acked") if e["data"].get("pid") == pid], 10,
+                 what="its restart acked")        # past the restart's grace: a death now is a death, not a failed start
+        return pid
+
+    first = started(0)                  # not running: processWatchdog starts it
     stop.write_text("75")
-    second = wait_for(lambda: starts()[1:], 10, what="the gateway restarted")[0]
-    tracker.add(second["pid"])
-    asked = [e for e in restarts(pulsed, "hermes") if e["data"]["params"].get("why") == "exit-code"]
-    assert len(asked) == 1 and asked[0]["data"]["params"]["code"] == 75
-    assert asked[0]["data"]["params"]["pid"] == first["pid"]
-    # Seen dead by the watcher too, yet restarted once only, and no crash counted or notified.
-    wait_for(lambda: pulsed.vital("process-alive:hermes", lambda d: d["alive"] and d["pid"] == second["pid"]), 10)
+    second = started(1)
+    asked = restarts(pulsed, "hermes")[-1]["data"]["params"]
+    assert asked == {"why": "exit-code", "code": 75, "pid": first}
+    exits = pulsed.events("process-exited", "hermes")
+    assert exits[-1]["data"]["pid"] == first and exits[-1]["data"]["code"] == 75 and exits[-1]["source"] == "keeper"
+
+    # The executor that started it dies; the process lives on, and its next 75 is still a 75.
+    executor = pulsed.worker("executor").pid
+    os.kill(executor, signal.SIGKILL)
+    pulsed.wait_replaced("executor", executor)
+    stop.write_text("75")
+    third = started(2)
+    assert restarts(pulsed, "hermes")[-1]["data"]["params"] == {"why": "exit-code", "code": 75, "pid": second}
+
+    # kill -9: a crash, restarted at once (its keeper says SIGKILL), counted as a death.
+    killed_at = time.time()
+    os.kill(third, signal.SIGKILL)
+    started(3)
+    crash = restarts(pulsed, "hermes")[-1]
+    assert crash["data"]["params"] == {"why": "dead", "signal": "SIGKILL", "pid": third}
+    assert crash["ts"] - killed_at < 1.5
+    assert not [e for e in pulsed.events("effect") if e["data"]["kind"] == "notify"]
+
+    # 78: "do not restart me". Left down, said once, with its last words.
+    before = len(restarts(pulsed, "hermes"))
+    stop.write_text("78")
+    told = wait_for(lambda: [e for e in pulsed.events("effect") if e["data"]["kind"] == "notify"], 10,
+                    what="the notification")
+    assert "stop_exit_codes" in told[0]["data"]["params"]["message"]
     pulsed.wait_ticks(10)
-    assert len(starts()) == 2 and len(restarts(pulsed, "hermes")) == 2
-    assert not [e for e in pulsed.events("effect") if e["data"]["kind"] == "notify"
-                and e["data"]["params"].get("rule") == "process-watchdog"]
-    # Another exit code is a death like any other: processWatchdog restarts it, not the executor.
-    stop.write_text("3")
-    third = wait_for(lambda: starts()[2:], 20, what="restarted after exit 3")[0]
-    tracker.add(third["pid"])
-    assert [e["data"]["params"].get("why") for e in restarts(pulsed, "hermes")] == ["dead", "exit-code", "dead"]
+    assert len(restarts(pulsed, "hermes")) == before and len(starts()) == 4
+
+
+def test_a_restart_stops_what_is_there_first_even_frozen(pulsed, tmp_path, tracker):
+    """SIGSTOP the process: found unhealthy, the frozen copy is stopped (SIGTERM+SIGCONT, then SIGKILL
+    after stop_timeout_s), then one new copy starts; its output is kept, and a start that fails
+    names the process's own words."""
+    server = tmp_path / "server.py"
+    server.write_text(textwrap.dedent(r'''
+        import http.server, os, signal, sys
+        if os.path.exists(sys.argv[2]):
+            print("config is broken: " + open(sys.argv[2]).read(), flush=True)
+            sys.exit(1)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)          # a stubborn one: only SIGKILL ends it
+        print("listening", flush=True)
+        http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+    '''))
+    import socket
+    with socket.socket() as s_:
+        s_.bind(("127.0.0.1", 0))
+        port = s_.getsockname()[1]
+    broken = tmp_path / "broken"
+    write_config(pulsed, f"""
+        [[process]]
+        name = "gw"
+        match = "server.py {port}"
+        restart = [{json.dumps(sys.executable)}, "{server}", "{port}", "{broken}"]
+        stop_timeout_s = 0.5
+        health = {{ url = "http://127.0.0.1:{port}/", every_s = 0.2, timeout_s = 0.5, failures = 2 }}
+    """)
+    pulsed.start(env=FAST)
+    copies = lambda: [p for p in psutil.process_iter(["cmdline"]) if f"server.py {port}" in " ".join(p.info["cmdline"] or [])
+                      and not (p.info["cmdline"] or [""])[0].startswith("pulse:")]
+    first = wait_for(lambda: pulsed.vital("process-alive:gw", lambda d: d["alive"]), 20, what="started")["pid"]
+    tracker.add(first)
+    wait_for(lambda: [p for p in probes(pulsed, "gw") if p["ok"]], 10, what="healthy")
+    n = len(restarts(pulsed, "gw"))
+    os.kill(first, signal.SIGSTOP)
+    second = wait_for(lambda: pulsed.vital("process-alive:gw", lambda d: d["alive"] and d["pid"] != first), 20,
+                      what="a new copy")["pid"]
+    tracker.add(second)
+    assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+    assert [p.pid for p in copies()] == [second]
+    acked = wait_for(lambda: [e for e in pulsed.events("effect-acked") if e["data"].get("kind") == "restart-process"
+                              and e["data"].get("stopped") == [first]], 10, what="the restart's outcome")[0]
+    assert acked["data"]["killed"] == [first] and acked["data"]["pid"] == second
+    assert len(restarts(pulsed, "gw")) == n + 1
+    assert "listening" in (pulsed.home / "logs" / "process-gw.log").read_text()
+
+    # A start that fails: the reason is the process's own last words.
+    broken.write_text("no port given")
+    os.kill(second, signal.SIGKILL)
+    failed = wait_for(lambda: [e for e in pulsed.events("effect-failed") if e["data"].get("kind") == "restart-process"],
+                      20, what="a failed restart")[0]
+    assert "exit code 1: config is broken: no port given" in failed["data"]["error"]
 
 
 @pytest.mark.parametrize("table, where", [
@@ -166,6 +253,9 @@ def test_restart_exit_codes_restart_at_once_without_counting_a_crash(pulsed, tmp
     ('health = { argv = [] }', "$.process[0].health.argv: an argv list needs at least the program"),
     ('health = { url = "http://127.0.0.1:1/", every = 3 }', "unknown key $.process[0].health.every"),
     ('restart_exit_codes = [0]', "$.process[0].restart_exit_codes[0]: an exit code lies within 1 … 255"),
+    ('stop_exit_codes = [78]\nrestart_exit_codes = [78]', "$.process[0]: exit code 78 is in both"),
+    ('pidfile = { path = "/x", keyy = "pid" }', "unknown key $.process[0].pidfile.keyy"),
+    ('health = { url = "http://127.0.0.1:1/", start_period_s = -1 }', "start_period_s must be at least 0"),
 ])
 def test_health_config_errors_name_the_key(tmp_path, table, where):
     path = tmp_path / "config.toml"

@@ -9,13 +9,18 @@ import pytest
 
 from pulse.core import config as configmod
 from pulse.rules import onion, survival
-from pulse.core.wire import Effect, EngineHealth, Lifecycle, Outcome, Snapshot, Vital
+from pulse.core.wire import Effect, EngineHealth, Lifecycle, Outcome, ProcessExit, Snapshot, Vital
 
 CONFIG = configmod.validate(configmod.decode(b"""
 [[process]]
 name = "gw"
 match = "gw"
 restart = ["true"]
+
+[[process]]
+name = "model"
+match = "model-proxy"
+restart = ["model-proxy", "--port", "4000"]
 
 [[watch.network]]
 name = "api"
@@ -34,7 +39,7 @@ archive_from = "/tmp/sessions"
 archive_to = "/tmp/archive"
 [survival.llm]
 target = "model"
-restart = ["systemctl", "restart", "model"]
+process = "model"
 """, "test"), "test")
 
 
@@ -157,11 +162,12 @@ def test_llm_watchdog_restarts_then_notifies():
         return {"network:model": [Vital("network:model", 990.0 + i, {"ok": ok}) for i, ok in enumerate(oks)]}
     assert run(survival.llm_watchdog, snap(history=samples(True, False, False))) == ([], None)
     effects, _ = run(survival.llm_watchdog, snap(history=samples(True, False, False, False)))
-    assert kinds(effects) == [("exec", "llm:model")] and effects[0].params["argv"] == ["systemctl", "restart", "model"]
-    restarted = {"llm:model": [Outcome("r", "exec", "acked", 993.5)]}
+    # the [[process]] that serves it is restarted as processWatchdog restarts one: stop, then start
+    assert kinds(effects) == [("restart-process", "model")] and effects[0].params["why"] == "endpoint-down"
+    restarted = {"model": [Outcome("r", "restart-process", "acked", 993.5)]}
     effects, _ = run(survival.llm_watchdog, snap(history=samples(True, False, False, False, False),
                                                  outcomes=restarted))
-    assert kinds(effects) == [("notify", "llm:model")]
+    assert kinds(effects) == [("notify", "model")]
 
 
 def test_engine_failed_is_notified_once():
@@ -183,12 +189,12 @@ def test_an_escalation_is_notified_once_by_the_next_pulsed():
 def test_llm_watchdog_restarts_again_after_fail_after_new_failures_backing_off():
     def samples(*oks):
         return {"network:model": [Vital("network:model", 990.0 + i, {"ok": ok}) for i, ok in enumerate(oks)]}
-    restarted = {"llm:model": [Outcome("r", "exec", "acked", 993.5)]}
-    told = {"llm-watchdog:llm:model": 994.5}
+    restarted = {"model": [Outcome("r", "restart-process", "acked", 993.5)]}
+    told = {"llm-watchdog:model": 994.5}
     # three failures after the restart: again, once the backoff (1 s after one unhelped restart) is over
     effects, _ = run(survival.llm_watchdog, snap(ts=997.5, history=samples(True, False, False, False, False, False,
                                                                             False), outcomes=restarted, notified=told))
-    assert kinds(effects) == [("exec", "llm:model")]
+    assert kinds(effects) == [("restart-process", "model")]
     effects, tick_ms = run(survival.llm_watchdog, snap(ts=994.2, history=samples(True, False, False, False, False,
                                                                                   False, False),
                                                        outcomes=restarted, notified=told))
@@ -210,3 +216,57 @@ def test_process_watchdog_restarts_an_unhealthy_process_after_failures_probes():
     after = {"gw": [Outcome("r", "restart-process", "acked", 993.5)]}
     assert run(survival.process_watchdog, snap(vitals=alive, history=probes(True, False, False, False, False, False),
                                                outcomes=after), cfg=cfg)[0] == []
+
+
+HERMES = configmod.validate(configmod.decode(
+    b'[[process]]\nname = "hermes"\nmatch = "hermes gateway"\nrestart = ["hermes", "gateway", "run"]\n'
+    b'restart_exit_codes = [75]\nstop_exit_codes = [78]\n'
+    b'health = { url = "http://127.0.0.1:1/health", failures = 2, start_period_s = 10 }\n', "test"), "test")
+
+
+def dead(ts: float, last_pid: int | None = 41) -> dict:
+    return {"process-alive:hermes": Vital("process-alive:hermes", ts, {"alive": False, "pid": None,
+                                                                       "dead_since": ts, "last_pid": last_pid})}
+
+
+def test_process_watchdog_decides_from_the_recorded_exit():
+    """75 asks for a restart (why exit-code), 78 asks to be left down (said once), anything else is a crash."""
+    asked = run(survival.process_watchdog, snap(vitals=dead(999.0), exits={"hermes": ProcessExit(41, 999.0, 75)}),
+                cfg=HERMES)[0]
+    assert kinds(asked) == [("restart-process", "hermes")]
+    assert asked[0].params == {"why": "exit-code", "code": 75, "pid": 41}
+    crashed = run(survival.process_watchdog, snap(vitals=dead(999.0),
+                                                  exits={"hermes": ProcessExit(41, 999.0, None, "SIGKILL")}), cfg=HERMES)[0]
+    assert crashed[0].params == {"why": "dead", "signal": "SIGKILL", "pid": 41}
+    fatal = snap(vitals=dead(999.0), exits={"hermes": ProcessExit(41, 999.0, 78, tail="bad config: no token")})
+    told = run(survival.process_watchdog, fatal, cfg=HERMES)[0]
+    assert kinds(told) == [("notify", "hermes")] and "stop_exit_codes" in told[0].params["message"]
+    assert told[0].params["last_error"] == "bad config: no token"
+    fatal.notified["process-watchdog:hermes"] = 999.5
+    assert run(survival.process_watchdog, fatal, cfg=HERMES) == ([], None)      # said once, left down
+
+
+def test_process_watchdog_waits_briefly_for_the_exit_fact_of_a_process_whose_codes_matter():
+    waiting, tick_ms = run(survival.process_watchdog, snap(ts=999.5, vitals=dead(999.0)), cfg=HERMES)
+    assert waiting == [] and 0 < tick_ms <= 1501
+    # an exit of another pid is not this death's
+    other = snap(ts=999.5, vitals=dead(999.0), exits={"hermes": ProcessExit(7, 998.0, 75)})
+    assert run(survival.process_watchdog, other, cfg=HERMES)[0] == []
+    # no fact within the wait (not started by Pulse, or its keeper died too): a crash
+    late = run(survival.process_watchdog, snap(ts=1001.1, vitals=dead(999.0)), cfg=HERMES)[0]
+    assert late[0].params == {"why": "dead"}
+    # a process whose exit codes do not matter is restarted at once
+    plain = run(survival.process_watchdog, snap(ts=999.01, vitals={"process-alive:gw": Vital(
+        "process-alive:gw", 999.0, {"alive": False, "dead_since": 999.0})}))[0]
+    assert kinds(plain) == [("restart-process", "gw")]
+
+
+def test_failed_probes_within_the_start_period_do_not_count():
+    alive = {"process-alive:hermes": Vital("process-alive:hermes", 999.0, {"alive": True, "pid": 5, "since": 990.0})}
+    probes = {"health:hermes": [Vital("health:hermes", ts, {"ok": False}) for ts in (995.0, 998.0, 999.0)]}
+    assert run(survival.process_watchdog, snap(vitals=alive, history=probes), cfg=HERMES)[0] == []
+    probes["health:hermes"].append(Vital("health:hermes", 1000.5, {"ok": False}))
+    assert run(survival.process_watchdog, snap(ts=1000.6, vitals=alive, history=probes), cfg=HERMES)[0] == []
+    probes["health:hermes"].append(Vital("health:hermes", 1001.0, {"ok": False}))
+    effects = run(survival.process_watchdog, snap(ts=1001.1, vitals=alive, history=probes), cfg=HERMES)[0]
+    assert kinds(effects) == [("restart-process", "hermes")] and effects[0].params["why"] == "unhealthy"

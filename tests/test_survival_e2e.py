@@ -165,17 +165,26 @@ def test_error_escalate_notifies_and_shortens_the_tick(pulsed, tmp_path, chaos):
 
 
 @CHAOS
-def test_llm_watchdog_restarts_the_endpoint(pulsed, endpoint, tmp_path, chaos):
+def test_llm_watchdog_restarts_the_endpoint(pulsed, endpoint, tmp_path, chaos, tracker):
+    """The endpoint's [[process]] is restarted as processWatchdog restarts one: the old copy stopped,
+    one new copy started (the restart argv here records itself, then becomes the server again)."""
     marker = tmp_path / "restarted"
+    proxy = subprocess.Popen(["sleep", "3600.5151"], start_new_session=True)
+    tracker.add(proxy.pid)
     write_config(pulsed, f"""
         [[watch.network]]
         name = "model"
         url = "{endpoint.url}"
         timeout_s = 1
 
+        [[process]]
+        name = "proxy"
+        match = "^sleep 3600.5151$"
+        restart = ["sh", "-c", "touch \\"$0\\"; exec sleep 3600.5151", "{marker}"]
+
         [survival.llm]
         target = "model"
-        restart = ["touch", "{marker}"]
+        process = "proxy"
         fail_after = 3
     """)
     pulsed.start(env={**FAST_TICK, "PULSE_INTENSITY_RESTARTS": "1000"})
@@ -184,8 +193,13 @@ def test_llm_watchdog_restarts_the_endpoint(pulsed, endpoint, tmp_path, chaos):
     with maybe_chaos(pulsed, chaos):
         endpoint.healthy = False
         wait_for(marker.exists, 15, what="the endpoint's restart command run")
-    restarts = [e for e in pulsed.events("effect") if e["data"]["kind"] == "exec"]
-    assert len(restarts) == 1 and restarts[0]["target"] == "llm:model"
+        new = wait_for(lambda: pulsed.vital("process-alive:proxy", lambda d: d["alive"] and d["pid"] != proxy.pid),
+                       10, what="the new copy")
+        tracker.add(new["pid"])
+    assert proxy.wait(5) == -signal.SIGTERM                  # the old copy was stopped before the new one started
+    restarts = [e for e in pulsed.events("effect") if e["data"]["kind"] == "restart-process"]
+    assert len(restarts) == 1 and restarts[0]["target"] == "proxy"
+    assert restarts[0]["data"]["params"] == {"why": "endpoint-down", "endpoint": "model"}
 
 
 def test_process_watchdog_leaves_a_paused_process_alone(pulsed, tracker):

@@ -46,6 +46,8 @@ def process_state(p: wire.ProcessStatus) -> str:
     if p.paused_until is not None:
         import time
         state += f", paused until {time.strftime('%H:%M:%S', time.gmtime(p.paused_until))}Z"
+    if p.matches is not None and p.matches > 1:
+        state += f", {p.matches} processes match (the oldest is watched)"
     return state
 
 

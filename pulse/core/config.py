@@ -73,20 +73,34 @@ class Health(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     every_s: float = 10
     timeout_s: float = 3
     failures: int = 3
+    start_period_s: float = 0                 # failed probes this soon after the process started do not count
+
+
+class PidFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A pidfile that is JSON (OpenClaw's lock file: {"pid": 24677, ...}): the pid is at `key`."""
+    path: str
+    key: str = "pid"
 
 
 class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A critical process: watched by `process-alive`, restarted by `restart-process`."""
+    """A critical process: watched by `process-alive`, restarted by `restart-process`.
+
+    A restart stops what the process is now (`stop`, else SIGTERM to its process tree, SIGKILL
+    after `stop_timeout_s`), waits for it to be gone, then starts `restart`: never two copies."""
     name: str
-    pidfile: str | None = None                # found by the pid in this file ...
-    match: str | None = None                  # ... or by a regex over its full command line
-    restart: list[str] | None = None          # argv, never a shell string
+    pidfile: str | PidFile | None = None      # found by the pid in this file ...
+    match: str | None = None                  # ... or by a regex over its full command line (not Pulse's own)
+    restart: list[str] | None = None          # argv that starts it, never a shell string
+    stop: list[str] | None = None             # argv that stops it; unset: SIGTERM to its process tree
+    stop_timeout_s: float = 10                # then SIGKILL
     cwd: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     health: Health | None = None              # alive is not enough: also probe this
     # Exit codes by which the process asks to be restarted (Hermes' gateway: 75): restarted at
-    # once, not a crash. Seen for a process Pulse itself started from `restart` (detached).
+    # once, not counted as a failure; and by which it asks never to be (Hermes: 78, bad config).
+    # Known for a process Pulse started: its keeper records every exit in events.db.
     restart_exit_codes: list[int] = msgspec.field(default_factory=list)
+    stop_exit_codes: list[int] = msgspec.field(default_factory=list)
 
 
 class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -157,9 +171,11 @@ class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class Llm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The agent's LLM endpoint: a [[watch.network]] target whose failures llmWatchdog answers."""
+    """The agent's LLM endpoint: a [[watch.network]] target whose failures llmWatchdog answers by
+    restarting a [[process]], as processWatchdog restarts one (stop, then start)."""
     target: str                               # the name of a [[watch.network]] entry
-    restart: list[str]                        # argv that restarts the endpoint
+    process: str | None = None                # the [[process]] that serves it (required; see validate)
+    restart: list[str] | None = None          # no longer read: an error says what to write instead
     fail_after: int = 3                       # failed health checks in a row before a restart
 
 
@@ -191,7 +207,7 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     adapter: str = "command"                  # command | claude-code | cursor | codex | hermes | openclaw |
                                               # a `pulse.adapters` entry point
     # argv template, never a shell string; placeholders per element: {prompt} {task_id} {title}
-    # {project} {agent} {workdir}. claude-code defaults to ["claude", "-p", "{prompt}", "--output-format", "json"].
+    # {project} {agent} {workdir}. claude-code defaults to ["claude", "-p", "--output-format", "json", "--", "{prompt}"].
     argv: list[str] | None = None
     cwd: str | None = None                    # may use {task_id} {agent} {project}; unset: <home>/work/<task_id>
     env: dict[str, str] = msgspec.field(default_factory=dict)   # added to Pulse's; values take placeholders
@@ -476,9 +492,16 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{where}.restart: an argv list needs at least the program")
         if proc.health is not None:
             validate_health(proc.health, f"{where}.health")
-        for j, code in enumerate(proc.restart_exit_codes):
-            if not 1 <= code <= 255:
-                raise ConfigError(f"{where}.restart_exit_codes[{j}]: an exit code lies within 1 … 255, got {code}")
+        if proc.stop is not None and not proc.stop:
+            raise ConfigError(f"{where}.stop: an argv list needs at least the program")
+        if proc.stop_timeout_s <= 0:
+            raise ConfigError(f"{where}.stop_timeout_s must be greater than 0")
+        for field in ("restart_exit_codes", "stop_exit_codes"):
+            for j, code in enumerate(getattr(proc, field)):
+                if not 1 <= code <= 255:
+                    raise ConfigError(f"{where}.{field}[{j}]: an exit code lies within 1 … 255, got {code}")
+        if both := set(proc.restart_exit_codes) & set(proc.stop_exit_codes):
+            raise ConfigError(f"{where}: exit code {min(both)} is in both restart_exit_codes and stop_exit_codes")
     names = [p.name for p in config.process]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.process: names must be unique")
@@ -491,6 +514,15 @@ def validate(config: Config, origin: str) -> Config:
     llm = config.survival.llm
     if llm is not None and llm.target not in {t.name for t in config.watch.network}:
         raise ConfigError(f"{origin}: $.survival.llm.target: no [[watch.network]] named {llm.target!r}")
+    if llm is not None and llm.restart is not None:
+        raise ConfigError(f"{origin}: $.survival.llm.restart: the endpoint is now restarted as a [[process]] is "
+                          "(stopped, then started, never two copies; an exec timeout killed a proxy started "
+                          "this way): add a [[process]] with that argv as `restart` and a `match` or `pidfile`, "
+                          "and write process = \"<its name>\" here")
+    if llm is not None and llm.process is None:
+        raise ConfigError(f"{origin}: $.survival.llm.process: required: the [[process]] that serves the endpoint")
+    if llm is not None and not any(p.name == llm.process and p.restart for p in config.process):
+        raise ConfigError(f"{origin}: $.survival.llm.process: no [[process]] named {llm.process!r} with a restart argv")
     for i, target in enumerate(config.watch.network):
         if not (target.host or target.url):
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
@@ -522,6 +554,8 @@ def validate_health(health: Health, where: str) -> None:
         raise ConfigError(f"{where}: every_s and timeout_s must be greater than 0")
     if not 1 <= health.failures <= MAX_HEALTH_FAILURES:
         raise ConfigError(f"{where}.failures must lie within 1 … {MAX_HEALTH_FAILURES}, got {health.failures}")
+    if health.start_period_s < 0:
+        raise ConfigError(f"{where}.start_period_s must be at least 0")
 
 
 def validate_agents(config: Config, origin: str) -> None:
@@ -663,16 +697,20 @@ def default_toml() -> str:
         "# A critical process, watched and restarted (repeat the table for more):",
         "# [[process]]",
         '# name = "gateway"',
-        '# pidfile = "/run/gateway.pid"          # or: match = "regex over the full command line"',
-        '# restart = ["systemctl", "restart", "gateway"]   # argv, never a shell string',
-        '# health = { url = "http://127.0.0.1:18789/readyz", every_s = 10, timeout_s = 3, failures = 3 }',
+        '# pidfile = "/run/gateway.pid"          # or { path = "...", key = "pid" } for a JSON file,',
+        '#                                        # or: match = "regex over the full command line"',
+        '# restart = ["openclaw", "gateway", "run"]   # argv that starts it, never a shell string',
+        '# stop = ["systemctl", "stop", "gateway"]   # unset: SIGTERM to its process tree ...',
+        "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
+        '# health = { url = "http://127.0.0.1:18789/readyz", every_s = 10, timeout_s = 3, failures = 3, start_period_s = 15 }',
         "# restart_exit_codes = [75]              # it exits 75 to ask for a restart: not a crash",
+        "# stop_exit_codes = [78]                 # it exits 78 to say: do not restart me (bad config)",
         "",
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",
         '# name = "claude"',
         '# adapter = "claude-code"                # or command, cursor, codex, hermes, openclaw, an entry point',
-        '# argv = ["claude", "-p", "{prompt}", "--output-format", "json"]   # {prompt} {task_id} {workdir} ...',
+        '# argv = ["claude", "-p", "--output-format", "json", "--", "{prompt}"]   # {prompt} {task_id} {workdir} ...',
         '# cwd = "/srv/work/{task_id}"             # unset: <home>/work/<task_id>',
         "# env = {}",
         "# timeout_s = 1800.0",

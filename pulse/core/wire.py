@@ -109,6 +109,7 @@ class ProcessStatus(msgspec.Struct):
     alive: bool | None                  # None: not sampled yet
     pid: int | None = None
     paused_until: float | None = None   # wall clock: survival leaves it alone until then
+    matches: int | None = None          # found by `match`: how many processes matched (more than one: ambiguous)
 
 
 class Status(msgspec.Struct):
@@ -170,6 +171,15 @@ class Outcome(msgspec.Struct):
     state: str                  # acked | failed | expired
     ts: float
     error: str | None = None
+
+
+class ProcessExit(msgspec.Struct):
+    """A guarded process's exit, as its keeper recorded it (`process-exited`)."""
+    pid: int
+    ts: float
+    code: int | None = None     # None: killed by `signal`
+    signal: str | None = None
+    tail: str = ""              # its last lines of output
 
 
 class EngineHealth(msgspec.Struct):
@@ -252,6 +262,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     notified: dict[str, float] = msgspec.field(default_factory=dict)   # "rule:target" → last notify (or report) committed
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
+    exits: dict[str, ProcessExit] = msgspec.field(default_factory=dict)  # process → its last recorded exit
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
     escalated: float | None = None      # when pulsed last stopped everything and exited non-zero
     escalation: str | None = None       # why
@@ -340,6 +351,7 @@ EVENT_TYPES = frozenset({
     "promote", "rollback", "notify",
     "task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed", "task-given-up",
     "gate-call", "gate-blocked", "gate-reset",
+    "process-exited",
 })
 
 

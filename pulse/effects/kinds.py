@@ -15,28 +15,25 @@ too: an `exec` effect does not leave processes behind (start daemons with
 restart-process). Children get SIGINT and SIGHUP back at their defaults (the
 worker ignores both, and ignored signals survive exec).
 
-restart-process. Its argv may be a one-shot command (`systemctl restart gw`) or
-the long-running process itself (`sleep 300`). So it always starts detached: its
-own session, stdio on /dev/null, no PDEATHSIG, and no recorded process group: it
-must outlive the executor and Pulse, and a successor must not kill it. It then
-waits a short grace (params `grace_s`, default 1 s, at most the effect's
-timeout): exited by then, its exit code decides acked or failed; still running,
-it is a daemon-style restart, acked with {"detached": true, "pid": ...}. (A
-one-shot command slower than the grace is acked the same way, its exit code
-unseen; the process-alive watcher still sees whether the process came back.) A
-detached process stays the executor's child: when it exits with one of its
-[[process]] restart_exit_codes, the executor commits a restart-process at once
-(params why = "exit-code"), which is not a crash (pulse.workers.executor).
-Under systemd (INVOCATION_ID set) a process started from a raw argv would land
-in Pulse's cgroup and die with Pulse's next restart, so when `systemd-run` is on
-PATH the argv runs as `systemd-run [--user] --scope --collect --unit=...`: a
-transient scope outside Pulse's cgroup, still our child (so the exit code
-above still means what it says). --user when Pulse does not run as root: a
-user unit's processes belong to the user's manager.
+restart-process. A restart stops what the process is now, waits for it to be gone, then starts
+it: never two copies (a frozen gateway kept its lock and port, and each new copy died at start).
+Stop: the [[process]] `stop` argv if given, else SIGTERM (and SIGCONT, for a stopped one) to every
+process found by its pidfile or match, and to what its keeper keeps, with their children; SIGKILL
+after `stop_timeout_s`. Start: the `restart` argv, under a keeper (pulse.effects.keeper) in its own
+session, so it outlives the executor and Pulse and its exit is recorded whoever restarts later;
+its output goes to <home>/logs/process-<name>.log. The effect waits a short grace (params
+`grace_s`, default 1 s): exited by then, its exit code decides acked or failed, the failure naming
+the process's own last lines; still running, it is acked {"pid", "keeper", ...}. A one-shot
+argv (`systemctl restart gw`) is acked on its exit 0 the same way.
+Under systemd (INVOCATION_ID set) a process started from a raw argv would land in Pulse's cgroup
+and die with Pulse's next restart, so when `systemd-run` is on PATH the keeper runs as
+`systemd-run [--user] --scope --collect --unit=...`: a transient scope outside Pulse's cgroup.
+--user when Pulse does not run as root: a user unit's processes belong to the user's manager.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -44,6 +41,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +50,7 @@ from typing import Callable, Sequence
 import psutil
 
 from pulse.store import objects
-from pulse.core import procs
+from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect
@@ -61,6 +59,7 @@ TAIL_BYTES = 2048                            # output kept in the event; the res
 MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept
 DRAIN_AFTER_EXIT_S = 0.2                     # a background child may hold the pipe open: read this long, then stop
 RESTART_GRACE_S = 1.0                        # a restart argv still running after this is a daemon
+KEEPER_START_S = 10.0                        # the keeper says it started the process within this
 END_GROUP_WAIT_S = 2.0
 DEFAULT_SIGNAL = "SIGTERM"
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_TEST_INJECT")   # pulsed's, not theirs
@@ -86,8 +85,6 @@ class EffectContext:
     timeout_s: float                                            # this effect may run this long
     paths: Paths | None = None                                  # the home, for the repairs that act on it
     started: Callable[[int], None] = lambda pgid: None          # record a process group in the claim
-    detached: Callable[[subprocess.Popen, str], None] = lambda proc, name: None   # left running on purpose:
-                                                                # the process and its [[process]] name
     deadline: float = field(init=False)                         # time.monotonic() by which it must be done
 
     def __post_init__(self):
@@ -263,22 +260,74 @@ def configured_process(config: ExecutorConfig, name: str | None) -> Process:
 
 def find_processes(process: Process) -> list[psutil.Process]:
     """The running processes of a configured process: by its pidfile, or its match over the command line."""
-    if process.pidfile is not None:
-        try:
-            pid = int(Path(process.pidfile).read_text().split()[0])
-            found = [psutil.Process(pid)]
-        except (OSError, ValueError, IndexError, psutil.Error):
-            return []
-        return [p for p in found if _alive(p)]
-    pattern = re.compile(process.match or "")
-    out = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if proc.pid == os.getpid():
-            continue
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if cmdline and pattern.search(cmdline) and _alive(proc):
-            out.append(proc)
-    return out
+    return guarded.find(process)[0]
+
+
+def process_trees(roots: Sequence[psutil.Process]) -> list[psutil.Process]:
+    """`roots` and all their descendants, each once."""
+    seen: dict[int, psutil.Process] = {}
+    for root in roots:
+        for proc in [root, *_children(root)]:
+            seen.setdefault(proc.pid, proc)
+    return list(seen.values())
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_all(victims: Sequence[psutil.Process], *signums: int) -> None:
+    for proc in victims:
+        for signum in signums:
+            try:
+                proc.send_signal(signum)    # psutil checks the pid still names the process it found
+            except psutil.Error:
+                pass
+
+
+def stop_process(process: Process, ctx: EffectContext, home: Path) -> dict:
+    """Stop what `process` is now (found, and kept by its keeper), and wait until it is gone:
+    its `stop` argv, else SIGTERM and SIGCONT to each tree; SIGKILL after stop_timeout_s.
+    {} when nothing runs; EffectFailed ("stop") if something outlives SIGKILL."""
+    roots = {p.pid: p for p in [*guarded.find(process)[0], *guarded.kept(process.name, home)]}
+    victims = process_trees(list(roots.values()))
+    if not victims:
+        return {}
+    done: dict = {"stopped": sorted(roots)}
+    if process.stop:
+        code, output, timed_out = run_process(process.stop, ctx, env=process.env, cwd=process.cwd,
+                                              timeout_s=process.stop_timeout_s)
+        done["stop"] = {"code": code, "tail": tail(output)[-500:], "timed_out": timed_out}
+    else:
+        _signal_all(victims, signal.SIGTERM, signal.SIGCONT)
+    alive = _wait_gone(victims, process.stop_timeout_s)
+    if alive:
+        _signal_all(alive, signal.SIGKILL)
+        done["killed"] = sorted(p.pid for p in alive)
+        alive = _wait_gone(alive, END_GROUP_WAIT_S)
+    if alive:
+        raise EffectFailed("stop", f"{process.name!r}: pid {', '.join(str(p.pid) for p in alive)} still runs "
+                           "after SIGKILL; not starting a second copy", **done)
+    return done
+
+
+def _wait_gone(victims: Sequence[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until none of `victims` runs (a zombie has died: its parent may never reap it, and
+    psutil's wait_procs would wait on it); those still running at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [p for p in victims if _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def process_log(home: Path, name: str) -> Path:
+    """Where a started process's output goes (truncated at each start)."""
+    return home / "logs" / ("process-" + re.sub(r"[^A-Za-z0-9_.-]", "-", name) + ".log")
 
 
 def outside_pulse(argv: Sequence[str], unit: str, environ: dict, systemd_run: str | None, uid: int) -> list[str]:
@@ -315,28 +364,71 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     process = configured_process(ctx.config, effect.target)
     if not process.restart:
         raise EffectFailed("bad-params", f"[[process]] {process.name!r} has no restart argv")
-    argv = outside_pulse(process.restart, unit_name(process.name, effect.id), dict(os.environ),
+    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    stopped = stop_process(process, ctx, home)
+    log_path = process_log(home, process.name)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
+              *process.restart]
+    argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
                          shutil.which("systemd-run"), os.getuid())
     try:
-        proc = subprocess.Popen(argv, env=child_env(process.env), cwd=process.cwd, start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                close_fds=True, preexec_fn=procs.child_signal_defaults)
+        launcher = subprocess.Popen(argv, env=child_env(process.env), cwd=process.cwd, start_new_session=True,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    close_fds=True, preexec_fn=procs.child_signal_defaults)
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
     grace = effect.params.get("grace_s", RESTART_GRACE_S)
     grace = min(float(grace) if isinstance(grace, (int, float)) else RESTART_GRACE_S, ctx.timeout_s)
     try:
-        code = proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        ctx.detached(proc, process.name)
-        return {"detached": True, "pid": proc.pid, "argv": argv}
-    if code in process.restart_exit_codes:     # it started, then asked for a restart: not a failure
-        ctx.detached(proc, process.name)        # the executor's reaper answers it like a later exit
-        return {"code": code, "argv": argv, "asked_restart": True}
+        started, ended = _keeper_reports(launcher, grace)
+    finally:
+        launcher.stdout.close()
+        launcher.wait()                 # its first half exits at once: the keeper lives on, reparented
+    data = {"argv": list(process.restart), "log": str(log_path), **stopped}
+    if started is None and ended is None:
+        raise EffectFailed("spawn", f"restart of {process.name!r}: its keeper did not start it", **data)
+    if ended is None:
+        return {**data, "detached": True, "pid": started["pid"], "since": started.get("since")}
+    code, said = ended.get("code"), ended.get("tail") or ""
+    data.update(code=code, pid=ended.get("pid"), tail=said[-TAIL_BYTES:])
+    if code is not None and code in process.restart_exit_codes:
+        return {**data, "asked_restart": True}   # it started, then asked again: its exit fact answers it
     if code != 0:
-        what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        raise EffectFailed("exit", f"restart of {process.name!r}: {what}", code=code, argv=argv)
-    return {"code": code, "argv": argv}
+        what = f"killed by {ended.get('signal')}" if code is None else f"exit code {code}"
+        last = " | ".join(said.splitlines()[-3:])
+        raise EffectFailed("exit", f"restart of {process.name!r}: {what}" + (f": {last}" if last else ""), **data)
+    return data
+
+
+def _keeper_reports(launcher: subprocess.Popen, grace: float) -> tuple[dict | None, dict | None]:
+    """What the keeper says within `grace` after the process started: (started, ended)."""
+    started = ended = None
+    buf = b""
+    fd = launcher.stdout.fileno()
+    deadline = time.monotonic() + max(grace, 0.0)
+    start_deadline = time.monotonic() + KEEPER_START_S
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while ended is None:
+            now = time.monotonic()
+            until = start_deadline if started is None else deadline
+            if now >= until or not sel.select(until - now):
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            *lines, buf = (buf + chunk).split(b"\n")
+            for line in lines:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if "code" in message:
+                    ended = message
+                elif "pid" in message:
+                    started, deadline = message, time.monotonic() + max(grace, 0.0)
+    return started, ended
 
 
 def run_signal(effect: Effect, ctx: EffectContext) -> dict:
@@ -348,11 +440,11 @@ def run_signal(effect: Effect, ctx: EffectContext) -> dict:
         signum = None
     if signum is None:
         raise EffectFailed("bad-params", f"unknown signal {name!r}")
-    procs = find_processes(process)
-    if not procs:
+    found = find_processes(process)
+    if not found:
         raise EffectFailed("not-running", f"{process.name!r} is not running")
     sent = []
-    for proc in procs:
+    for proc in found:
         try:
             proc.send_signal(signum)   # psutil checks the pid still names the process it found
             sent.append(proc.pid)

@@ -58,9 +58,11 @@ class NotifyParams(msgspec.Struct):
 class RestartProcessParams(msgspec.Struct):
     grace_s: Annotated[float, msgspec.Meta(ge=0)] = kinds.RESTART_GRACE_S   # still running after this: a daemon
     timeout_s: Seconds | None = None
-    why: str | None = None                                   # dead | unhealthy | exit-code (who asked, why)
-    code: int | None = None                                  # why = exit-code: the exit code it asked with
+    why: str | None = None                                   # dead | unhealthy | exit-code | endpoint-down
+    code: int | None = None                                  # the exit code it died with, when recorded
+    signal: str | None = None                                # ... or the signal that killed it
     pid: int | None = None                                   # ... and the pid that exited
+    endpoint: str | None = None                              # why = endpoint-down: the [[watch.network]] target
 
 
 class SignalParams(msgspec.Struct):
@@ -166,8 +168,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "when idempotent. Every param, including keys this table does not name, is in the JSON "
          "each channel receives.",
          NotifyParams, notify.run_notify, True, "what the notification is about", retry_failed=_notify_retry),
-    Kind("restart-process", "Runs the configured [[process]]'s `restart` argv, detached so it outlives "
-         "Pulse; acked on its exit code, or as a daemon if it still runs after grace_s.",
+    Kind("restart-process", "Stops what the configured [[process]] is now (its `stop` argv, else SIGTERM "
+         "to its process tree, SIGKILL after stop_timeout_s) and waits for it to be gone, then starts its "
+         "`restart` argv under a keeper that outlives Pulse and records its exit (process-exited); acked "
+         "on its exit code, or as a daemon if it still runs after grace_s. Never two copies.",
          RestartProcessParams, kinds.run_restart, False, "a configured [[process]]",
          allow=allow_configured_process),
     Kind("signal", "Sends a signal to a configured [[process]], found by its pidfile or match, never "

@@ -20,11 +20,11 @@ from typing import Iterable, Sequence
 from pulse.core import clock
 from pulse.core.config import TickConfig
 from pulse.rules.onion import Inner, RuleResult, handled
-from pulse.core.wire import Effect, Outcome, Snapshot, Vital
+from pulse.core.wire import Effect, Outcome, ProcessExit, Snapshot, Vital
 
 NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
-EXIT_CODE_GRACE_S = 5.0             # a death of a process with restart_exit_codes is left this long to
-                                    # the executor, which sees its exit code (at its next scan)
+EXIT_FACT_WAIT_S = 2.0              # a death of a process whose exit codes matter waits this long for
+                                    # its keeper's process-exited fact (it comes in milliseconds)
 
 
 def _named(name: str):
@@ -129,47 +129,65 @@ def auto_rollback(config: TickConfig):
 # -- 3. processWatchdog -----------------------------------------------------------------------------
 
 def process_watchdog(config: TickConfig):
-    """A configured critical process is dead, or alive but unhealthy: restart it.
+    """A configured critical process is dead, or alive but unhealthy: restart it (the executor's
+    restart-process stops what is there, then starts it). The one decider of such restarts.
 
     - Dead: only a death newer than the last restart outcome counts, so a restart that is
-      done but not yet seen by the watcher is not issued twice.
+      done but not yet seen by the watcher is not issued twice. Its exit, as its keeper recorded
+      it (`process-exited`, for a process Pulse started), decides how: one of its
+      `stop_exit_codes` means "do not restart me" (notified once, left down); one of its
+      `restart_exit_codes` is a restart it asked for (why exit-code, never a failure); anything
+      else is a crash, restarted at once. A process whose exit codes matter waits up to
+      EXIT_FACT_WAIT_S for that fact (the keeper rings the tick when it is written).
     - Unhealthy (`[[process]] health`): `failures` failed probes in a row, every one newer than
-      the last restart outcome (a restart starts the count again).
+      the last restart outcome and outside the process's `start_period_s` (a restart starts the
+      count again).
     - After a failed restart it waits (doubling from process_backoff_base_s); for an unhealthy
       process a restart that did not bring a healthy probe counts as failed too.
     - After process_notify_after failed restarts in a row it notifies, once per streak,
       and keeps trying slowly. A paused process is left alone.
-    - A process with restart_exit_codes may have exited to ask for a restart, which the
-      executor (its parent, if Pulse started it) answers itself: its death waits
-      EXIT_CODE_GRACE_S here, so the two never restart it twice.
     """
-    restartable = sorted(p.name for p in config.process if p.restart)
-    health = {p.name: p.health.failures for p in config.process if p.health is not None}
-    asks_by_exit = {p.name for p in config.process if p.restart_exit_codes}
+    processes = {p.name: p for p in config.process if p.restart}
     s = config.survival
 
     @_named("process_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
-        for name in restartable:
+        for name, proc in sorted(processes.items()):
             if name in curr.paused or pending_or_handled(curr, effects, "restart-process", name):
                 continue
             history = curr.outcomes.get(name, ())
             last = max((o.ts for o in history if o.kind == "restart-process"), default=0.0)
             vital = curr.vitals.get(f"process-alive:{name}")
-            probes = curr.history.get(f"health:{name}", [])
+            params: dict = {}
             if vital is not None and not vital.data.get("alive", True):
                 if vital.ts <= last:
                     continue   # this death was seen before the last restart ended: wait for a fresh sample
                 died = vital.data.get("dead_since") or vital.ts
-                if name in asks_by_exit and curr.ts < died + EXIT_CODE_GRACE_S:
-                    tick_ms = sooner(tick_ms, int((died + EXIT_CODE_GRACE_S - curr.ts) * 1000) + 1)
+                ended = exit_of(curr.exits.get(name), vital.data.get("last_pid"), last)
+                if ended is None and (proc.restart_exit_codes or proc.stop_exit_codes) and curr.ts < died + EXIT_FACT_WAIT_S:
+                    tick_ms = sooner(tick_ms, int((died + EXIT_FACT_WAIT_S - curr.ts) * 1000) + 1)
+                    continue
+                if ended is not None and ended.code in proc.stop_exit_codes:
+                    if may_notify(curr, "process-watchdog", name, 0, ended.ts):
+                        effects = effects + [notify(
+                            curr, "process-watchdog", name, f"{name} asked not to be restarted",
+                            f"{name} (pid {ended.pid}) exited {ended.code}, one of its stop_exit_codes: left down "
+                            "until someone starts it", last_error=" | ".join(ended.tail.splitlines()[-3:]) or None)]
+                    continue
+                if ended is not None and ended.code in proc.restart_exit_codes:
+                    effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
+                                                params={"why": "exit-code", "code": ended.code, "pid": ended.pid})]
                     continue
                 why, streak = "dead", failure_streak(history, "restart-process")
-            elif name in health and failing_in_a_row([v for v in probes if v.ts > last]) >= health[name]:
-                why, streak = "unhealthy", unhelped_restarts(history, probes)
+                if ended is not None:
+                    params = {"code": ended.code, "signal": ended.signal, "pid": ended.pid}
+            elif proc.health is not None and failing_in_a_row(counted_probes(
+                    curr.history.get(f"health:{name}", []), last, vital, proc.health.start_period_s)) >= proc.health.failures:
+                why, streak = "unhealthy", unhelped_restarts(history, curr.history.get(f"health:{name}", []))
             else:
                 continue
+            probes = curr.history.get(f"health:{name}", [])
             if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
                 title = f"{name} does not come back" if why == "dead" else f"{name} stays unhealthy"
                 effects = effects + [notify(curr, "process-watchdog", name, title,
@@ -181,9 +199,27 @@ def process_watchdog(config: TickConfig):
                 tick_ms = sooner(tick_ms, int((streak[-1].ts + wait - curr.ts) * 1000) + 1)
                 continue
             effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
-                                        params={"why": why})]
+                                        params={"why": why, **{k: v for k, v in params.items() if v is not None}})]
         return effects, tick_ms
     return rule
+
+
+def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:
+    """The recorded exit of the death the watcher saw: the same pid, or, when the watcher never
+    saw it alive, an exit recorded after the last restart."""
+    if ended is None:
+        return None
+    if pid is not None:
+        return ended if ended.pid == pid else None
+    return ended if ended.ts > since else None
+
+
+def counted_probes(probes: Sequence[Vital], since: float, alive: Vital | None, start_period_s: float) -> list[Vital]:
+    """The health probes that count toward a restart: after the last restart outcome, and not within
+    `start_period_s` of the process's start (a gateway takes its time to be ready)."""
+    started = alive.data.get("since") if alive is not None and alive.data.get("alive") else None
+    not_before = since if started is None else max(since, started + start_period_s)
+    return [v for v in probes if v.ts > not_before]
 
 
 def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind: str = "restart-process") -> list[Outcome]:
@@ -232,36 +268,38 @@ def resource_guard(config: TickConfig):
 # -- 5. llmWatchdog ---------------------------------------------------------------------------------
 
 def llm_watchdog(config: TickConfig):
-    """The LLM endpoint's health check failed fail_after times in a row: restart it; notify if
-    the restart does not bring it back. The same mechanism as processWatchdog's health: the
-    count starts over at each restart, and restarts that did not help back off (doubling from
-    process_backoff_base_s). Inactive when no endpoint is configured."""
+    """The LLM endpoint's health check failed fail_after times in a row: restart the [[process]]
+    that serves it (`[survival.llm] process`) with restart-process, as processWatchdog does (stop,
+    then start: no exec timeout kills a proxy it started); notify if the restart does not bring it
+    back. The count starts over at each restart, and restarts that did not help back off
+    (doubling from process_backoff_base_s). Inactive when no endpoint is configured."""
     llm = config.survival.llm
     s = config.survival
 
     @_named("llm_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
-        if llm is None:
+        if llm is None or llm.process is None:
             return effects, tick_ms
         probes = curr.history.get(f"network:{llm.target}", [])
         failing = failing_in_a_row(probes)
         if failing < llm.fail_after:
             return effects, tick_ms
-        target = f"llm:{llm.target}"
-        outcomes = curr.outcomes.get(target, ())
-        unhelped = unhelped_restarts(outcomes, probes, "exec")
-        if unhelped and may_notify(curr, "llm-watchdog", target, s.notify_every_s, probes[-failing].ts):
-            effects = effects + [notify(curr, "llm-watchdog", target, "LLM endpoint does not come back",
-                                        f"{failing} failed health checks in a row, even after a restart")]
-        last = max((o.ts for o in outcomes if o.kind == "exec"), default=0.0)
+        outcomes = curr.outcomes.get(llm.process, ())
+        unhelped = unhelped_restarts(outcomes, probes)
+        if unhelped and may_notify(curr, "llm-watchdog", llm.process, s.notify_every_s, probes[-failing].ts):
+            effects = effects + [notify(curr, "llm-watchdog", llm.process, "LLM endpoint does not come back",
+                                        f"{failing} failed health checks of {llm.target} in a row, even after "
+                                        f"restarting {llm.process}")]
+        last = max((o.ts for o in outcomes if o.kind == "restart-process"), default=0.0)
         if (failing_in_a_row([v for v in probes if v.ts > last]) >= llm.fail_after
-                and not pending_or_handled(curr, effects, "exec", target)):
+                and not pending_or_handled(curr, effects, "restart-process", llm.process)
+                and llm.process not in curr.paused):
             wait = clock.backoff(len(unhelped), s.process_backoff_base_s, s.process_backoff_max_s) if unhelped else 0.0
             if unhelped and curr.ts < unhelped[-1].ts + wait:
                 return effects, sooner(tick_ms, int((unhelped[-1].ts + wait - curr.ts) * 1000) + 1)
-            effects = effects + [Effect(kind="exec", target=target, origin="survival",
-                                        params={"argv": list(llm.restart)})]
+            effects = effects + [Effect(kind="restart-process", target=llm.process, origin="survival",
+                                        params={"why": "endpoint-down", "endpoint": llm.target})]
         return effects, tick_ms
     return rule
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -27,7 +26,7 @@ from typing import Any, Iterable
 import psutil
 
 from pulse.core import config as configmod
-from pulse.core import procs
+from pulse.core import guarded, procs
 from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
 
@@ -126,50 +125,6 @@ RECHECK_INTERVAL_MS = 100   # after a death, sample this often ...
 RECHECK_FOR_S = 10          # ... for this long
 
 
-def living(pid: int) -> psutil.Process | None:
-    """The process `pid` if it runs; a zombie has died (its parent has not reaped it yet)."""
-    try:
-        proc = psutil.Process(pid)
-    except (psutil.NoSuchProcess, ValueError):
-        return None
-    try:
-        return None if proc.status() == psutil.STATUS_ZOMBIE else proc
-    except psutil.NoSuchProcess:   # ZombieProcess is one too
-        return None
-    except psutil.AccessDenied:    # another user's process: it exists, so it lives
-        return proc
-
-
-def find_by_pidfile(path: str) -> tuple[psutil.Process | None, str]:
-    """(the live process whose pid the file holds, or None; why not)."""
-    try:
-        pid = int(Path(path).read_text().split()[0])
-    except FileNotFoundError:
-        return None, f"no pidfile {path}"
-    except (OSError, ValueError, IndexError) as err:
-        return None, f"pidfile {path} unreadable: {err}"
-    if pid <= 0:
-        return None, f"pidfile {path} holds no valid pid ({pid})"
-    proc = living(pid)
-    return proc, "" if proc else f"pid {pid} (from {path}) is not running"
-
-
-def find_by_match(pattern: re.Pattern) -> tuple[psutil.Process | None, int, str]:
-    """(the oldest live process whose command line matches, or None; how many match; why not).
-
-    The oldest: a server's forked workers match its pattern too, and it is their parent we watch."""
-    me, best, count = os.getpid(), None, 0
-    for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
-        info = proc.info
-        if proc.pid == me or info["status"] == psutil.STATUS_ZOMBIE or not info["cmdline"]:
-            continue
-        if pattern.search(" ".join(info["cmdline"])):
-            count += 1
-            if best is None or (info["create_time"] or 0) < (best.info["create_time"] or 0):
-                best = proc
-    return best, count, "" if best else f"no process matches {pattern.pattern!r}"
-
-
 def open_pidfd(pid: int, since: float | None) -> int | None:
     """A pidfd for `pid`, if it is still the process that started at `since` (pids are reused)."""
     try:
@@ -207,8 +162,8 @@ class ProcessAlive(Watcher):
     def __init__(self, process: configmod.Process, interval_ms: int):
         self.process = process
         self.name = self.key = f"process-alive:{process.name}"
-        self.pattern = re.compile(process.match) if process.match else None
         self._interval_ms = interval_ms
+        self._last_pid: int | None = None      # the pid last seen alive: its death's recorded exit names it
         self._recheck_until = 0.0
         self._was_alive: bool | None = None
         self._dead_since: float | None = None  # first sample that found it gone (collect's thread only)
@@ -221,23 +176,26 @@ class ProcessAlive(Watcher):
         return RECHECK_INTERVAL_MS if time.monotonic() < self._recheck_until else self._interval_ms
 
     def collect(self) -> dict[str, Any]:
-        if self.pattern is not None:
-            proc, count, why = find_by_match(self.pattern)
-        else:
-            (proc, why), count = find_by_pidfile(self.process.pidfile), None
-        if proc is None:
+        found, why = guarded.find(self.process)
+        if not found:
             self._dead_since = self._dead_since or time.time()
-            return {"alive": False, "pid": None, "reason": why, "dead_since": self._dead_since}
-        self._dead_since = None
-        data = {"alive": True, "pid": proc.pid, "since": proc.create_time()}
-        if count is not None:
-            data["matches"] = count
+            return {"alive": False, "pid": None, "reason": why, "dead_since": self._dead_since,
+                    "last_pid": self._last_pid}
+        proc = found[0]
+        try:
+            since = proc.create_time()
+        except psutil.Error:            # gone since it was found: the next sample says so
+            since = None
+        self._dead_since, self._last_pid = None, proc.pid
+        data = {"alive": True, "pid": proc.pid, "since": since}
+        if self.process.match is not None:
+            data["matches"] = len(found)     # more than one: the pattern may be taking another process for it
         return data
 
     def after_sample(self, data: dict[str, Any]) -> None:
         """On the main thread: hold a pidfd on the live process, drop it when it is gone or replaced."""
         alive, pid = bool(data.get("alive")), data.get("pid")
-        self.seen = {"alive": alive, "pid": pid}
+        self.seen = {"alive": alive, "pid": pid, **({"matches": data["matches"]} if "matches" in data else {})}
         if self.event_fd is not None and (not alive or pid != self._pidfd_pid):
             self._close_pidfd()
         if alive and self.event_fd is None:

@@ -30,8 +30,8 @@ its recorded process group (and awaiting it; still alive: left for the next scan
 
 Stopping (SIGTERM): the loop ends and the process exits. Effects still running die with it
 (PDEATHSIG) and the next executor settles them as orphans. Processes restart-process started
-detached are the exception by design: they are the restarted services, not leftovers, and must
-outlive Pulse (see pulse.effects.kinds).
+under their keepers are the exception by design: they are the restarted services, not leftovers,
+and must outlive Pulse (see pulse.effects.kinds and pulse.effects.keeper).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import logging
 import os
 import queue
 import sqlite3
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -205,8 +204,6 @@ class ExecutorWorker(Worker):
         self.ping: tuple[int, float] | None = None          # (request id, monotonic deadline)
         self.next_ping = 0.0
         self.engine_trusted_until = 0.0
-        # restart-process's detached processes (with their [[process]] name), reaped when they exit
-        self.detached: collections.deque[tuple[subprocess.Popen, str]] = collections.deque()
         self.next_scan = time.monotonic()                   # the first scan settles orphans at once
         self.log.info("claimer %s, %d effects at once", self.claimer, self.concurrency)
 
@@ -286,7 +283,6 @@ class ExecutorWorker(Worker):
 
     def scan(self, now: float) -> None:
         self.next_scan = now + self.scan_s
-        self.reap_detached()
         try:
             executing = db.open_effects(self.db, "executing", limit=SCAN_LIMIT)
             pending = db.open_effects(self.db, "pending", limit=SCAN_LIMIT)
@@ -331,33 +327,6 @@ class ExecutorWorker(Worker):
             slots -= 1
         if slots > 0 and self.more_pending and not self.candidates:
             self.next_scan = min(self.next_scan, now + RESCAN_SOON_S)
-
-    def reap_detached(self) -> None:
-        for _ in range(len(self.detached)):
-            proc, name = self.detached.popleft()
-            code = proc.poll()
-            if code is None:
-                self.detached.append((proc, name))
-            else:
-                self.detached_exited(name, proc.pid, code)
-
-    def detached_exited(self, name: str, pid: int, code: int) -> None:
-        """A process restart-process started has exited. With one of its restart_exit_codes it asked
-        to be restarted (Hermes' gateway under an external supervisor: 75): commit that restart now,
-        origin survival, why exit-code. No crash is counted: processWatchdog counts failed restarts,
-        and it gives such a process a grace before it acts on the death itself."""
-        process = next((p for p in self.config.process if p.name == name), None)
-        if process is None or code not in process.restart_exit_codes or not process.restart:
-            return
-        self.log.info("%s (pid %d) exited %d, asking for a restart: restarting it", name, pid, code)
-        effect = db.new_effect(wire.Effect(kind="restart-process", target=name, origin="survival",
-                                           params={"why": "exit-code", "code": code, "pid": pid}),
-                               "survival", self.config.timings.effect_deadline_s)
-
-        def commit(conn: sqlite3.Connection) -> Done:
-            db.commit_effects(conn, [effect], SOURCE)
-            return Done(effect.id, "requeued")     # pending: the next scan (soon) runs it
-        self.book(effect.id, commit)
 
     # -- the engine's executors --------------------------------------------------------------------
 
@@ -438,8 +407,7 @@ class ExecutorWorker(Worker):
         ctx = kinds.EffectContext(self.config, self.objects,
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
                                 paths=self.paths,
-                                started=lambda pgid: db.record_pgid(conn, effect.id, pgid),
-                                detached=lambda proc, name: self.detached.append((proc, name)))
+                                started=lambda pgid: db.record_pgid(conn, effect.id, pgid))
         began = time.monotonic()
         try:
             state, data = "acked", registry.KINDS[effect.kind].run(effect, ctx)

@@ -59,6 +59,7 @@ class Projections:
     crashes: int = 0                       # engine crashes since the last promote
     corrective_streak: int = 0             # survival repairs failed in a row since the last promote
     paused: dict[str, float] = field(default_factory=dict)
+    exits: dict[str, wire.ProcessExit] = field(default_factory=dict)
     engine_failed_at: float | None = None
     escalated: tuple[float, str] | None = None   # the last time pulsed stopped everything: (when, why)
     engine_recent: collections.deque = field(default_factory=collections.deque)   # (ts, fingerprint) of engine effects
@@ -129,6 +130,11 @@ class Projections:
     def _resume(self, ev: wire.Event) -> None:
         self.paused.pop(ev.target, None)
 
+    def _process_exited(self, ev: wire.Event) -> None:
+        if ev.target is not None and isinstance(ev.data.get("pid"), int):
+            self.exits[ev.target] = wire.ProcessExit(pid=ev.data["pid"], ts=ev.ts, code=ev.data.get("code"),
+                                                     signal=ev.data.get("signal"), tail=ev.data.get("tail") or "")
+
     def lifecycle(self, now: float, window_s: float) -> wire.Lifecycle:
         """The engine since its last promote; last known good = newest promote clean past its window."""
         if not self.promotes:
@@ -150,6 +156,7 @@ _FOLDS = {
     "worker-failed": Projections._failed,
     "supervisor-stopping": Projections._stopping,
     "pause": Projections._pause,
+    "process-exited": Projections._process_exited,
     "resume": Projections._resume,
 }
 
@@ -256,7 +263,7 @@ class TickWorker(Worker):
         gap_ms = (self.config.tick.outcome_wake_min_ms if message.reason == "engine-effect-ended"
                   else self.config.timings.tick_ms_min)
         # A critical process died: survival must restart it now, so the engine gets a short deadline.
-        self.urgent = self.urgent or message.reason.startswith("process-alive:")
+        self.urgent = self.urgent or message.reason.startswith(("process-alive:", "process-exited:"))
         soonest = self.last_tick + gap_ms / 1000
         self.next_tick = min(self.next_tick, max(time.monotonic(), soonest))
 
@@ -300,6 +307,7 @@ class TickWorker(Worker):
             engine=self.engine_state(),
             last_promote=p.promotes[-1].ts if p.promotes else None,
             notified=dict(p.notified),
+            exits=dict(p.exits),
             escalated=p.escalated[0] if p.escalated else None,
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),

@@ -1,0 +1,159 @@
+"""The keeper: the parent of each process that restart-process starts.
+
+    python -m pulse.effects.keeper HOME NAME LOG -- ARGV...
+
+Only a process's parent learns its exit code, and the executor that starts a [[process]] may be
+restarted long before the process ends. So the executor starts this keeper instead (its own
+session, outliving the executor and Pulse), which forks once (so the executor reaps its first
+half at once and never holds a zombie), starts ARGV, and stays its parent:
+
+- it reports {"pid", "since"} on its stdout once ARGV runs, and {"code", "signal", "tail"} when it
+  exits (the executor reads both within its grace, then closes the pipe);
+- ARGV's stdout and stderr go to LOG (truncated at each start, restarted when it passes
+  LOG_MAX_BYTES), and its last TAIL_LINES lines are kept;
+- when ARGV exits, it commits a `process-exited` event (target NAME: pid, code, signal, tail)
+  to HOME's events.db and rings the tick: restart_exit_codes and stop_exit_codes are honoured
+  from that fact, whichever executor started the process;
+- SIGTERM, SIGINT and SIGHUP to the keeper are passed on to ARGV.
+
+Its title is "pulse: keep NAME (HOME)", so a `match` never takes it for the process it keeps,
+and the executor finds what it keeps when it must stop it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import selectors
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+TAIL_LINES = 20
+LOG_MAX_BYTES = 8 * 1024 * 1024
+DRAIN_AFTER_EXIT_S = 0.2        # a daemonised grandchild may hold the pipe open: read this long, then stop
+RECORD_TRIES_S = 30.0           # events.db locked or full: keep trying this long
+
+
+def report(message: dict) -> None:
+    try:
+        os.write(1, (json.dumps(message) + "\n").encode())
+    except OSError:
+        pass                    # the executor stopped listening after its grace: that is fine
+
+
+def main(argv: list[str]) -> int:
+    home, name, log_path, sep, *command = argv
+    if sep != "--" or not command:
+        print("usage: python -m pulse.effects.keeper HOME NAME LOG -- ARGV...", file=sys.stderr)
+        return 2
+    if os.fork() > 0:
+        os._exit(0)             # the executor reaps this half now; the keeper lives on, reparented
+    from pulse.core import guarded, procs
+    procs.set_title(guarded.keeper_title(name, home))
+    log = open(log_path, "wb", buffering=0)
+    os.dup2(log.fileno(), 2)    # the keeper's own complaints land beside its process's output
+    procs.libc()
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults)
+    except OSError as err:
+        log.write(f"cannot start {command[0]!r}: {err.strerror or err}\n".encode())
+        report({"code": 127, "signal": None, "tail": f"cannot start {command[0]!r}: {err.strerror or err}"})
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: _pass_on(child, signum))
+    report({"pid": child.pid, "since": _started(child.pid)})
+    tail = _copy_output(child, log, log_path)
+    code = child.wait()
+    ended = {"pid": child.pid, "code": code if code >= 0 else None,
+             "signal": signal.Signals(-code).name if code < 0 else None, "tail": tail}
+    report(ended)
+    _record(home, name, ended)
+    return 0
+
+
+def _pass_on(child: subprocess.Popen, signum: int) -> None:
+    try:
+        child.send_signal(signum)
+    except ProcessLookupError:
+        pass
+
+
+def _started(pid: int) -> float | None:
+    try:
+        import psutil
+        return psutil.Process(pid).create_time()
+    except Exception:           # gone already: its exit says the rest
+        return None
+
+
+def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
+    """Copy the child's output to the log until it exits (and a moment after); its last lines."""
+    lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    partial, written = b"", 0
+    fd = child.stdout.fileno()
+    pidfd = os.pidfd_open(child.pid)
+    exited_at = None
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ, "out")
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        while exited_at is None or time.monotonic() - exited_at < DRAIN_AFTER_EXIT_S:
+            wait = None if exited_at is None else DRAIN_AFTER_EXIT_S - (time.monotonic() - exited_at)
+            events = sel.select(wait)
+            if not events and exited_at is not None:
+                break
+            for key, _ in events:
+                if key.data == "exit":
+                    exited_at = time.monotonic()
+                    sel.unregister(pidfd)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    sel.unregister(fd)
+                    if exited_at is None:
+                        child.wait()
+                        exited_at = time.monotonic() - DRAIN_AFTER_EXIT_S
+                    continue
+                if written + len(chunk) > LOG_MAX_BYTES:
+                    log.truncate(0)
+                    log.seek(0)
+                    written = 0
+                log.write(chunk)
+                written += len(chunk)
+                *done, partial = (partial + chunk).split(b"\n")
+                lines.extend(line.decode("utf-8", "replace").rstrip() for line in done if line.strip())
+    os.close(pidfd)
+    if partial.strip():
+        lines.append(partial.decode("utf-8", "replace").rstrip())
+    return "\n".join(lines)
+
+
+def _record(home: str, name: str, ended: dict) -> None:
+    """The exit as a fact in events.db, then a wake for the tick: processWatchdog decides from it."""
+    from pathlib import Path
+
+    from pulse.core import client, home as homes, wire
+    from pulse.store import db
+    deadline = time.monotonic() + RECORD_TRIES_S
+    while True:
+        try:
+            conn = db.open_events(Path(home) / "events.db", "FULL")
+            try:
+                db.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
+            finally:
+                conn.close()
+            break
+        except (sqlite3.Error, db.StoreError, OSError) as err:
+            if time.monotonic() >= deadline:
+                print(f"keeper of {name}: its exit ({ended}) was not recorded: {err}", file=sys.stderr)
+                return
+            time.sleep(0.5)
+    client.ring(homes.Paths.for_client(Path(home)), "wake", wire.Wake("keeper", f"process-exited:{name}"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

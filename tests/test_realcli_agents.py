@@ -1,0 +1,448 @@
+"""The real agent CLIs through a real pulsed: Claude Code, Codex, Hermes and OpenClaw, each an
+[[agent]] whose tasks are added with pulsectl and run by the agent-run executor, against a local
+model endpoint on 127.0.0.1 (LiteLLM with mock_response "PONG", a fake Anthropic endpoint, closed
+ports). Nothing here needs the internet; the CLIs come from scripts/install_realcli.sh
+(<repo>/.realcli, or $PULSE_REALCLI_DIR). Missing tools skip these tests, or fail them in CI.
+
+Each CLI's HOME and its own state directory (CODEX_HOME, HERMES_HOME, OPENCLAW_STATE_DIR) are in
+the test's tmp dir; the shell's credentials never reach a CLI; every process started is killed by
+pid at teardown; retries and timeouts are bounded so that the group stays short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import realtools
+from realtools import (ANSWER, CHAT_MODEL, CODEX_MODEL, MASTER_KEY, ClosedPort, FakeAnthropic, LiteLLM,
+                       OpenClawGateway, Outage, agent_path, free_port, openclaw_config, require_tools)
+from support import wait_for
+
+from pulse.store import objects
+
+pytestmark = pytest.mark.realcli
+
+# The reasons a run cannot fix by running again: its task is given up after that one failure.
+FINAL_REASONS = {"not-logged-in", "missing-key", "usage", "turn-cap"}
+DASH_PROMPT = "- say PONG\n- nothing else"
+
+
+# -- fixtures ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def litellm(tmp_path_factory):
+    """One real LiteLLM proxy for the whole group (it takes ~10 s to start)."""
+    require_tools("litellm")
+    proxy = LiteLLM(tmp_path_factory.mktemp("litellm"))
+    try:
+        proxy.start()
+    except (RuntimeError, TimeoutError) as err:
+        pytest.fail(str(err))
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No credential of the shell reaches pulsed or a CLI; HOME is a tmp dir for all of them."""
+    for key in list(os.environ):
+        if key.startswith(realtools.SECRET_PREFIXES):
+            monkeypatch.delenv(key)
+    home = tmp_path / "user-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
+@pytest.fixture
+def closed_port():
+    port = ClosedPort()
+    yield port.port
+    port.close()
+
+
+# -- pulsed, tasks and results -------------------------------------------------------------------------
+
+def toml_value(value) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value) if not isinstance(value, list) else "[" + ", ".join(map(toml_value, value)) + "]"
+
+
+def start(pulsed, adapter: str, env: dict, argv: list[str] | None = None, timeout_s: float = 60,
+          max_failures: int | None = None, **agent) -> None:
+    """pulsed with one [[agent]] named after its adapter (and [tasks] max_failures if given)."""
+    table = {"name": adapter, "adapter": adapter, **({"argv": argv} if argv else {}), "timeout_s": timeout_s,
+             **agent, "env": env}
+    text = "[[agent]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
+    if max_failures is not None:
+        text += f"\n[tasks]\nmax_failures = {max_failures}\n"
+    pulsed.home.mkdir(exist_ok=True)
+    (pulsed.home / "config.toml").write_text(text)
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+
+
+def add_task(pulsed, prompt: str = "Reply with PONG and nothing else.") -> str:
+    out = pulsed.ctl("task", "add", "--project", "realcli", "--title", "pong", "--prompt", prompt)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split()[0].rstrip(":")
+
+
+def task_events(pulsed, task: str) -> list[dict]:
+    return [e for e in pulsed.events(target=task) if e["type"].startswith("task-")]
+
+
+def settled(pulsed, task: str, timeout: float) -> list[dict]:
+    """The task's events once it is acked or given up."""
+    def done():
+        evs = task_events(pulsed, task)
+        return evs if any(e["type"] in ("task-acked", "task-given-up") for e in evs) else None
+    return wait_for(done, timeout, 0.2, what=f"{task} acked or given up")
+
+
+def first_failure(pulsed, task: str, timeout: float) -> dict:
+    """The data of the task's first task-failed."""
+    ev = wait_for(lambda: next(iter(pulsed.events("task-failed", task)), None), timeout, 0.2,
+                  what=f"{task} failed")
+    return ev["data"]
+
+
+def shown(pulsed, task: str) -> dict:
+    out = pulsed.ctl("task", "show", task, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def acked(pulsed, task: str, timeout: float) -> dict:
+    """task-acked's data, after exactly one run; else the test fails with what the task went through."""
+    evs = settled(pulsed, task, timeout)
+    types = [e["type"] for e in evs]
+    failures = [e["data"].get("error") for e in evs if e["type"] == "task-failed"]
+    assert types[-1] == "task-acked", f"{task}: {types}; failures: {failures}"
+    assert types.count("task-executing") == 1, f"{task} ran {types.count('task-executing')} times: {failures}"
+    state = shown(pulsed, task)
+    assert state["status"] == "acked" and state["attempts"] == 1
+    data = evs[-1]["data"]
+    print(f"{task} acked in {data.get('run_ms')} ms: {json.dumps(data['result'])}")
+    return data
+
+
+def output(pulsed, data: dict) -> str:
+    """What the CLI printed on stdout in that run (kept in objects/)."""
+    return objects.get(pulsed.home / "objects", data["output"]).decode()
+
+
+def given_up_at_once(pulsed, task: str, timeout: float) -> dict:
+    """A reason that cannot fix itself: one task-failed, then task-given-up; `task show` says
+    given_up after 1 attempt. Returns the task-failed's data."""
+    first_failure(pulsed, task, timeout)
+    evs = task_events(pulsed, task)
+    types = [e["type"] for e in evs]
+    failed = next(e["data"] for e in evs if e["type"] == "task-failed")
+    assert types[-2:] == ["task-failed", "task-given-up"], \
+        f"{task} not given up after its first failure: {types}; the failure: {failed}"
+    assert failed.get("final") is True or failed.get("reason") in FINAL_REASONS, failed
+    state = shown(pulsed, task)
+    assert (state["status"], state["attempts"]) == ("given_up", 1), state
+    return failed
+
+
+def gate_opened(pulsed, task: str) -> bool:
+    """A `pulsectl mcp` session was opened for the task: the run was handed Pulse's tools."""
+    return any(e["data"].get("phase") == "open" and e["data"].get("task") == task for e in pulsed.events("gate-call"))
+
+
+# -- per CLI: config and environment ---------------------------------------------------------------------
+
+def claude_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, **extra) -> dict:
+    home = tmp_path / "claude-home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "PATH": agent_path(), "ANTHROPIC_BASE_URL": base_url,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **extra}
+    if key:
+        env["ANTHROPIC_API_KEY"] = key
+    return env
+
+
+def codex_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, stream_retries: int = 0) -> dict:
+    """CODEX_HOME/config.toml: the `litellm` provider (Responses API, key from LITELLM_API_KEY),
+    Codex's own request retries off, its stream retries `stream_retries`."""
+    home, codex_home = tmp_path / "codex-home", tmp_path / "codex-home" / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        f'model = "{CODEX_MODEL}"\nmodel_provider = "litellm"\n\n[model_providers.litellm]\nname = "LiteLLM"\n'
+        f'base_url = "{base_url}/v1"\nenv_key = "LITELLM_API_KEY"\nwire_api = "responses"\n'
+        f"request_max_retries = 0\nstream_max_retries = {stream_retries}\n")
+    env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "PATH": agent_path()}
+    if key:
+        env["LITELLM_API_KEY"] = key
+    return env
+
+
+def hermes_env(tmp_path, base_url: str | None) -> dict:
+    """HERMES_HOME/config.yaml: a `custom` provider on `base_url`/v1, one retry; None: no provider."""
+    home, hermes_home = tmp_path / "hermes-home", tmp_path / "hermes-home" / ".hermes"
+    hermes_home.mkdir(parents=True, exist_ok=True)
+    if base_url:
+        (hermes_home / "config.yaml").write_text(
+            f"model:\n  provider: custom\n  default: {CHAT_MODEL}\n  base_url: {base_url}/v1\n  api_key: {MASTER_KEY}\n"
+            "agent:\n  api_max_retries: 1\n")
+    return {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path()}
+
+
+def openclaw_env(tmp_path, litellm_url: str, gateway_port: int) -> dict:
+    home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
+    home.mkdir(exist_ok=True)
+    openclaw_config(state, litellm_url, gateway_port)
+    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path()}
+
+
+def cli_json(text: str) -> dict:
+    """The one JSON object a CLI printed (the whole stdout, or its last line that is one)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return next(json.loads(line) for line in reversed(text.splitlines()) if line.startswith("{"))
+
+
+# -- 1. a task acked with PONG, carrying what the CLI reported -----------------------------------------
+
+def test_claude_code_acks_pong_with_its_session_cost_and_tokens(pulsed, litellm, tmp_path):
+    require_tools("claude")
+    start(pulsed, "claude-code", claude_env(tmp_path, litellm.url))
+    task = add_task(pulsed)
+    data = acked(pulsed, task, 60)
+    said = cli_json(output(pulsed, data))
+    result = data["result"]
+    assert result["result"] == ANSWER
+    assert result["session_id"] == said["session_id"]
+    assert result["cost_usd"] == said["total_cost_usd"] > 0
+    assert result["turns"] == said["num_turns"]
+    # `usage` as printed; against a non-streaming backend (LiteLLM's mock) Claude Code prints zeros
+    # there and the counts in `modelUsage`, per model
+    usage = said["usage"]
+    counts = {"input": usage["input_tokens"], "output": usage["output_tokens"],
+              "cache_write": usage["cache_creation_input_tokens"], "cache_read": usage["cache_read_input_tokens"]}
+    if not any(counts.values()):
+        per_model = said["modelUsage"].values()
+        counts = {ours: sum(m[theirs] for m in per_model) for ours, theirs in
+                  (("input", "inputTokens"), ("output", "outputTokens"), ("cache_write", "cacheCreationInputTokens"),
+                   ("cache_read", "cacheReadInputTokens"))}
+    assert result["tokens"] == counts and counts["input"] > 0
+
+
+def test_codex_acks_pong_with_its_thread_and_tokens(pulsed, litellm, tmp_path):
+    require_tools("codex")
+    start(pulsed, "codex", codex_env(tmp_path, litellm.url))
+    task = add_task(pulsed)
+    data = acked(pulsed, task, 60)
+    events = [json.loads(line) for line in output(pulsed, data).splitlines() if line.startswith("{")]
+    thread = next(e["thread_id"] for e in events if e["type"] == "thread.started")
+    usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
+    result = data["result"]
+    assert result["result"] == ANSWER and result["session_id"] == thread and result["turns"] == 1
+    assert usage["input_tokens"] > 0 and "cost_usd" not in result        # Codex reports no money
+    assert {k: result["tokens"].get(k) for k in ("input", "output", "cache_read")} == \
+        {"input": usage["input_tokens"], "output": usage["output_tokens"], "cache_read": usage["cached_input_tokens"]}
+
+
+def test_hermes_acks_pong_with_its_session_cost_and_tokens(pulsed, litellm, tmp_path):
+    require_tools("hermes")
+    env = hermes_env(tmp_path, litellm.url)
+    start(pulsed, "hermes", env, timeout_s=90)
+    task = add_task(pulsed)
+    result = acked(pulsed, task, 120)["result"]
+    assert result["result"] == ANSWER
+    assert re.fullmatch(r"\d{8}_\d{6}_[0-9a-f]+", result["session_id"]), result
+    # the session is Hermes' own, with these counts, in its state database
+    db = sqlite3.connect(f"file:{Path(env['HERMES_HOME']) / 'state.db'}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, estimated_cost_usd,"
+                         " model FROM sessions WHERE id = ?", (result["session_id"],)).fetchone()
+    finally:
+        db.close()
+    assert row is not None, f"no session {result['session_id']} in Hermes' state.db"
+    tokens = result["tokens"]
+    assert (tokens["input"], tokens["output"], tokens["cache_read"], tokens["cache_write"]) == row[:4]
+    assert tokens["input"] > 0 and tokens["total"] == tokens["input"] + tokens["output"]
+    assert result["cost_usd"] == row[4] == 0.0        # estimated_cost_usd: the mock model has no price
+    assert (result["model"], result["provider"], result["api_calls"]) == (CHAT_MODEL, "custom", 1) == (row[5], "custom", 1)
+
+
+def test_openclaw_through_its_gateway_acks_pong_in_a_session_per_task(pulsed, litellm, tmp_path, tracker):
+    require_tools("openclaw", "node24")
+    port = free_port()
+    env = openclaw_env(tmp_path, litellm.url, port)
+    with OpenClawGateway(tmp_path / "gateway", Path(env["OPENCLAW_STATE_DIR"]),
+                         Path(env["HOME"]), port) as gateway:
+        try:
+            gateway.start()
+        except (RuntimeError, TimeoutError) as err:
+            pytest.fail(str(err))
+        tracker.add(gateway.proc.pid)
+        start(pulsed, "openclaw", env, timeout_s=90)           # the default argv: through the gateway
+        first, second = add_task(pulsed), add_task(pulsed)
+        runs = {task: acked(pulsed, task, 120) for task in (first, second)}
+    for task, data in runs.items():
+        said = cli_json(output(pulsed, data))
+        assert said["status"] == "ok", said
+        meta = said["result"]["meta"]
+        agent_meta, usage = meta["agentMeta"], meta["agentMeta"]["usage"]
+        result = data["result"]
+        assert result["result"] == ANSWER
+        assert result["session_id"] == agent_meta["sessionId"]
+        assert task in meta["systemPromptReport"]["sessionKey"], meta["systemPromptReport"]["sessionKey"]
+        assert result["tokens"] == {"input": usage["input"], "output": usage["output"], "cache_read": usage["cacheRead"],
+                                    "cache_write": usage["cacheWrite"], "total": usage["total"]}
+        assert result["cost_usd"] == usage["cost"]["total"] == 0
+    assert runs[first]["result"]["session_id"] != runs[second]["result"]["session_id"]
+
+
+# -- 2. failures, in the CLI's own words -------------------------------------------------------------------
+
+def test_claude_not_logged_in_is_said_and_given_up_at_once(pulsed, tmp_path, closed_port):
+    require_tools("claude")
+    start(pulsed, "claude-code", claude_env(tmp_path, f"http://127.0.0.1:{closed_port}", key=None), timeout_s=30)
+    task = add_task(pulsed)
+    failed = given_up_at_once(pulsed, task, 40)
+    assert "Not logged in · Please run /login" in failed["error"], failed
+    assert "(success)" not in failed["error"], failed
+
+
+def test_claude_endpoint_down_says_it_cannot_connect(pulsed, tmp_path, closed_port):
+    require_tools("claude")
+    env = claude_env(tmp_path, f"http://127.0.0.1:{closed_port}", CLAUDE_CODE_MAX_RETRIES="0", API_TIMEOUT_MS="5000")
+    start(pulsed, "claude-code", env, timeout_s=30, max_failures=1)
+    task = add_task(pulsed)
+    failed = first_failure(pulsed, task, 40)
+    assert "API Error: Unable to connect to API (ConnectionRefused)" in failed["error"], failed
+    assert "(success)" not in failed["error"], failed
+
+
+def test_claude_unknown_option_is_given_up_at_once(pulsed, litellm, tmp_path):
+    require_tools("claude")
+    start(pulsed, "claude-code", claude_env(tmp_path, litellm.url), timeout_s=30,
+          argv=["claude", "-p", "--output-format", "json", "--no-such-option", "--", "{prompt}"])
+    task = add_task(pulsed)
+    failed = given_up_at_once(pulsed, task, 40)
+    assert "unknown option '--no-such-option'" in failed["error"], failed
+
+
+def test_claude_turn_cap(pulsed, tmp_path):
+    require_tools("claude")
+    with FakeAnthropic() as fake:
+        start(pulsed, "claude-code", claude_env(tmp_path, fake.url, key="sk-fake"), timeout_s=60, mcp=False,
+              argv=["claude", "-p", "--output-format", "json", "--max-turns", "2", "--", "{prompt}"])
+        task = add_task(pulsed)
+        failed = first_failure(pulsed, task, 70)
+    assert failed["reason"] == "turn-cap", failed
+    assert fake.requests >= 2
+
+
+def test_claude_prompt_starting_with_a_dash_is_acked(pulsed, litellm, tmp_path):
+    require_tools("claude")
+    start(pulsed, "claude-code", claude_env(tmp_path, litellm.url))      # default argv, Pulse's MCP on
+    task = add_task(pulsed, DASH_PROMPT)
+    assert acked(pulsed, task, 60)["result"]["result"] == ANSWER
+    assert gate_opened(pulsed, task), "the run's --mcp-config was not honoured: no gate session opened"
+
+
+def test_codex_missing_env_key_is_said_and_given_up_at_once(pulsed, tmp_path, closed_port):
+    require_tools("codex")
+    start(pulsed, "codex", codex_env(tmp_path, f"http://127.0.0.1:{closed_port}", key=None), timeout_s=30)
+    task = add_task(pulsed)
+    failed = given_up_at_once(pulsed, task, 40)
+    assert "Missing environment variable: `LITELLM_API_KEY`" in failed["error"], failed
+
+
+def test_codex_endpoint_down_says_so_when_it_times_out(pulsed, tmp_path, closed_port):
+    """Codex waits for the network with no end: Pulse's timeout ends it, and the reason keeps
+    what Codex said while it waited."""
+    require_tools("codex")
+    start(pulsed, "codex", codex_env(tmp_path, f"http://127.0.0.1:{closed_port}"), timeout_s=6, max_failures=1)
+    task = add_task(pulsed)
+    failed = first_failure(pulsed, task, 30)
+    assert failed["reason"] == "timeout", failed
+    assert "Reconnecting" in failed["error"] or "waiting for network" in failed["error"], failed
+
+
+def test_codex_prompt_starting_with_a_dash_is_acked(pulsed, litellm, tmp_path):
+    require_tools("codex")
+    start(pulsed, "codex", codex_env(tmp_path, litellm.url))              # default argv, Pulse's MCP on
+    task = add_task(pulsed, DASH_PROMPT)
+    assert acked(pulsed, task, 60)["result"]["result"] == ANSWER
+    assert gate_opened(pulsed, task), "the run's -c mcp_servers.pulse.* were not honoured: no gate session opened"
+
+
+def test_hermes_endpoint_down_says_what_hermes_printed(pulsed, tmp_path, closed_port):
+    """Hermes exits 0 with its failure as the answer; the usage file says failed, with no message."""
+    require_tools("hermes")
+    start(pulsed, "hermes", hermes_env(tmp_path, f"http://127.0.0.1:{closed_port}"), timeout_s=90, max_failures=1)
+    task = add_task(pulsed)
+    failed = first_failure(pulsed, task, 120)
+    assert re.search(r"API call failed after \d+ retries: Connection error", failed["error"]), failed
+
+
+def test_hermes_without_a_provider_says_so_and_is_given_up_at_once(pulsed, tmp_path):
+    require_tools("hermes")
+    start(pulsed, "hermes", hermes_env(tmp_path, None), timeout_s=90)
+    task = add_task(pulsed)
+    failed = given_up_at_once(pulsed, task, 120)            # a missing key: retrying cannot fix it
+    assert "No inference provider configured" in failed["error"], failed
+
+
+def test_openclaw_gateway_down_says_not_reachable(pulsed, tmp_path, closed_port):
+    require_tools("openclaw", "node24")
+    start(pulsed, "openclaw", openclaw_env(tmp_path, f"http://127.0.0.1:{closed_port}", closed_port), timeout_s=60,
+          max_failures=1)
+    task = add_task(pulsed)
+    failed = first_failure(pulsed, task, 70)
+    assert f"Gateway not reachable at ws://127.0.0.1:{closed_port} (ECONNREFUSED)" in failed["error"], failed
+
+
+# -- 4. an endpoint that comes back: Codex's recoverable errors ---------------------------------------
+
+def codex_through_an_outage(pulsed, litellm, tmp_path, outage: Outage, stream_retries: int = 0) -> list[dict]:
+    """A Codex task whose endpoint resets its first connection(s), then forwards to LiteLLM: acked
+    after one run with PONG. Returns the `error` events Codex printed on the way."""
+    try:
+        start(pulsed, "codex", codex_env(tmp_path, f"http://127.0.0.1:{outage.port}", stream_retries=stream_retries),
+              timeout_s=45)
+        task = add_task(pulsed)
+        data = acked(pulsed, task, 60)
+    finally:
+        outage.stop()
+    assert data["result"]["result"] == ANSWER
+    assert outage.refused and outage.forwarded, (outage.refused, outage.forwarded)
+    events = [json.loads(line) for line in output(pulsed, data).splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "turn.completed", events[-1]
+    return [e for e in events if e.get("type") == "error"]
+
+
+def test_codex_waiting_for_network_then_completed_is_acked(pulsed, litellm, tmp_path):
+    """The endpoint is down when the run starts (its first connection is reset, as a stopped
+    LiteLLM's port would), then back: Codex prints {"type":"error","message":"Reconnecting...
+    waiting for network (...)"}, waits, completes the turn; one run, acked."""
+    require_tools("codex")
+    errors = codex_through_an_outage(pulsed, litellm, tmp_path, Outage(litellm.port, refuse=1))
+    assert errors and all(e["message"].startswith("Reconnecting... waiting for network") for e in errors), errors
+
+
+def test_codex_stream_reconnecting_then_completed_is_acked(pulsed, litellm, tmp_path):
+    """The first POST /v1/responses is reset after it was sent: Codex prints
+    {"type":"error","message":"Reconnecting... 1/3 (stream disconnected before completion: ...)"},
+    retries, completes the turn; one run, acked."""
+    require_tools("codex")
+    errors = codex_through_an_outage(pulsed, litellm, tmp_path, Outage(litellm.port, refuse=1, path="/responses"),
+                                     stream_retries=3)
+    assert errors and all(re.match(r"Reconnecting\.\.\. \d+/3 \(stream disconnected", e["message"]) for e in errors), \
+        errors
