@@ -3,13 +3,13 @@
 The tools are installed by scripts/install_realcli.sh at pinned versions into <repo>/.realcli,
 or into $PULSE_REALCLI_DIR. Nothing here reaches beyond loopback:
 
-  LiteLLM        the real proxy, every model a `mock_response: "PONG"`: Anthropic's /v1/messages
-                 (Claude Code), /v1/chat/completions (Hermes, OpenClaw), and /v1/responses for
-                 Codex through `codex-chain`, which LiteLLM bridges back to its own chat mock
-                 (its mock breaks on streamed Responses);
-  FakeAnthropic  a few lines of http.server that always answer tool_use (Claude's turn cap);
-  Outage         a port that resets its first requests, then forwards to a live one (an
-                 endpoint coming back in the middle of a run);
+  LiteLLM          the real proxy, every model a `mock_response: "PONG"`: Anthropic's /v1/messages
+                   (Claude Code), /v1/chat/completions (Hermes, OpenClaw), and /v1/responses for
+                   Codex through `codex-chain`, which LiteLLM bridges back to its own chat mock
+                   (its mock breaks on streamed Responses);
+  FakeAnthropic    a few lines of http.server that always answer tool_use (Claude's turn cap);
+  ClosedPort       a port that refuses every connection (an endpoint that is down);
+  Outage           a port that resets the first request, then forwards to a live one;
   OpenClawGateway  `openclaw gateway run` on a free loopback port.
 
 Every process started here is in its own session, killed by pid (with what it started) at stop.
@@ -234,7 +234,9 @@ class LiteLLM(Service):
                 + f'general_settings:\n  master_key: "{self.key}"\n'
                 + "litellm_settings:\n  telemetry: false\n")
 
-    def start(self, timeout: float = 90) -> "LiteLLM":
+    def start(self, timeout: float = 90, wait: bool = True) -> LiteLLM:
+        """Start it; with `wait`, return once /health/liveliness answers (RuntimeError with its log
+        if it exits first, TimeoutError at the deadline)."""
         path = self.workdir / "litellm.yaml"
         path.write_text(self.config())
         home = self.workdir / "home"
@@ -242,8 +244,12 @@ class LiteLLM(Service):
         env = {**clean_environ(), "HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"}
         self.spawn([str(tool("litellm")), "--config", str(path), "--host", "127.0.0.1", "--port", str(self.port)], env)
-        self.wait_ready(lambda: (http_get(self.url + "/health/liveliness") or (0,))[0] == 200, timeout)
+        if wait:
+            self.wait_ready(self.alive, timeout)
         return self
+
+    def alive(self) -> bool:
+        return (http_get(self.url + "/health/liveliness") or (0,))[0] == 200
 
 
 # -- a fake Anthropic endpoint -------------------------------------------------------------------------
@@ -305,14 +311,13 @@ class FakeAnthropic:
 # -- an endpoint that comes back -----------------------------------------------------------------------
 
 class Outage:
-    """A loopback endpoint that is down, then back: its first `refuse` connections are reset
-    (at once, as a stopped server's port would; or, given `path`, after reading the request, only
-    requests whose request line holds `path` counting), then every connection is forwarded to
-    `target_port`. The connections it reset are counted (`refused`): the test knows it happened."""
+    """A loopback endpoint that fails requests, then is back: it reads each connection's request and
+    resets it (a stream broken after the request went out) until `refuse` requests whose request
+    line holds `path` were reset; from then on it forwards every connection to `target_port`. What
+    it reset is kept (`refused`), so a test knows the failure happened."""
 
-    def __init__(self, target_port: int, refuse: int = 1, path: str | None = None):
-        self.target, self.left = target_port, refuse
-        self.path = path.encode() if path is not None else None
+    def __init__(self, target_port: int, path: str, refuse: int = 1):
+        self.target, self.path, self.left = target_port, path.encode(), refuse
         self.refused: list[bytes] = []
         self.forwarded = 0
         self.sock = socket.socket()
@@ -332,20 +337,18 @@ class Outage:
         while not self.stopping.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if self.up:
                 threading.Thread(target=self._forward, args=(conn,), daemon=True).start()
                 continue
-            line = b""
-            if self.path is not None:
-                conn.settimeout(2)
-                try:
-                    line = conn.recv(65536).split(b"\r\n", 1)[0]
-                except OSError:
-                    pass
+            conn.settimeout(2)
+            try:
+                line = conn.recv(65536).split(b"\r\n", 1)[0]
+            except OSError:
+                line = b""
             self.refused.append(line)
-            if self.path is None or self.path in line:
+            if self.path in line:
                 self.left -= 1
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             conn.close()                                # a reset
@@ -413,7 +416,7 @@ class OpenClawGateway(Service):
         super().__init__(workdir)
         self.state, self.home, self.port = state, home, port
 
-    def start(self, timeout: float = 60) -> "OpenClawGateway":
+    def start(self, timeout: float = 60) -> OpenClawGateway:
         env = {**clean_environ(), "HOME": str(self.home), "OPENCLAW_STATE_DIR": str(self.state),
                "PATH": agent_path()}
         self.spawn([str(tool("openclaw")), "gateway", "run", "--port", str(self.port), "--bind", "loopback"], env)

