@@ -13,11 +13,13 @@ import logging
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 import zmq
 
@@ -490,3 +492,30 @@ def test_vitals_gc_runs_in_the_watcher_at_start_with_the_configured_retention(pu
     wait_for(lambda: not vitals(pulsed.home, "process-alive:old"), 10, what="vitals older than 1 h deleted")
     assert len(vitals(pulsed.home, "process-alive:recent")) == 1
     wait_for(lambda: "vitals gc: deleted 3000 vitals older than 1.0 h" in pulsed.log_text(), 5, what="the gc logged")
+
+
+def test_a_match_never_counts_pulses_own_processes_and_status_says_when_it_is_ambiguous(pulsed, tracker, tmp_path):
+    """A process titled "pulse: ..." (a worker, a keeper) or running pulsectl is never the process;
+    a second ordinary match is reported, the oldest watched. A JSON pidfile names the pid at a key."""
+    first = subprocess.Popen(["sleep", "3600.777"], start_new_session=True)
+    tracker.add(first.pid)
+    pulse_own = subprocess.Popen([sys.executable, "-c", "import setproctitle, time; "
+                                  "setproctitle.setproctitle('pulse: keep x sleep 3600.777'); time.sleep(60)"],
+                                 start_new_session=True)
+    tracker.add(pulse_own.pid)
+    lock = tmp_path / "gateway.lock"
+    lock.write_text(json.dumps({"pid": first.pid, "port": 18789}))
+    configure(pulsed, watch_process_toml("svc", match="sleep 3600[.]777")
+              + f'\n[[process]]\nname = "locked"\npidfile = {{ path = "{lock}", key = "pid" }}\n')
+    wait_for(lambda: "pulse: keep" in " ".join(psutil.Process(pulse_own.pid).cmdline()), 10, what="the title set")
+    pulsed.start()
+    one = wait_for(lambda: latest(pulsed.home, "process-alive:svc"), 10, what="a sample")
+    assert one["alive"] and one["pid"] == first.pid and one["matches"] == 1
+    assert wait_for(lambda: latest(pulsed.home, "process-alive:locked"), 10)["pid"] == first.pid
+    second = subprocess.Popen(["sleep", "3600.777"], start_new_session=True)
+    tracker.add(second.pid)
+    wait_for(lambda: (latest(pulsed.home, "process-alive:svc") or {}).get("matches") == 2, 15, what="two matches seen")
+    shown = json.loads(pulsed.ctl("status", "--json").stdout)
+    svc = next(p for p in shown["processes"] if p["name"] == "svc")
+    assert svc["pid"] == first.pid and svc["matches"] == 2
+    assert "2 processes match (the oldest is watched)" in pulsed.ctl("status").stdout
