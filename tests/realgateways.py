@@ -13,13 +13,15 @@ What the real tools need (pinned versions of scripts/install_realcli.sh), measur
   exits 78 before it listens). Ready (/readyz 200) 7-11 s after the start. Its title becomes
   `openclaw` after 0.2 s and `openclaw-gateway` after ~3-4.5 s. Its lock file
   $OPENCLAW_STATE_DIR/tmp/openclaw-<uid>/gateway.state.lock is JSON ({"pid": ..., "port": ...}
-  then whitespace), written ~1 s after the start, removed on a clean exit, left stale by kill -9.
+  then whitespace), written 5-9 s after the start (once node has loaded it), removed on a clean
+  exit, left stale by kill -9. SIGTERM: drains and exits in ~3 s.
   It writes outside its state dir: the log in /tmp/openclaw (logging.file moves it), the node
   compile cache and terminal uploads in $TMPDIR, and three empty lock files in the hard-coded
   /tmp/openclaw-state-locks-<uid>/ (removed at teardown here).
 - Hermes 0.19.0: `hermes gateway run --external-supervisor` with HERMES_HOME; no messaging
   platform is needed. /health comes from its API server platform (API_SERVER_ENABLED, _HOST,
   _PORT and _KEY: it refuses to start without a key, even on loopback), ~1 s after the start.
+  Its pidfile $HERMES_HOME/gateway.pid (JSON, "pid") appears 1.4-2 s after the start.
   SIGUSR1: drains and exits 75. Exit 78 (GATEWAY_FATAL_CONFIG_EXIT_CODE) offline: a profile
   multiplexer config error (gateway.multiplex_profiles with a profile enabling a platform whose
   dm_policy is "open" without an allow-all opt-in), ~1.1 s after the start.
@@ -108,14 +110,20 @@ def kill_all(tag: str, home: Path) -> None:
 
 def stop_pulsed(pulsed) -> None:
     """pulsed first (so nothing restarts what teardown kills): SIGTERM, so that it removes its
-    sockets; SIGKILL if it does not go within 10 s."""
-    if pulsed.proc is None or pulsed.proc.poll() is not None:
+    sockets; SIGKILL if it does not go within 10 s. Then its runtime directory, if left empty."""
+    if pulsed.proc is None:
         return
+    runtime = pulsed.paths.runtime
+    if pulsed.proc.poll() is None:
+        try:
+            pulsed.terminate(timeout=10)
+        except Exception:
+            pulsed.proc.kill()
+            pulsed.proc.wait(10)
     try:
-        pulsed.terminate(timeout=10)
-    except Exception:
-        pulsed.proc.kill()
-        pulsed.proc.wait(10)
+        runtime.rmdir()
+    except OSError:
+        pass
 
 
 # -- OpenClaw ----------------------------------------------------------------------------------------
@@ -186,8 +194,7 @@ class Hermes:
         self.home = root / "hermes-home"
         self.home.mkdir(parents=True, exist_ok=True)
         # tirith (its shell-command scanner) would try to download itself at every start.
-        (self.home / "config.yaml").write_text("gateway:\n  multiplex_profiles: true\n"
-                                               "security:\n  tirith_enabled: false\n")
+        (self.home / "config.yaml").write_text("security:\n  tirith_enabled: false\n")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/health"
         (root / "user-home").mkdir(exist_ok=True)
@@ -205,6 +212,8 @@ class Hermes:
     def break_config(self) -> None:
         """A fatal config error (exit 78 at the next start): a multiplexed profile that opens
         WhatsApp DMs to anyone without the allow-all opt-in."""
+        (self.home / "config.yaml").write_text("gateway:\n  multiplex_profiles: true\n"
+                                               "security:\n  tirith_enabled: false\n")
         profile = self.home / "profiles" / "bad"
         profile.mkdir(parents=True, exist_ok=True)
         (profile / "config.yaml").write_text("platforms:\n  whatsapp:\n    enabled: true\n    extra:\n"

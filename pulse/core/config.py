@@ -93,6 +93,7 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     restart: list[str] | None = None          # argv that starts it, never a shell string
     stop: list[str] | None = None             # argv that stops it; unset: SIGTERM to its process tree
     stop_timeout_s: float = 10                # then SIGKILL
+    start_grace_s: float = 1                  # exited within this after a start: the restart failed, in its words
     cwd: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     health: Health | None = None              # alive is not enough: also probe this
@@ -494,8 +495,8 @@ def validate(config: Config, origin: str) -> Config:
             validate_health(proc.health, f"{where}.health")
         if proc.stop is not None and not proc.stop:
             raise ConfigError(f"{where}.stop: an argv list needs at least the program")
-        if proc.stop_timeout_s <= 0:
-            raise ConfigError(f"{where}.stop_timeout_s must be greater than 0")
+        if proc.stop_timeout_s <= 0 or proc.start_grace_s < 0:
+            raise ConfigError(f"{where}: stop_timeout_s must be greater than 0 and start_grace_s at least 0")
         for field in ("restart_exit_codes", "stop_exit_codes"):
             for j, code in enumerate(getattr(proc, field)):
                 if not 1 <= code <= 255:
@@ -702,6 +703,7 @@ def default_toml() -> str:
         '# restart = ["openclaw", "gateway", "run"]   # argv that starts it, never a shell string',
         '# stop = ["systemctl", "stop", "gateway"]   # unset: SIGTERM to its process tree ...',
         "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
+        "# start_grace_s = 1.0                     # exits within this of its start: the restart failed",
         '# health = { url = "http://127.0.0.1:18789/readyz", every_s = 10, timeout_s = 3, failures = 3, start_period_s = 15 }',
         "# restart_exit_codes = [75]              # it exits 75 to ask for a restart: not a crash",
         "# stop_exit_codes = [78]                 # it exits 78 to say: do not restart me (bad config)",

@@ -22,7 +22,8 @@ process found by its pidfile or match, and to what its keeper keeps, with their 
 after `stop_timeout_s`. Start: the `restart` argv, under a keeper (pulse.effects.keeper) in its own
 session, so it outlives the executor and Pulse and its exit is recorded whoever restarts later;
 its output goes to <home>/logs/process-<name>.log. The effect waits a short grace (params
-`grace_s`, default 1 s): exited by then, its exit code decides acked or failed, the failure naming
+`grace_s`, else the [[process]] `start_grace_s`, default 1 s): exited by then, its exit code
+decides acked or failed, the failure naming
 the process's own last lines; still running, it is acked {"pid", "keeper", ...}. A one-shot
 argv (`systemctl restart gw`) is acked on its exit 0 the same way.
 Under systemd (INVOCATION_ID set) a process started from a raw argv would land in Pulse's cgroup
@@ -58,7 +59,6 @@ from pulse.core.wire import Effect
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
 MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept
 DRAIN_AFTER_EXIT_S = 0.2                     # a background child may hold the pipe open: read this long, then stop
-RESTART_GRACE_S = 1.0                        # a restart argv still running after this is a daemon
 KEEPER_START_S = 10.0                        # the keeper says it started the process within this
 END_GROUP_WAIT_S = 2.0
 DEFAULT_SIGNAL = "SIGTERM"
@@ -378,8 +378,8 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
                                     close_fds=True, preexec_fn=procs.child_signal_defaults)
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
-    grace = effect.params.get("grace_s", RESTART_GRACE_S)
-    grace = min(float(grace) if isinstance(grace, (int, float)) else RESTART_GRACE_S, ctx.timeout_s)
+    grace = effect.params.get("grace_s", process.start_grace_s)
+    grace = min(float(grace) if isinstance(grace, (int, float)) else process.start_grace_s, ctx.timeout_s)
     try:
         started, ended = _keeper_reports(launcher, grace)
     finally:

@@ -56,7 +56,8 @@ class NotifyParams(msgspec.Struct):
 
 
 class RestartProcessParams(msgspec.Struct):
-    grace_s: Annotated[float, msgspec.Meta(ge=0)] = kinds.RESTART_GRACE_S   # still running after this: a daemon
+    grace_s: Annotated[float, msgspec.Meta(ge=0)] | None = None   # still running after this: a daemon
+                                                             # (unset: the [[process]] start_grace_s)
     timeout_s: Seconds | None = None
     why: str | None = None                                   # dead | unhealthy | exit-code | endpoint-down
     code: int | None = None                                  # the exit code it died with, when recorded

@@ -205,13 +205,13 @@ def process_watchdog(config: TickConfig):
 
 
 def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:
-    """The recorded exit of the death the watcher saw: the same pid, or, when the watcher never
-    saw it alive, an exit recorded after the last restart."""
+    """The recorded exit of the death the watcher saw: recorded after the last restart outcome, and
+    of the same pid (any pid, when the watcher never saw it alive)."""
     if ended is None:
         return None
-    if pid is not None:
-        return ended if ended.pid == pid else None
-    return ended if ended.ts > since else None
+    if ended.ts <= since:
+        return None             # answered by the last restart already
+    return ended if pid is None or ended.pid == pid else None
 
 
 def counted_probes(probes: Sequence[Vital], since: float, alive: Vital | None, start_period_s: float) -> list[Vital]:
@@ -275,13 +275,18 @@ def llm_watchdog(config: TickConfig):
     (doubling from process_backoff_base_s). Inactive when no endpoint is configured."""
     llm = config.survival.llm
     s = config.survival
+    served_by = next((p for p in config.process if llm is not None and p.name == llm.process), None)
+    start_period = served_by.health.start_period_s if served_by is not None and served_by.health else 0.0
 
     @_named("llm_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
         if llm is None or llm.process is None:
             return effects, tick_ms
-        probes = curr.history.get(f"network:{llm.target}", [])
+        # A proxy takes its time to come up (LiteLLM: 8-10 s): probes within its [[process]]
+        # health.start_period_s of its start do not count, as for processWatchdog.
+        probes = counted_probes(curr.history.get(f"network:{llm.target}", []), 0.0,
+                                curr.vitals.get(f"process-alive:{llm.process}"), start_period)
         failing = failing_in_a_row(probes)
         if failing < llm.fail_after:
             return effects, tick_ms

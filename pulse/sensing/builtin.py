@@ -31,12 +31,12 @@ from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
 
 
-def builtin_watchers(config: configmod.WatcherConfig) -> list[Watcher]:
+def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:
     """One watcher per key: the host, each configured process, network target and log file."""
     interval = config.timings.watcher_interval_ms
     return [
         SystemResource(config.watch, interval),
-        *(ProcessAlive(p, interval) for p in config.process),
+        *(ProcessAlive(p, interval, home) for p in config.process),
         *(HealthProbe(p) for p in config.process if p.health is not None),
         *(Network(t, interval) for t in config.watch.network),
         *(ErrorLog(e, interval) for e in config.watch.error_log),
@@ -159,8 +159,9 @@ class ProcessAlive(Watcher):
     the next interval (a minute, on a quiet host), or a second quick death would
     again be learned late."""
 
-    def __init__(self, process: configmod.Process, interval_ms: int):
+    def __init__(self, process: configmod.Process, interval_ms: int, home: Path | None = None):
         self.process = process
+        self.home = home
         self.name = self.key = f"process-alive:{process.name}"
         self._interval_ms = interval_ms
         self._last_pid: int | None = None      # the pid last seen alive: its death's recorded exit names it
@@ -177,6 +178,10 @@ class ProcessAlive(Watcher):
 
     def collect(self) -> dict[str, Any]:
         found, why = guarded.find(self.process)
+        if not found and self.home is not None:
+            # What Pulse last started, while its pidfile is not written yet (OpenClaw writes its lock
+            # 5-9 s after the start, Hermes its pid 1-2 s after) or its title is changing: alive.
+            found = guarded.kept(self.process.name, self.home)
         if not found:
             self._dead_since = self._dead_since or time.time()
             return {"alive": False, "pid": None, "reason": why, "dead_since": self._dead_since,

@@ -74,7 +74,7 @@ class WatcherWorker(Worker):
         self.events = db.open_events(self.paths.events_db)
         # Until the connection to the tick is up, a wake fails, and the runner offers it again.
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
-        watchers = builtin_watchers(self.config)
+        watchers = builtin_watchers(self.config, self.paths.home)
         self.processes = {w.process.name: w for w in watchers if isinstance(w, ProcessAlive)}
         self.runner = WatcherRunner(watchers, vitals_conn=self.vitals, events_conn=self.events,
                                     ballast_path=self.paths.home / "ballast",
