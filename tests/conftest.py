@@ -3,7 +3,7 @@
 import psutil
 import pytest
 
-from support import Pulsed, Tracker
+from support import Pulsed, Tracker, kill_keepers
 
 @pytest.fixture
 def tracker():
@@ -35,3 +35,4 @@ def pulsed(tmp_path, tracker) -> Pulsed:
         if p.proc.poll() is None:
             p.proc.kill()
         p.proc.wait(10)
+    kill_keepers(p.home)

@@ -39,6 +39,24 @@ FAST = {
 }
 
 
+def kill_keepers(home: Path) -> None:
+    """What restart-process started for this home (its keepers and their processes) outlives
+    pulsed by design; a test's must not outlive the test. By pid, found by the keeper's title."""
+    keepers = [p for p in psutil.process_iter(["cmdline"])
+               if (p.info["cmdline"] or [""])[0].startswith("pulse: keep ") and f"({home})" in p.info["cmdline"][0]]
+    for keeper in keepers:
+        try:
+            victims = [*keeper.children(recursive=True), keeper]
+        except psutil.Error:
+            continue
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(victims, timeout=5)
+
+
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):
     """Poll `condition` until it returns something truthy; fail the test at the deadline."""
     deadline = time.monotonic() + timeout
