@@ -125,17 +125,6 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes] | None:
         return None
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1, why=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{why()}")
-        time.sleep(interval)
-
-
 def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """SIGTERM `proc`'s session (and whatever it started that left it), SIGKILL after `grace`;
     then reap it. Every process is addressed by pid; psutil checks each one's create time."""
@@ -189,11 +178,12 @@ class Service:
                 raise RuntimeError(f"{self.name} exited {self.proc.returncode} before it was ready; "
                                    f"its log ends:\n{self.log_tail()}")
             return ready()
-        try:
-            wait_until(check, timeout, f"{self.name} ready", 0.2)
-        except TimeoutError as err:
-            self.stop()
-            raise TimeoutError(f"{err}; its log ends:\n{self.log_tail()}") from None
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() >= deadline:
+                self.stop()
+                raise TimeoutError(f"{self.name} not ready within {timeout}s; its log ends:\n{self.log_tail()}")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         if self.proc is not None:
