@@ -24,7 +24,7 @@ session, so it outlives the executor and Pulse and its exit is recorded whoever 
 its output goes to <home>/logs/process-<name>.log. The effect waits a short grace (params
 `grace_s`, else the [[process]] `start_grace_s`, default 1 s): exited by then, its exit code
 decides acked or failed, the failure naming
-the process's own last lines; still running, it is acked {"pid", "keeper", ...}. A one-shot
+the process's own last lines; still running, it is acked {"pid", "since", "log", ...}. A one-shot
 argv (`systemctl restart gw`) is acked on its exit 0 the same way.
 Under systemd (INVOCATION_ID set) a process started from a raw argv would land in Pulse's cgroup
 and die with Pulse's next restart, so when `systemd-run` is on PATH the keeper runs as
