@@ -229,17 +229,8 @@ def group_members(pgid: int, not_before: float) -> list[psutil.Process]:
 def end_group(pgid: int, not_before: float, wait_s: float = END_GROUP_WAIT_S) -> bool:
     """SIGKILL what is left of an effect's process group and await it; True once none is alive."""
     members = group_members(pgid, not_before)
-    for proc in members:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = [p for p in members if _alive(p)]
-        if not alive or time.monotonic() >= deadline:
-            return not alive
-        time.sleep(0.05)
+    _signal_all(members, signal.SIGKILL)
+    return not _wait_gone(members, wait_s)
 
 
 def _alive(proc: psutil.Process) -> bool:
