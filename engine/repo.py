@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulse.store import db, objects
 from pulse.core import procs
 from pulse.core.home import Paths, dev_pid
+from pulse.store import db, objects
 
 GATE_TIMEOUT_S = 120
 IMPORT_TIMEOUT_S = 30
@@ -85,7 +85,7 @@ def locked(paths: Paths, timeout_s: float = LOCK_TIMEOUT_S):
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise EngineDirError("lock", f"another promote or rollback held the engine for {timeout_s:g}s")
+                    raise EngineDirError("lock", f"another promote or rollback held the engine for {timeout_s:g}s") from None
                 time.sleep(0.05)
         yield
     finally:

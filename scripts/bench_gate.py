@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _benchlib import Tracker, log, summary, table, fmt  # noqa: E402
+from _benchlib import Tracker, fmt, log, summary, table  # noqa: E402
 from bench_pipeline import start_pulsed  # noqa: E402
 
 BIN = Path(sys.executable).parent

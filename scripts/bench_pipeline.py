@@ -35,9 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Timeout, Tracker, log, summary, table, wait_until  # noqa: E402
 
-from pulse.store import db  # noqa: E402
 from pulse.core import wire
 from pulse.core.home import Paths  # noqa: E402
+from pulse.store import db  # noqa: E402
 
 BIN = Path(sys.executable).parent
 VICTIM_TAG = "pulse-bench-victim"

@@ -41,9 +41,21 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psutil  # noqa: E402
-
-from _benchlib import (MiB, Timeout, Tracker, describe, die_with_us, fmt, log, rss_by_mapping,  # noqa: E402
-                       schedstat, smaps_rollup, summary, table, wait_until)
+from _benchlib import (  # noqa: E402
+    MiB,
+    Timeout,
+    Tracker,
+    describe,
+    die_with_us,
+    fmt,
+    log,
+    rss_by_mapping,
+    schedstat,
+    smaps_rollup,
+    summary,
+    table,
+    wait_until,
+)
 
 WORKERS = ("watcher", "tick", "executor", "engine")
 CORE = ("watcher", "tick", "executor")
@@ -746,7 +758,8 @@ def report(b: Bench) -> str:
     r = b.results
     lines = []
     host = r.get("host", {})
-    lines.append(f"{host.get('pulsed_version', 'pulsed')} restart / footprint benchmark — {host.get('cpu', '?')}, {host.get('cpus', '?')} CPUs, "
+    lines.append(f"{host.get('pulsed_version', 'pulsed')} restart / footprint benchmark — "
+                 f"{host.get('cpu', '?')}, {host.get('cpus', '?')} CPUs, "
                  f"Linux {host.get('kernel', '?')}, Python {host.get('python', '?')}")
     lines.append(f"loadavg before {host.get('loadavg_before')}, after {host.get('loadavg_after')}")
     checks: list[tuple[str, float | None, str, float]] = []
@@ -802,7 +815,8 @@ def report(b: Bench) -> str:
         checks.append(("whole-tree PSS (MiB)", m["tree_pss"] / MiB, "≤", TARGETS["tree_pss_mib"]))
         if r.get("memory_after_idle"):
             mi = r["memory_after_idle"]
-            lines.append(f"   after the idle window: pulsed RSS {mi['pulsed']['rss'] / MiB:.2f} MiB, tree PSS {mi['tree_pss'] / MiB:.2f} MiB")
+            lines.append(f"   after the idle window: pulsed RSS {mi['pulsed']['rss'] / MiB:.2f} MiB, "
+                         f"tree PSS {mi['tree_pss'] / MiB:.2f} MiB")
 
     i = r.get("idle_cpu")
     if i:
@@ -925,7 +939,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=5.0, help="seconds to let a fresh tree settle (default 5)")
     ap.add_argument("--skip", action="append", default=[], choices=["kills", "idle", "ready"],
                     help="skip a part (repeatable)")
-    ap.add_argument("--quick", action="store_true", help="reduced smoke-test run: 10 trials, 10 s idle, 3 READY trials, 10 status runs; peers only with --peers")
+    ap.add_argument("--quick", action="store_true",
+                    help="reduced smoke-test run: 10 trials, 10 s idle, 3 READY trials, 10 status runs; "
+                         "peers only with --peers")
     ap.add_argument("--json", action="store_true", help="end the output with one JSON document of every figure")
     a = ap.parse_args(argv)
     q = a.quick

@@ -123,8 +123,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     loads, events, kills, history = (5, 10, 10, 100_000) if args.quick else (20, 40, 30, 1_000_000)
-    from playwright.sync_api import sync_playwright
     import psutil
+    from playwright.sync_api import sync_playwright
     tracker = Tracker()
     figures: dict = {}
     with tempfile.TemporaryDirectory(prefix="pulse-bench-web-") as tmp:
@@ -180,7 +180,7 @@ def main() -> None:
             figures["metrics_first_ms"] = get_metrics(base, token)
             conn = db.open_events(big / "events.db")
             scrapes = []
-            for i in range(20):
+            for _ in range(20):
                 db.append_events(conn, [db.now_event("wake", "bench", "m", n=j) for j in range(100)])
                 scrapes.append(get_metrics(base, token))
             conn.close()

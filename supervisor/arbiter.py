@@ -18,12 +18,21 @@ import time
 
 import zmq
 
-from pulse.core import config as configmod
 from pulse.core import client, clock, logs, procs, wire
+from pulse.core import config as configmod
 from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
-from pulse.core.states import (ALIVE_STATES, CORE_WORKERS, EVENT_WRITER, STEERABLE, SUPERVISED, WEB, WORKERS, Exit,
-                               WorkerState)
+from pulse.core.states import (
+    ALIVE_STATES,
+    CORE_WORKERS,
+    EVENT_WRITER,
+    STEERABLE,
+    SUPERVISED,
+    WEB,
+    WORKERS,
+    Exit,
+    WorkerState,
+)
 
 from . import control
 from .child import Child, Fail, forget_crashes, next_deadline, on_crash

@@ -19,8 +19,16 @@ from typing import NoReturn
 from pulse import __version__
 from pulse.core import config as configmod
 from pulse.core import instances, logs
-from pulse.core.home import (HomeError, Paths, check_home, ensure_home, home_is_complete, make_runtime_dir,
-                             mark_history, resolve_home)
+from pulse.core.home import (
+    HomeError,
+    Paths,
+    check_home,
+    ensure_home,
+    home_is_complete,
+    make_runtime_dir,
+    mark_history,
+    resolve_home,
+)
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import Exit
 
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     logs.Log("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
 
     entry = register(paths, config)
-    from .arbiter import Arbiter   # zmq and the rest only once the cheap checks passed
+    from .arbiter import Arbiter  # zmq and the rest only once the cheap checks passed
     try:
         arbiter = Arbiter(paths, config, sink, notifier)
     except HomeError as err:

@@ -1,9 +1,23 @@
 """Fixtures: a real pulsed on a temporary home, and a tracker that kills by pid what a test started."""
 
+import os
+import shutil
+import tempfile
+
 import psutil
 import pytest
 
 from support import Pulsed, Tracker, kill_keepers
+
+# Every pulsed of the run keeps its runtime directory (sockets, instance files) under one private
+# directory made here and removed when the run ends: a SIGKILLed pulsed cannot remove its own.
+RUN_DIR = tempfile.mkdtemp(prefix="pulse-tests-")
+os.environ["XDG_RUNTIME_DIR"] = RUN_DIR
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
+
 
 @pytest.fixture
 def tracker():
@@ -36,3 +50,4 @@ def pulsed(tmp_path, tracker) -> Pulsed:
             p.proc.kill()
         p.proc.wait(10)
     kill_keepers(p.home)
+    (p.home / "ballast").unlink(missing_ok=True)   # a failed test's home is kept; 32 MiB of it need not be

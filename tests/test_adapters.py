@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from support import wait_for
-
 from pulse.agents import adapters, tasks
 from pulse.store import db, objects
+from support import wait_for
 
 PY = sys.executable
 
@@ -327,6 +326,7 @@ def test_a_prompt_that_starts_with_a_dash_stays_the_prompt(tmp_path, adapter):
 
 def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
     import tomllib
+
     from pulse.core.config import Agent
     inv = adapters.load_adapter("codex").invocation(Agent(name="cx", adapter="codex"),
                                                     adapters.Task("task-3", 'say "hi"'), str(tmp_path),

@@ -18,14 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from support import wait_for
-
 from pulse.agents import adapters, agentrun
 from pulse.core import config
-from pulse.effects import kinds
-from pulse.store import objects
 from pulse.core.config import Agent, Config, ConfigError
 from pulse.core.wire import Effect
+from pulse.effects import kinds
+from pulse.store import objects
+from support import wait_for
 
 PY = sys.executable
 

@@ -8,10 +8,9 @@ import sqlite3
 import psutil
 import pytest
 
-from support import wait_for
-
 from pulse.core import client, logs
 from pulse.core.home import Paths
+from support import wait_for
 
 
 def test_logs_name_worker_and_pid_and_filter(pulsed):
@@ -52,8 +51,9 @@ def test_output_pipe_yields_whole_lines(tmp_path):
 
 
 def test_daemon_start_returns_once_ready(tmp_path, tracker):
-    from support import PULSECTL
     import subprocess
+
+    from support import PULSECTL
     home = tmp_path / "home"
     env = {**os.environ, "PULSE_HEARTBEAT_MS": "100", "PULSE_STOP_GRACE_MS": "1000"}
     out = subprocess.run([PULSECTL, "--home", str(home), "daemon", "start"], capture_output=True, text=True,
@@ -75,8 +75,9 @@ def test_daemon_start_returns_once_ready(tmp_path, tracker):
 
 
 def test_daemon_start_fails_with_the_reason(tmp_path):
-    from support import PULSECTL
     import subprocess
+
+    from support import PULSECTL
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text("[timings]\nbogus = 1\n")
@@ -87,8 +88,9 @@ def test_daemon_start_fails_with_the_reason(tmp_path):
 
 
 def test_init_is_idempotent_and_says_what_it_made(tmp_path):
-    from support import PULSECTL
     import subprocess
+
+    from support import PULSECTL
     home = tmp_path / "home"
     first = subprocess.run([PULSECTL, "--home", str(home), "init"], capture_output=True, text=True, timeout=60)
     assert first.returncode == 0
@@ -106,8 +108,9 @@ def test_init_is_idempotent_and_says_what_it_made(tmp_path):
 
 
 def test_check_config_and_effective(tmp_path):
-    from support import PULSECTL
     import subprocess
+
+    from support import PULSECTL
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text("[timings]\ntick_ms = 2000\n")

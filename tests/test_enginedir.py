@@ -8,9 +8,8 @@ import threading
 
 import pytest
 
-from support import PULSECTL, init_home, wait_for
-
 from pulse.engine import repo
+from support import PULSECTL, init_home, wait_for
 
 RULE = """
 from pulse.engine.api import Effect

@@ -24,15 +24,14 @@ import psutil
 import pytest
 import zmq
 
-from support import wait_for
-
-from pulse.effects import kinds, registry
-from pulse.store import db, objects
 from pulse.core import wire
 from pulse.core.config import Allow, Config
-from pulse.workers.executor import boot_id, claimer_alive, claimer_id
 from pulse.core.home import ensure_home
 from pulse.core.states import EFFECT_END_EVENTS
+from pulse.effects import kinds, registry
+from pulse.store import db, objects
+from pulse.workers.executor import boot_id, claimer_alive, claimer_id
+from support import wait_for
 
 TERMINAL_TYPES = tuple(EFFECT_END_EVENTS.values())
 PY = sys.executable

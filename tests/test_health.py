@@ -16,14 +16,12 @@ import textwrap
 import time
 
 import psutil
-
 import pytest
-
-from support import init_home, wait_for
 from test_survival_e2e import Endpoint
 
 from pulse.core import config
 from pulse.core.config import ConfigError
+from support import init_home, wait_for
 
 FAST = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100", "PULSE_EXECUTOR_SCAN_INTERVAL_MS": "100"}
 

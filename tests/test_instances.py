@@ -13,11 +13,10 @@ import signal
 import subprocess
 
 import pytest
-
-from support import PULSECTL, Pulsed, init_home, wait_for
-from test_systemd import analyze, one, parse, verify   # noqa: F401  (analyze is a fixture)
+from test_systemd import analyze, one, parse, verify  # noqa: F401  (analyze is a fixture)
 
 from pulse.core import instances
+from support import PULSECTL, Pulsed, init_home, wait_for
 
 
 def ctl(registry, *args, home=None):
@@ -102,7 +101,7 @@ def test_the_registry_lives_beside_the_runtime_dirs(tmp_path, monkeypatch):
     assert instances.registry_dir(instances.SYSTEM_RUNTIME) == instances.SYSTEM_REGISTRY
 
 
-def test_systemd_install_instance_writes_the_template_unit(tmp_path, analyze):
+def test_systemd_install_instance_writes_the_template_unit(tmp_path, analyze):  # noqa: F811  (the fixture)
     out = subprocess.run([PULSECTL, "systemd", "install", "--instance", "a", "--output", str(tmp_path)],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr

@@ -84,8 +84,8 @@ def code(result) -> str | None:
 
 
 async def agent_session(home, answers: list[str]) -> dict:
-    from mcp import Client
     import mcp_types as types
+    from mcp import Client
 
     async def operator(context, params):
         answers.append(params.message)
@@ -277,10 +277,10 @@ def test_the_operator_resets_a_live_session(host):
 
 def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     """Without the SDK or a pulsed: the gate and the tools, on a real events.db."""
-    from pulse.store import db
+    from pulse.agents.toolserver import GatedSession, PulseTools
     from pulse.core.config import Config, Process
     from pulse.core.home import Paths
-    from pulse.agents.toolserver import GatedSession, PulseTools
+    from pulse.store import db
 
     home = tmp_path / "home"
     home.mkdir()

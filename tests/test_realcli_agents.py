@@ -18,6 +18,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
+from pulse.store import objects
 from realtools import (
     ANSWER,
     CHAT_MODEL,
@@ -35,8 +37,6 @@ from realtools import (
     require_tools,
 )
 from support import wait_for
-
-from pulse.store import objects
 
 pytestmark = pytest.mark.realcli
 

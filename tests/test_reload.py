@@ -143,8 +143,8 @@ CHANGES = [
     ("[report]\ndaily_at = \"08:00\"", {"tick", "executor"}),
     ("[report]\nanalyst_timeout_s = 60", {"executor"}),
     ("[pulse]\nname = \"other\"", set()),                              # pulsed's own, read at start
-    ("[gate]\nmax_string_bytes = 2048", set()),
-    ("[web]\nlisten = \"127.0.0.1:0\"", set()),                          # the web worker runs only when enabled                         # pulsectl mcp's, read at its start
+    ("[gate]\nmax_string_bytes = 2048", set()),                     # pulsectl mcp's, read at its start
+    ("[web]\nlisten = \"127.0.0.1:0\"", set()),                          # the web worker runs only when enabled
 ]
 
 

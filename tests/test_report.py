@@ -15,13 +15,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from reportfixture import fixture_history, write
-from support import CHROMIUM, browser_or_skip, init_home, notifications, wait_for
-
 from pulse.report import analysis as analysismod
 from pulse.report import analyst, render, reportrun
 from pulse.rules import survival
 from pulse.store import db
+from reportfixture import fixture_history, write
+from support import CHROMIUM, browser_or_skip, init_home, notifications, wait_for
 
 PY = sys.executable
 MARKUP = "<img src=x onerror=window.__pwned=1>"
@@ -122,6 +121,7 @@ def test_a_project_or_a_task_scopes_the_report(history):
 
 def ctl(home: Path, *args: str, timeout: float = 60, env: dict | None = None):
     import subprocess
+
     from support import PULSECTL
     return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))

@@ -8,8 +8,8 @@ import msgspec
 import pytest
 
 from pulse.core import config as configmod
-from pulse.rules import onion, survival
 from pulse.core.wire import Effect, Outcome, Snapshot, Vital
+from pulse.rules import onion, survival
 
 
 def run(chain, prev=None, curr=None):

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pulse.store import db, objects
 from pulse.core import wire
+from pulse.store import db, objects
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 
 from support import PULSECTL, engine_rule, init_home, wait_for
 
-
 WORKERS = ("watcher", "tick", "executor", "engine")
 
 
@@ -97,6 +96,7 @@ def test_pulsectl_stop_stops_the_daemon(pulsed):
 def test_second_instance_refused(pulsed, tracker):
     pulsed.start()
     import subprocess
+
     from support import PULSED
     second = subprocess.run([PULSED, "--home", str(pulsed.home)], capture_output=True, text=True, timeout=20,
                             env=pulsed.env)

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from pulse.core import config as configmod
-from pulse.rules import onion, survival
 from pulse.core.wire import Effect, EngineHealth, Lifecycle, Outcome, ProcessExit, Snapshot, Vital
+from pulse.rules import onion, survival
 
 CONFIG = configmod.validate(configmod.decode(b"""
 [[process]]

@@ -445,8 +445,8 @@ def test_a_notification_that_cannot_get_out_waits_and_is_retried(pulsed, tmp_pat
         timeout_s = 1
     """)
     pulsed.start()
-    from pulse.store import db
     from pulse.core import wire
+    from pulse.store import db
     conn = db.open_events(pulsed.home / "events.db")
     effect = db.new_effect(wire.Effect(kind="notify", target="t", idempotent=True,
                                           params={"title": "late", "message": "but not lost"}), "survival", 600)

@@ -8,11 +8,10 @@ import threading
 
 import pytest
 
-from support import PULSECTL
-
-from pulse.store import db
 from pulse.agents import tasks
 from pulse.core.wire import Event
+from pulse.store import db
+from support import PULSECTL
 
 # The events that take a new task to each status (data as the writers give it).
 PATHS = {

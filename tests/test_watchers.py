@@ -23,14 +23,13 @@ import psutil
 import pytest
 import zmq
 
-from support import wait_for
-
 from pulse.core import config as configmod
-from pulse.store import db
 from pulse.core import wire
 from pulse.engine.api import Watcher
-from pulse.workers.watcher import VitalsGc
 from pulse.sensing.runner import WatcherRunner
+from pulse.store import db
+from pulse.workers.watcher import VitalsGc
+from support import wait_for
 
 # A minute between samples and between ticks: whatever happens faster was event-driven.
 SLOW = {"PULSE_WATCHER_INTERVAL_MS": "60000", "PULSE_TICK_MS": "60000"}

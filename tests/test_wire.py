@@ -9,9 +9,8 @@ import time
 
 import zmq
 
-from support import wait_for
-
 from pulse.core import wire
+from support import wait_for
 
 GARBAGE = [b"", b"\x00\xff garbage", wire.encode(wire.Wake("x"))[:-1], b"\x81\xa4type\xa3bad"]
 

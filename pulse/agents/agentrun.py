@@ -15,12 +15,11 @@ import threading
 import time
 from pathlib import Path
 
-from pulse.agents import adapters
-from pulse.store import db
-from pulse.agents import tasks
+from pulse.agents import adapters, tasks
 from pulse.core.config import Agent, ExecutorConfig
-from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
 from pulse.core.wire import Effect
+from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
+from pulse.store import db
 
 log = logging.getLogger("pulse.executor")
 

@@ -29,15 +29,13 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
-from pulse.core import client
-from pulse.agents import gate
-from pulse.store import db
-from pulse.agents import tasks
-from pulse.core import wire
+from pulse.agents import gate, tasks
+from pulse.core import client, wire
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
-from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.home import Paths
+from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
+from pulse.store import db
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
 POLL_S = 0.02
@@ -157,7 +155,7 @@ class PulseTools:
         if process is None:
             raise ToolError("NOT_FOUND", f"{name!r} is not a configured [[process]]",
                             configured=[p.name for p in self.config.process])
-        from pulse.effects.kinds import find_processes   # the executor's own lookup: what restart and signal act on
+        from pulse.effects.kinds import find_processes  # the executor's own lookup: what restart and signal act on
         found = await self.to_thread(find_processes, process)
         return {"name": name, "alive": bool(found), "checked_at": time.time(),
                 "processes": [{"pid": p.pid, "cmdline": _cmdline(p), "started": _create_time(p)} for p in found],
@@ -504,7 +502,7 @@ def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
             try:
                 reply = await ctx.session.elicit_form(question, ANSWER_SCHEMA, related_request_id=ctx.request_id)
             except Exception as err:   # the connection cannot carry it after all
-                raise ToolError("NO_OPERATOR", f"no operator can answer in this session ({type(err).__name__})")
+                raise ToolError("NO_OPERATOR", f"no operator can answer in this session ({type(err).__name__})") from err
             return operator_answer(reply)
         return ask
 

@@ -30,6 +30,7 @@ def daemon_start(ctx: Context, wait: float) -> None:
     import socket
     import subprocess
     import tempfile
+
     from pulse.core.client import daemon_pid
     pid = daemon_pid(ctx.paths)
     if pid:

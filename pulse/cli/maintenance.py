@@ -14,9 +14,8 @@ from pulse.core import clock
 
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
     """Commit the event, then ring the tick so the rules see it now."""
-    from pulse.core import client
+    from pulse.core import client, wire
     from pulse.store import db
-    from pulse.core import wire
     conn = db.open_events(ctx.paths.events_db)
     db.append_events(conn, [db.now_event(type_, "pulsectl", target, **data)])
     client.ring(ctx.paths, "wake", wire.Wake("pulsectl", type_))
@@ -65,8 +64,8 @@ def notify() -> None:
 @pass_ctx
 def notify_test(ctx: Context, wait: float) -> None:
     """Send one notification through every configured channel, and say how it went."""
-    from pulse.core import wire
     from pulse.cli.pipeline import queue_effect
+    from pulse.core import wire
     config = ctx.config()
     click.echo(f"channels: {', '.join(c.name or c.kind for c in config.notify) or 'none'}")
     effect = wire.Effect(kind="notify", target="pulse", params={

@@ -15,6 +15,7 @@ from pulse.cli.app import Context, pass_ctx
 from pulse.core import clock
 from pulse.core.states import EFFECT_OPEN
 
+
 def parse_since(text: str) -> float:
     """An ISO time (naive = UTC) or a duration back from now: 30s, 10m, 2h, 1d."""
     try:
@@ -83,6 +84,7 @@ def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, 
 def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
     """The latest vital of each key (KEY: one key, or a prefix ending in *)."""
     import msgspec
+
     from pulse.store import db
     conn = _connect(ctx, "vitals.db")
     latest = db.latest_vitals(conn, [key] if key else ["*"])
@@ -103,6 +105,7 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
 def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
     """Effects and their state."""
     import msgspec
+
     from pulse.store import db
     conn = _connect(ctx, "events.db")
     rows = db.list_effects(conn, EFFECT_OPEN if pending else (), lines)
@@ -150,9 +153,8 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
 
 def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
     """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
-    from pulse.core import client
+    from pulse.core import client, wire
     from pulse.store import db
-    from pulse.core import wire
     effect = db.new_effect(effect, "operator", deadline_s)
     conn = db.open_events(ctx.paths.events_db)
     db.commit_effects(conn, [effect], "pulsectl")

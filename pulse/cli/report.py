@@ -86,7 +86,8 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
            task: str | None, as_json: bool, html_path: str | None, analyst: str | None) -> None:
     """What happened on this host, judged: score, verdicts, issues, each citing its events."""
     from pulse.core import config as configmod
-    from pulse.report import analysis as analysismod, render, reportrun
+    from pulse.report import analysis as analysismod
+    from pulse.report import render, reportrun
     from pulse.store import db
     if as_json and html_path:
         raise click.UsageError("give --json or --html, not both")

@@ -28,7 +28,7 @@ def home_of(name: str) -> str:
         return instances.find(registries(), name)["home"]
     except LookupError as err:
         click.echo(f"pulsectl: {err}", err=True)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 def describe(entry: dict, timeout: float) -> dict:

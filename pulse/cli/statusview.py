@@ -5,8 +5,8 @@ Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unre
 
 from __future__ import annotations
 
-from pulse.core import wire
 from pulse.cli import request_or_exit
+from pulse.core import wire
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import StatusExit
 

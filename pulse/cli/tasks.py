@@ -121,8 +121,8 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     """One task: its fields and its history."""
     import msgspec
 
-    from pulse.store import db
     from pulse.agents import tasks
+    from pulse.store import db
     conn = _readonly(ctx)
     history = db.task_history(conn, task)
     state = tasks.fold_tasks(history).get(task)

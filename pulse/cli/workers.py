@@ -12,8 +12,8 @@ import time
 
 import click
 
-from pulse.core import wire
 from pulse.cli.app import Context, pass_ctx
+from pulse.core import wire
 from pulse.core.states import STEERABLE
 
 worker_arg = click.argument("worker", type=click.Choice(STEERABLE))

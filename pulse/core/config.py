@@ -566,7 +566,7 @@ def validate_agents(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: $.tasks: retry_base_s must be at least 0 and at most retry_max_s")
     if not config.agent:
         return
-    from pulse.agents import adapters       # only with agents configured: it reads entry points (names only)
+    from pulse.agents import adapters  # only with agents configured: it reads entry points (names only)
     for i, agent in enumerate(config.agent):
         where = f"{origin}: $.agent[{i}]"
         if not agent.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", agent.name):

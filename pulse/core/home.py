@@ -38,7 +38,7 @@ def resolve_home(option: str | None) -> Path:
 
 def derived_runtime_dir(home: Path) -> Path:
     """PULSE_RUNTIME_DIR, else a short per-home directory under XDG_RUNTIME_DIR or /tmp."""
-    import zlib   # not hashlib: it maps 3 MiB of OpenSSL into pulsed for one short tag
+    import zlib  # not hashlib: it maps 3 MiB of OpenSSL into pulsed for one short tag
     if os.environ.get("PULSE_RUNTIME_DIR"):
         return Path(os.environ["PULSE_RUNTIME_DIR"])
     tag = format(zlib.crc32(str(home).encode()), "08x")
@@ -211,6 +211,7 @@ def _history_problem(paths: Paths) -> list[str]:
 def mark_history(paths: Paths) -> None:
     """Record how many events events.db holds now (written whole, then renamed into place)."""
     import json
+
     from pulse.store import db
     conn = db.open_readonly(paths.events_db)
     try:

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-import msgspec   # pulsed has it loaded already; the stdlib json would be ~2.5 ms and more resident code
+import msgspec  # pulsed has it loaded already; the stdlib json would be ~2.5 ms and more resident code
 
 SYSTEM_RUNTIME = Path("/run/pulsed")
 SYSTEM_REGISTRY = SYSTEM_RUNTIME / "instances"

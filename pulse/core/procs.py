@@ -69,7 +69,7 @@ def start_child(argv: Sequence[str], **popen) -> "subprocess.Popen":
     argv is a list, never a shell string. It runs in its own process group so the
     caller can signal it and everything it starts as one.
     """
-    import subprocess   # workers only: pulsed never starts a grandchild
+    import subprocess  # workers only: pulsed never starts a grandchild
     libc()              # loaded before the fork: the child must not import between fork and exec
     return subprocess.Popen(list(argv), preexec_fn=child_dies_with_parent, process_group=0,
                             stdin=subprocess.DEVNULL, close_fds=True, **popen)

@@ -136,7 +136,8 @@ def _record(home: str, name: str, ended: dict) -> None:
     """The exit as a fact in events.db, then a wake for the tick: processWatchdog decides from it."""
     from pathlib import Path
 
-    from pulse.core import client, home as homes, wire
+    from pulse.core import client, wire
+    from pulse.core import home as homes
     from pulse.store import db
     deadline = time.monotonic() + RECORD_TRIES_S
     while True:

@@ -50,11 +50,11 @@ from typing import Callable, Sequence
 
 import psutil
 
-from pulse.store import objects
 from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect
+from pulse.store import objects
 
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
 MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from pulse.core import clock
 from pulse.core.config import Notify
-from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
 from pulse.core.wire import Effect
+from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
 
 log = logging.getLogger("pulse.executor")
 

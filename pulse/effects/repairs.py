@@ -12,10 +12,10 @@ import shutil
 import time
 from pathlib import Path
 
-from pulse.store import db, objects
 from pulse.core import wire
 from pulse.core.config import ExecutorConfig
 from pulse.core.home import Paths
+from pulse.store import db, objects
 
 
 def archive(params: dict, now: float | None = None) -> dict:

@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from pulse.report.analysis import (MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp)
+from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
 REPAIRS = frozenset({"restart-process", "archive", "cleanup", "exec", "engine-rollback"})
 EFFECT_ENDS = {"effect-acked": "acked", "effect-failed": "failed", "effect-expired": "expired"}

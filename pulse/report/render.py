@@ -80,7 +80,8 @@ ul.find{list-style:none;padding:0;margin:0}ul.find li{padding:4px 0 4px 10px;bor
 .s-error{border-color:#f85149!important}.s-warn{border-color:#d29922!important}.s-info{border-color:#58a6ff!important}
 a.cite{color:#58a6ff;font-size:12px;text-decoration:none;margin-left:2px}
 svg text{fill:#c9d1d9;font-size:11px}.lane{fill:#161b22}.axis{stroke:#30363d}
-.events{font:12px/1.4 ui-monospace,monospace;list-style:none;padding:0}.events li{padding:3px 0;border-bottom:1px solid #21262d;word-break:break-all}
+.events{font:12px/1.4 ui-monospace,monospace;list-style:none;padding:0}
+.events li{padding:3px 0;border-bottom:1px solid #21262d;word-break:break-all}
 .events li:target{background:#1f2a37}
 .legend span{margin-right:12px;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
 @media print{:root{color-scheme:light}body{background:#fff;color:#000;padding:0}.card{background:#fff;border-color:#999}

@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 
 from pulse.core import clock
 from pulse.core.config import TickConfig
-from pulse.rules.onion import Inner, RuleResult, handled
 from pulse.core.wire import Effect, Outcome, ProcessExit, Snapshot, Vital
+from pulse.rules.onion import Inner, RuleResult, handled
 
 NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
 EXIT_FACT_WAIT_S = 2.0              # a death of a process whose exit codes matter waits this long for

@@ -27,8 +27,8 @@ import psutil
 
 from pulse.core import config as configmod
 from pulse.core import guarded, procs
-from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
+from pulse.engine.api import Watcher
 
 
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:

@@ -42,19 +42,19 @@ import sqlite3
 import threading
 import time
 import traceback
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import zmq
 
-from pulse.store import ballast, db
 from pulse.core import wire
-from pulse.workers.harness import drain, poke
 from pulse.core.config import EngineConfig, WatcherConfig
-from pulse.engine.api import Watcher
 from pulse.core.wire import Vital
+from pulse.engine.api import Watcher
+from pulse.store import ballast, db
+from pulse.workers.harness import drain, poke
 
 MAX_THREADS = 32          # one per watcher up to this: a hung collect holds a thread, the others need theirs
 MIN_INTERVAL_S = 0.05     # a watcher asking for less (or for nonsense) would spin the loop

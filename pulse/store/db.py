@@ -463,7 +463,8 @@ def _effect(body: bytes) -> Effect:
     return msgspec.msgpack.decode(body, type=Effect)
 
 
-def open_effects(conn: sqlite3.Connection, state: str | None = None, limit: int = 1000) -> list[tuple[Effect, str, str | None, int | None]]:
+def open_effects(conn: sqlite3.Connection, state: str | None = None,
+                 limit: int = 1000) -> list[tuple[Effect, str, str | None, int | None]]:
     """(effect, state, claimer, pgid) of effects not yet ended, oldest first."""
     states = (state,) if state else EFFECT_OPEN
     rows = conn.execute(

@@ -143,7 +143,8 @@ def shell(request: Request, page: str, body: str = "") -> Response:
     csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
     text = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="csrf" content="{csrf}"><link rel="icon" href="data:,"><title>Pulse · {page}</title><link rel="stylesheet" href="/static/app.css"></head>
+<meta name="csrf" content="{csrf}"><link rel="icon" href="data:,"><title>Pulse · {page}</title>
+<link rel="stylesheet" href="/static/app.css"></head>
 <body data-page="{page if not body else 'static'}"><header><strong>Pulse</strong><nav>{nav}</nav>
 <span id="said" class="muted" role="status" aria-live="polite"></span>
 <button id="theme" type="button" aria-label="switch between dark and light">◐</button></header>

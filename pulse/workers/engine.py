@@ -25,11 +25,11 @@ import traceback
 import msgspec
 import zmq
 
+from pulse.core import client, procs, wire
+from pulse.core.home import dev_pid
+from pulse.engine import loader
 from pulse.rules import onion
 from pulse.store import db
-from pulse.core import client, procs, wire
-from pulse.engine import loader
-from pulse.core.home import dev_pid
 from pulse.workers.harness import Worker, drain, poke
 
 EXECUTOR_THREADS = 4

@@ -25,10 +25,10 @@ import time
 import msgspec
 import zmq
 
-from pulse.store import db
 from pulse.core import clock, wire
-from pulse.workers.harness import Worker
 from pulse.core.states import EVENT_WRITER
+from pulse.store import db
+from pulse.workers.harness import Worker
 
 BATCH = 512
 COALESCE_S = 0.05

@@ -51,10 +51,10 @@ from typing import Callable
 
 import zmq
 
-from pulse.effects import kinds, registry
-from pulse.store import db
 from pulse.core import client, clock, wire
 from pulse.core.states import EFFECT_ENDED
+from pulse.effects import kinds, registry
+from pulse.store import db
 from pulse.workers.harness import Worker, drain, poke
 
 SOURCE = "executor"

@@ -29,8 +29,8 @@ from typing import Callable
 
 import zmq
 
-from pulse.core import config as configmod
 from pulse.core import client, logs, procs, wire
+from pulse.core import config as configmod
 from pulse.core.home import Paths
 from pulse.core.states import Exit
 from pulse.store import db

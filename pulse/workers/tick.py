@@ -21,12 +21,10 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from pulse.store import ballast
-from pulse.rules import budget, onion
-from pulse.store import db
-from pulse.rules import survival
 from pulse.agents import tasks
 from pulse.core import client, wire
+from pulse.rules import budget, onion, survival
+from pulse.store import ballast, db
 from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10

@@ -18,10 +18,10 @@ import time
 import zmq
 
 from pulse.core import client
-from pulse.store import db
-from pulse.workers.harness import Worker
 from pulse.sensing.builtin import ProcessAlive, builtin_watchers
 from pulse.sensing.runner import WatcherRunner
+from pulse.store import db
+from pulse.workers.harness import Worker
 
 
 class VitalsGc:

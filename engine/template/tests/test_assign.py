@@ -2,9 +2,10 @@
 
 import asyncio
 
-from pulse.engine.api import Effect, Snapshot
-from pulse.agents.tasks import AgentCapabilityStats, PendingTasks, TaskState
 from rules.assign import assign, choose
+
+from pulse.agents.tasks import AgentCapabilityStats, PendingTasks, TaskState
+from pulse.engine.api import Effect, Snapshot
 
 
 def stats(name, **kw):

@@ -2,8 +2,9 @@
 
 import asyncio
 
-from pulse.engine.api import Snapshot
 from rules.example import passthrough
+
+from pulse.engine.api import Snapshot
 
 
 def test_passthrough_asks_the_inner_rules():

@@ -1,7 +1,8 @@
 """The OpenClaw example: a task once restarting the gateway did not help, one per streak."""
 
-from pulse.engine.api import Effect, Outcome, Snapshot, Vital
 from rules.openclaw import GATEWAY, gateway_task
+
+from pulse.engine.api import Effect, Outcome, Snapshot, Vital
 
 
 def snap(oks, restarts=(), added=(), pending=()):

@@ -19,8 +19,19 @@ executor, when an agent that uses it runs.
 
 from __future__ import annotations
 
-from pulse.agents.adapters.base import (CWD_PLACEHOLDERS, PLACEHOLDERS, SUMMARY_CHARS, TAIL_CHARS, Adapter,
-                                        AgentResult, Invocation, RunOutput, Task, placeholders, substitute)
+from pulse.agents.adapters.base import (
+    CWD_PLACEHOLDERS,
+    PLACEHOLDERS,
+    SUMMARY_CHARS,
+    TAIL_CHARS,
+    Adapter,
+    AgentResult,
+    Invocation,
+    RunOutput,
+    Task,
+    placeholders,
+    substitute,
+)
 from pulse.agents.adapters.claude_code import ClaudeCodeAdapter
 from pulse.agents.adapters.codex import CodexAdapter
 from pulse.agents.adapters.command import CommandAdapter

@@ -27,8 +27,19 @@ from __future__ import annotations
 import json
 import os
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, count, exit_problem,
-                                        final_reason, json_result, number, stderr_tail, token_counts)
+from pulse.agents.adapters.base import (
+    Adapter,
+    AgentResult,
+    Invocation,
+    RunOutput,
+    count,
+    exit_problem,
+    final_reason,
+    json_result,
+    number,
+    stderr_tail,
+    token_counts,
+)
 
 USAGE = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
          "cache_read_input_tokens": "cache_read"}

@@ -27,8 +27,17 @@ from __future__ import annotations
 
 import json
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, Invocation, RunOutput, failed, failed_run, json_lines,
-                                        stderr_tail, token_counts)
+from pulse.agents.adapters.base import (
+    Adapter,
+    AgentResult,
+    Invocation,
+    RunOutput,
+    failed,
+    failed_run,
+    json_lines,
+    stderr_tail,
+    token_counts,
+)
 
 USAGE = {"input_tokens": "input", "cached_input_tokens": "cache_read", "cache_write_input_tokens": "cache_write",
          "output_tokens": "output", "reasoning_output_tokens": "reasoning"}

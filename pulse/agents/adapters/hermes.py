@@ -24,8 +24,16 @@ from __future__ import annotations
 import json
 import os
 
-from pulse.agents.adapters.base import (TAIL_CHARS, Adapter, AgentResult, Invocation, RunOutput, failed_run,
-                                        number, token_counts)
+from pulse.agents.adapters.base import (
+    TAIL_CHARS,
+    Adapter,
+    AgentResult,
+    Invocation,
+    RunOutput,
+    failed_run,
+    number,
+    token_counts,
+)
 
 USAGE = {"input_tokens": "input", "prompt_tokens": "input", "output_tokens": "output",
          "completion_tokens": "output", "cache_read_tokens": "cache_read", "cache_write_tokens": "cache_write",

@@ -20,8 +20,7 @@ MCP: no per-run flag is documented, so this adapter hands it no Pulse tools.
 
 from __future__ import annotations
 
-from pulse.agents.adapters.base import (Adapter, AgentResult, RunOutput, failed, json_result, number,
-                                        token_counts)
+from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, failed, json_result, number, token_counts
 
 USAGE = {"input": "input", "output": "output", "cacheRead": "cache_read", "cacheWrite": "cache_write",
          "total": "total"}
