@@ -30,8 +30,9 @@ reaches survival rules or their configuration: they live in the tick process.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Union
+from typing import Awaitable, Callable, Union
 
+from pulse.core.plugins import Executor, Watcher
 from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 
 __all__ = ["Effect", "Executor", "Inner", "Outcome", "Rule", "RuleResult", "Snapshot", "Vital", "Watcher"]
@@ -39,30 +40,3 @@ __all__ = ["Effect", "Executor", "Inner", "Outcome", "Rule", "RuleResult", "Snap
 RuleResult = tuple[list[Effect], Union[int, None]]
 Inner = Callable[[Union[Snapshot, None], Snapshot], Awaitable[RuleResult]]
 Rule = Callable[[Union[Snapshot, None], Snapshot, Inner], Union[RuleResult, Awaitable[RuleResult]]]
-
-
-class Watcher:
-    """Senses one thing. `collect()` returns the sample's data (a JSON-able dict), written to
-    vitals.db under `key` every `interval_ms`; `should_wake(window)` sees the key's last
-    minute of vitals (oldest first) and returns True to ring the tick at once."""
-
-    name: str = "watcher"
-    key: str = "watcher"
-    interval_ms: int = 5_000
-    timeout_s: float = 5.0       # a collect() slower than this is an error; the others carry on
-
-    def collect(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def should_wake(self, window: list[Vital]) -> bool:
-        return False
-
-
-class Executor:
-    """Carries out effects of one `kind`. `run(effect)` returns a JSON-able result dict,
-    or raises to fail the effect."""
-
-    kind: str = "executor"
-
-    def run(self, effect: Effect) -> dict[str, Any]:
-        raise NotImplementedError

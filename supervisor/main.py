@@ -22,11 +22,7 @@ from pulse.core import instances, logs
 from pulse.core.home import (
     HomeError,
     Paths,
-    check_home,
-    ensure_home,
-    home_is_complete,
     make_runtime_dir,
-    mark_history,
     resolve_home,
 )
 from pulse.core.sdnotify import Notifier
@@ -68,6 +64,7 @@ def prepare_home(paths: Paths) -> None:
         code = 1
         try:
             os.close(r)
+            from pulse.store.provision import check_home, ensure_home, home_is_complete, mark_history
             problems = check_home(paths)
             if problems:
                 raise HomeError("\n".join(problems))

@@ -234,10 +234,12 @@ def test_adapters_are_found_by_name_through_entry_points(monkeypatch):
         assert getattr(__import__(module, fromlist=[attr]), attr) is cls
     assert isinstance(adapters.load_adapter("command"), adapters.CommandAdapter)
     assert isinstance(adapters.load_adapter("claude-code"), adapters.ClaudeCodeAdapter)
+    # config knows each built-in's argv without importing it: the adapters take theirs from there
+    assert {name: cls.default_argv for name, cls in adapters.BUILTIN.items()} == config.ADAPTER_ARGV
 
     # A third-party adapter: registered under the group, loaded by name.
     third = EntryPoint(name="mine", value="pulse.agents.adapters:CommandAdapter", group="pulse.adapters")
-    monkeypatch.setattr(adapters, "_entry_points", lambda: [*entry_points(group="pulse.adapters"), third])
+    monkeypatch.setattr(config, "adapter_entry_points", lambda: [*entry_points(group="pulse.adapters"), third])
     assert "mine" in adapters.adapter_names()
     assert isinstance(adapters.load_adapter("mine"), adapters.CommandAdapter)
     config.validate(Config(agent=[Agent(name="x", adapter="mine", argv=["true"])]), "test")
@@ -252,7 +254,7 @@ def test_adapters_are_found_by_name_through_entry_points(monkeypatch):
     ('name = "a"\nargv = ["x", "{prompt"]', "$.agent[0].argv[1]: malformed template"),
     ('name = "a"\nargv = ["x"]\ncwd = "/w/{prompt}"', "$.agent[0].cwd: unknown placeholder {prompt}"),
     ('name = "a"\nargv = ["x"]\nenv = {K = "{nope}"}', "$.agent[0].env.K: unknown placeholder {nope}"),
-    ('name = "a"', "$.agent[0]: adapter 'command' needs an argv"),
+    ('name = "a"', "$.agent[0].argv: adapter 'command' needs an argv"),
     ('name = "a"\nargv = ["x"]\nconcurrency = 0', "$.agent[0].concurrency must be at least 1"),
     ('name = "a"\nargv = ["x"]\nshell = "sh -c"', "unknown key $.agent[0].shell"),
 ])

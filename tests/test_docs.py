@@ -67,18 +67,61 @@ def imported_modules(path: Path, top_level_only: bool) -> set[str]:
     return {m for m in out if m == "pulse" or m.startswith("pulse.")}
 
 
-# What core may reach above itself, inside a function only: config's checks of names that a higher
-# layer defines (an [[agent]]'s adapter and placeholders), done once when config is loaded; and
-# ensure_home making the stores, which runs in pulsectl init or pulsed's home-making child only.
-CORE_LAZY_IMPORTS = {"config.py": {"pulse.agents"}, "home.py": {"pulse.store"}}
+def layer_of(module: str) -> str | None:
+    """The layer table's folder a dotted module belongs to; None for the `pulse` package itself."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] == "__version__":
+        return None
+    installed_as = {"supervisor": "supervisor/", "engine": "engine/"}
+    return installed_as.get(parts[1], f"pulse/{parts[1]}/")
 
 
-def test_core_imports_nothing_of_pulse_above_it():
-    for path in (ROOT / "pulse" / "core").glob("*.py"):
-        at_top = {m for m in imported_modules(path, top_level_only=True) if not m.startswith("pulse.core")}
-        assert at_top <= {"pulse"}, f"{path.name} imports {at_top}"
-        anywhere = {m for m in imported_modules(path, top_level_only=False) if not m.startswith("pulse.core")}
-        assert anywhere - {"pulse"} <= CORE_LAZY_IMPORTS.get(path.name, set()), f"{path.name} imports {anywhere}"
+def allowed_imports() -> dict[str, set[str]]:
+    """The import table of docs/architecture.md: layer → the layers it may import."""
+    section = ARCHITECTURE.split("### Who imports whom", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            table[cells[0].strip("`")] = set(re.findall(r"`([\w/]+/)`", cells[1]))
+    return table
+
+
+def source_files():
+    for base in ("pulse", "supervisor", "engine"):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            if "template" not in path.relative_to(ROOT).parts:     # the agent's, not Pulse's
+                yield path, layer_of(".".join(["pulse", *path.relative_to(ROOT).with_suffix("").parts])
+                                     if base != "pulse" else ".".join(path.relative_to(ROOT).with_suffix("").parts))
+
+
+def test_every_import_follows_the_import_table():
+    """Every import of Pulse's own code, at the top of a module or inside a function, goes from a
+    layer to one the table of docs/architecture.md allows (or within its own layer)."""
+    table = allowed_imports()
+    assert set(table) >= set(layer_rows()) - {"pulse/agents/adapters/"}, "a layer is missing from the import table"
+    wrong = []
+    for path, layer in source_files():
+        for module in imported_modules(path, top_level_only=False):
+            target = layer_of(module)
+            if target not in (None, layer) and target not in table[layer]:
+                wrong.append(f"{path.relative_to(ROOT)} ({layer}) imports {module} ({target})")
+    assert wrong == []
+
+
+def test_the_import_table_has_no_cycle():
+    table = allowed_imports()
+    done: set[str] = set()
+
+    def visit(layer: str, path: tuple[str, ...]) -> None:
+        assert layer not in path, f"the import table has a cycle: {' → '.join((*path, layer))}"
+        if layer not in done:
+            for lower in table.get(layer, ()):
+                visit(lower, (*path, layer))
+            done.add(layer)
+
+    for layer in table:
+        visit(layer, ())
 
 
 def test_pulsed_imports_only_the_core_at_module_level():
@@ -87,6 +130,19 @@ def test_pulsed_imports_only_the_core_at_module_level():
         above = {m for m in imported_modules(path, top_level_only=True)
                  if not m.startswith(("pulse.core", "pulse.supervisor"))}
         assert above <= {"pulse"}, f"supervisor/{path.name} imports {above}"
+
+
+def test_pulsed_never_imports_an_adapter():
+    """Checking an [[agent]] (pulsed does, at start and on reload) imports no adapter."""
+    import subprocess
+    import sys
+    code = ("import sys; from pulse.core import config; "
+            "text = b'[[agent]]\\nname = \"a\"\\nadapter = \"codex\"\\n'; "
+            "config.validate(config.decode(text, 't'), 't'); "
+            "print(sorted(m for m in sys.modules if m.startswith('pulse.') and not m.startswith('pulse.core')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def python_examples(doc: Path) -> list[str]:

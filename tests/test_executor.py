@@ -26,10 +26,10 @@ import zmq
 
 from pulse.core import wire
 from pulse.core.config import Allow, Config
-from pulse.core.home import ensure_home
 from pulse.core.states import EFFECT_END_EVENTS
 from pulse.effects import kinds, registry
 from pulse.store import db, objects
+from pulse.store.provision import ensure_home
 from pulse.workers.executor import boot_id, claimer_alive, claimer_id
 from support import wait_for
 

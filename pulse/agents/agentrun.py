@@ -14,11 +14,16 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from pulse.agents import adapters, tasks
+from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect
 from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
+from pulse.effects.registry import Kind, Seconds
 from pulse.store import db
 
 log = logging.getLogger("pulse.executor")
@@ -139,7 +144,7 @@ def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -
 def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, adapter, state, home: Path,
                        base: dict) -> dict:
     if agent.cwd is not None:
-        workdir = adapters.substitute(agent.cwd, {"task_id": state.id, "agent": agent.name, "project": state.project})
+        workdir = substitute(agent.cwd, {"task_id": state.id, "agent": agent.name, "project": state.project})
     else:
         workdir = str(home / "work" / state.id)
         os.makedirs(workdir, mode=0o700, exist_ok=True)
@@ -230,3 +235,29 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
         log.warning("%s: its run %s was interrupted; back to pending", task, effect.id)
     except tasks.IllegalTransition:
         pass                       # the run had ended, or never began: nothing to give back
+
+
+# -- the kinds, plugged into pulse.effects.registry (setup.cfg's pulse.effect_kinds) -------------------
+
+class AgentRunParams(msgspec.Struct):
+    task_id: str | int | None = None                         # "task-7" or 7; unset: the effect's target
+    agent: str | None = None                                 # an [[agent]] name; unset: the first with a free slot
+    timeout_s: Seconds | None = None                         # at most the agent's timeout_s
+
+
+class TaskAddParams(msgspec.Struct):
+    project: Annotated[str, msgspec.Meta(min_length=1)]
+    title: Annotated[str, msgspec.Meta(min_length=1)]
+    prompt: Annotated[str, msgspec.Meta(min_length=1)]
+    priority: int = 0
+
+
+AGENT_RUN = Kind(
+    "agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
+    "once; the task is acked or failed with the agent's result.",
+    AgentRunParams, run_agent, False, "the task id", admit=SLOTS.admit,
+    release=SLOTS.release, settle_orphan=settle_interrupted, starts_process=True)
+TASK_ADD = Kind(
+    "task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "
+    "the assignment rule hands it out like any other.",
+    TaskAddParams, run_task_add, False, "what the task is about")

@@ -11,7 +11,8 @@ from pulse.cli.app import Context, pass_ctx
 @pass_ctx
 def init(ctx: Context) -> None:
     """Create the Pulse home with working defaults (idempotent)."""
-    from pulse.core.home import HomeError, ensure_home
+    from pulse.core.home import HomeError
+    from pulse.store.provision import ensure_home
     try:
         made = ensure_home(ctx.home)
     except HomeError as err:

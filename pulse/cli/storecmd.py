@@ -30,8 +30,8 @@ def check(ctx: Context) -> None:
     sound, 1 if not."""
     import sqlite3
 
-    from pulse.core.home import check_home
     from pulse.store import db
+    from pulse.store.provision import check_home
     paths = ctx.paths
     problems = check_home(paths)
     for path in (paths.events_db, paths.vitals_db):

@@ -1,11 +1,13 @@
 """What every process shares: stdlib, pyzmq and msgspec only, so pulsed can import it
 (`guarded` alone uses psutil, and pulsed never imports it).
 
-Modules: `config` (config.toml's schema, defaults and per-worker slices), `wire` (every
+Modules: `config` (config.toml's schema, defaults and per-worker slices), `argvtemplate` (an
+[[agent]]'s argv placeholders), `wire` (every
 message that crosses a process boundary), `states` (worker, effect and task states, exit
 codes), `home` (the home and runtime directory), `logs` (the one log writer), `procs`
 (process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),
 `sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed), `instances`
 (the registry of running Pulses on the host), `guarded` (how a [[process]] is found; psutil,
-imported by the workers only).
+imported by the workers only), `plugins` (the Watcher and Executor an engine plugs in, which the
+built-in sensors are too), `wakepipe` (a loop's wakeup pipe).
 """

@@ -16,6 +16,8 @@ from typing import Literal
 
 import msgspec
 
+from pulse.core import argvtemplate
+
 SCHEMA_VERSION = 1
 
 
@@ -202,13 +204,28 @@ class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     llm: Llm | None = None                    # unset: llmWatchdog is inactive
 
 
+# Each built-in adapter and its argv when an [[agent]] sets none (None: the agent must set one).
+# Defaults of config, so config checks an [[agent]] without importing the adapters (pulsed never
+# does); each adapter's module says what its CLI documents and takes its argv from here.
+ADAPTER_ARGV: dict[str, list[str] | None] = {
+    "command": None,
+    "claude-code": ["claude", "-p", "--output-format", "json", "--", "{prompt}"],
+    "cursor": ["cursor-agent", "-p", "--output-format", "json", "--trust", "--force", "--", "{prompt}"],
+    "codex": ["codex", "exec", "--json", "--skip-git-repo-check", "--", "{prompt}"],
+    "hermes": ["hermes", "-z", "{prompt}"],
+    "openclaw": ["openclaw", "agent", "--agent", "main", "--session-key", "{task_id}", "--message", "{prompt}",
+                 "--json"],
+}
+ADAPTER_GROUP = "pulse.adapters"              # the entry point group other adapters register under
+
+
 class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents.adapters)."""
     name: str
     adapter: str = "command"                  # command | claude-code | cursor | codex | hermes | openclaw |
                                               # a `pulse.adapters` entry point
     # argv template, never a shell string; placeholders per element: {prompt} {task_id} {title}
-    # {project} {agent} {workdir}. claude-code defaults to ["claude", "-p", "--output-format", "json", "--", "{prompt}"].
+    # {project} {agent} {workdir}. Unset: the adapter's (ADAPTER_ARGV; `command` has none).
     argv: list[str] | None = None
     cwd: str | None = None                    # may use {task_id} {agent} {project}; unset: <home>/work/<task_id>
     env: dict[str, str] = msgspec.field(default_factory=dict)   # added to Pulse's; values take placeholders
@@ -559,6 +576,37 @@ def validate_health(health: Health, where: str) -> None:
         raise ConfigError(f"{where}.start_period_s must be at least 0")
 
 
+def _agent_templates(agent: Agent):
+    """(field, template, the placeholders it may use) of one [[agent]]."""
+    yield from ((f"argv[{j}]", arg, argvtemplate.PLACEHOLDERS) for j, arg in enumerate(agent.argv or []))
+    yield from ((f"env.{key}", value, argvtemplate.PLACEHOLDERS) for key, value in agent.env.items())
+    if agent.cwd is not None:
+        yield "cwd", agent.cwd, argvtemplate.CWD_PLACEHOLDERS
+
+
+def adapter_entry_points() -> list:
+    """The `pulse.adapters` entry points (the built-ins' too): read from metadata, nothing imported."""
+    from importlib.metadata import entry_points
+    return list(entry_points(group=ADAPTER_GROUP))
+
+
+def adapter_names() -> set[str]:
+    """The built-in adapters and the `pulse.adapters` entry points: names only, nothing imported."""
+    return set(ADAPTER_ARGV) | {ep.name for ep in adapter_entry_points()}
+
+
+def adapter_problem(agent: Agent) -> str | None:
+    """What is wrong with an [[agent]]'s adapter and argv, said from config alone; an entry point's
+    own default argv is its code's to know, so its check waits until it runs."""
+    if agent.adapter in ADAPTER_ARGV:
+        if agent.argv is None and ADAPTER_ARGV[agent.adapter] is None:
+            return f"argv: adapter {agent.adapter!r} needs an argv"
+        return None
+    if agent.adapter not in (names := adapter_names()):
+        return f"adapter: no adapter {agent.adapter!r} (known: {', '.join(sorted(names))})"
+    return None
+
+
 def validate_agents(config: Config, origin: str) -> None:
     if config.tasks.max_failures < 1:
         raise ConfigError(f"{origin}: $.tasks.max_failures must be at least 1")
@@ -566,35 +614,24 @@ def validate_agents(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: $.tasks: retry_base_s must be at least 0 and at most retry_max_s")
     if not config.agent:
         return
-    from pulse.agents import adapters  # only with agents configured: it reads entry points (names only)
     for i, agent in enumerate(config.agent):
         where = f"{origin}: $.agent[{i}]"
         if not agent.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", agent.name):
             raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol)")
-        for j, arg in enumerate(agent.argv or []):
+        for field_name, template, allowed in _agent_templates(agent):
             try:
-                adapters.placeholders(arg)
+                argvtemplate.placeholders(template, allowed)
             except ValueError as err:
-                raise ConfigError(f"{where}.argv[{j}]: {err}") from None
-        for key, value in agent.env.items():
-            try:
-                adapters.placeholders(value)
-            except ValueError as err:
-                raise ConfigError(f"{where}.env.{key}: {err}") from None
-        if agent.cwd is not None:
-            try:
-                adapters.placeholders(agent.cwd, adapters.CWD_PLACEHOLDERS)
-            except ValueError as err:
-                raise ConfigError(f"{where}.cwd: {err}") from None
+                raise ConfigError(f"{where}.{field_name}: {err}") from None
         if agent.argv is not None and not agent.argv:
             raise ConfigError(f"{where}.argv: an argv list needs at least the program")
         if not 0 < agent.timeout_s <= MAX_AGENT_TIMEOUT_S:
             raise ConfigError(f"{where}.timeout_s must lie within 0 … {MAX_AGENT_TIMEOUT_S} (exclusive of 0)")
         if agent.concurrency < 1:
             raise ConfigError(f"{where}.concurrency must be at least 1")
-        problem = adapters.check_agent(agent)
+        problem = adapter_problem(agent)
         if problem:
-            raise ConfigError(f"{where}.{problem}" if problem.startswith("adapter:") else f"{where}: {problem}")
+            raise ConfigError(f"{where}.{problem}")
     names = [a.name for a in config.agent]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.agent: names must be unique")

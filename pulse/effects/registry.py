@@ -14,6 +14,7 @@ schema does not name are kept (a rule may tag its effects, e.g. params["rule"]).
 from __future__ import annotations
 
 import difflib
+import functools
 import sqlite3
 import types
 import typing
@@ -22,12 +23,10 @@ from typing import Annotated, Callable, Collection, Iterable
 
 import msgspec
 
-from pulse.agents import agentrun
 from pulse.core.config import Allow, ExecutorConfig
 from pulse.core.wire import Effect
 from pulse.effects import kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
-from pulse.report import reportrun
 
 UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
 
@@ -68,19 +67,6 @@ class RestartProcessParams(msgspec.Struct):
 
 class SignalParams(msgspec.Struct):
     signal: str = kinds.DEFAULT_SIGNAL                       # a name: "SIGHUP", "SIGTERM", ...
-
-
-class AgentRunParams(msgspec.Struct):
-    task_id: str | int | None = None                         # "task-7" or 7; unset: the effect's target
-    agent: str | None = None                                 # an [[agent]] name; unset: the first with a free slot
-    timeout_s: Seconds | None = None                         # at most the agent's timeout_s
-
-
-class TaskAddParams(msgspec.Struct):
-    project: Annotated[str, msgspec.Meta(min_length=1)]
-    title: Annotated[str, msgspec.Meta(min_length=1)]
-    prompt: Annotated[str, msgspec.Meta(min_length=1)]
-    priority: int = 0
 
 
 class ArchiveParams(msgspec.Struct):
@@ -159,7 +145,7 @@ def _notify_retry(effect: Effect, data: dict) -> bool:
     return effect.idempotent and data.get("reason") == "notify"
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
+OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True),
     Kind("exec", "Runs an argv in its own process group; acked on exit code 0. The event has the code "
          "and the last 2 KiB of output; the whole output is in objects/.",
@@ -186,30 +172,33 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("cleanup", "Deletes files matching absolute globs (never inside the home), and collects old "
          "vitals and unreferenced objects.",
          CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True),
-    Kind("agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
-         "once; the task is acked or failed with the agent's result.",
-         AgentRunParams, agentrun.run_agent, False, "the task id", admit=agentrun.SLOTS.admit,
-         release=agentrun.SLOTS.release, settle_orphan=agentrun.settle_interrupted, starts_process=True),
-    Kind("task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "
-         "the assignment rule hands it out like any other.",
-         TaskAddParams, agentrun.run_task_add, False, "what the task is about"),
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False),
     Kind("engine-rollback", "Rolls the engine's main branch back and reloads the engine. Built in, "
          "never the engine's: a rollback is wanted exactly when the engine is broken.",
          EngineRollbackParams, lambda e, ctx: repairs.engine_rollback(e.params, ctx.paths), False),
-    Kind("report", "Writes the report of a window of events.db (the last day by default) as one HTML page "
-         "under [report] dir, analysed by the deterministic analyst or an [[agent]] (checked, with the "
-         "deterministic analysis as fallback); with notify, sends its text summary and the page's path "
-         "through the [[notify]] channels. Acked with the page's path and the analysis in objects/.",
-         reportrun.ReportParams, reportrun.run_report, True, "what the report is for (free text)"),
 )}
+
+
+# The higher layers' kinds (agent-run and task-add of pulse.agents, report of pulse.report) plug in
+# under these entry points, so that this module, below them, imports neither.
+PLUGIN_GROUP = "pulse.effect_kinds"
+
+
+@functools.cache
+def all_kinds() -> dict[str, Kind]:
+    """Every built-in kind: this module's own, then those of the `pulse.effect_kinds` entry points
+    that lie in Pulse's own package (another distribution's are ignored: an engine's own kinds
+    come from its executors, and run in the engine process, never in the executor)."""
+    from importlib.metadata import entry_points
+    plugged = [ep.load() for ep in entry_points(group=PLUGIN_GROUP) if ep.value.startswith("pulse.")]
+    return {**OWN_KINDS, **{kind.name: kind for kind in plugged}}
 
 
 def get(kind: str) -> Kind | None:
     """The built-in kind, or None: the engine's own."""
-    return KINDS.get(kind)
+    return all_kinds().get(kind)
 
 
 def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:
@@ -222,13 +211,13 @@ def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str
         return None
     if effect.kind not in allow.kinds:
         return f"not-allowed: kind {effect.kind!r} is not in allow.kinds"
-    kind = KINDS.get(effect.kind)
+    kind = all_kinds().get(effect.kind)
     return kind.allow(effect, allow, process_names) if kind is not None and kind.allow else None
 
 
 def params_problem(effect: Effect) -> str | None:
     """What is wrong with a built-in effect's params, naming the field; None if they fit."""
-    kind = KINDS[effect.kind]
+    kind = all_kinds()[effect.kind]
     try:
         msgspec.convert(effect.params, kind.params)
     except msgspec.ValidationError as err:
@@ -239,7 +228,7 @@ def params_problem(effect: Effect) -> str | None:
 
 def unknown_kinds(names: Iterable[str], engine_kinds: Collection[str] = ()) -> list[str]:
     """Each name that is neither a built-in kind nor one the engine declares, with a suggestion."""
-    known = [*KINDS, *engine_kinds]
+    known = [*all_kinds(), *engine_kinds]
     out = []
     for name in names:
         if name in known:
@@ -279,7 +268,7 @@ def _first_line(doc: str | None) -> str:
 def reference() -> str:
     """Every built-in kind as Markdown: what it does, its target, its params, its idempotent default."""
     lines = []
-    for kind in KINDS.values():
+    for kind in all_kinds().values():
         params = "; ".join(_params_rows(kind.params)) or "none"
         lines += [f"### `{kind.name}`", "", kind.doc, "",
                   f"- target: {kind.target}",

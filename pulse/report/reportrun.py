@@ -30,6 +30,7 @@ from pulse.core import clock
 from pulse.core.config import Agent
 from pulse.core.wire import Effect
 from pulse.effects.kinds import EffectContext, EffectFailed, run_process, store_output
+from pulse.effects.registry import Kind
 from pulse.report import analyst, render
 from pulse.report.analysis import Analysis, InvalidAnalysis, check, cited, decode, encode, schema
 from pulse.store import db
@@ -276,3 +277,12 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
         except EffectFailed as err:
             raise EffectFailed("notify", f"the report is at {path}, but {err.error}", **data, **err.data) from None
     return data
+
+
+# Plugged into pulse.effects.registry (setup.cfg's pulse.effect_kinds).
+REPORT = Kind(
+    "report", "Writes the report of a window of events.db (the last day by default) as one HTML page "
+    "under [report] dir, analysed by the deterministic analyst or an [[agent]] (checked, with the "
+    "deterministic analysis as fallback); with notify, sends its text summary and the page's path "
+    "through the [[notify]] channels. Acked with the page's path and the analysis in objects/.",
+    ReportParams, run_report, True, "what the report is for (free text)")

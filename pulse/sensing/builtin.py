@@ -1,6 +1,6 @@
 """The built-in (P0) watchers: system-resource, process-alive, health, network, error-log.
 
-Each is an `engine.api.Watcher` with one key. `collect()` runs in a pool thread
+Each is a `pulse.core.plugins.Watcher` with one key. `collect()` runs in a pool thread
 of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
 `should_wake()` runs on its main loop and is a pure function of the window.
 Every `should_wake` here fires on an *edge*, not on a level: a host pinned at
@@ -27,8 +27,8 @@ import psutil
 
 from pulse.core import config as configmod
 from pulse.core import guarded, procs
+from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
-from pulse.engine.api import Watcher
 
 
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:

@@ -51,10 +51,10 @@ import zmq
 
 from pulse.core import wire
 from pulse.core.config import EngineConfig, WatcherConfig
+from pulse.core.plugins import Watcher
+from pulse.core.wakepipe import drain, poke
 from pulse.core.wire import Vital
-from pulse.engine.api import Watcher
 from pulse.store import ballast, db
-from pulse.workers.harness import drain, poke
 
 MAX_THREADS = 32          # one per watcher up to this: a hung collect holds a thread, the others need theirs
 MIN_INTERVAL_S = 0.05     # a watcher asking for less (or for nonsense) would spin the loop

@@ -167,7 +167,7 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
                            check_same_thread=True)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s() * 1000)}")
-        # WAL is persistent: only a new file needs the switch, and pulse.core.home.ensure_home makes every
+        # WAL is persistent: only a new file needs the switch, and pulse.store.provision.ensure_home makes every
         # store before the workers start. The switch takes a lock that SQLite refuses without waiting.
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL")

@@ -27,10 +27,11 @@ import zmq
 
 from pulse.core import client, procs, wire
 from pulse.core.home import dev_pid
+from pulse.core.wakepipe import drain, poke
 from pulse.engine import loader
 from pulse.rules import onion
 from pulse.store import db
-from pulse.workers.harness import Worker, drain, poke
+from pulse.workers.harness import Worker
 
 EXECUTOR_THREADS = 4
 

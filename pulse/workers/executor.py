@@ -53,9 +53,10 @@ import zmq
 
 from pulse.core import client, clock, wire
 from pulse.core.states import EFFECT_ENDED
+from pulse.core.wakepipe import drain, poke
 from pulse.effects import kinds, registry
 from pulse.store import db
-from pulse.workers.harness import Worker, drain, poke
+from pulse.workers.harness import Worker
 
 SOURCE = "executor"
 SCAN_LIMIT = 1_000               # open effects read per scan; more are picked up by the next ones
@@ -410,7 +411,7 @@ class ExecutorWorker(Worker):
                                 started=lambda pgid: db.record_pgid(conn, effect.id, pgid))
         began = time.monotonic()
         try:
-            state, data = "acked", registry.KINDS[effect.kind].run(effect, ctx)
+            state, data = "acked", registry.all_kinds()[effect.kind].run(effect, ctx)
         except kinds.EffectFailed as failure:
             state, data = "failed", {**failure.data, "reason": failure.reason, "error": failure.error}
         except (sqlite3.Error, db.StoreError):

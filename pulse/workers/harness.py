@@ -33,6 +33,7 @@ from pulse.core import client, logs, procs, wire
 from pulse.core import config as configmod
 from pulse.core.home import Paths
 from pulse.core.states import Exit
+from pulse.core.wakepipe import drain
 from pulse.store import db
 
 log = logging.getLogger("pulse.harness")
@@ -162,23 +163,6 @@ class Harness:
                 elif item in self.worker.handlers:
                     self.worker.handlers[item]()
             self.worker.on_timer(time.monotonic())
-
-
-def drain(fd: int) -> None:
-    """Empty a non-blocking wakeup pipe."""
-    try:
-        while os.read(fd, 4096):
-            pass
-    except BlockingIOError:
-        pass
-
-
-def poke(fd: int) -> None:
-    """Wake a loop from another thread through its pipe (already full means already woken)."""
-    try:
-        os.write(fd, b"\0")
-    except BlockingIOError:
-        pass
 
 
 def setup_logging(level: str) -> None:

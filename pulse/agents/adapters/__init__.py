@@ -13,15 +13,14 @@ docstring says what its CLI documents and what it reads where the format is not 
 
 Every adapter, built-in or not, registers under the `pulse.adapters` entry point group (name =
 the `adapter` key in config.toml; value = an Adapter subclass). Built-in names cannot be taken
-over. Only names are read when config.toml is validated: an adapter's code is imported by the
-executor, when an agent that uses it runs.
+over. config.toml is validated without importing any (pulse.core.config: the built-ins' argv,
+the entry points' names); an adapter's code is imported by the executor, when an agent that
+uses it runs.
 """
 
 from __future__ import annotations
 
 from pulse.agents.adapters.base import (
-    CWD_PLACEHOLDERS,
-    PLACEHOLDERS,
     SUMMARY_CHARS,
     TAIL_CHARS,
     Adapter,
@@ -29,8 +28,6 @@ from pulse.agents.adapters.base import (
     Invocation,
     RunOutput,
     Task,
-    placeholders,
-    substitute,
 )
 from pulse.agents.adapters.claude_code import ClaudeCodeAdapter
 from pulse.agents.adapters.codex import CodexAdapter
@@ -38,44 +35,26 @@ from pulse.agents.adapters.command import CommandAdapter
 from pulse.agents.adapters.cursor import CursorAdapter
 from pulse.agents.adapters.hermes import HermesAdapter
 from pulse.agents.adapters.openclaw import OpenClawAdapter
+from pulse.core import config as configmod
+from pulse.core.config import ADAPTER_GROUP, adapter_names
 
-GROUP = "pulse.adapters"
 BUILTIN: dict[str, type[Adapter]] = {cls.name: cls for cls in (
     CommandAdapter, ClaudeCodeAdapter, CursorAdapter, CodexAdapter, HermesAdapter, OpenClawAdapter)}
 
-__all__ = ["GROUP", "BUILTIN", "PLACEHOLDERS", "CWD_PLACEHOLDERS", "SUMMARY_CHARS", "TAIL_CHARS", "Adapter",
-           "AgentResult", "Invocation", "RunOutput", "Task", "placeholders", "substitute", "adapter_names",
-           "load_adapter", "check_agent", *(cls.__name__ for cls in BUILTIN.values())]
-
-
-def _entry_points():
-    from importlib.metadata import entry_points
-    return entry_points(group=GROUP)
-
-
-def adapter_names() -> set[str]:
-    """Every adapter name: the built-ins and the `pulse.adapters` entry points (names only, nothing imported)."""
-    return set(BUILTIN) | {ep.name for ep in _entry_points()}
+__all__ = ["BUILTIN", "SUMMARY_CHARS", "TAIL_CHARS", "Adapter",
+           "AgentResult", "Invocation", "RunOutput", "Task", "adapter_names",
+           "load_adapter", *(cls.__name__ for cls in BUILTIN.values())]
 
 
 def load_adapter(name: str) -> Adapter:
     """The adapter called `name`: a built-in, else the entry point's class. LookupError if none."""
     if name in BUILTIN:
         return BUILTIN[name]()
-    found = [ep for ep in _entry_points() if ep.name == name]
+    found = [ep for ep in configmod.adapter_entry_points() if ep.name == name]
     if not found:
         raise LookupError(f"no adapter {name!r} (known: {', '.join(sorted(adapter_names()))})")
     loaded = found[0].load()
     adapter = loaded() if isinstance(loaded, type) else loaded
     if not isinstance(adapter, Adapter):
-        raise LookupError(f"entry point {GROUP}:{name} is not a pulse.agents.adapters.Adapter")
+        raise LookupError(f"entry point {ADAPTER_GROUP}:{name} is not a pulse.agents.adapters.Adapter")
     return adapter
-
-
-def check_agent(agent) -> str | None:
-    """Config-time problems of one [[agent]] that need the adapter (names only for third parties)."""
-    if agent.adapter not in adapter_names():
-        return f"adapter: no adapter {agent.adapter!r} (known: {', '.join(sorted(adapter_names()))})"
-    if agent.adapter in BUILTIN:
-        return BUILTIN[agent.adapter]().check(agent)
-    return None

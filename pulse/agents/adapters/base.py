@@ -20,14 +20,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import string
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-PLACEHOLDERS = ("prompt", "task_id", "title", "project", "agent", "workdir")
-CWD_PLACEHOLDERS = ("task_id", "agent", "project")
+from pulse.core.argvtemplate import substitute
+
 SUMMARY_CHARS = 4_000            # of the agent's final text kept in the task events (the rest: objects/)
 TAIL_CHARS = 1_000
 STDERR_LINES = 5                 # the last lines of stderr that become a failure's reason
@@ -44,36 +43,6 @@ _FINAL = [
     ("usage", re.compile(r"unknown option|unexpected argument|unrecognized arguments?|"
                          r"error: the following arguments are required", re.I)),
 ]
-
-
-# -- templates ---------------------------------------------------------------------------------------
-
-def placeholders(template: str, allowed: Iterable[str] = PLACEHOLDERS) -> list[str]:
-    """The placeholders of `template`; ValueError naming an unknown or malformed one."""
-    allowed = tuple(allowed)
-    out = []
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as err:
-        raise ValueError(f"malformed template {template!r}: {err} (write {{{{ and }}}} for literal braces)") from None
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if name not in allowed or spec or conversion:
-            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-            raise ValueError(f"unknown placeholder {shown}; known: {', '.join('{' + a + '}' for a in allowed)}")
-        out.append(name)
-    return out
-
-
-def substitute(template: str, values: dict[str, str]) -> str:
-    """`template` with its placeholders replaced by plain text: no format mini-language, no shell."""
-    parts = []
-    for literal, name, _, _ in string.Formatter().parse(template):
-        parts.append(literal)
-        if name is not None:
-            parts.append(values[name])
-    return "".join(parts)
 
 
 # -- what an adapter sees and returns ----------------------------------------------------------------
@@ -140,13 +109,7 @@ class AgentResult:
 class Adapter:
     """Subclass and register under the `pulse.adapters` entry point group."""
     name = "adapter"
-    default_argv: list[str] | None = None        # used when the [[agent]] sets no argv
-
-    def check(self, agent) -> str | None:
-        """A problem with this [[agent]] table (config time), or None."""
-        if not (agent.argv or self.default_argv):
-            return f"adapter {agent.adapter!r} needs an argv"
-        return None
+    default_argv: list[str] | None = None        # used when the [[agent]] sets no argv (config.ADAPTER_ARGV)
 
     def values(self, agent, task: Task, workdir: str) -> dict[str, str]:
         return {"prompt": task.prompt, "task_id": task.id, "title": task.title, "project": task.project,

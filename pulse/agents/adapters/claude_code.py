@@ -40,6 +40,7 @@ from pulse.agents.adapters.base import (
     stderr_tail,
     token_counts,
 )
+from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
          "cache_read_input_tokens": "cache_read"}
@@ -61,7 +62,7 @@ def tokens(obj: dict) -> dict[str, int]:
 
 class ClaudeCodeAdapter(Adapter):
     name = "claude-code"
-    default_argv = ["claude", "-p", "--output-format", "json", "--", "{prompt}"]
+    default_argv = ADAPTER_ARGV["claude-code"]
 
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         path = os.path.join(inv.scratch, "mcp.json")

@@ -38,6 +38,7 @@ from pulse.agents.adapters.base import (
     stderr_tail,
     token_counts,
 )
+from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input_tokens": "input", "cached_input_tokens": "cache_read", "cache_write_input_tokens": "cache_write",
          "output_tokens": "output", "reasoning_output_tokens": "reasoning"}
@@ -64,7 +65,7 @@ def _message(value) -> str:
 
 class CodexAdapter(Adapter):
     name = "codex"
-    default_argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--", "{prompt}"]
+    default_argv = ADAPTER_ARGV["codex"]
 
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         at = inv.argv.index("exec") + 1 if "exec" in inv.argv else 1

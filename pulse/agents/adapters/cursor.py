@@ -17,11 +17,12 @@ no per-run flag is documented, so this adapter hands it no Pulse tools.
 from __future__ import annotations
 
 from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, json_result, number
+from pulse.core.config import ADAPTER_ARGV
 
 
 class CursorAdapter(Adapter):
     name = "cursor"
-    default_argv = ["cursor-agent", "-p", "--output-format", "json", "--trust", "--force", "--", "{prompt}"]
+    default_argv = ADAPTER_ARGV["cursor"]
 
     def parse(self, run: RunOutput) -> AgentResult:
         obj, failure = json_result(run)

@@ -34,6 +34,7 @@ from pulse.agents.adapters.base import (
     number,
     token_counts,
 )
+from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input_tokens": "input", "prompt_tokens": "input", "output_tokens": "output",
          "completion_tokens": "output", "cache_read_tokens": "cache_read", "cache_write_tokens": "cache_write",
@@ -43,7 +44,7 @@ USAGE_FILE = "usage.json"
 
 class HermesAdapter(Adapter):
     name = "hermes"
-    default_argv = ["hermes", "-z", "{prompt}"]
+    default_argv = ADAPTER_ARGV["hermes"]
 
     def invocation(self, agent, task, workdir, home=None, scratch=None) -> Invocation:
         inv = super().invocation(agent, task, workdir, home, scratch)

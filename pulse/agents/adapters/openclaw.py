@@ -21,6 +21,7 @@ MCP: no per-run flag is documented, so this adapter hands it no Pulse tools.
 from __future__ import annotations
 
 from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, failed, json_result, number, token_counts
+from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input": "input", "output": "output", "cacheRead": "cache_read", "cacheWrite": "cache_write",
          "total": "total"}
@@ -35,8 +36,7 @@ def _dict(value) -> dict:
 
 class OpenClawAdapter(Adapter):
     name = "openclaw"
-    default_argv = ["openclaw", "agent", "--agent", "main", "--session-key", "{task_id}", "--message", "{prompt}",
-                    "--json"]
+    default_argv = ADAPTER_ARGV["openclaw"]
 
     def parse(self, run: RunOutput) -> AgentResult:
         obj, failure = json_result(run, exit_fails=False)     # its JSON says how it failed
