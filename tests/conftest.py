@@ -7,6 +7,7 @@ import tempfile
 import psutil
 import pytest
 
+import support
 from support import Pulsed, Tracker, kill_keepers
 
 # Every pulsed of the run keeps its runtime directory (sockets, instance files) under one private
@@ -17,6 +18,21 @@ os.environ["XDG_RUNTIME_DIR"] = RUN_DIR
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(RUN_DIR, ignore_errors=True)
+
+
+# A test that runs a pulsed (or the tracker's processes, or a real agent CLI) is a `daemon` test:
+# `pytest -m "not daemon"` runs the rest, the pure tests, in well under a minute.
+DAEMON_FIXTURES = {"pulsed", "tracker", "site", "litellm", "rig"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("realcli"):
+            item.add_marker(pytest.mark.daemon)
+
+
+def pytest_runtest_setup(item):
+    support.DAEMON_TEST = item.get_closest_marker("daemon") is not None
 
 
 @pytest.fixture

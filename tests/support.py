@@ -39,6 +39,9 @@ FAST = {
 }
 
 
+DAEMON_TEST = True    # conftest says, per test, whether it is marked `daemon` (and so may start pulsed)
+
+
 def kill_keepers(home: Path) -> None:
     """What restart-process started for this home (its keepers and their processes) outlives
     pulsed by design; a test's must not outlive the test. By pid, found by the keeper's title."""
@@ -103,6 +106,7 @@ class Pulsed:
         return Paths.for_client(self.home)
 
     def start(self, env: dict | None = None, args: tuple = (), wait: bool = True) -> "Pulsed":
+        assert DAEMON_TEST, "a test that starts pulsed is a daemon test: mark it @pytest.mark.daemon"
         inherited = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         self.env = {**inherited, **FAST, **(env or {})}
         self.log = open(self.home.parent / "pulsed.out", "ab")
