@@ -186,3 +186,25 @@ def test_the_rules_guide_names_every_field_of_the_snapshot():
     from pulse.core.wire import Snapshot
     text = (DOCS / "rules.md").read_text()
     assert [f.name for f in msgspec.structs.fields(Snapshot) if f"`{f.name}`" not in text] == []
+
+
+def test_the_readme_names_every_survival_rule_and_every_built_in_kind():
+    from pulse.core import config as configmod
+    from pulse.effects import registry
+    from pulse.rules import survival
+    readme = (ROOT / "README.md").read_text()
+    tick = configmod.slice_of(configmod.Config(), "tick")
+    camel = [re.sub(r"_(\w)", lambda m: m[1].upper(), rule.__qualname__) for rule in survival.survival_rules(tick)]
+    assert [name for name in camel if f"**{name}**" not in readme] == []
+    assert [kind for kind in registry.all_kinds() if f"`{kind}`" not in readme] == []
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    """The repository is what a reader has: no citation of design notes or research kept elsewhere."""
+    cited = []
+    for path in [*ROOT.glob("*.md"), *DOCS.glob("*.md"), *(p for base in ("pulse", "supervisor", "engine", "scripts")
+                                                            for p in (ROOT / base).rglob("*.py"))]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"DESIGN\.md|shared/|research/|seeds/", line):
+                cited.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert cited == []

@@ -28,8 +28,8 @@ commits each fact to events.db in the transaction that decided it, so a new sess
 agent and task inherits what the last one left unverified, and two sessions cannot both pass.
 
 Classification fails closed: an unknown tool, an argument a tool does not declare, or a
-discriminator value it does not list is a write. This is the descendant of another
-project's gate (shared/research/rcourtman-pulse.md) with its known gaps closed: there,
+discriminator value it does not list is a write. This is the descendant of the gate of
+another agent-ops project also called Pulse (rcourtman's), with its known gaps closed: there,
 any read verified any write, concurrent writes in one turn both passed, and recoveries
 matched on tool name alone.
 

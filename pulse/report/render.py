@@ -1,6 +1,6 @@
 """The report as text and as one self-contained HTML page: pure functions of an analysis and the
-events it cites (no I/O, no clock), so pulsectl, the report effect and the web UI's /report
-serve the same page.
+events it cites (no I/O, no clock), so `pulsectl report` and the `report` effect make the same
+page.
 
 The page needs no script and makes no request: inline CSS and SVG only, and a Content-Security-
 Policy that forbids everything else, so even a string that slipped through could fetch nothing.
