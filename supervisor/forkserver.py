@@ -31,8 +31,8 @@ PRELOAD = {
     "watcher": ("pulse.workers.watcher", "WatcherWorker"),
     "tick": ("pulse.workers.tick", "TickWorker"),
     "executor": ("pulse.workers.executor", "ExecutorWorker"),
-    "engine": ("pulse.workers.engine", "EngineWorker"),
-    "web": ("pulse.workers.web", "WebWorker"),            # its web stack is imported when it opens
+    "engine": ("pulse.workers.enginehost", "EngineWorker"),
+    "web": ("pulse.workers.webserver", "WebWorker"),            # its web stack is imported when it opens
 }
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20

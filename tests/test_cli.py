@@ -136,7 +136,7 @@ def test_unknown_worker_is_refused(pulsed):
 def test_every_command_is_registered_where_it_lives():
     import importlib
 
-    from pulse.cli.app import COMMAND_MODULES
+    from pulse.cli.group import COMMAND_MODULES
     defined = {c.name: m for m in set(COMMAND_MODULES.values())
                for c in importlib.import_module(f"pulse.cli.{m}").COMMANDS}
     assert defined == COMMAND_MODULES

@@ -208,3 +208,17 @@ def test_nothing_cites_a_file_outside_the_repository():
             if re.search(r"DESIGN\.md|shared/|research/|seeds/", line):
                 cited.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert cited == []
+
+
+def test_no_two_modules_share_a_name():
+    """A name says one thing: no module or package of Pulse is named like another (the engine's
+    template is the agent's code, not Pulse's)."""
+    seen: dict[str, list[str]] = {}
+    for base in ("pulse", "supervisor", "engine"):
+        for path in (ROOT / base).rglob("*.py"):
+            rel = path.relative_to(ROOT)
+            if "template" in rel.parts or path.stem == "__main__":
+                continue
+            name = path.parent.name if path.stem == "__init__" else path.stem
+            seen.setdefault(name, []).append(str(rel))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -212,7 +212,7 @@ def test_verify_catches_what_it_should(analyze, tmp_path):
 
 def test_odd_pulsed_path(analyze, tmp_path):
     """A virtualenv path with a space and a '%' survives unit quoting and specifier expansion."""
-    from pulse.cli.systemd import SYSTEM_TEMPLATE, render, template
+    from pulse.cli.systemdcmd import SYSTEM_TEMPLATE, render, template
 
     odd = tmp_path / "my venv 100%" / "bin"
     odd.mkdir(parents=True)

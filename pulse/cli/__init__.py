@@ -1,6 +1,6 @@
 """pulsectl: inspect and steer a running pulsed.
 
-The click application is in `app`, each command in its own module, and heavy
+The click application is in `group`, each command in its own module, and heavy
 imports stay inside the commands that need them. `pulsectl status` is what
 health checks and operators run in loops, so a plain status invocation
 (`[--home DIR] [--timeout S] status [--json]`) is served without importing
@@ -53,7 +53,7 @@ def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
 def main() -> None:
     plain = plain_status(sys.argv[1:])
     if plain is None:
-        from pulse.cli.app import cli
+        from pulse.cli.group import cli
         cli()
         return
     # msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it

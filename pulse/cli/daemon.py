@@ -14,7 +14,7 @@ import time
 
 import click
 
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 
 
 @click.group()

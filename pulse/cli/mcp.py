@@ -16,7 +16,7 @@ import sys
 import click
 
 from pulse.agents.gate import OPERATOR_SHELL
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 
 
 @click.command()

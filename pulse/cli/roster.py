@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 from pulse.core import instances
 from pulse.core.home import derived_runtime_dir, resolve_home
 

@@ -11,7 +11,7 @@ import sys
 import click
 
 from pulse.cli import statusview
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 
 
 @click.command()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 
 
 @click.group()

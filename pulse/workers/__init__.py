@@ -2,6 +2,7 @@
 
 Modules: `harness` (what every worker does around its loop: ready, heartbeat, stop),
 `watcher` (senses the host), `tick` (runs the rule chain), `executor` (carries out effects),
-`engine` (the only process that runs the agent's code), `eventwriter` (writes pulsed's
-lifecycle events), `web` (serves the operator's page, when enabled).
+`enginehost` (the engine: the only process that runs the agent's code), `eventwriter` (the
+eventlog: writes pulsed's lifecycle events), `webserver` (the web worker: serves the operator's
+page, when enabled). A module is named for what its process does; the process, for its role.
 """

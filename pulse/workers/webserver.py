@@ -28,7 +28,7 @@ class WebWorker(Worker):
     def open(self) -> None:
         import uvicorn
 
-        from pulse.web.app import make_app
+        from pulse.web.pages import make_app
         web = self.config.web
         host, port = configmod.listen_address(web.listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

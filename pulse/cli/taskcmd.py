@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 from pulse.core.states import TaskStatus
 

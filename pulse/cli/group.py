@@ -39,14 +39,14 @@ pass_ctx = click.make_pass_decorator(Context)
 # Which module defines each command: only the one invoked is imported, so `pulsectl status`
 # pays for click, zmq and msgspec, not for every other command's imports.
 COMMAND_MODULES = {
-    "status": "status", "restart": "workers", "start": "workers", "stop": "workers", "reload": "workers",
+    "status": "status", "restart": "workercmd", "start": "workercmd", "stop": "workercmd", "reload": "workercmd",
     "events": "pipeline", "vitals": "pipeline", "effects": "pipeline", "emit": "pipeline",
-    "promote": "engine", "deploy": "engine", "rollback": "engine", "engine": "engine", "dev": "engine",
+    "promote": "enginecmd", "deploy": "enginecmd", "rollback": "enginecmd", "engine": "enginecmd", "dev": "enginecmd",
     "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
-    "task": "tasks", "mcp": "mcp", "gate-reset": "mcp", "gate": "mcp",
-    "daemon": "daemon", "logs": "logs", "systemd": "systemd", "init": "init",
-    "check-config": "configcmd", "config": "configcmd", "report": "report", "instances": "roster",
-    "store": "storecmd", "web": "web",
+    "task": "taskcmd", "mcp": "mcp", "gate-reset": "mcp", "gate": "mcp",
+    "daemon": "daemon", "logs": "logcmd", "systemd": "systemdcmd", "init": "init",
+    "check-config": "configcmd", "config": "configcmd", "report": "reportcmd", "instances": "roster",
+    "store": "storecmd", "web": "webcmd",
 }
 
 

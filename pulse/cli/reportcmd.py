@@ -16,7 +16,7 @@ import time
 
 import click
 
-from pulse.cli.app import Context, pass_ctx
+from pulse.cli.group import Context, pass_ctx
 
 EFFECT_SLACK_S = 30          # beyond the analyst's timeout, for the executor to claim the effect and write
 
