@@ -216,6 +216,26 @@ def test_a_cross_origin_or_csrf_less_post_is_refused(site):
              10, what="the engine restarted by the POST")
 
 
+def test_the_page_acts_on_the_config_pulsed_loaded_not_the_file_on_disk(site):
+    """The web worker reads its slice: a config.toml broken after the start (not reloaded) changes
+    nothing for the page, whose engine buttons still commit an effect with the loaded deadline."""
+    pulsed, base, token = site
+    cookie = session_cookie(base, token)
+    csrf = call(base, "GET", "/", {"Cookie": cookie})[2].decode().split('name="csrf" content="', 1)[1].split('"', 1)[0]
+    config = pulsed.home / "config.toml"
+    kept = config.read_text()
+    config.write_text("[timings\nthis is not TOML")
+    try:
+        headers = {"Cookie": cookie, "Origin": base, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+        status, _, answer = call(base, "POST", "/api/engine", headers, json.dumps({"action": "promote"}).encode())
+    finally:
+        config.write_text(kept)
+    assert status == 200 and json.loads(answer)["ok"], answer
+    effect = wait_for(lambda: [e for e in pulsed.events("effect") if e["data"].get("kind") == "engine-promote"], 10,
+                      what="the promote effect")[-1]
+    assert effect["data"]["deadline"] - effect["ts"] == pytest.approx(60, abs=1)   # [timings] effect_deadline_s
+
+
 def test_metrics_parse_and_the_restart_counter_matches_status(site):
     from prometheus_client.parser import text_string_to_metric_families
     pulsed, base, token = site

@@ -374,7 +374,7 @@ class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
     store: Store
 
 
-WebTimings = _cut("WebTimings", Timings, EVERY_WORKER)
+WebTimings = _cut("WebTimings", Timings, (*EVERY_WORKER, "effect_deadline_s"))   # the page's engine buttons
 
 
 class WebConfig(msgspec.Struct, kw_only=True, frozen=True):

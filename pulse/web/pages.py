@@ -44,8 +44,9 @@ OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
 class Web:
     """What the routes share: the home, the token file, the metrics' counts."""
 
-    def __init__(self, paths: Paths, token_file: Path):
+    def __init__(self, paths: Paths, token_file: Path, effect_deadline_s: float):
         self.paths, self.token_file = paths, token_file
+        self.effect_deadline_s = effect_deadline_s   # from the web worker's slice, never config.toml on disk
         self._token: tuple[float, str] | None = None
         self.counts: Counts | None = None
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
@@ -423,11 +424,10 @@ async def act_engine(request: Request) -> Response:
     kind, params = kinds[action]
 
     def commit():
-        from pulse.core import config as configmod
-        deadline = configmod.load(web.paths.config).timings.effect_deadline_s
         conn = db.open_events(web.paths.events_db)
         try:
-            effect = db.new_effect(wire.Effect(kind=kind, target="engine", params=params), "operator", deadline)
+            effect = db.new_effect(wire.Effect(kind=kind, target="engine", params=params), "operator",
+                                   web.effect_deadline_s)
             db.commit_effects(conn, [effect], "web")
         finally:
             conn.close()
@@ -449,8 +449,8 @@ async def metrics(request: Request) -> Response:
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def make_app(paths: Paths, token_file: Path) -> Any:
-    web = Web(paths, token_file)
+def make_app(paths: Paths, token_file: Path, effect_deadline_s: float) -> Any:
+    web = Web(paths, token_file, effect_deadline_s)
     routes = [Route(path, page(name)) for name, path in PAGES.items()]
     routes += [
         Route("/events/{id}", event_page),
