@@ -3,7 +3,7 @@
     wait (zmq poll on sockets, pidfds, pipes and the signal pipe; timeout = next deadline)
     → read signals (handlers only queue them) → learn of deaths (pidfds: the kernel says so)
     → read the forkserver, heartbeats, control requests, worker output
-    → fire due timers: hung workers, backoffs, stop grace, slow engine retry, watchdog
+    → fire due timers: hung workers, backoffs, stop grace, slow retries of failed workers, watchdog
     → restore the wanted set of workers
 
 A death is known when the worker's pidfd becomes readable: the kernel has
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import traceback
 
 import zmq
 
@@ -24,10 +25,11 @@ from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import (
     ALIVE_STATES,
+    CHILD_SPECS,
     CORE_WORKERS,
+    ENGINE,
     EVENT_WRITER,
     STEERABLE,
-    SUPERVISED,
     WEB,
     WORKERS,
     Exit,
@@ -35,7 +37,35 @@ from pulse.core.states import (
 )
 
 from . import control
-from .child import Child, Fail, forget_crashes, next_deadline, on_crash
+from .child import (
+    ABANDON,
+    BACKOFF_OVER,
+    CANCEL,
+    CRASH_BACKOFF,
+    CRASH_FAIL,
+    CRASH_RESTART,
+    EXIT_IN_SHUTDOWN,
+    FORKSERVER_STUCK,
+    HANG,
+    READY,
+    RESPAWN,
+    RESTART,
+    RETRY,
+    START,
+    STOP,
+    STOP_DONE,
+    UNUSABLE,
+    Child,
+    Edge,
+    Fail,
+    IllegalTransition,
+    check_transition,
+    enter_state,
+    forget_crashes,
+    next_deadline,
+    on_crash,
+    runs,
+)
 from .eventqueue import EventQueue
 from .forkserver import Forkserver
 
@@ -46,8 +76,9 @@ EXIT_STATUS_WAIT_S = 0.05     # a death is known from the pidfd; its status foll
 
 class Arbiter:
     def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
-        self.paths, self.config, self.sink, self.notifier = paths, config, sink, notifier
-        self.children = {name: Child(name) for name in (*SUPERVISED, WEB)}   # web runs when [web] enabled
+        self.paths, self.sink, self.notifier = paths, sink, notifier
+        self.set_config(config)
+        self.children = {name: Child(spec) for name, spec in CHILD_SPECS.items()}   # in start order
         self.stopped_by_operator = load_stopped(paths.workers_state) & set(STEERABLE)
         self.started_mono = time.monotonic()
         self.ready_sent = False
@@ -61,17 +92,19 @@ class Arbiter:
         self.outputs: list[logs.PipeReader] = []   # output pipes, read until EOF (which may outlive the process)
         self.early_ready: dict[int, tuple] = {}           # Ready seen before Spawned, by pid: (sent, commit)
 
-    @property
-    def timings(self) -> configmod.Timings:
-        return self.config.timings
+    def set_config(self, config: configmod.Config) -> None:
+        """pulsed reads its own slice (`settings`); the whole config it only cuts the workers' slices from."""
+        self.config = config
+        self.settings: configmod.SupervisorConfig = configmod.slice_of(config, "supervisor")
+        self.timings = self.settings.timings
 
-    def supervised(self) -> tuple[str, ...]:
-        """What runs, in start order: the web worker only when [web] is enabled."""
-        return SUPERVISED + ((WEB,) if self.config.web.enabled else ())
+    def supervised(self, settings: configmod.SupervisorConfig | None = None) -> tuple[str, ...]:
+        """What runs (under `settings`, else the running ones), in start order."""
+        return tuple(n for n, spec in CHILD_SPECS.items() if runs(spec, settings or self.settings))
 
     def listed(self) -> tuple[str, ...]:
-        """The workers status lists and operators steer: all it supervises but its event writer."""
-        return self.supervised()[1:]
+        """The workers status lists and operators steer: what runs, but for pulsed's own (the event writer)."""
+        return tuple(n for n in self.supervised() if CHILD_SPECS[n].listed)
 
     # -- setup and teardown ------------------------------------------------------------------------
 
@@ -146,7 +179,7 @@ class Arbiter:
                 if name in self.stopped_by_operator:
                     log.info("%s stays stopped (stopped by an operator; `pulsectl start %s`)", name, name)
                 else:
-                    self.spawn(self.children[name])
+                    self.spawn(self.children[name], START)
             self.update_notify()
             while not (self.shutting_down and self.all_down()):
                 self.step()
@@ -313,16 +346,39 @@ class Arbiter:
         self.record("worker-restarted", "forkserver", reason="crash", pid=self.forkserver.pid)
         for child in self.children.values():   # spawns it never answered: ask the new one
             if child.state is S.STARTING and child.pid is None:
-                self.spawn(child, again=True)
+                self.spawn(child, RESPAWN)
 
     # -- one worker's lifecycle --------------------------------------------------------------------
 
-    def spawn(self, child: Child, *, again: bool = False) -> None:
-        """STOPPED/BACKOFF/FAILED → STARTING: ask the forkserver for a process."""
+    def _transition(self, child: Child, edge: Edge, *, now: float | None = None, due: float | None = None,
+                    **event) -> None:
+        """The one way a worker's state changes: along `edge`, from a state it leaves, into the
+        new state with its timer (or `due`), recording the edge's lifecycle event with `event`.
+
+        An edge taken from a state it does not leave is a bug in pulsed: said loudly (a CRITICAL
+        line with the stack, an `error` event; the tests fail on it), never raised. pulsed has
+        already acted (signalled, spawned), so the new state is the truest account of the
+        process there is; and pulsed is the last thing standing: it must not die of its own
+        bookkeeping."""
+        try:
+            check_transition(child.state, edge)
+        except IllegalTransition as bug:
+            self.illegal_transition(child, bug)
+        enter_state(child, edge, time.monotonic() if now is None else now, self.timings, due)
+        if edge.event is not None:
+            self.record(edge.event, child.name, **event)
+
+    def illegal_transition(self, child: Child, bug: IllegalTransition) -> None:
+        log.critical("BUG: illegal transition of %s: %s; taken anyway. Please report it with this stack:\n%s",
+                     child.name, bug, "".join(traceback.format_stack()[:-1]).rstrip())
+        self.record("error", child.name, message=f"illegal transition: {bug}")
+
+    def spawn(self, child: Child, edge: Edge, **event) -> None:
+        """`edge` → STARTING: ask the forkserver for a process."""
         if self.forkserver is None:
             self.start_forkserver()
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        if not again:
+        if edge is not RESPAWN:   # the same start, asked of the next forkserver
             child.starts += 1
         spec = wire.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
                           str(self.paths.runtime), str(self.paths.home), self.run_mono)
@@ -331,10 +387,10 @@ class Arbiter:
         os.close(out_w)
         child.output = logs.PipeReader(out_r, child.name, None)
         self.outputs.append(child.output)
-        child.state, child.pid = S.STARTING, None
+        child.pid = None
         child.spawned_at = time.monotonic()
         child.ready_at = child.heartbeat_at = None
-        child.deadline = child.spawned_at + self.timings.ready_timeout_ms / 1000
+        self._transition(child, edge, now=child.spawned_at, **event)
         if not sent:
             log.error("could not reach the forkserver to start %s; restarting the forkserver", child.name)
             self.forkserver.kill()
@@ -364,12 +420,12 @@ class Arbiter:
 
     def became_ready(self, child: Child, now: float) -> None:
         """STARTING → RUNNING."""
-        child.state, child.ready_at, child.deadline = S.RUNNING, now, None
+        child.ready_at = now
         ms = round((now - child.spawned_at) * 1000, 2)
-        self.record("worker-ready", child.name, pid=child.pid, start_to_ready_ms=ms,
-                    **({"commit": child.commit} if child.commit else {}))
+        self._transition(child, READY, now=now, pid=child.pid, start_to_ready_ms=ms,
+                         **({"commit": child.commit} if child.commit else {}))
         log.info("%s ready (pid %d, %.1f ms after spawn)", child.name, child.pid, ms)
-        if child.name == EVENT_WRITER:
+        if child.spec.writes_events:
             self.events.resend()
         self.update_notify()
 
@@ -395,17 +451,16 @@ class Arbiter:
         child.last_exit = wire.LastExit(code, signum, clock.iso(time.time(), ms=False))
         uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         was = child.state
-        if not (child.name == EVENT_WRITER and self.shutting_down):   # nobody would write that one
+        if not (child.spec.writes_events and self.shutting_down):   # nobody would write that one
             self.record("worker-exited", child.name, pid=pid, code=code, signal=signum, state=str(was),
                         uptime_s=uptime)
         how = f"signal {signal.Signals(signum).name}" if signum else f"code {code}" if code is not None else "unknown status"
         if was is S.STOPPING or self.shutting_down:
             log.info("%s (pid %s) stopped (%s)", child.name, pid, how)
-            child.deadline = None
             if child.restart_after_stop and not self.shutting_down:
                 self.restart_now(child)
             else:
-                child.state = S.STOPPED
+                self._transition(child, STOP_DONE if was is S.STOPPING else EXIT_IN_SHUTDOWN, now=now)
             self.update_notify()
             return
         if code == Exit.CONFIG:
@@ -417,64 +472,59 @@ class Arbiter:
     def unusable(self, child: Child) -> None:
         """A worker exits 78 when a store cannot be used (its one line is in the log just before): every
         restart would fail the same way, so none is tried. Core: pulsed exits 78 as at a damaged start."""
-        child.state, child.deadline = S.FAILED, None
-        self.record("worker-failed", child.name, reason="store unusable", code=int(Exit.CONFIG))
-        if child.core:
+        self._transition(child, UNUSABLE, reason="store unusable", code=int(Exit.CONFIG))
+        if child.spec.core:
             log.critical("%s cannot use a store (its line above says which and what to do): restarting it "
                          "cannot help; stopping (exit %d)", child.name, Exit.CONFIG)
             self.begin_shutdown(Exit.CONFIG, f"{child.name} cannot use a store")
         else:
-            log.error("%s cannot use a store (its line above says which): failed until `pulsectl restart %s`",
-                      child.name, child.name)
+            log.error("%s cannot use a store (its line above says which): failed until %s", child.name,
+                      f"`pulsectl restart {child.name}`" if child.spec.listed else "pulsed restarts")
         self.update_notify()
 
     def crashed(self, child: Child, now: float, reason: str) -> None:
         decision = on_crash(child, now, self.timings)
         if isinstance(decision, Fail):
-            child.state = S.FAILED
-            child.deadline = decision.retry_at
-            self.record("worker-failed", child.name, restarts=len(child.recent),
-                        period_s=self.timings.intensity_period_s, retry_in_s=None if decision.retry_at is None
-                        else self.timings.engine_retry_after_failed_s)
-            if child.core:
+            retry_in = decision.retry_in_s
+            self._transition(child, CRASH_FAIL, now=now, due=None if retry_in is None else now + retry_in,
+                             restarts=len(child.recent), period_s=self.timings.intensity_period_s, retry_in_s=retry_in)
+            if child.spec.core:
                 log.critical("%s crashed more than %d times in %gs: stopping everything (exit %d) so the "
                              "service manager can act", child.name, self.timings.intensity_restarts,
                              self.timings.intensity_period_s, Exit.ESCALATED)
                 self.begin_shutdown(Exit.ESCALATED, f"{child.name} restart intensity reached")
             else:
-                log.error("%s crashed more than %d times in %gs: failed; retrying in %gs%s", child.name,
-                          self.timings.intensity_restarts, self.timings.intensity_period_s,
-                          self.timings.engine_retry_after_failed_s,
-                          f" (or now: `pulsectl restart {child.name}`)" if child.name in WORKERS else "")
+                operator = f"`pulsectl restart {child.name}`" if child.spec.listed else None
+                then = (f"retrying in {retry_in:g}s" + (f" (or now: {operator})" if operator else "")
+                        if retry_in is not None else f"until {operator or 'pulsed restarts'}")
+                log.error("%s crashed more than %d times in %gs: failed; %s", child.name,
+                          self.timings.intensity_restarts, self.timings.intensity_period_s, then)
             self.update_notify()
             return
         child.restarts += 1
-        self.record("worker-restarted", child.name, reason=reason, delay_ms=round(decision.delay_s * 1000),
-                    streak=child.streak)
+        restarted = dict(reason=reason, delay_ms=round(decision.delay_s * 1000), streak=child.streak)
         if decision.delay_s == 0:
-            self.spawn(child)
+            self.spawn(child, CRASH_RESTART, **restarted)
         else:
-            child.state, child.deadline = S.BACKOFF, now + decision.delay_s
+            self._transition(child, CRASH_BACKOFF, now=now, due=now + decision.delay_s, **restarted)
             log.info("%s restarts in %.0f ms (crash %d in a row)", child.name, decision.delay_s * 1000, child.streak)
         self.update_notify()
 
     def hung(self, child: Child, now: float) -> None:
         """STARTING/RUNNING → HUNG: SIGABRT (faulthandler traceback), SIGCONT, SIGKILL after the grace."""
         silent = now - (child.heartbeat_at or child.spawned_at)
-        self.record("worker-hung", child.name, pid=child.pid, silent_ms=round(silent * 1000),
-                    before_ready=child.state is S.STARTING)
+        hung = dict(pid=child.pid, silent_ms=round(silent * 1000), before_ready=child.state is S.STARTING)
         log.error("%s (pid %s) silent for %.1fs: aborting it for a traceback, then killing it",
                   child.name, child.pid, silent)
-        child.state = S.HUNG
-        child.deadline = now + self.timings.stop_grace_ms / 1000
         if child.pid is None:
-            # The forkserver never answered this spawn: it is the one that is stuck.
+            # The forkserver never answered this spawn: it is the one that is stuck. Its death
+            # asks the next one for this spawn (RESPAWN); until then the spawn waits again.
             log.error("the forkserver did not start %s; killing the forkserver", child.name)
             if self.forkserver is not None:
                 self.forkserver.kill()
-            child.state = S.STARTING
-            child.deadline = now + self.timings.ready_timeout_ms / 1000
+            self._transition(child, FORKSERVER_STUCK, now=now, **hung)
             return
+        self._transition(child, HANG, now=now, **hung)
         self.signal(child, signal.SIGABRT)
         self.signal(child, signal.SIGCONT)
 
@@ -482,23 +532,20 @@ class Arbiter:
         """An operator's restart (or a reload's): not a crash, never counted toward the limit."""
         child.restart_after_stop = False
         child.restarts += 1
-        self.record("worker-restarted", child.name, reason="operator", delay_ms=0)
-        self.spawn(child)
+        self.spawn(child, RESTART, reason="operator", delay_ms=0)
 
-    def stop(self, child: Child, *, restart: bool = False) -> None:
-        """Operator stop/restart, reload, or shutdown."""
+    def stop(self, child: Child, *, restart: bool = False, until: float | None = None) -> None:
+        """Operator stop/restart, reload, or shutdown (whose deadline is `until`; else stop_grace_ms)."""
         child.restart_after_stop = restart
         if child.state in (S.STOPPED, S.FAILED, S.BACKOFF):
-            child.deadline = None
             if restart:
                 self.restart_now(child)
             else:
-                child.state = S.STOPPED
+                self._transition(child, CANCEL)
             return
         if child.state is S.STOPPING:
             return
-        child.state = S.STOPPING
-        child.deadline = time.monotonic() + self.timings.stop_grace_ms / 1000
+        self._transition(child, STOP, due=until)
         self.signal(child, signal.SIGTERM)
         self.signal(child, signal.SIGCONT)   # a stopped process cannot act on SIGTERM
 
@@ -518,13 +565,12 @@ class Arbiter:
                 self.signal(child, signal.SIGKILL)
                 child.deadline = None
             elif child.state is S.BACKOFF:
-                self.spawn(child)
+                self.spawn(child, BACKOFF_OVER)
             elif child.state is S.FAILED:
                 log.info("retrying failed %s", child.name)
                 forget_crashes(child)
                 child.restarts += 1
-                self.record("worker-restarted", child.name, reason="retry-after-failed", delay_ms=0)
-                self.spawn(child)
+                self.spawn(child, RETRY, reason="retry-after-failed", delay_ms=0)
         if self.next_watchdog is not None and now >= self.next_watchdog:
             self.notifier.send("WATCHDOG=1")
             self.next_watchdog = now + self.notifier.watchdog_s / 2
@@ -537,8 +583,7 @@ class Arbiter:
         self.set_stopped(child.name, False)
         forget_crashes(child)
         if child.state in (S.STOPPED, S.FAILED, S.BACKOFF):
-            child.deadline = None
-            self.spawn(child)
+            self.spawn(child, START)
 
     def operator_stop(self, child: Child) -> None:
         self.set_stopped(child.name, True)
@@ -562,23 +607,26 @@ class Arbiter:
             log.error("reload refused, keeping the running configuration: %s", err)
             self.record("reload", None, ok=False, error=str(err))
             return False, str(err)
-        was, now = self.config.web.enabled, new.web.enabled
-        affected = [n for n in configmod.changed_slices(self.config, new) if n != WEB or (was and now)]
-        web = {(False, True): "web started; ", (True, False): "web stopped; "}.get((was, now), "")
+        before, after = self.supervised(), self.supervised(configmod.slice_of(new, "supervisor"))
+        # A worker a flag turns on or off is started or stopped, never restarted as well.
+        affected = [n for n in configmod.changed_slices(self.config, new) if n in before and n in after]
+        turned = {**{n: "started" for n in after if n not in before}, **{n: "stopped" for n in before if n not in after}}
         self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
-                    **({"web": "started" if now else "stopped"} if web else {}))
-        self.config = new
-        logs.Log.level = logs.LEVELS[new.log.level]
+                    **turned)
+        self.set_config(new)
+        logs.Log.level = logs.LEVELS[self.settings.log.level]
         for name in affected:
             child = self.children[name]
             if child.state in ALIVE_STATES or child.state is S.BACKOFF:
                 self.stop(child, restart=True)
-        child = self.children[WEB]
-        if now and not was and WEB not in self.stopped_by_operator and child.state not in ALIVE_STATES:
-            self.spawn(child)
-        elif was and not now:
-            self.stop(child)
-        message = f"reloaded; {web}restarted: {', '.join(affected) or 'none'}"
+        for name, how in turned.items():
+            child = self.children[name]
+            if how == "stopped":
+                self.stop(child)
+            elif name not in self.stopped_by_operator and child.state not in ALIVE_STATES:
+                self.spawn(child, START)
+        turned_text = "".join(f"{name} {how}; " for name, how in turned.items())
+        message = f"reloaded; {turned_text}restarted: {', '.join(affected) or 'none'}"
         log.info(message)
         return True, message
 
@@ -591,7 +639,7 @@ class Arbiter:
         self.record("supervisor-stopping", None, reason=reason, exit_code=int(code))
         for child in self.children.values():
             if child.state in (S.BACKOFF, S.FAILED):
-                child.state, child.deadline = S.STOPPED, None
+                self._transition(child, CANCEL)
         self.continue_shutdown(time.monotonic())
 
     def continue_shutdown(self, now: float) -> None:
@@ -608,17 +656,16 @@ class Arbiter:
             self.shutdown_overtime = True
             for child in self.children.values():
                 if child.state in ALIVE_STATES and child.pid is None:
-                    child.state = S.STOPPED   # a spawn the forkserver never answered
+                    self._transition(child, ABANDON, now=now)   # a spawn the forkserver never answered
             self.shutdown_deadline = now + 1.0
             return
         for name in reversed(self.children):   # start order, the web worker last
             child = self.children[name]
             if child.state in ALIVE_STATES:
-                if child.name == EVENT_WRITER and self.events.pending and child.state is S.RUNNING:
+                if child.spec.writes_events and self.events.pending and child.state is S.RUNNING:
                     return   # the last lifecycle events are being written
                 if child.state is not S.STOPPING:
-                    self.stop(child)
-                    child.deadline = self.shutdown_deadline
+                    self.stop(child, until=self.shutdown_deadline)
                 return
 
     # -- status ------------------------------------------------------------------------------------
@@ -638,7 +685,7 @@ class Arbiter:
             version=wire.STATUS_VERSION,
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home)),
-            workers=workers, engine_commit=self.children["engine"].commit, processes=self.processes(),
+            workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
             web_url=(self.children[WEB].report or {}).get("url") if self.children[WEB].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
@@ -646,7 +693,7 @@ class Arbiter:
         seen = (self.children["watcher"].report or {}).get("processes", {})
         paused = (self.children["tick"].report or {}).get("paused", {})
         out = []
-        for p in self.config.process:
+        for p in self.settings.process:
             sample = seen.get(p.name) or {}
             out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
                                           sample.get("matches")))

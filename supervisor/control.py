@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pulse.core import wire
-from pulse.core.states import WEB
+from pulse.core.states import CHILD_SPECS, ENGINE
+
+from .child import how_to_enable
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter
@@ -15,14 +17,16 @@ if TYPE_CHECKING:
 def _worker(arbiter: "Arbiter", name: str):
     listed = arbiter.listed()
     if name not in listed:
-        hint = " (enable it: [web] enabled = true, then reload)" if name == WEB else ""
+        spec = CHILD_SPECS.get(name)
+        off = spec is not None and spec.listed and spec.enabled_by is not None
+        hint = f" (enable it: {how_to_enable(spec)}, then reload)" if off else ""
         return None, wire.Reply(ok=False, error=f"no worker named {name!r}{hint}; workers: {', '.join(listed)}")
     return arbiter.children[name], None
 
 
 def handle(arbiter: "Arbiter", request) -> wire.Reply:
     if isinstance(request, wire.GetStatus):
-        return wire.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children["engine"].commit,
+        return wire.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
     if isinstance(request, wire.GetConfig):
         import msgspec

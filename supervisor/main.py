@@ -88,10 +88,10 @@ def prepare_home(paths: Paths) -> None:
         raise HomeError(message or f"preparing the home {paths.home} failed (wait status {status})")
 
 
-def register(paths: Paths, config: configmod.Config) -> Path | None:
+def register(paths: Paths, settings: configmod.SupervisorConfig) -> Path | None:
     """This instance's entry in the registry of running Pulses (pulse.core.instances): one small
     file. A registry we cannot write costs `pulsectl instances` this entry, never the start."""
-    name = config.pulse.name or instances.default_name(paths.home)
+    name = settings.pulse.name or instances.default_name(paths.home)
     try:
         return instances.register(instances.registry_dir(paths.runtime), name, paths.home, paths.runtime)
     except OSError as err:
@@ -158,13 +158,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"pulsed: {line}", file=sys.stderr)
         fail(Exit.CONFIG, last)
 
-    sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=config.log.max_bytes,
-                     backups=config.log.backups)
-    logs.Log.sink, logs.Log.level = sink, logs.LEVELS[config.log.level]
+    settings = configmod.slice_of(config, "supervisor")   # pulsed's own part; the rest is the workers'
+    sink = logs.Sink(paths.log_file, to_stderr=log_stderr, max_bytes=settings.log.max_bytes,
+                     backups=settings.log.backups)
+    logs.Log.sink, logs.Log.level = sink, logs.LEVELS[settings.log.level]
     notifier = Notifier()
     logs.Log("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
 
-    entry = register(paths, config)
+    entry = register(paths, settings)
     from .arbiter import Arbiter  # zmq and the rest only once the cheap checks passed
     try:
         arbiter = Arbiter(paths, config, sink, notifier)

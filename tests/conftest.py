@@ -67,3 +67,6 @@ def pulsed(tmp_path, tracker) -> Pulsed:
         p.proc.wait(10)
     kill_keepers(p.home)
     (p.home / "ballast").unlink(missing_ok=True)   # a failed test's home is kept; 32 MiB of it need not be
+    # pulsed logs an illegal transition and runs on (supervisor/arbiter.py, _transition): a test fails on it
+    bugs = [line for line in p.log_text().splitlines() if "BUG: illegal transition" in line]
+    assert bugs == [], "pulsed took an edge its transition table does not allow"

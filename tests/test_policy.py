@@ -48,6 +48,19 @@ def test_backoff_grows_then_engine_fails_while_core_keeps_running(pulsed):
     assert pulsed.ctl("status").returncode == 0
 
 
+def test_a_failed_event_writer_waits_its_own_retry_not_the_engines_and_loses_nothing(pulsed):
+    pulsed.start(env={"PULSE_TEST_INJECT": "eventlog:crash-before-ready*6", "PULSE_EVENTLOG_RETRY_AFTER_FAILED_S": "1",
+                      "PULSE_ENGINE_RETRY_AFTER_FAILED_S": "600"})
+    # The writer's events wait in pulsed until its retry (start 7) is up and writes them all.
+    retried = wait_for(lambda: [e for e in pulsed.events("worker-restarted", "eventlog", written=False)
+                                if e["data"]["reason"] == "retry-after-failed"], 15, what="the writer's retry written")
+    assert len(retried) == 1
+    assert [e["data"]["retry_in_s"] for e in pulsed.events("worker-failed", "eventlog")] == [1]
+    seqs = [e["seq"] for e in pulsed.events() if e["source"] == "pulsed"]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert pulsed.proc.poll() is None
+
+
 def test_pulsectl_restart_revives_a_failed_engine_at_once(pulsed):
     pulsed.start(env={"PULSE_TEST_INJECT": "engine:crash-before-ready*6"}, wait=False)
     pulsed.wait_state("engine", "failed", timeout=15)

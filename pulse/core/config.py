@@ -30,8 +30,10 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     restart_backoff_max_ms: int = 30_000      # ... doubling up to this
     healthy_reset_s: float = 30               # running this long forgets the crash streak
     intensity_restarts: int = 5               # more automatic restarts than this ...
-    intensity_period_s: float = 60            # ... within this window: engine fails, core escalates
+    intensity_period_s: float = 60            # ... within this window: a core worker escalates, any other fails
     engine_retry_after_failed_s: float = 600  # a failed engine is retried this long after failing
+    eventlog_retry_after_failed_s: float = 600  # ... the event writer, this long (the others' events wait in pulsed)
+    web_retry_after_failed_s: float = 600     # ... the web worker, this long
     heartbeat_ms: int = 1_000                 # workers heartbeat this often from their main loop
     hung_after_ms: int = 10_000               # silent this long: hung (SIGABRT, SIGCONT, SIGKILL)
     ready_timeout_ms: int = 10_000            # not ready this long after spawn: hung
@@ -321,8 +323,8 @@ EngineTimings = _cut("EngineTimings", Timings, (*EVERY_WORKER, "engine_rpc_deadl
                                                 "watcher_interval_ms", "wake_window_s"))
 SupervisorTimings = _cut("SupervisorTimings", Timings, (
     "restart_backoff_base_ms", "restart_backoff_max_ms", "healthy_reset_s", "intensity_restarts",
-    "intensity_period_s", "engine_retry_after_failed_s", "heartbeat_ms", "hung_after_ms", "ready_timeout_ms",
-    "stop_grace_ms"))
+    "intensity_period_s", "engine_retry_after_failed_s", "eventlog_retry_after_failed_s", "web_retry_after_failed_s",
+    "heartbeat_ms", "hung_after_ms", "ready_timeout_ms", "stop_grace_ms"))
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
@@ -384,11 +386,13 @@ class WebConfig(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
-    """What pulsed itself reads; a reload applies it in place (the instance's name: at start only)."""
+    """What pulsed itself reads; a reload applies it in place (the instance's name: at start only).
+    pulsed holds the whole Config too, but only to cut the workers' slices from it and show it."""
     timings: SupervisorTimings
     log: LogSettings
     pulse: PulseSettings
     web: Web                      # whether the web worker runs
+    process: list[Process]        # the critical processes `pulsectl status` lists
 
 
 SLICES: dict[str, type[msgspec.Struct]] = {
