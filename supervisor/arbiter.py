@@ -269,8 +269,8 @@ class Arbiter:
             if child.pid != message.pid:
                 continue   # from a predecessor, already replaced
             child.heartbeat_at = max(sent, child.heartbeat_at or 0.0)
-            if isinstance(message, wire.Heartbeat) and message.report is not None:
-                child.report = message.report
+            if isinstance(message, wire.Heartbeat) and message.extras is not None:
+                child.extras = message.extras
             if isinstance(message, wire.Committed):
                 self.events.committed(message)
             elif isinstance(message, wire.Ready) and child.state is S.STARTING:
@@ -686,12 +686,12 @@ class Arbiter:
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home)),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
-            web_url=(self.children[WEB].report or {}).get("url") if self.children[WEB].pid else None)
+            web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""
-        seen = (self.children["watcher"].report or {}).get("processes", {})
-        paused = (self.children["tick"].report or {}).get("paused", {})
+        seen = (self.children["watcher"].extras or {}).get("processes", {})
+        paused = (self.children["tick"].extras or {}).get("paused", {})
         out = []
         for p in self.settings.process:
             sample = seen.get(p.name) or {}

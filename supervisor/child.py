@@ -61,7 +61,7 @@ class Child:
     restart_after_stop: bool = False     # STOPPING → STARTING instead of STOPPED
     last_exit: LastExit | None = None
     commit: str | None = None            # what the running process said it runs (the engine's tree)
-    report: dict | None = None           # what its last heartbeat added to status (Worker.report)
+    extras: dict | None = None           # what its last heartbeat added to status (Worker.status_extras)
 
     @property
     def name(self) -> str:

@@ -33,7 +33,7 @@ class Heartbeat(msgspec.Struct, tag="heartbeat"):
     pid: int
     seq: int
     mono: float
-    report: dict[str, Any] | None = None   # what the worker adds to status (Worker.report), small
+    extras: dict[str, Any] | None = None   # what the worker adds to status (Worker.status_extras), small
 
 
 class Committed(msgspec.Struct, tag="committed"):

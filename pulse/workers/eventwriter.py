@@ -96,9 +96,9 @@ class EventWriter(Worker):
             self.pub.send_multipart([event.type.encode(), msgspec.json.encode(event)])
         self.batch = []
         self.handlers[self.inbox] = self.receive_events
-        self.report()
+        self.report_committed()
 
-    def report(self) -> None:
+    def report_committed(self) -> None:
         if self.reported != self.committed and self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed)):
             self.reported = self.committed
 
@@ -109,7 +109,7 @@ class EventWriter(Worker):
         """Runs after every turn of the loop (at least once a heartbeat): writes and reports are due here."""
         if self.write_at is not None and now >= self.write_at:
             self.write()
-        self.report()
+        self.report_committed()
 
     def close(self) -> None:
         self.receive_events()

@@ -65,7 +65,7 @@ class Worker:
         self.log = logging.getLogger(f"pulse.{self.name}")
         self.to_pulsed: Callable[[object], bool] = lambda message: False   # over the heartbeat socket, once ready
 
-    def report(self) -> dict | None:
+    def status_extras(self) -> dict | None:
         """What this worker adds to `pulsectl status`, sent with each heartbeat (keep it small)."""
         return None
 
@@ -134,13 +134,13 @@ class Harness:
 
     def heartbeat(self) -> None:
         self.seq += 1
-        self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic(), self.worker.report()))
+        self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic(), self.worker.status_extras()))
 
     def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
         if self.stop_requested:
             return   # told to stop while starting: never ready
         self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
-        self.heartbeat()          # its report (a web address, the processes seen) reaches status now
+        self.heartbeat()          # its extras (a web address, the processes seen) reach status now
         after_ready()
         poller, registered = None, None
         next_beat = time.monotonic() + self.heartbeat_s

@@ -411,7 +411,7 @@ class TickWorker(Worker):
         vital = curr.vitals.get("system-resource")
         return vital is not None and (vital.data.get("disk_pct") or 100) < self.config.survival.disk_pct
 
-    def report(self) -> dict:
+    def status_extras(self) -> dict:
         now = time.time()
         return {"paused": {name: until for name, until in self.projections.paused.items() if until > now}}
 

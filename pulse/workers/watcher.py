@@ -85,7 +85,7 @@ class WatcherWorker(Worker):
         self.handlers = self.runner.handlers
         self.gc = VitalsGc(self.vitals, self.config.store.vitals_retention_h * 3600, self.log, time.monotonic())
 
-    def report(self) -> dict:
+    def status_extras(self) -> dict:
         return {"processes": {name: w.seen for name, w in self.processes.items()}}
 
     def next_timer(self) -> float | None:

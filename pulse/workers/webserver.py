@@ -65,7 +65,7 @@ class WebWorker(Worker):
         shown = f"[{host}]" if ":" in host else host
         return f"{self.scheme}://{shown}:{self.port}"
 
-    def report(self) -> dict:
+    def status_extras(self) -> dict:
         return {"url": self.url()}
 
     def healthy(self) -> bool:
