@@ -90,6 +90,24 @@ def test_the_analyst_judges_the_fixture_history(history):
     assert analysismod.decode(analysismod.encode(result)) == result
 
 
+def test_an_error_that_keeps_recurring_is_one_distinct_error_and_every_occurrence_counts(tmp_path):
+    conn = db.open_events(tmp_path / "events.db")
+    t0 = 1000.0
+    for i in range(30):       # once a second: its first event, then one per repeat_s with the count since
+        db.record_error(conn, "engine", "engine", "rule raised KeyError: 'disk'", repeat_s=10, now=t0 + i)
+    db.record_error(conn, "tick", "engine", "engine did not answer", now=t0 + 30)
+    db.settle_error_runs(conn, repeat_s=10, now=t0 + 100)        # the last repeats, once the error stopped
+    events = db.read_events(conn)
+    conn.close()
+    errors = [e for e in events if e.type == "error"]
+    assert len(errors) == 5
+    result = analyst.analyse(events, 0, time.time() + 1)
+    finding = next(f for f in result.issues if "distinct error" in f.text)
+    assert finding.text.startswith("2 distinct error(s), 31 in all; the last: rule raised KeyError")
+    assert finding.event_ids == [errors[3].id, errors[4].id]     # the latest event of each
+    assert result.score == 100 - 2                               # one point per distinct error
+
+
 def test_an_agent_that_keeps_failing_judges_worse_than_one_that_keeps_succeeding(history):
     h, home = history
     result, _ = analyse_db(home / "events.db", h)

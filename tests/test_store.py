@@ -61,17 +61,56 @@ def test_append_assigns_consecutive_ids_and_since_bisects(events):
     assert row == (41,)
 
 
-def test_identical_errors_coalesce_into_one_counted_event(events):
-    for _ in range(50):
-        db.record_error(events, "tick", "engine", "engine did not answer")
-    db.record_error(events, "tick", "engine", "something else")
-    errors = db.read_events(events, types=["error"])
-    assert [(e.data["message"], e.data["count"]) for e in errors] == [("engine did not answer", 50),
-                                                                      ("something else", 1)]
-    assert db.engine_errors_since(events, 0) == 51
-    # outside the window it is a new event
-    db.record_error(events, "tick", "engine", "engine did not answer", coalesce_s=-1)
-    assert len(db.read_events(events, types=["error"])) == 3
+def rows(conn) -> dict[int, tuple]:
+    return {r[0]: r for r in conn.execute("SELECT id, seq, ts, mono, type, source, target, data FROM events")}
+
+
+def errors_of(conn) -> list[tuple]:
+    return [(e.data["message"], e.data["count"], e.data["total"]) for e in db.read_events(conn, types=["error"])]
+
+
+def test_identical_errors_coalesce_into_a_run_of_events_that_never_change(events):
+    t0, seen = 1000.0, {}
+
+    def unchanged() -> bool:                      # every row read before is the same row now
+        now = rows(events)
+        ok = all(now.get(i) == row for i, row in seen.items())
+        seen.update(now)
+        return ok
+
+    totals = [db.record_error(events, "tick", "engine", "engine did not answer", now=t0 + i / 10) for i in range(50)]
+    assert totals == list(range(1, 51))          # what the engine logs by: the first, then powers of ten
+    db.record_error(events, "tick", "engine", "something else", now=t0 + 5)
+    assert errors_of(events) == [("engine did not answer", 1, 1), ("something else", 1, 1)]
+    assert db.engine_errors_since(events, 0) == 51 and unchanged()     # 49 repeats, counted in the run
+    # a repeat_s after the run's first event, the next occurrence appends the count since
+    assert db.record_error(events, "tick", "engine", "engine did not answer", now=t0 + 61) == 51
+    assert errors_of(events)[2:] == [("engine did not answer", 50, 51)]
+    assert db.engine_errors_since(events, 0) == 52 and unchanged()
+    # an error that stopped: the tick settles its last repeats once they are due, not before
+    for i in range(3):
+        db.record_error(events, "tick", "engine", "engine did not answer", now=t0 + 70 + i)
+    assert db.settle_error_runs(events, now=t0 + 100) == 0 and len(errors_of(events)) == 3
+    assert db.settle_error_runs(events, now=t0 + 122) == 1
+    assert errors_of(events)[3:] == [("engine did not answer", 3, 54)]
+    assert sum(count for _, count, _ in errors_of(events)) == db.engine_errors_since(events, 0) == 55
+    first = db.read_events(events, types=["error"])[0]
+    assert db.read_events(events, types=["error"])[-1].data["first_id"] == first.id and unchanged()
+    # a gap longer than coalesce_s ends the run: the next one is a first occurrence again
+    assert db.record_error(events, "tick", "engine", "engine did not answer", now=t0 + 122 + 3601) == 1
+    assert errors_of(events)[4:] == [("engine did not answer", 1, 1)] and unchanged()
+    # a run that ended with nothing left to append is forgotten
+    db.settle_error_runs(events, now=t0 + 10_000)
+    assert db.error_runs(events) == []
+
+
+def test_the_history_refuses_to_change(events):
+    ev, = db.append_events(events, [wire.now_event("noop", "test", None, {"n": 1})])
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        events.execute("UPDATE events SET data = '{}' WHERE id = ?", (ev.id,))
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        events.execute("DELETE FROM events WHERE id = ?", (ev.id,))
+    assert db.event_by_id(events, ev.id).data == {"n": 1}
 
 
 def test_effect_claim_is_atomic_and_terminal_once(events):

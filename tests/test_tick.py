@@ -84,6 +84,7 @@ def test_healthy_engine_is_really_called(pulsed):
 ])
 def test_misbehaving_engine_never_stops_the_tick(pulsed, misbehaviour, body):
     engine_rule(pulsed, "bad", body)
+    (pulsed.home / "config.toml").write_text("[store]\nerror_repeat_s = 0.5\n")
     pulsed.start(env=TICKING)
     events = wait_ticks(pulsed, 12, timeout=20)
     assert max_start_gap(events) <= (TICK_MS + DEADLINE_MS) / 1000
@@ -91,11 +92,17 @@ def test_misbehaving_engine_never_stops_the_tick(pulsed, misbehaviour, body):
     errors = wait_for(lambda: pulsed.events("error"), 10, what="an error event")
     assert errors
     assert not pulsed.events("effect")
-    # identical errors coalesce into one event with a count
+    # identical errors coalesce: the first is an event; the repeats are counted, and appended at most
+    # once per error_repeat_s as an event with the count since the one before
     if misbehaviour == "raising":
-        wait_for(lambda: any(e["data"]["count"] >= 3 for e in pulsed.events("error", "engine")), 10,
-                 what="a coalesced count")
-        assert "ValueError: business logic bug at rules/bad.py:3" in pulsed.events("error", "engine")[0]["data"]["message"]
+        def run() -> list[dict]:
+            return [e for e in pulsed.events("error", "engine") if "business logic bug" in e["data"]["message"]]
+        repeat = wait_for(lambda: next((e for e in run() if e["data"]["count"] >= 2), None), 10,
+                          what="a coalesced count")
+        so_far = [e for e in run() if e["id"] <= repeat["id"]]
+        assert so_far[0]["data"]["count"] == 1 and repeat["data"]["first_id"] == so_far[0]["id"]
+        assert sum(e["data"]["count"] for e in so_far) == repeat["data"]["total"] > len(so_far)
+        assert "ValueError: business logic bug at rules/bad.py:3" in so_far[0]["data"]["message"]
 
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])

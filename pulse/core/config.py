@@ -172,7 +172,8 @@ class Allow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     vitals_retention_h: float = 24            # vitals older than this are garbage-collected
     objects_retention_days: float = 7         # unreferenced blobs older than this are collected
-    error_coalesce_s: float = 3600            # identical errors within this window are one event, counted
+    error_coalesce_s: float = 3600            # identical errors this close together are one run, counted ...
+    error_repeat_s: float = 60                # ... whose repeats are appended as one error event per this
 
 
 class Llm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -501,6 +502,8 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.timings.engine_urgent_deadline_ms must not exceed engine_rpc_deadline_ms")
     if not t.tick_ms_min <= t.tick_ms <= t.tick_ms_max:
         raise ConfigError(f"{origin}: $.timings.tick_ms must lie within tick_ms_min … tick_ms_max")
+    if config.store.error_repeat_s <= 0:     # 0 would append every repeat: the flood that coalescing prevents
+        raise ConfigError(f"{origin}: $.store.error_repeat_s must be greater than 0, got {config.store.error_repeat_s}")
     for i, proc in enumerate(config.process):
         where = f"{origin}: $.process[{i}]"
         if (proc.pidfile is None) == (proc.match is None):

@@ -34,6 +34,7 @@ and die with Pulse's next restart, so when `systemd-run` is on PATH the keeper r
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -70,11 +71,33 @@ log = logging.getLogger("pulse.executor")
 
 
 class EffectFailed(Exception):
-    """The effect ran (or could not) and failed: `reason` is a stable code, `error` says what happened."""
+    """The effect ran (or could not) and failed: `reason` is a stable code, `error` says what happened.
+
+    What the effect asked for, or the host it acts on, can be wrong (bad params, a path it may not
+    write, pulsed not answering): that is an EffectFailed, whose reason names what is wrong. Any other
+    exception a kind raises is a bug in Pulse: the executor logs its traceback and fails the effect
+    with reason `error`."""
 
     def __init__(self, reason: str, error: str, **data):
         super().__init__(error)
         self.reason, self.error, self.data = reason, error, data
+
+
+# An OSError from acting on the host, by what is wrong with the host or the path the effect named.
+OS_ERROR_REASONS = {
+    errno.EACCES: "not-permitted", errno.EPERM: "not-permitted", errno.EROFS: "not-permitted",
+    errno.ENOSPC: "no-space", errno.EDQUOT: "no-space",
+    errno.ENOENT: "bad-path", errno.ENOTDIR: "bad-path", errno.EISDIR: "bad-path", errno.ELOOP: "bad-path",
+    errno.ENAMETOOLONG: "bad-path",
+}
+
+
+def os_failure(what: str, err: OSError, **data) -> EffectFailed:
+    """`err`, met while doing `what`, as the failure of the effect (never a bug of Pulse's): reason
+    not-permitted, no-space, bad-path, else io; the error names the path and what the system said."""
+    where = f" {err.filename}" if err.filename else ""
+    return EffectFailed(OS_ERROR_REASONS.get(err.errno, "io"), f"{what}:{where}: {err.strerror or err}",
+                        path=None if err.filename is None else str(err.filename), **data)
 
 
 @dataclass

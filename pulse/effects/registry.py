@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import sqlite3
 import types
 import typing
@@ -69,16 +70,31 @@ class SignalParams(msgspec.Struct):
     signal: str = kinds.DEFAULT_SIGNAL                       # a name: "SIGHUP", "SIGTERM", ...
 
 
+def not_absolute(field: str, paths: Iterable[str]) -> str | None:
+    """What is wrong with `paths` (the param `field`) if one is not absolute, else None: a relative path
+    would mean whatever the executor's working directory is."""
+    relative = [p for p in paths if not os.path.isabs(p)]
+    return f"`params.{field}` must be absolute, got {relative[0]!r}" if relative else None
+
+
 class ArchiveParams(msgspec.Struct):
     from_: str = msgspec.field(name="from")                  # absolute
     to: str                                                  # absolute
     older_than_h: Annotated[float, msgspec.Meta(ge=0)] = 72
+
+    def __post_init__(self):                                 # a ValueError here is a ValidationError: bad-params
+        if problem := not_absolute("from", [self.from_]) or not_absolute("to", [self.to]):
+            raise ValueError(problem)
 
 
 class CleanupParams(msgspec.Struct):
     patterns: list[str] = []                                 # absolute globs; never inside the home
     vitals_gc: bool = False                                  # also collect vitals past [store] retention
     objects_gc: bool = False                                 # also collect unreferenced blobs
+
+    def __post_init__(self):                                 # checked before any pattern deletes a file
+        if problem := not_absolute("patterns", self.patterns):
+            raise ValueError(problem)
 
 
 class EngineRollbackParams(msgspec.Struct):
@@ -165,7 +181,8 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "by a pid taken from the effect.",
          SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal),
     Kind("restart-worker", "Asks pulsed to restart one of its workers (an operator-style restart, "
-         "never counted as a crash).",
+         "never counted as a crash): watcher, tick, executor, engine, or web while [web] is enabled "
+         "(else it fails with reason not-enabled).",
          NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name"),
     Kind("archive", "Moves files older than older_than_h from one directory to another, keeping their "
          "relative paths.", ArchiveParams, lambda e, ctx: repairs.archive(e.params), False),

@@ -18,6 +18,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
   slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
   each (20). Verdict: pass from 80, warn from 50, fail below; a window in which any role
   fails is never a pass (at most warn).
+- Errors. An error that keeps recurring is an `error` event, then one per [store]
+  error_repeat_s with the count since: errors are told apart by what erred (source, target,
+  message), not counted as events, and their `count`s add up to every occurrence.
 """
 
 from __future__ import annotations
@@ -304,6 +307,12 @@ def operator_card(events: Sequence, actions: Sequence[Action]) -> RoleCard:
                     figures={"actions": len(events)}, event_ids=_ids(ev.id for ev in events[-10:]))
 
 
+def latest_of_each_error(errors: Sequence) -> list:
+    """The latest error event of each distinct error (same source, target and message), oldest first."""
+    latest = {(ev.source, ev.target, str(ev.data.get("message", ""))): ev for ev in errors}
+    return sorted(latest.values(), key=lambda ev: ev.id if ev.id is not None else 0)
+
+
 def _penalty(what: str, n: int) -> int:
     each, most = PENALTIES[what]
     return min(each * n, most)
@@ -375,11 +384,12 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
         reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in f.gate_blocks})
         issues.append(Finding(text=f"the gate blocked {len(f.gate_blocks)} agent tool call(s): {', '.join(reasons[:5])}",
                               severity="warn", event_ids=_ids(ev.id for ev in f.gate_blocks)))
+    distinct_errors = latest_of_each_error(f.errors)
     if f.errors:
         total = sum(int(ev.data.get("count") or 1) for ev in f.errors)
         first = str(f.errors[-1].data.get("message", ""))[:200]
-        issues.append(Finding(text=f"{len(f.errors)} distinct error(s), {total} in all; the last: {first}",
-                              severity="warn", event_ids=_ids(ev.id for ev in f.errors[-MAX_CITATIONS:])))
+        issues.append(Finding(text=f"{len(distinct_errors)} distinct error(s), {total} in all; the last: {first}",
+                              severity="warn", event_ids=_ids(ev.id for ev in distinct_errors[-MAX_CITATIONS:])))
     for ev in f.worker_failures:
         what = (f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
                 else f"pulsed escalated: {ev.data.get('reason', '')}")
@@ -398,7 +408,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     lost = {
         "failed_runs": sum(1 for r in all_runs if r.outcome in ("failed", "given_up")),
         "given_up": len(given_up_tasks), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
-        "gate_blocks": len(f.gate_blocks), "slow_runs": len(all_slow), "errors": len(f.errors),
+        "gate_blocks": len(f.gate_blocks), "slow_runs": len(all_slow), "errors": len(distinct_errors),
         "worker_failures": len(f.worker_failures),
     }
     score = max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))

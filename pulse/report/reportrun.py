@@ -29,7 +29,7 @@ import msgspec
 from pulse.core import clock
 from pulse.core.config import Agent
 from pulse.core.wire import Effect
-from pulse.effects.kinds import EffectContext, EffectFailed, run_process, store_output
+from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_process, store_output
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
 from pulse.report.analysis import Analysis, InvalidAnalysis, check, cited, decode, encode, schema
@@ -260,7 +260,10 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
             max_events=ctx.config.report.analyst_max_events)
     finally:
         conn.close()
-    path = write_page(reports_dir(ctx), analysis, events, now, effect.id)
+    try:
+        path = write_page(reports_dir(ctx), analysis, events, now, effect.id)
+    except OSError as err:          # [report] dir is the operator's: not writable is theirs to fix, not a bug
+        raise os_failure("the report page could not be written", err) from None
     data = {"path": str(path), "analysis": store_output(ctx.objects, encode(analysis)), "score": analysis.score,
             "verdict": analysis.verdict, "analyst": analysis.analyst, "fallback": analysis.fallback, **notes}
     if params.notify:

@@ -339,11 +339,12 @@ class WatcherRunner:
 
     def _record_error(self, target: str, message: str, **data) -> None:
         try:
-            event = db.record_error(self.events_conn, self.source, target, message,
-                                       coalesce_s=self.config.store.error_coalesce_s, **data)
+            store = self.config.store
+            count = db.record_error(self.events_conn, self.source, target, message, coalesce_s=store.error_coalesce_s,
+                                    repeat_s=store.error_repeat_s, **data)
         except sqlite3.Error as err:
             self.log.error("%s: %s (and it could not be recorded: %s)", target, message, err)
             return
-        # The first of a run of identical errors is logged; the repeats are counted in the event.
-        level = logging.WARNING if event.data.get("count", 1) == 1 else logging.DEBUG
+        # The first of a run of identical errors is logged; the repeats are counted in the error events.
+        level = logging.WARNING if count == 1 else logging.DEBUG
         self.log.log(level, "%s: %s", target, message)

@@ -14,28 +14,35 @@ synchronous levels, and why:
 Effects live in events.db as events (effect, effect-executing, effect-acked,
 effect-failed, effect-expired) plus one mutable row per effect in `effects`,
 the queue's index, changed in the same transaction as the event it mirrors.
-Errors coalesce: an error identical to one recorded within error_coalesce_s
-bumps that event's data.count and data.last_ts instead of adding a row (the one
-place an event row changes), so a rule that raises every tick cannot fill the disk.
+
+No event row ever changes or goes away: triggers refuse both (schema 4), and
+tests/test_events_append_only.py keeps such statements out of the source. So a
+reader that has folded the events up to an id (the metrics, the tick) has read
+them for good. Errors coalesce without changing a row: a run of identical errors
+appends its first occurrence as an `error` event, then at most one `error` event
+per error_repeat_s carrying the count since the run's previous one; in between,
+the repeats are counted in `error_runs`, a mutable index like `effects` (see
+record_error), so a rule that raises every tick cannot fill the disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import sqlite3
 import time
-import zlib
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import msgspec
 
 from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
 from pulse.core.wire import Effect, Event, Vital, now_event
 
-EVENTS_SCHEMA = 3
+EVENTS_SCHEMA = 4
 VITALS_SCHEMA = 1
 # How long a statement waits for another process's write lock. A worker waiting on it does not
 # heartbeat, so config requires hung_after_ms to exceed it (timings.sqlite_busy_timeout_ms; the
@@ -78,6 +85,26 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
     ),
     # why an effect failed or expired, beside its state, so listings need not search the history
     3: ("ALTER TABLE effects ADD COLUMN why TEXT",),
+    4: (
+        # The history is append-only, and SQLite itself says so to anyone who tries otherwise.
+        "CREATE TRIGGER events_never_change BEFORE UPDATE ON events "
+        "BEGIN SELECT RAISE(ABORT, 'events.db is append-only: an event never changes'); END",
+        "CREATE TRIGGER events_never_go BEFORE DELETE ON events "
+        "BEGIN SELECT RAISE(ABORT, 'events.db is append-only: an event is never deleted'); END",
+        # The run each distinct error is in: what record_error counts between two of its events.
+        """CREATE TABLE error_runs (
+               fingerprint   TEXT PRIMARY KEY,    -- of (source, target, message)
+               source        TEXT NOT NULL,
+               target        TEXT,
+               message       TEXT NOT NULL,
+               first_id      INTEGER NOT NULL,    -- the run's first error event
+               last_id       INTEGER NOT NULL,    -- its latest error event
+               last_event_ts REAL NOT NULL,       -- when that one was appended
+               last_ts       REAL NOT NULL,       -- the latest occurrence
+               total         INTEGER NOT NULL,    -- occurrences in the run
+               unrecorded    INTEGER NOT NULL     -- occurrences since last_id, in no event yet
+           )""",
+    ),
 }
 
 _VITALS_MIGRATIONS: dict[int, Sequence[str]] = {
@@ -400,33 +427,136 @@ def last_event_id(conn: sqlite3.Connection) -> int:
 
 
 # -- errors ------------------------------------------------------------------------------------------
+# A run of an error: its occurrences (same source, target and message), each within coalesce_s of the one
+# before. Its first occurrence is an `error` event {count: 1, total: 1}; its repeats are `error` events
+# too, appended at most once per repeat_s, {count: occurrences since the run's previous event, total: in
+# the run so far, first_id: the run's first event, repeat: true}. Summing `count` over error events counts
+# every occurrence they hold; the rest (at most repeat_s of them per run) wait in error_runs.unrecorded
+# until the next occurrence, or the tick's settle_error_runs, appends them.
+
+ENGINE_ERRORS = "source IN ('engine', 'tick') AND target LIKE 'engine%'"   # errors counted against the engine
+
+
+class ErrorRun(msgspec.Struct, frozen=True):
+    """One row of error_runs."""
+    fingerprint: str
+    source: str
+    target: str | None
+    message: str
+    first_id: int
+    last_id: int
+    last_event_ts: float
+    last_ts: float
+    total: int
+    unrecorded: int
+
+
+_RUN_COLUMNS = "fingerprint, source, target, message, first_id, last_id, last_event_ts, last_ts, total, unrecorded"
+
+
+def error_fingerprint(source: str, target: str | None, message: str) -> str:
+    """What makes two errors identical, as a key (long enough that two different errors never share one)."""
+    return hashlib.sha256("\0".join((source, str(target), message)).encode()).hexdigest()[:16]
+
+
+def _error_run(conn: sqlite3.Connection, fingerprint: str) -> ErrorRun | None:
+    row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM error_runs WHERE fingerprint = ?", (fingerprint,)).fetchone()
+    return ErrorRun(*row) if row else None
+
+
+def _save_run(conn: sqlite3.Connection, run: ErrorRun) -> None:
+    conn.execute(f"INSERT OR REPLACE INTO error_runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 msgspec.structs.astuple(run))
+
+
+def _append_repeats(conn: sqlite3.Connection, run: ErrorRun, now: float) -> ErrorRun:
+    """The run's unrecorded occurrences as one `error` event; the run, with nothing left unrecorded."""
+    ev = _insert_event(conn, now_event("error", run.source, run.target, message=run.message,
+                                       fingerprint=run.fingerprint, count=run.unrecorded, total=run.total,
+                                       first_id=run.first_id, last_ts=run.last_ts, repeat=True))
+    run = msgspec.structs.replace(run, last_id=ev.id, last_event_ts=now, unrecorded=0)
+    _save_run(conn, run)
+    return run
+
 
 def record_error(conn: sqlite3.Connection, source: str, target: str | None, message: str,
-                 coalesce_s: float = 3600, **data) -> Event:
-    """An `error` event, or one more count on an identical error from within coalesce_s."""
-    fingerprint = format(zlib.crc32("\0".join((source, str(target), message)).encode()), "08x")
-    now = time.time()
+                 coalesce_s: float = 3600, repeat_s: float = 60, now: float | None = None, **data) -> int:
+    """One occurrence of an error; how many its run has had, this one included (1: the first, appended
+    as an `error` event with `data`; a repeat is counted, and appended once repeat_s has passed since
+    the run's last event). The one transaction reads the run, so concurrent recorders count each once."""
+    fingerprint = error_fingerprint(source, target, message)
+    now = time.time() if now is None else now
     with _Tx(conn):
-        row = conn.execute(
-            "SELECT id, data FROM events WHERE type = 'error' AND source = ? AND target IS ? "
-            "AND json_extract(data, '$.fingerprint') = ? AND json_extract(data, '$.last_ts') >= ? "
-            "ORDER BY id DESC LIMIT 1", (source, target, fingerprint, now - coalesce_s)).fetchone()
-        if row is not None:
-            conn.execute("UPDATE events SET data = json_set(data, '$.count', json_extract(data, '$.count') + 1, "
-                         "'$.last_ts', ?) WHERE id = ?", (now, row[0]))
-            ev = Event(type="error", source=source, target=target, data=json.loads(row[1]), id=row[0])
-            ev.data["count"] += 1
-            return ev
-        body = dict(data, message=message, fingerprint=fingerprint, count=1, last_ts=now)
-        return _insert_event(conn, now_event("error", source, target, body))
+        run = _error_run(conn, fingerprint)
+        if run is not None and now - run.last_ts > coalesce_s:     # the run ended: a new one begins
+            if run.unrecorded:
+                _append_repeats(conn, run, now)
+            run = None
+        if run is None:
+            ev = _insert_event(conn, now_event("error", source, target, dict(
+                data, message=message, fingerprint=fingerprint, count=1, total=1, last_ts=now)))
+            _save_run(conn, ErrorRun(fingerprint, source, target, message, first_id=ev.id, last_id=ev.id,
+                                     last_event_ts=now, last_ts=now, total=1, unrecorded=0))
+            return 1
+        run = msgspec.structs.replace(run, last_ts=now, total=run.total + 1, unrecorded=run.unrecorded + 1)
+        if now - run.last_event_ts >= repeat_s:
+            _append_repeats(conn, run, now)
+        else:
+            _save_run(conn, run)
+        return run.total
+
+
+def settle_error_runs(conn: sqlite3.Connection, coalesce_s: float = 3600, repeat_s: float = 60,
+                      now: float | None = None) -> int:
+    """Append the repeats of every run whose last event is repeat_s old (so the count of an error that
+    stopped reaches the history too), and forget the runs that ended with nothing unrecorded; how many
+    events it appended. Reads first, and writes only when something is due."""
+    now = time.time() if now is None else now
+    due = "(unrecorded > 0 AND last_event_ts <= ?) OR (unrecorded = 0 AND last_ts < ?)"
+    args = (now - repeat_s, now - coalesce_s)
+    if conn.execute(f"SELECT 1 FROM error_runs WHERE {due} LIMIT 1", args).fetchone() is None:
+        return 0
+    with _Tx(conn):
+        runs = [ErrorRun(*row) for row in conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM error_runs WHERE unrecorded > 0 AND last_event_ts <= ?", args[:1])]
+        for run in runs:
+            _append_repeats(conn, run, now)
+        conn.execute("DELETE FROM error_runs WHERE unrecorded = 0 AND last_ts < ?", args[1:])
+    return len(runs)
+
+
+def error_runs(conn: sqlite3.Connection) -> list[ErrorRun]:
+    """Every run error_runs holds (the ended ones until settle_error_runs forgets them)."""
+    return [ErrorRun(*row) for row in conn.execute(f"SELECT {_RUN_COLUMNS} FROM error_runs ORDER BY first_id")]
 
 
 def engine_errors_since(conn: sqlite3.Connection, after_id: int) -> int:
-    """Errors counted against the engine since event `after_id` (coalesced counts included)."""
-    row = conn.execute("SELECT COALESCE(SUM(json_extract(data, '$.count')), 0) FROM events "
-                       "WHERE type = 'error' AND source IN ('engine', 'tick') AND target LIKE 'engine%' "
-                       "AND id > ?", (after_id,)).fetchone()
+    """Occurrences of errors counted against the engine since event `after_id`: those its error events
+    hold, and those still unrecorded of the runs whose last event is after it (one statement: one
+    snapshot, so an occurrence moving from a run into an event is counted once)."""
+    row = conn.execute(
+        f"SELECT (SELECT COALESCE(SUM(json_extract(data, '$.count')), 0) FROM events "
+        f"        WHERE type = 'error' AND {ENGINE_ERRORS} AND id > ?)"
+        f"     + (SELECT COALESCE(SUM(unrecorded), 0) FROM error_runs WHERE {ENGINE_ERRORS} AND last_id > ?)",
+        (after_id, after_id)).fetchone()
     return row[0]
+
+
+def unrecorded_engine_errors(conn: sqlite3.Connection) -> int:
+    """Occurrences of errors counted against the engine that no error event holds yet (see engine_errors_since)."""
+    return conn.execute(f"SELECT COALESCE(SUM(unrecorded), 0) FROM error_runs WHERE {ENGINE_ERRORS}").fetchone()[0]
+
+
+@contextlib.contextmanager
+def read_snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """`with db.read_snapshot(conn):` the reads inside see one state of the store (one read
+    transaction), so what two of them read adds up (the error events, and what error_runs still counts)."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
 
 
 # -- effects -----------------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ web worker folds the history once (the type counts by one GROUP BY, the rest fro
 the few types they need, found by the type index); each scrape folds only the events committed
 since the last one, and the ticks vitals.db recorded since. Gauges come from pulsed's status and
 the latest vitals. A scrape's cost does not grow with the history.
+
+Events never change (pulse.store.db), so an event folded once is folded for good. The rule errors
+are the `count`s of the error events, plus the repeats that error_runs counts and no event holds
+yet, read in the same snapshot as the events: the counter rises with every occurrence, and never
+falls when those repeats move into an event.
 """
 
 from __future__ import annotations
@@ -63,28 +68,33 @@ class Counts:
         self.open_origins: dict[str, str] = {}                              # effect id → origin, until it ends
         self.survival: collections.Counter = collections.Counter()         # rule
         self.process_restarts: collections.Counter = collections.Counter() # process
-        self.rule_errors = 0
+        self.rule_errors = 0                                                # in error events
+        self.rule_errors_unrecorded = 0                                     # in error_runs, as last read
         self.tasks: dict[str, str] = {}                                     # task id → status
         self.ticks = Histogram(TICK_BUCKETS)
 
     def start(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
         """Fold the whole history once."""
-        self.last_event = db.last_event_id(events)
-        self.types.update(db.event_type_counts(events, self.last_event))
-        for ev in db.events_of_types(events, FOLDED_TYPES, upto_id=self.last_event):
-            self.fold(ev)
+        with db.read_snapshot(events):
+            self.last_event = db.last_event_id(events)
+            self.types.update(db.event_type_counts(events, self.last_event))
+            for ev in db.events_of_types(events, FOLDED_TYPES, upto_id=self.last_event):
+                self.fold(ev)
+            self.rule_errors_unrecorded = db.unrecorded_engine_errors(events)
         if vitals is not None:
             self.fold_ticks(vitals)
 
     def catch_up(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
-        while True:
-            batch = db.read_events(events, after_id=self.last_event, limit=10_000)
-            for ev in batch:
-                self.types[ev.type] += 1
-                self.fold(ev)
-                self.last_event = ev.id
-            if len(batch) < 10_000:
-                break
+        with db.read_snapshot(events):
+            while True:
+                batch = db.read_events(events, after_id=self.last_event, limit=10_000)
+                for ev in batch:
+                    self.types[ev.type] += 1
+                    self.fold(ev)
+                    self.last_event = ev.id
+                if len(batch) < 10_000:
+                    break
+            self.rule_errors_unrecorded = db.unrecorded_engine_errors(events)
         if vitals is not None:
             self.fold_ticks(vitals)
 
@@ -159,7 +169,8 @@ class Collector:
         for rule, n in sorted(c.survival.items()):
             survival.add_metric([rule], n)
         yield survival
-        yield CounterMetricFamily("pulse_rule_errors", "Errors of the engine's rules", value=c.rule_errors)
+        yield CounterMetricFamily("pulse_rule_errors", "Errors of the engine's rules",
+                                  value=c.rule_errors + c.rule_errors_unrecorded)
         types = CounterMetricFamily("pulse_events", "Events in events.db", labels=["type"])
         for type_, n in sorted(c.types.items()):
             types.add_metric([type_], n)

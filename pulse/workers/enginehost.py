@@ -107,11 +107,11 @@ class EngineWorker(Worker):
             self.handlers = self.runner.handlers
 
     def record_error(self, message: str, target: str = "engine", **data) -> None:
-        """An error event, coalesced; and a log line for the first of its kind and then at each
-        power of ten, so pulse.log shows a rule that keeps raising without filling up."""
-        event = db.record_error(self.events, "engine", target, message,
-                                coalesce_s=self.config.store.error_coalesce_s, **data)
-        count = event.data.get("count", 1)
+        """An error, coalesced (db.record_error); and a log line for the first of its run and then at
+        each power of ten, so pulse.log shows a rule that keeps raising without filling up."""
+        store = self.config.store
+        count = db.record_error(self.events, "engine", target, message, coalesce_s=store.error_coalesce_s,
+                                repeat_s=store.error_repeat_s, **data)
         if count == 1 or (count % 10 == 0 and str(count).strip("0") == "1"):
             self.log.error("%s%s", message, f" (×{count})" if count > 1 else "")
 

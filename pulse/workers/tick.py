@@ -330,9 +330,24 @@ class TickWorker(Worker):
         self.inner_note = "ok"
         return effects, result.tick_ms
 
+    def record_error(self, target: str | None, message: str) -> None:
+        store = self.config.store
+        db.record_error(self.events, "tick", target, message, coalesce_s=store.error_coalesce_s,
+                        repeat_s=store.error_repeat_s)
+
+    def settle_errors(self) -> None:
+        """Append what the error runs counted since their last event, once due: without this, the last
+        repeats of an error that stopped would be counted in error_runs only, never in the history.
+        The tick does it for every recorder because it is the one worker that always runs, often."""
+        store = self.config.store
+        try:
+            db.settle_error_runs(self.events, store.error_coalesce_s, store.error_repeat_s)
+        except sqlite3.OperationalError as err:   # locked or full: the next tick settles them
+            self.log.warning("could not settle the error runs: %s", err)
+
     def inner_error(self, message: str) -> None:
         self.inner_note, self.inner_failed = message, True
-        db.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
+        self.record_error("engine", message)
 
     def run_tick(self) -> None:
         t = self.config.timings
@@ -347,7 +362,7 @@ class TickWorker(Worker):
             effects, tick_ms, problem = [], None, f"rule chain raised {type(err).__name__}: {err}"
             self.log.exception("rule chain raised")
         if problem:
-            db.record_error(self.events, "tick", None, problem, coalesce_s=self.config.store.error_coalesce_s)
+            self.record_error(None, problem)
             effects = []
         effects = self.within_budget(effects, curr)
         tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
@@ -364,6 +379,7 @@ class TickWorker(Worker):
             db.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
         except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
             self.log.warning("could not record tick %d in vitals.db: %s", self.count, err)
+        self.settle_errors()
         if time.monotonic() - self.ballast_checked > BALLAST_CHECK_S and self.disk_has_room(curr):
             self.ballast_checked = time.monotonic()
             ballast.keep(self.ballast, self.config.survival.ballast_mb)
@@ -386,7 +402,7 @@ class TickWorker(Worker):
                                      tk.engine_effects_per_min, p.engine_retryable)
         for rule, why in budget.culprits(dropped).items():
             message = f"engine rule {rule!r} is over its effect budget: effects dropped ({why})"
-            db.record_error(self.events, "tick", "engine", message, coalesce_s=self.config.store.error_coalesce_s)
+            self.record_error("engine", message)
             if survival.may_notify(curr, "engine-budget", rule, self.config.survival.notify_every_s):
                 kept.append(survival.notify(curr, "engine-budget", rule, f"engine rule {rule} floods", message))
         return kept
