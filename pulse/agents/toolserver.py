@@ -34,7 +34,7 @@ from pulse.core import client, wire
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
-from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
+from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.store import db
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
@@ -285,17 +285,17 @@ class PulseTools:
         outcome = self._outcome(effect.id, mark)
         result = {"effect_id": effect.id, "kind": effect.kind, "target": effect.target, "state": state,
                   "outcome": outcome}
-        if state != "acked":
+        if state != EffectState.ACKED:
             reason = (outcome or {}).get("reason")
             raise ToolError("ACTION_NOT_ALLOWED" if reason == "not-allowed" else "EXECUTION_FAILED",
                             f"effect {effect.id} ({effect.kind}) {state}"
                             + (f": {outcome.get('error') or reason}" if outcome else ""),
-                            acted=state == "failed" and reason not in NOT_RUN_REASONS, **result)
+                            acted=state == EffectState.FAILED and reason not in NOT_RUN_REASONS, **result)
         return result
 
     def _outcome(self, effect_id: str, after_id: int) -> dict | None:
         """The data of the effect's terminal event (requeued failures are not terminal)."""
-        for ev in db.read_events(self.events, after_id=after_id, types=tuple(EFFECT_END_EVENTS.values()), limit=100_000):
+        for ev in db.read_events(self.events, after_id=after_id, types=tuple(wire.EFFECT_END_EVENTS.values()), limit=100_000):
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None

@@ -26,12 +26,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from pulse.core.states import EffectState
+from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, TaskEvent
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
 REPAIRS = frozenset({"restart-process", "archive", "cleanup", "exec", "engine-rollback"})
-EFFECT_ENDS = {"effect-acked": "acked", "effect-failed": "failed", "effect-expired": "expired"}
-TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
-              "task-given-up")
 OPERATOR_SOURCES = frozenset({"pulsectl"})
 OPERATOR_TYPES = frozenset({"operator", "reload"})   # pulsed records what an operator asked of it
 SLOW_FACTOR = 2.0
@@ -62,9 +61,9 @@ def _pct(part: int, whole: int) -> float | None:
 
 def task_of(ev) -> str | None:
     """The task an event is about: task-* events by target, agent-run effects by their task."""
-    if ev.type in TASK_TYPES:
+    if ev.type in TASK_EVENTS:
         return ev.target
-    if ev.type == "effect" and ev.data.get("kind") == "agent-run":
+    if ev.type == EffectEvent.COMMITTED and ev.data.get("kind") == "agent-run":
         params = ev.data.get("params") or {}
         raw = params.get("task_id", ev.data.get("target"))
         if raw is None:
@@ -89,9 +88,9 @@ def in_scope(events: Sequence, tasks: Mapping[str, tuple[str, str]], project: st
         about = task_of(ev)
         if about is not None and about in wanted:
             out.append(ev)
-            if ev.type == "effect":
+            if ev.type == EffectEvent.COMMITTED:
                 effect_ids.add(ev.data.get("id", ""))
-        elif ev.type in EFFECT_ENDS and ev.data.get("effect_id") in effect_ids:
+        elif ev.type in EFFECT_END_STATES and ev.data.get("effect_id") in effect_ids:
             out.append(ev)
     return out
 
@@ -125,7 +124,7 @@ class Action:
     rule: str | None
     origin: str
     end: float | None = None
-    state: str = "pending"
+    state: str = EffectState.PENDING
     error: str | None = None
     event_ids: list[int] = field(default_factory=list)
 
@@ -154,16 +153,16 @@ def fold(events: Iterable, window_start: float) -> Fold:
     f = Fold()
     for ev in events:
         t = ev.type
-        if (ev.source in OPERATOR_SOURCES and t != "effect-executing") or t in OPERATOR_TYPES:
+        if (ev.source in OPERATOR_SOURCES and t != EffectEvent.EXECUTING) or t in OPERATOR_TYPES:
             f.operator.append(ev)
-        if t == "task-executing":
+        if t == TaskEvent.EXECUTING:
             task = ev.target or ""
             key = _run_key(ev, task)
             agent = str(ev.data.get("agent") or "?")
             f.agents.add(agent)
             f.runs[key] = Run(key, agent, task, ev.ts, event_ids=[ev.id])
             f.open_run[task], f.last_run[task] = key, key
-        elif t in ("task-acked", "task-failed"):
+        elif t in (TaskEvent.ACKED, TaskEvent.FAILED):
             task = ev.target or ""
             key = ev.data.get("run") or f.open_run.get(task)
             run = f.runs.get(key) if key else None
@@ -172,7 +171,7 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 key = key or f"{task}@{ev.id}"
                 run = f.runs[key] = Run(key, agent, task, window_start)
                 f.agents.add(agent)
-            run.end, run.outcome = ev.ts, "acked" if t == "task-acked" else "failed"
+            run.end, run.outcome = ev.ts, "acked" if t == TaskEvent.ACKED else "failed"
             run.error = ev.data.get("error")
             run.event_ids.append(ev.id)
             result = ev.data.get("result")
@@ -180,24 +179,24 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 run.cost = float(result["total_cost_usd"])
             f.open_run.pop(task, None)
             f.last_run[task] = key
-        elif t == "task-given-up":
+        elif t == TaskEvent.GIVEN_UP:
             f.given_up.append(ev)
             key = f.last_run.get(ev.target or "")
             run = f.runs.get(key) if key else None
             if run is not None and run.outcome == "failed" and ev.data.get("failures"):
                 run.outcome = "given_up"
                 run.event_ids.append(ev.id)
-        elif t == "effect":
+        elif t == EffectEvent.COMMITTED:
             origin = ev.data.get("origin")
             if origin in ("survival", "operator"):
                 params = ev.data.get("params") or {}
                 f.actions[ev.data.get("id", "")] = Action(
                     ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts,
                     params.get("rule") if isinstance(params, dict) else None, origin, event_ids=[ev.id])
-        elif t in EFFECT_ENDS:
+        elif t in EFFECT_END_STATES:
             action = f.actions.get(ev.data.get("effect_id", ""))
             if action is not None and not ev.data.get("requeued"):
-                action.state, action.end = EFFECT_ENDS[t], ev.ts
+                action.state, action.end = EFFECT_END_STATES[t], ev.ts
                 action.error = ev.data.get("error") or ev.data.get("reason")
                 action.event_ids.append(ev.id)
         elif t == "promote":
@@ -272,8 +271,8 @@ def _label(action: Action) -> str:
 
 def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
     repairs = [a for a in actions if a.kind in REPAIRS]
-    failed = [a for a in repairs if a.state == "failed"]
-    acked = [a for a in repairs if a.state == "acked"]
+    failed = [a for a in repairs if a.state == EffectState.FAILED]
+    acked = [a for a in repairs if a.state == EffectState.ACKED]
     notes = [a for a in actions if a.kind == "notify"]
     if not actions:
         verdict, summary = "pass", "nothing needed doing"
@@ -315,7 +314,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     `tasks`: task id → (project, title), for tasks created before the window."""
     f = fold(events, start)
     titles = {t: title for t, (_, title) in tasks.items()}
-    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == "task-created"})
+    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == TaskEvent.CREATED})
 
     def named(task_id: str) -> str:
         title = titles.get(task_id)
@@ -342,7 +341,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
         elif card.role == "agent" and card.verdict != "pass":
             issues.append(Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail"
                                   else "warn", event_ids=card.event_ids))
-    repairs_acked = [a for a in survival if a.kind in REPAIRS and a.state == "acked"]
+    repairs_acked = [a for a in survival if a.kind in REPAIRS and a.state == EffectState.ACKED]
     if repairs_acked:
         shown = ", ".join(sorted({_label(a) for a in repairs_acked})[:5])
         highlights.append(Finding(text=f"survival repaired {len(repairs_acked)} time(s): {shown}", severity="info",
@@ -359,7 +358,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
         given_up_tasks.append(ev)
         issues.append(Finding(text=text, severity="error", event_ids=_ids(
             [i for r in failures for i in r.event_ids] + [ev.id])))
-    failed_repairs = [a for a in survival if a.kind in REPAIRS and a.state == "failed"]
+    failed_repairs = [a for a in survival if a.kind in REPAIRS and a.state == EffectState.FAILED]
     by_label: dict[str, list[Action]] = {}
     for a in failed_repairs:
         by_label.setdefault(_label(a), []).append(a)

@@ -23,6 +23,8 @@ import zmq
 
 from pulse.agents import tasks
 from pulse.core import client, wire
+from pulse.core.states import EffectState, WorkerState
+from pulse.core.wire import EFFECT_END_STATES, EffectEvent
 from pulse.rules import budget, onion, survival
 from pulse.store import ballast, db
 from pulse.workers.harness import Worker
@@ -85,12 +87,12 @@ class Projections:
     def _ended(self, ev: wire.Event) -> None:
         effect_id = ev.data.get("effect_id", "")
         effect = self.pending.get(effect_id)
-        state = ev.type.removeprefix("effect-")
+        state = EFFECT_END_STATES[ev.type]
         if effect is not None and effect.origin == "survival" and effect.kind in CORRECTIVE:
-            self.corrective_streak = 0 if state == "acked" else self.corrective_streak + 1
+            self.corrective_streak = 0 if state == EffectState.ACKED else self.corrective_streak + 1
         if ev.data.get("requeued"):
             return   # an idempotent effect going round again: still pending
-        if effect is not None and effect.origin == "engine" and state != "acked":
+        if effect is not None and effect.origin == "engine" and state != EffectState.ACKED:
             self.engine_retryable[budget.fingerprint(effect)] = ev.ts
             if len(self.engine_retryable) > 1_000:    # only those within the dedupe window matter
                 self.engine_retryable = {fp: ts for fp, ts in self.engine_retryable.items()
@@ -146,8 +148,8 @@ class Projections:
 
 
 _FOLDS = {
-    "effect": Projections._effect,
-    "effect-acked": Projections._ended, "effect-failed": Projections._ended, "effect-expired": Projections._ended,
+    EffectEvent.COMMITTED: Projections._effect,
+    **{end: Projections._ended for end in EFFECT_END_STATES},
     "promote": Projections._promote,
     "rollback": Projections._rollback,
     "worker-exited": Projections._exited,
@@ -314,7 +316,7 @@ class TickWorker(Worker):
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
-        if curr.engine.state != "running":
+        if curr.engine.state != WorkerState.RUNNING:
             self.inner_note = f"engine {curr.engine.state}; skipped"
             return [], None
         urgent_s = self.config.timings.engine_urgent_deadline_ms / 1000 if self.urgent else None
