@@ -201,7 +201,7 @@ class Lifecycle(msgspec.Struct, kw_only=True):
     rolled_back: bool = False           # a rollback happened since
     last_known_good: str | None = None  # the newest promote that ran clean past the autoRollback window
     crashes: int = 0                    # unexpected engine exits since
-    corrective_streak: int = 0          # survival's own corrective effects failed in a row since
+    corrective_streak: int = 0          # survival's repairs of the host failed in a row since
 
 
 # -- tasks, as a snapshot carries them (pulse.agents.tasks folds them from events.db) ---------------------

@@ -11,8 +11,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
   up; else it passes. An agent that keeps failing therefore always judges worse than one that
   keeps succeeding. A run longer than twice its agent's own median (once it has 3 acked runs)
   is slow.
-- Survival. Effects of origin `survival`: its repairs (restart-process, archive, cleanup,
-  exec, engine-rollback), its notifications. A repair that failed is an issue.
+- Survival. Effects of origin `survival`: its repairs (the kinds the effect registry marks as
+  repairs: restart-process, archive, cleanup, exec, engine-rollback), its notifications. A
+  repair that failed is an issue.
 - The score starts at 100 and loses, each loss capped: failed runs 4 each (at most 30),
   tasks given up 8 (24), failed survival repairs 6 (24), rollbacks 10 (20), gate blocks 2 (10),
   slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
@@ -30,7 +31,6 @@ from pulse.core.states import EffectState
 from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, TaskEvent
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
-REPAIRS = frozenset({"restart-process", "archive", "cleanup", "exec", "engine-rollback"})
 OPERATOR_SOURCES = frozenset({"pulsectl"})
 OPERATOR_TYPES = frozenset({"operator", "reload"})   # pulsed records what an operator asked of it
 SLOW_FACTOR = 2.0
@@ -269,8 +269,14 @@ def _label(action: Action) -> str:
     return f"{action.kind} {action.target}" if action.target else action.kind
 
 
+def is_repair(action: Action) -> bool:
+    # Imported here, not at the top: the registry imports pulse.report.reportrun, which imports this module.
+    from pulse.effects import registry
+    return action.kind in registry.repair_kinds()
+
+
 def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
-    repairs = [a for a in actions if a.kind in REPAIRS]
+    repairs = [a for a in actions if is_repair(a)]
     failed = [a for a in repairs if a.state == EffectState.FAILED]
     acked = [a for a in repairs if a.state == EffectState.ACKED]
     notes = [a for a in actions if a.kind == "notify"]
@@ -341,7 +347,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
         elif card.role == "agent" and card.verdict != "pass":
             issues.append(Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail"
                                   else "warn", event_ids=card.event_ids))
-    repairs_acked = [a for a in survival if a.kind in REPAIRS and a.state == EffectState.ACKED]
+    repairs_acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
     if repairs_acked:
         shown = ", ".join(sorted({_label(a) for a in repairs_acked})[:5])
         highlights.append(Finding(text=f"survival repaired {len(repairs_acked)} time(s): {shown}", severity="info",
@@ -358,7 +364,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
         given_up_tasks.append(ev)
         issues.append(Finding(text=text, severity="error", event_ids=_ids(
             [i for r in failures for i in r.event_ids] + [ev.id])))
-    failed_repairs = [a for a in survival if a.kind in REPAIRS and a.state == EffectState.FAILED]
+    failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
     by_label: dict[str, list[Action]] = {}
     for a in failed_repairs:
         by_label.setdefault(_label(a), []).append(a)
