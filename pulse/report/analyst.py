@@ -314,115 +314,175 @@ def _penalty(what: str, n: int) -> int:
     return min(each * n, most)
 
 
+# -- findings: one function per kind of finding; analyse puts them in the report's order ------------------
+
+def task_titles(events: Sequence, tasks: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """task id → title: from `tasks` (created before the window), then the window's task-created events."""
+    titles = {t: title for t, (_, title) in tasks.items()}
+    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == TaskEvent.CREATED})
+    return titles
+
+
+def named(task_id: str, titles: Mapping[str, str]) -> str:
+    title = titles.get(task_id)
+    return f"{task_id} “{title[:80]}”" if title else task_id
+
+
+def agent_highlights(cards: Sequence[RoleCard]) -> list[Finding]:
+    return [Finding(text=f"{card.name} {card.summary}", severity="info", event_ids=card.event_ids)
+            for card in cards if card.role == "agent" and card.verdict == "pass" and card.figures.get("acked")]
+
+
+def agent_issues(cards: Sequence[RoleCard]) -> list[Finding]:
+    return [Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail" else "warn",
+                    event_ids=card.event_ids)
+            for card in cards if card.role == "agent" and card.verdict != "pass"]
+
+
+def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
+    acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
+    if not acked:
+        return []
+    shown = ", ".join(sorted({_label(a) for a in acked})[:5])
+    return [Finding(text=f"survival repaired {len(acked)} time(s): {shown}", severity="info",
+                    event_ids=_ids(i for a in acked for i in a.event_ids))]
+
+
+def promotes_highlight(promotes: Sequence) -> list[Finding]:
+    return [Finding(text=f"{len(promotes)} engine promote(s)", severity="info",
+                    event_ids=_ids(ev.id for ev in promotes))] if promotes else []
+
+
+def given_up_issues(given_up: Sequence, runs: Iterable[Run], titles: Mapping[str, str]) -> list[Finding]:
+    """One per task-given-up: after its failed runs (with the last error), or by someone's hand."""
+    runs = list(runs)
+    out = []
+    for ev in given_up:
+        failures = [r for r in runs if r.task == ev.target and r.outcome in ("failed", "given_up")]
+        last_error = next((r.error for r in reversed(failures) if r.error), None) or ev.data.get("reason") or ""
+        n = ev.data.get("failures") or len(failures)
+        by = "" if ev.data.get("failures") else f" by {ev.data.get('by', ev.source)}"
+        text = (f"{named(ev.target, titles)} failed {n} times and was given up: {last_error}" if ev.data.get("failures")
+                else f"{named(ev.target, titles)} was given up{by}: {ev.data.get('reason', '')}")
+        out.append(Finding(text=text, severity="error", event_ids=_ids(
+            [i for r in failures for i in r.event_ids] + [ev.id])))
+    return out
+
+
+def failed_repair_issues(failed_repairs: Sequence[Action]) -> list[Finding]:
+    """One per repaired thing (kind and target), however often it failed, with its last error."""
+    by_label: dict[str, list[Action]] = {}
+    for a in failed_repairs:
+        by_label.setdefault(_label(a), []).append(a)
+    out = []
+    for label, failures in by_label.items():
+        times = "" if len(failures) == 1 else f" {len(failures)} times"
+        out.append(Finding(text=f"survival repair {label} failed{times}: {failures[-1].error or 'no reason recorded'}",
+                           severity="error", event_ids=_ids(i for a in failures for i in a.event_ids)))
+    return out
+
+
+def rollback_issues(rollbacks: Sequence) -> list[Finding]:
+    return [Finding(text=f"engine rolled back to {str(ev.data.get('to', ''))[:12]} "
+                         f"({ev.data.get('reason') or 'no reason recorded'}, by {ev.source})",
+                    severity="warn", event_ids=[ev.id]) for ev in rollbacks]
+
+
+def gate_block_issues(blocks: Sequence) -> list[Finding]:
+    if not blocks:
+        return []
+    reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in blocks})
+    return [Finding(text=f"the gate blocked {len(blocks)} agent tool call(s): {', '.join(reasons[:5])}",
+                    severity="warn", event_ids=_ids(ev.id for ev in blocks))]
+
+
+def error_issues(errors: Sequence) -> list[Finding]:
+    if not errors:
+        return []
+    total = sum(int(ev.data.get("count") or 1) for ev in errors)
+    last = str(errors[-1].data.get("message", ""))[:200]
+    return [Finding(text=f"{len(errors)} distinct error(s), {total} in all; the last: {last}",
+                    severity="warn", event_ids=_ids(ev.id for ev in errors[-MAX_CITATIONS:]))]
+
+
+def worker_failure_issues(failures: Sequence) -> list[Finding]:
+    return [Finding(text=f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
+                    else f"pulsed escalated: {ev.data.get('reason', '')}", severity="error", event_ids=[ev.id])
+            for ev in failures]
+
+
+def slow_runs_issue(slow: Sequence[Run]) -> list[Finding]:
+    return [Finding(text=f"{len(slow)} run(s) took more than {SLOW_FACTOR:g}× their agent's median",
+                    severity="info", event_ids=_ids(i for r in slow for i in r.event_ids))] if slow else []
+
+
+def timeline(runs: Sequence[Run], survival: Sequence[Action], engine_events: Sequence, end: float,
+             titles: Mapping[str, str]) -> list[TimelineEntry]:
+    """Agent runs (by start), survival's actions, then promotes and rollbacks (by id)."""
+    entries = [TimelineEntry(lane=f"agent:{r.agent}", label=f"{named(r.task, titles)} ({r.agent})", start=stamp(r.start),
+                             end=stamp(r.end if r.end is not None else max(r.start, end)), outcome=r.outcome,
+                             event_ids=_ids(r.event_ids), run=r.run)
+               for r in sorted(runs, key=lambda r: r.start)]
+    entries += [TimelineEntry(lane="survival", label=_label(a), start=stamp(a.ts),
+                              end=stamp(a.end if a.end is not None else a.ts), outcome=a.state,
+                              event_ids=_ids(a.event_ids)) for a in survival]
+    entries += [TimelineEntry(lane="engine", label=f"{ev.type} {str(ev.data.get('after', ''))[:12]}",
+                              start=stamp(ev.ts), end=stamp(ev.ts), outcome=ev.type, event_ids=[ev.id])
+                for ev in sorted(engine_events, key=lambda e: e.id)]
+    return entries
+
+
+# -- the analysis -----------------------------------------------------------------------------------------
+
+def runs_by_agent(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for run in runs:
+        out.setdefault(run.agent, []).append(run)
+    return out
+
+
+def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run]) -> int:
+    """100 less each loss, each capped (PENALTIES)."""
+    lost = {
+        "failed_runs": sum(1 for r in f.runs.values() if r.outcome in ("failed", "given_up")),
+        "given_up": len(f.given_up), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
+        "gate_blocks": len(f.gate_blocks), "slow_runs": len(slow), "errors": len(f.errors),
+        "worker_failures": len(f.worker_failures),
+    }
+    return max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
+
+
 def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, tuple[str, str]] = {},
             project: str | None = None, task: str | None = None) -> Analysis:
     """The analysis of `events` (the window [start, end], already scoped with in_scope).
     `tasks`: task id → (project, title), for tasks created before the window."""
     f = fold(events, start)
-    titles = {t: title for t, (_, title) in tasks.items()}
-    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == TaskEvent.CREATED})
-
-    def named(task_id: str) -> str:
-        title = titles.get(task_id)
-        return f"{task_id} “{title[:80]}”" if title else task_id
-
-    runs_by_agent: dict[str, list[Run]] = {}
-    for run in f.runs.values():
-        runs_by_agent.setdefault(run.agent, []).append(run)
+    titles = task_titles(events, tasks)
+    runs = list(f.runs.values())
+    agents = runs_by_agent(runs)
+    slow = {name: slow_runs(agent_runs) for name, agent_runs in agents.items()}
+    all_slow = [r for agent_runs in slow.values() for r in agent_runs]
     actions = sorted(f.actions.values(), key=lambda a: a.ts)
     # the report's own effect (the daily report) is not something survival did about the host
     survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
-    operator_actions = [a for a in actions if a.origin == "operator"]
-    slow = {name: slow_runs(runs) for name, runs in runs_by_agent.items()}
-
-    cards = [agent_card(name, runs_by_agent[name], slow[name]) for name in sorted(runs_by_agent)]
-    cards.append(survival_card(survival, f.rollbacks))
-    cards.append(operator_card(f.operator, operator_actions))
-
-    highlights: list[Finding] = []
-    issues: list[Finding] = []
-    for card in cards:
-        if card.role == "agent" and card.verdict == "pass" and card.figures.get("acked"):
-            highlights.append(Finding(text=f"{card.name} {card.summary}", severity="info", event_ids=card.event_ids))
-        elif card.role == "agent" and card.verdict != "pass":
-            issues.append(Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail"
-                                  else "warn", event_ids=card.event_ids))
-    repairs_acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
-    if repairs_acked:
-        shown = ", ".join(sorted({_label(a) for a in repairs_acked})[:5])
-        highlights.append(Finding(text=f"survival repaired {len(repairs_acked)} time(s): {shown}", severity="info",
-                                  event_ids=_ids(i for a in repairs_acked for i in a.event_ids)))
-
-    given_up_tasks = []
-    for ev in f.given_up:
-        failures = [r for r in f.runs.values() if r.task == ev.target and r.outcome in ("failed", "given_up")]
-        last_error = next((r.error for r in reversed(failures) if r.error), None) or ev.data.get("reason") or ""
-        n = ev.data.get("failures") or len(failures)
-        by = "" if ev.data.get("failures") else f" by {ev.data.get('by', ev.source)}"
-        text = (f"{named(ev.target)} failed {n} times and was given up: {last_error}" if ev.data.get("failures")
-                else f"{named(ev.target)} was given up{by}: {ev.data.get('reason', '')}")
-        given_up_tasks.append(ev)
-        issues.append(Finding(text=text, severity="error", event_ids=_ids(
-            [i for r in failures for i in r.event_ids] + [ev.id])))
     failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
-    by_label: dict[str, list[Action]] = {}
-    for a in failed_repairs:
-        by_label.setdefault(_label(a), []).append(a)
-    for label, failures in by_label.items():
-        times = "" if len(failures) == 1 else f" {len(failures)} times"
-        issues.append(Finding(text=f"survival repair {label} failed{times}: {failures[-1].error or 'no reason recorded'}",
-                              severity="error", event_ids=_ids(i for a in failures for i in a.event_ids)))
-    for ev in f.rollbacks:
-        reason = ev.data.get("reason") or "no reason recorded"
-        issues.append(Finding(text=f"engine rolled back to {str(ev.data.get('to', ''))[:12]} ({reason}, by {ev.source})",
-                              severity="warn", event_ids=[ev.id]))
-    if f.gate_blocks:
-        reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in f.gate_blocks})
-        issues.append(Finding(text=f"the gate blocked {len(f.gate_blocks)} agent tool call(s): {', '.join(reasons[:5])}",
-                              severity="warn", event_ids=_ids(ev.id for ev in f.gate_blocks)))
-    if f.errors:
-        total = sum(int(ev.data.get("count") or 1) for ev in f.errors)
-        first = str(f.errors[-1].data.get("message", ""))[:200]
-        issues.append(Finding(text=f"{len(f.errors)} distinct error(s), {total} in all; the last: {first}",
-                              severity="warn", event_ids=_ids(ev.id for ev in f.errors[-MAX_CITATIONS:])))
-    for ev in f.worker_failures:
-        what = (f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
-                else f"pulsed escalated: {ev.data.get('reason', '')}")
-        issues.append(Finding(text=what, severity="error", event_ids=[ev.id]))
-    all_slow = [r for runs in slow.values() for r in runs]
-    if all_slow:
-        issues.append(Finding(text=f"{len(all_slow)} run(s) took more than {SLOW_FACTOR:g}× their agent's median",
-                              severity="info", event_ids=_ids(i for r in all_slow for i in r.event_ids)))
-    if f.promotes:
-        highlights.append(Finding(text=f"{len(f.promotes)} engine promote(s)", severity="info",
-                                  event_ids=_ids(ev.id for ev in f.promotes)))
+
+    cards = [agent_card(name, agents[name], slow[name]) for name in sorted(agents)]
+    cards.append(survival_card(survival, f.rollbacks))
+    cards.append(operator_card(f.operator, [a for a in actions if a.origin == "operator"]))
+
+    issues = [*agent_issues(cards), *given_up_issues(f.given_up, runs, titles), *failed_repair_issues(failed_repairs),
+              *rollback_issues(f.rollbacks), *gate_block_issues(f.gate_blocks), *error_issues(f.errors),
+              *worker_failure_issues(f.worker_failures), *slow_runs_issue(all_slow)]
+    highlights = [*agent_highlights(cards), *repairs_highlight(survival), *promotes_highlight(f.promotes)]
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 
-    all_runs = list(f.runs.values())
-    lost = {
-        "failed_runs": sum(1 for r in all_runs if r.outcome in ("failed", "given_up")),
-        "given_up": len(given_up_tasks), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
-        "gate_blocks": len(f.gate_blocks), "slow_runs": len(all_slow), "errors": len(f.errors),
-        "worker_failures": len(f.worker_failures),
-    }
-    score = max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
-
-    timeline = [TimelineEntry(lane=f"agent:{r.agent}", label=f"{named(r.task)} ({r.agent})", start=stamp(r.start),
-                              end=stamp(r.end if r.end is not None else max(r.start, end)), outcome=r.outcome,
-                              event_ids=_ids(r.event_ids), run=r.run)
-                for r in sorted(all_runs, key=lambda r: r.start)]
-    timeline += [TimelineEntry(lane="survival", label=_label(a), start=stamp(a.ts),
-                               end=stamp(a.end if a.end is not None else a.ts), outcome=a.state,
-                               event_ids=_ids(a.event_ids)) for a in survival]
-    timeline += [TimelineEntry(lane="engine", label=f"{ev.type} {str(ev.data.get('after', ''))[:12]}",
-                               start=stamp(ev.ts), end=stamp(ev.ts), outcome=ev.type, event_ids=[ev.id])
-                 for ev in sorted(f.promotes + f.rollbacks, key=lambda e: e.id)]
-
+    score = score_of(f, failed_repairs, all_slow)
     verdict = verdict_of(score)
     if verdict == "pass" and any(card.verdict == "fail" for card in cards):
-        verdict = "warn"
+        verdict = "warn"        # a window in which a role fails is never a pass
     return Analysis(window=Window(start=stamp(start), end=stamp(end), project=project, task=task,
                                   events=len(events)),
-                    score=score, verdict=verdict, highlights=highlights, issues=issues,
-                    role_analysis=cards, timeline=timeline)
+                    score=score, verdict=verdict, highlights=highlights, issues=issues, role_analysis=cards,
+                    timeline=timeline(runs, survival, f.promotes + f.rollbacks, end, titles))
