@@ -26,7 +26,7 @@ import zmq
 
 from pulse.core import wire
 from pulse.core.config import Allow, Config
-from pulse.core.states import EFFECT_END_EVENTS
+from pulse.core.wire import EFFECT_END_EVENTS
 from pulse.effects import kinds, registry
 from pulse.store import db, objects
 from pulse.store.provision import ensure_home

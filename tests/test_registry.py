@@ -3,7 +3,9 @@ by check-config, and rendered as the rule author's reference."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -90,3 +92,45 @@ def test_check_config_accepts_a_kind_the_engine_declares(pulsed):
     out = pulsed.ctl("check-config")
     assert out.returncode == 78 and "did you mean 'deploy-site'?" in out.stderr
 
+
+
+# -- what other layers know of a kind, said once here ---------------------------------------------------
+
+def test_each_kind_says_whether_it_repairs_what_it_changes_and_whether_its_ack_proves_it():
+    assert registry.repair_kinds() == {"restart-process", "archive", "cleanup", "exec", "engine-rollback"}
+    assert registry.repair_kinds(registry.Repair.ENGINE) == {"engine-rollback"}
+    assert registry.resource("restart-process", "gw") == registry.resource("signal", "gw") == "process:gw"
+    assert registry.resource("restart-worker", "tick") == "worker:tick"
+    assert registry.resource("engine-promote", None) == registry.resource("engine-rollback", "x") == "worker:engine"
+    assert registry.resource("exec", None) == "target:*" and registry.resource("my-engine-kind", "t") == "target:t"
+    assert {k for k in registry.all_kinds() if registry.ack_verifies(k)} == {"noop", "notify"}
+    assert {k for k in registry.all_kinds() if registry.tells_operator(k)} == {"notify", "report"}
+    assert not registry.ack_verifies("my-engine-kind") and not registry.tells_operator("my-engine-kind")
+
+
+def source_files() -> list:
+    root = Path(__file__).resolve().parents[1]
+    return sorted([*root.glob("pulse/**/*.py"), *root.glob("supervisor/*.py"), *root.glob("engine/*.py")])
+
+
+def kind_name_sets(source: str) -> list[list[str]]:
+    """Each set, tuple or list written out in `source` that holds two or more built-in kind names:
+    a property of kinds (repair, resource, ...) typed again instead of read from the registry."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+            names = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in registry.all_kinds()]
+            if len(names) >= 2:
+                out.append(names)
+    return out
+
+
+def test_no_set_of_kind_names_is_written_outside_the_registry():
+    # the check finds what it is for
+    assert kind_name_sets('REPAIRS = frozenset({"restart-process", "archive"})') == [["restart-process", "archive"]]
+    assert kind_name_sets('ok = kind in ("notify", "report")') == [["notify", "report"]]
+    found = {f"{path.parent.name}/{path.name}": sets for path in source_files()
+             if path.name != "registry.py" and (sets := kind_name_sets(path.read_text()))}
+    # The one allowed: [allow]'s default is configuration (the operator replaces it), and core,
+    # which pulsed loads, cannot import the registry.
+    assert found == {"core/config.py": [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]}

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from pulse.agents import tasks
-from pulse.core.wire import Event
+from pulse.core.wire import TASK_EVENTS, Event
 from pulse.store import db
 from support import PULSECTL
 
@@ -54,7 +54,7 @@ def conn(tmp_path):
 # -- the transition table -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("status", list(tasks.TRANSITIONS))
-@pytest.mark.parametrize("type", tasks.TYPES)
+@pytest.mark.parametrize("type", TASK_EVENTS)
 def test_every_status_accepts_exactly_the_events_of_its_row(status, type):
     state = state_at(status)
     assert tasks.status_of(state) == status

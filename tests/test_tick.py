@@ -6,8 +6,11 @@ import os
 import signal
 import textwrap
 
+import msgspec
 import pytest
 
+from pulse.core import wire
+from pulse.workers.tick import Projections
 from support import engine_rule, init_home, wait_for
 
 TICK_MS = 200
@@ -195,3 +198,43 @@ def test_a_critical_death_gives_a_frozen_engine_the_short_deadline(pulsed, track
         assert urgent and urgent[0]["inner"] == "engine did not answer within 50 ms", urgent
     finally:
         os.kill(engine, signal.SIGCONT)
+
+
+
+# -- the projections the snapshot carries, folded from events (pure: no daemon) --------------------------
+
+def committed(id: int, kind: str, origin: str = "survival", target: str = "gw", **params) -> wire.Event:
+    effect = wire.Effect(kind=kind, target=target, origin=origin, id=f"e{id}", params=params)
+    return wire.Event(type="effect", source="tick", target=target, data=msgspec.to_builtins(effect), ts=1.0, id=id)
+
+
+def ended(id: int, state: str) -> wire.Event:
+    return wire.Event(type=f"effect-{state}", source="executor", target="gw", data={"effect_id": f"e{id}"}, ts=2.0,
+                      id=100 + id)
+
+
+def folded(*events: wire.Event) -> Projections:
+    p = Projections()
+    p.fold(list(events))
+    return p
+
+
+def test_panic_rollback_counts_failed_repairs_of_the_host_only():
+    # survival's restart and cleanup not working: the streak panicRollback answers
+    p = folded(committed(1, "restart-process"), ended(1, "failed"), committed(2, "cleanup"), ended(2, "expired"))
+    assert p.corrective_streak == 2
+    # its own answer failing (a rollback, a repair of the engine) must not ask for another; nor do a
+    # notification, or the engine's and an agent's effects, whatever their kind
+    p.fold([committed(3, "engine-rollback", target="engine"), ended(3, "failed"),
+            committed(4, "notify"), ended(4, "failed"),
+            committed(5, "restart-process", origin="engine"), ended(5, "failed"),
+            committed(6, "exec", origin="agent"), ended(6, "failed")])
+    assert p.corrective_streak == 2
+    p.fold([committed(7, "archive"), ended(7, "acked")])   # a repair that worked ends the streak
+    assert p.corrective_streak == 0
+
+
+def test_the_snapshot_remembers_when_each_rule_last_told_a_person():
+    p = folded(committed(1, "notify", rule="process-watchdog"), committed(2, "report", target="day", rule="daily"),
+               committed(3, "restart-process", target="db", rule="process-watchdog"), committed(4, "notify", target="x"))
+    assert p.notified == {"process-watchdog:gw": 1.0, "daily:day": 1.0}

@@ -3,9 +3,11 @@ a restarted worker is reachable again without restarting its peers."""
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import time
+from pathlib import Path
 
 import zmq
 
@@ -117,3 +119,38 @@ def test_every_event_type_the_source_writes_is_a_known_one():
         text = path.read_text()
         written |= set(re.findall(r'(?:now_event|self\.record|_record\(paths,|_append\(ctx,)\(?\s*"([a-z-]+)"', text))
     assert written and written <= EVENT_TYPES, written - EVENT_TYPES
+
+
+# The event names no other word reads like (every hyphenated one): spelled out in wire.py alone
+# (task-* and effect-*, named there as TaskEvent and EffectEvent), and never gathered into a set
+# anywhere else (a group of them is written once, beside EVENT_TYPES).
+HYPHENATED = {t for t in wire.EVENT_TYPES if "-" in t}
+NAMED = {*wire.TaskEvent, *wire.EffectEvent} & HYPHENATED
+
+
+def retyped_event_names(source: str) -> tuple[list[str], list[list[str]]]:
+    """(task and effect event names written as string literals, sets or sequences of two or more
+    hyphenated event names written out) in `source`."""
+    names, groups = [], []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value in NAMED:
+            names.append(node.value)
+        elif isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+            group = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in HYPHENATED]
+            if len(group) >= 2:
+                groups.append(group)
+    return names, groups
+
+
+def test_event_names_are_spelled_out_once_in_wire():
+    # the check finds what it is for
+    assert retyped_event_names('if ev.type == "task-given-up": pass') == (["task-given-up"], [])
+    assert retyped_event_names('ENDS = ("worker-exited", "worker-failed")') == ([], [["worker-exited", "worker-failed"]])
+    assert retyped_event_names('"SELECT 1 WHERE type = \'task-acked\'"; EffectEvent.ACKED') == ([], [])
+    root = Path(__file__).resolve().parents[1]
+    found = {}
+    for path in [*root.glob("pulse/**/*.py"), *root.glob("supervisor/*.py"), *root.glob("engine/*.py")]:
+        names, groups = retyped_event_names(path.read_text())
+        if path.relative_to(root).as_posix() != "pulse/core/wire.py" and (names or groups):
+            found[path.relative_to(root).as_posix()] = names + groups
+    assert found == {}

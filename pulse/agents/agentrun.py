@@ -21,7 +21,7 @@ import msgspec
 from pulse.agents import adapters, tasks
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
-from pulse.core.wire import Effect
+from pulse.core.wire import Effect, TaskEvent
 from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
 from pulse.effects.registry import Kind, Seconds
 from pulse.store import db
@@ -122,7 +122,7 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
             why = failure.error if failure else f"{type(err).__name__}: {err}"
             extra = {k: v for k, v in (failure.data if failure else {}).items()
                      if k in ("output", "stderr", "code", "result", "run_ms")}
-            _end_run(conn, ctx, task, effect.id, "task-failed", reason=failure.reason if failure else "error",
+            _end_run(conn, ctx, task, effect.id, TaskEvent.FAILED, reason=failure.reason if failure else "error",
                      error=why, agent=agent.name, **extra)
             raise
         return data
@@ -179,7 +179,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         raise EffectFailed(reason, result.error or "the agent failed", **data)
     if (refusal := gate_verdict(conn, agent, state.id, started)) is not None:
         raise EffectFailed(*refusal, **data)
-    if not _end_run(conn, ctx, state.id, effect.id, "task-acked", result=summary, agent=agent.name,
+    if not _end_run(conn, ctx, state.id, effect.id, TaskEvent.ACKED, result=summary, agent=agent.name,
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
@@ -230,7 +230,7 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     if not task:
         return
     try:
-        tasks.record(conn, task, "task-failed", SOURCE, config.tasks.max_failures, run=effect.id,
+        tasks.record(conn, task, TaskEvent.FAILED, SOURCE, config.tasks.max_failures, run=effect.id,
                      reason="interrupted", error="interrupted: the executor died while the agent ran")
         log.warning("%s: its run %s was interrupted; back to pending", task, effect.id)
     except tasks.IllegalTransition:

@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
+from pulse.effects import registry
+
 RECOVERY_TTL_S = 600.0
 FSM_BLOCKED = "FSM_BLOCKED"
 UNVERIFIED_WRITE = "UNVERIFIED_WRITE"
@@ -750,22 +752,10 @@ def has_verification(result: Any) -> bool:
 # worker it reports; `find_process` is a live lookup of one configured process; a task's
 # creation is read back in the transaction that wrote it, so create_task verifies itself.
 
-PROCESS_KINDS = {"restart-process", "signal"}   # effect kinds acting on a configured process
-ENGINE_KINDS = {"engine-promote", "engine-rollback"}   # effect kinds that reload the engine worker
-SELF_VERIFYING_KINDS = {"noop", "notify"}       # effects whose acknowledgement is the whole change
-
-
 def effect_touches(args: Mapping[str, Any]) -> frozenset[str]:
-    """emit_effect: the resource follows the kind; an opaque kind touches its target."""
-    kind, target = str(args.get("kind") or ""), args.get("target")
-    name = str(target) if target not in (None, "") else "*"
-    if kind in PROCESS_KINDS:
-        return frozenset({f"process:{name}"})
-    if kind in ENGINE_KINDS:
-        return frozenset({"worker:engine"})
-    if kind == "restart-worker":
-        return frozenset({f"worker:{name}"})
-    return frozenset({f"target:{name}"})
+    """emit_effect: the resource follows the kind (its registry descriptor says which); a kind the
+    registry does not know (the engine's own) touches its target."""
+    return frozenset({registry.resource(str(args.get("kind") or ""), args.get("target"))})
 
 
 def events_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable
 
 from pulse.agents import gate
-from pulse.core.states import EFFECT_OPEN
+from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import now_event
 from pulse.store import db
 
@@ -48,9 +48,9 @@ def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> tuple[b
     end = db.effect_end(conn, effect_id)
     reason = (end.data.get("reason") if end else None) or ""
     ended = end.id if end else None
-    if state == "acked":
+    if state == EffectState.ACKED:
         return True, f"its effect {effect_id} was acked", ended
-    if state == "expired" or reason in NOT_ACTED:
+    if state == EffectState.EXPIRED or reason in NOT_ACTED:
         return False, f"its effect {effect_id} ended {state} ({reason or 'never run'})", ended
     return True, f"its effect {effect_id} failed after it started", ended
 

@@ -23,7 +23,8 @@ from typing import Any, Iterable, Sequence
 import msgspec
 
 from pulse.core import clock
-from pulse.core.wire import AgentCapabilityStats, PendingTasks, TaskState
+from pulse.core.states import TaskStatus
+from pulse.core.wire import TASK_EVENTS, AgentCapabilityStats, PendingTasks, TaskEvent, TaskState
 
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
 # Failures that cannot fix themselves (pulse.agents.adapters reads them from the CLI's own words):
@@ -31,25 +32,26 @@ MAX_FAILURES = 3            # consecutive failed runs of one task before it is g
 FINAL_REASONS = frozenset({"not-logged-in", "missing-key", "usage", "turn-cap"})
 SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
 SNAPSHOT_TASKS_LIMIT = 100  # the snapshot lists at most this many pending tasks (pending_count is exact)
-TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
-         "task-given-up")
+NEW = "new"                 # the status of a task before its task-created: not a TaskStatus, nothing is in it
 
+E, S = TaskEvent, TaskStatus   # short names, for the table's sake only (deleted after it)
 # Which event each status accepts, and the status it leads to. task-failed leads back to
 # pending (or to given_up at the failure limit: decide() adds the task-given-up event).
 TRANSITIONS: dict[str, dict[str, str]] = {
-    "new":       {"task-created": "pending"},
-    "pending":   {"task-assigned": "assigned", "task-closed": "closed", "task-given-up": "given_up"},
-    "assigned":  {"task-executing": "executing", "task-failed": "pending", "task-given-up": "given_up"},
-    "executing": {"task-acked": "acked", "task-failed": "pending", "task-given-up": "given_up"},
-    "acked":     {"task-closed": "closed", "task-given-up": "given_up"},
-    "closed":    {},
-    "given_up":  {},
+    NEW:         {E.CREATED: S.PENDING},
+    S.PENDING:   {E.ASSIGNED: S.ASSIGNED, E.CLOSED: S.CLOSED, E.GIVEN_UP: S.GIVEN_UP},
+    S.ASSIGNED:  {E.EXECUTING: S.EXECUTING, E.FAILED: S.PENDING, E.GIVEN_UP: S.GIVEN_UP},
+    S.EXECUTING: {E.ACKED: S.ACKED, E.FAILED: S.PENDING, E.GIVEN_UP: S.GIVEN_UP},
+    S.ACKED:     {E.CLOSED: S.CLOSED, E.GIVEN_UP: S.GIVEN_UP},
+    S.CLOSED:    {},
+    S.GIVEN_UP:  {},
 }
 # Why some moves are refused, in words an operator can act on.
 _HINTS = {
-    ("assigned", "task-closed"): "an agent holds it; give it up, or wait for its result",
-    ("executing", "task-closed"): "it is running; wait for its result, or give it up",
+    (S.ASSIGNED, E.CLOSED): "an agent holds it; give it up, or wait for its result",
+    (S.EXECUTING, E.CLOSED): "it is running; wait for its result, or give it up",
 }
+del E, S
 
 
 class IllegalTransition(Exception):
@@ -76,7 +78,7 @@ def parse_task_id(text: str) -> str:
 # -- the transition table, applied -------------------------------------------------------------------
 
 def status_of(state: TaskState | None) -> str:
-    return "new" if state is None else state.status
+    return NEW if state is None else state.status
 
 
 def refusal(state: TaskState | None, type: str, task: str) -> str | None:
@@ -84,7 +86,7 @@ def refusal(state: TaskState | None, type: str, task: str) -> str | None:
     status = status_of(state)
     if type in TRANSITIONS[status]:
         return None
-    if status == "new":
+    if status == NEW:
         return f"{task}: no such task"
     if not TRANSITIONS[status]:
         return f"{task} is {status.replace('_', ' ')}: nothing more can happen to it (refused {type})"
@@ -103,25 +105,25 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
                          prompt=str(data.get("prompt", "")), priority=int(data.get("priority", 0)),
                          created=ts, updated=ts)
     new = msgspec.structs.replace(state, status=TRANSITIONS[state.status][type], updated=ts)
-    if type == "task-assigned":
+    if type == TaskEvent.ASSIGNED:
         agent = data.get("agent")
         if not agent:
             raise IllegalTransition(f"{task}: task-assigned needs an agent")
         new.agent = new.last_agent = str(agent)
         new.assigned, new.retry_at = ts, None
-    elif type == "task-executing":
+    elif type == TaskEvent.EXECUTING:
         if data.get("agent", state.agent) != state.agent:
             raise IllegalTransition(f"{task}: assigned to {state.agent}, not {data.get('agent')}")
         new.started, new.attempts = ts, state.attempts + 1
-    elif type == "task-acked":
+    elif type == TaskEvent.ACKED:
         new.result, new.acked, new.failures, new.error = data.get("result"), ts, 0, None
-    elif type == "task-failed":
+    elif type == TaskEvent.FAILED:
         new.agent, new.failures, new.error = None, state.failures + 1, data.get("error")
         after = data.get("retry_after_s")
         new.retry_at = ts + after if isinstance(after, (int, float)) and after > 0 else None
-    elif type == "task-closed":
+    elif type == TaskEvent.CLOSED:
         new.agent, new.closed = None, ts
-    elif type == "task-given-up":
+    elif type == TaskEvent.GIVEN_UP:
         new.agent, new.given_up = None, ts
     return new
 
@@ -143,7 +145,7 @@ def fold_one(states: dict[str, TaskState], ev) -> bool:
 def fold_tasks(events: Iterable) -> dict[str, TaskState]:
     states: dict[str, TaskState] = {}
     for ev in events:
-        if ev.type in TYPES:
+        if ev.type in TASK_EVENTS:
             fold_one(states, ev)
     return states
 
@@ -159,16 +161,16 @@ def decide(history: Sequence, type: str, task: str, data: dict, ts: float, sourc
     """
     state = fold_tasks(history).get(task)
     failures = (state.failures if state is not None else 0) + 1
-    final = type == "task-failed" and data.get("reason") in FINAL_REASONS
-    if type == "task-failed" and retry is not None and not final and failures < max_failures:
+    final = type == TaskEvent.FAILED and data.get("reason") in FINAL_REASONS
+    if type == TaskEvent.FAILED and retry is not None and not final and failures < max_failures:
         data = {**data, "retry_after_s": clock.backoff(failures, *retry)}
     after = apply(state, type, data, ts, task)
     out = [(type, data)]
     if final:
-        out.append(("task-given-up", {"reason": f"{data['reason']}: retrying cannot fix it", "by": source,
-                                      "failures": after.failures}))
-    elif type == "task-failed" and after.failures >= max_failures:
-        out.append(("task-given-up", {"reason": f"failed {after.failures} times in a row", "by": source,
+        out.append((TaskEvent.GIVEN_UP, {"reason": f"{data['reason']}: retrying cannot fix it", "by": source,
+                                         "failures": after.failures}))
+    elif type == TaskEvent.FAILED and after.failures >= max_failures:
+        out.append((TaskEvent.GIVEN_UP, {"reason": f"failed {after.failures} times in a row", "by": source,
                                       "failures": after.failures}))
     return out
 
@@ -183,7 +185,7 @@ def urgency(task: TaskState) -> tuple:
 def pending_tasks(states: dict[str, TaskState], now: float, limit: int = SNAPSHOT_TASKS_LIMIT) -> PendingTasks:
     """The tasks to hand out now, most urgent first: pending ones whose retry wait (after a failed
     run) is over. Those still waiting are counted, with the earliest time one is due."""
-    pending = sorted((t for t in states.values() if t.status == "pending"), key=urgency)
+    pending = sorted((t for t in states.values() if t.status == TaskStatus.PENDING), key=urgency)
     due = [t for t in pending if t.retry_at is None or t.retry_at <= now]
     waits = [t.retry_at for t in pending if t.retry_at is not None and t.retry_at > now]
     by_project: dict[str, int] = {}
@@ -213,22 +215,22 @@ class AgentStatsFold:
         if agent is None:
             return
         s = self._of(agent)
-        if ev.type == "task-assigned":
+        if ev.type == TaskEvent.ASSIGNED:
             s.assigned += 1
-        elif ev.type == "task-acked":
+        elif ev.type == TaskEvent.ACKED:
             s.acked += 1
             s.consecutive_failures = 0
             if before.started is not None:
                 s.total_duration_ms += max(0.0, (ev.ts - before.started) * 1000)
                 s.avg_duration_ms = round(s.total_duration_ms / s.acked, 3)
-        elif ev.type == "task-failed":
+        elif ev.type == TaskEvent.FAILED:
             s.failed += 1
             s.consecutive_failures += 1
-        if ev.type in ("task-acked", "task-failed"):
+        if ev.type in (TaskEvent.ACKED, TaskEvent.FAILED):   # a run ended: what it cost
             add_usage(s, ev.data.get("result"))
-        if ev.type == "task-closed":
+        if ev.type == TaskEvent.CLOSED:
             s.closed += 1
-        elif ev.type == "task-given-up":
+        elif ev.type == TaskEvent.GIVEN_UP:
             s.given_up += 1
 
 
@@ -251,13 +253,13 @@ def credited_agent(before: TaskState | None, after: TaskState, type: str) -> str
     """The agent an event counts for: the one holding the task, or, for a give-up after
     failed runs, the one that failed it last. A task the operator closes or gives up
     before any agent touched it (or after a clean hand-back) counts for nobody."""
-    if type == "task-assigned":
+    if type == TaskEvent.ASSIGNED:
         return after.agent
-    if before is None or type == "task-created":
+    if before is None or type == TaskEvent.CREATED:
         return None
-    if type == "task-closed":
-        return before.agent if before.status == "acked" else None
-    if type == "task-given-up" and before.agent is None:
+    if type == TaskEvent.CLOSED:
+        return before.agent if before.status == TaskStatus.ACKED else None
+    if type == TaskEvent.GIVEN_UP and before.agent is None:
         return before.last_agent if before.failures else None
     return before.agent
 
@@ -265,7 +267,7 @@ def credited_agent(before: TaskState | None, after: TaskState, type: str) -> str
 def agent_capability_stats(events: Iterable) -> dict[str, AgentCapabilityStats]:
     fold = AgentStatsFold()
     for ev in events:
-        if ev.type in TYPES:
+        if ev.type in TASK_EVENTS:
             fold.fold(ev)
     return fold.stats
 
@@ -285,7 +287,7 @@ class TaskBook:
 
     def fold(self, events: Iterable) -> None:
         for ev in events:
-            if ev.type in TYPES:
+            if ev.type in TASK_EVENTS:
                 self.agents.fold(ev)
             if ev.id is not None:
                 self.last_id = max(self.last_id, ev.id)
@@ -323,7 +325,7 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
     """Append a task-created event under the next task id; returns the new task."""
     from pulse.store import db
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
-    ev = db.create_task_event(conn, lambda n: db.now_event("task-created", source, task_id(n), fields))
+    ev = db.create_task_event(conn, lambda n: db.now_event(TaskEvent.CREATED, source, task_id(n), fields))
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 
 
@@ -354,10 +356,10 @@ def current_run(history: Sequence, task: str) -> str | None:
     """The run (an agent-run effect id) holding the task: the `run` of its latest task-assigned or
     task-executing event while it is assigned or executing; None otherwise."""
     state = fold_tasks(history).get(task)
-    if state is None or state.status not in ("assigned", "executing"):
+    if state is None or state.status not in (TaskStatus.ASSIGNED, TaskStatus.EXECUTING):
         return None
     for ev in reversed(history):
-        if ev.type in ("task-assigned", "task-executing"):
+        if ev.type in (TaskEvent.ASSIGNED, TaskEvent.EXECUTING):
             return ev.data.get("run")
     return None
 
@@ -370,10 +372,10 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
 
     def decide_events(history: list) -> list:
         state = fold_tasks(history).get(task)
-        steps = ["task-executing"]
-        if state is not None and state.status == "pending":
-            steps.insert(0, "task-assigned")
-        elif state is not None and state.status == "assigned" and state.agent != agent:
+        steps = [TaskEvent.EXECUTING]
+        if state is not None and state.status == TaskStatus.PENDING:
+            steps.insert(0, TaskEvent.ASSIGNED)
+        elif state is not None and state.status == TaskStatus.ASSIGNED and state.agent != agent:
             raise IllegalTransition(f"{task}: assigned to {state.agent}, not {agent}")
         out, seen = [], list(history)
         for step in steps:

@@ -34,12 +34,17 @@ from pulse.core import client, wire
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
-from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
+from pulse.core.states import EFFECT_OPEN, EffectState
+from pulse.effects import registry
 from pulse.store import db
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
 POLL_S = 0.02
 LIST_LIMIT = 200
+# The effect kind each write tool commits, said once: the tool commits it, and is offered only when
+# [allow] lets it run. emit_effect's is the agent's to choose (checked when it runs).
+TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", "restart_worker": "restart-worker",
+              "promote": "engine-promote", "rollback": "engine-rollback"}
 
 
 Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
@@ -216,28 +221,28 @@ class PulseTools:
     # -- write ----------------------------------------------------------------------------
 
     async def tool_restart_process(self, name: str) -> dict:
-        return await self._effect(wire.Effect(kind="restart-process", target=name))
+        return await self._effect(wire.Effect(kind=TOOL_KINDS["restart_process"], target=name))
 
     async def tool_restart_worker(self, name: str) -> dict:
-        return await self._effect(wire.Effect(kind="restart-worker", target=name, idempotent=True))
+        return await self._effect(wire.Effect(kind=TOOL_KINDS["restart_worker"], target=name, idempotent=True))
 
     async def tool_signal_process(self, name: str, signal: str) -> dict:
-        return await self._effect(wire.Effect(kind="signal", target=name, params={"signal": signal}))
+        return await self._effect(wire.Effect(kind=TOOL_KINDS["signal_process"], target=name, params={"signal": signal}))
 
     async def tool_emit_effect(self, kind: str, target: str | None = None, params: dict | None = None,
                                idempotent: bool | None = None) -> dict:
         result = await self._effect(wire.Effect(kind=kind, target=target, params=params or {},
                                                 idempotent=bool(idempotent)))
-        if kind in gate.SELF_VERIFYING_KINDS:   # acked: the acknowledgement is the whole change
+        if registry.ack_verifies(kind):   # acked: the acknowledgement is the whole change
             result["verification"] = {"ok": True, "by": f"{kind} acked"}
         return result
 
     async def tool_promote(self) -> dict:
-        return await self._effect(wire.Effect(kind="engine-promote", target="engine", params={"by": "agent"}))
+        return await self._effect(wire.Effect(kind=TOOL_KINDS["promote"], target="engine", params={"by": "agent"}))
 
     async def tool_rollback(self, to: str | None = None) -> dict:
         params = {"reason": "requested by the agent", **({"to": to} if to else {})}
-        return await self._effect(wire.Effect(kind="engine-rollback", target="engine", params=params))
+        return await self._effect(wire.Effect(kind=TOOL_KINDS["rollback"], target="engine", params=params))
 
     async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
         import msgspec
@@ -285,17 +290,17 @@ class PulseTools:
         outcome = self._outcome(effect.id, mark)
         result = {"effect_id": effect.id, "kind": effect.kind, "target": effect.target, "state": state,
                   "outcome": outcome}
-        if state != "acked":
+        if state != EffectState.ACKED:
             reason = (outcome or {}).get("reason")
             raise ToolError("ACTION_NOT_ALLOWED" if reason == "not-allowed" else "EXECUTION_FAILED",
                             f"effect {effect.id} ({effect.kind}) {state}"
                             + (f": {outcome.get('error') or reason}" if outcome else ""),
-                            acted=state == "failed" and reason not in NOT_RUN_REASONS, **result)
+                            acted=state == EffectState.FAILED and reason not in NOT_RUN_REASONS, **result)
         return result
 
     def _outcome(self, effect_id: str, after_id: int) -> dict | None:
         """The data of the effect's terminal event (requeued failures are not terminal)."""
-        for ev in db.read_events(self.events, after_id=after_id, types=tuple(EFFECT_END_EVENTS.values()), limit=100_000):
+        for ev in db.read_events(self.events, after_id=after_id, types=tuple(wire.EFFECT_END_EVENTS.values()), limit=100_000):
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None
@@ -413,11 +418,6 @@ def operator_answer(reply: Any) -> str:
     if action != "accept" or not isinstance(content, dict) or not isinstance(content.get("answer"), str):
         raise ToolError("NO_ANSWER", f"the operator did not answer ({action or 'no reply'})")
     return content["answer"]
-
-
-# The effect kind each write tool commits; emit_effect's is the agent's to choose (checked when it runs).
-TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", "restart_worker": "restart-worker",
-              "promote": "engine-promote", "rollback": "engine-rollback"}
 
 
 def unavailable(allow: Allow) -> dict[str, str]:

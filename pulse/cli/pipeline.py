@@ -13,7 +13,7 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
-from pulse.core.states import EFFECT_OPEN
+from pulse.core.states import EFFECT_OPEN, EffectState
 
 
 def parse_since(text: str) -> float:
@@ -166,7 +166,7 @@ def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
         if state not in EFFECT_OPEN:
             why = db.effect_why(conn, effect.id)
             click.echo(f"{effect.id} {state}" + (f": {why}" if why else ""))
-            return 0 if state == "acked" else 1
+            return 0 if state == EffectState.ACKED else 1
         if time.monotonic() >= deadline:
             click.echo(f"pulsectl: {effect.id} still {state} after {wait_s:g}s", err=True)
             return 1

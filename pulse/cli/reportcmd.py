@@ -65,8 +65,8 @@ def _through_executor(ctx: Context, config, params: dict, wait_s: float):
         if time.monotonic() >= deadline:
             _fail(f"the report effect {effect.id} did not end within {wait_s:g}s (see `pulsectl effects`)")
         time.sleep(0.05)
-    if ended.type != "effect-acked":
-        _fail(f"the report effect {effect.id} {ended.type.removeprefix('effect-')}: "
+    if ended.type != wire.EffectEvent.ACKED:
+        _fail(f"the report effect {effect.id} {wire.EFFECT_END_STATES[ended.type]}: "
               f"{ended.data.get('error') or ended.data.get('reason')}")
     return decode(objects.get(ctx.paths.objects, ended.data["analysis"]))
 

@@ -12,6 +12,7 @@ import click
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import instances
 from pulse.core.home import derived_runtime_dir, resolve_home
+from pulse.core.states import WorkerState
 
 PROBE_TIMEOUT_S = 1.0          # per instance: a listing must not hang on one frozen pulsed
 
@@ -39,7 +40,7 @@ def describe(entry: dict, timeout: float) -> dict:
     try:
         reply = client.request(Paths(Path(entry["home"]), Path(entry["runtime"])), wire.GetStatus(), timeout)
         workers = reply.status.workers
-        out.update(state="answering", running=sum(1 for w in workers if w.state == "running"), total=len(workers))
+        out.update(state="answering", running=sum(1 for w in workers if w.state == WorkerState.RUNNING), total=len(workers))
     except client.Unreachable:
         out.update(state="not answering", running=None, total=None)
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pulse.cli import request_or_exit
 from pulse.core import wire
 from pulse.core.home import Paths, dev_pid
-from pulse.core.states import StatusExit
+from pulse.core.states import StatusExit, WorkerState
 
 
 def duration(seconds: float | None) -> str:
@@ -77,5 +77,5 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
-    running = all(w.state == "running" for w in reply.status.workers)
+    running = all(w.state == WorkerState.RUNNING for w in reply.status.workers)
     return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING

@@ -162,7 +162,8 @@ def _record(ctx: Context, task: str, type: str, **data) -> None:
 @pass_ctx
 def close(ctx: Context, task: str) -> None:
     """Close a task: its result is accepted (acked), or it needs no agent (pending)."""
-    _record(ctx, task, "task-closed", by="operator")
+    from pulse.core.wire import TaskEvent
+    _record(ctx, task, TaskEvent.CLOSED, by="operator")
 
 
 @task.command(name="give-up")
@@ -171,7 +172,8 @@ def close(ctx: Context, task: str) -> None:
 @pass_ctx
 def give_up(ctx: Context, task: str, reason: str) -> None:
     """Give a task up: no agent will be handed it again."""
-    _record(ctx, task, "task-given-up", by="operator", reason=reason)
+    from pulse.core.wire import TaskEvent
+    _record(ctx, task, TaskEvent.GIVEN_UP, by="operator", reason=reason)
 
 
 COMMANDS = [task]

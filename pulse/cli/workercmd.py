@@ -14,7 +14,7 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import wire
-from pulse.core.states import STEERABLE
+from pulse.core.states import STEERABLE, WorkerState
 
 worker_arg = click.argument("worker", type=click.Choice(STEERABLE))
 def wait_opt(command):
@@ -54,7 +54,7 @@ def restart(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     old = found.pid if found else None
     click.echo(ctx.request(wire.RestartWorker(worker)).message)
     if wait and not no_wait:
-        wait_for(ctx, worker, lambda w: w.state == "running" and w.pid != old, wait)
+        wait_for(ctx, worker, lambda w: w.state == WorkerState.RUNNING and w.pid != old, wait)
 
 
 @click.command()
@@ -65,7 +65,7 @@ def start(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     """Start WORKER (after a stop, or a failed engine)."""
     click.echo(ctx.request(wire.StartWorker(worker)).message)
     if wait and not no_wait:
-        wait_for(ctx, worker, lambda w: w.state == "running", wait)
+        wait_for(ctx, worker, lambda w: w.state == WorkerState.RUNNING, wait)
 
 
 @click.command()

@@ -187,7 +187,7 @@ class Llm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Thresholds of the survival rules (they run in the tick; the engine cannot change them)."""
-    panic_failures: int = 3                   # panicRollback: corrective effects failed in a row since a promote
+    panic_failures: int = 3                   # panicRollback: survival's host repairs failed in a row since a promote
     auto_rollback_window_s: float = 600       # autoRollback watches a promote this long ...
     auto_rollback_errors: int = 5             # ... for this many engine errors ...
     auto_rollback_crashes: int = 3            # ... or this many engine crashes

@@ -83,8 +83,7 @@ class EffectState(enum.StrEnum):
 
 EFFECT_OPEN = (EffectState.PENDING, EffectState.EXECUTING)
 EFFECT_ENDED = frozenset({EffectState.ACKED, EffectState.FAILED, EffectState.EXPIRED})
-# The event each end is recorded with; a requeued failure is an effect-failed marked requeued.
-EFFECT_END_EVENTS = {state: f"effect-{state}" for state in EFFECT_ENDED}
+# (the event each end is recorded with: pulse.core.wire.EFFECT_END_EVENTS)
 
 
 class TaskStatus(enum.StrEnum):

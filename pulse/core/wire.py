@@ -6,10 +6,13 @@ Frames are msgpack. A frame that does not decode to the expected union raises
 
 from __future__ import annotations
 
+import enum
 import time
 from typing import Any, TypeVar
 
 import msgspec
+
+from pulse.core.states import EffectState, TaskStatus
 
 T = TypeVar("T")
 STATUS_VERSION = 1
@@ -168,7 +171,7 @@ class Outcome(msgspec.Struct):
     """How an effect ended, as the snapshot shows it."""
     effect_id: str
     kind: str
-    state: str                  # acked | failed | expired
+    state: str                  # an EffectState that ends it: acked | failed | expired
     ts: float
     error: str | None = None
 
@@ -198,7 +201,7 @@ class Lifecycle(msgspec.Struct, kw_only=True):
     rolled_back: bool = False           # a rollback happened since
     last_known_good: str | None = None  # the newest promote that ran clean past the autoRollback window
     crashes: int = 0                    # unexpected engine exits since
-    corrective_streak: int = 0          # survival's own corrective effects failed in a row since
+    corrective_streak: int = 0          # survival's repairs of the host failed in a row since
 
 
 # -- tasks, as a snapshot carries them (pulse.agents.tasks folds them from events.db) ---------------------
@@ -209,7 +212,7 @@ class TaskState(msgspec.Struct, kw_only=True):
     title: str
     prompt: str
     priority: int = 0
-    status: str = "pending"              # pending | assigned | executing | acked | closed | given_up
+    status: str = TaskStatus.PENDING     # a TaskStatus
     agent: str | None = None             # holding it now (assigned, executing, acked)
     last_agent: str | None = None        # the last agent it was assigned to, kept after it lets go
     result: Any = None                   # what the agent's run returned (task-acked)
@@ -342,14 +345,42 @@ ForkserverMessage = Spawn | Spawned | Exited
 
 # -- events (PUB): committed events, live --------------------------------------------------------------
 
+class EffectEvent(enum.StrEnum):
+    """An effect's life in events.db: committed, claimed, ended (one end per EffectState that ends it)."""
+    COMMITTED = "effect"
+    EXECUTING = "effect-executing"
+    ACKED = "effect-acked"
+    FAILED = "effect-failed"          # also a failure put back in the queue, marked requeued
+    EXPIRED = "effect-expired"
+
+
+# The event each end of an effect is recorded with.
+EFFECT_END_EVENTS = {EffectState.ACKED: EffectEvent.ACKED, EffectState.FAILED: EffectEvent.FAILED,
+                     EffectState.EXPIRED: EffectEvent.EXPIRED}
+EFFECT_END_STATES = {event: state for state, event in EFFECT_END_EVENTS.items()}   # ... and back
+
+
+class TaskEvent(enum.StrEnum):
+    """A task's life in events.db; pulse.agents.tasks.TRANSITIONS says which moves it between which TaskStatus."""
+    CREATED = "task-created"
+    ASSIGNED = "task-assigned"
+    EXECUTING = "task-executing"
+    ACKED = "task-acked"
+    FAILED = "task-failed"
+    CLOSED = "task-closed"
+    GIVEN_UP = "task-given-up"
+
+
+TASK_EVENTS = tuple(TaskEvent)   # a tuple: `in` works on it (a str `in` the enum class raises on 3.11)
+
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
 EVENT_TYPES = frozenset({
     "supervisor-started", "supervisor-stopping", "reload", "operator",
     "worker-started", "worker-ready", "worker-exited", "worker-hung", "worker-failed", "worker-restarted",
     "wake", "tick", "collect", "error", "pause", "resume",
-    "effect", "effect-executing", "effect-acked", "effect-failed", "effect-expired",
+    *EffectEvent,
     "promote", "rollback", "notify",
-    "task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed", "task-given-up",
+    *TaskEvent,
     "gate-call", "gate-blocked", "gate-reset",
     "process-exited",
 })

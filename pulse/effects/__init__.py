@@ -1,7 +1,8 @@
 """Execute: the effect kinds and what each does.
 
 Modules: `registry` (one descriptor per built-in kind: params, idempotence, [allow] check,
-run, hooks), `kinds` (the kinds that start processes, and the process primitives),
+run, hooks, and the properties other layers read: repair, resource, ack verifies, tells a
+person), `kinds` (the kinds that start processes, and the process primitives),
 `keeper` (the parent of each process restart-process starts, recording its exits),
 `notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
 rollback, restart-worker).

@@ -1,5 +1,7 @@
 """Every built-in effect kind, one descriptor each: what its params are, whether running it twice
-is safe, what [allow] checks for it, how it runs, and the hooks the executor calls around it.
+is safe, what [allow] checks for it, how it runs, and the hooks the executor calls around it; and
+what others need to know of it: whether it is a repair (the tick, the report), what resource it
+changes and whether its ack proves the change (the agent's gate), whether it tells a person (the tick).
 
 The executor's loop names no kind: it asks `get(kind)`. A kind that is not here is the engine's
 own (declared by an executor in the agent's engine directory) and runs in the engine process.
@@ -14,6 +16,7 @@ schema does not name are kept (a rule may tag its effects, e.g. params["rule"]).
 from __future__ import annotations
 
 import difflib
+import enum
 import functools
 import os
 import sqlite3
@@ -140,6 +143,15 @@ def allow_signal(effect: Effect, allow: Allow, process_names: Collection[str]) -
 AllowCheck = Callable[[Effect, Allow, Collection[str]], "str | None"]
 
 
+TARGET_RESOURCE = "target:{target}"   # what a kind changes unless it says: the thing its target names
+
+
+class Repair(enum.StrEnum):
+    """What a repair kind puts right."""
+    HOST = "host"       # something on the host survival watches: a process, the disk, the logs
+    ENGINE = "engine"   # the engine, by putting it back to a commit that worked
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -154,6 +166,11 @@ class Kind:
     settle_orphan: Callable[[Effect, sqlite3.Connection, ExecutorConfig], None] | None = None
     retry_failed: Callable[[Effect, dict], bool] | None = None   # put a failure back in the queue?
     starts_process: bool = False     # it acts through a process group recorded in its claim (none: not started)
+    # What others need to know of the kind:
+    repairs: Repair | None = None    # it puts right a fault: survival's effects of it are its repairs (the report)
+    resource: str = TARGET_RESOURCE  # what it changes, as the gate names resources ({target}: its target, or *)
+    ack_verifies: bool = False       # its ack is the whole change: nothing for a later read to verify (the gate)
+    tells_operator: bool = False     # it tells a person something: the tick remembers when each rule last did
 
 
 def _notify_retry(effect: Effect, data: dict) -> bool:
@@ -162,39 +179,45 @@ def _notify_retry(effect: Effect, data: dict) -> bool:
 
 
 OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True),
+    Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True, ack_verifies=True),
     Kind("exec", "Runs an argv in its own process group; acked on exit code 0. The event has the code "
          "and the last 2 KiB of output; the whole output is in objects/.",
-         ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec, starts_process=True),
+         ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec, starts_process=True,
+         repairs=Repair.HOST),
     Kind("notify", "Sends a notification through every configured [[notify]] channel (or the named "
          "ones); acked when every channel took it, retried with backoff while its deadline allows "
          "when idempotent. Every param, including keys this table does not name, is in the JSON "
          "each channel receives.",
-         NotifyParams, notify.run_notify, True, "what the notification is about", retry_failed=_notify_retry),
+         NotifyParams, notify.run_notify, True, "what the notification is about", retry_failed=_notify_retry,
+         ack_verifies=True, tells_operator=True),
     Kind("restart-process", "Stops what the configured [[process]] is now (its `stop` argv, else SIGTERM "
          "to its process tree, SIGKILL after stop_timeout_s) and waits for it to be gone, then starts its "
          "`restart` argv under a keeper that outlives Pulse and records its exit (process-exited); acked "
          "on its exit code, or as a daemon if it still runs after grace_s. Never two copies.",
          RestartProcessParams, kinds.run_restart, False, "a configured [[process]]",
-         allow=allow_configured_process),
+         allow=allow_configured_process, repairs=Repair.HOST, resource="process:{target}"),
     Kind("signal", "Sends a signal to a configured [[process]], found by its pidfile or match, never "
          "by a pid taken from the effect.",
-         SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal),
+         SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal,
+         resource="process:{target}"),
     Kind("restart-worker", "Asks pulsed to restart one of its workers (an operator-style restart, "
          "never counted as a crash): watcher, tick, executor, engine, or web while [web] is enabled "
          "(else it fails with reason not-enabled).",
-         NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name"),
+         NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name",
+         resource="worker:{target}"),
     Kind("archive", "Moves files older than older_than_h from one directory to another, keeping their "
-         "relative paths.", ArchiveParams, lambda e, ctx: repairs.archive(e.params), False),
+         "relative paths.", ArchiveParams, lambda e, ctx: repairs.archive(e.params), False, repairs=Repair.HOST),
     Kind("cleanup", "Deletes files matching absolute globs (never inside the home), and collects old "
          "vitals and unreferenced objects.",
-         CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True),
+         CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True, repairs=Repair.HOST),
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
-         EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False),
+         EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False,
+         resource="worker:engine"),   # it reloads the engine worker
     Kind("engine-rollback", "Rolls the engine's main branch back and reloads the engine. Built in, "
          "never the engine's: a rollback is wanted exactly when the engine is broken.",
-         EngineRollbackParams, lambda e, ctx: repairs.engine_rollback(e.params, ctx.paths), False),
+         EngineRollbackParams, lambda e, ctx: repairs.engine_rollback(e.params, ctx.paths), False,
+         repairs=Repair.ENGINE, resource="worker:engine"),
 )}
 
 
@@ -216,6 +239,26 @@ def all_kinds() -> dict[str, Kind]:
 def get(kind: str) -> Kind | None:
     """The built-in kind, or None: the engine's own."""
     return all_kinds().get(kind)
+
+
+def repair_kinds(what: Repair | None = None) -> frozenset[str]:
+    """The kinds that repair `what`; every repair kind when None."""
+    return frozenset(k.name for k in all_kinds().values() if k.repairs is not None and (what is None or k.repairs == what))
+
+
+def resource(kind: str, target: str | None) -> str:
+    """What an effect of `kind` on `target` changes, as the gate names it; a kind this registry does
+    not know (the engine's own) changes its target."""
+    template = all_kinds()[kind].resource if kind in all_kinds() else TARGET_RESOURCE
+    return template.format(target=target if target not in (None, "") else "*")
+
+
+def ack_verifies(kind: str) -> bool:
+    return kind in all_kinds() and all_kinds()[kind].ack_verifies
+
+
+def tells_operator(kind: str) -> bool:
+    return kind in all_kinds() and all_kinds()[kind].tells_operator
 
 
 def refusal(effect: Effect, allow: Allow, process_names: Collection[str]) -> str | None:

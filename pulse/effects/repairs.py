@@ -1,5 +1,8 @@
-"""What the survival layer's own repair effects do: archive, cleanup, restart-worker,
-engine-promote, engine-rollback.
+"""What the kinds that act on files, pulsed and the engine do, in-process: archive, cleanup,
+restart-worker, engine-promote, engine-rollback (pulse.effects.kinds has those that start a process).
+
+Not every one is a repair, despite this module's name: whether a kind is one is its descriptor's
+`repairs` in pulse.effects.registry, the one place that says so.
 
 Each takes the effect's params and returns a JSON-able result, or raises EffectFailed to fail
 the effect with a reason that names what is wrong: what the effect asked for (`bad-params`), the

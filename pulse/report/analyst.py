@@ -11,8 +11,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
   up; else it passes. An agent that keeps failing therefore always judges worse than one that
   keeps succeeding. A run longer than twice its agent's own median (once it has 3 acked runs)
   is slow.
-- Survival. Effects of origin `survival`: its repairs (restart-process, archive, cleanup,
-  exec, engine-rollback), its notifications. A repair that failed is an issue.
+- Survival. Effects of origin `survival`: its repairs (the kinds the effect registry marks as
+  repairs: restart-process, archive, cleanup, exec, engine-rollback), its notifications. A
+  repair that failed is an issue.
 - The score starts at 100 and loses, each loss capped: failed runs 4 each (at most 30),
   tasks given up 8 (24), failed survival repairs 6 (24), rollbacks 10 (20), gate blocks 2 (10),
   slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
@@ -29,12 +30,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from pulse.core.states import EffectState
+from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, TaskEvent
+from pulse.effects import registry
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
-REPAIRS = frozenset({"restart-process", "archive", "cleanup", "exec", "engine-rollback"})
-EFFECT_ENDS = {"effect-acked": "acked", "effect-failed": "failed", "effect-expired": "expired"}
-TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
-              "task-given-up")
 OPERATOR_SOURCES = frozenset({"pulsectl"})
 OPERATOR_TYPES = frozenset({"operator", "reload"})   # pulsed records what an operator asked of it
 SLOW_FACTOR = 2.0
@@ -65,9 +65,9 @@ def _pct(part: int, whole: int) -> float | None:
 
 def task_of(ev) -> str | None:
     """The task an event is about: task-* events by target, agent-run effects by their task."""
-    if ev.type in TASK_TYPES:
+    if ev.type in TASK_EVENTS:
         return ev.target
-    if ev.type == "effect" and ev.data.get("kind") == "agent-run":
+    if ev.type == EffectEvent.COMMITTED and ev.data.get("kind") == "agent-run":
         params = ev.data.get("params") or {}
         raw = params.get("task_id", ev.data.get("target"))
         if raw is None:
@@ -92,9 +92,9 @@ def in_scope(events: Sequence, tasks: Mapping[str, tuple[str, str]], project: st
         about = task_of(ev)
         if about is not None and about in wanted:
             out.append(ev)
-            if ev.type == "effect":
+            if ev.type == EffectEvent.COMMITTED:
                 effect_ids.add(ev.data.get("id", ""))
-        elif ev.type in EFFECT_ENDS and ev.data.get("effect_id") in effect_ids:
+        elif ev.type in EFFECT_END_STATES and ev.data.get("effect_id") in effect_ids:
             out.append(ev)
     return out
 
@@ -128,7 +128,7 @@ class Action:
     rule: str | None
     origin: str
     end: float | None = None
-    state: str = "pending"
+    state: str = EffectState.PENDING
     error: str | None = None
     event_ids: list[int] = field(default_factory=list)
 
@@ -157,16 +157,16 @@ def fold(events: Iterable, window_start: float) -> Fold:
     f = Fold()
     for ev in events:
         t = ev.type
-        if (ev.source in OPERATOR_SOURCES and t != "effect-executing") or t in OPERATOR_TYPES:
+        if (ev.source in OPERATOR_SOURCES and t != EffectEvent.EXECUTING) or t in OPERATOR_TYPES:
             f.operator.append(ev)
-        if t == "task-executing":
+        if t == TaskEvent.EXECUTING:
             task = ev.target or ""
             key = _run_key(ev, task)
             agent = str(ev.data.get("agent") or "?")
             f.agents.add(agent)
             f.runs[key] = Run(key, agent, task, ev.ts, event_ids=[ev.id])
             f.open_run[task], f.last_run[task] = key, key
-        elif t in ("task-acked", "task-failed"):
+        elif t in (TaskEvent.ACKED, TaskEvent.FAILED):
             task = ev.target or ""
             key = ev.data.get("run") or f.open_run.get(task)
             run = f.runs.get(key) if key else None
@@ -175,7 +175,7 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 key = key or f"{task}@{ev.id}"
                 run = f.runs[key] = Run(key, agent, task, window_start)
                 f.agents.add(agent)
-            run.end, run.outcome = ev.ts, "acked" if t == "task-acked" else "failed"
+            run.end, run.outcome = ev.ts, "acked" if t == TaskEvent.ACKED else "failed"
             run.error = ev.data.get("error")
             run.event_ids.append(ev.id)
             result = ev.data.get("result")
@@ -183,24 +183,24 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 run.cost = float(result["total_cost_usd"])
             f.open_run.pop(task, None)
             f.last_run[task] = key
-        elif t == "task-given-up":
+        elif t == TaskEvent.GIVEN_UP:
             f.given_up.append(ev)
             key = f.last_run.get(ev.target or "")
             run = f.runs.get(key) if key else None
             if run is not None and run.outcome == "failed" and ev.data.get("failures"):
                 run.outcome = "given_up"
                 run.event_ids.append(ev.id)
-        elif t == "effect":
+        elif t == EffectEvent.COMMITTED:
             origin = ev.data.get("origin")
             if origin in ("survival", "operator"):
                 params = ev.data.get("params") or {}
                 f.actions[ev.data.get("id", "")] = Action(
                     ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts,
                     params.get("rule") if isinstance(params, dict) else None, origin, event_ids=[ev.id])
-        elif t in EFFECT_ENDS:
+        elif t in EFFECT_END_STATES:
             action = f.actions.get(ev.data.get("effect_id", ""))
             if action is not None and not ev.data.get("requeued"):
-                action.state, action.end = EFFECT_ENDS[t], ev.ts
+                action.state, action.end = EFFECT_END_STATES[t], ev.ts
                 action.error = ev.data.get("error") or ev.data.get("reason")
                 action.event_ids.append(ev.id)
         elif t == "promote":
@@ -273,10 +273,14 @@ def _label(action: Action) -> str:
     return f"{action.kind} {action.target}" if action.target else action.kind
 
 
+def is_repair(action: Action) -> bool:
+    return action.kind in registry.repair_kinds()
+
+
 def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
-    repairs = [a for a in actions if a.kind in REPAIRS]
-    failed = [a for a in repairs if a.state == "failed"]
-    acked = [a for a in repairs if a.state == "acked"]
+    repairs = [a for a in actions if is_repair(a)]
+    failed = [a for a in repairs if a.state == EffectState.FAILED]
+    acked = [a for a in repairs if a.state == EffectState.ACKED]
     notes = [a for a in actions if a.kind == "notify"]
     if not actions:
         verdict, summary = "pass", "nothing needed doing"
@@ -318,116 +322,176 @@ def _penalty(what: str, n: int) -> int:
     return min(each * n, most)
 
 
+# -- findings: one function per kind of finding; analyse puts them in the report's order ------------------
+
+def task_titles(events: Sequence, tasks: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """task id → title: from `tasks` (created before the window), then the window's task-created events."""
+    titles = {t: title for t, (_, title) in tasks.items()}
+    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == TaskEvent.CREATED})
+    return titles
+
+
+def named(task_id: str, titles: Mapping[str, str]) -> str:
+    title = titles.get(task_id)
+    return f"{task_id} “{title[:80]}”" if title else task_id
+
+
+def agent_highlights(cards: Sequence[RoleCard]) -> list[Finding]:
+    return [Finding(text=f"{card.name} {card.summary}", severity="info", event_ids=card.event_ids)
+            for card in cards if card.role == "agent" and card.verdict == "pass" and card.figures.get("acked")]
+
+
+def agent_issues(cards: Sequence[RoleCard]) -> list[Finding]:
+    return [Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail" else "warn",
+                    event_ids=card.event_ids)
+            for card in cards if card.role == "agent" and card.verdict != "pass"]
+
+
+def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
+    acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
+    if not acked:
+        return []
+    shown = ", ".join(sorted({_label(a) for a in acked})[:5])
+    return [Finding(text=f"survival repaired {len(acked)} time(s): {shown}", severity="info",
+                    event_ids=_ids(i for a in acked for i in a.event_ids))]
+
+
+def promotes_highlight(promotes: Sequence) -> list[Finding]:
+    return [Finding(text=f"{len(promotes)} engine promote(s)", severity="info",
+                    event_ids=_ids(ev.id for ev in promotes))] if promotes else []
+
+
+def given_up_issues(given_up: Sequence, runs: Iterable[Run], titles: Mapping[str, str]) -> list[Finding]:
+    """One per task-given-up: after its failed runs (with the last error), or by someone's hand."""
+    runs = list(runs)
+    out = []
+    for ev in given_up:
+        failures = [r for r in runs if r.task == ev.target and r.outcome in ("failed", "given_up")]
+        last_error = next((r.error for r in reversed(failures) if r.error), None) or ev.data.get("reason") or ""
+        n = ev.data.get("failures") or len(failures)
+        by = "" if ev.data.get("failures") else f" by {ev.data.get('by', ev.source)}"
+        text = (f"{named(ev.target, titles)} failed {n} times and was given up: {last_error}" if ev.data.get("failures")
+                else f"{named(ev.target, titles)} was given up{by}: {ev.data.get('reason', '')}")
+        out.append(Finding(text=text, severity="error", event_ids=_ids(
+            [i for r in failures for i in r.event_ids] + [ev.id])))
+    return out
+
+
+def failed_repair_issues(failed_repairs: Sequence[Action]) -> list[Finding]:
+    """One per repaired thing (kind and target), however often it failed, with its last error."""
+    by_label: dict[str, list[Action]] = {}
+    for a in failed_repairs:
+        by_label.setdefault(_label(a), []).append(a)
+    out = []
+    for label, failures in by_label.items():
+        times = "" if len(failures) == 1 else f" {len(failures)} times"
+        out.append(Finding(text=f"survival repair {label} failed{times}: {failures[-1].error or 'no reason recorded'}",
+                           severity="error", event_ids=_ids(i for a in failures for i in a.event_ids)))
+    return out
+
+
+def rollback_issues(rollbacks: Sequence) -> list[Finding]:
+    return [Finding(text=f"engine rolled back to {str(ev.data.get('to', ''))[:12]} "
+                         f"({ev.data.get('reason') or 'no reason recorded'}, by {ev.source})",
+                    severity="warn", event_ids=[ev.id]) for ev in rollbacks]
+
+
+def gate_block_issues(blocks: Sequence) -> list[Finding]:
+    if not blocks:
+        return []
+    reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in blocks})
+    return [Finding(text=f"the gate blocked {len(blocks)} agent tool call(s): {', '.join(reasons[:5])}",
+                    severity="warn", event_ids=_ids(ev.id for ev in blocks))]
+
+
+def error_issues(errors: Sequence) -> list[Finding]:
+    if not errors:
+        return []
+    distinct = latest_of_each_error(errors)
+    total = sum(int(ev.data.get("count") or 1) for ev in errors)
+    last = str(errors[-1].data.get("message", ""))[:200]
+    return [Finding(text=f"{len(distinct)} distinct error(s), {total} in all; the last: {last}",
+                    severity="warn", event_ids=_ids(ev.id for ev in distinct[-MAX_CITATIONS:]))]
+
+
+def worker_failure_issues(failures: Sequence) -> list[Finding]:
+    return [Finding(text=f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
+                    else f"pulsed escalated: {ev.data.get('reason', '')}", severity="error", event_ids=[ev.id])
+            for ev in failures]
+
+
+def slow_runs_issue(slow: Sequence[Run]) -> list[Finding]:
+    return [Finding(text=f"{len(slow)} run(s) took more than {SLOW_FACTOR:g}× their agent's median",
+                    severity="info", event_ids=_ids(i for r in slow for i in r.event_ids))] if slow else []
+
+
+def timeline(runs: Sequence[Run], survival: Sequence[Action], engine_events: Sequence, end: float,
+             titles: Mapping[str, str]) -> list[TimelineEntry]:
+    """Agent runs (by start), survival's actions, then promotes and rollbacks (by id)."""
+    entries = [TimelineEntry(lane=f"agent:{r.agent}", label=f"{named(r.task, titles)} ({r.agent})", start=stamp(r.start),
+                             end=stamp(r.end if r.end is not None else max(r.start, end)), outcome=r.outcome,
+                             event_ids=_ids(r.event_ids), run=r.run)
+               for r in sorted(runs, key=lambda r: r.start)]
+    entries += [TimelineEntry(lane="survival", label=_label(a), start=stamp(a.ts),
+                              end=stamp(a.end if a.end is not None else a.ts), outcome=a.state,
+                              event_ids=_ids(a.event_ids)) for a in survival]
+    entries += [TimelineEntry(lane="engine", label=f"{ev.type} {str(ev.data.get('after', ''))[:12]}",
+                              start=stamp(ev.ts), end=stamp(ev.ts), outcome=ev.type, event_ids=[ev.id])
+                for ev in sorted(engine_events, key=lambda e: e.id)]
+    return entries
+
+
+# -- the analysis -----------------------------------------------------------------------------------------
+
+def runs_by_agent(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for run in runs:
+        out.setdefault(run.agent, []).append(run)
+    return out
+
+
+def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run]) -> int:
+    """100 less each loss, each capped (PENALTIES)."""
+    lost = {
+        "failed_runs": sum(1 for r in f.runs.values() if r.outcome in ("failed", "given_up")),
+        "given_up": len(f.given_up), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
+        "gate_blocks": len(f.gate_blocks), "slow_runs": len(slow), "errors": len(latest_of_each_error(f.errors)),
+        "worker_failures": len(f.worker_failures),
+    }
+    return max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
+
+
 def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, tuple[str, str]] = {},
             project: str | None = None, task: str | None = None) -> Analysis:
     """The analysis of `events` (the window [start, end], already scoped with in_scope).
     `tasks`: task id → (project, title), for tasks created before the window."""
     f = fold(events, start)
-    titles = {t: title for t, (_, title) in tasks.items()}
-    titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == "task-created"})
-
-    def named(task_id: str) -> str:
-        title = titles.get(task_id)
-        return f"{task_id} “{title[:80]}”" if title else task_id
-
-    runs_by_agent: dict[str, list[Run]] = {}
-    for run in f.runs.values():
-        runs_by_agent.setdefault(run.agent, []).append(run)
+    titles = task_titles(events, tasks)
+    runs = list(f.runs.values())
+    agents = runs_by_agent(runs)
+    slow = {name: slow_runs(agent_runs) for name, agent_runs in agents.items()}
+    all_slow = [r for agent_runs in slow.values() for r in agent_runs]
     actions = sorted(f.actions.values(), key=lambda a: a.ts)
     # the report's own effect (the daily report) is not something survival did about the host
     survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
-    operator_actions = [a for a in actions if a.origin == "operator"]
-    slow = {name: slow_runs(runs) for name, runs in runs_by_agent.items()}
+    failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
 
-    cards = [agent_card(name, runs_by_agent[name], slow[name]) for name in sorted(runs_by_agent)]
+    cards = [agent_card(name, agents[name], slow[name]) for name in sorted(agents)]
     cards.append(survival_card(survival, f.rollbacks))
-    cards.append(operator_card(f.operator, operator_actions))
+    cards.append(operator_card(f.operator, [a for a in actions if a.origin == "operator"]))
 
-    highlights: list[Finding] = []
-    issues: list[Finding] = []
-    for card in cards:
-        if card.role == "agent" and card.verdict == "pass" and card.figures.get("acked"):
-            highlights.append(Finding(text=f"{card.name} {card.summary}", severity="info", event_ids=card.event_ids))
-        elif card.role == "agent" and card.verdict != "pass":
-            issues.append(Finding(text=f"{card.name} {card.summary}", severity="error" if card.verdict == "fail"
-                                  else "warn", event_ids=card.event_ids))
-    repairs_acked = [a for a in survival if a.kind in REPAIRS and a.state == "acked"]
-    if repairs_acked:
-        shown = ", ".join(sorted({_label(a) for a in repairs_acked})[:5])
-        highlights.append(Finding(text=f"survival repaired {len(repairs_acked)} time(s): {shown}", severity="info",
-                                  event_ids=_ids(i for a in repairs_acked for i in a.event_ids)))
-
-    given_up_tasks = []
-    for ev in f.given_up:
-        failures = [r for r in f.runs.values() if r.task == ev.target and r.outcome in ("failed", "given_up")]
-        last_error = next((r.error for r in reversed(failures) if r.error), None) or ev.data.get("reason") or ""
-        n = ev.data.get("failures") or len(failures)
-        by = "" if ev.data.get("failures") else f" by {ev.data.get('by', ev.source)}"
-        text = (f"{named(ev.target)} failed {n} times and was given up: {last_error}" if ev.data.get("failures")
-                else f"{named(ev.target)} was given up{by}: {ev.data.get('reason', '')}")
-        given_up_tasks.append(ev)
-        issues.append(Finding(text=text, severity="error", event_ids=_ids(
-            [i for r in failures for i in r.event_ids] + [ev.id])))
-    failed_repairs = [a for a in survival if a.kind in REPAIRS and a.state == "failed"]
-    by_label: dict[str, list[Action]] = {}
-    for a in failed_repairs:
-        by_label.setdefault(_label(a), []).append(a)
-    for label, failures in by_label.items():
-        times = "" if len(failures) == 1 else f" {len(failures)} times"
-        issues.append(Finding(text=f"survival repair {label} failed{times}: {failures[-1].error or 'no reason recorded'}",
-                              severity="error", event_ids=_ids(i for a in failures for i in a.event_ids)))
-    for ev in f.rollbacks:
-        reason = ev.data.get("reason") or "no reason recorded"
-        issues.append(Finding(text=f"engine rolled back to {str(ev.data.get('to', ''))[:12]} ({reason}, by {ev.source})",
-                              severity="warn", event_ids=[ev.id]))
-    if f.gate_blocks:
-        reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in f.gate_blocks})
-        issues.append(Finding(text=f"the gate blocked {len(f.gate_blocks)} agent tool call(s): {', '.join(reasons[:5])}",
-                              severity="warn", event_ids=_ids(ev.id for ev in f.gate_blocks)))
-    distinct_errors = latest_of_each_error(f.errors)
-    if f.errors:
-        total = sum(int(ev.data.get("count") or 1) for ev in f.errors)
-        first = str(f.errors[-1].data.get("message", ""))[:200]
-        issues.append(Finding(text=f"{len(distinct_errors)} distinct error(s), {total} in all; the last: {first}",
-                              severity="warn", event_ids=_ids(ev.id for ev in distinct_errors[-MAX_CITATIONS:])))
-    for ev in f.worker_failures:
-        what = (f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
-                else f"pulsed escalated: {ev.data.get('reason', '')}")
-        issues.append(Finding(text=what, severity="error", event_ids=[ev.id]))
-    all_slow = [r for runs in slow.values() for r in runs]
-    if all_slow:
-        issues.append(Finding(text=f"{len(all_slow)} run(s) took more than {SLOW_FACTOR:g}× their agent's median",
-                              severity="info", event_ids=_ids(i for r in all_slow for i in r.event_ids)))
-    if f.promotes:
-        highlights.append(Finding(text=f"{len(f.promotes)} engine promote(s)", severity="info",
-                                  event_ids=_ids(ev.id for ev in f.promotes)))
+    issues = [*agent_issues(cards), *given_up_issues(f.given_up, runs, titles), *failed_repair_issues(failed_repairs),
+              *rollback_issues(f.rollbacks), *gate_block_issues(f.gate_blocks), *error_issues(f.errors),
+              *worker_failure_issues(f.worker_failures), *slow_runs_issue(all_slow)]
+    highlights = [*agent_highlights(cards), *repairs_highlight(survival), *promotes_highlight(f.promotes)]
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 
-    all_runs = list(f.runs.values())
-    lost = {
-        "failed_runs": sum(1 for r in all_runs if r.outcome in ("failed", "given_up")),
-        "given_up": len(given_up_tasks), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
-        "gate_blocks": len(f.gate_blocks), "slow_runs": len(all_slow), "errors": len(distinct_errors),
-        "worker_failures": len(f.worker_failures),
-    }
-    score = max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
-
-    timeline = [TimelineEntry(lane=f"agent:{r.agent}", label=f"{named(r.task)} ({r.agent})", start=stamp(r.start),
-                              end=stamp(r.end if r.end is not None else max(r.start, end)), outcome=r.outcome,
-                              event_ids=_ids(r.event_ids), run=r.run)
-                for r in sorted(all_runs, key=lambda r: r.start)]
-    timeline += [TimelineEntry(lane="survival", label=_label(a), start=stamp(a.ts),
-                               end=stamp(a.end if a.end is not None else a.ts), outcome=a.state,
-                               event_ids=_ids(a.event_ids)) for a in survival]
-    timeline += [TimelineEntry(lane="engine", label=f"{ev.type} {str(ev.data.get('after', ''))[:12]}",
-                               start=stamp(ev.ts), end=stamp(ev.ts), outcome=ev.type, event_ids=[ev.id])
-                 for ev in sorted(f.promotes + f.rollbacks, key=lambda e: e.id)]
-
+    score = score_of(f, failed_repairs, all_slow)
     verdict = verdict_of(score)
     if verdict == "pass" and any(card.verdict == "fail" for card in cards):
-        verdict = "warn"
+        verdict = "warn"        # a window in which a role fails is never a pass
     return Analysis(window=Window(start=stamp(start), end=stamp(end), project=project, task=task,
                                   events=len(events)),
-                    score=score, verdict=verdict, highlights=highlights, issues=issues,
-                    role_analysis=cards, timeline=timeline)
+                    score=score, verdict=verdict, highlights=highlights, issues=issues, role_analysis=cards,
+                    timeline=timeline(runs, survival, f.promotes + f.rollbacks, end, titles))

@@ -288,4 +288,4 @@ REPORT = Kind(
     "under [report] dir, analysed by the deterministic analyst or an [[agent]] (checked, with the "
     "deterministic analysis as fallback); with notify, sends its text summary and the page's path "
     "through the [[notify]] channels. Acked with the page's path and the analysis in objects/.",
-    ReportParams, run_report, True, "what the report is for (free text)")
+    ReportParams, run_report, True, "what the report is for (free text)", tells_operator=True)

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 
 from pulse.core import clock
 from pulse.core.config import TickConfig
+from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import Effect, Outcome, ProcessExit, Snapshot, Vital
 from pulse.rules.onion import Inner, RuleResult, handled
 
@@ -57,7 +58,7 @@ def failure_streak(outcomes: Iterable[Outcome], kind: str) -> list[Outcome]:
     """The trailing failed outcomes of `kind` (oldest first): the current streak of failures."""
     streak: list[Outcome] = []
     for outcome in reversed([o for o in outcomes if o.kind == kind]):
-        if outcome.state == "acked":
+        if outcome.state == EffectState.ACKED:
             break
         streak.append(outcome)
     return streak[::-1]
@@ -371,7 +372,7 @@ def engine_failed_notice(config: TickConfig):
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
         failed_at = curr.engine.failed_at
-        if curr.engine.state == "failed" and failed_at and may_notify(curr, "engine-failed", "engine", 0, failed_at):
+        if curr.engine.state == WorkerState.FAILED and failed_at and may_notify(curr, "engine-failed", "engine", 0, failed_at):
             effects = effects + [notify(curr, "engine-failed", "engine", "Engine failed",
                                         f"the engine crashed {curr.engine.restarts} times; retrying slowly")]
         return effects, tick_ms

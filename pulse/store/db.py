@@ -39,8 +39,8 @@ from typing import Iterable, Iterator, Sequence
 
 import msgspec
 
-from pulse.core.states import EFFECT_END_EVENTS, EFFECT_OPEN
-from pulse.core.wire import Effect, Event, Vital, now_event
+from pulse.core.states import EFFECT_OPEN, EffectState
+from pulse.core.wire import EFFECT_END_EVENTS, TASK_EVENTS, Effect, EffectEvent, Event, Vital, now_event
 
 EVENTS_SCHEMA = 4
 VITALS_SCHEMA = 1
@@ -576,7 +576,7 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
         for ev in events:
             _insert_event(conn, ev)
         for eff in effects:
-            ev = _insert_event(conn, now_event("effect", source, eff.target, msgspec.to_builtins(eff)))
+            ev = _insert_event(conn, now_event(EffectEvent.COMMITTED, source, eff.target, msgspec.to_builtins(eff)))
             conn.execute(
                 "INSERT INTO effects (id, event_id, kind, target, origin, idempotent, created, deadline, state, body) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
@@ -584,7 +584,7 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
                  msgspec.msgpack.encode(eff)))
             if observe_only:
                 conn.execute("UPDATE effects SET state = 'expired', why = 'observe-only' WHERE id = ?", (eff.id,))
-                _insert_event(conn, now_event("effect-expired", source, eff.target, effect_id=eff.id, kind=eff.kind,
+                _insert_event(conn, now_event(EffectEvent.EXPIRED, source, eff.target, effect_id=eff.id, kind=eff.kind,
                                               reason="observe-only"))
     return list(effects)
 
@@ -612,7 +612,7 @@ def claim_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source:
             return None
         body, target = conn.execute("SELECT body, target FROM effects WHERE id = ?", (effect_id,)).fetchone()
         effect = _effect(body)
-        _insert_event(conn, now_event("effect-executing", source, target, effect_id=effect_id, kind=effect.kind,
+        _insert_event(conn, now_event(EffectEvent.EXECUTING, source, target, effect_id=effect_id, kind=effect.kind,
                                       claimer=claimer))
         return effect
 
@@ -631,7 +631,7 @@ def _move_effect(conn: sqlite3.Connection, effect_id: str, source: str, *, where
         row = conn.execute(f"SELECT target, kind FROM effects WHERE id = ? AND {where}", (effect_id, *args)).fetchone()
         if row is None:
             return False
-        why = data.get("error") or data.get("reason") if state != "acked" else None
+        why = data.get("error") or data.get("reason") if state != EffectState.ACKED else None
         conn.execute("UPDATE effects SET state = ?, why = ?" + (", claimer = NULL, pgid = NULL" if release else "")
                      + " WHERE id = ?", (state, why, effect_id))
         _insert_event(conn, now_event(event, source, row[0], effect_id=effect_id, kind=row[1], **data))
@@ -639,7 +639,7 @@ def _move_effect(conn: sqlite3.Connection, effect_id: str, source: str, *, where
 
 
 def finish_effect(conn: sqlite3.Connection, effect_id: str, state: str, source: str,
-                  from_states: Sequence[str] = ("executing",), **data) -> bool:
+                  from_states: Sequence[str] = (EffectState.EXECUTING,), **data) -> bool:
     """executing (or pending, for expiry) → acked | failed | expired, with its event; False if not in from_states."""
     return _move_effect(conn, effect_id, source, where=f"state IN ({','.join('?' * len(from_states))})",
                         args=from_states, state=state, event=EFFECT_END_EVENTS[state], **data)
@@ -657,7 +657,7 @@ def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: st
                            reason: str) -> bool:
     """executing under `claimer` → pending (it runs again), with an effect-failed event marked requeued."""
     return _move_effect(conn, effect_id, source, where="state = 'executing' AND claimer = ?", args=(claimer,),
-                        state="pending", event="effect-failed", release=True, reason=reason, requeued=True)
+                        state=EffectState.PENDING, event=EffectEvent.FAILED, release=True, reason=reason, requeued=True)
 
 
 def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
@@ -806,23 +806,20 @@ def recent_vitals(conn: sqlite3.Connection, key: str, n: int) -> list[Vital]:
 
 from collections.abc import Callable  # noqa: E402  (kept with the section it serves)
 
-TASK_TYPES = ("task-created", "task-assigned", "task-executing", "task-acked", "task-failed", "task-closed",
-              "task-given-up")   # the same as pulse.agents.tasks.TYPES (store imports nothing of the task logic)
-
 
 def _task_type_clause() -> str:
-    return f"type IN ({','.join('?' * len(TASK_TYPES))})"
+    return f"type IN ({','.join('?' * len(TASK_EVENTS))})"
 
 
 def task_events(conn: sqlite3.Connection, after_id: int = 0, limit: int = 10_000) -> list[Event]:
     """Every task-* event after `after_id`, oldest first (by the (type, id) index)."""
-    return read_events(conn, after_id=after_id, types=TASK_TYPES, limit=limit)
+    return read_events(conn, after_id=after_id, types=TASK_EVENTS, limit=limit)
 
 
 def task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
     """The task-* events of one task, oldest first."""
     rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE {_task_type_clause()} AND target = ? ORDER BY id",
-                        (*TASK_TYPES, task))
+                        (*TASK_EVENTS, task))
     return [_row_event(r) for r in rows]
 
 

@@ -22,18 +22,17 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import generate_latest
 
 from pulse import __version__
-from pulse.agents.tasks import TRANSITIONS
-from pulse.core.states import EFFECT_END_EVENTS
-from pulse.core.wire import Event, Status
+from pulse.agents.tasks import NEW, TRANSITIONS
+from pulse.core.states import WorkerState
+from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status
 from pulse.store import db
 
 EFFECT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 TICK_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
-STATES = ("starting", "running", "backoff", "hung", "stopping", "stopped", "failed")
+STATES = tuple(WorkerState)
 HOST = "system-resource"           # the vital whose fields are the host's gauges
 HOST_FIELDS = ("cpu_pct", "memory_pct", "disk_pct", "swap_pct")
-FOLDED_TYPES = ("effect", *EFFECT_END_EVENTS.values(), "error", "task-created", "task-assigned", "task-executing",
-                "task-acked", "task-failed", "task-closed", "task-given-up")
+FOLDED_TYPES = (EffectEvent.COMMITTED, *EFFECT_END_EVENTS.values(), "error", *TASK_EVENTS)
 
 
 class Histogram:
@@ -105,25 +104,25 @@ class Counts:
 
     def fold(self, ev: Event) -> None:
         d = ev.data
-        if ev.type == "effect":
+        if ev.type == EffectEvent.COMMITTED:
             self.open_origins[d.get("id", "")] = d.get("origin", "unknown")
             if d.get("origin") == "survival":
                 self.survival[(d.get("params") or {}).get("rule") or d.get("kind", "unknown")] += 1
-        elif ev.type in EFFECT_END_EVENTS.values():
+        elif ev.type in EFFECT_END_STATES:
             if d.get("requeued"):
                 return
             origin = self.open_origins.pop(d.get("effect_id", ""), "unknown")
             kind = d.get("kind", "unknown")
-            self.effects[(kind, origin, ev.type.removeprefix("effect-"))] += 1
-            if kind == "restart-process" and ev.type == "effect-acked" and ev.target:
+            self.effects[(kind, origin, EFFECT_END_STATES[ev.type])] += 1
+            if kind == "restart-process" and ev.type == EffectEvent.ACKED and ev.target:
                 self.process_restarts[ev.target] += 1
-            if ev.type == "effect-acked" and isinstance(d.get("duration_s"), (int, float)):
+            if ev.type == EffectEvent.ACKED and isinstance(d.get("duration_s"), (int, float)):
                 self.durations.setdefault(kind, Histogram(EFFECT_BUCKETS)).observe(d["duration_s"])
         elif ev.type == "error":
             if ev.source in ("engine", "tick") and (ev.target or "").startswith("engine"):
                 self.rule_errors += int(d.get("count", 1) or 1)
-        elif ev.type.startswith("task-") and ev.target:
-            now = self.tasks.get(ev.target, "new")
+        elif ev.type in TASK_EVENTS and ev.target:
+            now = self.tasks.get(ev.target, NEW)
             self.tasks[ev.target] = TRANSITIONS.get(now, {}).get(ev.type, now)
 
 
@@ -140,7 +139,7 @@ class Collector:
         restarts = CounterMetricFamily("pulse_worker_restarts", "Restarts since pulsed started", labels=["worker"])
         age = GaugeMetricFamily("pulse_worker_heartbeat_age_seconds", "Since the last heartbeat", labels=["worker"])
         for w in s.workers if s else ():
-            up.add_metric([w.name], 1 if w.state == "running" else 0)
+            up.add_metric([w.name], 1 if w.state == WorkerState.RUNNING else 0)
             for name in STATES:
                 state.add_metric([w.name, name], 1 if w.state == name else 0)
             restarts.add_metric([w.name], w.restarts)

@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from pulse.core import client, clock, wire
 from pulse.core.home import Paths
+from pulse.core.states import EffectState, TaskStatus
 from pulse.store import db
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, exposition
@@ -294,7 +295,8 @@ async def api_effects(request: Request) -> Response:
     web: Web = request.app.state.web
 
     def read(conn):
-        by_state: dict[str, list] = {s: [] for s in ("pending", "executing", "failed", "expired", "acked")}
+        by_state: dict[str, list] = {s: [] for s in (EffectState.PENDING, EffectState.EXECUTING, EffectState.FAILED,
+                                                     EffectState.EXPIRED, EffectState.ACKED)}   # the page's order
         for e, state, why in db.list_effects(conn, limit=500):
             by_state[state].append({"id": e.id, "origin": e.origin, "kind": e.kind, "target": e.target,
                                     "created": e.created, "why": why})
@@ -308,7 +310,7 @@ async def api_tasks(request: Request) -> Response:
 
     def read(conn):
         book = tasks.catch_up(conn, tasks.TaskBook())      # the tasks and each agent's record, one fold
-        by_status: dict[str, list] = {s: [] for s in ("pending", "assigned", "executing", "acked", "closed", "given_up")}
+        by_status: dict[str, list] = {s: [] for s in TaskStatus}
         for t in sorted(book.states.values(), key=lambda t: int(t.id.rpartition("-")[2])):
             by_status.setdefault(t.status, []).append({"id": t.id, "title": t.title, "project": t.project,
                                                        "agent": t.agent or t.last_agent, "attempts": t.attempts})
@@ -317,7 +319,7 @@ async def api_tasks(request: Request) -> Response:
                    "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
                    "cost_usd": s.cost_usd if s.runs_with_cost else None}
                   for name, s in sorted(book.agents.stats.items())]
-        history = db.last_events(conn, 100, tasks.TYPES)
+        history = db.last_events(conn, 100, wire.TASK_EVENTS)
         return {"by_status": by_status, "agents": agents, "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 

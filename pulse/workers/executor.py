@@ -52,7 +52,7 @@ from typing import Callable
 import zmq
 
 from pulse.core import client, clock, wire
-from pulse.core.states import EFFECT_ENDED
+from pulse.core.states import EFFECT_ENDED, EffectState
 from pulse.core.wakepipe import drain, poke
 from pulse.effects import kinds, registry
 from pulse.store import db
@@ -285,8 +285,8 @@ class ExecutorWorker(Worker):
     def scan(self, now: float) -> None:
         self.next_scan = now + self.scan_s
         try:
-            executing = db.open_effects(self.db, "executing", limit=SCAN_LIMIT)
-            pending = db.open_effects(self.db, "pending", limit=SCAN_LIMIT)
+            executing = db.open_effects(self.db, EffectState.EXECUTING, limit=SCAN_LIMIT)
+            pending = db.open_effects(self.db, EffectState.PENDING, limit=SCAN_LIMIT)
         except sqlite3.OperationalError as err:     # e.g. busy while another process recovers the WAL
             self.log.warning("scan of events.db failed (%s); again at the next scan", err)
             return
@@ -372,7 +372,7 @@ class ExecutorWorker(Worker):
     # -- jobs (in threads; each gets that thread's connection) -------------------------------------
 
     def finish(self, conn: sqlite3.Connection, effect: wire.Effect, state: str, data: dict) -> Done:
-        if state == "failed" and retry_later(effect, data):
+        if state == EffectState.FAILED and retry_later(effect, data):
             # A notification that could not get out (the network may be what is down) waits in the
             # queue and is tried again, with backoff, until its deadline: queued, not lost.
             attempt = self.retries.get(effect.id, 0) + 1
@@ -382,14 +382,14 @@ class ExecutorWorker(Worker):
                 self.retry_at[effect.id] = time.monotonic() + clock.backoff(attempt, RETRY_BASE_S, RETRY_MAX_S)
                 return Done(effect.id, "requeued")
         ended = db.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
-        if ended and state == "failed":
+        if ended and state == EffectState.FAILED:
             self.log.warning("%s effect %s failed: %s", effect.kind, effect.id, data.get("error"))
         return Done(effect.id, state if ended else "lost")
 
     def expire(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
-        ended = db.finish_effect(conn, effect.id, "expired", SOURCE, from_states=("pending",),
+        ended = db.finish_effect(conn, effect.id, EffectState.EXPIRED, SOURCE, from_states=(EffectState.PENDING,),
                                     reason="deadline", deadline=effect.deadline)
-        return Done(effect.id, "expired" if ended else "lost")
+        return Done(effect.id, EffectState.EXPIRED if ended else "lost")
 
     def run_builtin(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():
@@ -398,11 +398,11 @@ class ExecutorWorker(Worker):
         reason = "not-allowed" if refused else "bad-params"
         refused = refused or registry.params_problem(effect)
         if refused is not None:      # never claimed: it never ran
-            ended = db.finish_effect(conn, effect.id, "failed", SOURCE, from_states=("pending",),
+            ended = db.finish_effect(conn, effect.id, EffectState.FAILED, SOURCE, from_states=(EffectState.PENDING,),
                                         reason=reason, error=refused, origin=effect.origin)
             if ended:
                 self.log.warning("%s effect %s from %s refused: %s", effect.kind, effect.id, effect.origin, refused)
-            return Done(effect.id, "failed" if ended else "lost")
+            return Done(effect.id, EffectState.FAILED if ended else "lost")
         if db.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
             return Done(effect.id, "lost")
         ctx = kinds.EffectContext(self.config, self.objects,
@@ -411,14 +411,14 @@ class ExecutorWorker(Worker):
                                 started=lambda pgid: db.record_pgid(conn, effect.id, pgid))
         began = time.monotonic()
         try:
-            state, data = "acked", registry.all_kinds()[effect.kind].run(effect, ctx)
+            state, data = EffectState.ACKED, registry.all_kinds()[effect.kind].run(effect, ctx)
         except kinds.EffectFailed as failure:
-            state, data = "failed", {**failure.data, "reason": failure.reason, "error": failure.error}
+            state, data = EffectState.FAILED, {**failure.data, "reason": failure.reason, "error": failure.error}
         except (sqlite3.Error, db.StoreError):
             raise
         except Exception as err:     # a bug in an executor fails its effect, not the executor
             self.log.exception("%s effect %s raised", effect.kind, effect.id)
-            state, data = "failed", {"reason": "error", "error": f"{type(err).__name__}: {err}"}
+            state, data = EffectState.FAILED, {"reason": "error", "error": f"{type(err).__name__}: {err}"}
         data["duration_s"] = round(time.monotonic() - began, 3)
         return self.finish(conn, effect, state, data)
 
@@ -430,21 +430,21 @@ class ExecutorWorker(Worker):
 
     def finish_engine(self, effect: wire.Effect, reply, conn: sqlite3.Connection) -> Done:
         if not isinstance(reply, wire.ExecutorResult):
-            return self.finish(conn, effect, "failed", {
+            return self.finish(conn, effect, EffectState.FAILED, {
                 "reason": "engine", "error": f"the engine answered run-executor with {type(reply).__name__}"})
         if reply.ok:
-            return self.finish(conn, effect, "acked", {"result": reply.result})
+            return self.finish(conn, effect, EffectState.ACKED, {"result": reply.result})
         if reply.unknown_kind:
-            return self.finish(conn, effect, "failed", {
+            return self.finish(conn, effect, EffectState.FAILED, {
                 "reason": "unknown-kind", "error": f"unknown kind {effect.kind!r}: no executor knows it"})
-        return self.finish(conn, effect, "failed", {
+        return self.finish(conn, effect, EffectState.FAILED, {
             "reason": "engine", "error": reply.error or "the engine's executor failed", "result": reply.result})
 
     def after_no_answer(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         """The engine did not answer in time: it may or may not have run the effect."""
         if effect.idempotent:
             return self.unclaim(effect, "engine-no-answer", conn)
-        return self.finish(conn, effect, "failed", {
+        return self.finish(conn, effect, EffectState.FAILED, {
             "reason": "engine-no-answer", "error": "no answer from the engine in time; not idempotent, not retried"})
 
     def unclaim(self, effect: wire.Effect, reason: str, conn: sqlite3.Connection) -> Done:
@@ -472,8 +472,8 @@ class ExecutorWorker(Worker):
         reason = "interrupted-after-start" if started else "interrupted-before-start"
         what = "while it ran; it may have acted" if started else "before its process started"
         ended = db.finish_claimed_effect(
-            conn, effect.id, claimer, "failed", SOURCE, reason=reason, dead_claimer=claimer,
+            conn, effect.id, claimer, EffectState.FAILED, SOURCE, reason=reason, dead_claimer=claimer,
             may_have_acted=started, error=f"{reason}: its executor died {what}; not idempotent, so not run again")
         if ended:
             self.log.warning("%s effect %s interrupted (claimer %s died): failed", effect.kind, effect.id, claimer)
-        return Done(effect.id, "failed" if ended else "lost")
+        return Done(effect.id, EffectState.FAILED if ended else "lost")

@@ -23,6 +23,9 @@ import zmq
 
 from pulse.agents import tasks
 from pulse.core import client, wire
+from pulse.core.states import EffectState, WorkerState
+from pulse.core.wire import EFFECT_END_STATES, EffectEvent
+from pulse.effects import registry
 from pulse.rules import budget, onion, survival
 from pulse.store import ballast, db
 from pulse.workers.harness import Worker
@@ -33,8 +36,10 @@ BALLAST_CHECK_S = 60
 MAX_EFFECTS_PER_TICK = 1_000
 ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
 
-
-CORRECTIVE = frozenset({"restart-process", "archive", "cleanup", "exec"})   # survival's own repairs
+# panicRollback answers survival's repairs of the host failing in a row since a promote: the new
+# engine may be what breaks the host. Its own answer, a rollback (a repair of the engine), does not
+# count: a rollback that failed must not call for another.
+HOST_REPAIRS = registry.repair_kinds(registry.Repair.HOST)
 
 
 @dataclass
@@ -55,7 +60,7 @@ class Projections:
     notified: dict[str, float] = field(default_factory=dict)
     promotes: list[Promote] = field(default_factory=list)
     crashes: int = 0                       # engine crashes since the last promote
-    corrective_streak: int = 0             # survival repairs failed in a row since the last promote
+    corrective_streak: int = 0             # survival's HOST_REPAIRS failed in a row since the last promote
     paused: dict[str, float] = field(default_factory=dict)
     exits: dict[str, wire.ProcessExit] = field(default_factory=dict)
     engine_failed_at: float | None = None
@@ -79,18 +84,18 @@ class Projections:
             self.engine_retryable.pop(self.engine_recent[-1][1], None)
             while self.engine_recent and ev.ts - self.engine_recent[0][0] > self.engine_horizon_s:
                 self.engine_recent.popleft()
-        if effect.kind in ("notify", "report") and effect.params.get("rule"):   # report: the daily report
+        if registry.tells_operator(effect.kind) and effect.params.get("rule"):   # a notification, the daily report
             self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
 
     def _ended(self, ev: wire.Event) -> None:
         effect_id = ev.data.get("effect_id", "")
         effect = self.pending.get(effect_id)
-        state = ev.type.removeprefix("effect-")
-        if effect is not None and effect.origin == "survival" and effect.kind in CORRECTIVE:
-            self.corrective_streak = 0 if state == "acked" else self.corrective_streak + 1
+        state = EFFECT_END_STATES[ev.type]
+        if effect is not None and effect.origin == "survival" and effect.kind in HOST_REPAIRS:
+            self.corrective_streak = 0 if state == EffectState.ACKED else self.corrective_streak + 1
         if ev.data.get("requeued"):
             return   # an idempotent effect going round again: still pending
-        if effect is not None and effect.origin == "engine" and state != "acked":
+        if effect is not None and effect.origin == "engine" and state != EffectState.ACKED:
             self.engine_retryable[budget.fingerprint(effect)] = ev.ts
             if len(self.engine_retryable) > 1_000:    # only those within the dedupe window matter
                 self.engine_retryable = {fp: ts for fp, ts in self.engine_retryable.items()
@@ -146,8 +151,8 @@ class Projections:
 
 
 _FOLDS = {
-    "effect": Projections._effect,
-    "effect-acked": Projections._ended, "effect-failed": Projections._ended, "effect-expired": Projections._ended,
+    EffectEvent.COMMITTED: Projections._effect,
+    **{end: Projections._ended for end in EFFECT_END_STATES},
     "promote": Projections._promote,
     "rollback": Projections._rollback,
     "worker-exited": Projections._exited,
@@ -314,7 +319,7 @@ class TickWorker(Worker):
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
-        if curr.engine.state != "running":
+        if curr.engine.state != WorkerState.RUNNING:
             self.inner_note = f"engine {curr.engine.state}; skipped"
             return [], None
         urgent_s = self.config.timings.engine_urgent_deadline_ms / 1000 if self.urgent else None
