@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulse.core import procs
+from pulse.core import procs, wire
 from pulse.core.home import Paths, dev_pid
-from pulse.store import db, objects
+from pulse.store import connection, eventsdb, objects
 
 GATE_TIMEOUT_S = 120
 IMPORT_TIMEOUT_S = 30
@@ -234,9 +234,9 @@ def restore_snapshot(paths: Paths, ref: str) -> None:
 # -- promote and rollback ---------------------------------------------------------------------------
 
 def _record(paths: Paths, type_: str, source: str, **data) -> int:
-    conn = db.open_events(paths.events_db)
+    conn = eventsdb.open_events(paths.events_db)
     try:
-        return db.append_events(conn, [db.now_event(type_, source, "engine", **data)])[0].id
+        return eventsdb.append_events(conn, [wire.now_event(type_, source, "engine", **data)])[0].id
     finally:
         conn.close()
 
@@ -299,10 +299,10 @@ def staging_differs(paths: Paths) -> list[str]:
     return [line for line in git(paths.engine, "diff", "--name-status", "HEAD", "staging").splitlines() if line]
 
 
-def last_promote(paths: Paths) -> db.Event | None:
-    conn = db.open_readonly(paths.events_db)
+def last_promote(paths: Paths) -> wire.Event | None:
+    conn = connection.open_readonly(paths.events_db)
     try:
-        promotes = db.read_events(conn, types=["promote"])
+        promotes = eventsdb.read_events(conn, types=["promote"])
     finally:
         conn.close()
     return promotes[-1] if promotes else None
@@ -342,9 +342,9 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
 
 
 def _snapshots_by_commit(paths: Paths) -> dict[str, str]:
-    conn = db.open_readonly(paths.events_db)
+    conn = connection.open_readonly(paths.events_db)
     try:
-        return {e.data["after"]: e.data["snapshot"] for e in db.read_events(conn, types=["promote"])
+        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=["promote"])
                 if e.data.get("snapshot")}
     finally:
         conn.close()

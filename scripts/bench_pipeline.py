@@ -9,7 +9,7 @@
       and the CLI's wall time with --wait.
   (c) sustained noop effects end to end (committed → all acked), at the executor's durability
       (events.db synchronous=FULL for claims): target ≥ 1,000/s.
-  (d) events.db batched append (db.append_events, batches of 1,000): target ≥ 100,000 events/s.
+  (d) events.db batched append (eventsdb.append_events, batches of 1,000): target ≥ 100,000 events/s.
 
 Everything it starts is tracked by pid and stopped at the end.
 
@@ -35,9 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Timeout, Tracker, log, summary, table, wait_until  # noqa: E402
 
-from pulse.core import wire
+from pulse.core import wire  # noqa: E402
 from pulse.core.home import Paths  # noqa: E402
-from pulse.store import db  # noqa: E402
+from pulse.store import effectqueue, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
 VICTIM_TAG = "pulse-bench-victim"
@@ -155,7 +155,7 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
     home = tmp / "effects-home"
     start_pulsed(home, tracker, {})
     paths = Paths.for_client(home)
-    conn = db.open_events(paths.events_db)
+    conn = eventsdb.open_events(paths.events_db)
     import zmq
     bell = zmq.Context.instance().socket(zmq.PUSH)
     bell.setsockopt(zmq.LINGER, 0)
@@ -174,9 +174,9 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
     latencies = []
     for _ in range(emits):
-        effect = db.new_effect(wire.Effect(kind="noop"), "operator", 60)
+        effect = effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 60)
         committed = time.monotonic()
-        db.commit_effects(conn, [effect], "bench")
+        effectqueue.commit_effects(conn, [effect], "bench")
         ring()
         acked = wait_until(lambda: acked_mono(effect.id), 10, interval=0.001, what="effect-acked")
         latencies.append((acked - committed) * 1000)
@@ -188,10 +188,10 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
                        check=True, capture_output=True, timeout=30)
         cli.append((time.monotonic() - started) * 1000)
 
-    effects = [db.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(sustained)]
+    effects = [effectqueue.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(sustained)]
     started = time.monotonic()
     for i in range(0, sustained, 100):
-        db.commit_effects(conn, effects[i:i + 100], "bench")
+        effectqueue.commit_effects(conn, effects[i:i + 100], "bench")
         ring()
     committed_s = time.monotonic() - started
 
@@ -207,13 +207,13 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
 
 def bench_append(tmp: Path, total: int) -> dict:
-    conn = db.open_events(tmp / "append.db")
-    batch = [db.now_event("collect", "bench", "x", n=i) for i in range(1000)]
+    conn = eventsdb.open_events(tmp / "append.db")
+    batch = [wire.now_event("collect", "bench", "x", n=i) for i in range(1000)]
     started = time.monotonic()
     for _ in range(total // 1000):
         for ev in batch:
             ev.id = None
-        db.append_events(conn, batch)
+        eventsdb.append_events(conn, batch)
     elapsed = time.monotonic() - started
     return {"events": total, "seconds": round(elapsed, 3), "per_s": round(total / elapsed), "synchronous": "NORMAL"}
 

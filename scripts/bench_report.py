@@ -4,7 +4,7 @@
 Writes a synthetic day into a temporary events.db (agent runs of four agents, one of which fails
 a third of its runs, survival repairs and notifications, ticks, gate calls, errors), then times,
 in this process, what pulsectl report --html does after parsing its options: read the window
-(db.events_between, task titles), the deterministic analysis, the citation check, the text
+(eventsdb.events_between, task titles), the deterministic analysis, the citation check, the text
 summary and the HTML page. Prints the median of --trials and each part's share, then the wall
 time of the command itself (`pulsectl report --since 25h --html FILE`, interpreter start included).
 
@@ -30,7 +30,7 @@ from _benchlib import log  # noqa: E402
 
 from pulse.core.wire import Event  # noqa: E402
 from pulse.report import analysis, render, reportrun  # noqa: E402
-from pulse.store import db  # noqa: E402
+from pulse.store import connection, eventsdb  # noqa: E402
 
 DAY = 86_400.0
 
@@ -88,7 +88,7 @@ def synthetic_day(n: int, end: float) -> list[Event]:
 def one_report(path: Path, start: float, end: float) -> dict[str, float]:
     parts: dict[str, float] = {}
     t0 = time.perf_counter()
-    conn = db.open_readonly(path)
+    conn = connection.open_readonly(path)
     events, tasks = reportrun.read(conn, start, end)
     conn.close()
     parts["read_s"] = time.perf_counter() - t0
@@ -119,9 +119,9 @@ def main() -> int:
         path = Path(tmp) / "events.db"
         log(f"writing {args.events} events")
         events = synthetic_day(args.events, end)
-        conn = db.open_events(path)
+        conn = eventsdb.open_events(path)
         for i in range(0, len(events), 10_000):
-            db.append_events(conn, events[i:i + 10_000])
+            eventsdb.append_events(conn, events[i:i + 10_000])
         conn.close()
         runs = [one_report(path, end - DAY - 1, end + 1) for _ in range(args.trials)]
         pulsectl = str(Path(sys.executable).parent / "pulsectl")

@@ -32,7 +32,7 @@ from _benchlib import Tracker, log, summary, wait_until  # noqa: E402
 from bench_pipeline import start_pulsed  # noqa: E402
 
 from pulse.core import wire  # noqa: E402
-from pulse.store import db  # noqa: E402
+from pulse.store import connection, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
 CHROMIUM = "/usr/bin/chromium"
@@ -69,17 +69,17 @@ def status(home: Path) -> wire.Status:
 
 def kill_to_ready(home: Path, n: int, tracker: Tracker) -> list[float]:
     """SIGKILL the tick `n` times; each time, its replacement's worker-ready mono minus the kill's."""
-    conn = db.open_readonly(home / "events.db")
+    conn = connection.open_readonly(home / "events.db")
     out = []
     try:
         for _ in range(n):
             pid = next(w.pid for w in status(home).workers if w.name == "tick")
-            after = db.last_event_id(conn)
+            after = eventsdb.last_event_id(conn)
             t_kill = time.monotonic()
             os.kill(pid, signal.SIGKILL)
 
             def ready():
-                return next((e for e in db.read_events(conn, after_id=after, types=("worker-ready",))
+                return next((e for e in eventsdb.read_events(conn, after_id=after, types=("worker-ready",))
                              if e.target == "tick" and e.data.get("pid") != pid), None)
             ev = wait_until(ready, 10, 0.002, "the tick's replacement")
             tracker.add(ev.data["pid"])
@@ -92,7 +92,7 @@ def kill_to_ready(home: Path, n: int, tracker: Tracker) -> list[float]:
 
 def synthetic_history(home: Path, n: int) -> None:
     """`n` events of the kinds a busy host writes, appended before pulsed starts."""
-    conn = db.open_events(home / "events.db")
+    conn = eventsdb.open_events(home / "events.db")
     kinds = ("tick", "effect-acked", "wake", "collect", "error", "gate-call", "effect")
     start = time.time() - 7 * 86400
     batch = []
@@ -102,10 +102,10 @@ def synthetic_history(home: Path, n: int) -> None:
             {"id": f"e{i}", "kind": "noop", "origin": "survival", "params": {"rule": "bench"}} if t == "effect" else {"n": i}
         batch.append(wire.Event(type=t, source="bench", target="x", data=data, ts=start + i * 0.5, mono=0.0, seq=i))
         if len(batch) == 100_000:
-            db.append_events(conn, batch)
+            eventsdb.append_events(conn, batch)
             batch = []
     if batch:
-        db.append_events(conn, batch)
+        eventsdb.append_events(conn, batch)
     conn.close()
 
 
@@ -160,11 +160,11 @@ def main() -> None:
                 page.goto(f"{base}/events")
                 page.wait_for_selector("[data-event]")
                 log(f"{events} events committed and watched for on the events page")
-                conn = db.open_events(home / "events.db")
+                conn = eventsdb.open_events(home / "events.db")
                 shown = []
                 for i in range(events):
                     began = time.perf_counter()
-                    ev, = db.append_events(conn, [db.now_event("wake", "bench", "page", n=i)])
+                    ev, = eventsdb.append_events(conn, [wire.now_event("wake", "bench", "page", n=i)])
                     page.wait_for_selector(f'[data-event="{ev.id}"]', timeout=10_000)
                     shown.append((time.perf_counter() - began) * 1000)
                 conn.close()
@@ -178,10 +178,10 @@ def main() -> None:
             start_pulsed(big, tracker, {})
             base, token = web_url(big)
             figures["metrics_first_ms"] = get_metrics(base, token)
-            conn = db.open_events(big / "events.db")
+            conn = eventsdb.open_events(big / "events.db")
             scrapes = []
             for _ in range(20):
-                db.append_events(conn, [db.now_event("wake", "bench", "m", n=j) for j in range(100)])
+                eventsdb.append_events(conn, [wire.now_event("wake", "bench", "m", n=j) for j in range(100)])
                 scrapes.append(get_metrics(base, token))
             conn.close()
             figures["metrics_ms"] = summary(scrapes)

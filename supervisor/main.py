@@ -75,7 +75,7 @@ def prepare_home(paths: Paths) -> None:
         except Exception as err:
             import traceback
 
-            from pulse.store.db import StoreError
+            from pulse.store.connection import StoreError
             known = isinstance(err, (configmod.ConfigError, HomeError, StoreError))
             os.write(w, (str(err) if known else traceback.format_exc()).encode())
         finally:

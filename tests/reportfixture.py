@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pulse.core.wire import Event
-from pulse.store import db
+from pulse.store import eventsdb
 
 T0 = 1_790_000_000.0          # 2026-09-21T…Z: a fixed start, so the figures are the same every run
 
@@ -75,8 +75,8 @@ def fixture_history(title_of_task_1: str = "build the site") -> History:
 
 
 def write(path: Path, events: list[Event]) -> list[Event]:
-    conn = db.open_events(path)
+    conn = eventsdb.open_events(path)
     try:
-        return db.append_events(conn, events)
+        return eventsdb.append_events(conn, events)
     finally:
         conn.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pulse.agents import adapters, tasks
-from pulse.store import db, objects
+from pulse.store import connection, objects
 from support import wait_for
 
 PY = sys.executable
@@ -263,7 +263,7 @@ def test_each_adapter_reads_its_clis_documented_output_through_pulsed(pulsed, tm
     assert dumped["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": f"{CLI[adapter]}-agent",
                              "PULSE_TASK": ids["ok"]}
     # Cost and tokens per agent, folded from the events, as the rules see them.
-    conn = db.open_readonly(pulsed.home / "events.db")
+    conn = connection.open_readonly(pulsed.home / "events.db")
     try:
         stats = tasks.snapshot_extras(conn)["agent-capability-stats"][f"{CLI[adapter]}-agent"]
     finally:

@@ -57,8 +57,8 @@ def test_a_history_that_went_missing_is_refused(pulsed):
     (pulsed.home / "events.db").rename(pulsed.home / "events.db.old")
     for extra in ("events.db-wal", "events.db-shm"):
         (pulsed.home / extra).unlink(missing_ok=True)
-    from pulse.store import db
-    db.open_events(pulsed.home / "events.db").close()          # a new, empty history in its place
+    from pulse.store import eventsdb
+    eventsdb.open_events(pulsed.home / "events.db").close()          # a new, empty history in its place
     out = start_and_fail(pulsed)
     assert "its history was replaced or rewound" in out.stderr and "events.mark" in out.stderr
 

@@ -1,7 +1,7 @@
 """The executor (DESIGN §4, §7 "Effects", "Writes"): claims, timeouts, orphans, expiry, the allow-list,
 the built-in executors, the engine's executors, and exactly-once under kill -9 and a racing claimer.
 
-Effects are committed straight into the home's events.db with pulse.store.db (as the tick does), and the
+Effects are committed straight into the home's events.db with pulse.store.effectqueue (as the tick does), and the
 doorbell is rung like the tick rings it.
 """
 
@@ -28,7 +28,7 @@ from pulse.core import wire
 from pulse.core.config import Allow, Config
 from pulse.core.wire import EFFECT_END_EVENTS
 from pulse.effects import kinds, registry
-from pulse.store import db, objects
+from pulse.store import effectqueue, eventsdb, objects
 from pulse.store.provision import ensure_home
 from pulse.workers.executor import boot_id, claimer_alive, claimer_id
 from support import wait_for
@@ -45,9 +45,9 @@ def effect(kind: str, target: str | None = None, idempotent: bool = False, **par
 
 def commit(home: Path, *effects: wire.Effect, origin: str = "operator", deadline_s: float = 60,
            now: float | None = None) -> list[wire.Effect]:
-    conn = db.open_events(home / "events.db")
+    conn = eventsdb.open_events(home / "events.db")
     try:
-        return db.commit_effects(conn, [db.new_effect(e, origin, deadline_s, now) for e in effects], "test")
+        return effectqueue.commit_effects(conn, [effectqueue.new_effect(e, origin, deadline_s, now) for e in effects], "test")
     finally:
         conn.close()
 
@@ -284,12 +284,12 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     leftover = subprocess.Popen(["sleep", "300"], process_group=0)   # what the dead executor's effect left
     unrelated = subprocess.Popen(["sleep", "301"], process_group=0)  # its group id, recorded, got "reused"
     pulsed.tracker.add(leftover.pid, unrelated.pid)
-    conn = db.open_events(pulsed.home / "events.db")
+    conn = eventsdb.open_events(pulsed.home / "events.db")
     for e in (once, again, predates, unstarted):
-        assert db.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
-    db.record_pgid(conn, once.id, leftover.pid)
-    db.record_pgid(conn, predates.id, unrelated.pid)
-    assert db.claim_effect(conn, live.id, claimer_id(), "test") is not None
+        assert effectqueue.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
+    effectqueue.record_pgid(conn, once.id, leftover.pid)
+    effectqueue.record_pgid(conn, predates.id, unrelated.pid)
+    assert effectqueue.claim_effect(conn, live.id, claimer_id(), "test") is not None
 
     pulsed.start()
     failed = wait_end(pulsed, once.id)
@@ -305,7 +305,7 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     assert wait_end(pulsed, predates.id)["data"]["reason"] == "interrupted-after-start"
     assert unrelated.poll() is None                      # older than the effect: not its process
     executor_has_looked(pulsed)
-    assert db.effect_state(conn, live.id) == "executing"
+    assert effectqueue.effect_state(conn, live.id) == "executing"
     conn.close()
 
 
@@ -315,9 +315,9 @@ def test_kill_9_mid_effect(pulsed, tmp_path):
     pulsed.start()
     pidfile = tmp_path / "grandchild.pid"
     e, = submit(pulsed, effect("exec", argv=["sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], timeout_s=25))
-    conn = db.open_events(pulsed.home / "events.db")
+    conn = eventsdb.open_events(pulsed.home / "events.db")
     row = wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() and
-                   next((r for r in db.open_effects(conn, "executing") if r[3]), None), 5,
+                   next((r for r in effectqueue.open_effects(conn, "executing") if r[3]), None), 5,
                    what="the effect running, its process group recorded")
     leader, grandchild = row[3], int(pidfile.read_text())
     pulsed.tracker.add(leader, grandchild)
@@ -588,20 +588,20 @@ APPEND = ("import os, sys, time\n"
 RACER = """
 import subprocess, sys, time
 from pathlib import Path
-from pulse.store import db
+from pulse.store import effectqueue, eventsdb
 from pulse.workers.executor import claimer_id
-conn = db.open_events(Path(sys.argv[1]), "FULL")
+conn = eventsdb.open_events(Path(sys.argv[1]), "FULL")
 me, done, won = claimer_id(), Path(sys.argv[2]), 0
 while not done.exists():
-    pending = db.open_effects(conn, "pending", limit=8)
+    pending = effectqueue.open_effects(conn, "pending", limit=8)
     if not pending:
         time.sleep(0.005)
         continue
     for effect, *_ in pending:
-        if db.claim_effect(conn, effect.id, me, "racer") is not None:
+        if effectqueue.claim_effect(conn, effect.id, me, "racer") is not None:
             won += 1
             code = subprocess.run(effect.params["argv"]).returncode
-            db.finish_claimed_effect(conn, effect.id, me, "acked" if code == 0 else "failed", "racer", code=code)
+            effectqueue.finish_claimed_effect(conn, effect.id, me, "acked" if code == 0 else "failed", "racer", code=code)
             break
 print(won)
 """
@@ -628,10 +628,10 @@ def test_exactly_once_under_kill_9_and_a_racing_claimer(pulsed, tmp_path):
     pulsed.tracker.add(racer.pid)
     ring(pulsed)
 
-    conn = db.open_events(pulsed.home / "events.db")
+    conn = eventsdb.open_events(pulsed.home / "events.db")
 
     def open_count() -> int:
-        return len(db.open_effects(conn, limit=2000))
+        return len(effectqueue.open_effects(conn, limit=2000))
 
     kills, rng = 0, random.Random(7)
     t0 = time.monotonic()

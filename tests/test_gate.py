@@ -554,20 +554,20 @@ def test_the_durable_store_commits_each_fact_with_its_decision_and_refolds_after
     """Facts in a real events.db: a decision that raises leaves nothing behind, and the next one
     is taken on the ledger folded again from the file."""
     from pulse.agents.gatestore import DurableStore
-    from pulse.store import db
-    conn = db.open_events(tmp_path / "events.db")
+    from pulse.store import eventsdb
+    conn = eventsdb.open_events(tmp_path / "events.db")
     store = DurableStore(conn, alive=lambda pid, started: True)
     s = gate.Session("s1", TEST_TOOLS, clock=Clock(), agent="alice", store=store)
     s.open()
     run(s, "lookup", {"name": "a"})
-    before = db.last_event_id(conn)
+    before = eventsdb.last_event_id(conn)
 
     def failing():
         store.ledger.apply(before + 1, 0.0, {"phase": "reset", "agent": "alice", "task": None})   # folded, then undone
         raise RuntimeError("the decision failed")
     with pytest.raises(RuntimeError):
         store.transact(failing)
-    assert db.last_event_id(conn) == before and s.state == State.READING      # nothing written, nothing forgotten
+    assert eventsdb.last_event_id(conn) == before and s.state == State.READING      # nothing written, nothing forgotten
     run(s, "poke", {"name": "a"})
     other = gate.Session("s2", TEST_TOOLS, clock=Clock(), agent="alice", store=DurableStore(conn))
     other.open()                                                               # its first decision folds them

@@ -280,12 +280,12 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     from pulse.agents.toolserver import GatedSession, PulseTools
     from pulse.core.config import Config, Process
     from pulse.core.home import Paths
-    from pulse.store import db
+    from pulse.store import effectqueue, eventsdb
 
     home = tmp_path / "home"
     home.mkdir()
     paths = Paths.for_client(home)
-    events = db.open_events(paths.events_db)
+    events = eventsdb.open_events(paths.events_db)
     config = Config(process=[Process(name="gw", match="^never-such-process$")])
     session = GatedSession(PulseTools(paths, config, events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
 
@@ -305,12 +305,12 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     assert codes == ["ok", "EXECUTION_CONTEXT_UNAVAILABLE", "EXECUTION_CONTEXT_UNAVAILABLE", "FSM_BLOCKED",
                      "FSM_BLOCKED", "ok", "INVALID_INPUT", "ok"]
     assert all(text.startswith(code) for code, (_, text) in zip(codes, results) if code != "ok")
-    assert session.gate.state.value == "READING" and db.list_effects(events) == []
-    calls_ = [e.data for e in db.read_events(events, types=("gate-call",))
+    assert session.gate.state.value == "READING" and effectqueue.list_effects(events) == []
+    calls_ = [e.data for e in eventsdb.read_events(events, types=("gate-call",))
               if e.data["phase"] in ("end", "finish", "blocked")]
     assert [c["tool"] for c in calls_] == ["find_process", "restart_process", "status", "no_such_tool", "list_tasks",
                                           "list_tasks", "create_task", "finish"]
-    blocked = [e.data for e in db.read_events(events, types=("gate-blocked",))]
+    blocked = [e.data for e in eventsdb.read_events(events, types=("gate-blocked",))]
     assert [b["classified"] for b in blocked] == ["unknown tool", "unrecognised arguments ['all']"]
     assert all(c.get("acted") is False for c in calls_ if c["kind"] == "write" and c["phase"] == "end")
     events.close()

@@ -18,7 +18,7 @@ import pytest
 from pulse.report import analysis as analysismod
 from pulse.report import analyst, render, reportrun
 from pulse.rules import survival
-from pulse.store import db
+from pulse.store import connection, errorruns, eventsdb
 from reportfixture import fixture_history, write
 from support import CHROMIUM, browser_or_skip, init_home, notifications, wait_for
 
@@ -42,7 +42,7 @@ def history(tmp_path):
 
 
 def analyse_db(path: Path, h, **scope):
-    conn = db.open_readonly(path)
+    conn = connection.open_readonly(path)
     try:
         events, tasks = reportrun.read(conn, h.events[0].ts - 1, h.t + 1, scope.get("project"), scope.get("task"))
     finally:
@@ -91,13 +91,13 @@ def test_the_analyst_judges_the_fixture_history(history):
 
 
 def test_an_error_that_keeps_recurring_is_one_distinct_error_and_every_occurrence_counts(tmp_path):
-    conn = db.open_events(tmp_path / "events.db")
+    conn = eventsdb.open_events(tmp_path / "events.db")
     t0 = 1000.0
     for i in range(30):       # once a second: its first event, then one per repeat_s with the count since
-        db.record_error(conn, "engine", "engine", "rule raised KeyError: 'disk'", repeat_s=10, now=t0 + i)
-    db.record_error(conn, "tick", "engine", "engine did not answer", now=t0 + 30)
-    db.settle_error_runs(conn, repeat_s=10, now=t0 + 100)        # the last repeats, once the error stopped
-    events = db.read_events(conn)
+        errorruns.record_error(conn, "engine", "engine", "rule raised KeyError: 'disk'", repeat_s=10, now=t0 + i)
+    errorruns.record_error(conn, "tick", "engine", "engine did not answer", now=t0 + 30)
+    errorruns.settle_error_runs(conn, repeat_s=10, now=t0 + 100)        # the last repeats, once the error stopped
+    events = eventsdb.read_events(conn)
     conn.close()
     errors = [e for e in events if e.type == "error"]
     assert len(errors) == 5
@@ -379,7 +379,7 @@ def test_the_daily_report_with_a_silent_agent_analyst_still_notifies_through_a_c
 
 def test_the_web_page_of_a_window_is_the_rendered_deterministic_report(history):
     h, home = history
-    conn = db.open_readonly(home / "events.db")
+    conn = connection.open_readonly(home / "events.db")
     try:
         text = reportrun.page(conn, h.events[0].ts - 1, h.t + 1)
     finally:

@@ -446,18 +446,18 @@ def test_a_notification_that_cannot_get_out_waits_and_is_retried(pulsed, tmp_pat
     """)
     pulsed.start()
     from pulse.core import wire
-    from pulse.store import db
-    conn = db.open_events(pulsed.home / "events.db")
-    effect = db.new_effect(wire.Effect(kind="notify", target="t", idempotent=True,
+    from pulse.store import effectqueue, eventsdb
+    conn = eventsdb.open_events(pulsed.home / "events.db")
+    effect = effectqueue.new_effect(wire.Effect(kind="notify", target="t", idempotent=True,
                                           params={"title": "late", "message": "but not lost"}), "survival", 600)
-    db.commit_effects(conn, [effect], "test")
+    effectqueue.commit_effects(conn, [effect], "test")
     wait_for(lambda: [e for e in pulsed.events("effect-failed") if e["data"].get("requeued")], 15,
              what="a failed attempt, requeued")
-    assert db.effect_state(conn, effect.id) in ("pending", "executing")
+    assert effectqueue.effect_state(conn, effect.id) in ("pending", "executing")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Hook)   # the network is back
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        wait_for(lambda: db.effect_state(conn, effect.id) == "acked", 30, what="the notification delivered")
+        wait_for(lambda: effectqueue.effect_state(conn, effect.id) == "acked", 30, what="the notification delivered")
         assert received and received[0]["title"] == "late"
     finally:
         server.shutdown()

@@ -9,8 +9,9 @@ import threading
 import pytest
 
 from pulse.agents import tasks
+from pulse.core import wire
 from pulse.core.wire import TASK_EVENTS, Event
-from pulse.store import db
+from pulse.store import eventsdb
 from support import PULSECTL
 
 # The events that take a new task to each status (data as the writers give it).
@@ -46,7 +47,7 @@ def state_at(status: str) -> tasks.TaskState | None:
 
 @pytest.fixture
 def conn(tmp_path):
-    c = db.open_events(tmp_path / "events.db")
+    c = eventsdb.open_events(tmp_path / "events.db")
     yield c
     c.close()
 
@@ -203,14 +204,14 @@ def test_record_appends_checked_events_and_refuses_without_writing(conn):
     t = tasks.create(conn, "web", "title", "prompt", priority=2)
     assert t.id == "task-1" and tasks.create(conn, "web", "two", "p").id == "task-2"
     tasks.record(conn, "task-1", "task-assigned", "test", agent="a")
-    before = db.last_event_id(conn)
+    before = eventsdb.last_event_id(conn)
     with pytest.raises(tasks.IllegalTransition, match="while it is assigned"):
         tasks.record(conn, "task-1", "task-closed", "test")
     with pytest.raises(tasks.IllegalTransition, match="no such task"):
         tasks.record(conn, "task-99", "task-assigned", "test", agent="a")
-    assert db.last_event_id(conn) == before
+    assert eventsdb.last_event_id(conn) == before
     assert tasks.record(conn, "task-1", "task-executing", "test", agent="a").status == "executing"
-    assert [e.type for e in db.task_history(conn, "task-1")] == ["task-created", "task-assigned",
+    assert [e.type for e in eventsdb.task_history(conn, "task-1")] == ["task-created", "task-assigned",
                                                                      "task-executing"]
 
 
@@ -220,7 +221,7 @@ def test_three_failures_in_a_row_give_the_task_up(conn):
         tasks.record(conn, "task-1", "task-assigned", "tick", agent="a")
         state = tasks.record(conn, "task-1", "task-failed", "executor", error=f"run {n} failed")
     assert state.status == "given_up" and state.failures == 3
-    types = [e.type for e in db.task_history(conn, "task-1")]
+    types = [e.type for e in eventsdb.task_history(conn, "task-1")]
     assert types[-2:] == ["task-failed", "task-given-up"] and types.count("task-failed") == 3
 
 
@@ -231,7 +232,7 @@ def test_racing_writers_move_a_task_once(tmp_path, conn):
     barrier = threading.Barrier(8)
 
     def assign(agent: str) -> None:
-        own = db.open_events(tmp_path / "events.db")
+        own = eventsdb.open_events(tmp_path / "events.db")
         barrier.wait()
         try:
             tasks.record(own, "task-1", "task-assigned", "test", agent=agent)
@@ -247,12 +248,12 @@ def test_racing_writers_move_a_task_once(tmp_path, conn):
     for t in threads:
         t.join(30)
     assert sorted(results).count("refused") == 7
-    assigned = [e for e in db.task_history(conn, "task-1") if e.type == "task-assigned"]
+    assigned = [e for e in eventsdb.task_history(conn, "task-1") if e.type == "task-assigned"]
     assert len(assigned) == 1 and assigned[0].data["agent"] in results
 
 
 def test_snapshot_extras_fold_incrementally(conn):
-    db.append_events(conn, [db.now_event("wake", "test", "tick")])
+    eventsdb.append_events(conn, [wire.now_event("wake", "test", "tick")])
     book = tasks.TaskBook()
     assert tasks.snapshot_extras(conn, book) == {"pending-tasks": tasks.PendingTasks(),
                                                  "agent-capability-stats": {}}
@@ -262,7 +263,7 @@ def test_snapshot_extras_fold_incrementally(conn):
     extras = tasks.snapshot_extras(conn, book)
     assert extras["pending-tasks"].pending_count == 1 and extras["pending-tasks"].tasks[0].id == "task-2"
     assert extras["agent-capability-stats"]["a"].assigned == 1
-    assert book.last_id == db.last_event_id(conn)
+    assert book.last_id == eventsdb.last_event_id(conn)
     assert tasks.snapshot_extras(conn) == extras            # a fresh fold agrees with the incremental one
 
 

@@ -27,7 +27,7 @@ from pulse.core import config as configmod
 from pulse.core import wire
 from pulse.engine.api import Watcher
 from pulse.sensing.runner import WatcherRunner
-from pulse.store import db
+from pulse.store import errorruns, eventsdb, vitalsdb
 from pulse.workers.watcher import VitalsGc
 from support import wait_for
 
@@ -345,8 +345,8 @@ def runner_parts(tmp_path):
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.connect(f"ipc://{tmp_path}/w.ipc")
-    vitals_conn = db.open_vitals(tmp_path / "vitals.db")
-    events_conn = db.open_events(tmp_path / "events.db")
+    vitals_conn = vitalsdb.open_vitals(tmp_path / "vitals.db")
+    events_conn = eventsdb.open_events(tmp_path / "events.db")
     yield pull, push, vitals_conn, events_conn
     for closable in (push, pull, vitals_conn, events_conn):
         closable.close()
@@ -361,12 +361,12 @@ def test_a_watcher_that_raises_or_hangs_does_not_stop_the_others(runner_parts):
     try:
         drive(runner, 1.0)
         assert hanging.calls == 1 and hanging.most_at_once == 1   # skipped while stuck, never twice at once
-        good_vitals = db.vitals_window(vitals_conn, "good", 0)
+        good_vitals = vitalsdb.vitals_window(vitals_conn, "good", 0)
         assert len(good_vitals) >= 10 and [v.data["n"] for v in good_vitals] == list(range(1, len(good_vitals) + 1))
-        assert not db.vitals_window(vitals_conn, "raising", 0)
-        assert not db.vitals_window(vitals_conn, "not-json", 0)
+        assert not vitalsdb.vitals_window(vitals_conn, "raising", 0)
+        assert not vitalsdb.vitals_window(vitals_conn, "not-json", 0)
 
-        recorded = db.read_events(events_conn, types=["error"])
+        recorded = eventsdb.read_events(events_conn, types=["error"])
         errors = {e.target: e for e in recorded}
         assert set(errors) == {"watcher:raising", "watcher:hanging", "watcher:not-json"}
         raised = errors["watcher:raising"]
@@ -374,7 +374,7 @@ def test_a_watcher_that_raises_or_hangs_does_not_stop_the_others(runner_parts):
         assert "Traceback" in raised.data["traceback"]
         # one event, its repeats counted in its run (an event per [store] error_repeat_s at most)
         assert [e.target for e in recorded].count("watcher:raising") == 1
-        assert {run.target: run.total for run in db.error_runs(events_conn)}["watcher:raising"] >= 5
+        assert {run.target: run.total for run in errorruns.error_runs(events_conn)}["watcher:raising"] >= 5
         assert errors["watcher:hanging"].data["message"].startswith("hung:")
         assert errors["watcher:hanging"].data["count"] == 1
         assert "not JSON" in errors["watcher:not-json"].data["message"]
@@ -385,7 +385,7 @@ def test_a_watcher_that_raises_or_hangs_does_not_stop_the_others(runner_parts):
 
         hanging.release.set()       # the stuck collect returns: its sample is kept and it is collected again
         drive(runner, 0.5)
-        assert db.vitals_window(vitals_conn, "hanging", 0)
+        assert vitalsdb.vitals_window(vitals_conn, "hanging", 0)
         assert hanging.calls >= 2 and hanging.most_at_once == 1
     finally:
         hanging.release.set()
@@ -403,7 +403,7 @@ def test_sample_now_collects_at_once_between_intervals(runner_parts):
         assert good.n == 1
         runner.sample_now(good)
         drive(runner, 0.2)
-        assert [v.data["n"] for v in db.vitals_window(vitals_conn, "good", 0)] == [1, 2]
+        assert [v.data["n"] for v in vitalsdb.vitals_window(vitals_conn, "good", 0)] == [1, 2]
     finally:
         runner.close()
 
@@ -415,8 +415,8 @@ def test_a_wake_nobody_takes_yet_is_offered_again(tmp_path):
     for option, value in ((zmq.LINGER, 0), (zmq.IMMEDIATE, 1), (zmq.RECONNECT_IVL, 10)):
         push.setsockopt(option, value)
     push.connect(f"ipc://{tmp_path}/late.ipc")
-    vitals_conn = db.open_vitals(tmp_path / "vitals.db")
-    events_conn = db.open_events(tmp_path / "events.db")
+    vitals_conn = vitalsdb.open_vitals(tmp_path / "vitals.db")
+    events_conn = eventsdb.open_events(tmp_path / "events.db")
     runner = WatcherRunner([], vitals_conn=vitals_conn, events_conn=events_conn, wake_sock=push, source="test",
                            config=configmod.Config(), log=logging.getLogger("test"))
     pull = ctx.socket(zmq.PULL)
@@ -440,20 +440,20 @@ def test_a_wake_nobody_takes_yet_is_offered_again(tmp_path):
 
 def test_vitals_gc_deletes_old_keeps_new_and_lets_writers_in(tmp_path):
     path = tmp_path / "vitals.db"
-    conn = db.open_vitals(path)
+    conn = vitalsdb.open_vitals(path)
     now = time.time()
     old = [wire.Vital("system-resource", now - 25 * 3600 + i / 1000, {"i": i}) for i in range(20_000)]
-    db.append_vitals(conn, old)
-    db.append_vitals(conn, [wire.Vital("system-resource", now - 60, {"fresh": True})])
+    vitalsdb.append_vitals(conn, old)
+    vitalsdb.append_vitals(conn, [wire.Vital("system-resource", now - 60, {"fresh": True})])
 
     waits: list[float] = []
     stop = threading.Event()
 
     def writer():   # another process's watchers, writing while gc runs
-        other = db.open_vitals(path)
+        other = vitalsdb.open_vitals(path)
         while not stop.is_set():
             t0 = time.monotonic()
-            db.append_vitals(other, [wire.Vital("engine:x", time.time(), {})])
+            vitalsdb.append_vitals(other, [wire.Vital("engine:x", time.time(), {})])
             waits.append(time.monotonic() - t0)
             time.sleep(0.002)
         other.close()
@@ -476,7 +476,7 @@ def test_vitals_gc_deletes_old_keeps_new_and_lets_writers_in(tmp_path):
         thread.join()
     assert steps >= 20                     # small transactions, not one big one
     assert gc.deleted == 20_000
-    remaining = [v.data for v in db.vitals_window(conn, "system-resource", 0)]
+    remaining = [v.data for v in vitalsdb.vitals_window(conn, "system-resource", 0)]
     assert remaining == [{"fresh": True}]
     assert len(waits) > 10 and max(waits) < 0.5, f"a writer waited {max(waits):.3f} s"
     conn.close()
@@ -484,11 +484,11 @@ def test_vitals_gc_deletes_old_keeps_new_and_lets_writers_in(tmp_path):
 
 def test_vitals_gc_runs_in_the_watcher_at_start_with_the_configured_retention(pulsed):
     pulsed.home.mkdir(parents=True)
-    conn = db.open_vitals(pulsed.home / "vitals.db")
+    conn = vitalsdb.open_vitals(pulsed.home / "vitals.db")
     now = time.time()
-    db.append_vitals(conn, [wire.Vital("process-alive:old", now - 2 * 3600 - i, {"alive": True})
+    vitalsdb.append_vitals(conn, [wire.Vital("process-alive:old", now - 2 * 3600 - i, {"alive": True})
                                for i in range(3_000)])
-    db.append_vitals(conn, [wire.Vital("process-alive:recent", now - 30 * 60, {"alive": True})])
+    vitalsdb.append_vitals(conn, [wire.Vital("process-alive:recent", now - 30 * 60, {"alive": True})])
     conn.close()
     (pulsed.home / "config.toml").write_text("[store]\nvitals_retention_h = 1\n")
     pulsed.start(env=SLOW)

@@ -24,7 +24,7 @@ from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
 from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
 from pulse.effects.registry import Kind, Seconds
-from pulse.store import db
+from pulse.store import eventsdb
 
 log = logging.getLogger("pulse.executor")
 
@@ -108,7 +108,7 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     except Exception as err:          # a third-party adapter may fail to import
         raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
     home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
-    conn = db.open_events(home / "events.db", "FULL")
+    conn = eventsdb.open_events(home / "events.db", "FULL")
     try:
         try:
             state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
@@ -210,7 +210,7 @@ def run_task_add(effect: Effect, ctx: EffectContext) -> dict:
     (a rule that hands a failure to an agent). Not idempotent: at most one task per effect."""
     p = effect.params
     home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
-    conn = db.open_events(home / "events.db", "FULL")
+    conn = eventsdb.open_events(home / "events.db", "FULL")
     try:
         state = tasks.create(conn, p["project"], p["title"], p["prompt"], p.get("priority", 0),
                              source=f"{SOURCE}:{effect.origin or 'unknown'}")

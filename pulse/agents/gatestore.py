@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pulse.agents import gate
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import now_event
-from pulse.store import db
+from pulse.store import connection, effectqueue, eventsdb
 
 NOT_ACTED = ("not-allowed", "deadline", "interrupted-before-start")   # an effect that ended so never ran
 
@@ -42,10 +42,10 @@ def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> tuple[b
     None while it may still act."""
     if effect_id is None:
         return False, "it committed no effect", None
-    state = db.effect_state(conn, effect_id)
+    state = effectqueue.effect_state(conn, effect_id)
     if state in EFFECT_OPEN:
         return None
-    end = db.effect_end(conn, effect_id)
+    end = eventsdb.effect_end(conn, effect_id)
     reason = (end.data.get("reason") if end else None) or ""
     ended = end.id if end else None
     if state == EffectState.ACKED:
@@ -65,13 +65,13 @@ class DurableStore:
 
     def catch_up(self) -> gate.Ledger:
         """Fold every fact committed since the last one folded."""
-        for ev in db.gate_facts(self.conn, self.ledger.position):
+        for ev in eventsdb.gate_facts(self.conn, self.ledger.position):
             self.ledger.apply(ev.id, ev.ts, ev.data)
         return self.ledger
 
     def transact(self, decide: Callable[[], Any]) -> Any:
         try:
-            with db.transaction(self.conn):
+            with connection.transaction(self.conn):
                 self.catch_up()
                 for record in self.settlements():
                     self._commit(record)
@@ -90,10 +90,10 @@ class DurableStore:
         return outcome
 
     def _commit(self, record: gate.Record) -> None:
-        position = db.last_event_id(self.conn) + 1       # inside BEGIN IMMEDIATE: the id it gets
+        position = eventsdb.last_event_id(self.conn) + 1       # inside BEGIN IMMEDIATE: the id it gets
         gate.complete(self.ledger, record, position, time.time())
         data = record.data
-        ev = db.insert_event(self.conn, now_event(record.type, self.source, data.get("session") or data.get("agent"),
+        ev = eventsdb.insert_event(self.conn, now_event(record.type, self.source, data.get("session") or data.get("agent"),
                                                   data))
         if ev.id != position:
             raise RuntimeError(f"gate fact got id {ev.id}, folded at {position}")

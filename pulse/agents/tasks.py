@@ -311,21 +311,22 @@ def snapshot_extras(conn, book: TaskBook | None = None) -> dict[str, Any]:
 
 def catch_up(conn, book: TaskBook, batch: int = 5_000) -> TaskBook:
     """Fold into `book` every task event committed since it last looked."""
-    from pulse.store import db
+    from pulse.store import eventsdb
     while True:
-        events = db.task_events(conn, after_id=book.last_id, limit=batch)
+        events = eventsdb.task_events(conn, after_id=book.last_id, limit=batch)
         book.fold(events)
         if len(events) < batch:
             return book
 
 
-# -- reading and writing events.db (the only I/O here; every statement is in pulse.store.db) -----------
+# -- reading and writing events.db (the only I/O here; every statement is in pulse.store.eventsdb) -----
 
 def create(conn, project: str, title: str, prompt: str, priority: int = 0, source: str = "pulsectl") -> TaskState:
     """Append a task-created event under the next task id; returns the new task."""
-    from pulse.store import db
+    from pulse.core import wire
+    from pulse.store import eventsdb
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
-    ev = db.create_task_event(conn, lambda n: db.now_event(TaskEvent.CREATED, source, task_id(n), fields))
+    ev = eventsdb.create_task_event(conn, lambda n: wire.now_event(TaskEvent.CREATED, source, task_id(n), fields))
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 
 
@@ -337,7 +338,8 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
 
     `run`: only if the task is held by that run (see current_run), so the end of one run can
     never land on the next one (an orphan settled late, say); the events carry it."""
-    from pulse.store import db
+    from pulse.core import wire
+    from pulse.store import eventsdb
     if run is not None:
         data = {**data, "run": run}
 
@@ -345,10 +347,10 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
         if run is not None and current_run(history, task) != run:
             raise IllegalTransition(f"{task}: not held by run {run}")
         ts = time.time()
-        return [db.now_event(t, source, task, d) for t, d in
+        return [wire.now_event(t, source, task, d) for t, d in
                 decide(history, type, task, data, ts, source, max_failures, retry)]
 
-    db.append_task_events(conn, task, decide_events)
+    eventsdb.append_task_events(conn, task, decide_events)
     return load(conn, task)
 
 
@@ -368,7 +370,8 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
     """A run of `agent` takes the task: task-assigned (from pending) and task-executing, both
     checked and appended in one transaction, each carrying `run`. A task already assigned to
     `agent` by someone else only gets task-executing. Raises IllegalTransition otherwise."""
-    from pulse.store import db
+    from pulse.core import wire
+    from pulse.store import eventsdb
 
     def decide_events(history: list) -> list:
         state = fold_tasks(history).get(task)
@@ -380,18 +383,18 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
         out, seen = [], list(history)
         for step in steps:
             for t, d in decide(seen, step, task, {**data, "agent": agent, "run": run}, time.time(), source):
-                ev = db.now_event(t, source, task, d)
+                ev = wire.now_event(t, source, task, d)
                 out.append(ev)
                 seen.append(ev)
         return out
 
-    db.append_task_events(conn, task, decide_events)
+    eventsdb.append_task_events(conn, task, decide_events)
     return load(conn, task)
 
 
 def load(conn, task: str) -> TaskState | None:
-    from pulse.store import db
-    return fold_tasks(db.task_history(conn, task)).get(task)
+    from pulse.store import eventsdb
+    return fold_tasks(eventsdb.task_history(conn, task)).get(task)
 
 
 def load_all(conn) -> dict[str, TaskState]:

@@ -36,7 +36,7 @@ from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.effects import registry
-from pulse.store import db
+from pulse.store import connection, effectqueue, eventsdb, vitalsdb
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
 POLL_S = 0.02
@@ -183,11 +183,11 @@ class PulseTools:
 
     async def tool_vitals(self, key: str | None = None) -> dict:
         try:
-            conn = db.open_readonly(self.paths.vitals_db)
-        except db.StoreError as err:
+            conn = connection.open_readonly(self.paths.vitals_db)
+        except connection.StoreError as err:
             raise ToolError("NOT_FOUND", str(err)) from None
         try:
-            latest = db.latest_vitals(conn, [key] if key else ["*"])
+            latest = vitalsdb.latest_vitals(conn, [key] if key else ["*"])
         finally:
             conn.close()
         return {"vitals": {k: {"ts": v.ts, "data": v.data} for k, v in sorted(latest.items())}}
@@ -196,9 +196,9 @@ class PulseTools:
                           limit: int | None = None) -> dict:
         limit = min(max(limit or 50, 1), 500)
         since_ts = _since(since) if since else None
-        last = db.last_event_id(self.events)
+        last = eventsdb.last_event_id(self.events)
         first = 0 if since_ts is not None else max(0, last - 5_000)   # bounded: the last 5,000 events at most
-        found = [e for e in db.read_events(self.events, after_id=first, types=(type,) if type else (),
+        found = [e for e in eventsdb.read_events(self.events, after_id=first, types=(type,) if type else (),
                                               since_ts=since_ts, limit=100_000)
                  if target is None or e.target == target]
         return {"events": [_event(e) for e in found[-limit:]]}
@@ -208,13 +208,13 @@ class PulseTools:
         return {"lines": tail(self.paths.log_file, worker, min(max(lines or 50, 1), 500))}
 
     async def tool_effect(self, id: str) -> dict:
-        state = db.effect_state(self.events, id)
+        state = effectqueue.effect_state(self.events, id)
         if state is None:
             raise ToolError("NOT_FOUND", f"no effect {id!r}")
         import msgspec
-        body = next((e for e, *_ in db.list_effects(self.events, limit=1_000) if e.id == id), None)
+        body = next((e for e, *_ in effectqueue.list_effects(self.events, limit=1_000) if e.id == id), None)
         # its terminal event comes after it was created: start the search there (ids grow with time)
-        after = max(0, db.first_id_since(self.events, body.created) - 1) if body else 0
+        after = max(0, eventsdb.first_id_since(self.events, body.created) - 1) if body else 0
         return {"id": id, "state": state, "effect": msgspec.to_builtins(body) if body else None,
                 "outcome": self._outcome(id, after)}
 
@@ -276,13 +276,13 @@ class PulseTools:
         if daemon_pid(self.paths) is None:
             raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", f"pulsed is not running on {self.paths.home}")
         t = self.config.timings
-        effect = db.new_effect(effect, "agent", t.effect_deadline_s)
-        mark = db.last_event_id(self.events)
+        effect = effectqueue.new_effect(effect, "agent", t.effect_deadline_s)
+        mark = eventsdb.last_event_id(self.events)
         acting = ACTING.get()
-        db.commit_effects(self.events, [effect], "mcp", events=[acting(effect.id)] if acting else ())
+        effectqueue.commit_effects(self.events, [effect], "mcp", events=[acting(effect.id)] if acting else ())
         client.ring(self.paths, "doorbell", wire.Doorbell("mcp"))
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
-        while (state := db.effect_state(self.events, effect.id)) in EFFECT_OPEN:
+        while (state := effectqueue.effect_state(self.events, effect.id)) in EFFECT_OPEN:
             if time.monotonic() >= give_up:
                 raise ToolError("EXECUTION_FAILED", f"effect {effect.id} still {state}; its outcome is unknown",
                                 acted=True, effect_id=effect.id)
@@ -300,7 +300,7 @@ class PulseTools:
 
     def _outcome(self, effect_id: str, after_id: int) -> dict | None:
         """The data of the effect's terminal event (requeued failures are not terminal)."""
-        for ev in db.read_events(self.events, after_id=after_id, types=tuple(wire.EFFECT_END_EVENTS.values()), limit=100_000):
+        for ev in eventsdb.read_events(self.events, after_id=after_id, types=tuple(wire.EFFECT_END_EVENTS.values()), limit=100_000):
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None
@@ -349,7 +349,7 @@ class GatedSession:
 
     def record(self, *records: gate.Record) -> None:
         """Facts that change no state (an oversized call, an operator's question round)."""
-        db.append_events(self.tools.events, [db.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
+        eventsdb.append_events(self.tools.events, [wire.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
 
     async def call(self, name: str, args: Any, operator: Operator | None = None) -> tuple[dict, str]:
         """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
@@ -388,7 +388,7 @@ class GatedSession:
     def acting(self, admitted: gate.Admitted) -> Callable[[str], wire.Event]:
         """The fact that links a write to the effect it commits, written in the effect's transaction."""
         def fact(effect_id: str) -> wire.Event:
-            return db.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
+            return wire.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
                                                                      "call": admitted.ticket, "effect": effect_id})
         return fact
 
@@ -456,7 +456,7 @@ def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
 
     from pulse import __version__
 
-    events = db.open_events(paths.events_db)
+    events = eventsdb.open_events(paths.events_db)
     tools = PulseTools(paths, config, events, anyio.to_thread.run_sync, anyio.sleep)
     session = GatedSession(tools, agent=agent, task=task)
 

@@ -90,12 +90,12 @@ def engine() -> None:
 @pass_ctx
 def engine_log(ctx: Context) -> None:
     """Promotes and rollbacks, oldest first."""
-    from pulse.store import db
+    from pulse.store import connection, eventsdb
     try:
-        conn = db.open_readonly(ctx.paths.events_db)
-    except db.StoreError as err:
+        conn = connection.open_readonly(ctx.paths.events_db)
+    except connection.StoreError as err:
         _fail(err)
-    for ev in db.read_events(conn, types=["promote", "rollback"]):
+    for ev in eventsdb.read_events(conn, types=["promote", "rollback"]):
         when = clock.iso(ev.ts, ms=False)
         d = ev.data
         detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"

@@ -68,7 +68,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except Exception as err:
-            from pulse.store.db import StoreError  # only now: most commands never touch a store
+            from pulse.store.connection import StoreError  # only now: most commands never touch a store
             if not isinstance(err, StoreError):
                 raise
             click.echo(f"pulsectl: {err}", err=True)

@@ -15,9 +15,9 @@ from pulse.core import clock
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
     """Commit the event, then ring the tick so the rules see it now."""
     from pulse.core import client, wire
-    from pulse.store import db
-    conn = db.open_events(ctx.paths.events_db)
-    db.append_events(conn, [db.now_event(type_, "pulsectl", target, **data)])
+    from pulse.store import eventsdb
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    eventsdb.append_events(conn, [wire.now_event(type_, "pulsectl", target, **data)])
     client.ring(ctx.paths, "wake", wire.Wake("pulsectl", type_))
 
 

@@ -47,11 +47,11 @@ def mcp(ctx: Context, agent: str | None) -> None:
 def gate_store(ctx: Context, source: str = "pulsectl"):
     """The gate's durable store on this home, caught up with every session's facts."""
     from pulse.agents.gatestore import DurableStore
-    from pulse.store import db
+    from pulse.store import eventsdb
     if not ctx.paths.events_db.exists():
         click.echo(f"pulsectl: no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
         sys.exit(1)
-    store = DurableStore(db.open_events(ctx.paths.events_db), source)
+    store = DurableStore(eventsdb.open_events(ctx.paths.events_db), source)
     store.catch_up()
     return store
 

@@ -25,10 +25,10 @@ def parse_since(text: str) -> float:
 
 
 def _connect(ctx: Context, name: str):
-    from pulse.store import db
+    from pulse.store import connection
     try:
-        return db.open_readonly(ctx.home / name)
-    except db.StoreError as err:
+        return connection.open_readonly(ctx.home / name)
+    except connection.StoreError as err:
         click.echo(f"pulsectl: {err}", err=True)
         sys.exit(1)
 
@@ -51,21 +51,21 @@ def _event_line(ev, as_json: bool) -> str:
 def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool) -> None:
     """Print events from events.db: the last -n (of --type, over the whole history), or all --since."""
     from pulse.core.wire import EVENT_TYPES
-    from pulse.store import db
+    from pulse.store import eventsdb
     unknown = sorted(set(types) - EVENT_TYPES)
     if unknown:
         raise click.BadParameter(f"no event type {', '.join(map(repr, unknown))}; the types are: "
                                  f"{', '.join(sorted(EVENT_TYPES))}", param_hint="--type")
     conn = _connect(ctx, "events.db")
     since_ts = parse_since(since) if since else None
-    last = db.last_event_id(conn)
-    past = (db.read_events(conn, types=types, since_ts=since_ts) if since_ts is not None
-            else db.last_events(conn, lines, types))
+    last = eventsdb.last_event_id(conn)
+    past = (eventsdb.read_events(conn, types=types, since_ts=since_ts) if since_ts is not None
+            else eventsdb.last_events(conn, lines, types))
     for ev in past:
         click.echo(_event_line(ev, as_json))
     try:
         while follow:
-            batch = db.read_events(conn, after_id=last, limit=1000)
+            batch = eventsdb.read_events(conn, after_id=last, limit=1000)
             if batch:
                 last = batch[-1].id
                 for ev in batch:
@@ -85,9 +85,9 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
     """The latest vital of each key (KEY: one key, or a prefix ending in *)."""
     import msgspec
 
-    from pulse.store import db
+    from pulse.store import vitalsdb
     conn = _connect(ctx, "vitals.db")
-    latest = db.latest_vitals(conn, [key] if key else ["*"])
+    latest = vitalsdb.latest_vitals(conn, [key] if key else ["*"])
     if key and not latest:
         click.echo(f"pulsectl: no vitals for {key!r}", err=True)
         sys.exit(1)
@@ -106,9 +106,9 @@ def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
     """Effects and their state."""
     import msgspec
 
-    from pulse.store import db
+    from pulse.store import effectqueue
     conn = _connect(ctx, "events.db")
-    rows = db.list_effects(conn, EFFECT_OPEN if pending else (), lines)
+    rows = effectqueue.list_effects(conn, EFFECT_OPEN if pending else (), lines)
     if not as_json:
         click.echo(f"{'ID':<32}  {'STATE':<9} {'KIND':<16} {'TARGET':<20} {'ORIGIN':<9} {'CREATED':<24} WHY")
     for effect, state, why in rows:
@@ -154,17 +154,17 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
 def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
     """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
     from pulse.core import client, wire
-    from pulse.store import db
-    effect = db.new_effect(effect, "operator", deadline_s)
-    conn = db.open_events(ctx.paths.events_db)
-    db.commit_effects(conn, [effect], "pulsectl")
+    from pulse.store import effectqueue, eventsdb
+    effect = effectqueue.new_effect(effect, "operator", deadline_s)
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    effectqueue.commit_effects(conn, [effect], "pulsectl")
     client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
     click.echo(effect.id)
     deadline = time.monotonic() + wait_s
     while wait_s:
-        state = db.effect_state(conn, effect.id)
+        state = effectqueue.effect_state(conn, effect.id)
         if state not in EFFECT_OPEN:
-            why = db.effect_why(conn, effect.id)
+            why = effectqueue.effect_why(conn, effect.id)
             click.echo(f"{effect.id} {state}" + (f": {why}" if why else ""))
             return 0 if state == EffectState.ACKED else 1
         if time.monotonic() >= deadline:

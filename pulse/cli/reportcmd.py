@@ -54,14 +54,14 @@ def _through_executor(ctx: Context, config, params: dict, wait_s: float):
     """Queue a report effect (origin operator), wait for its end; the analysis it stored."""
     from pulse.core import client, wire
     from pulse.report.analysis import decode
-    from pulse.store import db, objects
-    effect = db.new_effect(wire.Effect(kind="report", target="pulsectl", params=params, idempotent=True),
+    from pulse.store import effectqueue, eventsdb, objects
+    effect = effectqueue.new_effect(wire.Effect(kind="report", target="pulsectl", params=params, idempotent=True),
                            "operator", config.timings.effect_deadline_s)
-    conn = db.open_events(ctx.paths.events_db)
-    db.commit_effects(conn, [effect], "pulsectl")
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    effectqueue.commit_effects(conn, [effect], "pulsectl")
     client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
     deadline = time.monotonic() + wait_s
-    while (ended := db.effect_end(conn, effect.id)) is None:
+    while (ended := eventsdb.effect_end(conn, effect.id)) is None:
         if time.monotonic() >= deadline:
             _fail(f"the report effect {effect.id} did not end within {wait_s:g}s (see `pulsectl effects`)")
         time.sleep(0.05)
@@ -88,7 +88,7 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
     from pulse.core import config as configmod
     from pulse.report import analysis as analysismod
     from pulse.report import render, reportrun
-    from pulse.store import db
+    from pulse.store import connection
     if as_json and html_path:
         raise click.UsageError("give --json or --html, not both")
     if task is not None:
@@ -106,8 +106,8 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
         if agent is None:
             _fail(f"--analyst {name!r} is neither \"deterministic\" nor an [[agent]] in {ctx.paths.config}", 2)
     try:
-        conn = db.open_readonly(ctx.paths.events_db)
-    except db.StoreError as err:
+        conn = connection.open_readonly(ctx.paths.events_db)
+    except connection.StoreError as err:
         _fail(str(err))
     if agent is not None and _pulsed_running(ctx):
         params = {"start": lo, "end": hi, "project": project, "task": task, "analyst": agent.name}

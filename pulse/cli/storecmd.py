@@ -30,14 +30,14 @@ def check(ctx: Context) -> None:
     sound, 1 if not."""
     import sqlite3
 
-    from pulse.store import db
+    from pulse.store import connection
     from pulse.store.provision import check_home
     paths = ctx.paths
     problems = check_home(paths)
     for path in (paths.events_db, paths.vitals_db):
         if not path.exists() or any(p.startswith(str(path)) for p in problems):
             continue
-        conn = db.open_readonly(path)
+        conn = connection.open_readonly(path)
         try:
             found = [row[0] for row in conn.execute("PRAGMA integrity_check(20)")]
         except sqlite3.DatabaseError as err:
@@ -70,14 +70,14 @@ def backup(ctx: Context, dest: Path) -> None:
     import json
     import sqlite3
 
-    from pulse.store import db
+    from pulse.store import connection, eventsdb
     paths = ctx.paths
     if dest.exists() and any(dest.iterdir()):
         click.echo(f"pulsectl: {dest} is not empty; back up into a new directory", err=True)
         sys.exit(2)
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in (paths.events_db, paths.vitals_db):
-        source = db.open_readonly(path)
+        source = connection.open_readonly(path)
         target = sqlite3.connect(dest / path.name)
         try:
             source.backup(target)
@@ -87,7 +87,7 @@ def backup(ctx: Context, dest: Path) -> None:
         click.echo(f"{dest / path.name}: copied")
     copy = sqlite3.connect(f"file:{dest / paths.events_db.name}?mode=ro", uri=True)
     try:
-        events = db.last_event_id(copy)
+        events = eventsdb.last_event_id(copy)
     finally:
         copy.close()
     (dest / paths.history_mark.name).write_text(json.dumps({"events": events}) + "\n")

@@ -34,17 +34,17 @@ def _fail(message: str, code: int = 1):
 
 
 def _writable(ctx: Context):
-    from pulse.store import db
+    from pulse.store import eventsdb
     if not ctx.home.is_dir():
         _fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
-    return db.open_events(ctx.paths.events_db)
+    return eventsdb.open_events(ctx.paths.events_db)
 
 
 def _readonly(ctx: Context):
-    from pulse.store import db
+    from pulse.store import connection
     try:
-        return db.open_readonly(ctx.paths.events_db)
-    except db.StoreError as err:
+        return connection.open_readonly(ctx.paths.events_db)
+    except connection.StoreError as err:
         _fail(str(err))
 
 
@@ -122,9 +122,9 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     import msgspec
 
     from pulse.agents import tasks
-    from pulse.store import db
+    from pulse.store import eventsdb
     conn = _readonly(ctx)
-    history = db.task_history(conn, task)
+    history = eventsdb.task_history(conn, task)
     state = tasks.fold_tasks(history).get(task)
     if state is None:
         _fail(f"{task}: no such task")

@@ -138,7 +138,7 @@ def _record(home: str, name: str, ended: dict) -> None:
 
     from pulse.core import client, wire
     from pulse.core import home as homes
-    from pulse.store import db
+    from pulse.store import connection, eventsdb
     deadline = time.monotonic() + RECORD_TRIES_S
     while True:
         if not (Path(home) / "events.db").exists():
@@ -146,13 +146,13 @@ def _record(home: str, name: str, ended: dict) -> None:
                   file=sys.stderr)
             return
         try:
-            conn = db.open_events(Path(home) / "events.db", "FULL")
+            conn = eventsdb.open_events(Path(home) / "events.db", "FULL")
             try:
-                db.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
+                eventsdb.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
             finally:
                 conn.close()
             break
-        except (sqlite3.Error, db.StoreError, OSError) as err:
+        except (sqlite3.Error, connection.StoreError, OSError) as err:
             if time.monotonic() >= deadline:
                 print(f"keeper of {name}: its exit ({ended}) was not recorded: {err}", file=sys.stderr)
                 return

@@ -25,7 +25,7 @@ from pulse.core.config import ExecutorConfig
 from pulse.core.home import Paths
 from pulse.core.states import STEERABLE, WEB
 from pulse.effects.kinds import EffectFailed, os_failure
-from pulse.store import db, objects
+from pulse.store import connection, eventsdb, objects, vitalsdb
 
 if TYPE_CHECKING:
     from pulse.engine.repo import EngineDirError
@@ -70,15 +70,15 @@ def cleanup(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
                          bytes=size) from None
     result: dict = {"removed": removed, "bytes": size}
     if params.get("vitals_gc"):
-        conn = db.open_vitals(paths.vitals_db)
+        conn = vitalsdb.open_vitals(paths.vitals_db)
         try:
-            result["vitals_removed"] = db.gc_vitals(conn, time.time() - config.store.vitals_retention_h * 3600)
+            result["vitals_removed"] = vitalsdb.gc_vitals(conn, time.time() - config.store.vitals_retention_h * 3600)
         finally:
             conn.close()
     if params.get("objects_gc"):
-        conn = db.open_readonly(paths.events_db)
+        conn = connection.open_readonly(paths.events_db)
         try:
-            referenced = db.referenced_objects(conn)
+            referenced = eventsdb.referenced_objects(conn)
         finally:
             conn.close()
         result["objects_removed"] = len(objects.gc(paths.objects, referenced,

@@ -33,7 +33,7 @@ from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_pro
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
 from pulse.report.analysis import Analysis, InvalidAnalysis, check, cited, decode, encode, schema
-from pulse.store import db
+from pulse.store import connection, eventsdb
 
 DAY_S = 86_400
 EVENT_LINE_CHARS = 240
@@ -57,8 +57,8 @@ def window(params: dict, now: float) -> tuple[float, float]:
 def read(conn, start: float, end: float, project: str | None = None, task: str | None = None
          ) -> tuple[list, dict[str, tuple[str, str]]]:
     """The window's events in scope, and every task's (project, title)."""
-    tasks = db.task_titles(conn)
-    return analyst.in_scope(db.events_between(conn, start, end), tasks, project, task), tasks
+    tasks = eventsdb.task_titles(conn)
+    return analyst.in_scope(eventsdb.events_between(conn, start, end), tasks, project, task), tasks
 
 
 def deterministic(events: Sequence, tasks: dict, start: float, end: float, project: str | None = None,
@@ -252,7 +252,7 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
         raise EffectFailed("bad-params", str(err)) from None
     agent = chosen_agent(ctx.config, params.analyst)
     home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
-    conn = db.open_readonly(home / "events.db")
+    conn = connection.open_readonly(home / "events.db")
     try:
         analysis, events, notes = make_report(
             conn, start, end, project=params.project, task=params.task, agent=agent, ctx=ctx,

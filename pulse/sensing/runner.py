@@ -54,7 +54,7 @@ from pulse.core.config import EngineConfig, WatcherConfig
 from pulse.core.plugins import Watcher
 from pulse.core.wakepipe import drain, poke
 from pulse.core.wire import Vital
-from pulse.store import ballast, db
+from pulse.store import ballast, errorruns, vitalsdb
 
 MAX_THREADS = 32          # one per watcher up to this: a hung collect holds a thread, the others need theirs
 MIN_INTERVAL_S = 0.05     # a watcher asking for less (or for nonsense) would spin the loop
@@ -258,7 +258,7 @@ class WatcherRunner:
         if not vitals:
             return False
         try:
-            db.append_vitals(self.vitals_conn, vitals)
+            vitalsdb.append_vitals(self.vitals_conn, vitals)
             return True
         except sqlite3.Error as err:
             if self.ballast is not None and ballast.is_full_disk(err) and ballast.release(self.ballast):
@@ -277,7 +277,7 @@ class WatcherRunner:
                 self._error(slot, f"after_sample: {describe(err)}", traceback=traceback.format_exc()[-MAX_TRACEBACK:])
 
     def _maybe_wake(self, slot: _Slot, vital: Vital) -> None:
-        window = db.vitals_window(self.vitals_conn, vital.key, time.time() - self.config.timings.wake_window_s)
+        window = vitalsdb.vitals_window(self.vitals_conn, vital.key, time.time() - self.config.timings.wake_window_s)
         try:
             wake = bool(slot.watcher.should_wake(window))
         except Exception as err:
@@ -340,7 +340,7 @@ class WatcherRunner:
     def _record_error(self, target: str, message: str, **data) -> None:
         try:
             store = self.config.store
-            count = db.record_error(self.events_conn, self.source, target, message, coalesce_s=store.error_coalesce_s,
+            count = errorruns.record_error(self.events_conn, self.source, target, message, coalesce_s=store.error_coalesce_s,
                                     repeat_s=store.error_repeat_s, **data)
         except sqlite3.Error as err:
             self.log.error("%s: %s (and it could not be recorded: %s)", target, message, err)

@@ -1,6 +1,8 @@
-"""Persistence under the home.
+"""Persistence under the home, one module per store; every SQL statement Pulse runs is here.
 
-Modules: `db` (every SQL statement: events.db and vitals.db), `objects` (content-addressed
-blobs), `ballast` (the file freed first when the disk is full), `provision` (making a home and
-checking it before pulsed starts).
+Modules: `connection` (opening a store: busy timeout, migrations, one-line errors, transactions),
+`eventsdb` (events.db's append-only history and the task-* events a task is), `effectqueue` (the
+effect queue beside it, claimed by compare-and-set), `errorruns` (errors coalesced without changing
+a row), `vitalsdb` (vitals.db's samples), `objects` (content-addressed blobs), `ballast` (the file
+freed first when the disk is full), `provision` (making a home and checking it before pulsed starts).
 """

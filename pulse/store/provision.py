@@ -16,7 +16,7 @@ from pathlib import Path
 from pulse.core import config as configmod
 from pulse.core import procs
 from pulse.core.home import HomeError, Paths, write_web_token
-from pulse.store import db
+from pulse.store import connection, eventsdb, vitalsdb
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -37,9 +37,9 @@ def check_home(paths: Paths) -> list[str]:
     do. Reads only: a damaged store is never written, truncated or replaced."""
     if paths.home.exists() and not os.access(paths.home, os.W_OK | os.X_OK):
         return [f"{paths.home} is read-only (file or file system); pulsed must be able to write its home"]
-    problems = [f"{path} {problem}" for path, latest in ((paths.events_db, db.EVENTS_SCHEMA),
-                                                         (paths.vitals_db, db.VITALS_SCHEMA))
-                if (problem := db.store_problem(path, latest))]
+    problems = [f"{path} {problem}" for path, latest in ((paths.events_db, eventsdb.EVENTS_SCHEMA),
+                                                         (paths.vitals_db, vitalsdb.VITALS_SCHEMA))
+                if (problem := connection.store_problem(path, latest))]
     if paths.objects.exists() and not os.access(paths.objects, os.W_OK | os.X_OK):
         problems.append(f"{paths.objects}/ is not writable; pulsed must be able to write it")
     return problems or _history_problem(paths)
@@ -54,9 +54,9 @@ def _history_problem(paths: Paths) -> list[str]:
     had = int(mark.get("events", 0))
     holds = 0
     if paths.events_db.exists():
-        conn = db.open_readonly(paths.events_db)
+        conn = connection.open_readonly(paths.events_db)
         try:
-            holds = db.last_event_id(conn)
+            holds = eventsdb.last_event_id(conn)
         except sqlite3.OperationalError:       # a database, but not Pulse's: no events table
             holds = 0
         finally:
@@ -70,9 +70,9 @@ def _history_problem(paths: Paths) -> list[str]:
 
 def mark_history(paths: Paths) -> None:
     """Record how many events events.db holds now (written whole, then renamed into place)."""
-    conn = db.open_readonly(paths.events_db)
+    conn = connection.open_readonly(paths.events_db)
     try:
-        events = db.last_event_id(conn)
+        events = eventsdb.last_event_id(conn)
     finally:
         conn.close()
     tmp = paths.history_mark.with_suffix(".tmp")
@@ -107,7 +107,7 @@ def ensure_home(home: Path) -> list[str]:
             made.append(f"{folder}/")
     # Every store is made here, before any worker opens it: workers that create the same new file
     # at once race for its switch to WAL, and SQLite refuses the loser without waiting.
-    for store, open_store in ((paths.events_db, db.open_events), (paths.vitals_db, db.open_vitals)):
+    for store, open_store in ((paths.events_db, eventsdb.open_events), (paths.vitals_db, vitalsdb.open_vitals)):
         if not store.exists():
             made.append(str(store))
         open_store(store).close()

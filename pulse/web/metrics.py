@@ -6,7 +6,7 @@ the few types they need, found by the type index); each scrape folds only the ev
 since the last one, and the ticks vitals.db recorded since. Gauges come from pulsed's status and
 the latest vitals. A scrape's cost does not grow with the history.
 
-Events never change (pulse.store.db), so an event folded once is folded for good. The rule errors
+Events never change (pulse.store.eventsdb), so an event folded once is folded for good. The rule errors
 are the `count`s of the error events, plus the repeats that error_runs counts and no event holds
 yet, read in the same snapshot as the events: the counter rises with every occurrence, and never
 falls when those repeats move into an event.
@@ -25,7 +25,7 @@ from pulse import __version__
 from pulse.agents.tasks import NEW, TRANSITIONS
 from pulse.core.states import WorkerState
 from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status
-from pulse.store import db
+from pulse.store import connection, errorruns, eventsdb, vitalsdb
 
 EFFECT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 TICK_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
@@ -74,31 +74,31 @@ class Counts:
 
     def start(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
         """Fold the whole history once."""
-        with db.read_snapshot(events):
-            self.last_event = db.last_event_id(events)
-            self.types.update(db.event_type_counts(events, self.last_event))
-            for ev in db.events_of_types(events, FOLDED_TYPES, upto_id=self.last_event):
+        with connection.read_snapshot(events):
+            self.last_event = eventsdb.last_event_id(events)
+            self.types.update(eventsdb.event_type_counts(events, self.last_event))
+            for ev in eventsdb.events_of_types(events, FOLDED_TYPES, upto_id=self.last_event):
                 self.fold(ev)
-            self.rule_errors_unrecorded = db.unrecorded_engine_errors(events)
+            self.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
         if vitals is not None:
             self.fold_ticks(vitals)
 
     def catch_up(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
-        with db.read_snapshot(events):
+        with connection.read_snapshot(events):
             while True:
-                batch = db.read_events(events, after_id=self.last_event, limit=10_000)
+                batch = eventsdb.read_events(events, after_id=self.last_event, limit=10_000)
                 for ev in batch:
                     self.types[ev.type] += 1
                     self.fold(ev)
                     self.last_event = ev.id
                 if len(batch) < 10_000:
                     break
-            self.rule_errors_unrecorded = db.unrecorded_engine_errors(events)
+            self.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
         if vitals is not None:
             self.fold_ticks(vitals)
 
     def fold_ticks(self, vitals: sqlite3.Connection) -> None:
-        for row, duration_ms in db.tick_durations(vitals, self.last_tick_row):
+        for row, duration_ms in vitalsdb.tick_durations(vitals, self.last_tick_row):
             self.ticks.observe(duration_ms / 1000)
             self.last_tick_row = row
 

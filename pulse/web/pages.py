@@ -29,7 +29,7 @@ from starlette.routing import Route
 from pulse.core import client, clock, wire
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
-from pulse.store import db
+from pulse.store import connection, effectqueue, eventsdb, vitalsdb
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, exposition
 
@@ -61,10 +61,10 @@ class Web:
         return self._token[1]
 
     def events(self):
-        return db.open_readonly(self.paths.events_db)
+        return connection.open_readonly(self.paths.events_db)
 
     def vitals(self):
-        return db.open_readonly(self.paths.vitals_db)
+        return connection.open_readonly(self.paths.vitals_db)
 
     def status(self) -> wire.Status | None:
         try:
@@ -165,7 +165,7 @@ def page(name: str):
 async def event_page(request: Request) -> Response:
     web: Web = request.app.state.web
     try:
-        ev = await run_in_threadpool(web.read, lambda c: db.event_by_id(c, int(request.path_params["id"])))
+        ev = await run_in_threadpool(web.read, lambda c: eventsdb.event_by_id(c, int(request.path_params["id"])))
     except ValueError:
         ev = None
     if ev is None:
@@ -193,7 +193,7 @@ def status_dict(status: wire.Status | None) -> dict | None:
 
 
 def host_series(conn, since: float, bucket_s: float) -> dict[str, list]:
-    samples = db.vitals_buckets(conn, HOST, since, bucket_s)
+    samples = vitalsdb.vitals_buckets(conn, HOST, since, bucket_s)
     return {f.removesuffix("_pct"): [[ts, d[f]] for ts, d in samples if isinstance(d.get(f), (int, float))]
             for f in HOST_FIELDS}
 
@@ -202,8 +202,8 @@ def overview(web: Web) -> dict:
     status = web.status()
 
     def from_events(conn):
-        promotes = db.last_events(conn, 1, ["promote"])
-        effects = db.list_effects(conn, limit=200)
+        promotes = eventsdb.last_events(conn, 1, ["promote"])
+        effects = effectqueue.list_effects(conn, limit=200)
         survival = [{"ts": e.created, "rule": (e.params or {}).get("rule"), "kind": e.kind, "target": e.target,
                      "outcome": state} for e, state, _ in effects if e.origin == "survival"][:10]
         return {"last_promote": {"ts": promotes[0].ts} if promotes else None, "survival": survival}
@@ -249,8 +249,8 @@ async def api_events(request: Request) -> Response:
         return JSONResponse({"events": [], "types": [], "last_id": 0, "error": str(err)})
 
     def read(conn):
-        return {"events": [as_json(e) for e in db.search_events(conn, **filters)],
-                "types": sorted(wire.EVENT_TYPES), "last_id": db.last_event_id(conn)}
+        return {"events": [as_json(e) for e in eventsdb.search_events(conn, **filters)],
+                "types": sorted(wire.EVENT_TYPES), "last_id": eventsdb.last_event_id(conn)}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
@@ -263,8 +263,8 @@ async def stream_events(request: Request):
         nonlocal after
         while not await request.is_disconnected():
             def read(conn):
-                last = db.last_event_id(conn)          # first: what commits meanwhile waits for the next look
-                return last, [e for e in db.search_events(conn, **filters, after_id=after, limit=500) if e.id <= last]
+                last = eventsdb.last_event_id(conn)          # first: what commits meanwhile waits for the next look
+                return last, [e for e in eventsdb.search_events(conn, **filters, after_id=after, limit=500) if e.id <= last]
             last, found = await run_in_threadpool(web.read, read)
             if found:
                 yield {"data": json.dumps([as_json(e) for e in reversed(found)], default=str)}
@@ -280,10 +280,10 @@ async def api_vitals(request: Request) -> Response:
     def read(conn):
         since, bucket = time.time() - window, window / POINTS
         series: dict[str, list] = {}
-        for key in db.vitals_keys(conn):
+        for key in vitalsdb.vitals_keys(conn):
             if key == "tick":
                 continue
-            for ts, data in db.vitals_buckets(conn, key, since, bucket):
+            for ts, data in vitalsdb.vitals_buckets(conn, key, since, bucket):
                 for field, value in data.items():
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         series.setdefault(f"{key} {field}", []).append([ts, value])
@@ -297,7 +297,7 @@ async def api_effects(request: Request) -> Response:
     def read(conn):
         by_state: dict[str, list] = {s: [] for s in (EffectState.PENDING, EffectState.EXECUTING, EffectState.FAILED,
                                                      EffectState.EXPIRED, EffectState.ACKED)}   # the page's order
-        for e, state, why in db.list_effects(conn, limit=500):
+        for e, state, why in effectqueue.list_effects(conn, limit=500):
             by_state[state].append({"id": e.id, "origin": e.origin, "kind": e.kind, "target": e.target,
                                     "created": e.created, "why": why})
         return {"now": time.time(), "by_state": by_state}
@@ -319,7 +319,7 @@ async def api_tasks(request: Request) -> Response:
                    "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
                    "cost_usd": s.cost_usd if s.runs_with_cost else None}
                   for name, s in sorted(book.agents.stats.items())]
-        history = db.last_events(conn, 100, wire.TASK_EVENTS)
+        history = eventsdb.last_events(conn, 100, wire.TASK_EVENTS)
         return {"by_status": by_status, "agents": agents, "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
@@ -327,7 +327,7 @@ async def api_tasks(request: Request) -> Response:
 async def api_engine(request: Request) -> Response:
     web: Web = request.app.state.web
     status = await run_in_threadpool(web.status)
-    history = await run_in_threadpool(web.read, lambda c: db.last_events(c, 100, ["promote", "rollback"]))
+    history = await run_in_threadpool(web.read, lambda c: eventsdb.last_events(c, 100, ["promote", "rollback"]))
 
     def summarise(ev: wire.Event) -> dict:
         from pulse.engine import repo
@@ -350,7 +350,8 @@ async def api_gate(request: Request) -> Response:
         store = DurableStore(conn, "web")
         ledger = store.catch_up()                      # reads only: never settles or writes
         sessions = [ledger.summary(s) for s in sorted(ledger.sessions, key=lambda s: -ledger.sessions[s].last)]
-        return {"sessions": sessions[:200], "blocked": [as_json(e) for e in reversed(db.last_events(conn, 100, ["gate-blocked"]))]}
+        blocked = reversed(eventsdb.last_events(conn, 100, ["gate-blocked"]))
+        return {"sessions": sessions[:200], "blocked": [as_json(e) for e in blocked]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
@@ -406,9 +407,9 @@ async def act_process(request: Request) -> Response:
         extra["until"] = time.time() + seconds
 
     def append():
-        conn = db.open_events(web.paths.events_db)
+        conn = eventsdb.open_events(web.paths.events_db)
         try:
-            db.append_events(conn, [db.now_event(action, "web", process, **extra)])
+            eventsdb.append_events(conn, [wire.now_event(action, "web", process, **extra)])
         finally:
             conn.close()
         client.ring(web.paths, "wake", wire.Wake("web", action))
@@ -426,11 +427,11 @@ async def act_engine(request: Request) -> Response:
     kind, params = kinds[action]
 
     def commit():
-        conn = db.open_events(web.paths.events_db)
+        conn = eventsdb.open_events(web.paths.events_db)
         try:
-            effect = db.new_effect(wire.Effect(kind=kind, target="engine", params=params), "operator",
+            effect = effectqueue.new_effect(wire.Effect(kind=kind, target="engine", params=params), "operator",
                                    web.effect_deadline_s)
-            db.commit_effects(conn, [effect], "web")
+            effectqueue.commit_effects(conn, [effect], "web")
         finally:
             conn.close()
         client.ring(web.paths, "doorbell", wire.Doorbell("web"))
@@ -446,7 +447,7 @@ async def metrics(request: Request) -> Response:
 
     def scrape() -> bytes:
         counts = web.count()
-        host = {k: v.data for k, v in web.read(lambda c: db.latest_vitals(c, [HOST]), "vitals").items()}
+        host = {k: v.data for k, v in web.read(lambda c: vitalsdb.latest_vitals(c, [HOST]), "vitals").items()}
         return exposition(counts, web.status(), host)
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -30,7 +30,7 @@ from pulse.core.home import dev_pid
 from pulse.core.wakepipe import drain, poke
 from pulse.engine import loader
 from pulse.rules import onion
-from pulse.store import db
+from pulse.store import errorruns, eventsdb, vitalsdb
 from pulse.workers.harness import Worker
 
 EXECUTOR_THREADS = 4
@@ -68,7 +68,7 @@ class EngineWorker(Worker):
 
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
-        self.events = db.open_events(self.paths.events_db)
+        self.events = eventsdb.open_events(self.paths.events_db)
         from pulse.engine import repo
         self.root, self.dev = repo.engine_root(self.paths), None
         if self.root == self.paths.staging:
@@ -99,7 +99,7 @@ class EngineWorker(Worker):
         if self.engine.watchers:
             from pulse.sensing.runner import WatcherRunner
             self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
-            self.vitals = db.open_vitals(self.paths.vitals_db)
+            self.vitals = vitalsdb.open_vitals(self.paths.vitals_db)
             self.runner = WatcherRunner(self.engine.watchers, vitals_conn=self.vitals, events_conn=self.events,
                                         wake_sock=self.wake, source="engine", config=self.config, log=self.log)
             # One dict for both: the runner adds and drops fds as it goes, and the harness follows them.
@@ -107,10 +107,10 @@ class EngineWorker(Worker):
             self.handlers = self.runner.handlers
 
     def record_error(self, message: str, target: str = "engine", **data) -> None:
-        """An error, coalesced (db.record_error); and a log line for the first of its run and then at
+        """An error, coalesced (errorruns.record_error); and a log line for the first of its run and then at
         each power of ten, so pulse.log shows a rule that keeps raising without filling up."""
         store = self.config.store
-        count = db.record_error(self.events, "engine", target, message, coalesce_s=store.error_coalesce_s,
+        count = errorruns.record_error(self.events, "engine", target, message, coalesce_s=store.error_coalesce_s,
                                 repeat_s=store.error_repeat_s, **data)
         if count == 1 or (count % 10 == 0 and str(count).strip("0") == "1"):
             self.log.error("%s%s", message, f" (×{count})" if count > 1 else "")

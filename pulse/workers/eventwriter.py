@@ -6,7 +6,7 @@ disk can never block its loop. It numbers its events and PUSHes them here
 (wire.Committed, over the heartbeat socket). A replaced writer gets again
 whatever was not acknowledged; the writer takes events strictly in sequence,
 picking up after what events.db already holds of this run of pulsed
-(`db.pulsed_committed_seq`), so every event is written exactly once.
+(`eventsdb.pulsed_committed_seq`), so every event is written exactly once.
 
 Lifecycle events come in bursts (a worker's exit, restart, start and ready
 within ~20 ms), so a batch is written COALESCE_S after its first event: one
@@ -27,7 +27,7 @@ import zmq
 
 from pulse.core import clock, wire
 from pulse.core.states import EVENT_WRITER
-from pulse.store import db
+from pulse.store import eventsdb
 from pulse.workers.harness import Worker
 
 BATCH = 512
@@ -40,7 +40,7 @@ class EventWriter(Worker):
 
     def open(self) -> None:
         self.conn: sqlite3.Connection | None = self.connect()
-        self.committed = db.pulsed_committed_seq(self.conn, self.spec.run)
+        self.committed = eventsdb.pulsed_committed_seq(self.conn, self.spec.run)
         self.reported: int | None = None      # the last `committed` pulsed was told
         self.gap_reported = False
         self.batch: list[wire.Event] = []
@@ -50,7 +50,7 @@ class EventWriter(Worker):
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
 
     def connect(self) -> sqlite3.Connection:
-        conn = db.open_events(self.paths.events_db)
+        conn = eventsdb.open_events(self.paths.events_db)
         # Wait on a lock only briefly: longer ones are retried from the loop, which keeps heartbeating.
         conn.execute(f"PRAGMA busy_timeout = {self.config.timings.hung_after_ms // 4}")
         conn.execute("PRAGMA cache_size = -256")   # KiB: it only appends
@@ -78,7 +78,7 @@ class EventWriter(Worker):
         try:
             if self.conn is None:
                 self.conn = self.connect()
-            db.append_events(self.conn, self.batch)
+            eventsdb.append_events(self.conn, self.batch)
         except (sqlite3.Error, OSError) as err:
             self.failures += 1
             retry_s = clock.backoff(self.failures, RETRY_FIRST_S, RETRY_MAX_S)

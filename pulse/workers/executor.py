@@ -55,7 +55,7 @@ from pulse.core import client, clock, wire
 from pulse.core.states import EFFECT_ENDED, EffectState
 from pulse.core.wakepipe import drain, poke
 from pulse.effects import kinds, registry
-from pulse.store import db
+from pulse.store import connection, effectqueue, eventsdb
 from pulse.workers.harness import Worker
 
 SOURCE = "executor"
@@ -150,7 +150,7 @@ class Pool:
         while True:
             effect_id, job = self.jobs.get()
             try:
-                conn = conn or db.open_events(self.db_path, "FULL")
+                conn = conn or eventsdb.open_events(self.db_path, "FULL")
                 done = job(conn)
             except Exception:
                 log.exception("effect %s: the executor cannot go on", effect_id)
@@ -181,7 +181,7 @@ class ExecutorWorker(Worker):
         for problem in registry.unknown_kinds(self.config.allow.kinds):
             self.log.warning("[allow] %s; fine only if the engine declares it (pulsectl check-config asks it)",
                              problem)
-        self.db = db.open_events(self.paths.events_db, "FULL")   # the loop only reads with it
+        self.db = eventsdb.open_events(self.paths.events_db, "FULL")   # the loop only reads with it
 
         self.results: collections.deque[Done] = collections.deque()
         self.results_r, self.results_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -285,8 +285,8 @@ class ExecutorWorker(Worker):
     def scan(self, now: float) -> None:
         self.next_scan = now + self.scan_s
         try:
-            executing = db.open_effects(self.db, EffectState.EXECUTING, limit=SCAN_LIMIT)
-            pending = db.open_effects(self.db, EffectState.PENDING, limit=SCAN_LIMIT)
+            executing = effectqueue.open_effects(self.db, EffectState.EXECUTING, limit=SCAN_LIMIT)
+            pending = effectqueue.open_effects(self.db, EffectState.PENDING, limit=SCAN_LIMIT)
         except sqlite3.OperationalError as err:     # e.g. busy while another process recovers the WAL
             self.log.warning("scan of events.db failed (%s); again at the next scan", err)
             return
@@ -376,18 +376,18 @@ class ExecutorWorker(Worker):
             # A notification that could not get out (the network may be what is down) waits in the
             # queue and is tried again, with backoff, until its deadline: queued, not lost.
             attempt = self.retries.get(effect.id, 0) + 1
-            if db.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
+            if effectqueue.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
                                             reason=f"retry later ({data.get('error')})"):
                 self.retries[effect.id] = attempt
                 self.retry_at[effect.id] = time.monotonic() + clock.backoff(attempt, RETRY_BASE_S, RETRY_MAX_S)
                 return Done(effect.id, "requeued")
-        ended = db.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
+        ended = effectqueue.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
         if ended and state == EffectState.FAILED:
             self.log.warning("%s effect %s failed: %s", effect.kind, effect.id, data.get("error"))
         return Done(effect.id, state if ended else "lost")
 
     def expire(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
-        ended = db.finish_effect(conn, effect.id, EffectState.EXPIRED, SOURCE, from_states=(EffectState.PENDING,),
+        ended = effectqueue.finish_effect(conn, effect.id, EffectState.EXPIRED, SOURCE, from_states=(EffectState.PENDING,),
                                     reason="deadline", deadline=effect.deadline)
         return Done(effect.id, EffectState.EXPIRED if ended else "lost")
 
@@ -398,23 +398,23 @@ class ExecutorWorker(Worker):
         reason = "not-allowed" if refused else "bad-params"
         refused = refused or registry.params_problem(effect)
         if refused is not None:      # never claimed: it never ran
-            ended = db.finish_effect(conn, effect.id, EffectState.FAILED, SOURCE, from_states=(EffectState.PENDING,),
+            ended = effectqueue.finish_effect(conn, effect.id, EffectState.FAILED, SOURCE, from_states=(EffectState.PENDING,),
                                         reason=reason, error=refused, origin=effect.origin)
             if ended:
                 self.log.warning("%s effect %s from %s refused: %s", effect.kind, effect.id, effect.origin, refused)
             return Done(effect.id, EffectState.FAILED if ended else "lost")
-        if db.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
+        if effectqueue.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
             return Done(effect.id, "lost")
         ctx = kinds.EffectContext(self.config, self.objects,
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
                                 paths=self.paths,
-                                started=lambda pgid: db.record_pgid(conn, effect.id, pgid))
+                                started=lambda pgid: effectqueue.record_pgid(conn, effect.id, pgid))
         began = time.monotonic()
         try:
             state, data = EffectState.ACKED, registry.all_kinds()[effect.kind].run(effect, ctx)
         except kinds.EffectFailed as failure:
             state, data = EffectState.FAILED, {**failure.data, "reason": failure.reason, "error": failure.error}
-        except (sqlite3.Error, db.StoreError):
+        except (sqlite3.Error, connection.StoreError):
             raise
         except Exception as err:     # a bug in an executor fails its effect, not the executor
             self.log.exception("%s effect %s raised", effect.kind, effect.id)
@@ -425,7 +425,7 @@ class ExecutorWorker(Worker):
     def claim_for_engine(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():
             return self.expire(effect, conn)
-        claimed = db.claim_effect(conn, effect.id, self.claimer, SOURCE)
+        claimed = effectqueue.claim_effect(conn, effect.id, self.claimer, SOURCE)
         return Done(effect.id, "claimed", claimed) if claimed is not None else Done(effect.id, "lost")
 
     def finish_engine(self, effect: wire.Effect, reply, conn: sqlite3.Connection) -> Done:
@@ -448,7 +448,7 @@ class ExecutorWorker(Worker):
             "reason": "engine-no-answer", "error": "no answer from the engine in time; not idempotent, not retried"})
 
     def unclaim(self, effect: wire.Effect, reason: str, conn: sqlite3.Connection) -> Done:
-        requeued = db.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE, reason)
+        requeued = effectqueue.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE, reason)
         return Done(effect.id, "requeued" if requeued else "lost")
 
     def settle_orphan(self, effect: wire.Effect, claimer: str | None, pgid: int | None,
@@ -461,7 +461,7 @@ class ExecutorWorker(Worker):
         if kind is not None and kind.settle_orphan is not None:
             kind.settle_orphan(effect, conn, self.config)   # e.g. agent-run: its task back to pending
         if effect.idempotent:
-            requeued = db.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
+            requeued = effectqueue.requeue_claimed_effect(conn, effect.id, claimer, SOURCE, "interrupted")
             if requeued:
                 self.log.info("%s effect %s interrupted (claimer %s died): runs again", effect.kind, effect.id,
                               claimer)
@@ -471,7 +471,7 @@ class ExecutorWorker(Worker):
         started = pgid is not None or kind is None or not kind.starts_process
         reason = "interrupted-after-start" if started else "interrupted-before-start"
         what = "while it ran; it may have acted" if started else "before its process started"
-        ended = db.finish_claimed_effect(
+        ended = effectqueue.finish_claimed_effect(
             conn, effect.id, claimer, EffectState.FAILED, SOURCE, reason=reason, dead_claimer=claimer,
             may_have_acted=started, error=f"{reason}: its executor died {what}; not idempotent, so not run again")
         if ended:

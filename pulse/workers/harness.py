@@ -34,7 +34,7 @@ from pulse.core import config as configmod
 from pulse.core.home import Paths
 from pulse.core.states import Exit
 from pulse.core.wakepipe import drain
-from pulse.store import db
+from pulse.store import connection
 
 log = logging.getLogger("pulse.harness")
 
@@ -182,7 +182,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
     try:
         return _run(spec, worker_class, forkserver_pid)
     except sqlite3.DatabaseError as err:
-        if (problem := db.unusable(err)) is None:
+        if (problem := connection.unusable(err)) is None:
             raise
         log.critical("%s", problem)
         return Exit.CONFIG
@@ -195,7 +195,7 @@ def _run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> i
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     config = configmod.decode_slice(spec.name, spec.config)   # all this worker may read
-    db.BUSY_TIMEOUT_MS = config.timings.sqlite_busy_timeout_ms
+    connection.BUSY_TIMEOUT_MS = config.timings.sqlite_busy_timeout_ms
     setup_logging(config.log.level)
     faults = injected_faults(spec.name, spec.start, os.environ.get("PULSE_TEST_INJECT"))
     if faults:

@@ -27,7 +27,7 @@ from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import EFFECT_END_STATES, EffectEvent
 from pulse.effects import registry
 from pulse.rules import budget, onion, survival
-from pulse.store import ballast, db
+from pulse.store import ballast, effectqueue, errorruns, eventsdb, vitalsdb
 from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
@@ -229,8 +229,8 @@ class TickWorker(Worker):
 
     def open(self) -> None:
         t = self.config.timings
-        self.events = db.open_events(self.paths.events_db)
-        self.vitals = db.open_vitals(self.paths.vitals_db)
+        self.events = eventsdb.open_events(self.paths.events_db)
+        self.vitals = vitalsdb.open_vitals(self.paths.vitals_db)
         self.wake = self.socket(zmq.PULL, self.paths.endpoint("wake"), bind=True, handler=self.on_wake)
         self.engine_sock = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1,
                                        MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)
@@ -272,7 +272,7 @@ class TickWorker(Worker):
 
     def fold(self) -> None:
         while True:
-            batch = db.read_events(self.events, after_id=self.projections.last_id, limit=5_000)
+            batch = eventsdb.read_events(self.events, after_id=self.projections.last_id, limit=5_000)
             self.projections.fold(batch)
             if len(batch) < 5_000:
                 return
@@ -287,7 +287,7 @@ class TickWorker(Worker):
                 reply = wire.decode(self.control.recv(), wire.Reply)
                 engine = next(w for w in reply.status.workers if w.name == "engine")
                 promotes = self.projections.promotes
-                errors = db.engine_errors_since(self.events, promotes[-1].id if promotes else 0)
+                errors = errorruns.engine_errors_since(self.events, promotes[-1].id if promotes else 0)
                 return wire.EngineHealth(engine.state, engine.restarts, errors, self.projections.engine_failed_at)
         except (zmq.ZMQError, wire.Malformed, StopIteration, AttributeError):
             pass
@@ -304,7 +304,7 @@ class TickWorker(Worker):
             pending_tasks=extras.get("pending-tasks"),
             agent_capability_stats=extras.get("agent-capability-stats", {}),
             tick=self.count, ts=now,
-            vitals=db.latest_vitals(self.vitals, self.config.tick.sense),
+            vitals=vitalsdb.latest_vitals(self.vitals, self.config.tick.sense),
             pending=list(p.pending.values()),
             outcomes={target: list(q) for target, q in p.outcomes.items()},
             engine=self.engine_state(),
@@ -315,7 +315,7 @@ class TickWorker(Worker):
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
-            history={key: db.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
+            history={key: vitalsdb.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
@@ -337,7 +337,7 @@ class TickWorker(Worker):
 
     def record_error(self, target: str | None, message: str) -> None:
         store = self.config.store
-        db.record_error(self.events, "tick", target, message, coalesce_s=store.error_coalesce_s,
+        errorruns.record_error(self.events, "tick", target, message, coalesce_s=store.error_coalesce_s,
                         repeat_s=store.error_repeat_s)
 
     def settle_errors(self) -> None:
@@ -346,7 +346,7 @@ class TickWorker(Worker):
         The tick does it for every recorder because it is the one worker that always runs, often."""
         store = self.config.store
         try:
-            db.settle_error_runs(self.events, store.error_coalesce_s, store.error_repeat_s)
+            errorruns.settle_error_runs(self.events, store.error_coalesce_s, store.error_repeat_s)
         except sqlite3.OperationalError as err:   # locked or full: the next tick settles them
             self.log.warning("could not settle the error runs: %s", err)
 
@@ -372,16 +372,16 @@ class TickWorker(Worker):
         effects = self.within_budget(effects, curr)
         tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
         now = time.time()
-        committed = [db.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
+        committed = [effectqueue.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
         duration_ms = round((time.monotonic() - started) * 1000, 2)
         record = dict(n=self.count, effects=len(committed), tick_ms=tick_ms, inner=self.inner_note,
                       duration_ms=duration_ms, started_mono=started)
         # Every tick is a vital (kept 24 h); only a tick that did something, or whose engine
         # call went wrong, is also an event: events.db is never compacted.
         notable = committed or self.inner_failed
-        self.commit_tick(committed, [db.now_event("tick", "tick", None, record)] if notable else [])
+        self.commit_tick(committed, [wire.now_event("tick", "tick", None, record)] if notable else [])
         try:
-            db.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
+            vitalsdb.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
         except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
             self.log.warning("could not record tick %d in vitals.db: %s", self.count, err)
         self.settle_errors()
@@ -417,7 +417,7 @@ class TickWorker(Worker):
         A commit that still fails loses this tick's effects, not the tick: the next tick decides again."""
         for attempt in (1, 2):
             try:
-                db.commit_effects(self.events, effects, "tick", events=events,
+                effectqueue.commit_effects(self.events, effects, "tick", events=events,
                                      observe_only=self.config.observe_only)
                 return
             except sqlite3.OperationalError as err:

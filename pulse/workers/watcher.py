@@ -20,7 +20,7 @@ import zmq
 from pulse.core import client
 from pulse.sensing.builtin import ProcessAlive, builtin_watchers
 from pulse.sensing.runner import WatcherRunner
-from pulse.store import db
+from pulse.store import eventsdb, vitalsdb
 from pulse.workers.harness import Worker
 
 
@@ -52,7 +52,7 @@ class VitalsGc:
         if self.cutoff is None:
             self.cutoff, self.deleted = time.time() - self.retention_s, 0
         try:
-            n = db.gc_vitals_step(self.conn, self.cutoff, self.STEP_ROWS)
+            n = vitalsdb.gc_vitals_step(self.conn, self.cutoff, self.STEP_ROWS)
         except sqlite3.Error as err:
             self.log.warning("vitals gc: %s; retrying in %d s", err, self.RETRY_S)
             self.due = now + self.RETRY_S
@@ -70,8 +70,8 @@ class WatcherWorker(Worker):
     name = "watcher"
 
     def open(self) -> None:
-        self.vitals = db.open_vitals(self.paths.vitals_db)
-        self.events = db.open_events(self.paths.events_db)
+        self.vitals = vitalsdb.open_vitals(self.paths.vitals_db)
+        self.events = eventsdb.open_events(self.paths.events_db)
         # Until the connection to the tick is up, a wake fails, and the runner offers it again.
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
         watchers = builtin_watchers(self.config, self.paths.home)

@@ -1,0 +1,138 @@
+"""The effect queue: effects live in events.db as events (effect, effect-executing, effect-acked,
+effect-failed, effect-expired) plus one mutable row per effect in `effects`, the queue's index,
+changed in the same transaction as the event it mirrors. Claims are compare-and-set.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Sequence
+
+import msgspec
+
+from pulse.core.states import EFFECT_OPEN, EffectState
+from pulse.core.wire import EFFECT_END_EVENTS, Effect, EffectEvent, Event, now_event
+from pulse.store.connection import Transaction
+from pulse.store.eventsdb import insert_event
+
+# -- effects -----------------------------------------------------------------------------------------
+
+def new_effect(effect: Effect, origin: str, deadline_s: float, now: float | None = None) -> Effect:
+    """Give an effect its id, times and origin (it is committed next)."""
+    now = time.time() if now is None else now
+    return msgspec.structs.replace(effect, id=effect.id or os.urandom(16).hex(), created=now,
+                                   deadline=effect.deadline or now + deadline_s, origin=origin)
+
+
+def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: str,
+                   events: Sequence[Event] = (), observe_only: bool = False) -> list[Effect]:
+    """Commit effects (and any other events) in one transaction. observe_only: record each as
+    effect-expired with reason observe-only in the same transaction, so nothing runs it."""
+    with Transaction(conn):
+        for ev in events:
+            insert_event(conn, ev)
+        for eff in effects:
+            ev = insert_event(conn, now_event(EffectEvent.COMMITTED, source, eff.target, msgspec.to_builtins(eff)))
+            conn.execute(
+                "INSERT INTO effects (id, event_id, kind, target, origin, idempotent, created, deadline, state, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+                (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
+                 msgspec.msgpack.encode(eff)))
+            if observe_only:
+                conn.execute("UPDATE effects SET state = 'expired', why = 'observe-only' WHERE id = ?", (eff.id,))
+                insert_event(conn, now_event(EffectEvent.EXPIRED, source, eff.target, effect_id=eff.id, kind=eff.kind,
+                                              reason="observe-only"))
+    return list(effects)
+
+
+def _effect(body: bytes) -> Effect:
+    return msgspec.msgpack.decode(body, type=Effect)
+
+
+def open_effects(conn: sqlite3.Connection, state: str | None = None,
+                 limit: int = 1000) -> list[tuple[Effect, str, str | None, int | None]]:
+    """(effect, state, claimer, pgid) of effects not yet ended, oldest first."""
+    states = (state,) if state else EFFECT_OPEN
+    rows = conn.execute(
+        f"SELECT body, state, claimer, pgid FROM effects WHERE state IN ({','.join('?' * len(states))}) "
+        "ORDER BY created LIMIT ?", (*states, limit))
+    return [(_effect(r[0]), r[1], r[2], r[3]) for r in rows]
+
+
+def claim_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str) -> Effect | None:
+    """pending → executing, atomically: None if someone else claimed it first."""
+    with Transaction(conn):
+        cur = conn.execute("UPDATE effects SET state = 'executing', claimer = ? WHERE id = ? AND state = 'pending'",
+                           (claimer, effect_id))
+        if cur.rowcount != 1:
+            return None
+        body, target = conn.execute("SELECT body, target FROM effects WHERE id = ?", (effect_id,)).fetchone()
+        effect = _effect(body)
+        insert_event(conn, now_event(EffectEvent.EXECUTING, source, target, effect_id=effect_id, kind=effect.kind,
+                                      claimer=claimer))
+        return effect
+
+
+def record_pgid(conn: sqlite3.Connection, effect_id: str, pgid: int) -> None:
+    """The process group an executing effect started, so a successor can kill or await it."""
+    with Transaction(conn):
+        conn.execute("UPDATE effects SET pgid = ? WHERE id = ? AND state = 'executing'", (pgid, effect_id))
+
+
+def _move_effect(conn: sqlite3.Connection, effect_id: str, source: str, *, where: str, args: Sequence,
+                 state: str, event: str, release: bool = False, **data) -> bool:
+    """One effect whose row matches `where` → `state`, with its event, in one transaction; False if
+    it does not match (someone else moved it first). release: forget its claimer and process group."""
+    with Transaction(conn):
+        row = conn.execute(f"SELECT target, kind FROM effects WHERE id = ? AND {where}", (effect_id, *args)).fetchone()
+        if row is None:
+            return False
+        why = data.get("error") or data.get("reason") if state != EffectState.ACKED else None
+        conn.execute("UPDATE effects SET state = ?, why = ?" + (", claimer = NULL, pgid = NULL" if release else "")
+                     + " WHERE id = ?", (state, why, effect_id))
+        insert_event(conn, now_event(event, source, row[0], effect_id=effect_id, kind=row[1], **data))
+        return True
+
+
+def finish_effect(conn: sqlite3.Connection, effect_id: str, state: str, source: str,
+                  from_states: Sequence[str] = (EffectState.EXECUTING,), **data) -> bool:
+    """executing (or pending, for expiry) → acked | failed | expired, with its event; False if not in from_states."""
+    return _move_effect(conn, effect_id, source, where=f"state IN ({','.join('?' * len(from_states))})",
+                        args=from_states, state=state, event=EFFECT_END_EVENTS[state], **data)
+
+
+def finish_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, state: str, source: str,
+                          **data) -> bool:
+    """executing under `claimer` → acked | failed, with its event; False if it is not (or no longer) that
+    claimer's: an executor only ever ends its own claims, or a dead claimer's when it settles an orphan."""
+    return _move_effect(conn, effect_id, source, where="state = 'executing' AND claimer = ?", args=(claimer,),
+                        state=state, event=EFFECT_END_EVENTS[state], **data)
+
+
+def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str,
+                           reason: str) -> bool:
+    """executing under `claimer` → pending (it runs again), with an effect-failed event marked requeued."""
+    return _move_effect(conn, effect_id, source, where="state = 'executing' AND claimer = ?", args=(claimer,),
+                        state=EffectState.PENDING, event=EffectEvent.FAILED, release=True, reason=reason, requeued=True)
+
+
+def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:
+    row = conn.execute("SELECT state FROM effects WHERE id = ?", (effect_id,)).fetchone()
+    return row[0] if row else None
+
+
+def effect_why(conn: sqlite3.Connection, effect_id: str) -> str | None:
+    """Why it failed or expired (the error, else the reason code); None while open or acked."""
+    row = conn.execute("SELECT why FROM effects WHERE id = ?", (effect_id,)).fetchone()
+    return row[0] if row else None
+
+
+def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (),
+                 limit: int = 100) -> list[tuple[Effect, str, str | None]]:
+    """(effect, state, why it failed or expired), newest first; all states unless `states` is given."""
+    where = f"WHERE state IN ({','.join('?' * len(states))})" if states else ""
+    rows = conn.execute(f"SELECT body, state, why FROM effects {where} ORDER BY created DESC LIMIT ?",
+                        (*states, limit))
+    return [(_effect(r[0]), r[1], r[2]) for r in rows]
