@@ -7,19 +7,19 @@ import json
 
 import pytest
 
-from pulse.agents import gate
-from pulse.agents.gate import FSM_BLOCKED, UNVERIFIED_WRITE, Descriptor, Kind, State
+from pulse.agents import catalogue, gate
+from pulse.agents.gate import FSM_BLOCKED, UNVERIFIED_WRITE, CallKind, Descriptor, State
 
 # A small registry with one tool of each kind, on resources of class "x".
 TEST_TOOLS = {d.name: d for d in (
-    Descriptor("lookup", Kind.RESOLVE, frozenset({"name"}), covers=("x:{name}",)),
-    Descriptor("read_all", Kind.READ, covers=("x:*",)),
-    Descriptor("read_one", Kind.READ, frozenset({"name"}), covers=("x:{name}",)),
-    Descriptor("poke", Kind.WRITE, frozenset({"name"}), touches=("x:{name}",), verified_by="read_one of it"),
-    Descriptor("poke_two", Kind.WRITE, frozenset({"a", "b"}), touches=("x:{a}", "x:{b}"), verified_by="reads"),
-    Descriptor("ask", Kind.USER_INPUT, frozenset({"question"})),
+    Descriptor("lookup", CallKind.RESOLVE, frozenset({"name"}), covers=("x:{name}",)),
+    Descriptor("read_all", CallKind.READ, covers=("x:*",)),
+    Descriptor("read_one", CallKind.READ, frozenset({"name"}), covers=("x:{name}",)),
+    Descriptor("poke", CallKind.WRITE, frozenset({"name"}), touches=("x:{name}",), verified_by="read_one of it"),
+    Descriptor("poke_two", CallKind.WRITE, frozenset({"a", "b"}), touches=("x:{a}", "x:{b}"), verified_by="reads"),
+    Descriptor("ask", CallKind.USER_INPUT, frozenset({"question"})),
     Descriptor("docker", None, frozenset({"action", "name"}), discriminator="action",
-               cases={"list": Kind.READ, "inspect": Kind.READ, "find": Kind.RESOLVE}, covers=("x:{name}",),
+               cases={"list": CallKind.READ, "inspect": CallKind.READ, "find": CallKind.RESOLVE}, covers=("x:{name}",),
                touches=("x:{name}",), verified_by="docker inspect of it"),
 )}
 
@@ -65,24 +65,24 @@ def at(state: State) -> gate.Session:
 
 # -- the transition table ---------------------------------------------------------------------------------
 
-KIND_CALLS = {Kind.RESOLVE: ("lookup", {"name": "a"}), Kind.READ: ("read_one", {"name": "a"}),
-              Kind.WRITE: ("poke", {"name": "a"}), Kind.USER_INPUT: ("ask", {"question": "?"})}
+KIND_CALLS = {CallKind.RESOLVE: ("lookup", {"name": "a"}), CallKind.READ: ("read_one", {"name": "a"}),
+              CallKind.WRITE: ("poke", {"name": "a"}), CallKind.USER_INPUT: ("ask", {"question": "?"})}
 
 # (state, kind, outcome) → the state after, or "blocked". Reads here cover the written resource
 # and start after the write returned (the gaps are tested separately below).
 TABLE = {
-    (State.RESOLVING, Kind.RESOLVE, "ok"): State.READING,
-    (State.RESOLVING, Kind.READ, "ok"): State.READING,
-    (State.RESOLVING, Kind.USER_INPUT, "ok"): State.RESOLVING,
-    (State.RESOLVING, Kind.WRITE, "ok"): "blocked",
-    (State.READING, Kind.RESOLVE, "ok"): State.READING,
-    (State.READING, Kind.READ, "ok"): State.READING,
-    (State.READING, Kind.USER_INPUT, "ok"): State.READING,
-    (State.READING, Kind.WRITE, "ok"): State.VERIFYING,
-    (State.VERIFYING, Kind.RESOLVE, "ok"): State.READING,
-    (State.VERIFYING, Kind.READ, "ok"): State.READING,
-    (State.VERIFYING, Kind.USER_INPUT, "ok"): State.VERIFYING,
-    (State.VERIFYING, Kind.WRITE, "ok"): "blocked",
+    (State.RESOLVING, CallKind.RESOLVE, "ok"): State.READING,
+    (State.RESOLVING, CallKind.READ, "ok"): State.READING,
+    (State.RESOLVING, CallKind.USER_INPUT, "ok"): State.RESOLVING,
+    (State.RESOLVING, CallKind.WRITE, "ok"): "blocked",
+    (State.READING, CallKind.RESOLVE, "ok"): State.READING,
+    (State.READING, CallKind.READ, "ok"): State.READING,
+    (State.READING, CallKind.USER_INPUT, "ok"): State.READING,
+    (State.READING, CallKind.WRITE, "ok"): State.VERIFYING,
+    (State.VERIFYING, CallKind.RESOLVE, "ok"): State.READING,
+    (State.VERIFYING, CallKind.READ, "ok"): State.READING,
+    (State.VERIFYING, CallKind.USER_INPUT, "ok"): State.VERIFYING,
+    (State.VERIFYING, CallKind.WRITE, "ok"): "blocked",
 }
 for (_state, _kind, _), _after in list(TABLE.items()):   # a failed call never moves the state
     TABLE[(_state, _kind, "error")] = "blocked" if _after == "blocked" else _state
@@ -259,16 +259,16 @@ def test_a_write_finishing_after_a_reset_still_leaves_a_debt():
 ])
 def test_anything_not_plainly_safe_is_a_write(tool, args, why):
     call = gate.classify(TEST_TOOLS, tool, args)
-    assert call.kind == Kind.WRITE and call.why == why and call.touches
+    assert call.kind == CallKind.WRITE and call.why == why and call.touches
     s = at(State.RESOLVING)
     blocked = s.begin(tool, args)
     assert isinstance(blocked, gate.Blocked) and blocked.record.data["classified"] == why
 
 
 def test_discriminator_values_are_trimmed_and_case_insensitive():
-    assert gate.classify(TEST_TOOLS, "docker", {"action": " Inspect ", "name": "a"}).kind == Kind.READ
-    assert gate.classify(TEST_TOOLS, "docker", {"action": "FIND", "name": "a"}).kind == Kind.RESOLVE
-    assert gate.classify(TEST_TOOLS, "ask", {"question": "?"}).kind == Kind.USER_INPUT
+    assert gate.classify(TEST_TOOLS, "docker", {"action": " Inspect ", "name": "a"}).kind == CallKind.READ
+    assert gate.classify(TEST_TOOLS, "docker", {"action": "FIND", "name": "a"}).kind == CallKind.RESOLVE
+    assert gate.classify(TEST_TOOLS, "ask", {"question": "?"}).kind == CallKind.USER_INPUT
 
 
 def test_an_unknown_tool_is_refused_in_every_state():
@@ -291,16 +291,16 @@ def test_argument_values_are_literal_never_wildcards():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (Descriptor("t", Kind.READ, discriminator="a", params=frozenset({"a"}), cases={"x": Kind.READ}), "not both"),
+    (Descriptor("t", CallKind.READ, discriminator="a", params=frozenset({"a"}), cases={"x": CallKind.READ}), "not both"),
     (Descriptor("t", None), "not both or neither"),
-    (Descriptor("t", None, frozenset({"a"}), discriminator="action", cases={"x": Kind.READ}), "must be a parameter"),
-    (Descriptor("t", None, frozenset({"a"}), discriminator="a", cases={"List": Kind.READ}, touches=("x",),
+    (Descriptor("t", None, frozenset({"a"}), discriminator="action", cases={"x": CallKind.READ}), "must be a parameter"),
+    (Descriptor("t", None, frozenset({"a"}), discriminator="a", cases={"List": CallKind.READ}, touches=("x",),
                 verified_by="r"), "lower-case"),
-    (Descriptor("t", Kind.WRITE, verified_by="r"), "which resources it touches"),
-    (Descriptor("t", Kind.WRITE, touches=("x",)), "what verifies it"),
-    (Descriptor("t", None, frozenset({"a"}), discriminator="a", cases={"x": Kind.READ}, verified_by="r"),
+    (Descriptor("t", CallKind.WRITE, verified_by="r"), "which resources it touches"),
+    (Descriptor("t", CallKind.WRITE, touches=("x",)), "what verifies it"),
+    (Descriptor("t", None, frozenset({"a"}), discriminator="a", cases={"x": CallKind.READ}, verified_by="r"),
      "which resources"),
-    (Descriptor("t", Kind.READ, covers=("x:{nope}",)), "unknown parameters"),
+    (Descriptor("t", CallKind.READ, covers=("x:{nope}",)), "unknown parameters"),
 ])
 def test_ambiguous_registries_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -335,7 +335,7 @@ def test_block_reasons_describe_the_constraint_and_never_name_a_tool_to_call():
         reason = blocked.error["error"]["reason"].lower()
         assert not any(f"{name} " in reason or reason.endswith(name) for name in ("lookup", "read_one", "read_all"))
         assert "call " not in reason and "next tool" not in reason
-        assert not any(name in reason for name in gate.TOOLS if gate.TOOLS[name].kind != Kind.WRITE)
+        assert not any(name in reason for name in catalogue.TOOLS if catalogue.TOOLS[name].kind != CallKind.WRITE)
 
 
 def test_every_call_is_recorded_with_what_it_did():
@@ -408,13 +408,13 @@ def test_reset_keep_progress_drops_verification_but_keeps_what_was_looked_at():
 # -- Pulse's own tools ----------------------------------------------------------------------------------------
 
 def test_pulse_tools_registry_is_well_formed_and_complete():
-    gate.check_registry(gate.TOOLS)
-    kinds = {name: d.kind for name, d in gate.TOOLS.items()}
-    assert {n for n, k in kinds.items() if k == Kind.RESOLVE} == {"find_process", "list_workers", "list_tasks"}
-    assert {n for n, k in kinds.items() if k == Kind.READ} == {"status", "vitals", "events", "log_tail", "effect"}
-    assert {n for n, k in kinds.items() if k == Kind.WRITE} == {
+    gate.check_registry(catalogue.TOOLS)
+    kinds = {name: d.kind for name, d in catalogue.TOOLS.items()}
+    assert {n for n, k in kinds.items() if k == CallKind.RESOLVE} == {"find_process", "list_workers", "list_tasks"}
+    assert {n for n, k in kinds.items() if k == CallKind.READ} == {"status", "vitals", "events", "log_tail", "effect"}
+    assert {n for n, k in kinds.items() if k == CallKind.WRITE} == {
         "restart_process", "restart_worker", "signal_process", "emit_effect", "promote", "rollback", "create_task"}
-    assert {n for n, k in kinds.items() if k == Kind.USER_INPUT} == {"ask_operator"}
+    assert {n for n, k in kinds.items() if k == CallKind.USER_INPUT} == {"ask_operator"}
 
 
 def pulse_result(tool: str, args: dict):
@@ -445,7 +445,7 @@ def pulse_result(tool: str, args: dict):
     ("create_task", {"project": "p", "title": "t", "prompt": "x"}, [("status", {})], ("list_tasks", {})),
 ])
 def test_what_verifies_each_pulse_write(write, args, not_enough, enough):
-    s = gate.Session("p", gate.TOOLS, clock=Clock())
+    s = gate.Session("p", catalogue.TOOLS, clock=Clock())
     assert isinstance(run(s, write, args), gate.Blocked)            # its resource not looked at yet
     run(s, enough[0], enough[1], result=pulse_result(*enough))
     assert isinstance(run(s, write, args), gate.Record)
@@ -457,9 +457,9 @@ def test_what_verifies_each_pulse_write(write, args, not_enough, enough):
 
 
 def test_pulse_tools_fail_closed_on_extra_arguments():
-    assert gate.classify(gate.TOOLS, "status", {"restart": "tick"}).kind == Kind.WRITE
-    assert gate.classify(gate.TOOLS, "find_process", {"name": "gw", "kill": True}).kind == Kind.WRITE
-    assert gate.classify(gate.TOOLS, "pulse_exec", {"argv": ["rm"]}).kind == Kind.WRITE
+    assert gate.classify(catalogue.TOOLS, "status", {"restart": "tick"}).kind == CallKind.WRITE
+    assert gate.classify(catalogue.TOOLS, "find_process", {"name": "gw", "kill": True}).kind == CallKind.WRITE
+    assert gate.classify(catalogue.TOOLS, "pulse_exec", {"argv": ["rm"]}).kind == CallKind.WRITE
 
 
 
@@ -523,7 +523,7 @@ def test_a_new_session_of_the_same_agent_and_task_inherits_its_unverified_write(
 
 
 def test_an_event_older_than_the_write_verifies_nothing():
-    s = gate.Session("p", gate.TOOLS, clock=Clock())
+    s = gate.Session("p", catalogue.TOOLS, clock=Clock())
     run(s, "events", {"target": "backup"}, result={"events": [{"id": 1, "target": "backup"}]})
     run(s, "emit_effect", {"kind": "exec", "target": "backup"})
     run(s, "events", {"target": "backup"}, result={"events": [{"id": 1, "target": "backup"}]})

@@ -330,10 +330,10 @@ def test_only_tools_that_can_work_are_offered():
 def test_every_tool_advertises_exactly_the_arguments_the_gate_declares():
     """Arguments are declared once, in the gate's descriptors; the MCP schema is generated from them,
     so the gate classifies and the client sees the same names."""
-    from pulse.agents import gate, toolserver
+    from pulse.agents import catalogue, toolserver
     listed = {name: schema for name, _, schema in toolserver.tool_list()}
-    assert set(listed) == set(gate.TOOLS) | {"finish"}
-    for name, descriptor in gate.TOOLS.items():
+    assert set(listed) == set(catalogue.TOOLS) | {"finish"}
+    for name, descriptor in catalogue.TOOLS.items():
         assert set(listed[name]["properties"]) == set(descriptor.params), name
         assert set(listed[name]["required"]) == {n for n, a in descriptor.params.items() if a.required}, name
 

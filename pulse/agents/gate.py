@@ -1,5 +1,6 @@
 """The agent's safety gate: every tool call classified, and a state machine per agent that
-enforces in code what a prompt cannot (DESIGN §6), host-wide and across sessions.
+enforces in code what a prompt cannot, host-wide and across sessions. Which tools there
+are, and what each reads or changes, is the caller's catalogue (Pulse's: pulse.agents.catalogue).
 
     RESOLVING ──resolve/read ok──▶ READING ──write returned──▶ VERIFYING
                                       ▲                            │
@@ -46,8 +47,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
-from pulse.effects import registry
-
 RECOVERY_TTL_S = 600.0
 FSM_BLOCKED = "FSM_BLOCKED"
 UNVERIFIED_WRITE = "UNVERIFIED_WRITE"
@@ -55,7 +54,7 @@ SESSION_FINISHED = "SESSION_FINISHED"
 OPERATOR_SHELL = "operator-shell"   # who acts when nobody says (`pulsectl mcp` without --agent or PULSE_AGENT)
 
 
-class Kind(enum.StrEnum):
+class CallKind(enum.StrEnum):
     RESOLVE = "resolve"        # find what to act on
     READ = "read"              # observe state
     WRITE = "write"            # change the host or Pulse
@@ -140,12 +139,12 @@ class Descriptor:
     """One tool: its kind (static, or chosen by a discriminator argument), the arguments it
     takes, and the resources it touches (as a write) or covers (as a read or resolve)."""
     name: str
-    kind: Kind | None = None
+    kind: CallKind | None = None
     params: Mapping[str, Arg] = field(default_factory=dict)   # the arguments it takes, by name
     touches: tuple[str, ...] = ()      # templates, e.g. "process:{name}"
     covers: tuple[str, ...] = ()       # templates, e.g. "worker:*"
     discriminator: str | None = None   # the argument naming the action, e.g. "action"
-    cases: Mapping[str, Kind] = field(default_factory=dict)   # its values; any other value is a write
+    cases: Mapping[str, CallKind] = field(default_factory=dict)   # its values; any other value is a write
     touches_fn: Callable[[Mapping[str, Any]], frozenset[str]] | None = None   # when templates cannot say
     verified_by: str = ""              # for writes: what verifies it, in words the model reads
     evidence: Callable[[Call, Any], list[tuple[Pattern, int | None]]] | None = None
@@ -167,10 +166,10 @@ def check_registry(tools: Mapping[str, Descriptor]) -> None:
                 raise ValueError(f"{where}: discriminator {d.discriminator!r} must be a parameter with cases")
             if any(c != c.strip().lower() for c in d.cases):
                 raise ValueError(f"{where}: discriminator cases are matched lower-case and trimmed")
-        kinds = {d.kind} if d.kind else set(d.cases.values()) | {Kind.WRITE}
-        if Kind.WRITE in kinds and not (d.touches or d.touches_fn):
+        kinds = {d.kind} if d.kind else set(d.cases.values()) | {CallKind.WRITE}
+        if CallKind.WRITE in kinds and not (d.touches or d.touches_fn):
             raise ValueError(f"{where}: a write must say which resources it touches")
-        if Kind.WRITE in kinds and not d.verified_by:
+        if CallKind.WRITE in kinds and not d.verified_by:
             raise ValueError(f"{where}: a write must say what verifies it")
         for t in d.touches + d.covers:
             unknown = [f for f in _fields(t) if f not in d.params]
@@ -182,7 +181,7 @@ def check_registry(tools: Mapping[str, Descriptor]) -> None:
 class Call:
     """One classified call."""
     tool: str
-    kind: Kind
+    kind: CallKind
     args_hash: str
     touches: frozenset[str] = frozenset()       # writes
     covers: frozenset[Pattern] = frozenset()    # reads and resolves
@@ -200,22 +199,22 @@ def classify(tools: Mapping[str, Descriptor], name: str, args: Any) -> Call:
     digest = args_hash(args)
     d = tools.get(name)
     if d is None:
-        return Call(name, Kind.WRITE, digest, frozenset({f"tool:{name}"}), why="unknown tool")
+        return Call(name, CallKind.WRITE, digest, frozenset({f"tool:{name}"}), why="unknown tool")
     if not isinstance(args, Mapping):
-        return Call(name, Kind.WRITE, digest, _write_keys(d, {}), why="arguments are not an object")
+        return Call(name, CallKind.WRITE, digest, _write_keys(d, {}), why="arguments are not an object")
     unknown = sorted(set(args) - set(d.params))
     if unknown:
-        return Call(name, Kind.WRITE, digest, _write_keys(d, args), why=f"unrecognised arguments {unknown}")
+        return Call(name, CallKind.WRITE, digest, _write_keys(d, args), why=f"unrecognised arguments {unknown}")
     kind, why = d.kind, ""
     if d.discriminator is not None:
         value = args.get(d.discriminator)
         case = value.strip().lower() if isinstance(value, str) else None
         kind = d.cases.get(case) if case is not None else None
         if kind is None:
-            kind, why = Kind.WRITE, f"unrecognised {d.discriminator} {value!r}"
-    if kind == Kind.WRITE:
+            kind, why = CallKind.WRITE, f"unrecognised {d.discriminator} {value!r}"
+    if kind == CallKind.WRITE:
         return Call(name, kind, digest, _write_keys(d, args), why=why)
-    if kind in (Kind.READ, Kind.RESOLVE):
+    if kind in (CallKind.READ, CallKind.RESOLVE):
         return Call(name, kind, digest, covers=covered(d.covers, args))
     return Call(name, kind, digest)
 
@@ -296,7 +295,7 @@ class Flight:
     """A call that began and has not returned."""
     call: str
     session: str
-    kind: Kind
+    kind: CallKind
     tool: str
     touches: frozenset[str]
     covers: frozenset[Pattern]
@@ -387,7 +386,7 @@ class Ledger:
             session.last = ts
         if phase == "begin":
             self.flights[fact["call"]] = Flight(
-                fact["call"], sid, Kind(fact["kind"]), fact["tool"], frozenset(fact.get("touches", ())),
+                fact["call"], sid, CallKind(fact["kind"]), fact["tool"], frozenset(fact.get("touches", ())),
                 frozenset(Pattern(t, bool(prefix)) for t, prefix in fact.get("covers", ())), position)
             if session is not None:
                 session.calls += 1
@@ -395,7 +394,7 @@ class Ledger:
             self.flights[fact["call"]].effect = fact.get("effect")
         elif phase == "end" and fact.get("call") in self.flights:
             flight = self.flights[fact["call"]]
-            if fact.get("cancelled") and flight.kind == Kind.WRITE and flight.effect and fact.get("acted") is None:
+            if fact.get("cancelled") and flight.kind == CallKind.WRITE and flight.effect and fact.get("acted") is None:
                 flight.cancelled = True          # its effect may still act: settled once it ends
                 return []
             del self.flights[fact["call"]]
@@ -419,7 +418,7 @@ class Ledger:
     def _returned(self, flight: Flight, position: int, ts: float, fact: Mapping[str, Any]) -> list[str]:
         principal = self.principal(flight.session)
         actor = self.actor(principal)
-        if flight.kind == Kind.WRITE:
+        if flight.kind == CallKind.WRITE:
             if fact.get("acted"):
                 for key in flight.touches:
                     self.changes[key] = Change(position, principal[0], ts)
@@ -428,7 +427,7 @@ class Ledger:
                     else:
                         actor.unverified[key] = Debt(flight.tool, flight.began, position)
             return []
-        if flight.kind not in (Kind.READ, Kind.RESOLVE) or not fact.get("ok"):
+        if flight.kind not in (CallKind.READ, CallKind.RESOLVE) or not fact.get("ok"):
             return []
         for p in flight.covers:
             actor.looked[p] = max(actor.looked.get(p, 0), flight.began)
@@ -445,7 +444,7 @@ class Ledger:
     # -- decisions ------------------------------------------------------------------------
 
     def writes_in_flight(self, principal: Principal) -> list[Flight]:
-        return [f for f in self.flights.values() if f.kind == Kind.WRITE and self.principal(f.session) == principal]
+        return [f for f in self.flights.values() if f.kind == CallKind.WRITE and self.principal(f.session) == principal]
 
     def unverified(self, principal: Principal) -> str | None:
         """The principal's unverified writes, said as "tool on resources" (the latest write's tool)."""
@@ -472,7 +471,7 @@ class Ledger:
         if self.writes_in_flight(principal):
             return "another write is in flight; calls running at once may hold at most one write"
         for flight in self.flights.values():
-            if flight.kind != Kind.WRITE:
+            if flight.kind != CallKind.WRITE:
                 continue
             busy = sorted(j for j in flight.touches if any(conflicts(j, k) for k in call.touches))
             if busy:
@@ -605,12 +604,12 @@ class Session:
         self._opened()
         if self.finished:
             return self._block(SESSION_FINISHED, call, "the session called finish; it takes no more calls")
-        reason = self.ledger.write_refusal(self.id, call) if call.kind == Kind.WRITE else None
+        reason = self.ledger.write_refusal(self.id, call) if call.kind == CallKind.WRITE else None
         if reason is not None:
             return self._block(FSM_BLOCKED, call, reason)
         self.calls += 1
         ticket = f"{self.id}#{self.calls}"
-        if call.kind == Kind.USER_INPUT:            # changes nothing: only its end is recorded
+        if call.kind == CallKind.USER_INPUT:            # changes nothing: only its end is recorded
             return Admitted(ticket, call, None)
         data = {"phase": "begin", "session": self.id, "call": ticket, "tool": call.tool, "kind": str(call.kind),
                 "args_hash": call.args_hash, "state_before": str(self.state)}
@@ -636,11 +635,11 @@ class Session:
         call = admitted.call
         data: dict = {"phase": "end", "session": self.id, "call": admitted.ticket, "tool": call.tool,
                       "kind": str(call.kind), "args_hash": call.args_hash, "ok": ok, "state_before": str(self.state)}
-        if call.kind == Kind.WRITE:
+        if call.kind == CallKind.WRITE:
             did = None if cancelled and acted is None else (ok if acted is None else acted)
             data.update(touches=sorted(call.touches), acted=did,
                         self_verified=bool(did) and ok and has_verification(result))
-        elif ok and call.kind in (Kind.READ, Kind.RESOLVE):
+        elif ok and call.kind in (CallKind.READ, CallKind.RESOLVE):
             d = self.tools.get(call.tool)
             found = d.evidence(call, result) if d is not None and d.evidence is not None else \
                 ([(p, None) for p in call.covers] if has_evidence(result) else [])
@@ -658,7 +657,7 @@ class Session:
     # -- the agent's "I'm done" ---------------------------------------------------------
 
     def finish(self, args: Any = None) -> Record | Blocked:
-        call = Call("finish", Kind.USER_INPUT, args_hash(args or {}))
+        call = Call("finish", CallKind.USER_INPUT, args_hash(args or {}))
         return self.store.transact(lambda: self._finish(call))
 
     def _finish(self, call: Call) -> Record | Blocked:
@@ -745,112 +744,3 @@ def has_verification(result: Any) -> bool:
     own code (never by the model) when the result itself proves the change."""
     return isinstance(result, Mapping) and isinstance(result.get("verification"), Mapping) \
         and result["verification"].get("ok") is True
-
-
-# -- Pulse's tools ------------------------------------------------------------------------------------------
-# What each write touches and what verifies it. A `status` or `list_workers` covers every
-# worker it reports; `find_process` is a live lookup of one configured process; a task's
-# creation is read back in the transaction that wrote it, so create_task verifies itself.
-
-def effect_touches(args: Mapping[str, Any]) -> frozenset[str]:
-    """emit_effect: the resource follows the kind (its registry descriptor says which); a kind the
-    registry does not know (the engine's own) touches its target."""
-    return frozenset({registry.resource(str(args.get("kind") or ""), args.get("target"))})
-
-
-def events_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
-    """`events` is about the targets of the events it returned, as of each one's id: a write on R
-    is verified by an event targeting R written after the write began (its own outcome counts),
-    not by an older one."""
-    latest: dict[str, int] = {}
-    for ev in result.get("events", ()) if isinstance(result, Mapping) else ():
-        if ev.get("target") is not None:
-            latest[ev["target"]] = max(latest.get(ev["target"], 0), ev.get("id") or 0)
-    return [(Pattern(f"target:{t}"), at) for t, at in latest.items()]
-
-
-def vitals_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
-    return [(Pattern(f"vital:{key}"), None) for key in (result or {}).get("vitals", {})]
-
-
-def process_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:
-    """find_process is about the process it looked up, found alive or reported dead."""
-    name = result.get("name") if isinstance(result, Mapping) else None
-    return [(Pattern(f"process:{name}"), None)] if name else []
-
-
-def _tool(name: str, kind: Kind, params: Mapping[str, Arg] | None = None, **kw) -> Descriptor:
-    return Descriptor(name=name, kind=kind, params=params or {}, **kw)
-
-
-TOOLS: dict[str, Descriptor] = {d.name: d for d in (
-    # resolve: find what to act on
-    _tool("find_process", Kind.RESOLVE, {"name": Arg("string", "A configured [[process]] name.", required=True)},
-          covers=("process:{name}",), evidence=process_evidence,
-          description="Look up one configured critical process now: its pid, whether it is alive, its command."),
-    _tool("list_workers", Kind.RESOLVE, covers=("worker:*",),
-          description="Pulse's workers (watcher, tick, executor, engine) and their states, live from pulsed."),
-    _tool("list_tasks", Kind.RESOLVE, {"status": Arg("string", "Only tasks in this status.")}, covers=("task:*",),
-          description="Tasks and their states (optionally only one status)."),
-    # read: observe
-    _tool("status", Kind.READ, covers=("worker:*",),
-          description="pulsectl status as JSON: the supervisor and every worker."),
-    _tool("vitals", Kind.READ, {"key": Arg("string", "One vital key, or a prefix ending in *.")},
-          covers=("vital:{key}",), evidence=vitals_evidence,
-          description="The latest sample of each vital key (or of one key, or a prefix ending in *)."),
-    _tool("events", Kind.READ, {
-              "type": Arg("string", "Only events of this type."),
-              "target": Arg("string", "Only events about this target."),
-              "since": Arg("string", "An ISO time or a duration such as 10m."),
-              "limit": Arg("integer", "At most this many, newest last (default 50, at most 500).")},
-          covers=("target:{target}",), evidence=events_evidence,
-          description="Recent events from events.db, optionally of one type, one target, since a time."),
-    _tool("log_tail", Kind.READ, {
-              "worker": Arg("string", "Only this process's lines (pulsed, watcher, tick, ...)."),
-              "lines": Arg("integer", "How many lines (default 50, at most 500).")}, covers=("log:{worker}",),
-          description="The last lines of pulse.log, optionally of one worker."),
-    _tool("effect", Kind.READ, {"id": Arg("string", "The effect id.", required=True)}, covers=("effect:{id}",),
-          description="One effect and its state."),
-    # write: change the host, or Pulse; each waits for its effect's terminal event
-    _tool("restart_process", Kind.WRITE, {"name": Arg("string", "A configured [[process]] name.", required=True)},
-          touches=("process:{name}",),
-          verified_by="find_process of the same name, started after the restart returned",
-          description="Restart a configured critical process with its configured restart command."),
-    _tool("restart_worker", Kind.WRITE, {"name": Arg("string", "watcher, tick, executor or engine.", required=True)},
-          touches=("worker:{name}",),
-          verified_by="status or list_workers, started after the restart returned",
-          description="Restart one of Pulse's workers."),
-    _tool("signal_process", Kind.WRITE, {
-              "name": Arg("string", "A configured [[process]] name.", required=True),
-              "signal": Arg("string", "A signal name such as SIGHUP.", required=True)},
-          touches=("process:{name}",),
-          verified_by="find_process of the same name, started after the signal returned",
-          description="Send a signal to a configured critical process."),
-    _tool("emit_effect", Kind.WRITE, {
-              "kind": Arg("string", "The effect kind.", required=True),
-              "target": Arg("string", "What it acts on."),
-              "params": Arg("object", "The effect's parameters."),
-              "idempotent": Arg("boolean", "Safe to run more than once.")}, touches_fn=effect_touches,
-          verified_by="by kind: find_process for restart-process and signal, status for engine-promote, "
-                      "engine-rollback and restart-worker, "
-                      "events of the same target otherwise; noop and notify verify themselves when acked",
-          description="Queue any effect (checked against the operator's allow-list) and wait for its outcome."),
-    _tool("promote", Kind.WRITE, touches=("worker:engine",),
-          verified_by="status or list_workers, started after the promote returned (the engine reloaded)",
-          description="Merge staging into the engine, gate it, and reload the engine."),
-    _tool("rollback", Kind.WRITE, {"to": Arg("string", "A commit of main to return to.")},
-          touches=("worker:engine",),
-          verified_by="status or list_workers, started after the rollback returned (the engine reloaded)",
-          description="Revert the engine to the previous (or a given) commit and reload it."),
-    _tool("create_task", Kind.WRITE, {
-              "project": Arg("string", "What the task belongs to.", required=True),
-              "title": Arg("string", "One line that says what to do.", required=True),
-              "prompt": Arg("string", "The instructions for the agent that takes it.", required=True),
-              "priority": Arg("integer", "Higher runs first (default 0).")}, touches=("task:*",),
-          verified_by="itself: the task is read back in the transaction that created it (or list_tasks)",
-          description="Add a pending task for an agent."),
-    # user_input: ask a person
-    _tool("ask_operator", Kind.USER_INPUT,
-          {"question": Arg("string", "The question, complete in itself.", required=True)},
-          description="Ask the operator a question and wait for the answer."),
-)}

@@ -106,7 +106,7 @@ class DurableStore:
             gone = facts is not None and not self.alive(facts.pid, facts.started)
             if not (gone or flight.cancelled):
                 continue
-            if flight.kind != gate.Kind.WRITE:
+            if flight.kind != gate.CallKind.WRITE:
                 acted, why, ended = False, "its session is gone", None
             elif (settled := acted_by_outcome(self.conn, flight.effect)) is None:
                 continue

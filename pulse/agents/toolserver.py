@@ -2,7 +2,7 @@
 
 Three layers, each usable without the one above it:
 
-- `PulseTools`: what each tool does (pulse.agents.gate.TOOLS says what kind it is). Reads look at
+- `PulseTools`: what each tool does (pulse.agents.catalogue.TOOLS says what kind it is). Reads look at
   events.db, vitals.db, pulse.log and pulsed's status; writes commit an effect with origin
   `agent` (the executor checks it against [allow]), ring the executor, and return only once
   the effect has its terminal event. create_task writes Pulse's own state (a task-created
@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
-from pulse.agents import gate, tasks
+from pulse.agents import catalogue, gate, tasks
 from pulse.core import client, wire
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
@@ -120,7 +120,7 @@ def input_schema(params: Mapping[str, gate.Arg]) -> dict:
 def tool_description(d: gate.Descriptor) -> str:
     """What the model reads: what the tool does, its kind, and for a write what verifies it."""
     text = f"{d.description} [{d.kind}]"
-    if d.kind == gate.Kind.WRITE:
+    if d.kind == gate.CallKind.WRITE:
         text += f" Verified by: {d.verified_by}."
     return text
 
@@ -132,7 +132,7 @@ FINISH_DESCRIPTION = ("Say the session's work is done. Refused (UNVERIFIED_WRITE
 # -- the tools ---------------------------------------------------------------------------------------------
 
 class PulseTools:
-    """Every tool of gate.TOOLS, on one Pulse home. `run(name, args)` → the result dict, or ToolError."""
+    """Every tool of catalogue.TOOLS, on one Pulse home. `run(name, args)` → the result dict, or ToolError."""
 
     def __init__(self, paths: Paths, config: Config, events, to_thread: Callable[..., Awaitable[Any]],
                  sleep: Callable[[float], Awaitable[None]]):
@@ -144,9 +144,9 @@ class PulseTools:
         """`operator`: how the transport reaches a person for ask_operator, if it can. `acting`: the
         gate's fact to commit with a write's effect (which effect this call's write is)."""
         method = getattr(self, f"tool_{name}", None)
-        if name not in gate.TOOLS or method is None:
+        if name not in catalogue.TOOLS or method is None:
             raise ToolError("NOT_FOUND", f"no tool {name!r}")
-        args = checked_args(name, args, gate.TOOLS[name].params)
+        args = checked_args(name, args, catalogue.TOOLS[name].params)
         token = ACTING.set(acting)      # per task: calls in flight at once each keep their own
         try:
             return await (method(operator=operator, **args) if name == "ask_operator" else method(**args))
@@ -343,7 +343,7 @@ class GatedSession:
                  agent: str = gate.OPERATOR_SHELL, task: str = ""):
         from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
-        self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", gate.TOOLS, clock,
+        self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
                                  agent=agent, task=task, store=DurableStore(tools.events))
         self.gate.open(pid=os.getpid(), started=stamp(os.getpid()))
 
@@ -368,7 +368,7 @@ class GatedSession:
         admitted = self.gate.begin(name, args)
         if isinstance(admitted, gate.Blocked):
             return admitted.error, admitted.text()
-        write = admitted.call.kind == gate.Kind.WRITE
+        write = admitted.call.kind == gate.CallKind.WRITE
         try:
             data = await self.tools.run(name, args, operator, self.acting(admitted) if write else None)
         except ToolError as err:
@@ -429,7 +429,7 @@ def tool_list(allow: Allow | None = None) -> list[tuple[str, str, dict]]:
     """(name, description, input schema) of every tool that can work under `allow` (all of them
     when None), finish last."""
     hidden = unavailable(allow) if allow is not None else {}
-    out = [(name, tool_description(d), input_schema(d.params)) for name, d in gate.TOOLS.items() if name not in hidden]
+    out = [(name, tool_description(d), input_schema(d.params)) for name, d in catalogue.TOOLS.items() if name not in hidden]
     return out + [("finish", FINISH_DESCRIPTION, input_schema(FINISH_PARAMS))]
 
 

@@ -116,7 +116,7 @@ class ProcessStatus(msgspec.Struct):
 
 
 class Status(msgspec.Struct):
-    """`pulsectl status --json`, version 1 (DESIGN §7); engine_commit and processes were added after."""
+    """`pulsectl status --json`, version 1; engine_commit and processes were added after."""
     version: int
     supervisor: SupervisorStatus
     workers: list[WorkerStatus]
@@ -130,7 +130,7 @@ class Reply(msgspec.Struct, omit_defaults=True):
     error: str | None = None
     message: str | None = None
     status: Status | None = None
-    engine_commit: str | None = None   # beside the status document, which stays exactly DESIGN §7's
+    engine_commit: str | None = None   # beside the status document, whose version 1 stays as published
     config: dict[str, Any] | None = None   # GetConfig: the running configuration, as plain data
     events_recorded: int = 0           # pulsed's lifecycle events so far (the last seq) ...
     events_written: int = 0            # ... and how many of them the event writer has committed

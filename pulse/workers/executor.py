@@ -1,4 +1,4 @@
-"""The executor process: claims effects from events.db and carries them out (Execute; DESIGN §4, §7).
+"""The executor process: claims effects from events.db and carries them out (Execute).
 
 The main loop (the harness's: it heartbeats, so nothing here may block it):
   scan      on the doorbell, every executor_scan_interval_ms (the doorbell's fallback: a lost
