@@ -131,3 +131,32 @@ def test_a_promote_or_rollback_the_checks_refuse_is_refused_naming_the_check(pul
     failed = failure(pulsed, "engine-promote")
     assert failed["data"]["reason"] == "refused" and failed["data"]["check"] == "staging"
     assert "nothing to promote" in failed["data"]["error"]
+
+
+def test_archive_and_cleanup_never_touch_the_home(pulsed, tmp_path):
+    """Whoever emits them: the home, a folder inside it and a folder that holds it are refused by an
+    archive, and a cleanup pattern that reaches into the home (through `..` or a link) deletes nothing there."""
+    init_home(pulsed.home)
+    pulsed.start()
+    kept = tmp_path / "kept"
+    for source, says in ((pulsed.home, "is Pulse's home"), (pulsed.home / "logs", "is inside Pulse's home"),
+                         (pulsed.home.parent, "holds Pulse's home")):
+        failed = failure(pulsed, "archive", "--param", f"from={source}", "--param", f"to={kept}",
+                         "--param", "older_than_h=0")
+        assert failed["data"]["reason"] == "refused" and says in failed["data"]["error"], failed["data"]
+    failed = failure(pulsed, "archive", "--param", f"from={tmp_path / 'elsewhere'}",
+                     "--param", f"to={pulsed.home / 'objects' / 'in'}")
+    assert failed["data"]["reason"] == "refused" and "to" in failed["data"]["error"]
+    assert not kept.exists() and (pulsed.home / "events.db").exists() and (pulsed.home / "config.toml").exists()
+
+    (tmp_path / "x").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(pulsed.home)
+    stray = tmp_path / "stray.log"
+    stray.write_text("x")
+    effect_id, out = emit(pulsed, "cleanup", "--param",
+                          f'patterns=["{tmp_path}/x/../home/*.toml", "{link}/logs/*", "{stray}"]')
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    acked = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == effect_id)
+    assert acked["data"]["removed"] == 1 and not stray.exists()
+    assert (pulsed.home / "config.toml").exists() and (pulsed.home / "logs" / "pulse.log").exists()

@@ -107,7 +107,7 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
         adapter = adapters.load_adapter(agent.adapter)
     except Exception as err:          # a third-party adapter may fail to import
         raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
-    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    home = ctx.home
     conn = eventsdb.open_events(home / "events.db", "FULL")
     try:
         try:
@@ -209,7 +209,7 @@ def run_task_add(effect: Effect, ctx: EffectContext) -> dict:
     """A new pending task (params project, title, prompt, priority), created by the effect's origin
     (a rule that hands a failure to an agent). Not idempotent: at most one task per effect."""
     p = effect.params
-    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    home = ctx.home
     conn = eventsdb.open_events(home / "events.db", "FULL")
     try:
         state = tasks.create(conn, p["project"], p["title"], p["prompt"], p.get("priority", 0),

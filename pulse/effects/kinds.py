@@ -113,6 +113,11 @@ class EffectContext:
     def __post_init__(self):
         self.deadline = time.monotonic() + self.timeout_s
 
+    @property
+    def home(self) -> Path:
+        """Pulse's home: objects/ lies in it when no paths were given."""
+        return self.paths.home if self.paths is not None else self.objects.parent
+
 
 def effect_timeout(effect: Effect, default_s: float) -> float:
     """params.timeout_s, at most effect_timeout_s ("one effect may run this long")."""
@@ -378,7 +383,7 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     process = configured_process(ctx.config, effect.target)
     if not process.restart:
         raise EffectFailed("bad-params", f"[[process]] {process.name!r} has no restart argv")
-    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    home = ctx.home
     stopped = stop_process(process, ctx, home)
     log_path = process_log(home, process.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -206,7 +206,8 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name",
          resource="worker:{target}"),
     Kind("archive", "Moves files older than older_than_h from one directory to another, keeping their "
-         "relative paths.", ArchiveParams, lambda e, ctx: repairs.archive(e.params), False, repairs=Repair.HOST),
+         "relative paths. Never the home, a folder inside it, or one that holds it.", ArchiveParams,
+         lambda e, ctx: repairs.archive(e.params, ctx.home), False, repairs=Repair.HOST),
     Kind("cleanup", "Deletes files matching absolute globs (never inside the home), and collects old "
          "vitals and unreferenced objects.",
          CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True, repairs=Repair.HOST),

@@ -15,6 +15,7 @@ what happened.
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import time
 from pathlib import Path
@@ -33,10 +34,28 @@ if TYPE_CHECKING:
 PULSED_ANSWER_S = 3.0
 
 
-def archive(params: dict, now: float | None = None) -> dict:
+def home_overlap(path: Path, home: Path) -> str | None:
+    """How `path` (symlinks and `..` resolved) meets Pulse's home, or None if it does not: the home
+    itself, a path inside it, or a folder that holds it. Whoever emits an archive or a cleanup, the
+    home (events.db, the engine, the token) is never moved or deleted by one."""
+    real, home = Path(os.path.realpath(path)), Path(os.path.realpath(home))
+    if real == home:
+        return "is Pulse's home"
+    if home in real.parents:
+        return "is inside Pulse's home"
+    if real in home.parents:
+        return "holds Pulse's home"
+    return None
+
+
+def archive(params: dict, home: Path, now: float | None = None) -> dict:
     """Move files under `from` older than `older_than_h` into `to`, keeping their relative paths.
-    Both are absolute: registry.ArchiveParams checks them before the effect is claimed."""
+    Both are absolute: registry.ArchiveParams checks them before the effect is claimed. Neither
+    may meet the home (home_overlap): refused, nothing moved."""
     source, dest = Path(params["from"]), Path(params["to"])
+    for field, path in (("from", source), ("to", dest)):
+        if problem := home_overlap(path, home):
+            raise EffectFailed("refused", f"archive {field} {str(path)!r} {problem}; it is never archived")
     cutoff = (time.time() if now is None else now) - float(params.get("older_than_h", 72)) * 3600
     moved = size = 0
     try:
@@ -61,7 +80,7 @@ def cleanup(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
         for pattern in params.get("patterns", []):
             for name in glob.glob(pattern, recursive=True):
                 path = Path(name)
-                if path.is_file() and not path.is_symlink() and paths.home not in path.parents:
+                if path.is_file() and not path.is_symlink() and not home_overlap(path, paths.home):
                     size += path.stat().st_size
                     path.unlink()
                     removed += 1

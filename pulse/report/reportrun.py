@@ -216,7 +216,7 @@ class ReportParams(msgspec.Struct):
 
 
 def reports_dir(ctx: EffectContext) -> Path:
-    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    home = ctx.home
     return Path(ctx.config.report.dir) if ctx.config.report.dir else home / "reports"
 
 
@@ -251,7 +251,7 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
     except ValueError as err:
         raise EffectFailed("bad-params", str(err)) from None
     agent = chosen_agent(ctx.config, params.analyst)
-    home = ctx.paths.home if ctx.paths is not None else ctx.objects.parent
+    home = ctx.home
     conn = connection.open_readonly(home / "events.db")
     try:
         analysis, events, notes = make_report(
