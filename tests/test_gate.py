@@ -573,3 +573,25 @@ def test_the_durable_store_commits_each_fact_with_its_decision_and_refolds_after
     other.open()                                                               # its first decision folds them
     assert other.state == State.VERIFYING                                      # the same agent: the same debt
     conn.close()
+
+
+def test_blocked_calls_past_the_budget_are_counted_not_recorded():
+    """A model retrying a refused write cannot fill events.db: per agent and task, at most
+    block_budget blocks a minute are recorded (two facts each); the rest are counted, and the count
+    rides on the session's next fact; a minute later, blocks are recorded again."""
+    clock = Clock()
+    s = gate.Session("s1", catalogue.TOOLS, clock=clock, agent="a", task="t", block_budget=5)
+    recorded = []
+    for _ in range(50):
+        blocked = s.begin("restart_process", {"name": "gw"})
+        assert blocked.code == FSM_BLOCKED            # every call is still refused, recorded or not
+        recorded += blocked.records
+    assert len([r for r in recorded if r.type == "gate-blocked"]) == 5 and len(recorded) == 10
+    other = gate.Session("s2", catalogue.TOOLS, clock=clock, agent="a", task="t", store=s.store, block_budget=5)
+    assert other.begin("restart_process", {"name": "gw"}).records == ()    # the budget is the agent's, host-wide
+    admitted = s.begin("find_process", {"name": "gw"})
+    assert admitted.record.data["blocks_not_recorded"] == 45              # told once, on the next fact
+    s.end(admitted, True, {"name": "gw", "alive": True})
+    clock.t += gate.BLOCK_WINDOW_S + 1
+    assert len(other.begin("poke", {}).records) == 2 and other.uncounted_blocks == 0
+    assert other.begin("poke", {}).records[1].data.get("blocks_not_recorded") is None

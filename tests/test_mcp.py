@@ -19,7 +19,7 @@ import threading
 import psutil
 import pytest
 
-from support import PULSECTL, wait_for
+from support import PULSECTL, init_home, wait_for
 
 pytest.importorskip("mcp")
 
@@ -355,6 +355,48 @@ def test_finish_is_terminal_and_arguments_are_bounded_through_the_real_client(ho
     assert len(json.dumps(oversized[0]["data"])) < 1024            # a hash and a preview, never the argument
 
 
+def logical_bytes(home) -> int:
+    """What the events in events.db hold, column by column: the growth a caller can cause."""
+    import sqlite3
+    conn = sqlite3.connect(f"file:{home / 'events.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT COALESCE(SUM(LENGTH(type) + LENGTH(source) + COALESCE(LENGTH(target), 0)"
+                            " + LENGTH(data) + 24), 0) FROM events").fetchone()[0]
+    finally:
+        conn.close()
+
+
+BLOCK_STORM = 10_000
+STORM_BOUND = 64 * 1024     # 30 recorded blocks of ~1 KB, the huge names' facts, the session's own
+
+
+def test_a_huge_tool_name_and_a_storm_of_blocked_calls_are_bounded(pulsed):
+    """Five calls with a 4 MB tool name and 10,000 blocked writes, through the real client, add
+    at most STORM_BOUND bytes to events.db (they added 66 MB and 11.4 MB before)."""
+    init_home(pulsed.home)
+    pulsed.start()
+    before = logical_bytes(pulsed.home)
+
+    async def storm():
+        async with client(pulsed.home) as c:
+            names = [await c.call_tool("x" * (4 * 1024 * 1024), {}) for _ in range(5)]
+            write = {"kind": "noop", "target": "t"}
+            blocked = [await c.call_tool("emit_effect", write) for _ in range(BLOCK_STORM)]
+            looked = await c.call_tool("status", {})
+            return names, blocked, looked
+    names, blocked, looked = asyncio.run(asyncio.wait_for(storm(), 300))
+    assert all(r.is_error or code(r) for r in names)
+    assert {code(r) for r in blocked} == {"FSM_BLOCKED"}
+    grown = logical_bytes(pulsed.home) - before
+    print(f"\n{BLOCK_STORM} blocked calls and five 4 MB tool names grew events.db by {grown} bytes")
+    assert grown < STORM_BOUND
+    recorded = [e for e in pulsed.events("gate-blocked")]
+    assert 0 < len(recorded) <= 30
+    told = sum(e["data"].get("blocks_not_recorded", 0) for e in pulsed.events("gate-call"))
+    assert told + len([e for e in pulsed.events("gate-call") if e["data"].get("phase") == "blocked"]) \
+        >= BLOCK_STORM + 5 - 30      # every block is recorded or counted (the last few may ride on no fact)
+
+
 # -- the gate across sessions, restarts and agent runs --------------------------------------------------------
 
 def client(home, agent: str | None = None):
@@ -363,6 +405,8 @@ def client(home, agent: str | None = None):
 
 
 NAP = {"kind": "exec", "target": "napper", "params": {"argv": ["sleep", "1.5"]}}
+# Long enough that a second session, started on a loaded machine, still finds it running.
+LONG_NAP = {"kind": "exec", "target": "napper", "params": {"argv": ["sleep", "5"]}}
 
 
 def facts(host, phase: str) -> list[dict]:
@@ -395,7 +439,7 @@ def test_a_server_killed_between_write_began_and_returned_leaves_the_write_to_ve
         try:
             async with client(host.home) as c:
                 await c.call_tool("events", {"target": "napper"})
-                call = asyncio.ensure_future(c.call_tool("emit_effect", NAP))
+                call = asyncio.ensure_future(c.call_tool("emit_effect", LONG_NAP))
                 acting = await asyncio.to_thread(wait_for, lambda: facts(host, "acting"), 20, what="the write's effect")
                 server = next(f["pid"] for f in facts(host, "open") if f["session"] == acting[0]["session"])
                 os.kill(server, 9)
@@ -404,7 +448,7 @@ def test_a_server_killed_between_write_began_and_returned_leaves_the_write_to_ve
             pass                                                       # however the client ends
         async with client(host.home) as c:
             in_flight = await c.call_tool("finish", {"summary": "done"})
-            blocked = await c.call_tool("emit_effect", NAP)
+            blocked = await c.call_tool("emit_effect", LONG_NAP)
             await asyncio.to_thread(wait_for, lambda: host.events("effect-acked", "napper"), 20,
                                     what="the nap's effect acked")
             owed = await c.call_tool("finish", {"summary": "done"})

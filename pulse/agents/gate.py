@@ -39,6 +39,7 @@ Pure: no I/O and no clock but the one passed in.
 
 from __future__ import annotations
 
+import collections
 import enum
 import hashlib
 import json
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
 RECOVERY_TTL_S = 600.0
+BLOCK_WINDOW_S = 60.0       # blocked calls are recorded one by one up to a budget per agent and task in this window
 FSM_BLOCKED = "FSM_BLOCKED"
 UNVERIFIED_WRITE = "UNVERIFIED_WRITE"
 SESSION_FINISHED = "SESSION_FINISHED"
@@ -236,14 +238,15 @@ class Record:
 @dataclass(frozen=True)
 class Blocked:
     """A refused call: `error` is what the model gets back. It is still a call, so it is
-    recorded twice: a gate-call (ok false, blocked) and the gate-blocked with the reason."""
+    recorded twice: a gate-call (ok false, blocked) and the gate-blocked with the reason; past
+    the agent's budget of recorded blocks (Session.block_budget), only counted (no record)."""
     error: dict
-    call_record: Record
-    record: Record                 # the gate-blocked
+    call_record: Record | None
+    record: Record | None          # the gate-blocked
 
     @property
-    def records(self) -> tuple[Record, Record]:
-        return self.call_record, self.record
+    def records(self) -> tuple[Record, ...]:
+        return tuple(r for r in (self.call_record, self.record) if r is not None)
 
     @property
     def code(self) -> str:
@@ -360,6 +363,14 @@ class Ledger:
         self.actors: dict[Principal, Actor] = {}
         self.flights: dict[str, Flight] = {}
         self.changes: dict[str, Change] = {}
+        self.blocks: dict[Principal, collections.deque[float]] = {}   # when its recorded blocks were
+
+    def recorded_blocks(self, principal: Principal, since: float) -> int:
+        """How many of the principal's blocked calls were recorded since `since` (host-wide)."""
+        times = self.blocks.get(principal)
+        while times and times[0] < since:
+            times.popleft()
+        return len(times) if times else 0
 
     def principal(self, session: str) -> Principal:
         s = self.sessions.get(session)
@@ -405,6 +416,7 @@ class Ledger:
                                   {"acted": fact.get("acted")})
         elif phase == "blocked" and session is not None:
             session.blocked += 1
+            self.blocks.setdefault((session.agent, session.task), collections.deque()).append(ts)
         elif phase == "finish" and session is not None:
             session.finished = True
         elif phase == "reset":
@@ -555,7 +567,7 @@ class Session:
 
     def __init__(self, session_id: str, tools: Mapping[str, Descriptor], clock: Callable[[], float] = time.time,
                  recovery_ttl_s: float = RECOVERY_TTL_S, agent: str | None = None, task: str = "",
-                 store: Any = None):
+                 store: Any = None, block_budget: int = 30):
         check_registry(tools)
         self.id = session_id
         self.tools = tools
@@ -565,6 +577,11 @@ class Session:
         self.store = store if store is not None else MemoryStore(clock)
         self.calls = 0
         self.blocked = 0                            # this process's count; the ledger keeps the session's
+        # At most block_budget blocked calls of this agent and task are recorded per BLOCK_WINDOW_S,
+        # host-wide; the rest are counted here and the count rides on this session's next fact, so a
+        # model that keeps calling a refused tool cannot fill events.db.
+        self.block_budget = block_budget
+        self.uncounted_blocks = 0
         self.recoveries: dict[tuple[str, str], Recovery] = {}
 
     @property
@@ -612,7 +629,7 @@ class Session:
         if call.kind == CallKind.USER_INPUT:            # changes nothing: only its end is recorded
             return Admitted(ticket, call, None)
         data = {"phase": "begin", "session": self.id, "call": ticket, "tool": call.tool, "kind": str(call.kind),
-                "args_hash": call.args_hash, "state_before": str(self.state)}
+                "args_hash": call.args_hash, "state_before": str(self.state), **self._coalesced()}
         if call.touches:
             data["touches"] = sorted(call.touches)
         if call.covers:
@@ -667,7 +684,8 @@ class Session:
         reason = self.ledger.finish_refusal(self.id)
         if reason is not None:
             return self._block(UNVERIFIED_WRITE, call, reason)
-        data = {"phase": "finish", "session": self.id, "tool": "finish", "kind": "finish", "ok": True}
+        data = {"phase": "finish", "session": self.id, "tool": "finish", "kind": "finish", "ok": True,
+                **self._coalesced()}
         if recovered := self._recovered(call):
             data["recovered"] = recovered
         return Record("gate-call", data)
@@ -698,9 +716,35 @@ class Session:
                 "blocked_total": self.blocked, "attempts": recovery.attempts}
         if call.why:
             data["classified"] = call.why
+        if self._over_block_budget():
+            self.uncounted_blocks += 1
+            return Blocked(error, None, None)
+        data.update(self._coalesced())
         as_call = {"phase": "blocked", "session": self.id, "tool": call.tool, "kind": kind,
                    "args_hash": call.args_hash, "ok": False, "blocked": code, "state_before": state, "state": state}
         return Blocked(error, Record("gate-call", as_call), Record("gate-blocked", data))
+
+    def oversized(self, tool: str, args_hash: str, size: int, preview: str) -> Record | None:
+        """A call too large to classify (INVALID_INPUT): recorded by hash and a preview, within the
+        budget of recorded blocks; past it, counted."""
+        return self.store.transact(lambda: self._oversized(tool, args_hash, size, preview))
+
+    def _oversized(self, tool: str, args_hash: str, size: int, preview: str) -> Record | None:
+        self._opened()
+        if self._over_block_budget():
+            self.uncounted_blocks += 1
+            return None
+        return Record("gate-call", {"phase": "blocked", "session": self.id, "tool": tool, "ok": False,
+                                    "blocked": "INVALID_INPUT", "args_hash": args_hash, "args_bytes": size,
+                                    "preview": preview, **self._coalesced()})
+
+    def _over_block_budget(self) -> bool:
+        return self.ledger.recorded_blocks(self.principal, self.clock() - BLOCK_WINDOW_S) >= self.block_budget
+
+    def _coalesced(self) -> dict:
+        """The blocked calls counted but not recorded since this session's last fact, once."""
+        n, self.uncounted_blocks = self.uncounted_blocks, 0
+        return {"blocks_not_recorded": n} if n else {}
 
     def _expire(self) -> None:
         now = self.clock()

@@ -22,6 +22,7 @@ calls in flight at once really are concurrent (the gate's batch rule sees them t
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import os
 import sys
@@ -75,6 +76,16 @@ _JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool}
 
 
 PREVIEW_CHARS = 200
+TOOL_NAME_BYTES = 64       # a longer tool name is none of ours: it is recorded as its head and a hash
+
+
+def bounded_tool_name(name: Any) -> str:
+    """The tool name as the gate records it: Pulse's own names are short; any other is cut to its
+    first characters and a hash of the whole, so a 4 MB name costs events.db a few dozen bytes."""
+    name = name if isinstance(name, str) else repr(name)
+    if len(name.encode()) <= TOOL_NAME_BYTES:
+        return name
+    return f"{name[:24]}…#{hashlib.sha256(name.encode(errors='replace')).hexdigest()[:16]}"
 
 
 def oversized(args: Any, limits: GateLimits) -> str | None:
@@ -344,7 +355,8 @@ class GatedSession:
         from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
         self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
-                                 agent=agent, task=task, store=DurableStore(tools.events))
+                                 agent=agent, task=task, store=DurableStore(tools.events),
+                                 block_budget=tools.config.gate.blocks_per_min)
         self.gate.open(pid=os.getpid(), started=stamp(os.getpid()))
 
     def record(self, *records: gate.Record) -> None:
@@ -355,12 +367,11 @@ class GatedSession:
         """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
         or {"ok": false, "error": {"code": ..., ...}}; a block's code leads its text."""
         args = args if args is not None else {}
+        name = bounded_tool_name(name)
         too_big = oversized(args, self.tools.config.gate)
         if too_big is not None:     # recorded by hash and a preview: a call never grows events.db by its size
             encoded = json.dumps(args, default=str)
-            self.record(gate.Record("gate-call", {"session": self.gate.id, "tool": name, "ok": False,
-                                                  "blocked": "INVALID_INPUT", "args_hash": gate.args_hash(args),
-                                                  "args_bytes": len(encoded), "preview": encoded[:PREVIEW_CHARS]}))
+            self.gate.oversized(name, gate.args_hash(args), len(encoded), encoded[:PREVIEW_CHARS])
             err = ToolError("INVALID_INPUT", too_big)
             return err.envelope(), f"{err.code}: {err.message}"
         if name == "finish":

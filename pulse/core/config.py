@@ -262,6 +262,9 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The agent's safety gate (`pulsectl mcp`): how large a call may be."""
     max_string_bytes: int = 4 * 1024          # any one string argument; larger: INVALID_INPUT
     max_call_bytes: int = 64 * 1024           # all of one call's arguments, as JSON
+    # blocked calls of one agent and task recorded per minute, host-wide; more are only counted (the
+    # count rides on the session's next fact), so a model retrying a refused call cannot fill events.db
+    blocks_per_min: int = 30
 
 
 class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -556,6 +559,8 @@ def validate(config: Config, origin: str) -> Config:
     validate_web(config.web, origin)
     if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
+    if config.gate.blocks_per_min < 1:
+        raise ConfigError(f"{origin}: $.gate.blocks_per_min must be at least 1")
     if config.pulse.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", config.pulse.name):
         raise ConfigError(f"{origin}: $.pulse.name: 1 to 64 letters, digits and _ . @ - (not starting with a symbol)")
     if config.engine.address_space_mb < 0:
