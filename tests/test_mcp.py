@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -586,3 +587,77 @@ def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, t
     finally:
         for p in sleepers():
             tracker.add(p.pid)
+
+
+# -- in flight is the effect's, not the session's ------------------------------------------------------------
+
+def test_a_frozen_session_holds_its_resource_no_longer_than_its_effect_runs(napper_host):
+    """SIGSTOP a `pulsectl mcp` with a write in flight: its effect acks, and another agent's write on
+    that resource passes once the effect has ended (it was refused until SIGCONT before)."""
+    host = napper_host
+
+    async def frozen():
+        async with client(host.home, "alice") as a, client(host.home, "bob") as b:
+            await a.call_tool("events", {"target": "napper"})
+            call = asyncio.ensure_future(a.call_tool("emit_effect", NAP))
+            acting = await asyncio.to_thread(wait_for, lambda: facts(host, "acting"), 20, what="alice's effect")
+            alice = next(f["pid"] for f in facts(host, "open") if f["session"] == acting[0]["session"])
+            os.kill(alice, signal.SIGSTOP)
+            try:
+                await asyncio.to_thread(wait_for, lambda: host.events("effect-acked", "napper"), 20,
+                                        what="alice's effect acked while she is frozen")
+                await b.call_tool("events", {"target": "napper"})
+                passed = None
+                for _ in range(100):                     # within OUTCOME_GRACE_S of the ack, not at SIGCONT
+                    result = await b.call_tool("emit_effect", {"kind": "noop", "target": "napper"})
+                    if code(result) != "FSM_BLOCKED":
+                        passed = result
+                        break
+                    await b.call_tool("events", {"target": "napper"})
+                    await asyncio.sleep(0.1)
+                return passed, [f for f in facts(host, "settle") if f["session"] == acting[0]["session"]]
+            finally:
+                os.kill(alice, signal.SIGCONT)
+                await asyncio.gather(call, return_exceptions=True)
+    passed, settled = asyncio.run(asyncio.wait_for(frozen(), 120))
+    assert passed is not None and not passed.is_error, passed
+    assert len(settled) == 1 and settled[0]["acted"] is True
+    assert settled[0]["why"].startswith("effect ended, its session silent")
+
+
+# The write tool waits effect_deadline_s + effect_timeout_s + 5 s (8 s here) for the run's outcome; the
+# run takes 12 s. No pending-tasks sensed: no rule hands the task out besides the agents' writes.
+AGENT_RUN_LONG = ('[timings]\neffect_deadline_s = 2\neffect_timeout_s = 1\n'
+                  '[tick]\nsense = ["system-resource", "process-alive:*"]\n'
+                  '[[agent]]\nname = "slow"\nargv = ["sleep", "12"]\ntimeout_s = 60\nmcp = false\n')
+
+
+def test_an_agent_run_longer_than_the_tools_wait_stays_in_flight(pulsed):
+    """The write tool gives up waiting (STILL_RUNNING); the agent-run goes on, and so does its write:
+    another agent's write on that task is refused until the run has ended, then passes."""
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(AGENT_RUN_LONG)
+    pulsed.start()
+    task = pulsed.ctl("task", "add", "--project", "p", "--title", "nap", "--prompt", "sleep").stdout.split()[0]
+    run = {"kind": "agent-run", "target": task, "params": {"agent": "slow"}}
+
+    async def overlap():
+        async with client(pulsed.home, "alice") as a, client(pulsed.home, "bob") as b:
+            await a.call_tool("list_tasks", {})
+            first = await a.call_tool("emit_effect", run)                 # returns after 8 s; the run takes 12
+            await b.call_tool("list_tasks", {})
+            during = await b.call_tool("emit_effect", {**run, "target": None, "params": {"task_id": task}})
+            await asyncio.to_thread(wait_for, lambda: pulsed.events("task-acked", task), 30, what="the run's end")
+            after = None
+            for _ in range(100):
+                await b.call_tool("list_tasks", {})
+                after = await b.call_tool("emit_effect", run)           # admitted; the executor refuses it
+                if code(after) != "FSM_BLOCKED":
+                    break
+                await asyncio.sleep(0.1)
+            return first, during, after
+    first, during, after = asyncio.run(asyncio.wait_for(overlap(), 120))
+    assert code(first) == "STILL_RUNNING", envelope(first)
+    assert code(during) == "FSM_BLOCKED" and "being changed by" in envelope(during)["error"]["reason"], envelope(during)
+    assert code(after) != "FSM_BLOCKED", envelope(after)
+    assert len([e for e in pulsed.events("task-executing") if e["target"] == task]) == 1    # one run, not two

@@ -134,3 +134,13 @@ def test_no_set_of_kind_names_is_written_outside_the_registry():
     # The one allowed: [allow]'s default is configuration (the operator replaces it), and core,
     # which pulsed loads, cannot import the registry.
     assert found == {"core/config.py": [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]}
+
+
+def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_must_agree():
+    """The gate keys an agent-run write on the task the executor will run, whichever field names it."""
+    assert registry.resource("agent-run", "task-3") == registry.resource("agent-run", None, {"task_id": 3}) \
+        == registry.resource("agent-run", "3", {"task_id": "task-3"}) == "task:task-3"
+    both = wire.Effect(kind="agent-run", target="task-1", params={"task_id": "task-2"})
+    assert "name different tasks" in registry.params_problem(both)
+    assert registry.params_problem(wire.Effect(kind="agent-run", target="task-1", params={"task_id": 1})) is None
+    assert registry.resource("agent-run", "task-1", {"task_id": "task-2"}) == "task:*"    # refused anyway

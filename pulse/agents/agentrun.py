@@ -75,11 +75,19 @@ def configured_agent(config: ExecutorConfig, name: object) -> Agent:
     raise EffectFailed("bad-params", f"{name!r} is not a configured [[agent]]")
 
 
+def run_subject(effect: Effect) -> str | None:
+    """The task an agent-run acts on: params.task_id, else its target. Both set, they must name the
+    same task (ValueError): the gate keys the write on one, and the executor must not act on another."""
+    named = {tasks.parse_task_id(str(x)) for x in (effect.params.get("task_id"), effect.target) if x not in (None, "")}
+    if len(named) > 1:
+        raise ValueError(f"its target {effect.target!r} and params.task_id {effect.params.get('task_id')!r} "
+                         "name different tasks")
+    return named.pop() if named else None
+
+
 def _task_param(effect: Effect) -> str:
-    from pulse.agents.tasks import parse_task_id
-    raw = effect.params.get("task_id", effect.target)
     try:
-        return parse_task_id(str(raw)) if raw is not None else ""
+        return run_subject(effect) or ""
     except ValueError:
         return ""
 
@@ -256,7 +264,8 @@ AGENT_RUN = Kind(
     "agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
     "once; the task is acked or failed with the agent's result.",
     AgentRunParams, run_agent, False, "the task id", admit=SLOTS.admit,
-    release=SLOTS.release, settle_orphan=settle_interrupted, starts_process=True)
+    release=SLOTS.release, settle_orphan=settle_interrupted, starts_process=True,
+    resource="task:{target}", subject=run_subject)
 TASK_ADD = Kind(
     "task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "
     "the assignment rule hands it out like any other.",

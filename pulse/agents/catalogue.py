@@ -17,7 +17,9 @@ from pulse.effects import registry
 def effect_touches(args: Mapping[str, Any]) -> frozenset[str]:
     """emit_effect: the resource follows the kind (its registry descriptor says which); a kind the
     registry does not know (the engine's own) touches its target."""
-    return frozenset({registry.resource(str(args.get("kind") or ""), args.get("target"))})
+    params = args.get("params")
+    return frozenset({registry.resource(str(args.get("kind") or ""), args.get("target"),
+                                        params if isinstance(params, Mapping) else None)})
 
 
 def events_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]]:

@@ -9,14 +9,17 @@ two sessions cannot both pass, and a session that restarts forgets nothing.
 Before deciding it settles the writes nobody will end: a write whose session's process is gone,
 or that its client cancelled, is settled from its effect's outcome (acked, or failed after it
 started: it acted; expired, refused, failed before it started, or no effect committed: it never
-did). A write whose effect is still open stays in flight: it may yet act.
+did). A write whose effect is still open stays in flight, however long its tool waited: it may
+yet act. In flight is the effect's, not the session's: once a write's effect has ended, it is
+settled within OUTCOME_GRACE_S even if its session lives on and never says so (frozen with
+SIGSTOP, or stopped waiting), so no session holds a resource past its effect.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from pulse.agents import gate
 from pulse.core.states import EFFECT_OPEN, EffectState
@@ -24,6 +27,16 @@ from pulse.core.wire import now_event
 from pulse.store import connection, effectqueue, eventsdb
 
 NOT_ACTED = ("not-allowed", "deadline", "interrupted-before-start")   # an effect that ended so never ran
+# A live session ends its own write as soon as it reads the outcome (milliseconds); past this, the
+# outcome settles the write for it.
+OUTCOME_GRACE_S = 2.0
+
+
+class Settled(NamedTuple):
+    acted: bool
+    why: str
+    ended: int | None           # the id of the event that ended the effect
+    ended_ts: float | None
 
 
 def process_alive(pid: int | None, started: float | None) -> bool:
@@ -37,22 +50,22 @@ def process_alive(pid: int | None, started: float | None) -> bool:
         return False
 
 
-def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> tuple[bool, str, int | None] | None:
-    """Whether a write's effect acted, why we think so, and the id of the event that ended it;
-    None while it may still act."""
+def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> Settled | None:
+    """Whether a write's effect acted, why we think so, and the event that ended it; None while
+    it may still act."""
     if effect_id is None:
-        return False, "it committed no effect", None
+        return Settled(False, "it committed no effect", None, None)
     state = effectqueue.effect_state(conn, effect_id)
     if state in EFFECT_OPEN:
         return None
     end = eventsdb.effect_end(conn, effect_id)
     reason = (end.data.get("reason") if end else None) or ""
-    ended = end.id if end else None
+    ended, ended_ts = (end.id, end.ts) if end else (None, None)
     if state == EffectState.ACKED:
-        return True, f"its effect {effect_id} was acked", ended
+        return Settled(True, f"its effect {effect_id} was acked", ended, ended_ts)
     if state == EffectState.EXPIRED or reason in NOT_ACTED:
-        return False, f"its effect {effect_id} ended {state} ({reason or 'never run'})", ended
-    return True, f"its effect {effect_id} failed after it started", ended
+        return Settled(False, f"its effect {effect_id} ended {state} ({reason or 'never run'})", ended, ended_ts)
+    return Settled(True, f"its effect {effect_id} failed after it started", ended, ended_ts)
 
 
 class DurableStore:
@@ -98,25 +111,35 @@ class DurableStore:
         if ev.id != position:
             raise RuntimeError(f"gate fact got id {ev.id}, folded at {position}")
 
-    def settlements(self) -> list[gate.Record]:
-        """Settle facts for the calls in flight that nobody will end."""
+    def settlements(self, now: float | None = None) -> list[gate.Record]:
+        """Settle facts for the calls in flight that nobody will end: a gone session's, a cancelled
+        write's once its effect ended, and any write whose effect ended OUTCOME_GRACE_S ago."""
+        now = time.time() if now is None else now
         out = []
         for flight in list(self.ledger.flights.values()):
             facts = self.ledger.sessions.get(flight.session)
             gone = facts is not None and not self.alive(facts.pid, facts.started)
-            if not (gone or flight.cancelled):
-                continue
             if flight.kind != gate.CallKind.WRITE:
-                acted, why, ended = False, "its session is gone", None
-            elif (settled := acted_by_outcome(self.conn, flight.effect)) is None:
+                if gone or flight.cancelled:
+                    out.append(settle_fact(flight, Settled(False, "its session is gone", None, None), "session gone: "))
                 continue
-            else:
-                acted, why, ended = settled
-            out.append(gate.Record("gate-call", {
-                "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
-                "kind": str(flight.kind), "acted": acted, "effect": flight.effect, "ended": ended,
-                "why": ("cancelled: " if flight.cancelled else "session gone: ") + why}))
+            if not (gone or flight.cancelled or flight.effect):
+                continue                     # a live session's write that has committed no effect yet
+            settled = acted_by_outcome(self.conn, flight.effect)
+            if settled is None:
+                continue                     # its effect may still act: in flight, whoever waits for it
+            if flight.cancelled or gone:
+                out.append(settle_fact(flight, settled, "cancelled: " if flight.cancelled else "session gone: "))
+            elif settled.ended_ts is not None and now - settled.ended_ts >= OUTCOME_GRACE_S:
+                out.append(settle_fact(flight, settled, "effect ended, its session silent: "))
         return out
+
+
+def settle_fact(flight: gate.Flight, settled: Settled, how: str) -> gate.Record:
+    return gate.Record("gate-call", {
+        "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
+        "kind": str(flight.kind), "acted": settled.acted, "effect": flight.effect, "ended": settled.ended,
+        "why": how + settled.why})
 
 
 def stamp(pid: int) -> float | None:

@@ -40,6 +40,9 @@ from pulse.effects import registry
 from pulse.store import connection, effectqueue, eventsdb, vitalsdb
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
+# The tool stopped waiting, the effect did not: its write is not ended by the session but settled by
+# the effect's outcome (pulse.agents.gatestore), so it holds its resource exactly as long as it runs.
+STILL_RUNNING = "STILL_RUNNING"
 POLL_S = 0.02
 LIST_LIMIT = 200
 # The effect kind each write tool commits, said once: the tool commits it, and is offered only when
@@ -295,7 +298,8 @@ class PulseTools:
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
         while (state := effectqueue.effect_state(self.events, effect.id)) in EFFECT_OPEN:
             if time.monotonic() >= give_up:
-                raise ToolError("EXECUTION_FAILED", f"effect {effect.id} still {state}; its outcome is unknown",
+                raise ToolError(STILL_RUNNING, f"effect {effect.id} ({effect.kind}) is still {state}: the write stays "
+                                f"in flight until it ends; once it has, read what it changed to verify it",
                                 acted=True, effect_id=effect.id)
             await self.sleep(POLL_S)
         outcome = self._outcome(effect.id, mark)
@@ -383,7 +387,8 @@ class GatedSession:
         try:
             data = await self.tools.run(name, args, operator, self.acting(admitted) if write else None)
         except ToolError as err:
-            self.gate.end(admitted, False, None, err.acted)
+            if err.code != STILL_RUNNING:
+                self.gate.end(admitted, False, None, err.acted)
             return err.envelope(), f"{err.code}: {err.message}\n{json.dumps(err.envelope(), default=str)}"
         except Exception as err:   # a bug here must not leave the call in flight, or hide a write that acted
             self.gate.end(admitted, False, None, acted=write)

@@ -89,6 +89,11 @@ def gate_reset(ctx: Context, session: str | None, agent: str | None, keep_progre
     for p in sorted(before):
         state, unverified = before[p]
         what = f"forgot unverified {', '.join(unverified)}" if unverified else "no unverified write"
+        flying = [f for f in ledger.flights.values() if ledger.principal(f.session) == p and f.kind == gate.CallKind.WRITE]
+        if flying:      # a reset cannot end an effect: its write holds the resource until the effect ends
+            what += "; still in flight: " + ", ".join(
+                f"{f.tool} on {', '.join(sorted(f.touches))} (effect {f.effect or 'not yet committed'}, released when it ends)"
+                for f in flying)
         click.echo(f"{p[0]}{f' task {p[1]}' if p[1] else ''}: {state} → {ledger.state(p)} ({what})")
     if not principals:
         click.echo(f"{agent}: nothing to reset (it has made no call)")

@@ -169,6 +169,10 @@ class Kind:
     # What others need to know of the kind:
     repairs: Repair | None = None    # it puts right a fault: survival's effects of it are its repairs (the report)
     resource: str = TARGET_RESOURCE  # what it changes, as the gate names resources ({target}: its target, or *)
+    # What the effect acts on, where its params may name it too (agent-run: the task): the resource is
+    # named from it, and an effect whose target and params name two things is refused (a ValueError
+    # here: bad-params), so the gate and the executor never act on different ones.
+    subject: Callable[[Effect], str | None] | None = None
     ack_verifies: bool = False       # its ack is the whole change: nothing for a later read to verify (the gate)
     tells_operator: bool = False     # it tells a person something: the tick remembers when each rule last did
 
@@ -247,10 +251,17 @@ def repair_kinds(what: Repair | None = None) -> frozenset[str]:
     return frozenset(k.name for k in all_kinds().values() if k.repairs is not None and (what is None or k.repairs == what))
 
 
-def resource(kind: str, target: str | None) -> str:
-    """What an effect of `kind` on `target` changes, as the gate names it; a kind this registry does
-    not know (the engine's own) changes its target."""
-    template = all_kinds()[kind].resource if kind in all_kinds() else TARGET_RESOURCE
+def resource(kind: str, target: str | None, params: dict | None = None) -> str:
+    """What an effect of `kind` on `target` (with `params`) changes, as the gate names it; a kind this
+    registry does not know (the engine's own) changes its target. Effects whose subject cannot be
+    told (bad params) touch the kind's whole class."""
+    known = all_kinds().get(kind)
+    if known is not None and known.subject is not None:
+        try:
+            target = known.subject(Effect(kind=kind, target=target, params=dict(params or {})))
+        except ValueError:
+            target = None
+    template = known.resource if known is not None else TARGET_RESOURCE
     return template.format(target=target if target not in (None, "") else "*")
 
 
@@ -284,6 +295,10 @@ def params_problem(effect: Effect) -> str | None:
     except msgspec.ValidationError as err:
         text = str(err).replace("`$.", "`params.").replace("`$`", "`params`")
         return f"{effect.kind}: {text}"
+    try:
+        kind.subject and kind.subject(effect)
+    except ValueError as err:
+        return f"{effect.kind}: {err}"
     return None
 
 
