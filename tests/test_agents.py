@@ -333,3 +333,32 @@ def test_agent_slots_hold_each_agent_to_its_concurrency():
     assert slots.admit(run(3, "a"), cfg)
     assert slots.admit(run(6, "ghost"), cfg)                  # not configured: run, and fail bad-params
     assert slots.admit(Effect(kind="noop", id="n"), cfg)
+
+
+ESCAPER = """
+import os, subprocess, sys, time
+# a grandchild that leaves the run's process group (setsid) and would act 30 s after the run ended
+subprocess.Popen([sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                  "time.sleep(30); open(sys.argv[2], 'w').write('acted')", sys.argv[1], sys.argv[2]],
+                 start_new_session=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+print("done")
+"""
+
+
+def test_a_setsid_grandchild_is_gone_before_the_task_is_acked(pulsed, tmp_path, tracker):
+    """A run ends when all of it ends: a descendant that left the run's process group is found by
+    the run's mark and stopped before the verdict, so nothing of the run acts after task-acked."""
+    script, pid_file, acted = tmp_path / "escaper.py", tmp_path / "grandchild.pid", tmp_path / "acted"
+    script.write_text(ESCAPER)
+    start(pulsed, f'[[agent]]\nname = "esc"\nargv = [{json.dumps(PY)}, {json.dumps(str(script))}, '
+                  f'{json.dumps(str(pid_file))}, {json.dumps(str(acted))}]\ntimeout_s = 60\n')
+    task = add_task(pulsed)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text(), 20, what="the grandchild")
+    grandchild = int(pid_file.read_text())
+    tracker.add(grandchild)
+    acked = wait_for(lambda: next(iter(pulsed.events("task-acked", task)), None), 20, what="task-acked")
+    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+    done = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == acked["data"]["run"])
+    assert done["data"]["escaped"] == 1 and not acted.exists()

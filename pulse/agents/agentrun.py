@@ -22,7 +22,7 @@ from pulse.agents import adapters, tasks
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
-from pulse.effects.kinds import SOURCE, EffectContext, EffectFailed, run_process, store_output
+from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
 from pulse.effects.registry import Kind, Seconds
 from pulse.store import eventsdb
 
@@ -169,8 +169,13 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                                         workdir, home=home, scratch=scratch)
         began = time.monotonic()
         err = bytearray()
-        code, stdout, timed_out = run_process(invocation.argv, ctx, env=invocation.env, cwd=invocation.cwd,
-                                              stderr=err)
+        try:
+            code, stdout, timed_out = run_process(invocation.argv, ctx, env={**invocation.env, RUN_MARK: effect.id},
+                                                  cwd=invocation.cwd, stderr=err)
+        finally:
+            # A run ends when all of it ends: what left its process group is found by the mark in its
+            # environment and stopped here, before the verdict, so nothing acts after task-acked.
+            escaped = stop_marked(effect.id)
         stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
@@ -179,7 +184,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     ref = store_output(ctx.objects, stdout)
     summary = result.summary(code)
     data = {**base, "code": code, "output": ref, "bytes": len(stdout), "result": summary,
-            "run_ms": round((time.monotonic() - began) * 1000, 1)}
+            "run_ms": round((time.monotonic() - began) * 1000, 1), **({"escaped": escaped} if escaped else {})}
     if stderr:
         data["stderr"] = store_output(ctx.objects, stderr)
     if not result.ok:
@@ -234,6 +239,7 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     (task-failed, reason interrupted), only if this run still holds it. Safe to repeat."""
     if effect.kind != "agent-run":
         return
+    stop_marked(effect.id)           # what the run left outside its group, before it is put back
     task = _task_param(effect)
     if not task:
         return

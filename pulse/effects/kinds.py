@@ -344,6 +344,32 @@ def _wait_gone(victims: Sequence[psutil.Process], timeout_s: float) -> list[psut
         time.sleep(0.02)
 
 
+RUN_MARK = "PULSE_RUN"    # in the environment of every process an agent run starts: the run's effect id
+
+
+def stop_marked(run: str, timeout_s: float = 5.0) -> int:
+    """Kill every process that carries RUN_MARK=`run` in its environment, and wait until it is gone:
+    what a run left behind outside its process group (setsid, a double fork) once the run has ended.
+    How many there were. (A process that scrubbed its environment as well is out of reach here; the
+    run's own account, [[agent]] user, is the boundary for that.)"""
+    mine = os.getpid()
+    marked = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == mine:
+            continue
+        try:
+            if proc.environ().get(RUN_MARK) == run:
+                marked.append(proc)
+        except psutil.Error:             # gone, a zombie, or another user's
+            continue
+    _signal_all(marked, signal.SIGKILL)
+    left = _wait_gone(marked, timeout_s)
+    if left:
+        raise EffectFailed("stop", f"{len(left)} process(es) of run {run} outlived SIGKILL: "
+                                   + ", ".join(str(p.pid) for p in left))
+    return len(marked)
+
+
 def process_log(home: Path, name: str) -> Path:
     """Where a started process's output goes (truncated at each start)."""
     return home / "logs" / ("process-" + re.sub(r"[^A-Za-z0-9_.-]", "-", name) + ".log")
