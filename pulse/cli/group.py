@@ -46,7 +46,7 @@ COMMAND_MODULES = {
     "task": "taskcmd", "mcp": "mcp", "gate-reset": "mcp", "gate": "mcp",
     "daemon": "daemon", "logs": "logcmd", "systemd": "systemdcmd", "init": "init",
     "check-config": "configcmd", "config": "configcmd", "report": "reportcmd", "instances": "roster",
-    "store": "storecmd", "web": "webcmd",
+    "store": "storecmd", "web": "webcmd", "process": "processcmd",
 }
 
 

@@ -106,6 +106,13 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Known for a process Pulse started: its keeper records every exit in events.db.
     restart_exit_codes: list[int] = msgspec.field(default_factory=list)
     stop_exit_codes: list[int] = msgspec.field(default_factory=list)
+    # Last-known-good config (processWatchdog): its config files, absolute paths; none by default.
+    # Healthy (alive, its health probe passing) for config_good_after_s since a start after their last
+    # change: kept in objects/ as known good. Changed since, and crash-looping or unhealthy within
+    # config_rollback_window_s of the change: the known-good files are restored, then it is restarted.
+    config: list[str] = msgspec.field(default_factory=list)
+    config_good_after_s: float = 60
+    config_rollback_window_s: float = 600
 
 
 class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -153,7 +160,8 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
-        "system-resource", "process-alive:*", "health:*", "network:*", "error-log:*", "engine:*", "pending-tasks"])
+        "system-resource", "process-alive:*", "health:*", "config:*", "network:*", "error-log:*", "engine:*",
+        "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
@@ -530,6 +538,7 @@ def validate(config: Config, origin: str) -> Config:
                     raise ConfigError(f"{where}.{field}[{j}]: an exit code lies within 1 … 255, got {code}")
         if both := set(proc.restart_exit_codes) & set(proc.stop_exit_codes):
             raise ConfigError(f"{where}: exit code {min(both)} is in both restart_exit_codes and stop_exit_codes")
+        validate_config_files(proc, where)
     names = [p.name for p in config.process]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.process: names must be unique")
@@ -571,6 +580,23 @@ def validate(config: Config, origin: str) -> Config:
 
 
 MAX_AGENT_TIMEOUT_S = 7 * 24 * 3600
+
+
+def validate_config_files(proc: Process, where: str) -> None:
+    """`[[process]] config`: absolute, distinct paths of a process Pulse can restart, and positive times."""
+    for j, path in enumerate(proc.config):
+        if not path or not os.path.isabs(path):
+            raise ConfigError(f"{where}.config[{j}]: must be an absolute path, got {path!r}")
+        if path.endswith("/"):
+            raise ConfigError(f"{where}.config[{j}]: names a directory ({path!r}); list the files themselves")
+    if len(set(map(os.path.normpath, proc.config))) != len(proc.config):
+        raise ConfigError(f"{where}.config: a file is listed twice")
+    if proc.config and not proc.restart:
+        raise ConfigError(f"{where}.config: needs a restart argv: after restoring the known-good files, "
+                          "Pulse restarts the process so that it reads them")
+    for field in ("config_good_after_s", "config_rollback_window_s"):
+        if not getattr(proc, field) > 0:
+            raise ConfigError(f"{where}.{field} must be greater than 0, got {getattr(proc, field)}")
 
 
 def validate_health(health: Health, where: str) -> None:
@@ -756,6 +782,9 @@ def default_toml() -> str:
         '# health = { url = "http://127.0.0.1:18789/readyz", every_s = 10, timeout_s = 3, failures = 3, start_period_s = 15 }',
         "# restart_exit_codes = [75]              # it exits 75 to ask for a restart: not a crash",
         "# stop_exit_codes = [78]                 # it exits 78 to say: do not restart me (bad config)",
+        '# config = ["/etc/openclaw/openclaw.json"]   # kept known good; restored if an edit breaks it',
+        "# config_good_after_s = 60.0              # healthy this long after a start: its config is known good",
+        "# config_rollback_window_s = 600.0        # crash-looping or unhealthy this soon after an edit: restore",
         "",
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",

@@ -185,6 +185,22 @@ class ProcessExit(msgspec.Struct):
     tail: str = ""              # its last lines of output
 
 
+class KnownGood(msgspec.Struct, kw_only=True):
+    """A [[process]]'s config files as Pulse last kept them known good, and its last restore of them
+    (folded from the keep-config and restore-config effects in events.db)."""
+    files: dict[str, str] = msgspec.field(default_factory=dict)   # path → sha256 (hex) of its copy in objects/
+    kept_at: float | None = None        # when they were kept (keep-config acked)
+    pinned: bool = False                # ... by an operator (`pulsectl process config --pin`), not by survival
+    restore_id: str | None = None       # the last restore-config: its effect id ...
+    restore_at: float | None = None     # ... when it was committed
+    restore_why: str | None = None      # ... why: crash-loop | unhealthy | stop-exit-code | operator
+    restore_state: str | None = None    # ... how it ended (an EffectState); None while it runs
+    restore_ended_at: float | None = None
+    restored: list[str] = msgspec.field(default_factory=list)    # the files it wrote back
+    restore_summary: str | None = None  # its diff summary, or why it failed
+    restarted: bool = False             # a restart of the process was committed after it ended
+
+
 class EngineHealth(msgspec.Struct):
     state: str                  # the engine worker's state as pulsed reports it, or "unknown"
     restarts: int = 0
@@ -267,6 +283,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
     exits: dict[str, ProcessExit] = msgspec.field(default_factory=dict)  # process → its last recorded exit
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
+    known_good: dict[str, KnownGood] = msgspec.field(default_factory=dict)  # process → its known-good config
     escalated: float | None = None      # when pulsed last stopped everything and exited non-zero
     escalation: str | None = None       # why
     # Only when the tick's sense keys include "pending-tasks":

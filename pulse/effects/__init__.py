@@ -5,5 +5,6 @@ run, hooks, and the properties other layers read: repair, resource, ack verifies
 person), `kinds` (the kinds that start processes, and the process primitives),
 `keeper` (the parent of each process restart-process starts, recording its exits),
 `notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
-rollback, restart-worker).
+rollback, restart-worker), `configfiles` (keep-config and restore-config: a process's config
+files kept known good and restored, and the known-good record folded from their events).
 """

@@ -29,7 +29,7 @@ import msgspec
 
 from pulse.core.config import Allow, ExecutorConfig
 from pulse.core.wire import Effect
-from pulse.effects import kinds, notify, repairs
+from pulse.effects import configfiles, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 
 UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
@@ -62,7 +62,8 @@ class RestartProcessParams(msgspec.Struct):
     grace_s: Annotated[float, msgspec.Meta(ge=0)] | None = None   # still running after this: a daemon
                                                              # (unset: the [[process]] start_grace_s)
     timeout_s: Seconds | None = None
-    why: str | None = None                                   # dead | unhealthy | exit-code | endpoint-down
+    why: str | None = None                                   # dead | unhealthy | exit-code | endpoint-down |
+                                                             # config-restored
     code: int | None = None                                  # the exit code it died with, when recorded
     signal: str | None = None                                # ... or the signal that killed it
     pid: int | None = None                                   # ... and the pid that exited
@@ -97,6 +98,29 @@ class CleanupParams(msgspec.Struct):
 
     def __post_init__(self):                                 # checked before any pattern deletes a file
         if problem := not_absolute("patterns", self.patterns):
+            raise ValueError(problem)
+
+
+Sha256Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+ObjectRef = Annotated[str, msgspec.Meta(pattern="^sha256:[0-9a-f]{64}$")]
+
+
+class KeepConfigParams(msgspec.Struct):
+    files: dict[str, Sha256Hex] | None = None                # path → the sha256 it was judged good with;
+                                                             # unset: every config file as it is now (a pin)
+
+    def __post_init__(self):
+        if problem := not_absolute("files", self.files or ()):
+            raise ValueError(problem)
+
+
+class RestoreConfigParams(msgspec.Struct):
+    files: Annotated[dict[str, ObjectRef], msgspec.Meta(min_length=1)]   # path → its known-good copy in objects/
+    why: str | None = None                                   # crash-loop | unhealthy | stop-exit-code | operator
+    changed_at: float | None = None                          # when the files changed (their newest ctime)
+
+    def __post_init__(self):
+        if problem := not_absolute("files", self.files):
             raise ValueError(problem)
 
 
@@ -204,6 +228,19 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "by a pid taken from the effect.",
          SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal,
          resource="process:{target}"),
+    Kind("keep-config", "Keeps a copy of each `config` file of a [[process]] in objects/ as its known-good "
+         "config; the ack names every copy (path → sha256, ref), and is the record that survives restarts. "
+         "With `files`, only files that still have the sha256 they were judged good with (else reason "
+         "`changed`); without, every config file as it is now (an operator's pin).",
+         KeepConfigParams, configfiles.run_keep, True, "a configured [[process]] with `config` files",
+         allow=allow_configured_process, resource="process:{target}", ack_verifies=True),
+    Kind("restore-config", "Writes the known-good copies named in `files` back over a [[process]]'s "
+         "`config` files (only those, all read from objects/ before any is written), each atomically; "
+         "what each replaces is kept in objects/ first (`broken` in the ack, beside its `diff`). A file "
+         "already holding its known-good content is left alone. processWatchdog restarts the process "
+         "after it.",
+         RestoreConfigParams, configfiles.run_restore, False, "a configured [[process]] with `config` files",
+         allow=allow_configured_process, repairs=Repair.HOST, resource="process:{target}"),
     Kind("restart-worker", "Asks pulsed to restart one of its workers (an operator-style restart, "
          "never counted as a crash): watcher, tick, executor, engine, or web while [web] is enabled "
          "(else it fails with reason not-enabled).",

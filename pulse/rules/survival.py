@@ -21,6 +21,7 @@ from pulse.core import clock
 from pulse.core.config import TickConfig
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import Effect, Outcome, ProcessExit, Snapshot, Vital
+from pulse.rules import knowngood
 from pulse.rules.onion import Inner, RuleResult, handled
 
 NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
@@ -147,6 +148,18 @@ def process_watchdog(config: TickConfig):
       process a restart that did not bring a healthy probe counts as failed too.
     - After process_notify_after failed restarts in a row it notifies, once per streak,
       and keeps trying slowly. A paused process is left alone.
+    - Last-known-good config (`[[process]] config`; pulse.rules.knowngood reads the snapshot for
+      it). Here rather than in a rule of its own, because undoing an edit is a way of answering a
+      process that must be restarted, and this rule alone decides those restarts:
+      * alive (and its probe passing) for config_good_after_s since a start after its files last
+        changed, and they are not the known-good ones: keep-config.
+      * the known-good files changed within config_rollback_window_s, no restore since that change,
+        and the process, restarted since the change, is dead or unhealthy again (a crash loop, or
+        staying unhealthy), or it exited with one of its stop_exit_codes after the change (its own
+        word that its config is bad): restore-config instead of a restart. Only files it kept are
+        in it; one restore per change (folded from events), so it never loops.
+      * while a restore runs, no restart; once it has written files back, a restart at once (why
+        config-restored, no backoff), and a notification with its diff summary (or its failure).
     """
     processes = {p.name: p for p in config.process if p.restart}
     s = config.survival
@@ -157,6 +170,11 @@ def process_watchdog(config: TickConfig):
         for name, proc in sorted(processes.items()):
             if name in curr.paused or pending_or_handled(curr, effects, "restart-process", name):
                 continue
+            if proc.config:
+                effects, settled = after_restore(curr, effects, proc)
+                if not settled:
+                    continue
+            change = knowngood.unrestored_change(proc, curr) if proc.config else None
             history = curr.outcomes.get(name, ())
             last = max((o.ts for o in history if o.kind == "restart-process"), default=0.0)
             vital = curr.vitals.get(f"process-alive:{name}")
@@ -170,6 +188,9 @@ def process_watchdog(config: TickConfig):
                     tick_ms = sooner(tick_ms, int((died + EXIT_FACT_WAIT_S - curr.ts) * 1000) + 1)
                     continue
                 if ended is not None and ended.code in proc.stop_exit_codes:
+                    if change is not None and ended.ts > change.at:
+                        effects = effects + [knowngood.restore_effect(proc, change, "stop-exit-code")]
+                        continue
                     if may_notify(curr, "process-watchdog", name, 0, ended.ts):
                         effects = effects + [notify(
                             curr, "process-watchdog", name, f"{name} asked not to be restarted",
@@ -187,6 +208,12 @@ def process_watchdog(config: TickConfig):
                     curr.history.get(f"health:{name}", []), last, vital, proc.health.start_period_s)) >= proc.health.failures:
                 why, streak = "unhealthy", unhelped_restarts(history, curr.history.get(f"health:{name}", []))
             else:
+                keep = knowngood.keep_effect(proc, curr) if proc.config else None
+                if keep is not None and not pending_or_handled(curr, effects, "keep-config", name):
+                    effects = effects + [keep]
+                continue
+            if change is not None and knowngood.restarted_since(history, change.at):
+                effects = effects + [knowngood.restore_effect(proc, change, "crash-loop" if why == "dead" else why)]
                 continue
             probes = curr.history.get(f"health:{name}", [])
             if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
@@ -203,6 +230,41 @@ def process_watchdog(config: TickConfig):
                                         params={"why": why, **{k: v for k, v in params.items() if v is not None}})]
         return effects, tick_ms
     return rule
+
+
+RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says it
+    "crash-loop": "changed, and the process crash-looped on it",
+    "unhealthy": "changed, and the process stayed unhealthy on it",
+    "stop-exit-code": "changed, and the process exited saying its config is bad",
+    "operator": "restored by an operator (pulsectl process config --restore)",
+}
+
+
+def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Effect], bool]:
+    """processWatchdog's part after a restore-config of `proc`: (effects, whether the rest of the rule
+    may act on it now). While the restore runs: nothing (the restart would start what it replaces).
+    Once it wrote files back: the restart, at once, and a notification with its diff summary; once
+    it failed: a notification, and the usual restarts go on."""
+    name = proc.name
+    if pending_or_handled(curr, effects, "restore-config", name):
+        return effects, False
+    known = knowngood.known_of(curr, name)
+    told = not may_notify(curr, "config-rollback", name, 0, known.restore_at)
+    if knowngood.restored_unrestarted(known):
+        restart = Effect(kind="restart-process", target=name, origin="survival",
+                         params={"why": "config-restored", "restore": known.restore_id})
+        notice = [] if told else [notify(
+            curr, "config-rollback", name, f"{name}: config restored to its known-good copy",
+            f"{', '.join(known.restored)}: {RESTORED_BECAUSE.get(known.restore_why or '', 'restored')}; written back "
+            f"as kept known good at {clock.iso(known.kept_at or 0, ms=False)} (what was there is kept in objects/), "
+            f"restarting {name}.\n{known.restore_summary or ''}".rstrip(),
+            diff=known.restore_summary, files=known.restored, why=known.restore_why)]
+        return effects + [restart, *notice], False
+    if knowngood.restore_failed(known) and not told:
+        effects = effects + [notify(curr, "config-rollback", name, f"{name}: its config could not be restored",
+                                    f"restoring the known-good config of {name} failed: {known.restore_summary}",
+                                    files=known.restored)]
+    return effects, True
 
 
 def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:

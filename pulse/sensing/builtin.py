@@ -1,4 +1,4 @@
-"""The built-in (P0) watchers: system-resource, process-alive, health, network, error-log.
+"""The built-in (P0) watchers: system-resource, process-alive, health, config, network, error-log.
 
 Each is a `pulse.core.plugins.Watcher` with one key. `collect()` runs in a pool thread
 of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
@@ -29,6 +29,7 @@ from pulse.core import config as configmod
 from pulse.core import guarded, procs
 from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
+from pulse.store import objects
 
 
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:
@@ -38,6 +39,7 @@ def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) 
         SystemResource(config.watch, interval),
         *(ProcessAlive(p, interval, home) for p in config.process),
         *(HealthProbe(p) for p in config.process if p.health is not None),
+        *(ConfigFiles(p, interval) for p in config.process if p.config),
         *(Network(t, interval) for t in config.watch.network),
         *(ErrorLog(e, interval) for e in config.watch.error_log),
     ]
@@ -140,6 +142,17 @@ def open_pidfd(pid: int, since: float | None) -> int | None:
     return fd
 
 
+def precise_start(create_time: float) -> float:
+    """A process's start as a wall time to the clock tick: psutil's create_time counts from /proc/stat's
+    btime, whole seconds, so it may read up to a second early; /proc/uptime has centiseconds."""
+    try:
+        with open("/proc/uptime") as f:
+            booted = time.time() - float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return create_time
+    return round(create_time - psutil.boot_time() + booted, 3)
+
+
 def died(window: list[Vital]) -> bool:
     """The latest sample is dead and the previous one (if the window has one) was alive."""
     previous, latest = previous_and_latest(window)
@@ -193,6 +206,8 @@ class ProcessAlive(Watcher):
             since = None
         self._dead_since, self._last_pid = None, proc.pid
         data = {"alive": True, "pid": proc.pid, "since": since}
+        if since is not None:   # `since` names the process (its pidfd is checked against it); this says when
+            data["started"] = precise_start(since)
         if self.process.match is not None:
             data["matches"] = len(found)     # more than one: the pattern may be taking another process for it
         return data
@@ -290,6 +305,43 @@ class HealthProbe(Watcher):
 
     def should_wake(self, window: list[Vital]) -> bool:
         return ok_changed(window) or (bool(window) and not window[-1].data.get("ok", True))
+
+
+# -- config ----------------------------------------------------------------------------------------------
+
+def config_digests(data: dict | None) -> dict[str, str | None] | None:
+    """path → sha256 of each file of a config sample (None: missing or unreadable)."""
+    if data is None:
+        return None
+    return {path: state.get("sha256") for path, state in (data.get("files") or {}).items()}
+
+
+class ConfigFiles(Watcher):
+    """`[[process]] config`: each file's sha256, size and ctime, key `config:<process>`. processWatchdog
+    compares them with the known-good copies it kept. A missing file has `missing_since`: the first
+    sample of this watcher that found it gone (a deleted file has no ctime to say when). Wakes the tick
+    when any file's content changes."""
+
+    def __init__(self, process: configmod.Process, interval_ms: int):
+        self.paths = list(process.config)
+        self.name = self.key = f"config:{process.name}"
+        self.interval_ms = interval_ms
+        self._missing_since: dict[str, float] = {}   # only the (one) collect thread of this watcher touches it
+
+    def collect(self) -> dict[str, Any]:
+        files = {}
+        for path in self.paths:
+            state = objects.file_state(path)
+            if state.get("missing"):
+                state["missing_since"] = self._missing_since.setdefault(path, time.time())
+            else:
+                self._missing_since.pop(path, None)
+            files[path] = state
+        return {"files": files}
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        previous, latest = previous_and_latest(window)
+        return previous is not None and config_digests(previous) != config_digests(latest)
 
 
 # -- network ---------------------------------------------------------------------------------------------

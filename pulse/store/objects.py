@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 TMP_PREFIX = ".tmp-"
+MAX_FILE_BYTES = 8 * 1024 * 1024      # a file larger than this is no config: never kept (file_state says so)
 
 
 def _path(root: Path, digest: str) -> Path:
@@ -45,6 +46,30 @@ def get(root: Path, ref: str) -> bytes:
     if hashlib.sha256(data).hexdigest() != digest:
         raise ValueError(f"object {digest} is corrupt")
     return data
+
+
+def ref(digest: str) -> str:
+    """How events name the blob of a sha256 digest (hex): "sha256:<hex>"."""
+    return f"sha256:{digest.removeprefix('sha256:')}"
+
+
+def file_state(path: str | Path) -> dict:
+    """What a file on the host is now, named as objects/ would name its content: {"sha256", "size",
+    "ctime"} (ctime: its last change, which no one can set back), {"missing": True}, or {"error": ...}
+    when it cannot be read or is larger than MAX_FILE_BYTES."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size > MAX_FILE_BYTES:
+                return {"error": f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB", "ctime": st.st_ctime}
+            data = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return {"missing": True}
+    except OSError as err:
+        return {"error": f"{err.strerror or err}"}
+    if len(data) > MAX_FILE_BYTES:         # grew while being read
+        return {"error": f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB", "ctime": st.st_ctime}
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "ctime": st.st_ctime}
 
 
 def gc(root: Path, referenced: set[str], older_than_s: float, now: float | None = None) -> list[str]:

@@ -25,7 +25,7 @@ from pulse.agents import tasks
 from pulse.core import client, wire
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import EFFECT_END_STATES, EffectEvent
-from pulse.effects import registry
+from pulse.effects import configfiles, registry
 from pulse.rules import budget, onion, survival
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, vitalsdb
 from pulse.workers.harness import Worker
@@ -68,6 +68,7 @@ class Projections:
     engine_recent: collections.deque = field(default_factory=collections.deque)   # (ts, fingerprint) of engine effects
     engine_horizon_s: float = budget.WINDOW_S    # engine_recent keeps this far back
     engine_retryable: dict = field(default_factory=dict)   # fingerprint → when its last engine effect failed
+    known_good: dict[str, wire.KnownGood] = field(default_factory=dict)   # process → its known-good config
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
@@ -75,6 +76,8 @@ class Projections:
             fold = _FOLDS.get(ev.type)
             if fold is not None:
                 fold(self, ev)
+            if ev.type in configfiles.FOLDED_EVENTS:
+                configfiles.fold(self.known_good, ev)
 
     def _effect(self, ev: wire.Event) -> None:
         effect = msgspec.convert(ev.data, wire.Effect)
@@ -315,6 +318,7 @@ class TickWorker(Worker):
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
+            known_good=dict(p.known_good),
             history={key: vitalsdb.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:

@@ -1,0 +1,234 @@
+"""A [[process]]'s config files, kept known good and restored: what the keep-config and
+restore-config kinds do, the diff summary a restore is told with, and the known-good record
+folded from their events (the tick's snapshot and `pulsectl process config` read the same fold).
+
+keep-config copies each file into objects/ (content-addressed, so an unchanged file costs
+nothing) and its ack names every copy: that event is the known-good record, and keeps the
+copies from objects/ gc. A copy survival asks for is checked against the sha256 it judged good:
+a file edited since is not kept (reason `changed`).
+
+restore-config writes known-good copies back, only those its params name, only files of the
+process's `config`, and only copies that objects/ holds intact (all are read before any is
+written). Each file it replaces is first kept in objects/ itself (`broken` in the ack), then
+replaced atomically (a temporary file in the same directory, fsynced, renamed over it, keeping
+its mode and, where permitted, its owner); a symlink's target is what is replaced. A file whose
+content is already the known-good one is left as it is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import sqlite3
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import msgspec
+
+from pulse.core.config import Process
+from pulse.core.states import EffectState
+from pulse.core.wire import EFFECT_END_STATES, Effect, EffectEvent, Event, KnownGood
+from pulse.effects.kinds import EffectContext, EffectFailed, configured_process, os_failure
+from pulse.store import eventsdb, objects
+
+KEEP = "keep-config"
+RESTORE = "restore-config"
+RESTART = "restart-process"     # a restart after a restore is the one that follows it
+DIFF_LINES = 6                  # changed lines a diff summary shows per file ...
+DIFF_LINE_CHARS = 120           # ... each cut to this (a config may be one long line of JSON)
+NEW_FILE_MODE = 0o600           # a restored file that no longer existed: it may hold secrets
+
+
+# -- reading and writing the files ----------------------------------------------------------------------
+
+def config_process(ctx: EffectContext, name: str | None, paths: Iterable[str]) -> Process:
+    """The configured process, when every path is one of its `config` files (else bad-params: an
+    effect never reads or writes another file)."""
+    process = configured_process(ctx.config, name)
+    if not process.config:
+        raise EffectFailed("bad-params", f"[[process]] {process.name!r} lists no config files")
+    strangers = [p for p in paths if p not in process.config]
+    if strangers:
+        raise EffectFailed("bad-params", f"{strangers[0]!r} is not one of the config files of [[process]] "
+                           f"{process.name!r} ({', '.join(process.config)})")
+    return process
+
+
+def read_config(path: str) -> bytes | None:
+    """The file's bytes, None when it does not exist; EffectFailed when it cannot be read or is
+    larger than any config (objects.MAX_FILE_BYTES)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(objects.MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise os_failure(f"reading {path}", err) from None
+    if len(data) > objects.MAX_FILE_BYTES:
+        raise EffectFailed("too-large", f"{path} is larger than {objects.MAX_FILE_BYTES // (1024 * 1024)} MiB: "
+                           "no config file is that large", path=path)
+    return data
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace the file at `path` (a symlink's target) with `data`: whole or not at all."""
+    real = Path(os.path.realpath(path))
+    try:
+        old = os.stat(real)
+    except FileNotFoundError:
+        old = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.pulse-", dir=real.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode) if old is not None else NEW_FILE_MODE)
+            if old is not None:
+                try:
+                    os.fchown(f.fileno(), old.st_uid, old.st_gid)
+                except PermissionError:
+                    pass        # not root: the file is ours, as the one it replaces was or could not be otherwise
+            os.fsync(f.fileno())
+        os.replace(tmp, real)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)        # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def diff_summary(path: str, before: bytes | None, after: bytes, lines: int = DIFF_LINES) -> str:
+    """A few lines saying how `after` differs from `before` (unified diff, no context):
+    "PATH: -R +A lines" and the first changed lines, each cut short."""
+    if before is None:
+        return f"{path}: was missing; written back ({len(after)} bytes)"
+    try:
+        old, new = before.decode().splitlines(), after.decode().splitlines()
+    except UnicodeDecodeError:
+        return f"{path}: binary, {len(before)} bytes → {len(after)} bytes"
+    changed = [line for line in list(difflib.unified_diff(old, new, n=0, lineterm=""))[2:]
+               if not line.startswith("@@")]
+    removed = sum(1 for line in changed if line.startswith("-"))
+    shown = [line if len(line) <= DIFF_LINE_CHARS else line[:DIFF_LINE_CHARS - 1] + "…" for line in changed[:lines]]
+    more = [f"… {len(changed) - lines} more changed lines"] if len(changed) > lines else []
+    return "\n".join([f"{path}: -{removed} +{len(changed) - removed} lines", *shown, *more])
+
+
+# -- the kinds -------------------------------------------------------------------------------------------
+
+def run_keep(effect: Effect, ctx: EffectContext) -> dict:
+    """Copy the process's config files into objects/ as its known good. With `files` (path → sha256,
+    survival's): exactly those, each only if it still has that content. Without (an operator's pin):
+    every config file that exists, as it is now."""
+    expected: dict[str, str] | None = effect.params.get("files")
+    process = config_process(ctx, effect.target, expected or ())
+    kept, missing = {}, []
+    for path in expected if expected is not None else process.config:
+        data = read_config(path)
+        if data is None and expected is None:
+            missing.append(path)
+            continue
+        digest = None if data is None else hashlib.sha256(data).hexdigest()
+        if expected is not None and digest != expected[path]:
+            raise EffectFailed("changed", f"{path} changed since it was judged good: not kept", path=path)
+        try:
+            ref = objects.put(ctx.objects, data)
+        except OSError as err:
+            raise os_failure(f"keeping a copy of {path} in objects/", err) from None
+        kept[path] = {"sha256": digest, "ref": ref, "size": len(data)}
+    if not kept:
+        raise EffectFailed("bad-path", f"none of the config files of {process.name!r} exists: nothing to keep")
+    return {"files": kept, "pinned": expected is None, "missing": missing}
+
+
+def run_restore(effect: Effect, ctx: EffectContext) -> dict:
+    """Write the known-good copies named in `files` (path → "sha256:<hex>") back, keeping what each
+    replaces in objects/."""
+    wanted: dict[str, str] = effect.params["files"]
+    config_process(ctx, effect.target, wanted)
+    good = {}
+    for path, ref in wanted.items():     # every copy first: one that is gone or corrupt restores nothing
+        try:
+            good[path] = objects.get(ctx.objects, ref)
+        except (OSError, ValueError) as err:
+            raise EffectFailed("missing-object", f"the known-good copy of {path} ({ref}) cannot be read: "
+                               f"{getattr(err, 'strerror', None) or err}; nothing restored", path=path) from None
+    done: list[dict] = []
+    for path, data in good.items():
+        try:
+            done.append(restore_one(path, data, wanted[path], ctx.objects))
+        except EffectFailed as failure:
+            failure.data.update(files=done, restored=[f["path"] for f in done if f["restored"]])
+            raise
+    restored = [f for f in done if f["restored"]]
+    return {"files": done, "restored": [f["path"] for f in restored],
+            "diff": "\n".join(f["diff"] for f in restored) or "every file already had its known-good content"}
+
+
+def restore_one(path: str, data: bytes, good_ref: str, root: Path) -> dict:
+    """Write one known-good copy back unless the file already holds it; what it replaced is kept first."""
+    current = read_config(path)
+    if current == data:
+        return {"path": path, "good": good_ref, "restored": False}
+    try:
+        broken = objects.put(root, current) if current is not None else None
+        write_atomically(path, data)
+    except OSError as err:
+        raise os_failure(f"restoring {path}", err) from None
+    return {"path": path, "good": good_ref, "broken": broken, "restored": True,
+            "diff": diff_summary(path, current, data)}
+
+
+# -- the known-good record, folded from events -----------------------------------------------------------
+
+FOLDED_EVENTS = (EffectEvent.COMMITTED, *EFFECT_END_STATES)
+
+
+def fold(book: dict[str, KnownGood], ev: Event) -> None:
+    """Fold one event into `book` (process → KnownGood). Each change replaces a record rather than
+    altering it, so a snapshot holding the old one keeps what it saw."""
+    kind, target = ev.data.get("kind"), ev.target
+    if target is None:
+        return
+    record = book.get(target, KnownGood())
+    replace = msgspec.structs.replace
+    if ev.type == EffectEvent.COMMITTED:
+        if kind == RESTORE:
+            book[target] = replace(record, restore_id=ev.data.get("id"), restore_at=ev.ts,
+                                   restore_why=(ev.data.get("params") or {}).get("why"), restore_state=None,
+                                   restore_ended_at=None, restored=[], restore_summary=None, restarted=False)
+        elif kind == RESTART and record.restore_ended_at is not None and not record.restarted:
+            book[target] = replace(record, restarted=True)
+        return
+    if ev.type not in EFFECT_END_STATES or ev.data.get("requeued"):
+        return
+    state = EFFECT_END_STATES[ev.type]
+    if kind == KEEP and state == EffectState.ACKED:
+        files = ev.data.get("files") or {}
+        book[target] = replace(record, files={path: f["sha256"] for path, f in files.items()}, kept_at=ev.ts,
+                               pinned=bool(ev.data.get("pinned")))
+    elif kind == RESTORE and ev.data.get("effect_id") == record.restore_id:
+        book[target] = replace(record, restore_state=state, restore_ended_at=ev.ts,
+                               restored=list(ev.data.get("restored") or []),
+                               restore_summary=ev.data.get("diff") if state == EffectState.ACKED
+                               else ev.data.get("error") or ev.data.get("reason"))
+
+
+def known_good_of(conn: sqlite3.Connection, process: str) -> tuple[KnownGood, list[Event]]:
+    """`process`'s known-good record, folded from the whole history, and its restores' end events
+    (newest last): what `pulsectl process config` shows."""
+    book: dict[str, KnownGood] = {}
+    restores = []
+    for ev in eventsdb.events_of_types(conn, FOLDED_EVENTS, eventsdb.last_event_id(conn)):
+        if ev.target != process:
+            continue
+        fold(book, ev)
+        if ev.data.get("kind") == RESTORE and ev.type != EffectEvent.COMMITTED:
+            restores.append(ev)
+    return book.get(process, KnownGood()), restores
