@@ -5,5 +5,5 @@ run, hooks, and the properties other layers read: repair, resource, ack verifies
 person), `kinds` (the kinds that start processes, and the process primitives),
 `keeper` (the parent of each process restart-process starts, recording its exits),
 `notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
-rollback, restart-worker).
+rollback, restart-worker), `files` (rotate-file: a watched file rotated or truncated in place).
 """
