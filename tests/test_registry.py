@@ -102,7 +102,7 @@ def test_each_kind_says_whether_it_repairs_what_it_changes_and_whether_its_ack_p
     assert registry.resource("restart-process", "gw") == registry.resource("signal", "gw") == "process:gw"
     assert registry.resource("restart-worker", "tick") == "worker:tick"
     assert registry.resource("engine-promote", None) == registry.resource("engine-rollback", "x") == "worker:engine"
-    assert registry.resource("rotate-file", "/var/log/a.log") == "file:/var/log/a.log"
+    assert registry.resource("rotate-file", "/var/log/a.log") == "target:/var/log/a.log"
     assert registry.resource("exec", None) == "target:*" and registry.resource("my-engine-kind", "t") == "target:t"
     assert {k for k in registry.all_kinds() if registry.ack_verifies(k)} == {"noop", "notify"}
     assert {k for k in registry.all_kinds() if registry.tells_operator(k)} == {"notify", "report"}

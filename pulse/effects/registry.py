@@ -232,7 +232,7 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "truncates it; acked with the action and the bytes freed. Refused for a file that glob does not "
          "match, one inside the Pulse home, and anything but a regular file (a symlink is never followed).",
          RotateFileParams, files.run_rotate_file, False, "the file's absolute path", repairs=Repair.HOST,
-         resource="file:{target}"),
+         resource=TARGET_RESOURCE),   # the file: what the gate's events read of its target verifies
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False,
