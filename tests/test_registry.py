@@ -15,7 +15,8 @@ from pulse.effects import registry
 from support import init_home, wait_for
 
 BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
-            "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config", "restore-config"}
+            "rotate-file", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config",
+            "restore-config"}
 
 
 def test_every_built_in_kind_has_one_full_descriptor():
@@ -97,13 +98,14 @@ def test_check_config_accepts_a_kind_the_engine_declares(pulsed):
 # -- what other layers know of a kind, said once here ---------------------------------------------------
 
 def test_each_kind_says_whether_it_repairs_what_it_changes_and_whether_its_ack_proves_it():
-    assert registry.repair_kinds() == {"restart-process", "archive", "cleanup", "exec", "engine-rollback",
+    assert registry.repair_kinds() == {"restart-process", "archive", "cleanup", "rotate-file", "exec", "engine-rollback",
                                        "restore-config"}
     assert registry.repair_kinds(registry.Repair.ENGINE) == {"engine-rollback"}
     assert registry.resource("restart-process", "gw") == registry.resource("signal", "gw") == "process:gw"
     assert registry.resource("restore-config", "gw") == registry.resource("keep-config", "gw") == "process:gw"
     assert registry.resource("restart-worker", "tick") == "worker:tick"
     assert registry.resource("engine-promote", None) == registry.resource("engine-rollback", "x") == "worker:engine"
+    assert registry.resource("rotate-file", "/var/log/a.log") == "target:/var/log/a.log"
     assert registry.resource("exec", None) == "target:*" and registry.resource("my-engine-kind", "t") == "target:t"
     assert {k for k in registry.all_kinds() if registry.ack_verifies(k)} == {"noop", "notify", "keep-config"}
     assert {k for k in registry.all_kinds() if registry.tells_operator(k)} == {"notify", "report"}

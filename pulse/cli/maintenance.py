@@ -10,6 +10,7 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
+from pulse.core.states import EffectState
 
 
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
@@ -63,14 +64,52 @@ def notify() -> None:
 @click.option("--wait", default=30.0, show_default=True, help="Seconds to wait for the outcome.")
 @pass_ctx
 def notify_test(ctx: Context, wait: float) -> None:
-    """Send one notification through every configured channel, and say how it went."""
-    from pulse.cli.pipeline import queue_effect
+    """Send one notification through every configured channel, and say how each one took it."""
+    from pulse.cli.pipeline import await_effect, commit_operator_effect
     from pulse.core import wire
+    from pulse.effects.notify import channel_label
     config = ctx.config()
-    click.echo(f"channels: {', '.join(c.name or c.kind for c in config.notify) or 'none'}")
-    effect = wire.Effect(kind="notify", target="pulse", params={
-        "title": "Pulse test notification", "message": "If you read this, this channel works.", "test": True})
-    sys.exit(queue_effect(ctx, effect, config.timings.effect_deadline_s, wait))
+    labels = [channel_label(c, i) for i, c in enumerate(config.notify)]
+    click.echo(f"channels: {', '.join(labels) or 'none'}")
+    # Not idempotent: a test is said once and answered now, never kept in the queue for retries.
+    effect = commit_operator_effect(ctx, wire.Effect(kind="notify", target="pulse", params={
+        "title": "Pulse test notification", "message": "If you read this, this channel works.", "test": True}),
+        config.timings.effect_deadline_s)
+    state = await_effect(ctx, effect.id, wait)
+    if state is None:
+        sys.exit(1)
+    every_one_took_it = report_channels(ctx, effect.id, labels)
+    click.echo(f"{effect.id} {state}")
+    sys.exit(0 if every_one_took_it and state == EffectState.ACKED else 1)
+
+
+def channel_lines(labels: list[str], answers: dict) -> list[str]:
+    """One line per channel: its name, ok or failed, and what it answered."""
+    width = max(map(len, labels), default=0)
+    lines = []
+    for label in labels:
+        answer = str(answers.get(label, "failed: not tried"))
+        failed = answer.startswith("failed: ")
+        lines.append(f"{label:<{width}}  {'failed' if failed else 'ok':<6}  {answer.removeprefix('failed: ')}")
+    return lines
+
+
+def report_channels(ctx: Context, effect_id: str, labels: list[str]) -> bool:
+    """Print each channel's answer to the ended effect; True when every channel took it."""
+    from pulse.store import eventsdb
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    try:
+        end = eventsdb.effect_end(conn, effect_id)
+    finally:
+        conn.close()
+    data = end.data if end is not None else {}
+    answers = data.get("channels")
+    if not isinstance(answers, dict):        # refused before any channel was tried (bad-params, not-allowed)
+        click.echo(f"{effect_id} {data.get('reason', 'failed')}: {data.get('error', '')}")
+        return False
+    for line in channel_lines(labels, answers):
+        click.echo(line)
+    return all(not str(answers.get(label, "failed: ")).startswith("failed: ") for label in labels)
 
 
 COMMANDS = [pause, resume, notify]

@@ -151,27 +151,55 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
     sys.exit(queue_effect(ctx, effect, deadline_s or config.timings.effect_deadline_s, wait_s))
 
 
-def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
-    """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
+def commit_operator_effect(ctx: Context, effect, deadline_s: float):
+    """Commit an effect of origin operator, ring the executor, print its id: the committed effect."""
     from pulse.core import client, wire
     from pulse.store import effectqueue, eventsdb
     effect = effectqueue.new_effect(effect, "operator", deadline_s)
     conn = eventsdb.open_events(ctx.paths.events_db)
-    effectqueue.commit_effects(conn, [effect], "pulsectl")
+    try:
+        effectqueue.commit_effects(conn, [effect], "pulsectl")
+    finally:
+        conn.close()
     client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
     click.echo(effect.id)
+    return effect
+
+
+def await_effect(ctx: Context, effect_id: str, wait_s: float) -> str | None:
+    """The state the effect ended in, or None if it is still open after wait_s (said on stderr)."""
+    from pulse.store import effectqueue, eventsdb
+    conn = eventsdb.open_events(ctx.paths.events_db)
     deadline = time.monotonic() + wait_s
-    while wait_s:
-        state = effectqueue.effect_state(conn, effect.id)
-        if state not in EFFECT_OPEN:
-            why = effectqueue.effect_why(conn, effect.id)
-            click.echo(f"{effect.id} {state}" + (f": {why}" if why else ""))
-            return 0 if state == EffectState.ACKED else 1
-        if time.monotonic() >= deadline:
-            click.echo(f"pulsectl: {effect.id} still {state} after {wait_s:g}s", err=True)
-            return 1
-        time.sleep(0.01)
-    return 0
+    try:
+        while True:
+            state = effectqueue.effect_state(conn, effect_id)
+            if state not in EFFECT_OPEN:
+                return state
+            if time.monotonic() >= deadline:
+                click.echo(f"pulsectl: {effect_id} still {state} after {wait_s:g}s", err=True)
+                return None
+            time.sleep(0.01)
+    finally:
+        conn.close()
+
+
+def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:
+    """Commit an operator effect, ring the executor, print its id, and (wait_s) its outcome: an exit code."""
+    from pulse.store import effectqueue, eventsdb
+    effect = commit_operator_effect(ctx, effect, deadline_s)
+    if not wait_s:
+        return 0
+    state = await_effect(ctx, effect.id, wait_s)
+    if state is None:
+        return 1
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    try:
+        why = effectqueue.effect_why(conn, effect.id)
+    finally:
+        conn.close()
+    click.echo(f"{effect.id} {state}" + (f": {why}" if why else ""))
+    return 0 if state == EffectState.ACKED else 1
 
 
 COMMANDS = [events, vitals, effects, emit]

@@ -48,6 +48,10 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     effect_timeout_s: float = 30              # one effect may run this long
     executor_concurrency: int = 8             # effects run at once
     executor_scan_interval_ms: int = 1_000    # executor scan, the doorbell's fallback
+    # A failure its kind puts back in the queue (a notification no channel took yet) is tried again
+    # after this, doubling per failed attempt up to effect_retry_max_ms.
+    effect_retry_base_ms: int = 5_000
+    effect_retry_max_ms: int = 300_000
     watcher_interval_ms: int = 5_000          # default watcher interval
     wake_window_s: float = 60                 # what should_wake() sees
 
@@ -146,6 +150,22 @@ class ErrorLogWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     keywords: list[str] = msgspec.field(default_factory=lambda: ["ERROR", "CRITICAL", "Traceback"])
 
 
+MAX_KEEP = 100                                # rotated copies a [[watch.file]] may keep
+
+
+class FileWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Files that must not fill the disk ([[watch.file]]): every regular file `path` matches is
+    sampled into vitals (`file:<name>`); one over `max_mb` is rotated, truncated or notified about
+    by the survival layer (fileGuard), and when the disk is high resourceGuard trims these first."""
+    name: str
+    path: str                                 # an absolute glob, e.g. "/var/log/openclaw/*.jsonl" (** spans dirs)
+    max_mb: float = 1024                      # a matching file over this many MiB is acted on
+    # rotate: copytruncate (a gzipped copy beside it, the file truncated in place: its writer keeps
+    # its fd); truncate: emptied in place, nothing kept; notify: only said
+    action: Literal["rotate", "truncate", "notify"] = "rotate"
+    keep: int = 3                             # rotate keeps <path>.1.gz … <path>.<keep>.gz, the newest first
+
+
 class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Thresholds at which a built-in watcher rings the tick at once instead of waiting."""
     cpu_pct: float = 95
@@ -154,13 +174,15 @@ class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     disk_path: str = "/"
     network: list[NetworkTarget] = msgspec.field(default_factory=list)   # none on a fresh install
     error_log: list[ErrorLogWatch] = msgspec.field(default_factory=list)
+    file: list[FileWatch] = msgspec.field(default_factory=list)          # none on a fresh install
 
 
 class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
-        "system-resource", "process-alive:*", "health:*", "config:*", "network:*", "error-log:*", "engine:*",
+        "system-resource", "process-alive:*", "health:*", "config:*", "network:*", "error-log:*", "file:*",
+        "engine:*",
         "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
@@ -209,6 +231,8 @@ class Survival(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     archive_to: str | None = None             # ... here
     archive_age_h: float = 72
     cleanup: list[str] = msgspec.field(default_factory=list)   # glob patterns of deletable temp files
+    disk_trim_min_mb: float = 1               # disk above disk_pct: first, every [[watch.file]] file this big is
+                                              # rotated or truncated (its action), before archive and cleanup
     ballast_mb: int = 32                      # freed first when the disk is full, so effects can still commit
     error_tick_ms: int = 1_000                # errorEscalate's tick while log errors keep coming
     notify_every_s: float = 300               # at most one notification per (rule, target) this often
@@ -330,7 +354,8 @@ TickTimings = _cut("TickTimings", Timings, (*EVERY_WORKER, "tick_ms", "tick_ms_m
                                             "effect_deadline_s"))
 ExecutorTimings = _cut("ExecutorTimings", Timings, (*EVERY_WORKER, "effect_deadline_s", "effect_timeout_s",
                                                     "executor_concurrency", "executor_scan_interval_ms",
-                                                    "engine_rpc_deadline_ms"))
+                                                    "engine_rpc_deadline_ms", "effect_retry_base_ms",
+                                                    "effect_retry_max_ms"))
 EngineTimings = _cut("EngineTimings", Timings, (*EVERY_WORKER, "engine_rpc_deadline_ms",
                                                 "watcher_interval_ms", "wake_window_s"))
 SupervisorTimings = _cut("SupervisorTimings", Timings, (
@@ -340,6 +365,7 @@ SupervisorTimings = _cut("SupervisorTimings", Timings, (
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
+WatchedFiles = _cut("WatchedFiles", Watch, ("file",))
 
 
 class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -379,6 +405,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     store: Store
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
     report: Report                # the report effect
+    watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -563,6 +590,11 @@ def validate(config: Config, origin: str) -> Config:
     for i, target in enumerate(config.watch.network):
         if not (target.host or target.url):
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
+    validate_watched_files(config.watch.file, origin)
+    if t.effect_retry_max_ms < t.effect_retry_base_ms:
+        raise ConfigError(f"{origin}: $.timings.effect_retry_max_ms must be at least effect_retry_base_ms")
+    if config.survival.disk_trim_min_mb < 0:
+        raise ConfigError(f"{origin}: $.survival.disk_trim_min_mb must be at least 0")
     validate_agents(config, origin)
     validate_report(config, origin)
     validate_web(config.web, origin)
@@ -580,6 +612,25 @@ def validate(config: Config, origin: str) -> Config:
 
 
 MAX_AGENT_TIMEOUT_S = 7 * 24 * 3600
+WATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")   # it names a vital: file:<name>
+
+
+def validate_watched_files(files: list[FileWatch], origin: str) -> None:
+    for i, watch in enumerate(files):
+        where = f"{origin}: $.watch.file[{i}]"
+        if not WATCH_NAME.fullmatch(watch.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        if not os.path.isabs(watch.path):
+            raise ConfigError(f"{where}.path must be an absolute glob, got {watch.path!r}")
+        if ".." in Path(watch.path).parts:     # a glob climbing out of where it points is not what was configured
+            raise ConfigError(f"{where}.path must not contain '..', got {watch.path!r}")
+        if not watch.max_mb > 0:
+            raise ConfigError(f"{where}.max_mb must be greater than 0, got {watch.max_mb}")
+        if not 1 <= watch.keep <= MAX_KEEP:
+            raise ConfigError(f"{where}.keep must lie within 1 … {MAX_KEEP}, got {watch.keep}")
+    names = [w.name for w in files]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.watch.file: names must be unique")
 
 
 def validate_config_files(proc: Process, where: str) -> None:
@@ -785,6 +836,14 @@ def default_toml() -> str:
         '# config = ["/etc/openclaw/openclaw.json"]   # kept known good; restored if an edit breaks it',
         "# config_good_after_s = 60.0              # healthy this long after a start: its config is known good",
         "# config_rollback_window_s = 600.0        # crash-looping or unhealthy this soon after an edit: restore",
+        "",
+        "# Files that must not fill the disk (fileGuard; repeat the table for more):",
+        "# [[watch.file]]",
+        '# name = "traces"',
+        '# path = "/home/agent/.openclaw/logs/*.jsonl"   # an absolute glob',
+        "# max_mb = 1024.0                        # a matching file over this is acted on",
+        '# action = "rotate"                      # rotate (copytruncate) | truncate | notify',
+        "# keep = 3                               # rotate keeps <file>.1.gz … <file>.3.gz",
         "",
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",

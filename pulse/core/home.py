@@ -30,6 +30,13 @@ class HomeError(Exception):
     pass
 
 
+def inside(path: str | Path, directory: str | Path) -> bool:
+    """Is `path` `directory` or under it, with every symlink of either resolved? (A file reached
+    through a symlinked directory is where the link points.)"""
+    real, top = os.path.realpath(path), os.path.realpath(directory)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
 def resolve_home(option: str | None) -> Path:
     """--home, else PULSE_HOME, else ~/.pulse."""
     raw = option or os.environ.get("PULSE_HOME") or "~/.pulse"

@@ -149,6 +149,9 @@ class Doorbell(msgspec.Struct, tag="doorbell"):
 
 # -- engine RPC: tick / executor (DEALER) → engine (ROUTER) --------------------------------------------
 
+MAX_TARGET_CHARS = 256          # an effect's target is at most this long (the tick refuses longer ones)
+
+
 class Effect(msgspec.Struct, kw_only=True):
     """A description of an action: serialisable parameters, interpreted by an executor."""
     kind: str

@@ -6,5 +6,6 @@ person), `kinds` (the kinds that start processes, and the process primitives),
 `keeper` (the parent of each process restart-process starts, recording its exits),
 `notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
 rollback, restart-worker), `configfiles` (keep-config and restore-config: a process's config
-files kept known good and restored, and the known-good record folded from their events).
+files kept known good and restored, and the known-good record folded from their events), `files`
+(rotate-file: a watched file rotated or truncated in place).
 """

@@ -108,6 +108,11 @@ class EffectContext:
     timeout_s: float                                            # this effect may run this long
     paths: Paths | None = None                                  # the home, for the repairs that act on it
     started: Callable[[int], None] = lambda pgid: None          # record a process group in the claim
+    # An effect that acts in steps records each step done as an event about it, committed at once,
+    # and skips the steps recorded when it runs again (a retry, or after its executor died): a
+    # notification is sent once per channel that took it.
+    record: Callable[[str, dict], None] = lambda type, data: None     # append an event of `type` about it
+    recorded: Callable[[str], list[dict]] = lambda type: []            # the data of those appended so far
     deadline: float = field(init=False)                         # time.monotonic() by which it must be done
 
     def __post_init__(self):

@@ -95,7 +95,8 @@ def notify_command(channel: Notify, payload: dict, ctx: EffectContext) -> str:
 CHANNELS = {"log": notify_log, "file": notify_file, "webhook": notify_webhook, "command": notify_command}
 
 
-def run_notify(effect: Effect, ctx: EffectContext) -> dict:
+def wanted_channels(effect: Effect, ctx: EffectContext) -> list[tuple[str, Notify]]:
+    """(label, channel) of every configured channel, or of those `channels` names."""
     wanted = effect.params.get("channels")
     channels = [(channel_label(c, i), c) for i, c in enumerate(ctx.config.notify)]
     if wanted is not None:
@@ -103,20 +104,54 @@ def run_notify(effect: Effect, ctx: EffectContext) -> dict:
         if unknown:
             raise EffectFailed("bad-params", f"no such notify channel(s): {sorted(map(str, unknown))}")
         channels = [(label, c) for label, c in channels if label in wanted]
+    return channels
+
+
+def send(label: str, channel: Notify, payload: dict, ctx: EffectContext) -> str:
+    """One channel's answer; raises what the channel raised. A notification beyond the channel's
+    burst is held back for the window's digest (it counts as taken); one the channel failed to take
+    gives its place in the burst back."""
+    if not GROUPS.admit(label, channel, payload, ctx):
+        return "held back: the digest of this window will count it"
+    try:
+        return CHANNELS[channel.kind](channel, payload, ctx)
+    except BaseException:
+        GROUPS.release(label, payload.get("target"))
+        raise
+
+
+def run_notify(effect: Effect, ctx: EffectContext) -> dict:
+    """Every wanted channel that has not taken this notification yet (`notify` events, one per
+    channel that did, across retries and executor restarts) is tried; each that takes it is
+    recorded at once, so it is never sent twice there. Then:
+    - every channel has taken it: acked, with each channel's answer;
+    - a channel failed and the effect is not idempotent: failed (reason notify), never retried;
+    - idempotent, and no channel has taken it yet: failed (reason notify), and the executor puts it
+      back in the queue, with backoff, for as long as that lasts (the kind never expires it);
+    - idempotent, some channel has taken it: the others are tried again until its deadline, then it
+      is acked with the channels that never took it (`undelivered`)."""
+    channels = wanted_channels(effect, ctx)
     payload = notification(effect)
+    taken = {fact.get("channel"): fact.get("result") for fact in ctx.recorded("notify")}
     results, failed = {}, []
     for label, channel in channels:
-        if not GROUPS.admit(label, channel, payload, ctx):
-            results[label] = "held back: the digest of this window will count it"
+        if label in taken:
+            results[label] = f"{taken[label]} (taken before)"
             continue
         try:
-            results[label] = CHANNELS[channel.kind](channel, payload, ctx)
+            results[label] = send(label, channel, payload, ctx)
         except Exception as err:                     # one broken channel must not keep the others silent
             results[label] = f"failed: {err}"
             failed.append(label)
-    if failed:
-        raise EffectFailed("notify", f"notify channel(s) failed: {', '.join(failed)}", channels=results)
-    return {"channels": results}
+        else:
+            ctx.record("notify", {"channel": label, "result": results[label]})
+    if not failed:
+        return {"channels": results}
+    delivered = [label for label in results if label not in failed]
+    if delivered and effect.idempotent and time.time() >= effect.deadline:
+        return {"channels": results, "undelivered": failed}
+    raise EffectFailed("notify", f"notify channel(s) failed: {', '.join(failed)}", channels=results,
+                       delivered=delivered)
 
 
 # -- grouping: a burst, then one digest a window, per channel and target --------------------------------
@@ -167,6 +202,14 @@ class Grouping:
         if ended is not None:
             self._send_digest(label, ended)     # the window ended with holds: its digest first
         return not held
+
+    def release(self, label: str, target: str | None) -> None:
+        """A notification admitted by `admit` was not taken by its channel: its place in the burst
+        is free again (while the channel is down, nothing is held back: each is kept and retried)."""
+        with self.lock:
+            group = self.groups.get((label, target))
+            if group is not None and group.sent > 0:
+                group.sent -= 1
 
     def _flush_forever(self) -> None:
         while True:

@@ -23,13 +23,13 @@ import sqlite3
 import types
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Callable, Collection, Iterable
+from typing import Annotated, Callable, Collection, Iterable, Literal
 
 import msgspec
 
-from pulse.core.config import Allow, ExecutorConfig
+from pulse.core.config import MAX_KEEP, Allow, ExecutorConfig
 from pulse.core.wire import Effect
-from pulse.effects import configfiles, kinds, notify, repairs
+from pulse.effects import configfiles, files, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 
 UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
@@ -124,6 +124,12 @@ class RestoreConfigParams(msgspec.Struct):
             raise ValueError(problem)
 
 
+class RotateFileParams(msgspec.Struct):
+    watch: str                                               # the [[watch.file]] whose glob matches the target
+    action: Literal["rotate", "truncate"] | None = None      # unset: that [[watch.file]]'s action
+    keep: Annotated[int, msgspec.Meta(ge=1, le=MAX_KEEP)] | None = None   # unset: its keep
+
+
 class EngineRollbackParams(msgspec.Struct):
     to: str | None = None                                    # a commit; unset: the one before the last promote
     reason: str | None = None
@@ -189,6 +195,7 @@ class Kind:
     release: Callable[[str], None] | None = None              # it ended: give back what admit took
     settle_orphan: Callable[[Effect, sqlite3.Connection, ExecutorConfig], None] | None = None
     retry_failed: Callable[[Effect, dict], bool] | None = None   # put a failure back in the queue?
+    expires: Callable[[Effect], bool] | None = None   # may it expire unrun at its deadline? (None: it may)
     starts_process: bool = False     # it acts through a process group recorded in its claim (none: not started)
     # What others need to know of the kind:
     repairs: Repair | None = None    # it puts right a fault: survival's effects of it are its repairs (the report)
@@ -206,6 +213,12 @@ def _notify_retry(effect: Effect, data: dict) -> bool:
     return effect.idempotent and data.get("reason") == "notify"
 
 
+def _notify_expires(effect: Effect) -> bool:
+    """An idempotent notification is never dropped at its deadline: it is kept until a channel takes
+    it (its deadline only ends the retries of the other channels, once one has)."""
+    return not effect.idempotent
+
+
 OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True, ack_verifies=True),
     Kind("exec", "Runs an argv in its own process group; acked on exit code 0. The event has the code "
@@ -213,11 +226,14 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec, starts_process=True,
          repairs=Repair.HOST),
     Kind("notify", "Sends a notification through every configured [[notify]] channel (or the named "
-         "ones); acked when every channel took it, retried with backoff while its deadline allows "
-         "when idempotent. Every param, including keys this table does not name, is in the JSON "
-         "each channel receives.",
+         "ones); acked when every channel took it. Each channel that takes it is recorded (a `notify` "
+         "event) and never sent it again, across retries and executor restarts. When idempotent, a "
+         "notification no channel took is kept and retried with backoff (effect_retry_base_ms, "
+         "doubling to effect_retry_max_ms) until one does, whatever its deadline; once one has, the "
+         "others are retried until the deadline, then it is acked naming them `undelivered`. Every "
+         "param, including keys this table does not name, is in the JSON each channel receives.",
          NotifyParams, notify.run_notify, True, "what the notification is about", retry_failed=_notify_retry,
-         ack_verifies=True, tells_operator=True),
+         expires=_notify_expires, ack_verifies=True, tells_operator=True),
     Kind("restart-process", "Stops what the configured [[process]] is now (its `stop` argv, else SIGTERM "
          "to its process tree, SIGKILL after stop_timeout_s) and waits for it to be gone, then starts its "
          "`restart` argv under a keeper that outlives Pulse and records its exit (process-exited); acked "
@@ -252,6 +268,13 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("cleanup", "Deletes files matching absolute globs (never inside the home), and collects old "
          "vitals and unreferenced objects.",
          CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True, repairs=Repair.HOST),
+    Kind("rotate-file", "Rotates a file that the named [[watch.file]] glob matches (copytruncate: a gzipped "
+         "copy `<file>.1.gz`, the older ones shifted up to `keep` and those beyond deleted, then the file "
+         "truncated in place, so a writer holding it open with O_APPEND goes on writing at its start), or "
+         "truncates it; acked with the action and the bytes freed. Refused for a file that glob does not "
+         "match, one inside the Pulse home, and anything but a regular file (a symlink is never followed).",
+         RotateFileParams, files.run_rotate_file, False, "the file's absolute path", repairs=Repair.HOST,
+         resource=TARGET_RESOURCE),   # the file: what the gate's events read of its target verifies
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False,
@@ -281,6 +304,13 @@ def all_kinds() -> dict[str, Kind]:
 def get(kind: str) -> Kind | None:
     """The built-in kind, or None: the engine's own."""
     return all_kinds().get(kind)
+
+
+def expires(effect: Effect) -> bool:
+    """May this effect expire unrun at its deadline? Every kind's may (the engine's own too), unless
+    its descriptor says otherwise (an idempotent notification is kept until a channel takes it)."""
+    kind = get(effect.kind)
+    return kind is None or kind.expires is None or kind.expires(effect)
 
 
 def repair_kinds(what: Repair | None = None) -> frozenset[str]:
@@ -355,6 +385,8 @@ def _type_name(kind: object) -> str:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is Annotated:
         return _type_name(args[0])
+    if origin is Literal:
+        return " | ".join(msgspec.json.encode(a).decode() for a in args)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in args)
     if kind is type(None):

@@ -1,6 +1,6 @@
 """The survival rules: the outer layers of the onion, shipped with Pulse, run in the tick.
 
-Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard,
+Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard, fileGuard,
 llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice, dailyReport.
 Each is built from config and is a pure function of (prev, curr, inner): all its
 memory ("failed N times in a row", "already notified") is in the snapshot, folded
@@ -18,13 +18,15 @@ import time
 from typing import Iterable, Sequence
 
 from pulse.core import clock
-from pulse.core.config import TickConfig
+from pulse.core.config import FileWatch, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import Effect, Outcome, ProcessExit, Snapshot, Vital
+from pulse.core.wire import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, Snapshot, Vital
 from pulse.rules import knowngood
 from pulse.rules.onion import Inner, RuleResult, handled
 
-NOTIFY_DEADLINE_S = 86_400          # a notification waits a day for the network to come back
+NOTIFY_DEADLINE_S = 86_400          # once a channel took a notification, the others get a day to take it too
+                                    # (until one has, it is kept whatever its deadline: pulse.effects.notify)
+MB = 1024 * 1024
 EXIT_FACT_WAIT_S = 2.0              # a death of a process whose exit codes matter waits this long for
                                     # its keeper's process-exited fact (it comes in milliseconds)
 
@@ -296,10 +298,13 @@ def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind
 # -- 4. resourceGuard -------------------------------------------------------------------------------
 
 def resource_guard(config: TickConfig):
-    """Memory or disk above its threshold: archive old agent session files and clean up (temp
-    patterns, vitals gc, objects gc). Never touches events.db. One round per cooldown; a full
-    disk is also a notification."""
+    """Memory or disk above its threshold. The disk: first, every [[watch.file]] file of at least
+    disk_trim_min_mb is rotated or truncated (its action; the largest first, each at most once per
+    cooldown), and the archive and cleanup wait until those trims have ended. Then, and for memory:
+    archive old agent session files and clean up (temp patterns, vitals gc, objects gc). Never
+    touches events.db. One round per cooldown; a full disk is also a notification."""
     s = config.survival
+    trimmable = [w for w in config.watch.file if w.action != "notify"]
 
     @_named("resource_guard")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
@@ -311,15 +316,24 @@ def resource_guard(config: TickConfig):
                 if vital.data.get(f"{what}_pct", 0) >= limit]
         if not over:
             return effects, tick_ms
+        trimming = False
+        if "disk" in over:
+            before = len(effects)
+            for watch, path, size, sampled_at in watched_files(curr, trimmable, s.disk_trim_min_mb * MB):
+                effects, wait_ms = trim(curr, effects, watch, path, size, sampled_at, "disk", s, s.resource_cooldown_s)
+                tick_ms = tick_ms if wait_ms is None else sooner(tick_ms, wait_ms)
+            trimming = len(effects) > before or any(e.kind == "rotate-file" for e in curr.pending)
         target = "+".join(over)
-        cooled = all(curr.ts - o.ts >= s.resource_cooldown_s for o in curr.outcomes.get(target, ()))
         wanted = []
         if s.archive_from and s.archive_to:
             wanted.append(Effect(kind="archive", target=target, origin="survival", params={
                 "from": s.archive_from, "to": s.archive_to, "older_than_h": s.archive_age_h}))
         wanted.append(Effect(kind="cleanup", target=target, origin="survival", params={
             "patterns": list(s.cleanup), "vitals_gc": True, "objects_gc": True}))
-        if cooled:
+        # the last round of these, not the disk's notification (sent while the trims were still going)
+        rounds = {e.kind for e in wanted}
+        cooled = all(curr.ts - o.ts >= s.resource_cooldown_s for o in curr.outcomes.get(target, ()) if o.kind in rounds)
+        if cooled and not trimming:
             effects = effects + [e for e in wanted if not pending_or_handled(curr, effects, e.kind, target)]
         if "disk" in over and may_notify(curr, "resource-guard", "disk", s.notify_every_s):
             effects = effects + [notify(curr, "resource-guard", "disk", "Disk nearly full",
@@ -328,7 +342,85 @@ def resource_guard(config: TickConfig):
     return rule
 
 
-# -- 5. llmWatchdog ---------------------------------------------------------------------------------
+# -- 5. fileGuard -----------------------------------------------------------------------------------
+
+def watched_files(curr: Snapshot, watches: Sequence[FileWatch], min_bytes: float):
+    """(watch, path, bytes, when sampled) of each file the latest sample of each watch lists at
+    more than `min_bytes`, the largest first; not those the watcher marks refused (inside the Pulse
+    home), nor a path too long to be an effect's target."""
+    found = []
+    for watch in watches:
+        samples = curr.history.get(f"file:{watch.name}")
+        if not samples:
+            continue
+        for f in samples[-1].data.get("files", []):
+            size, path = f.get("bytes", 0), f.get("path", "")
+            if size > min_bytes and not f.get("refused") and 0 < len(path) <= MAX_TARGET_CHARS:
+                found.append((watch, path, size, samples[-1].ts))
+    return sorted(found, key=lambda found: -found[2])
+
+
+def trim(curr: Snapshot, effects: list[Effect], watch: FileWatch, path: str, size: int, sampled_at: float,
+         why: str, s: Survival, cooldown_s: float = 0.0) -> tuple[list[Effect], int | None]:
+    """`effects` plus a rotate-file of `path` as `watch` says, unless one is pending or handled, the
+    file was not sampled since its last trim (or that was within `cooldown_s`), or the last trims
+    failed and their backoff is not over (then also: in how many ms it is). A streak of failed
+    trims is notified once."""
+    if pending_or_handled(curr, effects, "rotate-file", path):
+        return effects, None
+    history = curr.outcomes.get(path, ())
+    last = max((o.ts for o in history if o.kind == "rotate-file"), default=0.0)
+    if sampled_at <= last or curr.ts - last < cooldown_s:
+        return effects, None
+    streak = failure_streak(history, "rotate-file")
+    if streak:
+        if may_notify(curr, "file-guard", path, 0, streak[0].ts):
+            effects = effects + [notify(curr, "file-guard", path, f"{path} could not be trimmed",
+                                        f"{watch.action} of {path} failed {len(streak)} time(s): {streak[-1].error}; "
+                                        "trying again with backoff")]
+        wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
+        if curr.ts < streak[-1].ts + wait:
+            return effects, int((streak[-1].ts + wait - curr.ts) * 1000) + 1
+    return effects + [Effect(kind="rotate-file", target=path, origin="survival", params={
+        "watch": watch.name, "action": watch.action, "keep": watch.keep, "why": why, "bytes": size,
+        "rule": "resource-guard" if why == "disk" else "file-guard"})], None
+
+
+def file_guard(config: TickConfig):
+    """A [[watch.file]] file over its max_mb: rotated (copytruncate, keeping `keep` gzipped copies)
+    or truncated, as its action says (rotate-file), or with action notify only notified about (at
+    most every notify_every_s per file). It acts on a sample taken after the file's last trim, so a
+    trim done but not yet sampled is not issued twice; after a failed trim it waits (doubling from
+    process_backoff_base_s) and notifies once per streak. A file inside the Pulse home (the watcher
+    marks it refused) is notified about, never trimmed."""
+    s = config.survival
+    watches = list(config.watch.file)
+
+    @_named("file_guard")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        for watch in watches:
+            samples = curr.history.get(f"file:{watch.name}")
+            for f in samples[-1].data.get("files", []) if samples else ():
+                path, size = f.get("path", ""), f.get("bytes", 0)
+                if size <= watch.max_mb * MB or not 0 < len(path) <= MAX_TARGET_CHARS:
+                    continue
+                if watch.action == "notify" or f.get("refused"):
+                    if may_notify(curr, "file-guard", path, s.notify_every_s):
+                        left = f"it is {f['refused']}: Pulse never trims it" if f.get("refused") else \
+                            "its action is notify: Pulse leaves it as it is"
+                        effects = effects + [notify(
+                            curr, "file-guard", path, f"{path} is over {watch.max_mb:g} MiB",
+                            f"{path} holds {size / MB:.1f} MiB, over max_mb {watch.max_mb:g} of [[watch.file]] "
+                            f"{watch.name!r}; {left}", bytes=size)]
+                    continue
+                effects, wait_ms = trim(curr, effects, watch, path, size, samples[-1].ts, "max_mb", s)
+                tick_ms = tick_ms if wait_ms is None else sooner(tick_ms, wait_ms)
+        return effects, tick_ms
+    return rule
+
+
+# -- 6. llmWatchdog ---------------------------------------------------------------------------------
 
 def llm_watchdog(config: TickConfig):
     """The LLM endpoint's health check failed fail_after times in a row: restart the [[process]]
@@ -372,7 +464,7 @@ def llm_watchdog(config: TickConfig):
     return rule
 
 
-# -- 6. networkWatchdog -----------------------------------------------------------------------------
+# -- 7. networkWatchdog -----------------------------------------------------------------------------
 
 def network_watchdog(config: TickConfig):
     """DNS or outbound HTTP down: notify once when it goes down and once when it recovers, no
@@ -399,7 +491,7 @@ def network_watchdog(config: TickConfig):
     return rule
 
 
-# -- 7. errorEscalate -------------------------------------------------------------------------------
+# -- 8. errorEscalate -------------------------------------------------------------------------------
 
 def error_escalate(config: TickConfig):
     """Keyword matches in a watched log: notify (rate-limited), and tick faster while they keep coming.
@@ -490,14 +582,16 @@ DAY_S = 86_400
 def survival_rules(config: TickConfig) -> list:
     """Outermost first."""
     return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
-            llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config),
+            file_guard(config), llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config),
             escalation_notice(config), daily_report(config)]
 
 
 def counted_keys(config: TickConfig) -> list[str]:
     """Vital keys whose recent samples the snapshot carries: processWatchdog (health probes) and
     llmWatchdog count failures in a row, errorEscalate adds up the matches of every sample since
-    the last tick."""
+    the last tick, fileGuard and resourceGuard read the latest sizes of the watched files (here,
+    whatever [tick] sense says)."""
     keys = [f"error-log:{e.name}" for e in config.watch.error_log]
+    keys += [f"file:{f.name}" for f in config.watch.file]
     keys += [f"health:{p.name}" for p in config.process if p.health is not None]
     return keys + ([f"network:{config.survival.llm.target}"] if config.survival.llm else [])

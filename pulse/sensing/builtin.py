@@ -1,4 +1,4 @@
-"""The built-in (P0) watchers: system-resource, process-alive, health, config, network, error-log.
+"""The built-in (P0) watchers: system-resource, process-alive, health, config, network, error-log, file.
 
 Each is a `pulse.core.plugins.Watcher` with one key. `collect()` runs in a pool thread
 of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
@@ -11,10 +11,12 @@ snapshot anyway).
 
 from __future__ import annotations
 
+import glob
 import http.client
 import os
 import signal
 import socket
+import stat
 import subprocess
 import time
 import urllib.error
@@ -26,14 +28,15 @@ from typing import Any, Iterable
 import psutil
 
 from pulse.core import config as configmod
-from pulse.core import guarded, procs
+from pulse.core import guarded, procs, rotation
+from pulse.core.home import inside
 from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
 from pulse.store import objects
 
 
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:
-    """One watcher per key: the host, each configured process, network target and log file."""
+    """One watcher per key: the host, each configured process, network target, log file and [[watch.file]]."""
     interval = config.timings.watcher_interval_ms
     return [
         SystemResource(config.watch, interval),
@@ -42,6 +45,7 @@ def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) 
         *(ConfigFiles(p, interval) for p in config.process if p.config),
         *(Network(t, interval) for t in config.watch.network),
         *(ErrorLog(e, interval) for e in config.watch.error_log),
+        *(WatchedFile(f, interval, home) for f in config.watch.file),
     ]
 
 
@@ -513,3 +517,65 @@ class ErrorLog(Watcher):
 
     def close(self) -> None:
         self.tail.close()
+
+
+# -- file ------------------------------------------------------------------------------------------------
+
+MB = 1024 * 1024
+LISTED_FILES = 50                  # a sample lists this many matching files at most, the largest first
+NOT_PULSES_TO_TRIM = "inside the Pulse home"   # why a matching file is never rotated or truncated
+
+
+def regular_files(pattern: str) -> list[tuple[str, int]]:
+    """(path, size) of each regular file the glob matches: not a symlink (never followed), a
+    directory or a device, nor a copy a rotation keeps. A file gone between the glob and its
+    lstat is simply not there."""
+    found = []
+    for path in glob.iglob(pattern, recursive=True):
+        if rotation.is_copy(path):
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.append((path, st.st_size))
+    return found
+
+
+def over_max(data: dict | None) -> set[str]:
+    """The files of a file sample that are over its max_bytes."""
+    if data is None:
+        return set()
+    limit = data.get("max_bytes", 0)
+    return {f["path"] for f in data.get("files", []) if f.get("bytes", 0) > limit}
+
+
+class WatchedFile(Watcher):
+    """A `[[watch.file]]` glob: the size of every regular file it matches (key `file:<name>`),
+    the largest first, so fileGuard sees which are over max_mb and resourceGuard which to trim
+    first when the disk is high. A file inside the Pulse home is marked `refused`: Pulse never
+    trims its own stores or logs. Wakes the tick when a file goes over max_mb (an edge: a file that
+    stays over rings once, and again only after it was trimmed and grew back)."""
+
+    def __init__(self, watch: configmod.FileWatch, interval_ms: int, home: Path | None = None):
+        self.watch, self.home = watch, home
+        self.name = self.key = f"file:{watch.name}"
+        self.interval_ms = interval_ms
+        self.max_bytes = int(watch.max_mb * MB)
+
+    def collect(self) -> dict[str, Any]:
+        found = sorted(regular_files(self.watch.path), key=lambda f: (-f[1], f[0]))
+        files = []
+        for path, size in found[:LISTED_FILES]:
+            entry: dict[str, Any] = {"path": path, "bytes": size}
+            if self.home is not None and inside(path, self.home):
+                entry["refused"] = NOT_PULSES_TO_TRIM
+            files.append(entry)
+        return {"pattern": self.watch.path, "max_bytes": self.max_bytes, "action": self.watch.action,
+                "matched": len(found), "total_bytes": sum(size for _, size in found), "files": files,
+                "over": sum(1 for _, size in found if size > self.max_bytes)}
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        previous, latest = previous_and_latest(window)
+        return bool(over_max(latest) - over_max(previous))

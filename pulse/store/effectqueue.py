@@ -112,10 +112,12 @@ def finish_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str
 
 
 def requeue_claimed_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str,
-                           reason: str) -> bool:
-    """executing under `claimer` → pending (it runs again), with an effect-failed event marked requeued."""
+                           reason: str, **data) -> bool:
+    """executing under `claimer` → pending (it runs again), with an effect-failed event marked requeued
+    (and `data`: what this attempt did)."""
     return _move_effect(conn, effect_id, source, where="state = 'executing' AND claimer = ?", args=(claimer,),
-                        state=EffectState.PENDING, event=EffectEvent.FAILED, release=True, reason=reason, requeued=True)
+                        state=EffectState.PENDING, event=EffectEvent.FAILED, release=True, reason=reason, requeued=True,
+                        **{k: v for k, v in data.items() if v is not None})
 
 
 def effect_state(conn: sqlite3.Connection, effect_id: str) -> str | None:

@@ -238,6 +238,16 @@ def effect_end(conn: sqlite3.Connection, effect_id: str) -> Event | None:
     return _row_event(row) if row else None
 
 
+def effect_facts(conn: sqlite3.Connection, effect_id: str, type_: str) -> list[dict]:
+    """The data of every event of `type_` about one effect (its data's effect_id), oldest first: the
+    steps it recorded as done (a channel that took a notification). Read from the effect's own
+    commit on, by the (type, id) index."""
+    rows = conn.execute(
+        "SELECT data FROM events WHERE type = ? AND id > (SELECT event_id FROM effects WHERE id = ?) "
+        "AND json_extract(data, '$.effect_id') = ? ORDER BY id", (type_, effect_id, effect_id))
+    return [json.loads(r[0]) for r in rows]
+
+
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
     """The first event id stamped at or after `ts`, by bisection over ids (events are never
     deleted, so ids are contiguous and grow with time; a wall-clock jump back makes this a

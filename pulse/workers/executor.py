@@ -4,8 +4,10 @@ The main loop (the harness's: it heartbeats, so nothing here may block it):
   scan      on the doorbell, every executor_scan_interval_ms (the doorbell's fallback: a lost
             doorbell costs latency, never an effect), and soon after an effect is put back.
             Read the open effects; settle orphans (executing under a dead claimer); expire
-            pending effects past their deadline; dispatch the rest, oldest first, keeping
-            up to executor_concurrency in flight so a slow effect blocks nothing.
+            pending effects past their deadline (unless their kind keeps them: an idempotent
+            notification waits for a channel to take it, however long); dispatch the rest,
+            oldest first, keeping up to executor_concurrency in flight so a slow effect blocks
+            nothing.
   built-in  kinds (pulse.effects.registry) go to a runner thread: claim (a transaction that fails if
             someone claimed first), run with the effect's timeout, record acked or failed.
   engine    any other kind goes to the engine's executors (RunExecutor over the engine RPC,
@@ -106,16 +108,14 @@ def claimer_alive(claimer: str | None, boot: str) -> bool:
 
 # -- threads -----------------------------------------------------------------------------------------
 
-RETRY_BASE_S = 5        # a notification that could not get out is tried again after 5 s, 10 s, … 300 s
-RETRY_MAX_S = 300
-
-
-def retry_later(effect: wire.Effect, data: dict) -> bool:
+def retry_later(effect: wire.Effect, data: dict, first_retry_s: float) -> bool:
     """A failure its kind puts back in the queue (a notification that could not get out), with
-    time left before its deadline."""
+    time left before its deadline, or whatever its deadline if the kind never expires it (an
+    idempotent notification no channel took: kept until one does)."""
     kind = registry.get(effect.kind)
-    return (kind is not None and kind.retry_failed is not None and kind.retry_failed(effect, data)
-            and effect.deadline - time.time() > RETRY_BASE_S)
+    if kind is None or kind.retry_failed is None or not kind.retry_failed(effect, data):
+        return False
+    return not registry.expires(effect) or effect.deadline - time.time() > first_retry_s
 
 
 @dataclass
@@ -174,6 +174,7 @@ class ExecutorWorker(Worker):
         self.concurrency = t.executor_concurrency
         self.scan_s = t.executor_scan_interval_ms / 1000
         self.rpc_deadline_s = t.engine_rpc_deadline_ms / 1000
+        self.retry_base_s, self.retry_max_s = t.effect_retry_base_ms / 1000, t.effect_retry_max_ms / 1000
         self.boot = boot_id()
         self.claimer = claimer_id()
         self.objects = getattr(self.paths, "objects", self.paths.home / "objects")
@@ -262,6 +263,8 @@ class ExecutorWorker(Worker):
                 kind.release(done.effect_id)
             if done.outcome in EFFECT_ENDED:
                 ended, engine_only = True, engine_only and effect is not None and effect.origin == "engine"
+                self.retries.pop(done.effect_id, None)
+                self.retry_at.pop(done.effect_id, None)
             if done.outcome == "requeued":
                 self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + RESCAN_SOON_S))
         if ended:
@@ -299,7 +302,7 @@ class ExecutorWorker(Worker):
         for effect, *_ in pending:
             if effect.id in self.in_flight or effect.id in self.booked or self.retry_at.get(effect.id, 0) > now:
                 continue
-            if effect.deadline <= wall:
+            if effect.deadline <= wall and registry.expires(effect):
                 self.book(effect.id, functools.partial(self.expire, effect))
             else:
                 self.candidates[effect.id] = effect
@@ -372,14 +375,17 @@ class ExecutorWorker(Worker):
     # -- jobs (in threads; each gets that thread's connection) -------------------------------------
 
     def finish(self, conn: sqlite3.Connection, effect: wire.Effect, state: str, data: dict) -> Done:
-        if state == EffectState.FAILED and retry_later(effect, data):
+        if state == EffectState.FAILED and retry_later(effect, data, self.retry_base_s):
             # A notification that could not get out (the network may be what is down) waits in the
-            # queue and is tried again, with backoff, until its deadline: queued, not lost.
+            # queue and is tried again, with backoff: queued, not lost. What each channel said is in
+            # the requeue's event.
             attempt = self.retries.get(effect.id, 0) + 1
+            wait_s = clock.backoff(attempt, self.retry_base_s, self.retry_max_s)
             if effectqueue.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE,
-                                            reason=f"retry later ({data.get('error')})"):
+                                                  reason=f"retry later ({data.get('error')})", attempt=attempt,
+                                                  retry_in_s=wait_s, channels=data.get("channels")):
                 self.retries[effect.id] = attempt
-                self.retry_at[effect.id] = time.monotonic() + clock.backoff(attempt, RETRY_BASE_S, RETRY_MAX_S)
+                self.retry_at[effect.id] = time.monotonic() + wait_s
                 return Done(effect.id, "requeued")
         ended = effectqueue.finish_claimed_effect(conn, effect.id, self.claimer, state, SOURCE, **data)
         if ended and state == EffectState.FAILED:
@@ -392,7 +398,7 @@ class ExecutorWorker(Worker):
         return Done(effect.id, EffectState.EXPIRED if ended else "lost")
 
     def run_builtin(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
-        if effect.deadline <= time.time():
+        if effect.deadline <= time.time() and registry.expires(effect):
             return self.expire(effect, conn)
         refused = registry.refusal(effect, self.config.allow, self.process_names)
         reason = "not-allowed" if refused else "bad-params"
@@ -408,7 +414,9 @@ class ExecutorWorker(Worker):
         ctx = kinds.EffectContext(self.config, self.objects,
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
                                 paths=self.paths,
-                                started=lambda pgid: effectqueue.record_pgid(conn, effect.id, pgid))
+                                started=lambda pgid: effectqueue.record_pgid(conn, effect.id, pgid),
+                                record=functools.partial(self.record_fact, conn, effect),
+                                recorded=lambda type_: eventsdb.effect_facts(conn, effect.id, type_))
         began = time.monotonic()
         try:
             state, data = EffectState.ACKED, registry.all_kinds()[effect.kind].run(effect, ctx)
@@ -421,6 +429,11 @@ class ExecutorWorker(Worker):
             state, data = EffectState.FAILED, {"reason": "error", "error": f"{type(err).__name__}: {err}"}
         data["duration_s"] = round(time.monotonic() - began, 3)
         return self.finish(conn, effect, state, data)
+
+    def record_fact(self, conn: sqlite3.Connection, effect: wire.Effect, type_: str, data: dict) -> None:
+        """A step of a running effect, done: committed before the effect goes on (ctx.record)."""
+        eventsdb.append_events(conn, [wire.now_event(type_, SOURCE, effect.target,
+                                                     {**data, "effect_id": effect.id, "kind": effect.kind})])
 
     def claim_for_engine(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():

@@ -462,6 +462,6 @@ def validate_effects(effects: list[wire.Effect]) -> str | None:
     for e in effects:
         if not e.kind or len(e.kind) > 64:
             return f"effect kind {e.kind[:80]!r} is empty or longer than 64 characters"
-        if e.target is not None and len(e.target) > 256:
-            return "effect target longer than 256 characters"
+        if e.target is not None and len(e.target) > wire.MAX_TARGET_CHARS:
+            return f"effect target longer than {wire.MAX_TARGET_CHARS} characters"
     return None
