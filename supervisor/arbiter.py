@@ -330,10 +330,11 @@ class Arbiter:
         self.forkserver = None
         signal_num = -code if code < 0 else None
         self.record("worker-exited", "forkserver", pid=fs.pid, code=None if code < 0 else code, signal=signal_num)
-        log.error("forkserver (pid %d) exited (%s); its workers die with it and are restarted",
-                  fs.pid, f"signal {signal_num}" if signal_num else f"code {code}")
+        how = f"signal {signal_num}" if signal_num else f"code {code}"
         if self.shutting_down:
+            log.info("forkserver (pid %d) exited (%s) while pulsed stops", fs.pid, how)
             return
+        log.error("forkserver (pid %d) exited (%s); its workers die with it and are restarted", fs.pid, how)
         now = time.monotonic()
         self.forkserver_restarts = [t for t in self.forkserver_restarts if now - t <= self.timings.intensity_period_s]
         if len(self.forkserver_restarts) >= self.timings.intensity_restarts:

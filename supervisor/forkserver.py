@@ -59,8 +59,12 @@ class Forkserver:
         actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                    (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2),
                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD)]   # dup2 clears close-on-exec
+        # Its own process group, which the workers it forks inherit: a signal to pulsed's group
+        # (`kill -- -PGID`, `timeout`, a terminal's ^C) reaches pulsed alone, which then stops the
+        # workers in order, the event writer last, so none of their lifecycle events is lost.
         pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "pulse.supervisor.forkserver",
-                                              str(SOCKET_FD), str(os.getpid())], os.environ, file_actions=actions)
+                                              str(SOCKET_FD), str(os.getpid())], os.environ, file_actions=actions,
+                             setpgroup=0)
         theirs.close()
         os.close(out_w)
         ours.setblocking(False)

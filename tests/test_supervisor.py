@@ -80,6 +80,19 @@ def test_sigterm_while_the_engine_loads_the_agents_modules_is_a_clean_stop(pulse
     assert not [e for e in pulsed.events("worker-ready") if e["target"] == "engine"]
 
 
+def test_sigterm_to_the_whole_process_group_loses_no_event(pulsed):
+    """`kill -- -PGID` (or `timeout pulsed`) signals pulsed's process group: pulsed alone gets it, and
+    stops the workers in order, the event writer last, so every lifecycle event reaches events.db."""
+    pulsed.start()
+    forkserver = psutil.Process(pulsed.forkserver_pid())
+    assert os.getpgid(forkserver.pid) != os.getpgid(pulsed.proc.pid)
+    os.killpg(os.getpgid(pulsed.proc.pid), signal.SIGTERM)
+    assert pulsed.proc.wait(15) == 0
+    assert "not written" not in pulsed.log_text() and "are restarted" not in pulsed.log_text()
+    assert [e["target"] for e in pulsed.events("worker-exited") if e["target"] in WORKERS] == list(reversed(WORKERS))
+    assert "supervisor-stopping" in [e["type"] for e in pulsed.events()]
+
+
 def test_sigint_is_a_clean_stop_too(pulsed):
     pulsed.start()
     pulsed.proc.send_signal(signal.SIGINT)
