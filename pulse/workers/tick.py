@@ -23,6 +23,7 @@ import zmq
 
 from pulse.agents import tasks
 from pulse.core import client, wire
+from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import EFFECT_END_STATES, EffectEvent
 from pulse.effects import registry
@@ -315,7 +316,18 @@ class TickWorker(Worker):
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
-            history={key: vitalsdb.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
+            history=self.history(now))
+
+    def history(self, now: float) -> dict[str, list[wire.Vital]]:
+        """The recent samples survival counts (the last HISTORY_SAMPLES of each counted key), and for a
+        key with a trend window, every sample of that window if they are more (at most
+        MAX_MEMORY_WINDOW_SAMPLES, the newest): both end at the newest sample, so the longer holds the other."""
+        out = {key: vitalsdb.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)}
+        for key, window_s in survival.trend_windows(self.config).items():
+            window = vitalsdb.recent_vitals(self.vitals, key, MAX_MEMORY_WINDOW_SAMPLES, since_ts=now - window_s)
+            if len(window) > len(out.get(key, ())):
+                out[key] = window
+        return out
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
