@@ -124,7 +124,7 @@ function processCells(p, card = {}) {
   const points = card.memory || [], top = Math.max(p.max_mb ?? 0, ...points.map(q => q[1]));
   return {
     state: [el("span", {class: state}, state), p.paused_until ? [" until ", when(p.paused_until)] : []],
-    memory: [el("span", {class: "figure"}, p.rss_mb === null || p.rss_mb === undefined ? "-" : `${Math.round(p.rss_mb)} MB`
+    memory: [el("span", {class: p.max_mb && p.rss_mb > p.max_mb ? "figure bad" : "figure"}, p.rss_mb === null || p.rss_mb === undefined ? "-" : `${Math.round(p.rss_mb)} MB`
                 + (p.max_mb ? ` of ${p.max_mb}` : "")),
              spark(points, {label: `${p.name}: its tree's memory over ten minutes, MB`, max: top || null})],
     health: health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""}, health.ok ? "ok" : "failing")
@@ -228,8 +228,8 @@ function renderOverview(view) {
        spark(points, {label: `${key}, %`, max: 100}))))]);
   refresh("survival", "Last survival actions", view.survival, () => [view.survival.length
     ? table(["when", "rule", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
-        el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "rule"}, a.rule || "-"),
-        el("td", {"data-label": "kind"}, a.kind), el("td", {"data-label": "target"}, a.target || "-"),
+        el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "rule", class: "wide"}, a.rule || "-"),
+        el("td", {"data-label": "kind", class: "wide"}, a.kind), el("td", {"data-label": "target"}, a.target || "-"),
         el("td", {"data-label": "outcome", class: a.outcome}, a.outcome || "pending"))), "cards")
     : el("p", {class: "muted"}, "none yet")]);
 }
