@@ -135,3 +135,19 @@ def test_the_tree_is_measured_with_its_descendants(tracker, tmp_path):
     parent.wait(5)
     child.kill()
     assert measure_tree(parent.pid, None)["reason"] == "gone"
+
+
+def test_the_watcher_rings_the_tick_once_on_the_sample_that_makes_for_samples():
+    from pulse.core import config as configmod
+    from pulse.core.wire import Vital
+    from pulse.sensing.builtin import ProcessAlive, ProcessMemory
+    process = configmod.decode(b'[[process]]\nname = "gw"\nmatch = "gw"\nrestart = ["true"]\n'
+                               b'memory = { max_mb = 100, for_samples = 3 }\n', "test").process[0]
+    watcher = ProcessMemory(ProcessAlive(process, 1000), 1000)
+    window = lambda *mbs, pid=41: [Vital("process-memory:gw", i, {"pid": pid, "rss_mb": mb}) for i, mb in enumerate(mbs)]
+    assert not watcher.should_wake(window(120, 130))
+    assert watcher.should_wake(window(90, 120, 130, 140))
+    assert not watcher.should_wake(window(90, 120, 130, 140, 150))             # an edge, not a level
+    assert not watcher.should_wake(window(120, 130) + window(140, pid=42))     # another pid starts over
+    assert not watcher.should_wake(window(120, 130, None, 140))                # a sample that measured nothing
+    assert watcher.collect() == {"pid": None, "rss_mb": None, "reason": "not running"}   # nothing found yet
