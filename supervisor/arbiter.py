@@ -697,5 +697,6 @@ class Arbiter:
         for p in self.settings.process:
             sample = seen.get(p.name) or {}
             out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
-                                          sample.get("matches")))
+                                          sample.get("matches"), sample.get("rss_mb"),
+                                          p.memory.max_mb if p.memory is not None else None))
         return out

@@ -90,6 +90,29 @@ def test_the_analyst_judges_the_fixture_history(history):
     assert analysismod.decode(analysismod.encode(result)) == result
 
 
+def test_a_memory_restart_is_a_survival_repair_and_its_reason_shows(tmp_path):
+    from reportfixture import History
+    h = History()
+    reason = "memory: its tree's RSS 4210.5 MB was above max_mb 4096 for 3 samples in a row"
+    h.effect("mem-1", "notify", "gateway", "survival", rule="process-memory", title="gateway's memory keeps growing",
+             message="gateway's tree grew 640 MB/h")
+    h.add("effect-acked", "executor", "gateway", effect_id="mem-1", kind="notify")
+    h.effect("mem-2", "restart-process", "gateway", "survival", why="memory", rss_mb=4210.5, max_mb=4096, samples=3,
+             pid=41, reason=reason)
+    h.add("effect-executing", "executor", "gateway", effect_id="mem-2", kind="restart-process")
+    h.add("process-exited", "keeper", "gateway", pid=41, code=None, signal="SIGTERM")
+    h.add("effect-acked", "executor", "gateway", effect_id="mem-2", kind="restart-process")
+    write(tmp_path / "events.db", h.events)
+    result, _ = analyse_db(tmp_path / "events.db", h)
+    card = next(c for c in result.role_analysis if c.name == "survival")
+    assert card.figures["repairs_acked"] == 1 and card.figures["notifications"] == 1 and card.verdict == "pass"
+    repaired = next(f for f in result.highlights if f.text.startswith("survival repaired"))
+    assert f"restart-process gateway ({reason})" in repaired.text
+    assert [e.label for e in result.timeline if e.lane == "survival"] == [
+        "notify gateway (gateway's memory keeps growing)", f"restart-process gateway ({reason})"]
+    assert reason in render.text(result)
+
+
 def test_an_error_that_keeps_recurring_is_one_distinct_error_and_every_occurrence_counts(tmp_path):
     conn = eventsdb.open_events(tmp_path / "events.db")
     t0 = 1000.0

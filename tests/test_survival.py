@@ -4,6 +4,7 @@ elsewhere). Memory is in the snapshot, so these are the cases a killed tick must
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -270,3 +271,123 @@ def test_failed_probes_within_the_start_period_do_not_count():
     probes["health:hermes"].append(Vital("health:hermes", 1001.0, {"ok": False}))
     effects = run(survival.process_watchdog, snap(ts=1001.1, vitals=alive, history=probes), cfg=HERMES)[0]
     assert kinds(effects) == [("restart-process", "hermes")] and effects[0].params["why"] == "unhealthy"
+
+
+# -- memory ceilings ([[process]] memory) ---------------------------------------------------------------
+
+LEAKY = configmod.validate(configmod.decode(
+    b'[[process]]\nname = "gw"\nmatch = "gw"\nrestart = ["true"]\n'
+    b'memory = { max_mb = 100, for_samples = 3, growth_mb_per_h = 360, growth_window_s = 60 }\n', "test"), "test")
+ALIVE = {"process-alive:gw": Vital("process-alive:gw", 999.0, {"alive": True, "pid": 41})}
+
+
+def rss(*figures, start=1000.0, every=1.0, pid=41, since=900.0) -> list[Vital]:
+    """Memory samples of process-memory:gw, `every` seconds apart from `start`."""
+    return [Vital("process-memory:gw", start + i * every, {"pid": pid, "since": since, "rss_mb": mb})
+            for i, mb in enumerate(figures)]
+
+
+def memory_snap(samples: list[Vital], **fields) -> Snapshot:
+    return snap(ts=fields.pop("ts", samples[-1].ts + 0.1), vitals=ALIVE, history={"process-memory:gw": samples}, **fields)
+
+
+def test_a_process_over_its_ceiling_for_samples_in_a_row_is_restarted_with_the_figures():
+    assert run(survival.process_watchdog, memory_snap(rss(90, 120, 130)), cfg=LEAKY)[0] == []        # two above
+    assert run(survival.process_watchdog, memory_snap(rss(120, 130, 95, 120, 130)), cfg=LEAKY)[0] == []   # not in a row
+    assert run(survival.process_watchdog, memory_snap(rss(90, 100, 100, 100)), cfg=LEAKY)[0] == []   # at is not above
+    effects, _ = run(survival.process_watchdog, memory_snap(rss(90, 120, 130, 140.5)), cfg=LEAKY)
+    assert kinds(effects) == [("restart-process", "gw")]
+    params = effects[0].params
+    assert {k: params[k] for k in ("why", "rss_mb", "max_mb", "samples", "pid")} == {
+        "why": "memory", "rss_mb": 140.5, "max_mb": 100, "samples": 3, "pid": 41}
+    assert "140.5 MB" in params["reason"] and "max_mb 100" in params["reason"] and "3 samples" in params["reason"]
+
+
+def test_only_samples_of_the_process_as_it_runs_now_count_toward_the_ceiling():
+    # samples before the last restart's outcome were of what it replaced
+    restarted = {"gw": [Outcome("r", "restart-process", "acked", 1001.5)]}
+    assert run(survival.process_watchdog, memory_snap(rss(120, 130, 140, 150), outcomes=restarted), cfg=LEAKY)[0] == []
+    # nor do another pid's, nor a sample that measured nothing (the pid was gone)
+    mixed = rss(120, 130, pid=7) + rss(140, 150, start=1002.0) + [Vital("process-memory:gw", 1004.0,
+                                                                         {"pid": 41, "rss_mb": None, "reason": "gone"})]
+    assert run(survival.process_watchdog, memory_snap(mixed), cfg=LEAKY)[0] == []
+    mixed.append(rss(160, start=1005.0)[0])
+    assert kinds(run(survival.process_watchdog, memory_snap(mixed), cfg=LEAKY)[0]) == [("restart-process", "gw")]
+    # a restart already pending, or a paused process: nothing
+    pending = [Effect(kind="restart-process", target="gw", id="x")]
+    assert run(survival.process_watchdog, memory_snap(mixed, pending=pending), cfg=LEAKY)[0] == []
+    assert run(survival.process_watchdog, memory_snap(mixed, paused={"gw": 9e9}), cfg=LEAKY)[0] == []
+
+
+def test_memory_restarts_that_do_not_help_back_off_and_are_notified():
+    """Three restarts, and every copy climbed above the ceiling again without a sample below it."""
+    samples = (rss(150, 150, 150, start=990.0, pid=1) + rss(150, 150, 150, start=1001.0, pid=2)
+               + rss(150, 150, 150, start=1011.0, pid=3) + rss(150, 150, 150, start=1021.0, pid=4))
+    outcomes = {"gw": [Outcome(f"r{i}", "restart-process", "acked", ts) for i, ts in enumerate((1000.0, 1010.0, 1020.0))]}
+    effects, tick_ms = run(survival.process_watchdog, memory_snap(samples, outcomes=outcomes), cfg=LEAKY)
+    assert kinds(effects) == [("notify", "gw")] and effects[0].params["title"] == "gw stays over its memory ceiling"
+    assert "above max_mb 100" in effects[0].params["last_error"]
+    assert 0 < tick_ms <= 2001                                   # the fourth waits backoff(3) = 4 s after the third
+    later = run(survival.process_watchdog, memory_snap(samples, outcomes=outcomes, ts=1024.5,
+                                                       notified={"process-watchdog:gw": 1023.2}), cfg=LEAKY)[0]
+    assert kinds(later) == [("restart-process", "gw")]
+    # a copy that was once below the ceiling was helped: no backoff
+    helped = samples[:-3] + rss(80, 150, 150, 150, start=1021.0, pid=4)
+    assert kinds(run(survival.process_watchdog, memory_snap(helped, outcomes=outcomes), cfg=LEAKY)[0]) == [
+        ("restart-process", "gw")]
+
+
+def climbing(mb_per_s: float, seconds: int, start=1000.0, base=50.0, **kw) -> list[Vital]:
+    return rss(*[base + mb_per_s * i for i in range(seconds + 1)], start=start, **kw)
+
+
+def test_growth_faster_than_growth_mb_per_h_is_notified_with_the_slope_before_the_ceiling():
+    samples = climbing(0.2, 50)                                  # 720 MB/h over 50 s: 3/4 of the 60 s window is 45
+    effects, _ = run(survival.process_watchdog, memory_snap(samples), cfg=LEAKY)
+    assert kinds(effects) == [("notify", "gw")]
+    note = effects[0].params
+    assert note["rule"] == "process-memory" and note["growth_mb_per_h"] == pytest.approx(720, abs=0.5)
+    assert note["rss_mb"] == 60 and note["max_mb"] == 100
+    assert "720 MB/h" in note["message"] and "reaches max_mb 100 in 3 min" in note["message"]
+    # not yet a trend: too short a span (a process's start-up climb), or too few samples
+    assert run(survival.process_watchdog, memory_snap(climbing(0.2, 40)), cfg=LEAKY)[0] == []
+    assert run(survival.process_watchdog, memory_snap(climbing(2, 3, every=20)), cfg=LEAKY)[0] == []
+    # slower than the threshold, or flat with noise
+    assert run(survival.process_watchdog, memory_snap(climbing(0.09, 50)), cfg=LEAKY)[0] == []
+    noisy = rss(*[50 + (5 if i % 2 else -5) for i in range(51)])
+    assert run(survival.process_watchdog, memory_snap(noisy), cfg=LEAKY)[0] == []
+
+
+def test_growth_is_notified_once_per_process_and_at_most_every_notify_every_s():
+    told = {"process-memory:gw": 1040.0}                          # this pid (started at 900) was told already
+    assert run(survival.process_watchdog, memory_snap(climbing(0.2, 50), notified=told), cfg=LEAKY)[0] == []
+    # a new copy that grows again is told, once notify_every_s (300 s) has passed since the last notice
+    again = climbing(0.2, 50, start=1250.0, pid=42, since=1240.0)
+    assert run(survival.process_watchdog, memory_snap(again, notified=told), cfg=LEAKY)[0] == []
+    later = climbing(0.2, 50, start=1400.0, pid=42, since=1240.0)
+    assert kinds(run(survival.process_watchdog, memory_snap(later, notified=told), cfg=LEAKY)[0]) == [("notify", "gw")]
+
+
+def test_a_memory_ceiling_is_configured_with_every_default_and_checked():
+    process = configmod.decode(b'[[process]]\nname = "gw"\nmatch = "gw"\nrestart = ["true"]\nmemory = {}\n',
+                               "test").process[0]
+    assert (process.memory.max_mb, process.memory.for_samples, process.memory.growth_mb_per_h,
+            process.memory.growth_window_s) == (4096, 3, 500, 600)
+    assert configmod.decode(b'[[process]]\nname = "gw"\nmatch = "gw"\n', "test").process[0].memory is None
+    for table, says in (("max_mb = 0", "memory.max_mb must be greater than 0"),
+                        ("for_samples = 0", "memory.for_samples must lie within 1"),
+                        ("growth_mb_per_h = -1", "memory.growth_mb_per_h must be at least 0"),
+                        ("growth_window_s = 0", "memory.growth_window_s must be greater than 0"),
+                        ("max_mb = \"4G\"", "$.process[0].memory.max_mb")):
+        text = f'[[process]]\nname = "gw"\nmatch = "gw"\nrestart = ["true"]\nmemory = {{ {table} }}\n'
+        with pytest.raises(configmod.ConfigError, match=re.escape(says)):
+            configmod.validate(configmod.decode(text, "test"), "test")
+    with pytest.raises(configmod.ConfigError, match=r"\$\.process\[0\]\.memory: a memory ceiling restarts the process"):
+        configmod.validate(configmod.decode(b'[[process]]\nname = "gw"\nmatch = "gw"\nmemory = {}\n', "test"), "test")
+
+
+def test_the_tick_carries_a_memory_window_for_each_ceiling():
+    tick = configmod.slice_of(LEAKY, "tick")
+    assert survival.trend_windows(tick) == {"process-memory:gw": 60}
+    assert "process-memory:gw" in survival.counted_keys(tick)
+    assert survival.trend_windows(configmod.slice_of(CONFIG, "tick")) == {}

@@ -238,3 +238,23 @@ def test_the_snapshot_remembers_when_each_rule_last_told_a_person():
     p = folded(committed(1, "notify", rule="process-watchdog"), committed(2, "report", target="day", rule="daily"),
                committed(3, "restart-process", target="db", rule="process-watchdog"), committed(4, "notify", target="x"))
     assert p.notified == {"process-watchdog:gw": 1.0, "daily:day": 1.0}
+
+
+def test_the_snapshot_carries_a_memory_ceilings_whole_window(tmp_path):
+    """A counted key brings its last HISTORY_SAMPLES samples; a trend window brings every sample of it
+    when they are more (at most MAX_MEMORY_WINDOW_SAMPLES, the newest), never fewer than the last few."""
+    from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
+    from pulse.store import vitalsdb
+    from pulse.workers.tick import HISTORY_SAMPLES, read_history
+    conn = vitalsdb.open_vitals(tmp_path / "vitals.db")
+    key = "process-memory:gw"
+    vitalsdb.append_vitals(conn, [wire.Vital(key, 1000.0 + i, {"rss_mb": i}) for i in range(1000)])
+    vitalsdb.append_vitals(conn, [wire.Vital("health:gw", 1000.0 + i, {"ok": True}) for i in range(50)])
+    now = 2000.0                                              # the newest sample is at 1999
+    history = read_history(conn, ["health:gw", key], {key: 600}, now)
+    assert len(history["health:gw"]) == HISTORY_SAMPLES
+    assert [v.ts for v in history[key]] == [1000.0 + i for i in range(400, 1000)]     # the last 600 s
+    assert len(read_history(conn, [key], {key: 5}, now)[key]) == HISTORY_SAMPLES      # a short window: the last few
+    longest = read_history(conn, [key], {key: 3600}, now)[key]
+    assert len(longest) == MAX_MEMORY_WINDOW_SAMPLES and longest[-1].ts == 1999.0
+    conn.close()

@@ -10,8 +10,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import urllib.parse
 
 import msgspec
@@ -34,7 +36,8 @@ def site(tmp_path_factory):
     pulsed = Pulsed(home, tracker)
     init_home(home)
     (home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
-                                      f'[[process]]\nname = "napper"\nmatch = "^sleep {NAP}$"\n')
+                                      f'[[process]]\nname = "napper"\nmatch = "^sleep {NAP}$"\n'
+                                      f'restart = ["sleep", "{NAP}"]\nmemory = {{ max_mb = 512 }}\n')
     napper = subprocess.Popen(["sleep", NAP], start_new_session=True)
     tracker.add(napper.pid)
     try:
@@ -170,16 +173,43 @@ def test_the_events_page_finds_an_old_event_by_type(site, page):
     assert '"pid"' in page.inner_text("main")
 
 
+# What runs off the screen: the page wider than the window, or a section scrolling sideways.
+OVERFLOW = """() => [document.documentElement, ...document.querySelectorAll("main section")]
+                 .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.id || e.tagName)"""
+
+
 def test_dark_and_light_themes_and_a_phone_width(site, page, tmp_path):
     pulsed, base, token = site
     page.wait_for_selector('[data-worker="tick"]')
+    page.wait_for_selector('[data-process="napper"] [data-field="memory"] polyline', state="attached")
     before = page.evaluate("document.documentElement.dataset.theme")
     page.click("#theme")
     assert page.evaluate("document.documentElement.dataset.theme") != before
+    assert page.evaluate(OVERFLOW) == []
     page.set_viewport_size({"width": 390, "height": 844})
     page.screenshot(path=str(tmp_path / "overview-phone.png"), full_page=True)
+    assert page.evaluate(OVERFLOW) == [], "the workers and the processes fit a 390-px phone"
+    # each cell is still there, under its label
+    memory = page.locator('[data-process="napper"] [data-field="memory"]')
+    assert memory.is_visible() and page.evaluate("""() => getComputedStyle(document.querySelector(
+        '[data-process="napper"] [data-field="memory"]'), '::before').content""") == '"memory"'
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.tagName") in ("A", "BUTTON")
+
+
+def test_the_overview_shows_each_critical_process_with_its_memory_health_restarts_and_last_action(site, page):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-process="napper"] [data-field="memory"] polyline', state="attached")
+    napper = next(p for p in pulsed.status().processes if p.name == "napper")
+    figure = page.locator('[data-process="napper"] [data-field="memory"] .figure').inner_text()
+    assert re.fullmatch(r"\d+ MB of 512", figure) and napper.max_mb == 512
+    assert abs(int(figure.split()[0]) - napper.rss_mb) <= 2
+    assert page.locator('[data-process="napper"] [data-field="health"]').inner_text() == "-"     # no probe configured
+    assert page.locator('[data-process="napper"] [data-field="restarts"]').inner_text() == "0"
+    # an operator's signal is its last action, with its outcome, on the open page
+    assert pulsed.ctl("emit", "signal", "--target", "napper", "--param", "signal=SIGCONT", "--wait", "10").returncode == 0
+    page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="last_action"]')
+                                       .textContent.startsWith('signal acked')""", timeout=10_000)
 
 
 # -- auth -------------------------------------------------------------------------------------------------------
@@ -254,6 +284,11 @@ def test_metrics_parse_and_the_restart_counter_matches_status(site):
     for name in ("pulse_build_info", "pulse_engine_info", "pulse_tick_duration_seconds", "pulse_effects",
                  "pulse_gate_blocked", "pulse_rule_errors"):
         assert name in families, name
+    memory = {s.labels["process"]: s.value for s in families["pulse_process_memory_bytes"].samples}
+    ceiling = {s.labels["process"]: s.value for s in families["pulse_process_memory_max_bytes"].samples}
+    napper = next(p for p in shown["processes"] if p["name"] == "napper")
+    assert memory["napper"] == pytest.approx(napper["rss_mb"] * 2**20, rel=0.5) and memory["napper"] > 0
+    assert ceiling == {"napper": 512 * 2**20}
 
 
 def test_rotating_the_token_ends_every_session(site):
@@ -328,3 +363,38 @@ def test_the_engine_page_shows_a_promote_with_its_diff_and_checks(site, page, tm
     text = page.inner_text("main")
     assert "1 file changed" in text and "compile, import, tests" in text
     page.screenshot(path=str(tmp_path / "engine.png"), full_page=True)
+
+
+def test_a_memory_restart_shows_on_the_phone_overview_with_its_reason(pulsed, browser, tmp_path, tracker):
+    """A real leaking tree restarted at its ceiling (tests/test_memory.py's leaker): the overview on a
+    390-px phone shows its memory, its restarts and the restart with its reason, and nothing runs off."""
+    from test_memory import LEAKER, MAX_MB, memory_restarts
+    script = tmp_path / "leaker.py"
+    script.write_text(LEAKER)
+    init_home(pulsed.home)
+    argv = [sys.executable, str(script), str(tmp_path), "parent"]
+    (pulsed.home / "config.toml").write_text(
+        '[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n[[process]]\nname = "leaky"\n'
+        f'match = {json.dumps(re.escape(f"{script} {tmp_path} parent"))}\nrestart = {json.dumps(argv)}\n'
+        f'memory = {{ max_mb = {MAX_MB}, for_samples = 3, growth_window_s = 2 }}\n')
+    pulsed.start(env={"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "250"})
+    pulsed.wait_running(WORKERS)
+    url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
+    restart = wait_for(lambda: memory_restarts(pulsed), 30, what="a restart at the ceiling")[0]
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        tab = context.new_page()
+        tab.goto(url)
+        row = '[data-process="leaky"]'
+        tab.wait_for_function(f"""() => /restart-process \\(memory\\) acked/.test(
+            document.querySelector('{row} [data-field="last_action"]')?.textContent || '')""", timeout=20_000)
+        last = tab.locator(f'{row} [data-field="last_action"]').inner_text()
+        assert "above max_mb 60 for 3 samples in a row" in last, last
+        assert int(tab.locator(f'{row} [data-field="restarts"]').inner_text()) >= 2    # why dead (the first start), memory
+        assert re.search(rf"\d+ MB of {MAX_MB}", tab.locator(f'{row} [data-field="memory"]').inner_text())
+        assert tab.locator(f'{row} [data-field="memory"] polyline').count() == 1
+        assert tab.evaluate(OVERFLOW) == []
+        tab.screenshot(path=str(tmp_path / "overview-phone-memory.png"), full_page=True)
+    finally:
+        context.close()
+    assert restart["data"]["params"]["reason"].startswith("memory: its tree's RSS")

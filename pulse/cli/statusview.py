@@ -51,6 +51,13 @@ def process_state(p: wire.ProcessStatus) -> str:
     return state
 
 
+def memory(p: wire.ProcessStatus) -> str:
+    """Its tree's RSS, and its ceiling when it has one: "812 MB of 4096"."""
+    if p.rss_mb is None:
+        return "-"
+    return f"{p.rss_mb:.0f} MB" + (f" of {p.max_mb:g}" if p.max_mb is not None else "")
+
+
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
@@ -59,8 +66,8 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
     lines = columns(rows)
     if status.processes:
         lines.append("")
-        lines += columns([("PROCESS", "STATE", "PID")] +
-                         [(p.name, process_state(p), str(p.pid or "-")) for p in status.processes])
+        lines += columns([("PROCESS", "STATE", "PID", "MEMORY")] +
+                         [(p.name, process_state(p), str(p.pid or "-"), memory(p)) for p in status.processes])
     s = status.supervisor
     lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"

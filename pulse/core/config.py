@@ -69,7 +69,8 @@ class EngineLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     typecheck: list[str] | None = None        # argv run in the candidate tree by the promote gate, e.g. ["mypy", "."]
 
 
-MAX_HEALTH_FAILURES = 20                      # the tick keeps this many recent probes of a key
+MAX_HEALTH_FAILURES = 20                      # the tick keeps this many recent samples of a counted key
+                                              # (health probes; memory samples in a row, too)
 
 
 class Health(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -82,6 +83,22 @@ class Health(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout_s: float = 3
     failures: int = 3
     start_period_s: float = 0                 # failed probes this soon after the process started do not count
+
+
+MAX_MEMORY_WINDOW_SAMPLES = 720               # the growth fit reads at most this many samples (the newest)
+
+
+class Memory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A ceiling on a process's memory: the RSS of its whole tree (the process and every descendant,
+    summed), which the watcher samples into `process-memory:<process>` every watcher interval.
+    processWatchdog restarts the process after `for_samples` samples in a row above `max_mb`, and
+    notifies (once per process, at most every [survival] notify_every_s) when a least-squares fit
+    over the last `growth_window_s` of samples rises faster than `growth_mb_per_h`."""
+    max_mb: float = 4096
+    for_samples: int = 3                      # samples in a row above max_mb before the restart
+    growth_mb_per_h: float = 500              # a steeper slope is notified; 0: never
+    growth_window_s: float = 600              # the fit's window: samples of one pid over at least 3/4 of it
+                                              # (or MAX_MEMORY_WINDOW_SAMPLES of them)
 
 
 class PidFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -105,6 +122,7 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     cwd: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     health: Health | None = None              # alive is not enough: also probe this
+    memory: Memory | None = None              # unset: no ceiling (its tree's RSS is sampled all the same)
     # Exit codes by which the process asks to be restarted (Hermes' gateway: 75): restarted at
     # once, not counted as a failure; and by which it asks never to be (Hermes: 78, bad config).
     # Known for a process Pulse started: its keeper records every exit in events.db.
@@ -181,9 +199,8 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Vital keys the snapshot carries: exact keys, or prefixes ending in "*".
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
-        "system-resource", "process-alive:*", "health:*", "config:*", "network:*", "error-log:*", "file:*",
-        "engine:*",
-        "pending-tasks"])
+        "system-resource", "process-alive:*", "process-memory:*", "health:*", "config:*", "network:*",
+        "error-log:*", "file:*", "engine:*", "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
@@ -555,6 +572,8 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{where}.restart: an argv list needs at least the program")
         if proc.health is not None:
             validate_health(proc.health, f"{where}.health")
+        if proc.memory is not None:
+            validate_memory(proc, f"{where}.memory")
         if proc.stop is not None and not proc.stop:
             raise ConfigError(f"{where}.stop: an argv list needs at least the program")
         if proc.stop_timeout_s <= 0 or proc.start_grace_s < 0:
@@ -663,6 +682,20 @@ def validate_health(health: Health, where: str) -> None:
         raise ConfigError(f"{where}.failures must lie within 1 … {MAX_HEALTH_FAILURES}, got {health.failures}")
     if health.start_period_s < 0:
         raise ConfigError(f"{where}.start_period_s must be at least 0")
+
+
+def validate_memory(proc: Process, where: str) -> None:
+    memory = proc.memory
+    if not memory.max_mb > 0:
+        raise ConfigError(f"{where}.max_mb must be greater than 0, got {memory.max_mb}")
+    if not 1 <= memory.for_samples <= MAX_HEALTH_FAILURES:
+        raise ConfigError(f"{where}.for_samples must lie within 1 … {MAX_HEALTH_FAILURES}, got {memory.for_samples}")
+    if memory.growth_mb_per_h < 0:
+        raise ConfigError(f"{where}.growth_mb_per_h must be at least 0 (0: no growth notice)")
+    if not memory.growth_window_s > 0:
+        raise ConfigError(f"{where}.growth_window_s must be greater than 0, got {memory.growth_window_s:g}")
+    if not proc.restart:
+        raise ConfigError(f"{where}: a memory ceiling restarts the process: set its restart argv too")
 
 
 def _agent_templates(agent: Agent):
@@ -836,6 +869,9 @@ def default_toml() -> str:
         '# config = ["/etc/openclaw/openclaw.json"]   # kept known good; restored if an edit breaks it',
         "# config_good_after_s = 60.0              # healthy this long after a start: its config is known good",
         "# config_rollback_window_s = 600.0        # crash-looping or unhealthy this soon after an edit: restore",
+        "# memory = { max_mb = 4096, for_samples = 3, growth_mb_per_h = 500, growth_window_s = 600 }",
+        "#                                        # its tree's RSS: restarted after 3 samples above max_mb,",
+        "#                                        # notified when it grows faster than growth_mb_per_h",
         "",
         "# Files that must not fill the disk (fileGuard; repeat the table for more):",
         "# [[watch.file]]",

@@ -113,6 +113,8 @@ class ProcessStatus(msgspec.Struct):
     pid: int | None = None
     paused_until: float | None = None   # wall clock: survival leaves it alone until then
     matches: int | None = None          # found by `match`: how many processes matched (more than one: ambiguous)
+    rss_mb: float | None = None         # its tree's RSS (it and its descendants), as last sampled
+    max_mb: float | None = None         # its `memory` ceiling, when it has one
 
 
 class Status(msgspec.Struct):

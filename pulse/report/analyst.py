@@ -127,6 +127,7 @@ class Action:
     ts: float
     rule: str | None
     origin: str
+    reason: str | None = None       # why it was done, in figures (a memory restart: the RSS, the ceiling)
     end: float | None = None
     state: str = EffectState.PENDING
     error: str | None = None
@@ -194,9 +195,10 @@ def fold(events: Iterable, window_start: float) -> Fold:
             origin = ev.data.get("origin")
             if origin in ("survival", "operator"):
                 params = ev.data.get("params") or {}
+                params = params if isinstance(params, dict) else {}
                 f.actions[ev.data.get("id", "")] = Action(
-                    ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts,
-                    params.get("rule") if isinstance(params, dict) else None, origin, event_ids=[ev.id])
+                    ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts, params.get("rule"), origin,
+                    reason=reason_of(params), event_ids=[ev.id])
         elif t in EFFECT_END_STATES:
             action = f.actions.get(ev.data.get("effect_id", ""))
             if action is not None and not ev.data.get("requeued"):
@@ -269,8 +271,20 @@ def slow_runs(runs: Sequence[Run]) -> list[Run]:
             and r.duration > SLOW_FACTOR * median]
 
 
+def reason_of(params: dict) -> str | None:
+    """Why an effect was committed, from its params: its own words (`reason`), else its `why` (a
+    notification: its title)."""
+    reason = params.get("reason") or params.get("why") or params.get("title")
+    return str(reason) if reason else None
+
+
 def _label(action: Action) -> str:
     return f"{action.kind} {action.target}" if action.target else action.kind
+
+
+def _described(action: Action) -> str:
+    """Its label, and its reason when it has one: what a reader of the report needs to know about it."""
+    return f"{_label(action)} ({action.reason})" if action.reason else _label(action)
 
 
 def is_repair(action: Action) -> bool:
@@ -351,7 +365,7 @@ def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
     acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
     if not acked:
         return []
-    shown = ", ".join(sorted({_label(a) for a in acked})[:5])
+    shown = "; ".join(sorted({_described(a) for a in acked})[:5])
     return [Finding(text=f"survival repaired {len(acked)} time(s): {shown}", severity="info",
                     event_ids=_ids(i for a in acked for i in a.event_ids))]
 
@@ -432,7 +446,7 @@ def timeline(runs: Sequence[Run], survival: Sequence[Action], engine_events: Seq
                              end=stamp(r.end if r.end is not None else max(r.start, end)), outcome=r.outcome,
                              event_ids=_ids(r.event_ids), run=r.run)
                for r in sorted(runs, key=lambda r: r.start)]
-    entries += [TimelineEntry(lane="survival", label=_label(a), start=stamp(a.ts),
+    entries += [TimelineEntry(lane="survival", label=_described(a), start=stamp(a.ts),
                               end=stamp(a.end if a.end is not None else a.ts), outcome=a.state,
                               event_ids=_ids(a.event_ids)) for a in survival]
     entries += [TimelineEntry(lane="engine", label=f"{ev.type} {str(ev.data.get('after', ''))[:12]}",

@@ -15,10 +15,10 @@ dailyReport sends the day's report at [report] daily_at (the report effect does 
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from pulse.core import clock
-from pulse.core.config import FileWatch, Survival, TickConfig
+from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, Snapshot, Vital
 from pulse.rules import knowngood
@@ -146,8 +146,14 @@ def process_watchdog(config: TickConfig):
     - Unhealthy (`[[process]] health`): `failures` failed probes in a row, every one newer than
       the last restart outcome and outside the process's `start_period_s` (a restart starts the
       count again).
+    - Over its memory ceiling (`[[process]] memory`): `for_samples` samples in a row of its tree's
+      RSS (`process-memory:<name>`) above `max_mb`, of the pid that runs now and newer than the
+      last restart outcome; the restart's params carry the figures and a reason naming them. Its
+      growth is watched too: a least-squares slope over `growth_window_s` steeper than
+      `growth_mb_per_h` is notified, once per process (pid) and at most every notify_every_s.
     - After a failed restart it waits (doubling from process_backoff_base_s); for an unhealthy
-      process a restart that did not bring a healthy probe counts as failed too.
+      process a restart that did not bring a healthy probe counts as failed too, and for one
+      over its ceiling, a restart that did not bring a sample below it.
     - After process_notify_after failed restarts in a row it notifies, once per streak,
       and keeps trying slowly. A paused process is left alone.
     - Last-known-good config (`[[process]] config`; pulse.rules.knowngood reads the snapshot for
@@ -170,7 +176,7 @@ def process_watchdog(config: TickConfig):
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
         for name, proc in sorted(processes.items()):
-            if name in curr.paused or pending_or_handled(curr, effects, "restart-process", name):
+            if name in curr.paused:
                 continue
             if proc.config:
                 effects, settled = after_restore(curr, effects, proc)
@@ -179,6 +185,11 @@ def process_watchdog(config: TickConfig):
             change = knowngood.unrestored_change(proc, curr) if proc.config else None
             history = curr.outcomes.get(name, ())
             last = max((o.ts for o in history if o.kind == "restart-process"), default=0.0)
+            memory = curr.history.get(f"process-memory:{name}", [])
+            if proc.memory is not None:
+                effects = effects + growth_notice(curr, name, proc.memory, memory_samples(memory, last), s.notify_every_s)
+            if pending_or_handled(curr, effects, "restart-process", name):
+                continue
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
             if vital is not None and not vital.data.get("alive", True):
@@ -209,6 +220,9 @@ def process_watchdog(config: TickConfig):
             elif proc.health is not None and failing_in_a_row(counted_probes(
                     curr.history.get(f"health:{name}", []), last, vital, proc.health.start_period_s)) >= proc.health.failures:
                 why, streak = "unhealthy", unhelped_restarts(history, curr.history.get(f"health:{name}", []))
+            elif proc.memory is not None and (over := over_ceiling(memory_samples(memory, last), proc.memory)):
+                why, params = "memory", over
+                streak = unhelped_restarts(history, memory, ok=lambda v: under_ceiling(v, proc.memory.max_mb))
             else:
                 keep = knowngood.keep_effect(proc, curr) if proc.config else None
                 if keep is not None and not pending_or_handled(curr, effects, "keep-config", name):
@@ -219,11 +233,11 @@ def process_watchdog(config: TickConfig):
                 continue
             probes = curr.history.get(f"health:{name}", [])
             if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
-                title = f"{name} does not come back" if why == "dead" else f"{name} stays unhealthy"
-                effects = effects + [notify(curr, "process-watchdog", name, title,
+                last_error = streak[-1].error or (params.get("reason") if why == "memory" else
+                                                  probes[-1].data.get("error") if probes else None)
+                effects = effects + [notify(curr, "process-watchdog", name, STREAK_TITLES[why].format(name=name),
                                             f"{len(streak)} restarts of {name} did not help; still trying",
-                                            last_error=streak[-1].error or (probes[-1].data.get("error")
-                                                                            if probes else None))]
+                                            last_error=last_error)]
             wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s) if streak else 0.0
             if streak and curr.ts < streak[-1].ts + wait:
                 tick_ms = sooner(tick_ms, int((streak[-1].ts + wait - curr.ts) * 1000) + 1)
@@ -269,6 +283,90 @@ def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Eff
     return effects, True
 
 
+STREAK_TITLES = {"dead": "{name} does not come back", "unhealthy": "{name} stays unhealthy",
+                 "memory": "{name} stays over its memory ceiling"}
+GROWTH_MIN_SAMPLES = 5          # a growth fit needs this many samples of one pid ...
+GROWTH_MIN_SPAN = 0.75          # ... spanning this share of growth_window_s (or the most the tick reads)
+
+
+def rss_of(sample: Vital) -> float | None:
+    rss = sample.data.get("rss_mb")
+    return rss if isinstance(rss, (int, float)) and not isinstance(rss, bool) else None
+
+
+def under_ceiling(sample: Vital, max_mb: float) -> bool:
+    rss = rss_of(sample)
+    return rss is not None and rss <= max_mb
+
+
+def memory_samples(samples: Sequence[Vital], since: float) -> list[Vital]:
+    """The measured memory samples of the process as it runs now: of the latest sample's pid, and
+    newer than `since` (the last restart outcome). A restart starts the count and the fit again."""
+    pid = samples[-1].data.get("pid") if samples else None
+    if pid is None:
+        return []
+    return [v for v in samples if v.ts > since and v.data.get("pid") == pid and rss_of(v) is not None]
+
+
+def over_ceiling(samples: Sequence[Vital], memory: Memory) -> dict | None:
+    """The restart's params when the last `for_samples` samples are all above `max_mb`, else None."""
+    recent = samples[-memory.for_samples:]
+    if len(recent) < memory.for_samples or any(rss_of(v) <= memory.max_mb for v in recent):
+        return None
+    rss = rss_of(recent[-1])
+    return {"rss_mb": rss, "max_mb": memory.max_mb, "samples": memory.for_samples, "pid": recent[-1].data.get("pid"),
+            "reason": f"memory: its tree's RSS {rss:g} MB was above max_mb {memory.max_mb:g} for "
+                      f"{memory.for_samples} samples in a row"}
+
+
+def growth_mb_per_h(samples: Sequence[Vital]) -> float:
+    """The slope of a least-squares line through (ts, rss_mb), in MB per hour."""
+    t0 = samples[0].ts
+    xs, ys = [v.ts - t0 for v in samples], [rss_of(v) for v in samples]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return 0.0 if sxx == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx * 3600
+
+
+def memory_trend(samples: Sequence[Vital], memory: Memory, now: float) -> tuple[float, float] | None:
+    """(slope in MB/h, seconds it spans) over the samples of the last growth_window_s, once they are
+    enough to judge: GROWTH_MIN_SAMPLES over GROWTH_MIN_SPAN of the window, or as many as the tick
+    reads. A process's first minutes (its start-up climb) are not a trend until the window is full."""
+    window = [v for v in samples if v.ts >= now - memory.growth_window_s]
+    if len(window) < GROWTH_MIN_SAMPLES:
+        return None
+    span = window[-1].ts - window[0].ts
+    if span < GROWTH_MIN_SPAN * memory.growth_window_s and len(window) < MAX_MEMORY_WINDOW_SAMPLES:
+        return None
+    return growth_mb_per_h(window), span
+
+
+def roughly(seconds: float) -> str:
+    """A duration as a person says it: 40 s, 12 min, 3.5 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def growth_notice(curr: Snapshot, name: str, memory: Memory, samples: Sequence[Vital], every_s: float) -> list[Effect]:
+    """A notification that `name`'s tree grows faster than growth_mb_per_h: once per process (its pid's
+    start time), at most every `every_s`, with the slope, the figure now and the time left to the ceiling."""
+    trend = memory_trend(samples, memory, curr.ts) if memory.growth_mb_per_h > 0 else None
+    if trend is None or trend[0] <= memory.growth_mb_per_h:
+        return []
+    started = samples[-1].data.get("since") or samples[0].ts
+    if not may_notify(curr, "process-memory", name, every_s, started):
+        return []
+    slope, span = trend
+    rss = rss_of(samples[-1])
+    left = f"; at this rate it reaches max_mb {memory.max_mb:g} in {roughly((memory.max_mb - rss) / slope * 3600)}" \
+        if rss < memory.max_mb else f"; above max_mb {memory.max_mb:g} already"
+    return [notify(curr, "process-memory", name, f"{name}'s memory keeps growing",
+                   f"{name}'s tree grew {slope:.0f} MB/h over the last {span:.0f} s (growth_mb_per_h is "
+                   f"{memory.growth_mb_per_h:g}); now {rss:g} MB{left}",
+                   rss_mb=rss, growth_mb_per_h=round(slope, 1), max_mb=memory.max_mb)]
+
+
 def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:
     """The recorded exit of the death the watcher saw: recorded after the last restart outcome, and
     of the same pid (any pid, when the watcher never saw it alive)."""
@@ -287,10 +385,15 @@ def counted_probes(probes: Sequence[Vital], since: float, alive: Vital | None, s
     return [v for v in probes if v.ts > not_before]
 
 
-def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind: str = "restart-process") -> list[Outcome]:
-    """The restarts (outcomes of `kind`, oldest first) since the last healthy probe, or since the
+def probe_ok(probe: Vital) -> bool:
+    return bool(probe.data.get("ok", True))
+
+
+def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind: str = "restart-process",
+                      ok: Callable[[Vital], bool] = probe_ok) -> list[Outcome]:
+    """The restarts (outcomes of `kind`, oldest first) since the last healthy probe (`ok`), or since the
     oldest probe the snapshot keeps when none was healthy: restarts that did not make it healthy."""
-    healthy = [v.ts for v in probes if v.data.get("ok", True)]
+    healthy = [v.ts for v in probes if ok(v)]
     since = healthy[-1] if healthy else (probes[0].ts if probes else 0.0)
     return [o for o in outcomes if o.kind == kind and o.ts > since]
 
@@ -587,11 +690,18 @@ def survival_rules(config: TickConfig) -> list:
 
 
 def counted_keys(config: TickConfig) -> list[str]:
-    """Vital keys whose recent samples the snapshot carries: processWatchdog (health probes) and
-    llmWatchdog count failures in a row, errorEscalate adds up the matches of every sample since
-    the last tick, fileGuard and resourceGuard read the latest sizes of the watched files (here,
-    whatever [tick] sense says)."""
+    """Vital keys whose recent samples the snapshot carries: processWatchdog (health probes, memory
+    samples) and llmWatchdog count failures in a row, errorEscalate adds up the matches of every
+    sample since the last tick, fileGuard and resourceGuard read the latest sizes of the watched
+    files (here, whatever [tick] sense says)."""
     keys = [f"error-log:{e.name}" for e in config.watch.error_log]
     keys += [f"file:{f.name}" for f in config.watch.file]
     keys += [f"health:{p.name}" for p in config.process if p.health is not None]
+    keys += list(trend_windows(config))
     return keys + ([f"network:{config.survival.llm.target}"] if config.survival.llm else [])
+
+
+def trend_windows(config: TickConfig) -> dict[str, float]:
+    """Vital keys whose samples over a window (seconds) the snapshot carries, beyond the last few:
+    processWatchdog fits a process's memory growth over its growth_window_s."""
+    return {f"process-memory:{p.name}": p.memory.growth_window_s for p in config.process if p.memory is not None}

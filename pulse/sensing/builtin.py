@@ -1,4 +1,5 @@
-"""The built-in (P0) watchers: system-resource, process-alive, health, config, network, error-log, file.
+"""The built-in (P0) watchers: system-resource, process-alive, process-memory, health, config, network,
+error-log, file.
 
 Each is a `pulse.core.plugins.Watcher` with one key. `collect()` runs in a pool thread
 of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
@@ -38,9 +39,11 @@ from pulse.store import objects
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:
     """One watcher per key: the host, each configured process, network target, log file and [[watch.file]]."""
     interval = config.timings.watcher_interval_ms
+    alive = [ProcessAlive(p, interval, home) for p in config.process]
     return [
         SystemResource(config.watch, interval),
-        *(ProcessAlive(p, interval, home) for p in config.process),
+        *alive,
+        *(ProcessMemory(a, interval) for a in alive),
         *(HealthProbe(p) for p in config.process if p.health is not None),
         *(ConfigFiles(p, interval) for p in config.process if p.config),
         *(Network(t, interval) for t in config.watch.network),
@@ -188,6 +191,7 @@ class ProcessAlive(Watcher):
         self.event_fd: int | None = None       # a pidfd of the live process; main thread only
         self._pidfd_pid: int | None = None
         self.seen: dict[str, Any] | None = None   # the last sample: alive, pid (for pulsectl status)
+        self.sighting: tuple[int, float | None] | None = None   # (pid, start time) of the live process, if any
 
     @property
     def interval_ms(self) -> int:
@@ -220,6 +224,7 @@ class ProcessAlive(Watcher):
         """On the main thread: hold a pidfd on the live process, drop it when it is gone or replaced."""
         alive, pid = bool(data.get("alive")), data.get("pid")
         self.seen = {"alive": alive, "pid": pid, **({"matches": data["matches"]} if "matches" in data else {})}
+        self.sighting = (pid, data.get("since")) if alive else None
         if self.event_fd is not None and (not alive or pid != self._pidfd_pid):
             self._close_pidfd()
         if alive and self.event_fd is None:
@@ -241,6 +246,84 @@ class ProcessAlive(Watcher):
 
     def close(self) -> None:
         self._close_pidfd()
+
+
+# -- process-memory --------------------------------------------------------------------------------------
+
+MB = 1024 * 1024      # rss_mb and max_mb are mebibytes, as ps, top and psutil's users count them
+
+
+def tree_rss(proc: psutil.Process) -> tuple[int, int]:
+    """(bytes, processes): the summed RSS of `proc` and every descendant. Shared pages count once per
+    process that maps them, as PM2's and monit's totals do (PSS would need smaps: too slow to read
+    every interval). A descendant that exits while we look is left out."""
+    total = proc.memory_info().rss
+    try:
+        children = proc.children(recursive=True)
+    except psutil.Error:
+        children = []
+    counted = 1
+    for child in children:
+        try:
+            total += child.memory_info().rss
+            counted += 1
+        except psutil.Error:
+            pass
+    return total, counted
+
+
+def measure_tree(pid: int, since: float | None) -> dict[str, Any]:
+    """The memory sample of the process `pid` that started at `since` (pids are reused)."""
+    try:
+        proc = psutil.Process(pid)
+        if since is not None and proc.create_time() != since:
+            return {"pid": pid, "rss_mb": None, "reason": "replaced by another process"}
+        rss, processes = tree_rss(proc)
+    except psutil.NoSuchProcess:
+        return {"pid": pid, "rss_mb": None, "reason": "gone"}
+    except psutil.AccessDenied as err:
+        return {"pid": pid, "rss_mb": None, "reason": f"access denied: {err}"}
+    return {"pid": pid, "since": since, "rss_mb": round(rss / MB, 1), "processes": processes}
+
+
+def over_in_a_row(window: list[Vital], max_mb: float) -> int:
+    """Trailing samples of the latest sample's pid whose rss_mb is above `max_mb`."""
+    n, pid = 0, window[-1].data.get("pid") if window else None
+    for sample in reversed(window):
+        rss = sample.data.get("rss_mb")
+        if sample.data.get("pid") != pid or not isinstance(rss, (int, float)) or rss <= max_mb:
+            break
+        n += 1
+    return n
+
+
+class ProcessMemory(Watcher):
+    """The memory of a critical process's tree (the process and all its descendants: a gateway's
+    workers and the tools it spawned), key `process-memory:<process>`: rss_mb, the pid, how many
+    processes were counted. It measures the process its `ProcessAlive` sibling last found (its pid
+    and start time), so a `match` costs no second scan of every command line on the host.
+
+    With a `[[process]] memory` ceiling, it wakes the tick on the sample that makes `for_samples`
+    in a row above `max_mb` (an edge: once), so the restart does not wait for the tick's period."""
+
+    def __init__(self, alive: ProcessAlive, interval_ms: int):
+        self.alive = alive
+        self.memory = alive.process.memory
+        self.name = self.key = f"process-memory:{alive.process.name}"
+        self.interval_ms = interval_ms
+        self.rss_mb: float | None = None      # the last sample's (for pulsectl status); main thread only
+
+    def collect(self) -> dict[str, Any]:
+        sighting = self.alive.sighting        # replaced whole by the main thread: read once
+        if sighting is None:
+            return {"pid": None, "rss_mb": None, "reason": "not running"}
+        return measure_tree(*sighting)
+
+    def after_sample(self, data: dict[str, Any]) -> None:
+        self.rss_mb = data.get("rss_mb")
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        return self.memory is not None and over_in_a_row(window, self.memory.max_mb) == self.memory.for_samples
 
 
 # -- health ----------------------------------------------------------------------------------------------

@@ -111,7 +111,9 @@ def vitals_buckets(conn: sqlite3.Connection, key: str, since_ts: float, bucket_s
     return [(ts, json.loads(data)) for ts, data in rows]
 
 
-def recent_vitals(conn: sqlite3.Connection, key: str, n: int) -> list[Vital]:
-    """The last `n` samples of `key`, oldest first (for rules that count failures in a row)."""
-    rows = conn.execute("SELECT key, ts, data FROM vitals WHERE key = ? ORDER BY ts DESC LIMIT ?", (key, n))
+def recent_vitals(conn: sqlite3.Connection, key: str, n: int, since_ts: float | None = None) -> list[Vital]:
+    """The last `n` samples of `key` (of those since `since_ts`, if given), oldest first: for rules that
+    count failures in a row, and for a trend over a window."""
+    rows = conn.execute("SELECT key, ts, data FROM vitals WHERE key = ? AND ts >= ? ORDER BY ts DESC LIMIT ?",
+                        (key, float("-inf") if since_ts is None else since_ts, n))
     return [Vital(r[0], r[1], json.loads(r[2])) for r in rows][::-1]

@@ -32,6 +32,8 @@ TICK_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 STATES = tuple(WorkerState)
 HOST = "system-resource"           # the vital whose fields are the host's gauges
 HOST_FIELDS = ("cpu_pct", "memory_pct", "disk_pct", "swap_pct")
+LAST_EFFECT_TARGETS = 1_000       # the overview's "last action" is remembered for this many targets
+MIB = 1024 * 1024                  # the watcher samples megabytes (MiB); Prometheus wants bytes
 FOLDED_TYPES = (EffectEvent.COMMITTED, *EFFECT_END_EVENTS.values(), "error", *TASK_EVENTS)
 
 
@@ -71,6 +73,7 @@ class Counts:
         self.rule_errors_unrecorded = 0                                     # in error_runs, as last read
         self.tasks: dict[str, str] = {}                                     # task id → status
         self.ticks = Histogram(TICK_BUCKETS)
+        self.last_effect: dict[str, dict] = {}                              # target → its newest effect (the overview)
 
     def start(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
         """Fold the whole history once."""
@@ -108,9 +111,14 @@ class Counts:
             self.open_origins[d.get("id", "")] = d.get("origin", "unknown")
             if d.get("origin") == "survival":
                 self.survival[(d.get("params") or {}).get("rule") or d.get("kind", "unknown")] += 1
+            if ev.target:
+                self.remember_effect(ev.target, d, ev.ts)
         elif ev.type in EFFECT_END_STATES:
             if d.get("requeued"):
                 return
+            last = self.last_effect.get(ev.target or "")
+            if last is not None and last["id"] == d.get("effect_id"):
+                last.update(outcome=EFFECT_END_STATES[ev.type], error=d.get("error") or d.get("reason"))
             origin = self.open_origins.pop(d.get("effect_id", ""), "unknown")
             kind = d.get("kind", "unknown")
             self.effects[(kind, origin, EFFECT_END_STATES[ev.type])] += 1
@@ -124,6 +132,19 @@ class Counts:
         elif ev.type in TASK_EVENTS and ev.target:
             now = self.tasks.get(ev.target, NEW)
             self.tasks[ev.target] = TRANSITIONS.get(now, {}).get(ev.type, now)
+
+
+    def remember_effect(self, target: str, effect: dict, ts: float) -> None:
+        """The newest effect of each target, as the overview shows it (kind, why, reason, outcome), for
+        the LAST_EFFECT_TARGETS targets most recently acted on."""
+        params = effect.get("params") or {}
+        self.last_effect.pop(target, None)
+        self.last_effect[target] = {"id": effect.get("id"), "ts": ts, "kind": effect.get("kind"),
+                                    "origin": effect.get("origin"), "why": params.get("why") or params.get("rule"),
+                                    "reason": params.get("reason") or params.get("title"), "outcome": "pending",
+                                    "error": None}
+        if len(self.last_effect) > LAST_EFFECT_TARGETS:
+            del self.last_effect[next(iter(self.last_effect))]
 
 
 class Collector:
@@ -149,10 +170,18 @@ class Collector:
         alive = GaugeMetricFamily("pulse_process_alive", "1 if the critical process is alive", labels=["process"])
         process_restarts = CounterMetricFamily("pulse_process_restarts", "Restarts of the critical process (acked)",
                                                labels=["process"])
+        memory = GaugeMetricFamily("pulse_process_memory_bytes", "RSS of the critical process and its descendants, "
+                                   "as last sampled", labels=["process"])
+        ceiling = GaugeMetricFamily("pulse_process_memory_max_bytes", "The critical process's memory ceiling "
+                                    "([[process]] memory max_mb)", labels=["process"])
         for p in s.processes if s else ():
             alive.add_metric([p.name], 1 if p.alive else 0)
             process_restarts.add_metric([p.name], c.process_restarts[p.name])
-        yield from (alive, process_restarts)
+            if p.rss_mb is not None:
+                memory.add_metric([p.name], round(p.rss_mb * MIB))
+            if p.max_mb is not None:
+                ceiling.add_metric([p.name], round(p.max_mb * MIB))
+        yield from (alive, process_restarts, memory, ceiling)
         effects = CounterMetricFamily("pulse_effects", "Effects that ended", labels=["kind", "origin", "outcome"])
         for (kind, origin, outcome), n in sorted(c.effects.items()):
             effects.add_metric([kind, origin, outcome], n)

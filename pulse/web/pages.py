@@ -198,6 +198,29 @@ def host_series(conn, since: float, bucket_s: float) -> dict[str, list]:
             for f in HOST_FIELDS}
 
 
+def process_cards(web: Web, status: wire.Status | None) -> dict[str, dict]:
+    """Per critical process, what the overview shows beside its state: its memory over the last ten
+    minutes (rss_mb, one point per 5 s), its latest health probe, its restarts and its last action."""
+    names = [p.name for p in status.processes] if status is not None else []
+    if not names:
+        return {}
+    since = time.time() - OVERVIEW_VITALS_S
+
+    def from_vitals(conn):
+        health = vitalsdb.latest_vitals(conn, [f"health:{n}" for n in names])
+        return {n: {"memory": [[ts, d["rss_mb"]] for ts, d in vitalsdb.vitals_buckets(conn, f"process-memory:{n}", since, 5)
+                               if isinstance(d.get("rss_mb"), (int, float))],
+                    "health": ({k: health[f"health:{n}"].data.get(k) for k in ("ok", "error")}
+                               if f"health:{n}" in health else None)} for n in names}
+    cards = web.read(from_vitals, "vitals")
+    counts = web.count()
+    for name, card in cards.items():
+        card["restarts"] = counts.process_restarts[name]
+        last = counts.last_effect.get(name)
+        card["last_action"] = dict(last) if last else None     # a copy: the next fold changes the original
+    return cards
+
+
 def overview(web: Web) -> dict:
     status = web.status()
 
@@ -210,6 +233,7 @@ def overview(web: Web) -> dict:
     view = web.read(from_events)
     view["vitals"] = web.read(lambda c: host_series(c, time.time() - OVERVIEW_VITALS_S, 5), "vitals")
     view["status"] = status_dict(status)
+    view["processes"] = process_cards(web, status)
     if status is None:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
     return view

@@ -23,6 +23,7 @@ import zmq
 
 from pulse.agents import tasks
 from pulse.core import client, wire
+from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import EFFECT_END_STATES, EffectEvent
 from pulse.effects import configfiles, registry
@@ -319,7 +320,8 @@ class TickWorker(Worker):
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
             known_good=dict(p.known_good),
-            history={key: vitalsdb.recent_vitals(self.vitals, key, HISTORY_SAMPLES) for key in survival.counted_keys(self.config)})
+            history=read_history(self.vitals, survival.counted_keys(self.config), survival.trend_windows(self.config),
+                                 now))
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
@@ -453,6 +455,19 @@ class TickWorker(Worker):
         self.vitals.close()
         for sock in (self.wake, self.engine_sock, self.control, self.doorbell):
             sock.close()
+
+
+def read_history(conn: sqlite3.Connection, counted: list[str], windows: dict[str, float],
+                 now: float) -> dict[str, list[wire.Vital]]:
+    """The recent samples survival counts (the last HISTORY_SAMPLES of each counted key), and for a
+    key with a trend window, every sample of that window if they are more (at most
+    MAX_MEMORY_WINDOW_SAMPLES, the newest): both end at the newest sample, so the longer holds the other."""
+    out = {key: vitalsdb.recent_vitals(conn, key, HISTORY_SAMPLES) for key in counted}
+    for key, window_s in windows.items():
+        window = vitalsdb.recent_vitals(conn, key, MAX_MEMORY_WINDOW_SAMPLES, since_ts=now - window_s)
+        if len(window) > len(out.get(key, ())):
+            out[key] = window
+    return out
 
 
 def validate_effects(effects: list[wire.Effect]) -> str | None:

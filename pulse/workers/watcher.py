@@ -18,7 +18,7 @@ import time
 import zmq
 
 from pulse.core import client
-from pulse.sensing.builtin import ProcessAlive, builtin_watchers
+from pulse.sensing.builtin import ProcessAlive, ProcessMemory, builtin_watchers
 from pulse.sensing.runner import WatcherRunner
 from pulse.store import eventsdb, vitalsdb
 from pulse.workers.harness import Worker
@@ -76,6 +76,7 @@ class WatcherWorker(Worker):
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
         watchers = builtin_watchers(self.config, self.paths.home)
         self.processes = {w.process.name: w for w in watchers if isinstance(w, ProcessAlive)}
+        self.memory = {w.alive.process.name: w for w in watchers if isinstance(w, ProcessMemory)}
         self.runner = WatcherRunner(watchers, vitals_conn=self.vitals, events_conn=self.events,
                                     ballast_path=self.paths.home / "ballast",
                                     wake_sock=self.wake, source=self.name, config=self.config, log=self.log)
@@ -86,7 +87,8 @@ class WatcherWorker(Worker):
         self.gc = VitalsGc(self.vitals, self.config.store.vitals_retention_h * 3600, self.log, time.monotonic())
 
     def status_extras(self) -> dict:
-        return {"processes": {name: w.seen for name, w in self.processes.items()}}
+        return {"processes": {name: w.seen and {**w.seen, "rss_mb": self.memory[name].rss_mb if w.seen["alive"] else None}
+                              for name, w in self.processes.items()}}
 
     def next_timer(self) -> float | None:
         return min(t for t in (self.runner.next_timer(), self.gc.next_timer()) if t is not None)

@@ -15,7 +15,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v);
   }
-  for (const c of children.flat()) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  for (const c of children.flat(Infinity)) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
   return node;
 }
 
@@ -61,9 +61,10 @@ function say(text, bad = false) {
   box.className = bad ? "bad" : "muted";
 }
 
-function table(head, rows) {
+function table(head, rows, className = null) {
+  // className "cards": on a phone each row is a card, each cell labelled by its data-label
   const empty = el("tr", {}, el("td", {class: "muted", colspan: String(head.length)}, "none yet"));
-  return el("table", {}, el("thead", {}, el("tr", {}, head.map(h => el("th", {scope: "col"}, h)))),
+  return el("table", {class: className}, el("thead", {}, el("tr", {}, head.map(h => el("th", {scope: "col"}, h)))),
             el("tbody", {}, rows.length ? rows : empty));
 }
 
@@ -104,23 +105,75 @@ function workerRow(w) {
       onclick: () => { if (confirm(`${action} ${w.name}?`)) post("/api/workers", {action, worker: w.name}); }}, action);
   return el("tr", {"data-worker": w.name},
             el("th", {scope: "row"}, w.name),
-            FIELDS.map(f => el("td", {"data-field": f, class: f === "state" ? `state-${w.state}` : null}, String(cells[f]))),
-            el("td", {}, act("restart"), " ", act("stop"), " ", act("start")));
+            FIELDS.map(f => el("td", {"data-field": f, "data-label": f.replace("_", " "),
+                                      class: f === "state" ? `state-${w.state}` : null}, String(cells[f]))),
+            el("td", {class: "actions"}, act("restart"), " ", act("stop"), " ", act("start")));
 }
 
-function processRow(p) {
-  const state = p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "alive" : "dead";
+// A critical process: its state, its tree's memory (figure and the last ten minutes), its latest health
+// probe, its restarts and the last thing done about it (the reason on hover and below it).
+const PROCESS_FIELDS = ["state", "memory", "health", "restarts", "last_action"];
+const WIDE = ["memory", "last_action"];     // a whole line of a card on a phone
+
+function processState(p) {
+  return p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "alive" : "dead";
+}
+
+function processCells(p, card = {}) {
+  const state = processState(p), last = card.last_action, health = card.health;
+  const points = card.memory || [], top = Math.max(p.max_mb ?? 0, ...points.map(q => q[1]));
+  return {
+    state: [el("span", {class: state}, state), p.paused_until ? [" until ", when(p.paused_until)] : []],
+    memory: [el("span", {class: p.max_mb && p.rss_mb > p.max_mb ? "figure bad" : "figure"}, p.rss_mb === null || p.rss_mb === undefined ? "-" : `${Math.round(p.rss_mb)} MB`
+                + (p.max_mb ? ` of ${p.max_mb}` : "")),
+             spark(points, {label: `${p.name}: its tree's memory over ten minutes, MB`, max: top || null})],
+    health: health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""}, health.ok ? "ok" : "failing")
+                   : el("span", {class: "muted"}, "-"),
+    restarts: String(card.restarts ?? 0),
+    last_action: last ? [el("span", {class: last.outcome, title: [last.reason, last.error].filter(Boolean).join(" · ")},
+                            `${last.kind}${last.why ? ` (${last.why})` : ""} ${last.outcome}`), " ", when(last.ts),
+                         last.reason || last.error ? el("div", {class: "muted small"}, last.error || last.reason) : []]
+                       : el("span", {class: "muted"}, "-"),
+  };
+}
+
+function processRow(p, card) {
   const act = (action) => el("button", {type: "button", "data-action": action, onclick: () => {
     if (action === "pause") {
       const span = prompt(`Leave ${p.name} alone (no restarts) for how long? 90s, 30m, 2h, 1d`, "30m");
       if (span) post("/api/processes", {action, process: p.name, for: span});
     } else if (confirm(`resume watching ${p.name}?`)) post("/api/processes", {action, process: p.name});
   }}, action);
+  const cells = processCells(p, card);
   return el("tr", {"data-process": p.name},
             el("th", {scope: "row"}, p.name),
-            el("td", {"data-field": "state", class: state}, state + (p.paused_until ? " until " : "")),
-            el("td", {}, p.paused_until ? when(p.paused_until) : ""),
-            el("td", {}, act("pause"), " ", act("resume")));
+            PROCESS_FIELDS.map(f => el("td", {"data-field": f, "data-label": f.replace("_", " "),
+                                             class: WIDE.includes(f) ? "wrap wide" : null}, cells[f])),
+            el("td", {class: "actions"}, act("pause"), " ", act("resume")));
+}
+
+// Built once per set of processes, then each cell replaced only when what it shows changed: the
+// buttons stay (and keep focus) while the memory moves every sample.
+function refreshProcesses(view) {
+  const s = view.status, box = document.getElementById("processes"), cards = view.processes || {};
+  const names = s ? s.processes.map(p => p.name).join() : "";
+  if (!s || !s.processes.length || box.dataset.names !== names) {
+    box.dataset.names = names;
+    box.replaceChildren(el("h2", {}, "Critical processes"), s && s.processes.length
+      ? table(["process", ...PROCESS_FIELDS.map(f => f.replace("_", " ")), ""], s.processes.map(p => processRow(p, cards[p.name])), "cards")
+      : el("p", {class: "muted"}, "none configured ([[process]] in config.toml)"));
+    return;
+  }
+  for (const p of s.processes) {
+    const row = box.querySelector(`[data-process="${CSS.escape(p.name)}"]`), cells = processCells(p, cards[p.name]);
+    for (const f of PROCESS_FIELDS) {
+      const cell = row.querySelector(`[data-field="${f}"]`), shows = JSON.stringify([p, cards[p.name] || {}, f]);
+      if (cell.dataset.shows !== shows) {
+        cell.dataset.shows = shows;
+        cell.replaceChildren(...[cells[f]].flat(2));
+      }
+    }
+  }
 }
 
 // The overview is built once, then kept current in place: a cell changes, its row and buttons stay
@@ -140,7 +193,7 @@ function refreshWorkers(view) {
   if (!s || box.dataset.names !== names) {
     box.dataset.names = names;
     box.replaceChildren(el("h2", {}, "Workers"),
-      s ? table(["worker", ...FIELDS.map(f => f.replace("_", " ")), ""], s.workers.map(workerRow))
+      s ? table(["worker", ...FIELDS.map(f => f.replace("_", " ")), ""], s.workers.map(workerRow), "cards")
         : el("p", {class: "bad"}, view.error || "pulsed is not answering"),
       el("p", {class: "muted", id: "pulsed"}));
   } else {
@@ -163,9 +216,7 @@ function renderOverview(view) {
       el("section", {id, "aria-live": id === "workers" ? "polite" : null})));
   }
   refreshWorkers(view);
-  refresh("processes", "Critical processes", s?.processes, () => [s && s.processes.length
-    ? table(["process", "state", "until", ""], s.processes.map(processRow))
-    : el("p", {class: "muted"}, "none configured ([[process]] in config.toml)")]);
+  refreshProcesses(view);
   const engine = s?.workers.find(w => w.name === "engine");
   refresh("engine", "Engine", [s?.engine_commit, engine?.state, view.last_promote], () => [el("p", {},
     "commit ", el("code", {"data-field": "engine-commit"}, s?.engine_commit?.slice(0, 12) || "-"),
@@ -177,8 +228,9 @@ function renderOverview(view) {
        spark(points, {label: `${key}, %`, max: 100}))))]);
   refresh("survival", "Last survival actions", view.survival, () => [view.survival.length
     ? table(["when", "rule", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
-        el("td", {}, when(a.ts)), el("td", {}, a.rule || "-"), el("td", {}, a.kind), el("td", {}, a.target || "-"),
-        el("td", {class: a.outcome}, a.outcome || "pending"))))
+        el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "rule", class: "wide"}, a.rule || "-"),
+        el("td", {"data-label": "kind", class: "wide"}, a.kind), el("td", {"data-label": "target"}, a.target || "-"),
+        el("td", {"data-label": "outcome", class: a.outcome}, a.outcome || "pending"))), "cards")
     : el("p", {class: "muted"}, "none yet")]);
 }
 
