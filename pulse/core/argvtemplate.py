@@ -8,7 +8,6 @@ adapters, so config validates a template without importing them (pulsed never do
 
 from __future__ import annotations
 
-import string
 from typing import Iterable
 
 PLACEHOLDERS = ("prompt", "task_id", "title", "project", "agent", "workdir")
@@ -17,6 +16,7 @@ CWD_PLACEHOLDERS = ("task_id", "agent", "project")
 
 def placeholders(template: str, allowed: Iterable[str] = PLACEHOLDERS) -> list[str]:
     """The placeholders of `template`; ValueError naming an unknown or malformed one."""
+    import string  # here, not at the top: pulsed imports this module and never needs it without agents
     allowed = tuple(allowed)
     out = []
     try:
@@ -35,6 +35,7 @@ def placeholders(template: str, allowed: Iterable[str] = PLACEHOLDERS) -> list[s
 
 def substitute(template: str, values: dict[str, str]) -> str:
     """`template` with its placeholders replaced by plain text: no format mini-language, no shell."""
+    import string
     parts = []
     for literal, name, _, _ in string.Formatter().parse(template):
         parts.append(literal)

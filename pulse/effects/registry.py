@@ -293,15 +293,17 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
 # The higher layers' kinds (agent-run and task-add of pulse.agents, report of pulse.report) plug in
 # under these entry points, so that this module, below them, imports neither.
 PLUGIN_GROUP = "pulse.effect_kinds"
+DISTRIBUTION = "pulse-supervisor"        # setup.cfg's name: the one distribution whose kinds are taken
 
 
 @functools.cache
 def all_kinds() -> dict[str, Kind]:
-    """Every built-in kind: this module's own, then those of the `pulse.effect_kinds` entry points
-    that lie in Pulse's own package (another distribution's are ignored: an engine's own kinds
-    come from its executors, and run in the engine process, never in the executor)."""
-    from importlib.metadata import entry_points
-    plugged = [ep.load() for ep in entry_points(group=PLUGIN_GROUP) if ep.value.startswith("pulse.")]
+    """Every built-in kind: this module's own, then those of Pulse's own `pulse.effect_kinds` entry
+    points (another distribution's are never read: an engine's own kinds come from its executors,
+    and run in the engine process, never in the executor)."""
+    from importlib.metadata import distribution  # Pulse's own metadata only: no scan of every distribution
+    plugged = [ep.load() for ep in distribution(DISTRIBUTION).entry_points
+               if ep.group == PLUGIN_GROUP and ep.value.startswith("pulse.")]
     return {**OWN_KINDS, **{kind.name: kind for kind in plugged}}
 
 

@@ -60,6 +60,11 @@ from pulse.effects import kinds, registry
 from pulse.store import connection, effectqueue, eventsdb
 from pulse.workers.harness import Worker
 
+# The kinds that higher layers plug in (entry points: ~50 ms to scan the installed distributions)
+# are looked up here, at import: the forkserver preloads this module, so every executor and tick it
+# forks starts with them known instead of scanning at each start.
+registry.all_kinds()
+
 SOURCE = "executor"
 SCAN_LIMIT = 1_000               # open effects read per scan; more are picked up by the next ones
 RESCAN_SOON_S = 0.05             # after an effect is put back, or a scan did not hold every pending effect
