@@ -15,7 +15,6 @@ what happened.
 from __future__ import annotations
 
 import glob
-import os
 import shutil
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pulse.core import wire
 from pulse.core.config import ExecutorConfig
-from pulse.core.home import Paths
+from pulse.core.home import Paths, inside
 from pulse.core.states import STEERABLE, WEB
 from pulse.effects.kinds import EffectFailed, os_failure
 from pulse.store import connection, eventsdb, objects, vitalsdb
@@ -38,12 +37,9 @@ def home_overlap(path: Path, home: Path) -> str | None:
     """How `path` (symlinks and `..` resolved) meets Pulse's home, or None if it does not: the home
     itself, a path inside it, or a folder that holds it. Whoever emits an archive or a cleanup, the
     home (events.db, the engine, the token) is never moved or deleted by one."""
-    real, home = Path(os.path.realpath(path)), Path(os.path.realpath(home))
-    if real == home:
-        return "is Pulse's home"
-    if home in real.parents:
-        return "is inside Pulse's home"
-    if real in home.parents:
+    if inside(path, home):
+        return "is Pulse's home" if inside(home, path) else "is inside Pulse's home"
+    if inside(home, path):
         return "holds Pulse's home"
     return None
 
