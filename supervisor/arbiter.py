@@ -663,8 +663,8 @@ class Arbiter:
         for name in reversed(self.children):   # start order, the web worker last
             child = self.children[name]
             if child.state in ALIVE_STATES:
-                if child.spec.writes_events and self.events.pending and child.state is S.RUNNING:
-                    return   # the last lifecycle events are being written
+                if child.spec.writes_events and self.events.pending and child.state in (S.STARTING, S.RUNNING):
+                    return   # the last lifecycle events are being written (or will be, once it is ready)
                 if child.state is not S.STOPPING:
                     self.stop(child, until=self.shutdown_deadline)
                 return
