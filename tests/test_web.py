@@ -392,6 +392,8 @@ def test_a_memory_restart_shows_on_the_phone_overview_with_its_reason(pulsed, br
         assert "above max_mb 60 for 3 samples in a row" in last, last
         assert int(tab.locator(f'{row} [data-field="restarts"]').inner_text()) >= 2    # why dead (the first start), memory
         assert re.search(rf"\d+ MB of {MAX_MB}", tab.locator(f'{row} [data-field="memory"]').inner_text())
+        # the sparkline needs two samples of the new copy: wait for it, as the napper's tests do
+        tab.wait_for_selector(f'{row} [data-field="memory"] polyline', state="attached", timeout=20_000)
         assert tab.locator(f'{row} [data-field="memory"] polyline').count() == 1
         assert tab.evaluate(OVERFLOW) == []
         tab.screenshot(path=str(tmp_path / "overview-phone-memory.png"), full_page=True)
