@@ -17,6 +17,7 @@ import signal
 import time
 import traceback
 
+import msgspec
 import zmq
 
 from pulse.core import client, clock, logs, procs, wire
@@ -687,16 +688,35 @@ class Arbiter:
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home)),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
-            web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None)
+            web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
+            files=self.watched_files())
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""
         seen = (self.children["watcher"].extras or {}).get("processes", {})
-        paused = (self.children["tick"].extras or {}).get("paused", {})
+        tick = self.children["tick"].extras or {}
+        paused, configs = tick.get("paused", {}), tick.get("configs", {})
         out = []
         for p in self.settings.process:
             sample = seen.get(p.name) or {}
             out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
                                           sample.get("matches"), sample.get("rss_mb"),
-                                          p.memory.max_mb if p.memory is not None else None))
+                                          p.memory.max_mb if p.memory is not None else None,
+                                          from_extras(configs.get(p.name), wire.ConfigStatus)))
         return out
+
+    def watched_files(self) -> list[wire.FileWatchStatus]:
+        """Each [[watch.file]] as the tick last saw it (from_extras drops a view it cannot read)."""
+        views = (self.children["tick"].extras or {}).get("files") or []
+        return [v for v in (from_extras(view, wire.FileWatchStatus) for view in views) if v is not None]
+
+
+def from_extras(data, type_):
+    """A view a worker's heartbeat carried, as `type_`; None if it has none or it does not fit (a
+    worker of another version: status shows less, never fails)."""
+    if data is None:
+        return None
+    try:
+        return msgspec.convert(data, type_)
+    except msgspec.ValidationError:
+        return None

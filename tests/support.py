@@ -309,3 +309,16 @@ def browser_or_skip():
             pytest.fail(missing)
         pytest.skip(missing)
     return sync_playwright
+
+
+def scrape(pulsed: "Pulsed") -> str:
+    """/metrics as the web worker would serve it now: folded from this home's events.db, over its live status."""
+    from pulse.store import connection
+    from pulse.web import metrics
+    conn = connection.open_readonly(pulsed.home / "events.db")
+    counts = metrics.Counts()
+    try:
+        counts.start(conn, None)
+    finally:
+        conn.close()
+    return metrics.exposition(counts, pulsed.status(), {}).decode()

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 from pulse.store import objects
-from support import init_home, notifications, wait_for
+from support import init_home, notifications, scrape, wait_for
 
 FAST = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100", "PULSE_EXECUTOR_SCAN_INTERVAL_MS": "100"}
 
@@ -164,6 +164,23 @@ def test_an_edit_that_breaks_the_process_is_undone_once_and_the_broken_copy_kept
     print(f"\nbroken edit → known good restored: {restored['ts'] - edited_at:.2f} s; "
           f"→ restarted and past its start grace: {healthy_at - edited_at:.2f} s "
           f"(its good start {back['ts'] - edited_at:.2f} s after the edit)")
+
+    # Status, /metrics and the report say it too.
+    def config_in_status():
+        c = pulsed.status().processes[0].config
+        return c if c is not None and c.restore_state == "acked" and c.kept_at > restored["ts"] else None
+    shown_config = wait_for(config_in_status, 10, what="the restore and the new known good in status")
+    assert [(f.path, f.state) for f in shown_config.files] == [(str(rig.app), "known-good"), (str(rig.extra), "known-good")]
+    assert shown_config.restore_why == "crash-loop" and not shown_config.pinned
+    assert shown_config.restored_at == restore["ts"] or abs(shown_config.restored_at - restore["ts"]) < 1
+    table = pulsed.ctl("status").stdout
+    assert "CONFIG" in table and "known good; restored " in table and "(crash-loop, acked)" in table
+    metrics = scrape(pulsed)
+    assert 'pulse_process_config_restores_total{process="app"} 1.0' in metrics
+    assert 'pulse_process_config_changed{process="app"} 0.0' in metrics
+    report = json.loads(pulsed.ctl("report", "--json", "--analyst", "deterministic").stdout)
+    (card,) = [c for c in report["role_analysis"] if c["role"] == "survival"]
+    assert card["figures"]["config_restores"] == 1
 
     # `pulsectl process config` says what happened.
     shown = pulsed.ctl("process", "config", "app")

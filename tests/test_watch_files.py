@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pulse.core import config as configmod
 from pulse.core.home import Paths
@@ -26,7 +27,7 @@ from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 from pulse.effects import files, kinds, registry
 from pulse.rules import onion, survival
 from pulse.sensing.builtin import WatchedFile
-from support import init_home, notifications, wait_for
+from support import init_home, notifications, scrape, wait_for
 
 MB = 1024 * 1024
 FAST = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
@@ -378,6 +379,26 @@ def test_a_log_over_max_mb_is_rotated_while_its_writer_keeps_writing_through_its
     lost = numbers[-1] - numbers[0] + 1 - len(numbers)
     assert lost <= 2, f"{lost} lines lost at two rotations"   # at most the line written between read and truncate
     print(f"lines {numbers[0]} … {numbers[-1]} in the two copies and the log, {lost} lost")
+
+    # Status, /metrics and the report show the watch, its last trim and the bytes freed.
+    freed = sum(e["data"]["bytes_freed"] for e in done)
+    last_trim = max(e["ts"] for e in done)
+    size = log.stat().st_size                            # its writer has stopped
+    (watch,) = wait_for(lambda: [f for f in pulsed.status().files if f.last_trim_at and f.last_trim_at >= last_trim - 1
+                                 and f.bytes == size], 10, what="the last trim and the log's size in status")
+    assert (watch.name, watch.path, watch.action, watch.max_mb, watch.files) == ("traces", f"{logs}/*.jsonl", "rotate", 1, 1)
+    assert watch.largest == str(log) and 0 < watch.largest_bytes == watch.bytes < MB and watch.over == 0
+    assert watch.last_trim_state == "acked"
+    table = pulsed.ctl("status").stdout
+    assert "WATCHED FILE" in table and "traces" in table and f"{log}" in table
+    exposed = {(s.name, tuple(s.labels.items())): s.value for family in text_string_to_metric_families(scrape(pulsed))
+               for s in family.samples}
+    assert exposed["pulse_watched_file_bytes_freed_total", (("watch", "traces"),)] == freed
+    assert exposed["pulse_watched_files_over_max", (("watch", "traces"),)] == 0
+    assert exposed["pulse_watched_file_bytes", (("watch", "traces"),)] == watch.bytes
+    report = json.loads(pulsed.ctl("report", "--json", "--analyst", "deterministic").stdout)
+    (card,) = [c for c in report["role_analysis"] if c["role"] == "survival"]
+    assert card["figures"]["files_trimmed"] == len(done) and card["figures"]["mb_freed"] == round(freed / MB, 1)
 
 
 def test_truncate_empties_the_file_and_notify_only_says_so(pulsed, tmp_path):

@@ -6,7 +6,7 @@ Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unre
 from __future__ import annotations
 
 from pulse.cli import request_or_exit
-from pulse.core import wire
+from pulse.core import clock, wire
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import StatusExit, WorkerState
 
@@ -58,6 +58,38 @@ def memory(p: wire.ProcessStatus) -> str:
     return f"{p.rss_mb:.0f} MB" + (f" of {p.max_mb:g}" if p.max_mb is not None else "")
 
 
+def config_state(p: wire.ProcessStatus) -> str:
+    """Its config files against the known-good copies: "known good", "2 changed of 3", with its last
+    restore when it had one."""
+    c = p.config
+    if c is None:
+        return "-"
+    states = [f.state for f in c.files]
+    off = [s for s in states if s in ("changed", "missing")]
+    said = (f"{len(off)} changed of {len(states)}" if off else "known good" if c.kept_at is not None and
+            all(s == "known-good" for s in states) else "not kept yet" if c.kept_at is None else
+            ", ".join(sorted(set(states))))
+    if c.pinned:
+        said += " (pinned)"
+    if c.restored_at is not None:
+        said += f"; restored {clock.iso(c.restored_at, ms=False)} ({c.restore_why}, {c.restore_state or 'running'})"
+    return said
+
+
+def size(n: int) -> str:
+    return f"{n / 1048576:.1f} MB" if n >= 104858 else f"{n / 1024:.0f} KB"
+
+
+def file_rows(files: list[wire.FileWatchStatus]) -> list[tuple[str, ...]]:
+    rows = [("WATCHED FILE", "MATCHES", "LARGEST", "MAX", "ACTION", "LAST TRIM")]
+    for f in files:
+        largest = "-" if f.largest is None else f"{size(f.largest_bytes)} {f.largest}"
+        trim = "-" if f.last_trim_at is None else f"{f.last_trim_state} {clock.iso(f.last_trim_at, ms=False)}"
+        rows.append((f.name, "-" if f.files is None else f"{f.files} ({size(f.bytes)})" + (f", {f.over} over" if f.over else ""),
+                     largest, f"{f.max_mb:g} MB", f.action, trim))
+    return rows
+
+
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
@@ -66,8 +98,12 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
     lines = columns(rows)
     if status.processes:
         lines.append("")
-        lines += columns([("PROCESS", "STATE", "PID", "MEMORY")] +
-                         [(p.name, process_state(p), str(p.pid or "-"), memory(p)) for p in status.processes])
+        lines += columns([("PROCESS", "STATE", "PID", "MEMORY", "CONFIG")] +
+                         [(p.name, process_state(p), str(p.pid or "-"), memory(p), config_state(p))
+                          for p in status.processes])
+    if status.files:
+        lines.append("")
+        lines += columns(file_rows(status.files))
     s = status.supervisor
     lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"

@@ -115,6 +115,42 @@ class ProcessStatus(msgspec.Struct):
     matches: int | None = None          # found by `match`: how many processes matched (more than one: ambiguous)
     rss_mb: float | None = None         # its tree's RSS (it and its descendants), as last sampled
     max_mb: float | None = None         # its `memory` ceiling, when it has one
+    config: ConfigStatus | None = None  # its `config` files against their known-good copies, when it has any
+
+
+class ConfigFileStatus(msgspec.Struct):
+    path: str
+    # known-good: holds its known-good content · changed: differs from it · missing: gone ·
+    # not-kept: no known-good copy of it (yet) · unreadable: the watcher could not read it ·
+    # unsampled: not sampled yet
+    state: str
+
+
+class ConfigStatus(msgspec.Struct, kw_only=True):
+    """A [[process]]'s last-known-good config as status shows it (folded by the tick)."""
+    files: list[ConfigFileStatus]
+    kept_at: float | None = None        # when its known-good copies were kept
+    pinned: bool = False                # ... by an operator, not by survival
+    restored_at: float | None = None    # its last restore: when ...
+    restore_why: str | None = None      # ... why (crash-loop | unhealthy | stop-exit-code | operator) ...
+    restore_state: str | None = None    # ... how it ended (an EffectState; None while it runs) ...
+    restore_summary: str | None = None  # ... and its diff summary, or why it failed
+
+
+class FileWatchStatus(msgspec.Struct, kw_only=True):
+    """A [[watch.file]] glob as status shows it: what its latest sample found, and its last trim."""
+    name: str
+    path: str                           # the glob
+    action: str                         # rotate | truncate | notify
+    max_mb: float
+    files: int | None = None            # files it matched at its latest sample (None: not sampled yet)
+    bytes: int = 0                      # their total size
+    largest: str | None = None          # the largest of them ...
+    largest_bytes: int = 0              # ... and its size
+    over: int = 0                       # how many are over max_mb
+    sampled_at: float | None = None
+    last_trim_at: float | None = None   # its newest rotate-file that ended: when ...
+    last_trim_state: str | None = None  # ... and how (acked | failed | expired)
 
 
 class Status(msgspec.Struct):
@@ -125,6 +161,7 @@ class Status(msgspec.Struct):
     engine_commit: str | None = None
     processes: list[ProcessStatus] = msgspec.field(default_factory=list)
     web_url: str | None = None          # the web worker's address, when it runs (`pulsectl web url`)
+    files: list[FileWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.file]]
 
 
 class Reply(msgspec.Struct, omit_defaults=True):

@@ -128,6 +128,8 @@ class Action:
     rule: str | None
     origin: str
     reason: str | None = None       # why it was done, in figures (a memory restart: the RSS, the ceiling)
+    why: str | None = None          # its params' `why` (a restart's cause: dead, memory, config-restored …)
+    freed: int | None = None        # a rotate-file's bytes freed (its ack)
     end: float | None = None
     state: str = EffectState.PENDING
     error: str | None = None
@@ -198,12 +200,14 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 params = params if isinstance(params, dict) else {}
                 f.actions[ev.data.get("id", "")] = Action(
                     ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts, params.get("rule"), origin,
-                    reason=reason_of(params), event_ids=[ev.id])
+                    reason=reason_of(params), why=params.get("why"), event_ids=[ev.id])
         elif t in EFFECT_END_STATES:
             action = f.actions.get(ev.data.get("effect_id", ""))
             if action is not None and not ev.data.get("requeued"):
                 action.state, action.end = EFFECT_END_STATES[t], ev.ts
                 action.error = ev.data.get("error") or ev.data.get("reason")
+                if isinstance(ev.data.get("bytes_freed"), int):
+                    action.freed = ev.data["bytes_freed"]
                 action.event_ids.append(ev.id)
         elif t == "promote":
             f.promotes.append(ev)
@@ -307,10 +311,22 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
         summary = f"{len(acked)} repairs done, {len(notes)} notifications" if repairs else f"{len(notes)} notifications"
     figures = {"actions": len(actions), "repairs": len(repairs), "repairs_acked": len(acked),
                "repairs_failed": len(failed), "notifications": len(notes),
-               "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback")}
+               "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback"),
+               **guard_figures(acked)}
     cite = [i for a in (failed + acked)[:10] for i in a.event_ids]
     return RoleCard(role="survival", name="survival", verdict=verdict, summary=summary, figures=figures,
                     event_ids=_ids(cite))
+
+
+def guard_figures(acked: Sequence[Action]) -> dict:
+    """What the guards did (only those that did something): processes restarted at their memory
+    ceiling, configs restored to known good, watched files trimmed and the MiB that freed."""
+    trims = [a for a in acked if a.kind == "rotate-file"]
+    figures = {"memory_restarts": sum(1 for a in acked if a.kind == "restart-process" and a.why == "memory"),
+               "config_restores": sum(1 for a in acked if a.kind == "restore-config"),
+               "files_trimmed": len(trims),
+               "mb_freed": round(sum(a.freed or 0 for a in trims) / 1048576, 1)}
+    return {k: v for k, v in figures.items() if v}
 
 
 def operator_card(events: Sequence, actions: Sequence[Action]) -> RoleCard:

@@ -2,5 +2,6 @@
 
 Modules: `onion` (composing rules around an innermost layer), `survival` (the survival
 rules, the onion's outer layers), `knowngood` (when processWatchdog keeps a process's config
-known good, and when it restores it), `budget` (the engine's effect budget, applied by the tick).
+known good, and when it restores it), `budget` (the engine's effect budget, applied by the tick),
+`guardview` (the configs and watched files as status shows them).
 """

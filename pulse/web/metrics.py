@@ -74,6 +74,9 @@ class Counts:
         self.tasks: dict[str, str] = {}                                     # task id → status
         self.ticks = Histogram(TICK_BUCKETS)
         self.last_effect: dict[str, dict] = {}                              # target → its newest effect (the overview)
+        self.open_trims: dict[str, str] = {}                                # rotate-file effect id → its watch, until it ends
+        self.bytes_freed: collections.Counter = collections.Counter()      # watch → bytes its rotate-files freed
+        self.config_restores: collections.Counter = collections.Counter()  # process → restore-config acked
 
     def start(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
         """Fold the whole history once."""
@@ -113,6 +116,8 @@ class Counts:
                 self.survival[(d.get("params") or {}).get("rule") or d.get("kind", "unknown")] += 1
             if ev.target:
                 self.remember_effect(ev.target, d, ev.ts)
+            if d.get("kind") == "rotate-file":
+                self.open_trims[d.get("id", "")] = str((d.get("params") or {}).get("watch") or "unknown")
         elif ev.type in EFFECT_END_STATES:
             if d.get("requeued"):
                 return
@@ -124,6 +129,11 @@ class Counts:
             self.effects[(kind, origin, EFFECT_END_STATES[ev.type])] += 1
             if kind == "restart-process" and ev.type == EffectEvent.ACKED and ev.target:
                 self.process_restarts[ev.target] += 1
+            if kind == "restore-config" and ev.type == EffectEvent.ACKED and ev.target:
+                self.config_restores[ev.target] += 1
+            watch = self.open_trims.pop(d.get("effect_id", ""), None)
+            if watch is not None and ev.type == EffectEvent.ACKED and isinstance(d.get("bytes_freed"), int):
+                self.bytes_freed[watch] += d["bytes_freed"]
             if ev.type == EffectEvent.ACKED and isinstance(d.get("duration_s"), (int, float)):
                 self.durations.setdefault(kind, Histogram(EFFECT_BUCKETS)).observe(d["duration_s"])
         elif ev.type == "error":
@@ -182,6 +192,7 @@ class Collector:
             if p.max_mb is not None:
                 ceiling.add_metric([p.name], round(p.max_mb * MIB))
         yield from (alive, process_restarts, memory, ceiling)
+        yield from self.guards()
         effects = CounterMetricFamily("pulse_effects", "Effects that ended", labels=["kind", "origin", "outcome"])
         for (kind, origin, outcome), n in sorted(c.effects.items()):
             effects.add_metric([kind, origin, outcome], n)
@@ -220,6 +231,32 @@ class Collector:
             if isinstance(host.get(field), (int, float)):
                 name = field.removesuffix("_pct")
                 yield GaugeMetricFamily(f"pulse_host_{name}_percent", f"Host {name} use, %", value=host[field])
+
+
+    def guards(self) -> Iterable:
+        """The config files of each process against their known-good copies, and each watched glob."""
+        c, s = self.counts, self.status
+        changed = GaugeMetricFamily("pulse_process_config_changed", "1 if a config file of the process differs "
+                                    "from (or is missing beside) its known-good copy", labels=["process"])
+        restores = CounterMetricFamily("pulse_process_config_restores", "Known-good config restores (acked)",
+                                       labels=["process"])
+        for p in s.processes if s else ():
+            if p.config is not None:
+                changed.add_metric([p.name], int(any(f.state in ("changed", "missing") for f in p.config.files)))
+                restores.add_metric([p.name], c.config_restores[p.name])
+        total = GaugeMetricFamily("pulse_watched_file_bytes", "Size of the files a [[watch.file]] glob matches, "
+                                  "as last sampled", labels=["watch"])
+        largest = GaugeMetricFamily("pulse_watched_file_largest_bytes", "The largest of them", labels=["watch"])
+        over = GaugeMetricFamily("pulse_watched_files_over_max", "How many of them are over max_mb", labels=["watch"])
+        freed = CounterMetricFamily("pulse_watched_file_bytes_freed", "Bytes its rotations and truncations freed",
+                                    labels=["watch"])
+        for f in s.files if s else ():
+            if f.files is not None:
+                total.add_metric([f.name], f.bytes)
+                largest.add_metric([f.name], f.largest_bytes)
+                over.add_metric([f.name], f.over)
+            freed.add_metric([f.name], c.bytes_freed[f.name])
+        yield from (changed, restores, total, largest, over, freed)
 
 
 def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict]) -> bytes:

@@ -27,7 +27,7 @@ from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import EFFECT_END_STATES, EffectEvent
 from pulse.effects import configfiles, registry
-from pulse.rules import budget, onion, survival
+from pulse.rules import budget, guardview, onion, survival
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, vitalsdb
 from pulse.workers.harness import Worker
 
@@ -440,7 +440,10 @@ class TickWorker(Worker):
 
     def status_extras(self) -> dict:
         now = time.time()
-        return {"paused": {name: until for name, until in self.projections.paused.items() if until > now}}
+        extras: dict = {"paused": {name: until for name, until in self.projections.paused.items() if until > now}}
+        if self.prev is not None:      # the guards as the last tick saw them (issue 21's configs and files)
+            extras.update(msgspec.to_builtins(guardview.guards(self.prev, self.config.process, self.config.watch.file)))
+        return extras
 
     def next_timer(self) -> float:
         return self.next_tick

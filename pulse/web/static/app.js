@@ -27,6 +27,10 @@ function when(ts) {
             d.toLocaleString());
 }
 
+function megabytes(bytes) {
+  return bytes >= 104858 ? `${(bytes / 1048576).toFixed(1)} MB` : `${Math.round(bytes / 1024)} KB`;
+}
+
 function ago(seconds) {
   if (seconds === null || seconds === undefined) return "-";
   if (seconds < 1) return seconds.toFixed(1) + "s ago";
@@ -112,8 +116,21 @@ function workerRow(w) {
 
 // A critical process: its state, its tree's memory (figure and the last ten minutes), its latest health
 // probe, its restarts and the last thing done about it (the reason on hover and below it).
-const PROCESS_FIELDS = ["state", "memory", "health", "restarts", "last_action"];
-const WIDE = ["memory", "last_action"];     // a whole line of a card on a phone
+const PROCESS_FIELDS = ["state", "memory", "health", "config", "restarts", "last_action"];
+const WIDE = ["memory", "config", "last_action"];     // a whole line of a card on a phone
+
+// Its `config` files against their known-good copies, and its last restore (the diff summary on hover).
+function configCell(c) {
+  if (!c) return el("span", {class: "muted"}, "-");
+  const off = c.files.filter(f => f.state === "changed" || f.state === "missing");
+  const said = off.length ? el("span", {class: "bad", title: off.map(f => `${f.path}: ${f.state}`).join("\n")},
+                               `${off.length} of ${c.files.length} changed`)
+    : c.kept_at ? el("span", {class: "ok", title: c.files.map(f => f.path).join("\n")}, "known good")
+    : el("span", {class: "muted"}, "not kept yet");
+  return [said, c.pinned ? " (pinned)" : [], c.kept_at ? [" kept ", when(c.kept_at)] : [],
+          c.restored_at ? el("div", {class: "muted small", title: c.restore_summary || ""},
+                             `restored (${c.restore_why}, ${c.restore_state || "running"}) `, when(c.restored_at)) : []];
+}
 
 function processState(p) {
   return p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "alive" : "dead";
@@ -129,6 +146,7 @@ function processCells(p, card = {}) {
              spark(points, {label: `${p.name}: its tree's memory over ten minutes, MB`, max: top || null})],
     health: health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""}, health.ok ? "ok" : "failing")
                    : el("span", {class: "muted"}, "-"),
+    config: configCell(p.config),
     restarts: String(card.restarts ?? 0),
     last_action: last ? [el("span", {class: last.outcome, title: [last.reason, last.error].filter(Boolean).join(" · ")},
                             `${last.kind}${last.why ? ` (${last.why})` : ""} ${last.outcome}`), " ", when(last.ts),
@@ -212,11 +230,21 @@ function refreshWorkers(view) {
 function renderOverview(view) {
   const main = document.querySelector("main"), s = view.status;
   if (!document.getElementById("workers")) {
-    main.replaceChildren(...["workers", "processes", "engine", "host", "survival"].map(id =>
+    main.replaceChildren(...["workers", "processes", "files", "engine", "host", "survival"].map(id =>
       el("section", {id, "aria-live": id === "workers" ? "polite" : null})));
   }
   refreshWorkers(view);
   refreshProcesses(view);
+  refresh("files", "Watched files", s?.files, () => [s?.files?.length
+    ? table(["watch", "matches", "largest", "max", "action", "last trim"], s.files.map(f => el("tr", {"data-watch": f.name},
+        el("th", {scope: "row"}, f.name),
+        el("td", {"data-label": "matches"}, f.files === null ? "-" : `${f.files} (${megabytes(f.bytes)})`,
+           f.over ? el("span", {class: "bad"}, ` ${f.over} over`) : []),
+        el("td", {"data-label": "largest", class: "wrap wide"}, f.largest ? `${megabytes(f.largest_bytes)} ${f.largest}` : "-"),
+        el("td", {"data-label": "max"}, `${f.max_mb} MB`), el("td", {"data-label": "action"}, f.action),
+        el("td", {"data-label": "last trim", class: f.last_trim_state || null},
+           f.last_trim_at ? [`${f.last_trim_state} `, when(f.last_trim_at)] : "-"))), "cards")
+    : el("p", {class: "muted"}, "none configured ([[watch.file]] in config.toml)")]);
   const engine = s?.workers.find(w => w.name === "engine");
   refresh("engine", "Engine", [s?.engine_commit, engine?.state, view.last_promote], () => [el("p", {},
     "commit ", el("code", {"data-field": "engine-commit"}, s?.engine_commit?.slice(0, 12) || "-"),
