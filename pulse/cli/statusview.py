@@ -98,8 +98,9 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
     lines = columns(rows)
     if status.processes:
         lines.append("")
-        lines += columns([("PROCESS", "STATE", "PID", "MEMORY", "CONFIG")] +
-                         [(p.name, process_state(p), str(p.pid or "-"), memory(p), config_state(p))
+        configs = any(p.config is not None for p in status.processes)   # the column only when one has `config`
+        lines += columns([("PROCESS", "STATE", "PID", "MEMORY") + (("CONFIG",) if configs else ())] +
+                         [(p.name, process_state(p), str(p.pid or "-"), memory(p)) + ((config_state(p),) if configs else ())
                           for p in status.processes])
     if status.files:
         lines.append("")
