@@ -20,7 +20,7 @@ import pytest
 from pulse.agents import routing
 from pulse.core.config import Agent
 from pulse.core.wire import Effect, TaskState
-from support import wait_for
+from support import init_home, wait_for
 
 PY = sys.executable
 
@@ -63,9 +63,11 @@ def agent_toml(tmp_path: Path, name: str, run_s: float = 0.0, extra: str = "") -
             f"env = {{{', '.join(f'{k} = {json.dumps(v)}' for k, v in env.items())}}}\ntimeout_s = 60\n{extra}\n")
 
 
-def start(pulsed, text: str) -> None:
-    pulsed.home.mkdir(exist_ok=True)
+def start(pulsed, text: str, before=lambda: None) -> None:
+    """Write config.toml, call `before` (tasks added while pulsed is down), start pulsed."""
+    init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(text + "\n[tasks]\nretry_base_s = 0.2\n")
+    before()
     pulsed.start(env={"PULSE_TICK_MS": "200"})
 
 
@@ -109,8 +111,9 @@ def test_a_high_priority_task_added_after_a_low_one_runs_first(pulsed, tmp_path)
 
 
 def test_two_agents_of_different_speeds_share_four_tasks(pulsed, tmp_path):
-    start(pulsed, agent_toml(tmp_path, "fast", 1.0) + agent_toml(tmp_path, "slow", 1.3))
-    tasks = [add(pulsed) for _ in range(4)]
+    tasks: list[str] = []
+    start(pulsed, agent_toml(tmp_path, "fast", 1.0) + agent_toml(tmp_path, "slow", 1.3),
+          before=lambda: tasks.extend(add(pulsed) for _ in range(4)))        # there at once when it starts
     wait_for(lambda: acked(pulsed, *tasks), 30, what="four tasks acked")
     done = runs(tmp_path)
     assert len(done) == 4 and {r["agent"] for r in done} == {"fast", "slow"}

@@ -65,7 +65,7 @@ def assignments(curr, already=()) -> list:
         return []
     runs = [e for e in [*curr.pending, *already] if e.kind == "agent-run"]
     busy = {e.params.get("task_id") for e in runs}
-    if not curr.agents:                    # no routing in the snapshot: the agents it knows, unbounded
+    if not curr.agents and not pending.unassignable:   # a snapshot without routing: the agents it knows
         agent = choose(curr.agent_capability_stats, AGENTS)
         return [] if agent is None else [
             Effect(kind="agent-run", target=t.id, params={"task_id": t.id, "agent": agent})

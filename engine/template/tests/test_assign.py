@@ -94,3 +94,11 @@ def test_assign_keeps_to_eligible_agents_and_avoids_the_one_a_task_failed_on():
     assert handed(routed([task(1, failed_on=["a"])], {"a": (1, 0)})) == [("task-1", "a")]
     # Failed on a, b may take it but is busy: it waits for b.
     assert handed(routed([task(1, failed_on=["a"])], {"a": (1, 0), "b": (1, 1)})) == []
+
+
+def test_assign_hands_out_nothing_once_no_agent_is_configured_whatever_the_history():
+    tasks = [TaskState(id="task-1", project="p", title="t", prompt="do")]
+    curr = Snapshot(tick=1, ts=0.0, agent_capability_stats={"gone": stats("gone")},
+                    pending_tasks=PendingTasks(pending_count=1, tasks=tasks,
+                                               unassignable={"task-1": "no [[agent]] is configured"}))
+    assert handed(curr) == []
