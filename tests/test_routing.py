@@ -20,7 +20,7 @@ import pytest
 from pulse.agents import routing
 from pulse.core.config import Agent
 from pulse.core.wire import Effect, TaskState
-from support import init_home, wait_for
+from support import CHROMIUM, browser_or_skip, init_home, wait_for
 
 PY = sys.executable
 
@@ -156,11 +156,23 @@ def test_a_task_no_agent_may_take_says_why_in_task_show_and_on_the_page(pulsed, 
     show = pulsed.ctl("task", "show", stuck).stdout
     assert "waits:       unassignable: no agent may take it: a takes projects web, not infra" in show
     assert "a lacks tag gpu" in pulsed.ctl("task", "show", tagged).stdout
+    assert json.loads(pulsed.ctl("task", "show", tagged, "--json").stdout)["waits"] == "no agent may take it: a lacks tag gpu"
     url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
     base, _, token = url.partition("/?token=")
     board = json.loads(get(base, "/api/tasks", token))["by_status"]["pending"]
     assert {t["id"]: t["waits"] for t in board} == {
         stuck: "no agent may take it: a takes projects web, not infra", tagged: "no agent may take it: a lacks tag gpu"}
+    sync_playwright = browser_or_skip()                         # and the board shows it
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            tab = browser.new_page()
+            tab.goto(f"{base}/?token={token}")
+            tab.goto(f"{base}/tasks")
+            shown = tab.locator(f'[data-waits="{stuck}"]').inner_text(timeout=10_000)
+        finally:
+            browser.close()
+    assert shown == "unassignable: no agent may take it: a takes projects web, not infra"
 
 
 def get(base: str, path: str, token: str) -> bytes:
