@@ -18,7 +18,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, tasks
+from pulse.agents import adapters, routing, tasks
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
@@ -118,6 +118,10 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     home = ctx.home
     conn = eventsdb.open_events(home / "events.db", "FULL")
     try:
+        # Who may take it (pin, projects, tags) is fixed when the task is created, so this check
+        # needs no transaction: a rule that names an agent the task is not for runs nothing.
+        if (held := tasks.load(conn, task)) is not None and (why := routing.refusal(agent, held)) is not None:
+            raise EffectFailed("not-eligible", f"{task}: {why}", task_id=task, agent=agent.name)
         try:
             state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
         except tasks.IllegalTransition as err:

@@ -103,7 +103,8 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
     if state is None:
         return TaskState(id=task, project=str(data.get("project", "")), title=str(data.get("title", "")),
                          prompt=str(data.get("prompt", "")), priority=int(data.get("priority", 0)),
-                         created=ts, updated=ts)
+                         created=ts, updated=ts, pin=str(data["pin"]) if data.get("pin") else None,
+                         tags=[str(t) for t in data.get("tags") or ()])
     new = msgspec.structs.replace(state, status=TRANSITIONS[state.status][type], updated=ts)
     if type == TaskEvent.ASSIGNED:
         agent = data.get("agent")
@@ -119,6 +120,8 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
         new.result, new.acked, new.failures, new.error = data.get("result"), ts, 0, None
     elif type == TaskEvent.FAILED:
         new.agent, new.failures, new.error = None, state.failures + 1, data.get("error")
+        if state.agent is not None and state.agent not in state.failed_on and data.get("reason") != "interrupted":
+            new.failed_on = [*state.failed_on, state.agent]    # the routing avoids it while another may take it
         after = data.get("retry_after_s")
         new.retry_at = ts + after if isinstance(after, (int, float)) and after > 0 else None
     elif type == TaskEvent.CLOSED:
@@ -321,11 +324,17 @@ def catch_up(conn, book: TaskBook, batch: int = 5_000) -> TaskBook:
 
 # -- reading and writing events.db (the only I/O here; every statement is in pulse.store.eventsdb) -----
 
-def create(conn, project: str, title: str, prompt: str, priority: int = 0, source: str = "pulsectl") -> TaskState:
-    """Append a task-created event under the next task id; returns the new task."""
+def create(conn, project: str, title: str, prompt: str, priority: int = 0, source: str = "pulsectl",
+           pin: str | None = None, tags: Sequence[str] = ()) -> TaskState:
+    """Append a task-created event under the next task id; returns the new task. `pin`: only that
+    agent may take it; `tags`: only an agent with all of them (pulse.agents.routing)."""
     from pulse.core import wire
     from pulse.store import eventsdb
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
+    if pin:
+        fields["pin"] = pin
+    if tags:
+        fields["tags"] = sorted(set(tags))
     ev = eventsdb.create_task_event(conn, lambda n: wire.now_event(TaskEvent.CREATED, source, task_id(n), fields))
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 

@@ -74,21 +74,37 @@ def task() -> None:
 @click.option("--project", required=True, help="What the task belongs to.")
 @click.option("--title", required=True, help="One line that says what to do.")
 @click.option("--prompt", required=True, help="The agent's instructions ('-' reads them from stdin).")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Higher runs first (then older); handed out as agents' slots free.")
+@click.option("--agent", "pin", default=None, help="Only this [[agent]] may take it.")
+@click.option("--tag", "tags", multiple=True,
+              help="Only an [[agent]] whose tags include it may take the task (repeatable).")
 @pass_ctx
-def add(ctx: Context, project: str, title: str, prompt: str, priority: int) -> None:
+def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin: str | None,
+        tags: tuple[str, ...]) -> None:
     """Add a pending task; prints its id."""
-    from pulse.agents import tasks
+    from pulse.agents import routing, tasks
+    from pulse.core.config import ROUTE_NAME
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         _fail("--prompt is empty", 2)
-    state = tasks.create(_writable(ctx), project, title, prompt, priority, source="pulsectl")
+    agents = ctx.config().agent
+    if pin is not None and pin not in {a.name for a in agents}:
+        _fail(f"--agent {pin}: not an [[agent]] in {ctx.paths.config} "
+              f"(configured: {', '.join(a.name for a in agents) or 'none'})", 2)
+    for tag in tags:
+        if not ROUTE_NAME.fullmatch(tag):
+            _fail(f"--tag {tag!r}: letters, digits and _ . : / -, not starting with a symbol", 2)
+    state = tasks.create(_writable(ctx), project, title, prompt, priority, source="pulsectl", pin=pin, tags=tags)
     _ring_tick(ctx, f"{state.id} created")
     click.echo(state.id)
-    if not ctx.config().agent:
+    if not agents:
         click.echo(f"pulsectl: no [[agent]] is configured in {ctx.paths.config}: {state.id} waits, pending, "
                    "until one is (then pulsectl reload)", err=True)
+    elif (why := routing.unassignable(agents, state)) is not None:
+        click.echo(f"pulsectl: {state.id} waits, pending: {why} (see [[agent]] projects and tags in "
+                   f"{ctx.paths.config})", err=True)
 
 
 @task.command(name="list")
@@ -129,7 +145,8 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     if state is None:
         _fail(f"{task}: no such task")
     if as_json:
-        body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history]}
+        body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history],
+                "waits": _waits(ctx, state)}
         click.echo(json.dumps(body))
         return
     for name in ("id", "project", "title", "status", "priority", "agent", "last_agent", "failures", "attempts",
@@ -137,6 +154,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         value = getattr(state, name)
         if value not in (None, ""):
             click.echo(f"{name + ':':<12} {value}")
+    _show_routing(ctx, state)
     if state.result is not None:
         click.echo(f"{'result:':<12} {json.dumps(state.result)}")
     click.echo("prompt:")
@@ -146,6 +164,29 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     for ev in history:
         data = {k: v for k, v in ev.data.items() if k != "prompt"}
         click.echo(f"  {clock.iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
+
+
+def _waits(ctx: Context, state) -> str | None:
+    """Why no agent may take a pending task (pulse.agents.routing), or None."""
+    from pulse.agents import routing
+    from pulse.core import config as configmod
+    if state.status != TaskStatus.PENDING:
+        return None
+    try:
+        agents = configmod.load(ctx.paths.config).agent
+    except configmod.ConfigError:
+        return None                 # show the task anyway; pulsectl check names what is wrong
+    return routing.unassignable(agents, state)
+
+
+def _show_routing(ctx: Context, state) -> None:
+    """Who may take it, and, for a pending task no agent may take, why it waits."""
+    for name, value in (("pinned to", state.pin), ("tags", ", ".join(state.tags)),
+                        ("failed on", ", ".join(state.failed_on))):
+        if value:
+            click.echo(f"{name + ':':<12} {value}")
+    if (why := _waits(ctx, state)) is not None:
+        click.echo(f"{'waits:':<12} unassignable: {why}")
 
 
 def _record(ctx: Context, task: str, type: str, **data) -> None:

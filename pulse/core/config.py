@@ -287,6 +287,12 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # a run that used the gate is acked only if a session of it called finish; false relaxes that
     # (an unverified write still fails the run)
     gate_requires_finish: bool = True
+    # Routing (issue 22): who may take what. `projects`: the projects whose tasks it takes; unset: every
+    # project. `tags`: a task added with --tag goes only to an agent whose tags include all of its tags;
+    # empty (the default): it takes untagged tasks only. A task pinned to it (task add --agent) still
+    # needs its project and tags to fit.
+    projects: list[str] | None = None
+    tags: list[str] = msgspec.field(default_factory=list)
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -439,6 +445,7 @@ class WebConfig(msgspec.Struct, kw_only=True, frozen=True):
     timings: WebTimings
     log: LogSettings
     web: Web
+    agent: list[Agent] = msgspec.field(default_factory=list)   # the task board says who may take what
 
 
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -754,9 +761,26 @@ def validate_agents(config: Config, origin: str) -> None:
         problem = adapter_problem(agent)
         if problem:
             raise ConfigError(f"{where}.{problem}")
+        routing_problem = agent_routing_problem(agent)
+        if routing_problem:
+            raise ConfigError(f"{where}.{routing_problem}")
     names = [a.name for a in config.agent]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.agent: names must be unique")
+
+
+ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")   # a project or a tag, as task add takes it
+
+
+def agent_routing_problem(agent: Agent) -> str | None:
+    """What is wrong with an [[agent]]'s projects or tags ("key: why"), or None."""
+    if agent.projects is not None and not agent.projects:
+        return "projects: an empty list takes no task at all; leave it unset for every project"
+    for key, names in (("projects", agent.projects or []), ("tags", agent.tags)):
+        for name in names:
+            if not ROUTE_NAME.fullmatch(name):
+                return f"{key}: {name!r} is not a name (letters, digits and _ . : / -, not starting with a symbol)"
+    return None
 
 
 def listen_address(listen: str) -> tuple[str, int]:
@@ -892,5 +916,7 @@ def default_toml() -> str:
         "# concurrency = 1",
         "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",
+        '# projects = ["infra"]                    # only these projects\' tasks; unset: every project',
+        '# tags = ["gpu"]                          # tasks added with --tag need all theirs here; unset: untagged only',
     ]
     return "\n".join(lines) + "\n"

@@ -285,6 +285,12 @@ class TaskState(msgspec.Struct, kw_only=True):
     closed: float | None = None
     given_up: float | None = None
     retry_at: float | None = None        # after a failed run: not handed out again before this
+    # Routing (issue 22): who may take it. `pin`: only this [[agent]] (task add --agent); `tags`: only
+    # an agent whose tags include them all (task add --tag); `failed_on`: the agents whose runs of it
+    # failed (an interrupted run is nobody's failure), whom the assignment rule avoids while another may take it.
+    pin: str | None = None
+    tags: list[str] = msgspec.field(default_factory=list)
+    failed_on: list[str] = msgspec.field(default_factory=list)
 
 
 class PendingTasks(msgspec.Struct, kw_only=True):
@@ -293,6 +299,10 @@ class PendingTasks(msgspec.Struct, kw_only=True):
     by_project: dict[str, int] = msgspec.field(default_factory=dict)
     waiting_retry: int = 0               # pending, but waiting out the backoff after a failed run
     next_retry: float | None = None      # the earliest of those waits' ends
+    # Routing (issue 22), for each listed task: the configured agents that may take it (config order),
+    # and, for a task none may take, why (it waits, and task show and the page say so).
+    eligible: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    unassignable: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class AgentCapabilityStats(msgspec.Struct, kw_only=True):
@@ -309,6 +319,20 @@ class AgentCapabilityStats(msgspec.Struct, kw_only=True):
     cost_usd: float = 0.0
     tokens: dict[str, int] = msgspec.field(default_factory=dict)   # input / output / cache_read / ...
     runs_with_cost: int = 0             # runs whose CLI reported a cost (codex and cursor report none)
+
+
+class AgentLoad(msgspec.Struct, kw_only=True):
+    """One configured [[agent]]'s load, as the assignment rule sees it (issue 22)."""
+    agent: str
+    concurrency: int = 1                 # runs of it at once ([[agent]] concurrency)
+    running: int = 0                     # runs handed to it and not ended: its tasks assigned or executing,
+                                         # and agent-run effects naming it that are still queued
+    projects: list[str] | None = None    # the projects it takes; None: every project
+    tags: list[str] = msgspec.field(default_factory=list)   # a tagged task needs all its tags among these
+
+    @property
+    def free(self) -> int:
+        return max(0, self.concurrency - self.running)
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
@@ -331,6 +355,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     # Only when the tick's sense keys include "pending-tasks":
     pending_tasks: PendingTasks | None = None
     agent_capability_stats: dict[str, AgentCapabilityStats] = msgspec.field(default_factory=dict)
+    agents: dict[str, AgentLoad] = msgspec.field(default_factory=dict)   # every [[agent]], by name (issue 22)
 
 
 class Ping(msgspec.Struct, tag="ping"):

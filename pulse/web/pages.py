@@ -16,7 +16,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import msgspec
 from sse_starlette.sse import EventSourceResponse
@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from pulse.core import client, clock, wire
+from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
 from pulse.store import connection, effectqueue, eventsdb, vitalsdb
@@ -52,6 +53,7 @@ class Web:
         self.counts: Counts | None = None
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
         self.diffs: dict[tuple[str, str], str] = {}   # (before, after) → diff summary: commits never change
+        self.agents: list[Agent] = []        # set by make_app
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -328,6 +330,13 @@ async def api_effects(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
+def task_routing(web: Web, task: wire.TaskState) -> dict:
+    """Who may take a task, and why a pending one no agent may take waits (pulse.agents.routing)."""
+    from pulse.agents import routing
+    waits = routing.unassignable(web.agents, task) if task.status == TaskStatus.PENDING else None
+    return {"pin": task.pin, "tags": task.tags, "waits": waits}
+
+
 async def api_tasks(request: Request) -> Response:
     from pulse.agents import tasks
     web: Web = request.app.state.web
@@ -337,7 +346,8 @@ async def api_tasks(request: Request) -> Response:
         by_status: dict[str, list] = {s: [] for s in TaskStatus}
         for t in sorted(book.states.values(), key=lambda t: int(t.id.rpartition("-")[2])):
             by_status.setdefault(t.status, []).append({"id": t.id, "title": t.title, "project": t.project,
-                                                       "agent": t.agent or t.last_agent, "attempts": t.attempts})
+                                                       "agent": t.agent or t.last_agent, "attempts": t.attempts,
+                                                       **task_routing(web, t)})
         agents = [{"agent": name, "runs": (runs := s.acked + s.failed),
                    "success_rate": s.acked / runs if runs else 0.0,
                    "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
@@ -476,8 +486,9 @@ async def metrics(request: Request) -> Response:
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def make_app(paths: Paths, token_file: Path, effect_deadline_s: float) -> Any:
+def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = ()) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
+    web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what
     routes = [Route(path, page(name)) for name, path in PAGES.items()]
     routes += [
         Route("/events/{id}", event_page),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from pulse.agents import tasks
+from pulse.agents import routing, tasks
 from pulse.core import client, wire
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
@@ -304,9 +304,12 @@ class TickWorker(Worker):
         p = self.projections
         now = time.time()
         extras = tasks.snapshot_extras(self.events, self.task_book) if self.task_book is not None else {}
+        open_effects = list(p.pending.values())
         return wire.Snapshot(
-            pending_tasks=extras.get("pending-tasks"),
+            pending_tasks=routing.route(self.config.agent, extras.get("pending-tasks")),
             agent_capability_stats=extras.get("agent-capability-stats", {}),
+            agents=(routing.loads(self.config.agent, self.task_book.states.values(), open_effects)
+                    if self.task_book is not None else {}),
             tick=self.count, ts=now,
             vitals=vitalsdb.latest_vitals(self.vitals, self.config.tick.sense),
             pending=list(p.pending.values()),

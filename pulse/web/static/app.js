@@ -335,7 +335,9 @@ async function tasksPage() {
     section("Board", el("div", {class: "board"}, Object.entries(r.by_status).map(([status, tasks]) =>
       el("div", {"data-status": status}, el("h2", {}, `${status} (${tasks.length})`),
          el("ul", {}, tasks.map(t => el("li", {}, el("a", {href: `/events?target=${t.id}`, title: "its history"}, t.id), " ", t.title,
-            el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs`)))))))),
+            el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs` +
+               (t.pin ? ` · for ${t.pin}` : "") + (t.tags && t.tags.length ? ` · tags ${t.tags.join(", ")}` : "")),
+            t.waits ? el("div", {class: "waits", "data-waits": t.id}, `unassignable: ${t.waits}`) : ""))))))),
     section("Agents", table(["agent", "runs", "success", "mean duration", "cost"], r.agents.map(a =>
       el("tr", {}, el("td", {}, a.agent), el("td", {}, a.runs), el("td", {}, (a.success_rate * 100).toFixed(0) + "%"),
          el("td", {}, a.mean_run_s === null ? "-" : a.mean_run_s.toFixed(1) + "s"),

@@ -1,0 +1,90 @@
+"""Routing: which configured agents may take a task, and how busy each agent is (issue 22).
+
+The tick puts both into the snapshot (Snapshot.agents, PendingTasks.eligible/unassignable) so an
+assignment rule decides against them without reading config; `pulsectl task show` and the web
+board ask the same functions why a task waits. Pure: no I/O.
+
+Who may take a task: an [[agent]] whose `projects` (unset: every project) holds the task's
+project, and whose `tags` include every tag the task was added with; a task pinned to an agent
+(`task add --agent`) is for that one alone, which must fit too.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from pulse.core.config import Agent
+from pulse.core.states import TaskStatus
+from pulse.core.wire import AgentLoad, Effect, PendingTasks, TaskState
+
+HELD = (TaskStatus.ASSIGNED, TaskStatus.EXECUTING)   # a run of its agent holds the task
+
+
+def refusal(agent: Agent, task: TaskState) -> str | None:
+    """Why `agent` may not take `task` (words for the operator), or None when it may."""
+    if task.pin is not None and task.pin != agent.name:
+        return f"pinned to {task.pin}"
+    if agent.projects is not None and task.project not in agent.projects:
+        return f"{agent.name} takes projects {', '.join(agent.projects)}, not {task.project}"
+    missing = [t for t in task.tags if t not in agent.tags]
+    if missing:
+        return f"{agent.name} lacks tag{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    return None
+
+
+def eligible(agents: Sequence[Agent], task: TaskState) -> list[str]:
+    """The agents that may take `task`, in config order."""
+    return [a.name for a in agents if refusal(a, task) is None]
+
+
+def unassignable(agents: Sequence[Agent], task: TaskState) -> str | None:
+    """Why no configured agent may take `task`, or None when one may."""
+    if not agents:
+        return "no [[agent]] is configured"
+    if task.pin is not None and task.pin not in {a.name for a in agents}:
+        return f"pinned to {task.pin}, which is not a configured [[agent]]"
+    if eligible(agents, task):
+        return None
+    reasons = [why for a in agents if (why := refusal(a, task)) is not None and not why.startswith("pinned")]
+    return "no agent may take it: " + "; ".join(reasons)
+
+
+def route(agents: Sequence[Agent], pending: PendingTasks | None) -> PendingTasks | None:
+    """`pending` with each listed task's eligible agents, or its reason to wait (a new struct)."""
+    if pending is None:
+        return None
+    eligible_by_task, why_by_task = {}, {}
+    for task in pending.tasks:
+        eligible_by_task[task.id] = eligible(agents, task)
+        if (why := unassignable(agents, task)) is not None:
+            why_by_task[task.id] = why
+    return PendingTasks(pending_count=pending.pending_count, tasks=pending.tasks, by_project=pending.by_project,
+                        waiting_retry=pending.waiting_retry, next_retry=pending.next_retry,
+                        eligible=eligible_by_task, unassignable=why_by_task)
+
+
+def _task_of(effect: Effect) -> str:
+    """The task an agent-run names, as a task id ("7" and "task-7" are one task); else the effect's id."""
+    from pulse.agents.tasks import parse_task_id
+    try:
+        return parse_task_id(str(effect.params.get("task_id") or effect.target or ""))
+    except ValueError:
+        return effect.id or ""
+
+
+def loads(agents: Sequence[Agent], states: Iterable[TaskState], open_effects: Iterable[Effect]) -> dict[str, AgentLoad]:
+    """Each agent's runs not ended: the tasks it holds, and agent-run effects naming it still queued.
+    A task counts once, whether its effect is queued, running, or already ended its task."""
+    busy: dict[str, set[str]] = {a.name: set() for a in agents}
+    for task in states:
+        if task.status in HELD and task.agent in busy:
+            busy[task.agent].add(task.id)
+    for effect in open_effects:
+        if effect.kind != "agent-run":
+            continue
+        agent = effect.params.get("agent")
+        if agent in busy:
+            busy[agent].add(_task_of(effect))
+    return {a.name: AgentLoad(agent=a.name, concurrency=a.concurrency, running=len(busy[a.name]),
+                              projects=list(a.projects) if a.projects is not None else None, tags=list(a.tags))
+            for a in agents}
