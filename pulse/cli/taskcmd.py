@@ -128,8 +128,10 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     state = tasks.fold_tasks(history).get(task)
     if state is None:
         _fail(f"{task}: no such task")
+    waiting = _waiting(conn, state, history)
     if as_json:
-        body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history]}
+        body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history],
+                **({"waiting": waiting} if waiting else {})}
         click.echo(json.dumps(body))
         return
     for name in ("id", "project", "title", "status", "priority", "agent", "last_agent", "failures", "attempts",
@@ -139,6 +141,8 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
             click.echo(f"{name + ':':<12} {value}")
     if state.result is not None:
         click.echo(f"{'result:':<12} {json.dumps(state.result)}")
+    if waiting:
+        click.echo(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
     click.echo("prompt:")
     for line in state.prompt.splitlines() or [""]:
         click.echo(f"  {line}")
@@ -146,6 +150,20 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     for ev in history:
         data = {k: v for k, v in ev.data.items() if k != "prompt"}
         click.echo(f"  {clock.iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
+
+
+def _waiting(conn, state, history) -> dict | None:
+    """Why a pending task is not handed out, where something said so since its last event: a spend
+    limit (a `spend-held` event, pulse.agents.spend)."""
+    from pulse.core.wire import SpendEvent
+    from pulse.store import eventsdb
+    if state.status != TaskStatus.PENDING:
+        return None
+    held = eventsdb.search_events(conn, types=[SpendEvent.HELD], target=state.id, limit=1)
+    if not held or (history and held[0].id < history[-1].id):
+        return None
+    return {"reason": held[0].data.get("reason", "budget"), "why": held[0].data.get("why", ""),
+            "since": held[0].ts, "agent": held[0].data.get("agent")}
 
 
 def _record(ctx: Context, task: str, type: str, **data) -> None:
