@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -112,11 +113,11 @@ def test_claude_code_takes_the_dollars_left_as_its_cap():
 
 # -- with pulsed ---------------------------------------------------------------------------------------
 
-def _start(pulsed, tmp_path: Path, agent_extra: str, env: dict | None = None, **fake_env) -> None:
+def _start(pulsed, tmp_path: Path, agent_extra: str, env: dict | None = None, head: str = "", **fake_env) -> None:
     script = tmp_path / "fake_cli.py"
     script.write_text(FAKE_CLI)
     fenv = {"FAKE_LOG": str(tmp_path / "cli.log"), **fake_env}
-    text = (f'[[notify]]\nkind = "file"\npath = "{tmp_path / "notes.jsonl"}"\n\n'
+    text = (f'{head}[[notify]]\nkind = "file"\npath = "{tmp_path / "notes.jsonl"}"\n\n'
             f'[[agent]]\nname = "fake"\nadapter = "claude-code"\nmcp = false\ntimeout_s = 60\n'
             f'argv = [{json.dumps(PY)}, {json.dumps(str(script))}, "-p", "{{prompt}}", "--output-format", "json"]\n'
             f'env = {{{", ".join(f"{k} = {json.dumps(v)}" for k, v in fenv.items())}}}\n{agent_extra}\n')
@@ -144,6 +145,14 @@ def _budget(pulsed, env: dict | None = None) -> dict:
     return {row["agent"]: row for row in json.loads(done.stdout)["agents"]}
 
 
+def _metrics(pulsed) -> str:
+    url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
+    base, _, token = url.partition("/?token=")
+    request = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read().decode()
+
+
 def _cli_log(tmp_path: Path) -> list[dict]:
     path = tmp_path / "cli.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -151,7 +160,8 @@ def _cli_log(tmp_path: Path) -> list[dict]:
 
 def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_until_the_day_rolls_over(
         pulsed, tmp_path):
-    _start(pulsed, tmp_path, "budget = { usd_per_day = 10 }", env={"PULSE_EFFECT_DEADLINE_S": "2"})
+    _start(pulsed, tmp_path, "budget = { usd_per_day = 10 }", env={"PULSE_EFFECT_DEADLINE_S": "2"},
+           head='[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n')
     first, second, third = _add(pulsed, 3)
     wait_for(lambda: _status(pulsed, first) == "acked" and _status(pulsed, second) == "acked", 30, what="two runs")
     held = wait_for(lambda: pulsed.events("spend-held", target=third), 15, what="the third held")
@@ -171,6 +181,11 @@ def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_until_
     assert "waiting:" in shown.stdout and "budget" in shown.stdout, shown.stdout
     row = _budget(pulsed)["fake"]
     assert (row["today_usd"], row["usd_per_day"], row["runs_last_hour"]) == (8.0, 10.0, 2)
+    assert row["waiting_tasks"] == [third]
+    metrics = _metrics(pulsed)
+    assert 'pulse_agent_spend_usd{agent="fake",window="day"} 8.0' in metrics
+    assert 'pulse_agent_spend_limit_usd{agent="fake",window="day"} 10.0' in metrics
+    assert 'pulse_agent_tasks_waiting_budget{agent="fake"} 1.0' in metrics
 
     # The next UTC day, through the clock's test seam (pulsed restarted with its windows a day on).
     assert pulsed.terminate() == 0

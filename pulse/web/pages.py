@@ -88,6 +88,17 @@ class Web:
                 vitals.close()
             return self.counts
 
+    spend_limits: tuple[list, Any] = ([], None)
+
+    def spend_overview(self, conn) -> list[dict]:
+        """Each agent's spend and the host's against their limits (pulse.agents.spend), for /metrics."""
+        from pulse.agents import spend
+        from pulse.core import clock
+        from pulse.core.config import SpendLimits
+        agents, host = self.spend_limits
+        now = clock.now()
+        return spend.overview(spend.load(conn, now), agents, host or SpendLimits(), now)
+
     def read(self, what: Callable[[Any], Any], store: str = "events") -> Any:
         conn = self.events() if store == "events" else self.vitals()
         try:
@@ -472,12 +483,14 @@ async def metrics(request: Request) -> Response:
     def scrape() -> bytes:
         counts = web.count()
         host = {k: v.data for k, v in web.read(lambda c: vitalsdb.latest_vitals(c, [HOST]), "vitals").items()}
-        return exposition(counts, web.status(), host)
+        return exposition(counts, web.status(), host, web.read(web.spend_overview))
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def make_app(paths: Paths, token_file: Path, effect_deadline_s: float) -> Any:
+def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: tuple = (),
+             budget: Any = None) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
+    web.spend_limits = (list(agents), budget)     # the web worker's slice: [[agent]] budgets and [budget]
     routes = [Route(path, page(name)) for name, path in PAGES.items()]
     routes += [
         Route("/events/{id}", event_page),
