@@ -217,3 +217,20 @@ def test_two_tasks_racing_for_the_last_dollars_only_one_starts_and_a_reset_frees
     assert ev["source"] == "pulsectl"
     started = [e for e in _cli_log(tmp_path) if e["event"] == "start" and e["task"] == c]
     assert started and started[0]["argv"][-2:] == ["--max-budget-usd", "10.00"]   # all of the day's $10 is left
+
+
+def test_the_report_names_who_spent_what_and_which_tasks_waited():
+    from pulse.report import analyst
+    now = 1764779400.0
+
+    def ev(i, type_, target, **data):
+        return Event(type=type_, source="executor", target=target, data=data, ts=now + i, id=i)
+    events = [ev(1, SpendEvent.SETTLED, "cod", effect_id="e1", agent="cod", usd=0.0, cost_reported=False),
+              ev(2, SpendEvent.SETTLED, "fake", effect_id="e2", agent="fake", usd=4.0, cost_reported=True),
+              ev(3, SpendEvent.SETTLED, "fake", effect_id="e3", agent="fake", usd=4.0, cost_reported=True),
+              ev(4, SpendEvent.HELD, "task-3", agent="fake", reason="budget", why="fake: $8.00 of $10.00 usd_per_day")]
+    analysis = analyst.analyse(events, now, now + 10)
+    [spent] = [h for h in analysis.highlights if h.text.startswith("spend:")]
+    assert spent.text == "spend: fake $8.00 over 2 run(s); cod $0.00 over 1 run(s) (1 with no cost reported)"
+    assert spent.event_ids == [2, 3, 1]
+    assert [i.text for i in analysis.issues] == ["task-3 waited on a spend limit: fake: $8.00 of $10.00 usd_per_day"]
