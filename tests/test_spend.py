@@ -234,3 +234,39 @@ def test_the_report_names_who_spent_what_and_which_tasks_waited():
     assert spent.text == "spend: fake $8.00 over 2 run(s); cod $0.00 over 1 run(s) (1 with no cost reported)"
     assert spent.event_ids == [2, 3, 1]
     assert [i.text for i in analysis.issues] == ["task-3 waited on a spend limit: fake: $8.00 of $10.00 usd_per_day"]
+
+
+def test_two_claims_at_once_on_real_sqlite_reserve_one_and_hold_the_other(tmp_path):
+    # The claim and the reservation are one BEGIN IMMEDIATE transaction: two executors' threads
+    # claiming at the same instant cannot both fit $6 runs under $10 a day.
+    import threading
+
+    from pulse.agents import agentrun
+    from pulse.core.wire import Effect
+    from pulse.store import effectqueue, eventsdb
+    cfg = config.slice_of(config.validate(config.decode(
+        '[[agent]]\nname = "a"\nargv = ["x"]\nconcurrency = 2\nmax_run_usd = 6\nbudget = { usd_per_day = 10 }\n',
+        "c.toml"), "c.toml"), "executor")
+    db = tmp_path / "events.db"
+    effects = [effectqueue.new_effect(Effect(kind="agent-run", target=f"task-{i}", params={"agent": "a"}), "test", 60)
+               for i in (1, 2)]
+    effectqueue.commit_effects(eventsdb.open_events(db, "FULL"), effects, "test")
+    barrier, answers = threading.Barrier(2), {}
+
+    def claim(effect):
+        conn = eventsdb.open_events(db, "FULL")
+        barrier.wait()
+        answers[effect.target] = effectqueue.claim_effect(conn, effect.id, f"claimer-{effect.target}", "test",
+                                                          reserve=lambda c, e: agentrun.reserve_spend(c, e, cfg))
+    threads = [threading.Thread(target=claim, args=(e,)) for e in effects]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    held = [k for k, v in answers.items() if isinstance(v, effectqueue.Held)]
+    claimed = [k for k, v in answers.items() if isinstance(v, Effect)]
+    assert len(held) == 1 and len(claimed) == 1, answers
+    assert "$6.00 of $10.00 usd_per_day" in answers[held[0]]
+    conn = eventsdb.open_events(db)
+    assert [e.target for e in eventsdb.read_events(conn, types=[SpendEvent.HELD])] == held
+    assert [e.data["task"] for e in eventsdb.read_events(conn, types=[SpendEvent.RESERVED])] == claimed

@@ -303,7 +303,8 @@ class TaskAddParams(msgspec.Struct):
 
 AGENT_RUN = Kind(
     "agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
-    "once; the task is acked or failed with the agent's result.",
+    "once; the task is acked or failed with the agent's result. A run that would cross a spend limit "
+    "(`[[agent]] budget`, `[budget]`) is not started: it stays pending, its task waiting, reason budget.",
     AgentRunParams, run_agent, False, "the task id", admit=SLOTS.admit,
     release=SLOTS.release, reserve=reserve_spend, settle_orphan=settle_interrupted, starts_process=True,
     resource="task:{target}", subject=run_subject)
