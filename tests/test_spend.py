@@ -158,7 +158,7 @@ def _cli_log(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_until_the_day_rolls_over(
+def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_a_reload_raises_it_and_the_day_rolls_over(
         pulsed, tmp_path):
     _start(pulsed, tmp_path, "budget = { usd_per_day = 10 }", env={"PULSE_EFFECT_DEADLINE_S": "2"},
            head='[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n')
@@ -187,13 +187,23 @@ def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_until_
     assert 'pulse_agent_spend_limit_usd{agent="fake",window="day"} 10.0' in metrics
     assert 'pulse_agent_tasks_waiting_budget{agent="fake"} 1.0' in metrics
 
+    # The operator raises the limit ($12: room for exactly one more $4 run) and reloads.
+    path = pulsed.home / "config.toml"
+    path.write_text(path.read_text().replace("usd_per_day = 10", "usd_per_day = 12"))
+    assert pulsed.ctl("reload").returncode == 0
+    wait_for(lambda: _status(pulsed, third) == "acked", 30, what="the third run after the limit was raised")
+    [fourth] = _add(pulsed)
+    wait_for(lambda: pulsed.events("spend-held", target=fourth), 15, what="the fourth held at $12 of $12")
+
     # The next UTC day, through the clock's test seam (pulsed restarted with its windows a day on).
     assert pulsed.terminate() == 0
     tomorrow = {"PULSE_TEST_CLOCK_OFFSET_S": "86400"}
     pulsed.start(env={"PULSE_TICK_MS": "200", "PULSE_EXECUTOR_SCAN_INTERVAL_MS": "200", **tomorrow})
-    wait_for(lambda: _status(pulsed, third) == "acked", 30, what="the third run, the next day")
+    wait_for(lambda: _status(pulsed, fourth) == "acked", 30, what="the fourth run, the next day")
     assert _budget(pulsed, env=tomorrow)["fake"]["today_usd"] == 4.0
-    assert len(notifications(notes, spend.RULE)) == 2
+    # one 80 % and one 100 % notice for each of the two days' windows that reached them: today's only so far
+    assert [(n["percent"], n["window"]) for n in notifications(notes, spend.RULE)] == [
+        (80, told[0]["window"]), (100, told[0]["window"])]
 
 
 def test_two_tasks_racing_for_the_last_dollars_only_one_starts_and_a_reset_frees_the_agent(pulsed, tmp_path):
