@@ -280,3 +280,35 @@ def test_two_claims_at_once_on_real_sqlite_reserve_one_and_hold_the_other(tmp_pa
     conn = eventsdb.open_events(db)
     assert [e.target for e in eventsdb.read_events(conn, types=[SpendEvent.HELD])] == held
     assert [e.data["task"] for e in eventsdb.read_events(conn, types=[SpendEvent.RESERVED])] == claimed
+
+
+def test_the_host_budget_holds_every_agent_and_a_cli_without_cost_counts_in_runs_only(tmp_path):
+    from pulse.agents import agentrun
+    from pulse.core.wire import Effect
+    from pulse.store import effectqueue, eventsdb
+    cfg = config.slice_of(config.validate(config.decode(
+        '[budget]\nusd_per_day = 5\nruns_per_hour = 3\n'
+        '[[agent]]\nname = "a"\nargv = ["x"]\nmax_run_usd = 3\n[[agent]]\nname = "b"\nargv = ["x"]\nmax_run_usd = 3\n',
+        "c.toml"), "c.toml"), "executor")
+    conn = eventsdb.open_events(tmp_path / "events.db", "FULL")
+
+    def run(agent: str, task: int):
+        eff = effectqueue.new_effect(Effect(kind="agent-run", target=f"task-{task}", params={"agent": agent}), "t", 60)
+        effectqueue.commit_effects(conn, [eff], "test")
+        return eff, effectqueue.claim_effect(conn, eff.id, "me", "test",
+                                             reserve=lambda c, e: agentrun.reserve_spend(c, e, cfg))
+
+    first, claimed = run("a", 1)
+    assert isinstance(claimed, Effect)
+    agentrun.settle_spend(conn, first, cfg, {"result": {"code": 0}})     # no cost reported: $0, one run
+    [settled] = eventsdb.read_events(conn, types=[SpendEvent.SETTLED])
+    assert settled.data["cost_reported"] is False and "runs_per_hour only" in settled.data["note"]
+    second, claimed = run("b", 2)                                           # $3 reserved of the host's $5
+    assert isinstance(claimed, Effect)
+    _, held = run("a", 3)                                                   # $3 more would cross it
+    assert isinstance(held, effectqueue.Held) and "the host: $3.00 of $5.00 usd_per_day" in held
+    agentrun.settle_spend(conn, second, cfg, {"result": {"cost_usd": 0.5}})
+    third, claimed = run("a", 4)                                            # $0.50 + $3 fits; the 3rd run
+    assert isinstance(claimed, Effect)
+    _, held = run("b", 5)
+    assert isinstance(held, effectqueue.Held) and "3 of 3 runs in the last hour" in held
