@@ -312,3 +312,11 @@ def test_the_host_budget_holds_every_agent_and_a_cli_without_cost_counts_in_runs
     assert isinstance(claimed, Effect)
     _, held = run("b", 5)
     assert isinstance(held, effectqueue.Held) and "3 of 3 runs in the last hour" in held
+
+
+def test_a_run_settled_unrun_counts_against_no_limit():
+    now = 1764779400.0
+    ledger = spend.Ledger().fold([
+        _ev(SpendEvent.RESERVED, "a", effect_id="e1", agent="a", task="task-1", usd=4.0, at=now - 5),
+        _ev(SpendEvent.SETTLED, "a", effect_id="e1", usd=0.0, cost_reported=None, started=False)])
+    assert ledger.used("a", "runs_per_hour", now) == 0 and ledger.used("a", "usd_per_day", now) == 0

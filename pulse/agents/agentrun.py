@@ -135,22 +135,14 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     Not idempotent: a run interrupted by the executor's death is not re-run as such; the
     settlement of the orphan (settle_interrupted) fails the task's run, reason interrupted,
     which puts it back to pending for the assignment rule to hand out again."""
-    task = _task_param(effect)
-    if not task:
-        raise EffectFailed("bad-params", "agent-run needs params.task_id (task-7, or 7)")
-    agent = run_agent_of(effect, ctx.config)
-    try:
-        adapter = adapters.load_adapter(agent.adapter)
-    except Exception as err:          # a third-party adapter may fail to import
-        raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
-    home = ctx.home
-    conn = eventsdb.open_events(home / "events.db", "FULL")
+    conn = eventsdb.open_events(ctx.home / "events.db", "FULL")
     try:
         try:
-            state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
-        except tasks.IllegalTransition as err:
+            task, agent, adapter, state = _start(effect, ctx, conn)
+        except BaseException:
             settle_spend(conn, effect, ctx.config, {}, started=False)     # nothing ran: nothing spent
-            raise EffectFailed("task-state", str(err), task_id=task, agent=agent.name) from None
+            raise
+        home = ctx.home
         base = {"task_id": task, "agent": agent.name, "attempt": state.attempts}
         try:
             data = _run_agent_process(effect, ctx, conn, agent, adapter, state, home, base)
@@ -159,14 +151,30 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
             why = failure.error if failure else f"{type(err).__name__}: {err}"
             extra = {k: v for k, v in (failure.data if failure else {}).items()
                      if k in ("output", "stderr", "code", "result", "run_ms")}
-            settle_spend(conn, effect, ctx.config, extra)      # a failed run may have cost something too
+            settle_spend(conn, effect, ctx.config, extra)      # settled already, unless it failed before its result
             _end_run(conn, ctx, task, effect.id, TaskEvent.FAILED, reason=failure.reason if failure else "error",
                      error=why, agent=agent.name, **extra)
             raise
-        settle_spend(conn, effect, ctx.config, data)
         return data
     finally:
         conn.close()
+
+
+def _start(effect: Effect, ctx: EffectContext, conn):
+    """(task, agent, adapter, task state) of a run about to start: the task moved to executing."""
+    task = _task_param(effect)
+    if not task:
+        raise EffectFailed("bad-params", "agent-run needs params.task_id (task-7, or 7)")
+    agent = run_agent_of(effect, ctx.config)
+    try:
+        adapter = adapters.load_adapter(agent.adapter)
+    except Exception as err:          # a third-party adapter may fail to import
+        raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
+    try:
+        state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
+    except tasks.IllegalTransition as err:
+        raise EffectFailed("task-state", str(err), task_id=task, agent=agent.name) from None
+    return task, agent, adapter, state
 
 
 def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -> bool:
@@ -221,6 +229,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
             "run_ms": round((time.monotonic() - began) * 1000, 1), **({"escaped": escaped} if escaped else {})}
     if stderr:
         data["stderr"] = store_output(ctx.objects, stderr)
+    settle_spend(conn, effect, ctx.config, data)       # what it cost, before the verdict is recorded
     if not result.ok:
         reason = "timeout" if timed_out else (result.reason or "agent")
         raise EffectFailed(reason, result.error or "the agent failed", **data)

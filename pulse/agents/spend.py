@@ -73,6 +73,7 @@ class Run:
     reserved: float
     usd: float | None = None           # settled cost; None while it runs
     cost_reported: bool | None = None
+    started: bool = True               # False: settled unrun (its task had moved on): it counts nowhere
 
     @property
     def cost(self) -> float:
@@ -97,6 +98,7 @@ class Ledger:
             elif ev.type == SpendEvent.SETTLED and d.get("effect_id") in self.runs:
                 run = self.runs[d["effect_id"]]
                 run.usd, run.cost_reported = float(d["usd"]), d.get("cost_reported")
+                run.started = d.get("started", True)
             elif ev.type == SpendEvent.HELD:
                 self.held[ev.target or ""] = d
             elif ev.type == SpendEvent.ALERT:
@@ -107,7 +109,7 @@ class Ledger:
 
     def counted(self, scope: str, since: float) -> list[Run]:
         """The runs of `scope` (an agent, or HOST: all) that count from `since` on."""
-        return [r for r in self.runs.values() if (scope == HOST or r.agent == scope)
+        return [r for r in self.runs.values() if (scope == HOST or r.agent == scope) and r.started
                 and r.at >= since and r.at >= self.resets.get(r.agent, -math.inf)]
 
     def used(self, scope: str, limit: str, now: float) -> float:
@@ -293,7 +295,7 @@ def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | Non
         if run is None or run.usd is not None:
             return None
         if not started:
-            data = {"usd": 0.0, "cost_reported": None, "note": "the run never started"}
+            data = {"usd": 0.0, "cost_reported": None, "started": False, "note": "the run never started"}
         elif cost_usd is not None:
             data = {"usd": round(float(cost_usd), 6), "cost_reported": True}
         elif interrupted:
