@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -204,17 +205,44 @@ def scopes_of(agent, host: SpendLimits) -> list[tuple[str, SpendLimits]]:
 
 # -- reading and writing events.db (every statement is in pulse.store) ------------------------------
 
+# The ledger each process folded last, per database file: a claim folds only the spend events
+# committed since (read inside its write transaction, so nothing is missed), not the month's again.
+# Refolded from the start when the month changes. Written only from what was read from the database,
+# and forgotten when a transaction that used it fails (forget), so it never holds what was rolled back.
+_folded: dict[str, tuple[float, int, Ledger]] = {}    # database file → (month start, last event id, ledger)
+_folded_lock = threading.Lock()
+
+
+def _database(conn) -> str:
+    return conn.execute("PRAGMA database_list").fetchone()[2]
+
+
+def forget(conn) -> None:
+    with _folded_lock:
+        _folded.pop(_database(conn), None)
+
+
 def load(conn, now: float) -> Ledger:
-    """The ledger of every window open at `now` (read from the month's start, or the hour's if earlier)."""
+    """The ledger of every window open at `now` (folded from the month's start, or the hour's if
+    earlier; a superset afterwards: every count filters by time). The caller must not change it."""
     from pulse.store import eventsdb
-    since = min(window_start("month", now), window_start("hour", now)) - clock.offset_s()
-    ledger, after = Ledger(), 0
-    while True:
-        events = eventsdb.read_events(conn, after_id=after, types=list(SpendEvent), since_ts=since - 60)
-        ledger.fold(events)
-        if len(events) < 10_000:
-            return ledger
-        after = events[-1].id
+    month = window_start("month", now)
+    key = _database(conn)
+    with _folded_lock:
+        start, after, ledger = _folded.get(key) or (None, 0, None)
+        since = None
+        if ledger is None or start != month:
+            ledger, after = Ledger(), 0
+            since = min(month, window_start("hour", now)) - clock.offset_s() - 60
+        while True:
+            events = eventsdb.read_events(conn, after_id=after, types=list(SpendEvent), since_ts=since)
+            ledger.fold(events)
+            if events:
+                after = events[-1].id
+            if len(events) < 10_000:
+                break
+        _folded[key] = (month, after, ledger)
+        return ledger
 
 
 def recent_costs(conn, agent: str) -> list[float]:
@@ -230,7 +258,6 @@ def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float,
     for m, level in alerts:
         data = {"scope": m.scope, "limit": m.limit, "key": m.key, "level": level, "used": m.used, "of": m.of,
                 "at": now}
-        ledger.alerts.append(data)
         events.append(now_event(SpendEvent.ALERT, source, m.scope, data))
         title = (f"Spend limit reached: {m.words()}" if level >= 100 else
                  f"Spend at {level} % of a limit: {m.words()}")
@@ -254,6 +281,14 @@ def reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, so
     """Inside the transaction that claims an agent-run: reserve the run's expected cost, or, when it
     would cross a limit, hold it (None: reserved, the claim goes on; else why it is held, and the
     claim is not made). Either way what it records commits with the transaction."""
+    try:
+        return _reserve(conn, effect, agent, task, host, source)
+    except BaseException:
+        forget(conn)
+        raise
+
+
+def _reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, source: str) -> str | None:
     now = clock.now()
     ledger = load(conn, now)
     expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
@@ -305,11 +340,16 @@ def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | Non
             data = {"usd": 0.0, "cost_reported": False,
                     "note": "the CLI reported no cost: this run counts against runs_per_hour only"}
         data = {"effect_id": effect_id, "agent": run.agent, "task": run.task, "reserved": run.reserved, **data}
-        run.usd, run.cost_reported = data["usd"], data["cost_reported"]
-        ms = measures(ledger, scopes_of(agent, host), now)
-        events, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: m.used), now, source,
-                                        f"after {run.agent}'s run on {run.task} cost ${data['usd']:.2f}")
-        _write(conn, [now_event(SpendEvent.SETTLED, source, run.agent, data), *events], effects, source)
+        try:
+            _write(conn, [now_event(SpendEvent.SETTLED, source, run.agent, data)], [], source)
+            ledger = load(conn, now)          # with this settlement, read back in this transaction
+            ms = measures(ledger, scopes_of(agent, host), now)
+            events, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: m.used), now, source,
+                                            f"after {run.agent}'s run on {run.task} cost ${data['usd']:.2f}")
+            _write(conn, events, effects, source)
+        except BaseException:
+            forget(conn)
+            raise
         return data
 
 
