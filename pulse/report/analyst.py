@@ -22,6 +22,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
 - Errors. An error that keeps recurring is an `error` event, then one per [store]
   error_repeat_s with the count since: errors are told apart by what erred (source, target,
   message), not counted as events, and their `count`s add up to every occurrence.
+- Spend. Who spent what: the `spend-settled` events of the window per agent, costliest first
+  (runs whose CLI reported no cost are counted and named), one highlight; each task a spend
+  limit held back (`spend-held`), an issue. Neither costs the score.
 """
 
 from __future__ import annotations
