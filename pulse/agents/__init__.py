@@ -2,7 +2,8 @@
 
 Modules: `tasks` (tasks as events, and their projections), `routing` (which agents may take a
 task, and how busy each is), `adapters` (how one agent CLI
-runs one task), `agentrun` (the agent-run effect), `gate` (the agent's safety gate, pure: it
+runs one task), `agentrun` (the agent-run effect), `spend` (spend limits that fail closed: the ledger of what runs
+reserved and cost), `gate` (the agent's safety gate, pure: it
 knows no tool by name), `catalogue` (Pulse's tools as the gate classifies them), `gatestore` (the
 gate's facts in events.db), `toolserver` (Pulse's tools over MCP, every call through the gate).
 """

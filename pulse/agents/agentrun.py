@@ -18,7 +18,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, routing, tasks
+from pulse.agents import adapters, routing, spend, tasks
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
@@ -75,6 +75,35 @@ def configured_agent(config: ExecutorConfig, name: object) -> Agent:
     raise EffectFailed("bad-params", f"{name!r} is not a configured [[agent]]")
 
 
+def run_agent_of(effect: Effect, config: ExecutorConfig) -> Agent:
+    """The [[agent]] a run is for: params.agent, else the one its slot was taken for, else the first."""
+    return configured_agent(config, effect.params.get("agent") or SLOTS.reserved(effect.id)
+                            or next((a.name for a in config.agent), None))
+
+
+def reserve_spend(conn, effect: Effect, config: ExecutorConfig) -> str | None:
+    """agent-run's Kind.reserve: in the claim's transaction, the run's expected cost is reserved
+    against the agent's and the host's spend limits (pulse.agents.spend), or the run is held: why."""
+    try:
+        agent = run_agent_of(effect, config)
+    except EffectFailed:
+        return None                   # no such agent: it fails when run, saying so
+    return spend.reserve(conn, effect, agent, _task_param(effect) or None, config.budget, SOURCE)
+
+
+def settle_spend(conn, effect: Effect, config: ExecutorConfig, data: dict, interrupted: bool = False,
+                 started: bool = True) -> None:
+    """The run ended: its reservation becomes the cost its CLI reported (data["result"]["cost_usd"])."""
+    try:
+        agent = run_agent_of(effect, config)
+    except EffectFailed:
+        return
+    result = data.get("result")
+    cost = result.get("cost_usd") if isinstance(result, dict) else None
+    cost = cost if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+    spend.settle(conn, effect.id, agent, config.budget, cost, SOURCE, interrupted=interrupted, started=started)
+
+
 def run_subject(effect: Effect) -> str | None:
     """The task an agent-run acts on: params.task_id, else its target. Both set, they must name the
     same task (ValueError): the gate keys the write on one, and the executor must not act on another."""
@@ -106,26 +135,14 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     Not idempotent: a run interrupted by the executor's death is not re-run as such; the
     settlement of the orphan (settle_interrupted) fails the task's run, reason interrupted,
     which puts it back to pending for the assignment rule to hand out again."""
-    task = _task_param(effect)
-    if not task:
-        raise EffectFailed("bad-params", "agent-run needs params.task_id (task-7, or 7)")
-    agent = configured_agent(ctx.config, effect.params.get("agent") or SLOTS.reserved(effect.id)
-                             or next((a.name for a in ctx.config.agent), None))
+    conn = eventsdb.open_events(ctx.home / "events.db", "FULL")
     try:
-        adapter = adapters.load_adapter(agent.adapter)
-    except Exception as err:          # a third-party adapter may fail to import
-        raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
-    home = ctx.home
-    conn = eventsdb.open_events(home / "events.db", "FULL")
-    try:
-        # Who may take it (pin, projects, tags) is fixed when the task is created, so this check
-        # needs no transaction: a rule that names an agent the task is not for runs nothing.
-        if (held := tasks.load(conn, task)) is not None and (why := routing.refusal(agent, held)) is not None:
-            raise EffectFailed("not-eligible", f"{task}: {why}", task_id=task, agent=agent.name)
         try:
-            state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
-        except tasks.IllegalTransition as err:
-            raise EffectFailed("task-state", str(err), task_id=task, agent=agent.name) from None
+            task, agent, adapter, state = _start(effect, ctx, conn)
+        except BaseException:
+            settle_spend(conn, effect, ctx.config, {}, started=False)     # nothing ran: nothing spent
+            raise
+        home = ctx.home
         base = {"task_id": task, "agent": agent.name, "attempt": state.attempts}
         try:
             data = _run_agent_process(effect, ctx, conn, agent, adapter, state, home, base)
@@ -134,12 +151,34 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
             why = failure.error if failure else f"{type(err).__name__}: {err}"
             extra = {k: v for k, v in (failure.data if failure else {}).items()
                      if k in ("output", "stderr", "code", "result", "run_ms")}
+            settle_spend(conn, effect, ctx.config, extra)      # settled already, unless it failed before its result
             _end_run(conn, ctx, task, effect.id, TaskEvent.FAILED, reason=failure.reason if failure else "error",
                      error=why, agent=agent.name, **extra)
             raise
         return data
     finally:
         conn.close()
+
+
+def _start(effect: Effect, ctx: EffectContext, conn):
+    """(task, agent, adapter, task state) of a run about to start: the task moved to executing."""
+    task = _task_param(effect)
+    if not task:
+        raise EffectFailed("bad-params", "agent-run needs params.task_id (task-7, or 7)")
+    agent = run_agent_of(effect, ctx.config)
+    try:
+        adapter = adapters.load_adapter(agent.adapter)
+    except Exception as err:          # a third-party adapter may fail to import
+        raise EffectFailed("adapter", f"adapter {agent.adapter!r}: {type(err).__name__}: {err}") from None
+    # Who may take it (pin, projects, tags) is fixed when the task is created, so this check
+    # needs no transaction: a rule that names an agent the task is not for runs nothing.
+    if (held := tasks.load(conn, task)) is not None and (why := routing.refusal(agent, held)) is not None:
+        raise EffectFailed("not-eligible", f"{task}: {why}", task_id=task, agent=agent.name)
+    try:
+        state = tasks.start_run(conn, task, agent.name, effect.id, SOURCE)
+    except tasks.IllegalTransition as err:
+        raise EffectFailed("task-state", str(err), task_id=task, agent=agent.name) from None
+    return task, agent, adapter, state
 
 
 def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -> bool:
@@ -171,6 +210,9 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     try:
         invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
+        cap = (spend.reservation(conn, effect.id) or {}).get("cap_usd")
+        if cap is not None:          # the dollars left under the tightest limit, where the CLI takes a cap
+            adapter.cap_spend(invocation, float(cap))
         began = time.monotonic()
         err = bytearray()
         try:
@@ -191,6 +233,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
             "run_ms": round((time.monotonic() - began) * 1000, 1), **({"escaped": escaped} if escaped else {})}
     if stderr:
         data["stderr"] = store_output(ctx.objects, stderr)
+    settle_spend(conn, effect, ctx.config, data)       # what it cost, before the verdict is recorded
     if not result.ok:
         reason = "timeout" if timed_out else (result.reason or "agent")
         raise EffectFailed(reason, result.error or "the agent failed", **data)
@@ -244,6 +287,7 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     if effect.kind != "agent-run":
         return
     stop_marked(effect.id)           # what the run left outside its group, before it is put back
+    settle_spend(conn, effect, config, {}, interrupted=True)    # its cost unknown: the reservation stands
     task = _task_param(effect)
     if not task:
         return
@@ -272,9 +316,10 @@ class TaskAddParams(msgspec.Struct):
 
 AGENT_RUN = Kind(
     "agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
-    "once; the task is acked or failed with the agent's result.",
+    "once; the task is acked or failed with the agent's result. A run that would cross a spend limit "
+    "(`[[agent]] budget`, `[budget]`) is not started: it stays pending, its task waiting, reason budget.",
     AgentRunParams, run_agent, False, "the task id", admit=SLOTS.admit,
-    release=SLOTS.release, settle_orphan=settle_interrupted, starts_process=True,
+    release=SLOTS.release, reserve=reserve_spend, settle_orphan=settle_interrupted, starts_process=True,
     resource="task:{target}", subject=run_subject)
 TASK_ADD = Kind(
     "task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "

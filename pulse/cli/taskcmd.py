@@ -144,9 +144,10 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     state = tasks.fold_tasks(history).get(task)
     if state is None:
         _fail(f"{task}: no such task")
+    waiting = _waiting(ctx, conn, state, history)
     if as_json:
         body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history],
-                "waits": _waits(ctx, state)}
+                **({"waiting": waiting} if waiting else {})}
         click.echo(json.dumps(body))
         return
     for name in ("id", "project", "title", "status", "priority", "agent", "last_agent", "failures", "attempts",
@@ -154,9 +155,11 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         value = getattr(state, name)
         if value not in (None, ""):
             click.echo(f"{name + ':':<12} {value}")
-    _show_routing(ctx, state)
+    _show_routing(state)
     if state.result is not None:
         click.echo(f"{'result:':<12} {json.dumps(state.result)}")
+    if waiting:
+        click.echo(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
     click.echo("prompt:")
     for line in state.prompt.splitlines() or [""]:
         click.echo(f"  {line}")
@@ -166,7 +169,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         click.echo(f"  {clock.iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
 
 
-def _waits(ctx: Context, state) -> str | None:
+def _unassignable(ctx: Context, state) -> str | None:
     """Why no agent may take a pending task (pulse.agents.routing), or None."""
     from pulse.agents import routing
     from pulse.core import config as configmod
@@ -179,14 +182,28 @@ def _waits(ctx: Context, state) -> str | None:
     return routing.unassignable(agents, state)
 
 
-def _show_routing(ctx: Context, state) -> None:
-    """Who may take it, and, for a pending task no agent may take, why it waits."""
+def _show_routing(state) -> None:
+    """Who may take it."""
     for name, value in (("pinned to", state.pin), ("tags", ", ".join(state.tags)),
                         ("failed on", ", ".join(state.failed_on))):
         if value:
             click.echo(f"{name + ':':<12} {value}")
-    if (why := _waits(ctx, state)) is not None:
-        click.echo(f"{'waits:':<12} unassignable: {why}")
+
+
+def _waiting(ctx: Context, conn, state, history) -> dict | None:
+    """Why a pending task is not handed out: no agent may take it (reason `unassignable`), or a spend
+    limit said so since its last event (a `spend-held` event, pulse.agents.spend: reason `budget`)."""
+    from pulse.core.wire import SpendEvent
+    from pulse.store import eventsdb
+    if state.status != TaskStatus.PENDING:
+        return None
+    if (why := _unassignable(ctx, state)) is not None:
+        return {"reason": "unassignable", "why": why}
+    held = eventsdb.search_events(conn, types=[SpendEvent.HELD], target=state.id, limit=1)
+    if not held or (history and held[0].id < history[-1].id):
+        return None
+    return {"reason": held[0].data.get("reason", "budget"), "why": held[0].data.get("why", ""),
+            "since": held[0].ts, "agent": held[0].data.get("agent")}
 
 
 def _record(ctx: Context, task: str, type: str, **data) -> None:

@@ -5,6 +5,7 @@ Stdlib only (pulsed imports it).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -43,3 +44,21 @@ def parse_since(text: str) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.timestamp()
+
+
+# Test-only seam, documented in the README: the wall time that windows of time (a spend limit's
+# day and month) are reckoned in is shifted by this many seconds, so a test can roll a day over
+# without waiting one. Read at every call; event stamps are not shifted.
+TEST_OFFSET_ENV = "PULSE_TEST_CLOCK_OFFSET_S"
+
+
+def offset_s() -> float:
+    try:
+        return float(os.environ.get(TEST_OFFSET_ENV) or 0)
+    except ValueError:
+        return 0.0
+
+
+def now() -> float:
+    """The wall time windows of time are reckoned in: time.time(), shifted only by the test seam."""
+    return time.time() + offset_s()

@@ -271,6 +271,15 @@ ADAPTER_ARGV: dict[str, list[str] | None] = {
 ADAPTER_GROUP = "pulse.adapters"              # the entry point group other adapters register under
 
 
+class SpendLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Spend limits that fail closed (pulse.agents.spend): an agent's (`[[agent]] budget = {...}`)
+    or the host's (`[budget]`, all agents together). Days and months are UTC; every limit unset
+    (the default) is no limit."""
+    usd_per_day: float | None = None          # reported cost of runs started this UTC day; unset: no limit
+    usd_per_month: float | None = None        # ... this UTC month; unset: no limit
+    runs_per_hour: int | None = None          # runs started in the last 3600 s; unset: no limit
+
+
 class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents.adapters)."""
     name: str
@@ -293,6 +302,10 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # needs its project and tags to fit.
     projects: list[str] | None = None
     tags: list[str] = msgspec.field(default_factory=list)
+    budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # this agent's limits; default: none
+    # the cost a run is expected to have, reserved before it starts; unset: the median of the
+    # agent's last 10 runs that reported a cost (none yet: 0)
+    max_run_usd: float | None = None
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -356,6 +369,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
+    budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # host-wide, all agents; default: none
 
 
 # -- what each process reads -----------------------------------------------------------------------
@@ -429,6 +443,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
     report: Report                # the report effect
     watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
+    budget: SpendLimits           # the host-wide spend limits agent-run reserves against
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -445,7 +460,9 @@ class WebConfig(msgspec.Struct, kw_only=True, frozen=True):
     timings: WebTimings
     log: LogSettings
     web: Web
-    agent: list[Agent] = msgspec.field(default_factory=list)   # the task board says who may take what
+    # the task board says who may take what; /metrics: each agent's spend against its limits
+    agent: list[Agent] = msgspec.field(default_factory=list)
+    budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # ... and the host's
 
 
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -622,6 +639,7 @@ def validate(config: Config, origin: str) -> Config:
     if config.survival.disk_trim_min_mb < 0:
         raise ConfigError(f"{origin}: $.survival.disk_trim_min_mb must be at least 0")
     validate_agents(config, origin)
+    validate_spend(config, origin)
     validate_report(config, origin)
     validate_web(config.web, origin)
     if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
@@ -782,6 +800,19 @@ def agent_routing_problem(agent: Agent) -> str | None:
                 return f"{key}: {name!r} is not a name (letters, digits and _ . : / -, not starting with a symbol)"
     return None
 
+
+def validate_spend(config: Config, origin: str) -> None:
+    """Spend limits and max_run_usd: a limit is a positive number (0 would stop every run: give
+    the agent up instead, or leave it unset for no limit)."""
+    scopes = [("$.budget", config.budget, None)] + [(f"$.agent[{i}].budget", a.budget, a.max_run_usd)
+                                                    for i, a in enumerate(config.agent)]
+    for where, limits, max_run in scopes:
+        for name in ("usd_per_day", "usd_per_month", "runs_per_hour"):
+            value = getattr(limits, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{origin}: {where}.{name} must be greater than 0 (unset: no limit), got {value}")
+        if max_run is not None and max_run < 0:
+            raise ConfigError(f"{origin}: {where.removesuffix('.budget')}.max_run_usd must be at least 0, got {max_run}")
 
 def listen_address(listen: str) -> tuple[str, int]:
     """"host:port" (an IPv6 host in brackets) → (host, port); ValueError saying what is wrong."""

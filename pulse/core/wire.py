@@ -457,6 +457,19 @@ class TaskEvent(enum.StrEnum):
 
 TASK_EVENTS = tuple(TaskEvent)   # a tuple: `in` works on it (a str `in` the enum class raises on 3.11)
 
+
+class SpendEvent(enum.StrEnum):
+    """The spend ledger (pulse.agents.spend): what each agent run reserved and cost, folded into
+    spend per agent and window. reserved/settled: target the agent; held: target the task."""
+    RESERVED = "spend-reserved"       # a run's expected cost, in the transaction that claims it
+    SETTLED = "spend-settled"         # its real cost, when it ended
+    HELD = "spend-held"               # a run not started: it would cross a limit (the task waits)
+    ALERT = "spend-alert"             # the operator was told: a limit at 80 % or 100 % in its window
+    RESET = "spend-reset"             # the operator forgave an agent's spend so far (pulsectl budget reset)
+
+
+SPEND_EVENTS = tuple(SpendEvent)
+
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
 EVENT_TYPES = frozenset({
     "supervisor-started", "supervisor-stopping", "reload", "operator",
@@ -467,6 +480,7 @@ EVENT_TYPES = frozenset({
     *TaskEvent,
     "gate-call", "gate-blocked", "gate-reset",
     "process-exited",
+    *SpendEvent,
 })
 
 

@@ -197,6 +197,8 @@ class Kind:
     allow: AllowCheck | None = None                           # what [allow] checks beyond the kind
     admit: Callable[[Effect, ExecutorConfig], bool] | None = None   # may it start now? (else: stays pending)
     release: Callable[[str], None] | None = None              # it ended: give back what admit took
+    # In the claim's transaction: None to claim it, else why it is held (pending, unclaimed): agent-run's spend limits
+    reserve: Callable[[sqlite3.Connection, Effect, ExecutorConfig], str | None] | None = None
     settle_orphan: Callable[[Effect, sqlite3.Connection, ExecutorConfig], None] | None = None
     retry_failed: Callable[[Effect, dict], bool] | None = None   # put a failure back in the queue?
     expires: Callable[[Effect], bool] | None = None   # may it expire unrun at its deadline? (None: it may)

@@ -22,6 +22,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
 - Errors. An error that keeps recurring is an `error` event, then one per [store]
   error_repeat_s with the count since: errors are told apart by what erred (source, target,
   message), not counted as events, and their `count`s add up to every occurrence.
+- Spend. Who spent what: the `spend-settled` events of the window per agent, costliest first
+  (runs whose CLI reported no cost are counted and named), one highlight; each task a spend
+  limit held back (`spend-held`), an issue. Neither costs the score.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from pulse.core.states import EffectState
-from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, TaskEvent
+from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
 from pulse.effects import registry
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
@@ -377,6 +380,31 @@ def agent_issues(cards: Sequence[RoleCard]) -> list[Finding]:
             for card in cards if card.role == "agent" and card.verdict != "pass"]
 
 
+def spend_highlights(events: Sequence) -> list[Finding]:
+    """Who spent what: the agents' runs settled in the window (pulse.agents.spend), costliest first."""
+    spent: dict[str, list] = {}
+    for ev in events:
+        if ev.type == SpendEvent.SETTLED and ev.data.get("cost_reported") is not None:
+            spent.setdefault(str(ev.data.get("agent")), []).append(ev)
+    if not spent:
+        return []
+
+    def words(name: str, settled: list) -> str:
+        unknown = sum(1 for ev in settled if ev.data.get("cost_reported") is False)
+        return (f"{name} ${sum(float(ev.data.get('usd') or 0) for ev in settled):.2f} over {len(settled)} run(s)"
+                + (f" ({unknown} with no cost reported)" if unknown else ""))
+    order = sorted(spent, key=lambda n: (-sum(float(ev.data.get("usd") or 0) for ev in spent[n]), n))
+    return [Finding(text="spend: " + "; ".join(words(n, spent[n]) for n in order), severity="info",
+                    event_ids=_ids(ev.id for n in order for ev in spent[n][-5:]))]
+
+
+def spend_held_issues(events: Sequence) -> list[Finding]:
+    """Tasks a spend limit held back in the window (the latest word on each)."""
+    held = {ev.target: ev for ev in events if ev.type == SpendEvent.HELD}
+    return [Finding(text=f"{task} waited on a spend limit: {ev.data.get('why', '')}", severity="warn",
+                    event_ids=_ids([ev.id])) for task, ev in sorted(held.items(), key=lambda kv: str(kv[0]))]
+
+
 def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
     acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
     if not acked:
@@ -514,6 +542,8 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
               *rollback_issues(f.rollbacks), *gate_block_issues(f.gate_blocks), *error_issues(f.errors),
               *worker_failure_issues(f.worker_failures), *slow_runs_issue(all_slow)]
     highlights = [*agent_highlights(cards), *repairs_highlight(survival), *promotes_highlight(f.promotes)]
+    highlights += spend_highlights(events)
+    issues += spend_held_issues(events)
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 

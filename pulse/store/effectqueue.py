@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import msgspec
 
@@ -34,17 +34,22 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
         for ev in events:
             insert_event(conn, ev)
         for eff in effects:
-            ev = insert_event(conn, now_event(EffectEvent.COMMITTED, source, eff.target, msgspec.to_builtins(eff)))
-            conn.execute(
-                "INSERT INTO effects (id, event_id, kind, target, origin, idempotent, created, deadline, state, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-                (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
-                 msgspec.msgpack.encode(eff)))
+            insert_effect(conn, eff, source)
             if observe_only:
                 conn.execute("UPDATE effects SET state = 'expired', why = 'observe-only' WHERE id = ?", (eff.id,))
                 insert_event(conn, now_event(EffectEvent.EXPIRED, source, eff.target, effect_id=eff.id, kind=eff.kind,
                                               reason="observe-only"))
     return list(effects)
+
+
+def insert_effect(conn: sqlite3.Connection, eff: Effect, source: str) -> None:
+    """One effect (given its id by new_effect) and its `effect` event, inside the caller's transaction."""
+    ev = insert_event(conn, now_event(EffectEvent.COMMITTED, source, eff.target, msgspec.to_builtins(eff)))
+    conn.execute(
+        "INSERT INTO effects (id, event_id, kind, target, origin, idempotent, created, deadline, state, body) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+        (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
+         msgspec.msgpack.encode(eff)))
 
 
 def _effect(body: bytes) -> Effect:
@@ -61,9 +66,25 @@ def open_effects(conn: sqlite3.Connection, state: str | None = None,
     return [(_effect(r[0]), r[1], r[2], r[3]) for r in rows]
 
 
-def claim_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str) -> Effect | None:
-    """pending → executing, atomically: None if someone else claimed it first."""
+class Held(str):
+    """claim_effect's answer when `reserve` held the effect back: why (it stays pending, unclaimed)."""
+
+
+def claim_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source: str,
+                 reserve: Callable[[sqlite3.Connection, Effect], str | None] | None = None) -> Effect | Held | None:
+    """pending → executing, atomically: None if someone else claimed it first.
+
+    reserve (an agent-run's spend limits): called in the same transaction once the effect is seen
+    pending; it may write (a reservation, or why it is held) and returns None to go on with the
+    claim, or why not: then what it wrote commits, the effect stays pending, and Held(why) is returned."""
     with Transaction(conn):
+        if reserve is not None:
+            row = conn.execute("SELECT body FROM effects WHERE id = ? AND state = 'pending'", (effect_id,)).fetchone()
+            if row is None:
+                return None
+            held = reserve(conn, _effect(row[0]))
+            if held is not None:
+                return Held(held)
         cur = conn.execute("UPDATE effects SET state = 'executing', claimer = ? WHERE id = ? AND state = 'pending'",
                            (claimer, effect_id))
         if cur.rowcount != 1:

@@ -160,8 +160,8 @@ class Counts:
 class Collector:
     """A prometheus_client collector over Counts and the live status."""
 
-    def __init__(self, counts: Counts, status: Status | None, vitals: dict[str, dict]):
-        self.counts, self.status, self.vitals = counts, status, vitals
+    def __init__(self, counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = ()):
+        self.counts, self.status, self.vitals, self.spend = counts, status, vitals, spend
 
     def collect(self) -> Iterable:
         c, s = self.counts, self.status
@@ -231,6 +231,7 @@ class Collector:
             if isinstance(host.get(field), (int, float)):
                 name = field.removesuffix("_pct")
                 yield GaugeMetricFamily(f"pulse_host_{name}_percent", f"Host {name} use, %", value=host[field])
+        yield from spend_metrics(self.spend)
 
 
     def guards(self) -> Iterable:
@@ -259,7 +260,30 @@ class Collector:
         yield from (changed, restores, total, largest, over, freed)
 
 
-def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict]) -> bytes:
+def spend_metrics(rows: Iterable[dict]) -> Iterable:
+    """Spend against limits per agent (pulse.agents.spend.overview; the host as agent="*"): a limit
+    that is not set is not exported."""
+    spent = GaugeMetricFamily("pulse_agent_spend_usd", "Reported cost of the agent's runs (reserved while "
+                              "they run) in the UTC day or month", labels=["agent", "window"])
+    limit = GaugeMetricFamily("pulse_agent_spend_limit_usd", "The agent's spend limit ([[agent]] budget; "
+                              "agent=\"*\": the host's [budget])", labels=["agent", "window"])
+    runs = GaugeMetricFamily("pulse_agent_runs_last_hour", "Runs the agent started in the last hour", labels=["agent"])
+    runs_limit = GaugeMetricFamily("pulse_agent_runs_per_hour_limit", "The agent's runs_per_hour", labels=["agent"])
+    waiting = GaugeMetricFamily("pulse_agent_tasks_waiting_budget", "Tasks held back by a spend limit",
+                                labels=["agent"])
+    for r in rows:
+        for window, used, of in (("day", r["today_usd"], r["usd_per_day"]), ("month", r["month_usd"], r["usd_per_month"])):
+            spent.add_metric([r["agent"], window], used)
+            if of is not None:
+                limit.add_metric([r["agent"], window], of)
+        runs.add_metric([r["agent"]], r["runs_last_hour"])
+        if r["runs_per_hour"] is not None:
+            runs_limit.add_metric([r["agent"]], r["runs_per_hour"])
+        waiting.add_metric([r["agent"]], len(r["waiting_tasks"]))
+    return (spent, limit, runs, runs_limit, waiting)
+
+
+def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = ()) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector(counts, status, vitals))
+    registry.register(Collector(counts, status, vitals, spend))
     return generate_latest(registry)

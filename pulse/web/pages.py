@@ -90,6 +90,17 @@ class Web:
                 vitals.close()
             return self.counts
 
+    spend_limits: tuple[list, Any] = ([], None)
+
+    def spend_overview(self, conn) -> list[dict]:
+        """Each agent's spend and the host's against their limits (pulse.agents.spend), for /metrics."""
+        from pulse.agents import spend
+        from pulse.core import clock
+        from pulse.core.config import SpendLimits
+        agents, host = self.spend_limits
+        now = clock.now()
+        return spend.overview(spend.load(conn, now), agents, host or SpendLimits(), now)
+
     def read(self, what: Callable[[Any], Any], store: str = "events") -> Any:
         conn = self.events() if store == "events" else self.vitals()
         try:
@@ -482,13 +493,15 @@ async def metrics(request: Request) -> Response:
     def scrape() -> bytes:
         counts = web.count()
         host = {k: v.data for k, v in web.read(lambda c: vitalsdb.latest_vitals(c, [HOST]), "vitals").items()}
-        return exposition(counts, web.status(), host)
+        return exposition(counts, web.status(), host, web.read(web.spend_overview))
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = ()) -> Any:
+def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = (),
+             budget: Any = None) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
-    web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what
+    web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
+    web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
     routes = [Route(path, page(name)) for name, path in PAGES.items()]
     routes += [
         Route("/events/{id}", event_page),

@@ -127,7 +127,8 @@ def retry_later(effect: wire.Effect, data: dict, first_retry_s: float) -> bool:
 class Done:
     """A thread's word to the loop about one effect.
 
-    outcome: acked | failed | expired (ended) · requeued (pending again) · lost (someone else
+    outcome: acked | failed | expired (ended) · requeued (pending again) · held (left pending by its
+    kind's reserve: asked again at a later scan) · lost (someone else
     has it, or it already ended) · kept (an orphan whose processes are not gone yet) ·
     claimed (an engine effect, ours to send) · crashed (the thread hit an error: stop)."""
     effect_id: str
@@ -270,6 +271,8 @@ class ExecutorWorker(Worker):
                 ended, engine_only = True, engine_only and effect is not None and effect.origin == "engine"
                 self.retries.pop(done.effect_id, None)
                 self.retry_at.pop(done.effect_id, None)
+            if done.outcome == "held":
+                self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + self.scan_s))
             if done.outcome == "requeued":
                 self.next_scan = min(self.next_scan, self.retry_at.get(done.effect_id, now + RESCAN_SOON_S))
         if ended:
@@ -414,7 +417,14 @@ class ExecutorWorker(Worker):
             if ended:
                 self.log.warning("%s effect %s from %s refused: %s", effect.kind, effect.id, effect.origin, refused)
             return Done(effect.id, EffectState.FAILED if ended else "lost")
-        if effectqueue.claim_effect(conn, effect.id, self.claimer, SOURCE) is None:
+        kind = registry.all_kinds()[effect.kind]
+        reserve = functools.partial(kind.reserve, config=self.config) if kind.reserve is not None else None
+        claimed = effectqueue.claim_effect(conn, effect.id, self.claimer, SOURCE, reserve=reserve)
+        if isinstance(claimed, effectqueue.Held):
+            # e.g. a spend limit: it stays pending, unclaimed, and is asked again at a later scan
+            self.retry_at[effect.id] = time.monotonic() + self.scan_s
+            return Done(effect.id, "held")
+        if claimed is None:
             return Done(effect.id, "lost")
         ctx = kinds.EffectContext(self.config, self.objects,
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
@@ -424,7 +434,7 @@ class ExecutorWorker(Worker):
                                 recorded=lambda type_: eventsdb.effect_facts(conn, effect.id, type_))
         began = time.monotonic()
         try:
-            state, data = EffectState.ACKED, registry.all_kinds()[effect.kind].run(effect, ctx)
+            state, data = EffectState.ACKED, kind.run(effect, ctx)
         except kinds.EffectFailed as failure:
             state, data = EffectState.FAILED, {**failure.data, "reason": failure.reason, "error": failure.error}
         except (sqlite3.Error, connection.StoreError):

@@ -36,7 +36,7 @@ class WebWorker(Worker):
         self.port = self.sock.getsockname()[1]
         self.scheme = "https" if web.tls_cert else "http"
         app, shared = make_app(self.paths, self.paths.web_token, self.config.timings.effect_deadline_s,
-                               self.config.agent)
+                               self.config.agent, self.config.budget)
         # fold the history for /metrics now, off the request path: the first scrape stays fast
         threading.Thread(target=shared.count, name="metrics-warm-up", daemon=True).start()
         self.server = uvicorn.Server(uvicorn.Config(

@@ -134,6 +134,10 @@ class Adapter:
         """Hand the run `server` ({"command", "args", "env"}) the way the CLI documents; the base
         adapter knows of no way, so the agent gets no Pulse tools."""
 
+    def cap_spend(self, inv: Invocation, usd: float) -> None:
+        """Cap the run's spend at `usd` (what is left under the tightest spend limit, pulse.agents.spend)
+        the way the CLI documents; the base adapter knows of no way: the limits still hold, run by run."""
+
     def parse(self, run: RunOutput) -> AgentResult:
         raise NotImplementedError
 

@@ -4,6 +4,8 @@ Documented output, and what 2.1 prints: one JSON object {"type": "result", "subt
 "result", "duration_ms", "num_turns", "session_id", "total_cost_usd", "usage", "modelUsage"}.
 Read here:
   - done: exit code 0, that object found, is_error false, a non-empty `result`;
+  - `subtype: "error_max_budget_usd"`: stopped at the spend cap Pulse passes as `--max-budget-usd`
+    (the dollars left under the tightest spend limit, where one is set), failed, reason `budget-cap`;
   - `subtype: "error_max_turns"`: stopped at the turn cap (`--max-turns`, accepted but hidden
     from --help), failed, reason `turn-cap`, its `errors` kept in the reason;
   - other `is_error`: failed with what `result` says (2.1 says "subtype": "success" with
@@ -25,6 +27,7 @@ as part of the prompt and silently starts no server).
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from pulse.agents.adapters.base import (
@@ -71,6 +74,12 @@ class ClaudeCodeAdapter(Adapter):
         at = self.options_at(inv)
         inv.argv[at:at] = ["--mcp-config", path]
 
+    def cap_spend(self, inv: Invocation, usd: float) -> None:
+        # `--max-budget-usd` (print mode; documented): Claude stops between turns once past it, with
+        # subtype error_max_budget_usd. Rounded down to the cent, never to 0 (which it would refuse).
+        at = self.options_at(inv)
+        inv.argv[at:at] = ["--max-budget-usd", f"{max(0.01, math.floor(usd * 100) / 100):.2f}"]
+
     def parse(self, run: RunOutput) -> AgentResult:
         obj, failure = json_result(run, exit_fails=False)     # its JSON says how it failed
         if failure is not None:
@@ -86,7 +95,10 @@ class ClaudeCodeAdapter(Adapter):
             extra={"subtype": obj["subtype"]} if isinstance(obj.get("subtype"), str) else {})
         subtype = obj.get("subtype")
         errors = [e for e in obj.get("errors", []) if isinstance(e, str)] if isinstance(obj.get("errors"), list) else []
-        if subtype == "error_max_turns":
+        if subtype == "error_max_budget_usd":
+            result.ok, result.reason = False, "budget-cap"
+            result.error = f"stopped at its spend cap (--max-budget-usd, error_max_budget_usd) at ${cost or 0:.2f}"
+        elif subtype == "error_max_turns":
             result.ok, result.reason = False, "turn-cap"
             result.error = "; ".join([f"stopped at the turn cap (error_max_turns) after {result.turns} turns",
                                       *errors])

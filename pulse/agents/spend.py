@@ -1,0 +1,389 @@
+"""Spend limits that fail closed: what agent runs may cost, per agent (`[[agent]] budget`) and for
+the host (`[budget]`), by UTC day, UTC month and the last hour.
+
+The ledger is events in events.db (pulse.core.wire.SpendEvent), folded here:
+
+  spend-reserved  before a run starts, in the same transaction that claims its agent-run effect
+                  (pulse.store.effectqueue.claim_effect's `reserve`): its expected cost, the
+                  agent's `max_run_usd`, else the median of its last MEDIAN_OF runs that reported
+                  a cost (none yet: 0). A run that would cross a limit is not claimed: it stays
+                  pending, its task waits, and a `spend-held` says why (once per wait).
+  spend-settled   when the run ends: its real cost. A CLI that reports no cost settles at 0 and
+                  says so (`cost_reported: false`): the run counts against runs_per_hour only.
+                  A run whose executor died settles at what it reserved: its cost is unknown.
+  spend-alert     the operator was told (a `notify` effect committed in the same transaction):
+                  once per limit, window and level (80 %, 100 %).
+  spend-reset     `pulsectl budget reset AGENT`: the agent's runs until then count no more.
+
+A run counts in the windows of the time it was reserved (a run that started before midnight is
+yesterday's). Windows are reckoned in pulse.core.clock.now() (its test seam shifts them). Every
+function but those that take a connection is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from pulse.core import clock
+from pulse.core.config import SpendLimits
+from pulse.core.wire import Effect, Event, SpendEvent, now_event
+
+HOST = "*"                    # the scope of the host-wide [budget]
+MEDIAN_OF = 10                # a run's expected cost: the median of this many recent costs
+ALERT_LEVELS = (80, 100)      # per cent of a limit at which the operator is told, once per window
+RULE = "spend-limit"          # the notifications' `rule`
+HOUR_S = 3600.0
+NOTIFY_DEADLINE_S = 86400.0   # a notification may wait a day for a channel to take it (as survival's)
+# (config key, window, what it counts)
+LIMITS = (("usd_per_day", "day", "usd"), ("usd_per_month", "month", "usd"), ("runs_per_hour", "hour", "runs"))
+
+
+# -- windows --------------------------------------------------------------------------------------
+
+def window_start(window: str, now: float) -> float:
+    """Where `window` began: the UTC day's or month's start; for the hour, 3600 s ago (rolling)."""
+    t = time.gmtime(now)
+    if window == "day":
+        return float(math.floor(now - (t.tm_hour * 3600 + t.tm_min * 60 + t.tm_sec) - (now % 1)))
+    if window == "month":
+        return window_start("day", now) - (t.tm_mday - 1) * 86400
+    if window == "hour":
+        return now - HOUR_S
+    raise ValueError(f"unknown window {window!r}")
+
+
+def window_key(window: str, now: float) -> str:
+    """The window's name, alerts are counted once per: 2026-12-03, 2026-12, 2026-12-03T16."""
+    return time.strftime({"day": "%Y-%m-%d", "month": "%Y-%m", "hour": "%Y-%m-%dT%H"}[window], time.gmtime(now))
+
+
+# -- the ledger -----------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    effect_id: str
+    agent: str
+    task: str | None
+    at: float                          # when it was reserved (clock.now())
+    reserved: float
+    usd: float | None = None           # settled cost; None while it runs
+    cost_reported: bool | None = None
+    started: bool = True               # False: settled unrun (its task had moved on): it counts nowhere
+
+    @property
+    def cost(self) -> float:
+        """What it counts for now: its settled cost, else its reservation."""
+        return self.reserved if self.usd is None else self.usd
+
+
+@dataclass
+class Ledger:
+    runs: dict[str, Run] = field(default_factory=dict)
+    resets: dict[str, float] = field(default_factory=dict)          # agent → when its spend was reset
+    alerts: list[dict] = field(default_factory=list)                # spend-alert data
+    held: dict[str, dict] = field(default_factory=dict)             # task → its spend-held data, while it waits
+
+    def fold(self, events: Iterable[Event]) -> "Ledger":
+        for ev in events:
+            d = ev.data
+            if ev.type == SpendEvent.RESERVED:
+                self.runs[d["effect_id"]] = Run(d["effect_id"], d["agent"], d.get("task"), float(d["at"]),
+                                                float(d["usd"]))
+                self.held.pop(d.get("task"), None)
+            elif ev.type == SpendEvent.SETTLED and d.get("effect_id") in self.runs:
+                run = self.runs[d["effect_id"]]
+                run.usd, run.cost_reported = float(d["usd"]), d.get("cost_reported")
+                run.started = d.get("started", True)
+            elif ev.type == SpendEvent.HELD:
+                self.held[ev.target or ""] = d
+            elif ev.type == SpendEvent.ALERT:
+                self.alerts.append(d)
+            elif ev.type == SpendEvent.RESET:
+                self.resets[ev.target or ""] = float(d["at"])
+        return self
+
+    def counted(self, scope: str, since: float) -> list[Run]:
+        """The runs of `scope` (an agent, or HOST: all) that count from `since` on."""
+        return [r for r in self.runs.values() if (scope == HOST or r.agent == scope) and r.started
+                and r.at >= since and r.at >= self.resets.get(r.agent, -math.inf)]
+
+    def used(self, scope: str, limit: str, now: float) -> float:
+        _, window, unit = next(x for x in LIMITS if x[0] == limit)
+        runs = self.counted(scope, window_start(window, now))
+        return float(len(runs)) if unit == "runs" else round(sum(r.cost for r in runs), 6)
+
+    def alerted(self, scope: str, limit: str, key: str, level: int) -> bool:
+        since = self.resets.get(scope, -math.inf)
+        return any(a["scope"] == scope and a["limit"] == limit and a["key"] == key and a["level"] >= level
+                   and a["at"] >= since for a in self.alerts)
+
+    def settled(self, effect_id: str) -> bool:
+        run = self.runs.get(effect_id)
+        return run is not None and run.usd is not None
+
+
+# -- decisions (pure) -----------------------------------------------------------------------------
+
+@dataclass
+class Measure:
+    """One limit of one scope, now: used (usd or runs) of `of`."""
+    scope: str
+    limit: str
+    used: float
+    of: float
+    key: str
+
+    @property
+    def unit(self) -> str:
+        return next(x[2] for x in LIMITS if x[0] == self.limit)
+
+    def words(self) -> str:
+        who = "the host" if self.scope == HOST else self.scope
+        if self.unit == "runs":
+            return f"{who}: {self.used:g} of {self.of:g} runs in the last hour"
+        return f"{who}: ${self.used:.2f} of ${self.of:.2f} {self.limit}"
+
+
+def measures(ledger: Ledger, scopes: list[tuple[str, SpendLimits]], now: float) -> list[Measure]:
+    """Every limit that is set, for each (scope, limits), with what is used of it now."""
+    out = []
+    for scope, limits in scopes:
+        for limit, window, _ in LIMITS:
+            of = getattr(limits, limit)
+            if of is not None:
+                out.append(Measure(scope, limit, ledger.used(scope, limit, now), float(of), window_key(window, now)))
+    return out
+
+
+def crossing(m: Measure, expected_usd: float) -> bool:
+    """Would one more run cross this limit? A run adds 1 to runs, and its expected cost to usd; with
+    nothing left (used ≥ limit) no run starts, however little it is expected to cost."""
+    if m.unit == "runs":
+        return m.used + 1 > m.of
+    return m.used >= m.of or m.used + expected_usd > m.of
+
+
+def projected(m: Measure, expected_usd: float) -> float:
+    return m.used + (1 if m.unit == "runs" else expected_usd)
+
+
+def due_alerts(ledger: Ledger, ms: list[Measure], value, blocked: set[tuple[str, str]] = frozenset()) -> list[tuple[Measure, int]]:
+    """(measure, level) for each level a limit has now reached (`value(m)`: what counts, the
+    projection at a reservation, the settled spend after a run), or is blocked at (100), that its
+    window has not been told of yet. The highest level only: a jump from 50 % to the limit tells once."""
+    out = []
+    for m in ms:
+        share = value(m) / m.of * 100 if m.of else 100
+        reached = [lvl for lvl in ALERT_LEVELS if share >= lvl or (lvl == 100 and (m.scope, m.limit) in blocked)]
+        if reached and not ledger.alerted(m.scope, m.limit, m.key, max(reached)):
+            out.append((m, max(reached)))
+    return out
+
+
+def remaining_usd(ms: list[Measure]) -> float | None:
+    """The dollars left under the tightest usd limit (None: no usd limit is set)."""
+    left = [max(0.0, m.of - m.used) for m in ms if m.unit == "usd"]
+    return round(min(left), 6) if left else None
+
+
+def expected_cost(max_run_usd: float | None, recent_costs: list[float]) -> float:
+    """What a run is expected to cost: max_run_usd where set, else the median of the recent costs (none: 0)."""
+    if max_run_usd is not None:
+        return float(max_run_usd)
+    return float(statistics.median(recent_costs[:MEDIAN_OF])) if recent_costs else 0.0
+
+
+def scopes_of(agent, host: SpendLimits) -> list[tuple[str, SpendLimits]]:
+    return [(agent.name, agent.budget), (HOST, host)]
+
+
+# -- reading and writing events.db (every statement is in pulse.store) ------------------------------
+
+# The ledger each process folded last, per database file: a claim folds only the spend events
+# committed since (read inside its write transaction, so nothing is missed), not the month's again.
+# Refolded from the start when the month changes. Written only from what was read from the database,
+# and forgotten when a transaction that used it fails (forget), so it never holds what was rolled back.
+_folded: dict[str, tuple[float, int, Ledger]] = {}    # database file → (month start, last event id, ledger)
+_folded_lock = threading.Lock()
+
+
+def _database(conn) -> str:
+    return conn.execute("PRAGMA database_list").fetchone()[2]
+
+
+def forget(conn) -> None:
+    with _folded_lock:
+        _folded.pop(_database(conn), None)
+
+
+def load(conn, now: float) -> Ledger:
+    """The ledger of every window open at `now` (folded from the month's start, or the hour's if
+    earlier; a superset afterwards: every count filters by time). The caller must not change it."""
+    from pulse.store import eventsdb
+    month = window_start("month", now)
+    key = _database(conn)
+    with _folded_lock:
+        start, after, ledger = _folded.get(key) or (None, 0, None)
+        since = None
+        if ledger is None or start != month:
+            ledger, after = Ledger(), 0
+            since = min(month, window_start("hour", now)) - clock.offset_s() - 60
+        while True:
+            events = eventsdb.read_events(conn, after_id=after, types=list(SpendEvent), since_ts=since)
+            ledger.fold(events)
+            if events:
+                after = events[-1].id
+            if len(events) < 10_000:
+                break
+        _folded[key] = (month, after, ledger)
+        return ledger
+
+
+def recent_costs(conn, agent: str) -> list[float]:
+    """The reported costs of the agent's latest runs, newest first."""
+    from pulse.store import eventsdb
+    settled = eventsdb.search_events(conn, types=[SpendEvent.SETTLED], target=agent, limit=MEDIAN_OF * 5)
+    return [float(e.data["usd"]) for e in settled if e.data.get("cost_reported")][:MEDIAN_OF]
+
+
+def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float, source: str,
+                  why: str) -> tuple[list[Event], list[Effect]]:
+    events, effects = [], []
+    for m, level in alerts:
+        data = {"scope": m.scope, "limit": m.limit, "key": m.key, "level": level, "used": m.used, "of": m.of,
+                "at": now}
+        events.append(now_event(SpendEvent.ALERT, source, m.scope, data))
+        title = (f"Spend limit reached: {m.words()}" if level >= 100 else
+                 f"Spend at {level} % of a limit: {m.words()}")
+        effects.append(Effect(kind="notify", target=m.scope, idempotent=True, params={
+            "rule": RULE, "level": "warning" if level < 100 else "error", "title": title,
+            "message": f"{title}; {why}", "scope": m.scope, "limit": m.limit, "percent": level,
+            "used": m.used, "of": m.of, "window": m.key}))
+    return events, effects
+
+
+def _write(conn, events: list[Event], effects: list[Effect], source: str) -> None:
+    """Inside the caller's transaction: the events, and the notifications committed as effects."""
+    from pulse.store import effectqueue, eventsdb
+    for ev in events:
+        eventsdb.insert_event(conn, ev)
+    for eff in effects:
+        effectqueue.insert_effect(conn, effectqueue.new_effect(eff, "spend", NOTIFY_DEADLINE_S), source)
+
+
+def reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, source: str) -> str | None:
+    """Inside the transaction that claims an agent-run: reserve the run's expected cost, or, when it
+    would cross a limit, hold it (None: reserved, the claim goes on; else why it is held, and the
+    claim is not made). Either way what it records commits with the transaction."""
+    try:
+        return _reserve(conn, effect, agent, task, host, source)
+    except BaseException:
+        forget(conn)
+        raise
+
+
+def _reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, source: str) -> str | None:
+    now = clock.now()
+    ledger = load(conn, now)
+    expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
+    ms = measures(ledger, scopes_of(agent, host), now)
+    blocked = [m for m in ms if crossing(m, expected)]
+    if blocked:
+        why = "; ".join(m.words() for m in blocked) + f"; the next run is expected to cost ${expected:.2f}"
+        events, effects = _alert_writes(ledger, due_alerts(ledger, blocked, lambda m: m.used,
+                                                           {(m.scope, m.limit) for m in blocked}),
+                                        now, source, f"{task or 'a task'} waits (reason budget)")
+        if task is not None and ledger.held.get(task, {}).get("why") != why:
+            events.insert(0, now_event(SpendEvent.HELD, source, task, {
+                "reason": "budget", "agent": agent.name, "effect_id": effect.id, "why": why, "at": now,
+                "limits": [dataclasses.asdict(m) for m in blocked]}))
+        _write(conn, events, effects, source)
+        return why
+    cap = remaining_usd(ms)
+    events, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: projected(m, expected)), now, source,
+                                    f"{agent.name} started a run expected to cost ${expected:.2f}")
+    events.insert(0, now_event(SpendEvent.RESERVED, source, agent.name, {
+        "effect_id": effect.id, "agent": agent.name, "task": task, "usd": expected, "at": now,
+        **({"cap_usd": cap} if cap is not None else {})}))
+    _write(conn, events, effects, source)
+    return None
+
+
+def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | None, source: str,
+           interrupted: bool = False, started: bool = True) -> dict | None:
+    """The run ended: its reservation becomes its real cost (one transaction; once). No cost
+    reported: 0, counted in runs only; interrupted (its executor died): what it reserved stands;
+    never started (its task had moved on): 0.
+    Tells the operator of a limit the real cost reached. Returns the spend-settled data (None:
+    nothing was reserved, or it was settled already)."""
+    from pulse.store.connection import Transaction
+    with Transaction(conn):
+        now = clock.now()
+        ledger = load(conn, now)
+        run = ledger.runs.get(effect_id)
+        if run is None or run.usd is not None:
+            return None
+        if not started:
+            data = {"usd": 0.0, "cost_reported": None, "started": False, "note": "the run never started"}
+        elif cost_usd is not None:
+            data = {"usd": round(float(cost_usd), 6), "cost_reported": True}
+        elif interrupted:
+            data = {"usd": run.reserved, "cost_reported": False,
+                    "note": "interrupted: its cost is unknown, so what it reserved stands"}
+        else:
+            data = {"usd": 0.0, "cost_reported": False,
+                    "note": "the CLI reported no cost: this run counts against runs_per_hour only"}
+        data = {"effect_id": effect_id, "agent": run.agent, "task": run.task, "reserved": run.reserved, **data}
+        try:
+            _write(conn, [now_event(SpendEvent.SETTLED, source, run.agent, data)], [], source)
+            ledger = load(conn, now)          # with this settlement, read back in this transaction
+            ms = measures(ledger, scopes_of(agent, host), now)
+            events, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: m.used), now, source,
+                                            f"after {run.agent}'s run on {run.task} cost ${data['usd']:.2f}")
+            _write(conn, events, effects, source)
+        except BaseException:
+            forget(conn)
+            raise
+        return data
+
+
+def reset(conn, agent: str, source: str, **data) -> Event:
+    """`pulsectl budget reset AGENT`: its runs so far count no more (an event, like every operator action)."""
+    from pulse.store import eventsdb
+    return eventsdb.append_events(conn, [now_event(SpendEvent.RESET, source, agent,
+                                                   {"at": clock.now(), **data})])[0]
+
+
+def reservation(conn, effect_id: str) -> dict | None:
+    """The spend-reserved data of a run (its cap_usd: the dollars left when it started)."""
+    from pulse.store import eventsdb
+    facts = eventsdb.effect_facts(conn, effect_id, SpendEvent.RESERVED)
+    return facts[-1] if facts else None
+
+
+# -- what an operator reads: pulsectl budget, /metrics, the report -----------------------------------
+
+def overview(ledger: Ledger, agents: list, host: SpendLimits, now: float) -> list[dict]:
+    """Per agent, then the host: spend today and this month, runs in the last hour, each against its
+    limit (None: no limit), the runs that reported no cost, and the tasks waiting on a limit."""
+    rows = []
+    for name, limits in [*((a.name, a.budget) for a in agents), (HOST, host)]:
+        month = ledger.counted(name, window_start("month", now))
+        rows.append({
+            "agent": name,
+            "today_usd": ledger.used(name, "usd_per_day", now), "usd_per_day": limits.usd_per_day,
+            "month_usd": ledger.used(name, "usd_per_month", now), "usd_per_month": limits.usd_per_month,
+            "runs_last_hour": int(ledger.used(name, "runs_per_hour", now)), "runs_per_hour": limits.runs_per_hour,
+            "runs_this_month": len(month),
+            "running_reserved_usd": round(sum(r.reserved for r in month if r.usd is None), 6),
+            "runs_without_cost": sum(1 for r in month if r.cost_reported is False),
+            "waiting_tasks": sorted(t for t, h in ledger.held.items() if name in (HOST, h.get("agent"))),
+            "reset_at": ledger.resets.get(name),
+        })
+    return rows

@@ -1,0 +1,86 @@
+"""`pulsectl budget [--json]` and `pulsectl budget reset AGENT`: agents' spend against their limits.
+
+`budget` reads events.db (the spend ledger, pulse.agents.spend) and config.toml (the limits) and
+needs no pulsed: per agent, then the host, spend today and this month (UTC) and runs in the last
+hour, each against its limit, the runs whose CLI reported no cost, and the tasks waiting on a
+limit. `budget reset AGENT` appends a `spend-reset` event: the agent's runs so far count no more
+(an operator action, recorded like every other); a held run starts at the executor's next scan.
+Raising a limit is editing config.toml and `pulsectl reload`. Exit codes: 0; 1 no such agent or
+no events.db; 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from pulse.cli.group import Context, pass_ctx
+
+
+def _fail(message: str, code: int = 1):
+    click.echo(f"pulsectl: {message}", err=True)
+    sys.exit(code)
+
+
+def _limit(used: float, of: float | None, usd: bool) -> str:
+    shown = f"${used:.2f}" if usd else f"{used:g}"
+    if of is None:
+        return f"{shown} (no limit)"
+    return f"{shown} of {f'${of:.2f}' if usd else f'{of:g}'} ({used / of * 100:.0f} %)"
+
+
+def overview_rows(ctx: Context) -> list[dict]:
+    from pulse.agents import spend
+    from pulse.core import clock
+    from pulse.store import connection
+    config = ctx.config()
+    try:
+        conn = connection.open_readonly(ctx.paths.events_db)
+    except connection.StoreError as err:
+        _fail(str(err))
+    now = clock.now()
+    return spend.overview(spend.load(conn, now), config.agent, config.budget, now)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: {\"agents\": [...]}, the host last as \"*\".")
+@click.pass_context
+def budget(click_ctx: click.Context, as_json: bool) -> None:
+    """Spend against limits per agent, today and this month; `budget reset AGENT`."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    rows = overview_rows(click_ctx.find_object(Context))
+    if as_json:
+        click.echo(json.dumps({"agents": rows}))
+        return
+    click.echo(f"{'AGENT':<14} {'TODAY (UTC)':<24} {'THIS MONTH':<26} {'RUNS LAST HOUR':<18} WAITING")
+    for r in rows:
+        name = "host (all)" if r["agent"] == "*" else r["agent"]
+        click.echo(f"{name:<14} {_limit(r['today_usd'], r['usd_per_day'], True):<24} "
+                   f"{_limit(r['month_usd'], r['usd_per_month'], True):<26} "
+                   f"{_limit(r['runs_last_hour'], r['runs_per_hour'], False):<18} "
+                   f"{', '.join(r['waiting_tasks']) or '-'}")
+        if r["runs_without_cost"]:
+            click.echo(f"  {r['runs_without_cost']} run(s) of {name} this month reported no cost: they count "
+                       "against runs_per_hour only")
+
+
+@budget.command()
+@click.argument("agent")
+@pass_ctx
+def reset(ctx: Context, agent: str) -> None:
+    """Forgive AGENT's spend so far: its runs until now count against no limit."""
+    from pulse.agents import spend
+    from pulse.store import eventsdb
+    names = [a.name for a in ctx.config().agent]
+    if agent not in names:
+        _fail(f"{agent!r} is not a configured [[agent]] (configured: {', '.join(names) or 'none'})")
+    if not ctx.paths.events_db.exists():
+        _fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
+    spend.reset(eventsdb.open_events(ctx.paths.events_db), agent, "pulsectl", by="operator")
+    click.echo(f"{agent}: spend reset; a run it holds back starts at the executor's next scan")
+
+
+COMMANDS = [budget]
