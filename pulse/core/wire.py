@@ -395,6 +395,12 @@ class TaskEvent(enum.StrEnum):
 
 TASK_EVENTS = tuple(TaskEvent)   # a tuple: `in` works on it (a str `in` the enum class raises on 3.11)
 
+
+class ScheduleEvent(enum.StrEnum):
+    """A [[schedule]]'s facts (target: its name); pulse.core.schedule folds them."""
+    RUN = "schedule-run"              # a slot (or the operator's manual run) made its task or effect
+    ARMED = "schedule-armed"          # first seen: slots after this one run
+
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
 EVENT_TYPES = frozenset({
     "supervisor-started", "supervisor-stopping", "reload", "operator",
@@ -405,6 +411,7 @@ EVENT_TYPES = frozenset({
     *TaskEvent,
     "gate-call", "gate-blocked", "gate-reset",
     "process-exited",
+    *ScheduleEvent,
 })
 
 
