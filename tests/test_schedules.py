@@ -316,3 +316,10 @@ def test_stopped_across_three_slots_catch_up_runs_once_on_start_and_without_it_n
     text = pulsed.ctl("schedule", "list").stdout
     assert "eager" in text and "every 2s" in text
     assert pulsed.ctl("schedule", "run", "nope").returncode == 1
+
+    # the tick owns the schedules: with the engine stopped, they still run
+    assert pulsed.ctl("stop", "engine").returncode == 0
+    pulsed.wait_state("engine", "stopped")
+    stopped_engine = time.time()
+    wait_for(lambda: len([e for e in runs(pulsed, "eager") if e["data"]["slot"] > stopped_engine]) >= 2, 10,
+             what="two runs with the engine stopped")

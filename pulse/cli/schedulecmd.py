@@ -83,7 +83,7 @@ def list_(ctx: Context, as_json: bool) -> None:
         failed = f"{r['failures_in_row']} in a row" + (" (notified)" if r["failing"] else "") \
             if r["failures_in_row"] else "-"
         click.echo(f"{r['name']:<20} {spec:<16} {_when(r['next_run']):<19}  {_when(r['last_run_ts']):<19}  "
-                   f"{r['last_run'] or '-':<12} {r['runs'] + r['manual_runs']:>5} {failed}")
+                   f"{(r['last_run'] or '-')[:12]:<12} {r['runs'] + r['manual_runs']:>5} {failed}")
 
 
 @schedule.command()

@@ -439,9 +439,10 @@ class TickWorker(Worker):
                 step = schedule.next_step(s, self.projections.schedules.last_slot(s.name), now)
                 if step is not None:
                     self.commit_schedule_step(s, step, now)
-            except (sqlite3.OperationalError, ValueError) as err:   # locked, full: the next tick tries again
-                self.record_error(f"schedule:{s.name}", f"schedule {s.name}: could not commit its run: {err}")
-        self.fold()
+            except Exception as err:   # locked, full, anything: one schedule must never stop the tick or the others
+                self.log.exception("schedule %s: could not commit its run", s.name)
+                self.record_error(f"schedule:{s.name}", f"schedule {s.name}: could not commit its run: "
+                                                        f"{type(err).__name__}: {err}")
 
     def commit_schedule_step(self, s, step: schedule.Step, now: float) -> None:
         make_task = effect = None
