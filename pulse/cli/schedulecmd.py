@@ -32,7 +32,9 @@ def _book(ctx: Context):
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
         _fail(str(err))
-    after = 0
+    # what came before a schedule's first fact is no schedule's: the ends of older tasks and effects are skipped
+    first = eventsdb.read_events(conn, types=[schedule.ARMED, schedule.RUN], limit=1)
+    after = first[0].id - 1 if first else eventsdb.last_event_id(conn)
     while batch := eventsdb.read_events(conn, after_id=after, types=sorted(schedule.FOLDED), limit=5_000):
         book.fold(batch)
         after = batch[-1].id
