@@ -48,6 +48,7 @@ COMMAND_MODULES = {
     "check-config": "configcmd", "config": "configcmd", "report": "reportcmd", "instances": "roster",
     "store": "storecmd", "web": "webcmd", "process": "processcmd",
     "budget": "budgetcmd",
+    "schedule": "schedulecmd",
 }
 
 

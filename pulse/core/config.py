@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -323,6 +323,41 @@ class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     dir: str | None = None                    # where the report effect writes its pages; unset: <home>/reports
 
 
+# -- schedules ([[schedule]]; the tick runs them, pulse.core.schedule says when) ---------------------
+
+class ScheduleTask(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What a schedule adds at each slot: a pending task, as `pulsectl task add` adds one."""
+    project: str
+    title: str
+    prompt: str
+    agent: str | None = None                  # the [[agent]] it is for; unset: whoever the assignment rule picks
+    priority: int = 0
+
+
+class ScheduleEffect(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """... or an effect, committed by the tick (origin "schedule": the operator's config, trusted)."""
+    kind: str                                 # an effect kind, e.g. "exec", "notify", "report"
+    target: str | None = None
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Schedule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Recurring work. Its slots are the times a cron expression matches (host local time) or the
+    multiples of `every` since the Unix epoch; at each, one task or effect, committed with the fact
+    that the slot ran, so no restart runs a slot twice or skips one. A schedule's first slot is the
+    one after it is first seen."""
+    name: str
+    cron: str | None = None                   # "0 3 * * *": minute hour day-of-month month day-of-week ...
+    every: str | None = None                  # ... or a period, "15m" (ms s m h d, "1h30m"); exactly one of them
+    task: ScheduleTask | None = None          # each run adds this task ...
+    effect: ScheduleEffect | None = None      # ... or commits this effect; exactly one of them
+    catch_up: bool = True                     # after downtime, the latest missed slot runs once at start
+                                              # (systemd's Persistent=true); never once per missed slot
+    grace_s: float = 60                       # catch_up = false: a slot due longer ago than this is skipped
+    jitter_s: float = 0                       # each slot runs up to this much after its time (fixed per slot)
+    notify_after: int = 2                     # runs in a row that end failed before a notification; 0: never
+
+
 PULSECTL_TABLES = ("gate",)       # read by pulsectl commands (`pulsectl mcp`), never by pulsed or a worker
 
 
@@ -368,6 +403,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     web: Web = msgspec.field(default_factory=Web)
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
+    schedule: list[Schedule] = msgspec.field(default_factory=list)   # none on a fresh install
     notify: list[Notify] = msgspec.field(default_factory=lambda: [Notify(kind="log")])
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # host-wide, all agents; default: none
 
@@ -429,6 +465,7 @@ class TickConfig(msgspec.Struct, kw_only=True, frozen=True):
     survival: Survival
     agent: list[Agent]
     report: ReportSchedule        # the daily report is a survival-style rule
+    schedule: list[Schedule]      # the tick runs the schedules
 
 
 class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -641,6 +678,7 @@ def validate(config: Config, origin: str) -> Config:
     validate_agents(config, origin)
     validate_spend(config, origin)
     validate_report(config, origin)
+    validate_schedules(config, origin)
     validate_web(config.web, origin)
     if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
@@ -861,6 +899,51 @@ def validate_report(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: $.report.dir must be an absolute path")
 
 
+SCHEDULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")   # it is an event's target
+
+
+def validate_schedules(config: Config, origin: str) -> None:
+    """Each [[schedule]]: one of cron or every, read by pulse.core.schedule (a bad cron expression
+    is named, field by field); one of task or effect; a task for a configured agent only."""
+    from pulse.core import schedule as schedulemod
+    agents = {a.name for a in config.agent}
+    for i, s in enumerate(config.schedule):
+        where = f"{origin}: $.schedule[{i}]"
+        if not SCHEDULE_NAME.fullmatch(s.name):
+            raise ConfigError(f"{where}.name: 1 to 64 letters, digits and _ . : - (not starting with a symbol), "
+                              f"got {s.name!r}")
+        where = f"{origin}: schedule {s.name!r} ($.schedule[{i}])"
+        if (s.cron is None) == (s.every is None):
+            raise ConfigError(f"{where}: set exactly one of cron or every")
+        if s.cron is not None and (problem := schedulemod.cron_problem(s.cron)):
+            raise ConfigError(f"{where}.cron: {problem}")
+        if s.every is not None:
+            try:
+                schedulemod.parse_every(s.every)
+            except ValueError as err:
+                raise ConfigError(f"{where}.every: {err}") from None
+        if (s.task is None) == (s.effect is None):
+            raise ConfigError(f"{where}: set exactly one of task or effect")
+        if s.task is not None:
+            for key in ("project", "title", "prompt"):
+                if not getattr(s.task, key).strip():
+                    raise ConfigError(f"{where}.task.{key}: must not be empty")
+            if s.task.agent is not None and s.task.agent not in agents:
+                raise ConfigError(f"{where}.task.agent: no [[agent]] named {s.task.agent!r}")
+        if s.effect is not None and not s.effect.kind.strip():
+            raise ConfigError(f"{where}.effect.kind: must not be empty")
+        for key in ("grace_s", "jitter_s"):
+            if getattr(s, key) < 0:
+                raise ConfigError(f"{where}.{key} must be at least 0, got {getattr(s, key)}")
+        if s.every is not None and s.jitter_s >= schedulemod.parse_every(s.every):
+            raise ConfigError(f"{where}.jitter_s must be shorter than every ({s.every})")
+        if s.notify_after < 0:
+            raise ConfigError(f"{where}.notify_after must be at least 0 (0: never)")
+    names = [s.name for s in config.schedule]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.schedule: names must be unique")
+
+
 def load(path: Path, environ: os._Environ | dict = os.environ) -> Config:
     """config.toml (missing = all defaults) plus PULSE_* overrides, validated."""
     try:
@@ -949,5 +1032,16 @@ def default_toml() -> str:
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",
         '# projects = ["infra"]                    # only these projects\' tasks; unset: every project',
         '# tags = ["gpu"]                          # tasks added with --tag need all theirs here; unset: untagged only',
+        "",
+        "# Recurring work, run by the tick (repeat the table for more):",
+        "# [[schedule]]",
+        '# name = "nightly-deps"',
+        '# cron = "0 3 * * *"                      # host local time; or every = "15m"',
+        '# task = { project = "infra", title = "Update dependencies", prompt = "...", agent = "claude" }',
+        '#                                        # or effect = { kind = "exec", target = "...", params = {...} }',
+        "# catch_up = true                         # after downtime, the latest missed slot runs once at start",
+        "# grace_s = 60.0                          # catch_up = false: a slot later than this is skipped",
+        "# jitter_s = 0.0                          # each slot runs up to this much after its time",
+        "# notify_after = 2                        # runs failed in a row before a notification; 0: never",
     ]
     return "\n".join(lines) + "\n"

@@ -469,6 +469,10 @@ class SpendEvent(enum.StrEnum):
 
 
 SPEND_EVENTS = tuple(SpendEvent)
+class ScheduleEvent(enum.StrEnum):
+    """A [[schedule]]'s facts (target: its name); pulse.core.schedule folds them."""
+    RUN = "schedule-run"              # a slot (or the operator's manual run) made its task or effect
+    ARMED = "schedule-armed"          # first seen: slots after this one run
 
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
 EVENT_TYPES = frozenset({
@@ -481,6 +485,7 @@ EVENT_TYPES = frozenset({
     "gate-call", "gate-blocked", "gate-reset",
     "process-exited",
     *SpendEvent,
+    *ScheduleEvent,
 })
 
 

@@ -34,22 +34,22 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
         for ev in events:
             insert_event(conn, ev)
         for eff in effects:
-            insert_effect(conn, eff, source)
-            if observe_only:
-                conn.execute("UPDATE effects SET state = 'expired', why = 'observe-only' WHERE id = ?", (eff.id,))
-                insert_event(conn, now_event(EffectEvent.EXPIRED, source, eff.target, effect_id=eff.id, kind=eff.kind,
-                                              reason="observe-only"))
+            insert_effect(conn, eff, source, observe_only)
     return list(effects)
 
 
-def insert_effect(conn: sqlite3.Connection, eff: Effect, source: str) -> None:
-    """One effect (given its id by new_effect) and its `effect` event, inside the caller's transaction."""
+def insert_effect(conn: sqlite3.Connection, eff: Effect, source: str, observe_only: bool = False) -> None:
+    """One effect, its event and its queue row, inside the caller's transaction."""
     ev = insert_event(conn, now_event(EffectEvent.COMMITTED, source, eff.target, msgspec.to_builtins(eff)))
     conn.execute(
         "INSERT INTO effects (id, event_id, kind, target, origin, idempotent, created, deadline, state, body) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
         (eff.id, ev.id, eff.kind, eff.target, eff.origin, int(eff.idempotent), eff.created, eff.deadline,
          msgspec.msgpack.encode(eff)))
+    if observe_only:
+        conn.execute("UPDATE effects SET state = 'expired', why = 'observe-only' WHERE id = ?", (eff.id,))
+        insert_event(conn, now_event(EffectEvent.EXPIRED, source, eff.target, effect_id=eff.id, kind=eff.kind,
+                                      reason="observe-only"))
 
 
 def _effect(body: bytes) -> Effect:

@@ -315,5 +315,9 @@ def create_task_event(conn: sqlite3.Connection, make: Callable[[int], Event]) ->
     """Append the task-created event `make(n)` returns, n being the next task number, allocated
     inside the transaction (events are never deleted, so the count only grows)."""
     with Transaction(conn):
-        count = conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0]
-        return insert_event(conn, make(count + 1))
+        return insert_event(conn, make(next_task_number(conn)))
+
+
+def next_task_number(conn: sqlite3.Connection) -> int:
+    """The number of the next task, inside the caller's transaction."""
+    return conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0] + 1

@@ -22,13 +22,13 @@ import msgspec
 import zmq
 
 from pulse.agents import routing, tasks
-from pulse.core import client, wire
+from pulse.core import client, schedule, wire
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import EFFECT_END_STATES, EffectEvent
+from pulse.core.wire import EFFECT_END_STATES, EffectEvent, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
-from pulse.store import ballast, effectqueue, errorruns, eventsdb, vitalsdb
+from pulse.store import ballast, effectqueue, errorruns, eventsdb, schedulerun, vitalsdb
 from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
@@ -70,6 +70,7 @@ class Projections:
     engine_horizon_s: float = budget.WINDOW_S    # engine_recent keeps this far back
     engine_retryable: dict = field(default_factory=dict)   # fingerprint → when its last engine effect failed
     known_good: dict[str, wire.KnownGood] = field(default_factory=dict)   # process → its known-good config
+    schedules: schedule.ScheduleBook = field(default_factory=schedule.ScheduleBook)   # what each schedule ran
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
@@ -79,6 +80,8 @@ class Projections:
                 fold(self, ev)
             if ev.type in configfiles.FOLDED_EVENTS:
                 configfiles.fold(self.known_good, ev)
+            if ev.type in schedule.FOLDED:
+                self.schedules.fold_one(ev)
 
     def _effect(self, ev: wire.Event) -> None:
         effect = msgspec.convert(ev.data, wire.Effect)
@@ -368,6 +371,7 @@ class TickWorker(Worker):
         started = time.monotonic()
         self.count += 1
         self.inner_note, self.inner_failed = None, False
+        self.run_schedules()     # first: the engine's state does not matter, and its rules see the new tasks
         curr = self.snapshot()
         try:
             effects, tick_ms = self.loop.run_until_complete(self.chain(self.prev, curr))
@@ -378,7 +382,7 @@ class TickWorker(Worker):
         if problem:
             self.record_error(None, problem)
             effects = []
-        effects = self.within_budget(effects, curr)
+        effects = self.within_budget(effects, curr) + self.schedule_notices(curr)
         tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
         now = time.time()
         committed = [effectqueue.new_effect(e, e.origin or "survival", t.effect_deadline_s, now) for e in effects]
@@ -406,6 +410,9 @@ class TickWorker(Worker):
         self.urgent = False
         self.last_tick = time.monotonic()
         self.next_tick = started + tick_ms / 1000
+        if self.config.schedule:   # wake for the next slot, not up to tick_ms after it
+            due_in = max(self.next_schedule_due() - time.time(), t.tick_ms_min / 1000)
+            self.next_tick = min(self.next_tick, time.monotonic() + due_in)
 
     def within_budget(self, effects: list[wire.Effect], curr: wire.Snapshot) -> list[wire.Effect]:
         """The engine's effects that its budget admits; for each rule over it, one coalesced error and,
@@ -420,6 +427,62 @@ class TickWorker(Worker):
             if survival.may_notify(curr, "engine-budget", rule, self.config.survival.notify_every_s):
                 kept.append(survival.notify(curr, "engine-budget", rule, f"engine rule {rule} floods", message))
         return kept
+
+    # -- schedules: the tick owns them, so they run whatever the engine's state ----------------------
+
+    def run_schedules(self) -> None:
+        """Each schedule's due step (run its latest due slot, or arm a new schedule), committed with its
+        fact in one transaction; folded first, so a slot this or an earlier tick committed is never rerun."""
+        if not self.config.schedule:
+            return
+        self.fold()
+        now = time.time()
+        for s in self.config.schedule:
+            try:
+                step = schedule.next_step(s, self.projections.schedules.last_slot(s.name), now)
+                if step is not None:
+                    self.commit_schedule_step(s, step, now)
+            except Exception as err:   # locked, full, anything: one schedule must never stop the tick or the others
+                self.log.exception("schedule %s: could not commit its run", s.name)
+                self.record_error(f"schedule:{s.name}", f"schedule {s.name}: could not commit its run: "
+                                                        f"{type(err).__name__}: {err}")
+
+    def commit_schedule_step(self, s, step: schedule.Step, now: float) -> None:
+        make_task = effect = None
+        if step.action == "run" and s.task is not None:
+            make_task = scheduled_task(s, step.slot)
+        elif step.action == "run":
+            effect = effectqueue.new_effect(schedule.effect_of(s), "schedule", self.config.timings.effect_deadline_s, now)
+        fact = schedulerun.commit_run(self.events, s.name, "tick", slot=step.slot, make_task=make_task, effect=effect,
+                                      observe_only=self.config.observe_only, late_s=round(step.late_s, 3))
+        if fact is None:
+            return
+        self.log.info("schedule %s: %s slot %s (%.3f s after its time)", s.name, step.action,
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(step.slot)), step.late_s)
+        if effect is not None and not self.config.observe_only:
+            try:
+                self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
+            except zmq.Again:
+                pass   # the executor's scan finds it
+
+    def next_schedule_due(self) -> float:
+        now = time.time()
+        book = self.projections.schedules
+        return min((schedule.next_due(s, book.last_slot(s.name), now) for s in self.config.schedule), default=now)
+
+    def schedule_notices(self, curr: wire.Snapshot) -> list[wire.Effect]:
+        """A schedule whose runs keep failing (notify_after in a row) is said, once per failed run at
+        most every [survival] notify_every_s."""
+        out = []
+        for s in self.config.schedule:
+            state = self.projections.schedules.states.get(s.name)
+            if (state is None or not schedule.failing(state, s.notify_after)
+                    or not survival.may_notify(curr, "schedule-failing", s.name, self.config.survival.notify_every_s,
+                                               state.last_failure_ts)):
+                continue
+            out.append(survival.notify(curr, "schedule-failing", s.name, f"Schedule {s.name} keeps failing",
+                                       f"its last {state.failures_in_row} runs failed (its latest run: {state.last_run})"))
+        return out
 
     def commit_tick(self, effects: list[wire.Effect], events: list[wire.Event]) -> None:
         """Commit; on a full disk, free the ballast first so the effects that free space still land.
@@ -461,6 +524,12 @@ class TickWorker(Worker):
         self.vitals.close()
         for sock in (self.wake, self.engine_sock, self.control, self.doorbell):
             sock.close()
+
+
+def scheduled_task(s, slot: float):
+    """The task-created event a run of schedule `s` at `slot` appends, given the next task number."""
+    fields = schedule.task_fields(s, slot)
+    return lambda n: wire.now_event(TaskEvent.CREATED, "tick", tasks.task_id(n), fields)
 
 
 def read_history(conn: sqlite3.Connection, counted: list[str], windows: dict[str, float],

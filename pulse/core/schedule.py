@@ -1,0 +1,241 @@
+"""Schedules (`[[schedule]]`): when each one is due, and what it has run, folded from events.db.
+
+A schedule's slots are the times it should run: the matches of a cron expression in host-local
+time (read by croniter, the well-kept parser, never by hand), or the multiples of `every` since
+the Unix epoch, so that every process, before or after a restart, computes the same slots. A slot
+is due `jitter` after its time: a fraction of `jitter_s` drawn from a hash of (name, slot), the
+same each time it is computed, so a restart never moves it.
+
+Every run is a `schedule-run` event (target: the schedule's name; data: its slot, and the task or
+effect it made), committed in the one transaction that creates that task or effect
+(pulse.store.schedulerun). What has run is the fold of those events (`ScheduleBook`), so a tick
+killed at any point neither runs a slot twice nor forgets one. A schedule seen for the first time
+is armed (`schedule-armed`, at the slot just past) instead of run: its first run is its next slot.
+
+Everything here is pure but `cron_*`, which read the host's time zone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+import msgspec
+
+from pulse.core.wire import Effect, EffectEvent, ScheduleEvent, TaskEvent
+
+if TYPE_CHECKING:
+    from pulse.core.config import Schedule
+
+RUN, ARMED = ScheduleEvent.RUN, ScheduleEvent.ARMED     # the two facts a schedule's history is
+# The events the fold reads: its own two, and the ends of the tasks and effects its runs made (ok or not).
+TASK_ENDS = {TaskEvent.ACKED: True, TaskEvent.GIVEN_UP: False}
+EFFECT_ENDS = {EffectEvent.ACKED: True, EffectEvent.FAILED: False, EffectEvent.EXPIRED: False}
+FOLDED = frozenset({RUN, ARMED, *TASK_ENDS, *EFFECT_ENDS})
+CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+MIN_EVERY_S = 1.0
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+# -- reading a schedule's spec ------------------------------------------------------------------------
+
+def parse_every(text: str) -> float:
+    """"15m", "90s", "1h30m", "2d" → seconds; ValueError saying what a duration looks like."""
+    compact = text.replace(" ", "")
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"{text!r} is not a duration (like \"90s\", \"15m\", \"1h30m\" or \"1d\")")
+    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if seconds < MIN_EVERY_S:
+        raise ValueError(f"{text!r} is shorter than {MIN_EVERY_S:g} s")
+    return seconds
+
+
+def cron_problem(expr: str) -> str | None:
+    """What is wrong with a 5-field cron expression, naming the field; None when croniter reads it."""
+    from croniter import croniter
+    columns = expr.split()
+    if len(columns) != len(CRON_FIELDS):
+        return (f"{expr!r} has {len(columns)} fields; a cron expression has 5: "
+                f"{', '.join(CRON_FIELDS)} (for seconds, use every = \"30s\")")
+    if croniter.is_valid(expr):
+        return None
+    for i, name in enumerate(CRON_FIELDS):   # croniter says "out of range": find which field
+        alone = ["*"] * len(CRON_FIELDS)
+        alone[i] = columns[i]
+        if not croniter.is_valid(" ".join(alone)):
+            return f"{expr!r}: the {name} field {columns[i]!r} is not valid"
+    return f"{expr!r} is not a valid cron expression"
+
+
+def _cron(expr: str, t: float):
+    from datetime import datetime
+
+    from croniter import croniter
+    from dateutil.tz import tzlocal  # croniter's own dependency: the zone's rules, DST included
+    return croniter(expr, datetime.fromtimestamp(t, tz=tzlocal()))
+
+
+def cron_at_or_before(expr: str, t: float) -> float:
+    # croniter's get_prev is strictly before its start; cron slots are whole seconds, so a start a
+    # millisecond later finds a slot at exactly t
+    return _cron(expr, t + 0.001).get_prev(float)
+
+
+def cron_after(expr: str, t: float) -> float:
+    return _cron(expr, t).get_next(float)
+
+
+def slot_at_or_before(s: Schedule, t: float) -> float:
+    if s.cron is not None:
+        return cron_at_or_before(s.cron, t)
+    every = parse_every(s.every)
+    return math.floor(t / every) * every
+
+
+def slot_after(s: Schedule, t: float) -> float:
+    if s.cron is not None:
+        return cron_after(s.cron, t)
+    every = parse_every(s.every)
+    return (math.floor(t / every) + 1) * every
+
+
+def jitter(name: str, slot: float, jitter_s: float) -> float:
+    """The slot's delay within [0, jitter_s): from a hash, so every computation agrees."""
+    if jitter_s <= 0:
+        return 0.0
+    digest = hashlib.sha256(f"{name}\0{slot:.3f}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * jitter_s
+
+
+# -- what to do now --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """What a schedule needs now: `run` its slot, `arm` it (first seen), or nothing (None)."""
+    action: str            # "run" | "arm"
+    slot: float
+    late_s: float          # how long after the slot's due time this is
+
+
+def due_slot(s: Schedule, now: float) -> float:
+    """The latest slot whose due time (slot + jitter) is at or before `now`."""
+    slot = slot_at_or_before(s, now)
+    if slot + jitter(s.name, slot, s.jitter_s) > now:
+        slot = slot_at_or_before(s, slot - 0.001)
+    return slot
+
+
+def next_step(s: Schedule, last_slot: float | None, now: float) -> Step | None:
+    """The step for schedule `s`, given the last slot it ran or was armed at. Only the latest due
+    slot is ever run: after downtime, with catch_up, the missed slots are one run, not one each;
+    without catch_up, a slot more than grace_s late is skipped (the next one runs on time)."""
+    slot = due_slot(s, now)
+    late = now - (slot + jitter(s.name, slot, s.jitter_s))
+    if last_slot is None:
+        return Step("arm", slot, late)
+    if slot <= last_slot:
+        return None
+    if not s.catch_up and late > s.grace_s:
+        return None
+    return Step("run", slot, late)
+
+
+def next_due(s: Schedule, last_slot: float | None, now: float) -> float:
+    """When the schedule next has something to do: now if a slot is due and unrun, else its next slot's due time."""
+    if next_step(s, last_slot, now) is not None:
+        return now
+    slot = slot_at_or_before(s, max(now, last_slot if last_slot is not None else now))
+    if (last_slot is not None and slot <= last_slot) or slot + jitter(s.name, slot, s.jitter_s) <= now:
+        slot = slot_after(s, slot)    # run (or skipped as too late): the one after it is next
+    return slot + jitter(s.name, slot, s.jitter_s)
+
+
+# -- the fold --------------------------------------------------------------------------------------
+
+class ScheduleState(msgspec.Struct, kw_only=True):
+    """One schedule, as its events say (`pulsectl schedule list --json` prints it)."""
+    name: str
+    last_slot: float | None = None         # the latest slot run (or armed at): later ones are due
+    armed_at: float | None = None          # when it was first seen
+    last_run_ts: float | None = None       # when its latest run (slot or manual) was committed
+    last_run: str | None = None            # that run's task or effect id
+    runs: int = 0
+    manual_runs: int = 0
+    last_outcome: str | None = None        # "ok" | "failed", of the latest run that ended
+    failures_in_row: int = 0               # runs that ended failed, since the last that ended well
+    last_failure_ts: float | None = None
+
+
+@dataclass
+class ScheduleBook:
+    """Every schedule's state, folded event by event; `open` maps a run's task or effect id to its schedule."""
+    states: dict[str, ScheduleState] = field(default_factory=dict)
+    open: dict[str, str] = field(default_factory=dict)
+
+    def of(self, name: str) -> ScheduleState:
+        if name not in self.states:
+            self.states[name] = ScheduleState(name=name)
+        return self.states[name]
+
+    def last_slot(self, name: str) -> float | None:
+        state = self.states.get(name)
+        return state.last_slot if state else None
+
+    def fold(self, events: Iterable) -> None:
+        for ev in events:
+            if ev.type in FOLDED:
+                self.fold_one(ev)
+
+    def fold_one(self, ev) -> None:
+        if ev.type in (RUN, ARMED):
+            self._run(ev)
+            return
+        run = ev.target if ev.type in TASK_ENDS else ev.data.get("effect_id")
+        if run not in self.open or (ev.type == EffectEvent.FAILED and ev.data.get("requeued")):
+            return
+        state = self.of(self.open.pop(run))
+        ok = TASK_ENDS.get(ev.type, EFFECT_ENDS.get(ev.type))
+        state.last_outcome = "ok" if ok else "failed"
+        state.failures_in_row = 0 if ok else state.failures_in_row + 1
+        if not ok:
+            state.last_failure_ts = ev.ts
+
+    def _run(self, ev) -> None:
+        state = self.of(ev.target or "")
+        slot = ev.data.get("slot")
+        if isinstance(slot, (int, float)) and not ev.data.get("manual"):
+            state.last_slot = max(slot, state.last_slot if state.last_slot is not None else slot)
+        if ev.type == ARMED:
+            state.armed_at = state.armed_at or ev.ts
+            return
+        run = ev.data.get("task") or ev.data.get("effect")
+        state.last_run_ts, state.last_run = ev.ts, run
+        if ev.data.get("manual"):
+            state.manual_runs += 1
+        else:
+            state.runs += 1
+        if run:
+            self.open[run] = state.name
+
+
+def task_fields(s: Schedule, slot: float | None) -> dict:
+    """The task-created data of a run of `s` (slot None: a manual run)."""
+    t = s.task
+    return {"project": t.project, "title": t.title, "prompt": t.prompt, "priority": t.priority, "schedule": s.name,
+            **({"slot": slot} if slot is not None else {}), **({"agent": t.agent} if t.agent else {})}
+
+
+def effect_of(s: Schedule):
+    """The effect a run of `s` commits (its id and times are given at commit)."""
+    return Effect(kind=s.effect.kind, target=s.effect.target, params=dict(s.effect.params))
+
+
+def failing(state: ScheduleState, notify_after: int) -> bool:
+    """Its runs keep failing: at least `notify_after` in a row ended failed (0: never said)."""
+    return notify_after > 0 and state.failures_in_row >= notify_after
