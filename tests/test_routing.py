@@ -112,7 +112,7 @@ def test_a_high_priority_task_added_after_a_low_one_runs_first(pulsed, tmp_path)
 
 def test_two_agents_of_different_speeds_share_four_tasks(pulsed, tmp_path):
     tasks: list[str] = []
-    start(pulsed, agent_toml(tmp_path, "fast", 1.0) + agent_toml(tmp_path, "slow", 1.3),
+    start(pulsed, agent_toml(tmp_path, "fast", 1.5) + agent_toml(tmp_path, "slow", 2.0),
           before=lambda: tasks.extend(add(pulsed) for _ in range(4)))        # there at once when it starts
     wait_for(lambda: acked(pulsed, *tasks), 30, what="four tasks acked")
     done = runs(tmp_path)
@@ -122,7 +122,10 @@ def test_two_agents_of_different_speeds_share_four_tasks(pulsed, tmp_path):
     wall = max(r["end"] for r in done) - min(r["start"] for r in done)
     serial = sum(r["end"] - r["start"] for r in done)      # what one agent doing them all would take
     print(f"four tasks on two agents: {wall:.2f} s, against {serial:.2f} s of runs one after another "
-          f"({wall / serial:.2f}; the ratio is timed by scripts/bench_routing.py, not asserted here)")
+          f"({wall / serial:.2f})")
+    # Ideally 0.55 (fast takes two, slow two); the hand-offs between runs wait for a tick, and on a
+    # loaded host they grow, so the bound leaves room (one agent alone would be 1.0).
+    assert wall < 0.8 * serial
 
 
 def test_pins_projects_and_a_failed_run_moving_to_the_other_agent(pulsed, tmp_path):
