@@ -96,5 +96,21 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
+        rolled = rolled_back_note(paths)
+        if rolled:
+            print(rolled)
     running = all(w.state in (WorkerState.RUNNING, LATE) for w in reply.status.workers)
     return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING
+
+
+def rolled_back_note(paths: Paths) -> str | None:
+    """After a rollback (survival's autoRollback most of all), staging still holding the rolled-back
+    tree is said here, or the next promote would ship it again unnoticed (issue 23)."""
+    if not (paths.engine / ".git").exists():
+        return None
+    from pulse.engine import repo
+    held = repo.rolled_back_in_staging(paths)
+    if held is None:
+        return None
+    return (f"engine: {repo.rolled_back_words(held)}; `pulsectl engine` says more, and a promote "
+            "refuses it without --again")
