@@ -88,3 +88,15 @@ def test_the_footer_explains_lifecycle_events_not_yet_written():
     status = wire.Status(version=1, supervisor=wire.SupervisorStatus(pid=1, uptime_s=5.0, home="/h"), workers=[])
     footer = statusview.table(status, None, 4)
     assert "4 lifecycle events not yet in events.db" in footer and "held by pulsed until its event writer" in footer
+
+
+def test_pulsed_first_run_says_what_it_created(pulsed):
+    assert not pulsed.home.exists()
+    pulsed.start()
+    said = [line.split(": ", 1)[1] for line in pulsed.log_text().splitlines() if "first run: " in line
+            or "ballast file" in line]
+    text = "\n".join(said)
+    for made in (f"made the home {pulsed.home}/", f"made {pulsed.home / 'config.toml'}",
+                 f"made {pulsed.home / 'engine'}/ (git, branch main)", f"made {pulsed.home / 'events.db'}",
+                 f"ballast file {pulsed.home / 'ballast'} of 32 MiB"):
+        assert made in text, text
