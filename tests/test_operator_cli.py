@@ -100,3 +100,22 @@ def test_pulsed_first_run_says_what_it_created(pulsed):
                  f"made {pulsed.home / 'engine'}/ (git, branch main)", f"made {pulsed.home / 'events.db'}",
                  f"ballast file {pulsed.home / 'ballast'} of 32 MiB"):
         assert made in text, text
+
+
+def test_events_vitals_and_effects_print_iso_times_never_epoch_floats(tmp_path):
+    import re
+
+    from support import init_home
+    home = tmp_path / "home"
+    init_home(home)
+    (home / "config.toml").write_text('[[process]]\nname = "svc"\nmatch = "^no-such-process-i23c$"\n')
+    assert ctl(home, "pause", "svc", "--for", "10m").returncode == 0
+    assert ctl(home, "emit", "noop", "--target", "demo").returncode == 0
+    outputs = [ctl(home, "events", "--json").stdout, ctl(home, "events").stdout, ctl(home, "effects", "--json").stdout]
+    pause = next(json.loads(line) for line in outputs[0].splitlines() if '"pause"' in line)
+    assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", pause["data"]["until"])
+    assert pause["ts"].endswith("Z")
+    effect = json.loads(outputs[2].splitlines()[0])
+    assert effect["created"].endswith("Z") and effect["deadline"].endswith("Z")
+    for out in outputs:
+        assert out and not re.search(r"\b1[7-9]\d{8}(\.\d+)?\b", out), out
