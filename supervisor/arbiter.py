@@ -705,9 +705,7 @@ class Arbiter:
         out = []
         for p in self.settings.process:
             sample = seen.get(p.name) or {}
-            until = paused.get(p.name)
-            out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"),
-                                          clock.iso(until, ms=False) if until else None,
+            out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
                                           sample.get("matches"), sample.get("rss_mb"),
                                           p.memory.max_mb if p.memory is not None else None))
         return out

@@ -236,7 +236,8 @@ def test_status_lists_the_critical_processes_alive_dead_and_paused(pulsed, track
         return data if data and check(data[0]) else None
     assert wait_for(lambda: process(lambda p: p["alive"]), 10, what="svc alive")[0]["pid"] == victim.pid
     assert pulsed.ctl("pause", "svc", "--for", "10m").returncode == 0
-    wait_for(lambda: process(lambda p: p["paused_until"]), 10, what="svc paused")
+    paused = wait_for(lambda: process(lambda p: p["paused_until"]), 10, what="svc paused")
+    assert paused[0]["paused_until"].endswith("Z")                # ISO 8601, not epoch seconds (issue 23)
     victim.kill()
     victim.wait(5)
     wait_for(lambda: process(lambda p: p["alive"] is False), 10, what="svc dead")

@@ -6,7 +6,7 @@ Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unre
 from __future__ import annotations
 
 from pulse.cli import request_or_exit
-from pulse.core import wire
+from pulse.core import clock, wire
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import LATE, StatusExit, WorkerState
 
@@ -44,7 +44,7 @@ def columns(rows: list[tuple[str, ...]]) -> list[str]:
 def process_state(p: wire.ProcessStatus) -> str:
     state = "unknown" if p.alive is None else "alive" if p.alive else "dead"
     if p.paused_until is not None:
-        state += f", paused until {p.paused_until}"
+        state += f", paused until {clock.iso(p.paused_until, ms=False)}"
     if p.matches is not None and p.matches > 1:
         state += f", {p.matches} processes match (the oldest is watched)"
     return state
@@ -91,7 +91,7 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         time.sleep(0.3)
         reply = request_or_exit(paths, wire.GetStatus(), timeout)
     if as_json:
-        print(wire.status_json(reply.status).decode())
+        print(status_json(reply.status))
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if dev_pid(paths) is not None:
@@ -114,3 +114,14 @@ def rolled_back_note(paths: Paths) -> str | None:
         return None
     return (f"engine: {repo.rolled_back_words(held)}; `pulsectl engine` says more, and a promote "
             "refuses it without --again")
+
+
+def status_json(status: wire.Status) -> str:
+    """`status --json`: the document pulsed sent, with a process's `paused_until` (epoch seconds on
+    the wire, which the page reads) as ISO 8601 like every other time in it (issue 23)."""
+    import json
+    document = json.loads(wire.status_json(status))
+    for process in document.get("processes", []):
+        if isinstance(process.get("paused_until"), (int, float)):
+            process["paused_until"] = clock.iso(process["paused_until"])
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

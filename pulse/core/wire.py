@@ -118,7 +118,7 @@ class ProcessStatus(msgspec.Struct):
     name: str
     alive: bool | None                  # None: not sampled yet
     pid: int | None = None
-    paused_until: str | None = None     # ISO 8601 (UTC): survival leaves it alone until then
+    paused_until: float | None = None   # wall clock: survival leaves it alone until then (`status --json`: ISO 8601)
     matches: int | None = None          # found by `match`: how many processes matched (more than one: ambiguous)
     rss_mb: float | None = None         # its tree's RSS (it and its descendants), as last sampled
     max_mb: float | None = None         # its `memory` ceiling, when it has one
