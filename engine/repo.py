@@ -242,7 +242,7 @@ def _record(paths: Paths, type_: str, source: str, **data) -> int:
 
 
 def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None = None,
-            source: str = "pulsectl", message: str | None = None) -> Change:
+            source: str = "pulsectl", message: str | None = None, again: bool = False) -> Change:
     """Merge staging into main behind the promote checks. deploy: staging must already be committed.
 
     The merge commit's tree is staging's committed tree, exactly: what passed the checks in
@@ -258,6 +258,8 @@ def promote(paths: Paths, *, deploy: bool = False, typecheck: list[str] | None =
             git(paths.staging, "add", "-A")
             git(paths.staging, "commit", "-q", "-m", message or "staging: changes to promote")
         try:
+            if not again:
+                refuse_rolled_back(paths)
             return _promote(paths, typecheck, source, message)
         except EngineDirError:
             if dirty:       # refused: staging as it was, its changes uncommitted again
@@ -291,6 +293,58 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
     event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
                        checks=checks)
     return Change("promote", before, after, ref, event_id)
+
+
+# -- issue 23: what staging still holds after a rollback ------------------------------------------
+# A rollback (survival's autoRollback most of all) returns main to an earlier tree, but staging
+# keeps the tree that was rolled back: nothing said so, and the next promote shipped it again.
+
+def rolled_back_in_staging(paths: Paths) -> tuple[wire.Event, list[str]] | None:
+    """The last rollback, when it is the engine's latest change, and the files it undid that
+    staging's committed tree still holds as they were rolled back (None when there are none:
+    staging was fixed, or dropped). A new commit in staging that keeps the broken file is caught
+    too: that is how it used to ship again."""
+    try:
+        conn = connection.open_readonly(paths.events_db)
+    except connection.StoreError:
+        return None
+    try:
+        changes = eventsdb.read_events(conn, types=["promote", "rollback"])
+    finally:
+        conn.close()
+    if not changes or changes[-1].type != "rollback" or not changes[-1].data.get("before"):
+        return None
+    last = changes[-1]
+    rolled, now = last.data["before"], last.data.get("after") or "HEAD"
+    undone = procs.run_git(paths.engine, "diff", "--name-only", "--no-renames", now, rolled)
+    if undone.returncode:
+        return None
+    held = [name for name in undone.stdout.splitlines() if name and _blob(paths, rolled, name) is not None
+            and _blob(paths, rolled, name) == _blob(paths, "staging", name)]
+    return (last, held) if held else None
+
+
+def _blob(paths: Paths, commit: str, name: str) -> str | None:
+    out = procs.run_git(paths.engine, "rev-parse", "--verify", "-q", f"{commit}:{name}")
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def rolled_back_words(held: tuple[wire.Event, list[str]]) -> str:
+    """"staging still holds what the rollback at 2026-12-03T10:00:00Z (autoRollback) undid: rules/x.py"."""
+    from pulse.core import clock
+    event, files = held
+    why = event.data.get("reason") or "no reason recorded"
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return (f"staging still holds what the rollback at {clock.iso(event.ts, ms=False)} by {event.source} "
+            f"({why}) undid: {shown}")
+
+
+def refuse_rolled_back(paths: Paths) -> None:
+    """A promote that would ship again what a rollback undid is refused unless asked for again."""
+    held = rolled_back_in_staging(paths)
+    if held is not None:
+        raise EngineDirError("rolled-back", rolled_back_words(held) + "; fix or drop it in staging and promote, "
+                             "or `pulsectl promote --again` to ship it as it is")
 
 
 def staging_differs(paths: Paths) -> list[str]:

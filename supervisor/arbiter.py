@@ -30,6 +30,7 @@ from pulse.core.states import (
     CORE_WORKERS,
     ENGINE,
     EVENT_WRITER,
+    LATE,
     STEERABLE,
     WEB,
     WORKERS,
@@ -504,6 +505,7 @@ class Arbiter:
             self.update_notify()
             return
         child.restarts += 1
+        child.crash_restarts += 1
         restarted = dict(reason=reason, delay_ms=round(decision.delay_s * 1000), streak=child.streak)
         if decision.delay_s == 0:
             self.spawn(child, CRASH_RESTART, **restarted)
@@ -534,6 +536,7 @@ class Arbiter:
         """An operator's restart (or a reload's): not a crash, never counted toward the limit."""
         child.restart_after_stop = False
         child.restarts += 1
+        child.operator_restarts += 1
         self.spawn(child, RESTART, reason="operator", delay_ms=0)
 
     def stop(self, child: Child, *, restart: bool = False, until: float | None = None) -> None:
@@ -572,6 +575,7 @@ class Arbiter:
                 log.info("retrying failed %s", child.name)
                 forget_crashes(child)
                 child.restarts += 1
+                child.crash_restarts += 1
                 self.spawn(child, RETRY, reason="retry-after-failed", delay_ms=0)
         if self.next_watchdog is not None and now >= self.next_watchdog:
             self.notifier.send("WATCHDOG=1")
@@ -674,19 +678,24 @@ class Arbiter:
 
     def status(self) -> wire.Status:
         self.read_heartbeats()
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         workers = []
         for c in (self.children[name] for name in self.listed()):
             alive = c.pid is not None
+            heartbeat_age = round(now - c.heartbeat_at, 3) if alive and c.heartbeat_at else None
             workers.append(wire.WorkerStatus(
-                name=c.name, pid=c.pid, state=str(c.state), restarts=c.restarts,
+                name=c.name, pid=c.pid, state=shown_state(c, heartbeat_age, self.timings), restarts=c.restarts,
                 uptime_s=round(now - c.spawned_at, 3) if alive and c.spawned_at else None,
-                heartbeat_age_s=round(now - c.heartbeat_at, 3) if alive and c.heartbeat_at else None,
-                last_exit=c.last_exit))
+                heartbeat_age_s=heartbeat_age,
+                last_exit=c.last_exit,
+                crashes=c.crash_restarts, operator_restarts=c.operator_restarts,
+                started_at=clock.iso(wall - (now - c.spawned_at)) if alive and c.spawned_at else None,
+                heartbeat_at=clock.iso(wall - heartbeat_age) if heartbeat_age is not None else None))
         return wire.Status(
             version=wire.STATUS_VERSION,
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
-                                             home=str(self.paths.home)),
+                                             home=str(self.paths.home),
+                                             started_at=clock.iso(wall - (now - self.started_mono))),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
             web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
             files=self.watched_files())
@@ -720,3 +729,17 @@ def from_extras(data, type_):
         return msgspec.convert(data, type_)
     except msgspec.ValidationError:
         return None
+
+def late_after_s(timings) -> float:
+    """A running worker whose heartbeat is older than this is shown `late`: half of hung_after_ms
+    (5 s of 10 by default), and never less than three heartbeats. Earlier would call a worker
+    merely slowed by a loaded host late; later leaves too little of the wait before it is hung."""
+    return max(3 * timings.heartbeat_ms, timings.hung_after_ms / 2) / 1000
+
+
+def shown_state(child: Child, heartbeat_age_s: float | None, timings) -> str:
+    """The state status shows: the state machine's, except `late` for a running worker whose
+    heartbeat is overdue (a frozen worker read `running` until it was found hung)."""
+    if child.state is S.RUNNING and heartbeat_age_s is not None and heartbeat_age_s > late_after_s(timings):
+        return LATE
+    return str(child.state)

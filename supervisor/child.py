@@ -52,6 +52,10 @@ class Child:
     forkserver: object | None = None     # the forkserver that was asked for this process
     starts: int = 0                      # spawns since pulsed started
     restarts: int = 0                    # restarts since pulsed started (automatic and operator)
+    # ... of which automatic (after a crash, a hang, a retry of a failed worker) and operator's (a
+    # restart or a reload's): status shows them apart, so a reload never reads as a crash (issue 23)
+    crash_restarts: int = 0
+    operator_restarts: int = 0
     streak: int = 0                      # crashes in a row, for backoff
     recent: collections.deque = field(default_factory=collections.deque)  # automatic restart times
     spawned_at: float | None = None

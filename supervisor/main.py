@@ -53,11 +53,11 @@ def take_lock(paths: Paths) -> int:
     return fd
 
 
-def prepare_home(paths: Paths) -> None:
+def prepare_home(paths: Paths) -> list[str]:
     """In a short-lived child, so what it takes (git, shutil, SQLite) never stays resident in
     pulsed (which has no thread yet: fork is safe): check the stores, reading only, and refuse a
     damaged, unreadable or read-only one, or a history that went missing (HomeError: one line a
-    problem); make what is missing; record how long the history is."""
+    problem); make what is missing (returned, one item a line); record how long the history is."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -68,9 +68,9 @@ def prepare_home(paths: Paths) -> None:
             problems = check_home(paths)
             if problems:
                 raise HomeError("\n".join(problems))
-            if not home_is_complete(paths):
-                ensure_home(paths.home)
+            made = ensure_home(paths.home) if not home_is_complete(paths) else []
             mark_history(paths)
+            os.write(w, "\n".join(made).encode())
             code = 0
         except Exception as err:
             import traceback
@@ -86,6 +86,21 @@ def prepare_home(paths: Paths) -> None:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise HomeError(message or f"preparing the home {paths.home} failed (wait status {status})")
+    return message.splitlines()
+
+
+def say_what_was_made(log: logs.Log, home: Path, fresh: bool, made: list[str], ballast_mb: int) -> None:
+    """pulsed's first run says what it created, as `pulsectl init` does: a new user otherwise
+    finds a home, an engine repository and a 32 MiB file they never asked for (issue 23)."""
+    if not made and not fresh:
+        return
+    if fresh:
+        log.info("first run: made the home %s/ (mode 0700)", home)
+    for item in made:
+        log.info("first run: made %s", item)
+    if ballast_mb > 0:
+        log.info("the tick keeps a ballast file %s of %d MiB, freed first when the disk is full so Pulse "
+                 "can still act ([survival] ballast_mb; 0: none)", home / "ballast", ballast_mb)
 
 
 def register(paths: Paths, settings: configmod.SupervisorConfig) -> Path | None:
@@ -140,6 +155,7 @@ def parse(argv: list[str]) -> tuple[str | None, bool]:
 def main(argv: list[str] | None = None) -> None:
     home, log_stderr = parse(sys.argv[1:] if argv is None else argv)
     home_path = resolve_home(home)
+    fresh = not home_path.exists()
     try:
         home_path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
@@ -150,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     lock_fd = take_lock(paths)
     try:
         config = configmod.load(paths.config)
-        prepare_home(paths)
+        made = prepare_home(paths)
         make_runtime_dir(paths)
     except (configmod.ConfigError, HomeError) as err:
         *before, last = str(err).splitlines() or [type(err).__name__]
@@ -164,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     logs.Log.sink, logs.Log.level = sink, logs.LEVELS[settings.log.level]
     notifier = Notifier()
     logs.Log("pulse.supervisor").info("pulsed %s starting on %s", __version__, home_path)
+    say_what_was_made(logs.Log("pulse.supervisor"), home_path, fresh, made, config.survival.ballast_mb)
 
     entry = register(paths, settings)
     from .arbiter import Arbiter  # zmq and the rest only once the cheap checks passed

@@ -7,6 +7,7 @@ By hand: `pulsectl process config NAME`, `--pin`, `--restore`."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 import time
@@ -173,6 +174,8 @@ def test_an_edit_that_breaks_the_process_is_undone_once_and_the_broken_copy_kept
     assert [(f.path, f.state) for f in shown_config.files] == [(str(rig.app), "known-good"), (str(rig.extra), "known-good")]
     assert shown_config.restore_why == "crash-loop" and not shown_config.pinned
     assert shown_config.restored_at == restore["ts"] or abs(shown_config.restored_at - restore["ts"]) < 1
+    (document,) = json.loads(pulsed.ctl("status", "--json").stdout)["processes"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", document["config"]["restored_at"])   # ISO, as every time
     table = pulsed.ctl("status").stdout
     assert "CONFIG" in table and "known good; restored " in table and "(crash-loop, acked)" in table
     metrics = scrape(pulsed)

@@ -227,7 +227,7 @@ def test_a_promote_after_a_rollback_runs_exactly_what_staging_has(tmp_path):
     assert not (home / "engine" / "rules" / "a.py").exists()
     assert repo.staging_differs(paths) == ["A\trules/a.py"]      # what the rollback output lists
     (home / "staging" / "rules" / "b.py").write_text(RULE.format(name="b"))
-    repo.promote(paths)
+    repo.promote(paths, again=True)     # a.py is what the rollback undid: shipped again only when asked
     assert tree_of(home / "engine", "HEAD") == tree_of(home / "engine", "staging")
     assert (home / "engine" / "rules" / "a.py").exists() and (home / "engine" / "rules" / "b.py").exists()
     assert repo.staging_differs(paths) == []

@@ -76,7 +76,7 @@ def test_the_analyst_judges_the_fixture_history(history):
     assert repair.event_ids == ids_of(h, "effect", "gateway") + ids_of(h, "effect-failed", "gateway")
     rollback = next(f for f in result.issues if f.text.startswith("engine rolled back"))
     assert rollback.event_ids == ids_of(h, "rollback")
-    assert any(f.text.startswith("good acked 2 of 2 runs") for f in result.highlights)
+    assert any(f.text.startswith("good 2 of 2 tasks done") for f in result.highlights)
 
     runs = [e for e in result.timeline if e.run is not None]
     assert sorted(e.run for e in runs) == ["run-b1", "run-b2", "run-b3", "run-g1", "run-g2"]
@@ -126,7 +126,7 @@ def test_an_error_that_keeps_recurring_is_one_distinct_error_and_every_occurrenc
     assert len(errors) == 5
     result = analyst.analyse(events, 0, time.time() + 1)
     finding = next(f for f in result.issues if "distinct error" in f.text)
-    assert finding.text.startswith("2 distinct error(s), 31 in all; the last: rule raised KeyError")
+    assert finding.text.startswith("2 distinct errors, 31 in all; the last: rule raised KeyError")
     assert finding.event_ids == [errors[3].id, errors[4].id]     # the latest event of each
     assert result.score == 100 - 2                               # one point per distinct error
 

@@ -53,10 +53,10 @@ def test_stop_returns_once_pulsed_has_exited(pulsed):
     assert pulsed.proc.poll() is not None or pulsed.proc.wait(5) == 0
 
 
-def test_bare_config_prints_help_and_an_unknown_command_suggests_the_nearest(pulsed):
+def test_bare_config_says_what_to_run_and_an_unknown_command_suggests_the_nearest(pulsed):
     init_home(pulsed.home)
     out = pulsed.ctl("config")
-    assert out.returncode == 0 and "--effective" in out.stdout
+    assert out.returncode == 2 and "--effective" in out.stderr     # a usage error, not help and success
     out = pulsed.ctl("stauts")
     assert out.returncode == 2 and "did you mean 'status'?" in out.stderr
 

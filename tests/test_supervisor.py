@@ -27,7 +27,7 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
     out = pulsed.ctl("status")
     assert out.returncode == 0, out.stderr
     header, *rows = out.stdout.splitlines()
-    assert header.split() == ["NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST", "EXIT", "HEARTBEAT"]
+    assert header.split() == ["NAME", "STATE", "PID", "UPTIME", "CRASHES", "RESTARTED", "LAST", "EXIT", "HEARTBEAT"]
     assert [r.split()[:2] for r in rows[:4]] == [[w, "running"] for w in WORKERS]
     assert rows[4].startswith(f"pulsed pid {pulsed.proc.pid},")
 
@@ -35,10 +35,11 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
     assert list(data) == ["version", "supervisor", "workers", "engine_commit", "processes", "web_url"]
     assert data["version"] == 1 and data["web_url"] is None          # no web worker unless [web] enabled
     assert len(data["engine_commit"]) >= 40 and data["processes"] == []
-    assert list(data["supervisor"]) == ["pid", "uptime_s", "home"]
+    assert list(data["supervisor"]) == ["pid", "uptime_s", "home", "started_at"]
     assert data["supervisor"]["home"] == str(home)
     for w in data["workers"]:
-        assert list(w) == ["name", "pid", "state", "restarts", "uptime_s", "heartbeat_age_s", "last_exit"]
+        assert list(w) == ["name", "pid", "state", "restarts", "uptime_s", "heartbeat_age_s", "last_exit",
+                           "crashes", "operator_restarts", "started_at", "heartbeat_at"]
         assert w["state"] == "running" and w["last_exit"] is None and w["restarts"] == 0
 
 
@@ -235,7 +236,8 @@ def test_status_lists_the_critical_processes_alive_dead_and_paused(pulsed, track
         return data if data and check(data[0]) else None
     assert wait_for(lambda: process(lambda p: p["alive"]), 10, what="svc alive")[0]["pid"] == victim.pid
     assert pulsed.ctl("pause", "svc", "--for", "10m").returncode == 0
-    wait_for(lambda: process(lambda p: p["paused_until"]), 10, what="svc paused")
+    paused = wait_for(lambda: process(lambda p: p["paused_until"]), 10, what="svc paused")
+    assert paused[0]["paused_until"].endswith("Z")                # ISO 8601, not epoch seconds (issue 23)
     victim.kill()
     victim.wait(5)
     wait_for(lambda: process(lambda p: p["alive"] is False), 10, what="svc dead")

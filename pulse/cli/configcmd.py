@@ -43,8 +43,9 @@ def unknown_kinds(ctx: Context, config) -> list[str]:
 def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
     """Print the configuration pulsed would run with (--effective)."""
     if not effective:
-        click.echo(click_ctx.get_help())
-        return
+        # Printing the help and exiting 0 looked like success to a script: say what to run instead.
+        raise click.UsageError("say what to print: --effective (the configuration in force, defaults "
+                               "included); `pulsectl check-config` validates config.toml", click_ctx)
     import msgspec
 
     from pulse.core import client, wire

@@ -29,31 +29,36 @@ def _fail(err) -> None:
     sys.exit(1)
 
 
-def _promote(ctx: Context, *, deploy: bool, message: str | None = None) -> None:
+def _promote(ctx: Context, *, deploy: bool, message: str | None = None, again: bool = False) -> None:
     from pulse.engine import repo
     verb, done = ("deploy", "deployed") if deploy else ("promote", "promoted")
     try:
         result = repo.promote(ctx.paths, deploy=deploy, typecheck=ctx.config().engine.typecheck,
-                                   message=message)
+                              message=message, again=again)
     except repo.EngineDirError as err:
         _fail(f"{verb} refused, main untouched: {err}")
     click.echo(f"{done} {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
     _reload_engine(ctx)
 
 
+AGAIN_HELP = "Promote even the very tree the last rollback rolled away from."
+
+
 @click.command()
 @click.option("-m", "--message", help="The merge commit's message.")
+@click.option("--again", is_flag=True, help=AGAIN_HELP)
 @pass_ctx
-def promote(ctx: Context, message: str | None) -> None:
+def promote(ctx: Context, message: str | None, again: bool) -> None:
     """Merge staging into main behind the promote checks (compile, import, the engine's tests), then reload."""
-    _promote(ctx, deploy=False, message=message)
+    _promote(ctx, deploy=False, message=message, again=again)
 
 
 @click.command()
+@click.option("--again", is_flag=True, help=AGAIN_HELP)
 @pass_ctx
-def deploy(ctx: Context) -> None:
+def deploy(ctx: Context, again: bool) -> None:
     """Promote a staging tree that is already committed."""
-    _promote(ctx, deploy=True)
+    _promote(ctx, deploy=True, again=again)
 
 
 @click.command()
@@ -77,13 +82,28 @@ def rollback(ctx: Context, ref: str | None) -> None:
         click.echo("staging still has what was rolled back (a promote would bring it back):")
         for line in differs:
             click.echo(f"  {line}")
-        click.echo(f"keep it: fix it in {ctx.paths.staging} and promote; drop it: "
+        click.echo(f"keep it: fix it in {ctx.paths.staging} and promote (as it is: promote --again); drop it: "
                    f"git -C {ctx.paths.staging} reset --hard main")
 
 
-@click.group()
-def engine() -> None:
-    """The engine directory."""
+@click.group(invoke_without_command=True)
+@pass_ctx
+@click.pass_context
+def engine(click_ctx: click.Context, ctx: Context) -> None:
+    """The engine directory: alone, what main runs and what staging holds."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    from pulse.engine import repo
+    try:
+        click.echo(f"main at {repo.head(ctx.paths.engine)[:12]} ({ctx.paths.engine})")
+        differs = repo.staging_differs(ctx.paths)
+    except repo.EngineDirError as err:
+        _fail(err)
+    click.echo(f"staging ({ctx.paths.staging}): " + (f"{len(differs)} files differ from main (a promote "
+               "would ship them)" if differs else "its committed tree is main's"))
+    for line in differs[:20]:
+        click.echo(f"  {line}")
+    say_what_staging_holds(ctx)
 
 
 @engine.command("log")
@@ -101,6 +121,17 @@ def engine_log(ctx: Context) -> None:
         detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"
         click.echo(f"{when}  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
                    f"by {ev.source}  {detail}")
+    say_what_staging_holds(ctx)
+
+
+def say_what_staging_holds(ctx: Context) -> None:
+    """After a rollback (survival's own, most of all), say that staging still holds what was
+    rolled back, and what a promote would do with it."""
+    from pulse.engine import repo
+    held = repo.rolled_back_in_staging(ctx.paths)
+    if held is not None:
+        click.echo(f"{repo.rolled_back_words(held)}; a promote refuses it without --again. Drop it: "
+                   f"git -C {ctx.paths.staging} reset --hard main")
 
 
 @click.command()

@@ -52,7 +52,39 @@ COMMAND_MODULES = {
 }
 
 
+# The one line `pulsectl --help` shows for each command whose docstring's first sentence is longer
+# than click's 45 characters (click would cut it with "..."). A command not named here shows its
+# first sentence whole (format_commands), so no description is ever cut.
+SHORT_HELP = {
+    "dev": "Run the engine on staging, reloaded on every save.",
+    "emit": "Queue an effect by hand and ring the executor.",
+    "events": "Print events (-n, --type, --since, -f).",
+    "gate": "The agent's safety gate: its sessions.",
+    "gate-reset": "Reset a gate session, or an agent's.",
+    "instances": "List this user's running Pulses.",
+    "mcp": "Serve the gated tools over MCP (stdio).",
+    "promote": "Merge staging into main, checked.",
+    "reload": "Re-read config.toml; restart what changed.",
+    "report": "What happened on this host, judged.",
+    "rollback": "Return main to an earlier tree.",
+    "stop": "Stop WORKER, or pulsed itself.",
+    "task": "Tasks for agents: add, list, show, close.",
+    "vitals": "The latest vitals (KEY: one, or a prefix).",
+    "web": "The operator's page and /metrics.",
+}
+
+
 class LazyGroup(click.Group):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, SHORT_HELP.get(name) or command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_MODULES)
 

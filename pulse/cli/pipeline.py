@@ -33,11 +33,40 @@ def _connect(ctx: Context, name: str):
         sys.exit(1)
 
 
-def _event_line(ev, as_json: bool) -> str:
+# -- issue 23: times as ISO 8601 in what pulsectl prints -------------------------------------------
+# The stores keep wall times as epoch seconds (cheap to compare, and the tick and the page read
+# them); a person reading `events`, `vitals` or `effects` (and a script reading their --json) gets
+# ISO 8601 in UTC instead of `"until": 1796292125.5162346`. `mono` stays: it is no wall time.
+EPOCH_KEYS = frozenset({"ts", "created", "deadline", "until", "since", "started", "dead_since", "not_before",
+                        "paused_until", "expires", "started_at_ts"})
+
+
+def is_epoch_key(key: str) -> bool:
+    return key in EPOCH_KEYS or key.endswith(("_at", "_ts", "_until", "_since"))
+
+
+def readable_times(value: object, key: str = "") -> object:
+    """`value` with each epoch time under a time key (by name, and within 2001-5138) as ISO 8601."""
+    if isinstance(value, dict):
+        return {k: readable_times(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [readable_times(v, key) for v in value]
+    if (key and is_epoch_key(key) and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 1e9 <= value < 1e11):
+        return clock.iso(float(value))
+    return value
+
+
+def _json_line(value: object) -> str:
     import msgspec
+    return json.dumps(readable_times(msgspec.to_builtins(value)), separators=(",", ":"), default=str,
+                      ensure_ascii=False)
+
+
+def _event_line(ev, as_json: bool) -> str:
     if as_json:
-        return msgspec.json.encode(ev).decode()
-    data = json.dumps(ev.data, separators=(",", ":"), default=str)
+        return _json_line(ev)
+    data = json.dumps(readable_times(ev.data), separators=(",", ":"), default=str)
     return f"{ev.id:>7} {clock.iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
 
 
@@ -83,7 +112,6 @@ def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, 
 @pass_ctx
 def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
     """The latest vital of each key (KEY: one key, or a prefix ending in *)."""
-    import msgspec
 
     from pulse.store import vitalsdb
     conn = _connect(ctx, "vitals.db")
@@ -93,8 +121,8 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
         sys.exit(1)
     for k in sorted(latest):
         v = latest[k]
-        click.echo(msgspec.json.encode(v).decode() if as_json else
-                   f"{k:<28} {clock.iso(v.ts)}  {json.dumps(v.data, separators=(',', ':'), default=str)}")
+        click.echo(_json_line(v) if as_json else
+                   f"{k:<28} {clock.iso(v.ts)}  {json.dumps(readable_times(v.data), separators=(',', ':'), default=str)}")
 
 
 @click.command()
@@ -113,7 +141,7 @@ def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
         click.echo(f"{'ID':<32}  {'STATE':<9} {'KIND':<16} {'TARGET':<20} {'ORIGIN':<9} {'CREATED':<24} WHY")
     for effect, state, why in rows:
         if as_json:
-            click.echo(msgspec.json.encode({**msgspec.to_builtins(effect), "state": state, "why": why}).decode())
+            click.echo(_json_line({**msgspec.to_builtins(effect), "state": state, "why": why}))
         else:
             click.echo(f"{effect.id:<32}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} "
                        f"{effect.origin:<9} {clock.iso(effect.created):<24} {why or ''}".rstrip())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pulse.cli import request_or_exit
 from pulse.core import clock, wire
 from pulse.core.home import Paths, dev_pid
-from pulse.core.states import StatusExit, WorkerState
+from pulse.core.states import LATE, StatusExit, WorkerState
 
 
 def duration(seconds: float | None) -> str:
@@ -44,8 +44,7 @@ def columns(rows: list[tuple[str, ...]]) -> list[str]:
 def process_state(p: wire.ProcessStatus) -> str:
     state = "unknown" if p.alive is None else "alive" if p.alive else "dead"
     if p.paused_until is not None:
-        import time
-        state += f", paused until {time.strftime('%H:%M:%S', time.gmtime(p.paused_until))}Z"
+        state += f", paused until {clock.iso(p.paused_until, ms=False)}"
     if p.matches is not None and p.matches > 1:
         state += f", {p.matches} processes match (the oldest is watched)"
     return state
@@ -91,9 +90,12 @@ def file_rows(files: list[wire.FileWatchStatus]) -> list[tuple[str, ...]]:
 
 
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
-    rows = [("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEARTBEAT")]
+    # Crashes (automatic restarts) apart from the operator's restarts and reloads: a reload is not
+    # a crash, and one column counting both hid which was which (issue 23).
+    rows = [("NAME", "STATE", "PID", "UPTIME", "CRASHES", "RESTARTED", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
-        rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.restarts), last_exit(w.last_exit),
+        rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.crashes),
+                     str(w.operator_restarts), last_exit(w.last_exit),
                      "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s ago"))
     lines = columns(rows)
     if status.processes:
@@ -110,16 +112,62 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
                     if engine_commit else "")
                  + (f", {events_unwritten} lifecycle events not yet in events.db" if events_unwritten else ""))
+    if events_unwritten:
+        # Said once more after a second look (see show()): pulsed holds them, none is lost (issue 23).
+        lines.append(f"({events_unwritten} lifecycle events are held by pulsed until its event writer commits them: "
+                     "it is behind or being replaced; `pulsectl events` shows them once written)")
     return "\n".join(lines)
 
 
 def show(paths: Paths, timeout: float, as_json: bool) -> int:
     reply = request_or_exit(paths, wire.GetStatus(), timeout)
+    if not as_json and reply.events_recorded > reply.events_written:
+        # Right after a kill the restart's own events are a few milliseconds from being committed:
+        # look again once before saying so, so a passing moment is not reported as a backlog.
+        import time
+        time.sleep(0.3)
+        reply = request_or_exit(paths, wire.GetStatus(), timeout)
     if as_json:
-        print(wire.status_json(reply.status).decode())
+        print(status_json(reply.status))
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
-    running = all(w.state == WorkerState.RUNNING for w in reply.status.workers)
+        rolled = rolled_back_note(paths)
+        if rolled:
+            print(rolled)
+    running = all(w.state in (WorkerState.RUNNING, LATE) for w in reply.status.workers)
     return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING
+
+
+def rolled_back_note(paths: Paths) -> str | None:
+    """After a rollback (survival's autoRollback most of all), staging still holding the rolled-back
+    tree is said here, or the next promote would ship it again unnoticed (issue 23)."""
+    if not (paths.engine / ".git").exists():
+        return None
+    from pulse.engine import repo
+    held = repo.rolled_back_in_staging(paths)
+    if held is None:
+        return None
+    return (f"engine: {repo.rolled_back_words(held)}; `pulsectl engine` says more, and a promote "
+            "refuses it without --again")
+
+
+WIRE_TIMES = ("paused_until", "kept_at", "restored_at", "sampled_at", "last_trim_at")   # epoch seconds on the wire
+
+
+def iso_times(item: dict) -> dict:
+    """`item` with each of WIRE_TIMES it has as ISO 8601."""
+    return {k: clock.iso(v) if k in WIRE_TIMES and isinstance(v, (int, float)) else v for k, v in item.items()}
+
+
+def status_json(status: wire.Status) -> str:
+    """`status --json`: the document pulsed sent, with the times of processes, their configs and the
+    watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like every other
+    time in it (issue 23)."""
+    import json
+    document = json.loads(wire.status_json(status))
+    document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"])})
+                             for p in document.get("processes", [])]
+    document["files"] = [iso_times(f) for f in document.get("files", [])]
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

@@ -97,18 +97,32 @@ def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:
 @click.command()
 @pass_ctx
 def reload(ctx: Context) -> None:
-    """Re-read config.toml; restart only the workers whose settings changed."""
+    """Re-read config.toml; restart only the workers whose settings changed.
+
+    A bad file exits 78, as `pulsectl check-config` and pulsed do for the same file, and says that
+    the running configuration was kept."""
     from pulse.cli.configcmd import unknown_kinds
     from pulse.core import config as configmod
+    from pulse.core.states import StatusExit
+    refused = "pulsectl: reload refused, pulsed keeps its running configuration: "
     try:
         problems = unknown_kinds(ctx, configmod.load(ctx.paths.config))
     except configmod.ConfigError:
-        problems = []              # pulsed refuses it, and says why
+        problems = []              # pulsed refuses it (recording a failed `reload` event), and says why
     if problems:
         for problem in problems:
-            click.echo(f"pulsectl: reload refused, pulsed keeps its configuration: {problem}", err=True)
-        sys.exit(1)
-    click.echo(ctx.request(wire.Reload()).message)
+            click.echo(refused + problem, err=True)
+        sys.exit(78)
+    from pulse.core import client
+    try:
+        reply = client.request(ctx.paths, wire.Reload(), ctx.timeout)
+    except client.Unreachable as err:
+        click.echo(f"pulsectl: {err}", err=True)
+        sys.exit(StatusExit.UNKNOWN)
+    if not reply.ok:
+        click.echo(refused + str(reply.error), err=True)
+        sys.exit(78)
+    click.echo(reply.message)
 
 
 COMMANDS = [restart, start, stop, reload]

@@ -565,12 +565,52 @@ def _explain(err: msgspec.ValidationError) -> str:
     text = str(err)
     m = _UNKNOWN.match(text)
     if m:
-        return f"unknown key {m['path'] or '$'}.{m['key']}"
+        return f"unknown key {m['path'] or '$'}.{m['key']}" + _did_you_mean(m["path"] or "$", m["key"])
     m = _AT.match(text)
     if m:
         choices = _choices(m["path"]) if m["msg"].startswith("Invalid enum value") else None
         return f"{m['path']}: {m['msg']}" + (f"; one of: {', '.join(choices)}" if choices else "")
     return text
+
+
+def _fields_at(path: str) -> list[str]:
+    """The keys the table at `path` (`$`, `$.timings`, `$.process[0].health`) takes."""
+    import typing
+    kind: object = Config
+    for part in re.sub(r"\[\d+\]", "", path).split(".")[1:]:
+        fields = {f.name: f.type for f in msgspec.structs.fields(kind)} if isinstance(kind, type) else {}
+        kind = fields.get(part)
+        while typing.get_origin(kind) in (list, typing.Union) or type(kind).__name__ == "UnionType":
+            kind = next(a for a in typing.get_args(kind) if isinstance(a, type) and a is not type(None)
+                        and issubclass(a, msgspec.Struct))
+    if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+        return []
+    return [f.encode_name for f in msgspec.structs.fields(kind)]
+
+
+def _did_you_mean(path: str, key: str) -> str:
+    """`; did you mean heartbeat_ms?` for a misspelt key, or the table a top-level key belongs in
+    (`level` uncommented under a commented `# [log]` lands at the top level)."""
+    import difflib
+    try:
+        close = difflib.get_close_matches(key, _fields_at(path), n=1)
+    except (StopIteration, TypeError):
+        close = []
+    if close:
+        return f"; did you mean {close[0]}?"
+    if path == "$":
+        tables = [f.encode_name for f in msgspec.structs.fields(Config)
+                  if key in _safe_fields(f"$.{f.encode_name}")]
+        if tables:
+            return f"; it belongs in a table: [{tables[0]}] (uncomment that table's header too)"
+    return ""
+
+
+def _safe_fields(path: str) -> list[str]:
+    try:
+        return _fields_at(path)
+    except (StopIteration, TypeError):
+        return []
 
 
 def _choices(path: str) -> list[str] | None:
@@ -986,8 +1026,9 @@ def default_toml() -> str:
     for line in to_toml(Config()).splitlines():
         if line.startswith("schema"):
             continue
-        single_table = line.startswith("[") and not line.startswith("[[")
-        lines.append(line if (not line or single_table) else "# " + line)
+        # Table headers are commented too: a table the README says to add (`[web]`, `[survival.llm]`)
+        # pasted below must not declare it a second time, which TOML refuses.
+        lines.append("# " + line if line else line)
         if line == "[pulse]":
             lines.append("# name = \"<the home's folder name>\"   # this instance among the host's Pulses")
     lines += [

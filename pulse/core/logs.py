@@ -164,11 +164,25 @@ def log_files(log_file: Path) -> list[Path]:
 
 
 def written_by(line: str, process: str | None) -> bool:
-    """A pulse.log line ("TIME NAME[PID] ...") comes from `process` (every line when None)."""
+    """A pulse.log line ("TIME NAME[PID] ...") comes from `process` (every line when None), or is
+    pulsed's about it: a worker's crashes, restarts and hangs are written by pulsed, and a log of
+    the tick without them hides what happened to it."""
     if process is None:
         return True
     parts = line.split(" ", 2)
-    return len(parts) > 1 and parts[1].startswith(process + "[")
+    if len(parts) < 2:
+        return False
+    if parts[1].startswith(process + "["):
+        return True
+    return parts[1].startswith("pulsed[") and about(line, process)
+
+
+def about(line: str, process: str) -> bool:
+    """pulsed's line names `process` as its subject: "tick (pid 5) exited ...", "tick ready ...",
+    "tick restarts in ...", "retrying failed tick", "... to start tick"."""
+    message = line.split(": ", 1)[1] if ": " in line else ""
+    return (message.startswith(f"{process} ") or message.rstrip("\n").endswith(f" {process}")
+            or f" {process} (pid" in message)
 
 
 def tail(log_file: Path, process: str | None, n: int) -> list[str]:

@@ -18,6 +18,11 @@ class WorkerState(enum.StrEnum):
     FAILED = "failed"       # hit the restart intensity limit
 
 
+# Not a state of the machine above but what status shows for a RUNNING worker whose heartbeat is
+# overdue, before it is found hung (issue 23). Still running: `pulsectl status` exits 0 for it.
+LATE = "late"
+
+
 # A process exists (or is being created) in these states.
 ALIVE_STATES = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState.HUNG, WorkerState.STOPPING})
 

@@ -98,12 +98,19 @@ class WorkerStatus(msgspec.Struct):
     uptime_s: float | None
     heartbeat_age_s: float | None
     last_exit: LastExit | None
+    # issue 23: restarts apart (crashes: automatic restarts after a crash, a hang or a failed worker's
+    # retry; operator_restarts: `pulsectl restart` and reloads), and times as ISO 8601 (UTC)
+    crashes: int = 0
+    operator_restarts: int = 0
+    started_at: str | None = None       # when the running process was spawned
+    heartbeat_at: str | None = None     # its last heartbeat
 
 
 class SupervisorStatus(msgspec.Struct):
     pid: int
     uptime_s: float
     home: str
+    started_at: str | None = None       # ISO 8601 (UTC), issue 23
 
 
 class ProcessStatus(msgspec.Struct):
@@ -111,7 +118,7 @@ class ProcessStatus(msgspec.Struct):
     name: str
     alive: bool | None                  # None: not sampled yet
     pid: int | None = None
-    paused_until: float | None = None   # wall clock: survival leaves it alone until then
+    paused_until: float | None = None   # wall clock: survival leaves it alone until then (`status --json`: ISO 8601)
     matches: int | None = None          # found by `match`: how many processes matched (more than one: ambiguous)
     rss_mb: float | None = None         # its tree's RSS (it and its descendants), as last sampled
     max_mb: float | None = None         # its `memory` ceiling, when it has one

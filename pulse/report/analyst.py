@@ -6,11 +6,16 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
   effect's id) and the task-acked or task-failed that ends it; a task-given-up right after its
   last failed run turns that run's outcome into `given_up`. A run still open at the window's
   end is `running`.
-- Agents. Each agent's success rate is acked / ended runs. It fails below 50 %, or when its
-  last 3 runs or more failed in a row; it warns below 90 % or when one of its tasks was given
-  up; else it passes. An agent that keeps failing therefore always judges worse than one that
-  keeps succeeding. A run longer than twice its agent's own median (once it has 3 acked runs)
-  is slow.
+- Agents are judged by their tasks, not their runs: a task's outcome is that of its last ended
+  run (done if acked; failed if failed or given up), so the retries of one hard task count
+  once. Each task weighs by how recently it ended: 1 at the window's end, halving every half
+  window (a task that ended half a window ago weighs 1/2, a whole window ago 1/4). The agent's
+  share is the weight of its tasks done over the weight of all its ended tasks. It fails when
+  that share is below 50 %, or when its last 3 tasks all failed; it warns below 90 %, or when
+  its most recent task failed; else it passes. So 4 tasks of 5 done, the fifth given up after
+  three attempts, is a warning, not a failure; an agent that keeps failing always judges worse
+  than one that keeps succeeding. A run longer than twice its agent's own median (once it has
+  3 acked runs) is slow.
 - Survival. Effects of origin `survival`: its repairs (the kinds the effect registry marks as
   repairs: restart-process, archive, cleanup, exec, engine-rollback), its notifications. A
   repair that failed is an issue.
@@ -227,36 +232,80 @@ def fold(events: Iterable, window_start: float) -> Fold:
 
 # -- judging ----------------------------------------------------------------------------------------------
 
-def _trailing_failures(runs: Sequence[Run]) -> int:
-    n = 0
-    for run in reversed([r for r in runs if r.outcome != "running"]):
-        if run.outcome == "acked":
-            break
-        n += 1
-    return n
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """"1 repair", "3 repairs": a count in words a person reads, never "repair(s)"."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
-def agent_card(name: str, runs: Sequence[Run], slow: Sequence[Run]) -> RoleCard:
+def times(n: int) -> str:
+    return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
+
+
+@dataclass
+class TaskOutcome:
+    """One task of one agent: the outcome of its last ended run, and when that ended."""
+    task: str
+    done: bool
+    end: float
+    runs: int
+
+
+def task_outcomes(runs: Sequence[Run]) -> list[TaskOutcome]:
+    """Each task's last ended run decides it; oldest first."""
+    by_task: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.outcome != "running":
+            by_task.setdefault(run.task, []).append(run)
+    out = []
+    for task, ended in by_task.items():
+        last = max(ended, key=lambda r: (r.end or r.start))
+        out.append(TaskOutcome(task, last.outcome == "acked", last.end or last.start, len(ended)))
+    return sorted(out, key=lambda t: t.end)
+
+
+def recency_weight(ended_at: float, start: float, end: float) -> float:
+    """1 at the window's end, halving every half window."""
+    half = max((end - start) / 2, 1.0)
+    return 0.5 ** (max(0.0, end - ended_at) / half)
+
+
+def weighted_share(outcomes: Sequence[TaskOutcome], start: float, end: float) -> float:
+    weights = [(recency_weight(t.end, start, end), t.done) for t in outcomes]
+    total = sum(w for w, _ in weights)
+    return sum(w for w, done in weights if done) / total if total else 1.0
+
+
+def agent_card(name: str, runs: Sequence[Run], slow: Sequence[Run], start: float | None = None,
+               end: float | None = None) -> RoleCard:
     ended = [r for r in runs if r.outcome != "running"]
     acked = [r for r in ended if r.outcome == "acked"]
     failed = [r for r in ended if r.outcome in ("failed", "given_up")]
     given_up = [r for r in ended if r.outcome == "given_up"]
     durations = [r.duration for r in acked if r.duration is not None]
-    rate = _pct(len(acked), len(ended))
-    streak = _trailing_failures(runs)
-    if not ended:
+    outcomes = task_outcomes(runs)
+    done = [t for t in outcomes if t.done]
+    if end is None:
+        end = max((t.end for t in outcomes), default=0.0)
+    if start is None:
+        start = min((r.start for r in runs), default=end)
+    share = round(100 * weighted_share(outcomes, start, end), 1)
+    last_three_failed = len(outcomes) >= 3 and not any(t.done for t in outcomes[-3:])
+    said = f"{len(done)} of {plural(len(outcomes), 'task')} done" + (
+        f" in {plural(len(ended), 'run')}" if len(ended) != len(outcomes) else "")
+    if not outcomes:
         verdict, summary = "pass", "no run ended in the window" if runs else "idle"
-    elif rate < 50 or streak >= 3:
+    elif share < 50 or last_three_failed:
         verdict = "fail"
-        summary = f"acked {len(acked)} of {len(ended)} runs ({rate:g} %)" + (
-            f"; its last {streak} runs failed" if streak >= 2 else "")
-    elif rate < 90 or given_up:
-        verdict, summary = "warn", f"acked {len(acked)} of {len(ended)} runs ({rate:g} %)"
+        summary = said + ("; its last 3 tasks all failed" if last_three_failed else "")
+    elif share < 90 or not outcomes[-1].done:
+        verdict = "warn"
+        summary = said + ("; its most recent task failed" if not outcomes[-1].done else "")
     else:
-        verdict, summary = "pass", f"acked {len(acked)} of {len(ended)} runs ({rate:g} %)"
+        verdict, summary = "pass", said
     figures: dict = {
         "runs": len(runs), "acked": len(acked), "failed": len(failed), "given_up": len(given_up),
-        "running": len(runs) - len(ended), "success_rate_pct": rate,
+        "running": len(runs) - len(ended), "success_rate_pct": _pct(len(acked), len(ended)),
+        "tasks": len(outcomes), "tasks_done": len(done), "tasks_done_weighted_pct": share if outcomes else None,
         "retries": len(runs) - len({r.task for r in runs}),
         "median_s": round(statistics.median(durations), 3) if durations else None,
         "max_s": round(max(durations), 3) if durations else None,
@@ -306,12 +355,13 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
     if not actions:
         verdict, summary = "pass", "nothing needed doing"
     elif failed and len(failed) >= len(acked):
-        verdict, summary = "fail", f"{len(failed)} of {len(repairs)} repairs failed"
+        verdict, summary = "fail", f"{len(failed)} of {plural(len(repairs), 'repair')} failed"
     elif failed:
-        verdict, summary = "warn", f"{len(failed)} of {len(repairs)} repairs failed"
+        verdict, summary = "warn", f"{len(failed)} of {plural(len(repairs), 'repair')} failed"
     else:
         verdict = "pass"
-        summary = f"{len(acked)} repairs done, {len(notes)} notifications" if repairs else f"{len(notes)} notifications"
+        sent = f"{plural(len(notes), 'notification')} sent"
+        summary = f"{plural(len(acked), 'repair')} done, {sent}" if repairs else sent
     figures = {"actions": len(actions), "repairs": len(repairs), "repairs_acked": len(acked),
                "repairs_failed": len(failed), "notifications": len(notes),
                "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback"),
@@ -330,16 +380,40 @@ def guard_figures(acked: Sequence[Action]) -> dict:
                "files_trimmed": len(trims),
                "mb_freed": round(sum(a.freed or 0 for a in trims) / 1048576, 1)}
     return {k: v for k, v in figures.items() if v}
+OPERATOR_VERBS = {"restart": "restarted", "stop": "stopped", "start": "started"}
+
+
+def operator_phrase(ev) -> str:
+    """What the operator did, in words: "restarted executor", "reloaded the configuration"."""
+    if ev.type == "operator":
+        action = str(ev.data.get("action", ""))
+        return f"{OPERATOR_VERBS.get(action, action)} the {ev.target} worker".strip()
+    if ev.type == "reload":
+        return "reloaded the configuration" if ev.data.get("ok", True) else "tried a reload the config refused"
+    if ev.type.startswith("task-"):
+        return {TaskEvent.CREATED: "added a task", TaskEvent.CLOSED: "closed a task",
+                TaskEvent.GIVEN_UP: "gave up a task"}.get(ev.type, f"moved a task to {ev.type[5:]}")
+    if ev.type.startswith("effect"):
+        return ""            # the effect itself is counted below, by kind
+    return f"{ev.type.replace('-', ' ')} {ev.target or ''}".strip()
 
 
 def operator_card(events: Sequence, actions: Sequence[Action]) -> RoleCard:
     counts: dict[str, int] = {}
     for ev in events:
-        counts[ev.type] = counts.get(ev.type, 0) + 1
+        phrase = operator_phrase(ev)
+        if phrase:
+            counts[phrase] = counts.get(phrase, 0) + 1
     for action in actions:
-        counts[f"effect {action.kind}"] = counts.get(f"effect {action.kind}", 0) + 1
-    words = ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6])
-    summary = words if words else "no operator action"
+        phrase = f"asked for {action.kind}" + (f" on {action.target}" if action.target else "") + " by hand"
+        counts[phrase] = counts.get(phrase, 0) + 1
+    said = []
+    for phrase, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]:
+        if phrase.startswith(("added a task", "closed a task", "gave up a task")) and n > 1:
+            said.append(phrase.replace(" a task", f" {n} tasks"))
+        else:
+            said.append(phrase if n == 1 else f"{phrase} {times(n)}")
+    summary = ", ".join(said) if said else "no operator action"
     return RoleCard(role="operator", name="operator", verdict="pass", summary=summary,
                     figures={"actions": len(events)}, event_ids=_ids(ev.id for ev in events[-10:]))
 
@@ -410,12 +484,12 @@ def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
     if not acked:
         return []
     shown = "; ".join(sorted({_described(a) for a in acked})[:5])
-    return [Finding(text=f"survival repaired {len(acked)} time(s): {shown}", severity="info",
+    return [Finding(text=f"survival repaired {times(len(acked))}: {shown}", severity="info",
                     event_ids=_ids(i for a in acked for i in a.event_ids))]
 
 
 def promotes_highlight(promotes: Sequence) -> list[Finding]:
-    return [Finding(text=f"{len(promotes)} engine promote(s)", severity="info",
+    return [Finding(text=f"the engine was promoted {times(len(promotes))}", severity="info",
                     event_ids=_ids(ev.id for ev in promotes))] if promotes else []
 
 
@@ -458,7 +532,7 @@ def gate_block_issues(blocks: Sequence) -> list[Finding]:
     if not blocks:
         return []
     reasons = sorted({str(ev.data.get("code") or ev.data.get("reason") or "blocked") for ev in blocks})
-    return [Finding(text=f"the gate blocked {len(blocks)} agent tool call(s): {', '.join(reasons[:5])}",
+    return [Finding(text=f"the gate blocked {plural(len(blocks), 'tool call')} of agents: {', '.join(reasons[:5])}",
                     severity="warn", event_ids=_ids(ev.id for ev in blocks))]
 
 
@@ -468,7 +542,7 @@ def error_issues(errors: Sequence) -> list[Finding]:
     distinct = latest_of_each_error(errors)
     total = sum(int(ev.data.get("count") or 1) for ev in errors)
     last = str(errors[-1].data.get("message", ""))[:200]
-    return [Finding(text=f"{len(distinct)} distinct error(s), {total} in all; the last: {last}",
+    return [Finding(text=f"{plural(len(distinct), 'distinct error')}, {total} in all; the last: {last}",
                     severity="warn", event_ids=_ids(ev.id for ev in distinct[-MAX_CITATIONS:]))]
 
 
@@ -479,7 +553,7 @@ def worker_failure_issues(failures: Sequence) -> list[Finding]:
 
 
 def slow_runs_issue(slow: Sequence[Run]) -> list[Finding]:
-    return [Finding(text=f"{len(slow)} run(s) took more than {SLOW_FACTOR:g}× their agent's median",
+    return [Finding(text=f"{plural(len(slow), 'run')} took more than {SLOW_FACTOR:g}× their agent's typical (median) time",
                     severity="info", event_ids=_ids(i for r in slow for i in r.event_ids))] if slow else []
 
 
@@ -534,7 +608,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
     failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
 
-    cards = [agent_card(name, agents[name], slow[name]) for name in sorted(agents)]
+    cards = [agent_card(name, agents[name], slow[name], start, end) for name in sorted(agents)]
     cards.append(survival_card(survival, f.rollbacks))
     cards.append(operator_card(f.operator, [a for a in actions if a.origin == "operator"]))
 

@@ -30,7 +30,7 @@ def esc(value: object) -> str:
 
 
 def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%d %H:%M:%SZ")
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")     # ISO 8601, as every time pulsectl prints
 
 
 def _citations(ids: list[int]) -> str:
@@ -150,9 +150,35 @@ def gantt(analysis: Analysis) -> str:
     return "".join(out)
 
 
+# Each figure of a role card as a person reads it: a label and its unit (the JSON keeps the keys).
+FIGURE_LABELS = {
+    "runs": ("runs", ""), "acked": ("runs that succeeded", ""), "failed": ("runs that failed", ""),
+    "given_up": ("tasks given up", ""), "running": ("runs still going", ""),
+    "success_rate_pct": ("runs that succeeded", "%"), "tasks": ("tasks", ""), "tasks_done": ("tasks done", ""),
+    "tasks_done_weighted_pct": ("tasks done, recent ones weighing more", "%"),
+    "retries": ("attempts after a first", ""), "median_s": ("typical run (median)", "s"),
+    "max_s": ("longest run", "s"), "slow_runs": ("slow runs (over twice the median)", ""),
+    "cost_usd": ("cost", "USD"), "actions": ("actions", ""), "repairs": ("repairs", ""),
+    "repairs_acked": ("repairs that worked", ""), "repairs_failed": ("repairs that failed", ""),
+    "notifications": ("notifications", ""), "rollbacks": ("engine rollbacks", ""),
+}
+
+
+def figure(key: str, value: object) -> tuple[str, str]:
+    """(label, value with its unit) of one figure; a key no label names is shown in words."""
+    label, unit = FIGURE_LABELS.get(key, (key.replace("_", " "), ""))
+    if value is None:
+        return label, "–"
+    if unit == "USD":
+        return label, f"${value:.2f}" if isinstance(value, (int, float)) else str(value)
+    if isinstance(value, float):
+        value = f"{value:g}"
+    return label, f"{value} {unit}".strip() if unit else str(value)
+
+
 def _card(card) -> str:
-    figures = "".join(f"<tr><td class=muted>{esc(k)}</td><td>{esc('–' if v is None else v)}</td></tr>"
-                      for k, v in card.figures.items())
+    figures = "".join(f"<tr><td class=muted>{esc(label)}</td><td>{esc(shown)}</td></tr>"
+                      for label, shown in (figure(k, v) for k, v in card.figures.items()))
     title = esc(card.role) if card.name == card.role else f"{esc(card.role)} · {esc(card.name)}"
     return (f'<div class="card"><h3><span>{title}</span>{_badge(card.verdict)}</h3>'
             f"<div>{esc(card.summary)}</div><table>{figures}</table>"

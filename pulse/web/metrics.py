@@ -23,7 +23,7 @@ from prometheus_client.exposition import generate_latest
 
 from pulse import __version__
 from pulse.agents.tasks import NEW, TRANSITIONS
-from pulse.core.states import WorkerState
+from pulse.core.states import LATE, WorkerState
 from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status
 from pulse.store import connection, errorruns, eventsdb, vitalsdb
 
@@ -170,7 +170,7 @@ class Collector:
         restarts = CounterMetricFamily("pulse_worker_restarts", "Restarts since pulsed started", labels=["worker"])
         age = GaugeMetricFamily("pulse_worker_heartbeat_age_seconds", "Since the last heartbeat", labels=["worker"])
         for w in s.workers if s else ():
-            up.add_metric([w.name], 1 if w.state == WorkerState.RUNNING else 0)
+            up.add_metric([w.name], 1 if w.state in (WorkerState.RUNNING, LATE) else 0)   # late: running, heartbeat overdue
             for name in STATES:
                 state.add_metric([w.name, name], 1 if w.state == name else 0)
             restarts.add_metric([w.name], w.restarts)
