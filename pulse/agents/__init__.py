@@ -1,6 +1,7 @@
 """Work for agents, and the gate that every agent's tool call passes.
 
-Modules: `tasks` (tasks as events, and their projections), `adapters` (how one agent CLI
+Modules: `tasks` (tasks as events, and their projections), `taskview` (one task as a person reads
+it: `pulsectl task show` and the task page), `adapters` (how one agent CLI
 runs one task), `agentrun` (the agent-run effect), `gate` (the agent's safety gate, pure: it
 knows no tool by name), `catalogue` (Pulse's tools as the gate classifies them), `gatestore` (the
 gate's facts in events.db), `toolserver` (Pulse's tools over MCP, every call through the gate).
