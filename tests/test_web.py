@@ -650,3 +650,29 @@ def test_pause_with_an_empty_answer_takes_the_default(site, browser):
         tab.wait_for_selector('[data-process="napper"] [data-action="pause"]:enabled', timeout=10_000)
     finally:
         context.close()
+
+
+def test_after_a_rollback_the_engine_page_says_staging_still_holds_it(site, page):
+    pulsed, base, token = site
+    staging = pulsed.home / "staging"
+    (staging / "rules" / "loud.py").write_text("RULES = []\n")
+    for argv in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "loud"]):
+        subprocess.run(["git", "-C", str(staging), *argv], check=True, capture_output=True)
+    page.goto(f"{base}/engine")
+    page.wait_for_selector('[data-field="staging"]')
+    assert "rules/loud.py" in page.inner_text('[data-field="staging"]')
+    assert page.locator('[data-action="promote"]').is_enabled()
+    assert pulsed.ctl("promote").returncode == 0
+    pulsed.wait_running(WORKERS)
+    page.goto(f"{base}/engine")
+    page.wait_for_selector('[data-field="staging"]')
+    assert page.locator('[data-action="promote"]').is_disabled(), "staging is main: nothing to promote"
+    assert page.locator('[data-action="rollback"]').is_enabled()
+    rolled = pulsed.ctl("rollback")
+    assert rolled.returncode == 0, rolled.stderr
+    pulsed.wait_running(WORKERS)
+    page.goto(f"{base}/engine")
+    note = page.locator('[data-field="staging"]')
+    note.wait_for()
+    assert "staging still holds what was rolled back" in note.inner_text() and "rules/loud.py" in note.inner_text()
+    assert "bad" in note.get_attribute("class")

@@ -369,7 +369,8 @@ async def api_engine(request: Request) -> Response:
             row["diff"] = web.diffs[span]
         return row
     rows = await run_in_threadpool(lambda: [summarise(e) for e in reversed(history)])
-    return JSONResponse({"commit": status.engine_commit if status else None, "history": rows})
+    return JSONResponse({"commit": status.engine_commit if status else None, "history": rows,
+                         "staging_differs": await run_in_threadpool(staging_differs, web)})
 
 
 async def api_gate(request: Request) -> Response:
@@ -516,6 +517,17 @@ def readable_times(data: Any) -> Any:
     if isinstance(data, list):
         return [readable_times(v) for v in data]
     return data
+
+
+def staging_differs(web: Web) -> list[str] | None:
+    """What a promote would change now (`git diff --name-status` lines of staging against main), or
+    None when git cannot say: the page's promote applies only when there is something, and after a
+    rollback it says that staging still holds what was rolled back."""
+    from pulse.engine import repo
+    try:
+        return repo.staging_differs(web.paths)
+    except repo.EngineDirError:
+        return None
 
 
 async def task_page(request: Request) -> Response:

@@ -469,6 +469,18 @@ async function tasksPage() {
          el("td", {}, e.type), el("td", {class: "wrap"}, e.data.reason || e.data.error || e.data.agent || ""))))));
 }
 
+// What staging holds that main has not; after a rollback, a warning: the next promote ships it again.
+function stagingNote(r) {
+  const differs = r.staging_differs, last = r.history[0];
+  if (!differs) return el("p", {class: "muted"}, "staging: git cannot say what it holds");
+  if (!differs.length) return el("p", {class: "muted", "data-field": "staging"}, "staging: the same as main, nothing to promote");
+  const files = differs.map(l => l.replace(/\s+/, " ")).join(", ");
+  if (last && last.type === "rollback")
+    return el("p", {class: "bad", "data-field": "staging"}, `staging still holds what was rolled back (${files}): `,
+              "the next promote ships it again; fix or revert it in staging first");
+  return el("p", {"data-field": "staging"}, `staging: a promote would change ${files}`);
+}
+
 // A rollback needs a promote to undo.
 function canRollback(r) {
   return r.history.some(e => e.type === "promote");
@@ -485,8 +497,12 @@ async function enginePage() {
   const act = (action) => el("button", {type: "button", "data-action": action,
       onclick: () => { if (confirm(`${action} the engine?`)) post("/api/engine", {action}); }}, action);
   document.querySelector("main").replaceChildren(
-    section("Engine", el("p", {}, "running ", el("code", {}, (r.commit || "-").slice(0, 12)), " ", act("promote"), " ",
-                         canRollback(r) ? act("rollback") : disabled(act("rollback"), "nothing promoted yet: there is no earlier commit to go back to"))),
+    section("Engine", el("p", {}, "running ", el("code", {}, (r.commit || "-").slice(0, 12)), " ",
+                         r.staging_differs && !r.staging_differs.length
+                           ? disabled(act("promote"), "staging holds nothing main has not: commit a change in staging first")
+                           : act("promote"), " ",
+                         canRollback(r) ? act("rollback") : disabled(act("rollback"), "nothing promoted yet: there is no earlier commit to go back to")),
+            stagingNote(r)),
     section("Promotes and rollbacks", table(["when", "what", "from → to", "diff", "checks passed / reason"], r.history.map(e =>
       el("tr", {"data-event": e.id}, el("td", {}, when(e.ts)), el("td", {}, e.type),
          el("td", {}, el("code", {}, `${(e.data.before || "").slice(0, 12)} → ${(e.data.after || "").slice(0, 12)}`)),
