@@ -600,13 +600,15 @@ def test_the_log_is_newest_first_with_errors_marked(site, page):
     # an error as a worker writes it (pulse.core.logs' format), then the page's own newer lines
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
     with open(pulsed.home / "logs" / "pulse.log", "a") as log:
-        log.write(f"{stamp} tick[1] ERROR pulse.tick: could not commit tick 7 (2 effects): disk I/O error\n")
+        log.write(f"{stamp} tick[1] ERROR pulse.tick: could not commit tick 7 (2 effects): disk I/O error\n"
+                  f'{stamp} tick[1]   File "/srv/rules/seven.py", line 7 in decide\n')   # a hung worker's dump
     page.goto(f"{base}/log")
     page.wait_for_selector(".log .line")
     lines = page.locator(".log .line")
     errors = page.locator(".log .line.error")
     mine = errors.filter(has_text="could not commit tick 7")
     assert mine.count() == 1 and mine.locator("strong.bad").count() == 1
+    assert errors.filter(has_text="seven.py").count() == 1
     stamps = page.evaluate("() => [...document.querySelectorAll('.log .line time')].map(t => t.dateTime)")
     assert len(stamps) == lines.count() and stamps == sorted(stamps, reverse=True)
 

@@ -526,10 +526,14 @@ async function gatePage() {
 const LOG_TIME = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (.*)$/s;
 const LOG_LEVEL = /\b(CRITICAL|ERROR|WARNING|INFO|DEBUG)\b/;
 
+// A traceback's lines (Python's, or faulthandler's dump of a hung worker) carry no level: they are errors.
+const TRACEBACK = /^(Traceback|File "|Fatal Python error|Current thread|Thread 0x|\w+(Error|Exception)\b)/;
+
 function logLevel(line) {
   const m = LOG_LEVEL.exec(line);
   if (m) return m[1];
-  return /^(Traceback|\s+File |\w+(Error|Exception)\b)/.test(line) ? "ERROR" : "";
+  const said = line.replace(/^\S+ \S+\[\d+\]\s+/, "").trim();     // what follows "<time> <process>[<pid>]"
+  return TRACEBACK.test(said) ? "ERROR" : "";
 }
 
 async function logPage() {
