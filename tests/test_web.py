@@ -523,6 +523,10 @@ def test_the_task_page_shows_every_attempt_its_reason_cost_output_as_text_and_ga
     assert page.evaluate("window.pwned") is None and page.locator("main b, main i, main script").count() == 0
     calls = page.inner_text("section:has-text('Gate calls')")
     assert "Gate calls (3)" in calls and calls.count("list_workers") == 2
+    # the board's history says why a run failed, in the CLI's words
+    page.goto(f"{base}/tasks")
+    page.wait_for_selector("main section:has-text('History') tbody tr")
+    assert "rate-limit: claude: API rate limit reached" in page.inner_text("section:has-text('History')")
     # linked from the board, the events and the effects
     for where in ("/tasks", f"/events?target={seeded}", "/effects"):
         page.goto(base + where)

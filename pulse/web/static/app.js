@@ -452,6 +452,14 @@ async function effectsPage() {
          el("td", {class: "wrap wide"}, e.why ?? "")))))));
 }
 
+// What a task event says, in words: a failure's reason and the CLI's own error (not just "agent").
+function taskDetail(e) {
+  const d = e.data;
+  if (e.type === "task-failed") return [d.reason, d.error].filter(Boolean).join(": ") || "failed";
+  if (e.type === "task-given-up") return d.reason || "given up";
+  return d.agent ? `by ${d.agent}` : d.by ? `by ${d.by}` : "";
+}
+
 async function tasksPage() {
   const r = await getJSON("/api/tasks");
   const main = document.querySelector("main");
@@ -466,7 +474,7 @@ async function tasksPage() {
          el("td", {}, a.cost_usd === null ? "-" : "$" + a.cost_usd.toFixed(2)))))),
     section("History", table(["when", "task", "event", "detail"], r.history.map(e =>
       el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, target(e.target)),
-         el("td", {}, e.type), el("td", {class: "wrap"}, e.data.reason || e.data.error || e.data.agent || ""))))));
+         el("td", {}, e.type), el("td", {class: "wrap"}, taskDetail(e)))))));
 }
 
 // What staging holds that main has not; after a rollback, a warning: the next promote ships it again.
