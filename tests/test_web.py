@@ -472,6 +472,13 @@ LAYOUT = """() => {
     const room = c.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     if (room + 1 < Math.min(longest, 0.6 * vw))
       narrow.push(`${name(c)} "${text.trim().slice(0, 30)}" ${Math.round(room)}px < ${Math.round(longest)}px`);
+    const label = getComputedStyle(c, "::before");        // a phone card's label: its words whole too
+    if (c.dataset.label && label.content !== "none" && label.display !== "none") {
+      ctx.font = label.font;
+      const word = Math.max(...c.dataset.label.split(/\\s+/).map(w => ctx.measureText(w).width));
+      const squeezed = label.whiteSpace !== "nowrap" && parseFloat(label.flexBasis) + 1 < word;   // auto: NaN, never
+      if (squeezed || room + 1 < word) narrow.push(`${name(c)} label "${c.dataset.label}" narrower than ${Math.round(word)}px`);
+    }
   }
   return {wide: wide.slice(0, 10), narrow: narrow.slice(0, 10)};
 }"""
