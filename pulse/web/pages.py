@@ -505,15 +505,20 @@ def effect_task(effect: wire.Effect) -> str | None:
 
 
 TASK_TARGET = re.compile(r"^task-[1-9][0-9]*$")
-TIME_KEYS = frozenset({"ts", "created", "deadline", "until", "since", "started", "ended", "at", "last", "opened",
-                       "retry_at", "next_retry"})      # data fields that hold a wall time (epoch seconds)
+# data fields that hold a wall time (epoch seconds), by their name (as app.js's TIME_KEYS)
+TIME_KEYS = re.compile(r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry)$")
+
+
+def wall_time(key: str, value: Any) -> bool:
+    """A named time, or a fractional number of seconds in 2001 … 2096 (pids and counts are integers)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and 1e9 < value < 4e9
+            and (bool(TIME_KEYS.search(key)) or not float(value).is_integer()))
 
 
 def readable_times(data: Any) -> Any:
     """An event's data with its wall times in ISO 8601, never raw epoch floats such as 1796292125.51."""
     if isinstance(data, dict):
-        return {k: clock.iso(v) if k in TIME_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)
-                and v > 1e9 else readable_times(v) for k, v in data.items()}
+        return {k: clock.iso(v) if wall_time(k, v) else readable_times(v) for k, v in data.items()}
     if isinstance(data, list):
         return [readable_times(v) for v in data]
     return data

@@ -381,11 +381,15 @@ function target(name) {
 
 // An event's data in one line a person can scan: key=value, spaced so it wraps between fields; a
 // field that is a time (epoch seconds in the store) in the page's one time format.
-const TIME_KEYS = /^(ts|created|deadline|until|since|started|ended|at|last|opened|retry_at|next_retry)$/;
+const TIME_KEYS = /(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry)$/;
+
+function isWallTime(k, v) {     // a named time, or a fractional number of seconds in 2001 … 2096
+  return typeof v === "number" && v > 1e9 && v < 4e9 && (TIME_KEYS.test(k) || !Number.isInteger(v));
+}
 
 function dataValue(k, v) {
-  if (TIME_KEYS.test(k) && typeof v === "number" && v > 1e9) return localTime(toDate(v));
-  return typeof v === "string" ? v : JSON.stringify(v);
+  if (isWallTime(k, v)) return localTime(toDate(v));
+  return typeof v === "string" ? v : JSON.stringify(v, (kk, vv) => isWallTime(kk, vv) ? localTime(toDate(vv)) : vv);
 }
 
 function dataLine(data) {
