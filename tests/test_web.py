@@ -10,10 +10,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.parse
 
 import msgspec
@@ -436,3 +438,288 @@ def test_the_overview_shows_each_config_against_its_known_good_and_each_watched_
         tab.screenshot(path=str(tmp_path / "overview-phone-guards.png"), full_page=True)
     finally:
         context.close()
+# -- issue 23: the page an operator keeps open ----------------------------------------------------------------
+# A task seeded through the same checked paths the executor and `pulsectl mcp` write by (tasks.start_run
+# and tasks.record; a real gate session over events.db): two runs, the first failed with the CLI's own
+# reason, the second acked with its cost, tokens and an output that would be markup if not escaped.
+
+OUTPUT = "done <script>window.pwned = 1</script> & <b>not bold</b>\nsecond line\n"
+PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1400, "height": 900}
+
+
+@pytest.fixture(scope="module")
+def seeded(site):
+    from pulse.agents import catalogue, gate, tasks
+    from pulse.agents.gatestore import DurableStore
+    from pulse.core import wire
+    from pulse.store import effectqueue, eventsdb, objects
+    pulsed, base, token = site
+    conn = eventsdb.open_events(pulsed.home / "events.db")
+    try:
+        task = tasks.create(conn, "website", "Fix the login page's redirect loop", "Find why /login loops.\n<i>as text</i>",
+                            source="pulsectl").id
+        tasks.start_run(conn, task, "claude", "run-1", "executor")
+        tasks.record(conn, task, wire.TaskEvent.FAILED, "executor", run="run-1", reason="rate-limit",
+                     error="claude: API rate limit reached, retry after 60 s", agent="claude",
+                     result={"code": 1, "cost_usd": 0.0123, "tokens": {"input": 1200, "output": 40}})
+        session = gate.Session(f"sess-{task}", catalogue.TOOLS, agent="claude", task=task,
+                               store=DurableStore(conn, "mcp"))
+        session.open(pid=os.getpid())
+        admitted = session.begin("list_workers", {})
+        session.end(admitted, True, {"workers": [{"name": "tick"}]})
+        tasks.start_run(conn, task, "claude", "run-2", "executor")
+        ref = objects.put(pulsed.home / "objects", OUTPUT.encode())
+        tasks.record(conn, task, wire.TaskEvent.ACKED, "executor", run="run-2", agent="claude", output=ref, code=0,
+                     run_ms=4200.0, result={"code": 0, "cost_usd": 0.5, "tokens": {"input": 9000, "output": 700},
+                                            "result": "fixed"})
+        # an agent-run effect about the task (refused at once: the task is acked, nothing runs)
+        effect = effectqueue.new_effect(wire.Effect(kind="agent-run", target=task, params={"task_id": task}),
+                                        "operator", 60)
+        effectqueue.commit_effects(conn, [effect], "test")
+    finally:
+        conn.close()
+    wait_for(lambda: [e for e in pulsed.events("effect-failed") if e["data"].get("effect_id") == effect.id]
+             or [e for e in pulsed.events("effect-acked") if e["data"].get("effect_id") == effect.id], 15,
+             what="the agent-run effect ended")
+    return task
+
+
+# Anything laid out beyond the window's right edge (a button, a cell, a label off-screen with no hint),
+# and any table cell narrower than the longest word it holds (letter-by-letter wrapping). A word longer
+# than 60 % of the window (a hash, a path) may break: it could not fit otherwise.
+LAYOUT = """() => {
+  const vw = document.documentElement.clientWidth, wide = [], narrow = [];
+  const ctx = document.createElement("canvas").getContext("2d");
+  const name = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") +
+        (e.dataset.field ? `[${e.dataset.field}]` : "") + (e.dataset.label ? `[${e.dataset.label}]` : "");
+  for (const e of document.body.querySelectorAll("*")) {
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || getComputedStyle(e).visibility === "hidden") continue;
+    if (r.right > vw + 1 || r.left < -1) wide.push(`${name(e)} ${Math.round(r.left)}..${Math.round(r.right)}`);
+  }
+  for (const c of document.querySelectorAll("td, th")) {
+    const style = getComputedStyle(c);
+    if (!c.getClientRects().length || !c.textContent.trim()) continue;     // not shown (a phone's table head)
+    ctx.font = style.font;
+    const text = [...c.childNodes].map(n => n.textContent).join(" ");
+    const longest = Math.max(...text.split(/\\s+/).map(w => ctx.measureText(w).width));
+    const room = c.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    if (room + 1 < Math.min(longest, 0.6 * vw))
+      narrow.push(`${name(c)} "${text.trim().slice(0, 30)}" ${Math.round(room)}px < ${Math.round(longest)}px`);
+    const label = getComputedStyle(c, "::before");        // a phone card's label: its words whole too
+    if (c.dataset.label && label.content !== "none" && label.display !== "none") {
+      ctx.font = label.font;
+      const word = Math.max(...c.dataset.label.split(/\\s+/).map(w => ctx.measureText(w).width));
+      const squeezed = label.whiteSpace !== "nowrap" && parseFloat(label.flexBasis) + 1 < word;   // auto: NaN, never
+      if (squeezed || room + 1 < word) narrow.push(`${name(c)} label "${c.dataset.label}" narrower than ${Math.round(word)}px`);
+    }
+  }
+  return {wide: wide.slice(0, 10), narrow: narrow.slice(0, 10)};
+}"""
+
+
+def every_page(base: str, task: str) -> list[tuple[str, str]]:
+    return [(name, f"{base}/" if name == "overview" else f"{base}/{name}") for name in PAGES] + \
+        [("task", f"{base}/tasks/{task}"), ("event", f"{base}/events/1")]
+
+
+def shots_dir(tmp_path):
+    """Where the screenshots go: PULSE_SCREENSHOTS (to look at them), else the test's directory."""
+    where = os.environ.get("PULSE_SCREENSHOTS")
+    return pathlib.Path(where) if where else tmp_path
+
+
+def test_every_page_fits_a_phone_and_a_desktop_with_no_cell_narrower_than_a_word(site, seeded, page, tmp_path):
+    pulsed, base, token = site
+    out = shots_dir(tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for size, label in ((PHONE, "phone"), (DESKTOP, "desktop")):
+        page.set_viewport_size(size)
+        for name, url in every_page(base, seeded):
+            page.goto(url)
+            page.wait_for_selector("main section")
+            if name == "overview":
+                page.wait_for_selector('[data-process="napper"] [data-field="memory"] polyline', state="attached")
+            page.screenshot(path=str(out / f"{name}-{label}.png"), full_page=True)
+            layout = page.evaluate(LAYOUT)
+            if layout["wide"] or layout["narrow"]:
+                found[f"{name} at {size['width']}"] = layout
+    assert found == {}, json.dumps(found, indent=1)
+
+
+def test_the_task_page_shows_every_attempt_its_reason_cost_output_as_text_and_gate_calls(site, seeded, page):
+    pulsed, base, token = site
+    page.goto(f"{base}/tasks/{seeded}")
+    page.wait_for_selector('[data-attempt="2"]')
+    facts = page.inner_text(f'dl[data-task="{seeded}"]')
+    assert "Fix the login page's redirect loop" in facts and "website" in facts and "claude" in facts
+    assert "$0.5123" in facts and "10200 input, 740 output" in facts
+    first, second = page.inner_text('[data-attempt="1"]'), page.inner_text('[data-attempt="2"]')
+    assert "failed" in first and "rate-limit: claude: API rate limit reached, retry after 60 s" in first
+    assert "$0.0123" in first and "acked" in second and "$0.5000" in second and "4.2 s" in second
+    # the prompt and the output are text: markup in them is shown, never run or rendered
+    assert page.inner_text('[data-field="prompt"]') == "Find why /login loops.\n<i>as text</i>"
+    assert page.inner_text('[data-field="output"]').strip() == OUTPUT.strip()
+    assert page.evaluate("window.pwned") is None and page.locator("main b, main i, main script").count() == 0
+    calls = page.inner_text("section:has-text('Gate calls')")
+    assert "Gate calls (3)" in calls and calls.count("list_workers") == 2
+    # the board's history says why a run failed, in the CLI's words
+    page.goto(f"{base}/tasks")
+    page.wait_for_selector("main section:has-text('History') tbody tr")
+    assert "rate-limit: claude: API rate limit reached" in page.inner_text("section:has-text('History')")
+    # linked from the board, the events and the effects
+    for where in ("/tasks", f"/events?target={seeded}", "/effects"):
+        page.goto(base + where)
+        page.wait_for_selector(f'main a[href="/tasks/{seeded}"]')
+    page.click(f'main a[href="/tasks/{seeded}"] >> nth=0')
+    page.wait_for_selector(f'dl[data-task="{seeded}"]')
+
+
+def test_task_show_and_output_tell_the_task_as_its_page_does(site, seeded):
+    pulsed, base, token = site
+    shown = pulsed.ctl("task", "show", seeded)
+    assert shown.returncode == 0, shown.stderr
+    assert "#1 claude: failed (rate-limit: claude: API rate limit reached, retry after 60 s)" in shown.stdout
+    assert "cost:        $0.5123" in shown.stdout and "gate calls: 3" in shown.stdout
+    assert f"pulsectl task output {seeded} --attempt 2" in shown.stdout
+    view = json.loads(pulsed.ctl("task", "show", seeded, "--json").stdout)
+    status, _, body = call(base, "GET", f"/api/tasks/{seeded}", {"Authorization": f"Bearer {token}"})
+    page_view = json.loads(body)
+    assert status == 200 and page_view.pop("output_text") == OUTPUT and page_view == view
+    iso = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+    times = [view["created"], view["updated"], *[r[k] for r in view["runs"] for k in ("assigned", "started", "ended")],
+             *[g["ts"] for g in view["gate_calls"]], *[e["ts"] for e in view["events"]]]
+    assert all(isinstance(t, str) and iso.fullmatch(t) for t in times), times
+    assert [r["outcome"] for r in view["runs"]] == ["failed", "acked"] and view["attempts"] == 2
+    output = pulsed.ctl("task", "output", seeded)
+    assert output.returncode == 0 and output.stdout == OUTPUT
+    none = pulsed.ctl("task", "output", seeded, "--attempt", "1")
+    assert none.returncode == 1 and "no output kept for attempt 1" in none.stderr
+
+
+# The page's one time format: the viewer's local time (the time alone, today), or "… ago".
+SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d|(in )?\d+(\.\d)? (s|min|h|days) ago")
+EPOCH = re.compile(r"\b1[6-9]\d{8}(\.\d+)?\b")     # a raw epoch time, 2020 … 2033
+
+
+def test_every_page_shows_times_one_way_with_the_zone_on_hover_and_no_raw_epoch(site, seeded, page):
+    pulsed, base, token = site
+    for name, url in every_page(base, seeded):
+        page.goto(url)
+        page.wait_for_selector("main section")
+        page.wait_for_load_state("networkidle") if name != "overview" else page.wait_for_selector("#workers table")
+        times = page.evaluate("() => [...document.querySelectorAll('main time')].map(t => [t.textContent, t.title])")
+        bad = [t for t in times if not SHOWN_TIME.fullmatch(t[0]) or not re.search(r"\(UTC[+-]\d\d:\d\d\)", t[1])]
+        assert bad == [], (name, bad)
+        assert not EPOCH.search(page.inner_text("main")), (name, EPOCH.search(page.inner_text("main"))[0])
+
+
+def test_vitals_charts_have_time_axes_units_gaps_and_no_cpus(site, page):
+    from pulse.core.wire import Vital
+    from pulse.store import vitalsdb
+    pulsed, base, token = site
+    # samples from before this pulsed started: the minutes between are no one's, a gap on the chart
+    conn = vitalsdb.open_vitals(pulsed.home / "vitals.db")
+    try:
+        old = time.time() - 3000
+        vitalsdb.append_vitals(conn, [Vital("system-resource", old + 15 * i, {"cpu_pct": 50.0, "memory_pct": 40.0,
+                                                                              "disk_pct": 30.0, "swap_pct": 0.0, "cpus": 2})
+                                      for i in range(20)])
+    finally:
+        conn.close()
+    page.goto(f"{base}/vitals?window=1h")
+    cpu = page.locator('[data-vital="system-resource cpu_pct"]')
+    cpu.wait_for()
+    assert cpu.locator("polyline").count() >= 2, "one line drawn across the minutes nobody sampled"
+    assert cpu.locator(".xaxis time").count() == 3 and cpu.locator(".yaxis").inner_text().startswith("100%")
+    assert cpu.locator("strong").inner_text().endswith("%")
+    memory = page.locator('[data-vital="process-memory:napper rss_mb"] strong').inner_text()
+    assert memory.endswith(" MB"), memory
+    charted = page.evaluate("() => [...document.querySelectorAll('[data-vital]')].map(c => c.dataset.vital)")
+    assert not [k for k in charted if k.split()[-1] in ("cpus", "pid", "since", "started")], charted
+
+
+def test_the_log_is_newest_first_with_errors_marked(site, page):
+    pulsed, base, token = site
+    # an error as a worker writes it (pulse.core.logs' format), then the page's own newer lines
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    with open(pulsed.home / "logs" / "pulse.log", "a") as log:
+        log.write(f"{stamp} tick[1] ERROR pulse.tick: could not commit tick 7 (2 effects): disk I/O error\n"
+                  f'{stamp} tick[1]   File "/srv/rules/seven.py", line 7 in decide\n')   # a hung worker's dump
+    page.goto(f"{base}/log")
+    page.wait_for_selector(".log .line")
+    lines = page.locator(".log .line")
+    errors = page.locator(".log .line.error")
+    mine = errors.filter(has_text="could not commit tick 7")
+    assert mine.count() == 1 and mine.locator("strong.bad").count() == 1
+    assert errors.filter(has_text="seven.py").count() == 1
+    stamps = page.evaluate("() => [...document.querySelectorAll('.log .line time')].map(t => t.dateTime)")
+    assert len(stamps) == lines.count() and stamps == sorted(stamps, reverse=True)
+
+
+def test_buttons_apply_only_where_their_action_can_and_the_page_never_stops_its_own_web_worker(site, page):
+    pulsed, base, token = site
+    page.wait_for_selector('[data-worker="web"] [data-action="stop"]')
+    page.wait_for_selector('[data-process="napper"] [data-action="resume"]')
+    stop_web = page.locator('[data-worker="web"] [data-action="stop"]')
+    assert stop_web.is_disabled() and "pulsectl stop web" in stop_web.get_attribute("title")
+    for w in WORKERS:
+        row = f'[data-worker="{w}"]'
+        assert page.locator(f'{row} [data-action="start"]').is_disabled(), f"{w} is running: start cannot apply"
+        assert page.locator(f'{row} [data-action="restart"]').is_enabled()
+    assert page.locator('[data-process="napper"] [data-action="resume"]').is_disabled()
+    assert page.locator('[data-process="napper"] [data-action="pause"]').is_enabled()
+    # the server refuses it too, with the command to use
+    cookie = session_cookie(base, token)
+    csrf = call(base, "GET", "/", {"Cookie": cookie})[2].decode().split('name="csrf" content="', 1)[1].split('"', 1)[0]
+    before = pulsed.worker("web")
+    headers = {"Cookie": cookie, "Origin": base, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+    status, _, answer = call(base, "POST", "/api/workers", headers, json.dumps({"action": "stop", "worker": "web"}).encode())
+    assert status == 409 and "pulsectl stop web" in json.loads(answer)["error"]
+    assert pulsed.worker("web").pid == before.pid and pulsed.worker("web").state == "running"
+
+
+def test_pause_with_an_empty_answer_takes_the_default(site, browser):
+    pulsed, base, token = site
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        tab = context.new_page()
+        tab.on("dialog", lambda d: d.accept("") if d.type == "prompt" else d.accept())
+        tab.goto(f"{base}/?token={token}")
+        tab.wait_for_selector('[data-process="napper"] [data-action="pause"]:enabled')
+        seen = len(pulsed.events("pause", "napper"))
+        tab.click('[data-process="napper"] [data-action="pause"]')
+        pause = wait_for(lambda: pulsed.events("pause", "napper")[seen:], 10, what="the pause an empty answer asked for")
+        assert pause[0]["data"]["until"] - pause[0]["ts"] == pytest.approx(30 * 60, abs=5)     # the default: 30m
+        tab.wait_for_selector('[data-process="napper"] [data-action="resume"]:enabled', timeout=10_000)
+        tab.click('[data-process="napper"] [data-action="resume"]')
+        tab.wait_for_selector('[data-process="napper"] [data-action="pause"]:enabled', timeout=10_000)
+    finally:
+        context.close()
+
+
+def test_after_a_rollback_the_engine_page_says_staging_still_holds_it(site, page):
+    pulsed, base, token = site
+    staging = pulsed.home / "staging"
+    (staging / "rules" / "loud.py").write_text("RULES = []\n")
+    for argv in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "loud"]):
+        subprocess.run(["git", "-C", str(staging), *argv], check=True, capture_output=True)
+    page.goto(f"{base}/engine")
+    page.wait_for_selector('[data-field="staging"]')
+    assert "rules/loud.py" in page.inner_text('[data-field="staging"]')
+    assert page.locator('[data-action="promote"]').is_enabled()
+    assert pulsed.ctl("promote").returncode == 0
+    pulsed.wait_running(WORKERS)
+    page.goto(f"{base}/engine")
+    page.wait_for_selector('[data-field="staging"]')
+    assert page.locator('[data-action="promote"]').is_disabled(), "staging is main: nothing to promote"
+    assert page.locator('[data-action="rollback"]').is_enabled()
+    rolled = pulsed.ctl("rollback")
+    assert rolled.returncode == 0, rolled.stderr
+    pulsed.wait_running(WORKERS)
+    page.goto(f"{base}/engine")
+    note = page.locator('[data-field="staging"]')
+    note.wait_for()
+    assert "staging still holds what was rolled back" in note.inner_text() and "rules/loud.py" in note.inner_text()
+    assert "bad" in note.get_attribute("class")

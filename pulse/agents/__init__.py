@@ -1,6 +1,7 @@
 """Work for agents, and the gate that every agent's tool call passes.
 
-Modules: `tasks` (tasks as events, and their projections), `routing` (which agents may take a
+Modules: `tasks` (tasks as events, and their projections), `taskview` (one task as a person reads
+it: `pulsectl task show` and the task page), `routing` (which agents may take a
 task, and how busy each is), `adapters` (how one agent CLI
 runs one task), `agentrun` (the agent-run effect), `spend` (spend limits that fail closed: the ledger of what runs
 reserved and cost), `gate` (the agent's safety gate, pure: it

@@ -1,4 +1,4 @@
-"""`pulsectl task add|list|show|close|give-up`: the work Pulse hands to agents.
+"""`pulsectl task add|list|show|output|close|give-up`: the work Pulse hands to agents.
 
 A task is its task-* events in events.db; these commands append them through the
 checked path (pulse.agents.tasks.record), so an illegal move is refused with its reason
@@ -13,7 +13,6 @@ import sys
 import click
 
 from pulse.cli.group import Context, pass_ctx
-from pulse.core import clock
 from pulse.core.states import TaskStatus
 
 
@@ -131,42 +130,77 @@ def list_(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
 
 @task.command()
 @task_arg
-@click.option("--json", "as_json", is_flag=True, help="The task as JSON, with its events.")
+@click.option("--json", "as_json", is_flag=True, help="The task as JSON (times in ISO 8601), as the page shows it.")
 @pass_ctx
 def show(ctx: Context, task: str, as_json: bool) -> None:
-    """One task: its fields and its history."""
-    import msgspec
-
-    from pulse.agents import tasks
+    """One task: its fields, every attempt with its outcome, cost and tokens, and its gate calls."""
+    from pulse.agents import tasks, taskview
     from pulse.store import eventsdb
     conn = _readonly(ctx)
-    history = eventsdb.task_history(conn, task)
-    state = tasks.fold_tasks(history).get(task)
-    if state is None:
+    view = taskview.task_view(conn, task)
+    if view is None:
         _fail(f"{task}: no such task")
-    waiting = _waiting(ctx, conn, state, history)
+    history = eventsdb.task_history(conn, task)
+    if waiting := _waiting(ctx, conn, tasks.fold_tasks(history)[task], history):
+        view["waiting"] = waiting
     if as_json:
-        body = {**msgspec.to_builtins(state), "events": [msgspec.to_builtins(e) for e in history],
-                **({"waiting": waiting} if waiting else {})}
-        click.echo(json.dumps(body))
+        click.echo(json.dumps(view))
         return
-    for name in ("id", "project", "title", "status", "priority", "agent", "last_agent", "failures", "attempts",
-                 "error"):
-        value = getattr(state, name)
-        if value not in (None, ""):
-            click.echo(f"{name + ':':<12} {value}")
-    _show_routing(state)
-    if state.result is not None:
-        click.echo(f"{'result:':<12} {json.dumps(state.result)}")
-    if waiting:
-        click.echo(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
-    click.echo("prompt:")
-    for line in state.prompt.splitlines() or [""]:
-        click.echo(f"  {line}")
-    click.echo("history:")
-    for ev in history:
-        data = {k: v for k, v in ev.data.items() if k != "prompt"}
-        click.echo(f"  {clock.iso(ev.ts)} {ev.type:<15} {ev.source:<9} {json.dumps(data, separators=(',', ':'))}")
+    for line in show_lines(view):
+        click.echo(line)
+
+
+def show_lines(view: dict) -> list[str]:
+    """`task show` in words: the same projection as the page's task page (pulse.agents.taskview)."""
+    out = [f"{name + ':':<12} {view[name]}" for name in ("id", "title", "project", "status", "priority", "agent",
+                                                         "created", "updated", "error")
+           if view.get(name) not in (None, "")]
+    out += [f"{name + ':':<12} {value}" for name, value in (("pinned to", view["pin"]), ("tags", ", ".join(view["tags"])),
+                                                          ("failed on", ", ".join(view["failed_on"]))) if value]
+    if waiting := view.get("waiting"):
+        out.append(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
+    if view["cost_usd"] is not None:
+        out.append(f"{'cost:':<12} ${view['cost_usd']:.4f}")
+    if view["tokens"]:
+        out.append(f"{'tokens:':<12} " + ", ".join(f"{k} {v}" for k, v in sorted(view["tokens"].items())))
+    out.append("prompt:")
+    out += [f"  {line}" for line in view["prompt"].splitlines() or [""]]
+    out.append(f"attempts: {view['attempts']}")
+    for r in view["runs"]:
+        why = f" ({r['reason']}: {r['error']})" if r.get("reason") else ""
+        cost = f", ${r['cost_usd']:.4f}" if isinstance(r.get("cost_usd"), (int, float)) else ""
+        tokens = "".join(f", {v} {k} tokens" for k, v in sorted((r.get("tokens") or {}).items()))
+        out.append(f"  #{r['attempt']} {r['agent'] or '-'}: {r['outcome']}{why}")
+        out.append(f"     started {r['started'] or '-'}, ended {r['ended'] or '-'}{cost}{tokens}")
+        if r.get("output"):
+            out.append(f"     output: pulsectl task output {view['id']} --attempt {r['attempt']}")
+    out.append(f"gate calls: {len(view['gate_calls'])}")
+    for g in view["gate_calls"]:
+        ok = "" if g["ok"] is None else (" ok" if g["ok"] else " refused")
+        out.append(f"  {g['ts']} {g['phase'] or g['type']:<8} {g['tool'] or '-'}{ok}"
+                   + (f" ({g['reason']})" if g.get("reason") else ""))
+    out.append("history:")
+    out += [f"  {e['ts']} {e['type']:<15} {e['source']}" + (f" ({e['reason']})" if e.get("reason") else "")
+            for e in view["events"]]
+    return out
+
+
+@task.command()
+@task_arg
+@click.option("--attempt", type=int, default=None, help="This attempt's output (default: the last with one).")
+@pass_ctx
+def output(ctx: Context, task: str, attempt: int | None) -> None:
+    """The agent's output for a task, as text (exit 1 when there is none)."""
+    from pulse.agents import taskview
+    view = taskview.task_view(_readonly(ctx), task)
+    if view is None:
+        _fail(f"{task}: no such task")
+    ref = taskview.last_output_ref(view, attempt)
+    text = taskview.output_text(ctx.paths.objects, ref, limit=None)
+    if text is None:
+        which = f"attempt {attempt}" if attempt is not None else "any attempt"
+        _fail(f"{task}: no output kept for {which}" + (f" ({ref} is gone from objects/)" if ref else ""))
+    click.echo(text, nl=not text.endswith("\n"))
 
 
 def _unassignable(ctx: Context, state) -> str | None:
@@ -180,14 +214,6 @@ def _unassignable(ctx: Context, state) -> str | None:
     except configmod.ConfigError:
         return None                 # show the task anyway; pulsectl check names what is wrong
     return routing.unassignable(agents, state)
-
-
-def _show_routing(state) -> None:
-    """Who may take it."""
-    for name, value in (("pinned to", state.pin), ("tags", ", ".join(state.tags)),
-                        ("failed on", ", ".join(state.failed_on))):
-        if value:
-            click.echo(f"{name + ':':<12} {value}")
 
 
 def _waiting(ctx: Context, conn, state, history) -> dict | None:

@@ -321,3 +321,19 @@ def create_task_event(conn: sqlite3.Connection, make: Callable[[int], Event]) ->
 def next_task_number(conn: sqlite3.Connection) -> int:
     """The number of the next task, inside the caller's transaction."""
     return conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0] + 1
+
+
+# -- a task's gate calls (the task page, `pulsectl task show`) ------------------------------------------
+
+def gate_events_of_task(conn: sqlite3.Connection, task: str, limit: int = 500) -> list[Event]:
+    """The gate-call and gate-blocked events of the gate sessions opened for `task` (a session's
+    "open" fact names its task; its other events have the session as target), oldest first."""
+    sessions = [r[0] for r in conn.execute(
+        "SELECT DISTINCT target FROM events WHERE type = 'gate-call' AND json_extract(data, '$.phase') = 'open' "
+        "AND json_extract(data, '$.task') = ?", (task,))]
+    if not sessions:
+        return []
+    marks = ",".join("?" * len(sessions))
+    rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN ('gate-call', 'gate-blocked') "
+                        f"AND target IN ({marks}) ORDER BY id DESC LIMIT ?", (*sessions, limit)).fetchall()
+    return [_row_event(r) for r in reversed(rows)]

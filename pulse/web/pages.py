@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import re
 import threading
 import time
 from importlib import resources
@@ -150,9 +151,9 @@ def own_origin(request: Request) -> str:
 
 # -- pages ----------------------------------------------------------------------------------------------
 
-def shell(request: Request, page: str, body: str = "") -> Response:
+def shell(request: Request, page: str, body: str = "", script: str | None = None) -> Response:
     """The page's HTML: the nav with `page` current, and `body` (rendered here: the script leaves
-    it alone) or an empty main the script fills."""
+    it alone) or an empty main the script fills (`script`: which of its pages, when not `page`)."""
     nav = "".join(f'<a href="{href}"{" aria-current=page" if name == page else ""}>{name}</a>'
                   for name, href in PAGES.items())
     csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
@@ -160,7 +161,7 @@ def shell(request: Request, page: str, body: str = "") -> Response:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="csrf" content="{csrf}"><link rel="icon" href="data:,"><title>Pulse · {page}</title>
 <link rel="stylesheet" href="/static/app.css"></head>
-<body data-page="{page if not body else 'static'}"><header><strong>Pulse</strong><nav>{nav}</nav>
+<body data-page="{script or (page if not body else 'static')}"><header><strong>Pulse</strong><nav>{nav}</nav>
 <span id="said" class="muted" role="status" aria-live="polite"></span>
 <button id="theme" type="button" aria-label="switch between dark and light">◐</button></header>
 <main>{body or '<p class="muted">loading…</p>'}</main>
@@ -183,11 +184,14 @@ async def event_page(request: Request) -> Response:
         ev = None
     if ev is None:
         return shell(request, "events", '<section><h2>No such event</h2></section>')
-    rows = "".join(f"<tr><th scope=row>{k}</th><td class=wrap>{html.escape(str(v))}</td></tr>"
-                   for k, v in (("id", ev.id), ("when", clock.iso(ev.ts)), ("type", ev.type), ("source", ev.source),
-                                ("target", ev.target or "-")))
+    # the time as a <time> the script shows in the page's one format; a task's id links to its page
+    cells = {"id": html.escape(str(ev.id)), "when": f'<time data-ts="{ev.ts}">{clock.iso(ev.ts)}</time>',
+             "type": html.escape(ev.type), "source": html.escape(ev.source),
+             "target": (f'<a href="/tasks/{html.escape(ev.target)}">{html.escape(ev.target)}</a>'
+                        if ev.target and TASK_TARGET.match(ev.target) else html.escape(ev.target or "-"))}
+    rows = "".join(f"<tr><th scope=row>{k}</th><td class=wrap>{v}</td></tr>" for k, v in cells.items())
     body = (f'<section data-event="{ev.id}"><h2>Event {ev.id}</h2><table>{rows}</table>'
-            f'<pre>{html.escape(json.dumps(ev.data, indent=2, sort_keys=True))}</pre></section>')
+            f'<pre>{html.escape(json.dumps(readable_times(ev.data), indent=2, sort_keys=True))}</pre></section>')
     return shell(request, "events", body)
 
 
@@ -322,9 +326,11 @@ async def api_vitals(request: Request) -> Response:
                 continue
             for ts, data in vitalsdb.vitals_buckets(conn, key, since, bucket):
                 for field, value in data.items():
+                    if field in NOT_CHARTED:
+                        continue
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         series.setdefault(f"{key} {field}", []).append([ts, value])
-        return {"window_s": window, "series": series}
+        return {"window_s": window, "since": since, "now": since + window, "bucket_s": bucket, "series": series}
     return JSONResponse(await run_in_threadpool(web.read, read, "vitals"))
 
 
@@ -336,7 +342,7 @@ async def api_effects(request: Request) -> Response:
                                                      EffectState.EXPIRED, EffectState.ACKED)}   # the page's order
         for e, state, why in effectqueue.list_effects(conn, limit=500):
             by_state[state].append({"id": e.id, "origin": e.origin, "kind": e.kind, "target": e.target,
-                                    "created": e.created, "why": why})
+                                    "created": e.created, "why": why, "task": effect_task(e)})
         return {"now": time.time(), "by_state": by_state}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
@@ -384,7 +390,8 @@ async def api_engine(request: Request) -> Response:
             row["diff"] = web.diffs[span]
         return row
     rows = await run_in_threadpool(lambda: [summarise(e) for e in reversed(history)])
-    return JSONResponse({"commit": status.engine_commit if status else None, "history": rows})
+    return JSONResponse({"commit": status.engine_commit if status else None, "history": rows,
+                         "staging_differs": await run_in_threadpool(staging_differs, web)})
 
 
 async def api_gate(request: Request) -> Response:
@@ -428,6 +435,8 @@ async def act_worker(request: Request) -> Response:
     action, worker = data.get("action"), data.get("worker")
     if action not in WORKER_ACTIONS or not isinstance(worker, str):
         return JSONResponse({"ok": False, "error": f"action must be one of {sorted(WORKER_ACTIONS)}, with a worker"}, 400)
+    if (action, worker) == ("stop", "web"):
+        return JSONResponse({"ok": False, "error": OWN_STOP}, 409)
     try:
         reply = await run_in_threadpool(client.request, web.paths, WORKER_ACTIONS[action](worker), 5.0)
     except client.Unreachable as err:
@@ -497,6 +506,77 @@ async def metrics(request: Request) -> Response:
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+# -- the task page (issue 23): one task as `pulsectl task show` tells it -------------------------------------
+
+# A vital's fields that are facts, not gauges: the host's CPU count, a process's pid and start time.
+NOT_CHARTED = frozenset({"cpus", "pid", "since", "started"})
+OWN_STOP = ("the page cannot stop the web worker that serves it (it would go dark and never come back); "
+            "run `pulsectl stop web` on the host")
+
+
+def effect_task(effect: wire.Effect) -> str | None:
+    """The task an effect works on (an agent-run's params.task_id), for the effects page's link."""
+    from pulse.agents.agentrun import run_subject
+    if effect.kind != "agent-run":
+        return None
+    try:
+        return run_subject(effect) or None
+    except ValueError:
+        return None
+
+
+TASK_TARGET = re.compile(r"^task-[1-9][0-9]*$")
+# data fields that hold a wall time (epoch seconds), by their name (as app.js's TIME_KEYS)
+TIME_KEYS = re.compile(r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry)$")
+
+
+def wall_time(key: str, value: Any) -> bool:
+    """A named time, or a fractional number of seconds in 2001 … 2096 (pids and counts are integers)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and 1e9 < value < 4e9
+            and (bool(TIME_KEYS.search(key)) or not float(value).is_integer()))
+
+
+def readable_times(data: Any) -> Any:
+    """An event's data with its wall times in ISO 8601, never raw epoch floats such as 1796292125.51."""
+    if isinstance(data, dict):
+        return {k: clock.iso(v) if wall_time(k, v) else readable_times(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [readable_times(v) for v in data]
+    return data
+
+
+def staging_differs(web: Web) -> list[str] | None:
+    """What a promote would change now (`git diff --name-status` lines of staging against main), or
+    None when git cannot say: the page's promote applies only when there is something, and after a
+    rollback it says that staging still holds what was rolled back."""
+    from pulse.engine import repo
+    try:
+        return repo.staging_differs(web.paths)
+    except repo.EngineDirError:
+        return None
+
+
+async def task_page(request: Request) -> Response:
+    return shell(request, "tasks", script="task")
+
+
+async def api_task(request: Request) -> Response:
+    from pulse.agents import tasks, taskview
+    web: Web = request.app.state.web
+    try:
+        task = tasks.parse_task_id(request.path_params["id"])
+    except ValueError as err:
+        return JSONResponse({"error": str(err)}, 404)
+
+    def read(conn):
+        view = taskview.task_view(conn, task)
+        if view is not None:
+            view["output_text"] = taskview.output_text(web.paths.objects, taskview.last_output_ref(view))
+        return view
+    view = await run_in_threadpool(web.read, read)
+    return JSONResponse(view if view is not None else {"error": f"{task}: no such task"}, 200 if view else 404)
+
+
 def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = (),
              budget: Any = None) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
@@ -505,6 +585,7 @@ def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: S
     routes = [Route(path, page(name)) for name, path in PAGES.items()]
     routes += [
         Route("/events/{id}", event_page),
+        Route("/tasks/{id}", task_page), Route("/api/tasks/{id}", api_task),
         Route("/static/{name}", static),
         Route("/api/stream/overview", stream_overview),
         Route("/api/stream/events", stream_events),

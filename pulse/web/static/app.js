@@ -19,12 +19,33 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// Every time in the viewer's zone; UTC on hover.
-function when(ts) {
+// One time format on every page: the viewer's local time as 2026-12-03 17:55:02 (the time only, for
+// today), with the zone, the UTC time and how long ago on hover; `relative`: "3 min ago" shown, the
+// time on hover. The API gives epoch seconds or ISO 8601; both are read here.
+const pad = (n) => String(n).padStart(2, "0");
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+
+function toDate(ts) {
+  return typeof ts === "string" ? new Date(ts) : new Date(ts * 1000);
+}
+
+function localTime(d, {short = true} = {}) {
+  const day = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  const today = new Date().toDateString() === d.toDateString();
+  return short && today ? time : `${day} ${time}`;
+}
+
+function zoneOffset(d) {
+  const m = -d.getTimezoneOffset(), sign = m < 0 ? "-" : "+";
+  return `UTC${sign}${pad(Math.floor(Math.abs(m) / 60))}:${pad(Math.abs(m) % 60)}`;
+}
+
+function when(ts, {relative = false} = {}) {
   if (ts === null || ts === undefined) return el("span", {class: "muted"}, "-");
-  const d = new Date(ts * 1000);
-  return el("time", {datetime: d.toISOString(), title: d.toISOString().replace(/\.\d+Z$/, "Z") + " (UTC)"},
-            d.toLocaleString());
+  const d = toDate(ts), age = (Date.now() - d.getTime()) / 1000;
+  const hover = `${localTime(d, {short: false})} ${ZONE} (${zoneOffset(d)}) · ${d.toISOString().replace(/\.\d+Z$/, "Z")} · ${ago(age)}`;
+  return el("time", {datetime: d.toISOString(), title: hover}, relative ? ago(age) : localTime(d));
 }
 
 function megabytes(bytes) {
@@ -33,9 +54,12 @@ function megabytes(bytes) {
 
 function ago(seconds) {
   if (seconds === null || seconds === undefined) return "-";
-  if (seconds < 1) return seconds.toFixed(1) + "s ago";
-  if (seconds < 120) return Math.round(seconds) + "s ago";
-  return Math.round(seconds / 60) + "m ago";
+  if (seconds < 0) return "in " + ago(-seconds).replace(/ ago$/, "");
+  if (seconds < 1) return seconds.toFixed(1) + " s ago";
+  if (seconds < 120) return Math.round(seconds) + " s ago";
+  if (seconds < 7200) return Math.round(seconds / 60) + " min ago";
+  if (seconds < 172800) return Math.round(seconds / 3600) + " h ago";
+  return Math.round(seconds / 86400) + " days ago";
 }
 
 function duration(seconds) {
@@ -65,35 +89,88 @@ function say(text, bad = false) {
   box.className = bad ? "bad" : "muted";
 }
 
-function table(head, rows, className = null) {
-  // className "cards": on a phone each row is a card, each cell labelled by its data-label
+// Every table: on a phone (app.css) each row is a card, each cell under its column's name (its
+// data-label, set here from `head` when the row did not); a long value takes a card's whole line.
+const LONG = 18;          // characters: a cell longer than this is "wide" on a phone
+
+function labelled(row, head) {
+  [...row.children].forEach((cell, i) => {
+    if (cell.tagName === "TD" && !cell.dataset.label && head[i]) cell.dataset.label = head[i];
+    if (cell.tagName === "TD" && cell.textContent.length > LONG) cell.classList.add("wide");
+  });
+  return row;
+}
+
+function table(head, rows) {
   const empty = el("tr", {}, el("td", {class: "muted", colspan: String(head.length)}, "none yet"));
-  return el("table", {class: className}, el("thead", {}, el("tr", {}, head.map(h => el("th", {scope: "col"}, h)))),
-            el("tbody", {}, rows.length ? rows : empty));
+  return el("table", {class: "cards"}, el("thead", {}, el("tr", {}, head.map(h => el("th", {scope: "col"}, h)))),
+            el("tbody", {}, rows.length ? rows.map(r => labelled(r, head)) : empty));
 }
 
 function section(title, ...body) {
   return el("section", {"aria-label": title}, el("h2", {}, title), ...body);
 }
 
-function spark(points, {label = "", max = null} = {}) {
-  // points: [[ts, value], ...]; an inline SVG polyline from 0 to `max` (a percentage: 100), else
-  // to the series' own largest value.
+// Where a series stops: a step between two points longer than GAP_STEPS of its usual step (or of
+// `step`, the bucket) is time nobody sampled (pulsed was down), drawn as a gap, not a line across.
+const GAP_STEPS = 2.5;
+
+function segments(points, step = null) {
+  const steps = points.slice(1).map((p, i) => p[0] - points[i][0]).sort((a, b) => a - b);
+  const usual = Math.max(step ?? 0, steps.length ? steps[Math.floor(steps.length / 2)] : 0);
+  const out = [];
+  points.forEach((p, i) => {
+    if (!i || p[0] - points[i - 1][0] > GAP_STEPS * usual) out.push([]);
+    out[out.length - 1].push(p);
+  });
+  return out;
+}
+
+function spark(points, {label = "", max = null, from = null, to = null, step = null} = {}) {
+  // points: [[ts, value], ...]; inline SVG polylines over [from, to] (default: the series' own span),
+  // from 0 to `max` (a percentage: 100), else to the series' own largest value; one per segment.
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("viewBox", "0 0 100 40");
   svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", label);
   if (points.length > 1) {
-    const t0 = points[0][0], t1 = points[points.length - 1][0] || t0 + 1;
+    const t0 = from ?? points[0][0], t1 = to ?? points[points.length - 1][0];
     const vs = points.map(p => p[1]);
     const lo = Math.min(...vs, 0), hi = max ?? Math.max(...vs, lo + 1e-9);
-    const line = document.createElementNS(svg.namespaceURI, "polyline");
-    line.setAttribute("points", points.map(([t, v]) =>
-      `${((t - t0) / (t1 - t0 || 1) * 100).toFixed(2)},${(38 - (v - lo) / (hi - lo) * 36).toFixed(2)}`).join(" "));
-    svg.append(line);
+    for (const part of segments(points, step)) {
+      const line = document.createElementNS(svg.namespaceURI, "polyline");
+      const drawn = part.length > 1 ? part : [part[0], [part[0][0] + (t1 - t0) / 200, part[0][1]]];   // a lone point: a dot
+      line.setAttribute("points", drawn.map(([t, v]) =>
+        `${((t - t0) / (t1 - t0 || 1) * 100).toFixed(2)},${(38 - (v - lo) / (hi - lo) * 36).toFixed(2)}`).join(" "));
+      svg.append(line);
+    }
   }
   return svg;
+}
+
+// A vital field's unit, from its name (rss_mb, cpu_pct, run_ms): what the chart's figures are in.
+const UNITS = {_pct: "%", _mb: "MB", _ms: "ms", _s: "s", _bytes: "bytes", _kb: "kB"};
+
+function unitOf(key) {
+  const found = Object.keys(UNITS).find(suffix => key.endsWith(suffix));
+  return found ? UNITS[found] : "";
+}
+
+function figure(value, unit) {
+  if (value === null || value === undefined) return "-";
+  const text = Number.isInteger(value) || Math.abs(value) >= 100 ? value.toFixed(0) : value.toFixed(1);
+  return unit === "%" ? text + "%" : unit ? `${text} ${unit}` : text;
+}
+
+// A chart with its axes: the value's range and unit on the left, the window's times below.
+function chart(points, {label, unit = "", max = null, from, to, step = null}) {
+  const vs = points.map(p => p[1]), hi = max ?? (vs.length ? Math.max(...vs) : null);
+  const times = [from, (from + to) / 2, to].map(t => el("span", {}, when(t)));
+  return el("div", {class: "plot"},
+    el("div", {class: "yaxis muted small"}, el("span", {}, figure(hi, unit)), el("span", {}, figure(0, unit))),
+    spark(points, {label: `${label}${unit ? ", " + unit : ""}`, max, from, to, step}),
+    el("div", {class: "xaxis muted small"}, times));
 }
 
 // -- the overview ---------------------------------------------------------------------------------------
@@ -105,13 +182,37 @@ function workerRow(w) {
   const exit = w.last_exit ? (w.last_exit.signal ? SIGNALS[w.last_exit.signal] || `signal ${w.last_exit.signal}` : `code ${w.last_exit.code}`) : "-";
   const cells = {state: w.state, pid: w.pid ?? "-", uptime: duration(w.uptime_s), restarts: w.restarts,
                  last_exit: exit, heartbeat: ago(w.heartbeat_age_s)};
-  const act = (action) => el("button", {type: "button", "data-action": action,
-      onclick: () => { if (confirm(`${action} ${w.name}?`)) post("/api/workers", {action, worker: w.name}); }}, action);
+  const act = (action) => workerButton(w, action);
   return el("tr", {"data-worker": w.name},
             el("th", {scope: "row"}, w.name),
             FIELDS.map(f => el("td", {"data-field": f, "data-label": f.replace("_", " "),
                                       class: f === "state" ? `state-${w.state}` : null}, String(cells[f]))),
             el("td", {class: "actions"}, act("restart"), " ", act("stop"), " ", act("start")));
+}
+
+// A button is enabled only when its action can apply to the worker's state now; its title says why
+// not. The page never stops the web worker that serves it: pulsectl does (the server refuses too).
+const CAN = {
+  restart: (w) => !["stopping"].includes(w.state) || "it is stopping",
+  stop: (w) => w.name === "web" ? "the page cannot stop its own web worker: run `pulsectl stop web` on the host"
+             : !["stopped", "stopping"].includes(w.state) || `it is ${w.state}`,
+  start: (w) => ["stopped", "failed"].includes(w.state) || `it is ${w.state}; start applies to a stopped or failed worker`,
+};
+const CONFIRM = {
+  restart: (w) => `Restart ${w.name}? Its process is stopped and a new one started (pid ${w.pid ?? "-"}).`,
+  stop: (w) => `Stop ${w.name}? It stays stopped, even across a reload, until you start it.`,
+  start: (w) => `Start ${w.name}?`,
+};
+
+function whyNot(w, action) {
+  const can = CAN[action](w);
+  return can === true ? null : can;
+}
+
+function workerButton(w, action) {
+  const why = whyNot(w, action);
+  return el("button", {type: "button", "data-action": action, disabled: why ? "" : null, title: why,
+                       onclick: () => { if (confirm(CONFIRM[action](w))) post("/api/workers", {action, worker: w.name}); }}, action);
 }
 
 // A critical process: its state, its tree's memory (figure and the last ten minutes), its latest health
@@ -155,13 +256,30 @@ function processCells(p, card = {}) {
   };
 }
 
-function processRow(p, card) {
-  const act = (action) => el("button", {type: "button", "data-action": action, onclick: () => {
+const PAUSE_DEFAULT = "30m";
+
+// Pause applies to a process not paused, resume to a paused one; an empty answer to "how long"
+// is the default (Cancel is no pause).
+function processButton(p, action) {
+  const paused = Boolean(p.paused_until);
+  const why = action === "pause" ? (paused ? "it is paused already" : null) : (paused ? null : "it is not paused");
+  return el("button", {type: "button", "data-action": action, disabled: why ? "" : null, title: why, onclick: () => {
     if (action === "pause") {
-      const span = prompt(`Leave ${p.name} alone (no restarts) for how long? 90s, 30m, 2h, 1d`, "30m");
-      if (span) post("/api/processes", {action, process: p.name, for: span});
-    } else if (confirm(`resume watching ${p.name}?`)) post("/api/processes", {action, process: p.name});
+      const span = prompt(`Leave ${p.name} alone (no restarts) for how long? 90s, 30m, 2h, 1d (empty: ${PAUSE_DEFAULT})`, PAUSE_DEFAULT);
+      if (span !== null) post("/api/processes", {action, process: p.name, for: span.trim() || PAUSE_DEFAULT});
+    } else if (confirm(`Resume watching ${p.name}? Its rules may restart it again.`)) post("/api/processes", {action, process: p.name});
   }}, action);
+}
+
+// A row's buttons, made current: replaced only when the state they depend on changed.
+function refreshButtons(row, fresh) {
+  for (const b of row.querySelectorAll("button[data-action]")) {
+    b.replaceWith(fresh.querySelector(`button[data-action="${b.dataset.action}"]`));
+  }
+}
+
+function processRow(p, card) {
+  const act = (action) => processButton(p, action);
   const cells = processCells(p, card);
   return el("tr", {"data-process": p.name},
             el("th", {scope: "row"}, p.name),
@@ -190,6 +308,10 @@ function refreshProcesses(view) {
         cell.dataset.shows = shows;
         cell.replaceChildren(...[cells[f]].flat(2));
       }
+    }
+    if (row.dataset.paused !== String(Boolean(p.paused_until))) {
+      row.dataset.paused = String(Boolean(p.paused_until));
+      refreshButtons(row, processRow(p, cards[p.name]));
     }
   }
 }
@@ -222,6 +344,10 @@ function refreshWorkers(view) {
         if (cell.textContent !== now.textContent) cell.textContent = now.textContent;
         cell.className = now.className;
       }
+      if (row.dataset.state !== w.state) {
+        row.dataset.state = w.state;
+        refreshButtons(row, fresh);
+      }
     }
   }
   if (s) document.getElementById("pulsed").textContent = `pulsed pid ${s.supervisor.pid}, up ${duration(s.supervisor.uptime_s)}`;
@@ -250,10 +376,11 @@ function renderOverview(view) {
     "commit ", el("code", {"data-field": "engine-commit"}, s?.engine_commit?.slice(0, 12) || "-"),
     ", state ", el("span", {"data-field": "engine-state"}, engine?.state || "-"),
     ", last promote ", view.last_promote ? when(view.last_promote.ts) : "none")]);
-  refresh("host", "Host", view.vitals, () => [el("div", {class: "charts"}, Object.entries(view.vitals).map(([key, points]) =>
+  const to = Date.now() / 1000, from = to - 600;     // the overview's charts: the last ten minutes
+  refresh("host", "Host, last ten minutes", view.vitals, () => [el("div", {class: "charts"}, Object.entries(view.vitals).map(([key, points]) =>
     el("div", {class: "chart", "data-vital": key},
-       el("div", {}, key, " ", el("strong", {}, points.length ? points[points.length - 1][1].toFixed(1) + "%" : "-")),
-       spark(points, {label: `${key}, %`, max: 100}))))]);
+       el("div", {}, key, " ", el("strong", {}, points.length ? figure(points[points.length - 1][1], "%") : "-")),
+       chart(points, {label: key, unit: "%", max: 100, from, to, step: 5}))))]);
   refresh("survival", "Last survival actions", view.survival, () => [view.survival.length
     ? table(["when", "rule", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
         el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "rule", class: "wide"}, a.rule || "-"),
@@ -272,11 +399,39 @@ function live(url, onData) {
 
 // -- events ---------------------------------------------------------------------------------------------
 
+// A task's id where a target names one: its link goes to the task's page.
+const TASK_ID = /^task-[1-9][0-9]*$/;
+
+function target(name) {
+  if (name === null || name === undefined) return "-";
+  return TASK_ID.test(name) ? el("a", {href: `/tasks/${name}`, title: "the task's page"}, name) : name;
+}
+
+// An event's data in one line a person can scan: key=value, spaced so it wraps between fields; a
+// field that is a time (epoch seconds in the store) in the page's one time format.
+const TIME_KEYS = /(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry)$/;
+
+function isWallTime(k, v) {     // a named time, or a fractional number of seconds in 2001 … 2096
+  return typeof v === "number" && v > 1e9 && v < 4e9 && (TIME_KEYS.test(k) || !Number.isInteger(v));
+}
+
+function dataValue(k, v) {
+  if (isWallTime(k, v)) return localTime(toDate(v));
+  return typeof v === "string" ? v : JSON.stringify(v, (kk, vv) => isWallTime(kk, vv) ? localTime(toDate(vv)) : vv);
+}
+
+function dataLine(data) {
+  const text = Object.entries(data || {}).map(([k, v]) => `${k}=${dataValue(k, v)}`).join(" ");
+  return text.length > 240 ? text.slice(0, 240) + " …" : text;
+}
+
+const EVENT_HEAD = ["id", "when", "type", "source", "target", "data"];
+
 function eventRow(e) {
-  return el("tr", {"data-event": e.id},
+  return labelled(el("tr", {"data-event": e.id, class: /error|failed|hung|blocked/.test(e.type) ? "bad-row" : null},
             el("td", {}, el("a", {href: `/events/${e.id}`}, String(e.id))), el("td", {}, when(e.ts)),
-            el("td", {}, e.type), el("td", {}, e.source), el("td", {}, e.target ?? "-"),
-            el("td", {class: "wrap"}, el("code", {}, JSON.stringify(e.data).slice(0, 200))));
+            el("td", {}, e.type), el("td", {}, e.source), el("td", {}, target(e.target)),
+            el("td", {class: "wrap wide"}, el("code", {}, dataLine(e.data)))), EVENT_HEAD);
 }
 
 function eventsPage() {
@@ -288,8 +443,8 @@ function eventsPage() {
     field("type", "type", {list: "types"}), field("source", "source"), field("target", "target"),
     field("since", "since (10m, ISO)"), field("q", "search"), el("button", {type: "submit"}, "filter"));
   const body = el("tbody");
-  main.replaceChildren(section("Events", form,
-    el("table", {}, el("thead", {}, el("tr", {}, ["id", "when", "type", "source", "target", "data"].map(h => el("th", {}, h)))), body)));
+  main.replaceChildren(section("Events, newest first", form,
+    el("table", {class: "cards"}, el("thead", {}, el("tr", {}, EVENT_HEAD.map(h => el("th", {scope: "col"}, h)))), body)));
   getJSON("/api/events?" + params).then(r => {
     form.append(el("datalist", {id: "types"}, r.types.map(t => el("option", {value: t}))));
     body.replaceChildren(...r.events.map(eventRow));
@@ -310,12 +465,13 @@ async function vitalsPage() {
     ["1h", "6h", "24h", "7d"].map(w => el("option", {value: w, selected: w === window_ ? "" : null}, w)));
   const r = await getJSON(`/api/vitals?window=${window_}`);
   main.replaceChildren(section(`Vitals over ${window_}`, el("label", {}, "window ", pick),
+    el("p", {class: "muted small"}, "Times in your zone; a gap is time with no samples (pulsed was down)."),
     el("div", {class: "charts"}, Object.entries(r.series).map(([key, points]) => {
-      const vs = points.map(p => p[1]), last = vs[vs.length - 1];
-      const range = vs.length ? `${Math.min(...vs).toFixed(1)} … ${Math.max(...vs).toFixed(1)}` : "";
-      return el("div", {class: "chart big", "data-vital": key}, el("div", {}, key, " ", el("strong", {}, last?.toFixed(1) ?? "-")),
+      const vs = points.map(p => p[1]), last = vs[vs.length - 1], unit = unitOf(key);
+      const range = vs.length ? `${figure(Math.min(...vs), unit)} … ${figure(Math.max(...vs), unit)}` : "";
+      return el("div", {class: "chart big", "data-vital": key}, el("div", {}, key, " ", el("strong", {}, figure(last, unit))),
                 el("div", {class: "muted"}, `${range} · ${points.length} points`),
-                spark(points, {label: key, max: key.endsWith("_pct") ? 100 : null}));
+                chart(points, {label: key, unit, max: unit === "%" ? 100 : null, from: r.since, to: r.now, step: r.bucket_s}));
     }))));
 }
 
@@ -324,8 +480,16 @@ async function effectsPage() {
   document.querySelector("main").replaceChildren(...Object.entries(r.by_state).map(([state, rows]) =>
     section(`${state} (${rows.length})`, table(["id", "origin", "kind", "target", "age", "why"], rows.map(e =>
       el("tr", {"data-effect": e.id}, el("td", {}, el("code", {}, e.id.slice(0, 12))), el("td", {}, e.origin),
-         el("td", {}, e.kind), el("td", {}, e.target ?? "-"), el("td", {}, ago(r.now - e.created)),
-         el("td", {class: "wrap"}, e.why ?? "")))))));
+         el("td", {}, e.kind), el("td", {}, e.task ? target(e.task) : target(e.target)), el("td", {}, when(e.created, {relative: true})),
+         el("td", {class: "wrap wide"}, e.why ?? "")))))));
+}
+
+// What a task event says, in words: a failure's reason and the CLI's own error (not just "agent").
+function taskDetail(e) {
+  const d = e.data;
+  if (e.type === "task-failed") return [d.reason, d.error].filter(Boolean).join(": ") || "failed";
+  if (e.type === "task-given-up") return d.reason || "given up";
+  return d.agent ? `by ${d.agent}` : d.by ? `by ${d.by}` : "";
 }
 
 async function tasksPage() {
@@ -334,7 +498,7 @@ async function tasksPage() {
   main.replaceChildren(
     section("Board", el("div", {class: "board"}, Object.entries(r.by_status).map(([status, tasks]) =>
       el("div", {"data-status": status}, el("h2", {}, `${status} (${tasks.length})`),
-         el("ul", {}, tasks.map(t => el("li", {}, el("a", {href: `/events?target=${t.id}`, title: "its history"}, t.id), " ", t.title,
+         el("ul", {}, tasks.map(t => el("li", {}, el("a", {href: `/tasks/${t.id}`, title: "the task's page"}, t.id), " ", t.title,
             el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs` +
                (t.pin ? ` · for ${t.pin}` : "") + (t.tags && t.tags.length ? ` · tags ${t.tags.join(", ")}` : "")),
             t.waits ? el("div", {class: "waits", "data-waits": t.id}, `unassignable: ${t.waits}`) : ""))))))),
@@ -343,8 +507,31 @@ async function tasksPage() {
          el("td", {}, a.mean_run_s === null ? "-" : a.mean_run_s.toFixed(1) + "s"),
          el("td", {}, a.cost_usd === null ? "-" : "$" + a.cost_usd.toFixed(2)))))),
     section("History", table(["when", "task", "event", "detail"], r.history.map(e =>
-      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, el("a", {href: `/events?target=${e.target}`}, e.target)),
-         el("td", {}, e.type), el("td", {class: "wrap"}, e.data.reason || e.data.error || e.data.agent || ""))))));
+      el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, target(e.target)),
+         el("td", {}, e.type), el("td", {class: "wrap"}, taskDetail(e)))))));
+}
+
+// What staging holds that main has not; after a rollback, a warning: the next promote ships it again.
+function stagingNote(r) {
+  const differs = r.staging_differs, last = r.history[0];
+  if (!differs) return el("p", {class: "muted"}, "staging: git cannot say what it holds");
+  if (!differs.length) return el("p", {class: "muted", "data-field": "staging"}, "staging: the same as main, nothing to promote");
+  const files = differs.map(l => l.replace(/\s+/, " ")).join(", ");
+  if (last && last.type === "rollback")
+    return el("p", {class: "bad", "data-field": "staging"}, `staging still holds what was rolled back (${files}): `,
+              "the next promote ships it again; fix or revert it in staging first");
+  return el("p", {"data-field": "staging"}, `staging: a promote would change ${files}`);
+}
+
+// A rollback needs a promote to undo.
+function canRollback(r) {
+  return r.history.some(e => e.type === "promote");
+}
+
+function disabled(button, why) {
+  button.disabled = true;
+  button.title = why;
+  return button;
 }
 
 async function enginePage() {
@@ -352,7 +539,12 @@ async function enginePage() {
   const act = (action) => el("button", {type: "button", "data-action": action,
       onclick: () => { if (confirm(`${action} the engine?`)) post("/api/engine", {action}); }}, action);
   document.querySelector("main").replaceChildren(
-    section("Engine", el("p", {}, "running ", el("code", {}, (r.commit || "-").slice(0, 12)), " ", act("promote"), " ", act("rollback"))),
+    section("Engine", el("p", {}, "running ", el("code", {}, (r.commit || "-").slice(0, 12)), " ",
+                         r.staging_differs && !r.staging_differs.length
+                           ? disabled(act("promote"), "staging holds nothing main has not: commit a change in staging first")
+                           : act("promote"), " ",
+                         canRollback(r) ? act("rollback") : disabled(act("rollback"), "nothing promoted yet: there is no earlier commit to go back to")),
+            stagingNote(r)),
     section("Promotes and rollbacks", table(["when", "what", "from → to", "diff", "checks passed / reason"], r.history.map(e =>
       el("tr", {"data-event": e.id}, el("td", {}, when(e.ts)), el("td", {}, e.type),
          el("td", {}, el("code", {}, `${(e.data.before || "").slice(0, 12)} → ${(e.data.after || "").slice(0, 12)}`)),
@@ -365,11 +557,25 @@ async function gatePage() {
   document.querySelector("main").replaceChildren(
     section("Gate sessions", table(["session", "agent", "task", "state", "calls", "blocked", "unverified", "last"],
       r.sessions.map(s => el("tr", {"data-session": s.session}, el("td", {}, el("code", {}, s.session)),
-        el("td", {}, s.agent), el("td", {}, s.task || "-"), el("td", {}, s.state), el("td", {}, s.calls),
+        el("td", {}, s.agent), el("td", {}, target(s.task)), el("td", {}, s.state), el("td", {}, s.calls),
         el("td", {}, s.blocked), el("td", {}, s.unverified.join(", ") || "-"), el("td", {}, when(s.last)))))),
     section("Blocked calls", table(["when", "session", "tool", "code", "reason"], r.blocked.map(e =>
       el("tr", {}, el("td", {}, when(e.ts)), el("td", {}, e.target), el("td", {}, e.data.tool),
          el("td", {}, e.data.code), el("td", {class: "wrap"}, e.data.reason))))));
+}
+
+// A log line's level, from the workers' format (`… LEVEL name: message`); a traceback's lines are errors.
+const LOG_TIME = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (.*)$/s;
+const LOG_LEVEL = /\b(CRITICAL|ERROR|WARNING|INFO|DEBUG)\b/;
+
+// A traceback's lines (Python's, or faulthandler's dump of a hung worker) carry no level: they are errors.
+const TRACEBACK = /^(Traceback|File "|Fatal Python error|Current thread|Thread 0x|\w+(Error|Exception)\b)/;
+
+function logLevel(line) {
+  const m = LOG_LEVEL.exec(line);
+  if (m) return m[1];
+  const said = line.replace(/^\S+ \S+\[\d+\]\s+/, "").trim();     // what follows "<time> <process>[<pid>]"
+  return TRACEBACK.test(said) ? "ERROR" : "";
 }
 
 async function logPage() {
@@ -378,8 +584,62 @@ async function logPage() {
   const pick = el("select", {name: "worker", onchange: (e) => { location.search = e.target.value ? `?worker=${e.target.value}` : ""; }},
     el("option", {value: ""}, "every process"),
     r.processes.map(p => el("option", {value: p, selected: p === params.get("worker") ? "" : null}, p)));
-  document.querySelector("main").replaceChildren(section("pulse.log", el("label", {}, "process ", pick),
-    el("pre", {}, r.lines.join("\n"))));
+  const lines = [...r.lines].reverse();       // newest first: what just happened is at the top
+  const errors = lines.filter(l => ["ERROR", "CRITICAL"].includes(logLevel(l))).length;
+  document.querySelector("main").replaceChildren(section("pulse.log, newest first", el("label", {}, "process ", pick),
+    el("p", {class: errors ? "bad small" : "muted small"}, `${lines.length} lines, ${errors} errors (marked)`),
+    el("div", {class: "log"}, lines.map(l => {
+      const level = logLevel(l), bad = ["ERROR", "CRITICAL"].includes(level);
+      const stamped = LOG_TIME.exec(l);     // the line's own UTC stamp, shown as every time on the page
+      return el("div", {class: bad ? "line error" : level === "WARNING" ? "line warning" : "line",
+                        "data-level": level || null}, bad ? el("strong", {class: "bad"}, "✖ ") : "",
+                stamped ? [when(stamped[1]), " ", stamped[2]] : l);
+    }))));
+}
+
+// -- one task: what `pulsectl task show` says (pulse.agents.taskview), the output as escaped text ---------
+
+function money(usd) {
+  return usd === null || usd === undefined ? "-" : "$" + usd.toFixed(4);
+}
+
+function tokens(counts) {
+  const parts = Object.entries(counts || {}).sort().map(([k, v]) => `${v} ${k}`);
+  return parts.length ? parts.join(", ") : "-";
+}
+
+async function taskPage() {
+  const id = location.pathname.split("/").pop();
+  const main = document.querySelector("main");
+  const r = await fetch(`/api/tasks/${encodeURIComponent(id)}`, {credentials: "same-origin"}).then(x => x.json());
+  if (r.error) {
+    main.replaceChildren(section("No such task", el("p", {class: "bad"}, r.error)));
+    return;
+  }
+  document.title = `Pulse · ${r.id}`;
+  const facts = [["title", r.title], ["project", r.project], ["status", el("span", {class: r.status}, r.status.replace("_", " "))],
+                 ["agent", r.agent || "-"], ["priority", String(r.priority)], ["created", when(r.created)],
+                 ["updated", when(r.updated)], ["attempts", String(r.attempts)], ["cost", money(r.cost_usd)],
+                 ["tokens", tokens(r.tokens)], ...(r.error ? [["last error", el("span", {class: "bad"}, r.error)]] : [])];
+  const runs = r.runs.map(a => el("tr", {"data-attempt": a.attempt},
+    el("td", {}, String(a.attempt)), el("td", {}, a.agent || "-"), el("td", {}, when(a.started || a.assigned)),
+    el("td", {}, when(a.ended)), el("td", {class: a.outcome}, a.outcome),
+    el("td", {class: "wrap"}, a.reason ? el("span", {}, el("strong", {}, a.reason), a.error ? ": " + a.error : "") : "-"),
+    el("td", {}, money(a.cost_usd)), el("td", {}, tokens(a.tokens)),
+    el("td", {}, a.run_ms === null || a.run_ms === undefined ? "-" : figure(a.run_ms / 1000, "s"))));
+  const calls = r.gate_calls.map(g => el("tr", {class: g.ok === false ? "bad-row" : null},
+    el("td", {}, when(g.ts)), el("td", {}, g.phase || g.type), el("td", {}, g.tool || "-"),
+    el("td", {class: g.ok === false ? "bad" : g.ok ? "ok" : null}, g.ok === null || g.ok === undefined ? "-" : g.ok ? "ok" : "refused"),
+    el("td", {class: "wrap"}, g.reason || "-"), el("td", {}, el("a", {href: `/events/${g.id}`}, String(g.id)))));
+  main.replaceChildren(
+    section(`${r.id}: ${r.title}`, el("dl", {class: "facts", "data-task": r.id}, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+            el("p", {}, el("a", {href: `/events?target=${r.id}`}, "its events"))),
+    section("Prompt", el("pre", {class: "text", "data-field": "prompt"}, r.prompt)),
+    section("Attempts", table(["#", "agent", "started", "ended", "outcome", "reason", "cost", "tokens", "took"], runs)),
+    section("Output of the last attempt", r.output_text === null
+      ? el("p", {class: "muted"}, "no output kept")
+      : el("pre", {class: "text", "data-field": "output"}, r.output_text)),
+    section(`Gate calls (${r.gate_calls.length})`, table(["when", "phase", "tool", "ok", "reason", "event"], calls)));
 }
 
 // -- start --------------------------------------------------------------------------------------------------
@@ -396,6 +656,8 @@ function theme() {
 }
 
 theme();
+// A page rendered by the server marks its times <time data-ts=…>: shown here like every other time.
+for (const t of document.querySelectorAll("time[data-ts]")) t.replaceWith(when(Number(t.dataset.ts)));
 const PAGES = {overview: () => live("/api/stream/overview", renderOverview), events: eventsPage, vitals: vitalsPage,
-               effects: effectsPage, tasks: tasksPage, engine: enginePage, gate: gatePage, log: logPage};
+               effects: effectsPage, tasks: tasksPage, task: taskPage, engine: enginePage, gate: gatePage, log: logPage};
 Promise.resolve(PAGES[PAGE]?.()).catch(err => say(String(err), true));

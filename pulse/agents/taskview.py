@@ -1,0 +1,114 @@
+"""One task as a person reads it: the projection behind `pulsectl task show|output` and the page's
+/tasks/ID, so the CLI and the page can never tell a task two ways.
+
+`task_view` folds the task's task-* events into its fields and one entry per attempt (a run: its
+agent, its times, its outcome, the CLI's own reason and error, its cost and tokens, where its
+output is kept), and adds the gate calls its runs made (gate-call events of the sessions the
+gate opened for this task). Times are ISO 8601 (UTC, pulse.core.clock.iso), never epoch floats.
+`output_text` reads an attempt's output from objects/ as text. Pure but for those two reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pulse.agents import tasks
+from pulse.core import clock
+from pulse.core.wire import TaskEvent
+
+OUTPUT_CHARS = 200_000       # the most of an agent's output a page or `task show` carries; `task output` has all
+GATE_CALLS_LIMIT = 500       # the gate calls a task view lists (newest kept)
+
+
+def iso(ts: float | None) -> str | None:
+    return clock.iso(ts) if isinstance(ts, (int, float)) else None
+
+
+def attempts_of(history: list) -> list[dict]:
+    """One dict per run of the task, oldest first, from its task-* events."""
+    runs: list[dict] = []
+    for ev in history:
+        d = ev.data
+        if ev.type == TaskEvent.ASSIGNED:
+            runs.append({"attempt": len(runs) + 1, "agent": d.get("agent"), "run": d.get("run"),
+                         "assigned": iso(ev.ts), "started": None, "ended": None, "outcome": "assigned"})
+        elif ev.type == TaskEvent.EXECUTING and runs:
+            runs[-1].update(started=iso(ev.ts), outcome="running", run=d.get("run") or runs[-1]["run"])
+        elif ev.type in (TaskEvent.ACKED, TaskEvent.FAILED) and runs and runs[-1]["ended"] is None:
+            runs[-1].update(ended_outcome(ev))
+        elif ev.type == TaskEvent.GIVEN_UP and runs and runs[-1]["ended"] is None:
+            runs[-1].update(ended=iso(ev.ts), outcome="given up", reason="given-up", error=d.get("reason"))
+    return runs
+
+
+def ended_outcome(ev) -> dict:
+    """What the end of a run says: acked or failed, with the CLI's own reason and error (not just
+    "agent"), the run's cost, tokens, exit code and duration, and its output's object ref."""
+    d, result = ev.data, ev.data.get("result") if isinstance(ev.data.get("result"), dict) else {}
+    failed = ev.type == TaskEvent.FAILED
+    return {"ended": iso(ev.ts), "outcome": "failed" if failed else "acked",
+            "reason": d.get("reason") if failed else None, "error": d.get("error") if failed else None,
+            "cost_usd": result.get("cost_usd"), "tokens": result.get("tokens") or {},
+            "code": d.get("code", result.get("code")), "run_ms": d.get("run_ms"),
+            "output": d.get("output"), "stderr": d.get("stderr"), "summary": result.get("result")}
+
+
+def gate_calls(conn, task: str) -> list[dict]:
+    """The gate calls the task's runs made: every gate-call and gate-blocked event of the sessions
+    opened for it, oldest first."""
+    from pulse.store import eventsdb
+    return [{"id": e.id, "ts": iso(e.ts), "type": e.type, "session": e.target, "phase": e.data.get("phase"),
+             "tool": e.data.get("tool"), "ok": e.data.get("ok"), "reason": e.data.get("reason") or e.data.get("why")}
+            for e in eventsdb.gate_events_of_task(conn, task, GATE_CALLS_LIMIT)]
+
+
+def task_view(conn, task: str) -> dict[str, Any] | None:
+    """The task as `pulsectl task show --json` and /api/tasks/ID give it; None when there is none."""
+    from pulse.store import eventsdb
+    history = eventsdb.task_history(conn, task)
+    state = tasks.fold_tasks(history).get(task)
+    if state is None:
+        return None
+    runs = attempts_of(history)
+    return {"id": state.id, "title": state.title, "project": state.project, "prompt": state.prompt,
+            "status": str(state.status), "priority": state.priority, "agent": state.agent or state.last_agent,
+            "pin": state.pin, "tags": list(state.tags), "failed_on": list(state.failed_on),
+            "created": iso(state.created), "updated": iso(state.updated), "error": state.error,
+            "attempts": len(runs), "runs": runs, "cost_usd": total_cost(runs), "tokens": total_tokens(runs),
+            "gate_calls": gate_calls(conn, task),
+            "events": [{"id": e.id, "ts": iso(e.ts), "type": e.type, "source": e.source,
+                        "reason": e.data.get("reason")} for e in history]}
+
+
+def total_cost(runs: list[dict]) -> float | None:
+    costs = [r["cost_usd"] for r in runs if isinstance(r.get("cost_usd"), (int, float))]
+    return round(sum(costs), 6) if costs else None
+
+
+def total_tokens(runs: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in runs:
+        for name, n in (r.get("tokens") or {}).items():
+            if isinstance(n, int) and not isinstance(n, bool):
+                out[name] = out.get(name, 0) + n
+    return out
+
+
+def last_output_ref(view: dict, attempt: int | None = None) -> str | None:
+    """The object ref of an attempt's output (the last attempt that has one, by default)."""
+    runs = [r for r in view["runs"] if r.get("output") and (attempt is None or r["attempt"] == attempt)]
+    return runs[-1]["output"] if runs else None
+
+
+def output_text(objects_root: Path, ref: str | None, limit: int | None = OUTPUT_CHARS) -> str | None:
+    """An output blob as text (undecodable bytes replaced), cut at `limit` characters; None when
+    there is no ref or the blob is gone (objects/ may have been collected)."""
+    from pulse.store import objects
+    if not ref:
+        return None
+    try:
+        text = objects.get(objects_root, ref).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    return text if limit is None or len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
