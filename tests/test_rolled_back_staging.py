@@ -41,15 +41,10 @@ def test_an_automatic_rollback_leaves_staging_said_and_the_next_promote_refused(
     assert again.returncode == 0, again.stderr
     assert (paths.engine / "rules" / "zz_broken.py").exists()
     assert repo.rolled_back_in_staging(paths) is None
-
-
-def test_a_fixed_staging_promotes_without_again(tmp_path):
-    home = tmp_path / "home"
-    paths = init_home(home)
-    (paths.staging / "rules" / "zz_broken.py").write_text("RULES = []\n")
-    assert ctl(home, "promote").returncode == 0
+    # rolled back again, then fixed in staging: that promotes without --again
     repo.rollback(paths, source="executor", reason="autoRollback")
     assert repo.rolled_back_in_staging(paths) is not None
     (paths.staging / "rules" / "zz_broken.py").write_text("# fixed\nRULES = []\n")
-    out = ctl(home, "promote")
-    assert out.returncode == 0, out.stderr
+    (paths.staging / "rules" / "zz_other.py").unlink()          # this rollback undid it too: dropped
+    fixed = ctl(home, "promote")
+    assert fixed.returncode == 0, fixed.stderr
