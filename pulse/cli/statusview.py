@@ -84,5 +84,8 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
+        from pulse.store.ballast import disk_full_note
+        if note := disk_full_note(paths.home, paths.home / "ballast"):
+            print(note)
     running = all(w.state == WorkerState.RUNNING for w in reply.status.workers)
     return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING
