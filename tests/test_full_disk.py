@@ -97,7 +97,8 @@ def acked(pulsed, ids) -> set:
     return {e["data"]["effect_id"] for e in pulsed.events("effect-acked", written=False)} & set(ids)
 
 
-def test_a_full_disk_is_survived_said_and_recovered_from_by_itself(pulsed, small_disk, tmp_path):
+def test_a_full_disk_is_survived_said_and_recovered_from_by_itself(small_disk, pulsed, tmp_path):
+    # small_disk first: unmounted after the pulsed fixture has stopped pulsed and read its log
     pulsed.home = small_disk / "home"
     notes = tmp_path / "notes.jsonl"           # outside the full disk: the notification must get out
     init_home(pulsed.home)
