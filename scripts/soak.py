@@ -25,7 +25,8 @@ run's noise cannot fail it, and a steady leak fails a long one. The bounds (per 
                                  above 16 MiB (a checkpoint that never completes)
   vitals.db                      20 MiB/h  (samples kept vitals_retention_h, 24 h: flat after a day)
   objects/                       1 MiB/h   (noop effects store no objects)
-  logs/                          2 MiB/h   (rotation caps it)
+  logs/                          judged by size like a WAL: it grows until rotation caps it at
+                                 [log] max_bytes x (backups + 1), 60 MiB by default; fails above that
 
     python scripts/soak.py --hours 1
     python scripts/soak.py --hours 0.02 --json      # about a minute: the tests' version
@@ -58,8 +59,10 @@ from pulse.store import effectqueue, eventsdb  # noqa: E402
 BIN = Path(sys.executable).parent
 MiB = 1024 * 1024
 KILLED = ("watcher", "tick", "executor", "engine", "web")
-BOUNDS = {"rss": 4 * MiB, "fds": 2.0, "vitals.db": 20 * MiB, "objects": MiB, "logs": 2 * MiB}
+BOUNDS = {"rss": 4 * MiB, "fds": 2.0, "vitals.db": 20 * MiB, "objects": MiB}
 WAL_CAP = 16 * MiB                # see the docstring: a WAL is judged by its size
+LOGS_CAP = 10 * MiB * (5 + 1)     # the defaults of [log] max_bytes and backups: rotation's cap
+CAPPED = {"events.db-wal": WAL_CAP, "vitals.db-wal": WAL_CAP, "logs": LOGS_CAP}
 EVENTS_BYTES_PER_EFFECT = 2048    # an effect's events (committed, executing, acked) with their indexes
 T95 = 1.96
 
@@ -217,8 +220,8 @@ def slope(segments: list[list[tuple[float, float]]]) -> tuple[float, float]:
 
 def bound_of(series: str, effects_per_s: float, bounds: dict) -> float:
     kind = series.rsplit(" ", 1)[-1]
-    if series.endswith("-wal"):
-        return WAL_CAP
+    if series in CAPPED:
+        return CAPPED[series]
     if kind in ("rss", "fds"):
         return bounds[kind]
     if series == "events.db":
@@ -249,7 +252,7 @@ def judge(samples: list[dict], warmup: float, effects_per_s: float, bounds: dict
         per_h, se = slope(segments_of(kept, name, process_warmup_s if name.endswith(("rss", "fds")) else 0))
         bound = bound_of(name, effects_per_s, bounds)
         peak = max(y for _, y in points)
-        grows = peak > WAL_CAP if name.endswith("-wal") else per_h - T95 * se > bound
+        grows = peak > CAPPED[name] if name in CAPPED else per_h - T95 * se > bound
         out[name] = {"slope_per_h": per_h, "stderr_per_h": se, "bound_per_h": bound, "samples": len(points),
                      "first": points[0][1] if points else None, "last": points[-1][1] if points else None,
                      "peak": peak, "grows": grows}
