@@ -127,6 +127,7 @@ def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # the forkserver's immunity is not the worker's
         server.close()
         for fd in wakeup:
             os.close(fd)
@@ -156,6 +157,10 @@ def serve(server: socket.socket, parent: int) -> int:
     os.chdir("/")   # hold no directory busy
     procs.set_title(TITLE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A SIGTERM to every process (`pkill`, an init system's final round) must not end the forkserver
+    # before pulsed has stopped the workers: its death SIGKILLs them all, the event writer with
+    # pulsed's last events unwritten. pulsed ends it (closing its socket), or its death does.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     import importlib
     for module, _ in PRELOAD.values():
         importlib.import_module(module)

@@ -73,7 +73,7 @@ def test_injected(pulsed, worker, fault):
         assert "RuntimeError: injected crash before ready" in pulsed.log_text()
 
 
-@pytest.mark.parametrize("fault", list(SIGNALS))
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
 def test_forkserver(pulsed, fault):
     before = {w.name: w.pid for w in pulsed.start().status().workers}
     forkserver = pulsed.forkserver_pid()
@@ -88,3 +88,18 @@ def test_forkserver(pulsed, fault):
     assert pulsed.forkserver_pid() != forkserver
     assert [e["data"]["pid"] for e in pulsed.events("worker-exited", "forkserver")] == [forkserver]
     assert status
+
+
+def test_the_forkserver_ignores_sigterm(pulsed):
+    """Only pulsed ends the forkserver (it closes its socket): a SIGTERM to every process at once must
+    not kill it first, since its death SIGKILLs every worker, the event writer with pulsed's last events."""
+    before = {w.name: w.pid for w in pulsed.start().status().workers}
+    forkserver = pulsed.forkserver_pid()
+    os.kill(forkserver, signal.SIGTERM)
+    tick = before["tick"]
+    os.kill(tick, signal.SIGKILL)             # the same forkserver still starts workers
+    pulsed.wait_replaced("tick", tick, timeout=15)
+    assert pulsed.forkserver_pid() == forkserver
+    assert {w.name: w.pid for w in assert_all_working(pulsed).workers if w.name != "tick"} == \
+        {n: p for n, p in before.items() if n != "tick"}
+    assert pulsed.events("worker-exited", "forkserver") == []

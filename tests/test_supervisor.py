@@ -244,3 +244,49 @@ def test_status_lists_the_critical_processes_alive_dead_and_paused(pulsed, track
     lines = pulsed.ctl("status").stdout.splitlines()
     row = lines[lines.index(next(line for line in lines if line.startswith("PROCESS"))) + 1]
     assert row.split()[:2] == ["svc", "dead,"] and "paused until" in row
+
+
+# -- every way of stopping is clean (issue 25): SIGTERM or SIGINT, to pulsed alone, to its process
+# group, or to every process of the tree at once; each writes every lifecycle event and exits 0.
+
+def signal_pulsed_alone(pulsed, sig):
+    pulsed.proc.send_signal(sig)
+
+
+def signal_the_group(pulsed, sig):
+    """`kill -- -PGID`, `timeout pulsed …`, Ctrl-C in a terminal: pulsed's process group."""
+    os.killpg(os.getpgid(pulsed.proc.pid), sig)
+
+
+def signal_every_process(pulsed, sig):
+    """A shutdown that signals every process (an init system's final kill, `pkill -f pulse`): the
+    workers and the forkserver get it at the same moment as pulsed."""
+    for proc in pulsed.tree():
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+@pytest.mark.parametrize("how", [signal_pulsed_alone, signal_the_group, signal_every_process],
+                         ids=lambda f: f.__name__.removeprefix("signal_"))
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_every_way_of_stopping_writes_every_lifecycle_event_and_exits_0(pulsed, how, sig):
+    pulsed.start(env={"PULSE_READY_TIMEOUT_MS": "15000", "PULSE_HUNG_AFTER_MS": "5000"})   # no restart from load
+    pulsed.wait_running()
+    pids = {w.name: w.pid for w in pulsed.status().workers}
+    started = len(pulsed.events())
+    how(pulsed, sig)
+    assert pulsed.proc.wait(15) == 0
+    stop = pulsed.log_text().partition(f"{sig.name}: stopping")[2]     # a loaded machine may restart at start-up
+    assert stop and "not written" not in stop and "restart" not in stop and "Traceback" not in stop
+    events = pulsed.events()
+    assert len(events) > started
+    stopping = [e for e in events if e["type"] == "supervisor-stopping"]
+    assert [e["data"]["exit_code"] for e in stopping] == [0]
+    exits = [e for e in events if e["type"] == "worker-exited" and e["target"] in WORKERS
+             and e["id"] > stopping[0]["id"]]
+    assert {e["target"]: e["data"]["pid"] for e in exits} == {w: pids[w] for w in WORKERS}
+    assert not [e for e in events if e["type"] == "worker-started" and e["id"] > stopping[0]["id"]]
+    if how is not signal_every_process:       # pulsed alone chose the order: the event writer last
+        assert [e["target"] for e in exits] == list(reversed(WORKERS))

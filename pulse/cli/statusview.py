@@ -136,6 +136,9 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         rolled = rolled_back_note(paths)
         if rolled:
             print(rolled)
+        from pulse.store.ballast import disk_full_note
+        if note := disk_full_note(paths.home, paths.home / "ballast"):
+            print(note)
     running = all(w.state in (WorkerState.RUNNING, LATE) for w in reply.status.workers)
     return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING
 

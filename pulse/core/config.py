@@ -54,6 +54,8 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     effect_retry_max_ms: int = 300_000
     watcher_interval_ms: int = 5_000          # default watcher interval
     wake_window_s: float = 60                 # what should_wake() sees
+    # -- the disk (issue 25) --
+    ballast_check_s: float = 60               # once there is room again, the tick re-makes the ballast within this
 
 
 class LogSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -424,7 +426,7 @@ EventWriterTimings = _cut("EventWriterTimings", Timings, (*EVERY_WORKER, "hung_a
 WatcherTimings = _cut("WatcherTimings", Timings, (*EVERY_WORKER, "watcher_interval_ms", "wake_window_s"))
 TickTimings = _cut("TickTimings", Timings, (*EVERY_WORKER, "tick_ms", "tick_ms_min", "tick_ms_max",
                                             "engine_rpc_deadline_ms", "engine_urgent_deadline_ms",
-                                            "effect_deadline_s"))
+                                            "effect_deadline_s", "ballast_check_s"))
 ExecutorTimings = _cut("ExecutorTimings", Timings, (*EVERY_WORKER, "effect_deadline_s", "effect_timeout_s",
                                                     "executor_concurrency", "executor_scan_interval_ms",
                                                     "engine_rpc_deadline_ms", "effect_retry_base_ms",

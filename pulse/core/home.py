@@ -191,3 +191,8 @@ def save_stopped(path: Path, stopped: set[str]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)   # the rename itself survives a power cut
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -38,3 +38,22 @@ def release(path: Path) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+# -- saying it (issue 25): `pulsectl status` and the web overview ask the file system itself, so they
+# say it even while nothing can be written to record it.
+FULL_BELOW = 1 << 20    # less room than this (1 MiB) for the user pulsed runs as: the disk is full
+
+
+def disk_full_note(home: Path, ballast_path: Path) -> str | None:
+    """One line saying the home's disk is full, and what that means; None if it is not."""
+    try:
+        st = os.statvfs(home)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= FULL_BELOW:
+        return None
+    released = "; the ballast is released" if not ballast_path.exists() else ""
+    return (f"disk full: {free >> 10} KiB free for {home}{released}. Writes that cannot commit fail "
+            "(disk-full) and are retried; free space and Pulse resumes by itself")

@@ -29,6 +29,7 @@ def put(root: Path, data: bytes) -> str:
     path = _path(root, digest)
     if path.exists():
         return f"sha256:{digest}"
+    made = not path.parent.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)   # unique: threads may store the same bytes
     with os.fdopen(fd, "wb") as f:
@@ -37,7 +38,20 @@ def put(root: Path, data: bytes) -> str:
         os.fsync(f.fileno())
     os.chmod(tmp, 0o400)
     os.replace(tmp, path)
+    # The rename (and a new fan-out directory's entry) lives in the directories: synced too, so a blob
+    # an event names survives a power cut that events.db's commit, made after this returns, survives.
+    fsync_dir(path.parent)
+    if made:
+        fsync_dir(root)
     return f"sha256:{digest}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def get(root: Path, ref: str) -> bytes:

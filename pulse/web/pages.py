@@ -31,7 +31,7 @@ from pulse.core import client, clock, wire
 from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
-from pulse.store import connection, effectqueue, eventsdb, vitalsdb
+from pulse.store import ballast, connection, effectqueue, eventsdb, vitalsdb
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, exposition
 
@@ -253,6 +253,8 @@ def overview(web: Web) -> dict:
     view["processes"] = process_cards(web, status)
     if status is None:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
+    # issue 25: a full disk, said from the file system itself (nothing can be written to record it)
+    view["disk_full"] = ballast.disk_full_note(web.paths.home, web.paths.home / "ballast")
     return view
 
 

@@ -33,6 +33,12 @@ from pulse.workers.harness import Worker
 BATCH = 512
 COALESCE_S = 0.05
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 5.0
+# After a SIGTERM the writer stays while pulsed may still send: until its inbox has been quiet this
+# long and all it got is written, LINGER_MAX_S at most. pulsed stops it last, with nothing left to
+# send, so an ordered stop costs LINGER_QUIET_S; a SIGTERM to every process at once reaches it
+# first, and the other workers' exits, which pulsed records after, still get written.
+LINGER_QUIET_S = 0.25
+LINGER_MAX_S = 3.0
 
 
 class EventWriter(Worker):
@@ -46,6 +52,8 @@ class EventWriter(Worker):
         self.batch: list[wire.Event] = []
         self.write_at: float | None = None    # when the batch is due: coalescing, or a retry's backoff
         self.failures = 0                     # commits failed in a row, for the retry's backoff
+        self.last_received = time.monotonic()
+        self.stop_seen: float | None = None   # when the loop first asked stays_after_stop
         self.inbox = self.socket(zmq.PULL, self.paths.endpoint("eventlog"), bind=True, handler=self.receive_events)
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
 
@@ -58,6 +66,7 @@ class EventWriter(Worker):
 
     def receive_events(self) -> None:
         for event in self.messages(self.inbox, wire.Event, "eventlog"):
+            self.last_received = time.monotonic()
             expected = self.committed + len(self.batch) + 1
             if event.seq == expected:
                 self.batch.append(event)
@@ -102,14 +111,24 @@ class EventWriter(Worker):
         if self.reported != self.committed and self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed)):
             self.reported = self.committed
 
-    def next_timer(self) -> float | None:
-        return self.write_at
-
     def on_timer(self, now: float) -> None:
         """Runs after every turn of the loop (at least once a heartbeat): writes and reports are due here."""
         if self.write_at is not None and now >= self.write_at:
             self.write()
         self.report_committed()
+
+    def stays_after_stop(self, now: float) -> bool:
+        if self.stop_seen is None:
+            self.stop_seen = now
+            self.last_received = max(self.last_received, now)   # quiet is counted from the SIGTERM
+        if now - self.stop_seen >= LINGER_MAX_S:
+            return False
+        return bool(self.batch) or now - self.last_received < LINGER_QUIET_S
+
+    def next_timer(self) -> float | None:
+        if self.stop_seen is not None:     # lingering: wake to see the quiet out
+            return min(t for t in (self.write_at, self.last_received + LINGER_QUIET_S) if t is not None)
+        return self.write_at
 
     def close(self) -> None:
         self.receive_events()

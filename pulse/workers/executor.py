@@ -57,7 +57,7 @@ from pulse.core import client, clock, wire
 from pulse.core.states import EFFECT_ENDED, EffectState
 from pulse.core.wakepipe import drain, poke
 from pulse.effects import kinds, registry
-from pulse.store import connection, effectqueue, eventsdb
+from pulse.store import ballast, connection, effectqueue, eventsdb
 from pulse.workers.harness import Worker
 
 # The kinds that higher layers plug in (entry points: ~50 ms to scan the installed distributions)
@@ -130,13 +130,18 @@ class Done:
     outcome: acked | failed | expired (ended) · requeued (pending again) · held (left pending by its
     kind's reserve: asked again at a later scan) · lost (someone else
     has it, or it already ended) · kept (an orphan whose processes are not gone yet) ·
-    claimed (an engine effect, ours to send) · crashed (the thread hit an error: stop)."""
+    claimed (an engine effect, ours to send) · crashed (the thread hit an error: stop) ·
+    disk-full (a write could not commit: nothing of it was written; retried)."""
     effect_id: str
     outcome: str
     effect: wire.Effect | None = None
 
 
 Job = Callable[[sqlite3.Connection], Done]
+
+
+DISK_FULL = "disk-full"
+DISK_FULL_RETRY_S = 1.0   # a write the full disk refused is tried again this long after
 
 
 class Pool:
@@ -158,6 +163,12 @@ class Pool:
             try:
                 conn = conn or eventsdb.open_events(self.db_path, "FULL")
                 done = job(conn)
+            except sqlite3.OperationalError as err:
+                if not ballast.is_full_disk(err):
+                    log.exception("effect %s: the executor cannot go on", effect_id)
+                    done = Done(effect_id, "crashed")
+                else:
+                    done = Done(effect_id, DISK_FULL)
             except Exception:
                 log.exception("effect %s: the executor cannot go on", effect_id)
                 done = Done(effect_id, "crashed")
@@ -203,6 +214,10 @@ class ExecutorWorker(Worker):
 
         self.in_flight: dict[str, wire.Effect] = {}         # dispatched, not yet over
         self.booked: set[str] = set()                       # effect ids with a bookkeeping job queued
+        # Effects a full disk stopped midway: maybe claimed by us and run, the end unwritten. The scan
+        # settles them as it settles a dead claimer's (an idempotent one runs again, another fails
+        # "interrupted"): never twice, never left executing.
+        self.disk_full: set[str] = set()
         self.candidates: dict[str, wire.Effect] = {}        # pending at the last scan, not yet dispatched
         self.retries: dict[str, int] = {}                   # notification id → failed attempts (runner threads write)
         self.retry_at: dict[str, float] = {}                # notification id → monotonic time of its next try
@@ -263,6 +278,8 @@ class ExecutorWorker(Worker):
             if done.outcome == "claimed":
                 self.call_engine(done.effect, now)
                 continue
+            if done.outcome == DISK_FULL:
+                self.on_disk_full(done.effect_id, now)
             effect = self.in_flight.pop(done.effect_id, None)
             kind = registry.get(effect.kind) if effect is not None else None
             if kind is not None and kind.release is not None:
@@ -280,6 +297,16 @@ class ExecutorWorker(Worker):
             # answers every outcome must not spin it); any other outcome wakes it at once.
             self.ring_tick("engine-effect-ended" if engine_only else "effect-ended")
         self.dispatch(now)
+
+    def on_disk_full(self, effect_id: str, now: float) -> None:
+        if ballast.release(self.paths.home / "ballast"):
+            self.log.error("disk full: released the ballast so the effects that free space can commit")
+        if effect_id not in self.disk_full:
+            self.log.error("effect %s: disk full, its write did not commit; retried in %.0f s", effect_id,
+                           DISK_FULL_RETRY_S)
+        self.disk_full.add(effect_id)
+        self.retry_at[effect_id] = now + DISK_FULL_RETRY_S
+        self.next_scan = min(self.next_scan, now + DISK_FULL_RETRY_S)
 
     def ring_tick(self, reason: str) -> None:
         try:
@@ -302,8 +329,11 @@ class ExecutorWorker(Worker):
             self.log.warning("scan of events.db failed (%s); again at the next scan", err)
             return
         for effect, _, claimer, pgid in executing:
-            if claimer != self.claimer and effect.id not in self.booked and not claimer_alive(claimer, self.boot):
+            ours_unsettled = claimer == self.claimer and effect.id in self.disk_full and effect.id not in self.in_flight
+            if effect.id not in self.booked and (ours_unsettled or claimer != self.claimer and
+                                                 not claimer_alive(claimer, self.boot)):
                 self.book(effect.id, functools.partial(self.settle_orphan, effect, claimer, pgid))
+        self.disk_full &= {effect.id for effect, *_ in executing} | {effect.id for effect, *_ in pending}
         self.more_pending = len(pending) == SCAN_LIMIT
         wall = time.time()
         self.candidates = {}

@@ -111,6 +111,11 @@ class Worker:
     def on_timer(self, now: float) -> None:
         pass
 
+    def stays_after_stop(self, now: float) -> bool:
+        """Asked after a SIGTERM, on every turn of the loop: True keeps the loop going a little
+        longer (the event writer, for events pulsed still sends). It must turn False by itself."""
+        return False
+
     def close(self) -> None:
         pass
 
@@ -144,7 +149,7 @@ class Harness:
         after_ready()
         poller, registered = None, None
         next_beat = time.monotonic() + self.heartbeat_s
-        while not self.stop_requested:
+        while not self.stop_requested or self.worker.stays_after_stop(time.monotonic()):
             now = time.monotonic()
             if now >= next_beat:
                 if self.worker.healthy():

@@ -33,7 +33,6 @@ from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
 HISTORY_SAMPLES = 20
-BALLAST_CHECK_S = 60
 MAX_EFFECTS_PER_TICK = 1_000
 ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
 
@@ -398,7 +397,7 @@ class TickWorker(Worker):
         except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
             self.log.warning("could not record tick %d in vitals.db: %s", self.count, err)
         self.settle_errors()
-        if time.monotonic() - self.ballast_checked > BALLAST_CHECK_S and self.disk_has_room(curr):
+        if time.monotonic() - self.ballast_checked > self.config.timings.ballast_check_s and self.disk_has_room(curr):
             self.ballast_checked = time.monotonic()
             ballast.keep(self.ballast, self.config.survival.ballast_mb)
         if committed and not self.config.observe_only:

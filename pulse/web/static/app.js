@@ -351,6 +351,10 @@ function refreshWorkers(view) {
     }
   }
   if (s) document.getElementById("pulsed").textContent = `pulsed pid ${s.supervisor.pid}, up ${duration(s.supervisor.uptime_s)}`;
+  // issue 25: a full disk is said under the workers, in red, until there is room again
+  const line = document.getElementById("pulsed");
+  line.className = view.disk_full ? "bad" : "muted";
+  if (view.disk_full) line.textContent += ` · ${view.disk_full}`;
 }
 
 function renderOverview(view) {
