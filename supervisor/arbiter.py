@@ -29,6 +29,7 @@ from pulse.core.states import (
     CORE_WORKERS,
     ENGINE,
     EVENT_WRITER,
+    FLEET,
     STEERABLE,
     WEB,
     WORKERS,
@@ -687,7 +688,8 @@ class Arbiter:
             supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home)),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
-            web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None)
+            web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
+            fleet=self.children[FLEET].extras if self.children[FLEET].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""

@@ -47,6 +47,7 @@ COMMAND_MODULES = {
     "daemon": "daemon", "logs": "logcmd", "systemd": "systemdcmd", "init": "init",
     "check-config": "configcmd", "config": "configcmd", "report": "reportcmd", "instances": "roster",
     "store": "storecmd", "web": "webcmd", "process": "processcmd",
+    "fleet": "fleetcmd",
 }
 
 

@@ -73,7 +73,16 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
                     if engine_commit else "")
                  + (f", {events_unwritten} lifecycle events not yet in events.db" if events_unwritten else ""))
+    if status.fleet is not None:
+        lines.append(fleet_line(status.fleet))
     return "\n".join(lines)
+
+
+def fleet_line(fleet: dict) -> str:
+    """The fleet worker's link: "fleet: connected as gw@node-3 to nats://10.0.0.5:4222, events through #812"."""
+    line = f"fleet: {fleet.get('state')} as {fleet.get('host')} to {', '.join(fleet.get('servers') or [])}"
+    line += f", events through #{fleet.get('published_through', 0)}"
+    return line + (f" ({fleet['reason']})" if fleet.get("reason") else "")
 
 
 def show(paths: Paths, timeout: float, as_json: bool) -> int:

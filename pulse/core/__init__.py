@@ -10,5 +10,6 @@ codes), `home` (the home and runtime directory), `logs` (the one log writer), `p
 (the registry of running Pulses on the host), `guarded` (how a [[process]] is found; psutil,
 imported by the workers only), `plugins` (the Watcher and Executor an engine plugs in, which the
 built-in sensors are too), `wakepipe` (a loop's wakeup pipe), `rotation` (the names of the
-copies a file's rotation keeps beside it).
+copies a file's rotation keeps beside it), `fleetnames` (the fleet's subjects, buckets, host tokens and
+view, for the fleet worker and `pulsectl fleet`).
 """

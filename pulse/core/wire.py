@@ -125,6 +125,7 @@ class Status(msgspec.Struct):
     engine_commit: str | None = None
     processes: list[ProcessStatus] = msgspec.field(default_factory=list)
     web_url: str | None = None          # the web worker's address, when it runs (`pulsectl web url`)
+    fleet: dict[str, Any] | None = None  # the fleet worker's own account, when it runs (pulse.workers.fleet)
 
 
 class Reply(msgspec.Struct, omit_defaults=True):

@@ -4,5 +4,6 @@ Modules: `connection` (opening a store: busy timeout, migrations, one-line error
 `eventsdb` (events.db's append-only history and the task-* events a task is), `effectqueue` (the
 effect queue beside it, claimed by compare-and-set), `errorruns` (errors coalesced without changing
 a row), `vitalsdb` (vitals.db's samples), `objects` (content-addressed blobs), `ballast` (the file
-freed first when the disk is full), `provision` (making a home and checking it before pulsed starts).
+freed first when the disk is full), `provision` (making a home and checking it before pulsed starts),
+`fleetcursor` (the fleet outbox's cursor: the last event the NATS stream acknowledged).
 """

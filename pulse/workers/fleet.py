@@ -1,0 +1,298 @@
+"""The fleet worker: this host among others, over NATS JetStream, when `[fleet] enabled = true`.
+
+The only process that talks to NATS. Not core, like the web worker: survival never waits on it,
+and with NATS unreachable the host runs as a single one while this worker keeps trying (0.5 s,
+doubling up to `reconnect_max_s`) and says why in `pulsectl status`. nats-py is asyncio: its loop
+runs in a thread of its own, and the harness heartbeats only while that loop still turns.
+
+Two duties, on one connection:
+  - presence: every `presence_interval_s` this host's summary (pulsed's status, open effects, agents,
+    version) goes to the `pulse-hosts` bucket, whose TTL drops a host that stopped, and to
+    `pulse-hosts-seen`, which keeps what a gone host was; the fleet as read back is written to
+    <runtime>/fleet-view.json for `pulsectl fleet status`.
+  - the events outbox: every event of events.db after the cursor (pulse.store.fleetcursor) goes to
+    the PULSE_EVENTS stream with Nats-Msg-Id <host>:<event id>, one at a time, each acknowledged
+    before the next is sent, so the stream holds a host's events in events.db's order even across a
+    reconnect; the cursor moves after the acknowledgement, and a republish after a crash in between
+    is dropped by the stream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import msgspec
+
+from pulse import __version__
+from pulse.core import client, wire
+from pulse.core import fleetnames as names
+from pulse.core.instances import default_name
+from pulse.store import connection, effectqueue, eventsdb, fleetcursor
+from pulse.workers.harness import Worker
+
+STOP_WAIT_S = 3.0
+IDLE_POLL_S = 0.2            # events.db rings nobody: the outbox looks for new events this often
+PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
+RETRY_S = 0.5                # after a failed publish or put, while nats-py reconnects
+STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
+
+
+def connect_options(fleet, on_event, on_error) -> dict:
+    """nats.connect's keyword arguments: the servers, one way to authenticate, and callbacks that
+    keep the worker's account (and keep nats-py from logging, since a URL may carry a password)."""
+    # nats-py's own reconnect is off: a lost connection closes, and the worker connects again with its
+    # backoff, resuming from the cursor; what nats-py buffered for the dead connection is dropped
+    options = dict(servers=list(fleet.url), connect_timeout=2, allow_reconnect=False,
+                   max_reconnect_attempts=1, reconnect_time_wait=0.1)   # an initial connect tries each server twice
+    if fleet.creds_file:
+        options["user_credentials"] = fleet.creds_file
+    elif fleet.token:
+        options["token"] = fleet.token
+    elif fleet.nkey_seed_file:
+        options["nkeys_seed"] = fleet.nkey_seed_file
+
+    async def disconnected() -> None:
+        on_event("down", "the connection to NATS was lost; connecting again")
+
+    async def error(err: Exception) -> None:
+        on_error(describe(err))
+
+    options.update(disconnected_cb=disconnected, error_cb=error)
+    return options
+
+
+def describe(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def event_payload(host: str, ev: wire.Event) -> bytes:
+    return json.dumps({"host": host, "id": ev.id, "seq": ev.seq, "ts": ev.ts, "type": ev.type,
+                       "source": ev.source, "target": ev.target, "data": ev.data}).encode()
+
+
+class FleetWorker(Worker):
+    name = "fleet"
+
+    def open(self) -> None:
+        import nats  # noqa: F401  (here, never in the forkserver or pulsed: a missing client fails this worker only)
+        f = self.config.fleet
+        self.host = f.host or names.default_host(self.config.pulse.name or default_name(self.paths.home))
+        self.account = {"state": "connecting", "host": self.host, "servers": [names.shown_url(u) for u in f.url],
+                        "reason": None, "since": time.time(), "published_through": 0, "published": 0}
+        self.lock = threading.Lock()
+        self.beat_s = self.config.timings.heartbeat_ms / 1000
+        self.turned = time.monotonic()
+        self.loop = asyncio.new_event_loop()
+        self.main: asyncio.Task | None = None
+        self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
+        self.thread.start()
+        self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
+
+    # -- what pulsed sees -----------------------------------------------------------------------
+
+    def note(self, state: str | None, reason: str | None) -> None:
+        """Record the link's state (None: unchanged) and why; logged on a change of state only."""
+        with self.lock:
+            changed = state is not None and state != self.account["state"]
+            if changed:
+                self.account.update(state=state, since=time.time())
+            self.account["reason"] = reason
+        if changed:
+            self.log.info("fleet %s%s", state, f": {reason}" if reason else "")
+
+    def status_extras(self) -> dict:
+        with self.lock:
+            return dict(self.account)
+
+    def healthy(self) -> bool:
+        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+
+    def close(self) -> None:
+        if self.main is not None:
+            self.loop.call_soon_threadsafe(self.main.cancel)
+        self.thread.join(STOP_WAIT_S)
+
+    # -- the link, in its own thread ----------------------------------------------------------------
+
+    def serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.main = self.loop.create_task(self.run())
+        try:
+            self.loop.run_until_complete(self.main)
+        except asyncio.CancelledError:
+            pass
+
+    async def turning(self) -> None:
+        while True:
+            self.turned = time.monotonic()
+            await asyncio.sleep(self.beat_s / 2)
+
+    async def run(self) -> None:
+        import nats
+        beat = asyncio.create_task(self.turning())
+        f = self.config.fleet
+        failures = 0
+        try:
+            while True:
+                try:
+                    errors: list[str] = []
+                    nc = await nats.connect(**connect_options(f, self.note, errors.append))
+                except Exception as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
+                    failures += 1
+                    wait = names.backoff_s(failures, f.reconnect_max_s)
+                    why = errors[-1] if errors else describe(err)   # nats-py's own error says only "no servers"
+                    self.note("down", f"cannot connect: {why}; retrying in {wait:g}s")
+                    await asyncio.sleep(wait)
+                    continue
+                failures = 0
+                try:
+                    await self.linked(nc)
+                except Exception as err:
+                    self.note("down", describe(err))
+                    self.log.warning("fleet link failed: %s", describe(err))
+                    await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
+                finally:
+                    try:
+                        await asyncio.wait_for(nc.close(), 2)
+                    except Exception:
+                        pass
+        finally:
+            beat.cancel()
+
+    async def linked(self, nc) -> None:
+        js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        await self.ensure_stream(js)
+        ttl = self.config.fleet.presence_ttl_s
+        hosts = await self.bucket(js, names.HOSTS_BUCKET, ttl)
+        seen = await self.bucket(js, names.SEEN_BUCKET, None)
+        self.note("connected", None)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.presence(nc, hosts, seen))
+            group.create_task(self.outbox(nc, js))
+
+    async def ensure_stream(self, js) -> None:
+        from nats.js.errors import BadRequestError
+        try:
+            await js.add_stream(name=names.EVENTS_STREAM, subjects=[names.EVENTS_SUBJECTS],
+                                duplicate_window=names.DUPLICATE_WINDOW_S)
+        except BadRequestError:
+            await js.stream_info(names.EVENTS_STREAM)   # made by another host with other limits: use it as it is
+
+    async def bucket(self, js, name: str, ttl: float | None):
+        from nats.js.errors import BadRequestError
+        try:
+            return await js.create_key_value(bucket=name, ttl=ttl, history=1)
+        except BadRequestError:
+            return await js.key_value(name)   # made by another host with other settings
+
+    # -- presence -------------------------------------------------------------------------------
+
+    def summary(self) -> dict:
+        """This host, as the fleet sees it (blocking: run in a thread)."""
+        out: dict = {"host": self.host, "version": __version__, "at": time.time(), "agents": []}
+        try:
+            status = client.request(self.paths, wire.GetStatus(), STATUS_TIMEOUT_S).status
+            out.update(msgspec.to_builtins(status))
+            out.pop("fleet", None)
+        except client.Unreachable as err:
+            out["status_error"] = str(err)
+        conn = connection.open_readonly(self.paths.events_db)
+        try:
+            effects = effectqueue.open_effects(conn)
+        finally:
+            conn.close()
+        out["open_effects"] = len(effects)
+        running = [e.target for e, state, _, _ in effects if e.kind == "agent-run" and state == "executing"]
+        out["agents"] = [{"name": a.name, "slots": a.concurrency, "busy": running.count(a.name)}
+                         for a in self.config.agent]
+        out["at"] = time.time()
+        return out
+
+    async def presence(self, nc, hosts, seen) -> None:
+        interval = self.config.fleet.presence_interval_s
+        token = names.host_token(self.host)
+        while True:
+            try:
+                body = json.dumps(await asyncio.to_thread(self.summary)).encode()
+                await hosts.put(token, body)
+                await seen.put(token, body)
+                present, kept = await self.read_bucket(hosts), await self.read_bucket(seen)
+                now = time.time()
+                view = {"at": now, "host": self.host, "ttl_s": self.config.fleet.presence_ttl_s,
+                        "hosts": names.fleet_rows(present, kept, now, self.config.fleet.presence_ttl_s)}
+                await asyncio.to_thread(names.write_view, self.paths.runtime, view)
+                self.note("connected", None)
+            except Exception as err:
+                if nc.is_closed:
+                    raise
+                self.note("disconnected", f"presence: {describe(err)}")
+                await asyncio.sleep(RETRY_S)
+                continue
+            await asyncio.sleep(interval)
+
+    async def read_bucket(self, bucket) -> dict[str, dict]:
+        from nats.js.errors import KeyNotFoundError, NoKeysError
+        try:
+            keys = await bucket.keys()
+        except NoKeysError:
+            return {}
+        out = {}
+        for key in keys:
+            try:
+                entry = await bucket.get(key)
+            except KeyNotFoundError:
+                continue   # expired between the listing and the read
+            if entry.value:
+                out[key] = json.loads(entry.value)
+        return out
+
+    # -- the events outbox ------------------------------------------------------------------------
+
+    async def outbox(self, nc, js) -> None:
+        batch = self.config.fleet.events_batch
+        cursor = fleetcursor.open_cursor(self.paths.home / names.CURSOR_FILE)
+        events = connection.open_readonly(self.paths.events_db)
+        last = fleetcursor.read_cursor(cursor, names.EVENTS_STREAM)
+        self.set_published(last, 0)
+        try:
+            while True:
+                pending = eventsdb.read_events(events, after_id=last, limit=batch)
+                if not pending:
+                    await asyncio.sleep(IDLE_POLL_S)
+                    continue
+                for ev in pending:
+                    await self.publish_one(nc, js, ev)
+                    last = ev.id
+                    self.set_published(last, 1)
+                fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)
+        finally:
+            fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)   # what was acknowledged of a cut batch
+            cursor.close()
+            events.close()
+
+    async def publish_one(self, nc, js, ev: wire.Event) -> None:
+        """Until the stream acknowledges it: a retry carries the same Nats-Msg-Id, so a copy that did
+        land (its acknowledgement lost) is dropped, never stored twice."""
+        subject = names.event_subject(self.host, ev.type)
+        payload = event_payload(self.host, ev)
+        headers = {"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}
+        while True:
+            try:
+                await js.publish(subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=dict(headers))
+                return
+            except Exception as err:
+                if nc.is_closed:
+                    raise
+                self.note("disconnected", f"events: {describe(err)}; event {ev.id} is sent again")
+                await asyncio.sleep(RETRY_S)
+
+    def set_published(self, last: int, count: int) -> None:
+        with self.lock:
+            self.account["published_through"] = last
+            self.account["published"] += count
+            if count and self.account["state"] != "connected":
+                self.account.update(state="connected", since=time.time(), reason=None)
