@@ -11,10 +11,13 @@ Two duties, on one connection:
     `pulse-hosts-seen`, which keeps what a gone host was; the fleet as read back is written to
     <runtime>/fleet-view.json for `pulsectl fleet status`.
   - the events outbox: every event of events.db after the cursor (pulse.store.fleetcursor) goes to
-    the PULSE_EVENTS stream with Nats-Msg-Id <host>:<event id>, one at a time, each acknowledged
-    before the next is sent, so the stream holds a host's events in events.db's order even across a
-    reconnect; the cursor moves after the acknowledgement, and a republish after a crash in between
-    is dropped by the stream's duplicate window.
+    the PULSE_EVENTS stream with Nats-Msg-Id <host>:<event id>, in windows of WINDOW pipelined on one
+    connection (which keeps their order). Any event of a window left unacknowledged ends the
+    connection, and a new one resumes from it: the stream holds a host's events in events.db's
+    order (unless the server refused one event and stored a later one: a refused event, such as one
+    over the server's max_payload, stops the outbox, whose status says which). The cursor moves only
+    after the acknowledgements, and a republish after a crash in between is dropped by the stream's
+    duplicate window (DUPLICATE_WINDOW_S).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from pulse.workers.harness import Worker
 STOP_WAIT_S = 3.0
 IDLE_POLL_S = 0.2            # events.db rings nobody: the outbox looks for new events this often
 PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
-RETRY_S = 0.5                # after a failed publish or put, while nats-py reconnects
+WINDOW = 64                  # events published at once, in order, before their acknowledgements are awaited
+RETRY_S = 0.5                # after a failed put on a connection that is still open
 STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
 
 
@@ -264,31 +268,40 @@ class FleetWorker(Worker):
                 if not pending:
                     await asyncio.sleep(IDLE_POLL_S)
                     continue
-                for ev in pending:
-                    await self.publish_one(nc, js, ev)
-                    last = ev.id
-                    self.set_published(last, 1)
+                for start in range(0, len(pending), WINDOW):
+                    window = pending[start:start + WINDOW]
+                    acked, why = await self.publish_window(js, window)
+                    if acked:
+                        last = window[acked - 1].id
+                        self.set_published(last, acked)
+                    if why is not None:   # a fresh connection resumes from the first unacknowledged one
+                        raise ConnectionError(f"event {window[acked].id} not acknowledged ({why}); publishing again")
                 fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)
         finally:
             fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)   # what was acknowledged of a cut batch
             cursor.close()
             events.close()
 
-    async def publish_one(self, nc, js, ev: wire.Event) -> None:
-        """Until the stream acknowledges it: a retry carries the same Nats-Msg-Id, so a copy that did
-        land (its acknowledgement lost) is dropped, never stored twice."""
-        subject = names.event_subject(self.host, ev.type)
-        payload = event_payload(self.host, ev)
-        headers = {"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}
-        while True:
-            try:
-                await js.publish(subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=dict(headers))
-                return
-            except Exception as err:
-                if nc.is_closed:
-                    raise
-                self.note("disconnected", f"events: {describe(err)}; event {ev.id} is sent again")
-                await asyncio.sleep(RETRY_S)
+    async def publish_window(self, js, window: list[wire.Event]) -> tuple[int, str | None]:
+        """Publish `window` pipelined on one connection, which keeps their order; returns how many from
+        its front the stream acknowledged, and why the next one was not (None: all were). Sent again
+        on a new connection, those carry the same Nats-Msg-Id: a copy that did land is dropped."""
+        futures = []
+        try:
+            for ev in window:
+                futures.append(await js.publish_async(
+                    names.event_subject(self.host, ev.type), event_payload(self.host, ev),
+                    wait_stall=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}))
+        except Exception as err:
+            for future in futures:
+                future.cancel()
+            return 0, describe(err)
+        results = await asyncio.gather(*(asyncio.wait_for(f, PUBLISH_TIMEOUT_S) for f in futures),
+                                       return_exceptions=True)
+        for i, result in enumerate(results):
+            if isinstance(result, BaseException):
+                return i, describe(result)
+        return len(window), None
 
     def set_published(self, last: int, count: int) -> None:
         with self.lock:
