@@ -217,6 +217,10 @@ def test_events_arrive_once_and_in_order_across_a_nats_outage(tmp_path, tracker,
         assert ids == [i for i in history_ids(host) if i <= last[host]][:len(ids)] and ids[-1] >= last[host], name
     pairs = [(m["host"], m["id"]) for m in stream]
     assert len(pairs) == len(set(pairs)), "an event was stored twice"
+    out = hosts[1].ctl("fleet", "events", "--host", "a@test", "--type", "test-fleet", "-n", "3", "--json")
+    shown = [json.loads(line) for line in out.stdout.splitlines()]
+    a_ids = [m["id"] for m in stream if m["host"] == "a@test" and m["type"] == "test-fleet"]
+    assert [(m["host"], m["id"]) for m in shown] == [("a@test", i) for i in a_ids[-3:]], out.stderr
 
 
 @pytest.mark.daemon

@@ -1,5 +1,7 @@
 """`pulsectl fleet status`: every host of the fleet ([fleet] in config.toml), as this host's fleet
-worker last read it from NATS (<runtime>/fleet-view.json): pulsectl itself never talks to NATS."""
+worker last read it from NATS (<runtime>/fleet-view.json). `pulsectl fleet events` reads the
+PULSE_EVENTS stream itself, as a read-only NATS client with the credentials of [fleet]: it never
+publishes, and nothing that keeps the host alive waits on it."""
 
 from __future__ import annotations
 
@@ -44,6 +46,79 @@ def status(ctx: Context, as_json: bool) -> None:
     rows = [("HOST", "STATE", "WORKERS", "PROCESSES", "EFFECTS", "AGENTS BUSY", "LAST SEEN")]
     click.echo("\n".join(columns(rows + [host_line(r) for r in view["hosts"]])))
     click.echo(f"as seen by {view['host']} {names.view_age_s(view):.1f}s ago")
+
+
+def event_line(m: dict) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["ts"])) + f".{int(m['ts'] % 1 * 1000):03d}Z"
+    data = json.dumps(m.get("data") or {}, sort_keys=True)
+    return f"{stamp}  {m['host']}  #{m['id']}  {m['type']}  {m['source']}  {m.get('target') or '-'}  {data}"
+
+
+def events_subject(host: str | None, type_: str | None) -> str:
+    from pulse.core import fleetnames as names
+    return f"pulse.events.{names.host_token(host) if host else '*'}.{names.host_token(type_) if type_ else '*'}"
+
+
+async def read_events(fleet_settings, subject: str, last: int, follow: bool, show) -> None:
+    """The last `last` events of `subject` (read through from the stream's start), then, with
+    `follow`, every new one as it comes."""
+    import asyncio
+    from collections import deque
+
+    import nats
+
+    from pulse.core import fleetnames as names
+    options = names.connect_options(fleet_settings, lambda state, reason: None, lambda error: None)
+    nc = await nats.connect(**options)
+    try:
+        sub = await nc.jetstream().pull_subscribe(subject, stream=names.EVENTS_STREAM)
+        tail: deque = deque(maxlen=last)
+        caught_up = False
+        while True:
+            try:
+                msgs = await sub.fetch(500, timeout=1)
+            except (asyncio.TimeoutError, nats.errors.TimeoutError):
+                msgs = []
+            for m in msgs:
+                event = json.loads(m.data)
+                tail.append(event) if not caught_up else show(event)
+                await m.ack()
+            if not msgs and not caught_up:
+                caught_up = True
+                for event in tail:
+                    show(event)
+                if not follow:
+                    return
+    finally:
+        await nc.close()
+
+
+@fleet.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events as the stream gets them.")
+@click.option("--host", default=None, help="Only this host's events (its [fleet] host name).")
+@click.option("--type", "type_", default=None, help="Only events of this type.")
+@click.option("-n", "--last", default=50, show_default=True, help="How many of the latest to print first.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line: host, id, seq, ts, type, source, "
+              "target, data.")
+@pass_ctx
+def events(ctx: Context, follow: bool, host: str | None, type_: str | None, last: int, as_json: bool) -> None:
+    """Every host's events, from the PULSE_EVENTS stream (in order per host)."""
+    import asyncio
+    settings = ctx.config().fleet
+    if not settings.enabled:
+        click.echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
+        sys.exit(3)
+
+    def show(event: dict) -> None:
+        click.echo(json.dumps(event, sort_keys=True) if as_json else event_line(event))
+    try:
+        asyncio.run(read_events(settings, events_subject(host, type_), last, follow, show))
+    except KeyboardInterrupt:
+        pass
+    except Exception as err:
+        from pulse.core.fleetnames import describe
+        click.echo(f"pulsectl: cannot read the fleet's events: {describe(err)}", err=True)
+        sys.exit(4)
 
 
 COMMANDS = [fleet]

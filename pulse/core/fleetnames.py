@@ -61,6 +61,35 @@ def backoff_s(failures: int, most: float, first: float = 0.5) -> float:
     return min(most, first * 2 ** max(0, failures - 1))
 
 
+def connect_options(fleet, on_event, on_error) -> dict:
+    """nats.connect's keyword arguments: the servers, one way to authenticate, and callbacks that
+    keep the worker's account (and keep nats-py from logging, since a URL may carry a password)."""
+    # nats-py's own reconnect is off: a lost connection closes, and the worker connects again with its
+    # backoff, resuming from the cursor; what nats-py buffered for the dead connection is dropped
+    options = dict(servers=list(fleet.url), connect_timeout=2, allow_reconnect=False,
+                   max_reconnect_attempts=1, reconnect_time_wait=0.1)   # an initial connect tries each server twice
+    if fleet.creds_file:
+        options["user_credentials"] = fleet.creds_file
+    elif fleet.token:
+        options["token"] = fleet.token
+    elif fleet.nkey_seed_file:
+        options["nkeys_seed"] = fleet.nkey_seed_file
+
+    async def disconnected() -> None:
+        on_event("down", "the connection to NATS was lost; connecting again")
+
+    async def error(err: Exception) -> None:
+        on_error(describe(err))
+
+    options.update(disconnected_cb=disconnected, error_cb=error)
+    return options
+
+
+def describe(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 # -- the fleet view: what `pulsectl fleet status` and the page show --------------------------------
 
 def host_row(summary: dict, now: float, ttl_s: float) -> dict:

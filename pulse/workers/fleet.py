@@ -44,35 +44,6 @@ RETRY_S = 0.5                # after a failed put on a connection that is still 
 STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
 
 
-def connect_options(fleet, on_event, on_error) -> dict:
-    """nats.connect's keyword arguments: the servers, one way to authenticate, and callbacks that
-    keep the worker's account (and keep nats-py from logging, since a URL may carry a password)."""
-    # nats-py's own reconnect is off: a lost connection closes, and the worker connects again with its
-    # backoff, resuming from the cursor; what nats-py buffered for the dead connection is dropped
-    options = dict(servers=list(fleet.url), connect_timeout=2, allow_reconnect=False,
-                   max_reconnect_attempts=1, reconnect_time_wait=0.1)   # an initial connect tries each server twice
-    if fleet.creds_file:
-        options["user_credentials"] = fleet.creds_file
-    elif fleet.token:
-        options["token"] = fleet.token
-    elif fleet.nkey_seed_file:
-        options["nkeys_seed"] = fleet.nkey_seed_file
-
-    async def disconnected() -> None:
-        on_event("down", "the connection to NATS was lost; connecting again")
-
-    async def error(err: Exception) -> None:
-        on_error(describe(err))
-
-    options.update(disconnected_cb=disconnected, error_cb=error)
-    return options
-
-
-def describe(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
 def event_payload(host: str, ev: wire.Event) -> bytes:
     return json.dumps({"host": host, "id": ev.id, "seq": ev.seq, "ts": ev.ts, "type": ev.type,
                        "source": ev.source, "target": ev.target, "data": ev.data}).encode()
@@ -144,11 +115,11 @@ class FleetWorker(Worker):
             while True:
                 try:
                     errors: list[str] = []
-                    nc = await nats.connect(**connect_options(f, self.note, errors.append))
+                    nc = await nats.connect(**names.connect_options(f, self.note, errors.append))
                 except Exception as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
                     failures += 1
                     wait = names.backoff_s(failures, f.reconnect_max_s)
-                    why = errors[-1] if errors else describe(err)   # nats-py's own error says only "no servers"
+                    why = errors[-1] if errors else names.describe(err)   # nats-py's own error says only "no servers"
                     self.note("down", f"cannot connect: {why}; retrying in {wait:g}s")
                     await asyncio.sleep(wait)
                     continue
@@ -156,8 +127,8 @@ class FleetWorker(Worker):
                 try:
                     await self.linked(nc)
                 except Exception as err:
-                    self.note("down", describe(err))
-                    self.log.warning("fleet link failed: %s", describe(err))
+                    self.note("down", names.describe(err))
+                    self.log.warning("fleet link failed: %s", names.describe(err))
                     await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
                 finally:
                     try:
@@ -233,7 +204,7 @@ class FleetWorker(Worker):
             except Exception as err:
                 if nc.is_closed:
                     raise
-                self.note("disconnected", f"presence: {describe(err)}")
+                self.note("disconnected", f"presence: {names.describe(err)}")
                 await asyncio.sleep(RETRY_S)
                 continue
             await asyncio.sleep(interval)
@@ -295,12 +266,12 @@ class FleetWorker(Worker):
         except Exception as err:
             for future in futures:
                 future.cancel()
-            return 0, describe(err)
+            return 0, names.describe(err)
         results = await asyncio.gather(*(asyncio.wait_for(f, PUBLISH_TIMEOUT_S) for f in futures),
                                        return_exceptions=True)
         for i, result in enumerate(results):
             if isinstance(result, BaseException):
-                return i, describe(result)
+                return i, names.describe(result)
         return len(window), None
 
     def set_published(self, last: int, count: int) -> None:
