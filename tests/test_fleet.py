@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -117,15 +118,26 @@ def nats_server(tmp_path, tracker):
         server.kill()
 
 
-def fleet_host(tmp_path: Path, tracker, name: str, url: str, **fleet) -> Pulsed:
+def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, **fleet) -> Pulsed:
     host = Pulsed(tmp_path / name / "home", tracker)
     (tmp_path / name).mkdir()
     init_home(host.home)
     settings = {"enabled": True, "url": [url], "host": f"{name}@test", **PRESENCE, **fleet}
     table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
     config = host.home / "config.toml"
-    config.write_text(config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1))
+    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    if web:
+        text = text.replace("[web]\n", '[web]\nenabled = true\nlisten = "127.0.0.1:0"\n', 1)
+    config.write_text(text)
     return host
+
+
+def page_fleet(host: Pulsed) -> dict[str, dict]:
+    """The web page's view of the fleet (GET /api/fleet), by host."""
+    base, _, token = host.ctl("web", "url").stdout.strip().partition("/?token=")
+    request = urllib.request.Request(base + "/api/fleet", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        return {row["host"]: row for row in json.loads(reply.read())["hosts"]}
 
 
 def start_all(hosts: list[Pulsed]) -> None:
@@ -174,7 +186,7 @@ def history_ids(host: Pulsed) -> list[int]:
 
 @pytest.mark.daemon
 def test_three_hosts_see_each_other_and_a_stopped_one_is_gone_within_the_ttl(tmp_path, tracker, nats_server):
-    hosts = [fleet_host(tmp_path, tracker, name, nats_server.url) for name in ("a", "b", "c")]
+    hosts = [fleet_host(tmp_path, tracker, name, nats_server.url, web=name == "a") for name in ("a", "b", "c")]
     start_all(hosts)
     everyone = {"a@test": "up", "b@test": "up", "c@test": "up"}
     wait_for(lambda: view_hosts(hosts[0]) == everyone, 20, what="a sees three hosts up")
@@ -186,6 +198,9 @@ def test_three_hosts_see_each_other_and_a_stopped_one_is_gone_within_the_ttl(tmp
     wait_for(lambda: view_hosts(hosts[0]).get("c@test") == "gone", 10, what="c gone from a's view")
     assert time.monotonic() - stopped < PRESENCE["presence_ttl_s"] + 2.0   # the TTL, and a's next look
     assert view_hosts(hosts[0]) == {**everyone, "c@test": "gone"}
+    page = page_fleet(hosts[0])   # the fleet page's data: c red (gone), a linking to its own page
+    assert {h: row["state"] for h, row in page.items()} == {**everyone, "c@test": "gone"}
+    assert page["a@test"]["web_url"] == hosts[0].status().web_url and page["b@test"]["web_url"] is None
 
 
 @pytest.mark.daemon
