@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -118,7 +120,8 @@ def nats_server(tmp_path, tracker):
         server.kill()
 
 
-def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, **fleet) -> Pulsed:
+def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, agent: str | None = None,
+               **fleet) -> Pulsed:
     host = Pulsed(tmp_path / name / "home", tracker)
     (tmp_path / name).mkdir()
     init_home(host.home)
@@ -128,6 +131,9 @@ def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, 
     text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
     if web:
         text = text.replace("[web]\n", '[web]\nenabled = true\nlisten = "127.0.0.1:0"\n', 1)
+    if agent:   # an agent that takes a few seconds, then says which task it ran
+        text += (f'\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\n'
+                 f'argv = ["sh", "-c", "sleep {agent}; echo ran {{task_id}}"]\n')
     config.write_text(text)
     return host
 
@@ -252,3 +258,62 @@ def test_with_nats_unreachable_the_host_runs_and_status_says_why(tmp_path, track
     shown = host.ctl("config", "--effective").stdout
     assert 'token = "(hidden)"' in shown and "fleet-s3cret-token" not in shown
     assert "fleet-s3cret-token" not in host.log_text() + json.dumps(status.fleet)
+
+
+def fleet_tasks(host: Pulsed) -> list[dict]:
+    out = host.ctl("fleet", "tasks", "--json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def tasks_created(host: Pulsed) -> list[dict]:
+    return [e for e in host.events("task-created", written=False) if e["source"] == "fleet"]
+
+
+@pytest.mark.daemon
+def test_a_task_added_on_a_runs_once_on_the_only_host_with_its_agent_and_its_outcome_is_on_a(
+        tmp_path, tracker, nats_server):
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url)
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="1")
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    added = time.monotonic()
+    fleet_id = a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "build it",
+                     "--prompt", "build").stdout.strip()
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
+    row = fleet_tasks(a)[0]
+    assert row["fleet_id"] == fleet_id and row["host"] == "c@test" and len(row["runs"]) == 1
+    assert "ran" in json.dumps(row["result"])
+    assert len(tasks_created(c)) == 1 and tasks_created(a) == tasks_created(b) == []
+    print(f"fleet task added -> acked on another host: {time.monotonic() - added:.2f}s")
+
+
+@pytest.mark.daemon
+def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_never_twice_before(
+        tmp_path, tracker, nats_server):
+    lease = {"task_lease_s": 2}
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, **lease)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, agent="8", **lease)   # a run outlasts two leases
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="8", **lease)
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "t", "--prompt", "x")
+    first = wait_for(lambda: next((h for h in (b, c) if tasks_created(h)), None), 30, what="a host took it")
+    other = c if first is b else b
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["executing"], 20, what="it runs")
+    # a negative check takes time: two leases with the first host alive, and nobody else took it
+    time.sleep(2 * lease["task_lease_s"])
+    assert tasks_created(other) == [] and [t["status"] for t in fleet_tasks(a)] == ["executing"]
+    doomed = [first.proc.pid, *(p.pid for p in first.tree())]
+    tracker.add(*doomed)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: len(tasks_created(other)) == 1, 30, what="the other host took it after the lease")
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
+    row = fleet_tasks(a)[0]
+    assert row["host"] == f"{other.home.parent.name}@test" and len(row["runs"]) == 2
+    assert len(tasks_created(other)) == 1

@@ -121,4 +121,78 @@ def events(ctx: Context, follow: bool, host: str | None, type_: str | None, last
         sys.exit(4)
 
 
+def this_host(ctx: Context) -> str:
+    from pulse.core import fleetnames as names
+    from pulse.core.instances import default_name
+    config = ctx.config()
+    return config.fleet.host or names.default_host(config.pulse.name or default_name(ctx.home))
+
+
+@fleet.command(name="add")
+@click.option("--agent", required=True, help="The [[agent]] to run it: some host of the fleet that has it takes it.")
+@click.option("--project", required=True, help="What the task belongs to.")
+@click.option("--title", required=True, help="One line that says what to do.")
+@click.option("--prompt", required=True, help="The agent's instructions ('-' reads them from stdin).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first on the host that takes it.")
+@pass_ctx
+def add(ctx: Context, agent: str, project: str, title: str, prompt: str, priority: int) -> None:
+    """Offer a task to the fleet; prints its fleet id. This host's fleet worker publishes it; a host
+    whose AGENT has a free slot runs it, and `pulsectl fleet tasks` here follows it."""
+    import secrets
+
+    from pulse.core import fleetnames as names
+    from pulse.core import wire
+    from pulse.store import eventsdb
+    if not ctx.config().fleet.enabled:
+        click.echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
+        sys.exit(3)
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        click.echo("pulsectl: --prompt is empty", err=True)
+        sys.exit(2)
+    fleet_id = f"{names.host_token(this_host(ctx))}-{secrets.token_hex(6)}"
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, agent=agent,
+                                                 project=project, title=title, prompt=prompt, priority=priority)])
+    click.echo(fleet_id)
+
+
+def fleet_task_rows(events) -> list[dict]:
+    """The tasks this host offered, each with the last report of the host that took it."""
+    from pulse.core import wire
+    rows: dict[str, dict] = {}
+    for ev in events:
+        if ev.type == wire.FLEET_TASK_OFFERED:
+            rows[ev.target] = {"fleet_id": ev.target, "agent": ev.data.get("agent"), "title": ev.data.get("title"),
+                               "offered": ev.ts, "status": "offered", "host": None, "task": None, "result": None,
+                               "error": None, "runs": []}
+        elif ev.type == wire.FLEET_TASK_UPDATE and ev.target in rows:
+            row = rows[ev.target]
+            row.update({k: ev.data.get(k) for k in ("status", "host", "task", "result", "error")})
+            if (ev.data.get("host"), ev.data.get("task")) not in row["runs"]:
+                row["runs"].append((ev.data.get("host"), ev.data.get("task")))
+    return list(rows.values())
+
+
+@fleet.command(name="tasks")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+@pass_ctx
+def fleet_tasks(ctx: Context, as_json: bool) -> None:
+    """The tasks this host offered to the fleet: where each ran (every host that took it) and how it ended."""
+    from pulse.core import wire
+    from pulse.store import connection, eventsdb
+    conn = connection.open_readonly(ctx.paths.events_db)
+    try:
+        events = eventsdb.read_events(conn, types=[wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE], limit=1_000_000)
+    finally:
+        conn.close()
+    for row in fleet_task_rows(events):
+        if as_json:
+            click.echo(json.dumps(row, sort_keys=True, default=str))
+        else:
+            where = ", ".join(f"{h}:{t}" for h, t in row["runs"]) or "-"
+            click.echo(f"{row['fleet_id']}  {row['status']:<9} {row['agent']:<12} {where}  {row['title']}")
+
+
 COMMANDS = [fleet]

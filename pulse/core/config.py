@@ -342,6 +342,11 @@ class Fleet(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     presence_ttl_s: float = 30                # ... and is gone from it this long after the last one
     reconnect_max_s: float = 30               # a failed connect is retried after 0.5 s, doubling up to this
     events_batch: int = 500                   # events published per cursor commit
+    # A host with [[agent]]s takes fleet tasks for them (`pulsectl task add --fleet`); its claim on a task
+    # lapses this long after its last renewal (renewed every third of it while the task runs), and
+    # then the task runs again elsewhere: at least once across a host's death, at most once otherwise.
+    take_tasks: bool = True
+    task_lease_s: float = 30
 
 
 FLEET_URL = re.compile(r"(nats|tls)://[^\s/]+")
@@ -360,6 +365,8 @@ def validate_fleet(fleet: Fleet, origin: str) -> None:
         raise ConfigError(f"{origin}: $.fleet.host: 1 to 128 letters, digits and _ . @ - (not starting with a symbol)")
     if fleet.presence_interval_s <= 0 or fleet.presence_ttl_s < 2 * fleet.presence_interval_s:
         raise ConfigError(f"{origin}: $.fleet: presence_interval_s must be above 0 and presence_ttl_s at least twice it")
+    if fleet.task_lease_s < 1:
+        raise ConfigError(f"{origin}: $.fleet.task_lease_s must be at least 1")
     if fleet.reconnect_max_s < 0.5 or fleet.events_batch < 1:
         raise ConfigError(f"{origin}: $.fleet: reconnect_max_s must be at least 0.5 and events_batch at least 1")
 

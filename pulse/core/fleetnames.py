@@ -86,6 +86,8 @@ def connect_options(fleet, on_event, on_error) -> dict:
 
 
 def describe(err: BaseException) -> str:
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:   # a TaskGroup's: say what failed in it
+        err = err.exceptions[0]
     text = str(err).strip()
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 

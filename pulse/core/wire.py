@@ -406,7 +406,11 @@ EVENT_TYPES = frozenset({
     *TaskEvent,
     "gate-call", "gate-blocked", "gate-reset",
     "process-exited",
+    *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
 })
+# A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
+# that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
+FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"
 
 
 class Event(msgspec.Struct):

@@ -13,8 +13,12 @@ from pathlib import Path
 
 from pulse.store.connection import connect, migrate
 
-CURSOR_SCHEMA = 1
-_MIGRATIONS = {1: ("CREATE TABLE cursor (stream TEXT PRIMARY KEY, last_id INTEGER NOT NULL)",)}
+CURSOR_SCHEMA = 2
+_MIGRATIONS = {
+    1: ("CREATE TABLE cursor (stream TEXT PRIMARY KEY, last_id INTEGER NOT NULL)",),
+    # the fleet tasks this host took: a restarted worker takes up its own claim's task, not a copy
+    2: ("CREATE TABLE fleet_tasks (fleet_id TEXT PRIMARY KEY, task TEXT NOT NULL)",),
+}
 
 
 def open_cursor(path: Path) -> sqlite3.Connection:
@@ -31,3 +35,12 @@ def read_cursor(conn: sqlite3.Connection, stream: str) -> int:
 def commit_cursor(conn: sqlite3.Connection, stream: str, last_id: int) -> None:
     conn.execute("INSERT INTO cursor (stream, last_id) VALUES (?, ?) "
                  "ON CONFLICT(stream) DO UPDATE SET last_id = excluded.last_id", (stream, last_id))
+
+
+def task_of(conn: sqlite3.Connection, fleet_id: str) -> str | None:
+    row = conn.execute("SELECT task FROM fleet_tasks WHERE fleet_id = ?", (fleet_id,)).fetchone()
+    return row[0] if row else None
+
+
+def remember_task(conn: sqlite3.Connection, fleet_id: str, task: str) -> None:
+    conn.execute("INSERT OR REPLACE INTO fleet_tasks (fleet_id, task) VALUES (?, ?)", (fleet_id, task))

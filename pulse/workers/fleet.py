@@ -34,6 +34,7 @@ from pulse.core import client, wire
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
 from pulse.store import connection, effectqueue, eventsdb, fleetcursor
+from pulse.workers.fleettasks import FleetTasks
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
@@ -148,6 +149,7 @@ class FleetWorker(Worker):
         async with asyncio.TaskGroup() as group:
             group.create_task(self.presence(nc, hosts, seen))
             group.create_task(self.outbox(nc, js))
+            group.create_task(FleetTasks(self, nc, js).run())
 
     async def ensure_stream(self, js) -> None:
         from nats.js.errors import BadRequestError
@@ -273,6 +275,10 @@ class FleetWorker(Worker):
             if isinstance(result, BaseException):
                 return i, names.describe(result)
         return len(window), None
+
+    def ring_tick(self, reason: str) -> None:
+        """A task taken from the fleet is news for the assignment rule (dropped if nobody listens)."""
+        client.ring(self.paths, "wake", wire.Wake("fleet", reason))
 
     def set_published(self, last: int, count: int) -> None:
         with self.lock:
