@@ -6,7 +6,9 @@
   2. the NATS outage: events flow into every host (20 a second each) while nats-server is killed
      for --outage seconds (20 by default) and started again on the same store; then every event of
      every host must be in the stream once, in events.db's order per host;
-  3. the fleet worker's RSS on each host (after the above).
+  3. the task claim latency across hosts: a task added on host a (`pulsectl fleet add`) whose agent
+     only host c has → its task-executing on c (median and p95 of --tasks, one at a time);
+  4. the fleet worker's RSS on each host (after the above).
 
     python scripts/bench_fleet.py
     python scripts/bench_fleet.py --outage 5 --json
@@ -19,6 +21,7 @@ import asyncio
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -59,14 +62,46 @@ def start_nats(port: int, store: Path, tracker: Tracker) -> subprocess.Popen:
     return proc
 
 
-def make_host(root: Path, name: str, url: str) -> Path:
+def make_host(root: Path, name: str, url: str, agent: bool = False) -> Path:
     home = root / name
     subprocess.run([str(BIN / "pulsectl"), "--home", str(home), "init"], check=True, capture_output=True)
     table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"enabled": True, "url": [url], "host": f"{name}@bench",
                                                            **FLEET}.items())
     config = home / "config.toml"
-    config.write_text(config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1))
+    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    if agent:
+        text += '\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\nargv = ["true"]\n'
+    config.write_text(text)
     return home
+
+
+def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
+    """Seconds from each offer on `origin` to its task-executing on `runner` (one task at a time)."""
+    from pulse.core.wire import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
+    out = []
+    for i in range(n):
+        fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "fleet", "add", "--agent", "builder",
+                                   "--project", "bench", "--title", f"t{i}", "--prompt", "x"],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+
+        def ended():
+            conn = connection.open_readonly(Paths.for_client(origin).events_db)
+            try:
+                evs = eventsdb.read_events(conn, types=[FLEET_TASK_OFFERED, FLEET_TASK_UPDATE], limit=1_000_000)
+            finally:
+                conn.close()
+            mine = [e for e in evs if e.target == fleet_id]
+            done = [e for e in mine if e.type == FLEET_TASK_UPDATE and e.data.get("status") in ("acked", "given_up")]
+            return (mine[0], done[0]) if done else None
+        offered, done = wait_until(ended, 60, 0.05, f"fleet task {fleet_id} ended")
+        conn = connection.open_readonly(Paths.for_client(runner).events_db)
+        try:
+            executing = eventsdb.read_events(conn, types=["task-executing"], limit=1_000_000)
+        finally:
+            conn.close()
+        started = next(e for e in executing if e.target == done.data["task"])
+        out.append(started.ts - offered.ts)
+    return out
 
 
 def fleet_status(home: Path) -> dict:
@@ -131,6 +166,7 @@ def emit_forever(homes: list[Path], per_s: float, stop: threading.Event) -> None
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--outage", type=float, default=20.0, help="seconds nats-server stays down")
+    parser.add_argument("--tasks", type=int, default=20, help="fleet tasks timed for the claim latency")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tracker = Tracker()
@@ -141,7 +177,7 @@ def main() -> int:
         url = f"nats://127.0.0.1:{port}"
         try:
             server = start_nats(port, root / "nats-store", tracker)
-            homes = [make_host(root, name, url) for name in ("a", "b", "c")]
+            homes = [make_host(root, name, url, agent=name == "c") for name in ("a", "b", "c")]
             for home in homes:
                 start_pulsed(home, tracker, {"PULSE_HEARTBEAT_MS": "100"})   # status sees the cursor move sooner
             wait_until(lambda: all(fleet_status(h).get("state") == "connected" for h in homes), 30, what="connected")
@@ -178,6 +214,11 @@ def main() -> int:
                 got = [m["id"] for m in messages if m["host"] == f"{home.name}@bench"]
                 in_order &= got == all_ids(home)[:len(got)] and len(got) == len(all_ids(home))
             figures["every_event_once_in_order"] = in_order and figures["duplicates"] == 0
+
+            log(f"claim latency: {args.tasks} tasks added on a, run on c")
+            latency = claim_latency(homes[0], homes[2], args.tasks)
+            figures["claim_latency_median_s"] = round(statistics.median(latency), 3)
+            figures["claim_latency_p95_s"] = round(sorted(latency)[max(0, int(len(latency) * 0.95) - 1)], 3)
 
             import psutil
             rss = []
