@@ -34,7 +34,6 @@ from pulse.core import client, wire
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
 from pulse.store import connection, effectqueue, eventsdb, fleetcursor
-from pulse.workers.fleettasks import FleetTasks
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
@@ -140,6 +139,7 @@ class FleetWorker(Worker):
             beat.cancel()
 
     async def linked(self, nc) -> None:
+        from pulse.workers.fleettasks import FleetTasks  # here: the forkserver preloads this module, not the tasks' imports
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         await self.ensure_stream(js)
         ttl = self.config.fleet.presence_ttl_s
