@@ -30,6 +30,7 @@ from pulse.core.states import (
     CORE_WORKERS,
     ENGINE,
     EVENT_WRITER,
+    FLEET,
     LATE,
     STEERABLE,
     WEB,
@@ -698,7 +699,8 @@ class Arbiter:
                                              started_at=clock.iso(wall - (now - self.started_mono))),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
             web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
-            files=self.watched_files())
+            files=self.watched_files(),
+            fleet=self.children[FLEET].extras if self.children[FLEET].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""

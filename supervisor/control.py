@@ -30,7 +30,9 @@ def handle(arbiter: "Arbiter", request) -> wire.Reply:
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
     if isinstance(request, wire.GetConfig):
         import msgspec
-        return wire.Reply(ok=True, config=msgspec.to_builtins(arbiter.config))
+
+        from pulse.core.config import without_secrets
+        return wire.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, wire.Reload):
         ok, message = arbiter.reload()
         return wire.Reply(ok=ok, message=message if ok else None, error=None if ok else message)

@@ -33,6 +33,7 @@ PRELOAD = {
     "executor": ("pulse.workers.executor", "ExecutorWorker"),
     "engine": ("pulse.workers.enginehost", "EngineWorker"),
     "web": ("pulse.workers.webserver", "WebWorker"),            # its web stack is imported when it opens
+    "fleet": ("pulse.workers.fleet", "FleetWorker"),            # nats-py is imported when it opens
 }
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20

@@ -32,6 +32,7 @@ OTHER_PROGRAMS = {
     "kill": "signals a worker of a running pulsed (tests/test_kill_matrix.py does it)",
     "useradd": "creates a system user: root, and the host's",
     "systemctl": "drives the host's systemd (tests/test_systemd.py runs a unit on a user manager)",
+    "nats": "the NATS CLI on an operator's cluster (docs/fleet.md); the tests make the streams through nats-py",
 }
 
 # pulsectl commands that need no running pulsed, run for real against a fresh home.
@@ -56,7 +57,7 @@ def shell_blocks() -> list[tuple[str, str]]:
 def commands_of(text: str) -> list[str]:
     """The commands a block shows: its `$ ` lines if it has any (the rest is their output), else
     every line; comments dropped, `&&` chains and side-by-side synopses split."""
-    lines = text.splitlines()
+    lines = re.sub(r"\\\n\s*", " ", text).splitlines()      # a line continued with a backslash is one command
     prompted = [line[2:] for line in lines if line.startswith("$ ")]
     out = []
     for line in prompted or lines:

@@ -145,6 +145,7 @@ CHANGES = [
     ("[pulse]\nname = \"other\"", set()),                              # pulsed's own, read at start
     ("[gate]\nmax_string_bytes = 2048", set()),                     # pulsectl mcp's, read at its start
     ("[web]\nlisten = \"127.0.0.1:0\"", set()),                          # the web worker runs only when enabled
+    ("[fleet]\npresence_interval_s = 4", set()),                          # so does the fleet worker
 ]
 
 

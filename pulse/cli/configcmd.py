@@ -49,8 +49,8 @@ def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
     import msgspec
 
     from pulse.core import client, wire
-    from pulse.core.config import Config, ConfigError, load, to_toml
-    on_disk = ctx.config()
+    from pulse.core.config import Config, ConfigError, load, to_toml, without_secrets
+    on_disk = without_secrets(ctx.config())
     try:
         reply = client.request(ctx.paths, wire.GetConfig(), ctx.timeout)
     except client.Unreachable:
@@ -60,7 +60,7 @@ def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
     running = msgspec.convert(reply.config, Config)
     click.echo("# what the running pulsed uses")
     try:
-        file_only = load(ctx.paths.config, {})          # the file and defaults, no PULSE_* override
+        file_only = without_secrets(load(ctx.paths.config, {}))   # the file and defaults, no PULSE_* override
     except ConfigError as err:
         click.echo(f"# {ctx.paths.config} is not valid now ({err}); pulsed keeps this until it is")
         file_only = running

@@ -49,6 +49,7 @@ COMMAND_MODULES = {
     "store": "storecmd", "web": "webcmd", "process": "processcmd",
     "budget": "budgetcmd",
     "schedule": "schedulecmd",
+    "fleet": "fleetcmd",
 }
 
 

@@ -116,7 +116,16 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
         # Said once more after a second look (see show()): pulsed holds them, none is lost (issue 23).
         lines.append(f"({events_unwritten} lifecycle events are held by pulsed until its event writer commits them: "
                      "it is behind or being replaced; `pulsectl events` shows them once written)")
+    if status.fleet is not None:
+        lines.append(fleet_line(status.fleet))
     return "\n".join(lines)
+
+
+def fleet_line(fleet: dict) -> str:
+    """The fleet worker's link: "fleet: connected as gw@node-3 to nats://10.0.0.5:4222, events through #812"."""
+    line = f"fleet: {fleet.get('state')} as {fleet.get('host')} to {', '.join(fleet.get('servers') or [])}"
+    line += f", events through #{fleet.get('published_through', 0)}"
+    return line + (f" ({fleet['reason']})" if fleet.get("reason") else "")
 
 
 def show(paths: Paths, timeout: float, as_json: bool) -> int:

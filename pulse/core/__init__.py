@@ -11,5 +11,6 @@ codes), `home` (the home and runtime directory), `logs` (the one log writer), `p
 imported by the workers only), `plugins` (the Watcher and Executor an engine plugs in, which the
 built-in sensors are too), `wakepipe` (a loop's wakeup pipe), `rotation` (the names of the
 copies a file's rotation keeps beside it), `schedule` (a [[schedule]]'s slots and the fold of
-what it ran; croniter, imported only where a cron expression is read).
+what it ran; croniter, imported only where a cron expression is read), `fleetnames` (the fleet's
+subjects, buckets, host tokens and view, for the fleet worker and `pulsectl fleet`).
 """

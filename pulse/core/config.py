@@ -34,6 +34,7 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     engine_retry_after_failed_s: float = 600  # a failed engine is retried this long after failing
     eventlog_retry_after_failed_s: float = 600  # ... the event writer, this long (the others' events wait in pulsed)
     web_retry_after_failed_s: float = 600     # ... the web worker, this long
+    fleet_retry_after_failed_s: float = 600   # ... the fleet worker, this long
     heartbeat_ms: int = 1_000                 # workers heartbeat this often from their main loop
     hung_after_ms: int = 10_000               # silent this long: hung (SIGABRT, SIGCONT, SIGKILL)
     ready_timeout_ms: int = 10_000            # not ready this long after spawn: hung
@@ -381,6 +382,62 @@ class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tls_key: str | None = None
 
 
+# -- [fleet]: this host among others, over NATS JetStream (pulse.workers.fleet) --------------------
+
+class Fleet(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Off unless enabled; the fleet worker is then the only process that talks to NATS. A single
+    host never needs it, and survival never waits on it."""
+    enabled: bool = False
+    url: list[str] = msgspec.field(default_factory=lambda: ["nats://127.0.0.1:4222"])   # nats:// or tls:// servers
+    # At most one way to authenticate; none: the server's anonymous access. Never logged or shown.
+    creds_file: str | None = None             # a NATS .creds file (JWT + NKey seed)
+    token: str | None = None                  # a plain token
+    nkey_seed_file: str | None = None         # a file holding an NKey seed ("SU...")
+    host: str | None = None                   # this host's name in the fleet; unset: <instance name>@<hostname>
+    presence_interval_s: float = 5            # this host's summary goes to the pulse-hosts bucket this often
+    presence_ttl_s: float = 30                # ... and is gone from it this long after the last one
+    reconnect_max_s: float = 30               # a failed connect is retried after 0.5 s, doubling up to this
+    events_batch: int = 500                   # events published per cursor commit
+    # A host with [[agent]]s takes fleet tasks for them (`pulsectl task add --fleet`); its claim on a task
+    # lapses this long after its last renewal (renewed every third of it while the task runs), and
+    # then the task runs again elsewhere: at least once across a host's death, at most once otherwise.
+    take_tasks: bool = True
+    task_lease_s: float = 30
+
+
+FLEET_URL = re.compile(r"(nats|tls)://[^\s/]+")
+
+
+def validate_fleet(fleet: Fleet, origin: str) -> None:
+    if not fleet.url:
+        raise ConfigError(f"{origin}: $.fleet.url: name at least one server")
+    for i, url in enumerate(fleet.url):
+        if not FLEET_URL.fullmatch(url):
+            raise ConfigError(f"{origin}: $.fleet.url[{i}]: not a nats:// or tls:// server address")
+    ways = [k for k in ("creds_file", "token", "nkey_seed_file") if getattr(fleet, k) is not None]
+    if len(ways) > 1:
+        raise ConfigError(f"{origin}: $.fleet: set at most one of creds_file, token, nkey_seed_file (got {', '.join(ways)})")
+    if fleet.host is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", fleet.host):
+        raise ConfigError(f"{origin}: $.fleet.host: 1 to 128 letters, digits and _ . @ - (not starting with a symbol)")
+    if fleet.presence_interval_s <= 0 or fleet.presence_ttl_s < 2 * fleet.presence_interval_s:
+        raise ConfigError(f"{origin}: $.fleet: presence_interval_s must be above 0 and presence_ttl_s at least twice it")
+    if fleet.task_lease_s < 1:
+        raise ConfigError(f"{origin}: $.fleet.task_lease_s must be at least 1")
+    if fleet.reconnect_max_s < 0.5 or fleet.events_batch < 1:
+        raise ConfigError(f"{origin}: $.fleet: reconnect_max_s must be at least 0.5 and events_batch at least 1")
+
+
+HIDDEN = "(hidden)"
+
+
+def without_secrets(config: "Config") -> "Config":
+    """`config` fit to show (`pulsectl config --effective`, the control socket): the fleet's token
+    replaced; the creds and seed are files, named by path, never read here."""
+    if config.fleet.token is None:
+        return config
+    return msgspec.structs.replace(config, fleet=msgspec.structs.replace(config.fleet, token=HIDDEN))
+
+
 class PulseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # This instance's name among the Pulses of the host (`pulsectl instances`, `pulsectl -i NAME`);
     # unset: the home's folder name. Read when pulsed starts.
@@ -403,6 +460,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     report: Report = msgspec.field(default_factory=Report)
     gate: Gate = msgspec.field(default_factory=Gate)
     web: Web = msgspec.field(default_factory=Web)
+    fleet: Fleet = msgspec.field(default_factory=Fleet)
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
     schedule: list[Schedule] = msgspec.field(default_factory=list)   # none on a fresh install
@@ -436,7 +494,7 @@ EngineTimings = _cut("EngineTimings", Timings, (*EVERY_WORKER, "engine_rpc_deadl
 SupervisorTimings = _cut("SupervisorTimings", Timings, (
     "restart_backoff_base_ms", "restart_backoff_max_ms", "healthy_reset_s", "intensity_restarts",
     "intensity_period_s", "engine_retry_after_failed_s", "eventlog_retry_after_failed_s", "web_retry_after_failed_s",
-    "heartbeat_ms", "hung_after_ms", "ready_timeout_ms", "stop_grace_ms"))
+    "fleet_retry_after_failed_s", "heartbeat_ms", "hung_after_ms", "ready_timeout_ms", "stop_grace_ms"))
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
@@ -511,12 +569,22 @@ class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
     log: LogSettings
     pulse: PulseSettings
     web: Web                      # whether the web worker runs
+    fleet: Fleet                  # whether the fleet worker runs
     process: list[Process]        # the critical processes `pulsectl status` lists
+
+
+class FleetConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: WebTimings           # what every worker reads (the same cut as the web's)
+    log: LogSettings
+    fleet: Fleet
+    pulse: PulseSettings          # the instance's name: the default host name
+    agent: list[Agent]            # the agents this host advertises
 
 
 SLICES: dict[str, type[msgspec.Struct]] = {
     "eventlog": EventWriterConfig, "watcher": WatcherConfig, "tick": TickConfig,
     "executor": ExecutorConfig, "engine": EngineConfig, "web": WebConfig,
+    "fleet": FleetConfig,
 }
 
 
@@ -594,18 +662,13 @@ def _did_you_mean(path: str, key: str) -> str:
     """`; did you mean heartbeat_ms?` for a misspelt key, or the table a top-level key belongs in
     (`level` uncommented under a commented `# [log]` lands at the top level)."""
     import difflib
-    try:
-        close = difflib.get_close_matches(key, _fields_at(path), n=1)
-    except (StopIteration, TypeError):
-        close = []
-    if close:
-        return f"; did you mean {close[0]}?"
-    if path == "$":
+    if path == "$":      # a table's own key first: a top-level name that merely looks like it is no help
         tables = [f.encode_name for f in msgspec.structs.fields(Config)
                   if key in _safe_fields(f"$.{f.encode_name}")]
         if tables:
             return f"; it belongs in a table: [{tables[0]}] (uncomment that table's header too)"
-    return ""
+    close = difflib.get_close_matches(key, _safe_fields(path), n=1)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _safe_fields(path: str) -> list[str]:
@@ -722,6 +785,7 @@ def validate(config: Config, origin: str) -> Config:
     validate_report(config, origin)
     validate_schedules(config, origin)
     validate_web(config.web, origin)
+    validate_fleet(config.fleet, origin)
     if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
     if config.gate.blocks_per_min < 1:

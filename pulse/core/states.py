@@ -64,6 +64,8 @@ CHILD_SPECS: dict[str, ChildSpec] = {spec.name: spec for spec in (
     ChildSpec("executor", core=True),
     ChildSpec("engine", retry_after_failed="engine_retry_after_failed_s"),
     ChildSpec("web", enabled_by="web.enabled", retry_after_failed="web_retry_after_failed_s"),
+    # the only process that talks to NATS (pulse/workers/fleet.py); never core: the host lives without it
+    ChildSpec("fleet", enabled_by="fleet.enabled", retry_after_failed="fleet_retry_after_failed_s"),
 )}
 
 # Groups of names, derived from the table, for whoever needs a list rather than a property.
@@ -76,6 +78,7 @@ LOG_SOURCES = ("pulsed", "forkserver", *CHILD_SPECS)               # who writes 
 # Workers named for what status reports of them (the engine's commit, the web worker's address).
 ENGINE = "engine"
 WEB = "web"
+FLEET = "fleet"
 
 
 class EffectState(enum.StrEnum):

@@ -169,6 +169,7 @@ class Status(msgspec.Struct):
     processes: list[ProcessStatus] = msgspec.field(default_factory=list)
     web_url: str | None = None          # the web worker's address, when it runs (`pulsectl web url`)
     files: list[FileWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.file]]
+    fleet: dict[str, Any] | None = None  # the fleet worker's own account, when it runs (pulse.workers.fleet)
 
 
 class Reply(msgspec.Struct, omit_defaults=True):
@@ -493,7 +494,11 @@ EVENT_TYPES = frozenset({
     "process-exited",
     *SpendEvent,
     *ScheduleEvent,
+    *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
 })
+# A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
+# that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
+FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"
 
 
 class Event(msgspec.Struct):

@@ -5,5 +5,6 @@ Modules: `connection` (opening a store: busy timeout, migrations, one-line error
 effect queue beside it, claimed by compare-and-set), `errorruns` (errors coalesced without changing
 a row), `vitalsdb` (vitals.db's samples), `objects` (content-addressed blobs), `ballast` (the file
 freed first when the disk is full), `provision` (making a home and checking it before pulsed starts),
-`schedulerun` (a schedule's run: its task or effect and the fact naming it, in one transaction).
+`schedulerun` (a schedule's run: its task or effect and the fact naming it, in one transaction),
+`fleetcursor` (the fleet outbox's cursor: the last event the NATS stream acknowledged).
 """

@@ -37,6 +37,7 @@ from pulse.web.metrics import HOST, HOST_FIELDS, Counts, exposition
 
 PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
          "engine": "/engine", "gate": "/gate", "log": "/log"}
+PAGES["fleet"] = "/fleet"         # the hosts of the fleet ([fleet]), as this host's fleet worker last saw them
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
 LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
@@ -498,6 +499,17 @@ async def act_engine(request: Request) -> Response:
 
 # -- metrics ------------------------------------------------------------------------------------------------
 
+async def api_fleet(request: Request) -> Response:
+    """The fleet view the fleet worker writes (pulse.core.fleetnames): every host, up or gone."""
+    from pulse.core import fleetnames
+    web: Web = request.app.state.web
+    view = await run_in_threadpool(fleetnames.read_view, web.paths.runtime)
+    if view is None:
+        return JSONResponse({"hosts": [], "error": "no fleet view: the fleet worker is off or has not reached NATS "
+                             "(pulsectl status says why)"})
+    return JSONResponse({**view, "age_s": fleetnames.view_age_s(view)})
+
+
 async def metrics(request: Request) -> Response:
     web: Web = request.app.state.web
 
@@ -597,6 +609,7 @@ def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: S
         Route("/api/workers", act_worker, methods=["POST"]), Route("/api/processes", act_process, methods=["POST"]),
         Route("/api/engine", act_engine, methods=["POST"]),
         Route("/metrics", metrics),
+        Route("/api/fleet", api_fleet),
     ]
     app = Starlette(routes=routes)
     app.state.web = web

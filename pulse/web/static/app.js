@@ -648,6 +648,27 @@ async function taskPage() {
 
 // -- start --------------------------------------------------------------------------------------------------
 
+// the fleet: a host links to its own page where it advertises one; a host gone from the fleet is red
+function fleetRow(h) {
+  const name = h.web_url ? el("a", {href: h.web_url}, h.host) : h.host;
+  return el("tr", {"data-host": h.host, class: h.state === "gone" ? "bad" : null},
+    el("td", {}, name), el("td", {}, h.state), el("td", {}, `${h.workers_running}/${h.workers_total}`),
+    el("td", {}, `${h.processes_healthy}/${h.processes_total}`), el("td", {}, h.open_effects ?? "-"),
+    el("td", {}, `${h.agents_busy}/${h.agents_busy + h.agents_free}`), el("td", {}, ago(h.last_seen_age_s)));
+}
+
+async function fleetPage() {
+  const draw = async () => {
+    const r = await getJSON("/api/fleet");
+    document.querySelector("main").replaceChildren(section("Fleet",
+      r.error ? el("p", {class: "muted"}, r.error) : el("p", {class: "muted"}, `as seen by ${r.host}`),
+      table(["host", "state", "workers", "processes", "open effects", "agents busy", "last seen"],
+            r.hosts.map(fleetRow))));
+  };
+  await draw();
+  setInterval(() => draw().catch(err => say(String(err), true)), 1000);
+}
+
 function theme() {
   const saved = localStorage.getItem("pulse-theme");
   const dark = saved ? saved === "dark" : matchMedia("(prefers-color-scheme: dark)").matches;
@@ -663,5 +684,6 @@ theme();
 // A page rendered by the server marks its times <time data-ts=…>: shown here like every other time.
 for (const t of document.querySelectorAll("time[data-ts]")) t.replaceWith(when(Number(t.dataset.ts)));
 const PAGES = {overview: () => live("/api/stream/overview", renderOverview), events: eventsPage, vitals: vitalsPage,
-               effects: effectsPage, tasks: tasksPage, task: taskPage, engine: enginePage, gate: gatePage, log: logPage};
+               effects: effectsPage, tasks: tasksPage, task: taskPage, engine: enginePage, gate: gatePage, log: logPage,
+               fleet: fleetPage};
 Promise.resolve(PAGES[PAGE]?.()).catch(err => say(String(err), true));

@@ -1,0 +1,198 @@
+"""`pulsectl fleet status`: every host of the fleet ([fleet] in config.toml), as this host's fleet
+worker last read it from NATS (<runtime>/fleet-view.json). `pulsectl fleet events` reads the
+PULSE_EVENTS stream itself, as a read-only NATS client with the credentials of [fleet]: it never
+publishes, and nothing that keeps the host alive waits on it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from pulse.cli.group import Context, pass_ctx
+
+
+@click.group()
+def fleet() -> None:
+    """The Pulses of the fleet, over NATS JetStream (enable with [fleet] enabled = true)."""
+
+
+def host_line(row: dict) -> tuple[str, ...]:
+    agents = f"{row['agents_busy']}/{row['agents_busy'] + row['agents_free']}"
+    seen = time.strftime("%H:%M:%SZ", time.gmtime(row["last_seen"])) if row.get("last_seen") else "-"
+    return (str(row["host"]), row["state"], f"{row['workers_running']}/{row['workers_total']}",
+            f"{row['processes_healthy']}/{row['processes_total']}", str(row.get("open_effects", "-")), agents, seen)
+
+
+@fleet.command()
+@click.option("--json", "as_json", is_flag=True, help="The view as JSON: {at, host, ttl_s, hosts: [...]}.")
+@pass_ctx
+def status(ctx: Context, as_json: bool) -> None:
+    """Every host: up or gone, workers running/total, processes healthy/total, open effects, agents
+    busy/total, last seen. Exit 3 when this host's fleet worker has no view yet."""
+    from pulse.cli.statusview import columns
+    from pulse.core import fleetnames as names
+    view = names.read_view(ctx.paths.runtime)
+    if view is None:
+        enabled = ctx.config().fleet.enabled
+        click.echo("pulsectl: no fleet view yet: " + ("the fleet worker has not reached NATS (see pulsectl status)"
+                   if enabled else "[fleet] enabled = true in config.toml, then `pulsectl reload`"), err=True)
+        sys.exit(3)
+    if as_json:
+        click.echo(json.dumps(view, sort_keys=True))
+        return
+    rows = [("HOST", "STATE", "WORKERS", "PROCESSES", "EFFECTS", "AGENTS BUSY", "LAST SEEN")]
+    click.echo("\n".join(columns(rows + [host_line(r) for r in view["hosts"]])))
+    click.echo(f"as seen by {view['host']} {names.view_age_s(view):.1f}s ago")
+
+
+def event_line(m: dict) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["ts"])) + f".{int(m['ts'] % 1 * 1000):03d}Z"
+    data = json.dumps(m.get("data") or {}, sort_keys=True)
+    return f"{stamp}  {m['host']}  #{m['id']}  {m['type']}  {m['source']}  {m.get('target') or '-'}  {data}"
+
+
+def events_subject(host: str | None, type_: str | None) -> str:
+    from pulse.core import fleetnames as names
+    return f"pulse.events.{names.host_token(host) if host else '*'}.{names.host_token(type_) if type_ else '*'}"
+
+
+async def read_events(fleet_settings, subject: str, last: int, follow: bool, show) -> None:
+    """The last `last` events of `subject` (read through from the stream's start), then, with
+    `follow`, every new one as it comes."""
+    import asyncio
+    from collections import deque
+
+    import nats
+
+    from pulse.core import fleetnames as names
+    options = names.connect_options(fleet_settings, lambda state, reason: None, lambda error: None)
+    nc = await nats.connect(**options)
+    try:
+        sub = await nc.jetstream().pull_subscribe(subject, stream=names.EVENTS_STREAM)
+        tail: deque = deque(maxlen=last)
+        caught_up = False
+        while True:
+            try:
+                msgs = await sub.fetch(500, timeout=1)
+            except (asyncio.TimeoutError, nats.errors.TimeoutError):
+                msgs = []
+            for m in msgs:
+                event = json.loads(m.data)
+                tail.append(event) if not caught_up else show(event)
+                await m.ack()
+            if not msgs and not caught_up:
+                caught_up = True
+                for event in tail:
+                    show(event)
+                if not follow:
+                    return
+    finally:
+        await nc.close()
+
+
+@fleet.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events as the stream gets them.")
+@click.option("--host", default=None, help="Only this host's events (its [fleet] host name).")
+@click.option("--type", "type_", default=None, help="Only events of this type.")
+@click.option("-n", "--last", default=50, show_default=True, help="How many of the latest to print first.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line: host, id, seq, ts, type, source, "
+              "target, data.")
+@pass_ctx
+def events(ctx: Context, follow: bool, host: str | None, type_: str | None, last: int, as_json: bool) -> None:
+    """Every host's events, from the PULSE_EVENTS stream (in order per host)."""
+    import asyncio
+    settings = ctx.config().fleet
+    if not settings.enabled:
+        click.echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
+        sys.exit(3)
+
+    def show(event: dict) -> None:
+        click.echo(json.dumps(event, sort_keys=True) if as_json else event_line(event))
+    try:
+        asyncio.run(read_events(settings, events_subject(host, type_), last, follow, show))
+    except KeyboardInterrupt:
+        pass
+    except Exception as err:
+        from pulse.core.fleetnames import describe
+        click.echo(f"pulsectl: cannot read the fleet's events: {describe(err)}", err=True)
+        sys.exit(4)
+
+
+def this_host(ctx: Context) -> str:
+    from pulse.core import fleetnames as names
+    from pulse.core.instances import default_name
+    config = ctx.config()
+    return config.fleet.host or names.default_host(config.pulse.name or default_name(ctx.home))
+
+
+@fleet.command(name="add")
+@click.option("--agent", required=True, help="The [[agent]] to run it: some host of the fleet that has it takes it.")
+@click.option("--project", required=True, help="What the task belongs to.")
+@click.option("--title", required=True, help="One line that says what to do.")
+@click.option("--prompt", required=True, help="The agent's instructions ('-' reads them from stdin).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first on the host that takes it.")
+@pass_ctx
+def add(ctx: Context, agent: str, project: str, title: str, prompt: str, priority: int) -> None:
+    """Offer a task to the fleet; prints its fleet id. This host's fleet worker publishes it; a host
+    whose AGENT has a free slot runs it, and `pulsectl fleet tasks` here follows it."""
+    import secrets
+
+    from pulse.core import fleetnames as names
+    from pulse.core import wire
+    from pulse.store import eventsdb
+    if not ctx.config().fleet.enabled:
+        click.echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
+        sys.exit(3)
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        click.echo("pulsectl: --prompt is empty", err=True)
+        sys.exit(2)
+    fleet_id = f"{names.host_token(this_host(ctx))}-{secrets.token_hex(6)}"
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, agent=agent,
+                                                 project=project, title=title, prompt=prompt, priority=priority)])
+    click.echo(fleet_id)
+
+
+def fleet_task_rows(events) -> list[dict]:
+    """The tasks this host offered, each with the last report of the host that took it."""
+    from pulse.core import wire
+    rows: dict[str, dict] = {}
+    for ev in events:
+        if ev.type == wire.FLEET_TASK_OFFERED:
+            rows[ev.target] = {"fleet_id": ev.target, "agent": ev.data.get("agent"), "title": ev.data.get("title"),
+                               "offered": ev.ts, "status": "offered", "host": None, "task": None, "result": None,
+                               "error": None, "runs": []}
+        elif ev.type == wire.FLEET_TASK_UPDATE and ev.target in rows:
+            row = rows[ev.target]
+            row.update({k: ev.data.get(k) for k in ("status", "host", "task", "result", "error")})
+            if (ev.data.get("host"), ev.data.get("task")) not in row["runs"]:
+                row["runs"].append((ev.data.get("host"), ev.data.get("task")))
+    return list(rows.values())
+
+
+@fleet.command(name="tasks")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+@pass_ctx
+def fleet_tasks(ctx: Context, as_json: bool) -> None:
+    """The tasks this host offered to the fleet: where each ran (every host that took it) and how it ended."""
+    from pulse.core import wire
+    from pulse.store import connection, eventsdb
+    conn = connection.open_readonly(ctx.paths.events_db)
+    try:
+        events = eventsdb.read_events(conn, types=[wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE], limit=1_000_000)
+    finally:
+        conn.close()
+    for row in fleet_task_rows(events):
+        if as_json:
+            click.echo(json.dumps(row, sort_keys=True, default=str))
+        else:
+            where = ", ".join(f"{h}:{t}" for h, t in row["runs"]) or "-"
+            click.echo(f"{row['fleet_id']}  {row['status']:<9} {row['agent']:<12} {where}  {row['title']}")
+
+
+COMMANDS = [fleet]

@@ -1,0 +1,288 @@
+"""The fleet worker: this host among others, over NATS JetStream, when `[fleet] enabled = true`.
+
+The only process that talks to NATS. Not core, like the web worker: survival never waits on it,
+and with NATS unreachable the host runs as a single one while this worker keeps trying (0.5 s,
+doubling up to `reconnect_max_s`) and says why in `pulsectl status`. nats-py is asyncio: its loop
+runs in a thread of its own, and the harness heartbeats only while that loop still turns.
+
+Two duties, on one connection:
+  - presence: every `presence_interval_s` this host's summary (pulsed's status, open effects, agents,
+    version) goes to the `pulse-hosts` bucket, whose TTL drops a host that stopped, and to
+    `pulse-hosts-seen`, which keeps what a gone host was; the fleet as read back is written to
+    <runtime>/fleet-view.json for `pulsectl fleet status`.
+  - the events outbox: every event of events.db after the cursor (pulse.store.fleetcursor) goes to
+    the PULSE_EVENTS stream with Nats-Msg-Id <host>:<event id>, in windows of WINDOW pipelined on one
+    connection (which keeps their order). Any event of a window left unacknowledged ends the
+    connection, and a new one resumes from it: the stream holds a host's events in events.db's
+    order (unless the server refused one event and stored a later one: a refused event, such as one
+    over the server's max_payload, stops the outbox, whose status says which). The cursor moves only
+    after the acknowledgements, and a republish after a crash in between is dropped by the stream's
+    duplicate window (DUPLICATE_WINDOW_S).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import msgspec
+
+from pulse import __version__
+from pulse.core import client, wire
+from pulse.core import fleetnames as names
+from pulse.core.instances import default_name
+from pulse.store import connection, effectqueue, eventsdb, fleetcursor
+from pulse.workers.harness import Worker
+
+STOP_WAIT_S = 3.0
+IDLE_POLL_S = 0.2            # events.db rings nobody: the outbox looks for new events this often
+PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
+WINDOW = 64                  # events published at once, in order, before their acknowledgements are awaited
+RETRY_S = 0.5                # after a failed put on a connection that is still open
+STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
+
+
+def event_payload(host: str, ev: wire.Event) -> bytes:
+    return json.dumps({"host": host, "id": ev.id, "seq": ev.seq, "ts": ev.ts, "type": ev.type,
+                       "source": ev.source, "target": ev.target, "data": ev.data}).encode()
+
+
+class FleetWorker(Worker):
+    name = "fleet"
+
+    def open(self) -> None:
+        import nats  # noqa: F401  (here, never in the forkserver or pulsed: a missing client fails this worker only)
+        f = self.config.fleet
+        self.host = f.host or names.default_host(self.config.pulse.name or default_name(self.paths.home))
+        self.account = {"state": "connecting", "host": self.host, "servers": [names.shown_url(u) for u in f.url],
+                        "reason": None, "since": time.time(), "published_through": 0, "published": 0}
+        self.lock = threading.Lock()
+        self.beat_s = self.config.timings.heartbeat_ms / 1000
+        self.turned = time.monotonic()
+        self.loop = asyncio.new_event_loop()
+        self.main: asyncio.Task | None = None
+        self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
+        self.thread.start()
+        self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
+
+    # -- what pulsed sees -----------------------------------------------------------------------
+
+    def note(self, state: str | None, reason: str | None) -> None:
+        """Record the link's state (None: unchanged) and why; logged on a change of state only."""
+        with self.lock:
+            changed = state is not None and state != self.account["state"]
+            if changed:
+                self.account.update(state=state, since=time.time())
+            self.account["reason"] = reason
+        if changed:
+            self.log.info("fleet %s%s", state, f": {reason}" if reason else "")
+
+    def status_extras(self) -> dict:
+        with self.lock:
+            return dict(self.account)
+
+    def healthy(self) -> bool:
+        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+
+    def close(self) -> None:
+        if self.main is not None:
+            self.loop.call_soon_threadsafe(self.main.cancel)
+        self.thread.join(STOP_WAIT_S)
+
+    # -- the link, in its own thread ----------------------------------------------------------------
+
+    def serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.main = self.loop.create_task(self.run())
+        try:
+            self.loop.run_until_complete(self.main)
+        except asyncio.CancelledError:
+            pass
+
+    async def turning(self) -> None:
+        while True:
+            self.turned = time.monotonic()
+            await asyncio.sleep(self.beat_s / 2)
+
+    async def run(self) -> None:
+        import nats
+        beat = asyncio.create_task(self.turning())
+        f = self.config.fleet
+        failures = 0
+        try:
+            while True:
+                try:
+                    errors: list[str] = []
+                    nc = await nats.connect(**names.connect_options(f, self.note, errors.append))
+                except Exception as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
+                    failures += 1
+                    wait = names.backoff_s(failures, f.reconnect_max_s)
+                    why = errors[-1] if errors else names.describe(err)   # nats-py's own error says only "no servers"
+                    self.note("down", f"cannot connect: {why}; retrying in {wait:g}s")
+                    await asyncio.sleep(wait)
+                    continue
+                failures = 0
+                try:
+                    await self.linked(nc)
+                except Exception as err:
+                    self.note("down", names.describe(err))
+                    self.log.warning("fleet link failed: %s", names.describe(err))
+                    await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
+                finally:
+                    try:
+                        await asyncio.wait_for(nc.close(), 2)
+                    except Exception:
+                        pass
+        finally:
+            beat.cancel()
+
+    async def linked(self, nc) -> None:
+        from pulse.workers.fleettasks import FleetTasks  # here: the forkserver preloads this module, not the tasks' imports
+        js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        await self.ensure_stream(js)
+        ttl = self.config.fleet.presence_ttl_s
+        hosts = await self.bucket(js, names.HOSTS_BUCKET, ttl)
+        seen = await self.bucket(js, names.SEEN_BUCKET, None)
+        self.note("connected", None)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.presence(nc, hosts, seen))
+            group.create_task(self.outbox(nc, js))
+            group.create_task(FleetTasks(self, nc, js).run())
+
+    async def ensure_stream(self, js) -> None:
+        from nats.js.errors import BadRequestError
+        try:
+            await js.add_stream(name=names.EVENTS_STREAM, subjects=[names.EVENTS_SUBJECTS],
+                                duplicate_window=names.DUPLICATE_WINDOW_S)
+        except BadRequestError:
+            await js.stream_info(names.EVENTS_STREAM)   # made by another host with other limits: use it as it is
+
+    async def bucket(self, js, name: str, ttl: float | None):
+        from nats.js.errors import BadRequestError
+        try:
+            return await js.create_key_value(bucket=name, ttl=ttl, history=1)
+        except BadRequestError:
+            return await js.key_value(name)   # made by another host with other settings
+
+    # -- presence -------------------------------------------------------------------------------
+
+    def summary(self) -> dict:
+        """This host, as the fleet sees it (blocking: run in a thread)."""
+        out: dict = {"host": self.host, "version": __version__, "at": time.time(), "agents": []}
+        try:
+            status = client.request(self.paths, wire.GetStatus(), STATUS_TIMEOUT_S).status
+            out.update(msgspec.to_builtins(status))
+            out.pop("fleet", None)
+        except client.Unreachable as err:
+            out["status_error"] = str(err)
+        conn = connection.open_readonly(self.paths.events_db)
+        try:
+            effects = effectqueue.open_effects(conn)
+        finally:
+            conn.close()
+        out["open_effects"] = len(effects)
+        running = [e.target for e, state, _, _ in effects if e.kind == "agent-run" and state == "executing"]
+        out["agents"] = [{"name": a.name, "slots": a.concurrency, "busy": running.count(a.name)}
+                         for a in self.config.agent]
+        out["at"] = time.time()
+        return out
+
+    async def presence(self, nc, hosts, seen) -> None:
+        interval = self.config.fleet.presence_interval_s
+        token = names.host_token(self.host)
+        while True:
+            try:
+                body = json.dumps(await asyncio.to_thread(self.summary)).encode()
+                await hosts.put(token, body)
+                await seen.put(token, body)
+                present, kept = await self.read_bucket(hosts), await self.read_bucket(seen)
+                now = time.time()
+                view = {"at": now, "host": self.host, "ttl_s": self.config.fleet.presence_ttl_s,
+                        "hosts": names.fleet_rows(present, kept, now, self.config.fleet.presence_ttl_s)}
+                await asyncio.to_thread(names.write_view, self.paths.runtime, view)
+                self.note("connected", None)
+            except Exception as err:
+                if nc.is_closed:
+                    raise
+                self.note("disconnected", f"presence: {names.describe(err)}")
+                await asyncio.sleep(RETRY_S)
+                continue
+            await asyncio.sleep(interval)
+
+    async def read_bucket(self, bucket) -> dict[str, dict]:
+        from nats.js.errors import KeyNotFoundError, NoKeysError
+        try:
+            keys = await bucket.keys()
+        except NoKeysError:
+            return {}
+        out = {}
+        for key in keys:
+            try:
+                entry = await bucket.get(key)
+            except KeyNotFoundError:
+                continue   # expired between the listing and the read
+            if entry.value:
+                out[key] = json.loads(entry.value)
+        return out
+
+    # -- the events outbox ------------------------------------------------------------------------
+
+    async def outbox(self, nc, js) -> None:
+        batch = self.config.fleet.events_batch
+        cursor = fleetcursor.open_cursor(self.paths.home / names.CURSOR_FILE)
+        events = connection.open_readonly(self.paths.events_db)
+        last = fleetcursor.read_cursor(cursor, names.EVENTS_STREAM)
+        self.set_published(last, 0)
+        try:
+            while True:
+                pending = eventsdb.read_events(events, after_id=last, limit=batch)
+                if not pending:
+                    await asyncio.sleep(IDLE_POLL_S)
+                    continue
+                for start in range(0, len(pending), WINDOW):
+                    window = pending[start:start + WINDOW]
+                    acked, why = await self.publish_window(js, window)
+                    if acked:
+                        last = window[acked - 1].id
+                        self.set_published(last, acked)
+                    if why is not None:   # a fresh connection resumes from the first unacknowledged one
+                        raise ConnectionError(f"event {window[acked].id} not acknowledged ({why}); publishing again")
+                fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)
+        finally:
+            fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)   # what was acknowledged of a cut batch
+            cursor.close()
+            events.close()
+
+    async def publish_window(self, js, window: list[wire.Event]) -> tuple[int, str | None]:
+        """Publish `window` pipelined on one connection, which keeps their order; returns how many from
+        its front the stream acknowledged, and why the next one was not (None: all were). Sent again
+        on a new connection, those carry the same Nats-Msg-Id: a copy that did land is dropped."""
+        futures = []
+        try:
+            for ev in window:
+                futures.append(await js.publish_async(
+                    names.event_subject(self.host, ev.type), event_payload(self.host, ev),
+                    wait_stall=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}))
+        except Exception as err:
+            for future in futures:
+                future.cancel()
+            return 0, names.describe(err)
+        results = await asyncio.gather(*(asyncio.wait_for(f, PUBLISH_TIMEOUT_S) for f in futures),
+                                       return_exceptions=True)
+        for i, result in enumerate(results):
+            if isinstance(result, BaseException):
+                return i, names.describe(result)
+        return len(window), None
+
+    def ring_tick(self, reason: str) -> None:
+        """A task taken from the fleet is news for the assignment rule (dropped if nobody listens)."""
+        client.ring(self.paths, "wake", wire.Wake("fleet", reason))
+
+    def set_published(self, last: int, count: int) -> None:
+        with self.lock:
+            self.account["published_through"] = last
+            self.account["published"] += count
+            if count and self.account["state"] != "connected":
+                self.account.update(state="connected", since=time.time(), reason=None)

