@@ -323,3 +323,11 @@ def test_stopped_across_three_slots_catch_up_runs_once_on_start_and_without_it_n
     stopped_engine = time.time()
     wait_for(lambda: len([e for e in runs(pulsed, "eager") if e["data"]["slot"] > stopped_engine]) >= 2, 10,
              what="two runs with the engine stopped")
+
+
+def test_a_scheduled_task_for_an_agent_is_pinned_to_it_as_task_add_agent_pins():
+    from pulse.agents import tasks
+    s = Schedule(name="nightly", every="1h", task=ScheduleTask(project="p", title="t", prompt="do it", agent="claude"))
+    created = wire.now_event("task-created", "tick", "task-1", schedule.task_fields(s, 3600.0))
+    (task,) = tasks.fold_tasks([created]).values()
+    assert task.pin == "claude" and "agent" not in created.data

@@ -225,10 +225,11 @@ class ScheduleBook:
 
 
 def task_fields(s: Schedule, slot: float | None) -> dict:
-    """The task-created data of a run of `s` (slot None: a manual run)."""
+    """The task-created data of a run of `s` (slot None: a manual run). Its `agent` pins the task to
+    that agent, as `pulsectl task add --agent` does (the `pin` field routing reads)."""
     t = s.task
     return {"project": t.project, "title": t.title, "prompt": t.prompt, "priority": t.priority, "schedule": s.name,
-            **({"slot": slot} if slot is not None else {}), **({"agent": t.agent} if t.agent else {})}
+            **({"slot": slot} if slot is not None else {}), **({"pin": t.agent} if t.agent else {})}
 
 
 def effect_of(s: Schedule):
