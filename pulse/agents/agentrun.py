@@ -19,6 +19,7 @@ from typing import Annotated
 import msgspec
 
 from pulse.agents import adapters, tasks
+from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
@@ -164,8 +165,12 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     started = time.time()
     # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed.
     scratch = tempfile.mkdtemp(prefix=f"pulse-{state.id}-")
+    # The run's capability: registered with the gate (served by this process) before it starts,
+    # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
+    token = RUN_TOKENS.register(effect.id, agent.name, state.id)
     try:
-        invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project),
+        with_token = msgspec.structs.replace(agent, env={**agent.env, TOKEN_ENV: token, SOCKET_ENV: gate_socket(home)})
+        invocation = adapter.invocation(with_token, adapters.Task(state.id, state.prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
         began = time.monotonic()
         err = bytearray()
@@ -176,10 +181,12 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
             # A run ends when all of it ends: what left its process group is found by the mark in its
             # environment and stopped here, before the verdict, so nothing acts after task-acked.
             escaped = stop_marked(effect.id)
+            RUN_TOKENS.revoke(token)
         stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
     finally:
+        RUN_TOKENS.revoke(token)            # again: the run may have failed before it started
         shutil.rmtree(scratch, ignore_errors=True)
     ref = store_output(ctx.objects, stdout)
     summary = result.summary(code)
@@ -196,6 +203,12 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def gate_socket(home: Path) -> str:
+    """The gate's socket, as the running pulsed placed it (its runtime directory)."""
+    from pulse.core.home import Paths
+    return str(Paths.for_client(Path(home)).gate_socket)
 
 
 def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str] | None:

@@ -1,10 +1,12 @@
 """`pulsectl mcp`: serve Pulse's gated tools to an agent over MCP on stdio; `pulsectl gate`
 and `gate-reset`: the operator's view of the gate and its reset.
 
-One process is one session of an agent (`--agent`, else PULSE_AGENT, else operator-shell) and,
-in an agent run, of its task (PULSE_TASK). The gate's state lives in events.db: a new session of
-the same agent and task starts where the last one left off. stdout carries JSON-RPC only;
-anything else goes to stderr (the first line there names the session).
+`pulsectl mcp` is a thin proxy to the gate, which runs inside Pulse (pulse.agents.gateserver); it
+opens no store. In an agent run its session is the run's agent and task, by the run token in its
+environment; the operator's own sessions may name an agent (`--agent`, else PULSE_AGENT, else
+operator-shell). The gate's state lives in events.db: a new session of the same agent and task
+starts where the last one left off. stdout carries JSON-RPC only; anything else goes to stderr
+(the first line there names the session).
 """
 
 from __future__ import annotations
@@ -21,27 +23,26 @@ from pulse.cli.group import Context, pass_ctx
 
 @click.command()
 @click.option("--agent", default=None, metavar="NAME",
-              help=f"Who acts (default: PULSE_AGENT, else {OPERATOR_SHELL}). A new session of the same agent "
-                   "(and PULSE_TASK) inherits its unverified writes.")
+              help=f"Who acts, for the operator's own sessions (default: PULSE_AGENT, else {OPERATOR_SHELL}). "
+                   "Inside an agent run the run token decides: the session is that run's agent and task.")
 @pass_ctx
 def mcp(ctx: Context, agent: str | None) -> None:
-    """Serve the gated tools over MCP on stdin/stdout (one session of an agent)."""
-    from pulse.core import config as configmod
-    if not ctx.home.is_dir():
-        click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
-        sys.exit(1)
-    try:
-        config = configmod.load(ctx.paths.config)
-    except configmod.ConfigError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(78)
+    """Serve the gated tools over MCP on stdin/stdout: a proxy to Pulse's gate (one session)."""
+    from pulse.agents.gateserver import SOCKET_ENV, TOKEN_ENV
+    socket_path = os.environ.get(SOCKET_ENV)
+    if not socket_path:      # a run is told where the gate is; the operator's shell finds it from the home
+        if not ctx.home.is_dir():
+            click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
+            sys.exit(1)
+        socket_path = str(ctx.paths.gate_socket)
     import importlib.util
     if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
         click.echo("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", err=True)
         sys.exit(1)
-    from pulse.agents.toolserver import serve
-    serve(ctx.paths, config, agent or os.environ.get("PULSE_AGENT") or OPERATOR_SHELL,
-          os.environ.get("PULSE_TASK", ""))
+    from pulse.agents.gateproxy import serve
+    # PULSE_TASK is not sent: a task is the run's, and only its token says which.
+    serve(socket_path, {"op": "hello", "token": os.environ.get(TOKEN_ENV) or None,
+                        "agent": agent or os.environ.get("PULSE_AGENT") or None})
 
 
 def gate_store(ctx: Context, source: str = "pulsectl"):

@@ -423,6 +423,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
     report: Report                # the report effect
     watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
+    gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
