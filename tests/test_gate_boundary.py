@@ -146,3 +146,122 @@ def test_the_proxy_fails_closed_without_the_gate(tmp_path):
     for result in (read, write):
         assert code(result) == "GATE_UNAVAILABLE" and result.structured_content["error"]["details"]["retry"] is True
     assert not (home / "events.db").exists() or b"gate-call" not in (home / "events.db").read_bytes()
+
+
+# -- a run under its own account ([[agent]] user) ------------------------------------------------------------
+
+# Run by the system's python as the run's account (the venv's is out of its reach, as is Pulse's
+# install: so it speaks the gate's own line protocol, which is what `pulsectl mcp` carries). It writes,
+# then tries every side door; what became of each goes to RESULTS, and it leaves its write unverified.
+JAILED_SCRIPT = r"""
+import json, os, socket, sqlite3, subprocess, sys
+home, pulsectl, results = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {"uid": os.getuid()}
+
+def session(token):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.environ["PULSE_GATE_SOCKET"])
+    f = s.makefile("rwb")
+    f.write(json.dumps({"op": "hello", "token": token, "agent": "operator-shell"}).encode() + b"\n")
+    f.flush()
+    return f, json.loads(f.readline())
+
+def call(f, i, name, args):
+    f.write(json.dumps({"id": i, "op": "call", "name": name, "args": args}).encode() + b"\n")
+    f.flush()
+    return json.loads(f.readline())["envelope"]
+
+f, out["welcome"] = session(os.environ.get("PULSE_RUN_TOKEN"))
+out["look"] = call(f, 1, "events", {"target": "boundary"})
+out["write"] = call(f, 2, "emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
+_, out["tokenless"] = session(None)
+
+def attempt(name, fn):
+    try:
+        out[name] = {"ok": True, "value": repr(fn())[:200]}
+    except Exception as err:
+        out[name] = {"ok": False, "error": type(err).__name__ + ": " + str(err)[:200]}
+
+def run(*argv):
+    done = subprocess.run([pulsectl, "--home", home, *argv], capture_output=True, timeout=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"exit {done.returncode}: {done.stderr[-200:]!r}")
+    return done.stdout
+
+attempt("emit", lambda: run("emit", "exec", "boundary", "--param", "argv=[\"true\"]"))
+attempt("gate_reset", lambda: run("gate-reset", "--agent", "jailed"))
+def forge():
+    conn = sqlite3.connect(os.path.join(home, "events.db"))
+    conn.execute("INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (0, 0, 0, 'gate-call', 'x', 'x', '{}')")
+    conn.commit()
+attempt("events_db", forge)
+attempt("web_token", lambda: open(os.path.join(home, "web.token")).read())
+attempt("config", lambda: open(os.path.join(home, "config.toml")).read())
+with open(results, "w") as r:
+    json.dump(out, r)
+"""
+SYSTEM_PYTHON = "/usr/bin/python3.11"
+
+
+@pytest.fixture
+def account():
+    """A real second account, made for this test and removed after it."""
+    import shutil
+    import subprocess
+    import uuid
+    if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("needs root, useradd and the system's python3.11")
+    name = f"pt20{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+                   check=True, capture_output=True, timeout=30)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=30)
+
+
+def test_a_run_under_its_own_account_reaches_the_gate_and_nothing_else(pulsed, account):
+    import pwd
+    import shutil
+    import tempfile
+    shared = tempfile.mkdtemp(prefix="pulse-t20-", dir="/tmp")    # tmp_path is under a 0700 directory
+    try:
+        os.chmod(shared, 0o711)                                    # traversable, not listable
+        scripts = os.path.join(shared, "scripts")
+        os.mkdir(scripts, 0o755)
+        script = os.path.join(scripts, "jailed.py")
+        with open(script, "w") as f:
+            f.write(JAILED_SCRIPT)
+        os.chmod(script, 0o644)
+        work = os.path.join(shared, "work")
+        os.mkdir(work)
+        uid = pwd.getpwnam(account).pw_uid
+        os.chown(work, uid, -1)
+        results = os.path.join(work, "results.json")
+        init_home(pulsed.home)
+        from pulse.core.home import Paths, write_web_token
+        write_web_token(Paths.for_client(pulsed.home))
+        (pulsed.home / "config.toml").write_text(
+            f'[[agent]]\nname = "jailed"\nadapter = "command"\nmcp = false\nuser = "{account}"\ncwd = "{work}"\n'
+            f'argv = ["{SYSTEM_PYTHON}", "{script}", "{pulsed.home}", "{PULSECTL}", "{results}"]\n'
+            "timeout_s = 60\n[tasks]\nmax_failures = 1\n"
+            f'[gate]\nsocket_dir = "{shared}"\n'
+            '[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = [["true"]]\n')
+        pulsed.start()
+        before = len(pulsed.events("effect"))
+        task = add_task(pulsed, "try the side doors")
+        ended = task_end(pulsed, task)
+        with open(results) as f:
+            seen = json.load(f)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert seen["uid"] == uid
+    assert seen["welcome"]["agent"] == "jailed" and seen["welcome"]["task"] == task, seen["welcome"]
+    assert seen["look"]["ok"] and seen["write"]["ok"], seen
+    assert seen["tokenless"]["op"] == "refused" and seen["tokenless"]["code"] == "NOT_OPERATOR"
+    for door in ("emit", "gate_reset", "events_db", "web_token", "config"):
+        assert seen[door]["ok"] is False, (door, seen[door])
+    # the write it made through the gate stays unverified: nothing it tried outside the gate changed that
+    assert ended["type"] == "task-failed" and ended["data"]["reason"] == "unverified-write", ended
+    assert sorted(e["data"]["kind"] for e in pulsed.events("effect")[before:]) == ["agent-run", "exec"]
+    assert not [e for e in pulsed.events("effect") if e["data"].get("origin") == "operator"]

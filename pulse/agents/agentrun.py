@@ -167,16 +167,23 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     scratch = tempfile.mkdtemp(prefix=f"pulse-{state.id}-")
     # The run's capability: registered with the gate (served by this process) before it starts,
     # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
-    token = RUN_TOKENS.register(effect.id, agent.name, state.id)
+    account = run_account(agent)
+    token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None)
     try:
-        with_token = msgspec.structs.replace(agent, env={**agent.env, TOKEN_ENV: token, SOCKET_ENV: gate_socket(home)})
+        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home)}
+        if account is not None:           # its files are its own; the scratch dir (0700) is the run's
+            os.chown(scratch, *account)
+            if agent.cwd is None:
+                os.chown(workdir, *account)
+            own.update(account_env(agent.user))
+        with_token = msgspec.structs.replace(agent, env={**agent.env, **own})
         invocation = adapter.invocation(with_token, adapters.Task(state.id, state.prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
         began = time.monotonic()
         err = bytearray()
         try:
             code, stdout, timed_out = run_process(invocation.argv, ctx, env={**invocation.env, RUN_MARK: effect.id},
-                                                  cwd=invocation.cwd, stderr=err)
+                                                  cwd=invocation.cwd, stderr=err, account=account)
         finally:
             # A run ends when all of it ends: what left its process group is found by the mark in its
             # environment and stopped here, before the verdict, so nothing acts after task-acked.
@@ -206,9 +213,36 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
 
 
 def gate_socket(home: Path) -> str:
-    """The gate's socket, as the running pulsed placed it (its runtime directory)."""
+    """The gate's socket: the one this process serves (the executor's), else where pulsed placed it."""
+    from pulse.agents.gateserver import SERVING
     from pulse.core.home import Paths
-    return str(Paths.for_client(Path(home)).gate_socket)
+    return SERVING[0] if SERVING else str(Paths.for_client(Path(home)).gate_socket)
+
+
+def run_account(agent: Agent) -> tuple[int, int] | None:
+    """(uid, gid) the agent CLI runs as ([[agent]] user, group); None: pulsed's own."""
+    if agent.user is None and agent.group is None:
+        return None
+    import grp
+    import pwd
+    try:
+        pw = pwd.getpwnam(agent.user) if agent.user else pwd.getpwuid(os.getuid())
+    except KeyError:
+        raise EffectFailed("bad-params", f"[[agent]] {agent.name}: no account {agent.user!r}") from None
+    try:
+        gid = grp.getgrnam(agent.group).gr_gid if agent.group else pw.pw_gid
+    except KeyError:
+        raise EffectFailed("bad-params", f"[[agent]] {agent.name}: no group {agent.group!r}") from None
+    return pw.pw_uid, gid
+
+
+def account_env(user: str | None) -> dict[str, str]:
+    """HOME, USER and LOGNAME of the run's account, not pulsed's."""
+    if user is None:
+        return {}
+    import pwd
+    pw = pwd.getpwnam(user)
+    return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
 
 
 def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str] | None:

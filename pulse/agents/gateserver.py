@@ -97,6 +97,19 @@ class RunTokens:
 RUN_TOKENS = RunTokens()
 
 
+# -- where the socket is ----------------------------------------------------------------------------------
+
+def socket_path(paths, socket_dir: str = "") -> str:
+    """The gate's socket: in pulsed's private runtime directory, or in [gate] socket_dir (named for
+    that runtime directory, so two homes never share one) when the runs' own accounts must reach it."""
+    if not socket_dir:
+        return str(paths.gate_socket)
+    return os.path.join(socket_dir, f"{paths.runtime.name}.gate.sock")
+
+
+SERVING: list[str] = []      # the socket this process serves (the executor's), for the runs it starts
+
+
 # -- who is on the other end ------------------------------------------------------------------------------
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -148,6 +161,7 @@ class GateServer:
     # -- lifecycle (the owner's thread) ----------------------------------------------------------
 
     def start(self, timeout_s: float = 10.0) -> None:
+        SERVING[:] = [self.path]
         self.thread = threading.Thread(target=self._serve, name="gate-server", daemon=True)
         self.thread.start()
         if not self.ready.wait(timeout_s) or self.error is not None:

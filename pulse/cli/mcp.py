@@ -34,7 +34,13 @@ def mcp(ctx: Context, agent: str | None) -> None:
         if not ctx.home.is_dir():
             click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
             sys.exit(1)
-        socket_path = str(ctx.paths.gate_socket)
+        from pulse.agents.gateserver import socket_path as gate_socket_path
+        from pulse.core import config as configmod
+        try:
+            shared = configmod.load(ctx.paths.config).gate.socket_dir
+        except (configmod.ConfigError, OSError):
+            shared = ""                    # the gate, if it runs, says what is wrong with it
+        socket_path = gate_socket_path(ctx.paths, shared)
     import importlib.util
     if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
         click.echo("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", err=True)

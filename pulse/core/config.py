@@ -287,6 +287,11 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # a run that used the gate is acked only if a session of it called finish; false relaxes that
     # (an unverified write still fails the run)
     gate_requires_finish: bool = True
+    # -- the run's own account (issue 20) --
+    # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
+    # (pulsed needs root, or CAP_SETUID and CAP_SETGID); unset (the default): pulsed's own user
+    user: str | None = None
+    group: str | None = None                  # its group; unset (the default): the user's primary group
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -314,6 +319,10 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # blocked calls of one agent and task recorded per minute, host-wide; more are only counted (the
     # count rides on the session's next fact), so a model retrying a refused call cannot fill events.db
     blocks_per_min: int = 30
+    # where the gate's socket is made; "" (the default): pulsed's private runtime directory. An
+    # [[agent]] with a `user` must reach it: name a directory every parent of which that account can
+    # traverse (the socket is made there mode 0666: who may act is decided by run token and peer uid)
+    socket_dir: str = ""
 
 
 class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -221,10 +221,12 @@ class ExecutorWorker(Worker):
     # share or to lose), and a gate without an executor could decide writes that nothing carries out.
 
     def open_gate(self) -> None:
-        from pulse.agents.gateserver import GateServer
-        self.gate = GateServer(self.paths, self.config, str(self.paths.gate_socket))
+        from pulse.agents.gateserver import GateServer, socket_path
+        shared = self.config.gate.socket_dir       # set: runs under their own accounts must reach it
+        path = socket_path(self.paths, shared)
+        self.gate = GateServer(self.paths, self.config, path, mode=0o666 if shared else 0o600)
         self.gate.start()
-        self.log.info("gate on %s", self.paths.gate_socket)
+        self.log.info("gate on %s", path)
 
     def healthy(self) -> bool:
         # a gate loop that stopped turning withholds the heartbeat: pulsed replaces the executor
