@@ -271,6 +271,8 @@ def test_the_operator_resets_a_live_session(host):
     assert envelope(seen["after"])["error"]["state"] == "RESOLVING"
     resets = [e["data"] for e in host.events("gate-call") if e["data"].get("tool") == "reset"]
     assert [r["keep_progress"] for r in resets] == [True, False]
+    # written by the gate (it alone writes gate facts while it runs), not by pulsectl
+    assert {e["source"] for e in host.events("gate-call") if e["data"].get("tool") == "reset"} == {"gate"}
     forged = host.ctl("gate-reset", seen["session"] + "0")         # a session id is matched whole, never in part
     assert forged.returncode == 1 and "no gate session" in forged.stderr
     assert host.ctl("gate-reset").returncode == 2 and host.ctl("gate-reset", "--agent", "nobody").returncode == 1

@@ -21,7 +21,8 @@ answered {"op": "welcome", ...} or {"op": "refused", "code", "message"} (and the
 closes). Then {"id", "op": "call", "name", "args", "operator"} → {"id", "envelope", "text"};
 {"id", "op": "question"} records an ask_operator question round; {"op": "cancel", "of": id}
 cancels a call. Replies may come in any order (calls run concurrently, as the gate's batch
-rule expects).
+rule expects). `pulsectl gate-reset` opens with {"op": "reset", "session" | "agent",
+"keep_progress"} instead (tokenless, the operator's uid only) and gets {"code", "out", "err"}.
 """
 
 from __future__ import annotations
@@ -231,9 +232,16 @@ class GateServer:
             pid, uid, _ = peer_credentials(writer.get_extra_info("socket"))
             try:
                 hello = json.loads(await reader.readline() or b"null")
-                if not isinstance(hello, dict) or hello.get("op") != "hello":
+                if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
                     raise Refused("BAD_REQUEST", "a session opens with a hello")
                 agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)
+                if hello["op"] == "reset":          # `pulsectl gate-reset`: the operator's alone
+                    if run is not None:
+                        raise Refused("NOT_OPERATOR", "a run cannot reset the gate")
+                    from pulse.agents.gatestore import DurableStore
+                    await send(operator_reset(DurableStore(self.events, "gate"), hello.get("session"),
+                                              hello.get("agent"), bool(hello.get("keep_progress"))))
+                    return
             except Refused as refused:
                 await send({"op": "refused", "code": refused.code, "message": refused.message})
                 return
@@ -305,3 +313,38 @@ def operator_of(answer: Any):
         code, text = (answer.get("error") or ["NO_ANSWER", "the operator did not answer"])[:2]
         raise ToolError(str(code), str(text))
     return answered
+
+
+# -- the operator's reset -----------------------------------------------------------------------------------
+
+def operator_reset(store, session: str | None, agent: str | None, keep_progress: bool) -> dict:
+    """Reset the gate of a session (by its full id) or of every session of an agent: forget its
+    unverified writes and, unless keep_progress, what it has looked at. {"code", "out": lines, "err"}."""
+    store.catch_up()
+    ledger = store.ledger
+    if session is not None:
+        facts = ledger.sessions.get(session)
+        if facts is None:
+            return {"code": 1, "out": [], "err": f"no gate session {session!r} (`pulsectl gate sessions` lists them)"}
+        agent, task = facts.agent, facts.task
+    else:
+        if agent not in {s.agent for s in ledger.sessions.values()}:
+            return {"code": 1, "out": [],
+                    "err": f"agent {agent!r} has no gate session (`pulsectl gate sessions` lists them)"}
+        task = None
+    principals = [p for p in ledger.actors if p[0] == agent and task in (None, p[1])]
+    before = {p: (str(ledger.state(p)), sorted(ledger.actors[p].unverified)) for p in principals}
+    store.transact(lambda: gate.reset_fact(agent, task, keep_progress))
+    out = []
+    for p in sorted(before):
+        state, unverified = before[p]
+        what = f"forgot unverified {', '.join(unverified)}" if unverified else "no unverified write"
+        flying = [f for f in ledger.flights.values() if ledger.principal(f.session) == p and f.kind == gate.CallKind.WRITE]
+        if flying:      # a reset cannot end an effect: its write holds the resource until the effect ends
+            what += "; still in flight: " + ", ".join(
+                f"{f.tool} on {', '.join(sorted(f.touches))} (effect {f.effect or 'not yet committed'}, released when it ends)"
+                for f in flying)
+        out.append(f"{p[0]}{f' task {p[1]}' if p[1] else ''}: {state} → {ledger.state(p)} ({what})")
+    if not principals:
+        out.append(f"{agent}: nothing to reset (it has made no call)")
+    return {"code": 0, "out": out, "err": None}

@@ -72,38 +72,46 @@ def gate_store(ctx: Context, source: str = "pulsectl"):
 def gate_reset(ctx: Context, session: str | None, agent: str | None, keep_progress: bool) -> None:
     """Reset the gate of SESSION (its full id, as `pulsectl gate sessions` lists it), or of every
     session of an --agent: forget its unverified writes and, unless --keep-progress, what it has
-    looked at. A fact in events.db: running sessions see it at their next call."""
-    from pulse.agents import gate
+    looked at. The gate writes the fact (pulsectl does, when no gate runs); running sessions see it at their next call."""
     if (session is None) == (agent is None):
         raise click.UsageError("give a SESSION or --agent NAME (one of them)")
-    store = gate_store(ctx)
-    ledger = store.ledger
-    if session is not None:
-        facts = ledger.sessions.get(session)
-        if facts is None:
-            click.echo(f"pulsectl: no gate session {session!r} (`pulsectl gate sessions` lists them)", err=True)
-            sys.exit(1)
-        agent, task = facts.agent, facts.task
-    else:
-        if agent not in {s.agent for s in ledger.sessions.values()}:
-            click.echo(f"pulsectl: agent {agent!r} has no gate session (`pulsectl gate sessions` lists them)",
-                       err=True)
-            sys.exit(1)
-        task = None
-    principals = [p for p in ledger.actors if p[0] == agent and task in (None, p[1])]
-    before = {p: (str(ledger.state(p)), sorted(ledger.actors[p].unverified)) for p in principals}
-    store.transact(lambda: gate.reset_fact(agent, task, keep_progress))
-    for p in sorted(before):
-        state, unverified = before[p]
-        what = f"forgot unverified {', '.join(unverified)}" if unverified else "no unverified write"
-        flying = [f for f in ledger.flights.values() if ledger.principal(f.session) == p and f.kind == gate.CallKind.WRITE]
-        if flying:      # a reset cannot end an effect: its write holds the resource until the effect ends
-            what += "; still in flight: " + ", ".join(
-                f"{f.tool} on {', '.join(sorted(f.touches))} (effect {f.effect or 'not yet committed'}, released when it ends)"
-                for f in flying)
-        click.echo(f"{p[0]}{f' task {p[1]}' if p[1] else ''}: {state} → {ledger.state(p)} ({what})")
-    if not principals:
-        click.echo(f"{agent}: nothing to reset (it has made no call)")
+    request = {"op": "reset", "session": session, "agent": agent, "keep_progress": keep_progress}
+    done = reset_through_gate(ctx, request)
+    if done is None:     # no gate running (pulsed down): nothing else decides now; the operator writes the fact
+        from pulse.agents.gateserver import operator_reset
+        done = operator_reset(gate_store(ctx), session, agent, keep_progress)
+    for line in done["out"]:
+        click.echo(line)
+    if done["err"]:
+        click.echo(f"pulsectl: {done['err']}", err=True)
+    sys.exit(done["code"])
+
+
+def reset_through_gate(ctx: Context, request: dict) -> dict | None:
+    """The gate's answer to a reset (it alone writes gate facts while it runs), or None when no gate
+    listens. Only the operator's uid, with no run token, may reset."""
+    import socket as socketmod
+
+    from pulse.agents.gateserver import socket_path
+    from pulse.core import config as configmod
+    try:
+        shared = configmod.load(ctx.paths.config).gate.socket_dir
+    except (configmod.ConfigError, OSError):
+        shared = ""
+    sock = socketmod.socket(socketmod.AF_UNIX)
+    try:
+        sock.connect(socket_path(ctx.paths, shared))
+    except OSError:
+        sock.close()
+        return None
+    with sock, sock.makefile("rwb") as f:
+        f.write(json.dumps(request).encode() + b"\n")
+        f.flush()
+        reply = json.loads(f.readline() or b"null")
+    if not isinstance(reply, dict) or reply.get("op") == "refused":
+        why = reply.get("message") if isinstance(reply, dict) else "the gate closed the connection"
+        return {"code": 1, "out": [], "err": f"the gate refused the reset: {why}"}
+    return reply
 
 
 @click.group(name="gate")
