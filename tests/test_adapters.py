@@ -281,7 +281,7 @@ def test_each_adapter_reads_its_clis_documented_output_through_pulsed(pulsed, tm
 
 
 def test_claude_code_is_handed_pulsectl_mcp_with_the_runs_names(pulsed, tmp_path):
-    """--mcp-config FILE: `pulsectl mcp` with PULSE_HOME / PULSE_AGENT / PULSE_TASK; none with mcp = false."""
+    """--mcp-config FILE: `pulsectl mcp` with PULSE_HOME / PULSE_AGENT / PULSE_TASK and the run token; none with mcp = false."""
     script = tmp_path / "fake_cli.py"
     script.write_text(FAKE_CLI + r'''
 if "--mcp-config" in args:
@@ -298,6 +298,8 @@ if "--mcp-config" in args:
     assert ev["type"] == "task-acked"
     server = json.loads(Path(f"{env_dump}.mcp").read_text())["mcpServers"]["pulse"]
     assert server["args"] == ["mcp"] and Path(server["command"]).name == "pulsectl"
+    token = server["env"].pop("PULSE_RUN_TOKEN")              # the run's capability (pulse.agents.gateserver)
+    assert len(token) >= 40 and server["env"].pop("PULSE_GATE_SOCKET").endswith(".sock")
     assert server["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": "claude-agent", "PULSE_TASK": task}
     argv = json.loads(Path(f"{env_dump}.claude.ok").read_text())["argv"]
     assert not Path(argv[argv.index("--mcp-config") + 1]).exists()      # the run's scratch is gone

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -270,6 +271,8 @@ def test_the_operator_resets_a_live_session(host):
     assert envelope(seen["after"])["error"]["state"] == "RESOLVING"
     resets = [e["data"] for e in host.events("gate-call") if e["data"].get("tool") == "reset"]
     assert [r["keep_progress"] for r in resets] == [True, False]
+    # written by the gate (it alone writes gate facts while it runs), not by pulsectl
+    assert {e["source"] for e in host.events("gate-call") if e["data"].get("tool") == "reset"} == {"gate"}
     forged = host.ctl("gate-reset", seen["session"] + "0")         # a session id is matched whole, never in part
     assert forged.returncode == 1 and "no gate session" in forged.stderr
     assert host.ctl("gate-reset").returncode == 2 and host.ctl("gate-reset", "--agent", "nobody").returncode == 1
@@ -385,17 +388,20 @@ def test_a_huge_tool_name_and_a_storm_of_blocked_calls_are_bounded(pulsed):
             blocked = [await c.call_tool("emit_effect", write) for _ in range(BLOCK_STORM)]
             looked = await c.call_tool("status", {})
             return names, blocked, looked
+    began = time.monotonic()
     names, blocked, looked = asyncio.run(asyncio.wait_for(storm(), 300))
+    windows = int((time.monotonic() - began) // 60) + 1      # the budget is per minute: a loaded machine takes more
     assert all(r.is_error or code(r) for r in names)
     assert {code(r) for r in blocked} == {"FSM_BLOCKED"}
     grown = logical_bytes(pulsed.home) - before
     print(f"\n{BLOCK_STORM} blocked calls and five 4 MB tool names grew events.db by {grown} bytes")
-    assert grown < STORM_BOUND
+    assert grown < STORM_BOUND * windows
     recorded = [e for e in pulsed.events("gate-blocked")]
-    assert 0 < len(recorded) <= 30
-    told = sum(e["data"].get("blocks_not_recorded", 0) for e in pulsed.events("gate-call"))
+    assert 0 < len(recorded) <= 30 * windows
+    # the count rides on the session's next fact: a call's, or the next window's first recorded block
+    told = sum(e["data"].get("blocks_not_recorded", 0) for e in pulsed.events("gate-call") + recorded)
     assert told + len([e for e in pulsed.events("gate-call") if e["data"].get("phase") == "blocked"]) \
-        >= BLOCK_STORM + 5 - 30      # every block is recorded or counted (the last few may ride on no fact)
+        >= BLOCK_STORM + 5 - 30 * windows      # every block is recorded or counted (the last few may ride on no fact)
 
 
 # -- the gate across sessions, restarts and agent runs --------------------------------------------------------
@@ -457,11 +463,13 @@ def test_a_server_killed_between_write_began_and_returned_leaves_the_write_to_ve
             done = await c.call_tool("finish", {"summary": "napped and looked"})
         return in_flight, blocked, owed, looked, done
     in_flight, blocked, owed, looked, done = asyncio.run(asyncio.wait_for(killed(), 120))
-    assert code(in_flight) == "UNVERIFIED_WRITE" and "in flight" in envelope(in_flight)["error"]["reason"]
+    assert code(in_flight) == "UNVERIFIED_WRITE"            # in flight (or cancelled with its proxy): owed either way
     assert code(blocked) == "FSM_BLOCKED"
     assert code(owed) == "UNVERIFIED_WRITE"                      # settled from its effect: it acted
+    # The call ran in the gate, which cancelled it when its proxy went away: settled from its effect.
     settled = facts(host, "settle")
-    assert len(settled) == 1 and settled[0]["acted"] is True and settled[0]["why"].startswith("session gone")
+    assert len(settled) == 1 and settled[0]["acted"] is True
+    assert settled[0]["why"].startswith(("cancelled", "session gone")), settled
     assert not looked.is_error and not done.is_error
     assert len([e for e in host.events("effect") if e["data"]["kind"] == "exec"]) == 1
 
@@ -593,7 +601,9 @@ def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, t
 
 def test_a_frozen_session_holds_its_resource_no_longer_than_its_effect_runs(napper_host):
     """SIGSTOP a `pulsectl mcp` with a write in flight: its effect acks, and another agent's write on
-    that resource passes once the effect has ended (it was refused until SIGCONT before)."""
+    that resource passes once the effect has ended (it was refused until SIGCONT before). The call
+    runs in the gate, not in the frozen proxy: the gate ends it itself when the effect does (or,
+    were the gate slow to, the effect's outcome settles it)."""
     host = napper_host
 
     async def frozen():
@@ -615,14 +625,14 @@ def test_a_frozen_session_holds_its_resource_no_longer_than_its_effect_runs(napp
                         break
                     await b.call_tool("events", {"target": "napper"})
                     await asyncio.sleep(0.1)
-                return passed, [f for f in facts(host, "settle") if f["session"] == acting[0]["session"]]
+                return passed, [f for f in facts(host, "settle") + facts(host, "end")
+                                if f["session"] == acting[0]["session"] and f["call"] == acting[0]["call"]]
             finally:
                 os.kill(alice, signal.SIGCONT)
                 await asyncio.gather(call, return_exceptions=True)
     passed, settled = asyncio.run(asyncio.wait_for(frozen(), 120))
     assert passed is not None and not passed.is_error, passed
     assert len(settled) == 1 and settled[0]["acted"] is True
-    assert settled[0]["why"].startswith("effect ended, its session silent")
 
 
 # The write tool waits effect_deadline_s + effect_timeout_s + 5 s (8 s here) for the run's outcome; the

@@ -19,6 +19,7 @@ from typing import Annotated
 import msgspec
 
 from pulse.agents import adapters, routing, spend, tasks
+from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
@@ -207,8 +208,19 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     started = time.time()
     # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed.
     scratch = tempfile.mkdtemp(prefix=f"pulse-{state.id}-")
+    # The run's capability: registered with the gate (served by this process) before it starts,
+    # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
+    account = run_account(agent)
+    token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None)
     try:
-        invocation = adapter.invocation(agent, adapters.Task(state.id, state.prompt, state.title, state.project),
+        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home)}
+        if account is not None:           # its files are its own; the scratch dir (0700) is the run's
+            os.chown(scratch, *account)
+            if agent.cwd is None:
+                os.chown(workdir, *account)
+            own.update(account_env(agent.user))
+        with_token = msgspec.structs.replace(agent, env={**agent.env, **own})
+        invocation = adapter.invocation(with_token, adapters.Task(state.id, state.prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
         cap = (spend.reservation(conn, effect.id) or {}).get("cap_usd")
         if cap is not None:          # the dollars left under the tightest limit, where the CLI takes a cap
@@ -217,15 +229,17 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         err = bytearray()
         try:
             code, stdout, timed_out = run_process(invocation.argv, ctx, env={**invocation.env, RUN_MARK: effect.id},
-                                                  cwd=invocation.cwd, stderr=err)
+                                                  cwd=invocation.cwd, stderr=err, account=account)
         finally:
             # A run ends when all of it ends: what left its process group is found by the mark in its
             # environment and stopped here, before the verdict, so nothing acts after task-acked.
             escaped = stop_marked(effect.id)
+            RUN_TOKENS.revoke(token)
         stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
     finally:
+        RUN_TOKENS.revoke(token)            # again: the run may have failed before it started
         shutil.rmtree(scratch, ignore_errors=True)
     ref = store_output(ctx.objects, stdout)
     summary = result.summary(code)
@@ -243,6 +257,39 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def gate_socket(home: Path) -> str:
+    """The gate's socket: the one this process serves (the executor's), else where pulsed placed it."""
+    from pulse.agents.gateserver import SERVING
+    from pulse.core.home import Paths
+    return SERVING[0] if SERVING else str(Paths.for_client(Path(home)).gate_socket)
+
+
+def run_account(agent: Agent) -> tuple[int, int] | None:
+    """(uid, gid) the agent CLI runs as ([[agent]] user, group); None: pulsed's own."""
+    if agent.user is None and agent.group is None:
+        return None
+    import grp
+    import pwd
+    try:
+        pw = pwd.getpwnam(agent.user) if agent.user else pwd.getpwuid(os.getuid())
+    except KeyError:
+        raise EffectFailed("bad-params", f"[[agent]] {agent.name}: no account {agent.user!r}") from None
+    try:
+        gid = grp.getgrnam(agent.group).gr_gid if agent.group else pw.pw_gid
+    except KeyError:
+        raise EffectFailed("bad-params", f"[[agent]] {agent.name}: no group {agent.group!r}") from None
+    return pw.pw_uid, gid
+
+
+def account_env(user: str | None) -> dict[str, str]:
+    """HOME, USER and LOGNAME of the run's account, not pulsed's."""
+    if user is None:
+        return {}
+    import pwd
+    pw = pwd.getpwnam(user)
+    return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
 
 
 def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str] | None:

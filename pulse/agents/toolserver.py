@@ -11,8 +11,8 @@ Three layers, each usable without the one above it:
   gate.end, each step decided and committed to events.db in one transaction by the gate's
   durable store (pulse.agents.gatestore; source "mcp", target the session id), so the gate
   holds across sessions and restarts. `finish` asks the gate whether the session may end.
-- `serve()`: the MCP server (the official `mcp` SDK, imported only here). stdout carries
-  JSON-RPC and nothing else; logging goes to stderr.
+- the MCP server is not here: `pulsectl mcp` is a thin proxy (pulse.agents.gateproxy) to the
+  gate's socket (pulse.agents.gateserver), which runs these sessions inside Pulse.
 
 SQLite is used from the event loop's thread only (short statements); blocking waits on
 pulsed or psutil run in worker threads; waiting for an effect polls with async sleeps, so
@@ -25,7 +25,6 @@ import contextvars
 import hashlib
 import json
 import os
-import sys
 import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
@@ -355,13 +354,16 @@ class GatedSession:
     agent and task inherits what the last one left unverified."""
 
     def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time,
-                 agent: str = gate.OPERATOR_SHELL, task: str = ""):
+                 agent: str = gate.OPERATOR_SHELL, task: str = "", pid: int | None = None):
+        """`pid`: the session's client process (the `pulsectl mcp` proxy, by its peer credentials),
+        whose end settles what it leaves in flight; this process when None."""
         from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
-        self.gate = gate.Session(session_id or f"mcp-{os.getpid()}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
+        pid = os.getpid() if pid is None else pid
+        self.gate = gate.Session(session_id or f"mcp-{pid}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
                                  agent=agent, task=task, store=DurableStore(tools.events),
                                  block_budget=tools.config.gate.blocks_per_min)
-        self.gate.open(pid=os.getpid(), started=stamp(os.getpid()))
+        self.gate.open(pid=pid, started=stamp(pid))
 
     def record(self, *records: gate.Record) -> None:
         """Facts that change no state (an oversized call, an operator's question round)."""
@@ -420,21 +422,7 @@ class GatedSession:
         return envelope, json.dumps(envelope)
 
 
-# -- the MCP server over stdio --------------------------------------------------------------------------
-
-OPERATOR_KEY = "pulse-operator"
-ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "description": "Your answer."}},
-                 "required": ["answer"]}
-
-
-def operator_answer(reply: Any) -> str:
-    """The text of an elicitation reply (a model or its dict), or ToolError when nobody answered."""
-    action = getattr(reply, "action", None) or (reply.get("action") if isinstance(reply, dict) else None)
-    content = getattr(reply, "content", None) if not isinstance(reply, dict) else reply.get("content")
-    if action != "accept" or not isinstance(content, dict) or not isinstance(content.get("answer"), str):
-        raise ToolError("NO_ANSWER", f"the operator did not answer ({action or 'no reply'})")
-    return content["answer"]
-
+# -- what the MCP server offers (the gate sends it to the proxy) ------------------------------------
 
 def unavailable(allow: Allow) -> dict[str, str]:
     """The write tools [allow] would refuse every time, each with the entry that enables it."""
@@ -458,81 +446,3 @@ def instructions(allow: Allow) -> str:
         text += " Not offered here, as config.toml's [allow] refuses them: " + "; ".join(
             f"{tool} ({why})" for tool, why in sorted(hidden.items())) + "."
     return text
-
-
-def serve(paths: Paths, config: Config, agent: str, task: str = "") -> None:
-    """Serve one session of `agent` (and `task`) on stdin/stdout until the client closes it."""
-
-    import anyio
-    import anyio.to_thread
-    import mcp_types as types
-    from mcp.server.lowlevel import Server
-    from mcp.server.stdio import stdio_server
-    from mcp_types.version import is_version_at_least
-
-    from pulse import __version__
-
-    events = eventsdb.open_events(paths.events_db)
-    tools = PulseTools(paths, config, events, anyio.to_thread.run_sync, anyio.sleep)
-    session = GatedSession(tools, agent=agent, task=task)
-
-    async def list_tools(ctx, params) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
-                                            for n, d, s in tool_list(config.allow)])
-
-    async def call_tool(ctx, params) -> types.CallToolResult | types.InputRequiredResult:
-        operator = operator_round(ctx, params) if params.name == "ask_operator" else None
-        if isinstance(operator, types.InputRequiredResult):
-            # The client asks its person and calls again with the answer (the call the gate
-            # judges). This round is a call too: it is recorded, and changes no state.
-            session.record(gate.Record("gate-call", {"session": session.gate.id, "tool": "ask_operator",
-                                                     "kind": "user_input", "ok": True, "round": "question"}))
-            return operator
-        envelope, text = await session.call(params.name, params.arguments, operator)
-        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=envelope,
-                                    is_error=not envelope["ok"])
-
-    def operator_round(ctx, params):
-        """How ask_operator reaches a person: on 2026-07-28 connections the question goes back
-        inline (InputRequiredResult) and the answer comes with the retried call, which is the
-        call the gate sees; on older ones, a server-to-client elicitation request. None when
-        the client declared no form elicitation: nobody can answer."""
-        caps = ctx.session.client_capabilities
-        elicitation = caps.elicitation if caps is not None else None
-        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
-            return None
-        if not is_version_at_least(ctx.protocol_version or "", "2026-07-28"):
-            return elicit(ctx)
-        answer = (params.input_responses or {}).get(OPERATOR_KEY)
-        question = (params.arguments or {}).get("question")
-        if answer is None and isinstance(question, str) and question:
-            form = types.ElicitRequestFormParams(message=question, requested_schema=ANSWER_SCHEMA)
-            return types.InputRequiredResult(input_requests={OPERATOR_KEY: types.ElicitRequest(params=form)})
-
-        async def answered(_question: str) -> str:
-            return operator_answer(answer)
-        return answered
-
-    def elicit(ctx) -> Operator:
-        async def ask(question: str) -> str:
-            try:
-                reply = await ctx.session.elicit_form(question, ANSWER_SCHEMA, related_request_id=ctx.request_id)
-            except Exception as err:   # the connection cannot carry it after all
-                raise ToolError("NO_OPERATOR", f"no operator can answer in this session ({type(err).__name__})") from err
-            return operator_answer(reply)
-        return ask
-
-    server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
-                    instructions=instructions(config.allow))
-
-    async def main() -> None:
-        # The operator's reset (`pulsectl gate-reset`) is a fact in events.db: the next call folds it.
-        print(f"pulsectl mcp: session {session.gate.id} of {agent}{f' (task {task})' if task else ''} "
-              f"on {paths.home}", file=sys.stderr, flush=True)
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-
-    try:
-        anyio.run(main)
-    finally:
-        events.close()

@@ -1,10 +1,12 @@
 """`pulsectl mcp`: serve Pulse's gated tools to an agent over MCP on stdio; `pulsectl gate`
 and `gate-reset`: the operator's view of the gate and its reset.
 
-One process is one session of an agent (`--agent`, else PULSE_AGENT, else operator-shell) and,
-in an agent run, of its task (PULSE_TASK). The gate's state lives in events.db: a new session of
-the same agent and task starts where the last one left off. stdout carries JSON-RPC only;
-anything else goes to stderr (the first line there names the session).
+`pulsectl mcp` is a thin proxy to the gate, which runs inside Pulse (pulse.agents.gateserver); it
+opens no store. In an agent run its session is the run's agent and task, by the run token in its
+environment; the operator's own sessions may name an agent (`--agent`, else PULSE_AGENT, else
+operator-shell). The gate's state lives in events.db: a new session of the same agent and task
+starts where the last one left off. stdout carries JSON-RPC only; anything else goes to stderr
+(the first line there names the session).
 """
 
 from __future__ import annotations
@@ -21,27 +23,32 @@ from pulse.cli.group import Context, pass_ctx
 
 @click.command()
 @click.option("--agent", default=None, metavar="NAME",
-              help=f"Who acts (default: PULSE_AGENT, else {OPERATOR_SHELL}). A new session of the same agent "
-                   "(and PULSE_TASK) inherits its unverified writes.")
+              help=f"Who acts, for the operator's own sessions (default: PULSE_AGENT, else {OPERATOR_SHELL}). "
+                   "Inside an agent run the run token decides: the session is that run's agent and task.")
 @pass_ctx
 def mcp(ctx: Context, agent: str | None) -> None:
-    """Serve the gated tools over MCP on stdin/stdout (one session of an agent)."""
-    from pulse.core import config as configmod
-    if not ctx.home.is_dir():
-        click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
-        sys.exit(1)
-    try:
-        config = configmod.load(ctx.paths.config)
-    except configmod.ConfigError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(78)
+    """Serve the gated tools over MCP on stdin/stdout: a proxy to Pulse's gate (one session)."""
+    from pulse.agents.gateserver import SOCKET_ENV, TOKEN_ENV
+    socket_path = os.environ.get(SOCKET_ENV)
+    if not socket_path:      # a run is told where the gate is; the operator's shell finds it from the home
+        if not ctx.home.is_dir():
+            click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
+            sys.exit(1)
+        from pulse.agents.gateserver import socket_path as gate_socket_path
+        from pulse.core import config as configmod
+        try:
+            shared = configmod.load(ctx.paths.config).gate.socket_dir
+        except (configmod.ConfigError, OSError):
+            shared = ""                    # the gate, if it runs, says what is wrong with it
+        socket_path = gate_socket_path(ctx.paths, shared)
     import importlib.util
     if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
         click.echo("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", err=True)
         sys.exit(1)
-    from pulse.agents.toolserver import serve
-    serve(ctx.paths, config, agent or os.environ.get("PULSE_AGENT") or OPERATOR_SHELL,
-          os.environ.get("PULSE_TASK", ""))
+    from pulse.agents.gateproxy import serve
+    # PULSE_TASK is not sent: a task is the run's, and only its token says which.
+    serve(socket_path, {"op": "hello", "token": os.environ.get(TOKEN_ENV) or None,
+                        "agent": agent or os.environ.get("PULSE_AGENT") or None})
 
 
 def gate_store(ctx: Context, source: str = "pulsectl"):
@@ -65,38 +72,46 @@ def gate_store(ctx: Context, source: str = "pulsectl"):
 def gate_reset(ctx: Context, session: str | None, agent: str | None, keep_progress: bool) -> None:
     """Reset the gate of SESSION (its full id, as `pulsectl gate sessions` lists it), or of every
     session of an --agent: forget its unverified writes and, unless --keep-progress, what it has
-    looked at. A fact in events.db: running sessions see it at their next call."""
-    from pulse.agents import gate
+    looked at. The gate writes the fact (pulsectl does, when no gate runs); running sessions see it at their next call."""
     if (session is None) == (agent is None):
         raise click.UsageError("give a SESSION or --agent NAME (one of them)")
-    store = gate_store(ctx)
-    ledger = store.ledger
-    if session is not None:
-        facts = ledger.sessions.get(session)
-        if facts is None:
-            click.echo(f"pulsectl: no gate session {session!r} (`pulsectl gate sessions` lists them)", err=True)
-            sys.exit(1)
-        agent, task = facts.agent, facts.task
-    else:
-        if agent not in {s.agent for s in ledger.sessions.values()}:
-            click.echo(f"pulsectl: agent {agent!r} has no gate session (`pulsectl gate sessions` lists them)",
-                       err=True)
-            sys.exit(1)
-        task = None
-    principals = [p for p in ledger.actors if p[0] == agent and task in (None, p[1])]
-    before = {p: (str(ledger.state(p)), sorted(ledger.actors[p].unverified)) for p in principals}
-    store.transact(lambda: gate.reset_fact(agent, task, keep_progress))
-    for p in sorted(before):
-        state, unverified = before[p]
-        what = f"forgot unverified {', '.join(unverified)}" if unverified else "no unverified write"
-        flying = [f for f in ledger.flights.values() if ledger.principal(f.session) == p and f.kind == gate.CallKind.WRITE]
-        if flying:      # a reset cannot end an effect: its write holds the resource until the effect ends
-            what += "; still in flight: " + ", ".join(
-                f"{f.tool} on {', '.join(sorted(f.touches))} (effect {f.effect or 'not yet committed'}, released when it ends)"
-                for f in flying)
-        click.echo(f"{p[0]}{f' task {p[1]}' if p[1] else ''}: {state} → {ledger.state(p)} ({what})")
-    if not principals:
-        click.echo(f"{agent}: nothing to reset (it has made no call)")
+    request = {"op": "reset", "session": session, "agent": agent, "keep_progress": keep_progress}
+    done = reset_through_gate(ctx, request)
+    if done is None:     # no gate running (pulsed down): nothing else decides now; the operator writes the fact
+        from pulse.agents.gateserver import operator_reset
+        done = operator_reset(gate_store(ctx), session, agent, keep_progress)
+    for line in done["out"]:
+        click.echo(line)
+    if done["err"]:
+        click.echo(f"pulsectl: {done['err']}", err=True)
+    sys.exit(done["code"])
+
+
+def reset_through_gate(ctx: Context, request: dict) -> dict | None:
+    """The gate's answer to a reset (it alone writes gate facts while it runs), or None when no gate
+    listens. Only the operator's uid, with no run token, may reset."""
+    import socket as socketmod
+
+    from pulse.agents.gateserver import socket_path
+    from pulse.core import config as configmod
+    try:
+        shared = configmod.load(ctx.paths.config).gate.socket_dir
+    except (configmod.ConfigError, OSError):
+        shared = ""
+    sock = socketmod.socket(socketmod.AF_UNIX)
+    try:
+        sock.connect(socket_path(ctx.paths, shared))
+    except OSError:
+        sock.close()
+        return None
+    with sock, sock.makefile("rwb") as f:
+        f.write(json.dumps(request).encode() + b"\n")
+        f.flush()
+        reply = json.loads(f.readline() or b"null")
+    if not isinstance(reply, dict) or reply.get("op") == "refused":
+        why = reply.get("message") if isinstance(reply, dict) else "the gate closed the connection"
+        return {"code": 1, "out": [], "err": f"the gate refused the reset: {why}"}
+    return reply
 
 
 @click.group(name="gate")

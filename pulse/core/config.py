@@ -309,6 +309,11 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # the cost a run is expected to have, reserved before it starts; unset: the median of the
     # agent's last 10 runs that reported a cost (none yet: 0)
     max_run_usd: float | None = None
+    # -- the run's own account (issue 20) --
+    # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
+    # (pulsed needs root, or CAP_SETUID and CAP_SETGID); unset (the default): pulsed's own user
+    user: str | None = None
+    group: str | None = None                  # its group; unset (the default): the user's primary group
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -371,6 +376,10 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # blocked calls of one agent and task recorded per minute, host-wide; more are only counted (the
     # count rides on the session's next fact), so a model retrying a refused call cannot fill events.db
     blocks_per_min: int = 30
+    # where the gate's socket is made; "" (the default): pulsed's private runtime directory. An
+    # [[agent]] with a `user` must reach it: name a directory every parent of which that account can
+    # traverse (the socket is made there mode 0666: who may act is decided by run token and peer uid)
+    socket_dir: str = ""
 
 
 class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -541,6 +550,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     report: Report                # the report effect
     watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
+    gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):

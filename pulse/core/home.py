@@ -134,6 +134,11 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
     def socket_file(self, socket: str) -> Path:
         return self.runtime / f"{socket}.ipc"
 
+    # -- the gate's socket (pulse.agents.gateserver): a plain unix socket, not a zmq endpoint --
+    @property
+    def gate_socket(self) -> Path:
+        return self.runtime / "gate.sock"
+
 
 def make_runtime_dir(paths: Paths) -> None:
     longest = len(paths.endpoint("heartbeat")) - len("ipc://")

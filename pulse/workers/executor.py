@@ -229,10 +229,29 @@ class ExecutorWorker(Worker):
         self.engine_trusted_until = 0.0
         self.next_scan = time.monotonic()                   # the first scan settles orphans at once
         self.log.info("claimer %s, %d effects at once", self.claimer, self.concurrency)
+        self.open_gate()
+
+    # -- the gate role: the agents' tool calls are decided here (pulse.agents.gateserver) --------------
+    # Here, not in a worker of its own: the executor starts and ends the agent runs, so a run's token
+    # is registered with the gate and revoked in the very process that serves it (no registry to
+    # share or to lose), and a gate without an executor could decide writes that nothing carries out.
+
+    def open_gate(self) -> None:
+        from pulse.agents.gateserver import GateServer, socket_path
+        shared = self.config.gate.socket_dir       # set: runs under their own accounts must reach it
+        path = socket_path(self.paths, shared)
+        self.gate = GateServer(self.paths, self.config, path, mode=0o666 if shared else 0o600)
+        self.gate.start()
+        self.log.info("gate on %s", path)
+
+    def healthy(self) -> bool:
+        # a gate loop that stopped turning withholds the heartbeat: pulsed replaces the executor
+        return self.gate.alive(max(2 * self.config.timings.heartbeat_ms / 1000, 2.0))
 
     def close(self) -> None:
         # Runner threads are left as they are: the process exits next, and the processes they
         # started die with it (PDEATHSIG); the next executor settles those effects.
+        self.gate.stop()
         for sock in (self.doorbell, self.engine, self.wake):
             sock.close()
         self.db.close()

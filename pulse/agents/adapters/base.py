@@ -160,7 +160,9 @@ def pulsectl_command() -> str:
 
 def mcp_server(env: dict[str, str]) -> dict[str, Any]:
     """`pulsectl mcp` as an MCP stdio server entry, with the run's naming environment."""
-    keep = {k: env[k] for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK") if k in env}
+    # PULSE_RUN_TOKEN and PULSE_GATE_SOCKET (pulse.agents.gateserver): who the session is, and where the gate is
+    keep = {k: env[k] for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK", "PULSE_RUN_TOKEN", "PULSE_GATE_SOCKET")
+            if k in env}
     return {"command": pulsectl_command(), "args": ["mcp"], "env": keep}
 
 

@@ -1,0 +1,350 @@
+"""The gate's side of `pulsectl mcp`: a unix socket served inside Pulse (the executor's gate role),
+on which every tool call of every agent session is decided, run and recorded.
+
+The agent's process runs only a thin proxy (pulse.agents.gateproxy): MCP over stdio on one side,
+this socket on the other. Identity is decided here, never taken from the client:
+
+- A session that presents a run token (PULSE_RUN_TOKEN, put in the run's environment by the
+  agent-run effect, registered in RUN_TOKENS before the run starts and revoked when it ends) IS
+  that run's agent and task, whatever `--agent`, PULSE_AGENT or PULSE_TASK say. Once the run is
+  revoked, its sessions' calls answer RUN_ENDED.
+- A session without one is the operator's shell only when its peer (SO_PEERCRED) has the uid
+  this process runs as; it may name an agent (`--agent`), but never a task: a tokenless session
+  can never act as, verify for or finish for a run. Any other peer is refused, NOT_OPERATOR.
+
+One connection is one gate session (pulse.agents.toolserver.GatedSession); its facts name the
+proxy's pid, so a proxy that dies leaves its writes to be settled from their effects' outcomes,
+and its calls in flight are cancelled (recorded; a write's effect settles it).
+
+Wire: one JSON object per line each way. The client opens with {"op": "hello", "token", "agent"},
+answered {"op": "welcome", ...} or {"op": "refused", "code", "message"} (and the connection
+closes). Then {"id", "op": "call", "name", "args", "operator"} → {"id", "envelope", "text"};
+{"id", "op": "question"} records an ask_operator question round; {"op": "cancel", "of": id}
+cancels a call. Replies may come in any order (calls run concurrently, as the gate's batch
+rule expects). `pulsectl gate-reset` opens with {"op": "reset", "session" | "agent",
+"keep_progress"} instead (tokenless, the operator's uid only) and gets {"code", "out", "err"}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import secrets
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pulse.agents import gate
+
+TOKEN_ENV = "PULSE_RUN_TOKEN"       # the run's capability, in its environment only
+SOCKET_ENV = "PULSE_GATE_SOCKET"    # where a run's proxy finds the gate (the home may be out of its reach)
+MAX_LINE = 16 * 1024 * 1024          # a line longer than this closes the connection (calls are bounded far below)
+PROTOCOL = 1
+
+
+# -- run tokens -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run: str          # the agent-run effect's id
+    agent: str
+    task: str
+    uid: int | None = None   # the account the run's processes run as ([[agent]] user), if any
+
+
+class RunTokens:
+    """The live runs' capabilities, kept in the process that serves the gate (the executor, which
+    starts and ends the runs): registered before a run starts, revoked when it ends. Only a hash
+    is kept, so nothing here can be read back into a token. Thread-safe (runner threads register,
+    the gate's loop looks up)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: dict[str, RunIdentity] = {}
+        self.ended: set[str] = set()          # revoked runs' ids: their sessions answer RUN_ENDED
+
+    @staticmethod
+    def digest(token: str) -> str:
+        return hashlib.sha256(token.encode(errors="replace")).hexdigest()
+
+    def register(self, run: str, agent: str, task: str, uid: int | None = None) -> str:
+        """A new unguessable token for `run` (256 bits)."""
+        token = secrets.token_urlsafe(32)
+        with self.lock:
+            self.live[self.digest(token)] = RunIdentity(run, agent, task, uid)
+            self.ended.discard(run)
+        return token
+
+    def revoke(self, token: str) -> None:
+        with self.lock:
+            identity = self.live.pop(self.digest(token), None)
+            if identity is not None:
+                self.ended.add(identity.run)
+
+    def lookup(self, token: str) -> RunIdentity | None:
+        with self.lock:
+            return self.live.get(self.digest(token))
+
+    def is_live(self, run: str) -> bool:
+        with self.lock:
+            return run not in self.ended
+
+
+RUN_TOKENS = RunTokens()
+
+
+# -- where the socket is ----------------------------------------------------------------------------------
+
+def socket_path(paths, socket_dir: str = "") -> str:
+    """The gate's socket: in pulsed's private runtime directory, or in [gate] socket_dir (named for
+    that runtime directory, so two homes never share one) when the runs' own accounts must reach it."""
+    if not socket_dir:
+        return str(paths.gate_socket)
+    return os.path.join(socket_dir, f"{paths.runtime.name}.gate.sock")
+
+
+SERVING: list[str] = []      # the socket this process serves (the executor's), for the runs it starts
+
+
+# -- who is on the other end ------------------------------------------------------------------------------
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of a unix socket's peer, as the kernel recorded them at connect."""
+    fmt = "3i"
+    return struct.unpack(fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(fmt)))
+
+
+class Refused(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -> tuple[str, str, RunIdentity | None]:
+    """(agent, task, the run or None) a session is, from its hello and its peer's uid; Refused if none."""
+    token = hello.get("token")
+    if token:
+        identity = tokens.lookup(str(token))
+        if identity is None:
+            raise Refused("RUN_UNKNOWN", "this run token is not one of a live run (it ended, or was never "
+                                         "issued): the session cannot act for any run")
+        if identity.uid is not None and peer_uid not in (identity.uid, operator_uid):
+            raise Refused("NOT_YOUR_RUN", f"uid {peer_uid} presented the token of a run of uid {identity.uid}")
+        return identity.agent, identity.task, identity
+    if peer_uid != operator_uid:
+        raise Refused("NOT_OPERATOR", f"uid {peer_uid} is not the operator's ({operator_uid}) and presented no "
+                                      "run token: only an agent run started by Pulse or the operator may use the gate")
+    agent = hello.get("agent")
+    return (agent if isinstance(agent, str) and agent else gate.OPERATOR_SHELL), "", None
+
+
+# -- the server -------------------------------------------------------------------------------------------
+
+class GateServer:
+    """Serves the gate on a unix socket from an asyncio loop of its own thread (start/stop from the
+    owning worker). `config`: anything with the fields PulseTools reads (process, allow, timings,
+    gate)."""
+
+    def __init__(self, paths, config, path: str, tokens: RunTokens = RUN_TOKENS, mode: int = 0o600):
+        self.paths, self.config, self.path, self.tokens, self.mode = paths, config, path, tokens, mode
+        self.operator_uid = os.getuid()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.turned = time.monotonic()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    # -- lifecycle (the owner's thread) ----------------------------------------------------------
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        SERVING[:] = [self.path]
+        self.thread = threading.Thread(target=self._serve, name="gate-server", daemon=True)
+        self.thread.start()
+        if not self.ready.wait(timeout_s) or self.error is not None:
+            raise RuntimeError(f"the gate did not start on {self.path}: {self.error!r}")
+
+    def alive(self, within_s: float) -> bool:
+        return self.thread is not None and self.thread.is_alive() and time.monotonic() - self.turned < within_s
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        if self.loop is not None and self.thread is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.stopping.set)
+            self.thread.join(timeout_s)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _serve(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as err:    # seen by the owner through alive()/start()
+            self.error = err
+            self.ready.set()
+
+    async def _main(self) -> None:
+        from pulse.agents.toolserver import PulseTools
+        from pulse.store import eventsdb
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        self.events = eventsdb.open_events(self.paths.events_db)     # used from this loop's thread only
+        self.tools = PulseTools(self.paths, self.config, self.events, asyncio.to_thread, asyncio.sleep)
+        try:
+            os.unlink(self.path)           # a predecessor's, dead with it
+        except FileNotFoundError:
+            pass
+        old = os.umask(0o177)              # the socket is born 0600, then opened as far as `mode` says
+        try:
+            server = await asyncio.start_unix_server(self._client, self.path, limit=MAX_LINE)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, self.mode)
+        self.ready.set()
+        try:
+            while not self.stopping.is_set():
+                self.turned = time.monotonic()
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), 0.25)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            server.close()
+            self.events.close()
+
+    # -- one connection: one session ----------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from pulse.agents.toolserver import GatedSession, instructions, tool_list
+        lock = asyncio.Lock()
+
+        async def send(message: dict) -> None:
+            async with lock:
+                writer.write(json.dumps(message, default=str).encode() + b"\n")
+                await writer.drain()
+
+        calls: dict[Any, asyncio.Task] = {}
+        try:
+            pid, uid, _ = peer_credentials(writer.get_extra_info("socket"))
+            try:
+                hello = json.loads(await reader.readline() or b"null")
+                if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
+                    raise Refused("BAD_REQUEST", "a session opens with a hello")
+                agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)
+                if hello["op"] == "reset":          # `pulsectl gate-reset`: the operator's alone
+                    if run is not None:
+                        raise Refused("NOT_OPERATOR", "a run cannot reset the gate")
+                    from pulse.agents.gatestore import DurableStore
+                    await send(operator_reset(DurableStore(self.events, "gate"), hello.get("session"),
+                                              hello.get("agent"), bool(hello.get("keep_progress"))))
+                    return
+            except Refused as refused:
+                await send({"op": "refused", "code": refused.code, "message": refused.message})
+                return
+            session = GatedSession(self.tools, agent=agent, task=task, pid=pid)
+            claimed = hello.get("agent")
+            await send({"op": "welcome", "session": session.gate.id, "agent": agent, "task": task,
+                        "run": run.run if run else None, "protocol": PROTOCOL,
+                        "tools": tool_list(self.config.allow), "instructions": instructions(self.config.allow),
+                        **({"ignored": f"--agent {claimed!r}: a run's session is its run's agent"}
+                           if run and claimed and claimed != agent else {})})
+            while line := await reader.readline():
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    await send({"id": None, "envelope": {"ok": False, "error": {"code": "BAD_REQUEST",
+                                                                              "message": "not JSON"}}})
+                    continue
+                op = message.get("op") if isinstance(message, dict) else None
+                if op == "cancel":
+                    task_ = calls.get(message.get("of"))
+                    if task_ is not None:
+                        task_.cancel()
+                elif op in ("call", "question"):
+                    ident = message.get("id")
+                    calls[ident] = asyncio.create_task(self._call(session, run, message, send))
+                    calls[ident].add_done_callback(lambda _t, i=ident: calls.pop(i, None))
+                else:
+                    await send({"id": message.get("id") if isinstance(message, dict) else None,
+                                "envelope": {"ok": False, "error": {"code": "BAD_REQUEST",
+                                                                    "message": f"no op {op!r}"}}})
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass        # the proxy went away, or sent what no proxy sends: the session ends
+        finally:
+            for task_ in list(calls.values()):    # the proxy is gone: nobody waits for these answers
+                task_.cancel()
+            writer.close()
+
+    async def _call(self, session, run: RunIdentity | None, message: dict, send) -> None:
+        from pulse.agents.toolserver import ToolError
+        ident = message.get("id")
+        if run is not None and not self.tokens.is_live(run.run):
+            err = ToolError("RUN_ENDED", f"run {run.run} has ended: its token is revoked and its session can "
+                                         "no longer act")
+            await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
+            return
+        if message.get("op") == "question":
+            session.record(gate.Record("gate-call", {"session": session.gate.id, "tool": "ask_operator",
+                                                     "kind": "user_input", "ok": True, "round": "question"}))
+            await send({"id": ident, "envelope": {"ok": True, "data": {}}, "text": ""})
+            return
+        operator = operator_of(message.get("operator"))
+        envelope, text = await session.call(message.get("name"), message.get("args"), operator)
+        try:
+            await send({"id": ident, "envelope": envelope, "text": text})
+        except (ConnectionError, RuntimeError):
+            pass
+
+
+def operator_of(answer: Any):
+    """How ask_operator reaches a person in this call: the proxy asked its client first and sends
+    {"answer": text} or {"error": [code, message]}; None when its client has nobody to ask."""
+    from pulse.agents.toolserver import ToolError
+    if not isinstance(answer, dict):
+        return None
+
+    async def answered(_question: str) -> str:
+        if isinstance(answer.get("answer"), str):
+            return answer["answer"]
+        code, text = (answer.get("error") or ["NO_ANSWER", "the operator did not answer"])[:2]
+        raise ToolError(str(code), str(text))
+    return answered
+
+
+# -- the operator's reset -----------------------------------------------------------------------------------
+
+def operator_reset(store, session: str | None, agent: str | None, keep_progress: bool) -> dict:
+    """Reset the gate of a session (by its full id) or of every session of an agent: forget its
+    unverified writes and, unless keep_progress, what it has looked at. {"code", "out": lines, "err"}."""
+    store.catch_up()
+    ledger = store.ledger
+    if session is not None:
+        facts = ledger.sessions.get(session)
+        if facts is None:
+            return {"code": 1, "out": [], "err": f"no gate session {session!r} (`pulsectl gate sessions` lists them)"}
+        agent, task = facts.agent, facts.task
+    else:
+        if agent not in {s.agent for s in ledger.sessions.values()}:
+            return {"code": 1, "out": [],
+                    "err": f"agent {agent!r} has no gate session (`pulsectl gate sessions` lists them)"}
+        task = None
+    principals = [p for p in ledger.actors if p[0] == agent and task in (None, p[1])]
+    before = {p: (str(ledger.state(p)), sorted(ledger.actors[p].unverified)) for p in principals}
+    store.transact(lambda: gate.reset_fact(agent, task, keep_progress))
+    out = []
+    for p in sorted(before):
+        state, unverified = before[p]
+        what = f"forgot unverified {', '.join(unverified)}" if unverified else "no unverified write"
+        flying = [f for f in ledger.flights.values() if ledger.principal(f.session) == p and f.kind == gate.CallKind.WRITE]
+        if flying:      # a reset cannot end an effect: its write holds the resource until the effect ends
+            what += "; still in flight: " + ", ".join(
+                f"{f.tool} on {', '.join(sorted(f.touches))} (effect {f.effect or 'not yet committed'}, released when it ends)"
+                for f in flying)
+        out.append(f"{p[0]}{f' task {p[1]}' if p[1] else ''}: {state} → {ledger.state(p)} ({what})")
+    if not principals:
+        out.append(f"{agent}: nothing to reset (it has made no call)")
+    return {"code": 0, "out": out, "err": None}

@@ -1,0 +1,267 @@
+"""The gate as a boundary: it decides inside Pulse (the executor's gate role), `pulsectl mcp` is a
+proxy to its socket, and an agent run's sessions are who Pulse started (the run token), not who
+they say they are. Through the real MCP client over stdio, against a running pulsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import pytest
+
+from support import PULSECTL, init_home, wait_for
+
+pytest.importorskip("mcp")
+
+# An agent the command adapter runs: it speaks MCP to `pulsectl mcp` the way an agent CLI does. Its
+# write (an exec of `true`) is verified only by a later look.
+# Its prompt says how it behaves:
+#   impostor      starts `pulsectl mcp --agent other` with PULSE_AGENT/PULSE_TASK changed, writes,
+#                 and leaves without verifying
+#   wait:PATH     writes, then waits for PATH to exist (someone else's turn), and leaves unverified
+AGENT_SCRIPT = """
+import asyncio, json, os, sys, time
+from mcp import Client, StdioServerParameters
+
+async def main(pulsectl, prompt):
+    env = dict(os.environ)
+    args = ["mcp"]
+    if prompt == "impostor":
+        env.update(PULSE_AGENT="other", PULSE_TASK="task-999")
+        args += ["--agent", "other"]
+    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60) as c:
+        await c.call_tool("events", {"target": "boundary"})
+        wrote = await c.call_tool("emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
+        print(json.dumps({"wrote": wrote.structured_content}), flush=True)
+        if prompt.startswith("wait:"):
+            deadline = time.monotonic() + 60
+            while not os.path.exists(prompt[5:]) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def agent_config(script) -> str:
+    return (f'[[agent]]\nname = "alice"\nadapter = "command"\n'
+            f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, {json.dumps(PULSECTL)}, "{{prompt}}"]\n'
+            "timeout_s = 120\n[tasks]\nmax_failures = 1\n"
+            '[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = [["true"]]\n')
+
+
+def proxy(home, agent: str | None = None, **env_changes):
+    from mcp import Client, StdioServerParameters
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PULSE_AGENT",
+                                                               "PULSE_TASK", "PULSE_RUN_TOKEN", "PULSE_GATE_SOCKET")}
+    env.update(env_changes)
+    args = ["--home", str(home), "mcp", *(["--agent", agent] if agent else [])]
+    return Client(StdioServerParameters(command=PULSECTL, args=args, env=env), read_timeout_seconds=60)
+
+
+def code(result) -> str | None:
+    body = result.structured_content
+    return None if body["ok"] else body["error"]["code"]
+
+
+def opened(pulsed) -> list[dict]:
+    return [e["data"] for e in pulsed.events("gate-call") if e["data"].get("phase") == "open"]
+
+
+def add_task(pulsed, prompt: str) -> str:
+    out = pulsed.ctl("task", "add", "--project", "ops", "--title", "boundary", "--prompt", prompt)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split()[0].rstrip(":")
+
+
+def task_end(pulsed, task: str) -> dict:
+    return wait_for(lambda: next((e for e in pulsed.events(target=task) if e["type"] in ("task-acked", "task-failed")),
+                                 None), 90, what=f"the end of {task}")
+
+
+@pytest.fixture
+def agent_host(pulsed, tmp_path):
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT)
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(agent_config(script))
+    pulsed.start()
+    return pulsed
+
+
+def test_a_run_that_names_another_agent_is_still_its_own_run(agent_host):
+    """`pulsectl mcp --agent other` with PULSE_AGENT/PULSE_TASK changed, inside a run: the session is
+    the run's agent and task all the same, so its unverified write fails its task (it was acked)."""
+    pulsed = agent_host
+    task = add_task(pulsed, "impostor")
+    ended = task_end(pulsed, task)
+    assert ended["type"] == "task-failed" and ended["data"]["reason"] == "unverified-write", ended
+    sessions = [s for s in opened(pulsed) if s["task"] == task]
+    assert sessions and all(s["agent"] == "alice" for s in sessions), opened(pulsed)
+    assert not any(s["agent"] == "other" or s["task"] == "task-999" for s in opened(pulsed))
+
+
+def test_nobody_without_the_run_token_verifies_or_finishes_for_a_run(agent_host, tmp_path):
+    """While alice's run waits with an unverified write, a session that says it is alice on her task
+    (no token: the operator's uid, so it may act as an agent, but never for a task) looks and finishes;
+    her run is failed all the same. A forged token is refused."""
+    pulsed = agent_host
+    marker = tmp_path / "your-turn"
+    task = add_task(pulsed, f"wait:{marker}")
+    wait_for(lambda: [e for e in pulsed.events("gate-call") if e["data"].get("phase") == "end"
+                      and e["data"].get("tool") == "emit_effect"], 60, what="alice's write")
+
+    async def stand_in():
+        async with proxy(pulsed.home, "alice", PULSE_TASK=task) as c:
+            looked = await c.call_tool("events", {"target": "boundary"})
+            finished = await c.call_tool("finish", {"summary": "verified for alice"})
+        async with proxy(pulsed.home, PULSE_RUN_TOKEN="forged-" + "x" * 40) as c:
+            forged = await c.call_tool("events", {"target": "boundary"})
+        return looked, finished, forged
+    try:
+        looked, finished, forged = asyncio.run(asyncio.wait_for(stand_in(), 60))
+    finally:
+        marker.touch()
+    assert not looked.is_error and not finished.is_error
+    assert code(forged) == "RUN_UNKNOWN"
+    ended = task_end(pulsed, task)
+    assert ended["type"] == "task-failed" and ended["data"]["reason"] == "unverified-write", ended
+    stand_ins = [s for s in opened(pulsed) if s["agent"] == "alice" and s["task"] != task]
+    assert stand_ins and all(not s["task"] for s in stand_ins)     # a tokenless session has no task
+
+
+def test_the_proxy_fails_closed_without_the_gate(tmp_path):
+    """No gate on the socket: every call answers GATE_UNAVAILABLE (retry), nothing is decided elsewhere."""
+    home = tmp_path / "home"
+    init_home(home)
+
+    async def calls():
+        async with proxy(home, PULSE_GATE_SOCKET=str(tmp_path / "no-gate.sock")) as c:
+            tools = [t.name for t in (await c.list_tools()).tools]
+            return tools, await c.call_tool("status", {}), await c.call_tool("emit_effect", {"kind": "noop"})
+    tools, read, write = asyncio.run(asyncio.wait_for(calls(), 60))
+    assert "emit_effect" in tools and "finish" in tools
+    for result in (read, write):
+        assert code(result) == "GATE_UNAVAILABLE" and result.structured_content["error"]["details"]["retry"] is True
+    assert not (home / "events.db").exists() or b"gate-call" not in (home / "events.db").read_bytes()
+
+
+# -- a run under its own account ([[agent]] user) ------------------------------------------------------------
+
+# Run by the system's python as the run's account (the venv's is out of its reach, as is Pulse's
+# install: so it speaks the gate's own line protocol, which is what `pulsectl mcp` carries). It writes,
+# then tries every side door; what became of each goes to RESULTS, and it leaves its write unverified.
+JAILED_SCRIPT = r"""
+import json, os, socket, sqlite3, subprocess, sys
+home, pulsectl, results = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {"uid": os.getuid()}
+
+def session(token):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.environ["PULSE_GATE_SOCKET"])
+    f = s.makefile("rwb")
+    f.write(json.dumps({"op": "hello", "token": token, "agent": "operator-shell"}).encode() + b"\n")
+    f.flush()
+    return f, json.loads(f.readline())
+
+def call(f, i, name, args):
+    f.write(json.dumps({"id": i, "op": "call", "name": name, "args": args}).encode() + b"\n")
+    f.flush()
+    return json.loads(f.readline())["envelope"]
+
+f, out["welcome"] = session(os.environ.get("PULSE_RUN_TOKEN"))
+out["look"] = call(f, 1, "events", {"target": "boundary"})
+out["write"] = call(f, 2, "emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
+_, out["tokenless"] = session(None)
+
+def attempt(name, fn):
+    try:
+        out[name] = {"ok": True, "value": repr(fn())[:200]}
+    except Exception as err:
+        out[name] = {"ok": False, "error": type(err).__name__ + ": " + str(err)[:200]}
+
+def run(*argv):
+    done = subprocess.run([pulsectl, "--home", home, *argv], capture_output=True, timeout=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"exit {done.returncode}: {done.stderr[-200:]!r}")
+    return done.stdout
+
+attempt("emit", lambda: run("emit", "exec", "boundary", "--param", "argv=[\"true\"]"))
+attempt("gate_reset", lambda: run("gate-reset", "--agent", "jailed"))
+def forge():
+    conn = sqlite3.connect(os.path.join(home, "events.db"))
+    conn.execute("INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (0, 0, 0, 'gate-call', 'x', 'x', '{}')")
+    conn.commit()
+attempt("events_db", forge)
+attempt("web_token", lambda: open(os.path.join(home, "web.token")).read())
+attempt("config", lambda: open(os.path.join(home, "config.toml")).read())
+with open(results, "w") as r:
+    json.dump(out, r)
+"""
+SYSTEM_PYTHON = "/usr/bin/python3.11"
+
+
+@pytest.fixture
+def account():
+    """A real second account, made for this test and removed after it."""
+    import shutil
+    import subprocess
+    import uuid
+    if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("needs root, useradd and the system's python3.11")
+    name = f"pt20{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+                   check=True, capture_output=True, timeout=30)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=30)
+
+
+def test_a_run_under_its_own_account_reaches_the_gate_and_nothing_else(pulsed, account):
+    import pwd
+    import shutil
+    import tempfile
+    shared = tempfile.mkdtemp(prefix="pulse-t20-", dir="/tmp")    # tmp_path is under a 0700 directory
+    try:
+        os.chmod(shared, 0o711)                                    # traversable, not listable
+        scripts = os.path.join(shared, "scripts")
+        os.mkdir(scripts, 0o755)
+        script = os.path.join(scripts, "jailed.py")
+        with open(script, "w") as f:
+            f.write(JAILED_SCRIPT)
+        os.chmod(script, 0o644)
+        work = os.path.join(shared, "work")
+        os.mkdir(work)
+        uid = pwd.getpwnam(account).pw_uid
+        os.chown(work, uid, -1)
+        results = os.path.join(work, "results.json")
+        init_home(pulsed.home)
+        from pulse.core.home import Paths, write_web_token
+        write_web_token(Paths.for_client(pulsed.home))
+        (pulsed.home / "config.toml").write_text(
+            f'[[agent]]\nname = "jailed"\nadapter = "command"\nmcp = false\nuser = "{account}"\ncwd = "{work}"\n'
+            f'argv = ["{SYSTEM_PYTHON}", "{script}", "{pulsed.home}", "{PULSECTL}", "{results}"]\n'
+            "timeout_s = 60\n[tasks]\nmax_failures = 1\n"
+            f'[gate]\nsocket_dir = "{shared}"\n'
+            '[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = [["true"]]\n')
+        pulsed.start()
+        before = len(pulsed.events("effect"))
+        task = add_task(pulsed, "try the side doors")
+        ended = task_end(pulsed, task)
+        with open(results) as f:
+            seen = json.load(f)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert seen["uid"] == uid
+    assert seen["welcome"]["agent"] == "jailed" and seen["welcome"]["task"] == task, seen["welcome"]
+    assert seen["look"]["ok"] and seen["write"]["ok"], seen
+    assert seen["tokenless"]["op"] == "refused" and seen["tokenless"]["code"] == "NOT_OPERATOR"
+    for door in ("emit", "gate_reset", "events_db", "web_token", "config"):
+        assert seen[door]["ok"] is False, (door, seen[door])
+    # the write it made through the gate stays unverified: nothing it tried outside the gate changed that
+    assert ended["type"] == "task-failed" and ended["data"]["reason"] == "unverified-write", ended
+    assert sorted(e["data"]["kind"] for e in pulsed.events("effect")[before:]) == ["agent-run", "exec"]
+    assert not [e for e in pulsed.events("effect") if e["data"].get("origin") == "operator"]
