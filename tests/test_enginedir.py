@@ -197,8 +197,8 @@ def test_a_promote_and_a_rollback_at_once_are_serialised(tmp_path):
     git(home / "staging", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
     outcomes = []
 
-    def promote():
-        outcomes.append(("promote", repo.promote(paths, deploy=True)))
+    def promote():      # again: a rollback that wins the race leaves staging holding what it undid
+        outcomes.append(("promote", repo.promote(paths, deploy=True, again=True)))
 
     def roll_back():
         outcomes.append(("rollback", repo.rollback(paths, to=first.before, source="executor",
