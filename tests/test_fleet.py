@@ -128,9 +128,10 @@ def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, 
     settings = {"enabled": True, "url": [url], "host": f"{name}@test", **PRESENCE, **fleet}
     table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
     config = host.home / "config.toml"
-    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    # a fresh config.toml declares no table (its headers are comments): these are added at its end
+    text = config.read_text() + "\n[fleet]\n" + table
     if web:
-        text = text.replace("[web]\n", '[web]\nenabled = true\nlisten = "127.0.0.1:0"\n', 1)
+        text += '\n[web]\nenabled = true\nlisten = "127.0.0.1:0"\n'
     if agent:   # an agent that takes a few seconds, then says which task it ran
         text += (f'\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\n'
                  f'argv = ["sh", "-c", "sleep {agent}; echo ran {{task_id}}"]\n')
