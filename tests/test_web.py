@@ -129,13 +129,14 @@ def test_a_killed_tick_shows_on_the_open_page_without_a_reload(site, page):
     page.on("framenavigated", lambda frame: navigations.append(frame.url))
     os.kill(old.pid, signal.SIGKILL)
     new = pulsed.wait_replaced("tick", old.pid)
-    # within 2 s of the replacement, the same page shows the new pid and the restart
+    # within 2 s of the replacement, the same page shows the new pid and the restart, counted as a crash
     page.wait_for_function(
-        """([pid, restarts]) => {
+        """([pid, crashes]) => {
              const row = document.querySelector('[data-worker="tick"]');
              return row && row.querySelector('[data-field="pid"]').textContent === String(pid)
-                        && row.querySelector('[data-field="restarts"]').textContent === String(restarts);
-           }""", arg=[new.pid, old.restarts + 1], timeout=2000)
+                        && row.querySelector('[data-field="crashes"]').textContent === String(crashes);
+           }""", arg=[new.pid, old.crashes + 1], timeout=2000)
+    assert new.crashes == old.crashes + 1 and new.operator_restarts == old.operator_restarts
     assert navigations == []
 
 
@@ -145,7 +146,10 @@ def test_the_engines_restart_button_restarts_it(site, page):
     old = pulsed.worker("engine")
     page.click('[data-worker="engine"] [data-action="restart"]')
     new = pulsed.wait_replaced("engine", old.pid)
-    assert new.restarts == old.restarts + 1
+    assert new.restarts == old.restarts + 1 and new.operator_restarts == old.operator_restarts + 1
+    assert new.crashes == old.crashes     # the operator's restart is not a crash, on the page either
+    page.wait_for_function("""(n) => document.querySelector('[data-worker="engine"] [data-field="restarted"]')
+                                         ?.textContent === String(n)""", arg=new.operator_restarts, timeout=5000)
     operator = [e for e in pulsed.events("operator", "engine") if e["data"]["action"] == "restart"]
     assert operator, "the page's restart is an event like pulsectl's"
 

@@ -175,12 +175,14 @@ function chart(points, {label, unit = "", max = null, from, to, step = null}) {
 
 // -- the overview ---------------------------------------------------------------------------------------
 
-const FIELDS = ["state", "pid", "uptime", "restarts", "last_exit", "heartbeat"];
+const FIELDS = ["state", "pid", "uptime", "crashes", "restarted", "last_exit", "heartbeat"];
 const SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"};
 
 function workerRow(w) {
   const exit = w.last_exit ? (w.last_exit.signal ? SIGNALS[w.last_exit.signal] || `signal ${w.last_exit.signal}` : `code ${w.last_exit.code}`) : "-";
-  const cells = {state: w.state, pid: w.pid ?? "-", uptime: duration(w.uptime_s), restarts: w.restarts,
+  // crashes (restarted after a crash, a hang or a failed start) apart from the operator's restarts and reloads
+  const cells = {state: w.state, pid: w.pid ?? "-", uptime: duration(w.uptime_s), crashes: w.crashes,
+                 restarted: w.operator_restarts,
                  last_exit: exit, heartbeat: ago(w.heartbeat_age_s)};
   const act = (action) => workerButton(w, action);
   return el("tr", {"data-worker": w.name},
