@@ -184,8 +184,14 @@ def freeze_and_kill(pulsed: Pulsed, track) -> None:
         pulsed.proc.kill()
     pulsed.proc.wait(10)
     # gone, or a zombie (its files closed): either way it writes nothing more
-    wait_for(lambda: all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in frozen.values()),
-             10, what="every process of Pulse gone")
+    wait_for(lambda: all(gone(p) for p in frozen.values()), 10, what="every process of Pulse gone")
+
+
+def gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def power_cut(disk: Path) -> None:
@@ -261,8 +267,8 @@ def wait_for_acks(pulsed: Pulsed, timeout: float = 20) -> None:
                  what="an effect acked")
 
 
-def run_cuts(n: int, work: Path, pulsed: Pulsed, track, rng: random.Random, *, max_up_s: float = 1.5,
-             load_every: int = 4, report=lambda outcome: None) -> list[Outcome]:
+def run_cuts(n: int, work: Path, pulsed: Pulsed, track, rng: random.Random, *, max_up_s: float = 1.2,
+             load_every: int = 5, report=lambda outcome: None) -> list[Outcome]:
     """n power cuts on what the last one left. Most fall at a random moment up to max_up_s after pulsed
     was started (while it opens its stores, starts its workers and takes up the backlog); every
     load_every-th falls up to half a second after its executor acked an effect (under load, on any
