@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 import psutil
 
+from pulse.core import home as home_
 from pulse.core import wire
 from pulse.store import effectqueue, eventsdb, objects
 from support import Pulsed, init_home, wait_for
@@ -201,7 +202,7 @@ def power_cut(disk: Path) -> None:
 
 def check_survivors(home: Path, acked_before: set[str], sides: Path, fsck: bool = True) -> list[str]:
     """What must hold on what a cut left: the stores open, nothing acked lost, nothing run twice,
-    every object an event names exists, the engine's git reads (its last commit, or with `fsck`
+    every object an event names exists, workers.json reads, the engine's git reads (its last commit, or with `fsck`
     every object and ref: slower, so not after every cut)."""
     problems = []
     for db in (home / "events.db", home / "vitals.db"):
@@ -224,6 +225,10 @@ def check_survivors(home: Path, acked_before: set[str], sides: Path, fsck: bool 
             problems.append(f"{len(missing)} objects named by events are missing: {missing[:3]}")
     except sqlite3.Error as err:
         problems.append(f"events.db does not read: {err}")
+    try:
+        home_.load_stopped(home / "workers.json")
+    except home_.HomeError as err:
+        problems.append(str(err))
     twice = runs_twice(sides)
     if twice:
         problems.append(f"non-idempotent effects ran more than once: {twice[:3]}")
@@ -258,6 +263,15 @@ def state_at_cut(pulsed: Pulsed) -> str:
     return "running" if up else "starting"
 
 
+def toggle_watcher(pulsed: Pulsed) -> None:
+    """An operator stops the watcher and starts it again: pulsed writes workers.json each time."""
+    for verb in ("stop", "start"):
+        try:
+            pulsed.ctl(verb, "watcher", timeout=30)
+        except subprocess.TimeoutExpired:
+            return
+
+
 def wait_for_acks(pulsed: Pulsed, timeout: float = 20) -> None:
     """Until pulsed runs and its executor has acked an effect since: the cut then falls under load."""
     wait_for(lambda: state_at_cut(pulsed) != "starting", timeout, interval=0.05, what="pulsed running")
@@ -286,8 +300,11 @@ def run_cuts(n: int, work: Path, pulsed: Pulsed, track, rng: random.Random, *, m
             load = Load(pulsed.home / "events.db", sides, track)
             load.start()
             started = time.monotonic()
+            steering = None
             if i % load_every == load_every - 1:
                 wait_for_acks(pulsed)
+                steering = threading.Thread(target=toggle_watcher, args=(pulsed,), daemon=True)
+                steering.start()      # workers.json is written while the power may go
                 time.sleep(rng.uniform(0, 0.5))
             else:
                 time.sleep(rng.uniform(0.05, max_up_s))
@@ -300,6 +317,8 @@ def run_cuts(n: int, work: Path, pulsed: Pulsed, track, rng: random.Random, *, m
             load.kill_git()
             freeze_and_kill(pulsed, track)
             power_cut(disk)
+            if steering is not None:
+                steering.join(40)     # its pulsectl gets no answer from a dead pulsed, and ends
             outcome.problems = check_survivors(pulsed.home, before, sides, fsck=i % 10 == 9)
             if outcome.restarted not in ("running", "starting") and not outcome.restarted.startswith(f"exit {REFUSED}:"):
                 outcome.problems.append(f"pulsed did not come back: {outcome.restarted}")

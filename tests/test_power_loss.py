@@ -7,7 +7,8 @@ executor acked one of the non-idempotent exec effects that flow, and git commits
 process of Pulse is frozen and SIGKILLed by pid, then unsynced data is dropped. After each cut: both
 SQLite stores open and pass quick_check, every effect seen acked before the cut is still acked,
 no non-idempotent effect ran twice (each appends its id to a file off powerfs), every object an
-event names exists, the engine's git reads; and pulsed starts again on it (or refuses with one line,
+event names exists, workers.json reads (the watcher is stopped and started at cuts under load), the
+engine's git reads; and pulsed starts again on it (or refuses with one line,
 exit 78). scripts/power_cuts.py runs more of them and prints each outcome. Needs root and /dev/fuse."""
 
 from __future__ import annotations
