@@ -3,8 +3,10 @@
 
 The longer run of tests/test_power_loss.py (same harness, tests/powercuts.py): the home on powerfs
 (tests/powerfs.py, a FUSE file system that drops every unsynced write at a cut), pulsed started,
-exec effects (non-idempotent) committed every 100 ms, every process of Pulse frozen and SIGKILLed at
-a random moment, unsynced data dropped, the checks run on what survived, pulsed started again.
+exec effects (non-idempotent) committed every 100 ms and git commits made in staging, every process
+of Pulse frozen and SIGKILLed at a random moment (every --load-every-th just after an effect was
+acked, while an operator stops and starts the watcher), unsynced data dropped, the checks run on
+what survived (tests/powercuts.py, check_survivors), pulsed started again.
 Needs root, /dev/fuse and the mfusepy package (the test extra).
 
     python scripts/power_cuts.py --cuts 200
@@ -46,7 +48,7 @@ def main() -> int:
     def report(outcome):
         said = "; ".join(outcome.problems) or "lost nothing"
         print(f"{time.monotonic() - started:7.1f}s  cut {outcome.cut_after_s:5.2f}s after start  "
-              f"pulsed {outcome.restarted:<9}  acked before {outcome.acked_before:5d}  {said}", flush=True)
+              f"pulsed {outcome.pulsed_was:<9}  acked before {outcome.acked_before:5d}  {said}", flush=True)
 
     try:
         outcomes = powercuts.run_cuts(args.cuts, work, pulsed, tracker.add, random.Random(seed),
@@ -55,8 +57,8 @@ def main() -> int:
     finally:
         tracker.kill_all()
     broken = [o for o in outcomes if o.problems]
-    refused = [o for o in outcomes if o.restarted.startswith("exit")]
-    by_state = {s: sum(o.restarted == s for o in outcomes) for s in ("starting", "running")}
+    refused = [o for o in outcomes if o.pulsed_was.startswith("exit")]
+    by_state = {s: sum(o.pulsed_was == s for o in outcomes) for s in ("starting", "running")}
     print(f"{len(outcomes)} cuts in {time.monotonic() - started:.0f} s: {by_state['starting']} while pulsed "
           f"was starting, {by_state['running']} while it ran; {len(refused)} refused, {len(broken)} with "
           f"problems; the side effects: {len(powercuts.runs_twice(work / 'side-effects.log'))} ran twice, "

@@ -37,7 +37,7 @@ class Outcome:
     """What one cut did: how pulsed came back, and what the checks found."""
     cut_after_s: float
     acked_before: int
-    restarted: str = ""             # how pulsed was when the power went (state_at_cut)
+    pulsed_was: str = ""            # pulsed, started on what the last cut left, when the power went (state_at_cut)
     problems: list[str] = field(default_factory=list)
 
 
@@ -311,7 +311,7 @@ def run_cuts(n: int, work: Path, pulsed: Pulsed, track, rng: random.Random, *, m
             up = time.monotonic() - started     # the random moment of the cut: what is in flight then is the test
             load.stop.set()
             load.join(10)
-            outcome = Outcome(cut_after_s=round(up, 2), acked_before=0, restarted=state_at_cut(pulsed))
+            outcome = Outcome(cut_after_s=round(up, 2), acked_before=0, pulsed_was=state_at_cut(pulsed))
             before = acked_if_any(pulsed.home / "events.db")
             outcome.acked_before = len(before)
             load.kill_git()
@@ -320,11 +320,11 @@ def run_cuts(n: int, work: Path, pulsed: Pulsed, track, rng: random.Random, *, m
             if steering is not None:
                 steering.join(40)     # its pulsectl gets no answer from a dead pulsed, and ends
             outcome.problems = check_survivors(pulsed.home, before, sides, fsck=i % 10 == 9)
-            if outcome.restarted not in ("running", "starting") and not outcome.restarted.startswith(f"exit {REFUSED}:"):
-                outcome.problems.append(f"pulsed did not come back: {outcome.restarted}")
+            if outcome.pulsed_was not in ("running", "starting") and not outcome.pulsed_was.startswith(f"exit {REFUSED}:"):
+                outcome.problems.append(f"pulsed did not come back: {outcome.pulsed_was}")
             outcomes.append(outcome)
             report(outcome)
-            if outcome.restarted.startswith("exit"):
+            if outcome.pulsed_was.startswith("exit"):
                 break     # a refused home waits for its operator: the cuts end there
     finally:
         if pulsed.proc is not None and pulsed.proc.poll() is None:

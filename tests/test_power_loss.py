@@ -75,14 +75,14 @@ def test_powerfs_drops_what_was_not_synced_and_keeps_what_was(tracker, tmp_path)
 def test_fifty_power_cuts_lose_nothing_acked_and_run_nothing_twice(pulsed, tracker, tmp_path):
     seed = random.randrange(1 << 30)
     outcomes = powercuts.run_cuts(CUTS, tmp_path, pulsed, tracker.add, random.Random(seed))
-    summary = f"seed {seed}: " + "; ".join(f"{o.cut_after_s}s {o.restarted} acked {o.acked_before}"
+    summary = f"seed {seed}: " + "; ".join(f"{o.cut_after_s}s {o.pulsed_was} acked {o.acked_before}"
                                            for o in outcomes)
     problems = [(i, o.cut_after_s, o.problems) for i, o in enumerate(outcomes) if o.problems]
     assert problems == [], summary
-    refused = [o.restarted for o in outcomes if o.restarted.startswith("exit")]
+    refused = [o.pulsed_was for o in outcomes if o.pulsed_was.startswith("exit")]
     assert len(outcomes) == CUTS, f"pulsed refused its home after a cut: {refused}"
     # the load really ran: cuts fell while pulsed ran, effects were acked before them, and ran
-    assert sum(o.restarted == "running" for o in outcomes) >= CUTS // 5, summary
+    assert sum(o.pulsed_was == "running" for o in outcomes) >= CUTS // 5, summary
     assert max(o.acked_before for o in outcomes) > 0, summary
     assert (tmp_path / "side-effects.log").exists(), summary
     pulsed.proc = None       # run_cuts killed the last one; the fixture has nothing left to stop
