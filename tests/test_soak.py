@@ -34,3 +34,81 @@ def test_a_short_soak_stays_flat(tracker, tmp_path):
     # the page's streams were really held, and outlived the web worker's kill
     assert all(result["stream_lines"].get(path, 0) > 10 for path in ("/api/stream/overview", "/api/stream/events"))
     assert series["events.db"]["last"] > series["events.db"]["first"]     # the effects were really written
+
+
+# -- what the soak judges, and what it found growing (pure: no pulsed) ------------------------------
+
+def load_soak():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("soak", SOAK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lives(levels: list[float], life_s: float = 300, every_s: float = 5, rise_per_life: float = 0.0) -> list[dict]:
+    """A worker replaced every `life_s`, flat (or rising by `rise_per_life`) within each life, at `levels`."""
+    samples = []
+    for n, level in enumerate(levels):
+        for k in range(int(life_s / every_s)):
+            t = n * life_s + k * every_s
+            samples.append({"t": t, "values": {"web rss": level + rise_per_life * k * every_s / life_s},
+                            "pids": {"web": 1000 + n}})
+    return samples
+
+
+def test_the_soak_flags_a_level_that_rises_from_one_life_to_the_next():
+    soak = load_soak()
+    MiB = soak.MiB
+    # each new web worker starts 1 MiB above the last (12 lives an hour: 12 MiB/h), flat within its life:
+    # one slope per life sees nothing; the fit across lives sees it
+    rising = soak.judge(lives([40 * MiB + n * MiB for n in range(12)]), 0.0, 5.0, process_warmup_s=30)
+    assert not rising["web rss"]["grows"]
+    assert rising["web rss across lives"]["grows"]
+    assert 10 * MiB < rising["web rss across lives"]["slope_per_h"] < 14 * MiB
+    # a life that warms up by 1 MiB and starts again where the last one started is not growth
+    sawtooth = soak.judge(lives([40 * MiB] * 12, rise_per_life=MiB), 0.0, 5.0, process_warmup_s=30)
+    assert not sawtooth["web rss across lives"]["grows"]
+    # a process with one life has no series across lives
+    single = soak.judge(lives([40 * MiB], life_s=3600), 0.0, 5.0)
+    assert "web rss across lives" not in single and not single["web rss"]["grows"]
+
+
+def ended_tasks_history(n: int) -> list:
+    """`n` tasks, each created, assigned to `agent`, executed, acked and closed, and one left pending."""
+    from pulse.core import wire
+    events, i = [], 0
+
+    def ev(type_, task, **data):
+        nonlocal i
+        i += 1
+        return wire.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
+    for k in range(1, n + 1):
+        task = f"task-{k}"
+        events += [ev("task-created", task, project="p", title="t", prompt="x"), ev("task-assigned", task, agent="a"),
+                   ev("task-executing", task, agent="a"), ev("task-acked", task, result={"cost_usd": 0.5}),
+                   ev("task-closed", task)]
+    events.append(ev("task-created", f"task-{n + 1}", project="p", title="t", prompt="x"))
+    return events
+
+
+def test_the_metrics_keep_no_task_after_it_ended_and_count_it_exactly():
+    from pulse.web.metrics import Counts, exposition
+    counts = Counts()
+    for ev in ended_tasks_history(500):
+        counts.fold(ev)
+    assert len(counts.tasks) == 1          # the open one: 500 ended tasks are counted, not kept
+    text = exposition(counts, None, {}).decode()
+    assert 'pulse_tasks{status="closed"} 500.0' in text and 'pulse_tasks{status="pending"} 1.0' in text
+
+
+def test_the_ticks_task_book_keeps_the_open_tasks_and_every_agents_counts():
+    from pulse.agents import tasks
+    history = ended_tasks_history(500)
+    forgetting, keeping = tasks.TaskBook(["a"], forget_ended=True), tasks.TaskBook(["a"])
+    forgetting.fold(history)
+    keeping.fold(history)
+    assert list(forgetting.states) == ["task-501"] and len(keeping.states) == 501
+    assert forgetting.agents.stats == keeping.agents.stats
+    assert forgetting.agents.stats["a"].closed == 500
+    assert tasks.pending_tasks(forgetting.states, 0) == tasks.pending_tasks(keeping.states, 0)

@@ -248,7 +248,8 @@ class TickWorker(Worker):
         self.ballast_checked = time.monotonic()
         # folded at the first tick, after Ready: a long history must not delay it
         self.projections = Projections(engine_horizon_s=max(budget.WINDOW_S, self.config.tick.engine_dedupe_s))
-        self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent])   # known before their first task
+        # agents known before their first task; ended tasks forgotten (routing needs only those held)
+        self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent], forget_ended=True)
                           if tasks.SENSE_KEY in self.config.tick.sense else None)
         self.loop = asyncio.new_event_loop()
         self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
