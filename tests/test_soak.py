@@ -112,3 +112,45 @@ def test_the_ticks_task_book_keeps_the_open_tasks_and_every_agents_counts():
     assert forgetting.agents.stats == keeping.agents.stats
     assert forgetting.agents.stats["a"].closed == 500
     assert tasks.pending_tasks(forgetting.states, 0) == tasks.pending_tasks(keeping.states, 0)
+
+
+def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path):
+    """The page's overview asks four times a second for the recent effects: it must read the newest
+    rows, not scan and sort every effect ever committed (that cost, and the memory each of the web
+    worker's threads kept from it, grew with the history)."""
+    from pulse.core import wire
+    from pulse.core.home import Paths
+    from pulse.store import connection, effectqueue, eventsdb
+    from pulse.store.provision import ensure_home
+    from pulse.web import pages
+
+    home = tmp_path / "home"
+    ensure_home(home)
+    steps = [0]
+
+    class CountingWeb(pages.Web):
+        def events(self):           # the same read-only connection, with SQLite counting its VM steps
+            conn = connection.open_readonly(self.paths.events_db)
+            conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
+            return conn
+
+    web = CountingWeb(Paths.for_client(home), home / "web.token", 600)
+
+    def commit(n: int) -> None:
+        conn = eventsdb.open_events(home / "events.db")
+        try:
+            effectqueue.commit_effects(conn, [effectqueue.new_effect(
+                wire.Effect(kind="noop", target=f"t{i % 7}", params={"rule": "disk"}), "survival", 600)
+                for i in range(n)], "test")
+        finally:
+            conn.close()
+
+    def cost() -> int:
+        steps[0] = 0
+        view = pages.overview(web)
+        assert len(view["survival"]) == 10          # the newest ten survival actions, as before
+        return steps[0]
+    commit(300)
+    short = cost()
+    commit(6_000)
+    assert cost() < 2 * short
