@@ -154,3 +154,38 @@ def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path
     short = cost()
     commit(6_000)
     assert cost() < 2 * short
+
+
+def test_the_metrics_caught_up_in_batches_equal_the_history_folded_at_once(tmp_path):
+    from pulse.agents import tasks
+    from pulse.core import wire
+    from pulse.store import connection, effectqueue, eventsdb
+    from pulse.store.provision import ensure_home
+    from pulse.web.metrics import CATCH_UP_BATCH, Counts, exposition
+
+    home = tmp_path / "home"
+    ensure_home(home)
+    conn = eventsdb.open_events(home / "events.db")
+    try:
+        effects = [effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 600) for _ in range(CATCH_UP_BATCH)]
+        effectqueue.commit_effects(conn, effects, "test")
+        for effect in effects:
+            effectqueue.finish_effect(conn, effect.id, "acked", "test", from_states=("pending",), duration_s=0.01)
+        for n in range(30):
+            task = tasks.create(conn, "p", f"t{n}", "x", source="test")
+            if n % 3:
+                tasks.record(conn, task.id, "task-closed", "test")
+    finally:
+        conn.close()
+    events = connection.open_readonly(home / "events.db")
+    try:
+        at_once, in_batches = Counts(), Counts()
+        at_once.start(events, None)
+        in_batches.catch_up(events, None)
+    finally:
+        events.close()
+    assert exposition(in_batches, None, {}) == exposition(at_once, None, {})
+    text = exposition(in_batches, None, {}).decode()
+    assert f'pulse_effects_total{{kind="noop",origin="operator",outcome="acked"}} {CATCH_UP_BATCH}.0' in text
+    assert 'pulse_tasks{status="closed"} 20.0' in text and 'pulse_tasks{status="pending"} 10.0' in text
+    assert len(in_batches.tasks) == 10
