@@ -12,6 +12,10 @@ Growth is judged by the least-squares slope per hour over the run after its warm
 --warmup fraction: caches and SQLite's page cache fill once), never by the last value. A process's
 series is cut where it was replaced (one slope, an intercept per life: a replacement starting lower
 or higher is not growth), each life without its first --process-warmup-s.
+A process replaced at least once also has a series "<name> rss across lives" (and fds): every sample of
+all its lives (each without its warm-up) fitted with one intercept, so a replacement that starts
+where the last one ended (a level that follows the history's size) is growth; a life that rises and
+falls back in each life is not. Its bound is the same as the process's.
 A series fails when even the low end of its slope's 95 % interval is above its bound, so a short
 run's noise cannot fail it, and a steady leak fails a long one. The bounds (per hour):
 
@@ -218,8 +222,11 @@ def slope(segments: list[list[tuple[float, float]]]) -> tuple[float, float]:
     return b * 3600, math.sqrt(residual / dof / sxx) * 3600
 
 
+ACROSS = " across lives"
+
+
 def bound_of(series: str, effects_per_s: float, bounds: dict) -> float:
-    kind = series.rsplit(" ", 1)[-1]
+    kind = series.removesuffix(ACROSS).rsplit(" ", 1)[-1]
     if series in CAPPED:
         return CAPPED[series]
     if kind in ("rss", "fds"):
@@ -240,16 +247,31 @@ def segments_of(samples: list[dict], name: str, process_warmup_s: float) -> list
     return [[(t, y) for t, y in piece if t - piece[0][0] >= process_warmup_s] for piece in pieces.values()]
 
 
+def across_lives(samples: list[dict], name: str, process_warmup_s: float) -> list[list[tuple[float, float]]]:
+    """The samples of every life of `name`'s process, each without its warm-up, as one segment (one
+    intercept); no segment when the process had a single life (its own series says it all)."""
+    pieces = segments_of(samples, name, process_warmup_s)
+    return [[point for piece in pieces for point in piece]] if len(pieces) > 1 else []
+
+
 def judge(samples: list[dict], warmup: float, effects_per_s: float, bounds: dict = BOUNDS,
           process_warmup_s: float = 30.0) -> dict[str, dict]:
     """Every series' slope per hour after the warm-up, its bound, and whether it grew beyond it."""
     t_end = samples[-1]["t"]
     kept = [s for s in samples if s["t"] >= warmup * t_end]
-    names = sorted({k for s in kept for k in s["values"]})
+    per_process = sorted({k for s in kept for k in s["values"] if k.endswith(("rss", "fds"))})
+    names = sorted({k for s in kept for k in s["values"]} | {k + ACROSS for k in per_process})
     out = {}
     for name in names:
-        points = [(s["t"], s["values"][name]) for s in kept if name in s["values"]]
-        per_h, se = slope(segments_of(kept, name, process_warmup_s if name.endswith(("rss", "fds")) else 0))
+        series = name.removesuffix(ACROSS)
+        points = [(s["t"], s["values"][series]) for s in kept if series in s["values"]]
+        if name.endswith(ACROSS):
+            segments = across_lives(kept, series, process_warmup_s)
+            if not segments:
+                continue
+        else:
+            segments = segments_of(kept, name, process_warmup_s if name.endswith(("rss", "fds")) else 0)
+        per_h, se = slope(segments)
         bound = bound_of(name, effects_per_s, bounds)
         peak = max(y for _, y in points)
         grows = peak > CAPPED[name] if name in CAPPED else per_h - T95 * se > bound
@@ -269,7 +291,7 @@ def flatten(procs: dict[str, tuple[int, int, int]], stores: dict[str, int]) -> d
 
 
 def human(name: str, value: float) -> str:
-    return f"{value:.1f}" if name.endswith("fds") else f"{value / MiB:.2f} MiB"
+    return f"{value:.1f}" if name.removesuffix(ACROSS).endswith("fds") else f"{value / MiB:.2f} MiB"
 
 
 # -- main ------------------------------------------------------------------------------------------

@@ -34,3 +34,158 @@ def test_a_short_soak_stays_flat(tracker, tmp_path):
     # the page's streams were really held, and outlived the web worker's kill
     assert all(result["stream_lines"].get(path, 0) > 10 for path in ("/api/stream/overview", "/api/stream/events"))
     assert series["events.db"]["last"] > series["events.db"]["first"]     # the effects were really written
+
+
+# -- what the soak judges, and what it found growing (pure: no pulsed) ------------------------------
+
+def load_soak():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("soak", SOAK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lives(levels: list[float], life_s: float = 300, every_s: float = 5, rise_per_life: float = 0.0) -> list[dict]:
+    """A worker replaced every `life_s`, flat (or rising by `rise_per_life`) within each life, at `levels`."""
+    samples = []
+    for n, level in enumerate(levels):
+        for k in range(int(life_s / every_s)):
+            t = n * life_s + k * every_s
+            samples.append({"t": t, "values": {"web rss": level + rise_per_life * k * every_s / life_s},
+                            "pids": {"web": 1000 + n}})
+    return samples
+
+
+def test_the_soak_flags_a_level_that_rises_from_one_life_to_the_next():
+    soak = load_soak()
+    MiB = soak.MiB
+    # each new web worker starts 1 MiB above the last (12 lives an hour: 12 MiB/h), flat within its life:
+    # one slope per life sees nothing; the fit across lives sees it
+    rising = soak.judge(lives([40 * MiB + n * MiB for n in range(12)]), 0.0, 5.0, process_warmup_s=30)
+    assert not rising["web rss"]["grows"]
+    assert rising["web rss across lives"]["grows"]
+    assert 10 * MiB < rising["web rss across lives"]["slope_per_h"] < 14 * MiB
+    # a life that warms up by 1 MiB and starts again where the last one started is not growth
+    sawtooth = soak.judge(lives([40 * MiB] * 12, rise_per_life=MiB), 0.0, 5.0, process_warmup_s=30)
+    assert not sawtooth["web rss across lives"]["grows"]
+    # a process with one life has no series across lives
+    single = soak.judge(lives([40 * MiB], life_s=3600), 0.0, 5.0)
+    assert "web rss across lives" not in single and not single["web rss"]["grows"]
+
+
+def ended_tasks_history(n: int) -> list:
+    """`n` tasks, each created, assigned to `agent`, executed, acked and closed, and one left pending."""
+    from pulse.core import wire
+    events, i = [], 0
+
+    def ev(type_, task, **data):
+        nonlocal i
+        i += 1
+        return wire.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
+    for k in range(1, n + 1):
+        task = f"task-{k}"
+        events += [ev("task-created", task, project="p", title="t", prompt="x"), ev("task-assigned", task, agent="a"),
+                   ev("task-executing", task, agent="a"), ev("task-acked", task, result={"cost_usd": 0.5}),
+                   ev("task-closed", task)]
+    events.append(ev("task-created", f"task-{n + 1}", project="p", title="t", prompt="x"))
+    return events
+
+
+def test_the_metrics_keep_no_task_after_it_ended_and_count_it_exactly():
+    from pulse.web.metrics import Counts, exposition
+    counts = Counts()
+    for ev in ended_tasks_history(500):
+        counts.fold(ev)
+    assert len(counts.tasks) == 1          # the open one: 500 ended tasks are counted, not kept
+    text = exposition(counts, None, {}).decode()
+    assert 'pulse_tasks{status="closed"} 500.0' in text and 'pulse_tasks{status="pending"} 1.0' in text
+
+
+def test_the_ticks_task_book_keeps_the_open_tasks_and_every_agents_counts():
+    from pulse.agents import tasks
+    history = ended_tasks_history(500)
+    forgetting, keeping = tasks.TaskBook(["a"], forget_ended=True), tasks.TaskBook(["a"])
+    forgetting.fold(history)
+    keeping.fold(history)
+    assert list(forgetting.states) == ["task-501"] and len(keeping.states) == 501
+    assert forgetting.agents.stats == keeping.agents.stats
+    assert forgetting.agents.stats["a"].closed == 500
+    assert tasks.pending_tasks(forgetting.states, 0) == tasks.pending_tasks(keeping.states, 0)
+
+
+def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path):
+    """The page's overview asks four times a second for the recent effects: it must read the newest
+    rows, not scan and sort every effect ever committed (that cost, and the memory each of the web
+    worker's threads kept from it, grew with the history)."""
+    from pulse.core import wire
+    from pulse.core.home import Paths
+    from pulse.store import connection, effectqueue, eventsdb
+    from pulse.store.provision import ensure_home
+    from pulse.web import pages
+
+    home = tmp_path / "home"
+    ensure_home(home)
+    steps = [0]
+
+    class CountingWeb(pages.Web):
+        def events(self):           # the same read-only connection, with SQLite counting its VM steps
+            conn = connection.open_readonly(self.paths.events_db)
+            conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
+            return conn
+
+    web = CountingWeb(Paths.for_client(home), home / "web.token", 600)
+
+    def commit(n: int) -> None:
+        conn = eventsdb.open_events(home / "events.db")
+        try:
+            effectqueue.commit_effects(conn, [effectqueue.new_effect(
+                wire.Effect(kind="noop", target=f"t{i % 7}", params={"rule": "disk"}), "survival", 600)
+                for i in range(n)], "test")
+        finally:
+            conn.close()
+
+    def cost() -> int:
+        steps[0] = 0
+        view = pages.overview(web)
+        assert len(view["survival"]) == 10          # the newest ten survival actions, as before
+        return steps[0]
+    commit(300)
+    short = cost()
+    commit(6_000)
+    assert cost() < 2 * short
+
+
+def test_the_metrics_caught_up_in_batches_equal_the_history_folded_at_once(tmp_path):
+    from pulse.agents import tasks
+    from pulse.core import wire
+    from pulse.store import connection, effectqueue, eventsdb
+    from pulse.store.provision import ensure_home
+    from pulse.web.metrics import CATCH_UP_BATCH, Counts, exposition
+
+    home = tmp_path / "home"
+    ensure_home(home)
+    conn = eventsdb.open_events(home / "events.db")
+    try:
+        effects = [effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 600) for _ in range(CATCH_UP_BATCH)]
+        effectqueue.commit_effects(conn, effects, "test")
+        for effect in effects:
+            effectqueue.finish_effect(conn, effect.id, "acked", "test", from_states=("pending",), duration_s=0.01)
+        for n in range(30):
+            task = tasks.create(conn, "p", f"t{n}", "x", source="test")
+            if n % 3:
+                tasks.record(conn, task.id, "task-closed", "test")
+    finally:
+        conn.close()
+    events = connection.open_readonly(home / "events.db")
+    try:
+        at_once, in_batches = Counts(), Counts()
+        at_once.start(events, None)
+        in_batches.catch_up(events, None)
+    finally:
+        events.close()
+    assert exposition(in_batches, None, {}) == exposition(at_once, None, {})
+    text = exposition(in_batches, None, {}).decode()
+    assert f'pulse_effects_total{{kind="noop",origin="operator",outcome="acked"}} {CATCH_UP_BATCH}.0' in text
+    assert 'pulse_tasks{status="closed"} 20.0' in text and 'pulse_tasks{status="pending"} 10.0' in text
+    assert len(in_batches.tasks) == 10

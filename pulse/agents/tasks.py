@@ -201,9 +201,12 @@ def pending_tasks(states: dict[str, TaskState], now: float, limit: int = SNAPSHO
 class AgentStatsFold:
     """AgentCapabilityStats per agent, folded event by event (it needs who held a task when)."""
 
-    def __init__(self) -> None:
+    def __init__(self, forget_ended: bool = False) -> None:
         self.stats: dict[str, AgentCapabilityStats] = {}
         self.tasks: dict[str, TaskState] = {}
+        # forget_ended: a closed or given-up task never moves again, and its agent's counts already
+        # hold it; a fold that runs for ever (the tick's) drops it, so its memory follows the open tasks
+        self.forget_ended = forget_ended
 
     def _of(self, agent: str) -> AgentCapabilityStats:
         if agent not in self.stats:
@@ -211,6 +214,12 @@ class AgentStatsFold:
         return self.stats[agent]
 
     def fold(self, ev) -> None:
+        try:
+            self.count(ev)
+        finally:
+            self.forget_if_ended(ev.target or "")
+
+    def count(self, ev) -> None:
         before = self.tasks.get(ev.target or "")
         if not fold_one(self.tasks, ev):
             return
@@ -235,6 +244,10 @@ class AgentStatsFold:
             s.closed += 1
         elif ev.type == TaskEvent.GIVEN_UP:
             s.given_up += 1
+
+    def forget_if_ended(self, task: str) -> None:
+        if self.forget_ended and task in self.tasks and not TRANSITIONS.get(self.tasks[task].status):
+            del self.tasks[task]
 
 
 def add_usage(stats: AgentCapabilityStats, result) -> None:
@@ -278,9 +291,9 @@ def agent_capability_stats(events: Iterable) -> dict[str, AgentCapabilityStats]:
 class TaskBook:
     """Both projections, folded incrementally: `last_id` is the last event folded."""
 
-    def __init__(self, agents: Iterable[str] = ()) -> None:
+    def __init__(self, agents: Iterable[str] = (), forget_ended: bool = False) -> None:
         self.last_id = 0
-        self.agents = AgentStatsFold()
+        self.agents = AgentStatsFold(forget_ended)     # forget_ended: `states` holds the open tasks only
         for name in agents:          # configured agents show (with zero counts) before their first task
             self.agents._of(name)
 

@@ -159,3 +159,13 @@ def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (),
     rows = conn.execute(f"SELECT body, state, why FROM effects {where} ORDER BY created DESC LIMIT ?",
                         (*states, limit))
     return [(_effect(r[0]), r[1], r[2]) for r in rows]
+
+
+def recent_effects(conn: sqlite3.Connection, limit: int = 100) -> list[tuple[Effect, str, str | None]]:
+    """list_effects' answer for all states (newest first) among the last `limit` effects committed.
+    It walks the table's own order (rowid, the order of commit) back from its end, so it reads
+    `limit` rows whatever the history's length; ordering by `created`, which no index holds, scans
+    and sorts every effect ever committed (the page's overview asks four times a second)."""
+    rows = conn.execute("SELECT body, state, why FROM effects ORDER BY rowid DESC LIMIT ?", (limit,)).fetchall()
+    effects = [(_effect(r[0]), r[1], r[2]) for r in rows]
+    return sorted(effects, key=lambda row: row[0].created, reverse=True)

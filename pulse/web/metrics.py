@@ -34,7 +34,13 @@ HOST = "system-resource"           # the vital whose fields are the host's gauge
 HOST_FIELDS = ("cpu_pct", "memory_pct", "disk_pct", "swap_pct")
 LAST_EFFECT_TARGETS = 1_000       # the overview's "last action" is remembered for this many targets
 MIB = 1024 * 1024                  # the watcher samples megabytes (MiB); Prometheus wants bytes
+# Events folded per read when catching up: a page opened after an hour unwatched catches up on
+# ~50,000 events, and 10,000 a read left the web worker ~11 MiB more RSS for good (issue 25's soak)
+CATCH_UP_BATCH = 1_000
 FOLDED_TYPES = (EffectEvent.COMMITTED, *EFFECT_END_EVENTS.values(), "error", *TASK_EVENTS)
+# A task in one of these statuses never moves again (its TRANSITIONS are empty): it is counted by
+# status and forgotten, so the counts' memory follows the open tasks, not the history (issue 25's soak).
+ENDED_TASK_STATUSES = frozenset(status for status, moves in TRANSITIONS.items() if not moves)
 
 
 class Histogram:
@@ -71,7 +77,8 @@ class Counts:
         self.process_restarts: collections.Counter = collections.Counter() # process
         self.rule_errors = 0                                                # in error events
         self.rule_errors_unrecorded = 0                                     # in error_runs, as last read
-        self.tasks: dict[str, str] = {}                                     # task id → status
+        self.tasks: dict[str, str] = {}                                     # task id → status, while open
+        self.ended_tasks: collections.Counter = collections.Counter()      # status → tasks that ended in it
         self.ticks = Histogram(TICK_BUCKETS)
         self.last_effect: dict[str, dict] = {}                              # target → its newest effect (the overview)
         self.open_trims: dict[str, str] = {}                                # rotate-file effect id → its watch, until it ends
@@ -92,12 +99,12 @@ class Counts:
     def catch_up(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
         with connection.read_snapshot(events):
             while True:
-                batch = eventsdb.read_events(events, after_id=self.last_event, limit=10_000)
+                batch = eventsdb.read_events(events, after_id=self.last_event, limit=CATCH_UP_BATCH)
                 for ev in batch:
                     self.types[ev.type] += 1
                     self.fold(ev)
                     self.last_event = ev.id
-                if len(batch) < 10_000:
+                if len(batch) < CATCH_UP_BATCH:
                     break
             self.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
         if vitals is not None:
@@ -141,7 +148,16 @@ class Counts:
                 self.rule_errors += int(d.get("count", 1) or 1)
         elif ev.type in TASK_EVENTS and ev.target:
             now = self.tasks.get(ev.target, NEW)
-            self.tasks[ev.target] = TRANSITIONS.get(now, {}).get(ev.type, now)
+            after = TRANSITIONS.get(now, {}).get(ev.type, now)
+            if after in ENDED_TASK_STATUSES:
+                self.tasks.pop(ev.target, None)
+                self.ended_tasks[after] += 1
+            else:
+                self.tasks[ev.target] = after
+
+    def task_statuses(self) -> collections.Counter:
+        """Tasks by status: the open ones by their status, with those that ended."""
+        return collections.Counter(self.tasks.values()) + self.ended_tasks
 
 
     def remember_effect(self, target: str, effect: dict, ts: float) -> None:
@@ -215,7 +231,7 @@ class Collector:
             types.add_metric([type_], n)
         yield types
         tasks = GaugeMetricFamily("pulse_tasks", "Tasks by status", labels=["status"])
-        for status, n in sorted(collections.Counter(c.tasks.values()).items()):
+        for status, n in sorted(c.task_statuses().items()):
             tasks.add_metric([status], n)
         yield tasks
         yield CounterMetricFamily("pulse_gate_blocked", "Calls the agent's gate refused", value=c.types["gate-blocked"])

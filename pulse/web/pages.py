@@ -244,7 +244,7 @@ def overview(web: Web) -> dict:
 
     def from_events(conn):
         promotes = eventsdb.last_events(conn, 1, ["promote"])
-        effects = effectqueue.list_effects(conn, limit=200)
+        effects = effectqueue.recent_effects(conn, limit=200)
         survival = [{"ts": e.created, "rule": (e.params or {}).get("rule"), "kind": e.kind, "target": e.target,
                      "outcome": state} for e, state, _ in effects if e.origin == "survival"][:10]
         return {"last_promote": {"ts": promotes[0].ts} if promotes else None, "survival": survival}
@@ -343,7 +343,7 @@ async def api_effects(request: Request) -> Response:
     def read(conn):
         by_state: dict[str, list] = {s: [] for s in (EffectState.PENDING, EffectState.EXECUTING, EffectState.FAILED,
                                                      EffectState.EXPIRED, EffectState.ACKED)}   # the page's order
-        for e, state, why in effectqueue.list_effects(conn, limit=500):
+        for e, state, why in effectqueue.recent_effects(conn, limit=500):
             by_state[state].append({"id": e.id, "origin": e.origin, "kind": e.kind, "target": e.target,
                                     "created": e.created, "why": why, "task": effect_task(e)})
         return {"now": time.time(), "by_state": by_state}

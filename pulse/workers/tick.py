@@ -33,6 +33,10 @@ from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
 HISTORY_SAMPLES = 20
+# Events folded per read. The first tick of a new tick worker folds the whole history: in batches of
+# 5,000 its RSS kept some 11 MiB more on a 16,000-effect history (freed, not returned), so each
+# replacement started higher as the history grew; 500 keeps about 1 MiB (issue 25's soak).
+FOLD_BATCH = 500
 MAX_EFFECTS_PER_TICK = 1_000
 ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
 
@@ -248,7 +252,8 @@ class TickWorker(Worker):
         self.ballast_checked = time.monotonic()
         # folded at the first tick, after Ready: a long history must not delay it
         self.projections = Projections(engine_horizon_s=max(budget.WINDOW_S, self.config.tick.engine_dedupe_s))
-        self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent])   # known before their first task
+        # agents known before their first task; ended tasks forgotten (routing needs only those held)
+        self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent], forget_ended=True)
                           if tasks.SENSE_KEY in self.config.tick.sense else None)
         self.loop = asyncio.new_event_loop()
         self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
@@ -278,9 +283,9 @@ class TickWorker(Worker):
 
     def fold(self) -> None:
         while True:
-            batch = eventsdb.read_events(self.events, after_id=self.projections.last_id, limit=5_000)
+            batch = eventsdb.read_events(self.events, after_id=self.projections.last_id, limit=FOLD_BATCH)
             self.projections.fold(batch)
-            if len(batch) < 5_000:
+            if len(batch) < FOLD_BATCH:
                 return
 
     def engine_state(self) -> wire.EngineHealth:
