@@ -27,7 +27,7 @@ def test_an_automatic_rollback_leaves_staging_said_and_the_next_promote_refused(
     assert "staging still holds what the rollback at" in engine.stdout and "autoRollback" in engine.stdout
     assert "A\trules/zz_broken.py" in engine.stdout and "undid: rules/zz_broken.py" in engine.stdout
     log = ctl(home, "engine", "log")
-    assert "staging still holds what the rollback" in log.stdout
+    assert "staging still holds what the rollback" in log.stderr and "rollback" in log.stdout   # the list stays on stdout
     note = __import__("pulse.cli.statusview", fromlist=["x"]).rolled_back_note(paths)
     assert note and "autoRollback" in note
 

@@ -490,7 +490,7 @@ def seeded(site):
 
 # Anything laid out beyond the window's right edge (a button, a cell, a label off-screen with no hint),
 # and any table cell narrower than the longest word it holds (letter-by-letter wrapping). A word longer
-# than 60 % of the window (a hash, a path) may break: it could not fit otherwise.
+# than 60 % of the window, or than 40 characters (a hash, a path, key=hash in event data), may break.
 LAYOUT = """() => {
   const vw = document.documentElement.clientWidth, wide = [], narrow = [];
   const ctx = document.createElement("canvas").getContext("2d");
@@ -506,7 +506,7 @@ LAYOUT = """() => {
     if (!c.getClientRects().length || !c.textContent.trim()) continue;     // not shown (a phone's table head)
     ctx.font = style.font;
     const text = [...c.childNodes].map(n => n.textContent).join(" ");
-    const longest = Math.max(...text.split(/\\s+/).map(w => ctx.measureText(w).width));
+    const longest = Math.max(0, ...text.split(/\\s+/).filter(w => w.length <= 40).map(w => ctx.measureText(w).width));
     const room = c.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     if (room + 1 < Math.min(longest, 0.6 * vw))
       narrow.push(`${name(c)} "${text.trim().slice(0, 30)}" ${Math.round(room)}px < ${Math.round(longest)}px`);

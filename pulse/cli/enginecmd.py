@@ -121,17 +121,17 @@ def engine_log(ctx: Context) -> None:
         detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"
         click.echo(f"{when}  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
                    f"by {ev.source}  {detail}")
-    say_what_staging_holds(ctx)
+    say_what_staging_holds(ctx, err=True)     # stdout stays one line per entry, for scripts
 
 
-def say_what_staging_holds(ctx: Context) -> None:
+def say_what_staging_holds(ctx: Context, err: bool = False) -> None:
     """After a rollback (survival's own, most of all), say that staging still holds what was
-    rolled back, and what a promote would do with it."""
+    rolled back, and what a promote would do with it (err: on stderr)."""
     from pulse.engine import repo
     held = repo.rolled_back_in_staging(ctx.paths)
     if held is not None:
         click.echo(f"{repo.rolled_back_words(held)}; a promote refuses it without --again. Drop it: "
-                   f"git -C {ctx.paths.staging} reset --hard main")
+                   f"git -C {ctx.paths.staging} reset --hard main", err=err)
 
 
 @click.command()
