@@ -169,9 +169,15 @@ def given_up_at_once(pulsed, task: str, timeout: float) -> dict:
     return failed
 
 
-def gate_opened(pulsed, task: str) -> bool:
-    """A `pulsectl mcp` session was opened for the task: the run was handed Pulse's tools."""
-    return any(e["data"].get("phase") == "open" and e["data"].get("task") == task for e in pulsed.events("gate-call"))
+def gate_opened(pulsed, task: str, timeout: float = 10.0) -> bool:
+    """A `pulsectl mcp` session was opened for the task: the run was handed Pulse's tools. The gate
+    writes the open fact itself, so it may land a moment after the run's verdict: waited for."""
+    def opened():
+        return any(e["data"].get("phase") == "open" and e["data"].get("task") == task for e in pulsed.events("gate-call"))
+    try:
+        return bool(wait_for(opened, timeout, interval=0.05, what=f"a gate session opened for {task}"))
+    except pytest.fail.Exception:
+        return False
 
 
 # -- per CLI: config and environment ---------------------------------------------------------------------
