@@ -18,6 +18,12 @@ os.environ["XDG_RUNTIME_DIR"] = RUN_DIR
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(RUN_DIR, ignore_errors=True)
+    # pytest keeps its last runs' temporary homes for a post-mortem; none keeps its 32 MiB ballast file,
+    # whichever fixture made the home (the `pulsed` fixture drops its own at once, to free the space early)
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        for ballast in factory.getbasetemp().rglob("ballast"):
+            ballast.unlink(missing_ok=True)
 
 
 # A test that runs a pulsed (or the tracker's processes, or a real agent CLI) is a `daemon` test:
