@@ -168,12 +168,13 @@ def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_a_relo
     assert held[0]["data"]["reason"] == "budget" and "$8.00 of $10.00 usd_per_day" in held[0]["data"]["why"]
     notes = tmp_path / "notes.jsonl"
     wait_for(lambda: len(notifications(notes, spend.RULE)) >= 2, 15, what="two notifications")
-    # The held run's effect expires (deadline 2 s) and the assignment rule hands the task out again,
-    # to be held again: the executor asks the ledger many times more, and tells nobody twice.
-    first_effect = held[0]["data"]["effect_id"]
-    wait_for(lambda: any(e["data"].get("effect_id") not in (None, first_effect)
-                         for e in pulsed.events("effect-expired") if e["data"].get("kind") == "agent-run"),
-             20, what="a second agent-run held and expired")
+    # The snapshot says the agent is over its limit, so no agent-run is handed out for the held task:
+    # not one, where each held run used to expire (deadline 2 s) and be handed out again, an effect a
+    # minute at the default deadline. Two effect deadlines' worth of ticks pass without one.
+    pulsed.wait_ticks(25, timeout=30)
+    runs = [e for e in pulsed.events("effect") if e["data"].get("kind") == "agent-run"]
+    assert [r["data"]["params"]["task_id"] for r in runs] == [first, second], runs
+    assert len(pulsed.events("spend-held", target=third)) == 1                 # said once, not per tick
     told = notifications(notes, spend.RULE)
     assert [(n["percent"], n["limit"]) for n in told] == [(80, "usd_per_day"), (100, "usd_per_day")]
     assert _status(pulsed, third) == "pending" and len(_cli_log(tmp_path)) == 4     # two starts, two ends
@@ -320,3 +321,113 @@ def test_a_run_settled_unrun_counts_against_no_limit():
         _ev(SpendEvent.RESERVED, "a", effect_id="e1", agent="a", task="task-1", usd=4.0, at=now - 5),
         _ev(SpendEvent.SETTLED, "a", effect_id="e1", usd=0.0, cost_reported=None, started=False)])
     assert ledger.used("a", "runs_per_hour", now) == 0 and ledger.used("a", "usd_per_day", now) == 0
+
+
+# -- a task held by a limit costs no effect while it waits (the snapshot carries the holds) ----------
+
+def _hold(why: str = "fake: $8.00 of $10.00 usd_per_day"):
+    from pulse.core.wire import AgentLoad
+    return {"fake": AgentLoad(agent="fake", concurrency=2, budget=why), "free": AgentLoad(agent="free")}
+
+
+def test_the_holds_the_snapshot_carries_are_the_claims_words_for_each_agent_over_a_limit():
+    now = 1764779400.0
+    ledger = spend.Ledger().fold([
+        _ev(SpendEvent.RESERVED, "a", effect_id=f"e{i}", agent="a", task=f"task-{i}", usd=4.0, at=now - i)
+        for i in (1, 2)])
+    agents = [Agent(name="a", budget=SpendLimits(usd_per_day=10)), Agent(name="b")]
+    holds = spend.agent_holds(ledger, agents, SpendLimits(), now, {"a": 4.0, "b": 4.0})
+    assert list(holds) == ["a"]               # b has no limit, the host none either
+    assert holds["a"].why == "a: $8.00 of $10.00 usd_per_day; the next run is expected to cost $4.00"
+    assert spend.agent_holds(ledger, agents, SpendLimits(), now, {"a": 2.0}) == {}      # $2 still fits
+    on_host = spend.agent_holds(ledger, agents, SpendLimits(runs_per_hour=2), now, {})
+    assert sorted(on_host) == ["a", "b"] and "the host: 2 of 2 runs in the last hour" in on_host["b"].why
+    assert spend.limited(agents, SpendLimits()) == agents[:1]
+
+
+def test_an_agent_over_a_limit_has_no_free_slot_and_its_runs_are_dropped_before_commit():
+    from pulse.agents import routing
+    from pulse.core.wire import Effect
+    agents = _hold()
+    assert (agents["fake"].free, agents["free"].free) == (0, 1)
+    runs = [Effect(kind="agent-run", target="task-1", params={"task_id": "task-1", "agent": "fake"}),
+            Effect(kind="agent-run", target="task-2", params={"task_id": "task-2", "agent": "free"}),
+            Effect(kind="agent-run", target="task-3", params={"task_id": "task-3", "agent": ["odd"]}),
+            Effect(kind="noop", params={"agent": "fake"})]
+    kept, dropped = routing.over_budget_runs(runs, agents)
+    assert [e.target for e in dropped] == ["task-1"] and len(kept) == 3
+
+
+def test_a_task_whose_agents_are_all_over_a_limit_is_said_to_wait_once_not_while_a_run_is_queued():
+    from pulse.agents import routing
+    from pulse.core.wire import Effect, PendingTasks, TaskState
+    listed = [TaskState(id=f"task-{n}", project="p", title="t", prompt="x") for n in (1, 2, 3, 4)]
+    pending = PendingTasks(pending_count=4, tasks=listed, unassignable={"task-4": "nobody"},
+                           eligible={"task-1": ["fake"], "task-2": ["fake", "free"], "task-3": ["fake"],
+                                     "task-4": []})
+    queued = [Effect(kind="agent-run", target="task-3", params={"task_id": "task-3", "agent": "fake"})]
+    assert routing.budget_waits(pending, _hold(), queued) == {"task-1": "fake"}   # task-2: free may take it
+
+
+def test_a_hundred_tasks_no_agent_may_take_cannot_crowd_out_one_that_may_run():
+    from pulse.agents import routing, tasks
+    from pulse.core.wire import TaskState
+    agents = [Agent(name="fake", projects=["p"]), Agent(name="capped", projects=["q"])]
+    states = {f"task-{n}": TaskState(id=f"task-{n}", project="elsewhere", title="t", prompt="x", priority=9,
+                                     created=float(n)) for n in range(1, 101)}
+    states.update({f"task-{n}": TaskState(id=f"task-{n}", project=project, title="t", prompt="x", created=float(n))
+                   for n, project in ((101, "q"), (102, "p"))})
+    plain = tasks.pending_tasks(states, 1000.0)
+    assert "task-102" not in [t.id for t in plain.tasks]              # the old list: the 100 most urgent
+    listed = tasks.pending_tasks(states, 1000.0, first=routing.takeable(agents, {"capped": "over"}))
+    ids = [t.id for t in listed.tasks]
+    assert len(ids) == 100 and listed.pending_count == 102
+    assert "task-102" in ids and "task-101" not in ids               # q's agent is over its limit: it waits too
+    assert ids == sorted(ids, key=lambda i: tasks.urgency(states[i]))   # still most urgent first
+
+
+NAIVE_ASSIGN = """
+    from pulse.engine.api import Effect
+
+    async def assign(prev, curr, inner):
+        # an engine directory's own rule, older than AgentLoad.budget: every pending task, every tick
+        effects, tick_ms = await inner(prev, curr)
+        busy = {e.params.get("task_id") for e in curr.pending if e.kind == "agent-run"}
+        listed = curr.pending_tasks.tasks if curr.pending_tasks is not None else []
+        return effects + [Effect(kind="agent-run", target=t.id, params={"task_id": t.id, "agent": "fake"})
+                          for t in listed if t.id not in busy], tick_ms
+
+    RULES = [assign]
+"""
+
+
+def test_an_old_engine_rule_that_ignores_limits_still_costs_no_effect_while_its_task_is_held(pulsed, tmp_path):
+    from support import engine_rule
+    engine_rule(pulsed, "assign", NAIVE_ASSIGN)                   # in place of the template's
+    _start(pulsed, tmp_path, "max_run_usd = 2\nbudget = { usd_per_day = 1 }", env={"PULSE_EFFECT_DEADLINE_S": "2"})
+    [task] = _add(pulsed)
+    held = wait_for(lambda: pulsed.events("spend-held", target=task), 15, what="the task held")
+    assert "fake: $0.00 of $1.00 usd_per_day; the next run is expected to cost $2.00" in held[0]["data"]["why"]
+    pulsed.wait_ticks(25, timeout=30)                             # two effect deadlines and more
+    assert [e for e in pulsed.events("effect") if e["data"].get("kind") == "agent-run"] == []
+    shown = pulsed.ctl("task", "show", task).stdout
+    assert "waiting:" in shown and "budget: fake: $0.00 of $1.00 usd_per_day" in shown, shown
+    # The operator raises the limit: the next tick hands the task out, and it runs.
+    path = pulsed.home / "config.toml"
+    path.write_text(path.read_text().replace("usd_per_day = 1", "usd_per_day = 5"))
+    assert pulsed.ctl("reload").returncode == 0
+    wait_for(lambda: _status(pulsed, task) == "acked", 30, what="the task run once the limit allows")
+
+
+def test_a_hundred_unassignable_tasks_do_not_starve_one_an_agent_may_take(pulsed, tmp_path):
+    from pulse.agents import tasks
+    from pulse.store import eventsdb
+    _start(pulsed, tmp_path, 'projects = ["p"]')
+    conn = eventsdb.open_events(pulsed.paths.events_db)
+    try:
+        for n in range(100):                                      # more urgent than any task of p
+            tasks.create(conn, "elsewhere", f"t{n}", "nobody takes this", priority=9, source="test")
+    finally:
+        conn.close()
+    [task] = _add(pulsed)
+    wait_for(lambda: _status(pulsed, task) == "acked", 30, what="the one task an agent may take")

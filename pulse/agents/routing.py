@@ -11,7 +11,7 @@ project, and whose `tags` include every tag the task was added with; a task pinn
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from pulse.core.config import Agent
 from pulse.core.states import TaskStatus
@@ -72,9 +72,12 @@ def _task_of(effect: Effect) -> str:
         return effect.id or ""
 
 
-def loads(agents: Sequence[Agent], states: Iterable[TaskState], open_effects: Iterable[Effect]) -> dict[str, AgentLoad]:
+def loads(agents: Sequence[Agent], states: Iterable[TaskState], open_effects: Iterable[Effect],
+          over_budget: Mapping[str, str] | None = None) -> dict[str, AgentLoad]:
     """Each agent's runs not ended: the tasks it holds, and agent-run effects naming it still queued.
-    A task counts once, whether its effect is queued, running, or already ended its task."""
+    A task counts once, whether its effect is queued, running, or already ended its task.
+    `over_budget`: agent → why one more run of it would cross a spend limit (AgentLoad.budget)."""
+    over_budget = over_budget or {}
     busy: dict[str, set[str]] = {a.name: set() for a in agents}
     for task in states:
         if task.status in HELD and task.agent in busy:
@@ -86,5 +89,46 @@ def loads(agents: Sequence[Agent], states: Iterable[TaskState], open_effects: It
         if agent in busy:
             busy[agent].add(_task_of(effect))
     return {a.name: AgentLoad(agent=a.name, concurrency=a.concurrency, running=len(busy[a.name]),
-                              projects=list(a.projects) if a.projects is not None else None, tags=list(a.tags))
+                              projects=list(a.projects) if a.projects is not None else None, tags=list(a.tags),
+                              budget=over_budget.get(a.name))
             for a in agents}
+
+
+# -- spend limits (issue 22's budgets) in the snapshot: a held task costs no effect while it waits -------
+
+def takeable(agents: Sequence[Agent], over_budget: Mapping[str, str]) -> Callable[[TaskState], bool]:
+    """Is a task one some agent may take now (eligible, and within its spend limits)? The snapshot
+    lists such tasks before those none may take, so tasks that wait cannot crowd one that may run
+    out of its bounded list."""
+    def may_run(task: TaskState) -> bool:
+        return any(name not in over_budget for name in eligible(agents, task))
+    return may_run
+
+
+def budget_waits(pending: PendingTasks | None, agents: Mapping[str, AgentLoad],
+                 open_effects: Iterable[Effect]) -> dict[str, str]:
+    """task → the agent it waits for: the listed tasks that some agent may take but every such
+    agent is over a spend limit, and no agent-run is already queued for them. Their `spend-held`
+    says why (pulsectl task show), as a held claim's would."""
+    if pending is None:
+        return {}
+    queued = {_task_of(e) for e in open_effects if e.kind == "agent-run"}
+    out = {}
+    for task in pending.tasks:
+        names = pending.eligible.get(task.id, [])
+        if (names and task.id not in queued and task.id not in pending.unassignable
+                and all(agents.get(n) is not None and agents[n].budget is not None for n in names)):
+            out[task.id] = names[0]
+    return out
+
+
+def over_budget_runs(effects: Sequence[Effect], agents: Mapping[str, AgentLoad]) -> tuple[list[Effect], list[Effect]]:
+    """(kept, dropped): agent-run effects naming an agent over a spend limit are dropped before commit,
+    whatever rule made them (an engine directory's own assignment rule may predate AgentLoad.budget):
+    the executor would only hold each until its deadline, and the rule hand out another."""
+    kept, dropped = [], []
+    for e in effects:
+        name = e.params.get("agent")
+        load = agents.get(name) if e.kind == "agent-run" and isinstance(name, str) else None
+        (dropped if load is not None and load.budget is not None else kept).append(e)
+    return kept, dropped

@@ -169,6 +169,41 @@ def crossing(m: Measure, expected_usd: float) -> bool:
     return m.used >= m.of or m.used + expected_usd > m.of
 
 
+@dataclass
+class Hold:
+    """Why a run of an agent would not start now: the limits one more run would cross."""
+    why: str
+    blocked: list[Measure]
+
+
+def hold_of(ms: list[Measure], expected_usd: float) -> Hold | None:
+    """The hold on one more run expected to cost `expected_usd`, given its scopes' measures (None: it may run)."""
+    blocked = [m for m in ms if crossing(m, expected_usd)]
+    if not blocked:
+        return None
+    return Hold("; ".join(m.words() for m in blocked) + f"; the next run is expected to cost ${expected_usd:.2f}",
+                blocked)
+
+
+def limited(agents: list, host: SpendLimits) -> list:
+    """The agents any spend limit applies to (every agent when the host has one)."""
+    host_set = any(getattr(host, limit) is not None for limit, _, _ in LIMITS)
+    return [a for a in agents if host_set or any(getattr(a.budget, limit) is not None for limit, _, _ in LIMITS)]
+
+
+def agent_holds(ledger: Ledger, agents: list, host: SpendLimits, now: float,
+                expected: dict[str, float]) -> dict[str, Hold]:
+    """Each agent one more run of which would cross a limit now (its own or the host's), with why: what
+    the tick puts in the snapshot (AgentLoad.budget), so no rule hands such a run out. `expected`: each
+    agent's expected run cost (expected_cost); pure."""
+    out = {}
+    for agent in limited(agents, host):
+        hold = hold_of(measures(ledger, scopes_of(agent, host), now), expected.get(agent.name, 0.0))
+        if hold is not None:
+            out[agent.name] = hold
+    return out
+
+
 def projected(m: Measure, expected_usd: float) -> float:
     return m.used + (1 if m.unit == "runs" else expected_usd)
 
@@ -288,23 +323,30 @@ def reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, so
         raise
 
 
+def _held_writes(ledger: Ledger, hold: "Hold", agent_name: str, task: str | None, effect_id: str | None,
+                 now: float, source: str) -> tuple[list[Event], list[Effect]]:
+    """What a held run records: the 100 % alerts of the limits it is held by (once per window), and a
+    `spend-held` for its task unless the task already waits for the same words."""
+    events, effects = _alert_writes(ledger, due_alerts(ledger, hold.blocked, lambda m: m.used,
+                                                       {(m.scope, m.limit) for m in hold.blocked}),
+                                    now, source, f"{task or 'a task'} waits (reason budget)")
+    if task is not None and ledger.held.get(task, {}).get("why") != hold.why:
+        events.insert(0, now_event(SpendEvent.HELD, source, task, {
+            "reason": "budget", "agent": agent_name, "effect_id": effect_id, "why": hold.why, "at": now,
+            "limits": [dataclasses.asdict(m) for m in hold.blocked]}))
+    return events, effects
+
+
 def _reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, source: str) -> str | None:
     now = clock.now()
     ledger = load(conn, now)
     expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
     ms = measures(ledger, scopes_of(agent, host), now)
-    blocked = [m for m in ms if crossing(m, expected)]
-    if blocked:
-        why = "; ".join(m.words() for m in blocked) + f"; the next run is expected to cost ${expected:.2f}"
-        events, effects = _alert_writes(ledger, due_alerts(ledger, blocked, lambda m: m.used,
-                                                           {(m.scope, m.limit) for m in blocked}),
-                                        now, source, f"{task or 'a task'} waits (reason budget)")
-        if task is not None and ledger.held.get(task, {}).get("why") != why:
-            events.insert(0, now_event(SpendEvent.HELD, source, task, {
-                "reason": "budget", "agent": agent.name, "effect_id": effect.id, "why": why, "at": now,
-                "limits": [dataclasses.asdict(m) for m in blocked]}))
+    hold = hold_of(ms, expected)
+    if hold is not None:
+        events, effects = _held_writes(ledger, hold, agent.name, task, effect.id, now, source)
         _write(conn, events, effects, source)
-        return why
+        return hold.why
     cap = remaining_usd(ms)
     events, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: projected(m, expected)), now, source,
                                     f"{agent.name} started a run expected to cost ${expected:.2f}")
@@ -313,6 +355,43 @@ def _reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, s
         **({"cap_usd": cap} if cap is not None else {})}))
     _write(conn, events, effects, source)
     return None
+
+
+def holds(conn, agents: list, host: SpendLimits) -> dict[str, Hold]:
+    """agent_holds now, read from events.db: nothing is read when no limit is set anywhere."""
+    subject = limited(agents, host)
+    if not subject:
+        return {}
+    now = clock.now()
+    expected = {a.name: expected_cost(a.max_run_usd, recent_costs(conn, a.name)) for a in subject}
+    return agent_holds(load(conn, now), subject, host, now, expected)
+
+
+def waits_recorded(conn, task: str, why: str) -> bool:
+    """Does `task` already wait with these words (its latest spend-held since its last reservation)?"""
+    return load(conn, clock.now()).held.get(task, {}).get("why") == why
+
+
+def hold_task(conn, task: str, agent, host: SpendLimits, source: str) -> str | None:
+    """The tick's word that `task` waits because its agent is over a limit: in one transaction, the
+    hold checked again on the ledger read inside it, then its `spend-held` (once per wording) and the
+    100 % alerts due, as a held claim records them (none is attempted: no rule hands the run out).
+    Returns why it waits (None: the agent may run after all)."""
+    from pulse.store.connection import Transaction
+    with Transaction(conn):
+        try:
+            now = clock.now()
+            ledger = load(conn, now)
+            expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
+            hold = hold_of(measures(ledger, scopes_of(agent, host), now), expected)
+            if hold is None:
+                return None
+            events, effects = _held_writes(ledger, hold, agent.name, task, None, now, source)
+            _write(conn, events, effects, source)
+        except BaseException:
+            forget(conn)
+            raise
+        return hold.why
 
 
 def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | None, source: str,

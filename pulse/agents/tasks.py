@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
@@ -185,11 +185,17 @@ def urgency(task: TaskState) -> tuple:
     return (-task.priority, task.created, task.id)
 
 
-def pending_tasks(states: dict[str, TaskState], now: float, limit: int = SNAPSHOT_TASKS_LIMIT) -> PendingTasks:
+def pending_tasks(states: dict[str, TaskState], now: float, limit: int = SNAPSHOT_TASKS_LIMIT,
+                  first: Callable[[TaskState], bool] | None = None) -> PendingTasks:
     """The tasks to hand out now, most urgent first: pending ones whose retry wait (after a failed
-    run) is over. Those still waiting are counted, with the earliest time one is due."""
+    run) is over. Those still waiting are counted, with the earliest time one is due.
+    `first`: when more are due than `limit`, those it says may run now are listed before the others
+    (still most urgent first), so tasks no agent may take cannot fill the list."""
     pending = sorted((t for t in states.values() if t.status == TaskStatus.PENDING), key=urgency)
     due = [t for t in pending if t.retry_at is None or t.retry_at <= now]
+    if first is not None and len(due) > limit:
+        chosen = {t.id for t in sorted(due, key=lambda t: not first(t))[:limit]}   # a stable sort keeps urgency
+        due = [t for t in due if t.id in chosen]
     waits = [t.retry_at for t in pending if t.retry_at is not None and t.retry_at > now]
     by_project: dict[str, int] = {}
     for t in pending:
@@ -308,12 +314,13 @@ class TaskBook:
             if ev.id is not None:
                 self.last_id = max(self.last_id, ev.id)
 
-    def extras(self) -> dict[str, Any]:
-        return {"pending-tasks": pending_tasks(self.states, time.time()),
+    def extras(self, first: Callable[[TaskState], bool] | None = None) -> dict[str, Any]:
+        return {"pending-tasks": pending_tasks(self.states, time.time(), first=first),
                 "agent-capability-stats": dict(sorted(self.agents.stats.items()))}
 
 
-def snapshot_extras(conn, book: TaskBook | None = None) -> dict[str, Any]:
+def snapshot_extras(conn, book: TaskBook | None = None,
+                    first: Callable[[TaskState], bool] | None = None) -> dict[str, Any]:
     """What a snapshot carries when its sense keys include "pending-tasks":
     {"pending-tasks": PendingTasks, "agent-capability-stats": {agent: AgentCapabilityStats}}.
 
@@ -322,7 +329,7 @@ def snapshot_extras(conn, book: TaskBook | None = None) -> dict[str, Any]:
     """
     book = book if book is not None else TaskBook()
     catch_up(conn, book)
-    return book.extras()
+    return book.extras(first)
 
 
 def catch_up(conn, book: TaskBook, batch: int = 5_000) -> TaskBook:

@@ -535,6 +535,8 @@ class TickConfig(msgspec.Struct, kw_only=True, frozen=True):
     agent: list[Agent]
     report: ReportSchedule        # the daily report is a survival-style rule
     schedule: list[Schedule]      # the tick runs the schedules
+    # the host-wide spend limits: the snapshot says which agents are over one (AgentLoad.budget)
+    budget: SpendLimits = msgspec.field(default_factory=SpendLimits)
 
 
 class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):

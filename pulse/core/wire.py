@@ -337,10 +337,13 @@ class AgentLoad(msgspec.Struct, kw_only=True):
                                          # and agent-run effects naming it that are still queued
     projects: list[str] | None = None    # the projects it takes; None: every project
     tags: list[str] = msgspec.field(default_factory=list)   # a tagged task needs all its tags among these
+    # Why one more run of it would cross a spend limit now (pulse.agents.spend; None: within them all).
+    # While set it has no free slot, so an assignment rule that counts free slots hands it nothing.
+    budget: str | None = None
 
     @property
     def free(self) -> int:
-        return max(0, self.concurrency - self.running)
+        return 0 if self.budget is not None else max(0, self.concurrency - self.running)
 
 
 class Snapshot(msgspec.Struct, kw_only=True):

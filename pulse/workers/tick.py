@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from pulse.agents import routing, tasks
+from pulse.agents import routing, spend, tasks
 from pulse.core import client, schedule, wire
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
@@ -310,12 +310,14 @@ class TickWorker(Worker):
         self.fold()
         p = self.projections
         now = time.time()
-        extras = tasks.snapshot_extras(self.events, self.task_book) if self.task_book is not None else {}
+        over_budget = self.over_budget() if self.task_book is not None else {}
+        extras = (tasks.snapshot_extras(self.events, self.task_book, routing.takeable(self.config.agent, over_budget))
+                  if self.task_book is not None else {})
         open_effects = list(p.pending.values())
         return wire.Snapshot(
             pending_tasks=routing.route(self.config.agent, extras.get("pending-tasks")),
             agent_capability_stats=extras.get("agent-capability-stats", {}),
-            agents=(routing.loads(self.config.agent, self.task_book.states.values(), open_effects)
+            agents=(routing.loads(self.config.agent, self.task_book.states.values(), open_effects, over_budget)
                     if self.task_book is not None else {}),
             tick=self.count, ts=now,
             vitals=vitalsdb.latest_vitals(self.vitals, self.config.tick.sense),
@@ -332,6 +334,36 @@ class TickWorker(Worker):
             known_good=dict(p.known_good),
             history=read_history(self.vitals, survival.counted_keys(self.config), survival.trend_windows(self.config),
                                  now))
+
+    # -- spend limits: an agent over one gets no run handed out, and its tasks say why they wait ------
+
+    def over_budget(self) -> dict[str, str]:
+        """agent → why one more run of it would cross a spend limit now. A read that fails leaves the
+        snapshot without holds: the executor's claim still checks every run (fail closed there)."""
+        try:
+            return {name: hold.why for name, hold in spend.holds(self.events, self.config.agent,
+                                                                 self.config.budget).items()}
+        except sqlite3.Error as err:
+            self.log.warning("could not read the spend ledger: %s", err)
+            return {}
+
+    def hold_budget_waits(self, curr: wire.Snapshot) -> bool:
+        """Record why each listed task whose agents are all over a limit waits (its `spend-held`, and the
+        100 % alerts due), as a held claim would have; the tick hands such a task no run. True when a
+        notification was committed (the executor is rung)."""
+        if self.config.observe_only:
+            return False
+        agents = {a.name: a for a in self.config.agent}
+        told = False
+        for task, agent in routing.budget_waits(curr.pending_tasks, curr.agents, curr.pending).items():
+            try:
+                if spend.waits_recorded(self.events, task, curr.agents[agent].budget):
+                    continue
+                told = spend.hold_task(self.events, task, agents[agent], self.config.budget, "tick") is not None or told
+            except sqlite3.Error as err:   # locked or full: the next tick records it
+                self.log.warning("could not record why %s waits: %s", task, err)
+                return told
+        return told
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
@@ -386,6 +418,10 @@ class TickWorker(Worker):
         if problem:
             self.record_error(None, problem)
             effects = []
+        effects, over = routing.over_budget_runs(effects, curr.agents)
+        if over:
+            self.log.debug("dropped %d agent-run effects for agents over a spend limit", len(over))
+        told = self.hold_budget_waits(curr)
         effects = self.within_budget(effects, curr) + self.schedule_notices(curr)
         tick_ms = clamp_tick_ms(tick_ms, t.tick_ms, t.tick_ms_min, t.tick_ms_max)
         now = time.time()
@@ -405,7 +441,7 @@ class TickWorker(Worker):
         if time.monotonic() - self.ballast_checked > self.config.timings.ballast_check_s and self.disk_has_room(curr):
             self.ballast_checked = time.monotonic()
             ballast.keep(self.ballast, self.config.survival.ballast_mb)
-        if committed and not self.config.observe_only:
+        if (committed or told) and not self.config.observe_only:
             try:
                 self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
             except zmq.Again:

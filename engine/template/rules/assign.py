@@ -4,7 +4,10 @@ Each tick, it walks the snapshot's pending tasks in the order given (higher prio
 older) and, for each that no agent-run effect is already on, emits one `agent-run` effect
 {"task_id", "agent"} while an agent that may take it has a free slot. It hands out no more runs
 than the agents have free slots (Snapshot.agents: running against concurrency), so a task added
-later with a higher priority is still first in line when a slot frees.
+later with a higher priority is still first in line when a slot frees. An agent one more run of
+which would cross a spend limit ([[agent]] budget, [budget]) has no free slot (AgentLoad.budget
+says why): its tasks wait, with no effect made, until a new day or month, a raised limit or
+`pulsectl budget reset` lets it run (Pulse drops an agent-run for such an agent anyway).
 
 The executor's agent-run then, in one checked transaction, moves the task pending → assigned →
 executing (a second effect for the same task is refused: reason task-state), runs the agent, and

@@ -102,3 +102,10 @@ def test_assign_hands_out_nothing_once_no_agent_is_configured_whatever_the_histo
                     pending_tasks=PendingTasks(pending_count=1, tasks=tasks,
                                                unassignable={"task-1": "no [[agent]] is configured"}))
     assert handed(curr) == []
+
+
+def test_assign_hands_nothing_to_an_agent_over_a_spend_limit():
+    from pulse.core.wire import AgentLoad
+    curr = routed([task(1), task(2)], {"a": (2, 0), "b": (1, 0)})
+    curr.agents["a"] = AgentLoad(agent="a", concurrency=2, budget="a: $8.00 of $10.00 usd_per_day")
+    assert handed(curr) == [("task-1", "b")]                      # b's one slot; a's two are not free
