@@ -23,6 +23,7 @@ from pulse.core.home import (
     HomeError,
     Paths,
     make_runtime_dir,
+    remove_runtime_dir,
     resolve_home,
 )
 from pulse.core.sdnotify import Notifier
@@ -114,6 +115,20 @@ def register(paths: Paths, settings: configmod.SupervisorConfig) -> Path | None:
         return None
 
 
+def release_runtime_dir(paths: Paths, entry: Path | None) -> None:
+    """On a clean stop, after the sockets are gone and our entry is removed: remove the runtime
+    directory we made, if empty and no other live pulsed uses it (PULSE_RUNTIME_DIR may be shared
+    by mistake; the registry says who runs where). Left in place on any doubt."""
+    registry = entry.parent if entry is not None else instances.registry_dir(paths.runtime)
+    try:
+        if instances.runtime_in_use(registry, paths.runtime, os.getpid()):
+            return
+    except OSError:
+        return
+    if remove_runtime_dir(paths.runtime):
+        logs.Log("pulse.supervisor").info("removed the runtime directory %s", paths.runtime)
+
+
 USAGE = """usage: pulsed [--home DIR] [--no-log-stderr] [--version] [-h]
 
 Run the Pulse supervisor in the foreground.
@@ -193,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
         code = arbiter.run()
     finally:
         instances.unregister(entry)
+    if code == 0:
+        release_runtime_dir(paths, entry)
     sink.close()
     os.close(lock_fd)
     sys.exit(code)

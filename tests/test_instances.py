@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from test_systemd import analyze, one, parse, verify  # noqa: F401  (analyze is a fixture)
@@ -119,3 +120,27 @@ def test_systemd_install_instance_writes_the_template_unit(tmp_path, analyze):  
     bad = subprocess.run([PULSECTL, "systemd", "install", "--instance", "../x", "--print"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1 and "invalid instance name" in bad.stderr
+
+
+
+def test_a_starting_pulse_removes_the_entries_of_pulses_that_are_gone(pulsed, tmp_path):
+    registry = tmp_path / "registry"
+    pulsed.start(env={"PULSE_INSTANCES_DIR": str(registry)})
+    killed = pulsed.proc.pid
+    pulsed.proc.send_signal(signal.SIGKILL)     # no chance to unregister
+    pulsed.proc.wait(10)
+    wait_for(lambda: instances.proc_start(killed) is None, 10, what="the killed pulsed gone")
+    assert (registry / f"{killed}.json").exists()
+    # Entries whose pid lives on in another process: this test's own, with another start time or boot.
+    me, boot = os.getpid(), Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    for name, fields in (("reused", {"proc_start": "1"}), ("earlier-boot", {"boot_id": "not-this-boot"})):
+        entry = {"name": name, "home": "/nowhere", "runtime": "/nowhere", "pid": me, "started": 0,
+                 "proc_start": instances.proc_start(me), "boot_id": boot, **fields}
+        (registry / f"{name}.json").write_text(json.dumps(entry))
+    # No listing: the next pulsed on this registry cleans them as it registers.
+    pulsed.start(env={"PULSE_INSTANCES_DIR": str(registry)})
+    assert [p.name for p in registry.glob("*.json")] == [f"{pulsed.proc.pid}.json"]
+    entry = json.loads((registry / f"{pulsed.proc.pid}.json").read_text())
+    assert entry["boot_id"] == boot and entry["proc_start"] == instances.proc_start(pulsed.proc.pid)
+    assert [r["pid"] for r in listed(registry)] == [pulsed.proc.pid]
+    assert pulsed.terminate() == 0

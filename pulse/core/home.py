@@ -153,6 +153,24 @@ def make_runtime_dir(paths: Paths) -> None:
     (paths.home / "runtime-dir").write_text(f"{paths.runtime}\n")
 
 
+def remove_runtime_dir(runtime: Path) -> bool:
+    """After a clean stop: remove the runtime directory if it is a real directory of ours (never a
+    symlink: rmdir of a link fails, and lstat says so first) and empty (rmdir removes nothing else,
+    and nothing that appeared in it since). True when it was removed."""
+    import stat
+    try:
+        st = os.lstat(runtime)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    try:
+        os.rmdir(runtime)
+    except OSError:                 # not empty (a socket someone still uses, a file left), or gone
+        return False
+    return True
+
+
 def dev_pid(paths: Paths) -> int | None:
     """The pid of a live `pulsectl dev` on this home, or None."""
     try:

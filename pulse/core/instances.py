@@ -10,8 +10,10 @@ Each pulsed, while it runs, keeps one small JSON file in a registry directory:
     <runtime dir's parent>/pulse-<uid>-instances a shared one (/tmp)
 
 `pulsectl instances` lists this user's registry and the system one (if readable); an entry
-whose pid is gone, or now belongs to another process (its start time differs), is removed
-as it is read. Writing an entry is one small file: pulsed stays small (stdlib only here).
+whose pid is gone, or now belongs to another process (its start time or boot differs), is removed
+as it is read, and each pulsed removes such entries from its registry when it starts, so the
+entries of SIGKILLed Pulses do not pile up where nobody lists them. Writing an entry is one small
+file: pulsed stays small (stdlib only here).
 """
 
 from __future__ import annotations
@@ -59,12 +61,71 @@ def proc_start(pid: int) -> str | None:
     return None if fields[0] in (b"Z", b"X") else fields[19].decode()
 
 
+def boot_id() -> str | None:
+    """This boot's id: a start time counts from boot, so an entry left from an earlier boot (a
+    registry on a disk, not a tmpfs) must not pass for the process that has its pid now."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def is_live(entry: dict) -> bool:
+    """Is the pulsed an entry names still running: its pid alive, started when the entry says, in
+    this boot (an entry written before boot_id was recorded is judged by its start time alone)."""
+    try:
+        pid = int(entry["pid"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    start = proc_start(pid)
+    if start is None or start != entry.get("proc_start"):
+        return False
+    recorded = entry.get("boot_id")
+    return recorded is None or recorded == boot_id()
+
+
+def _read(path: Path) -> dict | None:
+    """An entry file's contents, None when it cannot be read as one (being written, or not ours)."""
+    try:
+        entry = msgspec.json.decode(path.read_bytes())
+        int(entry["pid"])
+    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def prune(directory: Path) -> list[dict]:
+    """Remove the entries of `directory` whose pulsed is gone (where we may); returns the live ones."""
+    try:
+        files = sorted(directory.glob("*.json"))
+    except OSError:
+        return []
+    live = []
+    for path in files:
+        entry = _read(path)
+        if entry is None:
+            continue                # left alone
+        if is_live(entry):
+            live.append(entry)
+        else:
+            unregister(path)        # its pulsed is gone (SIGKILL, power loss) or the pid was reused
+    return live
+
+
+def runtime_in_use(directory: Path, runtime: Path, but: int) -> bool:
+    """Does a live pulsed other than pid `but` registered in `directory` use `runtime`?"""
+    return any(e.get("runtime") == str(runtime) and int(e["pid"]) != but for e in prune(directory))
+
+
 def register(directory: Path, name: str, home: Path, runtime: Path) -> Path:
-    """Write this process's entry (atomically); returns its path. Raises OSError."""
+    """Write this process's entry (atomically), first removing the entries of Pulses that are gone;
+    returns its path. Raises OSError."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prune(directory)
     pid = os.getpid()
     entry = {"name": name, "home": str(home), "runtime": str(runtime), "pid": pid,
-             "proc_start": proc_start(pid), "started": time.time()}
+             "proc_start": proc_start(pid), "boot_id": boot_id(), "started": time.time()}
     path = directory / f"{pid}.json"
     tmp = directory / f".{pid}.json.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -87,19 +148,8 @@ def live_entries(directories: list[Path]) -> list[dict]:
     """Every live entry in `directories`, by name then pid; dead ones are removed (where we may)."""
     out, seen = [], set()
     for directory in directories:
-        try:
-            files = sorted(directory.glob("*.json"))
-        except OSError:
-            continue
-        for path in files:
-            try:
-                entry = msgspec.json.decode(path.read_bytes())
-                pid = int(entry["pid"])
-            except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
-                continue            # being written, or not ours: left alone
-            if proc_start(pid) is None or proc_start(pid) != entry.get("proc_start"):
-                unregister(path)    # its pulsed is gone (SIGKILL, power loss) or the pid was reused
-                continue
+        for entry in prune(directory):
+            pid = int(entry["pid"])
             if (str(directory), pid) not in seen:
                 seen.add((str(directory), pid))
                 out.append({**entry, "registry": str(directory)})
