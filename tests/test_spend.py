@@ -431,3 +431,25 @@ def test_a_hundred_unassignable_tasks_do_not_starve_one_an_agent_may_take(pulsed
         conn.close()
     [task] = _add(pulsed)
     wait_for(lambda: _status(pulsed, task) == "acked", 30, what="the one task an agent may take")
+
+
+def test_the_tick_reads_an_agents_expected_cost_again_once_it_has_a_new_settlement(tmp_path):
+    from pulse.core import clock
+    from pulse.core.wire import now_event
+    from pulse.store import eventsdb
+    conn = eventsdb.open_events(tmp_path / "events.db")
+    agents = [Agent(name="a", budget=SpendLimits(usd_per_day=10))]
+
+    def run(n: int, usd: float) -> None:
+        eventsdb.append_events(conn, [
+            now_event(SpendEvent.RESERVED, "test", "a", {"effect_id": f"e{n}", "agent": "a", "task": f"task-{n}",
+                                                         "usd": 0.0, "at": clock.now()}),
+            now_event(SpendEvent.SETTLED, "test", "a", {"effect_id": f"e{n}", "usd": usd, "cost_reported": True})])
+    try:
+        run(1, 4.0)
+        assert spend.holds(conn, agents, SpendLimits()) == {}                 # $4 spent, $4 expected: fits
+        run(2, 5.5)
+        [(name, hold)] = spend.holds(conn, agents, SpendLimits()).items()
+        assert hold.why == "a: $9.50 of $10.00 usd_per_day; the next run is expected to cost $4.75"
+    finally:
+        conn.close()

@@ -363,13 +363,31 @@ def holds(conn, agents: list, host: SpendLimits) -> dict[str, Hold]:
     if not subject:
         return {}
     now = clock.now()
-    expected = {a.name: expected_cost(a.max_run_usd, recent_costs(conn, a.name)) for a in subject}
-    return agent_holds(load(conn, now), subject, host, now, expected)
+    ledger = load(conn, now)
+    expected = {a.name: _expected_now(conn, ledger, a) for a in subject}
+    return agent_holds(ledger, subject, host, now, expected)
 
 
-def waits_recorded(conn, task: str, why: str) -> bool:
-    """Does `task` already wait with these words (its latest spend-held since its last reservation)?"""
-    return load(conn, clock.now()).held.get(task, {}).get("why") == why
+# The tick asks every tick: an agent's expected cost is read again only once the ledger has a new
+# settlement of its (recent_costs walks the settlements newest first, so an agent with none would
+# walk them all each time). Keyed by database file and agent: (its settled runs seen, expected).
+_expected: dict[tuple[str, str], tuple[int, float]] = {}
+
+
+def _expected_now(conn, ledger: Ledger, agent) -> float:
+    if agent.max_run_usd is not None:
+        return float(agent.max_run_usd)
+    key = (_database(conn), agent.name)
+    settled = sum(1 for r in ledger.runs.values() if r.agent == agent.name and r.usd is not None)
+    known = _expected.get(key)
+    if known is None or known[0] != settled:
+        known = _expected[key] = (settled, expected_cost(None, recent_costs(conn, agent.name)))
+    return known[1]
+
+
+def waiting(conn) -> dict[str, str]:
+    """task → the words it waits with (its latest spend-held since its last reservation)."""
+    return {task: held.get("why", "") for task, held in load(conn, clock.now()).held.items()}
 
 
 def hold_task(conn, task: str, agent, host: SpendLimits, source: str) -> str | None:

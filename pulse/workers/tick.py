@@ -353,16 +353,18 @@ class TickWorker(Worker):
         notification was committed (the executor is rung)."""
         if self.config.observe_only:
             return False
+        waits = routing.budget_waits(curr.pending_tasks, curr.agents, curr.pending)
+        if not waits:
+            return False
         agents = {a.name: a for a in self.config.agent}
         told = False
-        for task, agent in routing.budget_waits(curr.pending_tasks, curr.agents, curr.pending).items():
-            try:
-                if spend.waits_recorded(self.events, task, curr.agents[agent].budget):
-                    continue
-                told = spend.hold_task(self.events, task, agents[agent], self.config.budget, "tick") is not None or told
-            except sqlite3.Error as err:   # locked or full: the next tick records it
-                self.log.warning("could not record why %s waits: %s", task, err)
-                return told
+        try:
+            said = spend.waiting(self.events)
+            for task, agent in waits.items():
+                if said.get(task) != curr.agents[agent].budget:
+                    told = spend.hold_task(self.events, task, agents[agent], self.config.budget, "tick") is not None or told
+        except sqlite3.Error as err:   # locked or full: the next tick records it
+            self.log.warning("could not record why tasks wait on a spend limit: %s", err)
         return told
 
     async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
