@@ -4,7 +4,7 @@
 needs no pulsed: per agent, then the host, spend today and this month (UTC) and runs in the last
 hour, each against its limit, the runs whose CLI reported no cost, and the tasks waiting on a
 limit. `budget reset AGENT` appends a `spend-reset` event: the agent's runs so far count no more
-(an operator action, recorded like every other); a held run starts at the executor's next scan.
+(an operator action, recorded like every other); the tick, rung, hands the held tasks out.
 Raising a limit is editing config.toml and `pulsectl reload`. Exit codes: 0; 1 no such agent or
 no events.db; 2 usage.
 """
@@ -80,7 +80,9 @@ def reset(ctx: Context, agent: str) -> None:
     if not ctx.paths.events_db.exists():
         _fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
     spend.reset(eventsdb.open_events(ctx.paths.events_db), agent, "pulsectl", by="operator")
-    click.echo(f"{agent}: spend reset; a run it holds back starts at the executor's next scan")
+    from pulse.core import client, wire
+    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{agent} spend reset"))   # its held tasks go out now
+    click.echo(f"{agent}: spend reset; the tasks it held back are handed out at the next tick")
 
 
 COMMANDS = [budget]
