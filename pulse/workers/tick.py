@@ -349,8 +349,8 @@ class TickWorker(Worker):
 
     def hold_budget_waits(self, curr: wire.Snapshot) -> bool:
         """Record why each listed task whose agents are all over a limit waits (its `spend-held`, and the
-        100 % alerts due), as a held claim would have; the tick hands such a task no run. True when a
-        notification was committed (the executor is rung)."""
+        100 % alerts due), as a held claim would have; the tick hands such a task no run. True when it
+        wrote (a notification may be among what it committed: the executor is rung)."""
         if self.config.observe_only:
             return False
         waits = routing.budget_waits(curr.pending_tasks, curr.agents, curr.pending)
