@@ -150,67 +150,81 @@ def test_the_proxy_fails_closed_without_the_gate(tmp_path):
 
 # -- a run under its own account ([[agent]] user) ------------------------------------------------------------
 
-# Run by the system's python as the run's account (the venv's is out of its reach, as is Pulse's
-# install: so it speaks the gate's own line protocol, which is what `pulsectl mcp` carries). It writes,
-# then tries every side door; what became of each goes to RESULTS, and it leaves its write unverified.
+# Run as the run's own account by the system's python3.11, in a venv made for it (tests/accountvenv.py:
+# the test venv's interpreter may be out of that account's reach): through the real MCP client it
+# starts the real `pulsectl mcp`, looks and writes, and leaves its write unverified; then it tries
+# every side door with the real pulsectl and by hand. What became of each goes to RESULTS.
 JAILED_SCRIPT = r"""
-import json, os, socket, sqlite3, subprocess, sys
-home, pulsectl, results = sys.argv[1], sys.argv[2], sys.argv[3]
+import asyncio, json, os, socket, sqlite3, subprocess, sys
+from mcp import Client, StdioServerParameters
+home, runtime, pulsectl, results = sys.argv[1:5]
 out = {"uid": os.getuid()}
 
-def session(token):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(os.environ["PULSE_GATE_SOCKET"])
-    f = s.makefile("rwb")
-    f.write(json.dumps({"op": "hello", "token": token, "agent": "operator-shell"}).encode() + b"\n")
-    f.flush()
-    return f, json.loads(f.readline())
+def proxy(env):
+    return Client(StdioServerParameters(command=pulsectl, args=["mcp", "--agent", "operator-shell"], env=env),
+                  read_timeout_seconds=60)
 
-def call(f, i, name, args):
-    f.write(json.dumps({"id": i, "op": "call", "name": name, "args": args}).encode() + b"\n")
-    f.flush()
-    return json.loads(f.readline())["envelope"]
+async def sessions():
+    async with proxy(dict(os.environ)) as c:
+        out["look"] = (await c.call_tool("events", {"target": "boundary"})).structured_content
+        out["write"] = (await c.call_tool("emit_effect", {"kind": "exec", "target": "boundary",
+                                                          "params": {"argv": ["true"]}})).structured_content
+    without_token = {k: v for k, v in os.environ.items() if k != "PULSE_RUN_TOKEN"}
+    async with proxy(without_token) as c:
+        out["tokenless"] = (await c.call_tool("status", {})).structured_content
 
-f, out["welcome"] = session(os.environ.get("PULSE_RUN_TOKEN"))
-out["look"] = call(f, 1, "events", {"target": "boundary"})
-out["write"] = call(f, 2, "emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
-_, out["tokenless"] = session(None)
+asyncio.run(sessions())
+
+def run(*argv):      # told where pulsed's sockets are, as an agent that knows the host would be
+    env = {**os.environ, "PULSE_RUNTIME_DIR": runtime}
+    done = subprocess.run([pulsectl, "--home", home, *argv], capture_output=True, text=True, timeout=60, env=env)
+    return {"code": done.returncode, "stderr": done.stderr[-600:]}
+
+out["emit"] = run("emit", "exec", "--target", "boundary", "--param", 'argv=["true"]')
+out["gate_reset"] = run("gate-reset", "--agent", "jailed")
+out["task_add"] = run("task", "add", "--project", "ops", "--title", "forged", "--prompt", "x")
+out["web_url"] = run("web", "url")
+out["config"] = run("config", "--effective")
+out["stop"] = run("stop", "executor")
+out["status"] = run("status")
 
 def attempt(name, fn):
     try:
         out[name] = {"ok": True, "value": repr(fn())[:200]}
     except Exception as err:
-        out[name] = {"ok": False, "error": type(err).__name__ + ": " + str(err)[:200]}
+        out[name] = {"ok": False, "error": type(err).__name__ + ": " + str(err)[:300]}
 
-def run(*argv):
-    done = subprocess.run([pulsectl, "--home", home, *argv], capture_output=True, timeout=30)
-    if done.returncode != 0:
-        raise RuntimeError(f"exit {done.returncode}: {done.stderr[-200:]!r}")
-    return done.stdout
-
-attempt("emit", lambda: run("emit", "exec", "boundary", "--param", "argv=[\"true\"]"))
-attempt("gate_reset", lambda: run("gate-reset", "--agent", "jailed"))
 def forge():
     conn = sqlite3.connect(os.path.join(home, "events.db"))
     conn.execute("INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (0, 0, 0, 'gate-call', 'x', 'x', '{}')")
     conn.commit()
+
+def control():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.path.join(runtime, "control.ipc"))
 attempt("events_db", forge)
 attempt("web_token", lambda: open(os.path.join(home, "web.token")).read())
-attempt("config", lambda: open(os.path.join(home, "config.toml")).read())
+attempt("config_toml", lambda: open(os.path.join(home, "config.toml")).read())
+attempt("control_socket", control)
 with open(results, "w") as r:
     json.dump(out, r)
 """
-SYSTEM_PYTHON = "/usr/bin/python3.11"
 
 
 @pytest.fixture
 def account():
-    """A real second account, made for this test and removed after it."""
+    """A real second account, made for this test and removed after it. Needs root, useradd and the
+    system's python3.11 (CI has them: there a missing one fails the test)."""
     import shutil
     import subprocess
     import uuid
+
+    from accountvenv import SYSTEM_PYTHON
     if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists(SYSTEM_PYTHON):
-        pytest.skip("needs root, useradd and the system's python3.11")
+        why = f"needs root, useradd and the system's python ({SYSTEM_PYTHON})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
     name = f"pt20{uuid.uuid4().hex[:8]}"
     subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
                    check=True, capture_output=True, timeout=30)
@@ -220,47 +234,76 @@ def account():
         subprocess.run(["userdel", name], capture_output=True, timeout=30)
 
 
-def test_a_run_under_its_own_account_reaches_the_gate_and_nothing_else(pulsed, account):
-    import pwd
+@pytest.fixture
+def shared_dir():
+    """A directory every account can traverse (tmp_path is under a 0700 one), removed after the test."""
     import shutil
     import tempfile
-    shared = tempfile.mkdtemp(prefix="pulse-t20-", dir="/tmp")    # tmp_path is under a 0700 directory
+    shared = tempfile.mkdtemp(prefix="pulse-t20-", dir="/tmp")
+    os.chmod(shared, 0o711)                                    # traversable, not listable
     try:
-        os.chmod(shared, 0o711)                                    # traversable, not listable
-        scripts = os.path.join(shared, "scripts")
-        os.mkdir(scripts, 0o755)
-        script = os.path.join(scripts, "jailed.py")
-        with open(script, "w") as f:
-            f.write(JAILED_SCRIPT)
-        os.chmod(script, 0o644)
-        work = os.path.join(shared, "work")
-        os.mkdir(work)
-        uid = pwd.getpwnam(account).pw_uid
-        os.chown(work, uid, -1)
-        results = os.path.join(work, "results.json")
-        init_home(pulsed.home)
-        from pulse.core.home import Paths, write_web_token
-        write_web_token(Paths.for_client(pulsed.home))
-        (pulsed.home / "config.toml").write_text(
-            f'[[agent]]\nname = "jailed"\nadapter = "command"\nmcp = false\nuser = "{account}"\ncwd = "{work}"\n'
-            f'argv = ["{SYSTEM_PYTHON}", "{script}", "{pulsed.home}", "{PULSECTL}", "{results}"]\n'
-            "timeout_s = 60\n[tasks]\nmax_failures = 1\n"
-            f'[gate]\nsocket_dir = "{shared}"\n'
-            '[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = [["true"]]\n')
-        pulsed.start()
-        before = len(pulsed.events("effect"))
-        task = add_task(pulsed, "try the side doors")
-        ended = task_end(pulsed, task)
-        with open(results) as f:
-            seen = json.load(f)
+        yield shared
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def denied(attempt: dict) -> bool:
+    """A pulsectl run that failed because the home is out of its account's reach (78: config.toml
+    unreadable, 77: another file of the home)."""
+    return attempt["code"] in (77, 78) and "permission denied" in attempt["stderr"].lower()
+
+
+def test_a_run_under_its_own_account_reaches_the_gate_and_nothing_else(pulsed, account, shared_dir):
+    import pwd
+    from pathlib import Path
+
+    import accountvenv
+    pulsectl = str(accountvenv.build(Path(shared_dir) / "venv"))
+    scripts = os.path.join(shared_dir, "scripts")
+    os.mkdir(scripts, 0o755)
+    script = os.path.join(scripts, "jailed.py")
+    with open(script, "w") as f:
+        f.write(JAILED_SCRIPT)
+    os.chmod(script, 0o644)
+    work = os.path.join(shared_dir, "work")
+    os.mkdir(work)
+    uid = pwd.getpwnam(account).pw_uid
+    os.chown(work, uid, -1)
+    results = os.path.join(work, "results.json")
+    python = os.path.join(shared_dir, "venv", "bin", "python")
+    init_home(pulsed.home)
+    from pulse.core.home import Paths, write_web_token
+    write_web_token(Paths.for_client(pulsed.home))
+    (pulsed.home / "config.toml").write_text(
+        f'[[agent]]\nname = "jailed"\nadapter = "command"\nmcp = false\nuser = "{account}"\ncwd = "{work}"\n'
+        f'argv = ["{python}", "{script}", "{pulsed.home}", "{pulsed.paths.runtime}", "{pulsectl}", "{results}"]\n'
+        "timeout_s = 90\n[tasks]\nmax_failures = 1\n"
+        f'[gate]\nsocket_dir = "{shared_dir}"\n'
+        '[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = [["true"]]\n')
+    pulsed.start()
+    before = len(pulsed.events("effect"))
+    task = add_task(pulsed, "try the side doors")
+    ended = task_end(pulsed, task)
+    assert os.path.exists(results), (ended, pulsed.log_text()[-3000:])
+    with open(results) as f:
+        seen = json.load(f)
     assert seen["uid"] == uid
-    assert seen["welcome"]["agent"] == "jailed" and seen["welcome"]["task"] == task, seen["welcome"]
+    # its sessions through the real `pulsectl mcp` were its run's: a look and a write, both through the gate
+    sessions = [s for s in opened(pulsed) if s["task"] == task]
+    assert sessions and all(s["agent"] == "jailed" for s in sessions), opened(pulsed)
     assert seen["look"]["ok"] and seen["write"]["ok"], seen
-    assert seen["tokenless"]["op"] == "refused" and seen["tokenless"]["code"] == "NOT_OPERATOR"
-    for door in ("emit", "gate_reset", "events_db", "web_token", "config"):
-        assert seen[door]["ok"] is False, (door, seen[door])
+    assert seen["tokenless"]["error"]["code"] == "NOT_OPERATOR", seen["tokenless"]
+    # every side door is shut by the boundary (the home's mode, the gate's peer check), not by a missing tool
+    for door in ("emit", "task_add", "config"):          # config.toml is read first, and refused
+        assert denied(seen[door]), (door, seen[door])
+    for door in ("web_url", "stop", "status"):            # they ask pulsed first, over its control socket
+        assert seen[door]["code"] == 4 and "control socket" in seen[door]["stderr"] \
+            and "permission denied" in seen[door]["stderr"], (door, seen[door])
+    assert seen["gate_reset"]["code"] == 1 and "the gate refused the reset" in seen["gate_reset"]["stderr"] \
+        and f"uid {uid} is not the operator's" in seen["gate_reset"]["stderr"], seen["gate_reset"]
+    assert "unable to open database file" in seen["events_db"]["error"], seen["events_db"]
+    for door in ("web_token", "config_toml", "control_socket"):
+        assert seen[door]["error"].startswith("PermissionError"), (door, seen[door])
     # the write it made through the gate stays unverified: nothing it tried outside the gate changed that
     assert ended["type"] == "task-failed" and ended["data"]["reason"] == "unverified-write", ended
     assert sorted(e["data"]["kind"] for e in pulsed.events("effect")[before:]) == ["agent-run", "exec"]
