@@ -22,11 +22,23 @@ pytest.importorskip("mcp")
 #   impostor      starts `pulsectl mcp --agent other` with PULSE_AGENT/PULSE_TASK changed, writes,
 #                 and leaves without verifying
 #   wait:PATH     writes, then waits for PATH to exist (someone else's turn), and leaves unverified
+#   linger:DIR    starts DIR/linger.py detached, out of the run's reach (no PULSE_RUN mark, its own
+#                 session), waits for DIR/release, and leaves: that client outlives the run
 AGENT_SCRIPT = """
-import asyncio, json, os, sys, time
+import asyncio, json, os, subprocess, sys, time
 from mcp import Client, StdioServerParameters
 
 async def main(pulsectl, prompt):
+    if prompt.startswith("linger:"):
+        where = prompt[7:]
+        env = {k: v for k, v in os.environ.items() if k != "PULSE_RUN"}
+        with open(os.path.join(where, "linger.err"), "wb") as err:
+            subprocess.Popen([sys.executable, os.path.join(where, "linger.py"), pulsectl, where], env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(where, "release")) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return
     env = dict(os.environ)
     args = ["mcp"]
     if prompt == "impostor":
@@ -45,11 +57,11 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-def agent_config(script) -> str:
+def agent_config(script, exec_argv: str = '[["true"]]') -> str:
     return (f'[[agent]]\nname = "alice"\nadapter = "command"\n'
             f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, {json.dumps(PULSECTL)}, "{{prompt}}"]\n'
             "timeout_s = 120\n[tasks]\nmax_failures = 1\n"
-            '[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = [["true"]]\n')
+            f'[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = {exec_argv}\n')
 
 
 def proxy(home, agent: str | None = None, **env_changes):
@@ -146,6 +158,167 @@ def test_the_proxy_fails_closed_without_the_gate(tmp_path):
     for result in (read, write):
         assert code(result) == "GATE_UNAVAILABLE" and result.structured_content["error"]["details"]["retry"] is True
     assert not (home / "events.db").exists() or b"gate-call" not in (home / "events.db").read_bytes()
+
+
+# -- a run that ended: its sessions end with it ----------------------------------------------------------------
+
+# Started by a run (linger:DIR) and left behind: through the real MCP client and `pulsectl mcp`, with
+# the run's token, it looks, then writes (an exec that naps 5 s) and keeps waiting past the run's end.
+LINGER_SCRIPT = """
+import asyncio, json, os, sys, time
+from mcp import Client, StdioServerParameters
+pulsectl, where = sys.argv[1:3]
+
+async def main():
+    out = {}
+    params = StdioServerParameters(command=pulsectl, args=["mcp"], env=dict(os.environ))
+    async with Client(params, read_timeout_seconds=60) as c:
+        out["look"] = (await c.call_tool("events", {"target": "linger"})).structured_content
+        write = asyncio.ensure_future(c.call_tool("emit_effect", {"kind": "exec", "target": "linger",
+                                                                  "params": {"argv": ["sleep", "5"]}}))
+        with open(os.path.join(where, "ready"), "w") as f:
+            f.write(str(os.getpid()))
+        began = time.monotonic()
+        out["write"] = (await write).structured_content
+        out["write_s"] = time.monotonic() - began
+        out["next"] = (await c.call_tool("events", {"target": "linger"})).structured_content
+    with open(os.path.join(where, "result.tmp"), "w") as f:
+        json.dump(out, f)
+    os.rename(os.path.join(where, "result.tmp"), os.path.join(where, "result.json"))
+
+asyncio.run(main())
+"""
+
+
+def test_a_session_that_outlives_its_run_is_ended_with_it(pulsed, tracker, tmp_path):
+    """A client the run left behind (out of the run's reach: no PULSE_RUN mark, its own session)
+    keeps its `pulsectl mcp` open past the run's end, a write in flight: as the run ends, that call
+    is answered RUN_ENDED (not the write's outcome, seconds later), and so is the next one."""
+    import psutil
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT)
+    where = tmp_path / "linger"
+    where.mkdir()
+    (where / "linger.py").write_text(LINGER_SCRIPT)
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(agent_config(script, exec_argv='[["sleep", "5"]]'))
+    pulsed.start()
+    task = add_task(pulsed, f"linger:{where}")
+    pid = int(wait_for(lambda: (where / "ready").exists() and (where / "ready").read_text(), 60,
+                       what="the lingering client's write"))
+    tracker.add(pid, *(p.pid for p in psutil.Process(pid).children(recursive=True)))
+    ours = wait_for(lambda: {s["session"] for s in opened(pulsed) if s["task"] == task}, 30, what="its session")
+    wait_for(lambda: [e for e in pulsed.events("gate-call") if e["data"].get("session") in ours
+                      and e["data"].get("phase") == "begin" and e["data"].get("tool") == "emit_effect"],
+             30, what="its write in flight")
+    (where / "release").touch()                 # the run's own process leaves: the run ends
+    ended = task_end(pulsed, task)
+    result = wait_for(lambda: (where / "result.json").exists() and json.loads((where / "result.json").read_text()),
+                      30, what="the lingering client's calls after the run's end")
+    assert result["look"]["ok"], result
+    assert result["write"]["error"]["code"] == "RUN_ENDED" and result["write_s"] < 5, result
+    assert result["next"]["error"]["code"] == "RUN_ENDED", result
+    assert ended["type"] == "task-failed", ended
+    # the write's effect was committed before the run ended; it settles on its own
+    wait_for(lambda: [e for e in pulsed.events() if e["type"] in ("effect-acked", "effect-failed")
+                      and e["data"].get("kind") == "exec"], 30, what="the nap's outcome")
+
+
+# -- how many connections the gate holds ---------------------------------------------------------------------
+
+def hello(path: str):
+    """A raw connection to the gate that says hello as the operator's shell: (socket, first reply)."""
+    import socket
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(path)
+    try:
+        sock.sendall(json.dumps({"op": "hello", "token": None, "agent": "counter"}).encode() + b"\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass                    # refused before its hello was read: the refusal is there to read
+    return sock, json.loads(sock.makefile("rb").readline())
+
+
+def test_the_gate_refuses_connections_past_its_limits_and_open_sessions_go_on(pulsed):
+    """[gate] max_sessions_per_pid = 2, max_sessions = 3: a third connection of this process and a
+    fourth in all are refused GATE_BUSY (retry); the session already open keeps working, and a
+    refused proxy's next call, once a slot is free, goes through."""
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text("[gate]\nmax_sessions = 3\nmax_sessions_per_pid = 2\n")
+    pulsed.start()
+    path = str(pulsed.paths.gate_socket)
+
+    async def scenario():
+        out = {}
+        async with proxy(pulsed.home, "first") as first:        # one connection, its proxy's
+            out["first"] = await first.call_tool("status", {})
+            held = [hello(path) for _ in range(3)]              # this process: two, then one too many
+            async with proxy(pulsed.home, "late") as late:      # the fourth in all
+                out["busy"] = await late.call_tool("status", {})
+                out["first_again"] = await first.call_tool("status", {})
+                held[0][0].close()
+                deadline = asyncio.get_running_loop().time() + 30
+                while True:
+                    out["retried"] = await late.call_tool("status", {})
+                    if not out["retried"].is_error or asyncio.get_running_loop().time() > deadline:
+                        break
+                    await asyncio.sleep(0.05)
+        for sock, _ in held:
+            sock.close()
+        return out, [reply for _, reply in held]
+    out, replies = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert not out["first"].is_error, out["first"].structured_content
+    assert [r["op"] for r in replies] == ["welcome", "welcome", "refused"], replies
+    assert replies[2]["code"] == "GATE_BUSY" and replies[2]["retry"] is True, replies[2]
+    assert "max_sessions_per_pid" in replies[2]["message"], replies[2]
+    assert code(out["busy"]) == "GATE_BUSY", out["busy"].structured_content
+    assert out["busy"].structured_content["error"]["details"]["retry"] is True
+    assert "[gate] max_sessions)" in out["busy"].structured_content["error"]["message"]
+    assert not out["first_again"].is_error, out["first_again"].structured_content
+    assert not out["retried"].is_error, out["retried"].structured_content
+
+
+def test_connection_limits_count_in_all_per_account_and_per_process():
+    from types import SimpleNamespace
+
+    from pulse.agents.gateserver import Connections, over_limit
+    limits = SimpleNamespace(max_sessions=5, max_sessions_per_uid=3, max_sessions_per_pid=2)
+    open_ = Connections()
+    for pid, uid in ((10, 1000), (10, 1000), (11, 1000)):
+        assert over_limit(open_, pid, uid, limits) is None
+        open_.add(pid, uid)
+    assert "max_sessions_per_pid" in over_limit(open_, 10, 1000, limits)
+    assert "max_sessions_per_uid" in over_limit(open_, 12, 1000, limits)
+    assert over_limit(open_, 20, 2000, limits) is None
+    open_.add(20, 2000)
+    open_.add(21, 2000)
+    assert "[gate] max_sessions)" in over_limit(open_, 30, 3000, limits)
+    open_.remove(10, 1000)
+    assert over_limit(open_, 30, 3000, limits) is None and open_.per_pid == {10: 1, 11: 1, 20: 1, 21: 1}
+    for pid, uid in ((10, 1000), (11, 1000), (20, 2000), (21, 2000)):
+        open_.remove(pid, uid)
+    assert (open_.total, open_.per_uid, open_.per_pid) == (0, {}, {})
+
+
+def test_an_ended_runs_token_is_refused_run_ended_and_the_gate_hears_of_it():
+    from pulse.agents import gateserver
+    tokens = gateserver.RunTokens()
+    heard = []
+    tokens.listeners.append(heard.append)
+    token = tokens.register("run-1", "alice", "task-1")
+    assert gateserver.identify({"token": token}, 1000, 0, tokens)[:2] == ("alice", "task-1")
+    tokens.revoke(token)
+    tokens.revoke(token)                        # a second revoke (the run's finally) is heard once
+    assert heard == ["run-1"] and not tokens.is_live("run-1")
+    with pytest.raises(gateserver.Refused) as refused:
+        gateserver.identify({"token": token}, 1000, 0, tokens)
+    assert refused.value.code == "RUN_ENDED"
+    with pytest.raises(gateserver.Refused) as refused:
+        gateserver.identify({"token": "never-issued"}, 1000, 0, tokens)
+    assert refused.value.code == "RUN_UNKNOWN"
+    for n in range(gateserver.ENDED_KEPT):       # bounded: the oldest ended runs are forgotten
+        tokens.revoke(tokens.register(f"later-{n}", "alice", "t"))
+    assert len(tokens.ended) == gateserver.ENDED_KEPT and tokens.is_live("run-1")
 
 
 # -- a run under its own account ([[agent]] user) ------------------------------------------------------------
