@@ -160,6 +160,32 @@ def test_the_proxy_fails_closed_without_the_gate(tmp_path):
     assert not (home / "events.db").exists() or b"gate-call" not in (home / "events.db").read_bytes()
 
 
+def test_an_agent_cannot_archive_the_home(pulsed, tmp_path):
+    """An `archive` of the home (or of what holds it) emitted through the gate, with archive allowed:
+    the effect is refused, and the home, events.db included, stays where it is."""
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text('[allow]\nkinds = ["archive"]\n')
+    pulsed.start()
+    kept = tmp_path / "kept"
+
+    async def archive():
+        results = []
+        async with proxy(pulsed.home, "archivist") as c:
+            for source in (pulsed.home, pulsed.home.parent):
+                await c.call_tool("events", {"target": "home"})
+                results.append(await c.call_tool("emit_effect", {
+                    "kind": "archive", "target": "home",
+                    "params": {"from": str(source), "to": str(kept), "older_than_h": 0}}))
+        return results
+    results = asyncio.run(asyncio.wait_for(archive(), 90))
+    failed = [e["data"] for e in pulsed.events("effect-failed") if e["data"].get("kind") == "archive"]
+    assert len(failed) == 2 and all(f["reason"] == "refused" for f in failed), (failed, [r.structured_content for r in results])
+    assert "is Pulse's home" in failed[0]["error"] and "holds Pulse's home" in failed[1]["error"], failed
+    assert not kept.exists() and (pulsed.home / "events.db").exists()
+    origins = {e["data"]["origin"] for e in pulsed.events("effect") if e["data"]["kind"] == "archive"}
+    assert origins == {"agent"}, origins
+
+
 # -- a run that ended: its sessions end with it ----------------------------------------------------------------
 
 # Started by a run (linger:DIR) and left behind: through the real MCP client and `pulsectl mcp`, with
