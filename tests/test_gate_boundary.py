@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
+import time
 
 import pytest
 
@@ -270,7 +272,7 @@ def test_the_gate_refuses_connections_past_its_limits_and_open_sessions_go_on(pu
     fourth in all are refused GATE_BUSY (retry); the session already open keeps working, and a
     refused proxy's next call, once a slot is free, goes through."""
     init_home(pulsed.home)
-    (pulsed.home / "config.toml").write_text("[gate]\nmax_sessions = 3\nmax_sessions_per_pid = 2\n")
+    (pulsed.home / "config.toml").write_text("[gate]\nmax_sessions = 3\nmax_sessions_per_pid = 2\nhello_timeout_s = 1\n")
     pulsed.start()
     path = str(pulsed.paths.gate_socket)
 
@@ -302,6 +304,16 @@ def test_the_gate_refuses_connections_past_its_limits_and_open_sessions_go_on(pu
     assert "[gate] max_sessions)" in out["busy"].structured_content["error"]["message"]
     assert not out["first_again"].is_error, out["first_again"].structured_content
     assert not out["retried"].is_error, out["retried"].structured_content
+    # a connection that never says hello is closed after [gate] hello_timeout_s: it holds no slot for long
+    import socket
+    silent = socket.socket(socket.AF_UNIX)
+    silent.settimeout(20)
+    silent.connect(path)
+    began = time.monotonic()
+    try:
+        assert silent.recv(1) == b"" and time.monotonic() - began < 10
+    finally:
+        silent.close()
 
 
 def test_connection_limits_count_in_all_per_account_and_per_process():
@@ -507,3 +519,17 @@ def test_a_run_under_its_own_account_reaches_the_gate_and_nothing_else(pulsed, a
     assert ended["type"] == "task-failed" and ended["data"]["reason"] == "unverified-write", ended
     assert sorted(e["data"]["kind"] for e in pulsed.events("effect")[before:]) == ["agent-run", "exec"]
     assert not [e for e in pulsed.events("effect") if e["data"].get("origin") == "operator"]
+
+
+@pytest.mark.parametrize("line, named", [("max_sessions = 0", "$.gate.max_sessions"),
+                                         ("max_sessions_per_pid = -1", "$.gate.max_sessions_per_pid"),
+                                         ("hello_timeout_s = 0", "$.gate.hello_timeout_s")])
+def test_a_bad_connection_limit_is_named(tmp_path, line, named):
+    from pulse.core import config as configmod
+    path = tmp_path / "config.toml"
+    path.write_text(f"[gate]\n{line}\n")
+    with pytest.raises(configmod.ConfigError, match=re.escape(named)):
+        configmod.load(path)
+    defaults = configmod.load(tmp_path / "absent.toml").gate
+    assert (defaults.max_sessions, defaults.max_sessions_per_uid, defaults.max_sessions_per_pid,
+            defaults.hello_timeout_s) == (256, 64, 4, 10.0)

@@ -171,9 +171,6 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -
 
 # -- how many connections at once -------------------------------------------------------------------------
 
-HELLO_TIMEOUT_S = 10.0      # a connection that says nothing this long is closed: it would hold a slot
-
-
 @dataclass
 class Connections:
     """The gate's open connections, counted in total, per peer uid and per peer pid (the gate's
@@ -344,7 +341,7 @@ class GateServer:
             asyncio.ensure_future(self._refuse_ended(run, calls, send, writer))
         try:
             try:
-                hello = json.loads(await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S) or b"null")
+                hello = json.loads(await asyncio.wait_for(reader.readline(), self.config.gate.hello_timeout_s) or b"null")
                 if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
                     raise Refused("BAD_REQUEST", "a session opens with a hello")
                 agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)

@@ -386,6 +386,7 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_sessions: int = 256
     max_sessions_per_uid: int = 64
     max_sessions_per_pid: int = 4
+    hello_timeout_s: float = 10.0             # a connection that says nothing this long is closed (it holds a slot)
 
 
 class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -809,6 +810,8 @@ def validate(config: Config, origin: str) -> Config:
     for limit in ("max_sessions", "max_sessions_per_uid", "max_sessions_per_pid"):
         if getattr(config.gate, limit) < 1:
             raise ConfigError(f"{origin}: $.gate.{limit} must be at least 1")
+    if config.gate.hello_timeout_s <= 0:
+        raise ConfigError(f"{origin}: $.gate.hello_timeout_s must be greater than 0")
     if config.pulse.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", config.pulse.name):
         raise ConfigError(f"{origin}: $.pulse.name: 1 to 64 letters, digits and _ . @ - (not starting with a symbol)")
     if config.engine.address_space_mb < 0:
