@@ -221,6 +221,7 @@ class GateServer:
         self.error: BaseException | None = None
         self.connections = Connections()
         self.runs: dict[str, set[Callable[[], None]]] = {}    # run id → how to end each of its open sessions
+        self.ending: set[asyncio.Future] = set()
 
     # -- lifecycle (the owner's thread) ----------------------------------------------------------
 
@@ -338,7 +339,9 @@ class GateServer:
 
         def end_of_run() -> None:
             ended.set()
-            asyncio.ensure_future(self._refuse_ended(run, calls, send, writer))
+            ending = asyncio.ensure_future(self._refuse_ended(run, calls, send, writer))
+            self.ending.add(ending)             # held until done: the loop keeps only weak references
+            ending.add_done_callback(self.ending.discard)
         try:
             try:
                 hello = json.loads(await asyncio.wait_for(reader.readline(), self.config.gate.hello_timeout_s) or b"null")
