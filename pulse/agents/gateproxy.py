@@ -8,7 +8,9 @@ asks the client's person an ask_operator question, then sends the answer with th
 Fails closed: while the gate cannot be reached (pulsed down, the executor restarting) every call
 answers GATE_UNAVAILABLE, and the agent may retry; the next call connects again (a new session of
 the same run, which inherits what the last one left unverified). A refused session (no live run
-token and not the operator's uid) answers the gate's refusal code to every call.
+token and not the operator's uid; a run that ended, RUN_ENDED) answers the gate's refusal code to
+every call; GATE_BUSY (the gate holds all the connections it allows) answers that call, and the
+next one tries again.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class GateLink:
         self.waiting: dict[int, Any] = {}       # id → [anyio.Event, reply]
         self.ids = itertools.count(1)
         self.last_error = "not tried yet"
+        self.busy: dict | None = None           # the gate's GATE_BUSY at the last try, if it was
 
     async def connect(self, group) -> bool:
         import anyio
@@ -60,16 +63,24 @@ class GateLink:
             return True
         try:
             stream = await anyio.connect_unix(self.path)
-            await stream.send(json.dumps(self.hello).encode() + b"\n")
             reader = BufferedByteReceiveStream(stream)
+            try:
+                await stream.send(json.dumps(self.hello).encode() + b"\n")
+            except (anyio.BrokenResourceError, OSError):
+                pass        # refused before its hello was read (GATE_BUSY): the refusal waits to be read
             first = json.loads(await reader.receive_until(b"\n", 1 << 24))
         except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, ValueError) as err:
             self.last_error = f"{type(err).__name__}: {err}"
             return False
         if first.get("op") == "refused":
-            self.refusal = first
+            if first.get("retry"):      # GATE_BUSY: the next call tries again
+                self.last_error = f"{first.get('code')}: {first.get('message')}"
+                self.busy = first
+            else:
+                self.refusal = first
             await stream.aclose()
             return False
+        self.busy = None
         self.stream, self.welcome = stream, first
         task = f" (task {first['task']})" if first.get("task") else ""
         ignored = f"; {first['ignored']}" if first.get("ignored") else ""
@@ -83,6 +94,9 @@ class GateLink:
         try:
             while True:
                 reply = json.loads(await reader.receive_until(b"\n", 1 << 24))
+                if reply.get("op") == "refused":      # RUN_ENDED: the run is over, and so is this session
+                    self.refusal = reply
+                    continue
                 slot = self.waiting.get(reply.get("id"))
                 if slot is not None:
                     slot[1] = reply
@@ -103,6 +117,8 @@ class GateLink:
         if not await self.connect(group):
             if self.refusal is not None:
                 return failure(self.refusal["code"], self.refusal["message"])
+            if self.busy is not None:
+                return failure(self.busy["code"], self.busy["message"], retry=True)
             return failure(GATE_UNAVAILABLE, f"Pulse's gate is not reachable at {self.path} ({self.last_error}); "
                            "nothing was done: retry once pulsed runs", retry=True)
         ident = next(self.ids)
@@ -123,6 +139,8 @@ class GateLink:
             raise
         finally:
             self.waiting.pop(ident, None)
+        if slot[1] is None and self.refusal is not None:
+            return failure(self.refusal["code"], self.refusal["message"])
         if slot[1] is None:
             return failure(GATE_UNAVAILABLE, "the gate went away during the call; whether a write acted is "
                            "for a read to tell (its effect settles it): retry", retry=True)

@@ -18,7 +18,10 @@ and its calls in flight are cancelled (recorded; a write's effect settles it).
 
 Wire: one JSON object per line each way. The client opens with {"op": "hello", "token", "agent"},
 answered {"op": "welcome", ...} or {"op": "refused", "code", "message"} (and the connection
-closes). Then {"id", "op": "call", "name", "args", "operator"} → {"id", "envelope", "text"};
+closes; GATE_BUSY, "retry": true, when the gate holds as many connections as [gate] max_sessions,
+max_sessions_per_uid or max_sessions_per_pid allow, before the hello is read). When a run ends,
+its sessions' calls in flight are answered RUN_ENDED, then {"op": "refused", "code": "RUN_ENDED"}
+comes unasked and the connection closes. Then {"id", "op": "call", "name", "args", "operator"} → {"id", "envelope", "text"};
 {"id", "op": "question"} records an ask_operator question round; {"op": "cancel", "of": id}
 cancels a call. Replies may come in any order (calls run concurrently, as the gate's batch
 rule expects). `pulsectl gate-reset` opens with {"op": "reset", "session" | "agent",
@@ -36,7 +39,9 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulse.agents import gate
@@ -57,16 +62,22 @@ class RunIdentity:
     uid: int | None = None   # the account the run's processes run as ([[agent]] user), if any
 
 
+ENDED_KEPT = 4096     # ended runs remembered (by token hash), so a late session hears RUN_ENDED, not RUN_UNKNOWN
+
+
 class RunTokens:
     """The live runs' capabilities, kept in the process that serves the gate (the executor, which
     starts and ends the runs): registered before a run starts, revoked when it ends. Only a hash
-    is kept, so nothing here can be read back into a token. Thread-safe (runner threads register,
-    the gate's loop looks up)."""
+    is kept, so nothing here can be read back into a token. Thread-safe (runner threads register
+    and revoke, the gate's loop looks up). `listeners` hear each revoked run's id, in the revoking
+    thread: the gate ends that run's open sessions."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.live: dict[str, RunIdentity] = {}
-        self.ended: set[str] = set()          # revoked runs' ids: their sessions answer RUN_ENDED
+        self.ended: OrderedDict[str, str] = OrderedDict()   # token hash → run id, the newest ENDED_KEPT
+        self.ended_runs: set[str] = set()                    # their run ids: their sessions answer RUN_ENDED
+        self.listeners: list[Callable[[str], None]] = []
 
     @staticmethod
     def digest(token: str) -> str:
@@ -77,22 +88,35 @@ class RunTokens:
         token = secrets.token_urlsafe(32)
         with self.lock:
             self.live[self.digest(token)] = RunIdentity(run, agent, task, uid)
-            self.ended.discard(run)
+            self.ended_runs.discard(run)
         return token
 
     def revoke(self, token: str) -> None:
+        digest = self.digest(token)
         with self.lock:
-            identity = self.live.pop(self.digest(token), None)
-            if identity is not None:
-                self.ended.add(identity.run)
+            identity = self.live.pop(digest, None)
+            if identity is None:
+                return
+            self.ended[digest] = identity.run
+            self.ended_runs.add(identity.run)
+            while len(self.ended) > ENDED_KEPT:
+                self.ended_runs.discard(self.ended.popitem(last=False)[1])
+            listeners = list(self.listeners)
+        for listener in listeners:
+            listener(identity.run)
 
     def lookup(self, token: str) -> RunIdentity | None:
         with self.lock:
             return self.live.get(self.digest(token))
 
+    def ended_run(self, token: str) -> str | None:
+        """The id of the ended run this token was (one of the last ENDED_KEPT), else None."""
+        with self.lock:
+            return self.ended.get(self.digest(token))
+
     def is_live(self, run: str) -> bool:
         with self.lock:
-            return run not in self.ended
+            return run not in self.ended_runs
 
 
 RUN_TOKENS = RunTokens()
@@ -130,6 +154,8 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -
     token = hello.get("token")
     if token:
         identity = tokens.lookup(str(token))
+        if identity is None and (ended := tokens.ended_run(str(token))) is not None:
+            raise Refused("RUN_ENDED", f"run {ended} has ended: its token is revoked and no session can act for it")
         if identity is None:
             raise Refused("RUN_UNKNOWN", "this run token is not one of a live run (it ended, or was never "
                                          "issued): the session cannot act for any run")
@@ -141,6 +167,41 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -
                                       "run token: only an agent run started by Pulse or the operator may use the gate")
     agent = hello.get("agent")
     return (agent if isinstance(agent, str) and agent else gate.OPERATOR_SHELL), "", None
+
+
+# -- how many connections at once -------------------------------------------------------------------------
+
+@dataclass
+class Connections:
+    """The gate's open connections, counted in total, per peer uid and per peer pid (the gate's
+    loop alone touches them)."""
+    total: int = 0
+    per_uid: dict[int, int] = field(default_factory=dict)
+    per_pid: dict[int, int] = field(default_factory=dict)
+
+    def add(self, pid: int, uid: int) -> None:
+        self.total += 1
+        self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
+        self.per_pid[pid] = self.per_pid.get(pid, 0) + 1
+
+    def remove(self, pid: int, uid: int) -> None:
+        self.total -= 1
+        for counts, key in ((self.per_uid, uid), (self.per_pid, pid)):
+            counts[key] -= 1
+            if not counts[key]:
+                del counts[key]
+
+
+def over_limit(open_: Connections, pid: int, uid: int, limits) -> str | None:
+    """Why one more connection from (pid, uid) would be one too many ([gate] max_sessions,
+    max_sessions_per_uid, max_sessions_per_pid), the narrowest first, or None when it may open."""
+    if open_.per_pid.get(pid, 0) >= limits.max_sessions_per_pid:
+        return f"process {pid} holds {open_.per_pid[pid]} sessions, its limit ([gate] max_sessions_per_pid)"
+    if open_.per_uid.get(uid, 0) >= limits.max_sessions_per_uid:
+        return f"uid {uid} holds {open_.per_uid[uid]} sessions, its limit ([gate] max_sessions_per_uid)"
+    if open_.total >= limits.max_sessions:
+        return f"the gate holds {open_.total} sessions, its limit ([gate] max_sessions)"
+    return None
 
 
 # -- the server -------------------------------------------------------------------------------------------
@@ -158,11 +219,15 @@ class GateServer:
         self.turned = time.monotonic()
         self.ready = threading.Event()
         self.error: BaseException | None = None
+        self.connections = Connections()
+        self.runs: dict[str, set[Callable[[], None]]] = {}    # run id → how to end each of its open sessions
+        self.ending: set[asyncio.Future] = set()
 
     # -- lifecycle (the owner's thread) ----------------------------------------------------------
 
     def start(self, timeout_s: float = 10.0) -> None:
         SERVING[:] = [self.path]
+        self.tokens.listeners.append(self._run_ended)
         self.thread = threading.Thread(target=self._serve, name="gate-server", daemon=True)
         self.thread.start()
         if not self.ready.wait(timeout_s) or self.error is not None:
@@ -172,6 +237,8 @@ class GateServer:
         return self.thread is not None and self.thread.is_alive() and time.monotonic() - self.turned < within_s
 
     def stop(self, timeout_s: float = 3.0) -> None:
+        if self._run_ended in self.tokens.listeners:
+            self.tokens.listeners.remove(self._run_ended)
         if self.loop is not None and self.thread is not None and self.thread.is_alive():
             self.loop.call_soon_threadsafe(self.stopping.set)
             self.thread.join(timeout_s)
@@ -216,9 +283,48 @@ class GateServer:
             server.close()
             self.events.close()
 
+    # -- a run that ended: its sessions end with it -----------------------------------------------------
+
+    def _run_ended(self, run: str) -> None:
+        """(A runner thread, as the run's token is revoked.) Its open sessions are told RUN_ENDED and
+        closed, their calls in flight answered so: a lingering `pulsectl mcp` of an ended run holds
+        no connection and acts for nobody."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._end_sessions, run)
+            except RuntimeError:        # the loop closed meanwhile: so did every session
+                pass
+
+    def _end_sessions(self, run: str) -> None:
+        for end in list(self.runs.pop(run, ())):
+            end()
+
     # -- one connection: one session ----------------------------------------------------------------
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            pid, uid, _ = peer_credentials(writer.get_extra_info("socket"))
+        except OSError:
+            writer.close()
+            return
+        busy = over_limit(self.connections, pid, uid, self.config.gate)
+        if busy is not None:    # refused before a byte is read: it costs the gate no session and no fact
+            try:
+                writer.write(json.dumps({"op": "refused", "code": "GATE_BUSY", "retry": True,
+                                         "message": f"{busy}: retry once one ends"}).encode() + b"\n")
+                await writer.drain()
+            except (ConnectionError, RuntimeError):
+                pass
+            writer.close()
+            return
+        self.connections.add(pid, uid)
+        try:
+            await self._session(reader, writer, pid, uid)
+        finally:
+            self.connections.remove(pid, uid)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pid: int, uid: int) -> None:
         from pulse.agents.toolserver import GatedSession, instructions, tool_list
         lock = asyncio.Lock()
 
@@ -228,10 +334,17 @@ class GateServer:
                 await writer.drain()
 
         calls: dict[Any, asyncio.Task] = {}
+        run: RunIdentity | None = None
+        ended = asyncio.Event()
+
+        def end_of_run() -> None:
+            ended.set()
+            ending = asyncio.ensure_future(self._refuse_ended(run, calls, send, writer))
+            self.ending.add(ending)             # held until done: the loop keeps only weak references
+            ending.add_done_callback(self.ending.discard)
         try:
-            pid, uid, _ = peer_credentials(writer.get_extra_info("socket"))
             try:
-                hello = json.loads(await reader.readline() or b"null")
+                hello = json.loads(await asyncio.wait_for(reader.readline(), self.config.gate.hello_timeout_s) or b"null")
                 if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
                     raise Refused("BAD_REQUEST", "a session opens with a hello")
                 agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)
@@ -245,6 +358,12 @@ class GateServer:
             except Refused as refused:
                 await send({"op": "refused", "code": refused.code, "message": refused.message})
                 return
+            if run is not None:
+                if not self.tokens.is_live(run.run):      # revoked between its hello and now
+                    await send({"op": "refused", "code": "RUN_ENDED",
+                                "message": f"run {run.run} has ended: its token is revoked"})
+                    return
+                self.runs.setdefault(run.run, set()).add(end_of_run)
             session = GatedSession(self.tools, agent=agent, task=task, pid=pid)
             claimed = hello.get("agent")
             await send({"op": "welcome", "session": session.gate.id, "agent": agent, "task": task,
@@ -252,7 +371,7 @@ class GateServer:
                         "tools": tool_list(self.config.allow), "instructions": instructions(self.config.allow),
                         **({"ignored": f"--agent {claimed!r}: a run's session is its run's agent"}
                            if run and claimed and claimed != agent else {})})
-            while line := await reader.readline():
+            while not ended.is_set() and (line := await reader.readline()):
                 try:
                     message = json.loads(line)
                 except ValueError:
@@ -272,11 +391,34 @@ class GateServer:
                     await send({"id": message.get("id") if isinstance(message, dict) else None,
                                 "envelope": {"ok": False, "error": {"code": "BAD_REQUEST",
                                                                     "message": f"no op {op!r}"}}})
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            pass        # the proxy went away, or sent what no proxy sends: the session ends
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
+                asyncio.TimeoutError):
+            pass        # the proxy went away, said nothing, or sent what no proxy sends: the session ends
         finally:
+            if run is not None:
+                self.runs.get(run.run, set()).discard(end_of_run)
+                if not self.runs.get(run.run, True):
+                    self.runs.pop(run.run, None)
             for task_ in list(calls.values()):    # the proxy is gone: nobody waits for these answers
                 task_.cancel()
+            if not ended.is_set():               # else _refuse_ended closes it once it has said why
+                writer.close()
+
+    async def _refuse_ended(self, run: RunIdentity, calls: dict, send, writer) -> None:
+        """A run's session as its run ends: each call in flight is cancelled (the gate records it; a
+        write's effect settles it) and answered RUN_ENDED, then the session is refused RUN_ENDED,
+        which the proxy keeps answering, and closed."""
+        from pulse.agents.toolserver import ToolError
+        err = ToolError("RUN_ENDED", f"run {run.run} has ended: its token is revoked and its session can no "
+                                     "longer act")
+        try:
+            for ident, task_ in list(calls.items()):
+                task_.cancel()
+                await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
+            await send({"op": "refused", "code": err.code, "message": err.message})
+        except (ConnectionError, RuntimeError):
+            pass
+        finally:
             writer.close()
 
     async def _call(self, session, run: RunIdentity | None, message: dict, send) -> None:

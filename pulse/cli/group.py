@@ -102,6 +102,12 @@ class LazyGroup(click.Group):
         """A store that cannot be used is one line naming the file and what to do, never a traceback."""
         try:
             return super().invoke(ctx)
+        except PermissionError as err:
+            # An account Pulse keeps out (an agent run's own `user`): one line naming what it cannot
+            # reach, never a traceback. 77: EX_NOPERM.
+            click.echo(f"pulsectl: permission denied: {err.filename or err} (out of this account's reach: "
+                       "an agent run under its own user reaches only Pulse's gate, through `pulsectl mcp`)", err=True)
+            sys.exit(77)
         except Exception as err:
             from pulse.store.connection import StoreError  # only now: most commands never touch a store
             if not isinstance(err, StoreError):

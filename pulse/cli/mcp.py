@@ -92,15 +92,18 @@ def reset_through_gate(ctx: Context, request: dict) -> dict | None:
     listens. Only the operator's uid, with no run token, may reset."""
     import socket as socketmod
 
-    from pulse.agents.gateserver import socket_path
+    from pulse.agents.gateserver import SOCKET_ENV, socket_path
     from pulse.core import config as configmod
-    try:
-        shared = configmod.load(ctx.paths.config).gate.socket_dir
-    except (configmod.ConfigError, OSError):
-        shared = ""
+    path = os.environ.get(SOCKET_ENV)      # where a run was told the gate is: it decides who may reset
+    if not path:
+        try:
+            shared = configmod.load(ctx.paths.config).gate.socket_dir
+        except (configmod.ConfigError, OSError):
+            shared = ""
+        path = socket_path(ctx.paths, shared)
     sock = socketmod.socket(socketmod.AF_UNIX)
     try:
-        sock.connect(socket_path(ctx.paths, shared))
+        sock.connect(path)
     except OSError:
         sock.close()
         return None

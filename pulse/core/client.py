@@ -77,7 +77,12 @@ def ring(paths: Paths, socket: str, message) -> None:
 def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.Reply:
     if daemon_pid(paths) is None:
         raise Unreachable(f"pulsed is not running on {paths.home}")
-    if not Path(paths.socket_file("control")).exists():
+    try:
+        present = Path(paths.socket_file("control")).exists()
+    except PermissionError:     # an account Pulse keeps out (an agent run's own user): say so, not a traceback
+        raise Unreachable(f"pulsed's control socket {paths.socket_file('control')}: permission denied "
+                          "(this account may not steer pulsed)") from None
+    if not present:
         raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
     sock = open_socket(zmq.Context.instance(), zmq.DEALER, paths.endpoint("control"), bind=False)
     try:

@@ -380,6 +380,13 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # [[agent]] with a `user` must reach it: name a directory every parent of which that account can
     # traverse (the socket is made there mode 0666: who may act is decided by run token and peer uid)
     socket_dir: str = ""
+    # connections the gate holds at once (each is one session; past a limit a new one is refused
+    # GATE_BUSY, retry, and the sessions already open go on): all together, from one account (peer
+    # uid), from one process (peer pid; a `pulsectl mcp` holds one)
+    max_sessions: int = 256
+    max_sessions_per_uid: int = 64
+    max_sessions_per_pid: int = 4
+    hello_timeout_s: float = 10.0             # a connection that says nothing this long is closed (it holds a slot)
 
 
 class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -802,6 +809,11 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
     if config.gate.blocks_per_min < 1:
         raise ConfigError(f"{origin}: $.gate.blocks_per_min must be at least 1")
+    for limit in ("max_sessions", "max_sessions_per_uid", "max_sessions_per_pid"):
+        if getattr(config.gate, limit) < 1:
+            raise ConfigError(f"{origin}: $.gate.{limit} must be at least 1")
+    if config.gate.hello_timeout_s <= 0:
+        raise ConfigError(f"{origin}: $.gate.hello_timeout_s must be greater than 0")
     if config.pulse.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", config.pulse.name):
         raise ConfigError(f"{origin}: $.pulse.name: 1 to 64 letters, digits and _ . @ - (not starting with a symbol)")
     if config.engine.address_space_mb < 0:
