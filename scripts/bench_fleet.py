@@ -6,7 +6,7 @@
   2. the NATS outage: events flow into every host (20 a second each) while nats-server is killed
      for --outage seconds (20 by default) and started again on the same store; then every event of
      every host must be in the stream once, in events.db's order per host;
-  3. the task claim latency across hosts: a task added on host a (`pulsectl fleet add`) whose agent
+  3. the task claim latency across hosts: a task added on host a (`pulsectl task add --fleet`) whose agent
      only host c has → its task-executing on c (median and p95 of --tasks, one at a time);
   4. the fleet worker's RSS on each host (after the above).
 
@@ -68,7 +68,8 @@ def make_host(root: Path, name: str, url: str, agent: bool = False) -> Path:
     table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"enabled": True, "url": [url], "host": f"{name}@bench",
                                                            **FLEET}.items())
     config = home / "config.toml"
-    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    # a fresh config.toml declares no table (its headers are comments): [fleet] is added at its end
+    text = config.read_text() + "\n[fleet]\n" + table
     if agent:
         text += '\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\nargv = ["true"]\n'
     config.write_text(text)
@@ -80,7 +81,7 @@ def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
     from pulse.core.wire import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
     out = []
     for i in range(n):
-        fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "fleet", "add", "--agent", "builder",
+        fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "task", "add", "--fleet", "--agent", "builder",
                                    "--project", "bench", "--title", f"t{i}", "--prompt", "x"],
                                   check=True, capture_output=True, text=True).stdout.strip()
 

@@ -315,6 +315,19 @@ def _reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, s
     return None
 
 
+def hold_reason(conn, agent, host: SpendLimits) -> str | None:
+    """Why a run of `agent` starting now would be held by a spend limit, or None. Reads only: the
+    fleet asks it before taking a task for `agent`; the claim's `reserve` still decides the run."""
+    now = clock.now()
+    try:
+        expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
+        blocked = [m for m in measures(load(conn, now), scopes_of(agent, host), now) if crossing(m, expected)]
+    except BaseException:
+        forget(conn)
+        raise
+    return "; ".join(m.words() for m in blocked) if blocked else None
+
+
 def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | None, source: str,
            interrupted: bool = False, started: bool = True) -> dict | None:
     """The run ended: its reservation becomes its real cost (one transaction; once). No cost
