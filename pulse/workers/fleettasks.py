@@ -193,13 +193,19 @@ class FleetTasks:
             msgs = await self.queue.fetch(FETCH, timeout=0.05)
         except (asyncio.TimeoutError, nats.errors.TimeoutError):
             return
-        load = self.load_now(conn)
+        load = None
         for msg in msgs:
             offer = json.loads(msg.data)
             fleet_id = offer["fleet_id"]
             if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
                 continue
-            agent, why = self.pick(conn, offer, load)
+            task = offer_state(offer)
+            if not routing.eligible(self.w.config.agent, task):   # no agent here may: events.db is not read
+                agent, why = None, routing.unassignable(self.w.config.agent, task)
+            else:
+                if load is None:
+                    load = self.load_now(conn)
+                agent, why = self.pick(conn, offer, load)
             if agent is None:
                 self.pass_on(fleet_id, why or "")
                 await msg.nak()                  # back at once: the next pull of any host may get it
