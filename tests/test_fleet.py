@@ -92,6 +92,13 @@ def test_a_fleet_task_is_picked_by_routing_a_free_slot_and_the_budget(tmp_path):
     assert fleet_pick(agents, task(tags=["gpu"]), idle, held) == (None, "budget: gpu: $9.00 of $10.00 usd_per_day")
 
 
+def test_a_task_left_by_a_host_goes_back_at_once_then_ever_later():
+    from pulse.workers.fleettasks import PUTBACK_FREE, PUTBACK_MAX_S, putback_delay_s
+    delays = [putback_delay_s(n) for n in range(1, PUTBACK_FREE + 8)]
+    assert delays[:PUTBACK_FREE] == [0.0] * PUTBACK_FREE
+    assert delays[PUTBACK_FREE:] == sorted(delays[PUTBACK_FREE:]) and 0 < delays[PUTBACK_FREE] < delays[-1] == PUTBACK_MAX_S
+
+
 def test_hold_reason_reads_the_spend_ledger_without_writing(tmp_path):
     from pulse.agents import spend
     from pulse.core import wire
@@ -450,6 +457,13 @@ def test_fleet_tasks_go_by_routing_free_slots_and_budget(tmp_path, tracker, nats
     b = fleet_host(tmp_path, tracker, "b", nats_server.url, extra=agent_toml("builder", run, projects=["p"]) + agent_toml(
         "spender", run, projects=["paid"]) + "budget = { usd_per_day = 1 }\nmax_run_usd = 5\n")
     c = fleet_host(tmp_path, tracker, "c", nats_server.url, extra=agent_toml("builder", run, tags=["gpu"], projects=["p"]))
+    # forty tasks no agent anywhere may take, offered first (as `task add --fleet` writes them): the
+    # server hands out put-back messages before new ones, so without the put-back delay they would
+    # keep every later task from both hosts
+    conn = eventsdb.open_events(a.paths.events_db)
+    eventsdb.append_events(conn, [eventsdb.now_event("fleet-task-offered", "pulsectl", f"a_test-{i:012x}", {
+        "agent": None, "project": "nowhere", "title": f"stuck {i}", "prompt": "x", "priority": 0}) for i in range(40)])
+    conn.close()
     start_all([a, b, c])
     wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
     first = offer(a, "--title", "gpu 1", "--tag", "gpu")

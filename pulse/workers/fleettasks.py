@@ -47,6 +47,11 @@ ENDED = (TaskStatus.ACKED, TaskStatus.CLOSED, TaskStatus.GIVEN_UP)
 LOOK_S = 0.2                      # how often offers, free slots and running tasks are looked at
 FETCH = 16                        # messages looked at in one pull: one not for this host never hides the rest
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
+# A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
+# agent may take it gets it on its next pull), then after a delay doubling from PUTBACK_FIRST_S up to
+# PUTBACK_MAX_S: the server hands out put-back messages before new ones, so tasks nobody can take
+# now (no agent fits, or every one is busy) must not keep the rest of the queue from every host.
+PUTBACK_FREE, PUTBACK_FIRST_S, PUTBACK_MAX_S = 8, 0.25, 5.0
 
 
 def task_subject(agent: str | None) -> str:
@@ -55,6 +60,13 @@ def task_subject(agent: str | None) -> str:
 
 def outcome_subject(origin: str) -> str:
     return f"pulse.outcomes.{names.host_token(origin)}"
+
+
+def putback_delay_s(delivered: int) -> float:
+    """How long a task this host leaves waits before its next delivery, after `delivered` ones."""
+    if delivered <= PUTBACK_FREE:
+        return 0.0
+    return min(PUTBACK_MAX_S, PUTBACK_FIRST_S * 2 ** (delivered - PUTBACK_FREE - 1))
 
 
 def offer_state(offer: dict) -> wire.TaskState:
@@ -208,7 +220,7 @@ class FleetTasks:
                 agent, why = self.pick(conn, offer, load)
             if agent is None:
                 self.pass_on(fleet_id, why or "")
-                await msg.nak()                  # back at once: the next pull of any host may get it
+                await msg.nak(delay=putback_delay_s(msg.metadata.num_delivered) or None)
                 continue
             if await self.claim(msg, offer, agent, conn):
                 load[agent].running += 1
