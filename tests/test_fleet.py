@@ -496,6 +496,8 @@ def test_a_task_that_fails_everywhere_is_dead_lettered_after_max_deliver(tmp_pat
     assert view["attempts"] == 2 and [r["status"] for r in view["runs"]] == ["given_up", "given_up"], view
     assert view["dead"]["host"] == "c@test" and "max_deliver" in view["dead"]["why"]
     assert len(tasks_created(c)) == 2                      # one task of c's per taking, never a third
+    assert [r["task"] for r in view["runs"]] == [e["target"] for e in tasks_created(c)] and \
+        view["dead"]["task"] == tasks_created(c)[-1]["target"]
     assert len(a.events("fleet-task-dead", written=False)) == 1
     assert [t["status"] for t in fleet_tasks(a)] == ["dead"]
     assert "dead-lettered:" in a.ctl("task", "show", fleet_id).stdout

@@ -75,9 +75,10 @@ def offer_state(offer: dict) -> wire.TaskState:
                           pin=offer.get("agent"), tags=list(offer.get("tags") or []))
 
 
-def dead_record(offer: dict, host: str, attempts: int, why: str) -> dict:
-    """What the dead-letter bucket keeps of a task, and what its origin records."""
-    return {"fleet_id": offer["fleet_id"], "origin": offer.get("origin"), "host": host, "attempts": attempts,
+def dead_record(offer: dict, host: str, attempts: int, why: str, task: str | None = None) -> dict:
+    """What the dead-letter bucket keeps of a task, and what its origin records (`task`: the host's
+    task of the last taking, when it made one)."""
+    return {"fleet_id": offer["fleet_id"], "origin": offer.get("origin"), "host": host, "task": task, "attempts": attempts,
             "why": why, "at": time.time(), "status": "dead", "agent": offer.get("agent"),
             "project": offer.get("project"), "title": offer.get("title"), "tags": offer.get("tags") or []}
 
@@ -280,8 +281,8 @@ class FleetTasks:
             except KeyWrongLastSequenceError:
                 continue                         # another host counted at the same time: count again
 
-    async def dead_letter(self, msg, offer: dict, attempts: int, why: str) -> None:
-        record = dead_record(offer, self.w.host, attempts, why)
+    async def dead_letter(self, msg, offer: dict, attempts: int, why: str, task: str | None = None) -> None:
+        record = dead_record(offer, self.w.host, attempts, why, task)
         await self.dead.put(names.host_token(offer["fleet_id"]), json.dumps(record).encode())
         await self.js.publish(outcome_subject(offer["origin"]), json.dumps(record).encode())
         await msg.ack()                          # off the queue: the dead-letter bucket has it
@@ -311,7 +312,7 @@ class FleetTasks:
         if run["attempts"] >= self.max_deliver:
             await self.dead_letter(run["msg"], run["offer"], run["attempts"],
                                    f"given up on {self.w.host} at taking {run['attempts']} of {self.max_deliver} "
-                                   "([fleet] max_deliver)")
+                                   "([fleet] max_deliver)", run["task"])
             return
         await self.claims.delete(names.host_token(fleet_id))
         await run["msg"].nak()
