@@ -111,6 +111,13 @@ def test_hold_reason_reads_the_spend_ledger_without_writing(tmp_path):
     before = len(eventsdb.read_events(conn, limit=1000))
     assert spend.hold_reason(conn, agents[0], host) == "x: $8.00 of $10.00 usd_per_day"
     assert len(eventsdb.read_events(conn, limit=1000)) == before
+    # runs taken and not reserved yet count as reserved: for the agent, and for the host's [budget]
+    y = agents_of(tmp_path, '[[agent]]\nname = "y"\nargv = ["true"]\nbudget = { runs_per_hour = 2 }\n')[0]
+    assert spend.hold_reason(conn, y, host, {"y": 1}) is None
+    assert spend.hold_reason(conn, y, host, {"y": 2}) == "y: 2 of 2 runs in the last hour"
+    assert spend.hold_reason(conn, y, configmod.SpendLimits(runs_per_hour=3), {"x": 1}) is None
+    assert spend.hold_reason(conn, y, configmod.SpendLimits(runs_per_hour=2), {"x": 1}) == \
+        "the host: 2 of 2 runs in the last hour"     # x's reservation and the one queued
 
 
 def test_the_origin_folds_a_fleet_task_from_its_offer_the_hosts_reports_and_its_dead_letter():
@@ -519,3 +526,35 @@ def test_a_task_that_fails_everywhere_is_dead_lettered_after_max_deliver(tmp_pat
     request = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {token}"})
     wait_for(lambda: f"{series} 1.0" in urllib.request.urlopen(request, timeout=5).read().decode(), 10,
              what=f"{series} 1.0 in /metrics")
+
+
+def stream_count(url: str, stream: str) -> int:
+    async def count() -> int:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            return (await nc.jetstream().stream_info(stream)).state.messages
+        finally:
+            await nc.close()
+    return asyncio.run(count())
+
+
+@pytest.mark.daemon
+def test_a_host_takes_no_more_tasks_in_one_pull_than_its_budget_has_room_for(tmp_path, tracker, nats_server):
+    """Two tasks in b's first pull, b's agent has two slots and room in its budget for one run: the
+    one b took counts against the budget before its executor reserves it, so b leaves the other."""
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, extra=agent_toml(
+        "builder", ["sh", "-c", "echo ran {task_id}"], concurrency=2) + "budget = { runs_per_hour = 1 }\n")
+    start_all([a])
+    wait_for(lambda: fleet_account(a).get("state") == "connected", 20, what="a connected")
+    ids = [offer(a, "--title", f"t{i}", "--agent", "builder") for i in range(2)]
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 2, 10, what="both offers in PULSE_TASKS")
+    start_all([b])
+    wait_for(lambda: any(fleet_task(a, f)["status"] == "acked" for f in ids), 30, what="b ran one")
+    views = [fleet_task(a, f) for f in ids]
+    assert sorted(v["status"] for v in views) == ["acked", "offered"] and len(tasks_created(b)) == 1, views
+    left = next(v for v in views if v["status"] == "offered")
+    assert f"fleet task {left['fleet_id']} left to other hosts: budget: builder: 1 of 1 runs in the last hour" \
+        in b.log_text()
+    assert b.events("spend-held", written=False) == []      # b's executor never had to hold a run

@@ -159,12 +159,12 @@ class FleetTasks:
 
     # -- the side that runs it ------------------------------------------------------------------------
 
-    def claimed_pending(self) -> dict[str, int]:
+    def claimed_pending(self, statuses=(None, TaskStatus.PENDING)) -> dict[str, int]:
         """Tasks this host took that its agents hold no run of yet, by the agent chosen for each: they
         count against its slots, or one free slot would take every task in one pull."""
         out: dict[str, int] = {}
         for run in self.running.values():
-            if run["status"] in (None, TaskStatus.PENDING):
+            if run["status"] in statuses:
                 out[run["agent"]] = out.get(run["agent"], 0) + 1
         return out
 
@@ -186,10 +186,13 @@ class FleetTasks:
 
     def pick(self, conn, offer: dict, load: dict[str, wire.AgentLoad]) -> tuple[str | None, str | None]:
         agents, task = self.w.config.agent, offer_state(offer)
+        # taken and maybe not reserved yet (an assigned task's run may be just before its claim): as
+        # if reserved, or two tasks of one pull would both pass a limit only one fits under
+        queued = self.claimed_pending((None, TaskStatus.PENDING, TaskStatus.ASSIGNED))
         held = {}
         for agent in agents:
             if routing.refusal(agent, task) is None and load[agent.name].running < agent.concurrency:
-                if (why := spend.hold_reason(conn, agent, self.w.config.budget)) is not None:
+                if (why := spend.hold_reason(conn, agent, self.w.config.budget, queued)) is not None:
                     held[agent.name] = why
         return routing.fleet_pick(agents, task, load, held)
 
