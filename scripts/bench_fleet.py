@@ -6,8 +6,9 @@
   2. the NATS outage: events flow into every host (20 a second each) while nats-server is killed
      for --outage seconds (20 by default) and started again on the same store; then every event of
      every host must be in the stream once, in events.db's order per host;
-  3. the task claim latency across hosts: a task added on host a (`pulsectl fleet add`) whose agent
-     only host c has → its task-executing on c (median and p95 of --tasks, one at a time);
+  3. the task claim latency across hosts: a task added on host a (`pulsectl task add --fleet`) whose agent
+     only host c has → its task-executing on c (median and p95 of --tasks, one at a time; with
+     --decoy host b pulls each task too and puts it back);
   4. the fleet worker's RSS on each host (after the above).
 
     python scripts/bench_fleet.py
@@ -62,15 +63,16 @@ def start_nats(port: int, store: Path, tracker: Tracker) -> subprocess.Popen:
     return proc
 
 
-def make_host(root: Path, name: str, url: str, agent: bool = False) -> Path:
+def make_host(root: Path, name: str, url: str, agent: str | None = None) -> Path:
     home = root / name
     subprocess.run([str(BIN / "pulsectl"), "--home", str(home), "init"], check=True, capture_output=True)
     table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"enabled": True, "url": [url], "host": f"{name}@bench",
                                                            **FLEET}.items())
     config = home / "config.toml"
-    text = config.read_text().replace("[fleet]\n", "[fleet]\n" + table, 1)
+    # a fresh config.toml declares no table (its headers are comments): [fleet] is added at its end
+    text = config.read_text() + "\n[fleet]\n" + table
     if agent:
-        text += '\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\nargv = ["true"]\n'
+        text += f'\n[[agent]]\nname = "{agent}"\nadapter = "command"\nmcp = false\nargv = ["true"]\n'
     config.write_text(text)
     return home
 
@@ -80,7 +82,7 @@ def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
     from pulse.core.wire import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
     out = []
     for i in range(n):
-        fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "fleet", "add", "--agent", "builder",
+        fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "task", "add", "--fleet", "--agent", "builder",
                                    "--project", "bench", "--title", f"t{i}", "--prompt", "x"],
                                   check=True, capture_output=True, text=True).stdout.strip()
 
@@ -167,6 +169,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--outage", type=float, default=20.0, help="seconds nats-server stays down")
     parser.add_argument("--tasks", type=int, default=20, help="fleet tasks timed for the claim latency")
+    parser.add_argument("--decoy", action="store_true", help="host b has an agent the tasks are not for: it pulls "
+                        "each task too and leaves it to c (the routing's cost in the claim latency)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tracker = Tracker()
@@ -177,7 +181,9 @@ def main() -> int:
         url = f"nats://127.0.0.1:{port}"
         try:
             server = start_nats(port, root / "nats-store", tracker)
-            homes = [make_host(root, name, url, agent=name == "c") for name in ("a", "b", "c")]
+            # with --decoy, b has an agent the tasks are not for: it pulls them too, and puts them back
+            agents = {"c": "builder", **({"b": "helper"} if args.decoy else {})}
+            homes = [make_host(root, name, url, agent=agents.get(name)) for name in ("a", "b", "c")]
             for home in homes:
                 start_pulsed(home, tracker, {"PULSE_HEARTBEAT_MS": "100"})   # status sees the cursor move sooner
             wait_until(lambda: all(fleet_status(h).get("state") == "connected" for h in homes), 30, what="connected")

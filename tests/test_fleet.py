@@ -66,6 +66,109 @@ def test_a_host_whose_summary_expired_is_listed_gone_from_what_was_seen_of_it():
     assert (a["agents_busy"], a["agents_free"], a["open_effects"]) == (1, 2, 2)
 
 
+def agents_of(tmp_path: Path, toml: str) -> list:
+    path = tmp_path / "agents.toml"
+    path.write_text(toml)
+    return configmod.load(path, {}).agent
+
+
+def test_a_fleet_task_is_picked_by_routing_a_free_slot_and_the_budget(tmp_path):
+    from pulse.agents.routing import fleet_pick
+    from pulse.core.wire import AgentLoad
+    from pulse.workers.fleettasks import offer_state
+    agents = agents_of(tmp_path, '[[agent]]\nname = "cpu"\nargv = ["true"]\nconcurrency = 2\n'
+                       '[[agent]]\nname = "gpu"\nargv = ["true"]\ntags = ["gpu"]\nprojects = ["ml"]\n')
+    idle = {a.name: AgentLoad(agent=a.name, concurrency=a.concurrency) for a in agents}
+    task = lambda **kw: offer_state({"fleet_id": "h-0", "project": "ml", "title": "t", **kw})   # noqa: E731
+    assert fleet_pick(agents, task(tags=["gpu"]), idle, {}) == ("gpu", None)
+    assert fleet_pick(agents, task(), idle, {}) == ("cpu", None)             # the most free slots
+    assert fleet_pick(agents, task(agent="gpu"), idle, {}) == ("gpu", None)
+    assert fleet_pick(agents, task(agent="tpu"), idle, {})[1].startswith("pinned to tpu")
+    assert fleet_pick(agents, task(project="web", tags=["gpu"]), idle, {})[1].startswith("no agent may take it")
+    full = {**idle, "gpu": AgentLoad(agent="gpu", running=1)}
+    assert fleet_pick(agents, task(tags=["gpu"]), full, {}) == (None, "busy: gpu 1/1")
+    assert fleet_pick(agents, task(), full, {}) == ("cpu", None)
+    held = {"gpu": "gpu: $9.00 of $10.00 usd_per_day"}
+    assert fleet_pick(agents, task(tags=["gpu"]), idle, held) == (None, "budget: gpu: $9.00 of $10.00 usd_per_day")
+
+
+def test_a_task_left_by_a_host_goes_back_at_once_then_ever_later():
+    from pulse.workers.fleettasks import PUTBACK_FREE, PUTBACK_MAX_S, putback_delay_s
+    delays = [putback_delay_s(n) for n in range(1, PUTBACK_FREE + 8)]
+    assert delays[:PUTBACK_FREE] == [0.0] * PUTBACK_FREE
+    assert delays[PUTBACK_FREE:] == sorted(delays[PUTBACK_FREE:]) and 0 < delays[PUTBACK_FREE] < delays[-1] == PUTBACK_MAX_S
+
+
+def test_hold_reason_reads_the_spend_ledger_without_writing(tmp_path):
+    from pulse.agents import spend
+    from pulse.core import wire
+    agents = agents_of(tmp_path, '[[agent]]\nname = "x"\nargv = ["true"]\nmax_run_usd = 3\nbudget = { usd_per_day = 10 }\n')
+    conn = eventsdb.open_events(tmp_path / "events.db")
+    host = configmod.SpendLimits()
+    assert spend.hold_reason(conn, agents[0], host) is None
+    eventsdb.append_events(conn, [wire.now_event(wire.SpendEvent.RESERVED, "test", "x", {
+        "effect_id": "e1", "agent": "x", "task": "task-1", "usd": 8.0, "at": time.time()})])
+    before = len(eventsdb.read_events(conn, limit=1000))
+    assert spend.hold_reason(conn, agents[0], host) == "x: $8.00 of $10.00 usd_per_day"
+    assert len(eventsdb.read_events(conn, limit=1000)) == before
+    # runs taken and not reserved yet count as reserved: for the agent, and for the host's [budget]
+    y = agents_of(tmp_path, '[[agent]]\nname = "y"\nargv = ["true"]\nbudget = { runs_per_hour = 2 }\n')[0]
+    assert spend.hold_reason(conn, y, host, {"y": 1}) is None
+    assert spend.hold_reason(conn, y, host, {"y": 2}) == "y: 2 of 2 runs in the last hour"
+    assert spend.hold_reason(conn, y, configmod.SpendLimits(runs_per_hour=3), {"x": 1}) is None
+    assert spend.hold_reason(conn, y, configmod.SpendLimits(runs_per_hour=2), {"x": 1}) == \
+        "the host: 2 of 2 runs in the last hour"     # x's reservation and the one queued
+
+
+def test_the_origin_folds_a_fleet_task_from_its_offer_the_hosts_reports_and_its_dead_letter():
+    from pulse.agents.taskview import fleet_task_view
+    from pulse.core import wire
+    fid = "a-0123456789ab"
+
+    def ev(type_, **data):
+        return wire.now_event(type_, "fleet", fid, data)
+    events = [ev(wire.FLEET_TASK_OFFERED, agent=None, project="p", title="t", prompt="x", tags=["gpu"]),
+              ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="executing"),
+              ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="given_up", error="exit 3"),
+              ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="offered", why="offered again")]
+    view = fleet_task_view(events)
+    assert (view["status"], view["host"], view["attempts"], view["tags"]) == ("offered", "c@h", 1, ["gpu"])
+    assert view["runs"] == [{"host": "c@h", "task": "task-4", "attempt": 1, "status": "given_up"}]
+    events += [ev(wire.FLEET_TASK_UPDATE, host="b@h", task="task-9", attempt=2, status="given_up"),
+               ev(wire.FLEET_TASK_DEAD, host="b@h", attempts=2, why="given up at taking 2 of 2", status="dead")]
+    view = fleet_task_view(events)
+    assert (view["status"], view["attempts"], view["dead"]["host"]) == ("dead", 2, "b@h")
+    assert [(r["host"], r["attempt"]) for r in view["runs"]] == [("c@h", 1), ("b@h", 2)]
+    assert fleet_task_view(events[1:]) is None
+
+
+def test_task_add_fleet_and_fleet_add_offer_alike_and_task_show_follows_the_offer(tmp_path):
+    from tests.support import PULSECTL
+    home = tmp_path / "home"
+    init_home(home)
+
+    def ctl(*args):
+        return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=60)
+    off = ctl("task", "add", "--fleet", "--project", "p", "--title", "t", "--prompt", "x")
+    assert off.returncode == 3 and "[fleet] is not enabled" in off.stderr
+    (home / "config.toml").write_text((home / "config.toml").read_text() + '\n[fleet]\nenabled = true\nhost = "o@h"\n')
+    assert ctl("task", "add", "--fleet", "--project", "p", "--title", "t", "--prompt", "x", "--tag", "a b").returncode == 2
+    one = ctl("task", "add", "--fleet", "--agent", "far", "--tag", "gpu", "--project", "p", "--title", "t",
+              "--prompt", "x").stdout.strip()
+    two = ctl("fleet", "add", "--agent", "far", "--tag", "gpu", "--project", "p", "--title", "t",
+              "--prompt", "x").stdout.strip()
+    conn = connection.open_readonly(home / "events.db")
+    offers = {e.target: e.data for e in eventsdb.read_events(conn, types=["fleet-task-offered"])}
+    assert set(offers) == {one, two} and offers[one] == offers[two]
+    assert offers[one]["agent"] == "far" and offers[one]["tags"] == ["gpu"]
+    assert ctl("task", "list", "--json").stdout == ""          # offered to the fleet, never a task of this host
+    shown = json.loads(ctl("task", "show", one, "--json").stdout)
+    assert (shown["status"], shown["agent"], shown["runs"]) == ("offered", "far", [])
+    assert "no host has taken it yet" in ctl("task", "show", one).stdout
+    bad = ctl("task", "show", "not-a-task")
+    assert bad.returncode == 2 and "fleet id" in bad.stderr
+
+
 # -- a real NATS server and real hosts --------------------------------------------------------------
 
 def nats_server_binary() -> str:
@@ -121,7 +224,7 @@ def nats_server(tmp_path, tracker):
 
 
 def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, agent: str | None = None,
-               **fleet) -> Pulsed:
+               extra: str = "", **fleet) -> Pulsed:
     host = Pulsed(tmp_path / name / "home", tracker)
     (tmp_path / name).mkdir()
     init_home(host.home)
@@ -135,7 +238,7 @@ def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, 
     if agent:   # an agent that takes a few seconds, then says which task it ran
         text += (f'\n[[agent]]\nname = "builder"\nadapter = "command"\nmcp = false\n'
                  f'argv = ["sh", "-c", "sleep {agent}; echo ran {{task_id}}"]\n')
-    config.write_text(text)
+    config.write_text(text + extra)   # extra: more TOML, at the end
     return host
 
 
@@ -280,13 +383,22 @@ def test_a_task_added_on_a_runs_once_on_the_only_host_with_its_agent_and_its_out
     start_all([a, b, c])
     wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
     added = time.monotonic()
-    fleet_id = a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "build it",
+    fleet_id = a.ctl("task", "add", "--fleet", "--agent", "builder", "--project", "p", "--title", "build it",
                      "--prompt", "build").stdout.strip()
     wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
     row = fleet_tasks(a)[0]
     assert row["fleet_id"] == fleet_id and row["host"] == "c@test" and len(row["runs"]) == 1
     assert "ran" in json.dumps(row["result"])
     assert len(tasks_created(c)) == 1 and tasks_created(a) == tasks_created(b) == []
+    # `task show` on the origin follows it to c: where, as which task there, and how it ended
+    local = tasks_created(c)[0]["target"]
+    shown = json.loads(a.ctl("task", "show", fleet_id, "--json").stdout)
+    assert (shown["status"], shown["host"], shown["task"], shown["dead"]) == ("acked", "c@test", local, None)
+    assert [(r["host"], r["task"], r["status"]) for r in shown["runs"]] == [("c@test", local, "acked")]
+    assert f"ran {local}" in json.dumps(shown["result"])
+    text = a.ctl("task", "show", fleet_id).stdout
+    assert "status:      acked" in text and f"ran on:      c@test as {local}" in text, text
+    assert a.ctl("task", "show", "nohost-0123456789ab").returncode == 1
     print(f"fleet task added -> acked on another host: {time.monotonic() - added:.2f}s")
 
 
@@ -299,7 +411,7 @@ def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_n
     c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="8", **lease)
     start_all([a, b, c])
     wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
-    a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "t", "--prompt", "x")
+    a.ctl("fleet", "add", "--agent", "builder", "--project", "p", "--title", "t", "--prompt", "x")   # the other spelling
     first = wait_for(lambda: next((h for h in (b, c) if tasks_created(h)), None), 30, what="a host took it")
     other = c if first is b else b
     wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["executing"], 20, what="it runs")
@@ -318,3 +430,131 @@ def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_n
     row = fleet_tasks(a)[0]
     assert row["host"] == f"{other.home.parent.name}@test" and len(row["runs"]) == 2
     assert len(tasks_created(other)) == 1
+
+
+def agent_toml(name: str, argv: list[str], **more) -> str:
+    table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in more.items())
+    return f'\n[[agent]]\nname = "{name}"\nadapter = "command"\nmcp = false\nargv = {json.dumps(argv)}\n{table}'
+
+
+def offer(host: Pulsed, *args: str) -> str:
+    out = host.ctl("task", "add", "--fleet", "--project", "p", "--prompt", "x", *args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def fleet_task(host: Pulsed, fleet_id: str) -> dict:
+    out = host.ctl("task", "show", fleet_id, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def local_order(host: Pulsed) -> list[tuple[str, str]]:
+    """The (event type, task id) of the host's task-created and task-acked events, in order."""
+    return [(e["type"], e["target"]) for e in host.events(written=False) if e["type"] in ("task-created", "task-acked")]
+
+
+@pytest.mark.daemon
+def test_fleet_tasks_go_by_routing_free_slots_and_budget(tmp_path, tracker, nats_server):
+    """The routing of one host across hosts: a tag only c's agent has runs on c; a second one waits
+    while c's only slot is busy, and runs there when it frees; an untagged one goes to b meanwhile;
+    one whose only fitting agent is over its budget is taken by nobody."""
+    run = ["sh", "-c", "sleep 2; echo ran {task_id}"]
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, extra=agent_toml("builder", run, projects=["p"]) + agent_toml(
+        "spender", run, projects=["paid"]) + "budget = { usd_per_day = 1 }\nmax_run_usd = 5\n")
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, extra=agent_toml("builder", run, tags=["gpu"], projects=["p"]))
+    # forty tasks no agent anywhere may take, offered first (as `task add --fleet` writes them): the
+    # server hands out put-back messages before new ones, so without the put-back delay they would
+    # keep every later task from both hosts
+    conn = eventsdb.open_events(a.paths.events_db)
+    eventsdb.append_events(conn, [eventsdb.now_event("fleet-task-offered", "pulsectl", f"a_test-{i:012x}", {
+        "agent": None, "project": "nowhere", "title": f"stuck {i}", "prompt": "x", "priority": 0}) for i in range(40)])
+    conn.close()
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    first = offer(a, "--title", "gpu 1", "--tag", "gpu")
+    wait_for(lambda: fleet_task(a, first)["status"] == "executing", 30, what="the first gpu task runs")
+    second = offer(a, "--title", "gpu 2", "--tag", "gpu")
+    plain = offer(a, "--title", "plain")
+    paid = offer(a, "--title", "paid", "--project", "paid")
+    wait_for(lambda: all(fleet_task(a, f)["status"] == "acked" for f in (first, second, plain)), 40,
+             what="three tasks acked")
+    views = {f: fleet_task(a, f) for f in (first, second, plain, paid)}
+    assert [views[f]["host"] for f in (first, second, plain)] == ["c@test", "c@test", "b@test"], views
+    assert all(len(views[f]["runs"]) == 1 for f in (first, second, plain))
+    # c took the second only once its slot was free: its task was created after the first one's ack
+    order = local_order(c)
+    assert order.index(("task-created", views[second]["task"])) > order.index(("task-acked", views[first]["task"]))
+    assert (views[paid]["status"], views[paid]["runs"]) == ("offered", [])
+    assert f"fleet task {paid} left to other hosts: budget: spender: $0.00 of $1.00 usd_per_day" in b.log_text()
+
+
+@pytest.mark.daemon
+def test_a_task_that_fails_everywhere_is_dead_lettered_after_max_deliver(tmp_path, tracker, nats_server):
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, web=True)
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, max_deliver=2,
+                   extra=agent_toml("builder", ["sh", "-c", "echo broken >&2; exit 3"]) + "\n[tasks]\nmax_failures = 1\n")
+    start_all([a, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, c)), 20, what="connected")
+    fleet_id = offer(a, "--title", "doomed", "--agent", "builder")
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "dead", 40, what="the task dead-lettered")
+    view = fleet_task(a, fleet_id)
+    assert view["attempts"] == 2 and [r["status"] for r in view["runs"]] == ["given_up", "given_up"], view
+    assert view["dead"]["host"] == "c@test" and "max_deliver" in view["dead"]["why"]
+    assert len(tasks_created(c)) == 2                      # one task of c's per taking, never a third
+    assert [r["task"] for r in view["runs"]] == [e["target"] for e in tasks_created(c)] and \
+        view["dead"]["task"] == tasks_created(c)[-1]["target"]
+    assert len(a.events("fleet-task-dead", written=False)) == 1
+    assert [t["status"] for t in fleet_tasks(a)] == ["dead"]
+    assert "dead-lettered:" in a.ctl("task", "show", fleet_id).stdout
+
+    async def dead_record() -> dict:
+        import nats
+        nc = await nats.connect(nats_server.url)
+        try:
+            kv = await nc.jetstream().key_value("pulse-task-dead")
+            return json.loads((await kv.get(names.host_token(fleet_id))).value)
+        finally:
+            await nc.close()
+    assert asyncio.run(dead_record())["attempts"] == 2
+    # the series docs/fleet.md's Alertmanager rule for a dead letter watches counts it in a's /metrics
+    import re
+    doc = (Path(__file__).parents[1] / "docs" / "fleet.md").read_text()
+    series = re.search(r"alert: PulseTaskDeadLettered.*?\n\s*expr: increase\((\w+\{[^}]*\})\[", doc, re.S)[1]
+    base, _, token = a.ctl("web", "url").stdout.strip().partition("/?token=")
+    request = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    wait_for(lambda: f"{series} 1.0" in urllib.request.urlopen(request, timeout=5).read().decode(), 10,
+             what=f"{series} 1.0 in /metrics")
+
+
+def stream_count(url: str, stream: str) -> int:
+    async def count() -> int:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            return (await nc.jetstream().stream_info(stream)).state.messages
+        finally:
+            await nc.close()
+    return asyncio.run(count())
+
+
+@pytest.mark.daemon
+def test_a_host_takes_no_more_tasks_in_one_pull_than_its_budget_has_room_for(tmp_path, tracker, nats_server):
+    """Two tasks in b's first pull, b's agent has two slots and room in its budget for one run: the
+    one b took counts against the budget before its executor reserves it, so b leaves the other."""
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, extra=agent_toml(
+        "builder", ["sh", "-c", "echo ran {task_id}"], concurrency=2) + "budget = { runs_per_hour = 1 }\n")
+    start_all([a])
+    wait_for(lambda: fleet_account(a).get("state") == "connected", 20, what="a connected")
+    ids = [offer(a, "--title", f"t{i}", "--agent", "builder") for i in range(2)]
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 2, 10, what="both offers in PULSE_TASKS")
+    start_all([b])
+    wait_for(lambda: any(fleet_task(a, f)["status"] == "acked" for f in ids), 30, what="b ran one")
+    views = [fleet_task(a, f) for f in ids]
+    assert sorted(v["status"] for v in views) == ["acked", "offered"] and len(tasks_created(b)) == 1, views
+    left = next(v for v in views if v["status"] == "offered")
+    assert f"fleet task {left['fleet_id']} left to other hosts: budget: builder: 1 of 1 runs in the last hour" \
+        in b.log_text()
+    assert b.events("spend-held", written=False) == []      # b's executor never had to hold a run

@@ -147,7 +147,7 @@ CHANGES = [
     ("[web]\nlisten = \"127.0.0.1:0\"", set()),                          # the web worker runs only when enabled
     ("[fleet]\npresence_interval_s = 4", set()),                          # so does the fleet worker
     ("[budget]\nusd_per_day = 50", {"tick", "executor"}),  # the tick's snapshot says who is over it; the
-                                                          # executor reserves (web: only when enabled)
+                                                          # executor reserves (web, fleet: only when enabled)
     ("[[schedule]]\nname = \"s\"\nevery = \"1h\"\ntask = { project = \"p\", title = \"t\", prompt = \"x\" }", {"tick"}),
 ]
 

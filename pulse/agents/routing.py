@@ -132,3 +132,24 @@ def over_budget_runs(effects: Sequence[Effect], agents: Mapping[str, AgentLoad])
         load = agents.get(name) if e.kind == "agent-run" and isinstance(name, str) else None
         (dropped if load is not None and load.budget is not None else kept).append(e)
     return kept, dropped
+
+
+# -- across hosts (the fleet, pulse.workers.fleettasks) --------------------------------------------
+
+def fleet_pick(agents: Sequence[Agent], task: TaskState, load: dict[str, AgentLoad],
+               held: dict[str, str]) -> tuple[str | None, str | None]:
+    """Which of this host's agents takes a fleet task now, by the same rules as a local task: one
+    that may take it (refusal), with a free slot (`load`: its runs not ended against its concurrency),
+    and not held by a spend limit (`held`: agent → why). Of those, the one with the most free slots
+    (config order on a tie). Returns (agent, None), or (None, why this host leaves it to others)."""
+    may = [a for a in agents if refusal(a, task) is None]
+    if not may:
+        return None, unassignable(agents, task) or "no agent may take it"
+    free = [a for a in may if load[a.name].running < a.concurrency]
+    if not free:
+        return None, "busy: " + ", ".join(f"{a.name} {load[a.name].running}/{a.concurrency}" for a in may)
+    within = [a for a in free if a.name not in held]
+    if not within:
+        return None, "budget: " + "; ".join(held[a.name] for a in free)
+    best = max(within, key=lambda a: a.concurrency - load[a.name].running)
+    return best.name, None

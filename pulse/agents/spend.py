@@ -412,6 +412,30 @@ def hold_task(conn, task: str, agent, host: SpendLimits, source: str) -> str | N
         return hold.why
 
 
+def with_queued(m: Measure, runs: int, expected_usd: float) -> Measure:
+    """`m` as it will be once `runs` more runs, not reserved yet, are (each at `expected_usd`)."""
+    return dataclasses.replace(m, used=m.used + (runs if m.unit == "runs" else runs * expected_usd))
+
+
+def hold_reason(conn, agent, host: SpendLimits, queued: dict[str, int] | None = None) -> str | None:
+    """Why a run of `agent` starting now would be held by a spend limit, or None. Reads only: the
+    fleet asks it before taking a task for `agent`; the claim's `reserve` still decides the run.
+    `queued`: runs per agent already promised and not reserved yet (the fleet tasks this host took
+    that its executor has not claimed): they count as if reserved at the expected cost, failing closed."""
+    now = clock.now()
+    queued = queued or {}
+    try:
+        expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
+        ms = measures(load(conn, now), scopes_of(agent, host), now)
+    except BaseException:
+        forget(conn)
+        raise
+    ahead = [with_queued(m, sum(queued.values()) if m.scope == HOST else queued.get(agent.name, 0), expected)
+             for m in ms]
+    blocked = [m for m in ahead if crossing(m, expected)]
+    return "; ".join(m.words() for m in blocked) if blocked else None
+
+
 def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | None, source: str,
            interrupted: bool = False, started: bool = True) -> dict | None:
     """The run ended: its reservation becomes its real cost (one transaction; once). No cost

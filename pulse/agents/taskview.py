@@ -112,3 +112,62 @@ def output_text(objects_root: Path, ref: str | None, limit: int | None = OUTPUT_
     except (OSError, ValueError):
         return None
     return text if limit is None or len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
+
+
+# -- a task offered to the fleet, as its origin host knows it ----------------------------------------
+
+def fleet_task_view(events: list) -> dict[str, Any] | None:
+    """One fleet task, from its origin's events (oldest first; all with its fleet id as target): its
+    offer, every taking (host, its task id there, the taking's number, its last status), where it is
+    now and how it ended (the reports of the hosts that took it), and its dead-letter record if it
+    was dead-lettered. None when this host never offered it. The projection behind `pulsectl task
+    show <fleet id>` and `pulsectl fleet tasks`."""
+    from pulse.core import wire
+    offer = next((e for e in events if e.type == wire.FLEET_TASK_OFFERED), None)
+    if offer is None:
+        return None
+    d = offer.data
+    view: dict[str, Any] = {
+        "fleet_id": offer.target, "title": d.get("title"), "project": d.get("project"), "agent": d.get("agent"),
+        "tags": list(d.get("tags") or []), "priority": d.get("priority", 0), "offered": iso(offer.ts),
+        "updated": iso(offer.ts), "status": "offered", "host": None, "task": None, "result": None, "error": None,
+        "why": None, "attempts": 0, "runs": [], "dead": None, "history": []}
+    for ev in events:
+        r = ev.data
+        if ev.type not in (wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD):
+            continue
+        view["updated"] = iso(ev.ts)
+        view["history"].append({"ts": iso(ev.ts), "type": ev.type, "host": r.get("host"), "task": r.get("task"),
+                                "status": r.get("status"), "why": r.get("why") or r.get("error")})
+        if ev.type == wire.FLEET_TASK_DEAD:
+            view.update(status="dead", why=r.get("why"), dead=dict(r), attempts=max(view["attempts"], r.get("attempts") or 0))
+            continue
+        view.update({k: r.get(k) for k in ("status", "host", "task", "result", "error")}, why=r.get("why"))
+        attempt = r.get("attempt") or len(view["runs"]) + 1
+        run = next((x for x in view["runs"] if (x["host"], x["task"]) == (r.get("host"), r.get("task"))), None)
+        if run is None:
+            run = {"host": r.get("host"), "task": r.get("task"), "attempt": attempt, "status": None}
+            view["runs"].append(run)
+        run["status"] = "given_up" if r.get("status") == "offered" else r.get("status")
+        view["attempts"] = max(view["attempts"], attempt)
+    return view
+
+
+def fleet_view_lines(view: dict) -> list[str]:
+    """`pulsectl task show <fleet id>` in words."""
+    out = [f"{name + ':':<12} {value}" for name, value in (
+        ("fleet id", view["fleet_id"]), ("title", view["title"]), ("project", view["project"]),
+        ("status", view["status"]), ("pinned to", view["agent"]), ("tags", ", ".join(view["tags"])),
+        ("offered", view["offered"]), ("updated", view["updated"]),
+        ("ran on", f"{view['host']} as {view['task']}" if view["host"] else "no host has taken it yet"),
+        ("error", view["error"]), ("why", view["why"])) if value not in (None, "")]
+    if view["result"] is not None:
+        out.append(f"{'result:':<12} {view['result']}")
+    out.append(f"takings: {view['attempts']}")
+    out += [f"  #{r['attempt']} {r['host']} as {r['task']}: {r['status']}" for r in view["runs"]]
+    if view["dead"]:
+        out.append(f"dead-lettered: {view['dead'].get('why')} (KV pulse-task-dead, key {view['fleet_id']})")
+    out.append("history:")
+    out += [f"  {h['ts']} {h['type']:<17} {h['host'] or '-'} {h['task'] or '-'} {h['status'] or '-'}"
+            + (f" ({h['why']})" if h.get("why") else "") for h in view["history"]]
+    return out

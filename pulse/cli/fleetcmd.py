@@ -128,71 +128,91 @@ def this_host(ctx: Context) -> str:
     return config.fleet.host or names.default_host(config.pulse.name or default_name(ctx.home))
 
 
-@fleet.command(name="add")
-@click.option("--agent", required=True, help="The [[agent]] to run it: some host of the fleet that has it takes it.")
-@click.option("--project", required=True, help="What the task belongs to.")
-@click.option("--title", required=True, help="One line that says what to do.")
-@click.option("--prompt", required=True, help="The agent's instructions ('-' reads them from stdin).")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first on the host that takes it.")
-@pass_ctx
-def add(ctx: Context, agent: str, project: str, title: str, prompt: str, priority: int) -> None:
-    """Offer a task to the fleet; prints its fleet id. This host's fleet worker publishes it; a host
-    whose AGENT has a free slot runs it, and `pulsectl fleet tasks` here follows it."""
+def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: str, priority: int,
+               tags: tuple[str, ...]) -> str:
+    """Offer a task to the fleet: a `fleet-task-offered` event of this host's events.db (never a local
+    task), which this host's fleet worker publishes. Returns its fleet id. The one code path of
+    `pulsectl task add --fleet` and `pulsectl fleet add`."""
     import secrets
 
     from pulse.core import fleetnames as names
     from pulse.core import wire
+    from pulse.core.config import ROUTE_NAME
     from pulse.store import eventsdb
     if not ctx.config().fleet.enabled:
         click.echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
         sys.exit(3)
+    for name, value in [("--agent", pin)] + [("--tag", t) for t in tags]:
+        if value is not None and not ROUTE_NAME.fullmatch(value):
+            click.echo(f"pulsectl: {name} {value!r}: letters, digits and _ . : / -, not starting with a symbol", err=True)
+            sys.exit(2)
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         click.echo("pulsectl: --prompt is empty", err=True)
         sys.exit(2)
     fleet_id = f"{names.host_token(this_host(ctx))}-{secrets.token_hex(6)}"
+    data = {"agent": pin, "project": project, "title": title, "prompt": prompt, "priority": priority,
+            **({"tags": sorted(set(tags))} if tags else {})}
     conn = eventsdb.open_events(ctx.paths.events_db)
-    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, agent=agent,
-                                                 project=project, title=title, prompt=prompt, priority=priority)])
-    click.echo(fleet_id)
+    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, data)])
+    return fleet_id
 
 
-def fleet_task_rows(events) -> list[dict]:
-    """The tasks this host offered, each with the last report of the host that took it."""
-    from pulse.core import wire
-    rows: dict[str, dict] = {}
+@fleet.command(name="add")
+@click.option("--agent", default=None, help="Only this [[agent]] may take it (on whichever host has it).")
+@click.option("--tag", "tags", multiple=True, help="Only an [[agent]] whose tags include it may take it (repeatable).")
+@click.option("--project", required=True, help="What the task belongs to.")
+@click.option("--title", required=True, help="One line that says what to do.")
+@click.option("--prompt", required=True, help="The agent's instructions ('-' reads them from stdin).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first on the host that takes it.")
+@pass_ctx
+def add(ctx: Context, agent: str | None, tags: tuple[str, ...], project: str, title: str, prompt: str,
+        priority: int) -> None:
+    """Offer a task to the fleet; prints its fleet id. The same as `pulsectl task add --fleet`: a host
+    one of whose agents may take it (pin, projects, tags), has a free slot and is within budget runs
+    it, and `pulsectl task show <fleet id>` here follows it."""
+    click.echo(offer_task(ctx, agent, project, title, prompt, priority, tags))
+
+
+def fleet_task_views(events) -> list[dict]:
+    """The tasks this host offered, oldest first, each as pulse.agents.taskview.fleet_task_view."""
+    from pulse.agents.taskview import fleet_task_view
+    by_id: dict[str, list] = {}
     for ev in events:
-        if ev.type == wire.FLEET_TASK_OFFERED:
-            rows[ev.target] = {"fleet_id": ev.target, "agent": ev.data.get("agent"), "title": ev.data.get("title"),
-                               "offered": ev.ts, "status": "offered", "host": None, "task": None, "result": None,
-                               "error": None, "runs": []}
-        elif ev.type == wire.FLEET_TASK_UPDATE and ev.target in rows:
-            row = rows[ev.target]
-            row.update({k: ev.data.get(k) for k in ("status", "host", "task", "result", "error")})
-            if (ev.data.get("host"), ev.data.get("task")) not in row["runs"]:
-                row["runs"].append((ev.data.get("host"), ev.data.get("task")))
-    return list(rows.values())
+        by_id.setdefault(ev.target, []).append(ev)
+    views = (fleet_task_view(evs) for evs in by_id.values())
+    return [v for v in views if v is not None]
+
+
+def read_fleet_events(conn, fleet_id: str | None = None) -> list:
+    from pulse.core import wire
+    from pulse.store import eventsdb
+    types = [wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD]
+    if fleet_id is None:
+        return eventsdb.read_events(conn, types=types, limit=1_000_000)
+    return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)
+
+
+def task_line(view: dict) -> str:
+    where = ", ".join(f"{r['host']}:{r['task']}" for r in view["runs"]) or "-"
+    return f"{view['fleet_id']}  {view['status']:<9} {view['agent'] or '-':<12} {where}  {view['title']}"
 
 
 @fleet.command(name="tasks")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line (as `task show <fleet id> --json`).")
 @pass_ctx
 def fleet_tasks(ctx: Context, as_json: bool) -> None:
-    """The tasks this host offered to the fleet: where each ran (every host that took it) and how it ended."""
-    from pulse.core import wire
-    from pulse.store import connection, eventsdb
+    """The tasks this host offered to the fleet: where each ran (every host that took it) and how it
+    ended (`dead`: dead-lettered after [fleet] max_deliver takings)."""
+    from pulse.store import connection
     conn = connection.open_readonly(ctx.paths.events_db)
     try:
-        events = eventsdb.read_events(conn, types=[wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE], limit=1_000_000)
+        views = fleet_task_views(read_fleet_events(conn))
     finally:
         conn.close()
-    for row in fleet_task_rows(events):
-        if as_json:
-            click.echo(json.dumps(row, sort_keys=True, default=str))
-        else:
-            where = ", ".join(f"{h}:{t}" for h, t in row["runs"]) or "-"
-            click.echo(f"{row['fleet_id']}  {row['status']:<9} {row['agent']:<12} {where}  {row['title']}")
+    for view in views:
+        click.echo(json.dumps(view, sort_keys=True, default=str) if as_json else task_line(view))
 
 
 COMMANDS = [fleet]

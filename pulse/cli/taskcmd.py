@@ -27,6 +27,19 @@ def _task_arg(ctx, param, value: str) -> str:
 task_arg = click.argument("task", callback=_task_arg)
 
 
+def _task_or_fleet_arg(ctx, param, value: str) -> str:
+    """A task id, or the fleet id `task add --fleet` printed (<host token>-<12 hex digits>)."""
+    import re
+
+    from pulse.agents.tasks import parse_task_id
+    try:
+        return parse_task_id(value)
+    except ValueError as err:
+        if re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{12}", value.strip()):
+            return value.strip()
+        raise click.BadParameter(f"{err}, or a fleet id such as gw_node-3-0123456789ab") from None
+
+
 def _fail(message: str, code: int = 1):
     click.echo(f"pulsectl: {message}", err=True)
     sys.exit(code)
@@ -78,12 +91,18 @@ def task() -> None:
 @click.option("--agent", "pin", default=None, help="Only this [[agent]] may take it.")
 @click.option("--tag", "tags", multiple=True,
               help="Only an [[agent]] whose tags include it may take the task (repeatable).")
+@click.option("--fleet", is_flag=True, help="Offer it to the fleet ([fleet] enabled): a host whose agent may take "
+              "it, has a free slot and is within budget runs it; prints its fleet id, for `task show`.")
 @pass_ctx
 def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin: str | None,
-        tags: tuple[str, ...]) -> None:
-    """Add a pending task; prints its id."""
+        tags: tuple[str, ...], fleet: bool) -> None:
+    """Add a pending task; prints its id (with --fleet, its fleet id)."""
     from pulse.agents import routing, tasks
     from pulse.core.config import ROUTE_NAME
+    if fleet:   # the agent may be on another host: --agent names any host's [[agent]]
+        from pulse.cli.fleetcmd import offer_task
+        click.echo(offer_task(ctx, pin, project, title, prompt, priority, tags))
+        return
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
@@ -129,14 +148,18 @@ def list_(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
 
 
 @task.command()
-@task_arg
+@click.argument("task", callback=_task_or_fleet_arg)
 @click.option("--json", "as_json", is_flag=True, help="The task as JSON (times in ISO 8601), as the page shows it.")
 @pass_ctx
 def show(ctx: Context, task: str, as_json: bool) -> None:
-    """One task: its fields, every attempt with its outcome, cost and tokens, and its gate calls."""
+    """One task: its fields, every attempt with its outcome, cost and tokens, and its gate calls. A
+    fleet id (`task add --fleet`): which hosts took it, its state there, its outcome, or its
+    dead-letter record."""
     from pulse.agents import tasks, taskview
     from pulse.store import eventsdb
     conn = _readonly(ctx)
+    if not task.startswith("task-"):
+        return show_fleet(conn, task, as_json)
     view = taskview.task_view(conn, task)
     if view is None:
         _fail(f"{task}: no such task")
@@ -147,6 +170,21 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         click.echo(json.dumps(view))
         return
     for line in show_lines(view):
+        click.echo(line)
+
+
+def show_fleet(conn, fleet_id: str, as_json: bool) -> None:
+    """A task this host offered to the fleet, from the reports of the hosts that took it, which this
+    host's fleet worker recorded in events.db: pulsectl never talks to NATS for it."""
+    from pulse.agents import taskview
+    from pulse.cli.fleetcmd import read_fleet_events
+    view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
+    if view is None:
+        _fail(f"{fleet_id}: no such fleet task offered from this host")
+    if as_json:
+        click.echo(json.dumps(view, default=str))
+        return
+    for line in taskview.fleet_view_lines(view):
         click.echo(line)
 
 

@@ -419,6 +419,10 @@ class Fleet(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # then the task runs again elsewhere: at least once across a host's death, at most once otherwise.
     take_tasks: bool = True
     task_lease_s: float = 30
+    # A fleet task is taken at most this many times (a taking ends when its host gives the task up, or
+    # when its host dies and the lease lapses); past it, it is dead-lettered: put in the KV bucket
+    # pulse-task-dead and recorded on its origin as a `fleet-task-dead` event. Default 3.
+    max_deliver: int = 3
 
 
 FLEET_URL = re.compile(r"(nats|tls)://[^\s/]+")
@@ -439,6 +443,8 @@ def validate_fleet(fleet: Fleet, origin: str) -> None:
         raise ConfigError(f"{origin}: $.fleet: presence_interval_s must be above 0 and presence_ttl_s at least twice it")
     if fleet.task_lease_s < 1:
         raise ConfigError(f"{origin}: $.fleet.task_lease_s must be at least 1")
+    if fleet.max_deliver < 1:
+        raise ConfigError(f"{origin}: $.fleet.max_deliver must be at least 1, got {fleet.max_deliver}")
     if fleet.reconnect_max_s < 0.5 or fleet.events_batch < 1:
         raise ConfigError(f"{origin}: $.fleet: reconnect_max_s must be at least 0.5 and events_batch at least 1")
 
@@ -598,6 +604,7 @@ class FleetConfig(msgspec.Struct, kw_only=True, frozen=True):
     fleet: Fleet
     pulse: PulseSettings          # the instance's name: the default host name
     agent: list[Agent]            # the agents this host advertises
+    budget: SpendLimits           # the host-wide spend limits: a task is taken only within them
 
 
 SLICES: dict[str, type[msgspec.Struct]] = {

@@ -498,10 +498,14 @@ EVENT_TYPES = frozenset({
     *SpendEvent,
     *ScheduleEvent,
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
+    "fleet-task-dead",                              # FLEET_TASK_DEAD below
 })
 # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
 # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
 FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"
+# A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
+# dead-letter record the host that gave up last reports to the origin (target: its fleet id).
+FLEET_TASK_DEAD = "fleet-task-dead"
 
 
 class Event(msgspec.Struct):

@@ -1,19 +1,28 @@
 """Tasks across hosts, the fleet worker's third duty (pulse.workers.fleet runs it on its connection).
 
   - offering: every `fleet-task-offered` event of this host's events.db (`pulsectl task add --fleet`)
-    goes to the work-queue stream PULSE_TASKS on `pulse.tasks.<agent>`, Nats-Msg-Id = its fleet id;
-  - taking: for each of its [[agent]]s with a free slot, a host pulls one task from that agent's
-    durable consumer (shared by every host that has the agent, so one message goes to one of them),
-    claims it in the KV bucket `pulse-task-claims` with a create-only put (a redelivery landing on
-    another host finds the claim and leaves the task alone), and creates it as a task of its own
-    events.db, which its assignment rule hands to the agent as any task;
+    goes to the work-queue stream PULSE_TASKS on `pulse.tasks.<pinned agent>` (`pulse.tasks._any`
+    when not pinned), Nats-Msg-Id = its fleet id;
+  - taking: every host with [[agent]]s pulls from one durable consumer (`takers`, shared, so one
+    message is with one host at a time). A host takes a task only if one of its agents may take it
+    by the routing of one host (pulse.agents.routing: pin, projects, tags), has a free slot and is
+    within its spend limits (pulse.agents.spend); otherwise it puts the message back at once for
+    another host (or for itself, when a slot frees). Taking is a create-only put in the KV bucket
+    `pulse-task-claims` (a redelivery landing on another host finds the claim and leaves the task
+    alone), a count in `pulse-task-attempts`, and a task of its own events.db pinned to the agent
+    chosen, which its assignment rule hands out as any task;
   - keeping: while the local task runs, the message is kept alive (in_progress) and the claim renewed
     every third of `task_lease_s`. A host that dies stops renewing: its claim lapses with the
     bucket's TTL, the message is redelivered after the consumer's ack wait (the same lease), and
     another host runs the task again: at least once across a host's death, at most once otherwise;
   - reporting: every change of the local task's status goes to `pulse.outcomes.<origin host>`
     (stream PULSE_TASK_OUTCOMES); when the task ends the message is acknowledged. The origin's worker
-    records each report as a `fleet-task-update` event, which `pulsectl fleet tasks` folds.
+    records each report as a `fleet-task-update` event, which `pulsectl fleet tasks` and `pulsectl
+    task show <fleet id>` fold;
+  - dead-lettering: a task the host gave up goes back to the fleet, unless it was taken
+    `max_deliver` times already; a task taken more often than that (its hosts died) or given up at
+    the last taking is put in the KV bucket `pulse-task-dead` and reported to its origin, which
+    records a `fleet-task-dead` event (counted in /metrics as pulse_events_total{type="fleet-task-dead"}).
 """
 
 from __future__ import annotations
@@ -22,31 +31,72 @@ import asyncio
 import json
 import time
 
-from pulse.agents import tasks
+from pulse.agents import routing, spend, tasks
 from pulse.core import fleetnames as names
 from pulse.core import wire
 from pulse.core.states import TaskStatus
-from pulse.store import eventsdb, fleetcursor
+from pulse.store import effectqueue, eventsdb, fleetcursor
 
 TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOMES", "pulse-task-claims"
+ATTEMPTS_BUCKET = "pulse-task-attempts"   # fleet id → how many times a host took it
+DEAD_BUCKET = "pulse-task-dead"           # fleet id → its dead-letter record (kept until deleted)
+ATTEMPTS_TTL_S = 7 * 86400                # a count is forgotten a week after its last taking
+TAKERS = "takers"                         # the one durable consumer every host pulls tasks from
+ANY_AGENT = "_any"                        # the subject token of a task pinned to no agent
 ENDED = (TaskStatus.ACKED, TaskStatus.CLOSED, TaskStatus.GIVEN_UP)
 LOOK_S = 0.2                      # how often offers, free slots and running tasks are looked at
+FETCH = 16                        # messages looked at in one pull: one not for this host never hides the rest
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
+# A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
+# agent may take it gets it on its next pull), then after a delay doubling from PUTBACK_FIRST_S up to
+# PUTBACK_MAX_S: the server hands out put-back messages before new ones, so tasks nobody can take
+# now (no agent fits, or every one is busy) must not keep the rest of the queue from every host.
+PUTBACK_FREE, PUTBACK_FIRST_S, PUTBACK_MAX_S = 8, 0.25, 5.0
 
 
-def task_subject(agent: str) -> str:
-    return f"pulse.tasks.{names.host_token(agent)}"
+def task_subject(agent: str | None) -> str:
+    return f"pulse.tasks.{names.host_token(agent) if agent else ANY_AGENT}"
 
 
 def outcome_subject(origin: str) -> str:
     return f"pulse.outcomes.{names.host_token(origin)}"
 
 
+def putback_delay_s(delivered: int) -> float:
+    """How long a task this host leaves waits before its next delivery, after `delivered` ones."""
+    if delivered <= PUTBACK_FREE:
+        return 0.0
+    return min(PUTBACK_MAX_S, PUTBACK_FIRST_S * 2 ** (delivered - PUTBACK_FREE - 1))
+
+
+def offer_state(offer: dict) -> wire.TaskState:
+    """A fleet task as routing reads a task: its project, pinned agent and tags."""
+    return wire.TaskState(id=offer["fleet_id"], project=offer["project"], title=offer["title"], prompt="",
+                          pin=offer.get("agent"), tags=list(offer.get("tags") or []))
+
+
+def dead_record(offer: dict, host: str, attempts: int, why: str, task: str | None = None) -> dict:
+    """What the dead-letter bucket keeps of a task, and what its origin records (`task`: the host's
+    task of the last taking, when it made one)."""
+    return {"fleet_id": offer["fleet_id"], "origin": offer.get("origin"), "host": host, "task": task, "attempts": attempts,
+            "why": why, "at": time.time(), "status": "dead", "agent": offer.get("agent"),
+            "project": offer.get("project"), "title": offer.get("title"), "tags": offer.get("tags") or []}
+
+
 class FleetTasks:
     def __init__(self, worker, nc, js):
         self.w, self.nc, self.js = worker, nc, js
         self.lease = worker.config.fleet.task_lease_s
-        self.running: dict[str, dict] = {}     # fleet id → {msg, task, origin, agent, status, renewed}
+        self.max_deliver = worker.config.fleet.max_deliver
+        self.running: dict[str, dict] = {}     # fleet id → {msg, task, origin, agent, status, renewed, attempts, offer}
+        self.passed: dict[str, str] = {}       # fleet id → why this host last left it (logged on a change)
+
+    async def kv(self, name: str, ttl: float | None):
+        from nats.js.errors import BadRequestError
+        try:
+            return await self.js.create_key_value(bucket=name, ttl=ttl, history=1)
+        except BadRequestError:
+            return await self.js.key_value(name)   # made by another host with other settings
 
     async def setup(self) -> None:
         from nats.js.api import RetentionPolicy
@@ -58,19 +108,18 @@ class FleetTasks:
                                          duplicate_window=names.DUPLICATE_WINDOW_S)
             except BadRequestError:
                 await self.js.stream_info(name)
-        try:
-            self.claims = await self.js.create_key_value(bucket=CLAIMS_BUCKET, ttl=self.lease, history=1)
-        except BadRequestError:
-            self.claims = await self.js.key_value(CLAIMS_BUCKET)
+        self.claims = await self.kv(CLAIMS_BUCKET, self.lease)
+        self.attempts = await self.kv(ATTEMPTS_BUCKET, ATTEMPTS_TTL_S)
+        self.dead = await self.kv(DEAD_BUCKET, None)
         self.outcomes = await self.js.pull_subscribe(outcome_subject(self.w.host), durable=f"outcomes-{names.host_token(self.w.host)}",
                                                      stream=OUTCOMES_STREAM)
-        self.queues = {}
-        if self.w.config.fleet.take_tasks:
+        self.queue = None
+        if self.w.config.fleet.take_tasks and self.w.config.agent:
             from nats.js.api import ConsumerConfig
-            for agent in self.w.config.agent:
-                self.queues[agent.name] = await self.js.pull_subscribe(
-                    task_subject(agent.name), durable=f"agent-{names.host_token(agent.name)}", stream=TASKS_STREAM,
-                    config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
+            # one consumer for every host: a work-queue stream allows no two whose subjects overlap
+            self.queue = await self.js.pull_subscribe(
+                "pulse.tasks.>", durable=TAKERS, stream=TASKS_STREAM,
+                config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
 
     async def run(self) -> None:
         await self.setup()
@@ -93,7 +142,7 @@ class FleetTasks:
         last = fleetcursor.read_cursor(cursor, OFFERS_CURSOR)
         for ev in eventsdb.read_events(conn, after_id=last, types=[wire.FLEET_TASK_OFFERED], limit=100):
             body = json.dumps({**ev.data, "fleet_id": ev.target, "origin": self.w.host}).encode()
-            await self.js.publish(task_subject(ev.data["agent"]), body, headers={"Nats-Msg-Id": ev.target})
+            await self.js.publish(task_subject(ev.data.get("agent")), body, headers={"Nats-Msg-Id": ev.target})
             fleetcursor.commit_cursor(cursor, OFFERS_CURSOR, ev.id)
 
     async def record_outcomes(self, conn) -> None:
@@ -104,46 +153,143 @@ class FleetTasks:
             return
         for msg in msgs:
             report = json.loads(msg.data)
-            eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_UPDATE, "fleet", report["fleet_id"], report)])
+            kind = wire.FLEET_TASK_DEAD if report.get("status") == "dead" else wire.FLEET_TASK_UPDATE
+            eventsdb.append_events(conn, [wire.now_event(kind, "fleet", report["fleet_id"], report)])
             await msg.ack()
 
     # -- the side that runs it ------------------------------------------------------------------------
 
-    def busy(self, agent: str) -> int:
-        return sum(1 for r in self.running.values() if r["agent"] == agent)
+    def claimed_pending(self, statuses=(None, TaskStatus.PENDING)) -> dict[str, int]:
+        """Tasks this host took that its agents hold no run of yet, by the agent chosen for each: they
+        count against its slots, or one free slot would take every task in one pull."""
+        out: dict[str, int] = {}
+        for run in self.running.values():
+            if run["status"] in statuses:
+                out[run["agent"]] = out.get(run["agent"], 0) + 1
+        return out
+
+    def load_now(self, conn) -> dict[str, wire.AgentLoad]:
+        agents = self.w.config.agent
+        load = routing.loads(agents, tasks.load_all(conn).values(),
+                             [e for e, _, _, _ in effectqueue.open_effects(conn)])
+        for agent, n in self.claimed_pending().items():
+            if agent in load:
+                load[agent].running += n
+        return load
+
+    def may_pull(self) -> bool:
+        """Cheap, before any read of events.db: no pull while the tasks this host took fill every slot."""
+        taken: dict[str, int] = {}
+        for run in self.running.values():
+            taken[run["agent"]] = taken.get(run["agent"], 0) + 1
+        return any(taken.get(a.name, 0) < a.concurrency for a in self.w.config.agent)
+
+    def pick(self, conn, offer: dict, load: dict[str, wire.AgentLoad]) -> tuple[str | None, str | None]:
+        agents, task = self.w.config.agent, offer_state(offer)
+        # taken and maybe not reserved yet (an assigned task's run may be just before its claim): as
+        # if reserved, or two tasks of one pull would both pass a limit only one fits under
+        queued = self.claimed_pending((None, TaskStatus.PENDING, TaskStatus.ASSIGNED))
+        held = {}
+        for agent in agents:
+            if routing.refusal(agent, task) is None and load[agent.name].running < agent.concurrency:
+                if (why := spend.hold_reason(conn, agent, self.w.config.budget, queued)) is not None:
+                    held[agent.name] = why
+        return routing.fleet_pick(agents, task, load, held)
+
+    def pass_on(self, fleet_id: str, why: str) -> None:
+        if self.passed.get(fleet_id) != why:
+            self.passed[fleet_id] = why
+            self.w.log.info("fleet task %s left to other hosts: %s", fleet_id, why)
 
     async def take(self, conn) -> None:
         import nats
-        from nats.js.errors import KeyWrongLastSequenceError
-        for agent in self.w.config.agent:
-            sub = self.queues.get(agent.name)
-            if sub is None or self.busy(agent.name) >= agent.concurrency:
+        if self.queue is None or not self.may_pull():
+            return
+        try:
+            msgs = await self.queue.fetch(FETCH, timeout=0.05)
+        except (asyncio.TimeoutError, nats.errors.TimeoutError):
+            return
+        load = None
+        for msg in msgs:
+            offer = json.loads(msg.data)
+            fleet_id = offer["fleet_id"]
+            if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
                 continue
+            task = offer_state(offer)
+            if not routing.eligible(self.w.config.agent, task):   # no agent here may: events.db is not read
+                agent, why = None, routing.unassignable(self.w.config.agent, task)
+            else:
+                if load is None:
+                    load = self.load_now(conn)
+                agent, why = self.pick(conn, offer, load)
+            if agent is None:
+                self.pass_on(fleet_id, why or "")
+                await msg.nak(delay=putback_delay_s(msg.metadata.num_delivered) or None)
+                continue
+            if await self.claim(msg, offer, agent, conn):
+                load[agent].running += 1
+
+    async def claim(self, msg, offer: dict, agent: str, conn) -> bool:
+        """Claim the task and make it a task of this host for `agent`; False when another host holds it."""
+        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+        fleet_id, key = offer["fleet_id"], names.host_token(offer["fleet_id"])
+        self.w.log.info("fleet task %s delivered (%d times) for %s", fleet_id, msg.metadata.num_delivered, agent)
+        fresh = True
+        try:
+            await self.claims.create(key, self.w.host.encode())
+        except KeyWrongLastSequenceError:
             try:
-                msgs = await sub.fetch(1, timeout=0.05)
-            except (asyncio.TimeoutError, nats.errors.TimeoutError):
-                continue
-            for msg in msgs:
-                offer = json.loads(msg.data)
-                key = names.host_token(offer["fleet_id"])
-                self.w.log.info("fleet task %s delivered (%d times)", offer["fleet_id"], msg.metadata.num_delivered)
-                try:
-                    await self.claims.create(key, self.w.host.encode())
-                except KeyWrongLastSequenceError:
-                    holder = await self.claims.get(key)
-                    if holder.value.decode() != self.w.host:
-                        await msg.nak(delay=self.lease / 2)   # another host runs it: try again after its lease
-                        self.w.log.info("fleet task %s is %s's", offer["fleet_id"], holder.value.decode())
-                        continue
-                    # our own claim: this worker restarted while the task ran; take it up again
-                local = fleetcursor.task_of(self.cursor, offer["fleet_id"])
-                if local is None:
-                    local = tasks.create(conn, offer["project"], offer["title"], offer["prompt"],
-                                         offer.get("priority", 0), source="fleet").id
-                    fleetcursor.remember_task(self.cursor, offer["fleet_id"], local)
-                self.w.ring_tick(f"fleet task {offer['fleet_id']} is {local}")
-                self.running[offer["fleet_id"]] = {"msg": msg, "task": local, "origin": offer["origin"],
-                                                   "agent": agent.name, "status": None, "renewed": time.monotonic()}
+                holder = (await self.claims.get(key)).value.decode()
+            except KeyNotFoundError:
+                holder = None                    # lapsed between the two: the next delivery claims it
+            if holder != self.w.host:
+                await msg.nak(delay=self.lease / 2)   # another host runs it: look again after its lease
+                self.pass_on(fleet_id, f"claimed by {holder}")
+                return False
+            fresh = False                        # our own claim: this worker restarted while the task ran
+        attempts = await self.count_attempt(key, fresh)
+        if attempts > self.max_deliver:
+            await self.dead_letter(msg, offer, attempts - 1,
+                                   f"taken {attempts - 1} times ([fleet] max_deliver = {self.max_deliver}) without an end")
+            return False
+        local = fleetcursor.task_of(self.cursor, fleet_id)
+        before = tasks.load(conn, local) if local is not None else None
+        if before is None or (fresh and before.status in ENDED):   # a new taking after one ended: a new task
+            local = tasks.create(conn, offer["project"], offer["title"], offer["prompt"], offer.get("priority", 0),
+                                 source="fleet", pin=agent, tags=offer.get("tags") or ()).id
+            fleetcursor.remember_task(self.cursor, fleet_id, local)
+        self.w.ring_tick(f"fleet task {fleet_id} is {local}")
+        self.passed.pop(fleet_id, None)
+        self.running[fleet_id] = {"msg": msg, "task": local, "origin": offer["origin"], "agent": agent,
+                                  "status": None, "renewed": time.monotonic(), "attempts": attempts, "offer": offer}
+        return True
+
+    async def count_attempt(self, key: str, fresh: bool) -> int:
+        """The takings of the task so far, this one included when `fresh` (a compare-and-set count)."""
+        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+        while True:
+            try:
+                entry = await self.attempts.get(key)
+                n, revision = int(entry.value or b"0"), entry.revision
+            except KeyNotFoundError:
+                n, revision = 0, None
+            if not fresh:
+                return max(n, 1)
+            try:
+                if revision is None:
+                    await self.attempts.create(key, str(n + 1).encode())
+                else:
+                    await self.attempts.update(key, str(n + 1).encode(), last=revision)
+                return n + 1
+            except KeyWrongLastSequenceError:
+                continue                         # another host counted at the same time: count again
+
+    async def dead_letter(self, msg, offer: dict, attempts: int, why: str, task: str | None = None) -> None:
+        record = dead_record(offer, self.w.host, attempts, why, task)
+        await self.dead.put(names.host_token(offer["fleet_id"]), json.dumps(record).encode())
+        await self.js.publish(outcome_subject(offer["origin"]), json.dumps(record).encode())
+        await msg.ack()                          # off the queue: the dead-letter bucket has it
+        self.w.log.warning("fleet task %s dead-lettered: %s", offer["fleet_id"], why)
 
     async def keep(self, conn) -> None:
         for fleet_id, run in list(self.running.items()):
@@ -153,16 +299,34 @@ class FleetTasks:
                 run["status"] = status
                 await self.report(fleet_id, run, state)
             if status in ENDED:
-                await run["msg"].ack()
                 del self.running[fleet_id]
+                await self.ended(fleet_id, run, status)
             elif time.monotonic() - run["renewed"] >= self.lease / 3:
                 await run["msg"].in_progress()
                 await self.claims.put(names.host_token(fleet_id), self.w.host.encode())
                 run["renewed"] = time.monotonic()
 
+    async def ended(self, fleet_id: str, run: dict, status: str) -> None:
+        """Done (acked, closed): off the queue. Given up here: back to the fleet for another taking,
+        or dead-lettered when this was the last one max_deliver allows."""
+        if status != TaskStatus.GIVEN_UP:
+            await run["msg"].ack()
+            return
+        if run["attempts"] >= self.max_deliver:
+            await self.dead_letter(run["msg"], run["offer"], run["attempts"],
+                                   f"given up on {self.w.host} at taking {run['attempts']} of {self.max_deliver} "
+                                   "([fleet] max_deliver)", run["task"])
+            return
+        await self.claims.delete(names.host_token(fleet_id))
+        await run["msg"].nak()
+        back = {"fleet_id": fleet_id, "host": self.w.host, "task": run["task"], "agent": run["agent"],
+                "attempt": run["attempts"], "status": "offered",
+                "why": f"given up on {self.w.host}; offered again (taking {run['attempts']} of {self.max_deliver})"}
+        await self.js.publish(outcome_subject(run["origin"]), json.dumps(back).encode())
+
     async def report(self, fleet_id: str, run: dict, state) -> None:
         body = {"fleet_id": fleet_id, "host": self.w.host, "task": run["task"], "agent": run["agent"],
+                "attempt": run["attempts"],
                 "status": None if state is None else str(state.status),
                 "result": None if state is None else state.result, "error": None if state is None else state.error}
         await self.js.publish(outcome_subject(run["origin"]), json.dumps(body, default=str).encode())
-
