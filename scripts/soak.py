@@ -16,6 +16,15 @@ A process replaced at least once also has a series "<name> rss across lives" (an
 all its lives (each without its warm-up) fitted with one intercept, so a replacement that starts
 where the last one ended (a level that follows the history's size) is growth; a life that rises and
 falls back in each life is not. Its bound is the same as the process's.
+It also has "<name> rss at same age" (and fds): one point per life, its mean over the same ages in
+every life (from --process-warmup-s to the age the shortest replaced life reached), fitted across
+the lives' starts: a worker killed every few minutes is compared with its predecessors at the same
+age, so neither its warm-up nor a one-off step in each life reads as growth, and a level that
+rises with the history does.
+A process whose lives are shorter than --min-life-s (a worker killed every few minutes) has its
+slope within a life reported but not judged: over a 5-minute life that slope is the life's warm-up
+(caches filling, a one-off allocation) multiplied by 12, not a leak; its lives are judged across
+lives and at the same age. --kill-every-s 0 kills nothing, so every life is long and judged.
 A series fails when even the low end of its slope's 95 % interval is above its bound, so a short
 run's noise cannot fail it, and a steady leak fails a long one. The bounds (per hour):
 
@@ -223,10 +232,17 @@ def slope(segments: list[list[tuple[float, float]]]) -> tuple[float, float]:
 
 
 ACROSS = " across lives"
+SAME_AGE = " at same age"
+MIN_LIFE_S = 600.0                # a life shorter than this has its slope reported, not judged (see above)
+
+
+def base_series(name: str) -> str:
+    """The sampled series a derived one is fitted from: 'web rss at same age' → 'web rss'."""
+    return name.removesuffix(ACROSS).removesuffix(SAME_AGE)
 
 
 def bound_of(series: str, effects_per_s: float, bounds: dict) -> float:
-    kind = series.removesuffix(ACROSS).rsplit(" ", 1)[-1]
+    kind = base_series(series).rsplit(" ", 1)[-1]
     if series in CAPPED:
         return CAPPED[series]
     if kind in ("rss", "fds"):
@@ -254,30 +270,68 @@ def across_lives(samples: list[dict], name: str, process_warmup_s: float) -> lis
     return [[point for piece in pieces for point in piece]] if len(pieces) > 1 else []
 
 
+def lives_of(samples: list[dict], name: str) -> list[list[tuple[float, float]]]:
+    """Every life of `name`'s process (one per pid), its samples in order, the lives by their start."""
+    process = name.rsplit(" ", 1)[0]
+    lives: dict = {}
+    for s in samples:
+        if name in s["values"]:
+            lives.setdefault(s.get("pids", {}).get(process), []).append((s["t"], s["values"][name]))
+    return sorted(lives.values(), key=lambda life: life[0][0])
+
+
+def same_age(samples: list[dict], name: str, process_warmup_s: float, t_from: float) -> list[list[tuple[float, float]]]:
+    """One point per life that started at or after `t_from`: (its start, its mean from age
+    `process_warmup_s` to the age every replaced life reached); one segment, or none with fewer than 3."""
+    lives = lives_of(samples, name)
+    if len(lives) < 2:
+        return []
+    age_limit = min(life[-1][0] - life[0][0] for life in lives[:-1])    # the last life may be cut by the end
+    points = []
+    for life in lives:
+        start = life[0][0]
+        window = [y for t, y in life if process_warmup_s <= t - start <= age_limit]
+        if start >= t_from and life[-1][0] - start >= age_limit and window:
+            points.append((start, sum(window) / len(window)))
+    return [points] if len(points) >= 3 else []
+
+
+def short_lived(samples: list[dict], name: str, min_life_s: float) -> bool:
+    """Whether `name`'s process lived less than `min_life_s` (its median life): its slope within a life
+    is its warm-up, not a leak (see the docstring)."""
+    ages = sorted(life[-1][0] - life[0][0] for life in lives_of(samples, name))
+    return len(ages) > 1 and ages[len(ages) // 2] < min_life_s
+
+
 def judge(samples: list[dict], warmup: float, effects_per_s: float, bounds: dict = BOUNDS,
-          process_warmup_s: float = 30.0) -> dict[str, dict]:
+          process_warmup_s: float = 30.0, min_life_s: float = MIN_LIFE_S) -> dict[str, dict]:
     """Every series' slope per hour after the warm-up, its bound, and whether it grew beyond it."""
     t_end = samples[-1]["t"]
     kept = [s for s in samples if s["t"] >= warmup * t_end]
     per_process = sorted({k for s in kept for k in s["values"] if k.endswith(("rss", "fds"))})
-    names = sorted({k for s in kept for k in s["values"]} | {k + ACROSS for k in per_process})
+    names = sorted({k for s in kept for k in s["values"]} | {k + ACROSS for k in per_process}
+                   | {k + SAME_AGE for k in per_process})
     out = {}
     for name in names:
-        series = name.removesuffix(ACROSS)
+        series = base_series(name)
         points = [(s["t"], s["values"][series]) for s in kept if series in s["values"]]
+        judged = True
         if name.endswith(ACROSS):
             segments = across_lives(kept, series, process_warmup_s)
-            if not segments:
-                continue
+        elif name.endswith(SAME_AGE):
+            segments = same_age(samples, series, process_warmup_s, warmup * t_end)
         else:
             segments = segments_of(kept, name, process_warmup_s if name.endswith(("rss", "fds")) else 0)
+            judged = not (name in per_process and short_lived(samples, name, min_life_s))
+        if not segments:
+            continue
         per_h, se = slope(segments)
         bound = bound_of(name, effects_per_s, bounds)
         peak = max(y for _, y in points)
-        grows = peak > CAPPED[name] if name in CAPPED else per_h - T95 * se > bound
+        grows = peak > CAPPED[name] if name in CAPPED else judged and per_h - T95 * se > bound
         out[name] = {"slope_per_h": per_h, "stderr_per_h": se, "bound_per_h": bound, "samples": len(points),
                      "first": points[0][1] if points else None, "last": points[-1][1] if points else None,
-                     "peak": peak, "grows": grows}
+                     "peak": peak, "grows": grows, "judged": judged}
     return out
 
 
@@ -291,7 +345,7 @@ def flatten(procs: dict[str, tuple[int, int, int]], stores: dict[str, int]) -> d
 
 
 def human(name: str, value: float) -> str:
-    return f"{value:.1f}" if name.removesuffix(ACROSS).endswith("fds") else f"{value / MiB:.2f} MiB"
+    return f"{value:.1f}" if base_series(name).endswith("fds") else f"{value / MiB:.2f} MiB"
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -322,7 +376,7 @@ def run(args, tracker: Tracker) -> dict:
                 task_n += 1
                 task_round(home, task_n)
                 next_task += args.task_every_s
-            if now >= next_kill:
+            if args.kill_every_s > 0 and now >= next_kill:
                 victim = KILLED[kills % len(KILLED)]
                 pid = next((w.pid for w in status(home).workers if w.name == victim and w.pid), None)
                 if pid:
@@ -341,7 +395,7 @@ def run(args, tracker: Tracker) -> dict:
         stop.set()
         (home / "ballast").unlink(missing_ok=True)   # the home is kept to look at; its 32 MiB of ballast need not be
     bounds = {**BOUNDS, "rss": args.rss_bound_mib_h * MiB, "fds": args.fds_bound_h}
-    verdict = judge(samples, args.warmup, args.effects_per_s, bounds, args.process_warmup_s)
+    verdict = judge(samples, args.warmup, args.effects_per_s, bounds, args.process_warmup_s, args.min_life_s)
     if args.samples:
         Path(args.samples).write_text(json.dumps(samples))
     return {"home": str(home), "seconds": round(time.monotonic() - t0, 1), "effects": effects, "tasks": task_n,
@@ -362,7 +416,7 @@ def main() -> int:
     parser.add_argument("--hours", type=float, required=True)
     parser.add_argument("--effects-per-s", type=float, default=5.0)
     parser.add_argument("--task-every-s", type=float, default=10.0)
-    parser.add_argument("--kill-every-s", type=float, default=60.0)
+    parser.add_argument("--kill-every-s", type=float, default=60.0, help="0: kill nothing (default 60)")
     parser.add_argument("--sample-every-s", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=0.2, help="fraction of the run not judged (default 0.2)")
     parser.add_argument("--seed", type=int, default=25)
@@ -372,6 +426,9 @@ def main() -> int:
                         help="open-fd growth allowed per process, per hour (default 2)")
     parser.add_argument("--process-warmup-s", type=float, default=30.0,
                         help="seconds of each process's life (a replacement's too) not judged (default 30)")
+    parser.add_argument("--min-life-s", type=float, default=MIN_LIFE_S,
+                        help="a process whose lives are shorter has its slope within a life reported, not judged "
+                             "(default 600)")
     parser.add_argument("--samples", help="also write every sample to this JSON file")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
@@ -386,12 +443,12 @@ def main() -> int:
     else:
         print(f"soak: {result['seconds']} s, {result['effects']} effects, {result['tasks']} tasks, "
               f"{result['kills']} worker kills, stream lines {result['stream_lines']}")
-        print(f"{'series':28} {'slope/h':>14} {'± 95%':>12} {'bound/h':>12}  first → last")
+        print(f"{'series':34} {'slope/h':>14} {'± 95%':>12} {'bound/h':>12}  first → last")
         for name, v in result["series"].items():
-            print(f"{name:28} {human(name, v['slope_per_h']):>14} {human(name, T95 * v['stderr_per_h']):>12} "
+            print(f"{name:34} {human(name, v['slope_per_h']):>14} {human(name, T95 * v['stderr_per_h']):>12} "
                   f"{human(name, v['bound_per_h']):>12}  {human(name, v['first'])} → {human(name, v['last'])}"
                   f" (peak {human(name, v['peak'])})"
-                  f"{'  GROWS' if v['grows'] else ''}")
+                  f"{'  GROWS' if v['grows'] else ''}{'' if v['judged'] else '  (short lives: not judged)'}")
     if result["grew"]:
         log(f"grew beyond its bound: {', '.join(result['grew'])}")
         return 1

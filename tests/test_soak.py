@@ -19,7 +19,7 @@ PROCESSES = ("pulsed", "forkserver", "eventlog", "watcher", "tick", "executor", 
 def test_a_short_soak_stays_flat(tracker, tmp_path):
     proc = subprocess.Popen([sys.executable, str(SOAK), "--hours", "0.011", "--kill-every-s", "5",
                              "--sample-every-s", "1", "--warmup", "0.2", "--process-warmup-s", "5",
-                             "--rss-bound-mib-h", "512", "--fds-bound-h", "300", "--json",
+                             "--rss-bound-mib-h", "512", "--fds-bound-h", "300", "--min-life-s", "0", "--json",
                              "--samples", str(tmp_path / "samples.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tracker.add(proc.pid)
@@ -72,6 +72,36 @@ def test_the_soak_flags_a_level_that_rises_from_one_life_to_the_next():
     # a process with one life has no series across lives
     single = soak.judge(lives([40 * MiB], life_s=3600), 0.0, 5.0)
     assert "web rss across lives" not in single and not single["web rss"]["grows"]
+
+
+def stepped_lives(levels: list[float], step: float, life_s: float = 300, every_s: float = 5) -> list[dict]:
+    """The tick as the hour-long soak saw it: killed every ~5 minutes, each life flat but for a one-off
+    step of `step` a minute into it (an allocation made once), at `levels`."""
+    samples = []
+    for n, level in enumerate(levels):
+        for k in range(int(life_s / every_s)):
+            t = n * life_s + k * every_s
+            samples.append({"t": t, "values": {"tick rss": level + (step if k * every_s >= 60 else 0)},
+                            "pids": {"tick": 2000 + n}})
+    return samples
+
+
+def test_a_short_lives_one_off_step_is_not_judged_as_growth_and_a_rising_level_at_the_same_age_is():
+    soak = load_soak()
+    MiB = soak.MiB
+    stepped = soak.judge(stepped_lives([36 * MiB] * 12, MiB), 0.0, 5.0, process_warmup_s=30)
+    # within a life, a 1 MiB step in 5 minutes fits as ~4 MiB/h: reported, not judged (lives are short)
+    assert stepped["tick rss"]["slope_per_h"] > 3 * MiB and not stepped["tick rss"]["judged"]
+    assert not stepped["tick rss"]["grows"]
+    assert abs(stepped["tick rss at same age"]["slope_per_h"]) < 0.1 * MiB
+    assert not stepped["tick rss at same age"]["grows"] and not stepped["tick rss across lives"]["grows"]
+    # the same lives, each starting 1 MiB above the last: growth, and the same age says so
+    rising = soak.judge(stepped_lives([36 * MiB + n * MiB for n in range(12)], MiB), 0.0, 5.0, process_warmup_s=30)
+    assert rising["tick rss at same age"]["grows"]
+    assert 10 * MiB < rising["tick rss at same age"]["slope_per_h"] < 14 * MiB
+    # one long life is judged within itself
+    long = soak.judge(stepped_lives([36 * MiB], 4 * MiB, life_s=3600), 0.0, 5.0, process_warmup_s=30)
+    assert long["tick rss"]["judged"] and "tick rss at same age" not in long
 
 
 def ended_tasks_history(n: int) -> list:

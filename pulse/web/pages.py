@@ -17,7 +17,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import msgspec
 from sse_starlette.sse import EventSourceResponse
@@ -56,6 +56,8 @@ class Web:
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
         self.diffs: dict[tuple[str, str], str] = {}   # (before, after) → diff summary: commits never change
         self.agents: list[Agent] = []        # set by make_app
+        self.board = None                    # the tasks page's fold, made at its first request (task_board)
+        self.boarding = threading.Lock()
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -65,10 +67,10 @@ class Web:
         return self._token[1]
 
     def events(self):
-        return connection.open_readonly(self.paths.events_db)
+        return read_connection(self.paths.events_db)
 
     def vitals(self):
-        return connection.open_readonly(self.paths.vitals_db)
+        return read_connection(self.paths.vitals_db)
 
     def status(self) -> wire.Status | None:
         try:
@@ -92,6 +94,17 @@ class Web:
                 vitals.close()
             return self.counts
 
+    def task_board(self, conn):
+        """The tasks page's fold (see new_task_board), caught up on `conn`; a copy to read outside the lock."""
+        from pulse.agents import tasks
+        with self.boarding:
+            if self.board is None:
+                self.board = new_task_board()
+            tasks.catch_up(conn, self.board)
+            fold = self.board.agents          # its states are replaced, never changed; its stats are copied
+            return TaskBoardView(fold.shown(), fold.counts(),
+                                 {name: msgspec.structs.replace(s) for name, s in fold.stats.items()})
+
     spend_limits: tuple[list, Any] = ([], None)
 
     def spend_overview(self, conn) -> list[dict]:
@@ -109,6 +122,74 @@ class Web:
             return what(conn)
         finally:
             conn.close()
+
+
+# -- the web worker's memory (issue 25) ----------------------------------------------------------------------
+
+# Each request opens its own read-only connection, in one of the server's threads; SQLite's page cache
+# (2 MiB by default) is filled as a read goes and freed when the connection closes, but into that thread's
+# malloc arena, which keeps it. With the default cache the web worker kept ~2.5 MiB per thread that had read
+# much, more as the history grew until the cache was full. A request here reads one indexed range (the OS
+# page cache keeps the file warm), so a small cache costs no speed and bounds what a thread can keep.
+READ_CACHE_KIB = 512
+
+
+def read_connection(path: Path):
+    """A read-only connection (pulse.store.connection.open_readonly) with a page cache of READ_CACHE_KIB."""
+    conn = connection.open_readonly(path)
+    conn.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")
+    return conn
+
+
+# The tasks page (issue 25): it folded every task event ever, and listed every task ever, on each
+# request; its answer and the memory the fold left grew with the history. The web worker now keeps one
+# fold, caught up by what is new, that holds the open tasks and only the newest SHOWN_ENDED that ended.
+SHOWN_ENDED = 100                 # ended tasks (closed, given up) the tasks page lists, newest first; all are counted
+
+
+class TaskBoardView(NamedTuple):
+    shown: list                       # the open tasks and the newest ended ones (TaskState)
+    counts: dict[str, int]            # tasks by status, every one that ever ended included
+    stats: dict                       # agent → AgentCapabilityStats
+
+
+def new_task_board():
+    """A TaskBook whose fold is a TaskBoard: the page's tasks, caught up with tasks.catch_up."""
+    from pulse.agents import tasks
+
+    class TaskBoard(tasks.AgentStatsFold):
+        """The open tasks, the newest SHOWN_ENDED that ended and how many ended in each status, and each
+        agent's counts (exact: an ended task's run is counted before it is dropped); its memory follows
+        the open tasks, not the history."""
+
+        def __init__(self) -> None:
+            super().__init__(forget_ended=True)
+            self.ended: dict[str, wire.TaskState] = {}           # task id → its final state, oldest first
+            self.ended_counts: dict[str, int] = {}
+
+        def forget_if_ended(self, task: str) -> None:
+            state = self.tasks.get(task)
+            if state is None or tasks.TRANSITIONS.get(state.status):
+                return
+            del self.tasks[task]
+            self.ended_counts[state.status] = self.ended_counts.get(state.status, 0) + 1
+            self.ended.pop(task, None)
+            self.ended[task] = state
+            if len(self.ended) > SHOWN_ENDED:
+                del self.ended[next(iter(self.ended))]
+
+        def shown(self) -> list:
+            return [*self.tasks.values(), *self.ended.values()]
+
+        def counts(self) -> dict[str, int]:
+            out = dict(self.ended_counts)
+            for state in self.tasks.values():
+                out[state.status] = out.get(state.status, 0) + 1
+            return out
+
+    book = tasks.TaskBook()
+    book.agents = TaskBoard()
+    return book
 
 
 # -- the guard ----------------------------------------------------------------------------------------
@@ -358,13 +439,12 @@ def task_routing(web: Web, task: wire.TaskState) -> dict:
 
 
 async def api_tasks(request: Request) -> Response:
-    from pulse.agents import tasks
     web: Web = request.app.state.web
 
     def read(conn):
-        book = tasks.catch_up(conn, tasks.TaskBook())      # the tasks and each agent's record, one fold
+        board = web.task_board(conn)          # the open tasks, the newest ended, each agent's record
         by_status: dict[str, list] = {s: [] for s in TaskStatus}
-        for t in sorted(book.states.values(), key=lambda t: int(t.id.rpartition("-")[2])):
+        for t in sorted(board.shown, key=lambda t: int(t.id.rpartition("-")[2])):
             by_status.setdefault(t.status, []).append({"id": t.id, "title": t.title, "project": t.project,
                                                        "agent": t.agent or t.last_agent, "attempts": t.attempts,
                                                        **task_routing(web, t)})
@@ -372,9 +452,10 @@ async def api_tasks(request: Request) -> Response:
                    "success_rate": s.acked / runs if runs else 0.0,
                    "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
                    "cost_usd": s.cost_usd if s.runs_with_cost else None}
-                  for name, s in sorted(book.agents.stats.items())]
+                  for name, s in sorted(board.stats.items())]
         history = eventsdb.last_events(conn, 100, wire.TASK_EVENTS)
-        return {"by_status": by_status, "agents": agents, "history": [as_json(e) for e in reversed(history)]}
+        return {"by_status": by_status, "counts": board.counts, "shown_ended": SHOWN_ENDED, "agents": agents,
+                "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 

@@ -64,6 +64,10 @@ class Worker:
         self.handlers: dict[object, Callable[[], None]] = {}   # zmq socket or fd → called when readable
         self.log = logging.getLogger(f"pulse.{self.name}")
         self.to_pulsed: Callable[[object], bool] = lambda message: False   # over the heartbeat socket, once ready
+        # Called by a long job of the main loop between its steps (the tick folding a long history,
+        # batch by batch): heartbeats when one is due. Each call is progress, so a worker stuck inside
+        # one step is still found hung; a job whose length follows the history is not (issue 25).
+        self.progress: Callable[[], None] = lambda: None
 
     def status_extras(self) -> dict | None:
         """What this worker adds to `pulsectl status`, sent with each heartbeat (keep it small)."""
@@ -129,6 +133,8 @@ class Harness:
         self.beat = worker.socket(zmq.PUSH, worker.paths.endpoint("heartbeat"), bind=False,
                                   SNDHWM=16)
         worker.to_pulsed = self.send
+        self.last_beat = time.monotonic()
+        worker.progress = self.beat_if_due
 
     def send(self, message) -> bool:
         try:
@@ -137,7 +143,12 @@ class Harness:
         except zmq.Again:
             return False   # pulsed is not there (or busy): it must never stall us
 
+    def beat_if_due(self) -> None:
+        if time.monotonic() - self.last_beat >= self.heartbeat_s and self.worker.healthy():
+            self.heartbeat()
+
     def heartbeat(self) -> None:
+        self.last_beat = time.monotonic()
         self.seq += 1
         self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic(), self.worker.status_extras()))
 

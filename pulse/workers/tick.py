@@ -287,6 +287,7 @@ class TickWorker(Worker):
             self.projections.fold(batch)
             if len(batch) < FOLD_BATCH:
                 return
+            self.progress()        # a long history (the first fold) takes longer than hung_after_ms
 
     def engine_state(self) -> wire.EngineHealth:
         """The engine worker's state from pulsed: the tick never calls an engine that is not running."""

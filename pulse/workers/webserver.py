@@ -12,6 +12,7 @@ forkserver or pulsed.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import socket
 import threading
 import time
@@ -20,6 +21,37 @@ from pulse.core import config as configmod
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
+
+# -- memory (issue 25): what the web worker holds must not follow the history's length ---------------------
+# The server runs the page's reads in a pool of threads (anyio's, 40 by default), and glibc gives each
+# thread that allocates its own malloc arena (up to 8 per core), which keeps what was freed in it: every
+# thread that once read much (a page cache, a fold's rows) kept it, so each new web worker sat higher as
+# events.db grew. So: few threads, few arenas, and what is free handed back after the start-up fold (the
+# one read of the whole history) and then every TRIM_EVERY_S.
+WEB_THREADS = 8                  # the page's reads at once: each is one short indexed read
+ARENAS = 2                       # malloc arenas: the server's loop and the harness, the pool shares them
+TRIM_EVERY_S = 60.0              # hand freed memory back to the system this often (it costs < 1 ms)
+M_ARENA_MAX = -8                 # mallopt's parameter number, from glibc's malloc.h
+
+
+def libc():
+    """glibc, for mallopt and malloc_trim; None elsewhere (musl has neither: nothing to do there)."""
+    try:
+        lib = ctypes.CDLL(None)
+    except OSError:
+        return None
+    return lib if hasattr(lib, "malloc_trim") and hasattr(lib, "mallopt") else None
+
+
+def limit_arenas(lib, arenas: int) -> None:
+    if lib is not None:
+        lib.mallopt(M_ARENA_MAX, arenas)
+
+
+def give_back(lib) -> None:
+    """Return the heap's free pages to the system (glibc's malloc_trim walks every arena)."""
+    if lib is not None:
+        lib.malloc_trim(0)
 
 
 class WebWorker(Worker):
@@ -37,8 +69,15 @@ class WebWorker(Worker):
         self.scheme = "https" if web.tls_cert else "http"
         app, shared = make_app(self.paths, self.paths.web_token, self.config.timings.effect_deadline_s,
                                self.config.agent, self.config.budget)
-        # fold the history for /metrics now, off the request path: the first scrape stays fast
-        threading.Thread(target=shared.count, name="metrics-warm-up", daemon=True).start()
+        self.libc = libc()
+        limit_arenas(self.libc, ARENAS)       # before the server's threads make theirs
+        self.next_trim = time.monotonic() + TRIM_EVERY_S
+
+        def warm_up() -> None:
+            # fold the history for /metrics now, off the request path: the first scrape stays fast
+            shared.count()
+            give_back(self.libc)              # the fold's rows and pages are free now: give them back
+        threading.Thread(target=warm_up, name="metrics-warm-up", daemon=True).start()
         self.server = uvicorn.Server(uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="off", ssl_certfile=web.tls_cert,
             ssl_keyfile=web.tls_key, timeout_graceful_shutdown=1))
@@ -54,6 +93,8 @@ class WebWorker(Worker):
                 while True:
                     self.turned = time.monotonic()
                     await asyncio.sleep(self.beat_s / 2)
+            import anyio.to_thread
+            anyio.to_thread.current_default_thread_limiter().total_tokens = WEB_THREADS
             beat = asyncio.create_task(turning())
             try:
                 await self.server.serve(sockets=[self.sock])
@@ -65,6 +106,14 @@ class WebWorker(Worker):
         host, _ = configmod.listen_address(self.config.web.listen)
         shown = f"[{host}]" if ":" in host else host
         return f"{self.scheme}://{shown}:{self.port}"
+
+    def next_timer(self) -> float:
+        return self.next_trim
+
+    def on_timer(self, now: float) -> None:
+        if now >= self.next_trim:
+            give_back(self.libc)
+            self.next_trim = now + TRIM_EVERY_S
 
     def status_extras(self) -> dict:
         return {"url": self.url()}

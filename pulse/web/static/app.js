@@ -498,12 +498,19 @@ function taskDetail(e) {
   return d.agent ? `by ${d.agent}` : d.by ? `by ${d.by}` : "";
 }
 
+// A board column's heading: how many tasks are in it, and, for the ended ones (the page lists only the
+// newest of those: issue 25), how many of them are shown.
+function boardHeading(status, tasks, counts) {
+  const n = (counts || {})[status] ?? tasks.length;
+  return n > tasks.length ? `${status} (${n}, the newest ${tasks.length} shown)` : `${status} (${n})`;
+}
+
 async function tasksPage() {
   const r = await getJSON("/api/tasks");
   const main = document.querySelector("main");
   main.replaceChildren(
     section("Board", el("div", {class: "board"}, Object.entries(r.by_status).map(([status, tasks]) =>
-      el("div", {"data-status": status}, el("h2", {}, `${status} (${tasks.length})`),
+      el("div", {"data-status": status}, el("h2", {}, boardHeading(status, tasks, r.counts)),
          el("ul", {}, tasks.map(t => el("li", {}, el("a", {href: `/tasks/${t.id}`, title: "the task's page"}, t.id), " ", t.title,
             el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs` +
                (t.pin ? ` · for ${t.pin}` : "") + (t.tags && t.tags.length ? ` · tags ${t.tags.join(", ")}` : "")),
