@@ -30,7 +30,8 @@ out = lambda obj: print(json.dumps(obj), flush=True)
 
 if os.environ.get("FAKE_ENV_DUMP"):
     with open(os.environ["FAKE_ENV_DUMP"] + "." + cli + "." + mode, "w") as f:
-        json.dump({"env": {k: os.environ.get(k) for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK")},
+        json.dump({"connect_timeout_ms": os.environ.get("MCP_CONNECT_TIMEOUT_MS"),
+                   "env": {k: os.environ.get(k) for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK")},
                    "argv": args}, f)
 
 usage_file = args[args.index("--usage-file") + 1] if "--usage-file" in args else None
@@ -298,6 +299,9 @@ if "--mcp-config" in args:
     assert ev["type"] == "task-acked"
     server = json.loads(Path(f"{env_dump}.mcp").read_text())["mcpServers"]["pulse"]
     assert server["args"] == ["mcp"] and Path(server["command"]).name == "pulsectl"
+    # Waited for before the first turn (print mode connects without waiting otherwise), up to 30 s.
+    assert server.pop("alwaysLoad") is True and server.pop("type") == "stdio"
+    assert json.loads(Path(f"{env_dump}.claude.ok").read_text())["connect_timeout_ms"] == "30000"
     token = server["env"].pop("PULSE_RUN_TOKEN")              # the run's capability (pulse.agents.gateserver)
     assert len(token) >= 40 and server["env"].pop("PULSE_GATE_SOCKET").endswith(".sock")
     assert server["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": "claude-agent", "PULSE_TASK": task}
@@ -312,6 +316,11 @@ if "--mcp-config" in args:
             Agent(name="a", adapter="claude-code", mcp=mcp), adapters.Task("task-1", "p"), str(tmp_path),
             home=tmp_path, scratch=str(tmp_path))
         assert ("--mcp-config" in inv.argv) is mcp
+    # An [[agent]] env's own MCP_CONNECT_TIMEOUT_MS is kept.
+    inv = adapters.load_adapter("claude-code").invocation(
+        Agent(name="a", adapter="claude-code", env={"MCP_CONNECT_TIMEOUT_MS": "90000"}), adapters.Task("task-1", "p"),
+        str(tmp_path), home=tmp_path, scratch=str(tmp_path))
+    assert inv.env["MCP_CONNECT_TIMEOUT_MS"] == "90000"
 
 
 @pytest.mark.parametrize("adapter", sorted(CLI))
@@ -335,9 +344,11 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
                                                     home=tmp_path / "h o", scratch=str(tmp_path))
     assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-2:] == ["--", 'say "hi"']
     overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
-    assert inv.argv[2] == "-c" and len(overrides) == 3
+    assert inv.argv[2] == "-c" and len(overrides) == 5
     parsed = tomllib.loads("\n".join(overrides))["mcp_servers"]["pulse"]   # each override is valid TOML
     assert parsed["args"] == ["mcp"] and parsed["command"].endswith("pulsectl")
+    # exec waits for it before the turn, and fails if it does not come up (it answers without it otherwise).
+    assert parsed.pop("required") is True and parsed.pop("startup_timeout_sec") == 30
     assert parsed["env"] == {"PULSE_HOME": str(tmp_path / "h o"), "PULSE_AGENT": "cx", "PULSE_TASK": "task-3"}
     for name in ("cursor", "hermes", "openclaw", "command"):      # no documented way: nothing added
         agent = Agent(name="x", adapter=name, argv=None if name != "command" else ["x"])

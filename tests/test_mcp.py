@@ -486,7 +486,7 @@ def test_two_agents_writing_one_process_at_once_exactly_one_acts(host):
     reason = envelope(next(r for r in results if r.is_error))["error"]["reason"]
     assert "being changed by" in reason or "was changed by" in reason
     restarts = [e for e in host.events("effect") if e["data"]["kind"] == "restart-process"]
-    assert len(restarts) == 1
+    assert len(restarts) == 1, [(e["source"], e["data"]) for e in restarts]
 
 
 def test_looks_are_per_resource_empty_reads_verify_nothing_and_finish_races_a_write(host):

@@ -262,6 +262,35 @@ def test_process_watchdog_waits_briefly_for_the_exit_fact_of_a_process_whose_cod
     assert kinds(plain) == [("restart-process", "gw")]
 
 
+def test_a_death_looked_for_before_a_restart_was_acked_is_not_news_however_late_its_sample():
+    """The watcher stamps a sample when its collect returns; on a loaded host the scans that found
+    nothing began before the gate's restart started the process and ended after it was acked. That
+    sample (ts after the ack) drove a second restart-process (test_mcp's two-agent race, under load)."""
+    acked = {"gw": [Outcome("r", "restart-process", "acked", 1000.0)]}
+
+    def dead_gw(ts: float, looked: float | None) -> dict:
+        data = {"alive": False, "pid": None, "dead_since": looked or ts, "last_pid": 41}
+        return {"process-alive:gw": Vital("process-alive:gw", ts, data if looked is None else {**data, "looked_at": looked})}
+    assert run(survival.process_watchdog, snap(ts=1001.0, vitals=dead_gw(1000.8, 999.2), outcomes=acked))[0] == []
+    # a look that began after the ack: a new death
+    again = run(survival.process_watchdog, snap(ts=1001.0, vitals=dead_gw(1000.8, 1000.2), outcomes=acked))[0]
+    assert kinds(again) == [("restart-process", "gw")]
+    # a sample without looked_at (an older watcher) is judged by its ts, as before
+    assert kinds(run(survival.process_watchdog, snap(ts=1001.0, vitals=dead_gw(1000.8, None), outcomes=acked))[0]) \
+        == [("restart-process", "gw")]
+
+
+def test_process_alive_says_when_its_look_began():
+    import time
+
+    from pulse.sensing.builtin import ProcessAlive
+    before = time.time()
+    watcher = ProcessAlive(configmod.Process(name="nobody", match="^no such process 8f3e1c$", restart=["true"]), 1000)
+    data = watcher.collect()
+    assert data["alive"] is False and before <= data["looked_at"] <= time.time()
+    assert data["dead_since"] == data["looked_at"]
+
+
 def test_failed_probes_within_the_start_period_do_not_count():
     alive = {"process-alive:hermes": Vital("process-alive:hermes", 999.0, {"alive": True, "pid": 5, "since": 990.0})}
     probes = {"health:hermes": [Vital("health:hermes", ts, {"ok": False}) for ts in (995.0, 998.0, 999.0)]}

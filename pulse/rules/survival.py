@@ -42,6 +42,15 @@ def pending_or_handled(curr: Snapshot, effects: Sequence[Effect], kind: str, tar
     return handled(effects, kind, target) or handled(curr.pending, kind, target)
 
 
+def looked_at(vital: Vital) -> float:
+    """When a process-alive sample's look began (`looked_at`), else its ts: a scan that began before a
+    restart started the process and ended after it was acked found nothing, yet says nothing new."""
+    began = vital.data.get("looked_at")
+    if isinstance(began, (int, float)) and not isinstance(began, bool):
+        return min(float(began), vital.ts)
+    return vital.ts
+
+
 def notify(curr: Snapshot, rule: str, target: str, title: str, message: str, **extra) -> Effect:
     """A notification, marked with the rule that sent it (the snapshot remembers it per rule and target).
     It may wait a day in the queue: a webhook needs the network, which may be what is down."""
@@ -193,7 +202,7 @@ def process_watchdog(config: TickConfig):
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
             if vital is not None and not vital.data.get("alive", True):
-                if vital.ts <= last:
+                if looked_at(vital) <= last:
                     continue   # this death was seen before the last restart ended: wait for a fresh sample
                 died = vital.data.get("dead_since") or vital.ts
                 ended = exit_of(curr.exits.get(name), vital.data.get("last_pid"), last)

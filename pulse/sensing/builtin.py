@@ -198,15 +198,19 @@ class ProcessAlive(Watcher):
         return RECHECK_INTERVAL_MS if time.monotonic() < self._recheck_until else self._interval_ms
 
     def collect(self) -> dict[str, Any]:
+        # "Not found" is true as of when the look began: the sample's ts is stamped when the collect
+        # returns, and two scans of every process can take seconds on a loaded host, long enough for a
+        # restart to start the process and be acked meanwhile (processWatchdog compares `looked_at`).
+        looked = time.time()
         found, why = guarded.find(self.process)
         if not found and self.home is not None:
             # What Pulse last started, while its pidfile is not written yet (OpenClaw writes its lock
             # 5-9 s after the start, Hermes its pid 1-2 s after) or its title is changing: alive.
             found = guarded.kept(self.process.name, self.home)
         if not found:
-            self._dead_since = self._dead_since or time.time()
+            self._dead_since = self._dead_since or looked
             return {"alive": False, "pid": None, "reason": why, "dead_since": self._dead_since,
-                    "last_pid": self._last_pid}
+                    "last_pid": self._last_pid, "looked_at": looked}
         proc = found[0]
         try:
             since = proc.create_time()

@@ -158,6 +158,13 @@ def pulsectl_command() -> str:
     return str(here) if here.exists() else "pulsectl"
 
 
+# How long a CLI waits for `pulsectl mcp` to answer its initialize before the run's first turn
+# (seconds). Claude Code and Codex start their MCP servers in the background and, unless told to
+# wait, answer without them: under load the proxy's Python start (the MCP SDK's imports, its gate
+# connection) took longer than a short run's turn, and the run had no Pulse tools at all.
+MCP_STARTUP_TIMEOUT_S = 30
+
+
 def mcp_server(env: dict[str, str]) -> dict[str, Any]:
     """`pulsectl mcp` as an MCP stdio server entry, with the run's naming environment."""
     # PULSE_RUN_TOKEN and PULSE_GATE_SOCKET (pulse.agents.gateserver): who the session is, and where the gate is

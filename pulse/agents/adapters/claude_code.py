@@ -22,6 +22,14 @@ The prompt follows `--`, so a prompt starting with "-" (a bullet list) is not ta
 MCP: `--mcp-config FILE` (documented) with {"mcpServers": {"pulse": {command, args, env}}}, the
 file in the run's private scratch directory, inserted before the `--` (after it, Claude reads it
 as part of the prompt and silently starts no server).
+
+In print mode Claude Code connects to MCP servers without waiting for them (2.1.197: a server
+that takes 6 s to start was never exec'd before a PONG run ended). The server is marked
+`"alwaysLoad": true`, which Claude waits for before the first turn, but only up to
+MCP_CONNECT_TIMEOUT_MS (its default 5000 ms; then "proceeding; background connection
+continues"): the run's env gets MCP_CONNECT_TIMEOUT_MS = MCP_STARTUP_TIMEOUT_S unless the
+[[agent]] env sets it. Past that, Claude still runs, without Pulse's tools until the server is up
+(Claude has no "required" server that fails the run, as Codex has).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import math
 import os
 
 from pulse.agents.adapters.base import (
+    MCP_STARTUP_TIMEOUT_S,
     Adapter,
     AgentResult,
     Invocation,
@@ -70,7 +79,9 @@ class ClaudeCodeAdapter(Adapter):
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         path = os.path.join(inv.scratch, "mcp.json")
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump({"mcpServers": {"pulse": {"type": "stdio", **server}}}, f)
+            json.dump({"mcpServers": {"pulse": {"type": "stdio", **server, "alwaysLoad": True}}}, f)
+        # alwaysLoad waits for the server before the first turn, this long (see the docstring).
+        inv.env.setdefault("MCP_CONNECT_TIMEOUT_MS", str(MCP_STARTUP_TIMEOUT_S * 1000))
         at = self.options_at(inv)
         inv.argv[at:at] = ["--mcp-config", path]
 

@@ -21,6 +21,12 @@ MCP: Codex takes config overrides as `-c key=value` (TOML values) and its MCP se
 `-c mcp_servers.pulse.command=…`, `.args=…`, `.env=…` right after `exec` (codex exec has no
 --mcp-config; `codex mcp list` shows the server so configured). The env is set explicitly: Codex
 hands an MCP server only a whitelist of its own environment.
+
+Codex exec starts its MCP servers in the background and begins the turn without a server that
+has not answered yet (0.171: a server that takes 4 s to start was never even exec'd before a
+PONG run ended). So the server is also `required = true` (exec waits for it, and fails, "required
+MCP servers failed to initialize: pulse: timed out handshaking ...", exit 1, if it does not
+come up) with `startup_timeout_sec` = MCP_STARTUP_TIMEOUT_S: a run has Pulse's tools, or fails.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import json
 
 from pulse.agents.adapters.base import (
+    MCP_STARTUP_TIMEOUT_S,
     Adapter,
     AgentResult,
     Invocation,
@@ -72,6 +79,9 @@ class CodexAdapter(Adapter):
         overrides = []
         for key in ("command", "args", "env"):
             overrides += ["-c", f"mcp_servers.pulse.{key}={_toml(server[key])}"]
+        # Wait for it before the turn (see the module's docstring): without it, its tools, or not at all.
+        overrides += ["-c", "mcp_servers.pulse.required=true",
+                      "-c", f"mcp_servers.pulse.startup_timeout_sec={MCP_STARTUP_TIMEOUT_S}"]
         inv.argv[at:at] = overrides
 
     def parse(self, run: RunOutput) -> AgentResult:
