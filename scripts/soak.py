@@ -53,6 +53,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -350,8 +351,7 @@ def human(name: str, value: float) -> str:
 
 # -- main ------------------------------------------------------------------------------------------
 
-def run(args, tracker: Tracker) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="pulse-soak-"))
+def run(args, tracker: Tracker, tmp: Path) -> dict:
     home = tmp / "home"
     proc = start(home, tracker)
     stop = threading.Event()
@@ -393,7 +393,7 @@ def run(args, tracker: Tracker) -> dict:
         wait_until(lambda: not open_effects(home), 120, 0.5, "every effect ended")
     finally:
         stop.set()
-        (home / "ballast").unlink(missing_ok=True)   # the home is kept to look at; its 32 MiB of ballast need not be
+        (home / "ballast").unlink(missing_ok=True)   # a kept home is to look at; its 32 MiB of ballast need not be
     bounds = {**BOUNDS, "rss": args.rss_bound_mib_h * MiB, "fds": args.fds_bound_h}
     verdict = judge(samples, args.warmup, args.effects_per_s, bounds, args.process_warmup_s, args.min_life_s)
     if args.samples:
@@ -431,13 +431,19 @@ def main() -> int:
                              "(default 600)")
     parser.add_argument("--samples", help="also write every sample to this JSON file")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--keep-home", action="store_true",
+                        help="keep the soak's home (events.db, vitals.db, the log) to look at; by default it is "
+                             "removed once pulsed has stopped")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped soak still stops its pulsed
     tracker = Tracker()
+    tmp = Path(tempfile.mkdtemp(prefix="pulse-soak-"))
     try:
-        result = run(args, tracker)
+        result = run(args, tracker, tmp)
     finally:
         tracker.cleanup()
+        if not args.keep_home:     # pulsed has stopped: nothing writes the home any more
+            shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
