@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -206,8 +207,9 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         limit = min(limit, float(asked))
     ctx.timeout_s, ctx.deadline = limit, time.monotonic() + limit
     started = time.time()
-    # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed.
-    scratch = tempfile.mkdtemp(prefix=f"pulse-{state.id}-")
+    # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed (or,
+    # when the executor died while it ran, once the interrupted run is settled: remove_scratch).
+    scratch = tempfile.mkdtemp(prefix=scratch_prefix(effect.id))
     # The run's capability: registered with the gate (served by this process) before it starts,
     # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
     account = run_account(agent)
@@ -257,6 +259,23 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def scratch_prefix(run: str) -> str:
+    """The name a run's scratch directory starts with (mkdtemp adds a random tail: /tmp is shared)."""
+    return f"pulse-run-{run}-"
+
+
+def remove_scratch(run: str, owners: set[int]) -> None:
+    """An interrupted run's scratch directory, which its own `finally` never removed: only a real
+    directory (not a symlink) owned by pulsed's uid or the run's account."""
+    for path in Path(tempfile.gettempdir()).glob(scratch_prefix(run) + "*"):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid in owners:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def gate_socket(home: Path) -> str:
@@ -326,6 +345,15 @@ def run_task_add(effect: Effect, ctx: EffectContext) -> dict:
     return {"task_id": state.id}
 
 
+def _account_uid(effect: Effect, config: ExecutorConfig) -> list[int]:
+    """The uid the interrupted run's agent ran as, when it had its own account and is still configured."""
+    try:
+        account = run_account(run_agent_of(effect, config))
+    except (EffectFailed, ValueError):
+        return []
+    return [account[0]] if account else []
+
+
 def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     """Called by the executor when it settles an orphan (its claimer died), once the orphan's
     process group is gone and before the effect is put back or failed: what an interrupted
@@ -334,6 +362,7 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     if effect.kind != "agent-run":
         return
     stop_marked(effect.id)           # what the run left outside its group, before it is put back
+    remove_scratch(effect.id, {os.getuid(), *_account_uid(effect, config)})
     settle_spend(conn, effect, config, {}, interrupted=True)    # its cost unknown: the reservation stands
     task = _task_param(effect)
     if not task:
