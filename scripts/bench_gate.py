@@ -51,6 +51,29 @@ async def rounds(home: Path, n: int) -> dict[str, list[float]]:
     return times
 
 
+def session_opens(home: Path, n: int) -> list[float]:
+    """Milliseconds from connect to welcome on the gate's socket (the hello path alone: peer
+    credentials, identity, the session's open fact, the tool list), one fresh connection each."""
+    import socket as socket_
+
+    from pulse.core.home import Paths
+    path = str(Paths.for_client(home).gate_socket)
+    hello = json.dumps({"op": "hello", "agent": "bench-open"}).encode() + b"\n"
+    times = []
+    for i in range(n + 5):
+        began = time.perf_counter()
+        with socket_.socket(socket_.AF_UNIX) as sock:
+            sock.connect(path)
+            sock.sendall(hello)
+            reply = sock.makefile("rb").readline()
+        took = (time.perf_counter() - began) * 1000
+        if json.loads(reply).get("op") != "welcome":
+            raise SystemExit(f"session open refused: {reply[:200]!r}")
+        if i >= 5:
+            times.append(took)
+    return times
+
+
 def rows_in(home: Path) -> int:
     import sqlite3
     conn = sqlite3.connect(home / "events.db")
@@ -63,17 +86,22 @@ def rows_in(home: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--opens", type=int, default=50, help="sessions opened (hello → welcome) to time")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tracker = Tracker()
     with tempfile.TemporaryDirectory(prefix="pulse-bench-gate-") as tmp:
         home = Path(tmp) / "home"
         try:
+            home.mkdir()        # the rate limit out of the way: this measures what one call costs
+            (home / "config.toml").write_text("[gate]\ncalls_per_min = 1000000\ncall_burst = 1000000\n")
             start_pulsed(home, tracker, {})
             before = rows_in(home)
             log(f"{args.rounds} rounds through {BIN / 'pulsectl'} mcp")
             times = asyncio.run(rounds(home, args.rounds))
             per_round = (rows_in(home) - before) / (args.rounds + 5)
+            log(f"{args.opens} session opens on the gate's socket")
+            times["session-open"] = session_opens(home, args.opens)
         finally:
             tracker.cleanup()
     figures = {kind: summary(values) for kind, values in times.items()}

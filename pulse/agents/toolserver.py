@@ -354,14 +354,16 @@ class GatedSession:
     agent and task inherits what the last one left unverified."""
 
     def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time,
-                 agent: str = gate.OPERATOR_SHELL, task: str = "", pid: int | None = None):
+                 agent: str = gate.OPERATOR_SHELL, task: str = "", pid: int | None = None, store: Any = None):
         """`pid`: the session's client process (the `pulsectl mcp` proxy, by its peer credentials),
-        whose end settles what it leaves in flight; this process when None."""
+        whose end settles what it leaves in flight; this process when None. `store`: a DurableStore
+        shared with the other sessions of this process (else one of its own, which folds every
+        gate fact in events.db at its first decision)."""
         from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
         pid = os.getpid() if pid is None else pid
         self.gate = gate.Session(session_id or f"mcp-{pid}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
-                                 agent=agent, task=task, store=DurableStore(tools.events),
+                                 agent=agent, task=task, store=store or DurableStore(tools.events),
                                  block_budget=tools.config.gate.blocks_per_min)
         self.gate.open(pid=pid, started=stamp(pid))
 
