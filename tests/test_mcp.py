@@ -387,12 +387,18 @@ def test_a_huge_tool_name_and_a_storm_of_blocked_calls_are_bounded(pulsed):
             write = {"kind": "noop", "target": "t"}
             blocked = [await c.call_tool("emit_effect", write) for _ in range(BLOCK_STORM)]
             looked = await c.call_tool("status", {})
+            while code(looked) == "RATE_LIMITED":       # the look that carries the count, once the rate lets it
+                await asyncio.sleep(envelope(looked)["error"]["details"]["retry_after_s"])
+                looked = await c.call_tool("status", {})
             return names, blocked, looked
     began = time.monotonic()
     names, blocked, looked = asyncio.run(asyncio.wait_for(storm(), 300))
     windows = int((time.monotonic() - began) // 60) + 1      # the budget is per minute: a loaded machine takes more
     assert all(r.is_error or code(r) for r in names)
-    assert {code(r) for r in blocked} == {"FSM_BLOCKED"}
+    # past [gate] call_burst and calls_per_min the calls are answered RATE_LIMITED before the gate: not blocks
+    assert {code(r) for r in blocked} <= {"FSM_BLOCKED", "RATE_LIMITED"}
+    blocks = len([r for r in blocked if code(r) == "FSM_BLOCKED"])
+    assert blocks > 30
     grown = logical_bytes(pulsed.home) - before
     print(f"\n{BLOCK_STORM} blocked calls and five 4 MB tool names grew events.db by {grown} bytes")
     assert grown < STORM_BOUND * windows
@@ -401,7 +407,7 @@ def test_a_huge_tool_name_and_a_storm_of_blocked_calls_are_bounded(pulsed):
     # the count rides on the session's next fact: a call's, or the next window's first recorded block
     told = sum(e["data"].get("blocks_not_recorded", 0) for e in pulsed.events("gate-call") + recorded)
     assert told + len([e for e in pulsed.events("gate-call") if e["data"].get("phase") == "blocked"]) \
-        >= BLOCK_STORM + 5 - 30 * windows      # every block is recorded or counted (the last few may ride on no fact)
+        >= blocks + 5 - 30 * windows      # every block is recorded or counted (the last few may ride on no fact)
 
 
 # -- the gate across sessions, restarts and agent runs --------------------------------------------------------

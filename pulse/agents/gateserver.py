@@ -204,6 +204,54 @@ def over_limit(open_: Connections, pid: int, uid: int, limits) -> str | None:
     return None
 
 
+# -- how fast one agent may call --------------------------------------------------------------------------
+# Every call and every session open of one agent and task (host-wide: all its sessions together) takes
+# a token from its bucket ([gate] calls_per_min, refilled continuously, holding at most call_burst);
+# with none left it is answered RATE_LIMITED with retry_after_s before the gate sees it, so it records
+# nothing and changes no gate state. This is what bounds the bytes an agent adds to events.db per
+# minute: admitted calls are two facts each and must stay durable one by one.
+
+@dataclass
+class Bucket:
+    tokens: float
+    at: float           # monotonic time of the last refill
+
+
+def take(bucket: Bucket, now: float, per_min: float, burst: float) -> float:
+    """Take a token: 0.0 when the call may go, else the seconds until a token will be there."""
+    bucket.tokens = min(burst, bucket.tokens + (now - bucket.at) * per_min / 60.0)
+    bucket.at = now
+    if bucket.tokens >= 1.0:
+        bucket.tokens -= 1.0
+        return 0.0
+    return (1.0 - bucket.tokens) * 60.0 / per_min
+
+
+BUCKETS_KEPT = 4096     # past this, buckets that have refilled to full (they hold no debt) are dropped
+
+
+class CallRates:
+    """One bucket per (agent, task), for the gate's loop alone."""
+
+    def __init__(self, per_min: float, burst: float, clock: Callable[[], float] = time.monotonic):
+        self.per_min, self.burst, self.clock = per_min, burst, clock
+        self.buckets: dict[tuple[str, str], Bucket] = {}
+
+    def retry_after(self, agent: str, task: str) -> float:
+        now = self.clock()
+        if len(self.buckets) >= BUCKETS_KEPT:
+            full_after = self.burst * 60.0 / self.per_min
+            self.buckets = {k: b for k, b in self.buckets.items() if now - b.at < full_after}
+        bucket = self.buckets.setdefault((agent, task), Bucket(self.burst, now))
+        return take(bucket, now, self.per_min, self.burst)
+
+
+def rate_limited(agent: str, wait_s: float, per_min: int) -> dict:
+    return {"code": "RATE_LIMITED", "retry_after_s": max(0.001, round(wait_s, 3)),   # never 0: that reads as "now"
+            "message": f"{agent} calls faster than [gate] calls_per_min ({per_min}) allows: nothing was done or "
+                       f"recorded; retry in {wait_s:.2f} s"}
+
+
 # -- the server -------------------------------------------------------------------------------------------
 
 class GateServer:
@@ -261,6 +309,12 @@ class GateServer:
         self.stopping = asyncio.Event()
         self.events = eventsdb.open_events(self.paths.events_db)     # used from this loop's thread only
         self.tools = PulseTools(self.paths, self.config, self.events, asyncio.to_thread, asyncio.sleep)
+        # One ledger for every session this process serves (each decision still catches up on what
+        # others committed first): a session that made its own folded every gate fact in events.db
+        # again at its hello, a cost that grew with the history.
+        from pulse.agents.gatestore import DurableStore
+        self.store = DurableStore(self.events)
+        self.rates = CallRates(self.config.gate.calls_per_min, self.config.gate.call_burst)
         try:
             os.unlink(self.path)           # a predecessor's, dead with it
         except FileNotFoundError:
@@ -364,7 +418,11 @@ class GateServer:
                                 "message": f"run {run.run} has ended: its token is revoked"})
                     return
                 self.runs.setdefault(run.run, set()).add(end_of_run)
-            session = GatedSession(self.tools, agent=agent, task=task, pid=pid)
+            wait_s = self.rates.retry_after(agent, task)     # an open is one fact: it takes a token too
+            if wait_s:
+                await send({"op": "refused", "retry": True, **rate_limited(agent, wait_s, self.config.gate.calls_per_min)})
+                return
+            session = GatedSession(self.tools, agent=agent, task=task, pid=pid, store=self.store)
             claimed = hello.get("agent")
             await send({"op": "welcome", "session": session.gate.id, "agent": agent, "task": task,
                         "run": run.run if run else None, "protocol": PROTOCOL,
@@ -427,6 +485,12 @@ class GateServer:
         if run is not None and not self.tokens.is_live(run.run):
             err = ToolError("RUN_ENDED", f"run {run.run} has ended: its token is revoked and its session can "
                                          "no longer act")
+            await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
+            return
+        wait_s = self.rates.retry_after(session.gate.agent, session.gate.task)
+        if wait_s:
+            err = ToolError(**{k: v for k, v in rate_limited(session.gate.agent, wait_s,
+                                                            self.config.gate.calls_per_min).items()})
             await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
             return
         if message.get("op") == "question":

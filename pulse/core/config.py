@@ -387,6 +387,11 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_sessions_per_uid: int = 64
     max_sessions_per_pid: int = 4
     hello_timeout_s: float = 10.0             # a connection that says nothing this long is closed (it holds a slot)
+    # calls (and session opens) of one agent and task per minute, host-wide, admitted or blocked; past
+    # that a call is answered RATE_LIMITED with retry_after_s and records nothing: the bound on what an
+    # agent adds to events.db per minute. call_burst: how many may come at once before the rate applies
+    calls_per_min: int = 600
+    call_burst: int = 120
 
 
 class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -816,6 +821,9 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
     if config.gate.blocks_per_min < 1:
         raise ConfigError(f"{origin}: $.gate.blocks_per_min must be at least 1")
+    if config.gate.calls_per_min < 1 or config.gate.call_burst < 1:
+        raise ConfigError(f"{origin}: $.gate.calls_per_min and $.gate.call_burst must be at least 1 "
+                          f"(got {config.gate.calls_per_min} and {config.gate.call_burst})")
     for limit in ("max_sessions", "max_sessions_per_uid", "max_sessions_per_pid"):
         if getattr(config.gate, limit) < 1:
             raise ConfigError(f"{origin}: $.gate.{limit} must be at least 1")
