@@ -66,6 +66,25 @@ def test_a_host_whose_summary_expired_is_listed_gone_from_what_was_seen_of_it():
     assert (a["agents_busy"], a["agents_free"], a["open_effects"]) == (1, 2, 2)
 
 
+def test_each_agent_of_a_summary_carries_its_tags_projects_and_why_a_spend_limit_holds_it(tmp_path):
+    from pulse.workers.fleet import agent_summary
+    builder, spender = agents_of(tmp_path, agent_toml("builder", ["true"], tags=["gpu"], concurrency=2)
+                                 + agent_toml("spender", ["true"], projects=["paid"]))
+    held = {"spender": "spender: $0.00 of $1.00 usd_per_day"}
+    summary = {"host": "a@h", "at": 100.0, "agents": [agent_summary(builder, 1, held), agent_summary(spender, 0, held)]}
+    row = names.fleet_rows({"a_h": summary}, {}, now=101.0, ttl_s=30)[0]
+    assert row["agents"] == [
+        {"name": "builder", "slots": 2, "busy": 1, "free": 1, "tags": ["gpu"], "projects": None, "budget": None,
+         "budget_known": True},
+        {"name": "spender", "slots": 1, "busy": 0, "free": 1, "tags": [], "projects": ["paid"],
+         "budget": held["spender"], "budget_known": True}]
+    assert row["agents_held"] == 1
+    assert [names.agent_words(a) for a in row["agents"]] == [
+        "builder 1/2 [gpu]", "spender 0/1 (paid) held: spender: $0.00 of $1.00 usd_per_day"]
+    unread = names.agent_row(agent_summary(builder, 0, None))   # the ledger could not be read: said so
+    assert names.agent_words(unread) == "builder 0/2 [gpu] budget unknown"
+
+
 def agents_of(tmp_path: Path, toml: str) -> list:
     path = tmp_path / "agents.toml"
     path.write_text(toml)
@@ -488,6 +507,18 @@ def test_fleet_tasks_go_by_routing_free_slots_and_budget(tmp_path, tracker, nats
     assert order.index(("task-created", views[second]["task"])) > order.index(("task-acked", views[first]["task"]))
     assert (views[paid]["status"], views[paid]["runs"]) == ("offered", [])
     assert f"fleet task {paid} left to other hosts: budget: spender: $0.00 of $1.00 usd_per_day" in b.log_text()
+    # every host's summary carries its agents' tags, projects and spend holds, as routing reads them
+    def agents_seen() -> dict:
+        out = a.ctl("fleet", "status", "--json")
+        rows = json.loads(out.stdout)["hosts"] if out.returncode == 0 else []
+        return {(r["host"], ag["name"]): ag for r in rows for ag in r.get("agents", [])}
+    wait_for(lambda: ("b@test", "spender") in agents_seen(), 10, what="b's agents in a's fleet view")
+    seen = agents_seen()
+    assert seen[("c@test", "builder")]["tags"] == ["gpu"] and seen[("c@test", "builder")]["budget"] is None
+    assert seen[("b@test", "spender")]["projects"] == ["paid"]
+    held = "spender: $0.00 of $1.00 usd_per_day; the next run is expected to cost $5.00"   # the tick's words
+    assert seen[("b@test", "spender")]["budget"] == held
+    assert f"spender 0/1 (paid) held: {held}" in a.ctl("fleet", "status").stdout
 
 
 @pytest.mark.daemon

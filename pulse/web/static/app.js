@@ -663,7 +663,16 @@ function fleetRow(h) {
   return el("tr", {"data-host": h.host, class: h.state === "gone" ? "bad" : null},
     el("td", {}, name), el("td", {}, h.state), el("td", {}, `${h.workers_running}/${h.workers_total}`),
     el("td", {}, `${h.processes_healthy}/${h.processes_total}`), el("td", {}, h.open_effects ?? "-"),
-    el("td", {}, `${h.agents_busy}/${h.agents_busy + h.agents_free}`), el("td", {}, ago(h.last_seen_age_s)));
+    el("td", {}, `${h.agents_busy}/${h.agents_busy + h.agents_free}`),
+    el("td", {class: "wrap"}, (h.agents || []).map(fleetAgent)), el("td", {}, ago(h.last_seen_age_s)));
+}
+
+// an agent of a host: busy/slots, [tags], (projects); red with why when a spend limit holds it
+function fleetAgent(a) {
+  const words = `${a.name} ${a.busy}/${a.slots}` + (a.tags?.length ? ` [${a.tags.join(",")}]` : "") +
+    (a.projects ? ` (${a.projects.join(",")})` : "");
+  return el("div", {"data-agent": a.name, class: a.budget ? "bad" : null},
+            a.budget ? `${words} held: ${a.budget}` : a.budget_known === false ? `${words} budget unknown` : words);
 }
 
 async function fleetPage() {
@@ -671,7 +680,7 @@ async function fleetPage() {
     const r = await getJSON("/api/fleet");
     document.querySelector("main").replaceChildren(section("Fleet",
       r.error ? el("p", {class: "muted"}, r.error) : el("p", {class: "muted"}, `as seen by ${r.host}`),
-      table(["host", "state", "workers", "processes", "open effects", "agents busy", "last seen"],
+      table(["host", "state", "workers", "processes", "open effects", "agents busy", "agents", "last seen"],
             r.hosts.map(fleetRow))));
   };
   await draw();
