@@ -85,6 +85,22 @@ def test_each_agent_of_a_summary_carries_its_tags_projects_and_why_a_spend_limit
     assert names.agent_words(unread) == "builder 0/2 [gpu] budget unknown"
 
 
+def test_an_untaken_offer_expires_with_each_hosts_reason_and_a_failed_host_waits(tmp_path):
+    from pulse.workers.fleettasks import no_taker_why, offered_for_s, wait_after_failing_s
+    assert offered_for_s({"offered_at": 100.0}, published_at=150.0, now=130.0) == 30.0
+    assert offered_for_s({}, published_at=150.0, now=160.0) == 10.0          # an offer of an older version
+    assert no_taker_why({"b@h": "busy: x 1/1", "a@h": "no [[agent]] is configured"}, 60) == (
+        "no host could take it within 60s ([fleet] offer_ttl_s): a@h: no [[agent]] is configured; b@h: busy: x 1/1")
+    assert no_taker_why({}, 5) == "no host could take it within 5s ([fleet] offer_ttl_s)"
+    assert wait_after_failing_s(None, 60, 1000.0) == 0.0
+    assert wait_after_failing_s(990.0, 60, 1000.0) == 50.0 and wait_after_failing_s(900.0, 60, 1000.0) == 0.0
+    assert configmod.Config().fleet.offer_ttl_s == 86_400 and configmod.Config().fleet.failed_host_wait_s == 60
+    bad = tmp_path / "config.toml"
+    bad.write_text('[fleet]\noffer_ttl_s = 0\n')
+    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet: offer_ttl_s must be above 0"):
+        configmod.load(bad, {})
+
+
 def agents_of(tmp_path: Path, toml: str) -> list:
     path = tmp_path / "agents.toml"
     path.write_text(toml)
@@ -589,3 +605,34 @@ def test_a_host_takes_no_more_tasks_in_one_pull_than_its_budget_has_room_for(tmp
     assert f"fleet task {left['fleet_id']} left to other hosts: budget: builder: 1 of 1 runs in the last hour" \
         in b.log_text()
     assert b.events("spend-held", written=False) == []      # b's executor never had to hold a run
+
+
+@pytest.mark.daemon
+def test_a_task_no_host_takes_is_dead_lettered_after_offer_ttl_and_one_given_up_goes_to_another_host(
+        tmp_path, tracker, nats_server):
+    """b's agent fails every run and c's succeeds: a task b gave up waits failed_host_wait_s for b
+    while c (started after b gave it up) takes it; a task no agent anywhere fits (tag gpu) is
+    dead-lettered once offered offer_ttl_s, with the hosts' reasons."""
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, offer_ttl_s=4, failed_host_wait_s=120,
+                   extra=agent_toml("builder", ["sh", "-c", "echo broken >&2; exit 3"]) + "\n[tasks]\nmax_failures = 1\n")
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, offer_ttl_s=4,
+                   extra=agent_toml("builder", ["sh", "-c", "echo ran {task_id}"]))
+    start_all([a, b])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b)), 20, what="connected")
+    stuck = offer(a, "--title", "stuck", "--tag", "gpu")
+    retried = offer(a, "--title", "retried", "--agent", "builder")
+    wait_for(lambda: fleet_task(a, retried)["status"] == "offered" and fleet_task(a, retried)["runs"], 30,
+             what="b gave the task up and it is offered again")
+    start_all([c])
+    wait_for(lambda: fleet_task(a, retried)["status"] == "acked", 30, what="c ran the task b gave up")
+    view = fleet_task(a, retried)
+    assert [(r["host"], r["status"]) for r in view["runs"]] == [("b@test", "given_up"), ("c@test", "acked")], view
+    assert len(tasks_created(b)) == 1                      # b never took it again while c could
+    assert f"fleet task {retried} left to other hosts: given up here" in b.log_text()
+    wait_for(lambda: fleet_task(a, stuck)["status"] == "dead", 20, what="the untaken task dead-lettered")
+    dead = fleet_task(a, stuck)["dead"]
+    assert dead["why"].startswith("no host could take it within 4s ([fleet] offer_ttl_s): "), dead
+    assert "b@test: no agent may take it: builder lacks tag gpu" in dead["why"], dead
+    assert fleet_task(a, stuck)["runs"] == [] and tasks_created(b) + tasks_created(c) != [] and \
+        all(e["data"].get("title") != "stuck" for e in tasks_created(b) + tasks_created(c))
