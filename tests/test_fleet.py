@@ -4,6 +4,7 @@ free loopback port with its store in the test's tmp dir, and Pulse homes on this
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -99,6 +100,20 @@ def test_an_untaken_offer_expires_with_each_hosts_reason_and_a_failed_host_waits
     bad.write_text('[fleet]\noffer_ttl_s = 0\n')
     with pytest.raises(configmod.ConfigError, match=r"\$\.fleet: offer_ttl_s must be above 0"):
         configmod.load(bad, {})
+
+
+def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first():
+    from pulse.agents.taskview import fleet_board
+    from pulse.core.wire import TaskState
+    offered = [{"fleet_id": "a-1", "title": "t", "status": "dead", "host": "c@h", "agent": None, "task": "task-3",
+                "result": None, "error": None, "why": "no host could take it", "dead": {"why": "x"},
+                "updated": "2026-01-01T00:00:02Z"}]
+    took = TaskState(id="task-9", project="p", title="far", prompt="", status="acked", agent="builder",
+                     result={"code": 0}, updated=1767225601.0)                   # 2026-01-01T00:00:01Z
+    rows = fleet_board(offered, {"b-7": "task-9", "b-8": "task-gone"}, {"task-9": took})
+    assert [(r["fleet_id"], r["role"], r["state"], r["dead"], r["outcome"]) for r in rows] == [
+        ("a-1", "offered", "dead", True, "no host could take it"),
+        ("b-7", "took", "acked", False, '{"code": 0}')]
 
 
 def agents_of(tmp_path: Path, toml: str) -> list:
@@ -283,6 +298,40 @@ def page_fleet(host: Pulsed) -> dict[str, dict]:
     request = urllib.request.Request(base + "/api/fleet", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=5) as reply:
         return {row["host"]: row for row in json.loads(reply.read())["hosts"]}
+
+
+@contextlib.contextmanager
+def fleet_page(host: Pulsed):
+    """`host`'s /fleet page in Debian's headless Chromium, logged in through `pulsectl web url`."""
+    from tests.support import CHROMIUM, browser_or_skip
+    sync_playwright = browser_or_skip()
+    url = host.ctl("web", "url").stdout.strip()
+    base, _, token = url.partition("/?token=")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+            page.goto(url)
+            page.goto(f"{base}/fleet")
+            yield page
+        finally:
+            browser.close()
+
+
+def fits_phone_and_desktop(page, tmp_path: Path) -> None:
+    """The fleet page at a desktop's and a phone's width: nothing wider than the window, no cell
+    narrower than a word (the layout check of the web tests)."""
+    from tests.test_web import LAYOUT
+    out = Path(os.environ.get("PULSE_SCREENSHOTS") or tmp_path)   # PULSE_SCREENSHOTS: to look at them
+    out.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for label, size in (("desktop", {"width": 1400, "height": 900}), ("phone", {"width": 390, "height": 844})):
+        page.set_viewport_size(size)
+        page.screenshot(path=str(out / f"fleet-{label}.png"), full_page=True)
+        layout = page.evaluate(LAYOUT)
+        if layout["wide"] or layout["narrow"]:
+            found[label] = layout
+    assert found == {}, json.dumps(found, indent=1)
 
 
 def start_all(hosts: list[Pulsed]) -> None:
@@ -613,7 +662,7 @@ def test_a_task_no_host_takes_is_dead_lettered_after_offer_ttl_and_one_given_up_
     """b's agent fails every run and c's succeeds: a task b gave up waits failed_host_wait_s for b
     while c (started after b gave it up) takes it; a task no agent anywhere fits (tag gpu) is
     dead-lettered once offered offer_ttl_s, with the hosts' reasons."""
-    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, web=True)
     b = fleet_host(tmp_path, tracker, "b", nats_server.url, offer_ttl_s=4, failed_host_wait_s=120,
                    extra=agent_toml("builder", ["sh", "-c", "echo broken >&2; exit 3"]) + "\n[tasks]\nmax_failures = 1\n")
     c = fleet_host(tmp_path, tracker, "c", nats_server.url, offer_ttl_s=4,
@@ -624,8 +673,18 @@ def test_a_task_no_host_takes_is_dead_lettered_after_offer_ttl_and_one_given_up_
     retried = offer(a, "--title", "retried", "--agent", "builder")
     wait_for(lambda: fleet_task(a, retried)["status"] == "offered" and fleet_task(a, retried)["runs"], 30,
              what="b gave the task up and it is offered again")
-    start_all([c])
-    wait_for(lambda: fleet_task(a, retried)["status"] == "acked", 30, what="c ran the task b gave up")
+    with fleet_page(a) as page:           # open before c runs it: its row turns acked with no reload
+        row = f'[data-fleet-task="{retried}"][data-role="offered"]'
+        page.wait_for_selector(row)
+        start_all([c])
+        wait_for(lambda: fleet_task(a, retried)["status"] == "acked", 30, what="c ran the task b gave up")
+        page.wait_for_selector(f"{row} td:nth-child(4):has-text('acked')", timeout=10_000)
+        assert page.inner_text(f"{row} td:nth-child(5)") == "c@test"
+        dead = f'[data-fleet-task="{stuck}"]'
+        page.wait_for_selector(f"{dead}.bad-row td:nth-child(4):has-text('dead-lettered')", timeout=20_000)
+        assert "no host could take it" in page.inner_text(f"{dead} td:nth-child(7)")
+        page.wait_for_selector('[data-host="b@test"] [data-agent="builder"]')
+        fits_phone_and_desktop(page, tmp_path)
     view = fleet_task(a, retried)
     assert [(r["host"], r["status"]) for r in view["runs"]] == [("b@test", "given_up"), ("c@test", "acked")], view
     assert len(tasks_created(b)) == 1                      # b never took it again while c could
