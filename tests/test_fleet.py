@@ -4,6 +4,7 @@ free loopback port with its store in the test's tmp dir, and Pulse homes on this
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -64,6 +65,55 @@ def test_a_host_whose_summary_expired_is_listed_gone_from_what_was_seen_of_it():
     a = rows[0]
     assert (a["workers_running"], a["workers_total"], a["processes_healthy"], a["processes_total"]) == (1, 2, 1, 2)
     assert (a["agents_busy"], a["agents_free"], a["open_effects"]) == (1, 2, 2)
+
+
+def test_each_agent_of_a_summary_carries_its_tags_projects_and_why_a_spend_limit_holds_it(tmp_path):
+    from pulse.workers.fleet import agent_summary
+    builder, spender = agents_of(tmp_path, agent_toml("builder", ["true"], tags=["gpu"], concurrency=2)
+                                 + agent_toml("spender", ["true"], projects=["paid"]))
+    held = {"spender": "spender: $0.00 of $1.00 usd_per_day"}
+    summary = {"host": "a@h", "at": 100.0, "agents": [agent_summary(builder, 1, held), agent_summary(spender, 0, held)]}
+    row = names.fleet_rows({"a_h": summary}, {}, now=101.0, ttl_s=30)[0]
+    assert row["agents"] == [
+        {"name": "builder", "slots": 2, "busy": 1, "free": 1, "tags": ["gpu"], "projects": None, "budget": None,
+         "budget_known": True},
+        {"name": "spender", "slots": 1, "busy": 0, "free": 1, "tags": [], "projects": ["paid"],
+         "budget": held["spender"], "budget_known": True}]
+    assert row["agents_held"] == 1
+    assert [names.agent_words(a) for a in row["agents"]] == [
+        "builder 1/2 [gpu]", "spender 0/1 (paid) held: spender: $0.00 of $1.00 usd_per_day"]
+    unread = names.agent_row(agent_summary(builder, 0, None))   # the ledger could not be read: said so
+    assert names.agent_words(unread) == "builder 0/2 [gpu] budget unknown"
+
+
+def test_an_untaken_offer_expires_with_each_hosts_reason_and_a_failed_host_waits(tmp_path):
+    from pulse.workers.fleettasks import no_taker_why, offered_for_s, wait_after_failing_s
+    assert offered_for_s({"offered_at": 100.0}, published_at=150.0, now=130.0) == 30.0
+    assert offered_for_s({}, published_at=150.0, now=160.0) == 10.0          # an offer of an older version
+    assert no_taker_why({"b@h": "busy: x 1/1", "a@h": "no [[agent]] is configured"}, 60) == (
+        "no host could take it within 60s ([fleet] offer_ttl_s): a@h: no [[agent]] is configured; b@h: busy: x 1/1")
+    assert no_taker_why({}, 5) == "no host could take it within 5s ([fleet] offer_ttl_s)"
+    assert wait_after_failing_s(None, 60, 1000.0) == 0.0
+    assert wait_after_failing_s(990.0, 60, 1000.0) == 50.0 and wait_after_failing_s(900.0, 60, 1000.0) == 0.0
+    assert configmod.Config().fleet.offer_ttl_s == 86_400 and configmod.Config().fleet.failed_host_wait_s == 60
+    bad = tmp_path / "config.toml"
+    bad.write_text('[fleet]\noffer_ttl_s = 0\n')
+    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet: offer_ttl_s must be above 0"):
+        configmod.load(bad, {})
+
+
+def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first():
+    from pulse.agents.taskview import fleet_board
+    from pulse.core.wire import TaskState
+    offered = [{"fleet_id": "a-1", "title": "t", "status": "dead", "host": "c@h", "agent": None, "task": "task-3",
+                "result": None, "error": None, "why": "no host could take it", "dead": {"why": "x"},
+                "updated": "2026-01-01T00:00:02Z"}]
+    took = TaskState(id="task-9", project="p", title="far", prompt="", status="acked", agent="builder",
+                     result={"code": 0}, updated=1767225601.0)                   # 2026-01-01T00:00:01Z
+    rows = fleet_board(offered, {"b-7": "task-9", "b-8": "task-gone"}, {"task-9": took})
+    assert [(r["fleet_id"], r["role"], r["state"], r["dead"], r["outcome"]) for r in rows] == [
+        ("a-1", "offered", "dead", True, "no host could take it"),
+        ("b-7", "took", "acked", False, '{"code": 0}')]
 
 
 def agents_of(tmp_path: Path, toml: str) -> list:
@@ -248,6 +298,40 @@ def page_fleet(host: Pulsed) -> dict[str, dict]:
     request = urllib.request.Request(base + "/api/fleet", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=5) as reply:
         return {row["host"]: row for row in json.loads(reply.read())["hosts"]}
+
+
+@contextlib.contextmanager
+def fleet_page(host: Pulsed):
+    """`host`'s /fleet page in Debian's headless Chromium, logged in through `pulsectl web url`."""
+    from tests.support import CHROMIUM, browser_or_skip
+    sync_playwright = browser_or_skip()
+    url = host.ctl("web", "url").stdout.strip()
+    base, _, token = url.partition("/?token=")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+            page.goto(url)
+            page.goto(f"{base}/fleet")
+            yield page
+        finally:
+            browser.close()
+
+
+def fits_phone_and_desktop(page, tmp_path: Path) -> None:
+    """The fleet page at a desktop's and a phone's width: nothing wider than the window, no cell
+    narrower than a word (the layout check of the web tests)."""
+    from tests.test_web import LAYOUT
+    out = Path(os.environ.get("PULSE_SCREENSHOTS") or tmp_path)   # PULSE_SCREENSHOTS: to look at them
+    out.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for label, size in (("desktop", {"width": 1400, "height": 900}), ("phone", {"width": 390, "height": 844})):
+        page.set_viewport_size(size)
+        page.screenshot(path=str(out / f"fleet-{label}.png"), full_page=True)
+        layout = page.evaluate(LAYOUT)
+        if layout["wide"] or layout["narrow"]:
+            found[label] = layout
+    assert found == {}, json.dumps(found, indent=1)
 
 
 def start_all(hosts: list[Pulsed]) -> None:
@@ -488,6 +572,18 @@ def test_fleet_tasks_go_by_routing_free_slots_and_budget(tmp_path, tracker, nats
     assert order.index(("task-created", views[second]["task"])) > order.index(("task-acked", views[first]["task"]))
     assert (views[paid]["status"], views[paid]["runs"]) == ("offered", [])
     assert f"fleet task {paid} left to other hosts: budget: spender: $0.00 of $1.00 usd_per_day" in b.log_text()
+    # every host's summary carries its agents' tags, projects and spend holds, as routing reads them
+    def agents_seen() -> dict:
+        out = a.ctl("fleet", "status", "--json")
+        rows = json.loads(out.stdout)["hosts"] if out.returncode == 0 else []
+        return {(r["host"], ag["name"]): ag for r in rows for ag in r.get("agents", [])}
+    wait_for(lambda: ("b@test", "spender") in agents_seen(), 10, what="b's agents in a's fleet view")
+    seen = agents_seen()
+    assert seen[("c@test", "builder")]["tags"] == ["gpu"] and seen[("c@test", "builder")]["budget"] is None
+    assert seen[("b@test", "spender")]["projects"] == ["paid"]
+    held = "spender: $0.00 of $1.00 usd_per_day; the next run is expected to cost $5.00"   # the tick's words
+    assert seen[("b@test", "spender")]["budget"] == held
+    assert f"spender 0/1 (paid) held: {held}" in a.ctl("fleet", "status").stdout
 
 
 @pytest.mark.daemon
@@ -558,3 +654,44 @@ def test_a_host_takes_no_more_tasks_in_one_pull_than_its_budget_has_room_for(tmp
     assert f"fleet task {left['fleet_id']} left to other hosts: budget: builder: 1 of 1 runs in the last hour" \
         in b.log_text()
     assert b.events("spend-held", written=False) == []      # b's executor never had to hold a run
+
+
+@pytest.mark.daemon
+def test_a_task_no_host_takes_is_dead_lettered_after_offer_ttl_and_one_given_up_goes_to_another_host(
+        tmp_path, tracker, nats_server):
+    """b's agent fails every run and c's succeeds: a task b gave up waits failed_host_wait_s for b
+    while c (started after b gave it up) takes it; a task no agent anywhere fits (tag gpu) is
+    dead-lettered once offered offer_ttl_s, with the hosts' reasons."""
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, web=True)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, offer_ttl_s=4, failed_host_wait_s=120,
+                   extra=agent_toml("builder", ["sh", "-c", "echo broken >&2; exit 3"]) + "\n[tasks]\nmax_failures = 1\n")
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, offer_ttl_s=4,
+                   extra=agent_toml("builder", ["sh", "-c", "echo ran {task_id}"]))
+    start_all([a, b])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b)), 20, what="connected")
+    stuck = offer(a, "--title", "stuck", "--tag", "gpu")
+    retried = offer(a, "--title", "retried", "--agent", "builder")
+    wait_for(lambda: fleet_task(a, retried)["status"] == "offered" and fleet_task(a, retried)["runs"], 30,
+             what="b gave the task up and it is offered again")
+    with fleet_page(a) as page:           # open before c runs it: its row turns acked with no reload
+        row = f'[data-fleet-task="{retried}"][data-role="offered"]'
+        page.wait_for_selector(row)
+        start_all([c])
+        wait_for(lambda: fleet_task(a, retried)["status"] == "acked", 30, what="c ran the task b gave up")
+        page.wait_for_selector(f"{row} td:nth-child(4):has-text('acked')", timeout=10_000)
+        assert page.inner_text(f"{row} td:nth-child(5)") == "c@test"
+        dead = f'[data-fleet-task="{stuck}"]'
+        page.wait_for_selector(f"{dead}.bad-row td:nth-child(4):has-text('dead-lettered')", timeout=20_000)
+        assert "no host could take it" in page.inner_text(f"{dead} td:nth-child(7)")
+        page.wait_for_selector('[data-host="b@test"] [data-agent="builder"]')
+        fits_phone_and_desktop(page, tmp_path)
+    view = fleet_task(a, retried)
+    assert [(r["host"], r["status"]) for r in view["runs"]] == [("b@test", "given_up"), ("c@test", "acked")], view
+    assert len(tasks_created(b)) == 1                      # b never took it again while c could
+    assert f"fleet task {retried} left to other hosts: given up here" in b.log_text()
+    wait_for(lambda: fleet_task(a, stuck)["status"] == "dead", 20, what="the untaken task dead-lettered")
+    dead = fleet_task(a, stuck)["dead"]
+    assert dead["why"].startswith("no host could take it within 4s ([fleet] offer_ttl_s): "), dead
+    assert "b@test: no agent may take it: builder lacks tag gpu" in dead["why"], dead
+    assert fleet_task(a, stuck)["runs"] == [] and tasks_created(b) + tasks_created(c) != [] and \
+        all(e["data"].get("title") != "stuck" for e in tasks_created(b) + tasks_created(c))

@@ -171,3 +171,39 @@ def fleet_view_lines(view: dict) -> list[str]:
     out += [f"  {h['ts']} {h['type']:<17} {h['host'] or '-'} {h['task'] or '-'} {h['status'] or '-'}"
             + (f" ({h['why']})" if h.get("why") else "") for h in view["history"]]
     return out
+
+
+# -- the /fleet page's table of fleet tasks ----------------------------------------------------------
+
+FLEET_BOARD_ROWS = 200   # the newest this many fleet tasks this host offered or took
+
+
+def result_words(result: Any) -> str | None:
+    """An agent's result in a cell: JSON, as the API shows it (None: no result)."""
+    import json
+    return None if result is None else result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+def offered_row(view: dict) -> dict[str, Any]:
+    """A task this host offered (a fleet_task_view) as a row of the fleet page."""
+    outcome = view["error"] or view["why"] or result_words(view["result"])
+    return {"fleet_id": view["fleet_id"], "role": "offered", "title": view["title"], "state": view["status"],
+            "host": view["host"], "agent": view["agent"], "task": view["task"], "outcome": outcome,
+            "dead": view["dead"] is not None, "updated": view["updated"]}
+
+
+def taken_row(fleet_id: str, state) -> dict[str, Any]:
+    """A task this host took from the fleet (its own TaskState) as a row of the fleet page."""
+    outcome = state.error or result_words(state.result)
+    return {"fleet_id": fleet_id, "role": "took", "title": state.title, "state": str(state.status),
+            "host": "this host", "agent": state.agent or state.last_agent or state.pin, "task": state.id,
+            "outcome": outcome, "dead": False, "updated": iso(state.updated)}
+
+
+def fleet_board(offered: list[dict], taken: dict[str, str], states: dict) -> list[dict]:
+    """The fleet tasks this host offered (fleet_task_views) and took (fleet id → its task, with
+    `states` of its tasks), newest update first, at most FLEET_BOARD_ROWS."""
+    rows = [offered_row(v) for v in offered]
+    rows += [taken_row(fid, states[task]) for fid, task in taken.items() if task in states]
+    rows.sort(key=lambda r: r["updated"] or "", reverse=True)
+    return rows[:FLEET_BOARD_ROWS]

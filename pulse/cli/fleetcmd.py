@@ -45,6 +45,9 @@ def status(ctx: Context, as_json: bool) -> None:
         return
     rows = [("HOST", "STATE", "WORKERS", "PROCESSES", "EFFECTS", "AGENTS BUSY", "LAST SEEN")]
     click.echo("\n".join(columns(rows + [host_line(r) for r in view["hosts"]])))
+    agents = [(r["host"], names.agent_words(a)) for r in view["hosts"] for a in r.get("agents", [])]
+    if agents:   # each agent: busy/slots, [tags], (projects), and why a spend limit holds it
+        click.echo("\n".join(["", *columns([("HOST", "AGENT BUSY/SLOTS [TAGS] (PROJECTS) BUDGET")] + agents)]))
     click.echo(f"as seen by {view['host']} {names.view_age_s(view):.1f}s ago")
 
 

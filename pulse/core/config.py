@@ -428,6 +428,12 @@ class Fleet(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when its host dies and the lease lapses); past it, it is dead-lettered: put in the KV bucket
     # pulse-task-dead and recorded on its origin as a `fleet-task-dead` event. Default 3.
     max_deliver: int = 3
+    # A fleet task no host takes (no agent anywhere fits, is free or within budget) is dead-lettered this
+    # long after it was offered, with each host's last reason for leaving it. Default 86400 (a day).
+    offer_ttl_s: float = 86_400
+    # A host that gave a fleet task up leaves it to the other hosts this long before it takes it again
+    # (the fleet's "failed on" rule: another host that can take it gets it first). Default 60.
+    failed_host_wait_s: float = 60
 
 
 FLEET_URL = re.compile(r"(nats|tls)://[^\s/]+")
@@ -450,6 +456,8 @@ def validate_fleet(fleet: Fleet, origin: str) -> None:
         raise ConfigError(f"{origin}: $.fleet.task_lease_s must be at least 1")
     if fleet.max_deliver < 1:
         raise ConfigError(f"{origin}: $.fleet.max_deliver must be at least 1, got {fleet.max_deliver}")
+    if fleet.offer_ttl_s <= 0 or fleet.failed_host_wait_s < 0:
+        raise ConfigError(f"{origin}: $.fleet: offer_ttl_s must be above 0 and failed_host_wait_s at least 0")
     if fleet.reconnect_max_s < 0.5 or fleet.events_batch < 1:
         raise ConfigError(f"{origin}: $.fleet: reconnect_max_s must be at least 0.5 and events_batch at least 1")
 

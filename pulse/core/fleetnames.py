@@ -94,6 +94,28 @@ def describe(err: BaseException) -> str:
 
 # -- the fleet view: what `pulsectl fleet status` and the page show --------------------------------
 
+def agent_row(agent: dict) -> dict:
+    """One agent of a host's summary, as the view shows it (a summary of an older version lacks some)."""
+    slots, busy = agent.get("slots", 0), agent.get("busy", 0)
+    return {"name": agent.get("name"), "slots": slots, "busy": busy, "free": max(0, slots - busy),
+            "tags": agent.get("tags", []), "projects": agent.get("projects"), "budget": agent.get("budget"),
+            "budget_known": agent.get("budget_known", "budget" in agent)}
+
+
+def agent_words(agent: dict) -> str:
+    """An agent in a line: `builder 1/2 [gpu] (p, q) held: <why>`."""
+    words = f"{agent['name']} {agent['busy']}/{agent['slots']}"
+    if agent.get("tags"):
+        words += " [" + ",".join(agent["tags"]) + "]"
+    if agent.get("projects") is not None:
+        words += " (" + ",".join(agent["projects"]) + ")"
+    if agent.get("budget"):
+        words += f" held: {agent['budget']}"
+    elif not agent.get("budget_known"):
+        words += " budget unknown"
+    return words
+
+
 def host_row(summary: dict, now: float, ttl_s: float) -> dict:
     """One host's line of the view, from its last summary: up while its summary is younger than the TTL."""
     workers = summary.get("workers", [])
@@ -110,6 +132,9 @@ def host_row(summary: dict, now: float, ttl_s: float) -> dict:
         "open_effects": summary.get("open_effects"),
         "agents_busy": sum(a.get("busy", 0) for a in agents),
         "agents_free": sum(max(0, a.get("slots", 0) - a.get("busy", 0)) for a in agents),
+        # each agent: slots, busy, tags, projects, budget (why a run is held now; None: within limits)
+        "agents": [agent_row(a) for a in agents],
+        "agents_held": sum(1 for a in agents if a.get("budget")),
         "engine_commit": summary.get("engine_commit"),
         "version": summary.get("version"),
         "web_url": summary.get("web_url"),

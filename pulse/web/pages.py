@@ -586,9 +586,30 @@ async def api_fleet(request: Request) -> Response:
     web: Web = request.app.state.web
     view = await run_in_threadpool(fleetnames.read_view, web.paths.runtime)
     if view is None:
-        return JSONResponse({"hosts": [], "error": "no fleet view: the fleet worker is off or has not reached NATS "
+        tasks = await run_in_threadpool(fleet_tasks_of, web.paths)   # offered while NATS is unreachable
+        return JSONResponse({"hosts": [], "tasks": tasks, "error": "no fleet view: the fleet worker is off or has not reached NATS "
                              "(pulsectl status says why)"})
-    return JSONResponse({**view, "age_s": fleetnames.view_age_s(view)})
+    tasks = await run_in_threadpool(fleet_tasks_of, web.paths)
+    return JSONResponse({**view, "age_s": fleetnames.view_age_s(view), "tasks": tasks})
+
+
+def fleet_tasks_of(paths: Paths) -> list[dict]:
+    """The fleet tasks this host offered or took, for the fleet page (pulse.agents.taskview.fleet_board)."""
+    from pulse.agents import tasks, taskview
+    from pulse.core import fleetnames
+    from pulse.store import fleetcursor
+    types = [wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD]
+    conn = connection.open_readonly(paths.events_db)
+    try:
+        by_id: dict[str, list] = {}
+        for ev in eventsdb.read_events(conn, types=types, limit=1_000_000):
+            by_id.setdefault(ev.target, []).append(ev)
+        offered = [v for v in map(taskview.fleet_task_view, by_id.values()) if v is not None]
+        taken = fleetcursor.taken_tasks(paths.home / fleetnames.CURSOR_FILE)
+        states = tasks.load_all(conn) if taken else {}
+    finally:
+        conn.close()
+    return taskview.fleet_board(offered, taken, states)
 
 
 async def metrics(request: Request) -> Response:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import threading
 import time
 
@@ -47,6 +48,15 @@ STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the 
 def event_payload(host: str, ev: wire.Event) -> bytes:
     return json.dumps({"host": host, "id": ev.id, "seq": ev.seq, "ts": ev.ts, "type": ev.type,
                        "source": ev.source, "target": ev.target, "data": ev.data}).encode()
+
+
+def agent_summary(agent, busy: int, held: dict[str, str] | None) -> dict:
+    """One agent as the fleet sees it: its slots, what may route to it (pulse.agents.routing: tags,
+    projects; None: every project) and its spend state: `budget` is why a run would be held now
+    (None: within its limits), `budget_known` False when the ledger could not be read."""
+    return {"name": agent.name, "slots": agent.concurrency, "busy": busy, "tags": list(agent.tags),
+            "projects": list(agent.projects) if agent.projects is not None else None,
+            "budget": (held or {}).get(agent.name), "budget_known": held is not None}
 
 
 class FleetWorker(Worker):
@@ -180,14 +190,24 @@ class FleetWorker(Worker):
         conn = connection.open_readonly(self.paths.events_db)
         try:
             effects = effectqueue.open_effects(conn)
+            held = self.budget_holds(conn)
         finally:
             conn.close()
         out["open_effects"] = len(effects)
         running = [e.target for e, state, _, _ in effects if e.kind == "agent-run" and state == "executing"]
-        out["agents"] = [{"name": a.name, "slots": a.concurrency, "busy": running.count(a.name)}
-                         for a in self.config.agent]
+        out["agents"] = [agent_summary(a, running.count(a.name), held) for a in self.config.agent]
         out["at"] = time.time()
         return out
+
+    def budget_holds(self, conn) -> dict[str, str] | None:
+        """agent → why a run of it would be held by a spend limit now (the tick's own reading,
+        pulse.agents.spend.holds: nothing is read when no limit is set); None: the ledger unreadable."""
+        from pulse.agents import spend
+        try:
+            return {name: hold.why for name, hold in spend.holds(conn, self.config.agent, self.config.budget).items()}
+        except sqlite3.Error as err:
+            self.log.warning("could not read the spend ledger for the summary: %s", err)
+            return None
 
     async def presence(self, nc, hosts, seen) -> None:
         interval = self.config.fleet.presence_interval_s

@@ -40,6 +40,7 @@ from pulse.store import effectqueue, eventsdb, fleetcursor
 TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOMES", "pulse-task-claims"
 ATTEMPTS_BUCKET = "pulse-task-attempts"   # fleet id → how many times a host took it
 DEAD_BUCKET = "pulse-task-dead"           # fleet id → its dead-letter record (kept until deleted)
+PASSES_BUCKET = "pulse-task-passes"       # fleet id → {host: why it last left the task}, for a dead letter's why
 ATTEMPTS_TTL_S = 7 * 86400                # a count is forgotten a week after its last taking
 TAKERS = "takers"                         # the one durable consumer every host pulls tasks from
 ANY_AGENT = "_any"                        # the subject token of a task pinned to no agent
@@ -75,6 +76,23 @@ def offer_state(offer: dict) -> wire.TaskState:
                           pin=offer.get("agent"), tags=list(offer.get("tags") or []))
 
 
+def offered_for_s(offer: dict, published_at: float, now: float) -> float:
+    """How long a fleet task has been offered: since its offer (the origin's event time), else since
+    the stream stored it."""
+    return max(0.0, now - float(offer.get("offered_at") or published_at))
+
+
+def no_taker_why(passes: dict[str, str], ttl_s: float) -> str:
+    """A dead letter's why for a task nobody took within [fleet] offer_ttl_s, with each host's last reason."""
+    said = "; ".join(f"{host}: {why}" for host, why in sorted(passes.items()) if why)
+    return f"no host could take it within {ttl_s:g}s ([fleet] offer_ttl_s)" + (f": {said}" if said else "")
+
+
+def wait_after_failing_s(failed_at: float | None, wait_s: float, now: float) -> float:
+    """How much longer a host that gave the task up at `failed_at` leaves it to the others (0: may take it)."""
+    return 0.0 if failed_at is None else max(0.0, failed_at + wait_s - now)
+
+
 def dead_record(offer: dict, host: str, attempts: int, why: str, task: str | None = None) -> dict:
     """What the dead-letter bucket keeps of a task, and what its origin records (`task`: the host's
     task of the last taking, when it made one)."""
@@ -90,6 +108,9 @@ class FleetTasks:
         self.max_deliver = worker.config.fleet.max_deliver
         self.running: dict[str, dict] = {}     # fleet id → {msg, task, origin, agent, status, renewed, attempts, offer}
         self.passed: dict[str, str] = {}       # fleet id → why this host last left it (logged on a change)
+        self.offer_ttl = worker.config.fleet.offer_ttl_s
+        self.failed_wait = worker.config.fleet.failed_host_wait_s
+        self.failed_here: dict[str, float] = {}   # fleet id → when this host gave it up (time.time())
 
     async def kv(self, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
@@ -111,6 +132,7 @@ class FleetTasks:
         self.claims = await self.kv(CLAIMS_BUCKET, self.lease)
         self.attempts = await self.kv(ATTEMPTS_BUCKET, ATTEMPTS_TTL_S)
         self.dead = await self.kv(DEAD_BUCKET, None)
+        self.passes = await self.kv(PASSES_BUCKET, ATTEMPTS_TTL_S)
         self.outcomes = await self.js.pull_subscribe(outcome_subject(self.w.host), durable=f"outcomes-{names.host_token(self.w.host)}",
                                                      stream=OUTCOMES_STREAM)
         self.queue = None
@@ -141,7 +163,7 @@ class FleetTasks:
     async def offer(self, conn, cursor) -> None:
         last = fleetcursor.read_cursor(cursor, OFFERS_CURSOR)
         for ev in eventsdb.read_events(conn, after_id=last, types=[wire.FLEET_TASK_OFFERED], limit=100):
-            body = json.dumps({**ev.data, "fleet_id": ev.target, "origin": self.w.host}).encode()
+            body = json.dumps({**ev.data, "fleet_id": ev.target, "origin": self.w.host, "offered_at": ev.ts}).encode()
             await self.js.publish(task_subject(ev.data.get("agent")), body, headers={"Nats-Msg-Id": ev.target})
             fleetcursor.commit_cursor(cursor, OFFERS_CURSOR, ev.id)
 
@@ -196,10 +218,57 @@ class FleetTasks:
                     held[agent.name] = why
         return routing.fleet_pick(agents, task, load, held)
 
-    def pass_on(self, fleet_id: str, why: str) -> None:
+    async def pass_on(self, fleet_id: str, why: str) -> None:
+        """Logged, and kept in the passes bucket for a dead letter's why, on a change of reason only."""
         if self.passed.get(fleet_id) != why:
             self.passed[fleet_id] = why
             self.w.log.info("fleet task %s left to other hosts: %s", fleet_id, why)
+            await self.note_pass(names.host_token(fleet_id), why)
+
+    async def note_pass(self, key: str, why: str) -> None:
+        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+        while True:                              # compare-and-set: other hosts write their reasons too
+            try:
+                entry = await self.passes.get(key)
+                passes, revision = json.loads(entry.value or b"{}"), entry.revision
+            except KeyNotFoundError:
+                passes, revision = {}, None
+            passes[self.w.host] = why
+            try:
+                if revision is None:
+                    await self.passes.create(key, json.dumps(passes).encode())
+                else:
+                    await self.passes.update(key, json.dumps(passes).encode(), last=revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue
+
+    async def read_passes(self, key: str) -> dict[str, str]:
+        from nats.js.errors import KeyNotFoundError
+        try:
+            return json.loads((await self.passes.get(key)).value or b"{}")
+        except KeyNotFoundError:
+            return {}
+
+    async def never_taken(self, key: str) -> bool:
+        from nats.js.errors import KeyNotFoundError
+        try:
+            await self.attempts.get(key)
+            return False
+        except KeyNotFoundError:
+            return True
+
+    async def expire_untaken(self, msg, offer: dict) -> bool:
+        """Dead-letter a task offered longer than [fleet] offer_ttl_s that no host ever took; True if so.
+        A task taken before is not: its hosts' givings-up are counted by max_deliver."""
+        fleet_id, key = offer["fleet_id"], names.host_token(offer["fleet_id"])
+        if offered_for_s(offer, msg.metadata.timestamp.timestamp(), time.time()) < self.offer_ttl:
+            return False
+        if not await self.never_taken(key):
+            return False
+        await self.dead_letter(msg, offer, 0, no_taker_why(await self.read_passes(key), self.offer_ttl))
+        self.passed.pop(fleet_id, None)
+        return True
 
     async def take(self, conn) -> None:
         import nats
@@ -216,6 +285,16 @@ class FleetTasks:
             if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
                 continue
             task = offer_state(offer)
+            now = time.time()
+            for gone in [f for f, at in self.failed_here.items() if not wait_after_failing_s(at, self.failed_wait, now)]:
+                del self.failed_here[gone]       # past its wait: forgotten, so the dict stays small
+            wait = wait_after_failing_s(self.failed_here.get(fleet_id), self.failed_wait, now)
+            if wait > 0:                         # given up here: the other hosts get it first
+                if not await self.expire_untaken(msg, offer):
+                    await self.pass_on(fleet_id, f"given up here; left to other hosts for {self.failed_wait:g}s "
+                                                 "([fleet] failed_host_wait_s)")
+                    await msg.nak(delay=putback_delay_s(msg.metadata.num_delivered) or None)
+                continue
             if not routing.eligible(self.w.config.agent, task):   # no agent here may: events.db is not read
                 agent, why = None, routing.unassignable(self.w.config.agent, task)
             else:
@@ -223,8 +302,9 @@ class FleetTasks:
                     load = self.load_now(conn)
                 agent, why = self.pick(conn, offer, load)
             if agent is None:
-                self.pass_on(fleet_id, why or "")
-                await msg.nak(delay=putback_delay_s(msg.metadata.num_delivered) or None)
+                await self.pass_on(fleet_id, why or "")
+                if not await self.expire_untaken(msg, offer):
+                    await msg.nak(delay=putback_delay_s(msg.metadata.num_delivered) or None)
                 continue
             if await self.claim(msg, offer, agent, conn):
                 load[agent].running += 1
@@ -244,7 +324,7 @@ class FleetTasks:
                 holder = None                    # lapsed between the two: the next delivery claims it
             if holder != self.w.host:
                 await msg.nak(delay=self.lease / 2)   # another host runs it: look again after its lease
-                self.pass_on(fleet_id, f"claimed by {holder}")
+                await self.pass_on(fleet_id, f"claimed by {holder}")
                 return False
             fresh = False                        # our own claim: this worker restarted while the task ran
         attempts = await self.count_attempt(key, fresh)
@@ -318,6 +398,7 @@ class FleetTasks:
                                    "([fleet] max_deliver)", run["task"])
             return
         await self.claims.delete(names.host_token(fleet_id))
+        self.failed_here[fleet_id] = time.time()   # left to the other hosts for failed_host_wait_s
         await run["msg"].nak()
         back = {"fleet_id": fleet_id, "host": self.w.host, "task": run["task"], "agent": run["agent"],
                 "attempt": run["attempts"], "status": "offered",

@@ -663,7 +663,24 @@ function fleetRow(h) {
   return el("tr", {"data-host": h.host, class: h.state === "gone" ? "bad" : null},
     el("td", {}, name), el("td", {}, h.state), el("td", {}, `${h.workers_running}/${h.workers_total}`),
     el("td", {}, `${h.processes_healthy}/${h.processes_total}`), el("td", {}, h.open_effects ?? "-"),
-    el("td", {}, `${h.agents_busy}/${h.agents_busy + h.agents_free}`), el("td", {}, ago(h.last_seen_age_s)));
+    el("td", {}, `${h.agents_busy}/${h.agents_busy + h.agents_free}`),
+    el("td", {class: "wrap"}, h.agents?.length ? h.agents.map(fleetAgent) : "-"), el("td", {}, ago(h.last_seen_age_s)));
+}
+
+// a fleet task this host offered or took; a dead-lettered one is red, with why
+function fleetTaskRow(t) {
+  return el("tr", {"data-fleet-task": t.fleet_id, "data-role": t.role, class: t.dead ? "bad-row" : null},
+    el("td", {}, t.fleet_id), el("td", {}, t.role), el("td", {}, t.title || "-"),
+    el("td", {class: t.dead ? "bad" : t.state === "acked" ? "ok" : null}, t.dead ? "dead-lettered" : t.state),
+    el("td", {}, t.host || "-"), el("td", {}, t.agent || "-"), el("td", {class: "wrap"}, t.outcome || "-"));
+}
+
+// an agent of a host: busy/slots, [tags], (projects); red with why when a spend limit holds it
+function fleetAgent(a) {
+  const words = `${a.name} ${a.busy}/${a.slots}` + (a.tags?.length ? ` [${a.tags.join(",")}]` : "") +
+    (a.projects ? ` (${a.projects.join(",")})` : "");
+  return el("div", {"data-agent": a.name, class: a.budget ? "bad" : null},
+            a.budget ? `${words} held: ${a.budget}` : a.budget_known === false ? `${words} budget unknown` : words);
 }
 
 async function fleetPage() {
@@ -671,8 +688,10 @@ async function fleetPage() {
     const r = await getJSON("/api/fleet");
     document.querySelector("main").replaceChildren(section("Fleet",
       r.error ? el("p", {class: "muted"}, r.error) : el("p", {class: "muted"}, `as seen by ${r.host}`),
-      table(["host", "state", "workers", "processes", "open effects", "agents busy", "last seen"],
-            r.hosts.map(fleetRow))));
+      table(["host", "state", "workers", "processes", "open effects", "agents busy", "agents", "last seen"],
+            r.hosts.map(fleetRow))),
+      section("Fleet tasks", (r.tasks || []).length === 0 ? el("p", {class: "muted"}, "no fleet task offered or taken here")
+        : table(["fleet id", "here", "title", "state", "host", "agent", "outcome"], r.tasks.map(fleetTaskRow))));
   };
   await draw();
   setInterval(() => draw().catch(err => say(String(err), true)), 1000);
