@@ -589,7 +589,8 @@ def test_fleet_tasks_go_by_routing_free_slots_and_budget(tmp_path, tracker, nats
 @pytest.mark.daemon
 def test_a_task_that_fails_everywhere_is_dead_lettered_after_max_deliver(tmp_path, tracker, nats_server):
     a = fleet_host(tmp_path, tracker, "a", nats_server.url, web=True)
-    c = fleet_host(tmp_path, tracker, "c", nats_server.url, max_deliver=2,
+    # failed_host_wait_s: c, the only host that may take it, takes it again soon after giving it up
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, max_deliver=2, failed_host_wait_s=1,
                    extra=agent_toml("builder", ["sh", "-c", "echo broken >&2; exit 3"]) + "\n[tasks]\nmax_failures = 1\n")
     start_all([a, c])
     wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, c)), 20, what="connected")
