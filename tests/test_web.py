@@ -401,6 +401,10 @@ def test_a_memory_restart_shows_on_the_phone_overview_with_its_reason(pulsed, br
         # the sparkline needs two samples of the new copy: wait for it, as the napper's tests do
         tab.wait_for_selector(f'{row} [data-field="memory"] polyline', state="attached", timeout=20_000)
         assert tab.locator(f'{row} [data-field="memory"] polyline').count() == 1
+        # the last survival actions say why the restart was made (the column was "-" for every restart)
+        tab.wait_for_selector('#survival td[data-label="why"]', timeout=20_000)
+        whys = tab.locator('#survival td[data-label="why"]').all_inner_texts()
+        assert "memory" in whys and "-" not in whys, whys
         assert tab.evaluate(OVERFLOW) == []
         tab.screenshot(path=str(tmp_path / "overview-phone-memory.png"), full_page=True)
     finally:

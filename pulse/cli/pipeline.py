@@ -38,7 +38,7 @@ def _connect(ctx: Context, name: str):
 # them); a person reading `events`, `vitals` or `effects` (and a script reading their --json) gets
 # ISO 8601 in UTC instead of `"until": 1796292125.5162346`. `mono` stays: it is no wall time.
 EPOCH_KEYS = frozenset({"ts", "created", "deadline", "until", "since", "started", "dead_since", "not_before",
-                        "paused_until", "expires", "started_at_ts"})
+                        "paused_until", "expires", "started_at_ts", "looked_at"})
 
 
 def is_epoch_key(key: str) -> bool:

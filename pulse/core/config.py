@@ -366,11 +366,8 @@ class Schedule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     notify_after: int = 2                     # runs in a row that end failed before a notification; 0: never
 
 
-PULSECTL_TABLES = ("gate",)       # read by pulsectl commands (`pulsectl mcp`), never by pulsed or a worker
-
-
 class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The agent's safety gate (`pulsectl mcp`): how large a call may be."""
+    """The agents' safety gate, served by the executor (`pulsectl mcp` is its stdio proxy)."""
     max_string_bytes: int = 4 * 1024          # any one string argument; larger: INVALID_INPUT
     max_call_bytes: int = 64 * 1024           # all of one call's arguments, as JSON
     # blocked calls of one agent and task recorded per minute, host-wide; more are only counted (the

@@ -326,7 +326,9 @@ def overview(web: Web) -> dict:
     def from_events(conn):
         promotes = eventsdb.last_events(conn, 1, ["promote"])
         effects = effectqueue.recent_effects(conn, limit=200)
-        survival = [{"ts": e.created, "rule": (e.params or {}).get("rule"), "kind": e.kind, "target": e.target,
+        # a restart says why (dead, unhealthy, memory); a notification, the rule that sent it
+        survival = [{"ts": e.created, "why": (e.params or {}).get("why") or (e.params or {}).get("rule"),
+                     "kind": e.kind, "target": e.target,
                      "outcome": state} for e, state, _ in effects if e.origin == "survival"][:10]
         return {"last_promote": {"ts": promotes[0].ts} if promotes else None, "survival": survival}
     view = web.read(from_events)

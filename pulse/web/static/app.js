@@ -388,8 +388,8 @@ function renderOverview(view) {
        el("div", {}, key, " ", el("strong", {}, points.length ? figure(points[points.length - 1][1], "%") : "-")),
        chart(points, {label: key, unit: "%", max: 100, from, to, step: 5}))))]);
   refresh("survival", "Last survival actions", view.survival, () => [view.survival.length
-    ? table(["when", "rule", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
-        el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "rule", class: "wide"}, a.rule || "-"),
+    ? table(["when", "why", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
+        el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "why", class: "wide"}, a.why || "-"),
         el("td", {"data-label": "kind", class: "wide"}, a.kind), el("td", {"data-label": "target"}, a.target || "-"),
         el("td", {"data-label": "outcome", class: a.outcome}, a.outcome || "pending"))), "cards")
     : el("p", {class: "muted"}, "none yet")]);
