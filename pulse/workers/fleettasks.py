@@ -53,6 +53,9 @@ OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered e
 # PUTBACK_MAX_S: the server hands out put-back messages before new ones, so tasks nobody can take
 # now (no agent fits, or every one is busy) must not keep the rest of the queue from every host.
 PUTBACK_FREE, PUTBACK_FIRST_S, PUTBACK_MAX_S = 8, 0.25, 5.0
+# a task left here comes back every PUTBACK_MAX_S at most while it waits; one not seen for this long
+# was taken by another host or dead-lettered, and its last reason here is forgotten
+PASSED_FORGET_S = 600.0
 
 
 def task_subject(agent: str | None) -> str:
@@ -107,7 +110,9 @@ class FleetTasks:
         self.lease = worker.config.fleet.task_lease_s
         self.max_deliver = worker.config.fleet.max_deliver
         self.running: dict[str, dict] = {}     # fleet id → {msg, task, origin, agent, status, renewed, attempts, offer}
-        self.passed: dict[str, str] = {}       # fleet id → why this host last left it (logged on a change)
+        # fleet id → (why this host last left it, when it last did): logged on a change of reason only;
+        # forgotten PASSED_FORGET_S after the last leaving (the task was taken elsewhere or dead-lettered)
+        self.passed: dict[str, tuple[str, float]] = {}
         self.offer_ttl = worker.config.fleet.offer_ttl_s
         self.failed_wait = worker.config.fleet.failed_host_wait_s
         self.failed_here: dict[str, float] = {}   # fleet id → when this host gave it up (time.time())
@@ -220,8 +225,9 @@ class FleetTasks:
 
     async def pass_on(self, fleet_id: str, why: str) -> None:
         """Logged, and kept in the passes bucket for a dead letter's why, on a change of reason only."""
-        if self.passed.get(fleet_id) != why:
-            self.passed[fleet_id] = why
+        before = self.passed.get(fleet_id)
+        self.passed[fleet_id] = (why, time.monotonic())
+        if before is None or before[0] != why:
             self.w.log.info("fleet task %s left to other hosts: %s", fleet_id, why)
             await self.note_pass(names.host_token(fleet_id), why)
 
@@ -288,6 +294,8 @@ class FleetTasks:
             now = time.time()
             for gone in [f for f, at in self.failed_here.items() if not wait_after_failing_s(at, self.failed_wait, now)]:
                 del self.failed_here[gone]       # past its wait: forgotten, so the dict stays small
+            for gone in [f for f, (_, at) in self.passed.items() if time.monotonic() - at > PASSED_FORGET_S]:
+                del self.passed[gone]
             wait = wait_after_failing_s(self.failed_here.get(fleet_id), self.failed_wait, now)
             if wait > 0:                         # given up here: the other hosts get it first
                 if not await self.expire_untaken(msg, offer):
