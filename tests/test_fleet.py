@@ -502,18 +502,45 @@ def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_n
     # a negative check takes time: two leases with the first host alive, and nobody else took it
     time.sleep(2 * lease["task_lease_s"])
     assert tasks_created(other) == [] and [t["status"] for t in fleet_tasks(a)] == ["executing"]
-    doomed = [first.proc.pid, *(p.pid for p in first.tree())]
+    kill_host(first, tracker)
+    wait_for(lambda: len(tasks_created(other)) == 1, 30, what="the other host took it after the lease")
+    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
+    row = fleet_tasks(a)[0]
+    assert row["host"] == f"{other.home.parent.name}@test" and len(row["runs"]) == 2
+    assert len(tasks_created(other)) == 1
+
+
+@pytest.mark.daemon
+def test_a_task_whose_host_died_is_dead_lettered_by_the_next_taking_past_max_deliver(tmp_path, tracker, nats_server):
+    """A host's death counts as a taking without an end: with max_deliver = 1 the host that finds the
+    task after the dead host's lease does not run it, it dead-letters it, and the origin says so."""
+    settings = {"task_lease_s": 2, "max_deliver": 1}
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, **settings)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, agent="8", **settings)
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="8", **settings)
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    fleet_id = offer(a, "--title", "t", "--agent", "builder")
+    first = wait_for(lambda: next((h for h in (b, c) if tasks_created(h)), None), 30, what="a host took it")
+    other = c if first is b else b
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "executing", 20, what="it runs")
+    kill_host(first, tracker)
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "dead", 40, what="the task dead-lettered")
+    view = fleet_task(a, fleet_id)
+    assert view["dead"]["host"] == other.home.parent.name + "@test", view
+    assert "taken 1 times ([fleet] max_deliver = 1) without an end" in view["dead"]["why"], view
+    assert tasks_created(other) == [] and len(a.events("fleet-task-dead", written=False)) == 1
+
+
+def kill_host(host: Pulsed, tracker) -> None:
+    """SIGKILL pulsed and every process of its tree at once: the host is gone, as in a power cut."""
+    doomed = [host.proc.pid, *(p.pid for p in host.tree())]
     tracker.add(*doomed)
     for pid in doomed:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    wait_for(lambda: len(tasks_created(other)) == 1, 30, what="the other host took it after the lease")
-    wait_for(lambda: [t["status"] for t in fleet_tasks(a)] == ["acked"], 40, what="the outcome on a")
-    row = fleet_tasks(a)[0]
-    assert row["host"] == f"{other.home.parent.name}@test" and len(row["runs"]) == 2
-    assert len(tasks_created(other)) == 1
 
 
 def agent_toml(name: str, argv: list[str], **more) -> str:
