@@ -12,12 +12,14 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from pulse.agents import agentrun
 from pulse.core import config as configmod
 from pulse.core import fleetnames as names
 from pulse.store import connection, eventsdb
@@ -508,6 +510,42 @@ def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_n
     row = fleet_tasks(a)[0]
     assert row["host"] == f"{other.home.parent.name}@test" and len(row["runs"]) == 2
     assert len(tasks_created(other)) == 1
+    revive(first)
+
+
+@pytest.mark.daemon
+def test_a_fleet_run_cut_by_its_executors_death_goes_back_to_the_fleet_and_runs_to_its_end(
+        tmp_path, tracker, nats_server):
+    """Only b's executor dies mid-run (pulsed and the fleet worker live): b gives the task back to the
+    fleet rather than running it again on its own, and it is taken anew (here by b, the only host
+    whose agent may, after failed_host_wait_s) and acked; the origin sees both takings."""
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, agent="3", failed_host_wait_s=1)
+    start_all([a, b])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b)), 20, what="connected")
+    fleet_id = offer(a, "--title", "t", "--agent", "builder")
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "executing", 30, what="it runs on b")
+    executor = b.worker("executor").pid
+    tracker.add(executor)
+    os.kill(executor, signal.SIGKILL)
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "acked", 60, what="acked after a second taking")
+    view = fleet_task(a, fleet_id)
+    assert [r["status"] for r in view["runs"]] == ["given_up", "acked"], view
+    first, second = [e["target"] for e in tasks_created(b)]
+    assert [len(b.events("task-executing", target=t)) for t in (first, second)] == [1, 1]
+    assert "interrupted" in b.events("task-given-up", target=first)[0]["data"]["reason"]
+
+
+def revive(host: Pulsed) -> None:
+    """A killed host started again: its interrupted run of a fleet task is given back to the fleet,
+    never run there again (another host has run it by now), and its scratch directory is removed."""
+    [created] = tasks_created(host)
+    [started] = host.events("task-executing", target=created["target"], written=False)
+    host.start(env=SLOW_START)
+    wait_for(lambda: host.events("task-given-up", target=created["target"]), 30, what="the interrupted run given back")
+    assert len(host.events("task-executing", target=created["target"])) == 1
+    scratch = agentrun.scratch_prefix(started["data"]["run"]) + "*"
+    assert not list(Path(tempfile.gettempdir()).glob(scratch)), scratch
 
 
 @pytest.mark.daemon
@@ -530,6 +568,7 @@ def test_a_task_whose_host_died_is_dead_lettered_by_the_next_taking_past_max_del
     assert view["dead"]["host"] == other.home.parent.name + "@test", view
     assert "taken 1 times ([fleet] max_deliver = 1) without an end" in view["dead"]["why"], view
     assert tasks_created(other) == [] and len(a.events("fleet-task-dead", written=False)) == 1
+    revive(first)
 
 
 def kill_host(host: Pulsed, tracker) -> None:

@@ -358,7 +358,9 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     """Called by the executor when it settles an orphan (its claimer died), once the orphan's
     process group is gone and before the effect is put back or failed: what an interrupted
     effect of this kind leaves behind is undone. agent-run: the task goes back to pending
-    (task-failed, reason interrupted), only if this run still holds it. Safe to repeat."""
+    (task-failed, reason interrupted), only if this run still holds it; a task this host took
+    from the fleet is given up instead, so the fleet offers it again (after a host's death
+    another host may have run it already: it must not run here again). Safe to repeat."""
     if effect.kind != "agent-run":
         return
     stop_marked(effect.id)           # what the run left outside its group, before it is put back
@@ -367,7 +369,13 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     task = _task_param(effect)
     if not task:
         return
+    from_fleet = eventsdb.search_events(conn, types=[TaskEvent.CREATED], source="fleet", target=task, limit=1)
     try:
+        if from_fleet:
+            tasks.record(conn, task, TaskEvent.GIVEN_UP, SOURCE, run=effect.id, by=SOURCE,
+                         reason="interrupted: the executor died while the agent ran; back to the fleet")
+            log.warning("%s: its run %s was interrupted; given back to the fleet", task, effect.id)
+            return
         tasks.record(conn, task, TaskEvent.FAILED, SOURCE, config.tasks.max_failures, run=effect.id,
                      reason="interrupted", error="interrupted: the executor died while the agent ran")
         log.warning("%s: its run %s was interrupted; back to pending", task, effect.id)
