@@ -63,6 +63,12 @@ class Histogram:
         return out
 
 
+def effect_why(params: dict) -> str | None:
+    """Why an effect was made, as the page says it: a restart's `why` (dead, unhealthy, memory), or
+    the rule that sent a notification."""
+    return params.get("why") or params.get("rule")
+
+
 class Counts:
     """Everything /metrics counts, folded from events.db and vitals.db. `catch_up` reads what is new."""
 
@@ -166,7 +172,7 @@ class Counts:
         params = effect.get("params") or {}
         self.last_effect.pop(target, None)
         self.last_effect[target] = {"id": effect.get("id"), "ts": ts, "kind": effect.get("kind"),
-                                    "origin": effect.get("origin"), "why": params.get("why") or params.get("rule"),
+                                    "origin": effect.get("origin"), "why": effect_why(params),
                                     "reason": params.get("reason") or params.get("title"), "outcome": "pending",
                                     "error": None}
         if len(self.last_effect) > LAST_EFFECT_TARGETS:

@@ -33,7 +33,7 @@ from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
 from pulse.store import ballast, connection, effectqueue, eventsdb, vitalsdb
 from pulse.web import auth
-from pulse.web.metrics import HOST, HOST_FIELDS, Counts, exposition
+from pulse.web.metrics import HOST, HOST_FIELDS, Counts, effect_why, exposition
 
 PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
          "engine": "/engine", "gate": "/gate", "log": "/log"}
@@ -326,9 +326,7 @@ def overview(web: Web) -> dict:
     def from_events(conn):
         promotes = eventsdb.last_events(conn, 1, ["promote"])
         effects = effectqueue.recent_effects(conn, limit=200)
-        # a restart says why (dead, unhealthy, memory); a notification, the rule that sent it
-        survival = [{"ts": e.created, "why": (e.params or {}).get("why") or (e.params or {}).get("rule"),
-                     "kind": e.kind, "target": e.target,
+        survival = [{"ts": e.created, "why": effect_why(e.params or {}), "kind": e.kind, "target": e.target,
                      "outcome": state} for e, state, _ in effects if e.origin == "survival"][:10]
         return {"last_promote": {"ts": promotes[0].ts} if promotes else None, "survival": survival}
     view = web.read(from_events)

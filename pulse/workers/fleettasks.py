@@ -284,6 +284,7 @@ class FleetTasks:
             msgs = await self.queue.fetch(FETCH, timeout=0.05)
         except (asyncio.TimeoutError, nats.errors.TimeoutError):
             return
+        self.forget_stale()
         load = None
         for msg in msgs:
             offer = json.loads(msg.data)
@@ -291,12 +292,7 @@ class FleetTasks:
             if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
                 continue
             task = offer_state(offer)
-            now = time.time()
-            for gone in [f for f, at in self.failed_here.items() if not wait_after_failing_s(at, self.failed_wait, now)]:
-                del self.failed_here[gone]       # past its wait: forgotten, so the dict stays small
-            for gone in [f for f, (_, at) in self.passed.items() if time.monotonic() - at > PASSED_FORGET_S]:
-                del self.passed[gone]
-            wait = wait_after_failing_s(self.failed_here.get(fleet_id), self.failed_wait, now)
+            wait = wait_after_failing_s(self.failed_here.get(fleet_id), self.failed_wait, time.time())
             if wait > 0:                         # given up here: the other hosts get it first
                 if not await self.expire_untaken(msg, offer):
                     await self.pass_on(fleet_id, f"given up here; left to other hosts for {self.failed_wait:g}s "
@@ -316,6 +312,16 @@ class FleetTasks:
                 continue
             if await self.claim(msg, offer, agent, conn):
                 load[agent].running += 1
+
+    def forget_stale(self) -> None:
+        """Once a pull: what this host keeps of tasks it no longer needs to, dropped, so neither
+        dict grows with every task the fleet ever ran (a giving-up past its wait, a leaving not
+        met again for PASSED_FORGET_S)."""
+        now, mono = time.time(), time.monotonic()
+        for gone in [f for f, at in self.failed_here.items() if not wait_after_failing_s(at, self.failed_wait, now)]:
+            del self.failed_here[gone]
+        for gone in [f for f, (_, at) in self.passed.items() if mono - at > PASSED_FORGET_S]:
+            del self.passed[gone]
 
     async def claim(self, msg, offer: dict, agent: str, conn) -> bool:
         """Claim the task and make it a task of this host for `agent`; False when another host holds it."""
