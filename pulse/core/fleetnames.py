@@ -116,15 +116,16 @@ def agent_words(agent: dict) -> str:
     return words
 
 
-def host_row(summary: dict, now: float, ttl_s: float) -> dict:
-    """One host's line of the view, from its last summary: up while its summary is younger than the TTL."""
+def host_row(summary: dict, now: float, up: bool) -> dict:
+    """One host's line of the view, from its last summary. Whether it is up is not judged here: see
+    fleet_rows."""
     workers = summary.get("workers", [])
     processes = summary.get("processes", [])
     agents = summary.get("agents", [])
     seen = summary.get("at", 0.0)
     return {
         "host": summary.get("host"),
-        "state": "up" if now - seen < ttl_s else "gone",
+        "state": "up" if up else "gone",
         "workers_running": sum(1 for w in workers if w.get("state") == "running"),
         "workers_total": len(workers),
         "processes_healthy": sum(1 for p in processes if p.get("alive")),
@@ -143,14 +144,16 @@ def host_row(summary: dict, now: float, ttl_s: float) -> dict:
     }
 
 
-def fleet_rows(present: dict[str, dict], seen: dict[str, dict], now: float, ttl_s: float) -> list[dict]:
-    """Every host the fleet knows, by name: those in the hosts bucket from their summary, the others
-    (gone from it) from the last summary the seen bucket kept."""
+def fleet_rows(present: dict[str, dict], seen: dict[str, dict], now: float) -> list[dict]:
+    """Every host the fleet knows, by name. A host is up exactly while its entry is in the hosts bucket:
+    the bucket's TTL, kept by the NATS server, is the one judgement of presence. Comparing a summary's
+    own time with this host's clock instead made a host that put its summary late under load look gone
+    in one view and up in the next. The others are gone, from the last summary the seen bucket kept."""
     rows = {}
     for key, summary in seen.items():
-        rows[key] = {**host_row(summary, now, ttl_s), "state": "gone"}
+        rows[key] = host_row(summary, now, up=False)
     for key, summary in present.items():
-        rows[key] = host_row(summary, now, ttl_s)
+        rows[key] = host_row(summary, now, up=True)
     return sorted(rows.values(), key=lambda r: str(r["host"]))
 
 

@@ -220,7 +220,7 @@ class FleetWorker(Worker):
                 present, kept = await self.read_bucket(hosts), await self.read_bucket(seen)
                 now = time.time()
                 view = {"at": now, "host": self.host, "ttl_s": self.config.fleet.presence_ttl_s,
-                        "hosts": names.fleet_rows(present, kept, now, self.config.fleet.presence_ttl_s)}
+                        "hosts": names.fleet_rows(present, kept, now)}
                 await asyncio.to_thread(names.write_view, self.paths.runtime, view)
                 self.note("connected", None)
             except Exception as err:
