@@ -452,9 +452,10 @@ class Arbiter:
         child.pid = child.pidfd = None
         code = status.code if status else None
         signum = status.signal if status else None
-        child.last_exit = wire.LastExit(code, signum, clock.iso(time.time(), ms=False))
-        uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         was = child.state
+        child.last_exit = wire.LastExit(code, signum, clock.iso(time.time(), ms=False),
+                                        "hung" if was is S.HUNG else None)
+        uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         if not (child.spec.writes_events and self.shutting_down):   # nobody would write that one
             self.record("worker-exited", child.name, pid=pid, code=code, signal=signum, state=str(was),
                         uptime_s=uptime)

@@ -44,6 +44,9 @@ def test_signal(pulsed, worker, fault):
     if fault == "SIGSTOP":        # hung: SIGABRT for a traceback, SIGCONT, then replaced
         assert pulsed.events("worker-hung", worker)
         assert exited[0]["data"]["signal"] == signal.SIGABRT
+        # pulsed's abort is how it ended, not why: status says hung (the signal stays in the JSON)
+        assert (replaced.last_exit.signal, replaced.last_exit.why) == (signal.SIGABRT, "hung")
+        assert f" hung at {replaced.last_exit.at[11:19]}Z" in pulsed.ctl("status").stdout
         wait_for(lambda: f"{worker}[{before[worker]}] Fatal Python error: Aborted" in pulsed.log_text(), 5,
                  what="the faulthandler traceback in the log")
         assert f"{worker}[{before[worker]}]   File " in pulsed.log_text()

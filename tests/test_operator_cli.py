@@ -119,3 +119,30 @@ def test_events_vitals_and_effects_print_iso_times_never_epoch_floats(tmp_path):
     assert effect["created"].endswith("Z") and effect["deadline"].endswith("Z")
     for out in outputs:
         assert out and not re.search(r"\b1[7-9]\d{8}(\.\d+)?\b", out), out
+
+
+def test_emit_waiting_while_pulsed_is_down_says_so_and_that_it_stays_queued(tmp_path):
+    from support import init_home
+    home = tmp_path / "home"
+    init_home(home)
+    out = ctl(home, "emit", "noop", "--target", "demo", "--wait", "0.2")
+    assert out.returncode == 1
+    assert f"pulsed is not running on {home}; it stays queued and runs once pulsed starts" in out.stderr, out.stderr
+
+
+def test_vitals_of_a_family_name_alone_lists_each_of_its_keys(tmp_path):
+    import time
+
+    from support import init_home
+
+    from pulse.core.wire import Vital
+    from pulse.store import vitalsdb
+    home = tmp_path / "home"
+    paths = init_home(home)
+    conn = vitalsdb.open_vitals(paths.vitals_db)
+    vitalsdb.append_vitals(conn, [Vital(f"health:{name}", time.time(), {"ok": True}) for name in ("web1", "api")]
+                           + [Vital("healthz", time.time(), {})])
+    conn.close()
+    keys = [line.split()[0] for line in ctl(home, "vitals", "health").stdout.splitlines()]
+    assert keys == ["health:api", "health:web1"]
+    assert ctl(home, "vitals", "nothing").returncode == 1

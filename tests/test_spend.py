@@ -178,6 +178,7 @@ def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_a_relo
     # the two notices are two notify effects, run at once by the executor: either may land first
     told = sorted(notifications(notes, spend.RULE), key=lambda n: n["percent"])
     assert [(n["percent"], n["limit"]) for n in told] == [(80, "usd_per_day"), (100, "usd_per_day")]
+    assert [n["level"] for n in told] == ["warning", "warning"]   # a limit doing its job is no error
     assert _status(pulsed, third) == "pending" and len(_cli_log(tmp_path)) == 4     # two starts, two ends
     shown = pulsed.ctl("task", "show", third)
     assert "waiting:" in shown.stdout and "budget" in shown.stdout, shown.stdout

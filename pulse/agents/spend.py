@@ -297,7 +297,8 @@ def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float,
         title = (f"Spend limit reached: {m.words()}" if level >= 100 else
                  f"Spend at {level} % of a limit: {m.words()}")
         effects.append(Effect(kind="notify", target=m.scope, idempotent=True, params={
-            "rule": RULE, "level": "warning" if level < 100 else "error", "title": title,
+            # a limit reached is the limit working as asked, not a fault: warning, like its 80 % notice
+            "rule": RULE, "level": "warning", "title": title,
             "message": f"{title}; {why}", "scope": m.scope, "limit": m.limit, "percent": level,
             "used": m.used, "of": m.of, "window": m.key}))
     return events, effects

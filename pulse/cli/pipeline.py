@@ -111,11 +111,14 @@ def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, 
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines.")
 @pass_ctx
 def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
-    """The latest vital of each key (KEY: one key, or a prefix ending in *)."""
+    """The latest vital of each key (KEY: one key, a family such as `health` for every `health:NAME`,
+    or a prefix ending in *)."""
 
     from pulse.store import vitalsdb
     conn = _connect(ctx, "vitals.db")
     latest = vitalsdb.latest_vitals(conn, [key] if key else ["*"])
+    if key and not latest and not key.endswith(("*", ":")):   # a family's name alone: each of its keys
+        latest = vitalsdb.latest_vitals(conn, [key + ":*"])
     if key and not latest:
         click.echo(f"pulsectl: no vitals for {key!r}", err=True)
         sys.exit(1)
@@ -205,11 +208,19 @@ def await_effect(ctx: Context, effect_id: str, wait_s: float) -> str | None:
             if state not in EFFECT_OPEN:
                 return state
             if time.monotonic() >= deadline:
-                click.echo(f"pulsectl: {effect_id} still {state} after {wait_s:g}s", err=True)
+                click.echo(f"pulsectl: {effect_id} still {state} after {wait_s:g}s{unrun_because(ctx)}", err=True)
                 return None
             time.sleep(0.01)
     finally:
         conn.close()
+
+
+def unrun_because(ctx: Context) -> str:
+    """Why an effect may be waiting: pulsed is down (it stays queued until pulsed starts), else nothing."""
+    from pulse.core import client
+    if client.daemon_pid(ctx.paths) is None:
+        return f": pulsed is not running on {ctx.paths.home}; it stays queued and runs once pulsed starts"
+    return ""
 
 
 def queue_effect(ctx: Context, effect, deadline_s: float, wait_s: float) -> int:

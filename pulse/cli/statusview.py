@@ -24,7 +24,9 @@ def last_exit(exit: wire.LastExit | None) -> str:
     if exit is None:
         return "-"
     import signal
-    if exit.signal:
+    if exit.why == "hung":   # the signal is pulsed's own abort, not what went wrong
+        how = "hung"
+    elif exit.signal:
         try:
             how = signal.Signals(exit.signal).name
         except ValueError:

@@ -88,6 +88,7 @@ class LastExit(msgspec.Struct):
     code: int | None
     signal: int | None
     at: str                     # ISO 8601, UTC
+    why: str | None = None      # "hung": pulsed aborted it for its silence (the signal is pulsed's SIGABRT)
 
 
 class WorkerStatus(msgspec.Struct):
