@@ -133,10 +133,9 @@ def test_emit_waiting_while_pulsed_is_down_says_so_and_that_it_stays_queued(tmp_
 def test_vitals_of_a_family_name_alone_lists_each_of_its_keys(tmp_path):
     import time
 
-    from support import init_home
-
     from pulse.core.wire import Vital
     from pulse.store import vitalsdb
+    from support import init_home
     home = tmp_path / "home"
     paths = init_home(home)
     conn = vitalsdb.open_vitals(paths.vitals_db)
