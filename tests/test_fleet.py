@@ -117,7 +117,11 @@ def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first(
     rows = fleet_board(offered, {"b-7": "task-9", "b-8": "task-gone"}, {"task-9": took})
     assert [(r["fleet_id"], r["role"], r["state"], r["dead"], r["outcome"]) for r in rows] == [
         ("a-1", "offered", "dead", True, "no host could take it"),
-        ("b-7", "took", "acked", False, '{"code": 0}')]
+        ("b-7", "took", "acked", False, '{"code":0}')]
+    # an outcome is the agent's own words (and cost), or the command's output tail: never escaped JSON
+    from pulse.agents.taskview import result_words
+    assert result_words({"code": 0, "result": "Done.\nAll green.\n", "cost_usd": 0.012}) == "Done.\nAll green. ($0.0120)"
+    assert result_words({"code": 0, "tail": "ran task-4\n"}) == "ran task-4" and result_words(None) is None
 
 
 def agents_of(tmp_path: Path, toml: str) -> list:
@@ -480,6 +484,9 @@ def test_a_task_added_on_a_runs_once_on_the_only_host_with_its_agent_and_its_out
     row = fleet_tasks(a)[0]
     assert row["fleet_id"] == fleet_id and row["host"] == "c@test" and len(row["runs"]) == 1
     assert "ran" in json.dumps(row["result"])
+    header, line = a.ctl("fleet", "tasks").stdout.splitlines()   # a table in words, no dict in it
+    assert header.split() == ["FLEET", "ID", "STATUS", "AGENT", "RAN", "ON", "TITLE", "OUTCOME"]
+    assert line.split()[:3] == [fleet_id, "acked", "builder"] and "build it" in line and "{" not in line, line
     assert len(tasks_created(c)) == 1 and tasks_created(a) == tasks_created(b) == []
     # `task show` on the origin follows it to c: where, as which task there, and how it ended
     local = tasks_created(c)[0]["target"]

@@ -179,9 +179,17 @@ FLEET_BOARD_ROWS = 200   # the newest this many fleet tasks this host offered or
 
 
 def result_words(result: Any) -> str | None:
-    """An agent's result in a cell: JSON, as the API shows it (None: no result)."""
+    """An agent's result in a cell: its own words where the result carries them (an adapter's
+    `result`, with its cost), else compact JSON; None: no result. The cell is text, never an
+    escaped JSON string with literal \\n in it."""
     import json
-    return None if result is None else result if isinstance(result, str) else json.dumps(result, default=str)
+    if result is None:
+        return None
+    said = result.get("result", result.get("tail")) if isinstance(result, dict) else None
+    if isinstance(said, str):   # the agent's answer, else (the command adapter) its output's tail
+        cost = result.get("cost_usd")
+        return said.strip() + (f" (${cost:.4f})" if isinstance(cost, (int, float)) else "")
+    return result if isinstance(result, str) else json.dumps(result, default=str, separators=(",", ":"))
 
 
 def offered_row(view: dict) -> dict[str, Any]:

@@ -197,9 +197,13 @@ def read_fleet_events(conn, fleet_id: str | None = None) -> list:
     return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)
 
 
-def task_line(view: dict) -> str:
+def task_row(view: dict) -> tuple[str, ...]:
+    """A fleet task under `pulsectl fleet tasks`' header: where it ran, and how it ended in words."""
+    from pulse.agents.taskview import result_words
     where = ", ".join(f"{r['host']}:{r['task']}" for r in view["runs"]) or "-"
-    return f"{view['fleet_id']}  {view['status']:<9} {view['agent'] or '-':<12} {where}  {view['title']}"
+    outcome = view["error"] or view["why"] or result_words(view["result"]) or "-"
+    return (view["fleet_id"], view["status"], view["agent"] or "-", where, view["title"] or "-",
+            " ".join(outcome.split()))
 
 
 @fleet.command(name="tasks")
@@ -214,8 +218,13 @@ def fleet_tasks(ctx: Context, as_json: bool) -> None:
         views = fleet_task_views(read_fleet_events(conn))
     finally:
         conn.close()
-    for view in views:
-        click.echo(json.dumps(view, sort_keys=True, default=str) if as_json else task_line(view))
+    if as_json:
+        for view in views:
+            click.echo(json.dumps(view, sort_keys=True, default=str))
+        return
+    from pulse.cli.statusview import columns
+    header = ("FLEET ID", "STATUS", "AGENT", "RAN ON", "TITLE", "OUTCOME")
+    click.echo("\n".join(columns([header] + [task_row(v) for v in views])))
 
 
 COMMANDS = [fleet]
