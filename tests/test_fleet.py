@@ -124,6 +124,14 @@ def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first(
     assert result_words({"code": 0, "tail": "ran task-4\n"}) == "ran task-4" and result_words(None) is None
 
 
+def test_a_task_pinned_to_an_agent_no_host_has_is_said_from_the_fleet_view():
+    from pulse.cli.fleetcmd import unknown_pin
+    view = {"hosts": [{"host": "a", "agents": [{"name": "builder"}]}, {"host": "b", "agents": []}]}
+    assert unknown_pin(view, "builder") is None and unknown_pin(view, None) is None
+    assert unknown_pin(None, "nobody") is None          # no view yet: nothing is known
+    assert "no host of the fleet has an [[agent]] of that name (the fleet's agents: builder;" in unknown_pin(view, "nobody")
+
+
 def agents_of(tmp_path: Path, toml: str) -> list:
     path = tmp_path / "agents.toml"
     path.write_text(toml)
@@ -484,7 +492,9 @@ def test_a_task_added_on_a_runs_once_on_the_only_host_with_its_agent_and_its_out
     row = fleet_tasks(a)[0]
     assert row["fleet_id"] == fleet_id and row["host"] == "c@test" and len(row["runs"]) == 1
     assert "ran" in json.dumps(row["result"])
-    header, line = a.ctl("fleet", "tasks").stdout.splitlines()   # a table in words, no dict in it
+    nobody = a.ctl("task", "add", "--fleet", "--agent", "nobody", "--project", "p", "--title", "t", "--prompt", "x")
+    assert nobody.returncode == 0 and "warning: --agent 'nobody': no host of the fleet has" in nobody.stderr
+    header, line = [x for x in a.ctl("fleet", "tasks").stdout.splitlines() if "nobody" not in x][:2]
     assert header.split() == ["FLEET", "ID", "STATUS", "AGENT", "RAN", "ON", "TITLE", "OUTCOME"]
     assert line.split()[:3] == [fleet_id, "acked", "builder"] and "build it" in line and "{" not in line, line
     assert len(tasks_created(c)) == 1 and tasks_created(a) == tasks_created(b) == []

@@ -131,6 +131,19 @@ def this_host(ctx: Context) -> str:
     return config.fleet.host or names.default_host(config.pulse.name or default_name(ctx.home))
 
 
+def unknown_pin(view: dict | None, pin: str | None) -> str | None:
+    """Why no host of the fleet could run a task pinned to `pin`, or None. Judged from the fleet view
+    (every host's agents, gone ones included, since a gone host may come back): without a view (NATS
+    not reached yet) nothing is known, and the offer is left to the hosts."""
+    if view is None or pin is None:
+        return None
+    known = sorted({a["name"] for host in view.get("hosts", []) for a in host.get("agents", [])})
+    if pin in known:
+        return None
+    return ("no host of the fleet has an [[agent]] of that name (the fleet's agents: "
+            + (", ".join(known) or "none") + "; pulsectl fleet status lists them)")
+
+
 def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: str, priority: int,
                tags: tuple[str, ...]) -> str:
     """Offer a task to the fleet: a `fleet-task-offered` event of this host's events.db (never a local
@@ -149,6 +162,10 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
         if value is not None and not ROUTE_NAME.fullmatch(value):
             click.echo(f"pulsectl: {name} {value!r}: letters, digits and _ . : / -, not starting with a symbol", err=True)
             sys.exit(2)
+    unknown = unknown_pin(names.read_view(ctx.paths.runtime), pin)
+    if unknown:   # said, not refused: a host with that agent may join before offer_ttl_s
+        click.echo(f"pulsectl: warning: --agent {pin!r}: {unknown}; offered anyway, it waits for such a host "
+                   f"for [fleet] offer_ttl_s ({ctx.config().fleet.offer_ttl_s:g}s)", err=True)
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
