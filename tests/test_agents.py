@@ -189,6 +189,16 @@ def test_a_failing_agent_puts_the_task_back_then_it_is_given_up(pulsed, fake, tm
     assert shown.get("status", shown.get("task", {}).get("status")) == "given_up"
 
 
+def test_an_agent_whose_program_is_not_installed_is_given_up_at_once_saying_so(pulsed, tmp_path):
+    start(pulsed, '[[agent]]\nname = "bot"\nadapter = "command"\nmcp = false\nargv = ["no-such-agent-cli-i36"]\n'
+                  '\n[tasks]\nmax_failures = 3\nretry_base_s = 0.5\n')
+    task = add_task(pulsed)
+    wait_for(lambda: pulsed.events("task-given-up", task), 30, what="task-given-up")
+    [failed] = pulsed.events("task-failed", task)          # no retry can install it
+    assert failed["data"]["reason"] == "not-installed"
+    assert "cannot start 'no-such-agent-cli-i36': no such program on the PATH Pulse runs with" in failed["data"]["error"]
+
+
 def test_kill_9_mid_run_loses_no_task_and_never_runs_it_twice_at_once(pulsed, fake, tmp_path, tracker):
     start(pulsed, agent_toml(fake, tmp_path, FAKE_SLEEP_ONCE=str(tmp_path / "slept"), FAKE_SLEEP_S="60",
                              FAKE_CHILD="1"))

@@ -62,6 +62,16 @@ def test_the_fresh_config_declares_no_table():
     ("[timings]\nhartbeat_ms = 100\n", "did you mean heartbeat_ms?"),
     ("[survival.llm]\ntarjet = 'x'\n", "did you mean target?"),
     ("level = 'debug'\n", "it belongs in a table: [log]"),
+    # a header left commented above the key: which one, on which line
+    ("# [log]\nlevel = 'debug'\n",
+     "line 2: `level` is a key of [log], and the header above it, `# [log]` (line 1), is commented out"),
+    # a key appended after the last table lands in that table: the TOML scoping rule, said
+    ("[[agent]]\nname = 'a'\nobserve_only = true\n", "line 3: `observe_only` is a key of the top level: TOML puts a "
+     "key in the table whose header is above it (`[[agent]]`, line 1), so move it above the first table header"),
+    ("[web]\nenabled = true\npanic_failures = 3\n", "so move it under [survival]"),
+    # one bracket where two are meant, and the other way round
+    ("[process]\nname = 'x'\n", "write [[process]] (two brackets) above each entry"),
+    ("[[web]]\nenabled = true\n", "write [web] (one bracket), once"),
 ])
 def test_an_unknown_key_gets_the_nearest_name(text, hint):
     with pytest.raises(configmod.ConfigError) as err:

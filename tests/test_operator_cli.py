@@ -145,3 +145,17 @@ def test_vitals_of_a_family_name_alone_lists_each_of_its_keys(tmp_path):
     keys = [line.split()[0] for line in ctl(home, "vitals", "health").stdout.splitlines()]
     assert keys == ["health:api", "health:web1"]
     assert ctl(home, "vitals", "nothing").returncode == 1
+
+
+def test_check_config_warns_of_an_agent_program_not_on_path_and_its_run_gives_up_at_once(tmp_path):
+    from pulse.agents import tasks
+    from support import init_home
+    home = tmp_path / "home"
+    init_home(home)
+    (home / "config.toml").write_text('[[agent]]\nname = "bot"\nadapter = "command"\nargv = ["no-such-agent-cli-i36"]\n'
+                                      '\n[[agent]]\nname = "claude"\nadapter = "claude-code"\nenv = { PATH = "/nowhere" }\n')
+    out = ctl(home, "check-config")
+    assert out.returncode == 0, out.stderr
+    assert "warning: " in out.stderr and "$.agent[0] (bot): its program 'no-such-agent-cli-i36' is not on PATH" in out.stderr
+    assert "$.agent[1] (claude): its program 'claude' is not on PATH" in out.stderr
+    assert "not-installed" in tasks.FINAL_REASONS       # a run that cannot start is given up, not retried

@@ -11,12 +11,35 @@ from pulse.cli.group import Context, pass_ctx
 @pass_ctx
 def check_config(ctx: Context) -> None:
     """Validate config.toml (and PULSE_* overrides). Exit 78 if it is bad."""
-    problems = unknown_kinds(ctx, ctx.config())
+    config = ctx.config()
+    problems = unknown_kinds(ctx, config)
     for problem in problems:
         click.echo(f"pulsectl: {problem}", err=True)
     if problems:
         sys.exit(78)
+    for warning in missing_programs(config):
+        click.echo(f"pulsectl: warning: {ctx.paths.config}: {warning}", err=True)
     click.echo(f"{ctx.paths.config}: ok")
+
+
+def missing_programs(config) -> list[str]:
+    """Each [[agent]] whose program is not to be found: a warning, not a refusal, since pulsed may run
+    with another PATH than this shell (its runs give the task up at once, reason not-installed)."""
+    import os
+    import shutil
+
+    from pulse.core.config import ADAPTER_ARGV
+    out = []
+    for i, agent in enumerate(config.agent):
+        argv = agent.argv or ADAPTER_ARGV.get(agent.adapter) or []
+        if not argv or "{" in argv[0]:
+            continue
+        path = agent.env.get("PATH", os.environ.get("PATH", os.defpath))
+        if shutil.which(argv[0], path=path) is None:
+            where = "does not exist or is not executable" if "/" in argv[0] else "is not on PATH"
+            out.append(f"$.agent[{i}] ({agent.name}): its program {argv[0]!r} {where}; its runs will fail "
+                       "until it is installed")
+    return out
 
 
 def unknown_kinds(ctx: Context, config) -> list[str]:

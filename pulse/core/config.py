@@ -667,16 +667,60 @@ _UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)`(?: - at `
 _AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]+)`$")
 
 
-def _explain(err: msgspec.ValidationError) -> str:
+_HEADER = re.compile(r"^\s*(?P<comment>#\s*)?(?P<open>\[\[?)\s*(?P<name>[\w.-]+)\s*\]\]?")
+
+
+def _explain(err: msgspec.ValidationError, source: str = "") -> str:
     text = str(err)
     m = _UNKNOWN.match(text)
     if m:
-        return f"unknown key {m['path'] or '$'}.{m['key']}" + _did_you_mean(m["path"] or "$", m["key"])
+        path, key = m["path"] or "$", m["key"]
+        return f"unknown key {path}.{key}" + (_misplaced(source, path, key) or _did_you_mean(path, key))
     m = _AT.match(text)
     if m:
         choices = _choices(m["path"]) if m["msg"].startswith("Invalid enum value") else None
-        return f"{m['path']}: {m['msg']}" + (f"; one of: {', '.join(choices)}" if choices else "")
+        hint = f"; one of: {', '.join(choices)}" if choices else _brackets(m["path"], m["msg"])
+        return f"{m['path']}: {m['msg']}" + hint
     return text
+
+
+def _brackets(path: str, msg: str) -> str:
+    """`[process]` where `[[process]]` is meant (and the other way round): name the spelling."""
+    name = path.removeprefix("$.")
+    if "." in name or "[" in name:
+        return ""
+    if msg == "Expected `array`, got `object`":
+        return f"; [[{name}]] is a list of tables: write [[{name}]] (two brackets) above each entry"
+    if msg == "Expected `object`, got `array`":
+        return f"; [{name}] is one table: write [{name}] (one bracket), once"
+    return ""
+
+
+def _misplaced(source: str, path: str, key: str) -> str:
+    """A known key in the wrong table, said by the line that put it there: TOML puts a key in the table
+    whose header is above it, so a key under a header left commented lands in the table before, and one
+    appended at the end of the file lands in the last table. Empty when the key is no other table's."""
+    owners = [f.encode_name for f in msgspec.structs.fields(Config) if key in _safe_fields(f"$.{f.encode_name}")]
+    if path != "$" and key in _safe_fields("$"):
+        owners = [""]          # a top-level key: above the first table's header
+    if not owners or not source:
+        return ""
+    lines = source.splitlines()
+    at = next((i for i, line in enumerate(lines) if re.match(rf"\s*{re.escape(key)}\s*=", line)), None)
+    if at is None:
+        return ""
+    above = [(i, h) for i, h in ((i, _HEADER.match(lines[i])) for i in range(at - 1, -1, -1)) if h]
+    comment = next(((i, h) for i, h in above if h["comment"]), None)
+    live = next(((i, h) for i, h in above if not h["comment"]), None)
+    table = f"[{owners[0]}]" if owners[0] else "the top level"
+    where = f"line {at + 1}: `{key}` is a key of {table}"
+    if comment and (live is None or comment[0] > live[0]) and comment[1]["name"] == owners[0]:
+        return (f"; {where}, and the header above it, `{lines[comment[0]].strip()}` (line {comment[0] + 1}), "
+                "is commented out: uncomment it")
+    if path != "$" and live is not None:
+        return (f"; {where}: TOML puts a key in the table whose header is above it (`{lines[live[0]].strip()}`, "
+                f"line {live[0] + 1}), so move it " + (f"under [{owners[0]}]" if owners[0] else "above the first table header"))
+    return ""
 
 
 def _fields_at(path: str) -> list[str]:
@@ -731,7 +775,8 @@ def decode(text: str | bytes, origin: str) -> Config:
     try:
         config = msgspec.toml.decode(text, type=Config)
     except msgspec.ValidationError as err:
-        raise ConfigError(f"{origin}: {_explain(err)}") from None
+        source = text.decode(errors="replace") if isinstance(text, bytes) else text
+        raise ConfigError(f"{origin}: {_explain(err, source)}") from None
     except msgspec.DecodeError as err:
         raise ConfigError(f"{origin}: not valid TOML: {err}") from None
     if config.schema > SCHEMA_VERSION:

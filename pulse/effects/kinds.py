@@ -174,6 +174,12 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if stderr is None else subprocess.PIPE,
                                 preexec_fn=procs.child_dies_with_parent)
+    except FileNotFoundError as err:
+        if err.filename == cwd:
+            raise EffectFailed("spawn", f"cannot start {argv[0]!r}: no directory {cwd}") from None
+        # no retry can install it: a reason of its own, which an agent's task gives up on at once
+        raise EffectFailed("not-installed", f"cannot start {argv[0]!r}: no such program"
+                           + ("" if "/" in argv[0] else " on the PATH Pulse runs with")) from None
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
     try:
