@@ -69,6 +69,10 @@ def test_two_pulses_run_side_by_side_and_are_listed_by_name(two):
     assert out.returncode == 1 and "no running Pulse instance named 'nobody' (running: alpha, bee)" in out.stderr
     out = ctl(registry, "-i", "bee", "status", home=a.home)
     assert out.returncode == 2 and "exclusive" in out.stderr
+    # a home where nothing runs: the ones that do run are named, with how to pick one
+    out = ctl(registry, "status", home=registry.parent / "nohome")
+    assert out.returncode == 4 and (f"running on this host: alpha (home {a.home}), bee (home {b.home}): "
+                                    "select one with pulsectl -i NAME") in out.stderr, out.stderr
     # The table a person reads.
     text = ctl(registry, "instances").stdout
     assert "alpha" in text and "bee" in text and f"{n}/{n}" in text

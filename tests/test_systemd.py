@@ -180,6 +180,18 @@ def test_user_unit_default_location(tmp_path):
     assert one(keys, "Install", "WantedBy") == "default.target"
 
 
+def test_the_unit_takes_the_home_pulsectl_was_given(tmp_path):
+    home = tmp_path / "agent-home"
+    printed = pulsectl("--home", str(home), "systemd", "install", "--user", "--print")
+    assert printed.returncode == 0, printed.stderr
+    assert f"Environment=PULSE_HOME={home}\n" in printed.stdout and f"ReadWritePaths={home}\n" in printed.stdout
+    assert f"ExecStartPre=+/bin/mkdir -p -m 0700 {home}\n" in printed.stdout and "%h/.pulse" not in printed.stdout
+    refused = pulsectl("--home", str(home), "systemd", "install", "--print")     # the system unit's is fixed
+    assert refused.returncode == 1 and "the system unit's home is /var/lib/pulse" in refused.stderr
+    spaced = pulsectl("--home", str(tmp_path / "a b"), "systemd", "install", "--user", "--print")
+    assert spaced.returncode == 1 and "take no spaces" in spaced.stderr
+
+
 def test_system_next_steps(tmp_path):
     proc = pulsectl("systemd", "install", "--output", str(tmp_path))
     assert proc.returncode == 0, proc.stderr

@@ -23,12 +23,28 @@ def request_or_exit(paths, message, timeout: float):
     try:
         reply = client.request(paths, message, timeout)
     except client.Unreachable as err:
-        print(f"pulsectl: {err}", file=sys.stderr)
+        print(f"pulsectl: {err}{elsewhere(paths.home)}", file=sys.stderr)
         sys.exit(StatusExit.UNKNOWN)
     if not reply.ok:
         print(f"pulsectl: {reply.error}", file=sys.stderr)
         sys.exit(1)
     return reply
+
+
+def elsewhere(home) -> str:
+    """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
+    from pathlib import Path
+
+    from pulse.cli.roster import registries
+    from pulse.core import instances
+    try:
+        others = [e for e in instances.live_entries(registries()) if Path(e["home"]) != Path(home)]
+    except OSError:
+        return ""
+    if not others:
+        return ""
+    names = ", ".join(f"{e['name']} (home {e['home']})" for e in others)
+    return f"; running on this host: {names}: select one with pulsectl -i NAME"
 
 
 def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import click
 
+from pulse.cli.group import Context, pass_ctx
+
 UNIT_NAME = "pulse.service"
 INSTANCE_UNIT_NAME = "pulse@.service"     # one unit file, `systemctl enable --now pulse@a pulse@b`
 SYSTEM_TEMPLATE = "pulse.service"
@@ -204,6 +206,24 @@ def next_steps(target: str, user_unit: bool, user: str | None, installed: bool,
     return steps
 
 
+def with_home(text: str, home, user_unit: bool) -> str:
+    """The unit with the home pulsectl was given (--home or PULSE_HOME) in place of the default one.
+    A user unit takes any home; the system unit's is /var/lib/pulse, made by its StateDirectory=."""
+    import re
+    from pathlib import Path
+
+    if home == Path("~/.pulse").expanduser().absolute():
+        return text
+    if not user_unit:
+        if home == Path(SYSTEM_HOME):
+            return text
+        raise RenderError(f"--home {home}: the system unit's home is {SYSTEM_HOME} (its StateDirectory=); "
+                          "--home is for a --user unit, --instance NAME gives another system home")
+    if re.search(r'[\s\x00-\x1f\x7f"\'\\$%]', str(home)):
+        raise RenderError(f"--home {str(home)!r}: a unit's paths here take no spaces, quotes, '$', '%' or backslashes")
+    return text.replace("%h/.pulse", str(home))
+
+
 @click.group()
 def systemd() -> None:
     """Run pulsed under systemd."""
@@ -220,7 +240,8 @@ def systemd() -> None:
 @click.option("--instance", metavar="NAME",
               help="Write the template unit pulse@.service (home /var/lib/pulse/%i) and show how to "
                    "run the instance NAME; run it again with another NAME for more.")
-def install(user_unit: bool, user_name: str | None, output: str | None, to_stdout: bool,
+@pass_ctx
+def install(ctx: Context, user_unit: bool, user_name: str | None, output: str | None, to_stdout: bool,
             instance: str | None) -> None:
     """Render the Pulse unit for this installation of pulsed and install it.
 
@@ -248,6 +269,7 @@ def install(user_unit: bool, user_name: str | None, output: str | None, to_stdou
             text = instance_template(text)
             check_instance_name(instance)
         text = render(text, pulsed, user)
+        text = with_home(text, ctx.home, user_unit)
     except RenderError as err:
         click.echo(f"pulsectl: {err}", err=True)
         sys.exit(1)
