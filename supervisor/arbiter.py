@@ -22,7 +22,7 @@ import zmq
 
 from pulse.core import client, clock, logs, procs, wire
 from pulse.core import config as configmod
-from pulse.core.home import SOCKETS, Paths, load_stopped, save_stopped
+from pulse.core.home import RUNTIME_FILES, SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import (
     ALIVE_STATES,
@@ -154,6 +154,8 @@ class Arbiter:
                 self.paths.socket_file(name).unlink()
             except FileNotFoundError:
                 pass
+        for name in RUNTIME_FILES:
+            (self.paths.runtime / name).unlink(missing_ok=True)
 
     # -- events and notifications ------------------------------------------------------------------
 

@@ -405,6 +405,7 @@ def test_three_hosts_see_each_other_and_a_stopped_one_is_gone_within_the_ttl(tmp
     assert "fleet: connected as a@test" in hosts[0].ctl("status").stdout
     hosts[2].terminate()
     stopped = time.monotonic()
+    assert not hosts[2].paths.runtime.exists()     # a clean stop leaves no fleet view, so no runtime dir
     wait_for(lambda: view_hosts(hosts[0]).get("c@test") == "gone", 10, what="c gone from a's view")
     assert time.monotonic() - stopped < PRESENCE["presence_ttl_s"] + 2.0   # the TTL, and a's next look
     expected = {**everyone, "c@test": "gone"}

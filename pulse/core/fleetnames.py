@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from pulse.core.home import FLEET_VIEW_FILE
+
 EVENTS_STREAM = "PULSE_EVENTS"            # every host's events.db, in order per host
 EVENTS_SUBJECTS = "pulse.events.>"        # pulse.events.<host token>.<event type>
 HOSTS_BUCKET = "pulse-hosts"              # each host's summary, gone presence_ttl_s after its last put
 SEEN_BUCKET = "pulse-hosts-seen"          # each host's name and last put, kept: what a gone host was
-VIEW_FILE = "fleet-view.json"             # in the runtime dir: the fleet as the worker last saw it
+VIEW_FILE = FLEET_VIEW_FILE               # in the runtime dir: the fleet as the worker last saw it
 CURSOR_FILE = "fleet-cursor.db"           # in the home: the last event id the stream acknowledged
 DUPLICATE_WINDOW_S = 120                  # the stream drops a Nats-Msg-Id it has seen this recently
 
