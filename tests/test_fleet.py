@@ -124,6 +124,15 @@ def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first(
     assert result_words({"code": 0, "tail": "ran task-4\n"}) == "ran task-4" and result_words(None) is None
 
 
+def test_a_view_not_refreshed_within_the_ttl_says_the_other_hosts_are_unknown(tmp_path):
+    rows = [{"host": "a@h", "state": "up"}, {"host": "b@h", "state": "up"}, {"host": "c@h", "state": "gone"}]
+    names.write_view(tmp_path, {"at": 1000.0, "host": "a@h", "ttl_s": 30, "hosts": rows})
+    fresh = names.read_judged_view(tmp_path, now=1010.0)
+    assert [r["state"] for r in fresh["hosts"]] == ["up", "up", "gone"] and not fresh["stale"]
+    old = names.read_judged_view(tmp_path, now=1031.0)
+    assert [r["state"] for r in old["hosts"]] == ["up", "unknown", "unknown"] and old["stale"] and old["age_s"] == 31
+
+
 def test_a_task_pinned_to_an_agent_no_host_has_is_said_from_the_fleet_view():
     from pulse.cli.fleetcmd import unknown_pin
     view = {"hosts": [{"host": "a", "agents": [{"name": "builder"}]}, {"host": "b", "agents": []}]}
@@ -429,9 +438,15 @@ def test_events_arrive_once_and_in_order_across_a_nats_outage(tmp_path, tracker,
             eventsdb.append_events(conn, [eventsdb.now_event("test-fleet", "test", str(i)) for i in range(n)])
 
     emit(50)
+    wait_for(lambda: view_hosts(hosts[0]), 10, what="a's first fleet view")
     nats_server.kill()
     wait_for(lambda: all(fleet_account(h).get("state") in ("disconnected", "down") for h in hosts), 10,
              what="both see NATS gone")
+    # the view is not refreshed without NATS: past the TTL the other host is no longer said to be up
+    stale = wait_for(lambda: (out := hosts[0].ctl("fleet", "status").stdout) and "other hosts are unknown" in out and out,
+                     10, what="a's fleet status says its view is stale")
+    rows = {line.split()[0]: line.split()[1] for line in stale.splitlines()[1:] if line.endswith("Z")}
+    assert rows["a@test"] == "up" and set(rows.values()) <= {"up", "unknown"}, stale
     for _ in range(5):   # events keep coming while NATS is down (the script runs a 20 s outage)
         emit(40)
     nats_server.start()

@@ -20,8 +20,10 @@ def fleet() -> None:
 
 
 def host_line(row: dict) -> tuple[str, ...]:
-    agents = f"{row['agents_busy']}/{row['agents_busy'] + row['agents_free']}"
     seen = time.strftime("%H:%M:%SZ", time.gmtime(row["last_seen"])) if row.get("last_seen") else "-"
+    if row["state"] != "up":   # its last summary says what it was, not what runs there now
+        return (str(row["host"]), row["state"], "-", "-", "-", "-", seen)
+    agents = f"{row['agents_busy']}/{row['agents_busy'] + row['agents_free']}"
     return (str(row["host"]), row["state"], f"{row['workers_running']}/{row['workers_total']}",
             f"{row['processes_healthy']}/{row['processes_total']}", str(row.get("open_effects", "-")), agents, seen)
 
@@ -34,7 +36,7 @@ def status(ctx: Context, as_json: bool) -> None:
     busy/total, last seen. Exit 3 when this host's fleet worker has no view yet."""
     from pulse.cli.statusview import columns
     from pulse.core import fleetnames as names
-    view = names.read_view(ctx.paths.runtime)
+    view = names.read_judged_view(ctx.paths.runtime)
     if view is None:
         enabled = ctx.config().fleet.enabled
         click.echo("pulsectl: no fleet view yet: " + ("the fleet worker has not reached NATS (see pulsectl status)"
@@ -48,7 +50,9 @@ def status(ctx: Context, as_json: bool) -> None:
     agents = [(r["host"], names.agent_words(a)) for r in view["hosts"] for a in r.get("agents", [])]
     if agents:   # each agent: busy/slots, [tags], (projects), and why a spend limit holds it
         click.echo("\n".join(["", *columns([("HOST", "AGENT BUSY/SLOTS [TAGS] (PROJECTS) BUDGET")] + agents)]))
-    click.echo(f"as seen by {view['host']} {names.view_age_s(view):.1f}s ago")
+    click.echo(f"as seen by {view['host']} {view['age_s']:.1f}s ago" + (
+        ": not refreshed within the presence TTL (NATS unreachable? pulsectl status says why), so the "
+        "other hosts are unknown" if view["stale"] else ""))
 
 
 def event_line(m: dict) -> str:

@@ -176,3 +176,17 @@ def read_view(runtime: Path) -> dict | None:
 
 def view_age_s(view: dict, now: float | None = None) -> float:
     return max(0.0, (time.time() if now is None else now) - view.get("at", 0.0))
+
+
+def read_judged_view(runtime: Path, now: float | None = None) -> dict | None:
+    """The fleet view as the CLI and the page show it. A view older than the presence TTL was not
+    refreshed (NATS unreachable, the fleet worker down): what it says of the others can no longer be
+    told, so every host but this one is `unknown`, and the view says `stale`."""
+    view = read_view(runtime)
+    if view is None:
+        return None
+    age = view_age_s(view, now)
+    stale = age > view.get("ttl_s", 0.0)
+    hosts = [{**row, "state": "unknown"} if stale and row.get("host") != view.get("host") else row
+             for row in view.get("hosts", [])]
+    return {**view, "hosts": hosts, "age_s": round(age, 3), "stale": stale}

@@ -584,13 +584,13 @@ async def api_fleet(request: Request) -> Response:
     """The fleet view the fleet worker writes (pulse.core.fleetnames): every host, up or gone."""
     from pulse.core import fleetnames
     web: Web = request.app.state.web
-    view = await run_in_threadpool(fleetnames.read_view, web.paths.runtime)
+    view = await run_in_threadpool(fleetnames.read_judged_view, web.paths.runtime)
     if view is None:
         tasks = await run_in_threadpool(fleet_tasks_of, web.paths)   # offered while NATS is unreachable
         return JSONResponse({"hosts": [], "tasks": tasks, "error": "no fleet view: the fleet worker is off or has not reached NATS "
                              "(pulsectl status says why)"})
     tasks = await run_in_threadpool(fleet_tasks_of, web.paths)
-    return JSONResponse({**view, "age_s": fleetnames.view_age_s(view), "tasks": tasks})
+    return JSONResponse({**view, "tasks": tasks})
 
 
 def fleet_tasks_of(paths: Paths) -> list[dict]:

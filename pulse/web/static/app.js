@@ -657,13 +657,15 @@ async function taskPage() {
 
 // -- start --------------------------------------------------------------------------------------------------
 
-// the fleet: a host links to its own page where it advertises one; a host gone from the fleet is red
+// the fleet: a host links to its own page where it advertises one; a host gone from the fleet is red,
+// and a host not up shows no counts: its last summary says what it was, not what runs there now
 function fleetRow(h) {
   const name = h.web_url ? el("a", {href: h.web_url}, h.host) : h.host;
+  const up = h.state === "up";
   return el("tr", {"data-host": h.host, class: h.state === "gone" ? "bad" : null},
-    el("td", {}, name), el("td", {}, h.state), el("td", {}, `${h.workers_running}/${h.workers_total}`),
-    el("td", {}, `${h.processes_healthy}/${h.processes_total}`), el("td", {}, h.open_effects ?? "-"),
-    el("td", {}, `${h.agents_busy}/${h.agents_busy + h.agents_free}`),
+    el("td", {}, name), el("td", {}, h.state), el("td", {}, up ? `${h.workers_running}/${h.workers_total}` : "-"),
+    el("td", {}, up ? `${h.processes_healthy}/${h.processes_total}` : "-"), el("td", {}, up ? h.open_effects ?? "-" : "-"),
+    el("td", {}, up ? `${h.agents_busy}/${h.agents_busy + h.agents_free}` : "-"),
     el("td", {class: "wrap"}, h.agents?.length ? h.agents.map(fleetAgent) : "-"), el("td", {}, ago(h.last_seen_age_s)));
 }
 
@@ -687,7 +689,10 @@ async function fleetPage() {
   const draw = async () => {
     const r = await getJSON("/api/fleet");
     document.querySelector("main").replaceChildren(section("Fleet",
-      r.error ? el("p", {class: "muted"}, r.error) : el("p", {class: "muted"}, `as seen by ${r.host}`),
+      r.error ? el("p", {class: "muted"}, r.error) : r.stale
+        ? el("p", {class: "bad"}, `as seen by ${r.host} ${Math.round(r.age_s)} s ago: not refreshed within the presence ` +
+             "TTL (NATS unreachable? the overview says why), so the other hosts are unknown")
+        : el("p", {class: "muted"}, `as seen by ${r.host}`),
       table(["host", "state", "workers", "processes", "open effects", "agents busy", "agents", "last seen"],
             r.hosts.map(fleetRow))),
       section("Fleet tasks", (r.tasks || []).length === 0 ? el("p", {class: "muted"}, "no fleet task offered or taken here")
