@@ -33,6 +33,8 @@ OTHER_PROGRAMS = {
     "useradd": "creates a system user: root, and the host's",
     "systemctl": "drives the host's systemd (tests/test_systemd.py runs a unit on a user manager)",
     "nats": "the NATS CLI on an operator's cluster (docs/fleet.md); the tests make the streams through nats-py",
+    "nats-server": "docs/fleet.md's one-machine start: tests/test_fleet.py runs that block as written",
+    "printf": "docs/fleet.md's one-machine start: tests/test_fleet.py runs that block as written",
 }
 
 # pulsectl commands that need no running pulsed, run for real against a fresh home.

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from pulse.agents import agentrun
 from pulse.core import config as configmod
 from pulse.core import fleetnames as names
 from pulse.store import connection, eventsdb
-from tests.support import Pulsed, init_home, wait_for
+from tests.support import PULSECTL, Pulsed, init_home, wait_for
 
 PRESENCE = {"presence_interval_s": 0.2, "presence_ttl_s": 1.5, "reconnect_max_s": 1}
 # several pulseds start at once on a shared 2-core machine: their forkservers' preload alone may pass FAST's 3 s
@@ -800,3 +801,49 @@ def test_a_task_no_host_takes_is_dead_lettered_after_offer_ttl_and_one_given_up_
     assert "b@test: no agent may take it: builder lacks tag gpu" in dead["why"], dead
     assert fleet_task(a, stuck)["runs"] == [] and tasks_created(b) + tasks_created(c) != [] and \
         all(e["data"].get("title") != "stuck" for e in tasks_created(b) + tasks_created(c))
+
+
+@pytest.mark.daemon
+def test_the_one_machine_start_of_docs_fleet_md_runs_as_written(tmp_path, tracker):
+    """docs/fleet.md's first block, line by line, in a HOME of the test's own: a nats-server in the
+    background, two homes, a task added on pulse-a and run by pulse-b's agent."""
+    from tests.test_doc_snippets import fenced_blocks
+    doc = Path(__file__).resolve().parent.parent / "docs" / "fleet.md"
+    start = doc.read_text().splitlines().index("## On one machine first")
+    block = next(text for line, text in fenced_blocks(doc, ("sh",)) if line > start)
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", 4222)) != 0, "port 4222 is taken: the block runs nats-server on its default"
+    user = tmp_path / "user"
+    user.mkdir()
+    env = {"HOME": str(user), "LANG": "C.UTF-8",
+           "PATH": f"{Path(PULSECTL).parent}:{Path(nats_server_binary()).parent}:/usr/bin:/bin"}
+    homes = [user / "pulse-a", user / "pulse-b"]
+
+    def run(line: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", line], env=env, cwd=user, capture_output=True, text=True, timeout=60)
+
+    try:
+        for line in (re.split(r"\s{2,}#", raw)[0].strip() for raw in block.splitlines()):
+            if line.endswith("&"):
+                server = subprocess.Popen(["bash", "-c", "exec " + line[:-1]], env=env, cwd=user,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                tracker.add(server.pid)
+                wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", 4222)) == 0, 10, what="nats-server up")
+            elif "fleet status" in line:
+                wait_for(lambda: [r.split()[1] for r in run(line).stdout.splitlines()[1:3]] == ["up", "up"], 30,
+                         what="both hosts up in pulse-a's fleet status")
+            elif "fleet tasks" in line:
+                shown = wait_for(lambda: (out := run(line).stdout) and " acked " in out and out, 60,
+                                 what="the task acked in pulse-a's fleet tasks")
+                assert "pulse-b@" in shown and "ran task-1" in shown, shown
+            else:
+                out = run(line)
+                assert out.returncode == 0, f"{line}\n{out.stdout}{out.stderr}"
+                if "daemon start" in line:
+                    from pulse.core import client
+                    from pulse.core.home import Paths
+                    tracker.add(*(client.daemon_pid(Paths.for_client(h)) for h in homes))
+    finally:
+        for home in homes:
+            if home.exists():
+                run(f"pulsectl --home {home} stop")
