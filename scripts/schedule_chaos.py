@@ -46,6 +46,7 @@ CONFIG = f"""
 name = "chaos"
 every = "{PERIOD_S}s"
 task = {{ project = "chaos", title = "a slot", prompt = "nothing to do" }}
+overlap = true     # no agent runs these tasks: each slot must still make its own
 """
 
 

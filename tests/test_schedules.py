@@ -200,7 +200,8 @@ CHAOS_S = 20
 
 def schedule_toml(name: str, extra: str = "",
                   makes: str = 'task = { project = "sched", title = "NAME", prompt = "run NAME" }') -> str:
-    return f'[[schedule]]\nname = "{name}"\nevery = "{PERIOD_S}s"\n{makes.replace("NAME", name)}\n{extra}\n'
+    # no agent runs these tasks: overlap lets each slot make its own (the one-open-run rule has its own test)
+    return f'[[schedule]]\nname = "{name}"\nevery = "{PERIOD_S}s"\n{makes.replace("NAME", name)}\noverlap = true\n{extra}\n'
 
 
 def runs(pulsed, name: str) -> list[dict]:
@@ -331,3 +332,46 @@ def test_a_scheduled_task_for_an_agent_is_pinned_to_it_as_task_add_agent_pins():
     created = wire.now_event("task-created", "tick", "task-1", schedule.task_fields(s, 3600.0))
     (task,) = tasks.fold_tasks([created]).values()
     assert task.pin == "claude" and "agent" not in created.data
+
+
+# -- one open run at a time ------------------------------------------------------------------------------
+
+def test_one_run_is_open_at_a_time_a_due_slot_waits_with_catch_up_and_is_skipped_without():
+    s = every("10s")
+    assert schedule.next_step(s, 100.0, 110.2, open_run="task-1") is None      # held behind task-1
+    assert schedule.next_due(s, 100.0, 110.2, "task-1") == 120.0               # no timer wakes for it
+    assert schedule.next_step(s, 100.0, 133.0) == schedule.Step("run", 130.0, 3.0)   # ended: one run for 110…130
+    lazy = every("10s", catch_up=False)
+    step = schedule.next_step(lazy, 100.0, 110.2, open_run="task-1")
+    assert (step.action, step.slot) == ("skip", 110.0)
+    assert schedule.next_step(every("10s", overlap=True), 100.0, 110.2, open_run="task-1").action == "run"
+    book = schedule.ScheduleBook()
+    book.fold([ev("schedule-armed", "s", slot=100.0), ev("schedule-run", "s", slot=110.0, task="task-1"),
+               ev("schedule-run", "s", ts=7.0, slot=120.0, skipped=True, open_run="task-1")])
+    state = book.states["s"]
+    assert (state.open_run, state.skipped, state.last_skipped_ts, state.last_slot, state.runs) == ("task-1", 1, 7.0, 120.0, 1)
+    book.fold([ev("task-closed", "task-1")])        # closed by the operator: ended, no verdict
+    assert (state.open_run, state.last_outcome, state.failures_in_row) == (None, None, 0) and book.open == {}
+
+
+def test_a_schedule_behind_a_pending_task_makes_no_second_one_and_says_why(pulsed, tmp_path):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config.toml").write_text(
+        '[[schedule]]\nname = "eager"\nevery = "1s"\ntask = { project = "p", title = "eager", prompt = "x" }\n\n'
+        '[[schedule]]\nname = "lazy"\nevery = "1s"\ncatch_up = false\ntask = { project = "p", title = "lazy", prompt = "x" }\n')
+    pulsed.start()    # no [[agent]]: each schedule's first task stays pending
+
+    def listed():
+        return {r["name"]: r for r in map(json.loads, pulsed.ctl("schedule", "list", "--json").stdout.splitlines())}
+    wait_for(lambda: listed()["lazy"]["skipped"] >= 3, 15, what="three slots of lazy skipped")
+    made = {s: [e["data"]["task"] for e in runs(pulsed, s) if e["data"].get("task")] for s in ("eager", "lazy")}
+    assert len(made["eager"]) == 1 and len(made["lazy"]) == 1, made       # one pending run each, never a pile
+    rows = listed()
+    assert rows["eager"]["open_run"] == made["eager"][0] and rows["eager"]["skipped"] == 0   # eager waits, uncounted
+    text = pulsed.ctl("schedule", "list").stdout
+    assert f"after {made['eager'][0]}" in text and "SKIPPED" in text, text
+    # its run ends (closed by the operator): the next slot makes one new task, once
+    assert pulsed.ctl("task", "close", made["eager"][0]).returncode == 0
+    wait_for(lambda: len([e for e in runs(pulsed, "eager") if e["data"].get("task")]) == 2, 10,
+             what="eager's next run once its first ended")
+    assert listed()["eager"]["open_run"] not in (None, made["eager"][0])

@@ -53,6 +53,12 @@ def _ev(type_, target, **data) -> Event:
     return Event(type=type_, source="test", target=target, data=data)
 
 
+def test_the_tasks_waiting_on_a_limit_are_listed_in_number_order():
+    ledger = spend.Ledger().fold([_ev(SpendEvent.HELD, t, agent="a") for t in ("task-10", "task-6", "task-11")])
+    [row] = [r for r in spend.overview(ledger, [], SpendLimits(), 1764779400.0) if r["agent"] == spend.HOST]
+    assert row["waiting_tasks"] == ["task-6", "task-10", "task-11"]     # not as text: task-10 before task-6
+
+
 def test_the_ledger_counts_reservations_until_settled_and_forgets_what_was_reset():
     now = 1764779400.0
     ledger = spend.Ledger().fold([

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from pulse.agents import tasks
 from pulse.core import clock
 from pulse.core.config import SpendLimits
 from pulse.core.wire import Effect, Event, SpendEvent, now_event
@@ -505,7 +506,8 @@ def overview(ledger: Ledger, agents: list, host: SpendLimits, now: float) -> lis
             "runs_this_month": len(month),
             "running_reserved_usd": round(sum(r.reserved for r in month if r.usd is None), 6),
             "runs_without_cost": sum(1 for r in month if r.cost_reported is False),
-            "waiting_tasks": sorted(t for t, h in ledger.held.items() if name in (HOST, h.get("agent"))),
+            "waiting_tasks": sorted((t for t, h in ledger.held.items() if name in (HOST, h.get("agent"))),
+                                    key=tasks.id_order),
             "reset_at": ledger.resets.get(name),
         })
     return rows

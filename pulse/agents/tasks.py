@@ -67,6 +67,12 @@ def task_id(number: int) -> str:
     return f"task-{number}"
 
 
+def id_order(task: str) -> tuple[int, str]:
+    """A sort key that puts task-6 before task-10 (ids that are no task number last, by text)."""
+    m = _ID.match(task)
+    return (int(m[1]), "") if m else (1 << 62, task)
+
+
 def parse_task_id(text: str) -> str:
     """"7" or "task-7" → "task-7"; anything else is a ValueError."""
     m = _ID.match(text.strip())

@@ -56,7 +56,7 @@ def rows(ctx: Context) -> list[dict]:
         state = book.states.get(s.name) or schedule.ScheduleState(name=s.name)
         out.append({**msgspec.to_builtins(state), "spec": {"cron": s.cron} if s.cron else {"every": s.every},
                     "makes": "task" if s.task is not None else f"effect {s.effect.kind}",
-                    "next_run": schedule.next_due(s, state.last_slot, now),
+                    "next_run": schedule.next_due(s, state.last_slot, now, state.open_run),
                     "failing": schedule.failing(state, s.notify_after)})
     return out
 
@@ -79,13 +79,16 @@ def list_(ctx: Context, as_json: bool) -> None:
     if not found:
         click.echo(f"no [[schedule]] in {ctx.paths.config}")
         return
-    click.echo(f"{'NAME':<20} {'WHEN':<16} {'NEXT RUN':<19}  {'LAST RUN':<19}  {'RUN':<12} {'RUNS':>5} FAILED")
+    click.echo(f"{'NAME':<20} {'WHEN':<16} {'NEXT RUN':<19}  {'LAST RUN':<19}  {'RUN':<12} {'RUNS':>5} "
+               f"{'SKIPPED':>7} FAILED")
     for r in found:
         spec = r["spec"].get("cron") or f"every {r['spec']['every']}"
         failed = f"{r['failures_in_row']} in a row" + (" (notified)" if r["failing"] else "") \
             if r["failures_in_row"] else "-"
-        click.echo(f"{r['name']:<20} {spec:<16} {_when(r['next_run']):<19}  {_when(r['last_run_ts']):<19}  "
-                   f"{(r['last_run'] or '-')[:12]:<12} {r['runs'] + r['manual_runs']:>5} {failed}")
+        # a run still open holds the next: say so where the next run's time would mislead
+        nxt = f"after {r['open_run']}" if r["open_run"] else _when(r["next_run"])
+        click.echo(f"{r['name']:<20} {spec:<16} {nxt:<19}  {_when(r['last_run_ts']):<19}  "
+                   f"{(r['last_run'] or '-')[:12]:<12} {r['runs'] + r['manual_runs']:>5} {r['skipped']:>7} {failed}")
 
 
 @schedule.command()

@@ -364,6 +364,9 @@ class Schedule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     grace_s: float = 60                       # catch_up = false: a slot due longer ago than this is skipped
     jitter_s: float = 0                       # each slot runs up to this much after its time (fixed per slot)
     notify_after: int = 2                     # runs in a row that end failed before a notification; 0: never
+    # a slot due while the last run's task or effect is still open waits for it (catch_up) or is skipped
+    # (counted); true: it runs anyway, and runs may pile up behind a hold
+    overlap: bool = False
 
 
 class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1239,5 +1242,6 @@ def default_toml() -> str:
         "# grace_s = 60.0                          # catch_up = false: a slot later than this is skipped",
         "# jitter_s = 0.0                          # each slot runs up to this much after its time",
         "# notify_after = 2                        # runs failed in a row before a notification; 0: never",
+        "# overlap = false                         # true: a slot runs even while the last run is still open",
     ]
     return "\n".join(lines) + "\n"

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 RUN, ARMED = ScheduleEvent.RUN, ScheduleEvent.ARMED     # the two facts a schedule's history is
 # The events the fold reads: its own two, and the ends of the tasks and effects its runs made (ok or not).
-TASK_ENDS = {TaskEvent.ACKED: True, TaskEvent.GIVEN_UP: False}
+TASK_ENDS = {TaskEvent.ACKED: True, TaskEvent.GIVEN_UP: False, TaskEvent.CLOSED: None}   # closed: ended, no verdict
 EFFECT_ENDS = {EffectEvent.ACKED: True, EffectEvent.FAILED: False, EffectEvent.EXPIRED: False}
 FOLDED = frozenset({RUN, ARMED, *TASK_ENDS, *EFFECT_ENDS})
 CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
@@ -117,8 +117,9 @@ def jitter(name: str, slot: float, jitter_s: float) -> float:
 
 @dataclass(frozen=True)
 class Step:
-    """What a schedule needs now: `run` its slot, `arm` it (first seen), or nothing (None)."""
-    action: str            # "run" | "arm"
+    """What a schedule needs now: `run` its slot, `arm` it (first seen), `skip` its slot (its last run
+    is still open and it does not catch up), or nothing (None)."""
+    action: str            # "run" | "arm" | "skip"
     slot: float
     late_s: float          # how long after the slot's due time this is
 
@@ -131,10 +132,15 @@ def due_slot(s: Schedule, now: float) -> float:
     return slot
 
 
-def next_step(s: Schedule, last_slot: float | None, now: float) -> Step | None:
+def next_step(s: Schedule, last_slot: float | None, now: float, open_run: str | None = None) -> Step | None:
     """The step for schedule `s`, given the last slot it ran or was armed at. Only the latest due
     slot is ever run: after downtime, with catch_up, the missed slots are one run, not one each;
-    without catch_up, a slot more than grace_s late is skipped (the next one runs on time)."""
+    without catch_up, a slot more than grace_s late is skipped (the next one runs on time).
+
+    At most one run of a schedule is open at a time, as a systemd timer never queues a second start
+    behind a running one: while `open_run` (its last run's task or effect) has not ended, a due slot
+    waits with catch_up (the slots that fall due meanwhile are one run, once it ends: the same rule
+    as after downtime) and is skipped, and counted, without it; `overlap` runs it anyway."""
     slot = due_slot(s, now)
     late = now - (slot + jitter(s.name, slot, s.jitter_s))
     if last_slot is None:
@@ -143,12 +149,15 @@ def next_step(s: Schedule, last_slot: float | None, now: float) -> Step | None:
         return None
     if not s.catch_up and late > s.grace_s:
         return None
+    if open_run is not None and not s.overlap:
+        return None if s.catch_up else Step("skip", slot, late)
     return Step("run", slot, late)
 
 
-def next_due(s: Schedule, last_slot: float | None, now: float) -> float:
-    """When the schedule next has something to do: now if a slot is due and unrun, else its next slot's due time."""
-    if next_step(s, last_slot, now) is not None:
+def next_due(s: Schedule, last_slot: float | None, now: float, open_run: str | None = None) -> float:
+    """When the schedule next has something to do: now if a slot is due and unrun, else its next slot's
+    due time (a slot held behind an open run runs when that run ends, which wakes no timer)."""
+    if next_step(s, last_slot, now, open_run) is not None:
         return now
     slot = slot_at_or_before(s, max(now, last_slot if last_slot is not None else now))
     if (last_slot is not None and slot <= last_slot) or slot + jitter(s.name, slot, s.jitter_s) <= now:
@@ -170,6 +179,9 @@ class ScheduleState(msgspec.Struct, kw_only=True):
     last_outcome: str | None = None        # "ok" | "failed", of the latest run that ended
     failures_in_row: int = 0               # runs that ended failed, since the last that ended well
     last_failure_ts: float | None = None
+    open_run: str | None = None            # its latest run's task or effect while it has not ended
+    skipped: int = 0                       # slots skipped because a run was still open (catch_up = false)
+    last_skipped_ts: float | None = None
 
 
 @dataclass
@@ -200,7 +212,11 @@ class ScheduleBook:
         if run not in self.open or (ev.type == EffectEvent.FAILED and ev.data.get("requeued")):
             return
         state = self.of(self.open.pop(run))
+        if state.open_run == run:
+            state.open_run = None
         ok = TASK_ENDS.get(ev.type, EFFECT_ENDS.get(ev.type))
+        if ok is None:           # closed by the operator: it ended, with no verdict on the schedule
+            return
         state.last_outcome = "ok" if ok else "failed"
         state.failures_in_row = 0 if ok else state.failures_in_row + 1
         if not ok:
@@ -214,6 +230,10 @@ class ScheduleBook:
         if ev.type == ARMED:
             state.armed_at = state.armed_at or ev.ts
             return
+        if ev.data.get("skipped"):
+            state.skipped += 1
+            state.last_skipped_ts = ev.ts
+            return
         run = ev.data.get("task") or ev.data.get("effect")
         state.last_run_ts, state.last_run = ev.ts, run
         if ev.data.get("manual"):
@@ -222,6 +242,11 @@ class ScheduleBook:
             state.runs += 1
         if run:
             self.open[run] = state.name
+            state.open_run = run
+
+    def open_run(self, name: str) -> str | None:
+        state = self.states.get(name)
+        return state.open_run if state else None
 
 
 def task_fields(s: Schedule, slot: float | None) -> dict:

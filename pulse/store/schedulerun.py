@@ -34,7 +34,8 @@ def commit_run(conn: sqlite3.Connection, name: str, source: str, *, slot: float 
                make_task: Callable[[int], Event] | None = None, effect: Effect | None = None,
                observe_only: bool = False, **data) -> Event | None:
     """Commit one run of schedule `name`: the task `make_task(n)` returns (n, the next task number)
-    or `effect`, and its schedule-run event; with neither, the schedule-armed event at `slot`.
+    or `effect`, and its schedule-run event; with neither, the schedule-armed event at `slot` (or,
+    with data `skipped`, the schedule-run event of a slot skipped: it ran nothing).
     slot None: a manual run, outside the slots. Returns the fact, or None (nothing written) when
     `slot` is not later than the latest slot already recorded."""
     with Transaction(conn):
@@ -51,6 +52,6 @@ def commit_run(conn: sqlite3.Connection, name: str, source: str, *, slot: float 
         elif effect is not None:
             insert_effect(conn, effect, source, observe_only)
             data["effect"] = effect.id
-        else:
+        elif not data.get("skipped"):
             kind = ARMED
         return insert_event(conn, now_event(kind, source, name, data))

@@ -482,7 +482,8 @@ class TickWorker(Worker):
         now = time.time()
         for s in self.config.schedule:
             try:
-                step = schedule.next_step(s, self.projections.schedules.last_slot(s.name), now)
+                book = self.projections.schedules
+                step = schedule.next_step(s, book.last_slot(s.name), now, book.open_run(s.name))
                 if step is not None:
                     self.commit_schedule_step(s, step, now)
             except Exception as err:   # locked, full, anything: one schedule must never stop the tick or the others
@@ -492,12 +493,15 @@ class TickWorker(Worker):
 
     def commit_schedule_step(self, s, step: schedule.Step, now: float) -> None:
         make_task = effect = None
+        extra = {}
         if step.action == "run" and s.task is not None:
             make_task = scheduled_task(s, step.slot)
         elif step.action == "run":
             effect = effectqueue.new_effect(schedule.effect_of(s), "schedule", self.config.timings.effect_deadline_s, now)
+        elif step.action == "skip":
+            extra = {"skipped": True, "open_run": self.projections.schedules.open_run(s.name)}
         fact = schedulerun.commit_run(self.events, s.name, "tick", slot=step.slot, make_task=make_task, effect=effect,
-                                      observe_only=self.config.observe_only, late_s=round(step.late_s, 3))
+                                      observe_only=self.config.observe_only, late_s=round(step.late_s, 3), **extra)
         if fact is None:
             return
         self.log.info("schedule %s: %s slot %s (%.3f s after its time)", s.name, step.action,
@@ -511,7 +515,8 @@ class TickWorker(Worker):
     def next_schedule_due(self) -> float:
         now = time.time()
         book = self.projections.schedules
-        return min((schedule.next_due(s, book.last_slot(s.name), now) for s in self.config.schedule), default=now)
+        return min((schedule.next_due(s, book.last_slot(s.name), now, book.open_run(s.name)) for s in self.config.schedule),
+                   default=now)
 
     def schedule_notices(self, curr: wire.Snapshot) -> list[wire.Effect]:
         """A schedule whose runs keep failing (notify_after in a row) is said, once per failed run at
