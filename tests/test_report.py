@@ -418,3 +418,35 @@ def test_the_agent_gets_at_most_analyst_max_events_the_cited_ones_first(history)
     shown = [int(i) for i in re.findall(r"^#(\d+) ", text, flags=re.M)]
     assert len(shown) == 5 and set(shown) <= set(analysismod.cited(result))
     assert "Schema: " in text and len(text) <= reportrun.PROMPT_MAX_CHARS
+
+
+def test_pulses_own_workers_dying_hanging_and_failing_are_in_the_verdict_and_the_survival_card(tmp_path):
+    from reportfixture import History
+    h = History()
+    h.add("worker-hung", "pulsed", "watcher", pid=11, silent_ms=10500, before_ready=False)
+    h.add("worker-exited", "pulsed", "watcher", pid=11, code=None, signal=6, state="hung", uptime_s=90.0)
+    h.add("worker-exited", "pulsed", "tick", pid=12, code=None, signal=9, state="running", uptime_s=30.0)
+    h.add("worker-exited", "pulsed", "executor", pid=13, code=0, signal=None, state="stopping", uptime_s=5.0)  # asked
+    for pid in (14, 15, 16):
+        h.add("worker-exited", "pulsed", "web", pid=pid, code=1, signal=None, state="starting", uptime_s=0.2)
+    h.add("worker-failed", "pulsed", "web", reason="5 crashes in 60s")
+    write(tmp_path / "events.db", h.events)
+    result, _ = analyse_db(tmp_path / "events.db", h)
+    card = next(c for c in result.role_analysis if c.name == "survival")
+    assert card.verdict == "fail" and result.verdict != "pass"
+    assert card.summary == "Pulse's own workers: tick crashed, web crashed 3 times, web failed, watcher hung"
+    assert (card.figures["worker_crashes"], card.figures["worker_hangs"], card.figures["worker_failures"]) == (4, 1, 1)
+    texts = [f.text for f in result.issues]
+    assert "Pulse's own workers hung (silent past hung_after_ms; each replaced): watcher once" in texts
+    assert "Pulse's own workers exited unasked (a crash or a kill; each restarted): tick once, web 3 times" in texts
+    assert result.score == 100 - 10 - 5 - 3 * 4
+
+
+def test_a_cited_event_in_the_html_shows_its_times_as_iso_as_pulsectl_does():
+    from pulse.core.wire import Event
+    ev = Event(type="pause", source="pulsectl", target="svc", id=7, ts=1796292000.0,
+               data={"until": 1796292125.51, "pid": 1796292125, "count": 3})
+    line = render._event_line(ev)
+    assert "&quot;until&quot;:&quot;2026-12-03T10:02:05.509Z&quot;" in line, line
+    assert "&quot;pid&quot;:1796292125," in line          # an integer under no time key: a pid, not a time
+    assert "1796292125.51" not in line

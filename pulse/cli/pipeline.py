@@ -33,28 +33,7 @@ def _connect(ctx: Context, name: str):
         sys.exit(1)
 
 
-# -- issue 23: times as ISO 8601 in what pulsectl prints -------------------------------------------
-# The stores keep wall times as epoch seconds (cheap to compare, and the tick and the page read
-# them); a person reading `events`, `vitals` or `effects` (and a script reading their --json) gets
-# ISO 8601 in UTC instead of `"until": 1796292125.5162346`. `mono` stays: it is no wall time.
-EPOCH_KEYS = frozenset({"ts", "created", "deadline", "until", "since", "started", "dead_since", "not_before",
-                        "paused_until", "expires", "started_at_ts", "looked_at"})
-
-
-def is_epoch_key(key: str) -> bool:
-    return key in EPOCH_KEYS or key.endswith(("_at", "_ts", "_until", "_since"))
-
-
-def readable_times(value: object, key: str = "") -> object:
-    """`value` with each epoch time under a time key (by name, and within 2001-5138) as ISO 8601."""
-    if isinstance(value, dict):
-        return {k: readable_times(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [readable_times(v, key) for v in value]
-    if (key and is_epoch_key(key) and isinstance(value, (int, float)) and not isinstance(value, bool)
-            and 1e9 <= value < 1e11):
-        return clock.iso(float(value))
-    return value
+readable_times = clock.readable_times     # times as ISO 8601 in all pulsectl prints
 
 
 def _json_line(value: object) -> str:

@@ -19,6 +19,28 @@ def iso(ts: float, ms: bool = True) -> str:
     return text + (f".{int(ts % 1 * 1000):03d}Z" if ms else "Z")
 
 
+# The stores keep wall times as epoch seconds (cheap to compare; the tick and the page read them); a
+# person, and a script reading --json, gets ISO 8601 in UTC instead of `"until": 1796292125.5162346`.
+# Which values are wall times: those under a key named for a time (ts, created, …_at, …_since), or a
+# fractional number of seconds in 2001 … 2096 (pids and counts are integers). `mono` is no wall time.
+TIME_KEY = re.compile(r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|"
+                      r"next_retry|before)$")
+
+
+def is_wall_time(key: str, value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and 1e9 <= value < 4e9
+            and (bool(TIME_KEY.search(key)) or not float(value).is_integer()))
+
+
+def readable_times(value: object, key: str = "") -> object:
+    """`value` with each wall time in it as ISO 8601 (is_wall_time), whatever its depth."""
+    if isinstance(value, dict):
+        return {k: readable_times(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [readable_times(v, key) for v in value]
+    return iso(float(value)) if is_wall_time(key, value) else value
+
+
 def parse_duration(text: str) -> float | None:
     """Seconds in `30s`, `10m`, `2h`, `1d` (or `1.5h`); None if `text` is no such duration."""
     m = _DURATION.match(text.strip())

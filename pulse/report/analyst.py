@@ -22,8 +22,11 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
 - The score starts at 100 and loses, each loss capped: failed runs 4 each (at most 30),
   tasks given up 8 (24), failed survival repairs 6 (24), rollbacks 10 (20), gate blocks 2 (10),
   slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
-  each (20). Verdict: pass from 80, warn from 50, fail below; a window in which any role
-  fails is never a pass (at most warn).
+  each (20), Pulse's own workers' crashes 3 each (15) and hangs 5 each (15). Verdict: pass from
+  80, warn from 50, fail below; a window in which any role fails is never a pass (at most warn).
+- Pulse itself. Its own workers are the survival layer: a worker that exited unasked (crashed or
+  killed) or was found hung makes the survival card warn, one that pulsed gave up on (`failed`,
+  the restart intensity reached) makes it fail; each is an issue, citing its event.
 - Errors. An error that keeps recurring is an `error` event, then one per [store]
   error_repeat_s with the count since: errors are told apart by what erred (source, target,
   message), not counted as events, and their `count`s add up to every occurrence.
@@ -52,7 +55,11 @@ SLOW_AFTER_RUNS = 3
 PENALTIES = {
     "failed_runs": (4, 30), "given_up": (8, 24), "failed_repairs": (6, 24), "rollbacks": (10, 20),
     "gate_blocks": (2, 10), "slow_runs": (1, 5), "errors": (1, 10), "worker_failures": (10, 20),
+    "worker_crashes": (3, 15), "worker_hangs": (5, 15),
 }
+# a worker-exited while it was one of these is a death nobody asked for (a stop or restart exits `stopping`;
+# an exit while `hung` is pulsed's own kill, counted by its worker-hung)
+UNASKED_EXIT_STATES = frozenset({"running", "starting"})
 PASS_FROM, WARN_FROM = 80, 50
 
 
@@ -156,6 +163,8 @@ class Fold:
     gate_blocks: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     worker_failures: list = field(default_factory=list)
+    worker_crashes: list = field(default_factory=list)             # worker-exited, unasked
+    worker_hangs: list = field(default_factory=list)               # worker-hung
     operator: list = field(default_factory=list)
     agents: set[str] = field(default_factory=set)
 
@@ -227,6 +236,10 @@ def fold(events: Iterable, window_start: float) -> Fold:
             f.errors.append(ev)
         elif t == "worker-failed" or (t == "supervisor-stopping" and ev.data.get("exit_code")):
             f.worker_failures.append(ev)
+        elif t == "worker-exited" and ev.data.get("state") in UNASKED_EXIT_STATES:
+            f.worker_crashes.append(ev)
+        elif t == "worker-hung":
+            f.worker_hangs.append(ev)
     return f
 
 
@@ -347,12 +360,33 @@ def is_repair(action: Action) -> bool:
     return action.kind in registry.repair_kinds()
 
 
-def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
+def worker_words(crashes: Sequence, hangs: Sequence, failures: Sequence) -> str:
+    """Pulse's own workers in the window, in words: "tick crashed 2×, watcher hung, web failed"."""
+    said: dict[str, list[str]] = {}
+    for what, events in (("crashed", crashes), ("hung", hangs), ("failed", failures)):
+        for ev in events:
+            if ev.type == "supervisor-stopping":
+                said.setdefault("pulsed", []).append("escalated")
+            else:
+                said.setdefault(str(ev.target), []).append(what)
+    parts = []
+    for worker, whats in said.items():
+        for what in dict.fromkeys(whats):
+            n = whats.count(what)
+            parts.append(f"{worker} {what}" + (f" {times(n)}" if n > 1 else ""))
+    return ", ".join(parts)
+
+
+def survival_card(actions: Sequence[Action], rollbacks: Sequence, crashes: Sequence = (), hangs: Sequence = (),
+                  failures: Sequence = ()) -> RoleCard:
     repairs = [a for a in actions if is_repair(a)]
     failed = [a for a in repairs if a.state == EffectState.FAILED]
     acked = [a for a in repairs if a.state == EffectState.ACKED]
     notes = [a for a in actions if a.kind == "notify"]
-    if not actions:
+    pulse_itself = worker_words(crashes, hangs, failures)
+    if failures:
+        verdict, summary = "fail", f"Pulse's own workers: {pulse_itself}"
+    elif not actions:
         verdict, summary = "pass", "nothing needed doing"
     elif failed and len(failed) >= len(acked):
         verdict, summary = "fail", f"{len(failed)} of {plural(len(repairs), 'repair')} failed"
@@ -362,11 +396,16 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence) -> RoleCard:
         verdict = "pass"
         sent = f"{plural(len(notes), 'notification')} sent"
         summary = f"{plural(len(acked), 'repair')} done, {sent}" if repairs else sent
+    if pulse_itself and not failures:   # a crash or a hang of Pulse itself is never "nothing needed doing"
+        verdict = "warn" if verdict == "pass" else verdict
+        summary = f"Pulse's own workers: {pulse_itself}; " + summary
     figures = {"actions": len(actions), "repairs": len(repairs), "repairs_acked": len(acked),
                "repairs_failed": len(failed), "notifications": len(notes),
                "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback"),
-               **guard_figures(acked)}
-    cite = [i for a in (failed + acked)[:10] for i in a.event_ids]
+               **guard_figures(acked),
+               **{k: v for k, v in (("worker_crashes", len(crashes)), ("worker_hangs", len(hangs)),
+                                    ("worker_failures", len(failures))) if v}}
+    cite = [ev.id for ev in [*failures, *hangs, *crashes][:10]] + [i for a in (failed + acked)[:10] for i in a.event_ids]
     return RoleCard(role="survival", name="survival", verdict=verdict, summary=summary, figures=figures,
                     event_ids=_ids(cite))
 
@@ -552,6 +591,19 @@ def worker_failure_issues(failures: Sequence) -> list[Finding]:
             for ev in failures]
 
 
+def worker_death_issues(crashes: Sequence, hangs: Sequence) -> list[Finding]:
+    """Pulse's own workers that died unasked or hung, one finding each kind (pulsed replaced them)."""
+    out = []
+    for events, what in ((hangs, "hung (silent past hung_after_ms; each replaced)"),
+                         (crashes, "exited unasked (a crash or a kill; each restarted)")):
+        if events:
+            names = [str(ev.target) for ev in events]
+            who = ", ".join(f"{name} {times(names.count(name))}" for name in dict.fromkeys(names))
+            out.append(Finding(text=f"Pulse's own workers {what}: {who}", severity="warn",
+                               event_ids=_ids(ev.id for ev in events)))
+    return out
+
+
 def slow_runs_issue(slow: Sequence[Run]) -> list[Finding]:
     return [Finding(text=f"{plural(len(slow), 'run')} took more than {SLOW_FACTOR:g}× their agent's typical (median) time",
                     severity="info", event_ids=_ids(i for r in slow for i in r.event_ids))] if slow else []
@@ -588,7 +640,8 @@ def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run]) -> 
         "failed_runs": sum(1 for r in f.runs.values() if r.outcome in ("failed", "given_up")),
         "given_up": len(f.given_up), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
         "gate_blocks": len(f.gate_blocks), "slow_runs": len(slow), "errors": len(latest_of_each_error(f.errors)),
-        "worker_failures": len(f.worker_failures),
+        "worker_failures": len(f.worker_failures), "worker_crashes": len(f.worker_crashes),
+        "worker_hangs": len(f.worker_hangs),
     }
     return max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
 
@@ -609,12 +662,13 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
 
     cards = [agent_card(name, agents[name], slow[name], start, end) for name in sorted(agents)]
-    cards.append(survival_card(survival, f.rollbacks))
+    cards.append(survival_card(survival, f.rollbacks, f.worker_crashes, f.worker_hangs, f.worker_failures))
     cards.append(operator_card(f.operator, [a for a in actions if a.origin == "operator"]))
 
     issues = [*agent_issues(cards), *given_up_issues(f.given_up, runs, titles), *failed_repair_issues(failed_repairs),
               *rollback_issues(f.rollbacks), *gate_block_issues(f.gate_blocks), *error_issues(f.errors),
-              *worker_failure_issues(f.worker_failures), *slow_runs_issue(all_slow)]
+              *worker_failure_issues(f.worker_failures), *worker_death_issues(f.worker_crashes, f.worker_hangs),
+              *slow_runs_issue(all_slow)]
     highlights = [*agent_highlights(cards), *repairs_highlight(survival), *promotes_highlight(f.promotes)]
     highlights += spend_highlights(events)
     issues += spend_held_issues(events)

@@ -16,6 +16,7 @@ from datetime import datetime
 from html import escape
 from typing import Mapping
 
+from pulse.core import clock
 from pulse.report.analysis import Analysis, TimelineEntry, cited
 
 COLOURS = {"acked": "#3fb950", "pass": "#3fb950", "failed": "#f85149", "given_up": "#a40e26", "fail": "#f85149",
@@ -193,7 +194,8 @@ def _findings(findings) -> str:
 
 
 def _event_line(ev) -> str:
-    data = json.dumps(ev.data, separators=(",", ":"), default=str, ensure_ascii=False)
+    # the data's wall times as ISO 8601, as pulsectl events prints them (never epoch floats)
+    data = json.dumps(clock.readable_times(ev.data), separators=(",", ":"), default=str, ensure_ascii=False)
     if len(data) > EVENT_DATA_CHARS:
         data = data[:EVENT_DATA_CHARS] + "…"
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ev.ts))

@@ -273,7 +273,7 @@ async def event_page(request: Request) -> Response:
                         if ev.target and TASK_TARGET.match(ev.target) else html.escape(ev.target or "-"))}
     rows = "".join(f"<tr><th scope=row>{k}</th><td class=wrap>{v}</td></tr>" for k, v in cells.items())
     body = (f'<section data-event="{ev.id}"><h2>Event {ev.id}</h2><table>{rows}</table>'
-            f'<pre>{html.escape(json.dumps(readable_times(ev.data), indent=2, sort_keys=True))}</pre></section>')
+            f'<pre>{html.escape(json.dumps(clock.readable_times(ev.data), indent=2, sort_keys=True))}</pre></section>')
     return shell(request, "events", body)
 
 
@@ -642,25 +642,6 @@ def effect_task(effect: wire.Effect) -> str | None:
 
 
 TASK_TARGET = re.compile(r"^task-[1-9][0-9]*$")
-# data fields that hold a wall time (epoch seconds), by their name (as app.js's TIME_KEYS)
-TIME_KEYS = re.compile(r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry)$")
-
-
-def wall_time(key: str, value: Any) -> bool:
-    """A named time, or a fractional number of seconds in 2001 … 2096 (pids and counts are integers)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and 1e9 < value < 4e9
-            and (bool(TIME_KEYS.search(key)) or not float(value).is_integer()))
-
-
-def readable_times(data: Any) -> Any:
-    """An event's data with its wall times in ISO 8601, never raw epoch floats such as 1796292125.51."""
-    if isinstance(data, dict):
-        return {k: clock.iso(v) if wall_time(k, v) else readable_times(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [readable_times(v) for v in data]
-    return data
-
-
 def staging_differs(web: Web) -> list[str] | None:
     """What a promote would change now (`git diff --name-status` lines of staging against main), or
     None when git cannot say: the page's promote applies only when there is something, and after a
