@@ -187,6 +187,11 @@ def test_a_failing_agent_puts_the_task_back_then_it_is_given_up(pulsed, fake, tm
     assert len(pulsed.events("task-executing", task)) == 3    # given up: not handed out again
     shown = json.loads(pulsed.ctl("task", "show", task, "--json").stdout)
     assert shown.get("status", shown.get("task", {}).get("status")) == "given_up"
+    # the operator retries it: pending again, its failures forgiven, and an agent takes it again
+    out = pulsed.ctl("task", "retry", task)
+    assert out.returncode == 0 and out.stdout.strip() == f"{task}: pending", out.stderr
+    wait_for(lambda: len(pulsed.events("task-executing", task)) == 4, 15, what="a fourth run after the retry")
+    assert pulsed.ctl("task", "retry", task).returncode == 1       # not given up (any more): refused
 
 
 def test_an_agent_whose_program_is_not_installed_is_given_up_at_once_saying_so(pulsed, tmp_path):

@@ -24,7 +24,7 @@ PATHS = {
 ORDER = ["pending", "assigned", "executing", "acked"]
 DATA = {"task-created": {"project": "p", "title": "t", "prompt": "do"}, "task-assigned": {"agent": "a"},
         "task-executing": {"agent": "a"}, "task-acked": {"result": 1}, "task-failed": {"error": "boom"},
-        "task-closed": {}, "task-given-up": {}}
+        "task-closed": {}, "task-given-up": {}, "task-retried": {"by": "operator"}}
 
 
 def ev(type: str, ts: float = 0.0, target: str = "task-1", id: int | None = None, **data) -> Event:
@@ -78,7 +78,7 @@ def test_the_table_is_the_documented_lifecycle():
     assert t["executing"]["task-acked"] == "acked"
     assert t["acked"]["task-closed"] == "closed"
     assert t["assigned"]["task-failed"] == t["executing"]["task-failed"] == "pending"
-    assert t["closed"] == t["given_up"] == {}
+    assert t["closed"] == {} and t["given_up"] == {"task-retried": "pending"}   # only the operator's retry
     assert all("task-given-up" in t[s] for s in ("pending", "assigned", "executing", "acked"))
 
 
@@ -86,7 +86,16 @@ def test_refusals_say_what_is_wrong_and_what_is_allowed():
     assert tasks.refusal(None, "task-closed", "task-9") == "task-9: no such task"
     running = tasks.refusal(state_at("executing"), "task-closed", "task-1")
     assert "while it is executing" in running and "give it up" in running and "task-acked" in running
-    assert "nothing more can happen" in tasks.refusal(state_at("given_up"), "task-assigned", "task-1")
+    assert "nothing more can happen" in tasks.refusal(state_at("closed"), "task-assigned", "task-1")
+    assert "allowed now: task-retried" in tasks.refusal(state_at("given_up"), "task-assigned", "task-1")
+
+
+def test_a_retried_task_is_pending_again_with_its_failures_forgiven():
+    failed = tasks.apply(state_at("executing"), "task-failed", {"error": "boom", "retry_after_s": 5}, 2.0, "task-1")
+    given_up = tasks.apply(failed, "task-given-up", {}, 3.0, "task-1")
+    again = tasks.apply(given_up, "task-retried", {"by": "operator"}, 4.0, "task-1")
+    assert (again.status, again.failures, again.error, again.given_up, again.retry_at) == ("pending", 0, None, None, None)
+    assert again.failed_on == [] and again.attempts == given_up.attempts      # its history is kept
 
 
 def test_executing_must_be_the_assigned_agent_and_assigning_needs_one():

@@ -44,7 +44,7 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     S.EXECUTING: {E.ACKED: S.ACKED, E.FAILED: S.PENDING, E.GIVEN_UP: S.GIVEN_UP},
     S.ACKED:     {E.CLOSED: S.CLOSED, E.GIVEN_UP: S.GIVEN_UP},
     S.CLOSED:    {},
-    S.GIVEN_UP:  {},
+    S.GIVEN_UP:  {E.RETRIED: S.PENDING},
 }
 # Why some moves are refused, in words an operator can act on.
 _HINTS = {
@@ -134,6 +134,8 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
         new.agent, new.closed = None, ts
     elif type == TaskEvent.GIVEN_UP:
         new.agent, new.given_up = None, ts
+    elif type == TaskEvent.RETRIED:   # a fresh start: its failures and the agents it failed on are forgiven
+        new.given_up, new.failures, new.error, new.failed_on, new.retry_at = None, 0, None, [], None
     return new
 
 

@@ -1,4 +1,4 @@
-"""`pulsectl task add|list|show|output|close|give-up`: the work Pulse hands to agents.
+"""`pulsectl task add|list|show|output|close|give-up|retry`: the work Pulse hands to agents.
 
 A task is its task-* events in events.db; these commands append them through the
 checked path (pulse.agents.tasks.record), so an illegal move is refused with its reason
@@ -296,6 +296,21 @@ def give_up(ctx: Context, task: str, reason: str) -> None:
     """Give a task up: no agent will be handed it again."""
     from pulse.core.wire import TaskEvent
     _record(ctx, task, TaskEvent.GIVEN_UP, by="operator", reason=reason)
+
+
+@task.command()
+@task_arg
+@pass_ctx
+def retry(ctx: Context, task: str) -> None:
+    """Put a given-up task back to pending, its failures forgiven: the agents may take it again."""
+    from pulse.core import client, wire
+    from pulse.store import eventsdb
+    created = eventsdb.search_events(_writable(ctx), types=[wire.TaskEvent.CREATED], source="fleet", target=task, limit=1)
+    if created:   # the fleet has moved on with it: a run here now could be its second
+        _fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
+              "offer it again where it came from (pulsectl task add --fleet)")
+    _record(ctx, task, wire.TaskEvent.RETRIED, by="operator")
+    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{task} retried"))
 
 
 COMMANDS = [task]

@@ -465,6 +465,7 @@ class TaskEvent(enum.StrEnum):
     FAILED = "task-failed"
     CLOSED = "task-closed"
     GIVEN_UP = "task-given-up"
+    RETRIED = "task-retried"        # the operator put a given-up task back to pending (pulsectl task retry)
 
 
 TASK_EVENTS = tuple(TaskEvent)   # a tuple: `in` works on it (a str `in` the enum class raises on 3.11)

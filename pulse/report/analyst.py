@@ -430,8 +430,8 @@ def operator_phrase(ev) -> str:
     if ev.type == "reload":
         return "reloaded the configuration" if ev.data.get("ok", True) else "tried a reload the config refused"
     if ev.type.startswith("task-"):
-        return {TaskEvent.CREATED: "added a task", TaskEvent.CLOSED: "closed a task",
-                TaskEvent.GIVEN_UP: "gave up a task"}.get(ev.type, f"moved a task to {ev.type[5:]}")
+        return {TaskEvent.CREATED: "added a task", TaskEvent.CLOSED: "closed a task", TaskEvent.GIVEN_UP: "gave up a task",
+                TaskEvent.RETRIED: "retried a task"}.get(ev.type, f"moved a task to {ev.type[5:]}")
     if ev.type.startswith("effect"):
         return ""            # the effect itself is counted below, by kind
     return f"{ev.type.replace('-', ' ')} {ev.target or ''}".strip()
