@@ -163,7 +163,7 @@ def test_a_task_no_agent_may_take_says_why_in_task_show_and_on_the_page(pulsed, 
     url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
     base, _, token = url.partition("/?token=")
     board = json.loads(get(base, "/api/tasks", token))["by_status"]["pending"]
-    assert {t["id"]: t["waits"] for t in board} == {
+    assert {t["id"]: t["waiting"]["why"] for t in board} == {
         stuck: "no agent may take it: a takes projects web, not infra", tagged: "no agent may take it: a lacks tag gpu"}
     sync_playwright = browser_or_skip()                         # and the board shows it
     with sync_playwright() as p:
@@ -175,7 +175,7 @@ def test_a_task_no_agent_may_take_says_why_in_task_show_and_on_the_page(pulsed, 
             shown = tab.locator(f'[data-waits="{stuck}"]').inner_text(timeout=10_000)
         finally:
             browser.close()
-    assert shown == "unassignable: no agent may take it: a takes projects web, not infra"
+    assert shown == "waiting: unassignable: no agent may take it: a takes projects web, not infra"
 
 
 def get(base: str, path: str, token: str) -> bytes:

@@ -151,10 +151,10 @@ def _budget(pulsed, env: dict | None = None) -> dict:
     return {row["agent"]: row for row in json.loads(done.stdout)["agents"]}
 
 
-def _metrics(pulsed) -> str:
+def _metrics(pulsed, path: str = "/metrics") -> str:
     url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
     base, _, token = url.partition("/?token=")
-    request = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.read().decode()
 
@@ -188,6 +188,11 @@ def test_two_runs_then_the_third_waits_for_budget_told_once_at_80_and_100_a_relo
     assert _status(pulsed, third) == "pending" and len(_cli_log(tmp_path)) == 4     # two starts, two ends
     shown = pulsed.ctl("task", "show", third)
     assert "waiting:" in shown.stdout and "budget" in shown.stdout, shown.stdout
+    # the page says the same, on the board's card and on the task's page
+    board = json.loads(_metrics(pulsed, "/api/tasks"))["by_status"]["pending"]
+    [card] = [t["waiting"] for t in board if t["id"] == third]
+    assert card["reason"] == "budget" and "$8.00 of $10.00 usd_per_day" in card["why"]
+    assert json.loads(_metrics(pulsed, f"/api/tasks/{third}"))["waiting"] == card
     row = _budget(pulsed)["fake"]
     assert (row["today_usd"], row["usd_per_day"], row["runs_last_hour"]) == (8.0, 10.0, 2)
     assert row["waiting_tasks"] == [third]

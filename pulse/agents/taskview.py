@@ -63,8 +63,29 @@ def gate_calls(conn, task: str) -> list[dict]:
             for e in eventsdb.gate_events_of_task(conn, task, GATE_CALLS_LIMIT)]
 
 
-def task_view(conn, task: str) -> dict[str, Any] | None:
-    """The task as `pulsectl task show --json` and /api/tasks/ID give it; None when there is none."""
+def waiting(conn, agents: list | None, state) -> dict[str, Any] | None:
+    """Why a pending task is not handed out, or None: no agent may take it (reason `unassignable`,
+    pulse.agents.routing; `agents` None: not known, not said), or a spend limit said so since its last
+    event (a `spend-held` event, pulse.agents.spend: reason `budget`). The one answer of `pulsectl task
+    show`, the board and the task's page."""
+    from pulse.agents import routing
+    from pulse.core.states import TaskStatus
+    from pulse.core.wire import SpendEvent
+    from pulse.store import eventsdb
+    if state.status != TaskStatus.PENDING:
+        return None
+    if agents is not None and (why := routing.unassignable(agents, state)) is not None:
+        return {"reason": "unassignable", "why": why}
+    held = eventsdb.search_events(conn, types=[SpendEvent.HELD], target=state.id, limit=1)
+    if not held or held[0].ts < state.updated:
+        return None
+    return {"reason": held[0].data.get("reason", "budget"), "why": held[0].data.get("why", ""),
+            "since": iso(held[0].ts), "agent": held[0].data.get("agent")}
+
+
+def task_view(conn, task: str, agents: list | None = None) -> dict[str, Any] | None:
+    """The task as `pulsectl task show --json` and /api/tasks/ID give it; None when there is none.
+    `agents`: the configured [[agent]]s, to say why a pending task waits."""
     from pulse.store import eventsdb
     history = eventsdb.task_history(conn, task)
     state = tasks.fold_tasks(history).get(task)
@@ -78,7 +99,8 @@ def task_view(conn, task: str) -> dict[str, Any] | None:
             "attempts": len(runs), "runs": runs, "cost_usd": total_cost(runs), "tokens": total_tokens(runs),
             "gate_calls": gate_calls(conn, task),
             "events": [{"id": e.id, "ts": iso(e.ts), "type": e.type, "source": e.source,
-                        "reason": e.data.get("reason")} for e in history]}
+                        "reason": e.data.get("reason")} for e in history],
+            "waiting": waiting(conn, agents, state)}
 
 
 def total_cost(runs: list[dict]) -> float | None:

@@ -155,17 +155,18 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     """One task: its fields, every attempt with its outcome, cost and tokens, and its gate calls. A
     fleet id (`task add --fleet`): which hosts took it, its state there, its outcome, or its
     dead-letter record."""
-    from pulse.agents import tasks, taskview
-    from pulse.store import eventsdb
+    from pulse.agents import taskview
+    from pulse.core import config as configmod
     conn = _readonly(ctx)
     if not task.startswith("task-"):
         return show_fleet(conn, task, as_json)
-    view = taskview.task_view(conn, task)
+    try:
+        agents = configmod.load(ctx.paths.config).agent
+    except configmod.ConfigError:
+        agents = None               # show the task anyway; pulsectl check-config names what is wrong
+    view = taskview.task_view(conn, task, agents)
     if view is None:
         _fail(f"{task}: no such task")
-    history = eventsdb.task_history(conn, task)
-    if waiting := _waiting(ctx, conn, tasks.fold_tasks(history)[task], history):
-        view["waiting"] = waiting
     if as_json:
         click.echo(json.dumps(view))
         return
@@ -239,35 +240,6 @@ def output(ctx: Context, task: str, attempt: int | None) -> None:
         which = f"attempt {attempt}" if attempt is not None else "any attempt"
         _fail(f"{task}: no output kept for {which}" + (f" ({ref} is gone from objects/)" if ref else ""))
     click.echo(text, nl=not text.endswith("\n"))
-
-
-def _unassignable(ctx: Context, state) -> str | None:
-    """Why no agent may take a pending task (pulse.agents.routing), or None."""
-    from pulse.agents import routing
-    from pulse.core import config as configmod
-    if state.status != TaskStatus.PENDING:
-        return None
-    try:
-        agents = configmod.load(ctx.paths.config).agent
-    except configmod.ConfigError:
-        return None                 # show the task anyway; pulsectl check names what is wrong
-    return routing.unassignable(agents, state)
-
-
-def _waiting(ctx: Context, conn, state, history) -> dict | None:
-    """Why a pending task is not handed out: no agent may take it (reason `unassignable`), or a spend
-    limit said so since its last event (a `spend-held` event, pulse.agents.spend: reason `budget`)."""
-    from pulse.core.wire import SpendEvent
-    from pulse.store import eventsdb
-    if state.status != TaskStatus.PENDING:
-        return None
-    if (why := _unassignable(ctx, state)) is not None:
-        return {"reason": "unassignable", "why": why}
-    held = eventsdb.search_events(conn, types=[SpendEvent.HELD], target=state.id, limit=1)
-    if not held or (history and held[0].id < history[-1].id):
-        return None
-    return {"reason": held[0].data.get("reason", "budget"), "why": held[0].data.get("why", ""),
-            "since": held[0].ts, "agent": held[0].data.get("agent")}
 
 
 def _record(ctx: Context, task: str, type: str, **data) -> None:

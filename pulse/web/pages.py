@@ -431,11 +431,10 @@ async def api_effects(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
-def task_routing(web: Web, task: wire.TaskState) -> dict:
-    """Who may take a task, and why a pending one no agent may take waits (pulse.agents.routing)."""
-    from pulse.agents import routing
-    waits = routing.unassignable(web.agents, task) if task.status == TaskStatus.PENDING else None
-    return {"pin": task.pin, "tags": task.tags, "waits": waits}
+def task_routing(web: Web, conn, task: wire.TaskState) -> dict:
+    """Who may take a task, and why a pending one waits (pulse.agents.taskview.waiting)."""
+    from pulse.agents import taskview
+    return {"pin": task.pin, "tags": task.tags, "waiting": taskview.waiting(conn, web.agents, task)}
 
 
 async def api_tasks(request: Request) -> Response:
@@ -447,7 +446,7 @@ async def api_tasks(request: Request) -> Response:
         for t in sorted(board.shown, key=lambda t: int(t.id.rpartition("-")[2])):
             by_status.setdefault(t.status, []).append({"id": t.id, "title": t.title, "project": t.project,
                                                        "agent": t.agent or t.last_agent, "attempts": t.attempts,
-                                                       **task_routing(web, t)})
+                                                       **task_routing(web, conn, t)})
         agents = [{"agent": name, "runs": (runs := s.acked + s.failed),
                    "success_rate": s.acked / runs if runs else 0.0,
                    "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
@@ -666,7 +665,7 @@ async def api_task(request: Request) -> Response:
         return JSONResponse({"error": str(err)}, 404)
 
     def read(conn):
-        view = taskview.task_view(conn, task)
+        view = taskview.task_view(conn, task, web.agents)
         if view is not None:
             view["output_text"] = taskview.output_text(web.paths.objects, taskview.last_output_ref(view))
         return view

@@ -514,7 +514,7 @@ async function tasksPage() {
          el("ul", {}, tasks.map(t => el("li", {}, el("a", {href: `/tasks/${t.id}`, title: "the task's page"}, t.id), " ", t.title,
             el("div", {class: "muted"}, `${t.project} · ${t.agent || "unassigned"} · ${t.attempts} runs` +
                (t.pin ? ` · for ${t.pin}` : "") + (t.tags && t.tags.length ? ` · tags ${t.tags.join(", ")}` : "")),
-            t.waits ? el("div", {class: "waits", "data-waits": t.id}, `unassignable: ${t.waits}`) : ""))))))),
+            t.waiting ? el("div", {class: "waits", "data-waits": t.id}, `waiting: ${t.waiting.reason}: ${t.waiting.why}`) : ""))))))),
     section("Agents", table(["agent", "runs", "success", "mean duration", "cost"], r.agents.map(a =>
       el("tr", {}, el("td", {}, a.agent), el("td", {}, a.runs), el("td", {}, (a.success_rate * 100).toFixed(0) + "%"),
          el("td", {}, a.mean_run_s === null ? "-" : a.mean_run_s.toFixed(1) + "s"),
@@ -633,7 +633,9 @@ async function taskPage() {
   const facts = [["title", r.title], ["project", r.project], ["status", el("span", {class: r.status}, r.status.replace("_", " "))],
                  ["agent", r.agent || "-"], ["priority", String(r.priority)], ["created", when(r.created)],
                  ["updated", when(r.updated)], ["attempts", String(r.attempts)], ["cost", money(r.cost_usd)],
-                 ["tokens", tokens(r.tokens)], ...(r.error ? [["last error", el("span", {class: "bad"}, r.error)]] : [])];
+                 ["tokens", tokens(r.tokens)], ...(r.error ? [["last error", el("span", {class: "bad"}, r.error)]] : []),
+                 ...(r.waiting ? [["waiting", el("span", {class: "waits", "data-field": "waiting"},
+                                                 `${r.waiting.reason}: ${r.waiting.why}`)]] : [])];
   const runs = r.runs.map(a => el("tr", {"data-attempt": a.attempt},
     el("td", {}, String(a.attempt)), el("td", {}, a.agent || "-"), el("td", {}, when(a.started || a.assigned)),
     el("td", {}, when(a.ended)), el("td", {class: a.outcome}, a.outcome),
