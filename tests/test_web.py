@@ -731,3 +731,26 @@ def test_after_a_rollback_the_engine_page_says_staging_still_holds_it(site, page
     note.wait_for()
     assert "staging still holds what was rolled back" in note.inner_text() and "rules/loud.py" in note.inner_text()
     assert "bad" in note.get_attribute("class")
+
+
+def test_the_overview_and_the_events_page_draw_their_first_state_from_the_page_itself(site, page):
+    """No stream and no API answer: what the server put in the page is drawn at once (a one-shot
+    screenshot showed "loading…"), the critical processes first, on a phone's first screen."""
+    pulsed, base, token = site
+    page.route("**/api/**", lambda route: route.abort())
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{base}/")
+    page.wait_for_selector('[data-worker="tick"]', timeout=5_000)
+    assert page.evaluate("document.querySelector('main > section').id") == "processes"
+    assert page.locator('[data-process="napper"]').bounding_box()["y"] < 844
+    page.goto(f"{base}/events")
+    page.wait_for_selector("[data-event]", timeout=5_000)
+    assert "loading" not in page.inner_text("main")
+
+
+def test_repeated_survival_actions_are_one_row_with_their_count():
+    from pulse.web.pages import grouped
+    trim = {"why": None, "kind": "rotate-file", "target": "app.log", "outcome": "acked"}
+    rows = grouped([{**trim, "ts": 10.0 - i} for i in range(10)] + [{**trim, "outcome": "failed", "ts": 0.0}, {**trim, "ts": -1.0}])
+    assert [(r["kind"], r["outcome"], r["count"], r["ts"]) for r in rows] == [
+        ("rotate-file", "acked", 10, 10.0), ("rotate-file", "failed", 1, 0.0), ("rotate-file", "acked", 1, -1.0)]

@@ -233,9 +233,12 @@ def own_origin(request: Request) -> str:
 
 # -- pages ----------------------------------------------------------------------------------------------
 
-def shell(request: Request, page: str, body: str = "", script: str | None = None) -> Response:
+def shell(request: Request, page: str, body: str = "", script: str | None = None, first: Any = None) -> Response:
     """The page's HTML: the nav with `page` current, and `body` (rendered here: the script leaves
-    it alone) or an empty main the script fills (`script`: which of its pages, when not `page`)."""
+    it alone) or an empty main the script fills (`script`: which of its pages, when not `page`).
+    `first`: the page's data as its stream or API would give it now, in the page itself, so the
+    script draws it at once (a screenshot, a slow link, a stream that is slow to open never show
+    "loading…"); the stream then keeps it current."""
     nav = "".join(f'<a href="{href}"{" aria-current=page" if name == page else ""}>{name}</a>'
                   for name, href in PAGES.items())
     csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
@@ -246,15 +249,30 @@ def shell(request: Request, page: str, body: str = "", script: str | None = None
 <body data-page="{script or (page if not body else 'static')}"><header><strong>Pulse</strong><nav>{nav}</nav>
 <span id="said" class="muted" role="status" aria-live="polite"></span>
 <button id="theme" type="button" aria-label="switch between dark and light">◐</button></header>
-<main>{body or '<p class="muted">loading…</p>'}</main>
+<main>{body or '<p class="muted">loading…</p>'}</main>{first_data(first)}
 <script src="/static/app.js" defer></script></body></html>"""
     return Response(text, media_type="text/html", headers={"Cache-Control": "no-store",
                     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'"})
 
 
+def first_data(first: Any) -> str:
+    """`first` as an inert JSON block (never run: the page's CSP runs scripts from /static only);
+    `<` escaped, so no text in it can close the block."""
+    if first is None:
+        return ""
+    text = json.dumps(first, default=str, sort_keys=True).replace("<", "\\u003c")
+    return f'\n<script type="application/json" id="first">{text}</script>'
+
+
 def page(name: str):
     async def handler(request: Request) -> Response:
-        return shell(request, name)
+        web: Web = request.app.state.web
+        first = None
+        if name == "overview":
+            first = await run_in_threadpool(overview, web)
+        elif name == "events":
+            first = await run_in_threadpool(events_view, web, request)
+        return shell(request, name, first=first)
     return handler
 
 
@@ -320,14 +338,27 @@ def process_cards(web: Web, status: wire.Status | None) -> dict[str, dict]:
     return cards
 
 
+def grouped(actions: list[dict]) -> list[dict]:
+    """Runs of the same action (why, kind, target, outcome), newest first, as one row with its count
+    and its newest time: ten trims of one file are `rotate-file ×10`, not the whole table."""
+    out: list[dict] = []
+    for a in actions:
+        same = out and all(out[-1][k] == a[k] for k in ("why", "kind", "target", "outcome"))
+        if same:
+            out[-1]["count"] += 1
+        else:
+            out.append({**a, "count": 1})
+    return out
+
+
 def overview(web: Web) -> dict:
     status = web.status()
 
     def from_events(conn):
         promotes = eventsdb.last_events(conn, 1, ["promote"])
         effects = effectqueue.recent_effects(conn, limit=200)
-        survival = [{"ts": e.created, "why": effect_why(e.params or {}), "kind": e.kind, "target": e.target,
-                     "outcome": state} for e, state, _ in effects if e.origin == "survival"][:10]
+        survival = grouped([{"ts": e.created, "why": effect_why(e.params or {}), "kind": e.kind, "target": e.target,
+                             "outcome": state} for e, state, _ in effects if e.origin == "survival"])[:10]
         return {"last_promote": {"ts": promotes[0].ts} if promotes else None, "survival": survival}
     view = web.read(from_events)
     view["vitals"] = web.read(lambda c: host_series(c, time.time() - OVERVIEW_VITALS_S, 5), "vitals")
@@ -366,17 +397,21 @@ def as_json(ev: wire.Event) -> dict:
     return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
 
 
-async def api_events(request: Request) -> Response:
-    web: Web = request.app.state.web
+def events_view(web: Web, request: Request) -> dict:
+    """The events the page lists for its filters, newest first, as /api/events gives them."""
     try:
         filters = event_filters(request)
     except ValueError as err:
-        return JSONResponse({"events": [], "types": [], "last_id": 0, "error": str(err)})
+        return {"events": [], "types": [], "last_id": 0, "error": str(err)}
 
     def read(conn):
         return {"events": [as_json(e) for e in eventsdb.search_events(conn, **filters)],
                 "types": sorted(wire.EVENT_TYPES), "last_id": eventsdb.last_event_id(conn)}
-    return JSONResponse(await run_in_threadpool(web.read, read))
+    return web.read(read)
+
+
+async def api_events(request: Request) -> Response:
+    return JSONResponse(await run_in_threadpool(events_view, request.app.state.web, request))
 
 
 async def stream_events(request: Request):

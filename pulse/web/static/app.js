@@ -3,6 +3,8 @@
 "use strict";
 
 const CSRF = document.querySelector('meta[name="csrf"]').content;
+// The page's first data, when the server put it in the page: drawn at once, before any request.
+const FIRST = JSON.parse(document.getElementById("first")?.textContent || "null");
 const PAGE = document.body.dataset.page;
 
 // -- small helpers ----------------------------------------------------------------------------------------
@@ -362,7 +364,8 @@ function refreshWorkers(view) {
 function renderOverview(view) {
   const main = document.querySelector("main"), s = view.status;
   if (!document.getElementById("workers")) {
-    main.replaceChildren(...["workers", "processes", "files", "engine", "host", "survival"].map(id =>
+    // the critical processes first: they are what the operator came for (a phone shows them on its first screen)
+    main.replaceChildren(...["processes", "workers", "files", "engine", "host", "survival"].map(id =>
       el("section", {id, "aria-live": id === "workers" ? "polite" : null})));
   }
   refreshWorkers(view);
@@ -390,7 +393,8 @@ function renderOverview(view) {
   refresh("survival", "Last survival actions", view.survival, () => [view.survival.length
     ? table(["when", "why", "kind", "target", "outcome"], view.survival.map(a => el("tr", {},
         el("td", {"data-label": "when", class: "wide"}, when(a.ts)), el("td", {"data-label": "why", class: "wide"}, a.why || "-"),
-        el("td", {"data-label": "kind", class: "wide"}, a.kind), el("td", {"data-label": "target"}, a.target || "-"),
+        el("td", {"data-label": "kind", class: "wide"}, a.count > 1 ? `${a.kind} ×${a.count}` : a.kind),
+        el("td", {"data-label": "target"}, a.target || "-"),
         el("td", {"data-label": "outcome", class: a.outcome}, a.outcome || "pending"))), "cards")
     : el("p", {class: "muted"}, "none yet")]);
 }
@@ -451,7 +455,7 @@ function eventsPage() {
   const body = el("tbody");
   main.replaceChildren(section("Events, newest first", form,
     el("table", {class: "cards"}, el("thead", {}, el("tr", {}, EVENT_HEAD.map(h => el("th", {scope: "col"}, h)))), body)));
-  getJSON("/api/events?" + params).then(r => {
+  (FIRST ? Promise.resolve(FIRST) : getJSON("/api/events?" + params)).then(r => {
     form.append(el("datalist", {id: "types"}, r.types.map(t => el("option", {value: t}))));
     body.replaceChildren(...r.events.map(eventRow));
     if (r.error) say(r.error, true);
@@ -718,7 +722,8 @@ function theme() {
 theme();
 // A page rendered by the server marks its times <time data-ts=…>: shown here like every other time.
 for (const t of document.querySelectorAll("time[data-ts]")) t.replaceWith(when(Number(t.dataset.ts)));
-const PAGES = {overview: () => live("/api/stream/overview", renderOverview), events: eventsPage, vitals: vitalsPage,
+const PAGES = {overview: () => { if (FIRST) renderOverview(FIRST); return live("/api/stream/overview", renderOverview); },
+               events: eventsPage, vitals: vitalsPage,
                effects: effectsPage, tasks: tasksPage, task: taskPage, engine: enginePage, gate: gatePage, log: logPage,
                fleet: fleetPage};
 Promise.resolve(PAGES[PAGE]?.()).catch(err => say(String(err), true));
