@@ -754,3 +754,24 @@ def test_repeated_survival_actions_are_one_row_with_their_count():
     rows = grouped([{**trim, "ts": 10.0 - i} for i in range(10)] + [{**trim, "outcome": "failed", "ts": 0.0}, {**trim, "ts": -1.0}])
     assert [(r["kind"], r["outcome"], r["count"], r["ts"]) for r in rows] == [
         ("rotate-file", "acked", 10, 10.0), ("rotate-file", "failed", 1, 0.0), ("rotate-file", "acked", 1, -1.0)]
+
+
+def test_the_events_page_shows_a_hundred_at_a_time_and_pages_back_with_its_filters_folded(site, page):
+    from pulse.store import eventsdb
+    pulsed, base, token = site
+    conn = eventsdb.open_events(pulsed.home / "events.db")
+    eventsdb.append_events(conn, [eventsdb.now_event("test-paging", "test", str(i)) for i in range(150)])
+    conn.close()
+    page.goto(f"{base}/events")
+    page.wait_for_selector("[data-event]")
+    assert page.evaluate("document.querySelector('details.filters-box').open") is False   # folded: no filter set
+    page.goto(f"{base}/events?type=test-paging")
+    page.wait_for_selector("[data-event]")
+    assert page.locator("[data-event]").count() == 100
+    assert page.evaluate("document.querySelector('details.filters-box').open") is True
+    assert page.inner_text("details.filters-box summary") == "filtered by type"
+    page.click("text=older events")
+    page.wait_for_selector("h2:has-text('Events before #')")
+    targets = page.locator("[data-event] td:nth-child(5)").all_inner_texts()
+    assert len(targets) == 50 and targets[0] == "49" and targets[-1] == "0"
+    assert page.locator("text=older events").count() == 0 and "type=test-paging" in page.url

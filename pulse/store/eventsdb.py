@@ -194,10 +194,14 @@ def events_of_types(conn: sqlite3.Connection, types: Sequence[str], upto_id: int
 
 def search_events(conn: sqlite3.Connection, *, types: Sequence[str] = (), source: str | None = None,
                   target: str | None = None, since_ts: float | None = None, text: str | None = None,
-                  after_id: int = 0, limit: int = 200) -> list[Event]:
-    """The newest `limit` events that match, over the whole history, newest first. `text` is a
-    case-insensitive substring of the type, source, target or data."""
+                  after_id: int = 0, before_id: int | None = None, limit: int = 200) -> list[Event]:
+    """The newest `limit` events that match, over the whole history, newest first (`before_id`: of
+    those older than it, a page further back). `text` is a case-insensitive substring of the type,
+    source, target or data."""
     sql, args = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ?", [after_id]
+    if before_id is not None:
+        sql += " AND id < ?"
+        args.append(before_id)
     if since_ts is not None:
         args[0] = max(after_id, first_id_since(conn, since_ts) - 1)
         sql += " AND ts >= ?"

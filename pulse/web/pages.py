@@ -42,6 +42,7 @@ WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
 LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
 TAIL_S = 0.1                      # how often the events tail looks for new events (an indexed read)
+EVENTS_PAGE = 100                 # events a page of /events lists; "older" pages back through the rest
 OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
 
 
@@ -393,6 +394,12 @@ def event_filters(request: Request) -> dict:
             "target": q.get("target") or None, "since_ts": since_ts, "text": q.get("q") or None}
 
 
+def page_of(request: Request) -> int | None:
+    """The `before` of a page further back in /events (the oldest id of the page before it)."""
+    raw = request.query_params.get("before")
+    return int(raw) if raw and raw.isdigit() else None
+
+
 def as_json(ev: wire.Event) -> dict:
     return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
 
@@ -404,9 +411,14 @@ def events_view(web: Web, request: Request) -> dict:
     except ValueError as err:
         return {"events": [], "types": [], "last_id": 0, "error": str(err)}
 
+    before = page_of(request)
+
     def read(conn):
-        return {"events": [as_json(e) for e in eventsdb.search_events(conn, **filters)],
-                "types": sorted(wire.EVENT_TYPES), "last_id": eventsdb.last_event_id(conn)}
+        found = eventsdb.search_events(conn, **filters, before_id=before, limit=EVENTS_PAGE + 1)
+        shown = found[:EVENTS_PAGE]
+        return {"events": [as_json(e) for e in shown], "types": sorted(wire.EVENT_TYPES),
+                "last_id": eventsdb.last_event_id(conn), "before": before,
+                "older": shown[-1].id if len(found) > EVENTS_PAGE else None}
     return web.read(read)
 
 

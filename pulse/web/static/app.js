@@ -181,7 +181,9 @@ const FIELDS = ["state", "pid", "uptime", "crashes", "restarted", "last_exit", "
 const SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"};
 
 function workerRow(w) {
-  const exit = w.last_exit ? (w.last_exit.signal ? SIGNALS[w.last_exit.signal] || `signal ${w.last_exit.signal}` : `code ${w.last_exit.code}`) : "-";
+  const x = w.last_exit;   // hung: pulsed's own abort is how it ended, not what went wrong
+  const exit = !x ? "-" : x.why === "hung" ? "hung" : x.signal ? SIGNALS[x.signal] || `signal ${x.signal}`
+    : x.code === null ? "unknown" : `code ${x.code}`;
   // crashes (restarted after a crash, a hang or a failed start) apart from the operator's restarts and reloads
   const cells = {state: w.state, pid: w.pid ?? "-", uptime: duration(w.uptime_s), crashes: w.crashes,
                  restarted: w.operator_restarts,
@@ -452,13 +454,23 @@ function eventsPage() {
   const form = el("form", {class: "filters", method: "get"},
     field("type", "type", {list: "types"}), field("source", "source"), field("target", "target"),
     field("since", "since (10m, ISO)"), field("q", "search"), el("button", {type: "submit"}, "filter"));
-  const body = el("tbody");
-  main.replaceChildren(section("Events, newest first", form,
-    el("table", {class: "cards"}, el("thead", {}, el("tr", {}, EVENT_HEAD.map(h => el("th", {scope: "col"}, h)))), body)));
+  // the filters folded away until asked for (they filled a phone's first screen), open while one is set
+  const filtered = ["type", "source", "target", "since", "q"].filter(k => params.get(k));
+  const filters = el("details", {class: "filters-box", open: filtered.length ? "" : null},
+    el("summary", {}, filtered.length ? `filtered by ${filtered.join(", ")}` : "filter"), form);
+  const body = el("tbody"), pages = el("p", {class: "pages"});
+  main.replaceChildren(section(params.get("before") ? `Events before #${params.get("before")}` : "Events, newest first",
+    filters, el("table", {class: "cards"}, el("thead", {}, el("tr", {}, EVENT_HEAD.map(h => el("th", {scope: "col"}, h)))), body),
+    pages));
   (FIRST ? Promise.resolve(FIRST) : getJSON("/api/events?" + params)).then(r => {
     form.append(el("datalist", {id: "types"}, r.types.map(t => el("option", {value: t}))));
     body.replaceChildren(...r.events.map(eventRow));
     if (r.error) say(r.error, true);
+    const at = (before) => { const q = new URLSearchParams(params); before ? q.set("before", before) : q.delete("before"); return `?${q}`; };
+    pages.replaceChildren(...[r.before ? el("a", {href: at(null)}, "newest") : "",
+                              r.older ? el("a", {href: at(r.older), rel: "next"}, "older events") : ""].filter(Boolean)
+                            .flatMap((a, i) => i ? [" · ", a] : [a]));
+    if (r.before) return;           // a page back in the history: no live tail at its top
     live("/api/stream/events?" + params + `&after=${r.last_id}`, (batch) => {
       for (const e of batch) body.prepend(eventRow(e));
     });
