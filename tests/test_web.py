@@ -606,8 +606,9 @@ def test_task_show_and_output_tell_the_task_as_its_page_does(site, seeded):
     assert none.returncode == 1 and "no output kept for attempt 1" in none.stderr
 
 
-# The page's one time format: the viewer's local time (the time alone, today), or "… ago".
-SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d|(in )?\d+(\.\d)? (s|min|h|days) ago")
+# The page's one time format: the viewer's local time (the time alone, today), or "… ago"; a chart's
+# time axis, hours and minutes (or the day, over days), the full time on hover as everywhere.
+SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d|(in )?\d+(\.\d)? (s|min|h|days) ago|\d\d[:-]\d\d")
 EPOCH = re.compile(r"\b1[6-9]\d{8}(\.\d+)?\b")     # a raw epoch time, 2020 … 2033
 
 
@@ -775,3 +776,11 @@ def test_the_events_page_shows_a_hundred_at_a_time_and_pages_back_with_its_filte
     targets = page.locator("[data-event] td:nth-child(5)").all_inner_texts()
     assert len(targets) == 50 and targets[0] == "49" and targets[-1] == "0"
     assert page.locator("text=older events").count() == 0 and "type=test-paging" in page.url
+
+
+def test_a_vital_is_charted_only_as_a_measure_a_verdict_as_one_or_zero_never_a_time_or_a_status_code():
+    from pulse.web.pages import chart_point
+    assert chart_point("dead_since", 1796445584) is None and chart_point("looked_at", 1796445584.2) is None
+    assert chart_point("code", 200) is None and chart_point("http_status", 503) is None
+    assert chart_point("ok", False) == 0.0 and chart_point("dns_ok", True) == 1.0 and chart_point("alive", True) is None
+    assert chart_point("latency_ms", 12.5) == 12.5 and chart_point("rss_mb", 0) == 0 and chart_point("error", "x") is None

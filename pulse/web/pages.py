@@ -457,10 +457,8 @@ async def api_vitals(request: Request) -> Response:
                 continue
             for ts, data in vitalsdb.vitals_buckets(conn, key, since, bucket):
                 for field, value in data.items():
-                    if field in NOT_CHARTED:
-                        continue
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        series.setdefault(f"{key} {field}", []).append([ts, value])
+                    if (point := chart_point(field, value)) is not None:
+                        series.setdefault(f"{key} {field}", []).append([ts, point])
         return {"window_s": window, "since": since, "now": since + window, "bucket_s": bucket, "series": series}
     return JSONResponse(await run_in_threadpool(web.read, read, "vitals"))
 
@@ -671,7 +669,21 @@ async def metrics(request: Request) -> Response:
 # -- the task page (issue 23): one task as `pulsectl task show` tells it -------------------------------------
 
 # A vital's fields that are facts, not gauges: the host's CPU count, a process's pid and start time.
-NOT_CHARTED = frozenset({"cpus", "pid", "since", "started"})
+NOT_CHARTED = frozenset({"cpus", "pid", "since", "started",
+                         "code", "http_status"})    # a status code is a verdict's detail, not a measure
+
+
+def chart_point(field: str, value: Any) -> float | None:
+    """A vital's field as a chart's value, or None when it is not charted: a verdict (`ok`, `dns_ok`)
+    is 1 or 0 (a failing probe is seen as a drop, not as a flat 200), a wall time is no measure
+    (`dead_since` drew as 1.8e9), nor are counts of things that do not change."""
+    if field in NOT_CHARTED or value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value) if field == "ok" or field.endswith("_ok") else None
+    if not isinstance(value, (int, float)) or clock.is_wall_time(field, value):
+        return None
+    return value
 OWN_STOP = ("the page cannot stop the web worker that serves it (it would go dark and never come back); "
             "run `pulsectl stop web` on the host")
 

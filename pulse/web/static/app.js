@@ -43,11 +43,15 @@ function zoneOffset(d) {
   return `UTC${sign}${pad(Math.floor(Math.abs(m) / 60))}:${pad(Math.abs(m) % 60)}`;
 }
 
-function when(ts, {relative = false} = {}) {
+// `axis`: the span of a chart's window in seconds: a short label for its time axis (hours and minutes,
+// or the day over a multi-day window), so three of them never run together on a phone
+function when(ts, {relative = false, axis = null} = {}) {
   if (ts === null || ts === undefined) return el("span", {class: "muted"}, "-");
   const d = toDate(ts), age = (Date.now() - d.getTime()) / 1000;
   const hover = `${localTime(d, {short: false})} ${ZONE} (${zoneOffset(d)}) · ${d.toISOString().replace(/\.\d+Z$/, "Z")} · ${ago(age)}`;
-  return el("time", {datetime: d.toISOString(), title: hover}, relative ? ago(age) : localTime(d));
+  const text = axis === null ? (relative ? ago(age) : localTime(d))
+    : axis > 172800 ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())}` : `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return el("time", {datetime: d.toISOString(), title: hover}, text);
 }
 
 function megabytes(bytes) {
@@ -152,7 +156,7 @@ function spark(points, {label = "", max = null, from = null, to = null, step = n
 }
 
 // A vital field's unit, from its name (rss_mb, cpu_pct, run_ms): what the chart's figures are in.
-const UNITS = {_pct: "%", _mb: "MB", _ms: "ms", _s: "s", _bytes: "bytes", _kb: "kB"};
+const UNITS = {_pct: "%", _mb: "MB", _ms: "ms", _s: "s", _bytes: "bytes", _kb: "kB", " ok": "ok", _ok: "ok"};
 
 function unitOf(key) {
   const found = Object.keys(UNITS).find(suffix => key.endsWith(suffix));
@@ -161,6 +165,8 @@ function unitOf(key) {
 
 function figure(value, unit) {
   if (value === null || value === undefined) return "-";
+  if (unit === "bytes") return value ? megabytes(value) : "0";
+  if (unit === "ok") return value >= 0.5 ? "ok" : "failing";      // a probe's verdict: 1 or 0 (a bucket's mean)
   const text = Number.isInteger(value) || Math.abs(value) >= 100 ? value.toFixed(0) : value.toFixed(1);
   return unit === "%" ? text + "%" : unit ? `${text} ${unit}` : text;
 }
@@ -168,7 +174,7 @@ function figure(value, unit) {
 // A chart with its axes: the value's range and unit on the left, the window's times below.
 function chart(points, {label, unit = "", max = null, from, to, step = null}) {
   const vs = points.map(p => p[1]), hi = max ?? (vs.length ? Math.max(...vs) : null);
-  const times = [from, (from + to) / 2, to].map(t => el("span", {}, when(t)));
+  const times = [from, (from + to) / 2, to].map(t => el("span", {}, when(t, {axis: to - from})));
   return el("div", {class: "plot"},
     el("div", {class: "yaxis muted small"}, el("span", {}, figure(hi, unit)), el("span", {}, figure(0, unit))),
     spark(points, {label: `${label}${unit ? ", " + unit : ""}`, max, from, to, step}),
@@ -493,7 +499,8 @@ async function vitalsPage() {
       const range = vs.length ? `${figure(Math.min(...vs), unit)} … ${figure(Math.max(...vs), unit)}` : "";
       return el("div", {class: "chart big", "data-vital": key}, el("div", {}, key, " ", el("strong", {}, figure(last, unit))),
                 el("div", {class: "muted"}, `${range} · ${points.length} points`),
-                chart(points, {label: key, unit, max: unit === "%" ? 100 : null, from: r.since, to: r.now, step: r.bucket_s}));
+                chart(points, {label: key, unit, max: unit === "%" ? 100 : unit === "ok" ? 1 : null, from: r.since, to: r.now,
+                               step: r.bucket_s}));
     }))));
 }
 
