@@ -373,6 +373,8 @@ def test_the_page_in_chromium_is_self_contained_and_inert(history, tmp_path):
             page.emulate_media(media="print")
             assert page.evaluate(background) == "rgb(255, 255, 255)"    # light on paper
             page.emulate_media(media="screen")
+            page.set_viewport_size({"width": 390, "height": 844})     # a phone: the timeline scrolls, readable
+            assert page.locator(".gantt svg").bounding_box()["height"] >= 60
             keep = os.environ.get("PULSE_REPORT_SCREENSHOT")
             if keep:
                 page.screenshot(path=keep, full_page=True)

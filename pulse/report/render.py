@@ -81,6 +81,7 @@ ul.find{list-style:none;padding:0;margin:0}ul.find li{padding:4px 0 4px 10px;bor
 .s-error{border-color:#f85149!important}.s-warn{border-color:#d29922!important}.s-info{border-color:#58a6ff!important}
 a.cite{color:#58a6ff;font-size:12px;text-decoration:none;margin-left:2px}
 svg text{fill:#c9d1d9;font-size:11px}.lane{fill:#161b22}.axis{stroke:#30363d}
+.gantt{overflow-x:auto}.gantt svg{min-width:640px}
 .events{font:12px/1.4 ui-monospace,monospace;list-style:none;padding:0}
 .events li{padding:3px 0;border-bottom:1px solid #21262d;word-break:break-all}
 .events li:target{background:#1f2a37}
@@ -220,7 +221,7 @@ def html(analysis: Analysis, events: Mapping[int, object]) -> str:
         f'<div class="head"><div><h1>Pulse report</h1><div class="muted">{_iso(w.start)} → {_iso(w.end)}{scope} · '
         f"{w.events} events · analyst: {esc(analysis.analyst)}</div></div>",
         f'<div class="score">{analysis.score}</div>{_badge(analysis.verdict)}</div>{note}',
-        f'<h2>Timeline</h2><div class="legend">{legend}</div>{gantt(analysis)}',
+        f'<h2>Timeline</h2><div class="legend">{legend}</div><div class="gantt">{gantt(analysis)}</div>',
         f'<h2>Roles</h2><div class="cards">{"".join(_card(c) for c in analysis.role_analysis)}</div>',
         f"<h2>Issues</h2>{_findings(analysis.issues)}",
         f"<h2>Highlights</h2>{_findings(analysis.highlights)}",
