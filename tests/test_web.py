@@ -23,7 +23,7 @@ import pytest
 
 from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, wait_for
 
-PAGES = ("overview", "events", "vitals", "effects", "tasks", "engine", "gate", "log")
+PAGES = ("overview", "events", "vitals", "effects", "tasks", "engine", "gate", "log", "schedules", "budget")
 WORKERS = ("watcher", "tick", "executor", "engine", "web")
 NAP = "888.125"     # a critical process of the module's pulsed: a sleep no other test starts
 LAUNCH = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -39,7 +39,9 @@ def site(tmp_path_factory):
     init_home(home)
     (home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
                                       f'[[process]]\nname = "napper"\nmatch = "^sleep {NAP}$"\n'
-                                      f'restart = ["sleep", "{NAP}"]\nmemory = {{ max_mb = 512 }}\n')
+                                      f'restart = ["sleep", "{NAP}"]\nmemory = {{ max_mb = 512 }}\n\n'
+                                      '[[schedule]]\nname = "hourly"\nevery = "1h"\neffect = { kind = "noop" }\n\n'
+                                      '[budget]\nusd_per_day = 5\n')
     napper = subprocess.Popen(["sleep", NAP], start_new_session=True)
     tracker.add(napper.pid)
     try:
@@ -784,3 +786,18 @@ def test_a_vital_is_charted_only_as_a_measure_a_verdict_as_one_or_zero_never_a_t
     assert chart_point("code", 200) is None and chart_point("http_status", 503) is None
     assert chart_point("ok", False) == 0.0 and chart_point("dns_ok", True) == 1.0 and chart_point("alive", True) is None
     assert chart_point("latency_ms", 12.5) == 12.5 and chart_point("rss_mb", 0) == 0 and chart_point("error", "x") is None
+
+
+def test_the_schedules_and_budget_pages_say_what_schedule_list_and_budget_say(site, page):
+    pulsed, base, token = site
+    page.goto(f"{base}/schedules")
+    row = page.locator('[data-schedule="hourly"]')
+    row.wait_for()
+    assert "every 1h" in row.inner_text() and "effect noop" in row.inner_text()
+    listed = json.loads(pulsed.ctl("schedule", "list", "--json").stdout.splitlines()[0])
+    assert listed["name"] == "hourly" and page.locator('[data-schedule="hourly"] [data-label="runs"]').inner_text() == str(
+        listed["runs"] + listed["manual_runs"])
+    page.goto(f"{base}/budget")
+    host = page.locator('[data-agent="*"]')
+    host.wait_for()
+    assert "$0.00 of $5.00" in host.inner_text() and "host (all agents)" in host.inner_text()

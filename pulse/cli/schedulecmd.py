@@ -24,21 +24,17 @@ def _fail(message: str, code: int = 1):
 def _book(ctx: Context):
     """Every schedule's state, folded from events.db (empty when there is none yet)."""
     from pulse.core import schedule
-    from pulse.store import connection, eventsdb
-    book = schedule.ScheduleBook()
+    from pulse.store import connection
     if not ctx.paths.events_db.exists():
-        return book
+        return schedule.ScheduleBook()
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
         _fail(str(err))
-    # what came before a schedule's first fact is no schedule's: the ends of older tasks and effects are skipped
-    first = eventsdb.read_events(conn, types=[schedule.ARMED, schedule.RUN], limit=1)
-    after = first[0].id - 1 if first else eventsdb.last_event_id(conn)
-    while batch := eventsdb.read_events(conn, after_id=after, types=sorted(schedule.FOLDED), limit=5_000):
-        book.fold(batch)
-        after = batch[-1].id
-    return book
+    try:
+        return schedule.book_of(conn)
+    finally:
+        conn.close()
 
 
 def _when(ts: float | None) -> str:
@@ -46,19 +42,9 @@ def _when(ts: float | None) -> str:
 
 
 def rows(ctx: Context) -> list[dict]:
-    """One dict per configured schedule: its spec, next run, last run and failures."""
-    import msgspec
-
+    """One dict per configured schedule (pulse.core.schedule.rows)."""
     from pulse.core import schedule
-    book, now = _book(ctx), time.time()
-    out = []
-    for s in ctx.config().schedule:
-        state = book.states.get(s.name) or schedule.ScheduleState(name=s.name)
-        out.append({**msgspec.to_builtins(state), "spec": {"cron": s.cron} if s.cron else {"every": s.every},
-                    "makes": "task" if s.task is not None else f"effect {s.effect.kind}",
-                    "next_run": schedule.next_due(s, state.last_slot, now, state.open_run),
-                    "failing": schedule.failing(state, s.notify_after)})
-    return out
+    return schedule.rows(ctx.config().schedule, _book(ctx), time.time())
 
 
 @click.group()

@@ -24,7 +24,7 @@ def iso(ts: float, ms: bool = True) -> str:
 # Which values are wall times: those under a key named for a time (ts, created, …_at, …_since), or a
 # fractional number of seconds in 2001 … 2096 (pids and counts are integers). `mono` is no wall time.
 TIME_KEY = re.compile(r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|"
-                      r"next_retry|before)$")
+                      r"next_retry|before|slot)$")
 
 
 def is_wall_time(key: str, value: object) -> bool:

@@ -598,6 +598,7 @@ class WebConfig(msgspec.Struct, kw_only=True, frozen=True):
     # the task board says who may take what; /metrics: each agent's spend against its limits
     agent: list[Agent] = msgspec.field(default_factory=list)
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # ... and the host's
+    schedule: list[Schedule] = msgspec.field(default_factory=list)     # the schedules page
 
 
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):

@@ -249,6 +249,32 @@ class ScheduleBook:
         return state.open_run if state else None
 
 
+def book_of(conn) -> ScheduleBook:
+    """Every schedule's state, folded from events.db from the first schedule fact on (what came before
+    it is no schedule's: the ends of older tasks and effects are skipped)."""
+    from pulse.store import eventsdb
+    book = ScheduleBook()
+    first = eventsdb.read_events(conn, types=[ARMED, RUN], limit=1)
+    after = first[0].id - 1 if first else eventsdb.last_event_id(conn)
+    while batch := eventsdb.read_events(conn, after_id=after, types=sorted(FOLDED), limit=5_000):
+        book.fold(batch)
+        after = batch[-1].id
+    return book
+
+
+def rows(schedules: list[Schedule], book: ScheduleBook, now: float) -> list[dict]:
+    """One dict per configured schedule: its spec, what it makes, its next run, its state (last run,
+    runs, the run it waits on, slots skipped, failures): `pulsectl schedule list --json` and the page."""
+    out = []
+    for s in schedules:
+        state = book.states.get(s.name) or ScheduleState(name=s.name)
+        out.append({**msgspec.to_builtins(state), "spec": {"cron": s.cron} if s.cron else {"every": s.every},
+                    "makes": "task" if s.task is not None else f"effect {s.effect.kind}",
+                    "next_run": next_due(s, state.last_slot, now, state.open_run),
+                    "failing": failing(state, s.notify_after)})
+    return out
+
+
 def task_fields(s: Schedule, slot: float | None) -> dict:
     """The task-created data of a run of `s` (slot None: a manual run). Its `agent` pins the task to
     that agent, as `pulsectl task add --agent` does (the `pin` field routing reads)."""

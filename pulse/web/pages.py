@@ -38,6 +38,8 @@ from pulse.web.metrics import HOST, HOST_FIELDS, Counts, effect_why, exposition
 PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
          "engine": "/engine", "gate": "/gate", "log": "/log"}
 PAGES["fleet"] = "/fleet"         # the hosts of the fleet ([fleet]), as this host's fleet worker last saw them
+PAGES["schedules"] = "/schedules"  # the [[schedule]]s: next and last runs, the run each waits on
+PAGES["budget"] = "/budget"        # each agent's spend against its limits, and what waits on them
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
 LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
@@ -107,6 +109,7 @@ class Web:
                                  {name: msgspec.structs.replace(s) for name, s in fold.stats.items()})
 
     spend_limits: tuple[list, Any] = ([], None)
+    schedules: Sequence[Any] = ()
 
     def spend_overview(self, conn) -> list[dict]:
         """Each agent's spend and the host's against their limits (pulse.agents.spend), for /metrics."""
@@ -622,6 +625,20 @@ async def act_engine(request: Request) -> Response:
     return JSONResponse({"ok": True, "message": f"{action} queued (effect {effect_id[:12]}); its outcome is an event"})
 
 
+async def api_schedules(request: Request) -> Response:
+    """The schedules as `pulsectl schedule list --json` gives them (pulse.core.schedule.rows)."""
+    from pulse.core import schedule
+    web: Web = request.app.state.web
+    book = await run_in_threadpool(web.read, schedule.book_of)
+    return JSONResponse({"schedules": schedule.rows(web.schedules, book, time.time())})
+
+
+async def api_budget(request: Request) -> Response:
+    """Each agent's spend and the host's against their limits, as `pulsectl budget --json` gives them."""
+    web: Web = request.app.state.web
+    return JSONResponse({"rows": await run_in_threadpool(web.read, web.spend_overview)})
+
+
 # -- metrics ------------------------------------------------------------------------------------------------
 
 async def api_fleet(request: Request) -> Response:
@@ -733,10 +750,11 @@ async def api_task(request: Request) -> Response:
 
 
 def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = (),
-             budget: Any = None) -> Any:
+             budget: Any = None, schedules: Sequence[Any] = ()) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
     web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
     web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
+    web.schedules = list(schedules)
     routes = [Route(path, page(name)) for name, path in PAGES.items()]
     routes += [
         Route("/events/{id}", event_page),
@@ -751,6 +769,7 @@ def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: S
         Route("/api/engine", act_engine, methods=["POST"]),
         Route("/metrics", metrics),
         Route("/api/fleet", api_fleet),
+        Route("/api/schedules", api_schedules), Route("/api/budget", api_budget),
     ]
     app = Starlette(routes=routes)
     app.state.web = web

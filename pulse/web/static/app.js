@@ -427,7 +427,7 @@ function target(name) {
 
 // An event's data in one line a person can scan: key=value, spaced so it wraps between fields; a
 // field that is a time (epoch seconds in the store) in the page's one time format.
-const TIME_KEYS = /(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry)$/;
+const TIME_KEYS = /(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|next_retry|slot|before)$/;
 
 function isWallTime(k, v) {     // a named time, or a fractional number of seconds in 2001 … 2096
   return typeof v === "number" && v > 1e9 && v < 4e9 && (TIME_KEYS.test(k) || !Number.isInteger(v));
@@ -680,6 +680,47 @@ async function taskPage() {
     section(`Gate calls (${r.gate_calls.length})`, table(["when", "phase", "tool", "ok", "reason", "event"], calls)));
 }
 
+// The schedules: what each runs and when, its last run, the run it waits on (one open run at a time),
+// the slots it skipped, its failures in a row.
+async function schedulesPage() {
+  const r = await getJSON("/api/schedules");
+  document.querySelector("main").replaceChildren(section("Schedules", r.schedules.length === 0
+    ? el("p", {class: "muted"}, "none configured ([[schedule]] in config.toml)")
+    : table(["schedule", "when", "makes", "next run", "last run", "runs", "skipped", "failed"], r.schedules.map(s =>
+        el("tr", {"data-schedule": s.name}, el("th", {scope: "row"}, s.name),
+           el("td", {"data-label": "when"}, s.spec.cron || `every ${s.spec.every}`), el("td", {"data-label": "makes"}, s.makes),
+           el("td", {"data-label": "next run", class: s.open_run ? "pending" : null},
+              s.open_run ? ["after ", target(s.open_run)] : when(s.next_run)),
+           el("td", {"data-label": "last run"}, s.last_run ? [when(s.last_run_ts), " ", target(s.last_run)] : "-"),
+           el("td", {"data-label": "runs"}, String(s.runs + s.manual_runs)),
+           el("td", {"data-label": "skipped"}, String(s.skipped)),
+           el("td", {"data-label": "failed", class: s.failing ? "bad" : null},
+              s.failures_in_row ? `${s.failures_in_row} in a row` : "-"))), "cards")));
+}
+
+// Spend against the limits: today and this month in dollars, runs in the last hour; over a limit in red,
+// with the tasks that wait on it.
+function spent(used, limit) {
+  const dollars = (v) => "$" + v.toFixed(2);
+  if (limit === null || limit === undefined) return dollars(used);
+  return el("span", {class: used >= limit ? "bad" : used >= 0.8 * limit ? "pending" : null}, `${dollars(used)} of ${dollars(limit)}`);
+}
+
+async function budgetPage() {
+  const r = await getJSON("/api/budget");
+  document.querySelector("main").replaceChildren(section("Budget", table(
+    ["agent", "today", "this month", "runs last hour", "no cost reported", "waiting"], r.rows.map(b =>
+      el("tr", {"data-agent": b.agent}, el("th", {scope: "row"}, b.agent === "*" ? "host (all agents)" : b.agent),
+         el("td", {"data-label": "today"}, spent(b.today_usd, b.usd_per_day)),
+         el("td", {"data-label": "this month"}, spent(b.month_usd, b.usd_per_month)),
+         el("td", {"data-label": "runs last hour", class: b.runs_per_hour !== null && b.runs_last_hour >= b.runs_per_hour ? "bad" : null},
+            b.runs_per_hour === null ? String(b.runs_last_hour) : `${b.runs_last_hour} of ${b.runs_per_hour}`),
+         el("td", {"data-label": "no cost reported"}, String(b.runs_without_cost)),
+         el("td", {"data-label": "waiting", class: "wrap wide"}, b.waiting_tasks.length
+            ? b.waiting_tasks.flatMap((t, i) => i ? [", ", target(t)] : [target(t)]) : "-"))), "cards"),
+    el("p", {class: "muted small"}, "Limits: [[agent]] budget and [budget] in config.toml; pulsectl budget reset AGENT forgives.")));
+}
+
 // -- start --------------------------------------------------------------------------------------------------
 
 // the fleet: a host links to its own page where it advertises one; a host gone from the fleet is red,
@@ -744,5 +785,5 @@ for (const t of document.querySelectorAll("time[data-ts]")) t.replaceWith(when(N
 const PAGES = {overview: () => { if (FIRST) renderOverview(FIRST); return live("/api/stream/overview", renderOverview); },
                events: eventsPage, vitals: vitalsPage,
                effects: effectsPage, tasks: tasksPage, task: taskPage, engine: enginePage, gate: gatePage, log: logPage,
-               fleet: fleetPage};
+               fleet: fleetPage, schedules: schedulesPage, budget: budgetPage};
 Promise.resolve(PAGES[PAGE]?.()).catch(err => say(String(err), true));
