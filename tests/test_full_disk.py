@@ -129,6 +129,8 @@ def test_a_full_disk_is_survived_said_and_recovered_from_by_itself(small_disk, p
         # the survival layer: the ballast is released and the disk's notification goes out
         wait_for(lambda: not (pulsed.home / "ballast").exists(), 30, what="the ballast released")
         wait_for(lambda: notifications(notes, "resource-guard"), 30, what="the disk-full notification")
+        # the released ballast's room is free now, but the disk is as full as it was: status says so
+        assert "disk full: the ballast is released" in pulsed.ctl("status").stdout
         fill(small_disk / "filler")            # and the ballast's room taken too: really full
         wait_for(lambda: committer.failures.get("disk-full", 0) >= 3, 30, what="commits failing with disk-full")
 

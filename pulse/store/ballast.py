@@ -43,6 +43,9 @@ def release(path: Path) -> bool:
 # -- saying it (issue 25): `pulsectl status` and the web overview ask the file system itself, so they
 # say it even while nothing can be written to record it.
 FULL_BELOW = 1 << 20    # less room than this (1 MiB) for the user pulsed runs as: the disk is full
+# The ballast out and less room than this: the disk filled and the room its release freed is all there
+# is (the tick puts it back once it fits, with room to spare), so the disk is as good as full.
+OUT_BELOW = 64 << 20
 
 
 def disk_full_note(home: Path, ballast_path: Path) -> str | None:
@@ -52,8 +55,12 @@ def disk_full_note(home: Path, ballast_path: Path) -> str | None:
     except OSError:
         return None
     free = st.f_bavail * st.f_frsize
-    if free >= FULL_BELOW:
-        return None
-    released = "; the ballast is released" if not ballast_path.exists() else ""
-    return (f"disk full: {free >> 10} KiB free for {home}{released}. Writes that cannot commit fail "
-            "(disk-full) and are retried; free space and Pulse resumes by itself")
+    out = not ballast_path.exists()
+    if free < FULL_BELOW:
+        released = "; the ballast is released" if out else ""
+        return (f"disk full: {free >> 10} KiB free for {home}{released}. Writes that cannot commit fail "
+                "(disk-full) and are retried; free space and Pulse resumes by itself")
+    if out and free < OUT_BELOW:
+        return (f"disk full: the ballast is released and {free >> 20} MiB are free for {home}, the room it "
+                "freed and little more; free space (Pulse puts the ballast back once it fits)")
+    return None
