@@ -375,7 +375,8 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     blocks_per_min: int = 30
     # where the gate's socket is made; "" (the default): pulsed's private runtime directory. An
     # [[agent]] with a `user` must reach it: name a directory every parent of which that account can
-    # traverse (the socket is made there mode 0666: who may act is decided by run token and peer uid)
+    # traverse, of root or pulsed's account, writable by no other (the main socket there is 0600; each
+    # agent account gets its own, in a directory there only it can enter: pulse.agents.gatesockets)
     socket_dir: str = ""
     # connections the gate holds at once (each is one session; past a limit a new one is refused
     # GATE_BUSY, retry, and the sessions already open go on): all together, from one account (peer
