@@ -200,3 +200,42 @@ def test_a_flood_of_huge_hellos_leaves_the_executor_and_an_honest_session_alone(
     assert max(beats) < heartbeat_s + 0.1, beats
     assert grew_mib < 32, rss
     assert not [e for e in pulsed.events("worker-hung") if e["target"] == "executor"]
+
+
+def test_a_socket_place_another_account_could_move_or_squat_is_refused(tmp_path):
+    """gatesockets: a socket_dir writable by others, or a link, is refused; a squatter's entry in
+    the account's place (a link, another account's directory) is refused, naming it; our own stale
+    directory is cleared without following the link planted in it."""
+    from pulse.agents import gatesockets
+    me = os.getuid()
+    good = tmp_path / "good"
+    good.mkdir(mode=0o711)
+    gatesockets.check_socket_dir(str(good), me)
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    linked = tmp_path / "linked"
+    linked.symlink_to(good)
+    for bad, why in ((open_to_all, "writable by other accounts"), (linked, "not a directory")):
+        with pytest.raises(gatesockets.SocketDirError, match=why):
+            gatesockets.check_socket_dir(str(bad), me)
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "keep").write_text("root's")
+    place = gatesockets.account_dir(str(good), Path("/run/pulse-x"), 4242)
+    os.symlink(secret, place)                               # a link where the account's directory goes
+    with pytest.raises(gatesockets.SocketDirError, match="not one the gate made"):
+        gatesockets.make_account_dir(place, 4242, me)
+    os.unlink(place)
+    if me == 0:                                             # another account's directory (root can make one)
+        os.mkdir(place)
+        os.chown(place, 4343, 4343)
+        with pytest.raises(gatesockets.SocketDirError, match="not one the gate made"):
+            gatesockets.make_account_dir(place, 4242, me)
+        os.rmdir(place)
+    os.mkdir(place)                                         # our stale one, with a link planted in it
+    os.symlink(secret / "keep", os.path.join(place, "gate.sock"))
+    os.chmod(place, 0o500)
+    gatesockets.make_account_dir(place, 4242, me)
+    assert (secret / "keep").read_text() == "root's" and os.listdir(place) == []
+    assert stat.S_IMODE(os.stat(place).st_mode) == 0o700
