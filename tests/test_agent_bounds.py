@@ -207,3 +207,19 @@ def test_create_task_needs_task_add_allowed(pulsed):
     assert "create_task" not in offered
     assert made.structured_content["error"]["code"] == "ACTION_NOT_ALLOWED", made.structured_content
     assert not pulsed.events("task-created")
+
+
+@pytest.mark.parametrize("line, named", [("agent_max_depth = -1", "$.tasks.agent_max_depth"),
+                                         ("agent_tasks_per_hour = -2", "$.tasks.agent_tasks_per_hour")])
+def test_a_bad_task_bound_is_named(tmp_path, line, named):
+    import re
+
+    from pulse.core import config as configmod
+    path = tmp_path / "config.toml"
+    path.write_text(f"[tasks]\n{line}\n")
+    with pytest.raises(configmod.ConfigError, match=re.escape(named)):
+        configmod.load(path)
+    defaults = configmod.load(tmp_path / "absent.toml")
+    assert (defaults.tasks.agent_max_depth, defaults.tasks.agent_tasks_per_hour) == (3, 30)
+    shown = configmod.to_toml(defaults)          # `pulsectl config --effective`
+    assert "agent_max_depth = 3" in shown and "agent_tasks_per_hour = 30" in shown

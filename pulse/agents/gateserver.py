@@ -423,11 +423,12 @@ class GateServer:
             gatesockets.check_socket_dir(shared, self.operator_uid)
             path = gatesockets.account_socket(shared, self.paths.runtime, uid)
             gatesockets.make_account_dir(os.path.dirname(path), uid, self.operator_uid)
-            old = os.umask(0o111)          # 0666, in a directory only the account can enter
+            old = os.umask(0o177)          # the umask is the process's: never wider, even for a moment
             try:
                 server = await asyncio.start_unix_server(self._client, path, limit=READ_CHUNK)
             finally:
                 os.umask(old)
+            os.chmod(path, 0o666)          # while only root can enter its directory; then only the account
             gatesockets.hand_over(os.path.dirname(path), uid, gid)
         except (OSError, gatesockets.SocketDirError) as err:
             self.account_errors.append(str(err))

@@ -247,6 +247,8 @@ class ExecutorWorker(Worker):
     def agent_accounts(self) -> dict[int, int]:
         """uid → gid of every [[agent]] that runs under an account of its own (an unknown one is said
         once here, and its runs fail as they start)."""
+        if not any(agent.user or agent.group for agent in self.config.agent):
+            return {}                   # and agentrun (a third of a second to import) stays unimported
         from pulse.agents.agentrun import run_account
         from pulse.effects.kinds import EffectFailed
         accounts = {}
