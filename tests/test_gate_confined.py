@@ -171,6 +171,7 @@ def test_a_flood_of_huge_hellos_leaves_the_executor_and_an_honest_session_alone(
     task = add_task(pulsed, "wait")
     wait_for(lambda: [e for e in pulsed.events(target=task) if e["type"] == "task-executing"], 30, what="the run")
     before = [honest_open(path) for _ in range(3)]
+    mark = pulsed.events()[-1]["id"]            # a start on a loaded machine may have had its own hangs
     rss_before = executor.memory_info().rss
     flood = subprocess.Popen([sys.executable, "-c", FLOOD_SCRIPT, path, "60", str(15 * 1024 * 1024)],
                              stdout=subprocess.PIPE, text=True)
@@ -193,13 +194,14 @@ def test_a_flood_of_huge_hellos_leaves_the_executor_and_an_honest_session_alone(
           f"executor heartbeat age at most {max(beats) * 1000:.0f} ms; RSS {rss_before / 2**20:.1f} MiB, "
           f"grew {grew_mib:.1f} MiB")
     assert ended["type"] == "task-acked", ended
-    # measured on 2 shared cores (load 10-14): slowest open 42-108 ms, median under 10 ms; heartbeat age at
-    # most 58-74 ms; RSS +24-25 MiB (a chunk buffered per connection), where the old gate read each line
+    # measured on 2 shared cores (load 10-19): slowest open 28-540 ms, median under 10 ms; heartbeat age at
+    # most 58-95 ms; RSS +20-25 MiB (a chunk buffered per connection), where the old gate read each line
     # whole (1.2-1.4 GB) and missed its heartbeats until it was killed as hung
     assert sorted(opens)[len(opens) // 2] < 0.1 and max(opens) < 1.0, opens
     assert max(beats) < heartbeat_s + 0.1, beats
     assert grew_mib < 32, rss
-    assert not [e for e in pulsed.events("worker-hung") if e["target"] == "executor"]
+    hung = [e for e in pulsed.events("worker-hung") if e["id"] > mark]
+    assert not hung, hung
 
 
 def test_a_socket_place_another_account_could_move_or_squat_is_refused(tmp_path):
