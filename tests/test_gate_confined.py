@@ -109,6 +109,22 @@ def test_a_confined_run_uses_pulses_tools_through_pulsectl_mcp_and_is_acked(syst
     assert (where.st_uid, stat.S_IMODE(where.st_mode)) == (uid, 0o500), handed
     main = os.path.join(shared_dir, f"{pulsed.paths.runtime.name}.gate.sock")
     assert stat.S_IMODE(os.stat(main).st_mode) == 0o600 and handed != main
+    # and another account (nobody) can connect to neither: it cannot send the gate a byte
+    for path in (handed, main):
+        tried = subprocess.run([accountvenv.SYSTEM_PYTHON, "-c", CONNECT, path], user=pwd.getpwnam("nobody").pw_uid,
+                               capture_output=True, text=True, timeout=30)
+        assert tried.stdout.strip() == "PermissionError", (path, tried.stdout, tried.stderr)
+
+
+CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+    print("connected")
+except OSError as err:
+    print(type(err).__name__)
+"""
 
 
 # -- a flood of huge hellos -------------------------------------------------------------------------------------
