@@ -339,17 +339,22 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
     import tomllib
 
     from pulse.core.config import Agent
-    inv = adapters.load_adapter("codex").invocation(Agent(name="cx", adapter="codex"),
+    token = "tok-" + "s" * 40
+    inv = adapters.load_adapter("codex").invocation(Agent(name="cx", adapter="codex", env={"PULSE_RUN_TOKEN": token}),
                                                     adapters.Task("task-3", 'say "hi"'), str(tmp_path),
                                                     home=tmp_path / "h o", scratch=str(tmp_path))
     assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-2:] == ["--", 'say "hi"']
     overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
-    assert inv.argv[2] == "-c" and len(overrides) == 5
+    assert inv.argv[2] == "-c" and len(overrides) == 6
+    # the run token is never in the command line (any account reads it): Codex passes it on by name
+    assert not [a for a in inv.argv if token in a], inv.argv
+    assert inv.env["PULSE_RUN_TOKEN"] == token
     parsed = tomllib.loads("\n".join(overrides))["mcp_servers"]["pulse"]   # each override is valid TOML
     assert parsed["args"] == ["mcp"] and parsed["command"].endswith("pulsectl")
     # exec waits for it before the turn, and fails if it does not come up (it answers without it otherwise).
     assert parsed.pop("required") is True and parsed.pop("startup_timeout_sec") == 30
     assert parsed["env"] == {"PULSE_HOME": str(tmp_path / "h o"), "PULSE_AGENT": "cx", "PULSE_TASK": "task-3"}
+    assert parsed["env_vars"] == ["PULSE_RUN_TOKEN"]
     for name in ("cursor", "hermes", "openclaw", "command"):      # no documented way: nothing added
         agent = Agent(name="x", adapter=name, argv=None if name != "command" else ["x"])
         inv = adapters.load_adapter(name).invocation(agent, adapters.Task("task-3", "p"), str(tmp_path),

@@ -324,10 +324,11 @@ def test_only_tools_that_can_work_are_offered():
     from pulse.agents import toolserver
     from pulse.core.config import Allow
     everything = Allow(kinds=["noop", "restart-process", "signal", "restart-worker", "engine-promote",
-                              "engine-rollback"])
+                              "engine-rollback", "task-add"])
     assert {n for n, _, _ in toolserver.tool_list(everything)} == {n for n, _, _ in toolserver.tool_list()}
     narrow = Allow(kinds=["noop"])
-    assert {n for n, _, _ in toolserver.tool_list(narrow)} & {"restart_process", "signal_process", "promote"} == set()
+    assert {n for n, _, _ in toolserver.tool_list(narrow)} & {"restart_process", "signal_process", "promote",
+                                                               "create_task"} == set()
     assert 'restart_process (allow.kinds lacks "restart-process")' in toolserver.instructions(narrow)
 
 

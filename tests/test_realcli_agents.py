@@ -402,12 +402,56 @@ def test_codex_endpoint_down_says_so_when_it_times_out(pulsed, tmp_path, closed_
 
 
 def test_codex_prompt_starting_with_a_dash_is_acked(pulsed, litellm, tmp_path):
+    """Its `pulsectl mcp` session is the run's (the token reached it by env_vars, from Codex's own
+    environment), and no process of the host had the token in its command line meanwhile."""
     require_tools("codex")
     start(pulsed, "codex", codex_env(tmp_path, litellm.url))              # default argv, Pulse's MCP on
-    task = add_task(pulsed, DASH_PROMPT)
-    assert acked(pulsed, task, 60)["result"]["result"] == ANSWER
+    with CmdlineWatch(b"PULSE_RUN_TOKEN=") as watch:
+        task = add_task(pulsed, DASH_PROMPT)
+        assert acked(pulsed, task, 60)["result"]["result"] == ANSWER
     problem = gate_opened_before_the_answer(pulsed, task)
     assert problem is None, f"the run's -c mcp_servers.pulse.* (required) were not honoured: {problem}"
+    assert watch.tokens and not watch.seen, f"a run token was in a command line: {watch.seen[:3]}"
+
+
+class CmdlineWatch:
+    """Every process's environment and command line, read over and over in a thread while in the
+    block: the values of `prefix` (NAME=) found in environments, and the command lines (which any
+    account can read) that held one of them."""
+
+    def __init__(self, prefix: bytes):
+        import threading
+        self.prefix, self.tokens, self.seen = prefix, set(), []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    @staticmethod
+    def _read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except (OSError, ValueError):
+            return b""
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.02):
+            pids = [p for p in os.listdir("/proc") if p.isdigit()]
+            for pid in pids:
+                for var in self._read(f"/proc/{pid}/environ").split(b"\0"):
+                    if var.startswith(self.prefix) and len(var) > len(self.prefix):
+                        self.tokens.add(var[len(self.prefix):])
+            for pid in pids:
+                line = self._read(f"/proc/{pid}/cmdline")
+                if any(token in line for token in self.tokens):
+                    self.seen.append(line.replace(b"\0", b" ")[:300])
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc):
+        self.done.set()
+        self.thread.join(5)
 
 
 def test_hermes_endpoint_down_says_what_hermes_printed(pulsed, tmp_path, closed_port):

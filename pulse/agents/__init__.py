@@ -6,7 +6,9 @@ task, and how busy each is), `adapters` (how one agent CLI
 runs one task), `agentrun` (the agent-run effect), `spend` (spend limits that fail closed: the ledger of what runs
 reserved and cost), `gate` (the agent's safety gate, pure: it
 knows no tool by name), `catalogue` (Pulse's tools as the gate classifies them), `gatestore` (the
-gate's facts in events.db), `toolserver` (Pulse's tools, every call through the gate),
-`gateserver` (the gate's socket inside Pulse: sessions, run tokens, peer credentials), `gateproxy`
+gate's facts in events.db), `toolserver` (Pulse's tools, every call through the gate), `taskpolicy`
+(what an agent's create_task may make, and which tasks and events a run may see),
+`gateserver` (the gate's socket inside Pulse: sessions, run tokens, peer credentials), `gatesockets`
+(each agent account's own socket, in a directory only it can enter), `gateproxy`
 (`pulsectl mcp`: MCP over stdio, proxied to that socket).
 """

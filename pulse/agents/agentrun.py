@@ -215,7 +215,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     account = run_account(agent)
     token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None)
     try:
-        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home)}
+        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home, account[0] if account else None)}
         if account is not None:           # its files are its own; the scratch dir (0700) is the run's
             os.chown(scratch, *account)
             if agent.cwd is None:
@@ -278,11 +278,12 @@ def remove_scratch(run: str, owners: set[int]) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def gate_socket(home: Path) -> str:
-    """The gate's socket: the one this process serves (the executor's), else where pulsed placed it."""
-    from pulse.agents.gateserver import SERVING
+def gate_socket(home: Path, uid: int | None = None) -> str:
+    """The gate's socket for a run under `uid`: the one this process serves that account (the
+    executor's), else its main one, else where pulsed placed it."""
+    from pulse.agents.gateserver import run_socket
     from pulse.core.home import Paths
-    return SERVING[0] if SERVING else str(Paths.for_client(Path(home)).gate_socket)
+    return run_socket(uid) or str(Paths.for_client(Path(home)).gate_socket)
 
 
 def run_account(agent: Agent) -> tuple[int, int] | None:

@@ -48,7 +48,9 @@ from pulse.agents import gate
 
 TOKEN_ENV = "PULSE_RUN_TOKEN"       # the run's capability, in its environment only
 SOCKET_ENV = "PULSE_GATE_SOCKET"    # where a run's proxy finds the gate (the home may be out of its reach)
-MAX_LINE = 16 * 1024 * 1024          # a line longer than this closes the connection (calls are bounded far below)
+MAX_LINE = 16 * 1024 * 1024          # a call's line longer than this closes the connection (calls are bounded far below)
+HELLO_MAX_BYTES = 4 * 1024           # a hello is a few hundred bytes: longer, refused before it is parsed
+READ_CHUNK = 64 * 1024               # the stream's limit: what one connection holds buffered before it is read
 PROTOCOL = 1
 
 
@@ -133,6 +135,14 @@ def socket_path(paths, socket_dir: str = "") -> str:
 
 
 SERVING: list[str] = []      # the socket this process serves (the executor's), for the runs it starts
+SERVING_ACCOUNTS: dict[int, str] = {}   # uid → the socket it serves that account alone (pulse.agents.gatesockets)
+
+
+def run_socket(uid: int | None) -> str | None:
+    """The socket a run under `uid` is handed: its account's own, else the main one (None: not serving)."""
+    if uid is not None and uid in SERVING_ACCOUNTS:
+        return SERVING_ACCOUNTS[uid]
+    return SERVING[0] if SERVING else None
 
 
 # -- who is on the other end ------------------------------------------------------------------------------
@@ -167,6 +177,55 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -
                                       "run token: only an agent run started by Pulse or the operator may use the gate")
     agent = hello.get("agent")
     return (agent if isinstance(agent, str) and agent else gate.OPERATOR_SHELL), "", None
+
+
+# -- framing: one line, bounded, read a chunk at a time ------------------------------------------------------
+# Nothing of a caller is read whole before it is known: its hello may be HELLO_MAX_BYTES, and the
+# stream holds at most READ_CHUNK of it (asyncio pauses the socket past twice that), so a flood of
+# huge "hellos" costs the gate a chunk each, not their size, and its loop never parses them.
+
+class FrameTooLarge(Exception):
+    def __init__(self, limit: int):
+        super().__init__(f"a line of more than {limit} bytes")
+        self.limit = limit
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    """One line (with its newline) of at most max_bytes, b"" at the end of the stream; FrameTooLarge,
+    having read no more than a chunk past max_bytes, when it is longer."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            chunk = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError as over:      # no newline in the chunk buffered: take it, go on
+            chunk = await reader.readexactly(over.consumed)
+            size += len(chunk)
+            if size > max_bytes:
+                raise FrameTooLarge(max_bytes) from None
+            parts.append(chunk)
+            continue
+        except asyncio.IncompleteReadError as eof:
+            if not parts and not eof.partial:
+                return b""
+            raise
+        size += len(chunk)
+        if size > max_bytes + 1:
+            raise FrameTooLarge(max_bytes)
+        parts.append(chunk)
+        return b"".join(parts)
+
+
+async def read_hello(reader: asyncio.StreamReader, timeout_s: float) -> Any:
+    """The session's first line, bounded (HELLO_MAX_BYTES) and timed ([gate] hello_timeout_s), as JSON."""
+    try:
+        line = await asyncio.wait_for(read_frame(reader, HELLO_MAX_BYTES), timeout_s)
+    except FrameTooLarge as err:
+        raise Refused("BAD_REQUEST", f"a hello is at most {err.limit} bytes: this one is longer") from None
+    try:
+        return json.loads(line or b"null")
+    except ValueError:
+        raise Refused("BAD_REQUEST", "a session opens with a hello (one JSON object on a line)") from None
 
 
 # -- how many connections at once -------------------------------------------------------------------------
@@ -259,8 +318,14 @@ class GateServer:
     owning worker). `config`: anything with the fields PulseTools reads (process, allow, timings,
     gate)."""
 
-    def __init__(self, paths, config, path: str, tokens: RunTokens = RUN_TOKENS, mode: int = 0o600):
+    def __init__(self, paths, config, path: str, tokens: RunTokens = RUN_TOKENS, mode: int = 0o600,
+                 accounts: dict[int, int] | None = None):
+        """`accounts`: uid → gid of each agent account ([[agent]] user) that gets a socket of its own,
+        in [gate] socket_dir (pulse.agents.gatesockets); the main socket is `mode` (pulsed's account's)."""
         self.paths, self.config, self.path, self.tokens, self.mode = paths, config, path, tokens, mode
+        self.accounts = dict(accounts or {})
+        self.account_paths: dict[int, str] = {}
+        self.account_errors: list[str] = []
         self.operator_uid = os.getuid()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
@@ -275,6 +340,7 @@ class GateServer:
 
     def start(self, timeout_s: float = 10.0) -> None:
         SERVING[:] = [self.path]
+        SERVING_ACCOUNTS.clear()
         self.tokens.listeners.append(self._run_ended)
         self.thread = threading.Thread(target=self._serve, name="gate-server", daemon=True)
         self.thread.start()
@@ -294,6 +360,9 @@ class GateServer:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        from pulse.agents import gatesockets
+        for uid, path in self.account_paths.items():
+            gatesockets.remove_account_dir(os.path.dirname(path), uid, self.operator_uid)
 
     def _serve(self) -> None:
         try:
@@ -321,10 +390,11 @@ class GateServer:
             pass
         old = os.umask(0o177)              # the socket is born 0600, then opened as far as `mode` says
         try:
-            server = await asyncio.start_unix_server(self._client, self.path, limit=MAX_LINE)
+            server = await asyncio.start_unix_server(self._client, self.path, limit=READ_CHUNK)
         finally:
             os.umask(old)
         os.chmod(self.path, self.mode)
+        servers = [server, *[await self._account_server(uid, gid) for uid, gid in sorted(self.accounts.items())]]
         self.ready.set()
         try:
             while not self.stopping.is_set():
@@ -334,8 +404,39 @@ class GateServer:
                 except asyncio.TimeoutError:
                     pass
         finally:
-            server.close()
+            for each in servers:
+                if each is not None:
+                    each.close()
             self.events.close()
+
+    async def _account_server(self, uid: int, gid: int):
+        """The socket of one agent account, in a directory only it can enter; None (said in the log,
+        and its runs' sessions answer GATE_UNAVAILABLE) when its place is not safe to make it in."""
+        import logging
+
+        from pulse.agents import gatesockets
+        shared = self.config.gate.socket_dir
+        try:
+            if not shared:
+                raise gatesockets.SocketDirError(f"uid {uid} runs an agent: [gate] socket_dir must name a directory "
+                                                 "its account can traverse")
+            gatesockets.check_socket_dir(shared, self.operator_uid)
+            path = gatesockets.account_socket(shared, self.paths.runtime, uid)
+            gatesockets.make_account_dir(os.path.dirname(path), uid, self.operator_uid)
+            old = os.umask(0o177)          # the umask is the process's: never wider, even for a moment
+            try:
+                server = await asyncio.start_unix_server(self._client, path, limit=READ_CHUNK)
+            finally:
+                os.umask(old)
+            os.chmod(path, 0o666)          # while only root can enter its directory; then only the account
+            gatesockets.hand_over(os.path.dirname(path), uid, gid)
+        except (OSError, gatesockets.SocketDirError) as err:
+            self.account_errors.append(str(err))
+            logging.getLogger("pulse.executor").error("gate: no socket for uid %d: %s", uid, err)
+            return None
+        self.account_paths[uid] = path
+        SERVING_ACCOUNTS[uid] = path
+        return server
 
     # -- a run that ended: its sessions end with it -----------------------------------------------------
 
@@ -398,7 +499,7 @@ class GateServer:
             ending.add_done_callback(self.ending.discard)
         try:
             try:
-                hello = json.loads(await asyncio.wait_for(reader.readline(), self.config.gate.hello_timeout_s) or b"null")
+                hello = await read_hello(reader, self.config.gate.hello_timeout_s)
                 if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
                     raise Refused("BAD_REQUEST", "a session opens with a hello")
                 agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)
@@ -429,7 +530,7 @@ class GateServer:
                         "tools": tool_list(self.config.allow), "instructions": instructions(self.config.allow),
                         **({"ignored": f"--agent {claimed!r}: a run's session is its run's agent"}
                            if run and claimed and claimed != agent else {})})
-            while not ended.is_set() and (line := await reader.readline()):
+            while not ended.is_set() and (line := await read_frame(reader, MAX_LINE)):
                 try:
                     message = json.loads(line)
                 except ValueError:
@@ -450,7 +551,7 @@ class GateServer:
                                 "envelope": {"ok": False, "error": {"code": "BAD_REQUEST",
                                                                     "message": f"no op {op!r}"}}})
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
-                asyncio.TimeoutError):
+                asyncio.TimeoutError, FrameTooLarge):
             pass        # the proxy went away, said nothing, or sent what no proxy sends: the session ends
         finally:
             if run is not None:

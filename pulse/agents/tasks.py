@@ -110,7 +110,10 @@ def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) 
         return TaskState(id=task, project=str(data.get("project", "")), title=str(data.get("title", "")),
                          prompt=str(data.get("prompt", "")), priority=int(data.get("priority", 0)),
                          created=ts, updated=ts, pin=str(data["pin"]) if data.get("pin") else None,
-                         tags=[str(t) for t in data.get("tags") or ()])
+                         tags=[str(t) for t in data.get("tags") or ()],
+                         created_by=str(data["created_by"]) if data.get("created_by") else None,
+                         parent=str(data["parent"]) if data.get("parent") else None,
+                         depth=int(data.get("depth") or 0))
     new = msgspec.structs.replace(state, status=TRANSITIONS[state.status][type], updated=ts)
     if type == TaskEvent.ASSIGNED:
         agent = data.get("agent")
@@ -353,9 +356,11 @@ def catch_up(conn, book: TaskBook, batch: int = 5_000) -> TaskBook:
 # -- reading and writing events.db (the only I/O here; every statement is in pulse.store.eventsdb) -----
 
 def create(conn, project: str, title: str, prompt: str, priority: int = 0, source: str = "pulsectl",
-           pin: str | None = None, tags: Sequence[str] = ()) -> TaskState:
+           pin: str | None = None, tags: Sequence[str] = (), created_by: str | None = None,
+           parent: str | None = None, depth: int = 0) -> TaskState:
     """Append a task-created event under the next task id; returns the new task. `pin`: only that
-    agent may take it; `tags`: only an agent with all of them (pulse.agents.routing)."""
+    agent may take it; `tags`: only an agent with all of them (pulse.agents.routing). `created_by`,
+    `parent`, `depth`: the agent whose run (of task `parent`) made it, and how deep it is."""
     from pulse.core import wire
     from pulse.store import eventsdb
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
@@ -363,6 +368,8 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
         fields["pin"] = pin
     if tags:
         fields["tags"] = sorted(set(tags))
+    if created_by:
+        fields.update(created_by=created_by, depth=int(depth), **({"parent": parent} if parent else {}))
     ev = eventsdb.create_task_event(conn, lambda n: wire.now_event(TaskEvent.CREATED, source, task_id(n), fields))
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 

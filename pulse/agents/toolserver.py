@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
-from pulse.agents import catalogue, gate, tasks
+from pulse.agents import catalogue, gate, taskpolicy, tasks
 from pulse.core import client, wire
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
@@ -47,12 +47,14 @@ LIST_LIMIT = 200
 # The effect kind each write tool commits, said once: the tool commits it, and is offered only when
 # [allow] lets it run. emit_effect's is the agent's to choose (checked when it runs).
 TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", "restart_worker": "restart-worker",
-              "promote": "engine-promote", "rollback": "engine-rollback"}
+              "promote": "engine-promote", "rollback": "engine-rollback", "create_task": "task-add"}
 
 
 Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
 # The gate's fact naming the effect a write commits, written in the effect's own transaction.
 ACTING: contextvars.ContextVar[Callable[[str], wire.Event] | None] = contextvars.ContextVar("acting", default=None)
+# Who the call is (agent, task), as the gate decided it: what an effect that speaks for its sender carries.
+ACTOR: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("actor", default=(gate.OPERATOR_SHELL, ""))
 
 
 class ToolError(Exception):
@@ -153,17 +155,20 @@ class PulseTools:
         self.to_thread, self.sleep = to_thread, sleep     # anyio's, passed in: this module imports no async lib
 
     async def run(self, name: str, args: dict, operator: Operator | None = None,
-                  acting: Callable[[str], wire.Event] | None = None) -> dict:
+                  acting: Callable[[str], wire.Event] | None = None, actor: tuple[str, str] | None = None) -> dict:
         """`operator`: how the transport reaches a person for ask_operator, if it can. `acting`: the
-        gate's fact to commit with a write's effect (which effect this call's write is)."""
+        gate's fact to commit with a write's effect (which effect this call's write is). `actor`: the
+        (agent, task) the gate says the caller is."""
         method = getattr(self, f"tool_{name}", None)
         if name not in catalogue.TOOLS or method is None:
             raise ToolError("NOT_FOUND", f"no tool {name!r}")
         args = checked_args(name, args, catalogue.TOOLS[name].params)
         token = ACTING.set(acting)      # per task: calls in flight at once each keep their own
+        who = ACTOR.set(actor or ACTOR.get())
         try:
             return await (method(operator=operator, **args) if name == "ask_operator" else method(**args))
         finally:
+            ACTOR.reset(who)
             ACTING.reset(token)
 
     # -- resolve --------------------------------------------------------------------------
@@ -184,7 +189,12 @@ class PulseTools:
         return {"workers": status["workers"], "checked_at": time.time()}
 
     async def tool_list_tasks(self, status: str | None = None) -> dict:
-        states = sorted(tasks.load_all(self.events).values(), key=lambda t: int(t.id.rpartition("-")[2]))
+        everything = tasks.load_all(self.events)
+        agent, task = ACTOR.get()
+        if task:        # a run sees its own tasks only (pulse.agents.taskpolicy)
+            own = taskpolicy.own_tasks(everything, agent, task)
+            everything = {k: t for k, t in everything.items() if k in own}
+        states = sorted(everything.values(), key=lambda t: int(t.id.rpartition("-")[2]))
         chosen = [t for t in states if status is None or t.status == status][-LIST_LIMIT:]
         import msgspec
         return {"tasks": [msgspec.to_builtins(t) for t in chosen], "count": len(chosen)}
@@ -214,6 +224,13 @@ class PulseTools:
         found = [e for e in eventsdb.read_events(self.events, after_id=first, types=(type,) if type else (),
                                               since_ts=since_ts, limit=100_000)
                  if target is None or e.target == target]
+        agent, task = ACTOR.get()
+        if task:        # a run sees nothing of other tasks, agents or their sessions (pulse.agents.taskpolicy)
+            own = taskpolicy.own_tasks(tasks.load_all(self.events), agent, task)
+            others = {a.name for a in self.config.agent} - {agent}
+            sessions = taskpolicy.own_sessions(eventsdb.read_events(self.events, after_id=first, types=("gate-call",),
+                                                                    limit=100_000), agent)
+            found = [e for e in found if taskpolicy.visible_event(e, own, agent, others, sessions)]
         return {"events": [_event(e) for e in found[-limit:]]}
 
     async def tool_log_tail(self, worker: str | None = None, lines: int | None = None) -> dict:
@@ -259,12 +276,24 @@ class PulseTools:
 
     async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
         import msgspec
-        created = tasks.create(self.events, project, title, prompt, priority or 0, source="agent")
+        agent, task = ACTOR.get()
+        everything = tasks.load_all(self.events)
+        parent = everything.get(task) if task else None
+        try:
+            depth = taskpolicy.check_create(self.config, agent, parent, project, everything.values(), time.time())
+        except taskpolicy.Refusal as refused:
+            raise ToolError(refused.code, refused.message) from None
+        given = taskpolicy.capped_priority(priority, parent)
+        created = tasks.create(self.events, project, title, prompt, given, source="agent", created_by=agent,
+                               parent=parent.id if parent else None, depth=depth)
         again = tasks.load(self.events, created.id)    # read back: the verification is in the result
         ok = again is not None and (again.project, again.title, again.prompt) == (project, title, prompt)
         client.ring(self.paths, "wake", wire.Wake("mcp", f"{created.id} created"))
-        return {"task": msgspec.to_builtins(again or created),
-                "verification": {"ok": ok, "by": "read back from events.db"}}
+        result = {"task": msgspec.to_builtins(again or created),
+                  "verification": {"ok": ok, "by": "read back from events.db"}}
+        if given != (priority or 0):
+            result["priority_capped"] = f"priority {priority} asked; {given}, the priority of {parent.id}, given"
+        return result
 
     # -- user input -----------------------------------------------------------------------
 
@@ -289,6 +318,10 @@ class PulseTools:
         if daemon_pid(self.paths) is None:
             raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", f"pulsed is not running on {self.paths.home}")
         t = self.config.timings
+        if registry.tells_operator(effect.kind):    # it speaks to the operator: who sends it is the gate's to say
+            import msgspec
+            agent, task = ACTOR.get()
+            effect = msgspec.structs.replace(effect, params={**effect.params, "agent": agent, "task": task})
         effect = effectqueue.new_effect(effect, "agent", t.effect_deadline_s)
         mark = eventsdb.last_event_id(self.events)
         acting = ACTING.get()
@@ -389,7 +422,8 @@ class GatedSession:
             return admitted.error, admitted.text()
         write = admitted.call.kind == gate.CallKind.WRITE
         try:
-            data = await self.tools.run(name, args, operator, self.acting(admitted) if write else None)
+            data = await self.tools.run(name, args, operator, self.acting(admitted) if write else None,
+                                        actor=(self.gate.agent, self.gate.task))
         except ToolError as err:
             if err.code != STILL_RUNNING:
                 self.gate.end(admitted, False, None, err.acted)

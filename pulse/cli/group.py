@@ -125,7 +125,10 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False),
+# readable=False: click would refuse a home it cannot list (exit 2) before any command runs, and an
+# agent run's `pulsectl mcp`, under its own account, needs nothing from the home (the run hands it
+# the gate's socket and its token); a command that does need the home says what it cannot reach (77).
+@click.option("--home", envvar="PULSE_HOME", type=click.Path(file_okay=False, readable=False),
               help="Pulse home (default: $PULSE_HOME, else ~/.pulse).")
 @click.option("-i", "--instance", metavar="NAME",
               help="The running Pulse called NAME (see `pulsectl instances`) instead of --home.")

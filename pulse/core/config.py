@@ -305,13 +305,15 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # needs its project and tags to fit.
     projects: list[str] | None = None
     tags: list[str] = msgspec.field(default_factory=list)
+    # the projects its create_task may add tasks to; unset: its own `projects` (unset too: any)
+    task_projects: list[str] | None = None
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # this agent's limits; default: none
     # the cost a run is expected to have, reserved before it starts; unset: the median of the
     # agent's last 10 runs that reported a cost (none yet: 0)
     max_run_usd: float | None = None
     # -- the run's own account (issue 20) --
     # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
-    # (pulsed needs root, or CAP_SETUID and CAP_SETGID); unset (the default): pulsed's own user
+    # (pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN); unset (the default): pulsed's own user
     user: str | None = None
     group: str | None = None                  # its group; unset (the default): the user's primary group
 
@@ -320,6 +322,11 @@ class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_failures: int = 3                     # failed runs of one task in a row before it is given up
     retry_base_s: float = 10                  # a failed run's task waits this long before the next run ...
     retry_max_s: float = 300                  # ... doubling per failure in a row, up to this
+    # an agent's create_task (the gate's tool; `task-add` in [allow] kinds): a task made in a run of a
+    # task of depth d has depth d + 1 (the operator's are 0), at most this; and one agent makes at most
+    # agent_tasks_per_hour of them in any hour
+    agent_max_depth: int = 3
+    agent_tasks_per_hour: int = 30
 
 
 class Report(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -378,7 +385,8 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     blocks_per_min: int = 30
     # where the gate's socket is made; "" (the default): pulsed's private runtime directory. An
     # [[agent]] with a `user` must reach it: name a directory every parent of which that account can
-    # traverse (the socket is made there mode 0666: who may act is decided by run token and peer uid)
+    # traverse, of root or pulsed's account, writable by no other (the main socket there is 0600; each
+    # agent account gets its own, in a directory there only it can enter: pulse.agents.gatesockets)
     socket_dir: str = ""
     # connections the gate holds at once (each is one session; past a limit a new one is refused
     # GATE_BUSY, retry, and the sessions already open go on): all together, from one account (peer
@@ -996,6 +1004,9 @@ def validate_agents(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: $.tasks.max_failures must be at least 1")
     if not 0 <= config.tasks.retry_base_s <= config.tasks.retry_max_s:
         raise ConfigError(f"{origin}: $.tasks: retry_base_s must be at least 0 and at most retry_max_s")
+    for key in ("agent_max_depth", "agent_tasks_per_hour"):
+        if getattr(config.tasks, key) < 0:
+            raise ConfigError(f"{origin}: $.tasks.{key} must be at least 0 (0: agents create no tasks)")
     if not config.agent:
         return
     for i, agent in enumerate(config.agent):
@@ -1232,6 +1243,7 @@ def default_toml() -> str:
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",
         '# projects = ["infra"]                    # only these projects\' tasks; unset: every project',
         '# tags = ["gpu"]                          # tasks added with --tag need all theirs here; unset: untagged only',
+        '# task_projects = ["infra"]               # where its create_task may add tasks; unset: its projects',
         "",
         "# Recurring work, run by the tick (repeat the table for more):",
         "# [[schedule]]",

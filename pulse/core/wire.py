@@ -300,6 +300,12 @@ class TaskState(msgspec.Struct, kw_only=True):
     pin: str | None = None
     tags: list[str] = msgspec.field(default_factory=list)
     failed_on: list[str] = msgspec.field(default_factory=list)
+    # made by an agent through the gate's create_task: which agent, in the run of which task, and how
+    # deep that makes it (a task the operator or Pulse adds is 0; one made in a run of a task of depth
+    # d is d + 1), which [tasks] agent_max_depth bounds
+    created_by: str | None = None
+    parent: str | None = None
+    depth: int = 0
 
 
 class PendingTasks(msgspec.Struct, kw_only=True):

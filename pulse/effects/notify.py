@@ -19,10 +19,31 @@ from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
 log = logging.getLogger("pulse.executor")
 
 
+# Pulse's own fields of a notification: no param sets them. An agent's params could otherwise say
+# it is survival (origin), which rule spoke (rule), which effect it was, or that it is a digest.
+PULSE_FIELDS = ("effect_id", "ts", "target", "origin", "agent", "task", "rule", "digest", "held_back", "window_s")
+AGENT_ORIGIN = "agent"
+
+
 def notification(effect: Effect) -> dict:
-    """The JSON every channel gets."""
+    """The JSON every channel gets: the effect's params, under Pulse's own fields. An agent's carries
+    its agent and task (stamped on its params by the gate's tool server, after the agent's own) and
+    none of its params named as Pulse's fields."""
     body = {k: v for k, v in effect.params.items() if k not in ("channels", "timeout_s")}
-    return {"effect_id": effect.id, "ts": time.time(), "target": effect.target, "origin": effect.origin, **body}
+    own = {"effect_id": effect.id, "ts": time.time(), "target": effect.target, "origin": effect.origin}
+    if effect.origin == AGENT_ORIGIN:
+        body = {k: v for k, v in body.items() if k not in PULSE_FIELDS}
+        own.update(agent=str(effect.params.get("agent") or ""), task=str(effect.params.get("task") or ""))
+    return {**body, **own}
+
+
+def group_key(label: str, payload: dict) -> tuple:
+    """Whose budget a notification takes on a channel: Pulse's (survival, the operator, the engine)
+    per target; an agent's, its own, whatever target it names, so its notifications can never
+    use up Pulse's burst, nor a new target each buy it a new one."""
+    if payload.get("origin") == AGENT_ORIGIN:
+        return (label, AGENT_ORIGIN, payload.get("agent"))
+    return (label, "target", payload.get("target"))
 
 
 def channel_label(channel: Notify, index: int) -> str:
@@ -116,7 +137,7 @@ def send(label: str, channel: Notify, payload: dict, ctx: EffectContext) -> str:
     try:
         return CHANNELS[channel.kind](channel, payload, ctx)
     except BaseException:
-        GROUPS.release(label, payload.get("target"))
+        GROUPS.release(label, payload)
         raise
 
 
@@ -167,8 +188,8 @@ class _Group:
 
 
 class Grouping:
-    """Per (channel, target), as Alertmanager groups alerts: the first `burst` notifications of a
-    window of `group_s` go out at once; the others are held back, and when the window ends one
+    """Per channel and group_key (a target of Pulse's, or one agent), as Alertmanager groups alerts:
+    the first `burst` notifications of a window of `group_s` go out at once; the others are held back, and when the window ends one
     digest says how many were and carries the last of them. Runner threads admit; a flusher
     thread, started at the first hold, sends the digests of windows that ended. Kept in the
     executor's memory: a restarted executor opens every window afresh."""
@@ -177,14 +198,14 @@ class Grouping:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.groups: dict[tuple[str, str | None], _Group] = {}
+        self.groups: dict[tuple, _Group] = {}
         self.flusher: threading.Thread | None = None
 
     def admit(self, label: str, channel: Notify, payload: dict, ctx: EffectContext) -> bool:
         """True: send it now; False: held back for this window's digest."""
         now = time.monotonic()
         with self.lock:
-            key = (label, payload.get("target"))
+            key = group_key(label, payload)
             group = self.groups.get(key)
             if group is None or now - group.opened >= channel.group_s:
                 ended = group if group is not None and group.held else None
@@ -203,11 +224,11 @@ class Grouping:
             self._send_digest(label, ended)     # the window ended with holds: its digest first
         return not held
 
-    def release(self, label: str, target: str | None) -> None:
+    def release(self, label: str, payload: dict) -> None:
         """A notification admitted by `admit` was not taken by its channel: its place in the burst
         is free again (while the channel is down, nothing is held back: each is kept and retried)."""
         with self.lock:
-            group = self.groups.get((label, target))
+            group = self.groups.get(group_key(label, payload))
             if group is not None and group.sent > 0:
                 group.sent -= 1
 
@@ -219,14 +240,16 @@ class Grouping:
                 ended = [(key, g) for key, g in self.groups.items() if now - g.opened >= g.channel.group_s]
                 for key, _ in ended:
                     del self.groups[key]
-            for (label, _), group in ended:
+            for (label, *_), group in ended:
                 if group.held:
                     self._send_digest(label, group)
 
     def _send_digest(self, label: str, group: _Group) -> None:
         last = group.last or {}
+        about = (f"from agent {last.get('agent')}" if last.get("origin") == AGENT_ORIGIN
+                 else f"about {last.get('target')}")
         digest = {**last, "digest": True, "held_back": group.held, "window_s": group.channel.group_s,
-                  "message": f"{group.held} more notification(s) about {last.get('target')} were held back "
+                  "message": f"{group.held} more notification(s) {about} were held back "
                              f"in {group.channel.group_s:g}s; the last: {last.get('message', '')}"}
         held = group.ctx           # the held effect's time is up: the digest gets the channel's own
         fresh = EffectContext(held.config, held.objects, group.channel.timeout_s * (group.channel.retries + 1),

@@ -238,11 +238,29 @@ class ExecutorWorker(Worker):
 
     def open_gate(self) -> None:
         from pulse.agents.gateserver import GateServer, socket_path
-        shared = self.config.gate.socket_dir       # set: runs under their own accounts must reach it
-        path = socket_path(self.paths, shared)
-        self.gate = GateServer(self.paths, self.config, path, mode=0o666 if shared else 0o600)
+        path = socket_path(self.paths, self.config.gate.socket_dir)
+        # pulsed's account's alone; each agent account gets a socket of its own (gatesockets)
+        self.gate = GateServer(self.paths, self.config, path, mode=0o600, accounts=self.agent_accounts())
         self.gate.start()
-        self.log.info("gate on %s", path)
+        self.log.info("gate on %s%s", path, "".join(f"; uid {uid} on {p}" for uid, p in self.gate.account_paths.items()))
+
+    def agent_accounts(self) -> dict[int, int]:
+        """uid → gid of every [[agent]] that runs under an account of its own (an unknown one is said
+        once here, and its runs fail as they start)."""
+        if not any(agent.user or agent.group for agent in self.config.agent):
+            return {}                   # and agentrun (a third of a second to import) stays unimported
+        from pulse.agents.agentrun import run_account
+        from pulse.effects.kinds import EffectFailed
+        accounts = {}
+        for agent in self.config.agent:
+            try:
+                account = run_account(agent)
+            except EffectFailed as err:
+                self.log.error("gate: %s", err)
+                continue
+            if account is not None and account[0] != os.getuid():
+                accounts[account[0]] = account[1]
+        return accounts
 
     def healthy(self) -> bool:
         # a gate loop that stopped turning withholds the heartbeat: pulsed replaces the executor

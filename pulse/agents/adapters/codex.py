@@ -20,7 +20,9 @@ MCP: Codex takes config overrides as `-c key=value` (TOML values) and its MCP se
 `mcp_servers.<name>` table of its config (`command`, `args`, `env`); the run gets
 `-c mcp_servers.pulse.command=…`, `.args=…`, `.env=…` right after `exec` (codex exec has no
 --mcp-config; `codex mcp list` shows the server so configured). The env is set explicitly: Codex
-hands an MCP server only a whitelist of its own environment.
+hands an MCP server only a whitelist of its own environment. The run token is never in it: a
+command line is readable by every account (/proc/<pid>/cmdline), so the token stays in Codex's own
+environment and `.env_vars = ["PULSE_RUN_TOKEN"]` has Codex pass it on by name (0.171 does).
 
 Codex exec starts its MCP servers in the background and begins the turn without a server that
 has not answered yet (0.171: a server that takes 4 s to start was never even exec'd before a
@@ -45,10 +47,12 @@ from pulse.agents.adapters.base import (
     stderr_tail,
     token_counts,
 )
+from pulse.agents.gateserver import TOKEN_ENV
 from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input_tokens": "input", "cached_input_tokens": "cache_read", "cache_write_input_tokens": "cache_write",
          "output_tokens": "output", "reasoning_output_tokens": "reasoning"}
+SECRET_ENV = (TOKEN_ENV,)   # passed by name (env_vars), never written into the command line
 RECOVERED_KEPT = 5              # of the retries Codex recovered from, the last ones kept in the result
 
 
@@ -76,9 +80,14 @@ class CodexAdapter(Adapter):
 
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         at = inv.argv.index("exec") + 1 if "exec" in inv.argv else 1
+        secret = {k: v for k, v in server["env"].items() if k in SECRET_ENV}
+        shown = {**server, "env": {k: v for k, v in server["env"].items() if k not in secret}}
         overrides = []
         for key in ("command", "args", "env"):
-            overrides += ["-c", f"mcp_servers.pulse.{key}={_toml(server[key])}"]
+            overrides += ["-c", f"mcp_servers.pulse.{key}={_toml(shown[key])}"]
+        if secret:      # by name from Codex's environment, which the run's env already holds
+            inv.env.update(secret)
+            overrides += ["-c", f"mcp_servers.pulse.env_vars={_toml(sorted(secret))}"]
         # Wait for it before the turn (see the module's docstring): without it, its tools, or not at all.
         overrides += ["-c", "mcp_servers.pulse.required=true",
                       "-c", f"mcp_servers.pulse.startup_timeout_sec={MCP_STARTUP_TIMEOUT_S}"]
