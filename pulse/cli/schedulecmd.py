@@ -24,7 +24,7 @@ def _fail(message: str, code: int = 1):
 def _book(ctx: Context):
     """Every schedule's state, folded from events.db (empty when there is none yet)."""
     from pulse.core import schedule
-    from pulse.store import connection
+    from pulse.store import connection, schedulerun
     if not ctx.paths.events_db.exists():
         return schedule.ScheduleBook()
     try:
@@ -32,7 +32,7 @@ def _book(ctx: Context):
     except connection.StoreError as err:
         _fail(str(err))
     try:
-        return schedule.book_of(conn)
+        return schedulerun.book_of(conn)
     finally:
         conn.close()
 

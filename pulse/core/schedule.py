@@ -249,19 +249,6 @@ class ScheduleBook:
         return state.open_run if state else None
 
 
-def book_of(conn) -> ScheduleBook:
-    """Every schedule's state, folded from events.db from the first schedule fact on (what came before
-    it is no schedule's: the ends of older tasks and effects are skipped)."""
-    from pulse.store import eventsdb
-    book = ScheduleBook()
-    first = eventsdb.read_events(conn, types=[ARMED, RUN], limit=1)
-    after = first[0].id - 1 if first else eventsdb.last_event_id(conn)
-    while batch := eventsdb.read_events(conn, after_id=after, types=sorted(FOLDED), limit=5_000):
-        book.fold(batch)
-        after = batch[-1].id
-    return book
-
-
 def rows(schedules: list[Schedule], book: ScheduleBook, now: float) -> list[dict]:
     """One dict per configured schedule: its spec, what it makes, its next run, its state (last run,
     runs, the run it waits on, slots skipped, failures): `pulsectl schedule list --json` and the page."""

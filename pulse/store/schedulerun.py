@@ -9,11 +9,23 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable
 
-from pulse.core.schedule import ARMED, RUN
+from pulse.core.schedule import ARMED, FOLDED, RUN, ScheduleBook
 from pulse.core.wire import Effect, Event, now_event
 from pulse.store.connection import Transaction
 from pulse.store.effectqueue import insert_effect
-from pulse.store.eventsdb import insert_event, next_task_number
+from pulse.store.eventsdb import insert_event, last_event_id, next_task_number, read_events
+
+
+def book_of(conn: sqlite3.Connection) -> ScheduleBook:
+    """Every schedule's state, folded from events.db from the first schedule fact on (what came before
+    it is no schedule's: the ends of older tasks and effects are skipped)."""
+    book = ScheduleBook()
+    first = read_events(conn, types=[ARMED, RUN], limit=1)
+    after = first[0].id - 1 if first else last_event_id(conn)
+    while batch := read_events(conn, after_id=after, types=sorted(FOLDED), limit=5_000):
+        book.fold(batch)
+        after = batch[-1].id
+    return book
 
 
 def latest_slot(conn: sqlite3.Connection, name: str) -> float | None:

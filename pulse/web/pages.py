@@ -628,8 +628,9 @@ async def act_engine(request: Request) -> Response:
 async def api_schedules(request: Request) -> Response:
     """The schedules as `pulsectl schedule list --json` gives them (pulse.core.schedule.rows)."""
     from pulse.core import schedule
+    from pulse.store import schedulerun
     web: Web = request.app.state.web
-    book = await run_in_threadpool(web.read, schedule.book_of)
+    book = await run_in_threadpool(web.read, schedulerun.book_of)
     return JSONResponse({"schedules": schedule.rows(web.schedules, book, time.time())})
 
 
