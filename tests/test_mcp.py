@@ -566,6 +566,10 @@ from mcp import Client, StdioServerParameters
 async def main(mode):
     server = StdioServerParameters(command=sys.argv[1], args=["mcp"], env=dict(os.environ))
     async with Client(server, read_timeout_seconds=60) as c:
+        if mode == "refused":          # a write before any look: the gate refuses it; then "I restarted it"
+            await c.call_tool("restart_process", {"name": "sleeper"})
+            await c.call_tool("finish", {"summary": "I restarted the sleeper"})
+            return
         await c.call_tool("find_process", {"name": "sleeper"})
         await c.call_tool("restart_process", {"name": "sleeper"})
         if mode == "verify":
@@ -574,6 +578,10 @@ async def main(mode):
 
 asyncio.run(main(sys.argv[2]))
 """
+
+
+def sessions_of(host, task: str) -> set[str]:
+    return {f["session"] for f in facts(host, "open") if f["task"] == task}
 
 
 def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, tracker, tmp_path):
@@ -596,6 +604,10 @@ def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, t
         assert "process:sleeper" in left["data"]["error"]
         opened = [f for f in facts(host, "open") if f["agent"] == "fixer"]
         assert opened and opened[0]["task"] == left["target"]
+        refused = run("refused")          # its only write refused, then finish: not acked
+        assert refused["type"] == "task-failed" and refused["data"]["reason"] == "no-write", refused
+        assert [f["blocked"] for f in facts(host, "blocked") if f["session"] in sessions_of(host, refused["target"])] \
+            == ["FSM_BLOCKED"]
         done = run("verify")
         assert done["type"] == "task-acked", done
     finally:

@@ -316,7 +316,10 @@ def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str]
     The run's sessions are those of its agent and task opened since it started; a write they (or
     an earlier attempt) left unverified or in flight fails it, `unverified-write`; a run that used
     the gate and never called finish fails, `no-finish`, unless the [[agent]] has
-    gate_requires_finish = false. A run that never used the gate answers to nothing here."""
+    gate_requires_finish = false. A run that tried writes, all refused by the gate (or that never
+    acted), while no write of its task was made and verified, fails `no-write`: it did not do what
+    it was asked, whatever it says. A run that never used the gate answers to nothing here."""
+    from pulse.agents import gate
     from pulse.agents.gatestore import DurableStore
     store = DurableStore(conn, "executor")
     store.transact(lambda: None)          # settles what the run's sessions left in flight
@@ -328,6 +331,10 @@ def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str]
     used = any(s.calls or s.blocked for s in mine)
     if used and agent.gate_requires_finish and not any(s.finished for s in mine):
         return "no-finish", "the agent used the gate but never called finish; the run is not acked"
+    refused = sum(s.refused_writes for s in mine)
+    if refused and not (ledger.actors.get(principal) or gate.Actor()).verified:
+        return "no-write", (f"every write the agent tried was refused or never acted ({refused}), and none of "
+                            "its task's writes was made and verified; the run is not acked, whatever it answered")
     return None
 
 

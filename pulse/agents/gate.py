@@ -325,6 +325,7 @@ class Change:
 class Actor:
     looked: dict[Pattern, int] = field(default_factory=dict)   # pattern → where its latest good look began
     unverified: dict[str, Debt] = field(default_factory=dict)   # resource → the write that left it so
+    verified: int = 0            # its writes that acted and were verified: the changes it can claim
 
 
 @dataclass
@@ -337,6 +338,7 @@ class SessionFacts:
     last: float = 0.0
     calls: int = 0
     blocked: int = 0
+    refused_writes: int = 0         # writes the gate blocked, or that returned without acting
     finished: bool = False
 
 
@@ -416,6 +418,8 @@ class Ledger:
                                   {"acted": fact.get("acted")})
         elif phase == "blocked" and session is not None:
             session.blocked += 1
+            if fact.get("kind") == str(CallKind.WRITE):
+                session.refused_writes += 1
             self.blocks.setdefault((session.agent, session.task), collections.deque()).append(ts)
         elif phase == "finish" and session is not None:
             session.finished = True
@@ -438,6 +442,9 @@ class Ledger:
                         actor.looked[Pattern(key)] = position      # its own result is a look after it
                     else:
                         actor.unverified[key] = Debt(flight.tool, flight.began, position)
+                actor.verified += bool(fact.get("self_verified"))
+            elif (session := self.sessions.get(flight.session)) is not None:
+                session.refused_writes += 1              # refused by [allow], or failed before it acted
             return []
         if flight.kind not in (CallKind.READ, CallKind.RESOLVE) or not fact.get("ok"):
             return []
@@ -451,6 +458,7 @@ class Ledger:
                       and any(about(e, key) and (at is None or at > debt.began) for e, at in evidence))
         for key in done:
             del actor.unverified[key]
+        actor.verified += bool(done)
         return done
 
     # -- decisions ------------------------------------------------------------------------
