@@ -8,6 +8,7 @@ or into $PULSE_REALCLI_DIR. Nothing here reaches beyond loopback:
                    Codex through `codex-chain`, which LiteLLM bridges back to its own chat mock
                    (its mock breaks on streamed Responses);
   FakeAnthropic    a few lines of http.server that always answer tool_use (Claude's turn cap);
+  ScriptedAnthropic  a model that calls the tools it is given, in a scripted order, then says a line;
   ClosedPort       a port that refuses every connection (an endpoint that is down);
   Outage           a port that resets the first request, then forwards to a live one;
   OpenClawGateway  `openclaw gateway run` on a free loopback port.
@@ -285,6 +286,121 @@ class FakeAnthropic:
         self.url = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# -- a scripted Anthropic endpoint: a model that calls tools in order ---------------------------------
+
+class ScriptedAnthropic:
+    """/v1/messages as a model that follows a script: in a conversation that offers tools, its n-th
+    answer calls the n-th (tool, input) of `steps` (n = how many tool results the request carries),
+    then ends the turn saying `final`. A request without tools (a title, a summary) gets `final`.
+    Streams (SSE) when asked to, as Anthropic's API does. Keeps every tool result it was sent
+    (`results`: [(tool name, text, is_error)]), so a test knows what the CLI answered the model."""
+
+    def __init__(self, steps: list[tuple[str, dict]], final: str):
+        self.steps, self.final = steps, final
+        self.requests = 0
+        self.results: list[tuple[str, str, bool]] = []
+        self.lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                content, stop = outer.answer(body)
+                message = {"id": f"msg_{outer.requests}", "type": "message", "role": "assistant",
+                           "model": body.get("model", "claude-scripted"), "stop_reason": stop,
+                           "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5},
+                           "content": content}
+                if body.get("stream"):
+                    self._stream(message)
+                else:
+                    self._send(200, message)
+
+            def do_GET(self):
+                self._send(200, {})
+
+            def do_HEAD(self):
+                self.send_response(200)
+                self.end_headers()
+
+            def _send(self, code, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, message):
+                events = [("message_start", {"type": "message_start", "message": {
+                    **message, "content": [], "stop_reason": None, "usage": {"input_tokens": 10, "output_tokens": 0}}})]
+                for i, block in enumerate(message["content"]):
+                    if block["type"] == "tool_use":
+                        start, delta = {**block, "input": {}}, {"type": "input_json_delta",
+                                                                  "partial_json": json.dumps(block["input"])}
+                    else:
+                        start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+                    events += [("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+                               ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
+                               ("content_block_stop", {"type": "content_block_stop", "index": i})]
+                events += [("message_delta", {"type": "message_delta", "delta": {
+                               "stop_reason": message["stop_reason"], "stop_sequence": None}, "usage": {"output_tokens": 5}}),
+                           ("message_stop", {"type": "message_stop"})]
+                data = b"".join(f"event: {name}\ndata: {json.dumps(obj)}\n\n".encode() for name, obj in events)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        outer = self
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, body: dict) -> tuple[list[dict], str]:
+        """(content blocks, stop reason) for one request."""
+        with self.lock:
+            self.requests += 1
+            if not body.get("tools"):
+                return [{"type": "text", "text": self.final}], "end_turn"
+            names = {}
+            results = []
+            for message in body.get("messages", []):
+                blocks = message.get("content") if isinstance(message.get("content"), list) else []
+                for block in blocks:
+                    if block.get("type") == "tool_use":
+                        names[block.get("id")] = block.get("name")
+                    elif block.get("type") == "tool_result":
+                        results.append(block)
+            if len(results) > len(self.results):
+                for block in results[len(self.results):]:
+                    said = block.get("content")
+                    text = said if isinstance(said, str) else " ".join(
+                        b.get("text", "") for b in said or [] if isinstance(b, dict))
+                    self.results.append((names.get(block.get("tool_use_id"), "?"), text, bool(block.get("is_error"))))
+            step = len(results)
+            if step >= len(self.steps):
+                return [{"type": "text", "text": self.final}], "end_turn"
+            name, args = self.steps[step]
+            return [{"type": "tool_use", "id": f"toolu_{step}_{self.requests}", "name": name, "input": args}], "tool_use"
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -78,6 +78,12 @@ if cli == "claude":
              "result": "Not logged in \u00b7 Please run /login", "session_id": "claude-s-n", "total_cost_usd": 0,
              "usage": {"input_tokens": 0, "output_tokens": 0}})
         sys.exit(1)
+    elif mode == "denied":          # 2.1.197 with a Pulse tool not granted: "success", the denial listed
+        out({"type": "result", "subtype": "success", "is_error": False, "result": "Done: restarted and verified",
+             "num_turns": 5, "session_id": "claude-s-d", "total_cost_usd": 0.001,
+             "permission_denials": [
+                 {"tool_name": "mcp__pulse__restart_process", "tool_use_id": "toolu_1", "tool_input": {"name": "gw"}},
+                 {"tool_name": "Bash", "tool_use_id": "toolu_2", "tool_input": {"command": "true"}}]})
     elif mode == "modelusage":      # 2.1 against a non-streaming endpoint: usage zeros, modelUsage counts
         out({"type": "result", "subtype": "success", "is_error": False, "result": "PONG", "num_turns": 1,
              "session_id": "claude-s-m", "total_cost_usd": 0.02305,
@@ -178,6 +184,8 @@ EXPECTED = {
                                                            "turns": 10}),
         "nologin": (False, "not-logged-in", "error: Not logged in", {"session_id": "claude-s-n"}),
         "modelusage": (True, None, "PONG", {"tokens": {"input": 2095, "output": 503}}),
+        "denied": (False, "tool-denied", "denied Pulse's tool mcp__pulse__restart_process",
+                   {"session_id": "claude-s-d", "permission_denials": ["mcp__pulse__restart_process", "Bash"]}),
     },
     "cursor": {"ok": (True, None, "cursor did it", {"session_id": "cursor-s-1", "duration_ms": 500,
                                                     "request_id": "r-1"})},
@@ -304,8 +312,12 @@ if "--mcp-config" in args:
     assert json.loads(Path(f"{env_dump}.claude.ok").read_text())["connect_timeout_ms"] == "30000"
     token = server["env"].pop("PULSE_RUN_TOKEN")              # the run's capability (pulse.agents.gateserver)
     assert len(token) >= 40 and server["env"].pop("PULSE_GATE_SOCKET").endswith(".sock")
+    # the run's mark, so a server started with a cleaned environment is still ended with the run
+    assert server["env"].pop("PULSE_RUN") == ev["data"]["run"]
     assert server["env"] == {"PULSE_HOME": str(pulsed.home), "PULSE_AGENT": "claude-agent", "PULSE_TASK": task}
     argv = json.loads(Path(f"{env_dump}.claude.ok").read_text())["argv"]
+    # print mode grants no MCP tool by itself: Pulse's, and only those
+    assert argv[argv.index("--allowedTools") + 1] == "mcp__pulse" and argv.count("--allowedTools") == 1
     assert not Path(argv[argv.index("--mcp-config") + 1]).exists()      # the run's scratch is gone
     # Every option before `--`: after it Claude reads --mcp-config as the prompt's and starts no server.
     assert argv.index("--mcp-config") < argv.index("--") == len(argv) - 2 and argv[-1] == "MODE:ok"

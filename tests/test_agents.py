@@ -152,7 +152,7 @@ def test_a_task_goes_created_assigned_executing_acked_with_output_in_objects(pul
     # gated tools: an MCP config, gone once the run ended.
     argv = json.loads(argv_dump.read_text())[1:]
     assert argv[:4] == ["-p", prompt, "--output-format", "json"] and argv[4] == "--mcp-config"
-    assert len(argv) == 6 and not os.path.exists(argv[5])
+    assert argv[6:] == ["--allowedTools", "mcp__pulse"] and not os.path.exists(argv[5])
     assert marker.exists()
     # The effect: from the engine's rule, acked, with the task and the output.
     effect_ev = next(e for e in pulsed.events("effect") if e["data"]["kind"] == "agent-run")

@@ -595,3 +595,61 @@ def test_blocked_calls_past_the_budget_are_counted_not_recorded():
     clock.t += gate.BLOCK_WINDOW_S + 1
     assert len(other.begin("poke", {}).records) == 2 and other.uncounted_blocks == 0
     assert other.begin("poke", {}).records[1].data.get("blocks_not_recorded") is None
+
+
+# -- a write whose effect was interrupted: it may have acted ----------------------------------------------
+
+def process(pid: int | None) -> dict:
+    """find_process's result: one process with this pid, or none running."""
+    return {"name": "gw", "alive": pid is not None, "processes": [{"pid": pid, "started": 100.0 + pid}] if pid else []}
+
+
+def interrupted_restart(*who: tuple[str, str, str]) -> list[gate.Session]:
+    """Sessions on one ledger; the first found gw as pid 1 and restarted it, and the executor died
+    while the restart's effect ran (settled: acted, outcome unknown)."""
+    store = gate.MemoryStore(Clock())
+    sessions = [gate.Session(sid, catalogue.TOOLS, clock=Clock(), agent=agent, task=task, store=store)
+                for sid, agent, task in who]
+    first = sessions[0]
+    run(first, "find_process", {"name": "gw"}, result=process(1))
+    write = first.begin("restart_process", {"name": "gw"})
+    store.transact(lambda: gate.Record("gate-call", {"phase": "acting", "session": first.id, "call": write.ticket,
+                                                     "effect": "e1"}))
+    store.transact(lambda: gate.Record("gate-call", {"phase": "settle", "session": first.id, "call": write.ticket,
+                                                     "acted": True, "effect": "e1", "uncertain": True}))
+    return sessions
+
+
+def test_an_interrupted_write_is_repeated_only_after_a_look_shows_it_still_needed():
+    _, retry = interrupted_restart(("s1", "claude", "task-1"), ("s2", "claude", "task-1"))
+    assert isinstance(retry.begin("restart_process", {"name": "gw"}), gate.Blocked)    # it owes a look
+    run(retry, "find_process", {"name": "gw"}, result=process(1))       # unchanged: the restart never acted
+    assert not isinstance(run(retry, "restart_process", {"name": "gw"}), gate.Blocked)
+    assert retry.ledger.actors[("claude", "task-1")].verified == 0        # its look showed no change made
+
+    _, gone = interrupted_restart(("s1", "claude", "task-2"), ("s2", "claude", "task-2"))
+    run(gone, "find_process", {"name": "gw"}, result=process(None))    # gone: a restart is needed
+    assert not isinstance(run(gone, "restart_process", {"name": "gw"}), gate.Blocked)
+
+
+def test_an_interrupted_write_a_look_shows_acted_is_not_repeated_by_its_task():
+    _, retry, other = interrupted_restart(("s1", "claude", "task-1"), ("s2", "claude", "task-1"),
+                                          ("s3", "bob", "task-9"))
+    assert "may have acted" in other.begin("restart_process", {"name": "gw"}).error["error"]["reason"]
+    run(retry, "find_process", {"name": "gw"}, result=process(2))      # replaced since: the restart acted
+    assert retry.state == State.READING and retry.ledger.actors[("claude", "task-1")].verified == 1
+    blocked = retry.begin("restart_process", {"name": "gw"})
+    assert isinstance(blocked, gate.Blocked) and "acted" in blocked.error["error"]["reason"]
+    assert retry.finish({"summary": "the last run's restart took effect"}).data["phase"] == "finish"
+    run(other, "find_process", {"name": "gw"}, result=process(2))      # another task's own look: as usual
+    assert not isinstance(run(other, "restart_process", {"name": "gw"}), gate.Blocked)
+
+
+def test_an_interrupted_write_leaves_idempotent_writes_alone():
+    s = gate.Session("s", catalogue.TOOLS, clock=Clock(), agent="a", task="t")
+    run(s, "list_workers", {})
+    write = s.begin("restart_worker", {"name": "tick"})
+    s.store.transact(lambda: gate.Record("gate-call", {"phase": "settle", "session": "s", "call": write.ticket,
+                                                       "acted": True, "uncertain": True}))
+    run(s, "status", {}, result={"workers": [{"name": "tick"}]})
+    assert not isinstance(run(s, "restart_worker", {"name": "tick"}), gate.Blocked)

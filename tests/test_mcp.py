@@ -561,12 +561,20 @@ def test_sessions_are_listed_and_reset_by_agent(host):
 
 
 AGENT_SCRIPT = """
-import asyncio, os, sys
+import asyncio, json, os, sys
 from mcp import Client, StdioServerParameters
 
-async def main(mode):
+async def main(prompt):
+    mode = prompt.split()[0]            # what follows is Pulse's (what earlier runs did)
+    if os.environ.get("PROMPT_LOG"):
+        with open(os.environ["PROMPT_LOG"], "a") as f:
+            f.write(json.dumps(prompt) + "\\n")
     server = StdioServerParameters(command=sys.argv[1], args=["mcp"], env=dict(os.environ))
     async with Client(server, read_timeout_seconds=60) as c:
+        if mode == "refused":          # a write before any look: the gate refuses it; then "I restarted it"
+            await c.call_tool("restart_process", {"name": "sleeper"})
+            await c.call_tool("finish", {"summary": "I restarted the sleeper"})
+            return
         await c.call_tool("find_process", {"name": "sleeper"})
         await c.call_tool("restart_process", {"name": "sleeper"})
         if mode == "verify":
@@ -575,6 +583,10 @@ async def main(mode):
 
 asyncio.run(main(sys.argv[2]))
 """
+
+
+def sessions_of(host, task: str) -> set[str]:
+    return {f["session"] for f in facts(host, "open") if f["task"] == task}
 
 
 def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, tracker, tmp_path):
@@ -597,6 +609,10 @@ def test_an_agent_run_is_acked_only_if_its_gate_session_ended_verified(pulsed, t
         assert "process:sleeper" in left["data"]["error"]
         opened = [f for f in facts(host, "open") if f["agent"] == "fixer"]
         assert opened and opened[0]["task"] == left["target"]
+        refused = run("refused")          # its only write refused, then finish: not acked
+        assert refused["type"] == "task-failed" and refused["data"]["reason"] == "no-write", refused
+        assert [f["blocked"] for f in facts(host, "blocked") if f["session"] in sessions_of(host, refused["target"])] \
+            == ["FSM_BLOCKED"]
         done = run("verify")
         assert done["type"] == "task-acked", done
     finally:
@@ -678,3 +694,69 @@ def test_an_agent_run_longer_than_the_tools_wait_stays_in_flight(pulsed):
     assert code(during) == "FSM_BLOCKED" and "being changed by" in envelope(during)["error"]["reason"], envelope(during)
     assert code(after) != "FSM_BLOCKED", envelope(after)
     assert len([e for e in pulsed.events("task-executing") if e["target"] == task]) == 1    # one run, not two
+
+
+# -- a run after an interrupted one ---------------------------------------------------------------------------
+
+def test_a_run_after_its_executor_died_mid_write_waits_reads_and_does_not_restart_again(pulsed, tracker, tmp_path):
+    """The executor is killed while a run's restart_process is in flight (the effect committed, the
+    process already replaced, its grace not over: no outcome yet). The task waits retry_base_s like
+    any failure; the next run is told what the last one did; its find_process finds the process
+    changed since before that write, so the gate refuses to restart it again; it finishes, acked.
+    The process was replaced once."""
+    script, prompts = tmp_path / "agent.py", tmp_path / "prompts.jsonl"
+    script.write_text(AGENT_SCRIPT)
+    agent = (f'[[agent]]\nname = "fixer"\nadapter = "command"\n'
+             f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, {json.dumps(PULSECTL)}, "{{prompt}}"]\n'
+             f'timeout_s = 120\nenv = {{ PROMPT_LOG = {json.dumps(str(prompts))} }}\n'
+             "[tasks]\nretry_base_s = 3\n")
+    # its own process (other tests' sleepers are not its to restart); the restart's effect waits 30 s
+    # after the start before its outcome
+    mark = "779.375"
+    pulsed.home.mkdir(parents=True)
+    (pulsed.home / "config.toml").write_text(
+        f'[[process]]\nname = "sleeper"\nmatch = "^sleep {mark.replace(".", "[.]")}$"\nrestart = ["sleep", "{mark}"]\n'
+        "start_grace_s = 30\n" + agent)
+    first = subprocess.Popen(["sleep", mark], start_new_session=True)
+    tracker.add(first.pid)
+    host = pulsed.start()
+
+    def sleepers() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", mark]]
+    try:
+        out = host.ctl("task", "add", "--project", "ops", "--title", "restart", "--prompt", "verify")
+        task = out.stdout.strip().split()[0].rstrip(":")
+        wait_for(lambda: [p for p in sleepers() if p.pid != first.pid], 60, what="the restart's new process")
+        assert not [e for e in host.events() if e["type"] in ("effect-acked", "effect-failed")
+                    and e["data"].get("kind") == "restart-process"]
+        executor = host.worker("executor").pid
+        os.kill(executor, signal.SIGKILL)
+        done = wait_for(lambda: next((e for e in host.events(target=task)
+                                      if e["type"] in ("task-acked", "task-given-up")), None), 90,
+                        what=f"the end of {task}")
+        evs = host.events(target=task)
+        assert done["type"] == "task-acked", [(e["type"], e["data"].get("reason")) for e in evs]
+        failed = next(e for e in evs if e["type"] == "task-failed")
+        assert failed["data"]["reason"] == "interrupted" and failed["data"]["retry_after_s"] == 3
+        second = [e for e in evs if e["type"] == "task-executing"][1]
+        assert second["ts"] - failed["ts"] >= 3, f"re-run {second['ts'] - failed['ts']:.3f} s after the failure"
+        # one restart: the interrupted one; the next run's attempt at it was refused after its look
+        restarts = [e for e in host.events("effect") if e["data"].get("kind") == "restart-process"]
+        assert len(restarts) == 1, restarts
+        retry = sessions_of(host, task) - {f["session"] for f in facts(host, "open")[:1]}
+        refused = [f for f in facts(host, "blocked") if f["session"] in retry]
+        assert [f["tool"] for f in refused] == ["restart_process"], refused
+        reasons = [e["data"]["reason"] for e in host.events("gate-blocked") if e["data"]["session"] in retry]
+        assert "acted" in reasons[0] and "changed since" in reasons[0], reasons
+        looked = [f for f in facts(host, "end") if f["session"] in retry and f["tool"] == "find_process"]
+        assert looked and looked[0]["found"], looked
+        alive = [p.pid for p in sleepers()]
+        assert len(alive) == 1 and alive[0] != first.pid, alive
+        told = [json.loads(line) for line in prompts.read_text().splitlines()]
+        assert len(told) == 2 and told[0] == "verify", told
+        assert "restart_process on process:sleeper" in told[1] and "may have acted" in told[1], told[1]
+    finally:
+        for p in sleepers():
+            tracker.add(p.pid)
+        first.kill()
+        first.wait(5)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from realtools import (
     LiteLLM,
     OpenClawGateway,
     Outage,
+    ScriptedAnthropic,
     agent_path,
     free_port,
     openclaw_config,
@@ -41,7 +43,7 @@ from support import wait_for
 pytestmark = pytest.mark.realcli
 
 # The reasons a run cannot fix by running again: its task is given up after that one failure.
-FINAL_REASONS = {"not-logged-in", "missing-key", "usage", "turn-cap"}
+FINAL_REASONS = {"not-logged-in", "missing-key", "usage", "turn-cap", "tool-denied"}
 DASH_PROMPT = "- say PONG\n- nothing else"
 
 
@@ -91,11 +93,12 @@ def toml_value(value) -> str:
 
 
 def start(pulsed, adapter: str, env: dict, argv: list[str] | None = None, timeout_s: float = 60,
-          max_failures: int | None = None, **agent) -> None:
-    """pulsed with one [[agent]] named after its adapter (and [tasks] max_failures if given)."""
+          max_failures: int | None = None, before: str = "", **agent) -> None:
+    """pulsed with one [[agent]] named after its adapter (and [tasks] max_failures if given), after
+    the TOML `before`."""
     table = {"name": adapter, "adapter": adapter, **({"argv": argv} if argv else {}), "timeout_s": timeout_s,
              **agent, "env": env}
-    text = "[[agent]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
+    text = before + "[[agent]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
     if max_failures is not None:
         text += f"\n[tasks]\nmax_failures = {max_failures}\n"
     pulsed.home.mkdir(exist_ok=True)
@@ -531,3 +534,88 @@ def test_codex_stream_reconnecting_then_completed_is_acked(pulsed, litellm, tmp_
     errors = [e for e in events if e.get("type") == "error"]
     assert errors and all(re.match(r"Reconnecting\.\.\. \d+/3 \(stream disconnected", e["message"]) for e in errors), \
         errors
+
+
+# -- 5. Claude Code calls Pulse's tools through the gate ---------------------------------------------------
+
+GUARDED = "778.25"          # a sleep no other test starts: the [[process]] the model restarts
+RESTART_SCRIPT = [("mcp__pulse__find_process", {"name": "guarded"}), ("mcp__pulse__restart_process", {"name": "guarded"}),
+                  ("mcp__pulse__find_process", {"name": "guarded"}),
+                  ("mcp__pulse__finish", {"summary": "restarted guarded and looked at it again"})]
+CLAIM = "Done: restarted and verified"
+
+
+def guarded_pids() -> list[int]:
+    import psutil
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", GUARDED]]
+
+
+@pytest.fixture
+def guarded(tracker):
+    """A running `sleep` this test started, as the [[process]] `guarded` (restarts start detached
+    copies: all of them are ended by pid at teardown)."""
+    first = subprocess.Popen(["sleep", GUARDED], start_new_session=True)
+    tracker.add(first.pid)
+    yield first.pid
+    for pid in guarded_pids():
+        tracker.add(pid)
+    first.kill()
+    first.wait(5)
+
+
+def start_guarded(pulsed, env: dict, argv: list[str] | None = None) -> None:
+    start(pulsed, "claude-code", env, argv=argv, timeout_s=90, max_failures=1,
+          before=f'[[process]]\nname = "guarded"\nmatch = "^sleep {GUARDED.replace(".", "[.]")}$"\n'
+                 f'restart = ["sleep", "{GUARDED}"]\n\n')
+
+
+def gate_calls(pulsed, task: str) -> list[tuple[str, str]]:
+    """(tool, phase) of every gate fact of the task's sessions, in order."""
+    sessions = {e["data"]["session"] for e in pulsed.events("gate-call")
+                if e["data"].get("phase") == "open" and e["data"].get("task") == task}
+    return [(e["data"].get("tool"), e["data"]["phase"]) for e in pulsed.events("gate-call")
+            if e["data"].get("session") in sessions and e["data"]["phase"] != "open"]
+
+
+def test_claude_code_restarts_a_process_through_the_gate_with_the_default_argv(pulsed, tmp_path, guarded):
+    """A model that calls find_process, restart_process, find_process, finish: with the adapter's
+    default argv Claude Code may call Pulse's tools, the process is restarted through the gate (one
+    restart-process effect, acked), verified, and the task acked."""
+    require_tools("claude")
+    with ScriptedAnthropic(RESTART_SCRIPT, CLAIM) as model:
+        start_guarded(pulsed, claude_env(tmp_path, model.url, key="sk-scripted"))
+        task = add_task(pulsed, "Restart the process guarded and check it came back.")
+        data = acked(pulsed, task, 120)
+        print("the tools answered:", model.results)
+    assert data["result"]["result"] == CLAIM
+    assert [name for name, _, _ in model.results] == [step for step, _ in RESTART_SCRIPT]
+    assert not any(is_error for _, _, is_error in model.results), model.results
+    restarts = [e for e in pulsed.events("effect-acked") if e["data"].get("kind") == "restart-process"]
+    assert len(restarts) == 1, restarts
+    assert guarded not in guarded_pids() and len(guarded_pids()) == 1
+    assert gate_calls(pulsed, task) == [("find_process", "begin"), ("find_process", "end"),
+                                        ("restart_process", "begin"), (None, "acting"),
+                                        ("restart_process", "end"), ("find_process", "begin"),
+                                        ("find_process", "end"), ("finish", "finish")]
+
+
+def test_claude_code_denied_pulses_tools_is_not_acked_and_says_which(pulsed, tmp_path, guarded):
+    """The operator's argv overrides Pulse's grant for restart_process (a settings rule that asks a
+    person first, which print mode cannot: it denies): Claude Code refuses that call (its result's
+    permission_denials), the model still says it restarted; the task fails naming the tool denied,
+    and nothing was restarted."""
+    require_tools("claude")
+    settings = tmp_path / "ask-first.json"
+    settings.write_text(json.dumps({"permissions": {"ask": ["mcp__pulse__restart_process"]}}))
+    argv = ["claude", "-p", "--output-format", "json", "--settings", str(settings), "--", "{prompt}"]
+    with ScriptedAnthropic(RESTART_SCRIPT, CLAIM) as model:
+        start_guarded(pulsed, claude_env(tmp_path, model.url, key="sk-scripted"), argv=argv)
+        task = add_task(pulsed, "Restart the process guarded and check it came back.")
+        evs = settled(pulsed, task, 120)
+        print("the tools answered:", model.results)
+    failed = next(e["data"] for e in evs if e["type"] == "task-failed")
+    assert [e["type"] for e in evs][-1] == "task-given-up" and "task-acked" not in [e["type"] for e in evs]
+    assert failed["reason"] == "tool-denied", failed
+    assert "mcp__pulse__restart_process" in failed["error"], failed
+    assert guarded_pids() == [guarded]
+    assert not [e for e in pulsed.events("effect") if e["data"].get("kind") == "restart-process"]

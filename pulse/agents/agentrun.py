@@ -19,7 +19,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, routing, spend, tasks
+from pulse.agents import adapters, routing, spend, tasks, taskview
 from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
@@ -136,7 +136,10 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
 
     Not idempotent: a run interrupted by the executor's death is not re-run as such; the
     settlement of the orphan (settle_interrupted) fails the task's run, reason interrupted,
-    which puts it back to pending for the assignment rule to hand out again."""
+    which puts it back to pending for the assignment rule to hand out again after retry_base_s.
+    A run of a task that ran before is told what those runs wrote through the gate (its prompt,
+    prompt_with_history), and the gate refuses to repeat a write whose effect may have acted
+    until a look shows it is still needed (pulse.agents.gate)."""
     conn = eventsdb.open_events(ctx.home / "events.db", "FULL")
     try:
         try:
@@ -215,14 +218,15 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     account = run_account(agent)
     token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None)
     try:
-        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home, account[0] if account else None)}
+        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home, account[0] if account else None), RUN_MARK: effect.id}
         if account is not None:           # its files are its own; the scratch dir (0700) is the run's
             os.chown(scratch, *account)
             if agent.cwd is None:
                 os.chown(workdir, *account)
             own.update(account_env(agent.user))
         with_token = msgspec.structs.replace(agent, env={**agent.env, **own})
-        invocation = adapter.invocation(with_token, adapters.Task(state.id, state.prompt, state.title, state.project),
+        prompt = prompt_with_history(state.prompt, taskview.earlier_writes(conn, state.id))
+        invocation = adapter.invocation(with_token, adapters.Task(state.id, prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
         cap = (spend.reservation(conn, effect.id) or {}).get("cap_usd")
         if cap is not None:          # the dollars left under the tightest limit, where the CLI takes a cap
@@ -259,6 +263,16 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def prompt_with_history(prompt: str, writes: list[str]) -> str:
+    """The task's prompt, and when earlier runs of it wrote through the gate, what those writes did:
+    a run after an interrupted one must not start blind and repeat a change that was made."""
+    if not writes:
+        return prompt
+    return (prompt + "\n\n---\nPulse: this task was run before. What those runs changed through Pulse's tools, "
+            "oldest first:\n" + "\n".join(f"- {w}" for w in writes) + "\nLook at what they touched before you "
+            "change it again: a write whose effect may have acted is refused until a look shows it is still needed.")
 
 
 def scratch_prefix(run: str) -> str:
@@ -317,7 +331,10 @@ def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str]
     The run's sessions are those of its agent and task opened since it started; a write they (or
     an earlier attempt) left unverified or in flight fails it, `unverified-write`; a run that used
     the gate and never called finish fails, `no-finish`, unless the [[agent]] has
-    gate_requires_finish = false. A run that never used the gate answers to nothing here."""
+    gate_requires_finish = false. A run that tried writes, all refused by the gate (or that never
+    acted), while no write of its task was made and verified, fails `no-write`: it did not do what
+    it was asked, whatever it says. A run that never used the gate answers to nothing here."""
+    from pulse.agents import gate
     from pulse.agents.gatestore import DurableStore
     store = DurableStore(conn, "executor")
     store.transact(lambda: None)          # settles what the run's sessions left in flight
@@ -329,6 +346,10 @@ def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str]
     used = any(s.calls or s.blocked for s in mine)
     if used and agent.gate_requires_finish and not any(s.finished for s in mine):
         return "no-finish", "the agent used the gate but never called finish; the run is not acked"
+    refused = sum(s.refused_writes for s in mine)
+    if refused and not (ledger.actors.get(principal) or gate.Actor()).verified:
+        return "no-write", (f"every write the agent tried was refused or never acted ({refused}), and none of "
+                            "its task's writes was made and verified; the run is not acked, whatever it answered")
     return None
 
 
@@ -359,7 +380,8 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     """Called by the executor when it settles an orphan (its claimer died), once the orphan's
     process group is gone and before the effect is put back or failed: what an interrupted
     effect of this kind leaves behind is undone. agent-run: the task goes back to pending
-    (task-failed, reason interrupted), only if this run still holds it; a task this host took
+    (task-failed, reason interrupted, retried after [tasks] retry_base_s like any failure), only
+    if this run still holds it; a task this host took
     from the fleet is given up instead, so the fleet offers it again (after a host's death
     another host may have run it already: it must not run here again). Safe to repeat."""
     if effect.kind != "agent-run":
@@ -377,7 +399,9 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
                          reason="interrupted: the executor died while the agent ran; back to the fleet")
             log.warning("%s: its run %s was interrupted; given back to the fleet", task, effect.id)
             return
+        # it waits retry_base_s like any failure: what the run left (its writes' effects) settles first
         tasks.record(conn, task, TaskEvent.FAILED, SOURCE, config.tasks.max_failures, run=effect.id,
+                     retry=(config.tasks.retry_base_s, config.tasks.retry_max_s),
                      reason="interrupted", error="interrupted: the executor died while the agent ran")
         log.warning("%s: its run %s was interrupted; back to pending", task, effect.id)
     except tasks.IllegalTransition:

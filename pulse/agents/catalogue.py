@@ -43,6 +43,16 @@ def process_evidence(call: Call, result: Any) -> list[tuple[Pattern, int | None]
     return [(Pattern(f"process:{name}"), None)] if name else []
 
 
+def process_found(call: Call, result: Any) -> dict[str, str]:
+    """What find_process found the process to be: its pids with their start times ("" when none
+    runs), so a look after an interrupted restart tells whether it replaced the process."""
+    if not isinstance(result, Mapping) or not result.get("name"):
+        return {}
+    procs = result.get("processes") or []
+    return {f"process:{result['name']}": ",".join(sorted(f"{p.get('pid')}@{p.get('started')}" for p in procs
+                                                          if isinstance(p, Mapping)))}
+
+
 def _tool(name: str, kind: CallKind, params: Mapping[str, Arg] | None = None, **kw) -> Descriptor:
     return Descriptor(name=name, kind=kind, params=params or {}, **kw)
 
@@ -50,7 +60,7 @@ def _tool(name: str, kind: CallKind, params: Mapping[str, Arg] | None = None, **
 TOOLS: dict[str, Descriptor] = {d.name: d for d in (
     # resolve: find what to act on
     _tool("find_process", CallKind.RESOLVE, {"name": Arg("string", "A configured [[process]] name.", required=True)},
-          covers=("process:{name}",), evidence=process_evidence,
+          covers=("process:{name}",), evidence=process_evidence, found=process_found,
           description="Look up one configured critical process now: its pid, whether it is alive, its command."),
     _tool("list_workers", CallKind.RESOLVE, covers=("worker:*",),
           description="Pulse's workers (watcher, tick, executor, engine) and their states, live from pulsed."),
@@ -81,7 +91,7 @@ TOOLS: dict[str, Descriptor] = {d.name: d for d in (
           verified_by="find_process of the same name, started after the restart returned",
           description="Restart a configured critical process with its configured restart command."),
     _tool("restart_worker", CallKind.WRITE, {"name": Arg("string", "watcher, tick, executor or engine.", required=True)},
-          touches=("worker:{name}",),
+          touches=("worker:{name}",), idempotent=True,
           verified_by="status or list_workers, started after the restart returned",
           description="Restart one of Pulse's workers."),
     _tool("signal_process", CallKind.WRITE, {

@@ -19,6 +19,12 @@ are, and what each reads or changes, is the caller's catalogue (Pulse's: pulse.a
   class ("target:*"), which only a look at the whole class that found one of it verifies.
 - `finish` is refused with UNVERIFIED_WRITE while a write is unverified or in flight, and ends
   the session: every call after it answers SESSION_FINISHED.
+- A write whose effect may have acted without anyone knowing (its effect was interrupted: the
+  executor died while it ran) leaves its resource *uncertain*: no non-idempotent write on it
+  passes until the writer's own look, started after that effect ended, shows it is still
+  needed (the resource as it was found before that write, or gone). A look that finds it
+  changed since settles that the write acted: the same task does not repeat it (unless a later
+  look finds the resource gone); others write it as usual.
 - Reads, resolves and user_input are never blocked; user_input never changes state.
 - A blocked attempt only counts (telemetry, and a recovery entry per tool + argument hash
   that expires after RECOVERY_TTL_S); no number of them waives the gate.
@@ -149,6 +155,11 @@ class Descriptor:
     cases: Mapping[str, CallKind] = field(default_factory=dict)   # its values; any other value is a write
     touches_fn: Callable[[Mapping[str, Any]], frozenset[str]] | None = None   # when templates cannot say
     verified_by: str = ""              # for writes: what verifies it, in words the model reads
+    idempotent: bool = False           # for writes: running it twice does no harm (a write on an
+    #                                    uncertain resource is refused unless this says so)
+    found: Callable[[Call, Any], Mapping[str, str]] | None = None
+    # for reads: what each resource the result is about was found to be, as an opaque identity
+    # ("" when it is gone): what tells whether an interrupted write acted
     evidence: Callable[[Call, Any], list[tuple[Pattern, int | None]]] | None = None
     # for reads: what a result is about (a resource, and the event id it was seen at, if it says);
     # default: everything it covers, if the result is not empty
@@ -188,6 +199,7 @@ class Call:
     touches: frozenset[str] = frozenset()       # writes
     covers: frozenset[Pattern] = frozenset()    # reads and resolves
     why: str = ""                               # how it was classified, when not plainly
+    idempotent: bool = False                    # writes: its descriptor says it may run twice
 
 
 def args_hash(args: Any) -> str:
@@ -215,7 +227,7 @@ def classify(tools: Mapping[str, Descriptor], name: str, args: Any) -> Call:
         if kind is None:
             kind, why = CallKind.WRITE, f"unrecognised {d.discriminator} {value!r}"
     if kind == CallKind.WRITE:
-        return Call(name, kind, digest, _write_keys(d, args), why=why)
+        return Call(name, kind, digest, _write_keys(d, args), why=why, idempotent=d.idempotent and not why)
     if kind in (CallKind.READ, CallKind.RESOLVE):
         return Call(name, kind, digest, covers=covered(d.covers, args))
     return Call(name, kind, digest)
@@ -305,6 +317,19 @@ class Flight:
     began: int
     effect: str | None = None       # the effect a write committed, once it did
     cancelled: bool = False         # the client gave up on it; its effect's outcome settles it
+    before: dict[str, str | None] = field(default_factory=dict)   # a write: what its actor last found each key to be
+
+
+@dataclass
+class Uncertain:
+    """A resource whose last write's effect may have acted, unknown (interrupted)."""
+    tool: str
+    agent: str
+    task: str
+    effect: str | None
+    before: str | None              # what the writer had found it to be before the write (None: never looked)
+    ended: int                      # where the effect ended
+    acted_at: int | None = None     # a look found it changed since: the write acted (settled, for its task)
 
 
 @dataclass
@@ -325,6 +350,8 @@ class Change:
 class Actor:
     looked: dict[Pattern, int] = field(default_factory=dict)   # pattern → where its latest good look began
     unverified: dict[str, Debt] = field(default_factory=dict)   # resource → the write that left it so
+    verified: int = 0            # its writes that acted and were verified: the changes it can claim
+    found: dict[str, tuple[str, int]] = field(default_factory=dict)   # resource → (identity, where that look began)
 
 
 @dataclass
@@ -337,6 +364,7 @@ class SessionFacts:
     last: float = 0.0
     calls: int = 0
     blocked: int = 0
+    refused_writes: int = 0         # writes the gate blocked, or that returned without acting
     finished: bool = False
 
 
@@ -363,6 +391,7 @@ class Ledger:
         self.actors: dict[Principal, Actor] = {}
         self.flights: dict[str, Flight] = {}
         self.changes: dict[str, Change] = {}
+        self.uncertain: dict[str, Uncertain] = {}
         self.blocks: dict[Principal, collections.deque[float]] = {}   # when its recorded blocks were
 
     def recorded_blocks(self, principal: Principal, since: float) -> int:
@@ -396,9 +425,13 @@ class Ledger:
         if session is not None:
             session.last = ts
         if phase == "begin":
+            touches = frozenset(fact.get("touches", ()))
+            writer = self.actors.get(self.principal(sid))
+            seen = writer.found if writer is not None else {}
             self.flights[fact["call"]] = Flight(
-                fact["call"], sid, CallKind(fact["kind"]), fact["tool"], frozenset(fact.get("touches", ())),
-                frozenset(Pattern(t, bool(prefix)) for t, prefix in fact.get("covers", ())), position)
+                fact["call"], sid, CallKind(fact["kind"]), fact["tool"], touches,
+                frozenset(Pattern(t, bool(prefix)) for t, prefix in fact.get("covers", ())), position,
+                before={k: seen[k][0] if k in seen else None for k in touches})
             if session is not None:
                 session.calls += 1
         elif phase == "acting" and fact.get("call") in self.flights:
@@ -413,9 +446,11 @@ class Ledger:
         elif phase == "settle" and fact.get("call") in self.flights:
             # a settled write returned when its effect ended, not when the settling was written
             return self._returned(self.flights.pop(fact["call"]), fact.get("ended") or position, ts,
-                                  {"acted": fact.get("acted")})
+                                  {"acted": fact.get("acted"), "uncertain": fact.get("uncertain")})
         elif phase == "blocked" and session is not None:
             session.blocked += 1
+            if fact.get("kind") == str(CallKind.WRITE):
+                session.refused_writes += 1
             self.blocks.setdefault((session.agent, session.task), collections.deque()).append(ts)
         elif phase == "finish" and session is not None:
             session.finished = True
@@ -425,6 +460,10 @@ class Ledger:
                     actor.unverified.clear()
                     if not fact.get("keep_progress"):
                         actor.looked.clear()
+            if not fact.get("keep_progress"):       # the operator vouches for what its writes left uncertain
+                for key, u in list(self.uncertain.items()):
+                    if u.agent == fact.get("agent") and fact.get("task") in (None, u.task):
+                        del self.uncertain[key]
         return []
 
     def _returned(self, flight: Flight, position: int, ts: float, fact: Mapping[str, Any]) -> list[str]:
@@ -434,15 +473,23 @@ class Ledger:
             if fact.get("acted"):
                 for key in flight.touches:
                     self.changes[key] = Change(position, principal[0], ts)
+                    self.uncertain.pop(key, None)            # a newer change: what it found is moot
+                    if fact.get("uncertain"):
+                        self.uncertain[key] = Uncertain(flight.tool, *principal, flight.effect,
+                                                        flight.before.get(key), position)
                     if fact.get("self_verified"):
                         actor.looked[Pattern(key)] = position      # its own result is a look after it
                     else:
                         actor.unverified[key] = Debt(flight.tool, flight.began, position)
+                actor.verified += bool(fact.get("self_verified"))
+            elif (session := self.sessions.get(flight.session)) is not None:
+                session.refused_writes += 1              # refused by [allow], or failed before it acted
             return []
         if flight.kind not in (CallKind.READ, CallKind.RESOLVE) or not fact.get("ok"):
             return []
         for p in flight.covers:
             actor.looked[p] = max(actor.looked.get(p, 0), flight.began)
+        needed = self._found(actor, principal, flight, fact.get("found") or {})
         evidence = [(Pattern(t, bool(prefix)), at) for t, prefix, at in fact.get("evidence", ())]
         # evidence that names its event counts if that event came after the write began (the
         # write's own outcome is news about R); the look itself must start after it returned
@@ -451,7 +498,26 @@ class Ledger:
                       and any(about(e, key) and (at is None or at > debt.began) for e, at in evidence))
         for key in done:
             del actor.unverified[key]
+        actor.verified += bool(set(done) - needed)     # a write the look shows never acted is no change made
         return done
+
+    def _found(self, actor: Actor, principal: Principal, flight: Flight, found: Mapping[str, str]) -> set[str]:
+        """Fold what a look found each resource to be; the uncertain resources it shows still need
+        their write (as found before it, or gone) are no longer uncertain: returned."""
+        needed = set()
+        for key, identity in found.items():
+            if not isinstance(identity, str):
+                continue
+            actor.found[key] = (identity, flight.began)
+            u = self.uncertain.get(key)
+            if u is None or flight.began <= (u.acted_at or u.ended):
+                continue
+            if identity == "" or (u.acted_at is None and identity == u.before):
+                needed.add(key)
+                del self.uncertain[key]
+            elif u.acted_at is None:
+                u.acted_at = flight.began           # changed since: the write acted
+        return needed
 
     # -- decisions ------------------------------------------------------------------------
 
@@ -489,6 +555,8 @@ class Ledger:
             if busy:
                 return (f"{busy[0]} is being changed by {self.principal(flight.session)[0]} right now; "
                         "one change at a time per resource")
+        if not call.idempotent and (why := self.repeat_refusal(principal, call)) is not None:
+            return why
         for key in sorted(call.touches):
             seen = max((at for p, at in actor.looked.items() if p.covers(key)), default=None)
             if seen is None:
@@ -499,6 +567,22 @@ class Ledger:
             if change is not None and seen < change.returned:
                 when = time.strftime("%H:%M:%SZ", time.gmtime(change.ts))
                 return f"{key} was changed by {change.agent} at {when} after you last looked; look again first"
+        return None
+
+    def repeat_refusal(self, principal: Principal, call: Call) -> str | None:
+        """Why a non-idempotent write may not touch an uncertain resource now, or None."""
+        for key in sorted(call.touches):
+            u = self.uncertain.get(key)
+            if u is None or (u.acted_at is not None and u.task != principal[1]):
+                continue
+            effect = f" (effect {u.effect})" if u.effect else ""
+            if u.acted_at is None:
+                return (f"{u.tool} on {key}{effect} may have acted: its effect was interrupted, outcome unknown; "
+                        f"it is not repeated until a look at {key}, started after that, shows it still needed "
+                        "(unchanged since before that write, or gone), or the operator resets the gate of "
+                        f"{u.agent} (pulsectl gate-reset --agent {u.agent})")
+            return (f"{u.tool} on {key}{effect} acted: a look after it found {key} changed since before it; "
+                    "this task does not repeat it unless a later look finds it gone")
         return None
 
     def finish_refusal(self, session: str) -> str | None:
@@ -661,6 +745,8 @@ class Session:
             found = d.evidence(call, result) if d is not None and d.evidence is not None else \
                 ([(p, None) for p in call.covers] if has_evidence(result) else [])
             data["evidence"] = [[p.text, p.prefix, at] for p, at in sorted(found, key=lambda f: str(f[0]))]
+            if d is not None and d.found is not None:
+                data["found"] = dict(d.found(call, result))
         if call.covers:
             data["covers"] = sorted(str(p) for p in call.covers)
         if cancelled:

@@ -37,6 +37,7 @@ class Settled(NamedTuple):
     why: str
     ended: int | None           # the id of the event that ended the effect
     ended_ts: float | None
+    uncertain: bool = False     # it may have acted, nobody knows how far: interrupted while it ran
 
 
 def process_alive(pid: int | None, started: float | None) -> bool:
@@ -65,6 +66,9 @@ def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> Settled
         return Settled(True, f"its effect {effect_id} was acked", ended, ended_ts)
     if state == EffectState.EXPIRED or reason in NOT_ACTED:
         return Settled(False, f"its effect {effect_id} ended {state} ({reason or 'never run'})", ended, ended_ts)
+    if reason.startswith("interrupted"):        # interrupted-after-start: its executor died while it ran
+        return Settled(True, f"its effect {effect_id} was interrupted while it ran: it may have acted", ended,
+                       ended_ts, uncertain=True)
     return Settled(True, f"its effect {effect_id} failed after it started", ended, ended_ts)
 
 
@@ -139,7 +143,7 @@ def settle_fact(flight: gate.Flight, settled: Settled, how: str) -> gate.Record:
     return gate.Record("gate-call", {
         "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
         "kind": str(flight.kind), "acted": settled.acted, "effect": flight.effect, "ended": settled.ended,
-        "why": how + settled.why})
+        "why": how + settled.why, **({"uncertain": True} if settled.uncertain else {})})
 
 
 def stamp(pid: int) -> float | None:

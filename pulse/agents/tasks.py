@@ -29,7 +29,7 @@ from pulse.core.wire import TASK_EVENTS, AgentCapabilityStats, PendingTasks, Tas
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
 # Failures that cannot fix themselves (pulse.agents.adapters reads them from the CLI's own words):
 # the task is given up at the first, not retried into the same answer.
-FINAL_REASONS = frozenset({"not-logged-in", "missing-key", "usage", "turn-cap", "not-installed"})
+FINAL_REASONS = frozenset({"not-logged-in", "missing-key", "usage", "turn-cap", "not-installed", "tool-denied"})
 SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
 SNAPSHOT_TASKS_LIMIT = 100  # the snapshot lists at most this many pending tasks (pending_count is exact)
 NEW = "new"                 # the status of a task before its task-created: not a TaskStatus, nothing is in it

@@ -63,6 +63,38 @@ def gate_calls(conn, task: str) -> list[dict]:
             for e in eventsdb.gate_events_of_task(conn, task, GATE_CALLS_LIMIT)]
 
 
+def earlier_writes(conn, task: str, limit: int = 20) -> list[str]:
+    """What the task's earlier runs tried to change through the gate, one line per write, oldest
+    first (the last `limit`): its tool and resources, its effect, and how it ended (acted, did
+    not, refused, or may have acted: interrupted, outcome unknown)."""
+    from pulse.store import eventsdb
+    writes: dict[str, dict] = {}
+    lines: list[tuple[int, str]] = []
+    for e in eventsdb.gate_events_of_task(conn, task, GATE_CALLS_LIMIT):
+        d = e.data
+        if e.type != "gate-call":
+            continue
+        if d.get("phase") == "begin" and d.get("kind") == "write":
+            writes[d["call"]] = {"at": e.id, "ts": e.ts, "what": f"{d.get('tool')} on {', '.join(d.get('touches') or [])}"}
+        elif d.get("phase") == "blocked" and d.get("kind") == "write":
+            lines.append((e.id, f"{iso(e.ts)} {d.get('tool')}: refused by the gate ({d.get('blocked')}), did not act"))
+        elif d.get("call") in writes:
+            w = writes[d["call"]]
+            if d.get("phase") == "acting":
+                w["effect"] = d.get("effect")
+            elif d.get("phase") in ("end", "settle"):
+                w["how"] = (d.get("why") or "") if d.get("phase") == "settle" else \
+                    ("returned, acted" if d.get("acted") else "failed, did not act" if d.get("acted") is False
+                     else "ended, outcome unknown")
+                if d.get("uncertain"):
+                    w["how"] += " (outcome unknown)"
+    for w in writes.values():
+        effect = f" (effect {w['effect']})" if w.get("effect") else ""
+        how = w.get("how") or ("in flight" if w.get("effect") else "began, committed no effect")
+        lines.append((w["at"], f"{iso(w['ts'])} {w['what']}{effect}: {how}"))
+    return [text for _, text in sorted(lines)[-limit:]]
+
+
 def waiting(conn, agents: list | None, state) -> dict[str, Any] | None:
     """Why a pending task is not handed out, or None: no agent may take it (reason `unassignable`,
     pulse.agents.routing; `agents` None: not known, not said), or a spend limit said so since its last

@@ -30,6 +30,15 @@ MCP_CONNECT_TIMEOUT_MS (its default 5000 ms; then "proceeding; background connec
 continues"): the run's env gets MCP_CONNECT_TIMEOUT_MS = MCP_STARTUP_TIMEOUT_S unless the
 [[agent]] env sets it. Past that, Claude still runs, without Pulse's tools until the server is up
 (Claude has no "required" server that fails the run, as Codex has).
+
+Print mode grants no MCP tool by itself: 2.1.197 answers each call of one with "Claude requested
+permissions to use mcp__pulse__find_process, but you haven't granted it yet." and lists it in the
+result's `permission_denials` ([{"tool_name", "tool_use_id", "tool_input"}]), while the run still
+ends "success" with whatever the model then says. So the run is granted Pulse's tools, and only
+those (`--allowedTools mcp__pulse`: every tool of the server named "pulse"; the operator's argv
+may allow others, or deny some of Pulse's with `--disallowedTools`, which wins); and a run whose
+`permission_denials` name a Pulse tool fails, reason `tool-denied`, naming each tool denied: the
+model asked Pulse to act and Pulse never did, whatever the answer claims.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
          "cache_read_input_tokens": "cache_read"}
+SERVER = "pulse"                  # the MCP server's name in --mcp-config: its tools are mcp__pulse__<tool>
+TOOL_PREFIX = f"mcp__{SERVER}__"
 MODEL_USAGE = {"inputTokens": "input", "outputTokens": "output", "cacheCreationInputTokens": "cache_write",
                "cacheReadInputTokens": "cache_read"}
 
@@ -79,11 +90,12 @@ class ClaudeCodeAdapter(Adapter):
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         path = os.path.join(inv.scratch, "mcp.json")
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump({"mcpServers": {"pulse": {"type": "stdio", **server, "alwaysLoad": True}}}, f)
+            json.dump({"mcpServers": {SERVER: {"type": "stdio", **server, "alwaysLoad": True}}}, f)
         # alwaysLoad waits for the server before the first turn, this long (see the docstring).
         inv.env.setdefault("MCP_CONNECT_TIMEOUT_MS", str(MCP_STARTUP_TIMEOUT_S * 1000))
         at = self.options_at(inv)
-        inv.argv[at:at] = ["--mcp-config", path]
+        # --allowedTools takes several values: the next option (or the `--`) ends them
+        inv.argv[at:at] = ["--mcp-config", path, "--allowedTools", f"mcp__{SERVER}"]
 
     def cap_spend(self, inv: Invocation, usd: float) -> None:
         # `--max-budget-usd` (print mode; documented): Claude stops between turns once past it, with
@@ -124,4 +136,20 @@ class ClaudeCodeAdapter(Adapter):
             result.reason = final_reason(result.error) or "agent"
         elif not result.text:
             result.ok, result.reason, result.error = False, "empty-result", "the agent's result is empty"
+        denied = denied_tools(obj)
+        if denied:
+            result.extra["permission_denials"] = denied
+        if (pulses := [t for t in denied if t.startswith(TOOL_PREFIX)]) and result.ok:
+            result.ok, result.reason = False, "tool-denied"
+            result.error = (f"Claude Code denied Pulse's tool{'s' if len(pulses) > 1 else ''} {', '.join(pulses)} "
+                            "(its permission_denials): what the agent asked Pulse to do was not done, whatever "
+                            "it answered; grant them (--allowedTools mcp__pulse), or drop the argv's "
+                            "--disallowedTools for them")
         return result
+
+
+def denied_tools(obj: dict) -> list[str]:
+    """The tools the result's `permission_denials` name, each once, in order."""
+    denials = obj.get("permission_denials")
+    names = [d.get("tool_name") for d in denials if isinstance(d, dict)] if isinstance(denials, list) else []
+    return list(dict.fromkeys(n for n in names if isinstance(n, str)))
