@@ -122,11 +122,15 @@ def add_task(pulsed, project: str, prompt: str, priority: int = 0) -> str:
     return done.stdout.strip().split()[0].rstrip(":")
 
 
+def ended(pulsed, task: str) -> dict:
+    return wait_for(lambda: next((e for e in pulsed.events(target=task) if e["type"] in ("task-acked", "task-failed")),
+                                 None), 90, what=f"the end of {task}")
+
+
 def acked(pulsed, task: str) -> dict:
-    ended = wait_for(lambda: next((e for e in pulsed.events(target=task) if e["type"] in ("task-acked", "task-failed")),
-                                  None), 90, what=f"the end of {task}")
-    assert ended["type"] == "task-acked", ended
-    return ended
+    end = ended(pulsed, task)
+    assert end["type"] == "task-acked", end["data"]
+    return end
 
 
 def answers(out) -> list[dict]:
@@ -186,7 +190,9 @@ def test_create_task_fan_out_stops_at_the_depth_bound(planners, tmp_path):
     top = add_task(pulsed, "pa", plan(out, ["create_task", {"project": "pa", "title": "c", "prompt": child}]))
     acked(pulsed, top)
     made = next(a for a in answers(out) if a["task"] == top)["result"]["data"]["task"]
-    acked(pulsed, made["id"])
+    # its only write was refused: the child's run is not acked, whatever it says (reason no-write)
+    end = ended(pulsed, made["id"])
+    assert (end["type"], end["data"]["reason"]) == ("task-failed", "no-write"), end["data"]
     refused = next(a for a in answers(out) if a["task"] == made["id"])
     assert err(refused) == "TASK_DEPTH", refused
     assert len([e for e in pulsed.events("task-created") if e["source"] == "agent"]) == 1
