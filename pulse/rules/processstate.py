@@ -1,0 +1,146 @@
+"""The states of a guarded [[process]], and its crash-loop arithmetic: pure functions over facts.
+
+Stdlib only, like supervisord's states.py: processWatchdog decides restarts with these functions and
+status shows states made by them, so what status says ("backoff until 12:00:07", "fatal") is what
+the rule does. The facts, folded from events.db and vitals by the tick:
+
+- starts: each restart-process that ended, oldest first (`ts` of its outcome, `ok`, `origin`, `why`,
+  `attempt`): a start acked is the process running after its start_grace_s; one failed died within it.
+- exits: the process's recorded exits, oldest first (`ts`, `pid`, `code`, `signal`, `tail`).
+- the latest process-alive sample, its recent health probes, pauses and an operator's stop.
+
+A start FAILED when its restart failed, or when the process died within min_uptime_s of it (the
+newcomer's process that exits 1 three seconds after each start). A start that ran min_uptime_s
+without dying ends a streak. Failed starts in a row, within restart_window_s and since an
+operator last started it, are its crash loop: the next start waits backoff(n) after the death,
+and at max_restarts it is held `fatal` until an operator starts it (or it comes back by itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from pulse.core.states import ProcessState
+
+
+class Start(Protocol):
+    ts: float
+    ok: bool
+    origin: str
+
+
+class Death(Protocol):
+    ts: float
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A [[process]]'s crash-loop settings (pulse.core.config.Process), as plain numbers."""
+    min_uptime_s: float
+    max_restarts: int
+    restart_window_s: float
+    backoff_base_s: float
+    backoff_max_s: float
+
+
+def backoff(attempt: int, base_s: float, max_s: float) -> float:
+    """The wait before start number `attempt` (1, 2, 3 …) of a streak: base, 2×base, 4×base … at most max."""
+    return 0.0 if attempt <= 0 else min(base_s * 2 ** (attempt - 1), max_s)
+
+
+def start_failed(start: Start, deaths: Sequence[float], now: float, min_uptime_s: float) -> bool | None:
+    """True: the start failed (its restart failed, or the process died within min_uptime_s of it);
+    False: the process outlived min_uptime_s; None: not known yet (it runs, younger than that)."""
+    if not start.ok or any(start.ts < d < start.ts + min_uptime_s for d in deaths):
+        return True
+    if now >= start.ts + min_uptime_s or any(d > start.ts for d in deaths):
+        return False
+    return None
+
+
+def failed_starts(starts: Sequence[Start], deaths: Sequence[float], now: float, limits: Limits,
+                  since: float = 0.0) -> list[Start]:
+    """The crash loop: the trailing failed starts (oldest first), within restart_window_s of `now`
+    and after `since` (an operator's start). A start that outlived min_uptime_s ends it; one too
+    young to judge is passed over (it is the run going on now)."""
+    streak: list[Start] = []
+    horizon = max(since, now - limits.restart_window_s)
+    for start in reversed(starts):
+        if start.ts <= horizon:
+            break
+        failed = start_failed(start, deaths, now, limits.min_uptime_s)
+        if failed is False:
+            break       # it ran long enough: the loop, if any, ended here
+        if failed:
+            streak.append(start)
+    return streak[::-1]
+
+
+def is_fatal(streak: Sequence[Start], limits: Limits) -> bool:
+    return limits.max_restarts > 0 and len(streak) >= limits.max_restarts
+
+
+def next_start_at(streak: Sequence[Start], died: float, limits: Limits) -> float:
+    """When a process that died at `died` may be started again: at once after a long run, else
+    backoff(len(streak)) after its death."""
+    return died + backoff(len(streak), limits.backoff_base_s, limits.backoff_max_s)
+
+
+@dataclass
+class View:
+    """A process's state and what status shows beside it."""
+    state: ProcessState
+    why: str = ""
+    until: float | None = None          # backoff: the next start; starting: when it counts as running
+    started: float | None = None        # the running process's start (wall clock)
+
+
+def project(*, now: float, alive: bool | None, started: float | None, died: float | None,
+            restarting: bool, guarded: bool, stopped: bool, paused_until: float | None,
+            streak: Sequence[Start], limits: Limits, last_exit: str | None,
+            probes_failing: int, failures: int | None, healthy_since_start: bool,
+            start_period_s: float, asked_not_to_restart: bool) -> View:
+    """The state of one process from its facts.
+
+    alive/started/died: the latest process-alive sample; restarting: a restart-process of it is
+    pending; guarded: processWatchdog restarts it (it has a restart argv); stopped: an operator
+    stopped it; streak: failed_starts(); last_exit: its last exit in words; probes_failing: its
+    counted health probes failed in a row (failures: how many make it unhealthy; None: no probe);
+    healthy_since_start: a probe passed since it started; asked_not_to_restart: its last exit was
+    one of its stop_exit_codes."""
+    if alive is None:
+        return View(ProcessState.UNKNOWN, "not sampled yet")
+    if paused_until is not None and paused_until > now:
+        return View(ProcessState.PAUSED, "survival leaves it alone", until=paused_until,
+                    started=started if alive else None)
+    if not alive:
+        if stopped:
+            return View(ProcessState.STOPPED, "stopped by an operator")
+        if restarting:
+            return View(ProcessState.STARTING, "being restarted")
+        if not guarded:
+            return View(ProcessState.DEAD, "not running; it has no restart argv: Pulse does not start it"
+                        + (f" (last {last_exit})" if last_exit else ""))
+        if asked_not_to_restart:
+            return View(ProcessState.DEAD, f"{last_exit}, one of its stop_exit_codes: left down until someone starts it")
+        if is_fatal(streak, limits):
+            return View(ProcessState.FATAL, f"{len(streak)} starts in a row died within min_uptime_s "
+                        f"{limits.min_uptime_s:g} s: held down until an operator starts it"
+                        + (f"; last {last_exit}" if last_exit else ""))
+        if streak:
+            at = next_start_at(streak, died if died is not None else now, limits)
+            if at > now:
+                return View(ProcessState.BACKOFF, f"{len(streak)} of max_restarts {limits.max_restarts} quick deaths"
+                            + (f"; last {last_exit}" if last_exit else ""), until=at)
+        return View(ProcessState.STARTING, "dead; being restarted" + (f" (last {last_exit})" if last_exit else ""))
+    if failures is not None and probes_failing >= failures:
+        return View(ProcessState.UNHEALTHY, f"{probes_failing} failed health probes in a row", started=started)
+    settle = [started + limits.min_uptime_s] if started is not None else []
+    if failures is not None and not healthy_since_start and started is not None:
+        settle.append(started + start_period_s)
+    until = max(settle, default=None)
+    if until is not None and now < until:
+        return View(ProcessState.STARTING, "within min_uptime_s of its start" if until == settle[0]
+                    else "within its health start_period_s", until=until, started=started)
+    return View(ProcessState.RUNNING, "", started=started)
