@@ -13,8 +13,13 @@ from pulse.rules import guardview, processstate, survival
 LIMITS = processstate.Limits(min_uptime_s=10, max_restarts=3, restart_window_s=300, backoff_base_s=1, backoff_max_s=8)
 
 
-def start(ts, ok=True, origin="survival", why="dead", attempt=0):
-    return ProcessStart(ts, ok, origin, why, attempt)
+def start(ts, ok=True, origin="survival", why="dead", attempt=0, pid=0):
+    return ProcessStart(ts, ok, origin, why, attempt, ts, pid or int(ts))
+
+
+def exits(*deaths):
+    """Exits of the processes that started at each start above (pid: the start's ts), at these times."""
+    return [ProcessExit(pid=int(started), ts=at) for started, at in deaths]
 
 
 def project(**facts):
@@ -30,25 +35,35 @@ def test_backoff_doubles_up_to_its_cap_and_the_first_start_waits_nothing():
 
 def test_runs_shorter_than_min_uptime_are_a_crash_loop_and_a_long_run_ends_it():
     starts = [start(100), start(200), start(213), start(220)]
-    deaths = [150.0, 203.0, 216.0, 224.0]     # 50 s (long), then 3 s, 3 s and 4 s after their starts
-    streak = processstate.failed_starts(starts, deaths, 230, LIMITS)
+    # 50 s (long), then 3 s, 3 s and 4 s after their starts
+    streak = processstate.failed_starts(starts, exits((100, 150.0), (200, 203.0), (213, 216.0), (220, 224.0)), None,
+                                        230, LIMITS)
     assert [s.ts for s in streak] == [200, 213, 220]
     assert processstate.is_fatal(streak, LIMITS)
-    assert processstate.next_start_at(streak[:2], 216.0, LIMITS) == 218.0     # 2 failed: waits 2 s
+    assert processstate.next_start_at(streak[:1], 203.0, LIMITS) == 203.0     # after the first: at once
+    assert processstate.next_start_at(streak, 224.0, LIMITS) == 226.0         # 3 failed: waits 2 s
 
 
 def test_a_failed_restart_counts_and_a_young_run_is_not_judged_yet():
-    streak = processstate.failed_starts([start(100, ok=False), start(102)], [99.5], 105, LIMITS)
+    streak = processstate.failed_starts([start(100, ok=False), start(102)], exits((100, 100.5)), None, 105, LIMITS)
     assert [s.ts for s in streak] == [100]     # the run started at 102 is 3 s old: neither failed nor good
+
+
+def test_a_run_cut_short_by_a_restart_that_did_not_answer_its_death_is_not_judged():
+    # restarted for its probes at 105 (asked at 104.5): its exit at 104.8 was Pulse stopping it
+    starts = [start(90), start(100), start(105, why="unhealthy")]
+    assert processstate.failed_starts(starts, exits((90, 93.0), (100, 104.8)), None, 106, LIMITS) == [starts[0]]
+    # the watcher's death of the last one counts before its exit is recorded
+    assert len(processstate.failed_starts(starts[:2], exits((90, 93.0)), 103.0, 104, LIMITS)) == 2
 
 
 def test_the_window_and_an_operator_start_bound_the_loop():
     starts = [start(100), start(104), start(108)]
-    deaths = [103.0, 107.0, 111.0]
-    assert len(processstate.failed_starts(starts, deaths, 112, LIMITS)) == 3
-    assert len(processstate.failed_starts(starts, deaths, 112, LIMITS, since=104)) == 1
+    deaths = exits((100, 103.0), (104, 107.0), (108, 111.0))
+    assert len(processstate.failed_starts(starts, deaths, None, 112, LIMITS)) == 3
+    assert len(processstate.failed_starts(starts, deaths, None, 112, LIMITS, since=104)) == 1
     narrow = processstate.Limits(10, 3, 6, 1, 8)
-    assert len(processstate.failed_starts(starts, deaths, 112, narrow)) == 1
+    assert len(processstate.failed_starts(starts, deaths, None, 112, narrow)) == 1
 
 
 def test_states_from_facts():
@@ -64,8 +79,9 @@ def test_states_from_facts():
     assert project(**dead, guarded=False).state == ProcessState.DEAD
     assert project(**dead, asked_not_to_restart=True, last_exit="exit code 78").state == ProcessState.DEAD
     assert project(**dead).state == ProcessState.STARTING                               # restarted at once
-    backoff = project(alive=False, started=None, died=999.5, streak=[start(990)], last_exit="exit code 1")
-    assert backoff.state == ProcessState.BACKOFF and backoff.until == 1000.5       # 1 failed start: 1 s
+    assert project(**dead, streak=[start(990)]).state == ProcessState.STARTING      # the first: at once
+    backoff = project(alive=False, started=None, died=999.5, streak=[start(980), start(990)], last_exit="exit code 1")
+    assert backoff.state == ProcessState.BACKOFF and backoff.until == 1000.5       # 2 failed starts: 1 s
     assert "exit code 1" in backoff.why
     fatal = project(**dead, streak=[start(970), start(980), start(990)], last_exit="exit code 1")
     assert fatal.state == ProcessState.FATAL and "exit code 1" in fatal.why
@@ -97,9 +113,9 @@ def watchdog(curr: Snapshot, proc: Process = PROC):
 
 
 def test_the_watchdog_waits_out_the_backoff_then_restarts_with_the_attempt():
-    runs = ProcessRuns(starts=[start(100), start(105)], exits=[ProcessExit(pid=1, ts=103.0), ProcessExit(pid=2, ts=108.0)])
+    runs = ProcessRuns(starts=[start(100), start(105)], exits=exits((100, 103.0), (105, 108.0)))
     effects, tick_ms = watchdog(snapshot(108.5, runs, 108.0))
-    assert effects == [] and tick_ms == 1501                   # 2 failed starts: waits 2 s after the death
+    assert effects == [] and tick_ms == 501                    # 2 failed starts: waits 1 s after the death
     effects, _ = watchdog(snapshot(110.1, runs, 108.0))
     assert [(e.kind, e.params["why"], e.params["attempt"]) for e in effects] == [("restart-process", "dead", 3)]
 
@@ -107,8 +123,7 @@ def test_the_watchdog_waits_out_the_backoff_then_restarts_with_the_attempt():
 def test_the_watchdog_holds_a_crash_loop_fatal_and_says_so_once_with_its_output():
     tail = "listening\nfatal: bad token"
     runs = ProcessRuns(starts=[start(100), start(105), start(112)],
-                       exits=[ProcessExit(pid=1, ts=103.0), ProcessExit(pid=2, ts=108.0),
-                              ProcessExit(pid=3, ts=115.0, code=1, tail=tail)])
+                       exits=[*exits((100, 103.0), (105, 108.0)), ProcessExit(pid=112, ts=115.0, code=1, tail=tail)])
     curr = snapshot(116, runs, 115.0, exits={"gw": runs.exits[-1]})
     effects, _ = watchdog(curr)
     assert [e.kind for e in effects] == ["notify"]
@@ -120,13 +135,12 @@ def test_the_watchdog_holds_a_crash_loop_fatal_and_says_so_once_with_its_output(
 
 
 def test_an_operator_stop_leaves_it_down_and_an_operator_start_counts_afresh():
-    runs = ProcessRuns(starts=[start(100), start(105), start(112)],
-                       exits=[ProcessExit(pid=1, ts=103.0), ProcessExit(pid=2, ts=108.0), ProcessExit(pid=3, ts=115.0)])
+    runs = ProcessRuns(starts=[start(100), start(105), start(112)], exits=exits((100, 103.0), (105, 108.0), (112, 115.0)))
     stopped = ProcessRuns(starts=runs.starts, exits=runs.exits, stopped=True, operator_at=115.5)
     assert watchdog(snapshot(116, stopped, 115.0))[0] == []
     assert guardview.process_view(snapshot(116, stopped, 115.0), PROC, Survival()).state == "stopped"
     started = ProcessRuns(starts=[*runs.starts, start(117, origin="operator")],
-                          exits=[*runs.exits, ProcessExit(pid=4, ts=118.0)], operator_at=117)
+                          exits=[*runs.exits, *exits((117, 118.0))], operator_at=117)
     effects, _ = watchdog(snapshot(118.1, started, 118.0))
     assert [e.params["attempt"] for e in effects] == [1]        # the operator's start began a new count
 

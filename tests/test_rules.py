@@ -116,13 +116,13 @@ failures = [restart_outcome("failed", t) for t in (1.0, 2.0, 3.0)]
 
 def test_watchdog_backs_off_failed_starts_and_says_nothing_before_it_holds_them():
     # three restarts that failed (folded into the snapshot's runs): inside the backoff after the third
-    # (1 s * 2**2 = 4 s after the death): no restart, no notification (max_restarts 5 says it, once),
+    # (1 s * 2**1 = 2 s after the death): no restart, no notification (max_restarts 5 says it, once),
     # wake when due; past it: the fourth attempt
     runs = {"gw": ProcessRuns(starts=[ProcessStart(t, False) for t in (1.0, 2.0, 3.0)])}
     curr = snap(4.0, False, 3.5, outcomes=failures)
     curr.runs = runs
     effects, tick_ms = watchdog(curr)
-    assert effects == [] and tick_ms == 3501
+    assert effects == [] and tick_ms == 1501
     curr = snap(8.0, False, 3.5, outcomes=failures)
     curr.runs = runs
     effects, _ = watchdog(curr)

@@ -283,6 +283,8 @@ class ProcessStart(msgspec.Struct):
     origin: str = "survival"
     why: str | None = None
     attempt: int = 0
+    asked: float = 0.0          # when the restart was committed
+    pid: int = 0                # the process it started (0: not known)
 
 
 class ProcessRuns(msgspec.Struct, kw_only=True):

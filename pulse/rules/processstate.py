@@ -5,15 +5,19 @@ status shows states made by them, so what status says ("backoff until 12:00:07",
 the rule does. The facts, folded from events.db and vitals by the tick:
 
 - starts: each restart-process that ended, oldest first (`ts` of its outcome, `ok`, `origin`, `why`,
-  `attempt`): a start acked is the process running after its start_grace_s; one failed died within it.
+  `attempt`, the `pid` it started, when it was `asked`): a start acked is the process running after
+  its start_grace_s; one failed died within it.
 - exits: the process's recorded exits, oldest first (`ts`, `pid`, `code`, `signal`, `tail`).
 - the latest process-alive sample, its recent health probes, pauses and an operator's stop.
 
-A start FAILED when its restart failed, or when the process died within min_uptime_s of it (the
-newcomer's process that exits 1 three seconds after each start). A start that ran min_uptime_s
-without dying ends a streak. Failed starts in a row, within restart_window_s and since an
-operator last started it, are its crash loop: the next start waits backoff(n) after the death,
-and at max_restarts it is held `fatal` until an operator starts it (or it comes back by itself).
+A start FAILED when its restart failed, or when the process it started (its pid) died within
+min_uptime_s of it (the newcomer's process that exits 1 three seconds after each start); a run
+ended by a restart that did not answer its death (an exit code it asked a restart by, its probes,
+its memory, an operator) is not judged. A start that ran
+min_uptime_s without dying ends a streak. Failed starts in a row, within restart_window_s and
+since an operator last started it, are its crash loop: after the first the next start is at once
+(as for a worker), then each waits backoff(n - 1) after the death, and at max_restarts it is held
+`fatal` until an operator starts it (or it comes back by itself).
 """
 
 from __future__ import annotations
@@ -28,10 +32,19 @@ class Start(Protocol):
     ts: float
     ok: bool
     origin: str
+    why: str | None
+    pid: int                    # the process it started (0: not known)
+    asked: float                # when the restart was committed (0: not known)
 
 
-class Death(Protocol):
+class Exit(Protocol):
     ts: float
+    pid: int
+
+
+# The restarts that answer a death: the run before one of these ended by dying. Any other restart
+# (for its probes, its memory, its config, an exit code it asked by, an operator's) cut it short.
+AFTER_A_DEATH = frozenset({"dead", None})
 
 
 @dataclass(frozen=True)
@@ -49,27 +62,54 @@ def backoff(attempt: int, base_s: float, max_s: float) -> float:
     return 0.0 if attempt <= 0 else min(base_s * 2 ** (attempt - 1), max_s)
 
 
-def start_failed(start: Start, deaths: Sequence[float], now: float, min_uptime_s: float) -> bool | None:
-    """True: the start failed (its restart failed, or the process died within min_uptime_s of it);
-    False: the process outlived min_uptime_s; None: not known yet (it runs, younger than that)."""
-    if not start.ok or any(start.ts < d < start.ts + min_uptime_s for d in deaths):
+def start_failed(start: Start, next_start: Start | None, death: float | None, now: float,
+                 min_uptime_s: float) -> bool | None:
+    """True: the start failed (its restart failed, or its process died within min_uptime_s of it);
+    False: the process outlived min_uptime_s; None: neither (it runs, younger than that; or a
+    restart that did not answer a death cut it short). `death`: when its process died, if known."""
+    if not start.ok:
         return True
-    if now >= start.ts + min_uptime_s or any(d > start.ts for d in deaths):
-        return False
-    return None
+    answered_a_death = next_start is None or (next_start.origin == "survival" and next_start.why in AFTER_A_DEATH)
+    if not answered_a_death:
+        cut = next_start.asked or next_start.ts
+        return False if cut - start.ts >= min_uptime_s else None
+    if death is not None:
+        return death - start.ts < min_uptime_s
+    if next_start is not None:          # its exit was not recorded (not Pulse's child): until the next start
+        return (next_start.asked or next_start.ts) - start.ts < min_uptime_s
+    return False if now - start.ts >= min_uptime_s else None
 
 
-def failed_starts(starts: Sequence[Start], deaths: Sequence[float], now: float, limits: Limits,
+def death_of(start: Start, next_start: Start | None, exits: Sequence[Exit], died: float | None) -> float | None:
+    """When the process a start started died: its recorded exit (by pid), else the watcher's death
+    (`died`) for the last start."""
+    if start.pid:
+        recorded = [e.ts for e in exits if e.pid == start.pid and e.ts > start.ts - 1]
+        if recorded:
+            return min(recorded)
+    else:
+        until = (next_start.asked or next_start.ts) if next_start is not None else float("inf")
+        recorded = [e.ts for e in exits if start.ts < e.ts < until]
+        if recorded:
+            return min(recorded)
+    return died if next_start is None and died is not None and died > start.ts - 1 else None
+
+
+def failed_starts(starts: Sequence[Start], exits: Sequence[Exit], died: float | None, now: float, limits: Limits,
                   since: float = 0.0) -> list[Start]:
     """The crash loop: the trailing failed starts (oldest first), within restart_window_s of `now`
-    and after `since` (an operator's start). A start that outlived min_uptime_s ends it; one too
-    young to judge is passed over (it is the run going on now)."""
+    and after `since` (an operator's start). A start that outlived min_uptime_s ends it; one that
+    cannot be judged (the run going on now, or one cut short by a restart) is passed over.
+    `exits`: the recorded exits that count (not those a process asked a restart by); `died`: the
+    death the watcher saw of the process that runs last, before its exit is recorded."""
     streak: list[Start] = []
     horizon = max(since, now - limits.restart_window_s)
+    next_start = None
     for start in reversed(starts):
         if start.ts <= horizon:
             break
-        failed = start_failed(start, deaths, now, limits.min_uptime_s)
+        failed = start_failed(start, next_start, death_of(start, next_start, exits, died), now, limits.min_uptime_s)
+        next_start = start
         if failed is False:
             break       # it ran long enough: the loop, if any, ended here
         if failed:
@@ -82,9 +122,9 @@ def is_fatal(streak: Sequence[Start], limits: Limits) -> bool:
 
 
 def next_start_at(streak: Sequence[Start], died: float, limits: Limits) -> float:
-    """When a process that died at `died` may be started again: at once after a long run, else
-    backoff(len(streak)) after its death."""
-    return died + backoff(len(streak), limits.backoff_base_s, limits.backoff_max_s)
+    """When a process that died at `died` may be started again: at once after a long run and after
+    the first failed start (as pulsed restarts its workers), then backoff(n - 1) after its death."""
+    return died + backoff(len(streak) - 1, limits.backoff_base_s, limits.backoff_max_s)
 
 
 @dataclass

@@ -153,8 +153,8 @@ def process_watchdog(config: TickConfig):
       else is a crash. A process whose exit codes matter waits up to EXIT_FACT_WAIT_S for that fact
       (the keeper rings the tick when it is written).
     - Crash loops (pulse.rules.processstate, from the snapshot's `runs`): a crash after a long run is
-      restarted at once; a start after which it died within min_uptime_s failed, and each start of a
-      streak of failed ones waits restart_backoff (doubling) after the death. At max_restarts failed
+      restarted at once; a start after which it died within min_uptime_s failed, and after the first
+      each start of a streak of failed ones waits restart_backoff (doubling) after the death. At max_restarts failed
       starts within restart_window_s it is held: no more starts, one notification (rule
       process-fatal) with its last exit and output, until an operator starts it. An operator's stop
       (an `operator` event, action process-stop) leaves it alone until a process-start.
@@ -234,7 +234,7 @@ def process_watchdog(config: TickConfig):
                                                 params={"why": "exit-code", "code": ended.code, "pid": ended.pid})]
                     continue
                 why, limits = "dead", crash_limits(proc, s)
-                streak = crash_loop(curr, name, died, limits)
+                streak = crash_loop(curr, proc, died, limits)
                 attempt, not_before = len(streak), processstate.next_start_at(streak, died, limits)
                 if ended is not None:
                     params = {"code": ended.code, "signal": ended.signal, "pid": ended.pid}
@@ -288,14 +288,18 @@ def crash_limits(proc: Process, s: Survival) -> processstate.Limits:
         backoff_max_s=backoff.max_s if backoff is not None else s.process_backoff_max_s)
 
 
-def crash_loop(curr: Snapshot, name: str, died: float | None, limits: processstate.Limits) -> list[ProcessStart]:
-    """The failed starts in a row of `name` (pulse.rules.processstate.failed_starts), counting the
-    death the watcher saw at `died` before its exit fact is folded."""
-    runs = curr.runs.get(name)
+def crash_loop(curr: Snapshot, proc: Process, died: float | None, limits: processstate.Limits) -> list[ProcessStart]:
+    """The failed starts in a row of `proc` (pulse.rules.processstate.failed_starts), counting the
+    death the watcher saw at `died` before its exit fact is folded; an exit by one of its
+    restart_exit_codes (a restart it asked for) is no death of a crash loop."""
+    runs = curr.runs.get(proc.name)
     if runs is None:
         return []
-    deaths = [e.ts for e in runs.exits] + ([died] if died is not None else [])
-    return processstate.failed_starts(runs.starts, deaths, curr.ts, limits, runs.operator_at)
+    asked = [e for e in runs.exits if e.code is not None and e.code in proc.restart_exit_codes]
+    if died is not None and any(abs(e.ts - died) <= EXIT_FACT_WAIT_S for e in asked):
+        died = None
+    exits = [e for e in runs.exits if e not in asked]
+    return processstate.failed_starts(runs.starts, exits, died, curr.ts, limits, runs.operator_at)
 
 
 def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits) -> tuple[int, float]:

@@ -120,7 +120,8 @@ class Projections:
         if target is not None:
             self.outcomes.setdefault(target, collections.deque(maxlen=OUTCOMES_PER_TARGET)).append(outcome)
         if outcome.kind == "restart-process" and target is not None and state != EffectState.EXPIRED:
-            self.runs_of(target).started(ev.ts, state == EffectState.ACKED, effect)
+            pid = ev.data.get("pid")
+            self.runs_of(target).started(ev.ts, state == EffectState.ACKED, effect, pid if isinstance(pid, int) else 0)
 
     def _promote(self, ev: wire.Event) -> None:
         self.promotes = self.promotes[-9:] + [Promote(ev.id, ev.ts, ev.data.get("before", ""), ev.data.get("after", ""))]
@@ -201,12 +202,13 @@ class Runs:
     stopped: bool = False
     operator_at: float = 0.0
 
-    def started(self, ts: float, ok: bool, effect: wire.Effect | None) -> None:
+    def started(self, ts: float, ok: bool, effect: wire.Effect | None, pid: int) -> None:
         origin = effect.origin if effect is not None else "survival"
         params = effect.params if effect is not None else {}
         attempt = params.get("attempt")
         self.starts.append(wire.ProcessStart(ts, ok, origin, params.get("why"),
-                                             attempt if isinstance(attempt, int) else 0))
+                                             attempt if isinstance(attempt, int) else 0,
+                                             effect.created if effect is not None and effect.created else ts, pid))
         self.restarts += 1
         if origin == "operator":            # an operator's start: a crash loop counts again from here
             self.stopped, self.operator_at = False, ts
