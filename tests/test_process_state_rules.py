@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from pulse.core import config as configmod
 from pulse.core.config import Backoff, Config, Health, Process, Survival
 from pulse.core.states import ProcessState, process_state_at
 from pulse.core.wire import ProcessExit, ProcessRuns, ProcessStart, Snapshot, Vital
@@ -24,7 +27,7 @@ def exits(*deaths):
 
 def project(**facts):
     base = dict(now=1000.0, alive=True, started=900.0, died=None, restarting=False, guarded=True, stopped=False,
-                paused_until=None, streak=[], limits=LIMITS, last_exit=None, probes_failing=0, failures=None,
+                paused_until=None, streak=[], held=False, limits=LIMITS, last_exit=None, probes_failing=0, failures=None,
                 healthy_since_start=False, start_period_s=0.0, asked_not_to_restart=False)
     return processstate.project(**{**base, **facts})
 
@@ -130,6 +133,9 @@ def test_the_watchdog_holds_a_crash_loop_fatal_and_says_so_once_with_its_output(
     assert "fatal: bad token" in effects[0].params["message"] and effects[0].params["rule"] == "process-fatal"
     told = snapshot(120, runs, 115.0, exits={"gw": runs.exits[-1]}, notified={"process-fatal:gw": 116.0})
     assert watchdog(told)[0] == []                              # held, said once
+    later = snapshot(1000, runs, 115.0, exits={"gw": runs.exits[-1]}, notified={"process-fatal:gw": 116.0})
+    assert watchdog(later)[0] == []                             # still held when the window has passed
+    assert guardview.process_view(later, PROC, Survival()).state == "fatal"
     view = guardview.process_view(told, PROC, Survival())
     assert view.state == "fatal" and view.last_exit.output[-1] == "fatal: bad token" and view.restarts == 0
 
@@ -158,3 +164,15 @@ def test_unhealthy_restarts_back_off_by_the_attempt_they_carry():
     assert effects == [] and tick_ms == 3001                      # the 5th waits 8 s after the 4th (at 190)
     effects, _ = watchdog(curr(198.5), proc)
     assert [(e.params["why"], e.params["attempt"]) for e in effects] == [("unhealthy", 5)]
+
+
+def test_crash_loop_settings_are_checked_and_named():
+    def check(line: str) -> str:
+        with pytest.raises(configmod.ConfigError) as err:
+            configmod.validate(configmod.decode(f"[[process]]\nname='a'\nmatch='a'\n{line}\n", "config.toml"), "config.toml")
+        return str(err.value)
+    assert "$.process[0]" in check("max_restarts = 99") and "max_restarts within 0 … 50" in check("max_restarts = 99")
+    assert "$.process[0].restart_backoff: base_s" in check("restart_backoff = { base_s = 5, max_s = 1 }")
+    assert "min_uptime_s must be at least 0" in check("min_uptime_s = -1")
+    defaults = configmod.Config(process=[Process(name="a", match="a")]).process[0]
+    assert (defaults.min_uptime_s, defaults.max_restarts, defaults.restart_window_s, defaults.restart_backoff) == (10, 5, 300, None)

@@ -74,7 +74,7 @@ def test_a_crash_loop_backs_off_is_held_fatal_said_once_with_its_output_and_is_n
     # between its quick deaths it waits, and status says until when
     backoff = wait_for(lambda: (p := process(pulsed, "crashy")) and p.state == "backoff" and p.last_exit and p, 20,
                        what="crashy in backoff, its exit recorded")
-    assert backoff.until is not None and backoff.last_exit.code == 1 and "quick deaths" in backoff.why
+    assert backoff.until is not None and backoff.last_exit.code == 1 and "starts in a row" in backoff.why
     fatal = wait_for(lambda: (p := process(pulsed, "crashy")) and p.state == "fatal" and p, 30, what="crashy held fatal")
     assert "bad token" in "\n".join(fatal.last_exit.output)
     made = restarts(pulsed, "crashy")

@@ -102,7 +102,8 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
         now=curr.ts, alive=alive, started=started, died=died,
         restarting=survival.pending_or_handled(curr, (), "restart-process", name), guarded=bool(proc.restart),
         stopped=runs is not None and runs.stopped, paused_until=curr.paused.get(name),
-        streak=survival.crash_loop(curr, proc, died, limits) if alive is False else [], limits=limits,
+        streak=survival.crash_loop(curr, proc, died, limits) if alive is False else [],
+        held=alive is False and survival.held_fatal(curr, name), limits=limits,
         last_exit=words, probes_failing=failing, failures=proc.health.failures if proc.health else None,
         healthy_since_start=healthy, start_period_s=proc.health.start_period_s if proc.health else 0.0,
         asked_not_to_restart=ended is not None and ended.code in proc.stop_exit_codes and died is not None

@@ -17,7 +17,7 @@ its memory, an operator) is not judged. A start that ran
 min_uptime_s without dying ends a streak. Failed starts in a row, within restart_window_s and
 since an operator last started it, are its crash loop: after the first the next start is at once
 (as for a worker), then each waits backoff(n - 1) after the death, and at max_restarts it is held
-`fatal` until an operator starts it (or it comes back by itself).
+`fatal` until an operator starts it.
 """
 
 from __future__ import annotations
@@ -138,14 +138,15 @@ class View:
 
 def project(*, now: float, alive: bool | None, started: float | None, died: float | None,
             restarting: bool, guarded: bool, stopped: bool, paused_until: float | None,
-            streak: Sequence[Start], limits: Limits, last_exit: str | None,
+            streak: Sequence[Start], held: bool, limits: Limits, last_exit: str | None,
             probes_failing: int, failures: int | None, healthy_since_start: bool,
             start_period_s: float, asked_not_to_restart: bool) -> View:
     """The state of one process from its facts.
 
     alive/started/died: the latest process-alive sample; restarting: a restart-process of it is
     pending; guarded: processWatchdog restarts it (it has a restart argv); stopped: an operator
-    stopped it; streak: failed_starts(); last_exit: its last exit in words; probes_failing: its
+    stopped it; streak: failed_starts(); held: it was held fatal and nobody started it since;
+    last_exit: its last exit in words; probes_failing: its
     counted health probes failed in a row (failures: how many make it unhealthy; None: no probe);
     healthy_since_start: a probe passed since it started; asked_not_to_restart: its last exit was
     one of its stop_exit_codes."""
@@ -164,14 +165,15 @@ def project(*, now: float, alive: bool | None, started: float | None, died: floa
                         + (f" (last {last_exit})" if last_exit else ""))
         if asked_not_to_restart:
             return View(ProcessState.DEAD, f"{last_exit}, one of its stop_exit_codes: left down until someone starts it")
-        if is_fatal(streak, limits):
-            return View(ProcessState.FATAL, f"{len(streak)} starts in a row died within min_uptime_s "
-                        f"{limits.min_uptime_s:g} s: held down until an operator starts it"
+        if held or is_fatal(streak, limits):
+            return View(ProcessState.FATAL, f"{max(len(streak), limits.max_restarts)} starts in a row died within "
+                        f"min_uptime_s {limits.min_uptime_s:g} s: held down until an operator starts it"
                         + (f"; last {last_exit}" if last_exit else ""))
         if streak:
             at = next_start_at(streak, died if died is not None else now, limits)
             if at > now:
-                return View(ProcessState.BACKOFF, f"{len(streak)} of max_restarts {limits.max_restarts} quick deaths"
+                held = f" (held fatal at max_restarts {limits.max_restarts})" if limits.max_restarts else ""
+                return View(ProcessState.BACKOFF, f"died within min_uptime_s of {len(streak)} starts in a row{held}"
                             + (f"; last {last_exit}" if last_exit else ""), until=at)
         return View(ProcessState.STARTING, "dead; being restarted" + (f" (last {last_exit})" if last_exit else ""))
     if failures is not None and probes_failing >= failures:

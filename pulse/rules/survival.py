@@ -256,8 +256,8 @@ def process_watchdog(config: TickConfig):
             if change is not None and knowngood.restarted_since(history, change.at):
                 effects = effects + [knowngood.restore_effect(proc, change, "crash-loop" if why == "dead" else why)]
                 continue
-            if why == "dead" and processstate.is_fatal(streak, limits):
-                effects = effects + fatal_notice(curr, name, streak, limits, curr.exits.get(name))
+            if why == "dead" and (held_fatal(curr, name) or processstate.is_fatal(streak, limits)):
+                effects = effects + fatal_notice(curr, name, streak, limits, curr.exits.get(name)) if streak else effects
                 continue
             probes = curr.history.get(f"health:{name}", [])
             # A crash loop is said once, when it is held fatal; without a limit, after notify_after starts.
@@ -300,6 +300,16 @@ def crash_loop(curr: Snapshot, proc: Process, died: float | None, limits: proces
         died = None
     exits = [e for e in runs.exits if e not in asked]
     return processstate.failed_starts(runs.starts, exits, died, curr.ts, limits, runs.operator_at)
+
+
+def held_fatal(curr: Snapshot, name: str) -> bool:
+    """`name` was held fatal (its notification committed) and nobody started it since: it stays held
+    when the window slides past its crash loop, until an operator starts it."""
+    told = curr.notified.get(f"process-fatal:{name}")
+    runs = curr.runs.get(name)
+    if told is None or runs is None:
+        return False
+    return told >= max([runs.operator_at, *(st.ts for st in runs.starts)])
 
 
 def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits) -> tuple[int, float]:
