@@ -176,3 +176,11 @@ def test_crash_loop_settings_are_checked_and_named():
     assert "min_uptime_s must be at least 0" in check("min_uptime_s = -1")
     defaults = configmod.Config(process=[Process(name="a", match="a")]).process[0]
     assert (defaults.min_uptime_s, defaults.max_restarts, defaults.restart_window_s, defaults.restart_backoff) == (10, 5, 300, None)
+
+
+def test_the_fleet_counts_a_frozen_process_as_not_healthy():
+    from pulse.core.fleetnames import host_row
+    processes = [{"name": "a", "alive": True, "state": "running"}, {"name": "b", "alive": True, "state": "unhealthy"},
+                 {"name": "c", "alive": True}]          # c: from a Pulse older than process states
+    row = host_row({"processes": processes, "at": 100.0}, 101.0, True)
+    assert (row["processes_healthy"], row["processes_total"]) == (2, 3)
