@@ -92,6 +92,7 @@ def test_a_crash_loop_backs_off_is_held_fatal_said_once_with_its_output_and_is_n
     assert crashy["state"] == "fatal" and crashy["restarts"] == 3 and crashy["last_exit"]["code"] == 1
     told = wait_for(lambda: notifications(notes, "process-fatal"), 10, what="the fatal notification")
     assert "bad token in config.yaml" in told[0]["message"] and told[0]["target"] == "crashy"
+    wait_for(lambda: "crashy is crash-looping: held fatal" in pulsed.log_text(), 10, what="it said in pulse.log")
     # held: no start and no second notification over the next ticks
     ticks = len(pulsed.ticks())
     wait_for(lambda: len(pulsed.ticks()) >= ticks + 15, 20, what="15 more ticks")

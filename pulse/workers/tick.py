@@ -584,6 +584,7 @@ class TickWorker(Worker):
             try:
                 effectqueue.commit_effects(self.events, effects, "tick", events=events,
                                      observe_only=self.config.observe_only)
+                self.log_held_fatal(effects)
                 return
             except sqlite3.OperationalError as err:
                 if attempt == 1 and ballast.is_full_disk(err) and ballast.release(self.ballast):
@@ -592,6 +593,12 @@ class TickWorker(Worker):
                     continue
                 self.log.error("could not commit tick %d (%d effects): %s", self.count, len(effects), err)
                 return
+
+    def log_held_fatal(self, effects: list[wire.Effect]) -> None:
+        """A process held fatal is said in pulse.log too, whatever [[notify]] channels there are."""
+        for e in effects:
+            if e.kind == "notify" and e.params.get("rule") == "process-fatal":
+                self.log.error("%s: %s", e.params.get("title"), str(e.params.get("message", "")).split("\n")[0])
 
     def disk_has_room(self, curr: wire.Snapshot) -> bool:
         vital = curr.vitals.get("system-resource")
