@@ -109,6 +109,17 @@ def test_a_crash_loop_backs_off_is_held_fatal_said_once_with_its_output_and_is_n
     gaps = [b["ts"] - a["ts"] for a, b in zip(sick_restarts[1:], sick_restarts[2:])]
     assert gaps[-1] >= 2.0 and gaps[-1] > gaps[0] + 1, gaps
     assert process(pulsed, "sick").restarts >= 4          # those that ended (the fifth may still run)
+    # leave nothing starting when the test ends: a keeper spawned after teardown's sweep would outlive it
+    assert pulsed.ctl("pause", "sick").returncode == 0
+    wait_for(lambda: process(pulsed, "sick").state == "paused", 10, what="sick paused")
+    wait_for(lambda: not [e for e in pulsed.events("effect", written=False) if e["data"]["kind"] == "restart-process"
+                          and e["target"] == "sick" and e["data"]["id"] not in ended_ids(pulsed)], 20,
+             what="no restart of sick in flight")
+
+
+def ended_ids(pulsed) -> set[str]:
+    return {e["data"].get("effect_id") for t in ("effect-acked", "effect-failed", "effect-expired")
+            for e in pulsed.events(t, written=False)}
 
 
 def free_port() -> int:
