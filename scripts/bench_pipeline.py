@@ -133,6 +133,7 @@ def bench_restart(tmp: Path, tracker: Tracker, trials: int) -> dict:
         name = "{VICTIM_TAG}"
         match = "{VICTIM_TAG}"
         restart = {json.dumps(argv)}
+        min_uptime_s = 0                  # killed seconds after each start: no crash loop, which is not measured here
     """))
     victim = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
     tracker.add(victim.pid)

@@ -37,6 +37,7 @@ from pulse.core.states import (
     WORKERS,
     Exit,
     WorkerState,
+    process_state_at,
 )
 
 from . import control
@@ -706,17 +707,28 @@ class Arbiter:
             fleet=self.children[FLEET].extras if self.children[FLEET].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
-        """The configured critical processes: alive as the watcher last saw them, paused as the tick knows."""
+        """The configured critical processes: alive as the watcher last saw them, paused, and their
+        state, as the tick knows (pulse.rules.processstate; a start past its `until` is running now)."""
         seen = (self.children["watcher"].extras or {}).get("processes", {})
         tick = self.children["tick"].extras or {}
-        paused, configs = tick.get("paused", {}), tick.get("configs", {})
+        paused, configs, states = tick.get("paused", {}), tick.get("configs", {}), tick.get("states", {})
+        now = time.time()
         out = []
         for p in self.settings.process:
             sample = seen.get(p.name) or {}
-            out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
-                                          sample.get("matches"), sample.get("rss_mb"),
-                                          p.memory.max_mb if p.memory is not None else None,
-                                          from_extras(configs.get(p.name), wire.ConfigStatus)))
+            status = wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
+                                        sample.get("matches"), sample.get("rss_mb"),
+                                        p.memory.max_mb if p.memory is not None else None,
+                                        from_extras(configs.get(p.name), wire.ConfigStatus))
+            view = from_extras(states.get(p.name), wire.ProcessView)
+            if view is not None:
+                status.state, status.why = process_state_at(view.state, view.until, now), view.why
+                status.until, status.started_at, status.restarts = view.until, view.started_at, view.restarts
+                status.last_exit, status.health = view.last_exit, view.health
+                status.uptime_s = round(now - view.started_at, 1) if view.started_at is not None else None
+                if status.state != view.state:
+                    status.why = ""
+            out.append(status)
         return out
 
     def watched_files(self) -> list[wire.FileWatchStatus]:

@@ -199,7 +199,7 @@ def test_a_file_never_kept_is_never_restored_however_the_process_fares(pulsed, t
     rig.running()
     rig.kept()
     rig.extra.write_bytes(b'{"port": "none"}')          # never kept: it did not exist when app.json was
-    wait_for(lambda: notifications(rig.told, "process-watchdog"), 30, what="processWatchdog giving notice")
+    wait_for(lambda: notifications(rig.told, "process-fatal"), 30, what="processWatchdog holding it fatal")
     assert len([s for s in rig.starts() if not s["ok"]]) >= 3
     assert rig.effects("restore-config") == []
     assert rig.extra.read_bytes() == b'{"port": "none"}' and rig.app.read_bytes() == GOOD

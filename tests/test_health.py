@@ -176,7 +176,8 @@ def test_exit_codes_are_facts_honoured_across_executor_restarts(pulsed, tmp_path
     os.kill(third, signal.SIGKILL)
     started(3)
     crash = restarts(pulsed, "hermes")[-1]
-    assert crash["data"]["params"] == {"why": "dead", "signal": "SIGKILL", "pid": third}
+    # (its start, asked by its exit 75, died within min_uptime_s: a first failed start, restarted at once)
+    assert crash["data"]["params"] == {"why": "dead", "attempt": 2, "signal": "SIGKILL", "pid": third}
     assert crash["ts"] - killed_at < 1.5
     assert not [e for e in pulsed.events("effect") if e["data"]["kind"] == "notify"]
 

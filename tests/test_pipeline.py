@@ -68,6 +68,7 @@ def test_rule_memory_survives_a_killed_tick(pulsed, tmp_path):
         name = "ghost"
         match = "pulse-test-ghost-that-never-runs-{os.getpid()}"
         restart = ["false"]
+        max_restarts = 0                  # never held fatal: the streak goes on, told after process_notify_after
 
         [[notify]]
         kind = "file"

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from pulse.core import config as configmod
-from pulse.core.wire import Effect, Outcome, Snapshot, Vital
+from pulse.core.wire import Effect, Outcome, ProcessRuns, ProcessStart, Snapshot, Vital
 from pulse.rules import onion, survival
 
 
@@ -111,14 +111,21 @@ def test_watchdog_leaves_what_the_inner_chain_handled():
     assert [(e.kind, e.origin) for e in effects] == [("restart-process", "engine")]
 
 
-def test_watchdog_backs_off_then_notifies_once_per_streak():
-    failures = [restart_outcome("failed", t) for t in (1.0, 2.0, 3.0)]
-    # inside the backoff after the third failure (1 s * 2**2 = 4 s): notify, no restart, wake when due
-    effects, tick_ms = watchdog(snap(4.0, False, 3.5, outcomes=failures))
-    assert [e.kind for e in effects] == ["notify"] and effects[0].params["rule"] == "process-watchdog"
-    assert tick_ms == 3001
-    # already notified for this streak: no second notify; past the backoff: restart
-    effects, _ = watchdog(snap(8.0, False, 7.5, outcomes=failures, notified={"process-watchdog:gw": 4.0}))
-    assert [e.kind for e in effects] == ["restart-process"]
-    # a success ends the streak
+failures = [restart_outcome("failed", t) for t in (1.0, 2.0, 3.0)]
+
+
+def test_watchdog_backs_off_failed_starts_and_says_nothing_before_it_holds_them():
+    # three restarts that failed (folded into the snapshot's runs): inside the backoff after the third
+    # (1 s * 2**1 = 2 s after the death): no restart, no notification (max_restarts 5 says it, once),
+    # wake when due; past it: the fourth attempt
+    runs = {"gw": ProcessRuns(starts=[ProcessStart(t, False) for t in (1.0, 2.0, 3.0)])}
+    curr = snap(4.0, False, 3.5, outcomes=failures)
+    curr.runs = runs
+    effects, tick_ms = watchdog(curr)
+    assert effects == [] and tick_ms == 1501
+    curr = snap(8.0, False, 3.5, outcomes=failures)
+    curr.runs = runs
+    effects, _ = watchdog(curr)
+    assert [(e.kind, e.params["attempt"]) for e in effects] == [("restart-process", 4)]
+    # a success ends the streak of failed outcomes (fileGuard's trims)
     assert survival.failure_streak(failures + [restart_outcome("acked", 9.0)], "restart-process") == []

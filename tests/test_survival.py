@@ -238,7 +238,7 @@ def test_process_watchdog_decides_from_the_recorded_exit():
     assert asked[0].params == {"why": "exit-code", "code": 75, "pid": 41}
     crashed = run(survival.process_watchdog, snap(vitals=dead(999.0),
                                                   exits={"hermes": ProcessExit(41, 999.0, None, "SIGKILL")}), cfg=HERMES)[0]
-    assert crashed[0].params == {"why": "dead", "signal": "SIGKILL", "pid": 41}
+    assert crashed[0].params == {"why": "dead", "attempt": 1, "signal": "SIGKILL", "pid": 41}
     fatal = snap(vitals=dead(999.0), exits={"hermes": ProcessExit(41, 999.0, 78, tail="bad config: no token")})
     told = run(survival.process_watchdog, fatal, cfg=HERMES)[0]
     assert kinds(told) == [("notify", "hermes")] and "stop_exit_codes" in told[0].params["message"]
@@ -255,7 +255,7 @@ def test_process_watchdog_waits_briefly_for_the_exit_fact_of_a_process_whose_cod
     assert run(survival.process_watchdog, other, cfg=HERMES)[0] == []
     # no fact within the wait (not started by Pulse, or its keeper died too): a crash
     late = run(survival.process_watchdog, snap(ts=1001.1, vitals=dead(999.0)), cfg=HERMES)[0]
-    assert late[0].params == {"why": "dead"}
+    assert late[0].params == {"why": "dead", "attempt": 1}
     # a process whose exit codes do not matter is restarted at once
     plain = run(survival.process_watchdog, snap(ts=999.01, vitals={"process-alive:gw": Vital(
         "process-alive:gw", 999.0, {"alive": False, "dead_since": 999.0})}))[0]

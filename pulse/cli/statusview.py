@@ -1,6 +1,8 @@
 """What `pulsectl status` prints, and its exit code, without click (see pulse.cli).
 
-Exit codes (LSB): 0 every worker running; 3 something not running; 4 pulsed unreachable.
+Exit codes (LSB): 0 every worker running and every guarded process up; 3 a worker not running; 4
+pulsed unreachable; 5 every worker running, but a guarded process is down, held fatal or unhealthy
+(an operator's stop or pause is not a failure). `--json` says which in its "exit".
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 from pulse.cli import request_or_exit
 from pulse.core import clock, wire
 from pulse.core.home import Paths, dev_pid
-from pulse.core.states import LATE, StatusExit, WorkerState
+from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, StatusExit, WorkerState
 
 
 def duration(seconds: float | None) -> str:
@@ -44,12 +46,29 @@ def columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def process_state(p: wire.ProcessStatus) -> str:
-    state = "unknown" if p.alive is None else "alive" if p.alive else "dead"
+    state = p.state
+    if p.state in (ProcessState.BACKOFF, ProcessState.STARTING) and p.until is not None:
+        state += f" until {clock.iso(p.until, ms=False)[11:19]}Z"
     if p.paused_until is not None:
         state += f", paused until {clock.iso(p.paused_until, ms=False)}"
     if p.matches is not None and p.matches > 1:
         state += f", {p.matches} processes match (the oldest is watched)"
     return state
+
+
+def process_exit(exit: wire.ProcessExitView | None) -> str:
+    if exit is None:
+        return "-"
+    how = f"killed by {exit.signal}" if exit.code is None else f"exit {exit.code}"
+    return f"{how} at {clock.iso(exit.at, ms=False)[11:19]}Z"
+
+
+def health(h: wire.HealthView | None) -> str:
+    """Its last probe: "ok 12 ms", "failing 3 (timed out)"."""
+    if h is None:
+        return "-"
+    took = f" {h.latency_ms:.0f} ms" if h.latency_ms is not None else ""
+    return f"ok{took}" if h.ok else f"failing {h.failing}{took}" + (f" ({h.error})" if h.error else "")
 
 
 def memory(p: wire.ProcessStatus) -> str:
@@ -103,9 +122,16 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
     if status.processes:
         lines.append("")
         configs = any(p.config is not None for p in status.processes)   # the column only when one has `config`
-        lines += columns([("PROCESS", "STATE", "PID", "MEMORY") + (("CONFIG",) if configs else ())] +
-                         [(p.name, process_state(p), str(p.pid or "-"), memory(p)) + ((config_state(p),) if configs else ())
+        lines += columns([("PROCESS", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "HEALTH", "MEMORY")
+                          + (("CONFIG",) if configs else ())] +
+                         [(p.name, process_state(p), str(p.pid or "-"), duration(p.uptime_s), str(p.restarts),
+                           process_exit(p.last_exit), health(p.health), memory(p)) + ((config_state(p),) if configs else ())
                           for p in status.processes])
+        for p in status.processes:        # why a process is not up, and a fatal one's last words
+            if p.state in PROCESS_FAILING or p.state == ProcessState.STOPPED:
+                lines.append(f"  {p.name}: {p.state}: {p.why}")
+                if p.state == ProcessState.FATAL and p.last_exit is not None:
+                    lines += [f"    | {line}" for line in p.last_exit.output]
     if status.files:
         lines.append("")
         lines += columns(file_rows(status.files))
@@ -138,8 +164,9 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         import time
         time.sleep(0.3)
         reply = request_or_exit(paths, wire.GetStatus(), timeout)
+    code, why = exit_of(reply.status)
     if as_json:
-        print(status_json(reply.status))
+        print(status_json(reply.status, code, why))
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if dev_pid(paths) is not None:
@@ -150,8 +177,17 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         from pulse.store.ballast import disk_full_note
         if note := disk_full_note(paths.home, paths.home / "ballast"):
             print(note)
-    running = all(w.state in (WorkerState.RUNNING, LATE) for w in reply.status.workers)
-    return StatusExit.RUNNING if running else StatusExit.NOT_RUNNING
+    return code
+
+
+def exit_of(status: wire.Status) -> tuple[StatusExit, list[str]]:
+    """The exit code, and why not 0: a worker not running (3) before a guarded process failing (5)."""
+    down = [f"worker {w.name} is {w.state}" for w in status.workers if w.state not in (WorkerState.RUNNING, LATE)]
+    if down:
+        return StatusExit.NOT_RUNNING, down
+    failing = [f"process {p.name} is {p.state}" + (f": {p.why}" if p.why else "")
+               for p in status.processes if p.state in PROCESS_FAILING]
+    return (StatusExit.PROCESS_DOWN, failing) if failing else (StatusExit.RUNNING, [])
 
 
 def rolled_back_note(paths: Paths) -> str | None:
@@ -167,7 +203,8 @@ def rolled_back_note(paths: Paths) -> str | None:
             "refuses it without --again")
 
 
-WIRE_TIMES = ("paused_until", "kept_at", "restored_at", "sampled_at", "last_trim_at")   # epoch seconds on the wire
+WIRE_TIMES = ("paused_until", "kept_at", "restored_at", "sampled_at", "last_trim_at", "until",
+              "started_at", "at")   # epoch seconds on the wire
 
 
 def iso_times(item: dict) -> dict:
@@ -175,13 +212,17 @@ def iso_times(item: dict) -> dict:
     return {k: clock.iso(v) if k in WIRE_TIMES and isinstance(v, (int, float)) else v for k, v in item.items()}
 
 
-def status_json(status: wire.Status) -> str:
+def status_json(status: wire.Status, code: int | None = None, why: list[str] | None = None) -> str:
     """`status --json`: the document pulsed sent, with the times of processes, their configs and the
     watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like every other
-    time in it (issue 23)."""
+    time in it (issue 23), and the exit code with why it is not 0."""
     import json
     document = json.loads(wire.status_json(status))
-    document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"])})
+    document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"]),
+                                        "last_exit": p.get("last_exit") and iso_times(p["last_exit"]),
+                                        "health": p.get("health") and iso_times(p["health"])})
                              for p in document.get("processes", [])]
+    if code is not None:
+        document["exit"] = {"code": int(code), "why": why or []}
     document["files"] = [iso_times(f) for f in document.get("files", [])]
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

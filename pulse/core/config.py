@@ -104,6 +104,15 @@ class Memory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                                               # (or MAX_MEMORY_WINDOW_SAMPLES of them)
 
 
+MAX_RESTARTS = 50                             # the tick keeps a process's last 64 starts: enough to count these
+
+
+class Backoff(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The wait before each start of a streak of failed ones: base_s, 2×base_s, 4×base_s … at most max_s."""
+    base_s: float = 1
+    max_s: float = 300
+
+
 class PidFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A pidfile that is JSON (OpenClaw's lock file: {"pid": 24677, ...}): the pid is at `key`."""
     path: str
@@ -138,6 +147,15 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     config: list[str] = msgspec.field(default_factory=list)
     config_good_after_s: float = 60
     config_rollback_window_s: float = 600
+    # Crash loops (processWatchdog): a start after which it died within min_uptime_s failed (as
+    # supervisord's startsecs, PM2's min_uptime); each start of a streak of failed ones waits
+    # restart_backoff, doubling; max_restarts of them within restart_window_s hold it `fatal`
+    # (notified once, with its last output) until an operator starts it. Restarts of an unhealthy
+    # process back off the same way. 0 max_restarts: never held.
+    min_uptime_s: float = 10
+    max_restarts: int = 5
+    restart_window_s: float = 300
+    restart_backoff: Backoff | None = None    # unset: [survival] process_backoff_base_s / _max_s (1 / 300)
 
 
 class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -837,6 +855,12 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{where}.stop: an argv list needs at least the program")
         if proc.stop_timeout_s <= 0 or proc.start_grace_s < 0:
             raise ConfigError(f"{where}: stop_timeout_s must be greater than 0 and start_grace_s at least 0")
+        if proc.min_uptime_s < 0 or not 0 <= proc.max_restarts <= MAX_RESTARTS or proc.restart_window_s <= 0:
+            raise ConfigError(f"{where}: min_uptime_s must be at least 0, max_restarts within 0 … {MAX_RESTARTS} "
+                              f"and restart_window_s greater than 0 (got {proc.min_uptime_s:g}, {proc.max_restarts}, "
+                              f"{proc.restart_window_s:g})")
+        if proc.restart_backoff is not None and not 0 < proc.restart_backoff.base_s <= proc.restart_backoff.max_s:
+            raise ConfigError(f"{where}.restart_backoff: base_s must be greater than 0 and at most max_s")
         for field in ("restart_exit_codes", "stop_exit_codes"):
             for j, code in enumerate(getattr(proc, field)):
                 if not 1 <= code <= 255:
@@ -1218,6 +1242,11 @@ def default_toml() -> str:
         '# config = ["/etc/openclaw/openclaw.json"]   # kept known good; restored if an edit breaks it',
         "# config_good_after_s = 60.0              # healthy this long after a start: its config is known good",
         "# config_rollback_window_s = 600.0        # crash-looping or unhealthy this soon after an edit: restore",
+        "# min_uptime_s = 10.0                     # died sooner after a start: that start failed (a crash loop) ...",
+        "# restart_backoff = { base_s = 1.0, max_s = 300.0 }   # ... the next waits base_s, doubling (unset: [survival]",
+        "#                                        # process_backoff_base_s / _max_s); unhealthy restarts back off too",
+        "# max_restarts = 5                        # this many failed starts within restart_window_s: held `fatal`,",
+        "# restart_window_s = 300.0                # notified once with its last output, until an operator starts it",
         "# memory = { max_mb = 4096, for_samples = 3, growth_mb_per_h = 500, growth_window_s = 600 }",
         "#                                        # its tree's RSS: restarted after 3 samples above max_mb,",
         "#                                        # notified when it grows faster than growth_mb_per_h",

@@ -118,6 +118,13 @@ def agent_words(agent: dict) -> str:
     return words
 
 
+def process_healthy(process: dict) -> bool:
+    """A process of a host's status: healthy when its state is running (alive when the host's Pulse
+    is older than process states); a frozen process is alive but not healthy."""
+    state = process.get("state")
+    return state in ("running", "starting") if state not in (None, "unknown") else bool(process.get("alive"))
+
+
 def host_row(summary: dict, now: float, up: bool) -> dict:
     """One host's line of the view, from its last summary. Whether it is up is not judged here: see
     fleet_rows."""
@@ -130,7 +137,7 @@ def host_row(summary: dict, now: float, up: bool) -> dict:
         "state": "up" if up else "gone",
         "workers_running": sum(1 for w in workers if w.get("state") == "running"),
         "workers_total": len(workers),
-        "processes_healthy": sum(1 for p in processes if p.get("alive")),
+        "processes_healthy": sum(1 for p in processes if process_healthy(p)),
         "processes_total": len(processes),
         "open_effects": summary.get("open_effects"),
         "agents_busy": sum(a.get("busy", 0) for a in agents),

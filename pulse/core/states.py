@@ -81,6 +81,32 @@ WEB = "web"
 FLEET = "fleet"
 
 
+class ProcessState(enum.StrEnum):
+    """A guarded [[process]] as status shows it (pulse.rules.processstate projects it from facts)."""
+    UNKNOWN = "unknown"       # not sampled yet
+    STARTING = "starting"     # alive, not yet past min_uptime_s (or its health start period); or being (re)started
+    RUNNING = "running"       # alive, past its start, its probes (if any) passing
+    UNHEALTHY = "unhealthy"   # alive, its last `failures` probes failed (a frozen process is not healthy)
+    BACKOFF = "backoff"       # died soon after its start; waiting before the next start
+    FATAL = "fatal"           # held down: too many quick deaths within restart_window_s
+    DEAD = "dead"             # not running, and nothing will start it (no restart argv, or its stop_exit_codes)
+    STOPPED = "stopped"       # stopped by an operator
+    PAUSED = "paused"         # survival leaves it alone for a while (pulsectl pause)
+
+
+def process_state_at(state: str, until: float | None, now: float) -> str:
+    """A process's state, as the tick last projected it, at `now`: a start that has lasted past its
+    `until` is running (status is read between two ticks; the tick's view says when it turns)."""
+    if state == ProcessState.STARTING and until is not None and now >= until:
+        return ProcessState.RUNNING
+    return state
+
+
+# A critical process in one of these makes `pulsectl status` exit PROCESS_DOWN: down, held down or
+# of no use. An operator's stop or pause is intent, not failure; starting is on its way up.
+PROCESS_FAILING = frozenset({ProcessState.UNHEALTHY, ProcessState.BACKOFF, ProcessState.FATAL, ProcessState.DEAD})
+
+
 class EffectState(enum.StrEnum):
     PENDING = "pending"       # committed, not yet claimed
     EXECUTING = "executing"   # claimed by an executor
@@ -119,3 +145,4 @@ class StatusExit(enum.IntEnum):
     RUNNING = 0
     NOT_RUNNING = 3      # something is not running
     UNKNOWN = 4          # the daemon could not be reached
+    PROCESS_DOWN = 5     # every worker runs, but a guarded process is down, fatal or unhealthy

@@ -124,6 +124,45 @@ class ProcessStatus(msgspec.Struct):
     rss_mb: float | None = None         # its tree's RSS (it and its descendants), as last sampled
     max_mb: float | None = None         # its `memory` ceiling, when it has one
     config: ConfigStatus | None = None  # its `config` files against their known-good copies, when it has any
+    # Its state (a pulse.core.states.ProcessState, as the tick last projected it) and why, and the figures
+    # status shows beside it. Times are epoch seconds on the wire (`status --json`: ISO 8601).
+    state: str = "unknown"
+    why: str = ""
+    until: float | None = None          # backoff: its next start; starting: when it counts as running
+    started_at: float | None = None     # the running process's start
+    uptime_s: float | None = None
+    restarts: int = 0                   # restart-process runs that ended (survival's and operators')
+    last_exit: ProcessExitView | None = None
+    health: HealthView | None = None    # its last health probe, when it has a probe
+
+
+class ProcessExitView(msgspec.Struct, kw_only=True):
+    """A guarded process's last recorded exit, as status shows it."""
+    at: float
+    pid: int | None = None
+    code: int | None = None
+    signal: str | None = None
+    output: list[str] = msgspec.field(default_factory=list)   # its last lines of output (a few)
+
+
+class HealthView(msgspec.Struct, kw_only=True):
+    """A process's last health probe: passed or not, how long it took, failed ones in a row."""
+    ok: bool
+    at: float
+    latency_ms: float | None = None
+    failing: int = 0
+    error: str | None = None
+
+
+class ProcessView(msgspec.Struct, kw_only=True):
+    """What the tick hands pulsed for one process (in its heartbeat): its state as projected."""
+    state: str
+    why: str = ""
+    until: float | None = None
+    started_at: float | None = None
+    restarts: int = 0
+    last_exit: ProcessExitView | None = None
+    health: HealthView | None = None
 
 
 class ConfigFileStatus(msgspec.Struct):
@@ -234,6 +273,28 @@ class ProcessExit(msgspec.Struct):
     code: int | None = None     # None: killed by `signal`
     signal: str | None = None
     tail: str = ""              # its last lines of output
+
+
+class ProcessStart(msgspec.Struct):
+    """A restart-process of a guarded process that ended: when, whether it started, who asked, and
+    (survival's) why and which attempt of a streak it was."""
+    ts: float
+    ok: bool
+    origin: str = "survival"
+    why: str | None = None
+    attempt: int = 0
+    asked: float = 0.0          # when the restart was committed
+    pid: int = 0                # the process it started (0: not known)
+
+
+class ProcessRuns(msgspec.Struct, kw_only=True):
+    """A guarded process's recent starts and exits, folded from events.db (processWatchdog's crash-loop
+    memory, pulse.rules.processstate), and an operator's stop or start of it."""
+    starts: list[ProcessStart] = msgspec.field(default_factory=list)     # oldest first, the last few
+    exits: list[ProcessExit] = msgspec.field(default_factory=list)       # oldest first, the last few
+    restarts: int = 0                   # every restart-process of it that ended
+    stopped: bool = False               # an operator stopped it and has not started it since
+    operator_at: float = 0.0            # an operator's last stop, start or restart: a crash loop counts from here
 
 
 class KnownGood(msgspec.Struct, kw_only=True):
@@ -366,6 +427,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
     exits: dict[str, ProcessExit] = msgspec.field(default_factory=dict)  # process → its last recorded exit
+    runs: dict[str, ProcessRuns] = msgspec.field(default_factory=dict)   # process → its recent starts and exits
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
     known_good: dict[str, KnownGood] = msgspec.field(default_factory=dict)  # process → its known-good config
     escalated: float | None = None      # when pulsed last stopped everything and exited non-zero

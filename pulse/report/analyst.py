@@ -22,8 +22,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
 - The score starts at 100 and loses, each loss capped: failed runs 4 each (at most 30),
   tasks given up 8 (24), failed survival repairs 6 (24), rollbacks 10 (20), gate blocks 2 (10),
   slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
-  each (20), Pulse's own workers' crashes 3 each (15) and hangs 5 each (15). Verdict: pass from
-  80, warn from 50, fail below; a window in which any role fails is never a pass (at most warn).
+  each (20), Pulse's own workers' crashes 3 each (15) and hangs 5 each (15), guarded processes held
+  fatal (crash-looping) 10 each (20). Verdict: pass from 80, warn from 50, fail below; a window in
+  which any role fails, or a guarded process was held fatal, is never a pass (at most warn).
 - Pulse itself. Its own workers are the survival layer: a worker that exited unasked (crashed or
   killed) or was found hung makes the survival card warn, one that pulsed gave up on (`failed`,
   the restart intensity reached) makes it fail; each is an issue, citing its event.
@@ -55,11 +56,12 @@ SLOW_AFTER_RUNS = 3
 PENALTIES = {
     "failed_runs": (4, 30), "given_up": (8, 24), "failed_repairs": (6, 24), "rollbacks": (10, 20),
     "gate_blocks": (2, 10), "slow_runs": (1, 5), "errors": (1, 10), "worker_failures": (10, 20),
-    "worker_crashes": (3, 15), "worker_hangs": (5, 15),
+    "worker_crashes": (3, 15), "worker_hangs": (5, 15), "crash_loops": (10, 20),
 }
 # a worker-exited while it was one of these is a death nobody asked for (a stop or restart exits `stopping`;
 # an exit while `hung` is pulsed's own kill, counted by its worker-hung)
 UNASKED_EXIT_STATES = frozenset({"running", "starting"})
+FATAL_RULE = "process-fatal"    # processWatchdog's notification that a guarded process is held fatal
 PASS_FROM, WARN_FROM = 80, 50
 
 
@@ -604,6 +606,16 @@ def worker_death_issues(crashes: Sequence, hangs: Sequence) -> list[Finding]:
     return out
 
 
+def crash_loops(actions: Sequence[Action]) -> list[Action]:
+    """processWatchdog's notifications that a guarded process was held fatal (a crash loop)."""
+    return [a for a in actions if a.kind == "notify" and a.rule == FATAL_RULE]
+
+
+def crash_loop_issues(fatal: Sequence[Action]) -> list[Finding]:
+    return [Finding(text=f"process {a.target} crash-looped and was held fatal ({a.reason})", severity="error",
+                    event_ids=_ids(a.event_ids)) for a in fatal]
+
+
 def slow_runs_issue(slow: Sequence[Run]) -> list[Finding]:
     return [Finding(text=f"{plural(len(slow), 'run')} took more than {SLOW_FACTOR:g}× their agent's typical (median) time",
                     severity="info", event_ids=_ids(i for r in slow for i in r.event_ids))] if slow else []
@@ -634,14 +646,14 @@ def runs_by_agent(runs: Iterable[Run]) -> dict[str, list[Run]]:
     return out
 
 
-def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run]) -> int:
+def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run], fatal: Sequence[Action] = ()) -> int:
     """100 less each loss, each capped (PENALTIES)."""
     lost = {
         "failed_runs": sum(1 for r in f.runs.values() if r.outcome in ("failed", "given_up")),
         "given_up": len(f.given_up), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
         "gate_blocks": len(f.gate_blocks), "slow_runs": len(slow), "errors": len(latest_of_each_error(f.errors)),
         "worker_failures": len(f.worker_failures), "worker_crashes": len(f.worker_crashes),
-        "worker_hangs": len(f.worker_hangs),
+        "worker_hangs": len(f.worker_hangs), "crash_loops": len(fatal),
     }
     return max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
 
@@ -660,6 +672,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     # the report's own effect (the daily report) is not something survival did about the host
     survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
     failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
+    fatal = crash_loops(survival)
 
     cards = [agent_card(name, agents[name], slow[name], start, end) for name in sorted(agents)]
     cards.append(survival_card(survival, f.rollbacks, f.worker_crashes, f.worker_hangs, f.worker_failures))
@@ -668,17 +681,17 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     issues = [*agent_issues(cards), *given_up_issues(f.given_up, runs, titles), *failed_repair_issues(failed_repairs),
               *rollback_issues(f.rollbacks), *gate_block_issues(f.gate_blocks), *error_issues(f.errors),
               *worker_failure_issues(f.worker_failures), *worker_death_issues(f.worker_crashes, f.worker_hangs),
-              *slow_runs_issue(all_slow)]
+              *crash_loop_issues(fatal), *slow_runs_issue(all_slow)]
     highlights = [*agent_highlights(cards), *repairs_highlight(survival), *promotes_highlight(f.promotes)]
     highlights += spend_highlights(events)
     issues += spend_held_issues(events)
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 
-    score = score_of(f, failed_repairs, all_slow)
+    score = score_of(f, failed_repairs, all_slow, fatal)
     verdict = verdict_of(score)
-    if verdict == "pass" and any(card.verdict == "fail" for card in cards):
-        verdict = "warn"        # a window in which a role fails is never a pass
+    if verdict == "pass" and (fatal or any(card.verdict == "fail" for card in cards)):
+        verdict = "warn"        # a window in which a role fails, or a guarded process crash-looped, is never a pass
     return Analysis(window=Window(start=stamp(start), end=stamp(end), project=project, task=task,
                                   events=len(events)),
                     score=score, verdict=verdict, highlights=highlights, issues=issues, role_analysis=cards,

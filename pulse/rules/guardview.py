@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pulse.core.config import FileWatch, Process
+from pulse.core.config import FileWatch, Process, Survival
 from pulse.core.states import EffectState
-from pulse.core.wire import ConfigFileStatus, ConfigStatus, FileWatchStatus, Snapshot
-from pulse.rules import knowngood
+from pulse.core.wire import ConfigFileStatus, ConfigStatus, FileWatchStatus, HealthView, ProcessExitView, ProcessView, Snapshot
+from pulse.rules import knowngood, processstate, survival
 
 MB = 1024 * 1024
 ENDED = (EffectState.ACKED, EffectState.FAILED, EffectState.EXPIRED)
@@ -66,7 +66,58 @@ def file_watch_status(curr: Snapshot, watch: FileWatch) -> FileWatchStatus:
     return view
 
 
-def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch]) -> dict:
-    """The tick's heartbeat extras for status: config per process that has any, and every watch."""
+EXIT_OUTPUT_LINES = 5          # of a process's last output, in status
+
+
+def health_view(curr: Snapshot, proc: Process, since: float) -> tuple[HealthView | None, int, bool]:
+    """(its last probe, its counted probes failed in a row, whether one passed since its start)."""
+    probes = curr.history.get(f"health:{proc.name}", [])
+    if proc.health is None or not probes:
+        return None, 0, False
+    alive = curr.vitals.get(f"process-alive:{proc.name}")
+    counted = survival.counted_probes(probes, since, alive, proc.health.start_period_s)
+    started = alive.data.get("since") if alive is not None and alive.data.get("alive") else None
+    last = probes[-1].data
+    latency = last.get("latency_ms")
+    view = HealthView(ok=bool(last.get("ok", True)), at=probes[-1].ts, failing=survival.failing_in_a_row(counted),
+                      latency_ms=latency if isinstance(latency, (int, float)) else None, error=last.get("error"))
+    return view, view.failing, any(survival.probe_ok(v) for v in probes if started is None or v.ts > started)
+
+
+def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
+    """One [[process]]'s state (pulse.rules.processstate) from the tick's snapshot, as processWatchdog sees it."""
+    name = proc.name
+    vital = curr.vitals.get(f"process-alive:{name}")
+    data = vital.data if vital is not None else {}
+    alive = None if vital is None else bool(data.get("alive", False))
+    started = data.get("started") or data.get("since") if alive else None
+    died = (data.get("dead_since") or vital.ts) if alive is False else None
+    runs = curr.runs.get(name)
+    ended = curr.exits.get(name)
+    limits = survival.crash_limits(proc, s)
+    last_restart = max((o.ts for o in curr.outcomes.get(name, ()) if o.kind == "restart-process"), default=0.0)
+    health, failing, healthy = health_view(curr, proc, last_restart)
+    words = survival.exit_words(ended)
+    view = processstate.project(
+        now=curr.ts, alive=alive, started=started, died=died,
+        restarting=survival.pending_or_handled(curr, (), "restart-process", name), guarded=bool(proc.restart),
+        stopped=runs is not None and runs.stopped, paused_until=curr.paused.get(name),
+        streak=survival.crash_loop(curr, proc, died, limits) if alive is False else [],
+        held=alive is False and survival.held_fatal(curr, name), limits=limits,
+        last_exit=words, probes_failing=failing, failures=proc.health.failures if proc.health else None,
+        healthy_since_start=healthy, start_period_s=proc.health.start_period_s if proc.health else 0.0,
+        asked_not_to_restart=ended is not None and ended.code in proc.stop_exit_codes and died is not None
+        and ended.ts >= died - survival.EXIT_FACT_WAIT_S)
+    last_exit = None if ended is None else ProcessExitView(
+        at=ended.ts, pid=ended.pid, code=ended.code, signal=ended.signal,
+        output=ended.tail.splitlines()[-EXIT_OUTPUT_LINES:])
+    return ProcessView(state=view.state, why=view.why, until=view.until, started_at=view.started,
+                       restarts=runs.restarts if runs is not None else 0, last_exit=last_exit, health=health)
+
+
+def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch], s: Survival) -> dict:
+    """The tick's heartbeat extras for status: every process's state, config per process that has
+    any, and every watch."""
     configs = {p.name: view for p in processes if (view := config_status(curr, p)) is not None}
-    return {"configs": configs, "files": [file_watch_status(curr, w) for w in watches]}
+    return {"states": {p.name: process_view(curr, p, s) for p in processes},
+            "configs": configs, "files": [file_watch_status(curr, w) for w in watches]}

@@ -18,10 +18,10 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from pulse.core import clock
-from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Survival, TickConfig
+from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, Snapshot, Vital
-from pulse.rules import knowngood
+from pulse.core.wire import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.rules import knowngood, processstate
 from pulse.rules.onion import Inner, RuleResult, handled
 
 NOTIFY_DEADLINE_S = 86_400          # once a channel took a notification, the others get a day to take it too
@@ -150,8 +150,14 @@ def process_watchdog(config: TickConfig):
       it (`process-exited`, for a process Pulse started), decides how: one of its
       `stop_exit_codes` means "do not restart me" (notified once, left down); one of its
       `restart_exit_codes` is a restart it asked for (why exit-code, never a failure); anything
-      else is a crash, restarted at once. A process whose exit codes matter waits up to
-      EXIT_FACT_WAIT_S for that fact (the keeper rings the tick when it is written).
+      else is a crash. A process whose exit codes matter waits up to EXIT_FACT_WAIT_S for that fact
+      (the keeper rings the tick when it is written).
+    - Crash loops (pulse.rules.processstate, from the snapshot's `runs`): a crash after a long run is
+      restarted at once; a start after which it died within min_uptime_s failed, and after the first
+      each start of a streak of failed ones waits restart_backoff (doubling) after the death. At max_restarts failed
+      starts within restart_window_s it is held: no more starts, one notification (rule
+      process-fatal) with its last exit and output, until an operator starts it. An operator's stop
+      (an `operator` event, action process-stop) leaves it alone until a process-start.
     - Unhealthy (`[[process]] health`): `failures` failed probes in a row, every one newer than
       the last restart outcome and outside the process's `start_period_s` (a restart starts the
       count again).
@@ -160,11 +166,12 @@ def process_watchdog(config: TickConfig):
       last restart outcome; the restart's params carry the figures and a reason naming them. Its
       growth is watched too: a least-squares slope over `growth_window_s` steeper than
       `growth_mb_per_h` is notified, once per process (pid) and at most every notify_every_s.
-    - After a failed restart it waits (doubling from process_backoff_base_s); for an unhealthy
-      process a restart that did not bring a healthy probe counts as failed too, and for one
-      over its ceiling, a restart that did not bring a sample below it.
-    - After process_notify_after failed restarts in a row it notifies, once per streak,
-      and keeps trying slowly. A paused process is left alone.
+    - Restarts of an unhealthy process that brought no healthy probe back off by restart_backoff
+      too, counted by the `attempt` each restart carries (so without end, up to max_s); those of one
+      over its memory ceiling that brought no sample below it, from process_backoff_base_s.
+    - After process_notify_after unhelped restarts in a row of an unhealthy process (or one over its
+      ceiling, or a dead one with max_restarts 0) it notifies, once per streak, and keeps trying
+      slowly. A paused process is left alone.
     - Last-known-good config (`[[process]] config`; pulse.rules.knowngood reads the snapshot for
       it). Here rather than in a rule of its own, because undoing an edit is a way of answering a
       process that must be restarted, and this rule alone decides those restarts:
@@ -199,6 +206,9 @@ def process_watchdog(config: TickConfig):
                 effects = effects + growth_notice(curr, name, proc.memory, memory_samples(memory, last), s.notify_every_s)
             if pending_or_handled(curr, effects, "restart-process", name):
                 continue
+            runs = curr.runs.get(name)
+            if runs is not None and runs.stopped:
+                continue        # an operator stopped it: left down (and alone) until an operator starts it
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
             if vital is not None and not vital.data.get("alive", True):
@@ -223,15 +233,21 @@ def process_watchdog(config: TickConfig):
                     effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
                                                 params={"why": "exit-code", "code": ended.code, "pid": ended.pid})]
                     continue
-                why, streak = "dead", failure_streak(history, "restart-process")
+                why, limits = "dead", crash_limits(proc, s)
+                streak = crash_loop(curr, proc, died, limits)
+                attempt, not_before = len(streak), processstate.next_start_at(streak, died, limits)
                 if ended is not None:
                     params = {"code": ended.code, "signal": ended.signal, "pid": ended.pid}
             elif proc.health is not None and failing_in_a_row(counted_probes(
                     curr.history.get(f"health:{name}", []), last, vital, proc.health.start_period_s)) >= proc.health.failures:
                 why, streak = "unhealthy", unhelped_restarts(history, curr.history.get(f"health:{name}", []))
+                attempt, not_before = unhealthy_backoff(curr, name, crash_limits(proc, s))
             elif proc.memory is not None and (over := over_ceiling(memory_samples(memory, last), proc.memory)):
                 why, params = "memory", over
                 streak = unhelped_restarts(history, memory, ok=lambda v: under_ceiling(v, proc.memory.max_mb))
+                attempt = len(streak)
+                not_before = streak[-1].ts + clock.backoff(attempt, s.process_backoff_base_s,
+                                                           s.process_backoff_max_s) if streak else 0.0
             else:
                 keep = knowngood.keep_effect(proc, curr) if proc.config else None
                 if keep is not None and not pending_or_handled(curr, effects, "keep-config", name):
@@ -240,21 +256,104 @@ def process_watchdog(config: TickConfig):
             if change is not None and knowngood.restarted_since(history, change.at):
                 effects = effects + [knowngood.restore_effect(proc, change, "crash-loop" if why == "dead" else why)]
                 continue
+            if why == "dead" and (held_fatal(curr, name) or processstate.is_fatal(streak, limits)):
+                effects = effects + fatal_notice(curr, name, streak, limits, curr.exits.get(name)) if streak else effects
+                continue
             probes = curr.history.get(f"health:{name}", [])
-            if len(streak) >= s.process_notify_after and may_notify(curr, "process-watchdog", name, 0, streak[0].ts):
-                last_error = streak[-1].error or (params.get("reason") if why == "memory" else
-                                                  probes[-1].data.get("error") if probes else None)
+            # A crash loop is said once, when it is held fatal; without a limit, after notify_after starts.
+            told_at_fatal = why == "dead" and limits.max_restarts > 0
+            if (not told_at_fatal and len(streak) >= s.process_notify_after
+                    and may_notify(curr, "process-watchdog", name, 0, streak[0].ts)):
+                last_error = getattr(streak[-1], "error", None) or (
+                    params.get("reason") if why == "memory" else probes[-1].data.get("error") if probes
+                    else exit_words(curr.exits.get(name)))
                 effects = effects + [notify(curr, "process-watchdog", name, STREAK_TITLES[why].format(name=name),
                                             f"{len(streak)} restarts of {name} did not help; still trying",
                                             last_error=last_error)]
-            wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s) if streak else 0.0
-            if streak and curr.ts < streak[-1].ts + wait:
-                tick_ms = sooner(tick_ms, int((streak[-1].ts + wait - curr.ts) * 1000) + 1)
+            if curr.ts < not_before:
+                tick_ms = sooner(tick_ms, int((not_before - curr.ts) * 1000) + 1)
                 continue
             effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
-                                        params={"why": why, **{k: v for k, v in params.items() if v is not None}})]
+                                        params={"why": why, "attempt": attempt + 1,
+                                                **{k: v for k, v in params.items() if v is not None}})]
         return effects, tick_ms
     return rule
+
+
+def crash_limits(proc: Process, s: Survival) -> processstate.Limits:
+    backoff = proc.restart_backoff
+    return processstate.Limits(
+        min_uptime_s=proc.min_uptime_s, max_restarts=proc.max_restarts, restart_window_s=proc.restart_window_s,
+        backoff_base_s=backoff.base_s if backoff is not None else s.process_backoff_base_s,
+        backoff_max_s=backoff.max_s if backoff is not None else s.process_backoff_max_s)
+
+
+def crash_loop(curr: Snapshot, proc: Process, died: float | None, limits: processstate.Limits) -> list[ProcessStart]:
+    """The failed starts in a row of `proc` (pulse.rules.processstate.failed_starts), counting the
+    death the watcher saw at `died` before its exit fact is folded; an exit by one of its
+    restart_exit_codes (a restart it asked for) is no death of a crash loop."""
+    runs = curr.runs.get(proc.name)
+    if runs is None:
+        return []
+    asked = [e for e in runs.exits if e.code is not None and e.code in proc.restart_exit_codes]
+    if died is not None and any(abs(e.ts - died) <= EXIT_FACT_WAIT_S for e in asked):
+        died = None
+    exits = [e for e in runs.exits if e not in asked]
+    return processstate.failed_starts(runs.starts, exits, died, curr.ts, limits, runs.operator_at)
+
+
+def held_fatal(curr: Snapshot, name: str) -> bool:
+    """`name` was held fatal (its notification committed) and nobody started it since: it stays held
+    when the window slides past its crash loop, until an operator starts it."""
+    told = curr.notified.get(f"process-fatal:{name}")
+    runs = curr.runs.get(name)
+    if told is None or runs is None:
+        return False
+    return told >= max([runs.operator_at, *(st.ts for st in runs.starts)])
+
+
+def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits) -> tuple[int, float]:
+    """(restarts for failed probes in a row that no healthy probe followed, when the next may be): each
+    waits backoff(n) after the last. The count is carried by the restarts themselves (their
+    `attempt`), not by the probes the snapshot keeps, so a process that takes ever longer to come up
+    (Hermes' storm guard) is given ever longer, up to max_s, never killed at one cadence for ever."""
+    runs = curr.runs.get(name)
+    last = next((st for st in reversed(runs.starts) if st.origin == "survival"), None) if runs else None
+    if last is None or last.why != "unhealthy" or last.ts <= runs.operator_at:
+        return 0, 0.0
+    if any(probe_ok(v) for v in curr.history.get(f"health:{name}", []) if v.ts > last.ts):
+        return 0, 0.0
+    n = max(last.attempt, 1)
+    return n, last.ts + processstate.backoff(n, limits.backoff_base_s, limits.backoff_max_s)
+
+
+def exit_words(ended: ProcessExit | None) -> str | None:
+    """"exit code 1" / "killed by SIGKILL", or None when no exit is recorded."""
+    if ended is None:
+        return None
+    return f"killed by {ended.signal}" if ended.code is None else f"exit code {ended.code}"
+
+
+FATAL_TAIL_LINES = 10        # of its output, in the notification that it is held fatal
+
+
+def fatal_notice(curr: Snapshot, name: str, streak: Sequence[ProcessStart], limits: processstate.Limits,
+                 ended: ProcessExit | None) -> list[Effect]:
+    """The one notification that `name` is held fatal, with its last exit and the last lines of its output.
+    Once per crash loop: the loop's first failed start is when it began."""
+    if not may_notify(curr, "process-fatal", name, 0, streak[0].ts):
+        return []
+    tail = ended.tail.splitlines()[-FATAL_TAIL_LINES:] if ended is not None else []
+    words = exit_words(ended)
+    message = (f"{name} died within min_uptime_s ({limits.min_uptime_s:g} s) of each of its last {len(streak)} "
+               f"starts (max_restarts {limits.max_restarts} within {limits.restart_window_s:g} s): held down "
+               f"until an operator starts it" + (f"; last {words}" if words else ""))
+    if tail:
+        message += ". Its last output:\n" + "\n".join(tail)
+    return [notify(curr, "process-fatal", name, f"{name} is crash-looping: held fatal", message,
+                   code=ended.code if ended else None, signal=ended.signal if ended else None, output=tail,
+                   starts=len(streak), reason=f"{len(streak)} starts died within {limits.min_uptime_s:g} s"
+                   + (f"; last {words}" if words else ""))]
 
 
 RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says it

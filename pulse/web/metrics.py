@@ -23,7 +23,7 @@ from prometheus_client.exposition import generate_latest
 
 from pulse import __version__
 from pulse.agents.tasks import NEW, TRANSITIONS
-from pulse.core.states import LATE, WorkerState
+from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, WorkerState
 from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status
 from pulse.store import connection, errorruns, eventsdb, vitalsdb
 
@@ -206,6 +206,15 @@ class Collector:
                                    "as last sampled", labels=["process"])
         ceiling = GaugeMetricFamily("pulse_process_memory_max_bytes", "The critical process's memory ceiling "
                                     "([[process]] memory max_mb)", labels=["process"])
+        pstate = GaugeMetricFamily("pulse_process_state", "1 for the guarded process's current state (starting, "
+                                   "running, unhealthy, backoff, fatal, dead, stopped, paused, unknown)",
+                                   labels=["process", "state"])
+        failing = GaugeMetricFamily("pulse_process_failing", "1 if the guarded process is dead, in backoff, fatal "
+                                    "or unhealthy (what makes `pulsectl status` exit 5)", labels=["process"])
+        uptime = GaugeMetricFamily("pulse_process_uptime_seconds", "Since the running process started", labels=["process"])
+        healthy = GaugeMetricFamily("pulse_process_health_ok", "1 if the last health probe passed", labels=["process"])
+        latency = GaugeMetricFamily("pulse_process_health_latency_seconds", "How long the last health probe took",
+                                    labels=["process"])
         for p in s.processes if s else ():
             alive.add_metric([p.name], 1 if p.alive else 0)
             process_restarts.add_metric([p.name], c.process_restarts[p.name])
@@ -213,7 +222,16 @@ class Collector:
                 memory.add_metric([p.name], round(p.rss_mb * MIB))
             if p.max_mb is not None:
                 ceiling.add_metric([p.name], round(p.max_mb * MIB))
-        yield from (alive, process_restarts, memory, ceiling)
+            for name in ProcessState:
+                pstate.add_metric([p.name, name], 1 if p.state == name else 0)
+            failing.add_metric([p.name], 1 if p.state in PROCESS_FAILING else 0)
+            if p.uptime_s is not None:
+                uptime.add_metric([p.name], p.uptime_s)
+            if p.health is not None:
+                healthy.add_metric([p.name], 1 if p.health.ok else 0)
+                if p.health.latency_ms is not None:
+                    latency.add_metric([p.name], p.health.latency_ms / 1000)
+        yield from (alive, process_restarts, memory, ceiling, pstate, failing, uptime, healthy, latency)
         yield from self.guards()
         effects = CounterMetricFamily("pulse_effects", "Effects that ended", labels=["kind", "origin", "outcome"])
         for (kind, origin, outcome), n in sorted(c.effects.items()):

@@ -32,6 +32,8 @@ from pulse.store import ballast, effectqueue, errorruns, eventsdb, schedulerun, 
 from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
+RUNS_KEPT = 64          # starts and exits kept per guarded process (max_restarts is at most 50)
+PROCESS_ACTIONS = {"process-stop": True, "process-start": False, "process-restart": False}   # → stopped
 HISTORY_SAMPLES = 20
 # Events folded per read. The first tick of a new tick worker folds the whole history: in batches of
 # 5,000 its RSS kept some 11 MiB more on a 16,000-effect history (freed, not returned), so each
@@ -74,6 +76,7 @@ class Projections:
     engine_retryable: dict = field(default_factory=dict)   # fingerprint → when its last engine effect failed
     known_good: dict[str, wire.KnownGood] = field(default_factory=dict)   # process → its known-good config
     schedules: schedule.ScheduleBook = field(default_factory=schedule.ScheduleBook)   # what each schedule ran
+    runs: dict[str, "Runs"] = field(default_factory=dict)   # guarded process → its starts and exits
 
     def fold(self, events: list[wire.Event]) -> None:
         for ev in events:
@@ -116,6 +119,9 @@ class Projections:
         target = ev.target if ev.target is not None else (effect.target if effect else None)
         if target is not None:
             self.outcomes.setdefault(target, collections.deque(maxlen=OUTCOMES_PER_TARGET)).append(outcome)
+        if outcome.kind == "restart-process" and target is not None and state != EffectState.EXPIRED:
+            pid = ev.data.get("pid")
+            self.runs_of(target).started(ev.ts, state == EffectState.ACKED, effect, pid if isinstance(pid, int) else 0)
 
     def _promote(self, ev: wire.Event) -> None:
         self.promotes = self.promotes[-9:] + [Promote(ev.id, ev.ts, ev.data.get("before", ""), ev.data.get("after", ""))]
@@ -147,6 +153,18 @@ class Projections:
         if ev.target is not None and isinstance(ev.data.get("pid"), int):
             self.exits[ev.target] = wire.ProcessExit(pid=ev.data["pid"], ts=ev.ts, code=ev.data.get("code"),
                                                      signal=ev.data.get("signal"), tail=ev.data.get("tail") or "")
+            self.runs_of(ev.target).exits.append(self.exits[ev.target])
+
+    def _operator(self, ev: wire.Event) -> None:
+        """An operator's stop, start or restart of a guarded process (pulsed records those of workers
+        with plain actions; a process's carry the `process-` prefix, as a process may share a worker's name)."""
+        stopped = PROCESS_ACTIONS.get(str(ev.data.get("action")))
+        if ev.target is not None and stopped is not None:
+            runs = self.runs_of(ev.target)
+            runs.stopped, runs.operator_at = stopped, ev.ts
+
+    def runs_of(self, name: str) -> "Runs":
+        return self.runs.setdefault(name, Runs())
 
     def lifecycle(self, now: float, window_s: float) -> wire.Lifecycle:
         """The engine since its last promote; last known good = newest promote clean past its window."""
@@ -170,8 +188,34 @@ _FOLDS = {
     "supervisor-stopping": Projections._stopping,
     "pause": Projections._pause,
     "process-exited": Projections._process_exited,
+    "operator": Projections._operator,
     "resume": Projections._resume,
 }
+
+
+@dataclass
+class Runs:
+    """A guarded process's recent starts and exits (the snapshot's wire.ProcessRuns)."""
+    starts: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RUNS_KEPT))
+    exits: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RUNS_KEPT))
+    restarts: int = 0
+    stopped: bool = False
+    operator_at: float = 0.0
+
+    def started(self, ts: float, ok: bool, effect: wire.Effect | None, pid: int) -> None:
+        origin = effect.origin if effect is not None else "survival"
+        params = effect.params if effect is not None else {}
+        attempt = params.get("attempt")
+        self.starts.append(wire.ProcessStart(ts, ok, origin, params.get("why"),
+                                             attempt if isinstance(attempt, int) else 0,
+                                             effect.created if effect is not None and effect.created else ts, pid))
+        self.restarts += 1
+        if origin == "operator":            # an operator's start: a crash loop counts again from here
+            self.stopped, self.operator_at = False, ts
+
+    def view(self) -> wire.ProcessRuns:
+        return wire.ProcessRuns(starts=list(self.starts), exits=list(self.exits), restarts=self.restarts,
+                                stopped=self.stopped, operator_at=self.operator_at)
 
 
 def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
@@ -328,6 +372,7 @@ class TickWorker(Worker):
             last_promote=p.promotes[-1].ts if p.promotes else None,
             notified=dict(p.notified),
             exits=dict(p.exits),
+            runs={name: runs.view() for name, runs in p.runs.items()},
             escalated=p.escalated[0] if p.escalated else None,
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
@@ -539,6 +584,7 @@ class TickWorker(Worker):
             try:
                 effectqueue.commit_effects(self.events, effects, "tick", events=events,
                                      observe_only=self.config.observe_only)
+                self.log_held_fatal(effects)
                 return
             except sqlite3.OperationalError as err:
                 if attempt == 1 and ballast.is_full_disk(err) and ballast.release(self.ballast):
@@ -548,6 +594,12 @@ class TickWorker(Worker):
                 self.log.error("could not commit tick %d (%d effects): %s", self.count, len(effects), err)
                 return
 
+    def log_held_fatal(self, effects: list[wire.Effect]) -> None:
+        """A process held fatal is said in pulse.log too, whatever [[notify]] channels there are."""
+        for e in effects:
+            if e.kind == "notify" and e.params.get("rule") == "process-fatal":
+                self.log.error("%s: %s", e.params.get("title"), str(e.params.get("message", "")).split("\n")[0])
+
     def disk_has_room(self, curr: wire.Snapshot) -> bool:
         vital = curr.vitals.get("system-resource")
         return vital is not None and (vital.data.get("disk_pct") or 100) < self.config.survival.disk_pct
@@ -556,7 +608,8 @@ class TickWorker(Worker):
         now = time.time()
         extras: dict = {"paused": {name: until for name, until in self.projections.paused.items() if until > now}}
         if self.prev is not None:      # the guards as the last tick saw them (issue 21's configs and files)
-            extras.update(msgspec.to_builtins(guardview.guards(self.prev, self.config.process, self.config.watch.file)))
+            extras.update(msgspec.to_builtins(guardview.guards(self.prev, self.config.process, self.config.watch.file,
+                                                                    self.config.survival)))
         return extras
 
     def next_timer(self) -> float:

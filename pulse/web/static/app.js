@@ -229,7 +229,7 @@ function workerButton(w, action) {
 
 // A critical process: its state, its tree's memory (figure and the last ten minutes), its latest health
 // probe, its restarts and the last thing done about it (the reason on hover and below it).
-const PROCESS_FIELDS = ["state", "memory", "health", "config", "restarts", "last_action"];
+const PROCESS_FIELDS = ["state", "uptime", "memory", "health", "config", "restarts", "last_action"];
 const WIDE = ["memory", "config", "last_action"];     // a whole line of a card on a phone
 
 // Its `config` files against their known-good copies, and its last restore (the diff summary on hover).
@@ -245,22 +245,36 @@ function configCell(c) {
                              `restored (${c.restore_why}, ${c.restore_state || "running"}) `, when(c.restored_at)) : []];
 }
 
+// Its state as the tick projects it (pulse.rules.processstate), why on hover; a backoff says until when.
+const PROCESS_STATE_CLASS = {running: "ok", starting: "paused", paused: "paused", stopped: "paused", backoff: "paused",
+                             unhealthy: "bad", fatal: "bad", dead: "bad", unknown: "muted"};
+
 function processState(p) {
-  return p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "alive" : "dead";
+  return p.state || (p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "running" : "dead");
+}
+
+function processHealth(h) {
+  if (!h) return el("span", {class: "muted"}, "-");
+  const took = h.latency_ms === null || h.latency_ms === undefined ? "" : ` ${Math.round(h.latency_ms)} ms`;
+  return el("span", {class: h.ok ? "ok" : "bad", title: h.error || ""}, h.ok ? `ok${took}` : `failing ${h.failing}${took}`);
 }
 
 function processCells(p, card = {}) {
   const state = processState(p), last = card.last_action, health = card.health;
   const points = card.memory || [], top = Math.max(p.max_mb ?? 0, ...points.map(q => q[1]));
   return {
-    state: [el("span", {class: state}, state), p.paused_until ? [" until ", when(p.paused_until)] : []],
+    state: [el("span", {class: PROCESS_STATE_CLASS[state] || state, title: p.why || ""}, state),
+            p.paused_until ? [" until ", when(p.paused_until)] : state === "backoff" && p.until ? [" until ", when(p.until)] : [],
+            state === "fatal" && p.last_exit ? el("div", {class: "muted small", title: (p.last_exit.output || []).join("\n")},
+                                                  p.why) : []],
+    uptime: p.uptime_s === null || p.uptime_s === undefined ? el("span", {class: "muted"}, "-") : duration(p.uptime_s),
     memory: [el("span", {class: p.max_mb && p.rss_mb > p.max_mb ? "figure bad" : "figure"}, p.rss_mb === null || p.rss_mb === undefined ? "-" : `${Math.round(p.rss_mb)} MB`
                 + (p.max_mb ? ` of ${p.max_mb}` : "")),
              spark(points, {label: `${p.name}: its tree's memory over ten minutes, MB`, max: top || null})],
-    health: health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""}, health.ok ? "ok" : "failing")
-                   : el("span", {class: "muted"}, "-"),
+    health: p.health ? processHealth(p.health) : health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""},
+                                                             health.ok ? "ok" : "failing") : el("span", {class: "muted"}, "-"),
     config: configCell(p.config),
-    restarts: String(card.restarts ?? 0),
+    restarts: String(p.restarts ?? card.restarts ?? 0),
     last_action: last ? [el("span", {class: last.outcome, title: [last.reason, last.error].filter(Boolean).join(" · ")},
                             `${last.kind}${last.why ? ` (${last.why})` : ""} ${last.outcome}`), " ", when(last.ts),
                          last.reason || last.error ? el("div", {class: "muted small"}, last.error || last.reason) : []]
