@@ -19,6 +19,7 @@ import time
 import urllib.parse
 
 import msgspec
+import psutil
 import pytest
 
 from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, wait_for
@@ -731,3 +732,24 @@ def test_after_a_rollback_the_engine_page_says_staging_still_holds_it(site, page
     note.wait_for()
     assert "staging still holds what was rolled back" in note.inner_text() and "rules/loud.py" in note.inner_text()
     assert "bad" in note.get_attribute("class")
+
+
+def test_a_critical_process_is_stopped_and_started_from_the_page(site, page):
+    """Stop and start act as `pulsectl process stop|start` do: operator events, the tree stopped,
+    held down until started."""
+    pulsed, base, token = site
+    before = next(p for p in pulsed.status().processes if p.name == "napper")
+    page.wait_for_selector('[data-process="napper"] [data-action="stop"]:not([disabled])')
+    page.click('[data-process="napper"] [data-action="stop"]')
+    page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="state"]')
+                                       .textContent === 'stopped'""", timeout=15_000)
+    wait_for(lambda: not psutil.pid_exists(before.pid) or psutil.Process(before.pid).status() == psutil.STATUS_ZOMBIE,
+             10, what="napper stopped")
+    page.click('[data-process="napper"] [data-action="start"]')
+    page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="state"]')
+                                       .textContent === 'alive'""", timeout=15_000)
+    started = next(p for p in pulsed.status().processes if p.name == "napper")
+    pulsed.tracker.add(started.pid)
+    assert started.pid != before.pid
+    actions = [(e["source"], e["data"]["action"]) for e in pulsed.events("operator", "napper")]
+    assert actions == [("web", "process-stop"), ("web", "process-start")]

@@ -122,7 +122,7 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stop: list[str] | None = None             # argv that stops it; unset: SIGTERM to its process tree
     stop_timeout_s: float = 10                # then SIGKILL
     start_grace_s: float = 1                  # exited within this after a start: the restart failed, in its words
-    cwd: str | None = None
+    cwd: str | None = None                    # where restart and stop run; unset: the home; relative: to it
     env: dict[str, str] = msgspec.field(default_factory=dict)
     health: Health | None = None              # alive is not enough: also probe this
     memory: Memory | None = None              # unset: no ceiling (its tree's RSS is sampled all the same)
@@ -138,6 +138,18 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     config: list[str] = msgspec.field(default_factory=list)
     config_good_after_s: float = 60
     config_rollback_window_s: float = 600
+    # Taken out of config.toml: a reload stops it (as a restart stops it: its whole tree) unless this
+    # is true, when it is left running, no longer watched.
+    keep_on_remove: bool = False
+
+
+REMOVED_KEYS = ("name", "pidfile", "match", "stop", "stop_timeout_s", "cwd")   # what a stop needs of a table
+
+
+def removed_definition(process: Process) -> dict:
+    """What stop-process needs of a [[process]] a reload takes out, carried in the reload event (its
+    env is left out: events.db is no place for tokens)."""
+    return msgspec.to_builtins({k: getattr(process, k) for k in REMOVED_KEYS if getattr(process, k) is not None})
 
 
 class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1149,6 +1161,9 @@ def default_toml() -> str:
         '# pidfile = "/run/gateway.pid"          # or { path = "...", key = "pid" } for a JSON file,',
         '#                                        # or: match = "regex over the full command line"',
         '# restart = ["openclaw", "gateway", "run"]   # argv that starts it, never a shell string',
+        '# cwd = "/srv/gateway"                   # where it starts; unset: the home (this file\'s folder);',
+        '#                                        # relative: to the home',
+        "# env = {}                               # added to Pulse's environment",
         '# stop = ["systemctl", "stop", "gateway"]   # unset: SIGTERM to its process tree ...',
         "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
         "# start_grace_s = 1.0                     # exits within this of its start: the restart failed",
@@ -1158,6 +1173,7 @@ def default_toml() -> str:
         '# config = ["/etc/openclaw/openclaw.json"]   # kept known good; restored if an edit breaks it',
         "# config_good_after_s = 60.0              # healthy this long after a start: its config is known good",
         "# config_rollback_window_s = 600.0        # crash-looping or unhealthy this soon after an edit: restore",
+        "# keep_on_remove = false                 # taken out of this file: a reload stops it; true: left running",
         "# memory = { max_mb = 4096, for_samples = 3, growth_mb_per_h = 500, growth_window_s = 600 }",
         "#                                        # its tree's RSS: restarted after 3 samples above max_mb,",
         "#                                        # notified when it grows faster than growth_mb_per_h",

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 from pulse.core import clock
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, Snapshot, Vital
+from pulse.core.wire import MAX_TARGET_CHARS, STOP_PROCESS, Effect, Outcome, ProcessExit, Snapshot, Vital
 from pulse.rules import knowngood
 from pulse.rules.onion import Inner, RuleResult, handled
 
@@ -164,7 +164,10 @@ def process_watchdog(config: TickConfig):
       process a restart that did not bring a healthy probe counts as failed too, and for one
       over its ceiling, a restart that did not bring a sample below it.
     - After process_notify_after failed restarts in a row it notifies, once per streak,
-      and keeps trying slowly. A paused process is left alone.
+      and keeps trying slowly. A paused process is left alone, and one an operator stopped
+      (`pulsectl process stop`) stays down until they start it.
+    - A [[process]] a reload took out (keep_on_remove unset) is stopped once (stop-process, with its
+      table as it was: the executor's config no longer has it).
     - Last-known-good config (`[[process]] config`; pulse.rules.knowngood reads the snapshot for
       it). Here rather than in a rule of its own, because undoing an edit is a way of answering a
       process that must be restarted, and this rule alone decides those restarts:
@@ -179,13 +182,15 @@ def process_watchdog(config: TickConfig):
         config-restored, no backoff), and a notification with its diff summary (or its failure).
     """
     processes = {p.name: p for p in config.process if p.restart}
+    configured = {p.name for p in config.process}
     s = config.survival
 
     @_named("process_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
+        effects = effects + removed_stops(curr, configured)
         for name, proc in sorted(processes.items()):
-            if name in curr.paused:
+            if name in curr.paused or name in curr.stopped:
                 continue
             if proc.config:
                 effects, settled = after_restore(curr, effects, proc)
@@ -255,6 +260,14 @@ def process_watchdog(config: TickConfig):
                                         params={"why": why, **{k: v for k, v in params.items() if v is not None}})]
         return effects, tick_ms
     return rule
+
+
+def removed_stops(curr: Snapshot, configured: set[str]) -> list[Effect]:
+    """A stop-process for each [[process]] a reload took out and nothing has stopped yet."""
+    return [Effect(kind=STOP_PROCESS, target=name, origin="survival", idempotent=True,
+                   params={"why": "removed", "reload": removed["reload"], "definition": removed["definition"]})
+            for name, removed in sorted(curr.removed.items())
+            if name not in configured and not any(e.kind == STOP_PROCESS and e.target == name for e in curr.pending)]
 
 
 RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says it
@@ -566,7 +579,7 @@ def llm_watchdog(config: TickConfig):
         last = max((o.ts for o in outcomes if o.kind == "restart-process"), default=0.0)
         if (failing_in_a_row([v for v in probes if v.ts > last]) >= llm.fail_after
                 and not pending_or_handled(curr, effects, "restart-process", llm.process)
-                and llm.process not in curr.paused):
+                and llm.process not in curr.paused and llm.process not in curr.stopped):
             wait = clock.backoff(len(unhelped), s.process_backoff_base_s, s.process_backoff_max_s) if unhelped else 0.0
             if unhelped and curr.ts < unhelped[-1].ts + wait:
                 return effects, sooner(tick_ms, int((unhelped[-1].ts + wait - curr.ts) * 1000) + 1)

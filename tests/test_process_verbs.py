@@ -1,0 +1,188 @@
+"""The operator's verbs for a guarded process, its kept output, its default cwd, and a reload that
+says what it did: real processes through a real pulsed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import textwrap
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from pulse.cli.group import cli
+from support import init_home, wait_for
+
+FAST_TICK = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
+
+# A guarded process that says where it runs and which run it is, and keeps a child (its tree).
+SERVICE = textwrap.dedent("""
+    import os, subprocess, sys, time
+    runs = os.path.join(os.getcwd(), sys.argv[1] + ".runs")
+    n = int(open(runs).read()) + 1 if os.path.exists(runs) else 1
+    open(runs, "w").write(str(n))
+    child = subprocess.Popen(["sleep", "3600"])
+    print(f"run {n} of {sys.argv[1]} in {os.getcwd()}, child {child.pid}", flush=True)
+    time.sleep(3600)
+""")
+
+
+def service(home, name: str) -> str:
+    """A [[process]] table whose restart runs SERVICE as `service.py NAME` (relative: found in the cwd)."""
+    (home / "service.py").write_text(SERVICE)
+    return textwrap.dedent(f"""
+        [[process]]
+        name = "{name}"
+        match = "service.py {name}$"
+        restart = ["python3", "service.py", "{name}"]
+        stop_timeout_s = 3
+    """)
+
+
+def alive(pulsed, name: str, not_pid: int | None = None) -> int:
+    """The pid the watcher sees alive for `name` (another than not_pid)."""
+    data = wait_for(lambda: pulsed.vital(f"process-alive:{name}", lambda d: d["alive"] and d["pid"] != not_pid),
+                    20, what=f"{name} alive")
+    return data["pid"]
+
+
+def said(pulsed, name: str, run: int) -> None:
+    """Wait until run `run` of the service has written its first line to its log."""
+    log = pulsed.home / "logs" / f"process-{name}.log"
+    wait_for(lambda: log.exists() and f"run {run} of {name}" in log.read_text(), 20, what=f"run {run} of {name} said")
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def gone(procs: list[psutil.Process]) -> bool:
+    return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
+
+
+def ctl_ok(pulsed, *args: str):
+    out = pulsed.ctl(*args)
+    assert out.returncode == 0, (args, out.stdout, out.stderr)
+    return out.stdout
+
+
+def test_verbs_logs_after_crashes_and_a_stop_held_across_a_pulsed_restart(pulsed, tracker):
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(service(pulsed.home, "svc"))
+    pulsed.start(env=FAST_TICK)
+    pid = alive(pulsed, "svc")           # not running at first: processWatchdog starts it, in the home
+    tracker.add(pid)
+    # Three crashes, each restarted; the first run's output is still there after them
+    for run in range(1, 4):
+        said(pulsed, "svc", run)
+        victims = tree(pid)
+        psutil.Process(pid).kill()
+        psutil.wait_procs(victims[:1], 5)
+        pid = alive(pulsed, "svc", not_pid=pid)
+        tracker.add(pid)
+    said(pulsed, "svc", 4)
+    out = ctl_ok(pulsed, "process", "logs", "svc", "-n", "100")
+    assert f"run 1 of svc in {pulsed.home}," in out           # cwd defaulted to the home, and kept
+    assert "run 4 of svc" in out and out.count("[pulse] svc started") == 4
+    assert "ended" in out and "killed by SIGKILL" in out
+
+    # restart: stop the tree, start one new copy
+    victims = tree(pid)
+    out = ctl_ok(pulsed, "process", "restart", "svc")
+    assert "svc: restarted, pid" in out
+    new = int(out.split("pid ")[1].split()[0])
+    tracker.add(new)
+    assert new != pid and gone(victims)
+    said(pulsed, "svc", 5)
+
+    # stop: the whole tree, and held down, across a restart of pulsed
+    victims = tree(new)
+    assert len(victims) == 2
+    out = ctl_ok(pulsed, "process", "stop", "svc")
+    assert "svc: stopped" in out and "held down until `pulsectl process start svc`" in out
+    assert gone(victims)
+    pulsed.terminate()
+    pulsed.start(env=FAST_TICK)
+    wait_for(lambda: pulsed.vital("process-alive:svc", lambda d: not d["alive"]), 10, what="seen down")
+    ticks = len(pulsed.ticks())
+    wait_for(lambda: len(pulsed.ticks()) >= ticks + 10, 15, what="ten more ticks")
+    assert not pulsed.vital("process-alive:svc")["alive"]
+    listed = [json.loads(line) for line in ctl_ok(pulsed, "process", "list", "--json").splitlines()]
+    assert listed == [{"name": "svc", "state": "stopped", "pid": None, "rss_mb": None}]
+    assert pulsed.ctl("process", "status", "svc").returncode == 3
+
+    # start: running again, and no longer held
+    out = ctl_ok(pulsed, "process", "start", "svc")
+    started = int(out.split("pid ")[1].split()[0])
+    tracker.add(started)
+    assert alive(pulsed, "svc") == started
+    assert "svc: alive" in ctl_ok(pulsed, "process", "status", "svc")
+    actions = [(e["source"], e["target"], e["data"]["action"]) for e in pulsed.events("operator")]
+    assert actions == [("pulsectl", "svc", a) for a in ("process-restart", "process-stop", "process-start")]
+    # and a crash after the start is restarted as before (the hold is over)
+    psutil.Process(started).kill()
+    tracker.add(alive(pulsed, "svc", not_pid=started))
+
+
+def test_reload_stops_a_removed_process_and_says_a_worker_that_failed(pulsed, tracker):
+    init_home(pulsed.home)
+    both = service(pulsed.home, "gone") + service(pulsed.home, "kept").replace(
+        "stop_timeout_s = 3", "stop_timeout_s = 3\nkeep_on_remove = true")
+    (pulsed.home / "config.toml").write_text(both)
+    pulsed.start(env=FAST_TICK)
+    gone_pid, kept_pid = alive(pulsed, "gone"), alive(pulsed, "kept")
+    tracker.add(gone_pid, kept_pid)
+    said(pulsed, "gone", 1)
+    said(pulsed, "kept", 1)
+    gone_tree, kept_tree = tree(gone_pid), tree(kept_pid)
+    assert len(gone_tree) == 2
+    tracker.add(*(p.pid for p in kept_tree))
+    # The web worker enabled on a port another process holds: it cannot come back
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (pulsed.home / "config.toml").write_text(
+            f'[web]\nenabled = true\nlisten = "127.0.0.1:{port}"\n\n' + service(pulsed.home, "added"))
+        check = pulsed.ctl("check-config")
+        assert check.returncode == 78 and f"127.0.0.1:{port} is already in use" in check.stderr
+        out = pulsed.ctl("reload")
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.strip().startswith("web: failed") for line in lines), out.stdout
+    assert not any("web: started" in line for line in lines)
+    assert f"[[process]] gone: removed, stopped (pid {gone_pid}" in out.stdout
+    assert "[[process]] kept: removed, left running (keep_on_remove)" in out.stdout
+    assert "[[process]] added: added, running (pid" in out.stdout
+    assert gone(gone_tree)                                   # nothing left of its tree
+    assert not gone(kept_tree)
+    tracker.add(alive(pulsed, "added"))
+    stops = [e for e in pulsed.events("effect") if e["data"]["kind"] == "stop-process"]
+    assert [(e["target"], e["data"]["origin"]) for e in stops] == [("gone", "survival")]
+
+
+def test_a_process_name_given_to_the_worker_verbs_points_at_process_verbs(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[[process]]\nname = "web1"\nmatch = "x"\n')
+    for verb in ("restart", "stop", "start"):
+        result = CliRunner().invoke(cli, ["--home", str(home), verb, "web1"])
+        assert result.exit_code == 2
+        assert f"'web1' is a [[process]], not a worker: `pulsectl process {verb} web1`" in result.output
+    result = CliRunner().invoke(cli, ["--home", str(home), "restart", "nope"])
+    assert result.exit_code == 2 and "not a worker" not in result.output and "watcher" in result.output
+
+
+@pytest.mark.parametrize("verb", ["restart", "start"])
+def test_a_process_without_a_restart_argv_cannot_be_started(tmp_path, verb):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[[process]]\nname = "w"\nmatch = "x"\n')
+    result = CliRunner().invoke(cli, ["--home", str(home), "process", verb, "w"])
+    assert result.exit_code == 2 and "has no restart argv" in result.output
+
