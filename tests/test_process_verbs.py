@@ -126,7 +126,14 @@ def test_verbs_logs_after_crashes_and_a_stop_held_across_a_pulsed_restart(pulsed
     assert actions == [("pulsectl", "svc", a) for a in ("process-restart", "process-stop", "process-start")]
     # and a crash after the start is restarted as before (the hold is over)
     psutil.Process(started).kill()
-    tracker.add(alive(pulsed, "svc", not_pid=started))
+    last = alive(pulsed, "svc", not_pid=started)
+    tracker.add(last)
+    # Its keeper was forked by this home's keepers' server, not a fresh interpreter: a few MiB of its own
+    servers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == f"pulse: keepers ({pulsed.home})"]
+    assert len(servers) == 1
+    keeper = psutil.Process(last).parent()
+    assert keeper.cmdline()[0] == f"pulse: keep svc ({pulsed.home})"
+    assert keeper.memory_full_info().uss < 6 * 2**20
 
 
 def test_reload_stops_a_removed_process_and_says_a_worker_that_failed(pulsed, tracker):

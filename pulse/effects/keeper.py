@@ -50,19 +50,30 @@ def report(message: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"]:
+        from pulse.effects import keepers
+        return keepers.serve(*argv[1:])
     home, name, log_path, sep, *command = argv
     if sep != "--" or not command:
         print("usage: python -m pulse.effects.keeper HOME NAME LOG -- ARGV...", file=sys.stderr)
         return 2
     if os.fork() > 0:
         os._exit(0)             # the executor reaps this half now; the keeper lives on, reparented
+    return keep(home, name, log_path, command)
+
+
+def keep(home: str, name: str, log_path: str, command: list[str], env: dict | None = None,
+         cwd: str | None = None) -> int:
+    """Start `command` and keep it, reporting on fd 1, until it exits and its exit is recorded.
+    The same whether this keeper was started on its own or forked by the keepers' server
+    (pulse.effects.keepers), which gives the command's `env` and `cwd` here."""
     from pulse.core import guarded, procs
     procs.set_title(guarded.keeper_title(name, home))
     log = open_log(log_path)
     os.dup2(log.fileno(), 2)    # the keeper's own complaints land beside its process's output
     procs.libc()
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=cwd,
                                  stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults)
     except OSError as err:
         log.write(f"[pulse] cannot start {name} ({command[0]!r}): {err.strerror or err}\n".encode())

@@ -20,7 +20,9 @@ it: never two copies (a frozen gateway kept its lock and port, and each new copy
 Stop: the [[process]] `stop` argv if given, else SIGTERM (and SIGCONT, for a stopped one) to every
 process found by its pidfile or match, and to what its keeper keeps, with their children; SIGKILL
 after `stop_timeout_s`. Start: the `restart` argv, under a keeper (pulse.effects.keeper) in its own
-session, so it outlives the executor and Pulse and its exit is recorded whoever restarts later;
+session, so it outlives the executor and Pulse and its exit is recorded whoever restarts later; the
+keeper is forked by the home's keepers' server (pulse.effects.keepers), or, when none answers yet,
+started in an interpreter of its own while a server is started for the next time;
 its output is appended to <home>/logs/process-<name>.log (rotated by size: pulse.effects.keeper).
 Both run in the process's `cwd`, by default the home (where config.toml is). The effect waits a short grace (params
 `grace_s`, else the [[process]] `start_grace_s`, default 1 s): exited by then, its exit code
@@ -36,6 +38,7 @@ and die with Pulse's next restart, so when `systemd-run` is on PATH the keeper r
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -58,6 +61,7 @@ from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect, ProcessAction
+from pulse.effects import keepers
 from pulse.store import objects
 
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
@@ -488,23 +492,20 @@ def _restart(effect: Effect, ctx: EffectContext) -> dict:
     stopped = stop_process(process, ctx, home)
     log_path = process_log(home, process.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
-              *process.restart]
-    argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
-                         shutil.which("systemd-run"), os.getuid())
-    try:
-        launcher = subprocess.Popen(argv, env=child_env(process.env), cwd=process_cwd(process, home), start_new_session=True,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    close_fds=True, preexec_fn=procs.child_signal_defaults)
-    except OSError as err:
-        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
     grace = effect.params.get("grace_s", process.start_grace_s)
     grace = min(float(grace) if isinstance(grace, (int, float)) else process.start_grace_s, ctx.timeout_s)
-    try:
-        started, ended = _keeper_reports(launcher, grace)
-    finally:
-        launcher.stdout.close()
-        launcher.wait()                 # its first half exits at once: the keeper lives on, reparented
+    started, ended, refused = None, None, True
+    if ctx.paths is not None:
+        conn = keepers.ask(str(ctx.paths.keepers_socket), {
+            "version": keepers_version(), "home": str(home), "name": process.name, "log": str(log_path),
+            "argv": list(process.restart), "env": child_env(process.env), "cwd": process_cwd(process, home)})
+        if conn is None:
+            _start_keepers(ctx.paths, home)
+        else:
+            with conn:
+                started, ended, refused = _keeper_reports(conn.fileno(), grace)
+    if refused:                       # no server (or one of other code): a keeper of its own, as before
+        started, ended = _start_own_keeper(process, home, log_path, effect, grace)
     data = {"argv": list(process.restart), "log": str(log_path), **stopped}
     if started is None and ended is None:
         raise EffectFailed("spawn", f"restart of {process.name!r}: its keeper did not start it", **data)
@@ -521,11 +522,50 @@ def _restart(effect: Effect, ctx: EffectContext) -> dict:
     return data
 
 
-def _keeper_reports(launcher: subprocess.Popen, grace: float) -> tuple[dict | None, dict | None]:
-    """What the keeper says within `grace` after the process started: (started, ended)."""
+def _start_own_keeper(process: Process, home: Path, log_path: Path, effect: Effect,
+                      grace: float) -> tuple[dict | None, dict | None]:
+    """A keeper in a fresh interpreter (no keepers' server answered): what it reports within grace."""
+    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
+              *process.restart]
+    argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
+                         shutil.which("systemd-run"), os.getuid())
+    try:
+        launcher = subprocess.Popen(argv, env=child_env(process.env), cwd=process_cwd(process, home),
+                                    start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, close_fds=True, preexec_fn=procs.child_signal_defaults)
+    except OSError as err:
+        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
+    try:
+        started, ended, _ = _keeper_reports(launcher.stdout.fileno(), grace)
+    finally:
+        launcher.stdout.close()
+        launcher.wait()                 # its first half exits at once: the keeper lives on, reparented
+    return started, ended
+
+
+@functools.cache
+def keepers_version() -> str:
+    return keepers.version()
+
+
+def _start_keepers(paths: Paths, home: Path) -> None:
+    """Start this home's keepers' server for the starts to come (outside Pulse's cgroup under
+    systemd, as a keeper); a second one started at the same time ends at once (its lock)."""
+    argv = outside_pulse(keepers.server_argv(str(home), str(paths.keepers_socket)), "pulse-keepers-"
+                         + os.urandom(4).hex(), dict(os.environ), shutil.which("systemd-run"), os.getuid())
+    try:
+        subprocess.run(argv, env=child_env({}), cwd="/", start_new_session=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, timeout=KEEPER_START_S,
+                       preexec_fn=procs.child_signal_defaults)   # its first half exits at once
+    except (OSError, subprocess.SubprocessError) as err:
+        log.warning("could not start the keepers' server: %s", err)
+
+
+def _keeper_reports(fd: int, grace: float) -> tuple[dict | None, dict | None, bool]:
+    """What the keeper says within `grace` after the process started: (started, ended, refused:
+    the keepers' server said no, so nothing was started)."""
     started = ended = None
     buf = b""
-    fd = launcher.stdout.fileno()
     deadline = time.monotonic() + max(grace, 0.0)
     start_deadline = time.monotonic() + KEEPER_START_S
     with selectors.DefaultSelector() as sel:
@@ -544,11 +584,13 @@ def _keeper_reports(launcher: subprocess.Popen, grace: float) -> tuple[dict | No
                     message = json.loads(line)
                 except ValueError:
                     continue
+                if "refused" in message and started is None:
+                    return None, None, True
                 if "code" in message:
                     ended = message
                 elif "pid" in message:
                     started, deadline = message, time.monotonic() + max(grace, 0.0)
-    return started, ended
+    return started, ended, False
 
 
 def run_signal(effect: Effect, ctx: EffectContext) -> dict:
