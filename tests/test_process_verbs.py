@@ -193,3 +193,35 @@ def test_a_process_without_a_restart_argv_cannot_be_started(tmp_path, verb):
     result = CliRunner().invoke(cli, ["--home", str(home), "process", verb, "w"])
     assert result.exit_code == 2 and "has no restart argv" in result.output
 
+
+
+def test_the_report_says_an_operator_s_word_on_a_process_as_such():
+    from pulse.core import wire
+    from pulse.report.analyst import operator_phrase
+    assert operator_phrase(wire.now_event("operator", "pulsectl", "svc", action="process-stop")) == "stopped the svc process"
+    assert operator_phrase(wire.now_event("operator", "web", "svc", action="process-restart")) == "restarted the svc process"
+    assert operator_phrase(wire.now_event("operator", "pulsed", "tick", action="stop")) == "stopped the tick worker"
+
+
+def test_the_keeper_appends_and_rotates_its_log_by_size_keeping_the_start(tmp_path):
+    """Past LOG_MAX_BYTES the log is rotated into gzipped copies, the newest .1.gz: what came first
+    (the start line, the early output) is in a copy, never truncated away."""
+    import gzip
+    import subprocess
+    import sys
+
+    from pulse.effects import keeper
+    log = tmp_path / "process-big.log"
+    log.write_bytes(b"from an earlier run\n")
+    lines = keeper.LOG_MAX_BYTES // 1000 + 100
+    writer = f"import sys\nfor i in range({lines}): sys.stdout.write(f'{{i:08d}} ' + 'x' * 990 + '\\n')"
+    out = subprocess.run([sys.executable, "-m", "pulse.effects.keeper", str(tmp_path), "big", str(log), "--",
+                          sys.executable, "-c", writer], capture_output=True, timeout=60)
+    assert out.returncode == 0
+    wait_for(lambda: "ended" in log.read_text(errors="replace"), 30, what="the keeper's end line")
+    copy = gzip.decompress((tmp_path / "process-big.log.1.gz").read_bytes()).decode()
+    assert copy.startswith("from an earlier run\n[pulse] big started, pid ")
+    assert "00000000 xxx" in copy
+    tail = log.read_text()
+    assert f"{lines - 1:08d} xxx" in tail and "ended at " in tail and "exit code 0\n" in tail
+    assert len(tail) < keeper.LOG_MAX_BYTES

@@ -169,6 +169,17 @@ def shown(ctx: Context) -> list:
     return ctx.request(wire.GetStatus()).status.processes
 
 
+def shown_one(ctx: Context, name: str):
+    """`name` as pulsed's status shows it; exit 2 when pulsed runs without it (config.toml has it,
+    but was not reloaded since)."""
+    found = next((p for p in shown(ctx) if p.name == name), None)
+    if found is None:
+        click.echo(f"pulsectl: the running pulsed has no [[process]] {name!r} yet: `pulsectl reload` applies "
+                   "config.toml", err=True)
+        sys.exit(2)
+    return found
+
+
 @process.command("list")
 @click.option("--json", "as_json", is_flag=True, help="As JSON Lines.")
 @pass_ctx
@@ -197,7 +208,7 @@ def status_(ctx: Context, name: str, as_json: bool) -> None:
     from pulse.effects.kinds import process_log
     from pulse.store import eventsdb
     proc = named(ctx, name)
-    p = next(p for p in shown(ctx) if p.name == name)
+    p = shown_one(ctx, name)
     conn = eventsdb.open_events(ctx.paths.events_db)
     try:
         exits = eventsdb.search_events(conn, types=["process-exited"], target=name, limit=1)
@@ -303,7 +314,7 @@ def start(ctx: Context, name: str, wait: float) -> None:
     """Start NAME (after a stop, or when it is down); one already alive is left as it is."""
     from pulse.core import wire
     startable(ctx, name)
-    p = next(p for p in shown(ctx) if p.name == name)
+    p = shown_one(ctx, name)
     if p.alive:                  # started by hand meanwhile, or never stopped: left as it is, no longer held
         from pulse.store import eventsdb
         conn = eventsdb.open_events(ctx.paths.events_db)
