@@ -324,14 +324,14 @@ def test_the_web_worker_is_off_by_default_and_its_crash_never_escalates(pulsed):
     refused = pulsed.ctl("restart", "web")
     assert refused.returncode == 1 and "[web] enabled = true" in refused.stderr and "Traceback" not in refused.stderr
     (pulsed.home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
-    assert "web started" in pulsed.ctl("reload").stdout
+    assert "web: started (pid " in pulsed.ctl("reload").stdout
     web = pulsed.wait_state("web", "running")
     for _ in range(3):                                   # crashes: restarted, pulsed untouched
         os.kill(web.pid, signal.SIGKILL)
         web = pulsed.wait_replaced("web", web.pid)
     assert pulsed.proc.poll() is None and all(w.state == "running" for w in pulsed.status().workers)
     (pulsed.home / "config.toml").write_text("")
-    assert "web stopped" in pulsed.ctl("reload").stdout
+    assert "web: stopped" in pulsed.ctl("reload").stdout
     wait_for(lambda: "web" not in [w.name for w in pulsed.status().workers], 10, what="the web worker gone")
 
 
