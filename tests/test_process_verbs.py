@@ -225,3 +225,53 @@ def test_the_keeper_appends_and_rotates_its_log_by_size_keeping_the_start(tmp_pa
     tail = log.read_text()
     assert f"{lines - 1:08d} xxx" in tail and "ended at " in tail and "exit code 0\n" in tail
     assert len(tail) < keeper.LOG_MAX_BYTES
+
+
+def executor_context(tmp_path, toml: str):
+    from pulse.core import config as configmod
+    from pulse.core.home import Paths
+    from pulse.effects import kinds
+    from pulse.store import eventsdb
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(toml)
+    eventsdb.open_events(home / "events.db").close()
+    cfg = configmod.slice_of(configmod.load(home / "config.toml", {}), "executor")
+    return kinds.EffectContext(cfg, home / "objects", 10.0, paths=Paths(home, tmp_path / "run"))
+
+
+def test_a_survival_restart_queued_before_an_operator_stop_is_refused(tmp_path):
+    """The executor's side of the hold: a restart survival queued before the operator's stop was
+    folded never starts a copy behind the stop; the operator's own start does."""
+    from pulse.core import wire
+    from pulse.effects import kinds
+    from pulse.store import eventsdb
+    ctx = executor_context(tmp_path, '[[process]]\nname = "svc"\nmatch = "^never-such$"\nrestart = ["true"]\n')
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    eventsdb.append_events(conn, [wire.now_event("operator", "pulsectl", "svc", action="process-stop")])
+    survival = wire.Effect(kind="restart-process", target="svc", origin="survival", id="e1")
+    with pytest.raises(kinds.EffectFailed) as err:
+        kinds.run_restart(survival, ctx)
+    assert err.value.reason == "held" and "pulsectl process start svc" in str(err.value.error)
+    eventsdb.append_events(conn, [wire.now_event("operator", "pulsectl", "svc", action="process-start")])
+    conn.close()
+    assert kinds.run_restart(survival, ctx)["code"] == 0          # `true` ran, and exited 0 within its grace
+
+
+def test_stop_process_takes_a_removed_table_only_from_survival_or_an_operator(tmp_path, tracker):
+    import subprocess
+
+    from pulse.core import wire
+    from pulse.effects import kinds
+    ctx = executor_context(tmp_path, "")
+    victim = subprocess.Popen(["sleep", "3600.9191"], start_new_session=True)
+    tracker.add(victim.pid)
+    definition = {"name": "gone", "match": "^sleep 3600.9191$", "stop_timeout_s": 3}
+    agent = wire.Effect(kind=wire.STOP_PROCESS, target="gone", origin="agent", params={"definition": definition})
+    with pytest.raises(kinds.EffectFailed):
+        kinds.run_stop(agent, ctx)
+    assert victim.poll() is None
+    survival = wire.Effect(kind=wire.STOP_PROCESS, target="gone", origin="survival",
+                           params={"why": "removed", "reload": 7, "definition": definition})
+    assert kinds.run_stop(survival, ctx)["stopped"] == [victim.pid]
+    assert victim.wait(5) == -15
