@@ -275,3 +275,29 @@ def test_stop_process_takes_a_removed_table_only_from_survival_or_an_operator(tm
                            params={"why": "removed", "reload": 7, "definition": definition})
     assert kinds.run_stop(survival, ctx)["stopped"] == [victim.pid]
     assert victim.wait(5) == -15
+
+
+def test_logs_follow_prints_what_is_appended_across_a_rotation(tmp_path, tracker):
+    import subprocess
+
+    from support import PULSECTL
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True)
+    log = home / "logs" / "process-svc.log"
+    log.write_text("old line\nlast line\n")
+    follower = subprocess.Popen([PULSECTL, "--home", str(home), "process", "logs", "-f", "-n", "1", "svc"],
+                                stdout=subprocess.PIPE, text=True)
+    tracker.add(follower.pid)
+    try:
+        assert follower.stdout.readline() == "last line\n"
+        with open(log, "a") as f:
+            f.write("appended\n")
+        assert follower.stdout.readline() == "appended\n"
+        with open(log, "r+") as f:       # a rotation empties it in place (copy-then-truncate) ...
+            f.truncate(0)
+        with open(log, "a") as f:        # ... and less is written after it than was there before
+            f.write("after rotation\n")
+        assert follower.stdout.readline() == "after rotation\n"
+    finally:
+        follower.terminate()
+        follower.wait(5)

@@ -346,21 +346,24 @@ def log_files(path) -> list:
     return [copies[n] for n in sorted(copies, reverse=True)] + ([str(path)] if path.exists() else [])
 
 
-def read_lines(name: str) -> list[str]:
+def read_lines(name: str, upto: int | None = None) -> list[str]:
+    """Its lines (a gzipped copy decompressed); of the log itself, only its first `upto` bytes."""
     import gzip
     opener = gzip.open if name.endswith(".gz") else open
     try:
-        with opener(name, "rt", encoding="utf-8", errors="replace") as f:
-            return f.read().splitlines()
+        with opener(name, "rb") as f:
+            data = f.read() if upto is None else f.read(upto)
     except (OSError, EOFError):       # a copy being written, or one cut short: what it holds is lost to us
         return []
+    return data.decode("utf-8", "replace").splitlines()
 
 
-def read_tail(path, n: int) -> list[str]:
-    """The last `n` lines of the log, reaching into its rotated copies when it holds fewer."""
+def read_tail(path, n: int, upto: int | None = None) -> list[str]:
+    """The last `n` lines of the log (its first `upto` bytes: what a follower has not yet to print),
+    reaching into its rotated copies when it holds fewer."""
     lines: list[str] = []
     for name in reversed(log_files(path)):
-        lines = read_lines(name) + lines
+        lines = read_lines(name, upto if name == str(path) else None) + lines
         if len(lines) >= n:
             break
     return lines[-n:] if n > 0 else []
@@ -382,21 +385,21 @@ def logs(ctx: Context, name: str, follow: bool, lines: int) -> None:
             click.echo(f"pulsectl: {name} has no output kept yet ({path}: Pulse keeps the output of what it starts)",
                        err=True)
             sys.exit(1)
-    for line in read_tail(path, lines):
+    f, pos = None, None
+    if follow and path.exists():          # opened first: what is appended while the tail prints is followed
+        f = open(path, "rb")
+        pos = f.seek(0, 2)
+    for line in read_tail(path, lines, upto=pos):
         click.echo(line)
     if follow:
-        follow_log(path)
+        follow_log(path, f, pos or 0)
 
 
-def follow_log(path) -> None:
-    """Print what is appended to `path` until interrupted; a rotation empties it (from its start
-    again) or replaces it (reopened)."""
+def follow_log(path, f, pos: int) -> None:
+    """Print what is appended to `path` (open as `f` at `pos`, or not yet there) until interrupted;
+    a rotation empties it (from its start again) or replaces it (reopened)."""
     import os
     import time
-    f, pos = None, 0
-    if path.exists():
-        f = open(path, "rb")
-        pos = f.seek(0, os.SEEK_END)
     try:
         while True:
             chunk = f.read(65536) if f is not None else b""
