@@ -86,6 +86,7 @@ class Arbiter:
         self.stopped_by_operator = load_stopped(paths.workers_state) & set(STEERABLE)
         self.started_mono = time.monotonic()
         self.ready_sent = False
+        self.last_reload: wire.ReloadDone | None = None
         self.shutting_down = False
         self.shutdown_deadline: float | None = None
         self.shutdown_overtime = False   # past stop_grace_ms: only the event writer may still finish
@@ -622,8 +623,13 @@ class Arbiter:
         # A worker a flag turns on or off is started or stopped, never restarted as well.
         affected = [n for n in configmod.changed_slices(self.config, new) if n in before and n in after]
         turned = {**{n: "started" for n in after if n not in before}, **{n: "stopped" for n in before if n not in after}}
+        processes = process_changes(self.config.process, new.process)
         self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
-                    **turned)
+                    **turned, **processes)
+        self.last_reload = wire.ReloadDone(
+            at=time.time(), restarted=affected, started=[n for n, how in turned.items() if how == "started"],
+            stopped=[n for n, how in turned.items() if how == "stopped"],
+            **{k: v for k, v in processes.items() if k != "removed_definitions"})
         self.set_config(new)
         logs.Log.level = logs.LEVELS[self.settings.log.level]
         for name in affected:
@@ -637,7 +643,8 @@ class Arbiter:
             elif name not in self.stopped_by_operator and child.state not in ALIVE_STATES:
                 self.spawn(child, START)
         turned_text = "".join(f"{name} {how}; " for name, how in turned.items())
-        message = f"reloaded; {turned_text}restarted: {', '.join(affected) or 'none'}"
+        gone = "".join(f"[[process]] {name} removed, to be stopped; " for name in processes["processes_removed"])
+        message = f"reloaded; {turned_text}{gone}restarting: {', '.join(affected) or 'none'}"
         log.info(message)
         return True, message
 
@@ -728,6 +735,7 @@ class Arbiter:
                 status.uptime_s = round(now - view.started_at, 1) if view.started_at is not None else None
                 if status.state != view.state:
                     status.why = ""
+            status.stopped = p.name in tick.get("stopped", ())
             out.append(status)
         return out
 
@@ -735,6 +743,19 @@ class Arbiter:
         """Each [[watch.file]] as the tick last saw it (from_extras drops a view it cannot read)."""
         views = (self.children["tick"].extras or {}).get("files") or []
         return [v for v in (from_extras(view, wire.FileWatchStatus) for view in views) if v is not None]
+
+
+def process_changes(old: list[configmod.Process], new: list[configmod.Process]) -> dict:
+    """The [[process]] tables a reload adds and takes out: those taken out are stopped by survival
+    (from the table as it was, in the reload event: the workers' new config no longer has it) unless
+    keep_on_remove says to leave them running."""
+    names = {p.name for p in new}
+    gone = [p for p in old if p.name not in names]
+    was = {p.name for p in old}
+    return {"processes_added": [p.name for p in new if p.name not in was],
+            "processes_removed": [p.name for p in gone if not p.keep_on_remove],
+            "processes_kept": [p.name for p in gone if p.keep_on_remove],
+            "removed_definitions": {p.name: configmod.removed_definition(p) for p in gone if not p.keep_on_remove}}
 
 
 def from_extras(data, type_):

@@ -35,7 +35,8 @@ def handle(arbiter: "Arbiter", request) -> wire.Reply:
         return wire.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, wire.Reload):
         ok, message = arbiter.reload()
-        return wire.Reply(ok=ok, message=message if ok else None, error=None if ok else message)
+        return wire.Reply(ok=ok, message=message if ok else None, error=None if ok else message,
+                          reload=arbiter.last_reload if ok else None)
     if isinstance(request, wire.Shutdown):
         arbiter.begin_shutdown(0, "pulsectl stop")
         return wire.Reply(ok=True, message="stopping")

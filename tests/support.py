@@ -43,10 +43,11 @@ DAEMON_TEST = True    # conftest says, per test, whether it is marked `daemon` (
 
 
 def kill_keepers(home: Path) -> None:
-    """What restart-process started for this home (its keepers and their processes) outlives
-    pulsed by design; a test's must not outlive the test. By pid, found by the keeper's title."""
+    """What restart-process started for this home (its keepers and their processes, and the keepers'
+    server) outlives pulsed by design; a test's must not outlive the test. By pid, found by title."""
     keepers = [p for p in psutil.process_iter(["cmdline"])
-               if (p.info["cmdline"] or [""])[0].startswith("pulse: keep ") and f"({home})" in p.info["cmdline"][0]]
+               if (p.info["cmdline"] or [""])[0].startswith(("pulse: keep ", "pulse: keepers ("))
+               and f"({home})" in p.info["cmdline"][0]]
     for keeper in keepers:
         try:
             victims = [*keeper.children(recursive=True), keeper]

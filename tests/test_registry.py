@@ -15,7 +15,7 @@ from pulse.effects import registry
 from support import init_home, wait_for
 
 BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
-            "rotate-file", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config",
+            "rotate-file", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config", "stop-process",
             "restore-config"}
 
 

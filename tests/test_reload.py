@@ -45,10 +45,11 @@ def write_config(home, text: str) -> None:
 def reload(pulsed) -> set[str]:
     """Reload, wait until every worker runs again, and return the workers it restarted."""
     out = pulsed.ctl("reload")
-    assert out.returncode == 0, out.stderr
-    named = out.stdout.strip().rpartition("restarted: ")[2]
+    assert out.returncode == 0, out.stdout + out.stderr
+    named = {line.split(":")[0].strip() for line in out.stdout.splitlines()
+             if ": restarted (pid " in line or ": restart begun" in line}
     pulsed.wait_running(WORKERS)
-    return set() if named == "none" else set(named.split(", "))
+    return named
 
 
 NOTIFY_FILE = """

@@ -19,6 +19,7 @@ import time
 import urllib.parse
 
 import msgspec
+import psutil
 import pytest
 
 from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, wait_for
@@ -325,14 +326,14 @@ def test_the_web_worker_is_off_by_default_and_its_crash_never_escalates(pulsed):
     refused = pulsed.ctl("restart", "web")
     assert refused.returncode == 1 and "[web] enabled = true" in refused.stderr and "Traceback" not in refused.stderr
     (pulsed.home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
-    assert "web started" in pulsed.ctl("reload").stdout
+    assert "web: started (pid " in pulsed.ctl("reload").stdout
     web = pulsed.wait_state("web", "running")
     for _ in range(3):                                   # crashes: restarted, pulsed untouched
         os.kill(web.pid, signal.SIGKILL)
         web = pulsed.wait_replaced("web", web.pid)
     assert pulsed.proc.poll() is None and all(w.state == "running" for w in pulsed.status().workers)
     (pulsed.home / "config.toml").write_text("")
-    assert "web stopped" in pulsed.ctl("reload").stdout
+    assert "web: stopped" in pulsed.ctl("reload").stdout
     wait_for(lambda: "web" not in [w.name for w in pulsed.status().workers], 10, what="the web worker gone")
 
 
@@ -801,3 +802,24 @@ def test_the_schedules_and_budget_pages_say_what_schedule_list_and_budget_say(si
     host = page.locator('[data-agent="*"]')
     host.wait_for()
     assert "$0.00 of $5.00" in host.inner_text() and "host (all agents)" in host.inner_text()
+
+
+def test_a_critical_process_is_stopped_and_started_from_the_page(site, page):
+    """Stop and start act as `pulsectl process stop|start` do: operator events, the tree stopped,
+    held down until started."""
+    pulsed, base, token = site
+    before = next(p for p in pulsed.status().processes if p.name == "napper")
+    page.wait_for_selector('[data-process="napper"] [data-action="stop"]:not([disabled])')
+    page.click('[data-process="napper"] [data-action="stop"]')
+    page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="state"]')
+                                       .textContent === 'stopped'""", timeout=15_000)
+    wait_for(lambda: not psutil.pid_exists(before.pid) or psutil.Process(before.pid).status() == psutil.STATUS_ZOMBIE,
+             10, what="napper stopped")
+    page.click('[data-process="napper"] [data-action="start"]')
+    page.wait_for_function("""() => ['starting', 'running'].includes(document.querySelector(
+                                       '[data-process="napper"] [data-field="state"]').textContent)""", timeout=15_000)
+    started = next(p for p in pulsed.status().processes if p.name == "napper")
+    pulsed.tracker.add(started.pid)
+    assert started.pid != before.pid
+    actions = [(e["source"], e["data"]["action"]) for e in pulsed.events("operator", "napper")]
+    assert actions == [("web", "process-stop"), ("web", "process-start")]

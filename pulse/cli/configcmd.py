@@ -12,7 +12,7 @@ from pulse.cli.group import Context, pass_ctx
 def check_config(ctx: Context) -> None:
     """Validate config.toml (and PULSE_* overrides). Exit 78 if it is bad."""
     config = ctx.config()
-    problems = unknown_kinds(ctx, config)
+    problems = unknown_kinds(ctx, config) + listen_taken(ctx, config)
     for problem in problems:
         click.echo(f"pulsectl: {problem}", err=True)
     if problems:
@@ -57,6 +57,43 @@ def unknown_kinds(ctx: Context, config) -> list[str]:
             declared = []
         problems = registry.unknown_kinds(config.allow.kinds, declared)
     return [f"{ctx.paths.config}: $.allow.kinds: {problem}" for problem in problems]
+
+
+def listen_taken(ctx: Context, config) -> list[str]:
+    """[web] listen already taken by another process (another Pulse, a second instance of one): the
+    web worker would fail at each start. Its own running web worker's port is not a problem."""
+    import errno
+    import socket
+    if not config.web.enabled:
+        return []
+    host, _, port = config.web.listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return []
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the server binds: TIME_WAIT is no clash
+            probe.bind((host, int(port)))
+        return []
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            return []
+    if own_web_port(ctx) == int(port):
+        return []
+    return [f"{ctx.paths.config}: $.web.listen: {config.web.listen} is already in use by another process "
+            "(another Pulse? `pulsectl instances`): the web worker could not start there; choose another port"]
+
+
+def own_web_port(ctx: Context) -> int | None:
+    """The port this home's running web worker listens on, if it runs."""
+    from urllib.parse import urlsplit
+
+    from pulse.core import client, wire
+    try:
+        url = client.request(ctx.paths, wire.GetStatus(), min(ctx.timeout, 2.0)).status.web_url
+    except client.Unreachable:
+        return None
+    return urlsplit(url).port if url else None
 
 
 @click.command("config")

@@ -1,8 +1,18 @@
-"""`pulsectl process config PROCESS [--pin | --restore]`: a [[process]]'s config files, known good
-against current (hashes, times, a diff summary); take the current files as known good, or write
-the known-good ones back by hand. Both are effects of origin `operator` (keep-config,
-restore-config), so each is in the history like every operator action; after a restore,
-processWatchdog restarts the process, as after its own.
+"""`pulsectl process ...`: the verbs for a critical process ([[process]]), as for a worker.
+
+- `list`, `status NAME`: what the watcher last saw of each (alive, pid, held down, paused) and,
+  for one, its last exit and the end of its output.
+- `restart|stop|start NAME`: each an `operator` event (data {"action": "process-restart" | "process-stop"
+  | "process-start"}, wire.ProcessAction), then the effect that acts, of origin operator: restart-process
+  (the path processWatchdog's restarts take: stop its tree, then start; never two copies) or stop-process.
+  A stopped process stays down, across restarts of pulsed, until `start` (or `restart`): survival
+  folds the event and leaves it alone.
+- `logs [-f] [-n N] NAME`: its own output, as its keeper appends it to logs/process-NAME.log
+  (and the gzipped copies a rotation keeps beside it).
+- `config NAME [--pin | --restore]`: its config files, known good against current (hashes, times, a
+  diff summary); take the current files as known good, or write the known-good ones back by hand.
+  Both are effects of origin `operator` (keep-config, restore-config); after a restore,
+  processWatchdog restarts the process, as after its own.
 """
 
 from __future__ import annotations
@@ -14,23 +24,31 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
+from pulse.core.states import EffectState
+from pulse.core.wire import ProcessAction
 
 SHORT_HASH = 12                 # hex digits of a sha256 shown beside a file
 
 
 @click.group()
 def process() -> None:
-    """A critical process ([[process]])."""
+    """A critical process ([[process]]): list, status, restart, stop, start, logs, config."""
 
 
-def configured(ctx: Context, name: str):
-    """The [[process]] named `name`, with config files; exit 2 saying what is wrong otherwise."""
+def named(ctx: Context, name: str):
+    """The [[process]] named `name`; exit 2 saying what is wrong otherwise."""
     processes = ctx.config().process
     proc = next((p for p in processes if p.name == name), None)
     if proc is None:
         click.echo(f"pulsectl: no [[process]] named {name!r} in config.toml "
                    f"(known: {', '.join(p.name for p in processes) or 'none'})", err=True)
         sys.exit(2)
+    return proc
+
+
+def configured(ctx: Context, name: str):
+    """The [[process]] named `name`, with config files; exit 2 saying what is wrong otherwise."""
+    proc = named(ctx, name)
     if not proc.config:
         click.echo(f"pulsectl: [[process]] {name!r} lists no config files: add config = [\"/path/to/file\"]", err=True)
         sys.exit(2)
@@ -132,6 +150,277 @@ def config(ctx: Context, name: str, pin: bool, restore: bool, as_json: bool, wai
         effect = wire.Effect(kind=configfiles.RESTORE, target=name, params={"files": files, "why": "operator"})
         sys.exit(queue_effect(ctx, effect, deadline_s, wait))
     show(proc, known, restores, ctx.paths.objects, as_json)
+
+
+# -- list, status --------------------------------------------------------------------------------------
+
+def state_of(p) -> str:
+    """One word for a process as status reports it (its fuller states: pulsectl status)."""
+    if p.stopped:
+        return "stopped"
+    if p.paused_until is not None:
+        return "paused"
+    return {True: "alive", False: "dead", None: "unsampled"}[p.alive]
+
+
+def shown(ctx: Context) -> list:
+    """Every [[process]] as pulsed's status shows it (pulsed not answering: exit 4, saying so)."""
+    from pulse.core import wire
+    return ctx.request(wire.GetStatus()).status.processes
+
+
+def shown_one(ctx: Context, name: str):
+    """`name` as pulsed's status shows it; exit 2 when pulsed runs without it (config.toml has it,
+    but was not reloaded since)."""
+    found = next((p for p in shown(ctx) if p.name == name), None)
+    if found is None:
+        click.echo(f"pulsectl: the running pulsed has no [[process]] {name!r} yet: `pulsectl reload` applies "
+                   "config.toml", err=True)
+        sys.exit(2)
+    return found
+
+
+@process.command("list")
+@click.option("--json", "as_json", is_flag=True, help="As JSON Lines.")
+@pass_ctx
+def list_(ctx: Context, as_json: bool) -> None:
+    """Every [[process]]: its state and pid."""
+    rows = shown(ctx)
+    if as_json:
+        for p in rows:
+            click.echo(json.dumps({"name": p.name, "state": state_of(p), "pid": p.pid, "rss_mb": p.rss_mb}))
+        return
+    if not rows:
+        click.echo("no [[process]] in config.toml")
+        return
+    width = max(len(p.name) for p in rows)
+    for p in rows:
+        click.echo(f"{p.name:<{width}}  {state_of(p):<9}  " + (f"pid {p.pid}" if p.pid else "-")
+                   + (f"  {p.rss_mb:g} MiB" if p.rss_mb is not None else ""))
+
+
+@process.command("status")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@pass_ctx
+def status_(ctx: Context, name: str, as_json: bool) -> None:
+    """NAME: state, pid, its last exit and the end of its output. Exits 0 while it is alive, 3 if not."""
+    from pulse.effects.kinds import process_log
+    from pulse.store import eventsdb
+    proc = named(ctx, name)
+    p = shown_one(ctx, name)
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    try:
+        exits = eventsdb.search_events(conn, types=["process-exited"], target=name, limit=1)
+    finally:
+        conn.close()
+    last = exits[0] if exits else None
+    log_path = process_log(ctx.paths.home, name)
+    out = {"name": name, "state": state_of(p), "pid": p.pid, "rss_mb": p.rss_mb, "log": str(log_path),
+           "last_exit": None if last is None else {"at": clock.iso(last.ts), "pid": last.data.get("pid"),
+                                                    "code": last.data.get("code"), "signal": last.data.get("signal")},
+           "restart": proc.restart}
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"{name}: {out['state']}" + (f", pid {p.pid}" if p.pid else ""))
+        if last is not None:
+            how = f"signal {last.data.get('signal')}" if last.data.get("signal") else f"exit code {last.data.get('code')}"
+            click.echo(f"last exit: pid {last.data.get('pid')}, {how}, at {clock.iso(last.ts, ms=False)}")
+        click.echo(f"log: {log_path}")
+        for line in read_tail(log_path, 5):
+            click.echo(f"  {line}")
+    sys.exit(0 if p.alive and not p.stopped else 3)
+
+
+# -- restart, stop, start -------------------------------------------------------------------------------
+
+def steer(ctx: Context, name: str, action: ProcessAction, wait: float) -> dict | None:
+    """The operator event, then the effect (origin operator) that acts on it; its outcome within
+    `wait`: the ack's data, or exit 1 saying why it failed or that it is still open."""
+    from pulse.cli.pipeline import await_effect
+    from pulse.core import client, wire
+    from pulse.store import effectqueue, eventsdb
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    try:
+        effect = effectqueue.commit_process_action(conn, name, action, ctx.config().timings.effect_deadline_s, "pulsectl")
+    finally:
+        conn.close()
+    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", action))     # the tick folds the hold now
+    client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
+    if not wait:
+        click.echo(f"{name}: {action} asked ({effect.id})")
+        return None
+    state = await_effect(ctx, effect.id, wait)
+    if state is None:
+        sys.exit(1)
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    try:
+        end = eventsdb.effect_end(conn, effect.id)
+        why = effectqueue.effect_why(conn, effect.id)
+    finally:
+        conn.close()
+    if state != EffectState.ACKED:
+        click.echo(f"pulsectl: {name}: {action} {state}: {why or 'no reason recorded'} ({effect.id})", err=True)
+        sys.exit(1)
+    return end.data if end is not None else {}
+
+
+def startable(ctx: Context, name: str):
+    proc = named(ctx, name)
+    if not proc.restart:
+        click.echo(f"pulsectl: [[process]] {name!r} has no restart argv, so Pulse cannot start it: "
+                   "add restart = [\"/path/to/program\", ...]", err=True)
+        sys.exit(2)
+    return proc
+
+
+def wait_option(command):
+    return click.option("--wait", default=30.0, show_default=True,
+                        help="Seconds to wait for the outcome (0: return at once).")(command)
+
+
+@process.command("restart")
+@click.argument("name")
+@wait_option
+@pass_ctx
+def restart(ctx: Context, name: str, wait: float) -> None:
+    """Restart NAME as survival does: stop its tree, then start it (never two copies); ends a stop."""
+    startable(ctx, name)
+    done = steer(ctx, name, ProcessAction.RESTART, wait)
+    if done is not None:
+        click.echo(f"{name}: restarted, pid {done.get('pid')}" + stopped_words(done))
+
+
+@process.command("stop")
+@click.argument("name")
+@wait_option
+@pass_ctx
+def stop(ctx: Context, name: str, wait: float) -> None:
+    """Stop NAME (its whole tree) and keep it down, across restarts of pulsed, until `start`."""
+    named(ctx, name)
+    done = steer(ctx, name, ProcessAction.STOP, wait)
+    if done is not None:
+        ran = done.get("stopped") or []
+        click.echo(f"{name}: stopped" + (stopped_words(done) if ran else " (it was not running)")
+                   + f"; held down until `pulsectl process start {name}`")
+
+
+@process.command("start")
+@click.argument("name")
+@wait_option
+@pass_ctx
+def start(ctx: Context, name: str, wait: float) -> None:
+    """Start NAME (after a stop, or when it is down); one already alive is left as it is."""
+    from pulse.core import wire
+    startable(ctx, name)
+    p = shown_one(ctx, name)
+    if p.alive:                  # started by hand meanwhile, or never stopped: left as it is, no longer held
+        from pulse.store import eventsdb
+        conn = eventsdb.open_events(ctx.paths.events_db)
+        try:
+            eventsdb.append_events(conn, [wire.now_event("operator", "pulsectl", name, action=ProcessAction.START)])
+        finally:
+            conn.close()
+        click.echo(f"{name}: already running, pid {p.pid}" + ("; no longer held down" if p.stopped else ""))
+        return
+    done = steer(ctx, name, ProcessAction.START, wait)
+    if done is not None:
+        click.echo(f"{name}: started, pid {done.get('pid')}")
+
+
+def stopped_words(done: dict) -> str:
+    ran = done.get("stopped") or []
+    if not ran:
+        return ""
+    killed = done.get("killed") or []
+    return f" (stopped pid {', '.join(map(str, ran))}" + (f"; SIGKILL to {', '.join(map(str, killed))}" if killed else "") + ")"
+
+
+# -- logs -----------------------------------------------------------------------------------------------
+
+def log_files(path) -> list:
+    """The log's rotated copies, oldest first, then the log itself (those that exist)."""
+    from pulse.effects.files import numbered_copies
+    copies = numbered_copies(str(path))
+    return [copies[n] for n in sorted(copies, reverse=True)] + ([str(path)] if path.exists() else [])
+
+
+def read_lines(name: str, upto: int | None = None) -> list[str]:
+    """Its lines (a gzipped copy decompressed); of the log itself, only its first `upto` bytes."""
+    import gzip
+    opener = gzip.open if name.endswith(".gz") else open
+    try:
+        with opener(name, "rb") as f:
+            data = f.read() if upto is None else f.read(upto)
+    except (OSError, EOFError):       # a copy being written, or one cut short: what it holds is lost to us
+        return []
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def read_tail(path, n: int, upto: int | None = None) -> list[str]:
+    """The last `n` lines of the log (its first `upto` bytes: what a follower has not yet to print),
+    reaching into its rotated copies when it holds fewer."""
+    lines: list[str] = []
+    for name in reversed(log_files(path)):
+        lines = read_lines(name, upto if name == str(path) else None) + lines
+        if len(lines) >= n:
+            break
+    return lines[-n:] if n > 0 else []
+
+
+@process.command("logs")
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing its output as it comes (across rotation).")
+@click.option("-n", "--lines", default=50, show_default=True, help="How many past lines to print first.")
+@pass_ctx
+def logs(ctx: Context, name: str, follow: bool, lines: int) -> None:
+    """NAME's own output, as its keeper kept it, across its restarts."""
+    from pulse.effects.kinds import process_log
+    path = process_log(ctx.paths.home, name)
+    if not log_files(path):
+        if name not in [p.name for p in ctx.config().process]:
+            named(ctx, name)
+        if not follow:
+            click.echo(f"pulsectl: {name} has no output kept yet ({path}: Pulse keeps the output of what it starts)",
+                       err=True)
+            sys.exit(1)
+    f, pos = None, None
+    if follow and path.exists():          # opened first: what is appended while the tail prints is followed
+        f = open(path, "rb")
+        pos = f.seek(0, 2)
+    for line in read_tail(path, lines, upto=pos):
+        click.echo(line)
+    if follow:
+        follow_log(path, f, pos or 0)
+
+
+def follow_log(path, f, pos: int) -> None:
+    """Print what is appended to `path` (open as `f` at `pos`, or not yet there) until interrupted;
+    a rotation empties it (from its start again) or replaces it (reopened)."""
+    import os
+    import time
+    try:
+        while True:
+            chunk = f.read(65536) if f is not None else b""
+            if chunk:
+                pos += len(chunk)
+                click.echo(chunk.decode("utf-8", "replace"), nl=False)
+                continue
+            time.sleep(0.2)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if f is None or st.st_ino != os.fstat(f.fileno()).st_ino:
+                if f is not None:
+                    f.close()
+                f, pos = open(path, "rb"), 0
+            elif st.st_size < pos:
+                f.seek(0)
+                pos = 0
+    except KeyboardInterrupt:
+        pass
 
 
 COMMANDS = [process]

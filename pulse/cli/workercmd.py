@@ -16,7 +16,30 @@ from pulse.cli.group import Context, pass_ctx
 from pulse.core import wire
 from pulse.core.states import STEERABLE, WorkerState
 
-worker_arg = click.argument("worker", type=click.Choice(STEERABLE))
+
+class WorkerName(click.Choice):
+    """A worker's name; a [[process]]'s name is pointed at `pulsectl process VERB NAME`."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            if ctx is not None and value in process_names(ctx.find_object(Context)):
+                self.fail(f"{value!r} is a [[process]], not a worker: `pulsectl process {ctx.info_name} {value}`",
+                          param, ctx)
+            raise
+
+
+def process_names(ctx: Context | None) -> list[str]:
+    """The [[process]] names config.toml has (none when it cannot be read: the usage error says the rest)."""
+    from pulse.core import config as configmod
+    try:
+        return [p.name for p in configmod.load(ctx.paths.config).process] if ctx is not None else []
+    except (configmod.ConfigError, OSError):
+        return []
+
+
+worker_arg = click.argument("worker", type=WorkerName(STEERABLE))
 def wait_opt(command):
     """--wait SECONDS (default 15) for the outcome, or --no-wait to return at once."""
     command = click.option("--no-wait", is_flag=True, help="Return at once, without waiting for the outcome.")(command)
@@ -69,7 +92,7 @@ def start(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
 
 
 @click.command()
-@click.argument("worker", type=click.Choice(STEERABLE), required=False)
+@click.argument("worker", type=WorkerName(STEERABLE), required=False)
 @wait_opt
 @pass_ctx
 def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:
@@ -95,12 +118,15 @@ def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:
 
 
 @click.command()
+@click.option("--wait", default=20.0, show_default=True,
+              help="Seconds to wait for what the reload set in motion (0: say only what pulsed began).")
 @pass_ctx
-def reload(ctx: Context) -> None:
+def reload(ctx: Context, wait: float) -> None:
     """Re-read config.toml; restart only the workers whose settings changed.
 
-    A bad file exits 78, as `pulsectl check-config` and pulsed do for the same file, and says that
-    the running configuration was kept."""
+    Then say, per worker and per [[process]], what actually happened: restarted (with its new pid)
+    or failed, started, stopped; exit 1 if anything failed. A bad file exits 78, as `pulsectl
+    check-config` and pulsed do for the same file, and says that the running configuration was kept."""
     from pulse.cli.configcmd import unknown_kinds
     from pulse.core import config as configmod
     from pulse.core.states import StatusExit
@@ -113,8 +139,10 @@ def reload(ctx: Context) -> None:
         for problem in problems:
             click.echo(refused + problem, err=True)
         sys.exit(78)
+    from pulse.cli import reloadview
     from pulse.core import client
     try:
+        before = {w.name: w.pid for w in client.request(ctx.paths, wire.GetStatus(), ctx.timeout).status.workers}
         reply = client.request(ctx.paths, wire.Reload(), ctx.timeout)
     except client.Unreachable as err:
         click.echo(f"pulsectl: {err}", err=True)
@@ -122,7 +150,14 @@ def reload(ctx: Context) -> None:
     if not reply.ok:
         click.echo(refused + str(reply.error), err=True)
         sys.exit(78)
-    click.echo(reply.message)
+    if reply.reload is None or not wait:
+        click.echo(reply.message)
+        return
+    lines, failed = reloadview.outcome(ctx, reply.reload, before, wait)
+    click.echo("reloaded" + ("" if lines else "; nothing to restart, start or stop"))
+    for line in lines:
+        click.echo(f"  {line}")
+    sys.exit(1 if failed else 0)
 
 
 COMMANDS = [restart, start, stop, reload]

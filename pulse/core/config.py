@@ -131,7 +131,7 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stop: list[str] | None = None             # argv that stops it; unset: SIGTERM to its process tree
     stop_timeout_s: float = 10                # then SIGKILL
     start_grace_s: float = 1                  # exited within this after a start: the restart failed, in its words
-    cwd: str | None = None
+    cwd: str | None = None                    # where restart and stop run; unset: the home; relative: to it
     env: dict[str, str] = msgspec.field(default_factory=dict)
     health: Health | None = None              # alive is not enough: also probe this
     memory: Memory | None = None              # unset: no ceiling (its tree's RSS is sampled all the same)
@@ -156,6 +156,18 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_restarts: int = 5
     restart_window_s: float = 300
     restart_backoff: Backoff | None = None    # unset: [survival] process_backoff_base_s / _max_s (1 / 300)
+    # Taken out of config.toml: a reload stops it (as a restart stops it: its whole tree) unless this
+    # is true, when it is left running, no longer watched.
+    keep_on_remove: bool = False
+
+
+REMOVED_KEYS = ("name", "pidfile", "match", "stop", "stop_timeout_s", "cwd")   # what a stop needs of a table
+
+
+def removed_definition(process: Process) -> dict:
+    """What stop-process needs of a [[process]] a reload takes out, carried in the reload event (its
+    env is left out: events.db is no place for tokens)."""
+    return msgspec.to_builtins({k: getattr(process, k) for k in REMOVED_KEYS if getattr(process, k) is not None})
 
 
 class Notify(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1233,6 +1245,9 @@ def default_toml() -> str:
         '# pidfile = "/run/gateway.pid"          # or { path = "...", key = "pid" } for a JSON file,',
         '#                                        # or: match = "regex over the full command line"',
         '# restart = ["openclaw", "gateway", "run"]   # argv that starts it, never a shell string',
+        '# cwd = "/srv/gateway"                   # where it starts; unset: the home (this file\'s folder);',
+        '#                                        # relative: to the home',
+        "# env = {}                               # added to Pulse's environment",
         '# stop = ["systemctl", "stop", "gateway"]   # unset: SIGTERM to its process tree ...',
         "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
         "# start_grace_s = 1.0                     # exits within this of its start: the restart failed",
@@ -1247,6 +1262,7 @@ def default_toml() -> str:
         "#                                        # process_backoff_base_s / _max_s); unhealthy restarts back off too",
         "# max_restarts = 5                        # this many failed starts within restart_window_s: held `fatal`,",
         "# restart_window_s = 300.0                # notified once with its last output, until an operator starts it",
+        "# keep_on_remove = false                 # taken out of this file: a reload stops it; true: left running",
         "# memory = { max_mb = 4096, for_samples = 3, growth_mb_per_h = 500, growth_window_s = 600 }",
         "#                                        # its tree's RSS: restarted after 3 samples above max_mb,",
         "#                                        # notified when it grows faster than growth_mb_per_h",

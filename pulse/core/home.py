@@ -143,6 +143,11 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
     def gate_socket(self) -> Path:
         return self.runtime / "gate.sock"
 
+    # -- the keepers' server (pulse.effects.keepers): forks a keeper for each start of a [[process]] --
+    @property
+    def keepers_socket(self) -> Path:
+        return self.runtime / "keepers.sock"
+
 
 def make_runtime_dir(paths: Paths) -> None:
     longest = len(paths.endpoint("heartbeat")) - len("ipc://")

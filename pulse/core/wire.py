@@ -134,6 +134,7 @@ class ProcessStatus(msgspec.Struct):
     restarts: int = 0                   # restart-process runs that ended (survival's and operators')
     last_exit: ProcessExitView | None = None
     health: HealthView | None = None    # its last health probe, when it has a probe
+    stopped: bool = False               # held down by an operator (`pulsectl process stop`) until `process start`
 
 
 class ProcessExitView(msgspec.Struct, kw_only=True):
@@ -221,6 +222,20 @@ class Reply(msgspec.Struct, omit_defaults=True):
     config: dict[str, Any] | None = None   # GetConfig: the running configuration, as plain data
     events_recorded: int = 0           # pulsed's lifecycle events so far (the last seq) ...
     events_written: int = 0            # ... and how many of them the event writer has committed
+    reload: "ReloadDone | None" = None   # Reload: what pulsed set in motion, for pulsectl to see through
+
+
+class ReloadDone(msgspec.Struct, kw_only=True):
+    """What a reload set in motion (at: its wall-clock time): the workers restarted, started and
+    stopped, and the [[process]] tables added, removed (stopped: a stop-process effect follows) and
+    removed but kept running (keep_on_remove). pulsectl reload waits on each and says how it ended."""
+    at: float
+    restarted: list[str] = msgspec.field(default_factory=list)
+    started: list[str] = msgspec.field(default_factory=list)
+    stopped: list[str] = msgspec.field(default_factory=list)
+    processes_added: list[str] = msgspec.field(default_factory=list)
+    processes_removed: list[str] = msgspec.field(default_factory=list)
+    processes_kept: list[str] = msgspec.field(default_factory=list)
 
 
 # -- wake (tick binds), doorbell (executor binds): one-way doorbells ----------------------------------
@@ -426,6 +441,10 @@ class Snapshot(msgspec.Struct, kw_only=True):
     notified: dict[str, float] = msgspec.field(default_factory=dict)   # "rule:target" → last notify (or report) committed
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     paused: dict[str, float] = msgspec.field(default_factory=dict)     # process → paused until (wall clock)
+    stopped: list[str] = msgspec.field(default_factory=list)          # processes an operator holds down
+    # [[process]] tables a reload took out (keep_on_remove unset) and not yet stopped: name → {"reload":
+    # the reload event's id, "definition": the table as it was}; processWatchdog stops each once
+    removed: dict[str, dict] = msgspec.field(default_factory=dict)
     exits: dict[str, ProcessExit] = msgspec.field(default_factory=dict)  # process → its last recorded exit
     runs: dict[str, ProcessRuns] = msgspec.field(default_factory=dict)   # process → its recent starts and exits
     history: dict[str, list[Vital]] = msgspec.field(default_factory=dict)   # recent samples of counted keys
@@ -554,6 +573,18 @@ class ScheduleEvent(enum.StrEnum):
     """A [[schedule]]'s facts (target: its name); pulse.core.schedule folds them."""
     RUN = "schedule-run"              # a slot (or the operator's manual run) made its task or effect
     ARMED = "schedule-armed"          # first seen: slots after this one run
+
+class ProcessAction(enum.StrEnum):
+    """An operator's word on a [[process]]: an `operator` event (source pulsectl, target the process,
+    data {"action": ...}), committed before the effect that acts on it. After process-stop, survival
+    leaves the process down, across restarts of pulsed, until a process-start or process-restart."""
+    STOP = "process-stop"
+    START = "process-start"
+    RESTART = "process-restart"
+
+
+STOP_PROCESS = "stop-process"     # the effect kind that stops a [[process]] (pulse.effects.kinds.run_stop)
+
 
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
 EVENT_TYPES = frozenset({

@@ -9,8 +9,10 @@ half at once and never holds a zombie), starts ARGV, and stays its parent:
 
 - it reports {"pid", "since"} on its stdout once ARGV runs, and {"code", "signal", "tail"} when it
   exits (the executor reads both within its grace, then closes the pipe);
-- ARGV's stdout and stderr go to LOG (truncated at each start, restarted when it passes
-  LOG_MAX_BYTES), and its last TAIL_LINES lines are kept;
+- ARGV's stdout and stderr are appended to LOG, between a line that says when it started and one
+  that says how it ended, so a crash's own output is still there after the starts that follow;
+  past LOG_MAX_BYTES the log is rotated as a [[watch.file]] is (gzipped copies LOG.1.gz, the
+  newest, … LOG.<LOG_KEEP>.gz; pulse.effects.files.rotate), and its last TAIL_LINES lines are kept;
 - when ARGV exits, it commits a `process-exited` event (target NAME: pid, code, signal, tail)
   to HOME's events.db and rings the tick: restart_exit_codes and stop_exit_codes are honoured
   from that fact, whichever executor started the process;
@@ -34,6 +36,8 @@ import time
 
 TAIL_LINES = 20
 LOG_MAX_BYTES = 8 * 1024 * 1024
+LOG_KEEP = 3                    # gzipped copies of the log kept beside it when it is rotated
+ROTATE_WITHIN_S = 30.0          # a rotation that takes longer leaves the log whole (files.rotate)
 DRAIN_AFTER_EXIT_S = 0.2        # a daemonised grandchild may hold the pipe open: read this long, then stop
 RECORD_TRIES_S = 30.0           # events.db locked or full: keep trying this long
 
@@ -46,34 +50,70 @@ def report(message: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"]:
+        from pulse.effects import keepers
+        return keepers.serve(*argv[1:])
     home, name, log_path, sep, *command = argv
     if sep != "--" or not command:
         print("usage: python -m pulse.effects.keeper HOME NAME LOG -- ARGV...", file=sys.stderr)
         return 2
     if os.fork() > 0:
         os._exit(0)             # the executor reaps this half now; the keeper lives on, reparented
+    return keep(home, name, log_path, command)
+
+
+def keep(home: str, name: str, log_path: str, command: list[str], env: dict | None = None,
+         cwd: str | None = None) -> int:
+    """Start `command` and keep it, reporting on fd 1, until it exits and its exit is recorded.
+    The same whether this keeper was started on its own or forked by the keepers' server
+    (pulse.effects.keepers), which gives the command's `env` and `cwd` here."""
     from pulse.core import guarded, procs
     procs.set_title(guarded.keeper_title(name, home))
-    log = open(log_path, "wb", buffering=0)
+    log = open_log(log_path)
     os.dup2(log.fileno(), 2)    # the keeper's own complaints land beside its process's output
     procs.libc()
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=cwd,
                                  stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults)
     except OSError as err:
-        log.write(f"cannot start {command[0]!r}: {err.strerror or err}\n".encode())
+        log.write(f"[pulse] cannot start {name} ({command[0]!r}): {err.strerror or err}\n".encode())
         report({"code": 127, "signal": None, "tail": f"cannot start {command[0]!r}: {err.strerror or err}"})
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _: _pass_on(child, signum))
     report({"pid": child.pid, "since": _started(child.pid)})
+    log.write(f"[pulse] {name} started, pid {child.pid}, at {_now()}\n".encode())
     tail = _copy_output(child, log, log_path)
     code = child.wait()
     ended = {"pid": child.pid, "code": code if code >= 0 else None,
              "signal": signal.Signals(-code).name if code < 0 else None, "tail": tail}
+    how = f"killed by {ended['signal']}" if code < 0 else f"exit code {code}"
+    log.write(f"[pulse] {name} (pid {child.pid}) ended at {_now()}: {how}\n".encode())
     report(ended)
     _record(home, name, ended)
     return 0
+
+
+def open_log(path: str):
+    """The log, for appending (never truncated at a start: the last crash's output stays); a link
+    placed at its path is refused, not followed. Read-write: a rotation reads what it copies."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _rotate(log, log_path: str) -> None:
+    """Rotate the log (only the keeper writes it, so copy-then-truncate loses nothing); a rotation
+    that fails leaves it whole, to grow, rather than losing what it holds."""
+    from pulse.effects import files
+    from pulse.effects.kinds import EffectFailed
+    try:
+        files.rotate(log_path, log.fileno(), LOG_KEEP, time.monotonic() + ROTATE_WITHIN_S)
+    except (OSError, EffectFailed) as err:
+        print(f"[pulse] the log {log_path} was not rotated: {err}", file=sys.stderr)
 
 
 def _pass_on(child: subprocess.Popen, signum: int) -> None:
@@ -94,7 +134,7 @@ def _started(pid: int) -> float | None:
 def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
     """Copy the child's output to the log until it exits (and a moment after); its last lines."""
     lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    partial, written = b"", 0
+    partial, written = b"", os.fstat(log.fileno()).st_size
     fd = child.stdout.fileno()
     pidfd = os.pidfd_open(child.pid)
     exited_at = None
@@ -119,9 +159,8 @@ def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
                         exited_at = time.monotonic() - DRAIN_AFTER_EXIT_S
                     continue
                 if written + len(chunk) > LOG_MAX_BYTES:
-                    log.truncate(0)
-                    log.seek(0)
-                    written = 0
+                    _rotate(log, log_path)
+                    written = os.fstat(log.fileno()).st_size
                 log.write(chunk)
                 written += len(chunk)
                 *done, partial = (partial + chunk).split(b"\n")

@@ -20,8 +20,11 @@ it: never two copies (a frozen gateway kept its lock and port, and each new copy
 Stop: the [[process]] `stop` argv if given, else SIGTERM (and SIGCONT, for a stopped one) to every
 process found by its pidfile or match, and to what its keeper keeps, with their children; SIGKILL
 after `stop_timeout_s`. Start: the `restart` argv, under a keeper (pulse.effects.keeper) in its own
-session, so it outlives the executor and Pulse and its exit is recorded whoever restarts later;
-its output goes to <home>/logs/process-<name>.log. The effect waits a short grace (params
+session, so it outlives the executor and Pulse and its exit is recorded whoever restarts later; the
+keeper is forked by the home's keepers' server (pulse.effects.keepers), or, when none answers yet,
+started in an interpreter of its own while a server is started for the next time;
+its output is appended to <home>/logs/process-<name>.log (rotated by size: pulse.effects.keeper).
+Both run in the process's `cwd`, by default the home (where config.toml is). The effect waits a short grace (params
 `grace_s`, else the [[process]] `start_grace_s`, default 1 s): exited by then, its exit code
 decides acked or failed, the failure naming
 the process's own last lines; still running, it is acked {"pid", "since", "log", ...}. A one-shot
@@ -35,6 +38,7 @@ and die with Pulse's next restart, so when `systemd-run` is on PATH the keeper r
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -44,17 +48,20 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import msgspec
 import psutil
 
 from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
-from pulse.core.wire import Effect
+from pulse.core.wire import Effect, ProcessAction
+from pulse.effects import keepers
 from pulse.store import objects
 
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
@@ -332,7 +339,7 @@ def stop_process(process: Process, ctx: EffectContext, home: Path) -> dict:
         return {}
     done: dict = {"stopped": sorted(roots)}
     if process.stop:
-        code, output, timed_out = run_process(process.stop, ctx, env=process.env, cwd=process.cwd,
+        code, output, timed_out = run_process(process.stop, ctx, env=process.env, cwd=process_cwd(process, home),
                                               timeout_s=process.stop_timeout_s)
         done["stop"] = {"code": code, "tail": tail(output)[-500:], "timed_out": timed_out}
     else:
@@ -385,8 +392,14 @@ def stop_marked(run: str, timeout_s: float = 5.0) -> int:
     return len(marked)
 
 
+def process_cwd(process: Process, home: Path) -> str:
+    """Where a process's restart and stop run: its `cwd` (relative: to the home), else the home,
+    so `restart = ["python3", "server.py"]` finds server.py beside config.toml, not in /."""
+    return str(home / process.cwd) if process.cwd else str(home)
+
+
 def process_log(home: Path, name: str) -> Path:
-    """Where a started process's output goes (truncated at each start)."""
+    """Where a started process's output goes (appended; its keeper rotates it by size)."""
     return home / "logs" / ("process-" + re.sub(r"[^A-Za-z0-9_.-]", "-", name) + ".log")
 
 
@@ -420,31 +433,85 @@ def run_exec(effect: Effect, ctx: EffectContext) -> dict:
     return data
 
 
+_steering = threading.Lock()
+_steered: dict[str, threading.Lock] = {}
+
+
+def steering(name: str) -> threading.Lock:
+    """The lock one process is stopped or restarted under in this executor: a survival restart and an
+    operator's stop of the same process run one after the other, never interleaved (two copies)."""
+    with _steering:
+        return _steered.setdefault(name, threading.Lock())
+
+
 def run_restart(effect: Effect, ctx: EffectContext) -> dict:
+    with steering(str(effect.target)):
+        return _restart(effect, ctx)
+
+
+def run_stop(effect: Effect, ctx: EffectContext) -> dict:
+    """Stop a process as a restart stops it (its whole tree) and start nothing: an operator's
+    `process stop`, or a [[process]] a reload took out (its table, as it was, in params.definition:
+    honoured only from survival or an operator, and only for a name no longer configured)."""
+    try:
+        process = configured_process(ctx.config, effect.target)
+    except EffectFailed:
+        definition = effect.params.get("definition")
+        if definition is None or effect.origin not in ("survival", "operator"):
+            raise
+        try:
+            process = msgspec.convert({**definition, "name": effect.target}, Process)
+        except msgspec.ValidationError as err:
+            raise EffectFailed("bad-params", f"definition: {err}") from None
+    with steering(process.name):
+        done = stop_process(process, ctx, ctx.home)
+    return done or {"stopped": []}
+
+
+def held_down(events_db: Path, name: str) -> bool:
+    """An operator's last word on the process is process-stop: it stays down until they start it."""
+    import sqlite3
+
+    from pulse.store import connection, eventsdb
+    try:
+        conn = connection.open_readonly(events_db)
+    except (connection.StoreError, sqlite3.Error, OSError):
+        return False             # no history to read (a bare executor in a test): nothing holds it
+    try:
+        for ev in eventsdb.search_events(conn, types=["operator"], target=name, limit=50):
+            if ev.data.get("action") in tuple(ProcessAction):
+                return ev.data["action"] == ProcessAction.STOP
+    finally:
+        conn.close()
+    return False
+
+
+def _restart(effect: Effect, ctx: EffectContext) -> dict:
     process = configured_process(ctx.config, effect.target)
     if not process.restart:
         raise EffectFailed("bad-params", f"[[process]] {process.name!r} has no restart argv")
+    if effect.origin != "operator" and ctx.paths is not None and held_down(ctx.paths.events_db, process.name):
+        # queued before the operator's stop was folded: the stop wins, never a copy started behind it
+        raise EffectFailed("held", f"{process.name!r} was stopped by an operator: not restarted until "
+                                   f"`pulsectl process start {process.name}`")
     home = ctx.home
     stopped = stop_process(process, ctx, home)
     log_path = process_log(home, process.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
-              *process.restart]
-    argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
-                         shutil.which("systemd-run"), os.getuid())
-    try:
-        launcher = subprocess.Popen(argv, env=child_env(process.env), cwd=process.cwd, start_new_session=True,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    close_fds=True, preexec_fn=procs.child_signal_defaults)
-    except OSError as err:
-        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
     grace = effect.params.get("grace_s", process.start_grace_s)
     grace = min(float(grace) if isinstance(grace, (int, float)) else process.start_grace_s, ctx.timeout_s)
-    try:
-        started, ended = _keeper_reports(launcher, grace)
-    finally:
-        launcher.stdout.close()
-        launcher.wait()                 # its first half exits at once: the keeper lives on, reparented
+    started, ended, refused = None, None, True
+    if ctx.paths is not None:
+        conn = keepers.ask(str(ctx.paths.keepers_socket), {
+            "version": keepers_version(), "home": str(home), "name": process.name, "log": str(log_path),
+            "argv": list(process.restart), "env": child_env(process.env), "cwd": process_cwd(process, home)})
+        if conn is None:
+            _start_keepers(ctx.paths, home)
+        else:
+            with conn:
+                started, ended, refused = _keeper_reports(conn.fileno(), grace)
+    if refused:                       # no server (or one of other code): a keeper of its own, as before
+        started, ended = _start_own_keeper(process, home, log_path, effect, grace)
     data = {"argv": list(process.restart), "log": str(log_path), **stopped}
     if started is None and ended is None:
         raise EffectFailed("spawn", f"restart of {process.name!r}: its keeper did not start it", **data)
@@ -461,11 +528,50 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     return data
 
 
-def _keeper_reports(launcher: subprocess.Popen, grace: float) -> tuple[dict | None, dict | None]:
-    """What the keeper says within `grace` after the process started: (started, ended)."""
+def _start_own_keeper(process: Process, home: Path, log_path: Path, effect: Effect,
+                      grace: float) -> tuple[dict | None, dict | None]:
+    """A keeper in a fresh interpreter (no keepers' server answered): what it reports within grace."""
+    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
+              *process.restart]
+    argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
+                         shutil.which("systemd-run"), os.getuid())
+    try:
+        launcher = subprocess.Popen(argv, env=child_env(process.env), cwd=process_cwd(process, home),
+                                    start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, close_fds=True, preexec_fn=procs.child_signal_defaults)
+    except OSError as err:
+        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
+    try:
+        started, ended, _ = _keeper_reports(launcher.stdout.fileno(), grace)
+    finally:
+        launcher.stdout.close()
+        launcher.wait()                 # its first half exits at once: the keeper lives on, reparented
+    return started, ended
+
+
+@functools.cache
+def keepers_version() -> str:
+    return keepers.version()
+
+
+def _start_keepers(paths: Paths, home: Path) -> None:
+    """Start this home's keepers' server for the starts to come (outside Pulse's cgroup under
+    systemd, as a keeper); a second one started at the same time ends at once (its lock)."""
+    argv = outside_pulse(keepers.server_argv(str(home), str(paths.keepers_socket)), "pulse-keepers-"
+                         + os.urandom(4).hex(), dict(os.environ), shutil.which("systemd-run"), os.getuid())
+    try:
+        subprocess.run(argv, env=child_env({}), cwd="/", start_new_session=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, timeout=KEEPER_START_S,
+                       preexec_fn=procs.child_signal_defaults)   # its first half exits at once
+    except (OSError, subprocess.SubprocessError) as err:
+        log.warning("could not start the keepers' server: %s", err)
+
+
+def _keeper_reports(fd: int, grace: float) -> tuple[dict | None, dict | None, bool]:
+    """What the keeper says within `grace` after the process started: (started, ended, refused:
+    the keepers' server said no, so nothing was started)."""
     started = ended = None
     buf = b""
-    fd = launcher.stdout.fileno()
     deadline = time.monotonic() + max(grace, 0.0)
     start_deadline = time.monotonic() + KEEPER_START_S
     with selectors.DefaultSelector() as sel:
@@ -484,11 +590,13 @@ def _keeper_reports(launcher: subprocess.Popen, grace: float) -> tuple[dict | No
                     message = json.loads(line)
                 except ValueError:
                     continue
+                if "refused" in message and started is None:
+                    return None, None, True
                 if "code" in message:
                     ended = message
                 elif "pid" in message:
                     started, deadline = message, time.monotonic() + max(grace, 0.0)
-    return started, ended
+    return started, ended, False
 
 
 def run_signal(effect: Effect, ctx: EffectContext) -> dict:

@@ -28,7 +28,7 @@ from typing import Annotated, Callable, Collection, Iterable, Literal
 import msgspec
 
 from pulse.core.config import MAX_KEEP, Allow, ExecutorConfig
-from pulse.core.wire import Effect
+from pulse.core.wire import STOP_PROCESS, Effect
 from pulse.effects import configfiles, files, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 
@@ -72,6 +72,13 @@ class RestartProcessParams(msgspec.Struct):
     max_mb: float | None = None                              # ... its ceiling ...
     samples: int | None = None                               # ... and how many samples in a row were above it
     reason: str | None = None                                # the figures in words, for the report and the page
+
+
+class StopProcessParams(msgspec.Struct):
+    timeout_s: Seconds | None = None
+    why: str | None = None                                   # operator | removed (a reload took its table out)
+    reload: int | None = None                                # why = removed: the reload event's id
+    definition: dict | None = None                           # why = removed: its table as it was (no env)
 
 
 class SignalParams(msgspec.Struct):
@@ -246,6 +253,12 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "on its exit code, or as a daemon if it still runs after grace_s. Never two copies.",
          RestartProcessParams, kinds.run_restart, False, "a configured [[process]]",
          allow=allow_configured_process, repairs=Repair.HOST, resource="process:{target}"),
+    Kind(STOP_PROCESS, "Stops what the configured [[process]] is now, as restart-process stops it (its "
+         "`stop` argv, else SIGTERM to its process tree, SIGKILL after stop_timeout_s), and starts nothing; "
+         "acked with the pids it stopped (none: nothing ran). An operator's `pulsectl process stop` commits "
+         "it, and survival does for a [[process]] a reload took out (its table, as it was, in `definition`).",
+         StopProcessParams, kinds.run_stop, True, "a configured [[process]]",
+         allow=allow_configured_process, resource="process:{target}"),
     Kind("signal", "Sends a signal to a configured [[process]], found by its pidfile or match, never "
          "by a pid taken from the effect.",
          SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal,

@@ -428,6 +428,9 @@ def operator_phrase(ev) -> str:
     """What the operator did, in words: "restarted executor", "reloaded the configuration"."""
     if ev.type == "operator":
         action = str(ev.data.get("action", ""))
+        if action.startswith("process-"):        # pulsectl process restart|stop|start, or the page's buttons
+            verb = action.removeprefix("process-")
+            return f"{OPERATOR_VERBS.get(verb, verb)} the {ev.target} process"
         return f"{OPERATOR_VERBS.get(action, action)} the {ev.target} worker".strip()
     if ev.type == "reload":
         return "reloaded the configuration" if ev.data.get("ok", True) else "tried a reload the config refused"

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 from pulse.core import clock
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire import MAX_TARGET_CHARS, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
 from pulse.rules import knowngood, processstate
 from pulse.rules.onion import Inner, RuleResult, handled
 
@@ -171,7 +171,10 @@ def process_watchdog(config: TickConfig):
       over its memory ceiling that brought no sample below it, from process_backoff_base_s.
     - After process_notify_after unhelped restarts in a row of an unhealthy process (or one over its
       ceiling, or a dead one with max_restarts 0) it notifies, once per streak, and keeps trying
-      slowly. A paused process is left alone.
+      slowly. A paused process is left alone, and one an operator stopped (`pulsectl process stop`)
+      stays down until they start it.
+    - A [[process]] a reload took out (keep_on_remove unset) is stopped once (stop-process, with its
+      table as it was: the executor's config no longer has it).
     - Last-known-good config (`[[process]] config`; pulse.rules.knowngood reads the snapshot for
       it). Here rather than in a rule of its own, because undoing an edit is a way of answering a
       process that must be restarted, and this rule alone decides those restarts:
@@ -186,13 +189,15 @@ def process_watchdog(config: TickConfig):
         config-restored, no backoff), and a notification with its diff summary (or its failure).
     """
     processes = {p.name: p for p in config.process if p.restart}
+    configured = {p.name for p in config.process}
     s = config.survival
 
     @_named("process_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
         effects, tick_ms = await inner(prev, curr)
+        effects = effects + removed_stops(curr, configured)
         for name, proc in sorted(processes.items()):
-            if name in curr.paused:
+            if name in curr.paused or name in curr.stopped:
                 continue
             if proc.config:
                 effects, settled = after_restore(curr, effects, proc)
@@ -354,6 +359,14 @@ def fatal_notice(curr: Snapshot, name: str, streak: Sequence[ProcessStart], limi
                    code=ended.code if ended else None, signal=ended.signal if ended else None, output=tail,
                    starts=len(streak), reason=f"{len(streak)} starts died within {limits.min_uptime_s:g} s"
                    + (f"; last {words}" if words else ""))]
+
+
+def removed_stops(curr: Snapshot, configured: set[str]) -> list[Effect]:
+    """A stop-process for each [[process]] a reload took out and nothing has stopped yet."""
+    return [Effect(kind=STOP_PROCESS, target=name, origin="survival", idempotent=True,
+                   params={"why": "removed", "reload": removed["reload"], "definition": removed["definition"]})
+            for name, removed in sorted(curr.removed.items())
+            if name not in configured and not any(e.kind == STOP_PROCESS and e.target == name for e in curr.pending)]
 
 
 RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says it
@@ -665,7 +678,7 @@ def llm_watchdog(config: TickConfig):
         last = max((o.ts for o in outcomes if o.kind == "restart-process"), default=0.0)
         if (failing_in_a_row([v for v in probes if v.ts > last]) >= llm.fail_after
                 and not pending_or_handled(curr, effects, "restart-process", llm.process)
-                and llm.process not in curr.paused):
+                and llm.process not in curr.paused and llm.process not in curr.stopped):
             wait = clock.backoff(len(unhelped), s.process_backoff_base_s, s.process_backoff_max_s) if unhelped else 0.0
             if unhelped and curr.ts < unhelped[-1].ts + wait:
                 return effects, sooner(tick_ms, int((unhelped[-1].ts + wait - curr.ts) * 1000) + 1)

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import msgspec
 
 from pulse.core.states import EFFECT_OPEN, EffectState
-from pulse.core.wire import EFFECT_END_EVENTS, Effect, EffectEvent, Event, now_event
+from pulse.core.wire import EFFECT_END_EVENTS, STOP_PROCESS, Effect, EffectEvent, Event, ProcessAction, now_event
 from pulse.store.connection import Transaction
 from pulse.store.eventsdb import insert_event
 
@@ -36,6 +36,21 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
         for eff in effects:
             insert_effect(conn, eff, source, observe_only)
     return list(effects)
+
+
+ACTS_ON_PROCESS = {ProcessAction.STOP: STOP_PROCESS, ProcessAction.START: "restart-process",
+                   ProcessAction.RESTART: "restart-process"}
+
+
+def commit_process_action(conn: sqlite3.Connection, name: str, action: ProcessAction, deadline_s: float,
+                          source: str) -> Effect:
+    """An operator's word on a [[process]] (pulsectl process, the page): the `operator` event and the
+    effect that acts on it (origin operator), in one transaction, the event first, so the tick holds
+    a stopped process down before its stop runs."""
+    effect = new_effect(Effect(kind=ACTS_ON_PROCESS[action], target=name, params={"why": "operator"},
+                               idempotent=action == ProcessAction.STOP), "operator", deadline_s)
+    commit_effects(conn, [effect], source, events=[now_event("operator", source, name, action=str(action))])
+    return effect
 
 
 def insert_effect(conn: sqlite3.Connection, eff: Effect, source: str, observe_only: bool = False) -> None:

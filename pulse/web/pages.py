@@ -579,11 +579,14 @@ async def act_process(request: Request) -> Response:
     web: Web = request.app.state.web
     data = await body(request)
     action, process = data.get("action"), data.get("process")
-    if action not in ("pause", "resume") or not isinstance(process, str):
-        return JSONResponse({"ok": False, "error": "action must be pause or resume, with a process"}, 400)
+    if action not in ("pause", "resume", *PROCESS_VERBS) or not isinstance(process, str):
+        return JSONResponse({"ok": False, "error": "action must be pause, resume, restart, stop or start, "
+                                                   "with a process"}, 400)
     status = await run_in_threadpool(web.status)
     if status is None or process not in {p.name for p in status.processes}:
         return JSONResponse({"ok": False, "error": f"no critical process {process!r}"}, 404)
+    if action in PROCESS_VERBS:
+        return await steer_process(web, process, PROCESS_VERBS[action])
     extra = {}
     if action == "pause":
         seconds = clock.parse_duration(str(data.get("for") or "30m"))
@@ -601,6 +604,26 @@ async def act_process(request: Request) -> Response:
     await run_in_threadpool(append)
     until = f" until {clock.iso(extra['until'], ms=False)}" if extra else ""
     return JSONResponse({"ok": True, "message": f"{process} {action}d{until}"})
+
+
+PROCESS_VERBS = {"restart": wire.ProcessAction.RESTART, "stop": wire.ProcessAction.STOP,
+                 "start": wire.ProcessAction.START}
+
+
+async def steer_process(web: Web, process: str, action: wire.ProcessAction) -> Response:
+    """As `pulsectl process restart|stop|start`: the operator event and its effect, committed
+    together; the outcome is an event (the page shows the process's last action)."""
+    def commit():
+        conn = eventsdb.open_events(web.paths.events_db)
+        try:
+            effect = effectqueue.commit_process_action(conn, process, action, web.effect_deadline_s, "web")
+        finally:
+            conn.close()
+        client.ring(web.paths, "wake", wire.Wake("web", action))
+        client.ring(web.paths, "doorbell", wire.Doorbell("web"))
+        return effect.id
+    effect_id = await run_in_threadpool(commit)
+    return JSONResponse({"ok": True, "message": f"{process}: {action} queued (effect {effect_id[:12]})"})
 
 
 async def act_engine(request: Request) -> Response:

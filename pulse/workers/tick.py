@@ -25,7 +25,7 @@ from pulse.agents import routing, spend, tasks
 from pulse.core import client, schedule, wire
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import EFFECT_END_STATES, EffectEvent, TaskEvent
+from pulse.core.wire import EFFECT_END_STATES, STOP_PROCESS, EffectEvent, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, schedulerun, vitalsdb
@@ -33,7 +33,8 @@ from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
 RUNS_KEPT = 64          # starts and exits kept per guarded process (max_restarts is at most 50)
-PROCESS_ACTIONS = {"process-stop": True, "process-start": False, "process-restart": False}   # → stopped
+PROCESS_ACTIONS = {wire.ProcessAction.STOP: True, wire.ProcessAction.START: False,   # → stopped
+                   wire.ProcessAction.RESTART: False}
 HISTORY_SAMPLES = 20
 # Events folded per read. The first tick of a new tick worker folds the whole history: in batches of
 # 5,000 its RSS kept some 11 MiB more on a 16,000-effect history (freed, not returned), so each
@@ -68,6 +69,8 @@ class Projections:
     crashes: int = 0                       # engine crashes since the last promote
     corrective_streak: int = 0             # survival's HOST_REPAIRS failed in a row since the last promote
     paused: dict[str, float] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)         # processes an operator holds down (process-stop)
+    removed: dict[str, dict] = field(default_factory=dict)  # taken out by a reload, not yet stopped (Snapshot.removed)
     exits: dict[str, wire.ProcessExit] = field(default_factory=dict)
     engine_failed_at: float | None = None
     escalated: tuple[float, str] | None = None   # the last time pulsed stopped everything: (when, why)
@@ -92,6 +95,8 @@ class Projections:
     def _effect(self, ev: wire.Event) -> None:
         effect = msgspec.convert(ev.data, wire.Effect)
         self.pending[effect.id] = effect
+        if effect.kind == STOP_PROCESS and effect.params.get("reload") == self.removed.get(effect.target, {}).get("reload"):
+            self.removed.pop(effect.target, None)      # its stop is committed: once
         if effect.origin == "engine":
             self.engine_recent.append((ev.ts, budget.fingerprint(effect)))
             self.engine_retryable.pop(self.engine_recent[-1][1], None)
@@ -149,6 +154,14 @@ class Projections:
     def _resume(self, ev: wire.Event) -> None:
         self.paused.pop(ev.target, None)
 
+    def _reload(self, ev: wire.Event) -> None:
+        for name in ev.data.get("processes_added") or ():
+            self.removed.pop(name, None)
+        for name in [*(ev.data.get("processes_removed") or ()), *(ev.data.get("processes_kept") or ())]:
+            self.stopped.discard(name)     # its hold ends with its table: added again, it starts afresh
+        for name, definition in (ev.data.get("removed_definitions") or {}).items():
+            self.removed[name] = {"reload": ev.id, "definition": definition}
+
     def _process_exited(self, ev: wire.Event) -> None:
         if ev.target is not None and isinstance(ev.data.get("pid"), int):
             self.exits[ev.target] = wire.ProcessExit(pid=ev.data["pid"], ts=ev.ts, code=ev.data.get("code"),
@@ -157,11 +170,14 @@ class Projections:
 
     def _operator(self, ev: wire.Event) -> None:
         """An operator's stop, start or restart of a guarded process (pulsed records those of workers
-        with plain actions; a process's carry the `process-` prefix, as a process may share a worker's name)."""
+        with plain actions; a process's carry the `process-` prefix, as a process may share a worker's
+        name): held down after a stop until a start or restart, its crash count started over."""
         stopped = PROCESS_ACTIONS.get(str(ev.data.get("action")))
-        if ev.target is not None and stopped is not None:
-            runs = self.runs_of(ev.target)
-            runs.stopped, runs.operator_at = stopped, ev.ts
+        if ev.target is None or stopped is None:
+            return
+        (self.stopped.add if stopped else self.stopped.discard)(ev.target)
+        runs = self.runs_of(ev.target)
+        runs.stopped, runs.operator_at = stopped, ev.ts
 
     def runs_of(self, name: str) -> "Runs":
         return self.runs.setdefault(name, Runs())
@@ -190,6 +206,7 @@ _FOLDS = {
     "process-exited": Projections._process_exited,
     "operator": Projections._operator,
     "resume": Projections._resume,
+    "reload": Projections._reload,
 }
 
 
@@ -377,6 +394,7 @@ class TickWorker(Worker):
             escalation=p.escalated[1] if p.escalated else None,
             lifecycle=p.lifecycle(now, self.config.survival.auto_rollback_window_s),
             paused={name: until for name, until in p.paused.items() if until > now},
+            stopped=sorted(p.stopped), removed=dict(p.removed),
             known_good=dict(p.known_good),
             history=read_history(self.vitals, survival.counted_keys(self.config), survival.trend_windows(self.config),
                                  now))
@@ -606,7 +624,8 @@ class TickWorker(Worker):
 
     def status_extras(self) -> dict:
         now = time.time()
-        extras: dict = {"paused": {name: until for name, until in self.projections.paused.items() if until > now}}
+        extras: dict = {"paused": {name: until for name, until in self.projections.paused.items() if until > now},
+                        "stopped": sorted(self.projections.stopped)}
         if self.prev is not None:      # the guards as the last tick saw them (issue 21's configs and files)
             extras.update(msgspec.to_builtins(guardview.guards(self.prev, self.config.process, self.config.watch.file,
                                                                     self.config.survival)))

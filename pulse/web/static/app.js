@@ -250,7 +250,7 @@ const PROCESS_STATE_CLASS = {running: "ok", starting: "paused", paused: "paused"
                              unhealthy: "bad", fatal: "bad", dead: "bad", unknown: "muted"};
 
 function processState(p) {
-  return p.state || (p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "running" : "dead");
+  return p.stopped ? "stopped" : p.state || (p.paused_until ? "paused" : p.alive === null ? "unknown" : p.alive ? "running" : "dead");
 }
 
 function processHealth(h) {
@@ -297,6 +297,26 @@ function processButton(p, action) {
   }}, action);
 }
 
+// Restart, stop and start act as `pulsectl process restart|stop|start` do: a stopped process stays
+// down (survival leaves it so, across restarts of Pulse) until it is started.
+const PROCESS_CAN = {
+  restart: (p) => true,
+  stop: (p) => !p.stopped || "an operator stopped it already",
+  start: (p) => p.stopped || p.alive === false || "it is running",
+};
+const PROCESS_CONFIRM = {
+  restart: (p) => `Restart ${p.name}? Its process tree is stopped, then it is started again (pid ${p.pid ?? "-"}).`,
+  stop: (p) => `Stop ${p.name}? It stays down, even across restarts of Pulse, until you start it.`,
+  start: (p) => `Start ${p.name}?`,
+};
+
+function steerButton(p, action) {
+  const can = PROCESS_CAN[action](p), why = can === true ? null : can;
+  return el("button", {type: "button", "data-action": action, disabled: why ? "" : null, title: why,
+                       onclick: () => { if (confirm(PROCESS_CONFIRM[action](p))) post("/api/processes", {action, process: p.name}); }},
+            action);
+}
+
 // A row's buttons, made current: replaced only when the state they depend on changed.
 function refreshButtons(row, fresh) {
   for (const b of row.querySelectorAll("button[data-action]")) {
@@ -305,14 +325,18 @@ function refreshButtons(row, fresh) {
 }
 
 function processRow(p, card) {
-  const act = (action) => processButton(p, action);
+  const act = (action) => processButton(p, action), steer = (action) => steerButton(p, action);
   const cells = processCells(p, card);
   return el("tr", {"data-process": p.name},
             el("th", {scope: "row"}, p.name),
             PROCESS_FIELDS.map(f => el("td", {"data-field": f, "data-label": f.replace("_", " "),
                                              class: WIDE.includes(f) ? "wrap wide" : null}, cells[f])),
-            el("td", {class: "actions"}, act("pause"), " ", act("resume")));
+            el("td", {class: "actions"}, steer("restart"), " ", steer("stop"), " ", steer("start"), " ",
+               act("pause"), " ", act("resume")));
 }
+
+// What a process row's buttons depend on: replaced when it changes.
+const buttonsKey = (p) => JSON.stringify([Boolean(p.paused_until), Boolean(p.stopped), p.alive]);
 
 // Built once per set of processes, then each cell replaced only when what it shows changed: the
 // buttons stay (and keep focus) while the memory moves every sample.
@@ -335,8 +359,8 @@ function refreshProcesses(view) {
         cell.replaceChildren(...[cells[f]].flat(2));
       }
     }
-    if (row.dataset.paused !== String(Boolean(p.paused_until))) {
-      row.dataset.paused = String(Boolean(p.paused_until));
+    if (row.dataset.buttons !== buttonsKey(p)) {
+      row.dataset.buttons = buttonsKey(p);
       refreshButtons(row, processRow(p, cards[p.name]));
     }
   }

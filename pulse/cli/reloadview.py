@@ -1,0 +1,131 @@
+"""What `pulsectl reload` says once pulsed has reloaded: per worker and per [[process]], what came of
+what the reload set in motion (wire.ReloadDone), as it actually ended, not as it was begun. A worker
+that does not come back is said as failed, with its state and last exit; a [[process]] taken out is
+said stopped once its stop-process effect ends; one added, running once the watcher sees it alive.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pulse.cli.group import Context
+from pulse.core import wire
+from pulse.core.states import EffectState, WorkerState
+
+POLL_S = 0.05
+
+
+def worker_line(name: str, how: str, worker: wire.WorkerStatus | None, old_pid: int | None,
+                final: bool) -> tuple[str, bool] | None:
+    """(the line, failed) once the worker is where the reload sent it; None while it is on its way
+    (`final`: the wait is over, so where it is now is the answer)."""
+    if how == "stopped":
+        if worker is None or worker.state == WorkerState.STOPPED:
+            return f"{name}: stopped", False
+    elif worker is not None and worker.state == WorkerState.RUNNING and (how == "started" or worker.pid != old_pid):
+        return f"{name}: {how} (pid {worker.pid})", False
+    elif worker is not None and worker.state == WorkerState.FAILED:
+        return f"{name}: failed ({exit_words(worker)})", True
+    if not final:
+        return None
+    state = worker.state if worker is not None else "not listed"
+    return f"{name}: failed: not {'stopped' if how == 'stopped' else 'running'} after the wait ({state}" + (
+        f", {exit_words(worker)})" if worker is not None and worker.last_exit else ")"), True
+
+
+def exit_words(worker: wire.WorkerStatus) -> str:
+    last = worker.last_exit
+    if last is None:
+        return f"state {worker.state}"
+    how = f"exit code {last.code}" if last.code is not None else f"signal {last.signal}"
+    return f"state {worker.state}, last exit {how} at {last.at}"
+
+
+def effect_since(conn, kind: str, name: str, at: float) -> wire.Event | None:
+    """The first effect of `kind` on `name` committed since `at` (the reload)."""
+    from pulse.store import eventsdb
+    found = [e for e in eventsdb.search_events(conn, types=["effect"], target=name, since_ts=at - 1, limit=50)
+             if e.data.get("kind") == kind and e.ts >= at - 1]
+    return found[-1] if found else None
+
+
+def ended(conn, effect: wire.Event | None) -> tuple[str, dict, str | None] | None:
+    """(state, the ending event's data, why) once the effect has ended; None while it is open."""
+    from pulse.store import effectqueue, eventsdb
+    if effect is None:
+        return None
+    effect_id = effect.data.get("id")
+    state = effectqueue.effect_state(conn, effect_id)
+    if state not in (EffectState.ACKED, EffectState.FAILED, EffectState.EXPIRED):
+        return None
+    end = eventsdb.effect_end(conn, effect_id)
+    return state, end.data if end is not None else {}, effectqueue.effect_why(conn, effect_id)
+
+
+def removed_line(conn, name: str, at: float, final: bool) -> tuple[str, bool] | None:
+    result = ended(conn, effect_since(conn, wire.STOP_PROCESS, name, at))
+    if result is None:
+        return (f"[[process]] {name}: removed; failed: its stop was not done within the wait", True) if final else None
+    state, data, why = result
+    if state != EffectState.ACKED:
+        return f"[[process]] {name}: removed; failed to stop it: {why}", True
+    pids = data.get("stopped") or []
+    return (f"[[process]] {name}: removed, stopped (pid {', '.join(map(str, pids))})" if pids
+            else f"[[process]] {name}: removed (it was not running)"), False
+
+
+def added_line(conn, process: wire.ProcessStatus | None, name: str, at: float, has_restart: bool,
+               final: bool) -> tuple[str, bool] | None:
+    if process is not None and process.alive:
+        return f"[[process]] {name}: added, running (pid {process.pid})", False
+    if not has_restart:                 # nothing for the reload to start: said at once, not waited on
+        return f"[[process]] {name}: added, watched (it has no restart argv: Pulse does not start it)", False
+    result = ended(conn, effect_since(conn, "restart-process", name, at))
+    if result is not None and result[0] != EffectState.ACKED:
+        return f"[[process]] {name}: added; failed to start: {result[2]}", True
+    if not final:
+        return None
+    return f"[[process]] {name}: added; failed: not running after the wait", True
+
+
+def outcome(ctx: Context, done: wire.ReloadDone, before: dict[str, int | None], wait_s: float) -> tuple[list[str], bool]:
+    """The lines to print, in the order of the reload, and whether anything failed."""
+    from pulse.core import client
+    from pulse.store import eventsdb
+    workers = {**{n: "restarted" for n in done.restarted}, **{n: "started" for n in done.started},
+               **{n: "stopped" for n in done.stopped}}
+    restartable = {p.name for p in ctx.config().process if p.restart}
+    said: dict[str, tuple[str, bool]] = {f"[[process]] {n}": (f"[[process]] {n}: removed, left running "
+                                                              "(keep_on_remove)", False) for n in done.processes_kept}
+    deadline = time.monotonic() + wait_s
+    conn = eventsdb.open_events(ctx.paths.events_db)
+    try:
+        while True:
+            final = time.monotonic() >= deadline
+            status = client.request(ctx.paths, wire.GetStatus(), ctx.timeout).status
+            listed = {w.name: w for w in status.workers}
+            processes = {p.name: p for p in status.processes}
+            for name, how in workers.items():
+                if name not in said and how == "restarted" and name not in before:
+                    said[name] = (f"{name}: restart begun (status does not list it)", False)   # the event writer
+                elif name not in said:
+                    line = worker_line(name, how, listed.get(name), before.get(name), final)
+                    if line:
+                        said[name] = line
+            for name in done.processes_removed:
+                if f"[[process]] {name}" not in said and (line := removed_line(conn, name, done.at, final)):
+                    said[f"[[process]] {name}"] = line
+            for name in done.processes_added:
+                if f"[[process]] {name}" not in said and (
+                        line := added_line(conn, processes.get(name), name, done.at, name in restartable, final)):
+                    said[f"[[process]] {name}"] = line
+            if final or len(said) == len(workers) + len(done.processes_removed) + len(done.processes_added) \
+                    + len(done.processes_kept):
+                break
+            time.sleep(POLL_S)
+    finally:
+        conn.close()
+    order = [*workers, *(f"[[process]] {n}" for n in [*done.processes_removed, *done.processes_kept,
+                                                       *done.processes_added])]
+    lines = [said[key] for key in order if key in said]
+    return [line for line, _ in lines], any(failed for _, failed in lines)
