@@ -82,6 +82,13 @@ class EffectFailed(Exception):
         super().__init__(error)
         self.reason, self.error, self.data = reason, error, data
 
+    def __reduce__(self):       # whole across a pickle: a failure met with another account's rights (safepath)
+        return _rebuilt_failure, (self.reason, self.error, self.data)
+
+
+def _rebuilt_failure(reason: str, error: str, data: dict) -> EffectFailed:
+    return EffectFailed(reason, error, **data)
+
 
 # An OSError from acting on the host, by what is wrong with the host or the path the effect named.
 OS_ERROR_REASONS = {

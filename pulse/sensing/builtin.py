@@ -12,12 +12,10 @@ snapshot anyway).
 
 from __future__ import annotations
 
-import glob
 import http.client
 import os
 import signal
 import socket
-import stat
 import subprocess
 import time
 import urllib.error
@@ -29,7 +27,7 @@ from typing import Any, Iterable
 import psutil
 
 from pulse.core import config as configmod
-from pulse.core import guarded, procs, rotation
+from pulse.core import guarded, procs, rotation, safepath
 from pulse.core.home import inside
 from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
@@ -614,20 +612,10 @@ NOT_PULSES_TO_TRIM = "inside the Pulse home"   # why a matching file is never ro
 
 
 def regular_files(pattern: str) -> list[tuple[str, int]]:
-    """(path, size) of each regular file the glob matches: not a symlink (never followed), a
-    directory or a device, nor a copy a rotation keeps. A file gone between the glob and its
-    lstat is simply not there."""
-    found = []
-    for path in glob.iglob(pattern, recursive=True):
-        if rotation.is_copy(path):
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            found.append((path, st.st_size))
-    return found
+    """(path, size) of each regular file the glob matches: not a symlink (never followed, nor a
+    directory that is one: pulse.core.safepath), a directory or a device, nor a copy a rotation
+    keeps. A file gone between the glob and its lstat is simply not there."""
+    return [(path, st.st_size) for path, st, _ in safepath.regular_files(pattern) if not rotation.is_copy(path)]
 
 
 def over_max(data: dict | None) -> set[str]:

@@ -1,0 +1,399 @@
+"""Paths Pulse acts on as root beside accounts that may be hostile: reached without following a link,
+acted on through the descriptor that was checked, and with the rights of whoever else could have
+placed what is there.
+
+A path is opened one component at a time from `/` (openat with O_NOFOLLOW | O_DIRECTORY, each from
+the descriptor of the one before), so a directory that is, or becomes, a symbolic link is refused
+rather than followed, and `..` is refused outright: the path acted on is the path the operator's
+config names, never where a link placed later points. The caller then acts relative to the
+directory's descriptor (openat, renameat, unlinkat, fstat), so swapping a directory for a link after
+the check changes nothing.
+
+On the way, each directory says who besides root and Pulse's own account could have put things
+in it (its `writer`): its owner, when that is another account; nobody, for a shared directory with
+the sticky bit (/tmp), where only an entry's owner may replace it, so the entry's owner counts
+instead. A directory that a group or every account may write without the sticky bit is refused
+(there is no one account whose rights to take). What lies under another account's directory is
+acted on with that account's rights (`as_writer`: a forked child that drops to its uid, its
+groups, and acts through the inherited descriptors): whatever it placed there, a hard link to
+root's file included, Pulse can do no more to it than that account could itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import pickle
+import stat
+from typing import Callable, Iterator, NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Refused(Exception):
+    """A path Pulse will not act on as it stands; the message names the path and why."""
+
+
+class Dir(NamedTuple):
+    fd: int                 # O_PATH descriptor of the directory (the caller closes it)
+    path: str               # as the config named it
+    writer: int | None      # the one other account whose directories lead here, if any
+    shared: bool            # a sticky directory others may write: its entries' owners count
+
+
+def trusted(uid: int) -> bool:
+    """Root and Pulse's own account: what they placed is Pulse's to act on."""
+    return uid == 0 or uid == os.geteuid()
+
+
+def _trusted_group(gid: int) -> bool:
+    return gid == 0 or gid == os.getegid()
+
+
+def joined(writer: int | None, other: int | None, path: str) -> int | None:
+    """The one account two checks found, or Refused when they found two different ones."""
+    if other is None or writer == other:
+        return writer
+    if writer is None:
+        return other
+    raise Refused(f"{path} lies under directories of two accounts (uids {writer} and {other}): "
+                  "Pulse acts there for neither")
+
+
+def dir_writer(st: os.stat_result, path: str) -> tuple[int | None, bool]:
+    """(the other account that may write this directory, whether it is shared with the sticky bit)."""
+    mode = st.st_mode
+    sticky = bool(mode & stat.S_ISVTX)
+    if not sticky and mode & stat.S_IWOTH:
+        raise Refused(f"{path} is writable by every account: Pulse acts in it for nobody")
+    if not sticky and mode & stat.S_IWGRP and not _trusted_group(st.st_gid):
+        raise Refused(f"{path} is writable by group {st.st_gid}: Pulse acts in it for no one of its members")
+    shared = sticky and bool(mode & (stat.S_IWOTH | stat.S_IWGRP))
+    return (None if trusted(st.st_uid) else st.st_uid), shared
+
+
+def entry_writer(parent: Dir, st: os.stat_result) -> int | None:
+    """Who besides Pulse could have placed an entry of `parent` (its owner, in a shared directory)."""
+    return st.st_uid if parent.shared and not trusted(st.st_uid) else None
+
+
+def parts_of(path: str) -> list[str]:
+    if not os.path.isabs(path):
+        raise Refused(f"{path!r} is not an absolute path")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise Refused(f"{path} goes up a directory (..): never resolved")
+    return parts
+
+
+def _why_not_dir(parent_fd: int, name: str, where: str, err: OSError) -> Exception:
+    if err.errno in (errno.ENOTDIR, errno.ELOOP):
+        try:
+            if stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode):
+                return Refused(f"{where} is a symbolic link: never followed")
+        except OSError:
+            pass
+    err.filename = where
+    return err
+
+
+def step(parent: Dir, name: str) -> Dir:
+    """The directory `name` in `parent`, never through a link (Refused), with who may write it."""
+    where = os.path.join(parent.path, name)
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent.fd)
+    except OSError as err:
+        raise _why_not_dir(parent.fd, name, where, err) from None
+    try:
+        st = os.fstat(fd)
+        owner = entry_writer(parent, st)
+        writer, shared = dir_writer(st, where)
+        return Dir(fd, where, joined(joined(parent.writer, owner, where), writer, where), shared)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def root() -> Dir:
+    fd = os.open("/", DIR_FLAGS)
+    try:
+        writer, shared = dir_writer(os.fstat(fd), "/")
+    except BaseException:
+        os.close(fd)
+        raise
+    return Dir(fd, "/", writer, shared)
+
+
+def open_dir(path: str) -> Dir:
+    """The directory at `path`, reached from / without following a link (Refused, or an OSError
+    naming the missing part)."""
+    current = root()
+    try:
+        for name in parts_of(path):
+            following = step(current, name)
+            os.close(current.fd)
+            current = following
+    except BaseException:
+        os.close(current.fd)
+        raise
+    return current
+
+
+def open_parent(path: str) -> tuple[Dir, str]:
+    """(the directory holding `path`'s last component, that component)."""
+    parts = parts_of(path)
+    if not parts:
+        raise Refused("/ has no parent")
+    return open_dir("/" + "/".join(parts[:-1])), parts[-1]
+
+
+def lstat_in(parent: Dir, name: str) -> os.stat_result:
+    return os.stat(name, dir_fd=parent.fd, follow_symlinks=False)
+
+
+def listing(parent: Dir) -> list[str]:
+    """The names in a directory, read through its descriptor."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent.fd)
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(parent: Dir) -> None:
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent.fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- globs, matched without following a link ----------------------------------------------------------
+
+def _matches(name: str, pattern: str) -> bool:
+    if name.startswith(".") and not pattern.startswith("."):
+        return False                     # as glob: a hidden name only for a pattern that says so
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _subdirs(parent: Dir) -> Iterator[Dir]:
+    """Each real directory in `parent` (links and refused ones skipped), opened."""
+    for name in sorted(listing(parent)):
+        if name.startswith("."):
+            continue
+        try:
+            yield step(parent, name)
+        except (Refused, OSError):
+            continue
+
+
+def _walk(parent: Dir, parts: list[str]) -> Iterator[tuple[Dir, str]]:
+    """(directory, name) of each entry that the remaining pattern parts match under `parent`."""
+    head, rest = parts[0], parts[1:]
+    if head == "**":
+        if rest:
+            yield from _walk(parent, rest)
+        else:
+            yield from ((parent, n) for n in sorted(listing(parent)) if not n.startswith("."))
+        for sub in _subdirs(parent):
+            try:
+                yield from _walk(sub, parts)
+            finally:
+                os.close(sub.fd)
+        return
+    names = [n for n in sorted(listing(parent)) if _matches(n, head)] if _magic(head) else [head]
+    if not rest:
+        yield from ((parent, n) for n in names)
+        return
+    for name in names:
+        try:
+            sub = step(parent, name)
+        except (Refused, OSError):
+            continue
+        try:
+            yield from _walk(sub, rest)
+        finally:
+            os.close(sub.fd)
+
+
+def _magic(part: str) -> bool:
+    return any(c in part for c in "*?[")
+
+
+def matched(pattern: str) -> list[tuple[str, os.stat_result, int | None]]:
+    """(path, lstat, writer) of each entry an absolute glob matches (`**` spans directories), reached
+    without following a link: a directory that is a link, or one that no account may be trusted in,
+    matches nothing beneath it. An entry that is itself a link is matched, never followed."""
+    try:
+        parts = parts_of(pattern)
+    except Refused:
+        return []                         # `..`: the path as written is not where it leads
+    if not parts:
+        return []
+    found = []
+    start = root()
+    try:
+        for parent, name in _walk(start, parts):
+            try:
+                st = lstat_in(parent, name)
+            except OSError:
+                continue                  # gone since it was listed
+            try:
+                writer = joined(parent.writer, entry_writer(parent, st), parent.path)
+            except Refused:
+                continue                  # placed by a second account: matches nothing
+            found.append((os.path.join(parent.path, name), st, writer))
+    except (Refused, OSError):
+        pass                              # the fixed part of the pattern is missing or refused: nothing matches
+    finally:
+        os.close(start.fd)
+    return found
+
+
+def regular_files(pattern: str) -> list[tuple[str, os.stat_result, int | None]]:
+    """What matched() finds that is a regular file: never a link, a directory or a device."""
+    return [m for m in matched(pattern) if stat.S_ISREG(m[1].st_mode)]
+
+
+# -- acting with another account's rights -------------------------------------------------------------
+
+def as_writer(writer: int | None, what: str, act: Callable[[], T]) -> T:
+    """act(), in this process when nobody but root and Pulse could have placed what it acts on;
+    else in a forked child with `writer`'s rights (its uid, primary group and groups), acting
+    through the descriptors it inherits. Refused when Pulse cannot take those rights (not root)."""
+    if writer is None or writer == os.geteuid():
+        return act()
+    if os.geteuid() != 0:
+        raise Refused(f"{what} lies in a directory uid {writer} may write, and Pulse (uid {os.geteuid()}) "
+                      "cannot act with that account's rights")
+    rights = rights_of(writer)            # looked up before the fork: the child takes no lock another thread held
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                          # the child: drop, act, say how it went, and leave at once
+        try:
+            os.close(read_end)
+            drop_to(writer, *rights)
+            outcome = ("ok", act())
+        except BaseException as err:      # noqa: BLE001 - everything goes back to the parent
+            outcome = ("err", err)
+        try:
+            data = pickle.dumps(outcome)
+        except Exception as err:          # noqa: BLE001
+            data = pickle.dumps(("err", RuntimeError(f"{type(err).__name__}: {err}")))
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                out.write(data)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as inp:
+        data = inp.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise RuntimeError(f"the child acting on {what} as uid {writer} said nothing (wait status {status})")
+    kind, value = pickle.loads(data)
+    if kind == "err":
+        raise value
+    return value
+
+
+def rights_of(uid: int) -> tuple[int, list[int]]:
+    """(primary group, groups) of the account `uid`; an account no longer listed gets none but its uid."""
+    import pwd
+    try:
+        account = pwd.getpwuid(uid)
+    except KeyError:
+        return uid, []
+    return account.pw_gid, os.getgrouplist(account.pw_name, account.pw_gid)
+
+
+def drop_to(uid: int, gid: int, groups: list[int]) -> None:
+    """This process takes `uid`'s rights for good: its groups, its primary group, then its uid."""
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def open_existing(path: str) -> tuple[Dir, list[str]]:
+    """(the deepest directory of `path` that exists, reached as open_dir does; the parts below it
+    that do not exist yet)."""
+    parts = parts_of(path)
+    current = root()
+    try:
+        for i, name in enumerate(parts):
+            try:
+                following = step(current, name)
+            except FileNotFoundError:
+                return current, parts[i:]
+            os.close(current.fd)
+            current = following
+    except BaseException:
+        os.close(current.fd)
+        raise
+    return current, []
+
+
+def make_dirs(parent: Dir, missing: list[str], mode: int = 0o755) -> Dir:
+    """`missing` made one under the other in `parent` (mkdirat, each then opened without following
+    a link); the last, opened. `parent` stays open."""
+    current = parent
+    try:
+        for name in missing:
+            try:
+                os.mkdir(name, mode, dir_fd=current.fd)
+            except FileExistsError:
+                pass                      # made meanwhile: step() says whether it is a directory
+            following = step(current, name)
+            if current is not parent:
+                os.close(current.fd)
+            current = following
+    except BaseException:
+        if current is not parent:
+            os.close(current.fd)
+        raise
+    if current is parent:                 # nothing was missing: a descriptor of its own to close
+        return parent._replace(fd=os.dup(parent.fd))
+    return current
+
+
+MAX_LINK_HOPS = 8
+
+
+def open_file_parent(path: str, hops: int = MAX_LINK_HOPS) -> tuple[Dir, str]:
+    """(the directory holding the file `path` names, its name there), where a last component that
+    is a symbolic link is followed, as a path resolved the same way (every directory of the link's
+    own path and of its target's checked, their writers joined): a link the operator placed in a
+    directory only root may write is the operator's word, and one another account placed is acted
+    on with that account's rights all the same."""
+    parent, name = open_parent(path)
+    writer = parent.writer
+    for _ in range(hops):
+        try:
+            st = lstat_in(parent, name)
+        except FileNotFoundError:
+            return parent, name
+        except BaseException:
+            os.close(parent.fd)
+            raise
+        if not stat.S_ISLNK(st.st_mode):
+            return parent, name
+        try:
+            writer = joined(writer, entry_writer(parent, st), path)
+            target = os.readlink(name, dir_fd=parent.fd)
+        finally:
+            os.close(parent.fd)
+        # parent.path holds no link (it was walked without following one): `..` in a relative target
+        # means its parent, as the kernel would read it
+        following = target if os.path.isabs(target) else os.path.normpath(os.path.join(parent.path, target))
+        parent, name = open_parent(following)
+        try:
+            writer = joined(writer, parent.writer, path)
+        except BaseException:
+            os.close(parent.fd)
+            raise
+        parent = parent._replace(writer=writer)
+    os.close(parent.fd)
+    raise Refused(f"{path}: more than {hops} symbolic links in a row")
