@@ -124,6 +124,9 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     start_grace_s: float = 1                  # exited within this after a start: the restart failed, in its words
     cwd: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    # The account it runs as: a process of any other account never counts as it (an agent's look-alike
+    # is not the gateway), and `restart` starts it as this one. Unset: Pulse's own account.
+    user: str | None = None
     health: Health | None = None              # alive is not enough: also probe this
     memory: Memory | None = None              # unset: no ceiling (its tree's RSS is sampled all the same)
     # Exit codes by which the process asks to be restarted (Hermes' gateway: 75): restarted at
@@ -1149,6 +1152,7 @@ def default_toml() -> str:
         '# pidfile = "/run/gateway.pid"          # or { path = "...", key = "pid" } for a JSON file,',
         '#                                        # or: match = "regex over the full command line"',
         '# restart = ["openclaw", "gateway", "run"]   # argv that starts it, never a shell string',
+        '# user = "openclaw"                      # the account it runs as (and is started as); unset: Pulse\'s own',
         '# stop = ["systemctl", "stop", "gateway"]   # unset: SIGTERM to its process tree ...',
         "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
         "# start_grace_s = 1.0                     # exits within this of its start: the restart failed",

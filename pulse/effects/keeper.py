@@ -1,6 +1,6 @@
 """The keeper: the parent of each process that restart-process starts.
 
-    python -m pulse.effects.keeper HOME NAME LOG -- ARGV...
+    python -m pulse.effects.keeper HOME NAME LOG [--user USER] -- ARGV...
 
 Only a process's parent learns its exit code, and the executor that starts a [[process]] may be
 restarted long before the process ends. So the executor starts this keeper instead (its own
@@ -14,7 +14,8 @@ half at once and never holds a zombie), starts ARGV, and stays its parent:
 - when ARGV exits, it commits a `process-exited` event (target NAME: pid, code, signal, tail)
   to HOME's events.db and rings the tick: restart_exit_codes and stop_exit_codes are honoured
   from that fact, whichever executor started the process;
-- SIGTERM, SIGINT and SIGHUP to the keeper are passed on to ARGV.
+- SIGTERM, SIGINT and SIGHUP to the keeper are passed on to ARGV;
+- with --user (the [[process]] `user`), ARGV runs as that account, with its groups.
 
 Its title is "pulse: keep NAME (HOME)", so a `match` never takes it for the process it keeps,
 and the executor finds what it keeps when it must stop it.
@@ -46,9 +47,13 @@ def report(message: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    home, name, log_path, sep, *command = argv
+    home, name, log_path, *rest = argv
+    user = None
+    if rest[:1] == ["--user"] and len(rest) > 1:
+        user, rest = rest[1], rest[2:]
+    sep, *command = rest or [""]
     if sep != "--" or not command:
-        print("usage: python -m pulse.effects.keeper HOME NAME LOG -- ARGV...", file=sys.stderr)
+        print("usage: python -m pulse.effects.keeper HOME NAME LOG [--user USER] -- ARGV...", file=sys.stderr)
         return 2
     if os.fork() > 0:
         os._exit(0)             # the executor reaps this half now; the keeper lives on, reparented
@@ -59,10 +64,11 @@ def main(argv: list[str]) -> int:
     procs.libc()
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults)
-    except OSError as err:
-        log.write(f"cannot start {command[0]!r}: {err.strerror or err}\n".encode())
-        report({"code": 127, "signal": None, "tail": f"cannot start {command[0]!r}: {err.strerror or err}"})
+                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults,
+                                 **as_account(user))
+    except (OSError, KeyError) as err:
+        log.write(f"cannot start {command[0]!r}: {getattr(err, 'strerror', None) or err}\n".encode())
+        report({"code": 127, "signal": None, "tail": f"cannot start {command[0]!r}: {getattr(err, 'strerror', None) or err}"})
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _: _pass_on(child, signum))
@@ -74,6 +80,16 @@ def main(argv: list[str]) -> int:
     report(ended)
     _record(home, name, ended)
     return 0
+
+
+def as_account(user: str | None) -> dict:
+    """Popen's arguments that start a process as `user` with its groups ({} for Pulse's own)."""
+    if user is None:
+        return {}
+    import pwd
+    account = pwd.getpwnam(user)         # KeyError: no such account, said as a start that failed
+    return {"user": account.pw_uid, "group": account.pw_gid,
+            "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}
 
 
 def _pass_on(child: subprocess.Popen, signum: int) -> None:

@@ -293,9 +293,9 @@ def configured_process(config: ExecutorConfig, name: str | None) -> Process:
     raise EffectFailed("bad-params", f"{name!r} is not a configured [[process]]")
 
 
-def find_processes(process: Process) -> list[psutil.Process]:
+def find_processes(process: Process, home: Path | None = None) -> list[psutil.Process]:
     """The running processes of a configured process: by its pidfile, or its match over the command line."""
-    return guarded.find(process)[0]
+    return guarded.find(process, home)[0]
 
 
 def process_trees(roots: Sequence[psutil.Process]) -> list[psutil.Process]:
@@ -327,7 +327,7 @@ def stop_process(process: Process, ctx: EffectContext, home: Path) -> dict:
     """Stop what `process` is now (found, and kept by its keeper), and wait until it is gone:
     its `stop` argv, else SIGTERM and SIGCONT to each tree; SIGKILL after stop_timeout_s.
     {} when nothing runs; EffectFailed ("stop") if something outlives SIGKILL."""
-    roots = {p.pid: p for p in [*guarded.find(process)[0], *guarded.kept(process.name, home)]}
+    roots = {p.pid: p for p in [*guarded.find(process, home)[0], *guarded.kept(process.name, home)]}
     victims = process_trees(list(roots.values()))
     if not victims:
         return {}
@@ -429,8 +429,8 @@ def run_restart(effect: Effect, ctx: EffectContext) -> dict:
     stopped = stop_process(process, ctx, home)
     log_path = process_log(home, process.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
-              *process.restart]
+    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path),
+              *(["--user", process.user] if process.user is not None else []), "--", *process.restart]
     argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
                          shutil.which("systemd-run"), os.getuid())
     try:
@@ -501,7 +501,7 @@ def run_signal(effect: Effect, ctx: EffectContext) -> dict:
         signum = None
     if signum is None:
         raise EffectFailed("bad-params", f"unknown signal {name!r}")
-    found = find_processes(process)
+    found = find_processes(process, ctx.home)
     if not found:
         raise EffectFailed("not-running", f"{process.name!r} is not running")
     sent = []

@@ -200,7 +200,7 @@ class ProcessAlive(Watcher):
         # returns, and two scans of every process can take seconds on a loaded host, long enough for a
         # restart to start the process and be acked meanwhile (processWatchdog compares `looked_at`).
         looked = time.time()
-        found, why = guarded.find(self.process)
+        found, why = guarded.find(self.process, self.home)
         if not found and self.home is not None:
             # What Pulse last started, while its pidfile is not written yet (OpenClaw writes its lock
             # 5-9 s after the start, Hermes its pid 1-2 s after) or its title is changing: alive.
