@@ -308,3 +308,49 @@ def test_a_fresh_home_promotes_right_after_its_first_start(pulsed, monkeypatch):
     assert not list((pulsed.home / "staging").rglob("__pycache__"))
     out = pulsed.ctl("engine", "log")
     assert "promote" in out.stdout, out.stdout
+
+
+def test_an_agents_archive_or_cleanup_stays_in_the_directories_the_config_names(pulsed, tmp_path):
+    """Allowed to agents, archive and cleanup act only where the operator's config names: a root
+    directory named in nobody's config is refused whole, and survival's own paths still work."""
+    secret = roots_secrets(tmp_path)
+    before = snapshot(secret)
+    sessions, kept = tmp_path / "sessions", tmp_path / "kept"
+    sessions.mkdir()
+    (sessions / "old.json").write_text("x")
+    os.utime(sessions / "old.json", (1_000_000_000, 1_000_000_000))
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(textwrap.dedent(f"""
+        [survival]
+        archive_from = "{sessions}"
+        archive_to = "{kept}"
+
+        [allow]
+        kinds = ["noop", "archive", "cleanup"]
+    """))
+    (pulsed.home / "engine" / "rules" / "sweep.py").write_text(textwrap.dedent(f"""
+        from pulse.engine.api import Effect
+        done = set()
+        def sweep(prev, curr, inner):
+            out = []
+            for kind, params in (("cleanup", {{"patterns": ["{secret}/*.log"]}}),
+                                 ("archive", {{"from": "{secret}", "to": "{kept}/stolen", "older_than_h": 0}}),
+                                 ("archive", {{"from": "{sessions}", "to": "{kept}", "older_than_h": 0}})):
+                if (kind, str(params)) not in done:
+                    done.add((kind, str(params)))
+                    out.append(Effect(kind=kind, target="sweep", params=params))
+            return out, None
+        RULES = [sweep]
+    """))
+    subprocess.run(["git", "-C", str(pulsed.home / "engine"), "add", "-A"], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(pulsed.home / "engine"), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                    "-qm", "sweep"], check=True, capture_output=True)
+    pulsed.start(env=FAST)
+    ends = wait_for(lambda: (lambda e: e if len(e) >= 3 else None)(
+        [e for e in pulsed.events() if e["type"] in ("effect-acked", "effect-failed")
+         and e["data"].get("kind") in ("archive", "cleanup")]), 30, what="the engine's three effects ended")
+    by_what = {(e["data"]["kind"], e["type"]): e["data"] for e in ends}
+    assert "lies in no directory the config names" in by_what["cleanup", "effect-failed"]["error"]
+    assert "lies in no directory the config names" in by_what["archive", "effect-failed"]["error"]
+    assert by_what["archive", "effect-acked"]["moved"] == 1 and (kept / "old.json").exists()
+    assert snapshot(secret) == before and not (kept / "stolen").exists()

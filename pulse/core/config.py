@@ -534,6 +534,7 @@ EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
 WatchedFiles = _cut("WatchedFiles", Watch, ("file",))
+SurvivalPaths = _cut("SurvivalPaths", Survival, ("archive_from", "archive_to", "cleanup"))
 
 
 class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -577,6 +578,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
     report: Report                # the report effect
     watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
+    survival: SurvivalPaths       # with the globs above: the directories an agent's archive or cleanup may touch
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
     gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
 

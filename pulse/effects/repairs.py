@@ -45,16 +45,47 @@ def home_overlap(path: Path, home: Path) -> str | None:
     return None
 
 
-def archive(params: dict, home: Path, now: float | None = None) -> dict:
+def fixed_part(pattern: str) -> str:
+    """The directory a glob's matches all lie under: its leading components without a wildcard."""
+    parts = pattern.split("/")
+    fixed = []
+    for part in parts[:-1]:
+        if any(c in part for c in "*?["):
+            break
+        fixed.append(part)
+    return "/".join(fixed) or "/"
+
+
+def named_dirs(config: ExecutorConfig) -> list[str]:
+    """The directories the operator's config names for files Pulse may move or delete: [survival]
+    archive_from and archive_to, and where the [survival] cleanup and [[watch.file]] globs lie."""
+    s = config.survival
+    dirs = [s.archive_from, s.archive_to, *map(fixed_part, s.cleanup), *(fixed_part(w.path) for w in config.watch.file)]
+    return [d.rstrip("/") or "/" for d in dirs if d]
+
+
+def unnamed(path: str, named: list[str] | None) -> bool:
+    """Does `path` lie outside every directory in `named` (None: no confinement)? Compared as written:
+    safepath follows no link, so the path written is the path acted on."""
+    if named is None:
+        return False
+    return not any(path == d or path.startswith(d.rstrip("/") + "/") for d in named)
+
+
+def archive(params: dict, home: Path, now: float | None = None, named: list[str] | None = None) -> dict:
     """Move files under `from` older than `older_than_h` into `to`, keeping their relative paths.
     Both are absolute: registry.ArchiveParams checks them before the effect is claimed. Neither
     may meet the home (home_overlap): refused, nothing moved. Both are reached, and walked, without
     following a link (pulse.core.safepath), and under another account's directory the files are
-    moved with that account's rights."""
+    moved with that account's rights. With `named` (an agent's or the engine's archive), both must
+    lie in a directory the operator's config names (named_dirs)."""
     source, dest = Path(params["from"]), Path(params["to"])
     for field, path in (("from", source), ("to", dest)):
         if problem := home_overlap(path, home):
             raise EffectFailed("refused", f"archive {field} {str(path)!r} {problem}; it is never archived")
+        if unnamed(str(path), named):
+            raise EffectFailed("refused", f"archive {field} {str(path)!r} lies in no directory the config names "
+                                          f"({', '.join(named) or 'none'}): not for an agent or the engine")
     cutoff = (time.time() if now is None else now) - float(params.get("older_than_h", 72)) * 3600
     opened: list[safepath.Dir] = []
     try:
@@ -139,11 +170,16 @@ def _move_file(src: safepath.Dir, dst: safepath.Dir, name: str, st: os.stat_resu
     os.unlink(name, dir_fd=src.fd)
 
 
-def cleanup(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
+def cleanup(params: dict, paths: Paths, config: ExecutorConfig, named: list[str] | None = None) -> dict:
     """Delete files matching the absolute glob patterns (registry.CleanupParams checks them before the
     effect is claimed, so a bad one deletes nothing); gc vitals and objects. The globs are matched
     without following a link (pulse.core.safepath), each file is unlinked through its directory's
-    descriptor, and one under another account's directory with that account's rights."""
+    descriptor, and one under another account's directory with that account's rights. With `named`
+    (an agent's or the engine's cleanup), every pattern must lie in a directory the config names."""
+    for pattern in params.get("patterns", []):
+        if unnamed(fixed_part(pattern), named):
+            raise EffectFailed("refused", f"cleanup pattern {pattern!r} lies in no directory the config names "
+                                          f"({', '.join(named) or 'none'}): not for an agent or the engine; nothing deleted")
     by_dir: dict[str, list[str]] = {}
     for pattern in params.get("patterns", []):
         for name, _, _ in safepath.regular_files(pattern):
