@@ -354,3 +354,27 @@ def test_an_agents_archive_or_cleanup_stays_in_the_directories_the_config_names(
     assert "lies in no directory the config names" in by_what["archive", "effect-failed"]["error"]
     assert by_what["archive", "effect-acked"]["moved"] == 1 and (kept / "old.json").exists()
     assert snapshot(secret) == before and not (kept / "stolen").exists()
+
+
+def test_an_error_log_in_an_agents_directory_is_never_read_through_its_link(tmp_path, agent, shared):
+    """The error-log watcher tails an agent's log; the agent swaps its directory for a link to
+    root's, where a file of the same name holds root's lines: none of them reaches the vitals."""
+    from pulse.sensing.builtin import ErrorLog
+    secret = roots_secrets(tmp_path)
+    (secret / "app.log").write_bytes(b"")
+    os.chmod(secret / "app.log", 0o600)
+    logs = agent_dir(agent_dir(shared / "work", agent) / "logs", agent)
+    as_agent(agent, "sh", "-c", f"echo starting > {logs / 'app.log'}")
+    watcher = ErrorLog(configmod.ErrorLogWatch(name="agent", path=str(logs / "app.log")), 100)
+    try:
+        assert watcher.collect()["matches"] == 0                  # the first read starts at the end
+        as_agent(agent, "sh", "-c", f"echo 'ERROR agent line' >> {logs / 'app.log'}")
+        assert watcher.collect()["lines"] == ["ERROR agent line"]
+        swap_for_link(agent, logs, secret)
+        with open(secret / "app.log", "ab") as f:
+            f.write(b"ERROR root's secret line\n")
+        for _ in range(2):
+            seen = watcher.collect()
+            assert seen["matches"] == 0 and not any("secret" in line for line in seen["lines"]), seen
+    finally:
+        watcher.close()

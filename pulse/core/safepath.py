@@ -397,3 +397,31 @@ def open_file_parent(path: str, hops: int = MAX_LINK_HOPS) -> tuple[Dir, str]:
         parent = parent._replace(writer=writer)
     os.close(parent.fd)
     raise Refused(f"{path}: more than {hops} symbolic links in a row")
+
+
+def open_readable(path: str) -> int:
+    """A read-only descriptor on the regular file `path` names, for a watcher reading as root: its
+    directories never through a link, a last-component link followed only where nobody but root
+    and Pulse could have placed it, and under another account's directory only a file that account
+    owns (not a hard link it made to someone else's). Refused, or the OSError of a missing file."""
+    parent, name = open_parent(path)
+    try:
+        st = lstat_in(parent, name)
+        if stat.S_ISLNK(st.st_mode) and parent.writer is None and not parent.shared:
+            os.close(parent.fd)
+            parent, name = open_file_parent(path)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent.fd)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise Refused(f"{path} is a symbolic link another account could have placed: never followed") from None
+        err.filename = path
+        raise
+    finally:
+        os.close(parent.fd)
+    st = os.fstat(fd)
+    owner_ok = parent.writer is None or st.st_uid == parent.writer
+    if not stat.S_ISREG(st.st_mode) or not owner_ok:
+        os.close(fd)
+        raise Refused(f"{path} is not a regular file" if owner_ok else
+                      f"{path} lies in uid {parent.writer}'s directory but is uid {st.st_uid}'s: never read as root")
+    return fd

@@ -521,25 +521,30 @@ class Tail:
     def read_lines(self) -> list[bytes]:
         lines = self._read_more() if self.file is not None else []
         try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+            # never through a link another account placed (pulse.core.safepath): an agent's log
+            # directory swapped for a link to root's must not feed root's lines into the vitals
+            fd = safepath.open_readable(str(self.path))
+        except (FileNotFoundError, safepath.Refused):
             self.started = True   # rotated away and not yet recreated: keep the old file until it is
             return lines
+        st = os.fstat(fd)
         if self.identity != (st.st_dev, st.st_ino):
             at_end = not self.started
             lines += self._finish_partial()
-            self._reopen(at_end)
+            self._reopen(fd, at_end)
             lines += self._read_more()
-        elif st.st_size < self.file.tell():
-            self.file.seek(0)
-            self.partial = b""
-            lines += self._read_more()
+        else:
+            os.close(fd)
+            if st.st_size < self.file.tell():
+                self.file.seek(0)
+                self.partial = b""
+                lines += self._read_more()
         self.started = True
         return lines
 
-    def _reopen(self, at_end: bool) -> None:
+    def _reopen(self, fd: int, at_end: bool) -> None:
         self.close()
-        self.file = open(self.path, "rb")
+        self.file = os.fdopen(fd, "rb")
         st = os.fstat(self.file.fileno())
         self.identity = (st.st_dev, st.st_ino)
         if at_end:
