@@ -21,6 +21,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import textwrap
 import zlib
@@ -378,3 +379,16 @@ def test_an_error_log_in_an_agents_directory_is_never_read_through_its_link(tmp_
             assert seen["matches"] == 0 and not any("secret" in line for line in seen["lines"]), seen
     finally:
         watcher.close()
+
+
+def test_a_process_with_a_user_is_started_as_that_account(tmp_path, agent):
+    """[[process]] user: the keeper starts `restart` as that account (its uid and primary group)."""
+    home = tmp_path / "home"
+    init_home(home)
+    log = tmp_path / "process.log"
+    out = subprocess.run([sys.executable, "-m", "pulse.effects.keeper", str(home), "gw", str(log),
+                          "--user", agent.pw_name, "--", "sh", "-c", "echo $(id -u) $(id -g)"],
+                         capture_output=True, text=True, timeout=60, cwd="/")
+    said = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    ended = next(m for m in said if "code" in m)
+    assert ended["code"] == 0 and ended["tail"].split() == [str(agent.pw_uid), str(agent.pw_gid)], (said, out.stderr)
