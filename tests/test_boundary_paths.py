@@ -392,3 +392,31 @@ def test_a_process_with_a_user_is_started_as_that_account(tmp_path, agent):
     said = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     ended = next(m for m in said if "code" in m)
     assert ended["code"] == 0 and ended["tail"].split() == [str(agent.pw_uid), str(agent.pw_gid)], (said, out.stderr)
+
+
+def test_in_a_directory_a_group_shares_each_file_is_acted_on_as_its_owner(tmp_path, agent, shared):
+    """A root directory the agent's group may write (/var/log is root:syslog 0775 on some hosts):
+    the agent's file there is trimmed with the agent's rights, root's with root's, and a link the
+    agent put there is never followed."""
+    logs = shared / "logs"
+    logs.mkdir(mode=0o775)
+    os.chown(logs, 0, agent.pw_gid)
+    os.chmod(logs, 0o775)
+    as_agent(agent, "sh", "-c", f"head -c 3000 /dev/zero > {logs / 'agent.log'}")
+    (logs / "root.log").write_bytes(b"r" * 3000)
+    secret = roots_secrets(tmp_path)
+    as_agent(agent, "ln", "-s", str(secret / "secret.log"), str(logs / "link.log"))
+    home = tmp_path / "home"
+    home.mkdir()
+    cfg = configmod.slice_of(configmod.validate(configmod.decode(
+        f'[[watch.file]]\nname = "w"\npath = "{logs}/*.log"\naction = "truncate"\n'.encode(), "t"), "t"), "executor")
+    ctx = kinds.EffectContext(cfg, home / "objects", 10, paths=Paths(home, tmp_path / "run"))
+
+    def trim(name):
+        return files.run_rotate_file(Effect(kind="rotate-file", target=str(logs / name), params={"watch": "w"}), ctx)
+
+    assert trim("agent.log")["as_uid"] == agent.pw_uid and (logs / "agent.log").stat().st_size == 0
+    assert "as_uid" not in trim("root.log") and (logs / "root.log").stat().st_size == 0
+    with pytest.raises(kinds.EffectFailed) as err:
+        trim("link.log")
+    assert err.value.reason == "refused" and (secret / "secret.log").stat().st_size > 0

@@ -10,10 +10,10 @@ directory's descriptor (openat, renameat, unlinkat, fstat), so swapping a direct
 the check changes nothing.
 
 On the way, each directory says who besides root and Pulse's own account could have put things
-in it (its `writer`): its owner, when that is another account; nobody, for a shared directory with
-the sticky bit (/tmp), where only an entry's owner may replace it, so the entry's owner counts
-instead. A directory that a group or every account may write without the sticky bit is refused
-(there is no one account whose rights to take). What lies under another account's directory is
+in it (its `writer`): its owner, when that is another account; for a directory other accounts
+share (/tmp; a group-writable /var/log), the owner of each entry in it instead: links are never
+followed, and with fs.protected_hardlinks nobody can hard-link there what they could not already
+write (without it, such a directory is refused, unless sticky). What lies under another account's directory is
 acted on with that account's rights (`as_writer`: a forked child that drops to its uid, its
 groups, and acts through the inherited descriptors): whatever it placed there, a hard link to
 root's file included, Pulse can do no more to it than that account could itself.
@@ -63,16 +63,27 @@ def joined(writer: int | None, other: int | None, path: str) -> int | None:
                   "Pulse acts there for neither")
 
 
+def hardlinks_protected() -> bool:
+    """fs.protected_hardlinks: nobody may hard-link a file they could not already read and write."""
+    try:
+        with open("/proc/sys/fs/protected_hardlinks") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def dir_writer(st: os.stat_result, path: str) -> tuple[int | None, bool]:
-    """(the other account that may write this directory, whether it is shared with the sticky bit)."""
+    """(the other account that owns this directory, whether other accounts share it: then each
+    entry's owner is who could have placed it). A directory a group or everyone may write without
+    the sticky bit (/var/log, root:syslog 0775 on some hosts) is shared only while the kernel keeps
+    hard links to what an account may not already write out of it; else it is refused."""
     mode = st.st_mode
     sticky = bool(mode & stat.S_ISVTX)
-    if not sticky and mode & stat.S_IWOTH:
-        raise Refused(f"{path} is writable by every account: Pulse acts in it for nobody")
-    if not sticky and mode & stat.S_IWGRP and not _trusted_group(st.st_gid):
-        raise Refused(f"{path} is writable by group {st.st_gid}: Pulse acts in it for no one of its members")
-    shared = sticky and bool(mode & (stat.S_IWOTH | stat.S_IWGRP))
-    return (None if trusted(st.st_uid) else st.st_uid), shared
+    others = bool(mode & stat.S_IWOTH) or (bool(mode & stat.S_IWGRP) and not _trusted_group(st.st_gid))
+    if others and not sticky and not hardlinks_protected():
+        who = "every account" if mode & stat.S_IWOTH else f"group {st.st_gid}"
+        raise Refused(f"{path} is writable by {who} and fs.protected_hardlinks is off: Pulse acts in it for nobody")
+    return (None if trusted(st.st_uid) else st.st_uid), others
 
 
 def entry_writer(parent: Dir, st: os.stat_result) -> int | None:
