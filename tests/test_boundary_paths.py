@@ -420,3 +420,19 @@ def test_in_a_directory_a_group_shares_each_file_is_acted_on_as_its_owner(tmp_pa
     with pytest.raises(kinds.EffectFailed) as err:
         trim("link.log")
     assert err.value.reason == "refused" and (secret / "secret.log").stat().st_size > 0
+
+
+def test_a_link_root_placed_where_only_root_writes_is_followed_and_an_agents_is_not(tmp_path, agent, shared):
+    """/var/run -> /run, a merged /lib: a link in a directory only root may write is root's word and
+    is followed, walked from / like any path; the same link in the agent's directory is not."""
+    from pulse.core import safepath
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.log").write_text("x")
+    (tmp_path / "link").symlink_to("real")                       # relative, as /var/run's is
+    assert [p for p, _, _ in safepath.regular_files(f"{tmp_path}/link/*.log")] == [f"{tmp_path}/link/a.log"]
+    work = agent_dir(shared / "work", agent)
+    as_agent(agent, "ln", "-s", str(real), str(work / "link"))
+    assert safepath.regular_files(f"{work}/link/*.log") == []
+    with pytest.raises(safepath.Refused):
+        safepath.open_dir(f"{work}/link")

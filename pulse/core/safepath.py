@@ -128,6 +128,27 @@ def step(parent: Dir, name: str) -> Dir:
         raise
 
 
+def step_or_follow(parent: Dir, name: str, hops: int = 8) -> Dir:
+    """step(), except that a link root or Pulse placed where nobody else may write (/var/run -> /run,
+    a merged /lib) is followed: its target walked from / as any path is, named as written."""
+    try:
+        return step(parent, name)
+    except Refused:
+        if parent.writer is not None or parent.shared or hops <= 0:
+            raise
+        try:
+            st = lstat_in(parent, name)
+            target = os.readlink(name, dir_fd=parent.fd)
+        except OSError:
+            raise Refused(f"{os.path.join(parent.path, name)} is not a directory") from None
+        if not stat.S_ISLNK(st.st_mode) or not trusted(st.st_uid):
+            raise
+        where = os.path.join(parent.path, name)
+        # parent.path holds no link another account placed: `..` in a relative target is its parent
+        resolved = target if os.path.isabs(target) else os.path.normpath(os.path.join(parent.path, target))
+        return open_dir(resolved, hops - 1)._replace(path=where)
+
+
 def root() -> Dir:
     fd = os.open("/", DIR_FLAGS)
     try:
@@ -138,13 +159,13 @@ def root() -> Dir:
     return Dir(fd, "/", writer, shared)
 
 
-def open_dir(path: str) -> Dir:
-    """The directory at `path`, reached from / without following a link (Refused, or an OSError
-    naming the missing part)."""
+def open_dir(path: str, hops: int = 8) -> Dir:
+    """The directory at `path`, reached from / without following a link another account could
+    have placed (Refused, or an OSError naming the missing part)."""
     current = root()
     try:
         for name in parts_of(path):
-            following = step(current, name)
+            following = step_or_follow(current, name, hops)
             os.close(current.fd)
             current = following
     except BaseException:
@@ -221,7 +242,7 @@ def _walk(parent: Dir, parts: list[str]) -> Iterator[tuple[Dir, str]]:
         return
     for name in names:
         try:
-            sub = step(parent, name)
+            sub = step_or_follow(parent, name)
         except (Refused, OSError):
             continue
         try:
@@ -336,7 +357,7 @@ def open_existing(path: str) -> tuple[Dir, list[str]]:
     try:
         for i, name in enumerate(parts):
             try:
-                following = step(current, name)
+                following = step_or_follow(current, name)
             except FileNotFoundError:
                 return current, parts[i:]
             os.close(current.fd)
