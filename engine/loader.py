@@ -77,6 +77,10 @@ def _exported(module, folder: str, rel: str, engine: LoadedEngine) -> list:
 
 
 def load(root: Path) -> LoadedEngine:
+    # No __pycache__ in the engine's tree: main is a git work tree that promote refuses to touch while
+    # it has anything uncommitted, and bytecode written there on the first start (as root, where the
+    # tree is writable) made the first promote of a fresh home fail.
+    sys.dont_write_bytecode = True
     engine = LoadedEngine(root)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))   # engine modules may import helpers from their own directory

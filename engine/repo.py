@@ -139,7 +139,7 @@ def probe(tree: Path) -> dict:
     """Load the engine in a throwaway process (agent code never runs in ours): its load errors and
     the effect kinds its executors declare."""
     try:
-        proc = subprocess.run([sys.executable, "-P", "-c", _IMPORT_PROBE, str(tree)], cwd=tree,
+        proc = subprocess.run([sys.executable, "-P", "-B", "-c", _IMPORT_PROBE, str(tree)], cwd=tree,
                               capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise EngineDirError("import", f"importing the engine took longer than {IMPORT_TIMEOUT_S}s") from None
@@ -159,7 +159,7 @@ def check_tests(tree: Path) -> None:
     if not any((tree / "tests").glob("test_*.py")):
         return
     try:
-        proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+        proc = subprocess.run([sys.executable, "-P", "-B", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                "--tb=short", "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
                               timeout=GATE_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(tree)})
     except subprocess.TimeoutExpired:

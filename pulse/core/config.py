@@ -133,6 +133,9 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     start_grace_s: float = 1                  # exited within this after a start: the restart failed, in its words
     cwd: str | None = None                    # where restart and stop run; unset: the home; relative: to it
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    # The account it runs as: a process of any other account never counts as it (an agent's look-alike
+    # is not the gateway), and `restart` starts it as this one. Unset: Pulse's own account.
+    user: str | None = None
     health: Health | None = None              # alive is not enough: also probe this
     memory: Memory | None = None              # unset: no ceiling (its tree's RSS is sampled all the same)
     # Exit codes by which the process asks to be restarted (Hermes' gateway: 75): restarted at
@@ -572,6 +575,7 @@ EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
 WatchedFiles = _cut("WatchedFiles", Watch, ("file",))
+SurvivalPaths = _cut("SurvivalPaths", Survival, ("archive_from", "archive_to", "cleanup"))
 
 
 class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -615,6 +619,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
     report: Report                # the report effect
     watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
+    survival: SurvivalPaths       # with the globs above: the directories an agent's archive or cleanup may touch
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
     gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
 
@@ -1248,6 +1253,7 @@ def default_toml() -> str:
         '# cwd = "/srv/gateway"                   # where it starts; unset: the home (this file\'s folder);',
         '#                                        # relative: to the home',
         "# env = {}                               # added to Pulse's environment",
+        '# user = "openclaw"                      # the account it runs as (and is started as); unset: Pulse\'s own',
         '# stop = ["systemctl", "stop", "gateway"]   # unset: SIGTERM to its process tree ...',
         "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
         "# start_grace_s = 1.0                     # exits within this of its start: the restart failed",

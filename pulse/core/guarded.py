@@ -4,6 +4,11 @@ By `pidfile` (a plain pid, or the `key` of a JSON file such as OpenClaw's lock f
 a regex over the full command line. A match never counts Pulse's own processes (pulsed, its
 workers and keepers, whose titles begin "pulse:", and a running pulsectl): a `pgrep -f` or a
 script that carries the pattern in its argv still can, so the watcher reports how many matched.
+
+Another account cannot pass for it: a process counts only if it runs as the process's `user` (unset:
+Pulse's own account, the one Pulse starts it as), and while the keeper of what Pulse started lives,
+only that keeper's descendants count. A process of an agent's account with the same command line
+is not the gateway, however alive it is.
 """
 
 from __future__ import annotations
@@ -52,19 +57,41 @@ def is_pulses_own(cmdline: list[str]) -> bool:
     return any(os.path.basename(arg) in PULSE_PROGRAMS for arg in cmdline[:2])
 
 
-def matching(pattern: re.Pattern) -> list["psutil.Process"]:
-    """Live processes whose command line matches, Pulse's own left out, oldest first (a server's
-    forked workers match too, and it is their parent that is the process)."""
+def expected_uid(process: "Process") -> int | None:
+    """The uid the process must run as: its `user`'s, else Pulse's own; None for a user with no account."""
+    if process.user is None:
+        return os.getuid()
+    import pwd
+    try:
+        return pwd.getpwnam(process.user).pw_uid
+    except KeyError:
+        return None
+
+
+def matching(pattern: re.Pattern, uid: int | None = None) -> list["psutil.Process"]:
+    """Live processes whose command line matches (and that run as `uid`, when given), Pulse's own
+    left out, oldest first (a server's forked workers match too, and it is their parent that is the
+    process)."""
     import psutil
     me, found = os.getpid(), []
-    for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
+    for proc in psutil.process_iter(["cmdline", "create_time", "status", "uids"]):
         info = proc.info
         cmdline = info["cmdline"] or []
         if proc.pid == me or info["status"] == psutil.STATUS_ZOMBIE or not cmdline or is_pulses_own(cmdline):
             continue
+        if uid is not None and (info["uids"] is None or info["uids"].real != uid):
+            continue
         if pattern.search(" ".join(cmdline)):
             found.append(proc)
     return sorted(found, key=lambda p: p.info["create_time"] or 0)
+
+
+def runs_as(proc: "psutil.Process", uid: int) -> bool:
+    import psutil
+    try:
+        return proc.uids().real == uid
+    except psutil.Error:
+        return False
 
 
 def living(pid: int) -> "psutil.Process | None":
@@ -79,16 +106,39 @@ def living(pid: int) -> "psutil.Process | None":
         return proc
 
 
-def find(process: "Process") -> tuple[list["psutil.Process"], str]:
-    """(the live processes of `process`, the oldest first; why none), by its pidfile or match."""
+def find(process: "Process", home: str | os.PathLike | None = None) -> tuple[list["psutil.Process"], str]:
+    """(the live processes of `process`, the oldest first; why none), by its pidfile or match: only
+    those that run as its user, and (with the home) only the keeper's while its keeper lives."""
+    uid = expected_uid(process)
+    if uid is None:
+        return [], f"no account {process.user!r} (its `user`) on this host"
     if process.pidfile is not None:
         pid, why = read_pidfile(process.pidfile)
         if pid is None:
             return [], why
         proc = living(pid)
-        return ([proc], "") if proc else ([], f"pid {pid} (from {getattr(process.pidfile, 'path', process.pidfile)}) is not running")
-    found = matching(re.compile(process.match or ""))
-    return found, "" if found else f"no process matches {process.match!r}"
+        if proc is None:
+            return [], f"pid {pid} (from {getattr(process.pidfile, 'path', process.pidfile)}) is not running"
+        if not runs_as(proc, uid):
+            return [], f"pid {pid} (from {getattr(process.pidfile, 'path', process.pidfile)}) runs as another account"
+        found = [proc]
+    else:
+        found = matching(re.compile(process.match or ""), uid)
+    if home is not None and found and (keepers := keepers_of(process.name, home)):
+        theirs = {p.pid for keeper in keepers for p in _descendants(keeper)}
+        found = [p for p in found if p.pid in theirs]
+    if found:
+        return found, ""
+    return [], (f"no process of uid {uid} matches {process.match!r}" if process.pidfile is None
+                else f"the pid in {getattr(process.pidfile, 'path', process.pidfile)} is not the one its keeper keeps")
+
+
+def _descendants(proc: "psutil.Process") -> list["psutil.Process"]:
+    import psutil
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def keeper_title(name: str, home: str | os.PathLike) -> str:
@@ -96,14 +146,23 @@ def keeper_title(name: str, home: str | os.PathLike) -> str:
     return f"pulse: keep {name} ({home})"
 
 
+def keepers_of(name: str, home: str | os.PathLike) -> list["psutil.Process"]:
+    """The live keepers of `name` for this home: Pulse's own account's, titled as keeper_title says
+    (another account's process with that title keeps nothing of Pulse's)."""
+    import psutil
+    title, me = keeper_title(name, home), os.getuid()
+    return [proc for proc in psutil.process_iter(["cmdline", "uids"])
+            if " ".join(proc.info["cmdline"] or []).strip() == title and proc.info["uids"] is not None
+            and proc.info["uids"].real == me]
+
+
 def kept(name: str, home: str | os.PathLike) -> list["psutil.Process"]:
     """The processes a keeper of `name` (for this home) is keeping: what Pulse last started."""
     import psutil
-    title, out = keeper_title(name, home), []
-    for proc in psutil.process_iter(["cmdline"]):
-        if " ".join(proc.info["cmdline"] or []).strip() == title:
-            try:
-                out += [c for c in proc.children() if living(c.pid)]
-            except psutil.Error:
-                pass
+    out = []
+    for proc in keepers_of(name, home):
+        try:
+            out += [c for c in proc.children() if living(c.pid)]
+        except psutil.Error:
+            pass
     return out

@@ -12,7 +12,12 @@
     <home>/runtime-dir   where the running pulsed put its sockets
 
 The runtime directory holds the ipc sockets. It is short (zmq refuses ipc paths
-over 107 bytes) and private (0700).
+over 107 bytes) and private (0700). Unless PULSE_RUNTIME_DIR names it (the units
+set it under systemd's RuntimeDirectory), it is `pulse-<uid>-<random>` under
+$XDG_RUNTIME_DIR or /tmp: its name is recorded in the home, which only Pulse's
+account can read, and is nothing an agent that knows the home could guess and
+take first. pulsed makes it with mkdir, never through a link, and refuses one
+that is there and that it did not make (another owner, a link, a wider mode).
 """
 
 from __future__ import annotations
@@ -47,16 +52,42 @@ def resolve_home(option: str | None) -> Path:
     return Path(raw).expanduser().absolute()
 
 
-def derived_runtime_dir(home: Path) -> Path:
-    """PULSE_RUNTIME_DIR, else a short per-home directory under XDG_RUNTIME_DIR or /tmp."""
-    import zlib  # not hashlib: it maps 3 MiB of OpenSSL into pulsed for one short tag
-    if os.environ.get("PULSE_RUNTIME_DIR"):
-        return Path(os.environ["PULSE_RUNTIME_DIR"])
-    tag = format(zlib.crc32(str(home).encode()), "08x")
+RUNTIME_RECORD = "runtime-dir"
+
+
+def runtime_base() -> Path:
+    """Where a runtime directory is made when PULSE_RUNTIME_DIR does not name one."""
     base = os.environ.get("XDG_RUNTIME_DIR")
     if base and os.path.isdir(base) and os.access(base, os.W_OK):
-        return Path(base) / f"pulse-{tag}"
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pulse-{os.getuid()}-{tag}"
+        return Path(base)
+    return Path(os.environ.get("TMPDIR") or "/tmp")
+
+
+def is_made_name(runtime: Path) -> bool:
+    """A name pulsed gives its runtime directory: pulse-<uid>-<16 hex digits>, in runtime_base()."""
+    prefix = f"pulse-{os.getuid()}-"
+    tag = runtime.name.removeprefix(prefix)
+    return (runtime.parent == runtime_base() and runtime.name.startswith(prefix) and len(tag) == 16
+            and all(c in "0123456789abcdef" for c in tag))
+
+
+def recorded_runtime_dir(home: Path) -> Path | None:
+    try:
+        return Path((home / RUNTIME_RECORD).read_text().strip())
+    except OSError:
+        return None
+
+
+def derived_runtime_dir(home: Path) -> Path:
+    """PULSE_RUNTIME_DIR, else the one recorded in the home (a pulsed made it), else a name no daemon
+    has used: random, so nobody can make it first."""
+    import secrets
+    if os.environ.get("PULSE_RUNTIME_DIR"):
+        return Path(os.environ["PULSE_RUNTIME_DIR"])
+    recorded = recorded_runtime_dir(home)
+    if recorded is not None and is_made_name(recorded):
+        return recorded
+    return runtime_base() / f"pulse-{os.getuid()}-{secrets.token_hex(8)}"
 
 
 class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `pulsectl status`
@@ -70,11 +101,7 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
     @classmethod
     def for_client(cls, home: Path) -> "Paths":
         """Find the runtime directory the running daemon recorded, else derive it."""
-        try:
-            runtime = Path((home / "runtime-dir").read_text().strip())
-        except OSError:
-            runtime = derived_runtime_dir(home)
-        return cls(home, runtime)
+        return cls(home, recorded_runtime_dir(home) or derived_runtime_dir(home))
 
     @property
     def config(self) -> Path:
@@ -154,12 +181,41 @@ def make_runtime_dir(paths: Paths) -> None:
     if longest > 107:
         raise HomeError(f"runtime directory {paths.runtime} is too long for ipc sockets "
                         f"({longest} > 107 bytes); set PULSE_RUNTIME_DIR to a shorter path")
-    paths.runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(paths.runtime, 0o700)
-    st = paths.runtime.stat()
-    if st.st_uid != os.getuid():
-        raise HomeError(f"runtime directory {paths.runtime} belongs to uid {st.st_uid}, not to us")
-    (paths.home / "runtime-dir").write_text(f"{paths.runtime}\n")
+    if os.environ.get("PULSE_RUNTIME_DIR"):           # the operator's (or the unit's) own choice
+        paths.runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(paths.runtime, 0o700)
+        st = paths.runtime.stat()
+        if st.st_uid != os.getuid():
+            raise HomeError(f"runtime directory {paths.runtime} belongs to uid {st.st_uid}, not to us")
+    else:
+        make_private_dir(paths.runtime)
+    (paths.home / RUNTIME_RECORD).write_text(f"{paths.runtime}\n")
+
+
+def make_private_dir(path: Path) -> None:
+    """mkdir `path` 0700; one already there only if it is a directory of ours that no other account
+    can write or enter (one an earlier pulsed of this home made and left), never through a link.
+    HomeError naming what is there otherwise."""
+    import stat
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        what = "a symbolic link" if os.path.islink(path) else f"not a directory ({err.strerror})"
+        raise HomeError(f"runtime directory {path} is {what}: pulsed did not make it, and uses nothing "
+                        "another account may have placed; remove it (or set PULSE_RUNTIME_DIR)") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            raise HomeError(f"runtime directory {path} belongs to uid {st.st_uid} with mode "
+                            f"{stat.S_IMODE(st.st_mode):o}: pulsed did not make it, and uses nothing another "
+                            "account may have placed; remove it (or set PULSE_RUNTIME_DIR)")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def remove_runtime_dir(runtime: Path) -> bool:

@@ -95,8 +95,23 @@ def _read(path: Path) -> dict | None:
     return entry if isinstance(entry, dict) else None
 
 
+def trusted_dir(directory: Path) -> bool:
+    """A registry worth reading or writing: a real directory (not a link) of ours or root's that no
+    other account may write. In a shared /tmp another account could make `pulse-<uid>-instances`
+    first, to plant entries naming homes of its own or links where pulsed writes its entry."""
+    import stat
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.getuid())
+            and not stat.S_IMODE(st.st_mode) & 0o022)
+
+
 def prune(directory: Path) -> list[dict]:
     """Remove the entries of `directory` whose pulsed is gone (where we may); returns the live ones."""
+    if not trusted_dir(directory):
+        return []
     try:
         files = sorted(directory.glob("*.json"))
     except OSError:
@@ -122,13 +137,15 @@ def register(directory: Path, name: str, home: Path, runtime: Path) -> Path:
     """Write this process's entry (atomically), first removing the entries of Pulses that are gone;
     returns its path. Raises OSError."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not trusted_dir(directory):
+        raise OSError(f"{directory} is not a directory of ours that only we may write: not registering there")
     prune(directory)
     pid = os.getpid()
     entry = {"name": name, "home": str(home), "runtime": str(runtime), "pid": pid,
              "proc_start": proc_start(pid), "boot_id": boot_id(), "started": time.time()}
     path = directory / f"{pid}.json"
     tmp = directory / f".{pid}.json.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(msgspec.json.encode(entry))
     os.replace(tmp, path)

@@ -13,6 +13,10 @@ written). Each file it replaces is first kept in objects/ itself (`broken` in th
 replaced atomically (a temporary file in the same directory, fsynced, renamed over it, keeping
 its mode and, where permitted, its owner); a symlink's target is what is replaced. A file whose
 content is already the known-good one is left as it is.
+
+Each file is reached without following a directory that is a link, and read or replaced through its
+directory's descriptor (pulse.core.safepath); one under another account's directory, or behind a
+link another account placed, is read and written with that account's rights.
 """
 
 from __future__ import annotations
@@ -20,14 +24,15 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import secrets
 import sqlite3
 import stat
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
 import msgspec
 
+from pulse.core import safepath
 from pulse.core.config import Process
 from pulse.core.states import EffectState
 from pulse.core.wire import EFFECT_END_STATES, Effect, EffectEvent, Event, KnownGood
@@ -57,30 +62,62 @@ def config_process(ctx: EffectContext, name: str | None, paths: Iterable[str]) -
     return process
 
 
+def on_file(path: str, what: str, act) -> object:
+    """act(parent, name) on the config file `path`, reached as safepath.open_file_parent reaches it,
+    with the rights of whoever could have placed it; Refused and OSError as the effect's failure."""
+    try:
+        parent, name = safepath.open_file_parent(path)
+    except safepath.Refused as err:
+        raise EffectFailed("refused", f"{what}: {err}", path=path) from None
+    except OSError as err:
+        raise os_failure(what, err) from None
+    try:
+        return safepath.as_writer(parent.writer, path, lambda: act(parent, name))
+    except safepath.Refused as err:
+        raise EffectFailed("refused", f"{what}: {err}", path=path) from None
+    except OSError as err:
+        err.filename = err.filename or path
+        raise os_failure(what, err) from None
+    finally:
+        os.close(parent.fd)
+
+
 def read_config(path: str) -> bytes | None:
     """The file's bytes, None when it does not exist; EffectFailed when it cannot be read or is
     larger than any config (objects.MAX_FILE_BYTES)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(objects.MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise os_failure(f"reading {path}", err) from None
-    if len(data) > objects.MAX_FILE_BYTES:
+    data = on_file(path, f"reading {path}", _read_in)
+    if data is not None and len(data) > objects.MAX_FILE_BYTES:
         raise EffectFailed("too-large", f"{path} is larger than {objects.MAX_FILE_BYTES // (1024 * 1024)} MiB: "
                            "no config file is that large", path=path)
     return data
 
 
+def _read_in(parent: safepath.Dir, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent.fd)
+    except FileNotFoundError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise safepath.Refused(f"{os.path.join(parent.path, name)} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(objects.MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def write_atomically(path: str, data: bytes) -> None:
     """Replace the file at `path` (a symlink's target) with `data`: whole or not at all."""
-    real = Path(os.path.realpath(path))
+    on_file(path, f"restoring {path}", lambda parent, name: _replace_in(parent, name, data))
+
+
+def _replace_in(parent: safepath.Dir, name: str, data: bytes) -> None:
     try:
-        old = os.stat(real)
+        old = safepath.lstat_in(parent, name)
     except FileNotFoundError:
         old = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.pulse-", dir=real.parent)
+    tmp = f".{name}.pulse-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent.fd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -92,15 +129,14 @@ def write_atomically(path: str, data: bytes) -> None:
                 except PermissionError:
                     pass        # not root: the file is ours, as the one it replaces was or could not be otherwise
             os.fsync(f.fileno())
-        os.replace(tmp, real)
+        os.replace(tmp, name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            os.unlink(tmp, dir_fd=parent.fd)
+        except OSError:
+            pass
         raise
-    dir_fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)        # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
+    safepath.fsync_dir(parent)        # the rename itself survives a power cut
 
 
 def diff_summary(path: str, before: bytes | None, after: bytes, lines: int = DIFF_LINES) -> str:

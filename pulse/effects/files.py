@@ -25,13 +25,12 @@ anywhere else, the file is as it was or a copy holds everything.
 from __future__ import annotations
 
 import errno
-import glob
 import gzip
 import os
 import stat
 import time
 
-from pulse.core import rotation
+from pulse.core import rotation, safepath
 from pulse.core.config import ExecutorConfig, FileWatch
 from pulse.core.home import inside
 from pulse.core.wire import Effect
@@ -60,34 +59,35 @@ def kind_of_file(mode: int) -> str:
     return "not a regular file"
 
 
-def checked_target(target: str | None, watch: FileWatch, home) -> str:
-    """The target, if this effect may touch it; else EffectFailed saying why not."""
+def checked_target(target: str | None, watch: FileWatch, home) -> tuple[str, int | None]:
+    """(the target, the account whose rights it is trimmed with), if this effect may touch it; else
+    EffectFailed saying why not."""
     if not target or not os.path.isabs(target):
         raise EffectFailed("bad-params", f"the target must be the absolute path of a file, got {target!r}")
     if rotation.is_copy(target):
         raise EffectFailed("refused", f"{target} is a copy a rotation keeps, not a file to rotate")
-    if target not in glob.glob(watch.path, recursive=True):
+    found = {path: (st, writer) for path, st, writer in safepath.matched(watch.path)}
+    if target not in found:
         raise EffectFailed("refused", f"{target} is not matched by [[watch.file]] {watch.name!r} "
-                                      f"(path {watch.path!r}): rotate-file acts on nothing else")
+                                      f"(path {watch.path!r}, never through a link): rotate-file acts on nothing else")
     if home is not None and inside(target, home):
         raise EffectFailed("refused", f"{target} is inside the Pulse home ({home}): Pulse never trims its own files")
-    try:
-        mode = os.lstat(target).st_mode
-    except OSError as err:
-        raise os_failure("rotate-file found no file", err) from None
-    if not stat.S_ISREG(mode):
-        raise EffectFailed("refused", f"{target} is {kind_of_file(mode)}, not a regular file: never followed or trimmed")
-    return target
+    st, writer = found[target]
+    if not stat.S_ISREG(st.st_mode):
+        raise EffectFailed("refused", f"{target} is {kind_of_file(st.st_mode)}, not a regular file: never followed or trimmed")
+    return target, writer
 
 
-def open_regular(path: str) -> int:
-    """An fd on `path`, read-write, refusing a symlink (O_NOFOLLOW) or anything but a regular file
-    that replaced it since it was checked (O_NONBLOCK: a fifo does not hang the open)."""
+def open_regular(parent: safepath.Dir, name: str) -> int:
+    """An fd on `name` in `parent`, read-write, refusing a symlink (O_NOFOLLOW) or anything but a
+    regular file that replaced it since it was checked (O_NONBLOCK: a fifo does not hang the open)."""
+    path = os.path.join(parent.path, name)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent.fd)
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise EffectFailed("refused", f"{path} is a symlink: never followed") from None
+        err.filename = path
         raise os_failure("rotate-file could not open the file", err) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -103,35 +103,36 @@ def truncate(fd: int) -> dict:
     return {"action": "truncate", "bytes": size, "bytes_freed": size}
 
 
-# -- rotate ---------------------------------------------------------------------------------------------
+# -- rotate: every name relative to the directory's descriptor ------------------------------------------
 
-def numbered_copies(path: str) -> dict[int, str]:
-    """n → <path>.n.gz, for each copy there is."""
+def numbered_copies(parent: safepath.Dir, name: str) -> dict[int, str]:
+    """n → <name>.n.gz, for each copy there is."""
     copies = {}
-    for name in glob.glob(glob.escape(path) + ".*.gz"):
-        middle = name[len(path) + 1:-len(".gz")]
-        if middle.isdigit():
-            copies[int(middle)] = name
+    for entry in safepath.listing(parent):
+        if entry.startswith(name + ".") and entry.endswith(".gz"):
+            middle = entry[len(name) + 1:-len(".gz")]
+            if middle.isdigit():
+                copies[int(middle)] = entry
     return copies
 
 
-def drop_copies_from(path: str, first: int) -> tuple[int, int]:
+def drop_copies_from(parent: safepath.Dir, name: str, first: int) -> tuple[int, int]:
     """Delete the copies numbered `first` and beyond: (how many, their bytes)."""
     dropped = size = 0
-    for n, name in numbered_copies(path).items():
+    for n, copy in numbered_copies(parent, name).items():
         if n >= first:
-            size += os.lstat(name).st_size
-            os.unlink(name)
+            size += safepath.lstat_in(parent, copy).st_size
+            os.unlink(copy, dir_fd=parent.fd)
             dropped += 1
     return dropped, size
 
 
-def shift_copies(path: str, keep: int) -> None:
-    """<path>.n.gz → <path>.(n+1).gz, the oldest first, for n < keep (renames never follow a link)."""
-    copies = numbered_copies(path)
+def shift_copies(parent: safepath.Dir, name: str, keep: int) -> None:
+    """<name>.n.gz → <name>.(n+1).gz, the oldest first, for n < keep (renames never follow a link)."""
+    copies = numbered_copies(parent, name)
     for n in range(keep - 1, 0, -1):
         if n in copies:
-            os.rename(copies[n], rotation.copy_name(path, n + 1))
+            os.rename(copies[n], rotation.copy_name(name, n + 1), src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
 
 
 def append_member(copy_fd: int, data: bytes, mtime: float) -> None:
@@ -161,18 +162,10 @@ def read_tail(fd: int, start: int) -> bytes:
     return os.pread(fd, TAIL_IN_MEMORY, start)
 
 
-def fsync_dir(path: str) -> None:
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def make_copy_file(path: str, like: os.stat_result) -> int:
+def make_copy_file(parent: safepath.Dir, name: str, like: os.stat_result) -> int:
     """The temporary copy, fresh, with the file's mode and (when Pulse may) its owner."""
-    temp = rotation.temp_name(path)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(rotation.temp_name(name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=parent.fd)
     os.fchmod(fd, stat.S_IMODE(like.st_mode))
     try:
         os.fchown(fd, like.st_uid, like.st_gid)
@@ -181,20 +174,21 @@ def make_copy_file(path: str, like: os.stat_result) -> int:
     return fd
 
 
-def rotate(path: str, fd: int, keep: int, deadline: float) -> dict:
+def rotate(parent: safepath.Dir, name: str, fd: int, keep: int, deadline: float) -> dict:
     """Copy, shift, truncate: the steps the module doc gives, in that order."""
-    dropped, dropped_bytes = drop_copies_from(path, keep)
-    temp = rotation.temp_name(path)
-    copy_fd = make_copy_file(path, os.fstat(fd))
+    path = os.path.join(parent.path, name)
+    dropped, dropped_bytes = drop_copies_from(parent, name, keep)
+    temp = rotation.temp_name(name)
+    copy_fd = make_copy_file(parent, name, os.fstat(fd))
     try:
         try:
             copied = gzip_up_to_end(fd, copy_fd, deadline, path)
         except BaseException:
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=parent.fd)
             raise
-        shift_copies(path, keep)
-        os.rename(temp, rotation.copy_name(path, 1))
-        fsync_dir(path)
+        shift_copies(parent, name, keep)
+        os.rename(temp, rotation.copy_name(name, 1), src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
+        safepath.fsync_dir(parent)
         # What the writer appended meanwhile: into the copy while there is much of it, then the last
         # of it read and the file emptied at once, so almost nothing can land between the two.
         while len(tail := read_tail(fd, copied)) >= TAIL_IN_MEMORY and time.monotonic() < deadline:
@@ -209,7 +203,18 @@ def rotate(path: str, fd: int, keep: int, deadline: float) -> dict:
         os.close(copy_fd)
     return {"action": "rotate", "bytes": copied, "copy": rotation.copy_name(path, 1), "copy_bytes": copy_bytes,
             "copies_deleted": dropped, "deleted_bytes": dropped_bytes, "bytes_freed": copied - copy_bytes + dropped_bytes,
-            "copies": sorted(numbered_copies(path).values())}
+            "copies": sorted(os.path.join(parent.path, c) for c in numbered_copies(parent, name).values())}
+
+
+def trim(parent: safepath.Dir, name: str, action: str, keep: int, deadline: float) -> dict:
+    """Truncate or rotate `name` in `parent`, with whatever rights this process has."""
+    fd = open_regular(parent, name)
+    try:
+        return truncate(fd) if action == "truncate" else rotate(parent, name, fd, keep, deadline)
+    except OSError as err:
+        raise os_failure(f"{action} of {os.path.join(parent.path, name)} stopped", err) from None
+    finally:
+        os.close(fd)
 
 
 # -- the effect -----------------------------------------------------------------------------------------
@@ -221,13 +226,20 @@ def run_rotate_file(effect: Effect, ctx: EffectContext) -> dict:
         raise EffectFailed("refused", f"[[watch.file]] {watch.name!r} only notifies (action {action!r}): "
                                       "nothing to rotate or truncate")
     keep = effect.params.get("keep") or watch.keep
-    path = checked_target(effect.target, watch, ctx.paths.home if ctx.paths is not None else None)
-    fd = open_regular(path)
+    path, writer = checked_target(effect.target, watch, ctx.paths.home if ctx.paths is not None else None)
     began = time.monotonic()
     try:
-        result = truncate(fd) if action == "truncate" else rotate(path, fd, keep, ctx.deadline)
+        parent, name = safepath.open_parent(path)     # again: what was matched may have been swapped since
+    except safepath.Refused as err:
+        raise EffectFailed("refused", str(err)) from None
     except OSError as err:
-        raise os_failure(f"{action} of {path} stopped", err) from None
+        raise os_failure("rotate-file found no file", err) from None
+    try:
+        writer = safepath.joined(parent.writer, writer, path)
+        result = safepath.as_writer(writer, path, lambda: trim(parent, name, action, keep, ctx.deadline))
+    except safepath.Refused as err:
+        raise EffectFailed("refused", str(err)) from None
     finally:
-        os.close(fd)
-    return {"path": path, "watch": watch.name, **result, "took_s": round(time.monotonic() - began, 3)}
+        os.close(parent.fd)
+    return {"path": path, "watch": watch.name, **result, **({"as_uid": writer} if writer is not None else {}),
+            "took_s": round(time.monotonic() - began, 3)}

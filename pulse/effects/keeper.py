@@ -1,6 +1,6 @@
 """The keeper: the parent of each process that restart-process starts.
 
-    python -m pulse.effects.keeper HOME NAME LOG -- ARGV...
+    python -m pulse.effects.keeper HOME NAME LOG [--user USER] -- ARGV...
 
 Only a process's parent learns its exit code, and the executor that starts a [[process]] may be
 restarted long before the process ends. So the executor starts this keeper instead (its own
@@ -16,7 +16,8 @@ half at once and never holds a zombie), starts ARGV, and stays its parent:
 - when ARGV exits, it commits a `process-exited` event (target NAME: pid, code, signal, tail)
   to HOME's events.db and rings the tick: restart_exit_codes and stop_exit_codes are honoured
   from that fact, whichever executor started the process;
-- SIGTERM, SIGINT and SIGHUP to the keeper are passed on to ARGV.
+- SIGTERM, SIGINT and SIGHUP to the keeper are passed on to ARGV;
+- with --user (the [[process]] `user`), ARGV runs as that account, with its groups.
 
 Its title is "pulse: keep NAME (HOME)", so a `match` never takes it for the process it keeps,
 and the executor finds what it keeps when it must stop it.
@@ -53,20 +54,24 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--serve"]:
         from pulse.effects import keepers
         return keepers.serve(*argv[1:])
-    home, name, log_path, sep, *command = argv
+    home, name, log_path, *rest = argv
+    user = None
+    if rest[:1] == ["--user"] and len(rest) > 1:
+        user, rest = rest[1], rest[2:]
+    sep, *command = rest or [""]
     if sep != "--" or not command:
-        print("usage: python -m pulse.effects.keeper HOME NAME LOG -- ARGV...", file=sys.stderr)
+        print("usage: python -m pulse.effects.keeper HOME NAME LOG [--user USER] -- ARGV...", file=sys.stderr)
         return 2
     if os.fork() > 0:
         os._exit(0)             # the executor reaps this half now; the keeper lives on, reparented
-    return keep(home, name, log_path, command)
+    return keep(home, name, log_path, command, user=user)
 
 
 def keep(home: str, name: str, log_path: str, command: list[str], env: dict | None = None,
-         cwd: str | None = None) -> int:
-    """Start `command` and keep it, reporting on fd 1, until it exits and its exit is recorded.
-    The same whether this keeper was started on its own or forked by the keepers' server
-    (pulse.effects.keepers), which gives the command's `env` and `cwd` here."""
+         cwd: str | None = None, user: str | None = None) -> int:
+    """Start `command` (as `user`, else as Pulse's own account) and keep it, reporting on fd 1, until
+    it exits and its exit is recorded. The same whether this keeper was started on its own or forked
+    by the keepers' server (pulse.effects.keepers), which gives the command's `env` and `cwd` here."""
     from pulse.core import guarded, procs
     procs.set_title(guarded.keeper_title(name, home))
     log = open_log(log_path)
@@ -74,10 +79,12 @@ def keep(home: str, name: str, log_path: str, command: list[str], env: dict | No
     procs.libc()
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=cwd,
-                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults)
-    except OSError as err:
-        log.write(f"[pulse] cannot start {name} ({command[0]!r}): {err.strerror or err}\n".encode())
-        report({"code": 127, "signal": None, "tail": f"cannot start {command[0]!r}: {err.strerror or err}"})
+                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults,
+                                 **as_account(user))
+    except (OSError, KeyError) as err:     # KeyError: no such account
+        why = getattr(err, "strerror", None) or err
+        log.write(f"[pulse] cannot start {name} ({command[0]!r}): {why}\n".encode())
+        report({"code": 127, "signal": None, "tail": f"cannot start {command[0]!r}: {why}"})
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _: _pass_on(child, signum))
@@ -114,6 +121,16 @@ def _rotate(log, log_path: str) -> None:
         files.rotate(log_path, log.fileno(), LOG_KEEP, time.monotonic() + ROTATE_WITHIN_S)
     except (OSError, EffectFailed) as err:
         print(f"[pulse] the log {log_path} was not rotated: {err}", file=sys.stderr)
+
+
+def as_account(user: str | None) -> dict:
+    """Popen's arguments that start a process as `user` with its groups ({} for Pulse's own)."""
+    if user is None:
+        return {}
+    import pwd
+    account = pwd.getpwnam(user)         # KeyError: no such account, said as a start that failed
+    return {"user": account.pw_uid, "group": account.pw_gid,
+            "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}
 
 
 def _pass_on(child: subprocess.Popen, signum: int) -> None:

@@ -184,7 +184,7 @@ def _fork_keeper(conn: socket.socket, request: dict, keeper, inherited: tuple) -
         os.dup2(devnull, 0)
         os.close(devnull)
         code = keeper.keep(request["home"], request["name"], request["log"], list(request["argv"]),
-                           env=request.get("env"), cwd=request.get("cwd"))
+                           env=request.get("env"), cwd=request.get("cwd"), user=request.get("user"))
     except BaseException as err:  # a keeper never returns into the server's loop
         try:
             os.write(2, f"[pulse] keeper of {request.get('name')!r}: {err!r}\n".encode())

@@ -89,6 +89,13 @@ class EffectFailed(Exception):
         super().__init__(error)
         self.reason, self.error, self.data = reason, error, data
 
+    def __reduce__(self):       # whole across a pickle: a failure met with another account's rights (safepath)
+        return _rebuilt_failure, (self.reason, self.error, self.data)
+
+
+def _rebuilt_failure(reason: str, error: str, data: dict) -> EffectFailed:
+    return EffectFailed(reason, error, **data)
+
 
 # An OSError from acting on the host, by what is wrong with the host or the path the effect named.
 OS_ERROR_REASONS = {
@@ -299,9 +306,9 @@ def configured_process(config: ExecutorConfig, name: str | None) -> Process:
     raise EffectFailed("bad-params", f"{name!r} is not a configured [[process]]")
 
 
-def find_processes(process: Process) -> list[psutil.Process]:
+def find_processes(process: Process, home: Path | None = None) -> list[psutil.Process]:
     """The running processes of a configured process: by its pidfile, or its match over the command line."""
-    return guarded.find(process)[0]
+    return guarded.find(process, home)[0]
 
 
 def process_trees(roots: Sequence[psutil.Process]) -> list[psutil.Process]:
@@ -333,7 +340,7 @@ def stop_process(process: Process, ctx: EffectContext, home: Path) -> dict:
     """Stop what `process` is now (found, and kept by its keeper), and wait until it is gone:
     its `stop` argv, else SIGTERM and SIGCONT to each tree; SIGKILL after stop_timeout_s.
     {} when nothing runs; EffectFailed ("stop") if something outlives SIGKILL."""
-    roots = {p.pid: p for p in [*guarded.find(process)[0], *guarded.kept(process.name, home)]}
+    roots = {p.pid: p for p in [*guarded.find(process, home)[0], *guarded.kept(process.name, home)]}
     victims = process_trees(list(roots.values()))
     if not victims:
         return {}
@@ -504,7 +511,8 @@ def _restart(effect: Effect, ctx: EffectContext) -> dict:
     if ctx.paths is not None:
         conn = keepers.ask(str(ctx.paths.keepers_socket), {
             "version": keepers_version(), "home": str(home), "name": process.name, "log": str(log_path),
-            "argv": list(process.restart), "env": child_env(process.env), "cwd": process_cwd(process, home)})
+            "argv": list(process.restart), "env": child_env(process.env), "cwd": process_cwd(process, home),
+            "user": process.user})
         if conn is None:
             _start_keepers(ctx.paths, home)
         else:
@@ -531,8 +539,8 @@ def _restart(effect: Effect, ctx: EffectContext) -> dict:
 def _start_own_keeper(process: Process, home: Path, log_path: Path, effect: Effect,
                       grace: float) -> tuple[dict | None, dict | None]:
     """A keeper in a fresh interpreter (no keepers' server answered): what it reports within grace."""
-    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path), "--",
-              *process.restart]
+    keeper = [sys.executable, "-m", guarded.KEEPER_MODULE, str(home), process.name, str(log_path),
+              *(["--user", process.user] if process.user is not None else []), "--", *process.restart]
     argv = outside_pulse(keeper, unit_name(process.name, effect.id), dict(os.environ),
                          shutil.which("systemd-run"), os.getuid())
     try:
@@ -608,7 +616,7 @@ def run_signal(effect: Effect, ctx: EffectContext) -> dict:
         signum = None
     if signum is None:
         raise EffectFailed("bad-params", f"unknown signal {name!r}")
-    found = find_processes(process)
+    found = find_processes(process, ctx.home)
     if not found:
         raise EffectFailed("not-running", f"{process.name!r} is not running")
     sent = []

@@ -221,6 +221,13 @@ class Kind:
     tells_operator: bool = False     # it tells a person something: the tick remembers when each rule last did
 
 
+def confinement(effect: Effect, ctx: EffectContext) -> list[str] | None:
+    """The directories an archive or cleanup from an agent or the engine stays in: those the
+    operator's config names (repairs.named_dirs); None (anywhere but the home) for survival's and
+    the operator's own."""
+    return repairs.named_dirs(ctx.config) if effect.origin in UNTRUSTED_ORIGINS else None
+
+
 def _notify_retry(effect: Effect, data: dict) -> bool:
     """A notification whose channels failed waits and is tried again: the network may be what is down."""
     return effect.idempotent and data.get("reason") == "notify"
@@ -282,11 +289,14 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name",
          resource="worker:{target}"),
     Kind("archive", "Moves files older than older_than_h from one directory to another, keeping their "
-         "relative paths. Never the home, a folder inside it, or one that holds it.", ArchiveParams,
-         lambda e, ctx: repairs.archive(e.params, ctx.home), False, repairs=Repair.HOST),
-    Kind("cleanup", "Deletes files matching absolute globs (never inside the home), and collects old "
+         "relative paths. Never the home, a folder inside it, or one that holds it; never through a link; "
+         "from an agent or the engine, only within directories the config names.", ArchiveParams,
+         lambda e, ctx: repairs.archive(e.params, ctx.home, named=confinement(e, ctx)), False, repairs=Repair.HOST),
+    Kind("cleanup", "Deletes files matching absolute globs (never inside the home, never through a link; "
+         "from an agent or the engine, only within directories the config names), and collects old "
          "vitals and unreferenced objects.",
-         CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config), True, repairs=Repair.HOST),
+         CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config, named=confinement(e, ctx)),
+         True, repairs=Repair.HOST),
     Kind("rotate-file", "Rotates a file that the named [[watch.file]] glob matches (copytruncate: a gzipped "
          "copy `<file>.1.gz`, the older ones shifted up to `keep` and those beyond deleted, then the file "
          "truncated in place, so a writer holding it open with O_APPEND goes on writing at its start), or "

@@ -216,7 +216,7 @@ def process_watchdog(config: TickConfig):
                 continue        # an operator stopped it: left down (and alone) until an operator starts it
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
-            if vital is not None and not vital.data.get("alive", True):
+            if vital is not None and (not vital.data.get("alive", True) or outlived(vital, curr.exits.get(name), last)):
                 if looked_at(vital) <= last:
                     continue   # this death was seen before the last restart ended: wait for a fresh sample
                 died = vital.data.get("dead_since") or vital.ts
@@ -486,6 +486,18 @@ def growth_notice(curr: Snapshot, name: str, memory: Memory, samples: Sequence[V
                    f"{name}'s tree grew {slope:.0f} MB/h over the last {span:.0f} s (growth_mb_per_h is "
                    f"{memory.growth_mb_per_h:g}); now {rss:g} MB{left}",
                    rss_mb=rss, growth_mb_per_h=round(slope, 1), max_mb=memory.max_mb)]
+
+
+def outlived(vital: Vital, ended: ProcessExit | None, since: float) -> bool:
+    """Is what the watcher sees alive older than a death the keeper recorded since the last restart
+    outcome? Then it is not the process Pulse started but something that matches it (a look-alike, a
+    leftover): the keeper's word is believed, and the process is dead. A clean exit (code 0) is not a
+    death: a launcher's, whose server lives on."""
+    if ended is None or ended.ts <= since or (ended.code == 0 and ended.signal is None):
+        return False
+    started = vital.data.get("since")
+    return (vital.data.get("pid") != ended.pid and isinstance(started, (int, float))
+            and started < ended.ts)
 
 
 def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:

@@ -12,12 +12,10 @@ snapshot anyway).
 
 from __future__ import annotations
 
-import glob
 import http.client
 import os
 import signal
 import socket
-import stat
 import subprocess
 import time
 import urllib.error
@@ -29,7 +27,7 @@ from typing import Any, Iterable
 import psutil
 
 from pulse.core import config as configmod
-from pulse.core import guarded, procs, rotation
+from pulse.core import guarded, procs, rotation, safepath
 from pulse.core.home import inside
 from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
@@ -202,7 +200,7 @@ class ProcessAlive(Watcher):
         # returns, and two scans of every process can take seconds on a loaded host, long enough for a
         # restart to start the process and be acked meanwhile (processWatchdog compares `looked_at`).
         looked = time.time()
-        found, why = guarded.find(self.process)
+        found, why = guarded.find(self.process, self.home)
         if not found and self.home is not None:
             # What Pulse last started, while its pidfile is not written yet (OpenClaw writes its lock
             # 5-9 s after the start, Hermes its pid 1-2 s after) or its title is changing: alive.
@@ -523,25 +521,30 @@ class Tail:
     def read_lines(self) -> list[bytes]:
         lines = self._read_more() if self.file is not None else []
         try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+            # never through a link another account placed (pulse.core.safepath): an agent's log
+            # directory swapped for a link to root's must not feed root's lines into the vitals
+            fd = safepath.open_readable(str(self.path))
+        except (FileNotFoundError, safepath.Refused):
             self.started = True   # rotated away and not yet recreated: keep the old file until it is
             return lines
+        st = os.fstat(fd)
         if self.identity != (st.st_dev, st.st_ino):
             at_end = not self.started
             lines += self._finish_partial()
-            self._reopen(at_end)
+            self._reopen(fd, at_end)
             lines += self._read_more()
-        elif st.st_size < self.file.tell():
-            self.file.seek(0)
-            self.partial = b""
-            lines += self._read_more()
+        else:
+            os.close(fd)
+            if st.st_size < self.file.tell():
+                self.file.seek(0)
+                self.partial = b""
+                lines += self._read_more()
         self.started = True
         return lines
 
-    def _reopen(self, at_end: bool) -> None:
+    def _reopen(self, fd: int, at_end: bool) -> None:
         self.close()
-        self.file = open(self.path, "rb")
+        self.file = os.fdopen(fd, "rb")
         st = os.fstat(self.file.fileno())
         self.identity = (st.st_dev, st.st_ino)
         if at_end:
@@ -614,20 +617,10 @@ NOT_PULSES_TO_TRIM = "inside the Pulse home"   # why a matching file is never ro
 
 
 def regular_files(pattern: str) -> list[tuple[str, int]]:
-    """(path, size) of each regular file the glob matches: not a symlink (never followed), a
-    directory or a device, nor a copy a rotation keeps. A file gone between the glob and its
-    lstat is simply not there."""
-    found = []
-    for path in glob.iglob(pattern, recursive=True):
-        if rotation.is_copy(path):
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            found.append((path, st.st_size))
-    return found
+    """(path, size) of each regular file the glob matches: not a symlink (never followed, nor a
+    directory that is one: pulse.core.safepath), a directory or a device, nor a copy a rotation
+    keeps. A file gone between the glob and its lstat is simply not there."""
+    return [(path, st.st_size) for path, st, _ in safepath.regular_files(pattern) if not rotation.is_copy(path)]
 
 
 def over_max(data: dict | None) -> set[str]:
