@@ -341,9 +341,20 @@ def stopped_words(done: dict) -> str:
 
 def log_files(path) -> list:
     """The log's rotated copies, oldest first, then the log itself (those that exist)."""
+    import os
+
+    from pulse.core import safepath
     from pulse.effects.files import numbered_copies
-    copies = numbered_copies(str(path))
-    return [copies[n] for n in sorted(copies, reverse=True)] + ([str(path)] if path.exists() else [])
+    try:
+        parent, name = safepath.open_parent(str(path))
+    except (OSError, safepath.Refused):
+        return []
+    try:
+        copies = numbered_copies(parent, name)
+    finally:
+        os.close(parent.fd)
+    return ([os.path.join(str(path.parent), copies[n]) for n in sorted(copies, reverse=True)]
+            + ([str(path)] if path.exists() else []))
 
 
 def read_lines(name: str, upto: int | None = None) -> list[str]:

@@ -115,11 +115,16 @@ def _now() -> str:
 def _rotate(log, log_path: str) -> None:
     """Rotate the log (only the keeper writes it, so copy-then-truncate loses nothing); a rotation
     that fails leaves it whole, to grow, rather than losing what it holds."""
+    from pulse.core import safepath
     from pulse.effects import files
     from pulse.effects.kinds import EffectFailed
     try:
-        files.rotate(log_path, log.fileno(), LOG_KEEP, time.monotonic() + ROTATE_WITHIN_S)
-    except (OSError, EffectFailed) as err:
+        parent, name = safepath.open_parent(log_path)
+        try:
+            files.rotate(parent, name, log.fileno(), LOG_KEEP, time.monotonic() + ROTATE_WITHIN_S)
+        finally:
+            os.close(parent.fd)
+    except (OSError, EffectFailed, safepath.Refused) as err:
         print(f"[pulse] the log {log_path} was not rotated: {err}", file=sys.stderr)
 
 
