@@ -364,5 +364,6 @@ def test_a_setsid_grandchild_is_gone_before_the_task_is_acked(pulsed, tmp_path, 
     tracker.add(grandchild)
     acked = wait_for(lambda: next(iter(pulsed.events("task-acked", task)), None), 20, what="task-acked")
     assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
-    done = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == acked["data"]["run"])
+    done = wait_for(lambda: next((e for e in pulsed.events("effect-acked")
+                                  if e["data"]["effect_id"] == acked["data"]["run"]), None), 20, what="effect-acked")
     assert done["data"]["escaped"] == 1 and not acted.exists()

@@ -60,6 +60,9 @@ class RunIdentity:
     agent: str
     task: str
     uid: int | None = None   # the account the run's processes run as ([[agent]] user), if any
+    # the run's cgroup, as /proc/<pid>/cgroup names it ((controller, path), ...; pulse.agents.runcgroup):
+    # its token is honoured only from a process inside it. None: the host gave the run none.
+    cgroup: tuple[tuple[str, str], ...] | None = None
 
 
 ENDED_KEPT = 4096     # ended runs remembered (by token hash), so a late session hears RUN_ENDED, not RUN_UNKNOWN
@@ -83,11 +86,12 @@ class RunTokens:
     def digest(token: str) -> str:
         return hashlib.sha256(token.encode(errors="replace")).hexdigest()
 
-    def register(self, run: str, agent: str, task: str, uid: int | None = None) -> str:
+    def register(self, run: str, agent: str, task: str, uid: int | None = None,
+                 cgroup: tuple[tuple[str, str], ...] | None = None) -> str:
         """A new unguessable token for `run` (256 bits)."""
         token = secrets.token_urlsafe(32)
         with self.lock:
-            self.live[self.digest(token)] = RunIdentity(run, agent, task, uid)
+            self.live[self.digest(token)] = RunIdentity(run, agent, task, uid, cgroup)
             self.ended_runs.discard(run)
         return token
 
@@ -149,8 +153,20 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
-def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -> tuple[str, str, RunIdentity | None]:
-    """(agent, task, the run or None) a session is, from its hello and its peer's uid; Refused if none."""
+def check_run_cgroup(identity: RunIdentity, peer_pid: int | None) -> None:
+    """Refused unless the peer is a process inside the run's cgroup (when the run has one): a token
+    read from another run's /proc/<pid>/environ, or kept by a process that outlived its run, is
+    worth nothing outside it. Checked at the hello and again at every call."""
+    from pulse.agents import runcgroup
+    if identity.cgroup is not None and not runcgroup.holds(identity.cgroup, peer_pid):
+        raise Refused("NOT_YOUR_RUN", f"process {peer_pid} is not one of run {identity.run}'s (not in its cgroup): "
+                                      "a run's token is honoured only from that run's own processes")
+
+
+def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens,
+             peer_pid: int | None = None) -> tuple[str, str, RunIdentity | None]:
+    """(agent, task, the run or None) a session is, from its hello and its peer's uid and pid;
+    Refused if none."""
     token = hello.get("token")
     if token:
         identity = tokens.lookup(str(token))
@@ -161,6 +177,7 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -
                                          "issued): the session cannot act for any run")
         if identity.uid is not None and peer_uid not in (identity.uid, operator_uid):
             raise Refused("NOT_YOUR_RUN", f"uid {peer_uid} presented the token of a run of uid {identity.uid}")
+        check_run_cgroup(identity, peer_pid)
         return identity.agent, identity.task, identity
     if peer_uid != operator_uid:
         raise Refused("NOT_OPERATOR", f"uid {peer_uid} is not the operator's ({operator_uid}) and presented no "
@@ -401,7 +418,7 @@ class GateServer:
                 hello = json.loads(await asyncio.wait_for(reader.readline(), self.config.gate.hello_timeout_s) or b"null")
                 if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
                     raise Refused("BAD_REQUEST", "a session opens with a hello")
-                agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)
+                agent, task, run = identify(hello, uid, self.operator_uid, self.tokens, pid)
                 if hello["op"] == "reset":          # `pulsectl gate-reset`: the operator's alone
                     if run is not None:
                         raise Refused("NOT_OPERATOR", "a run cannot reset the gate")
@@ -443,7 +460,7 @@ class GateServer:
                         task_.cancel()
                 elif op in ("call", "question"):
                     ident = message.get("id")
-                    calls[ident] = asyncio.create_task(self._call(session, run, message, send))
+                    calls[ident] = asyncio.create_task(self._call(session, run, message, send, pid))
                     calls[ident].add_done_callback(lambda _t, i=ident: calls.pop(i, None))
                 else:
                     await send({"id": message.get("id") if isinstance(message, dict) else None,
@@ -479,7 +496,7 @@ class GateServer:
         finally:
             writer.close()
 
-    async def _call(self, session, run: RunIdentity | None, message: dict, send) -> None:
+    async def _call(self, session, run: RunIdentity | None, message: dict, send, pid: int | None = None) -> None:
         from pulse.agents.toolserver import ToolError
         ident = message.get("id")
         if run is not None and not self.tokens.is_live(run.run):
@@ -487,6 +504,13 @@ class GateServer:
                                          "no longer act")
             await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
             return
+        if run is not None:
+            try:
+                check_run_cgroup(run, pid)      # the peer may have died and its pid been reused
+            except Refused as refused:
+                err = ToolError(refused.code, refused.message)
+                await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
+                return
         wait_s = self.rates.retry_after(session.gate.agent, session.gate.task)
         if wait_s:
             err = ToolError(**{k: v for k, v in rate_limited(session.gate.agent, wait_s,
