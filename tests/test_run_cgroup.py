@@ -203,6 +203,11 @@ elif mode == "disk":                          # 4 files of 1 MiB where 2 MiB may
     for n in range(4):
         with open(f"blob-{n}", "wb") as f:
             f.write(os.urandom(1024 * 1024))
+elif mode.startswith("leave:"):               # a leftover out of its session, no environment, then its pid
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={}, start_new_session=True)
+    with open(mode[6:] + ".tmp", "w") as f:
+        f.write(str(left.pid))
+    os.rename(mode[6:] + ".tmp", mode[6:])
 time.sleep(60)                                # it would end only at its timeout
 """
 
@@ -227,6 +232,30 @@ def test_a_run_over_its_memory_pids_or_disk_limit_ends_with_that_reason(pulsed, 
         assert event["data"]["run_ms"] < 25_000, (mode, event["data"])    # ended by Pulse, not its timeout
     assert "64 MiB" in ended["memory"]["data"]["error"] and "2 MiB" in ended["disk"]["data"]["error"], ended
     assert_no_cgroup_left(*(event["data"]["run"] for event in ended.values()))
+
+
+def test_an_interrupted_runs_cgroup_is_emptied_and_removed_by_the_next_executor(pulsed, tmp_path, tracker):
+    """The executor dies (SIGKILL) while a run holds a leftover outside its process group with no
+    environment: its successor, settling the orphan, kills what is in the run's cgroup and removes it."""
+    import signal
+    script, marker = tmp_path / "limited.py", tmp_path / "leftover.pid"
+    script.write_text(LIMITED)
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(
+        f'[[agent]]\nname = "leaver"\nadapter = "command"\nmcp = false\n'
+        f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\ntimeout_s = 60\n'
+        '[tasks]\nmax_failures = 1\n[allow]\nkinds = ["noop", "agent-run", "task-add"]\n')
+    pulsed.start()
+    task = add_task(pulsed, "leaver", f"leave:{marker}")
+    leftover = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, what="the leftover"))
+    tracker.add(leftover)
+    run = pulsed.events("task-executing", task)[0]["data"]["run"]
+    assert runcgroup.find(run) is not None
+    os.kill(pulsed.worker("executor").pid, signal.SIGKILL)
+    wait_for(lambda: next((e for e in pulsed.events("effect-failed") if e["data"]["effect_id"] == run), None), 60,
+             what="the orphan settled")
+    assert gone(leftover)
+    assert_no_cgroup_left(run)
 
 
 def test_the_gate_honours_a_token_only_from_inside_its_runs_cgroup():

@@ -359,10 +359,14 @@ def _limit(group: RunCgroup, limits) -> set[str]:
         files = wanted[name]
         if not (d / files[0][0]).exists():
             continue                              # the controller is not there for it
-        for i, (file, value) in enumerate(files):
-            if i and not (d / file).exists():
-                continue                          # memsw, swap.max: only where swap is accounted
-            (d / file).write_text(str(value))
+        try:
+            for i, (file, value) in enumerate(files):
+                if i and not (d / file).exists():
+                    continue                      # memsw, swap.max: only where swap is accounted
+                (d / file).write_text(str(value))
+        except OSError as err:                    # left to the rlimits' floor
+            log.warning("run %s: its %s limit cannot be set in %s: %s", group.run, name, d, err.strerror)
+            continue
         enforced.add(name)
     return enforced
 
