@@ -9,6 +9,7 @@ one run ([tasks] max_failures = 1), so each ends acked or failed, with its reaso
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -350,8 +351,31 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
     # exec waits for it before the turn, and fails if it does not come up (it answers without it otherwise).
     assert parsed.pop("required") is True and parsed.pop("startup_timeout_sec") == 30
     assert parsed["env"] == {"PULSE_HOME": str(tmp_path / "h o"), "PULSE_AGENT": "cx", "PULSE_TASK": "task-3"}
+    # a run's token is never on the command line (every account reads it): a 0600 file holds it
+    agent = Agent(name="cx", adapter="codex", env={"PULSE_RUN_TOKEN": "s3cret-token"})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    inv = adapters.load_adapter("codex").invocation(agent, adapters.Task("task-3", "p"), str(tmp_path),
+                                                    home=tmp_path, scratch=str(scratch))
+    assert not [a for a in inv.argv if "s3cret-token" in a], inv.argv
+    env = tomllib.loads("\n".join(inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"))["mcp_servers"]["pulse"]["env"]
+    assert env["PULSE_RUN_TOKEN_FILE"] == str(scratch / "run-token") and "PULSE_RUN_TOKEN" not in env
+    assert (scratch / "run-token").read_text() == "s3cret-token" and (scratch / "run-token").stat().st_mode & 0o777 == 0o600
     for name in ("cursor", "hermes", "openclaw", "command"):      # no documented way: nothing added
         agent = Agent(name="x", adapter=name, argv=None if name != "command" else ["x"])
         inv = adapters.load_adapter(name).invocation(agent, adapters.Task("task-3", "p"), str(tmp_path),
                                                      home=tmp_path, scratch=str(tmp_path))
         assert "--mcp-config" not in inv.argv and "-c" not in inv.argv, name
+
+
+def test_pulsectl_mcp_reads_the_run_token_from_its_file(tmp_path):
+    """PULSE_RUN_TOKEN_FILE (codex's MCP server env) is read for the token; one it cannot read stops
+    the proxy, saying which file, rather than opening a tokenless (operator's) session."""
+    import subprocess
+
+    from support import PULSECTL
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
+    env.update(PULSE_GATE_SOCKET=str(tmp_path / "gate.sock"), PULSE_RUN_TOKEN_FILE=str(tmp_path / "absent"))
+    out = subprocess.run([PULSECTL, "--home", str(tmp_path), "mcp"], env=env, capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=60)
+    assert out.returncode == 1 and f"token file {tmp_path / 'absent'}" in out.stderr, out

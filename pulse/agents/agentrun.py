@@ -230,6 +230,9 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         with_token = msgspec.structs.replace(agent, env={**agent.env, **own})
         invocation = adapter.invocation(with_token, adapters.Task(state.id, state.prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
+        if account is not None:           # what the adapter wrote there (an MCP config, a token file) too
+            for entry in os.scandir(scratch):
+                os.chown(entry.path, *account, follow_symlinks=False)
         cap = (spend.reservation(conn, effect.id) or {}).get("cap_usd")
         if cap is not None:          # the dollars left under the tightest limit, where the CLI takes a cap
             adapter.cap_spend(invocation, float(cap))

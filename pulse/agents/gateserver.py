@@ -47,6 +47,9 @@ from typing import Any
 from pulse.agents import gate
 
 TOKEN_ENV = "PULSE_RUN_TOKEN"       # the run's capability, in its environment only
+# ... or in a file of the run's scratch directory (0600, the run's), named here: for a CLI that can
+# hand its MCP server an environment only on its command line, which every account can read
+TOKEN_FILE_ENV = "PULSE_RUN_TOKEN_FILE"
 SOCKET_ENV = "PULSE_GATE_SOCKET"    # where a run's proxy finds the gate (the home may be out of its reach)
 MAX_LINE = 16 * 1024 * 1024          # a line longer than this closes the connection (calls are bounded far below)
 PROTOCOL = 1

@@ -20,7 +20,9 @@ MCP: Codex takes config overrides as `-c key=value` (TOML values) and its MCP se
 `mcp_servers.<name>` table of its config (`command`, `args`, `env`); the run gets
 `-c mcp_servers.pulse.command=…`, `.args=…`, `.env=…` right after `exec` (codex exec has no
 --mcp-config; `codex mcp list` shows the server so configured). The env is set explicitly: Codex
-hands an MCP server only a whitelist of its own environment.
+hands an MCP server only a whitelist of its own environment. The run's token is not in it (a
+command line is every account's to read): it is in a 0600 file of the run's scratch directory,
+which the env names (PULSE_RUN_TOKEN_FILE).
 
 Codex exec starts its MCP servers in the background and begins the turn without a server that
 has not answered yet (0.171: a server that takes 4 s to start was never even exec'd before a
@@ -32,6 +34,7 @@ come up) with `startup_timeout_sec` = MCP_STARTUP_TIMEOUT_S: a run has Pulse's t
 from __future__ import annotations
 
 import json
+import os
 
 from pulse.agents.adapters.base import (
     MCP_STARTUP_TIMEOUT_S,
@@ -70,12 +73,24 @@ def _message(value) -> str:
     return str(value)
 
 
+def token_by_file(env: dict[str, str], scratch: str | None) -> dict[str, str]:
+    """`env` with its run token moved into a 0600 file of the scratch directory, named instead."""
+    from pulse.agents.gateserver import TOKEN_ENV, TOKEN_FILE_ENV
+    if TOKEN_ENV not in env or scratch is None:
+        return env
+    path = os.path.join(scratch, "run-token")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as f:
+        f.write(env[TOKEN_ENV])
+    return {**{k: v for k, v in env.items() if k != TOKEN_ENV}, TOKEN_FILE_ENV: path}
+
+
 class CodexAdapter(Adapter):
     name = "codex"
     default_argv = ADAPTER_ARGV["codex"]
 
     def add_mcp(self, inv: Invocation, server: dict) -> None:
         at = inv.argv.index("exec") + 1 if "exec" in inv.argv else 1
+        server = {**server, "env": token_by_file(server["env"], inv.scratch)}
         overrides = []
         for key in ("command", "args", "env"):
             overrides += ["-c", f"mcp_servers.pulse.{key}={_toml(server[key])}"]
