@@ -260,8 +260,9 @@ def test_an_interrupted_runs_cgroup_is_emptied_and_removed_by_the_next_executor(
 
 def test_the_gate_honours_a_token_only_from_inside_its_runs_cgroup():
     """identify and the per-call check (check_run_cgroup) against a real cgroup: a process inside
-    it is the run; this test's own process, same uid, is not; a run without a cgroup (none could
-    be made) is checked by uid alone."""
+    it is the run; this test's own process, same uid, is not; a process inside it without a token
+    is not the operator either (same uid); a run without a cgroup (none could be made) is checked by
+    uid alone."""
     group = runcgroup.create(f"t32-{uuid.uuid4().hex[:12]}", SimpleNamespace(memory_mb=0, pids=0, cpu_percent=0))
     if group is None:
         pytest.skip("this host lets Pulse make no cgroup")
@@ -277,6 +278,11 @@ def test_the_gate_honours_a_token_only_from_inside_its_runs_cgroup():
             with pytest.raises(gateserver.Refused) as refused:
                 gateserver.identify({"token": token}, 0, 0, tokens, outsider)
             assert refused.value.code == "NOT_YOUR_RUN"
+        # without a token, a process of a run is still that run: never the operator, whatever its uid
+        with pytest.raises(gateserver.Refused) as refused:
+            gateserver.identify({"token": None}, 0, 0, tokens, inside.pid)
+        assert refused.value.code == "NOT_OPERATOR" and group.run in refused.value.message
+        assert gateserver.identify({"token": None}, 0, 0, tokens, os.getpid())[2] is None
         uncontained = tokens.register("run-2", "bob", "task-2")
         assert gateserver.identify({"token": uncontained}, 0, 0, tokens, os.getpid())[:2] == ("bob", "task-2")
     finally:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulse.agents import gate
+from pulse.agents import gate, runcgroup
 
 TOKEN_ENV = "PULSE_RUN_TOKEN"       # the run's capability, in its environment only
 # ... or in a file of the run's scratch directory (0600, the run's), named here: for a CLI that can
@@ -160,7 +160,6 @@ def check_run_cgroup(identity: RunIdentity, peer_pid: int | None) -> None:
     """Refused unless the peer is a process inside the run's cgroup (when the run has one): a token
     read from another run's /proc/<pid>/environ, or kept by a process that outlived its run, is
     worth nothing outside it. Checked at the hello and again at every call."""
-    from pulse.agents import runcgroup
     if identity.cgroup is not None and not runcgroup.holds(identity.cgroup, peer_pid):
         raise Refused("NOT_YOUR_RUN", f"process {peer_pid} is not one of run {identity.run}'s (not in its cgroup): "
                                       "a run's token is honoured only from that run's own processes")
@@ -185,6 +184,9 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens,
     if peer_uid != operator_uid:
         raise Refused("NOT_OPERATOR", f"uid {peer_uid} is not the operator's ({operator_uid}) and presented no "
                                       "run token: only an agent run started by Pulse or the operator may use the gate")
+    if (inside := runcgroup.run_of(peer_pid)) is not None:     # a run that drops its token is still that run
+        raise Refused("NOT_OPERATOR", f"process {peer_pid} is one of run {inside}'s (in its cgroup) and presented "
+                                      "no run token: a run's processes are never the operator")
     agent = hello.get("agent")
     return (agent if isinstance(agent, str) and agent else gate.OPERATOR_SHELL), "", None
 

@@ -224,6 +224,30 @@ def holds(membership: tuple[tuple[str, str], ...], pid: int | None) -> bool:
     return all(now.get(c) == path or (now.get(c) or "").startswith(path + "/") for c, path in membership)
 
 
+def run_of(pid: int | None) -> str | None:
+    """The id of the run whose cgroup (made by this process's kind: beneath its own cgroup) holds
+    process `pid`, or None."""
+    if pid is None:
+        return None
+    own, theirs = membership_of("self"), membership_of(pid)
+    for controller in _mounts_once():
+        base = f"{own.get(controller, '/').rstrip('/')}/{NAME}/"
+        path = theirs.get(controller, "")
+        if path.startswith(base) and path[len(base):]:
+            return path[len(base):].split("/")[0]
+    return None
+
+
+_MOUNTS: dict[str, Path] | None = None
+
+
+def _mounts_once() -> dict[str, Path]:
+    global _MOUNTS
+    if _MOUNTS is None:
+        _MOUNTS = mounts()
+    return _MOUNTS
+
+
 def _write(path: Path, text: str) -> bool:
     try:
         path.write_text(text)
