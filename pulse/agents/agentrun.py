@@ -239,12 +239,13 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         leader: list[int] = []
         recorded = ctx.started
         ctx.started = lambda pgid: (leader.append(pgid), recorded(pgid))
-        watch = runlimits.Watch(agent.limits, [workdir, scratch], lambda: end_run_processes(effect.id, cgroup, leader),
-                                cgroup.hit if cgroup else None).start()
-        join, fds = cgroup.joiner() if cgroup else (None, [])
         floor = runlimits.rlimits(agent.limits, cgroup.enforced if cgroup else set(), account, agent.concurrency)
+        watch = runlimits.Watch(agent.limits, [workdir, scratch], lambda: end_run_processes(effect.id, cgroup, leader),
+                                cgroup.hit if cgroup else None)
+        join, fds = cgroup.joiner() if cgroup else (None, [])
         began = time.monotonic()
         err = bytearray()
+        watch.start()
         try:
             code, stdout, timed_out = run_process(invocation.argv, ctx, env={**invocation.env, RUN_MARK: effect.id},
                                                   cwd=invocation.cwd, stderr=err, account=account,
