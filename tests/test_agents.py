@@ -146,7 +146,8 @@ def test_a_task_goes_created_assigned_executing_acked_with_output_in_objects(pul
     assert acked["data"]["result"]["session_id"].startswith("sess-")
     output = objects.get(pulsed.home / "objects", acked["data"]["output"]).decode()
     assert '"is_error": false' in output and "a line on stderr" not in output      # stdout alone ...
-    done_effect = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == assigned["run"])
+    done_effect = wait_for(lambda: next((e for e in pulsed.events("effect-acked")     # after task-acked
+                                         if e["data"]["effect_id"] == assigned["run"]), None), 20, what="effect-acked")
     assert "a line on stderr" in objects.get(pulsed.home / "objects", done_effect["data"]["stderr"]).decode()
     # The prompt reached the agent verbatim, as one argument; no shell ran any of it. Then Pulse's
     # gated tools: an MCP config, gone once the run ended.
