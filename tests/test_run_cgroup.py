@@ -94,7 +94,25 @@ def account():
     try:
         yield name
     finally:
-        subprocess.run(["userdel", name], capture_output=True, timeout=30)
+        remove_account(name)
+
+
+def remove_account(name: str) -> None:
+    """userdel, once no process of the account is left (a failed test may leave one: killed by pid)."""
+    import pwd
+    uid = pwd.getpwnam(name).pw_uid
+
+    def theirs() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["uids", "status"])
+                if p.info["uids"] and p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
+    for proc in theirs():
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    wait_for(lambda: not theirs(), 10, what=f"no process of {name} left")
+    done = subprocess.run(["userdel", name], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture
