@@ -323,3 +323,31 @@ def test_a_bad_run_limit_is_named_and_the_defaults_are_stated(tmp_path, line, na
     limits = configmod.load(path).agent[0].limits
     assert (limits.memory_mb, limits.pids, limits.cpu_percent, limits.disk_mb) == (4096, 0, 100, 2048)
     assert "limits = { memory_mb = 4096, pids = 512, cpu_percent = 100, disk_mb = 2048 }" in configmod.default_toml()
+
+
+def test_the_v2_path_on_this_hosts_unified_hierarchy():
+    """cgroup v2 as Pulse drives it where /sys/fs/cgroup is unified, tried on a hybrid host's own
+    v2 mount (no controllers there: no limit is enforced, and none is claimed): a setsid'd child with
+    no environment is inside, the gate's check holds it, cgroup.kill ends it, the directory goes."""
+    from pathlib import Path
+    unified = Path("/sys/fs/cgroup/unified")
+    if runcgroup.mounts().get("") is None and not (unified / "cgroup.procs").exists():
+        pytest.skip("no cgroup v2 hierarchy here")
+    where = runcgroup.mounts() if "" in runcgroup.mounts() else {"": unified}
+    group = runcgroup.create(f"t32v2-{uuid.uuid4().hex[:12]}", SimpleNamespace(memory_mb=64, pids=16, cpu_percent=50),
+                             where)
+    if group is None:
+        pytest.skip("this host lets Pulse make no v2 cgroup")
+    try:
+        assert group.unified and group.enforced <= {"memory", "pids", "cpu"}
+        join, fds = group.joiner()
+        leader = subprocess.Popen(["sh", "-c", "setsid env -i sleep 60 & sleep 60"], preexec_fn=join)
+        for fd in fds:
+            os.close(fd)
+        wait_for(lambda: len(group.members()) == 3, 10, what="the leader, its shell's child and the setsid one")
+        assert all(group.holds(pid) for pid in group.members()) and not group.holds(os.getpid())
+        assert group.freeze_and_kill() == 3 and not group.members()
+        leader.wait(10)
+    finally:
+        group.remove()
+    assert runcgroup.find(group.run, where) is None

@@ -299,15 +299,15 @@ def run_dirs(run: str, where: dict[str, Path] | None = None) -> tuple[dict[str, 
     return dirs, paths
 
 
-def create(run: str, limits) -> RunCgroup | None:
+def create(run: str, limits, where: dict[str, Path] | None = None) -> RunCgroup | None:
     """A new cgroup for `run` with `limits` (memory_mb, pids, cpu_percent; 0: none), or None when
     this host lets Pulse make none (said once in the log). A limit the kernel cannot hold it to
-    here is left out of `enforced`."""
+    here is left out of `enforced`. `where`: the hierarchies (mounts()) to make it in."""
     global _told_none
     if not run or "/" in run or run.startswith("."):
         raise ValueError(f"{run!r} cannot name a cgroup")
     try:
-        dirs, paths = run_dirs(run)
+        dirs, paths = run_dirs(run, where)
         made: dict[str, Path] = {}
         for controller, d in dirs.items():
             try:
@@ -334,10 +334,10 @@ def create(run: str, limits) -> RunCgroup | None:
     return group
 
 
-def find(run: str) -> RunCgroup | None:
+def find(run: str, where: dict[str, Path] | None = None) -> RunCgroup | None:
     """The cgroup run `run` left (its executor died while it ran), or None."""
     try:
-        dirs, paths = run_dirs(run)
+        dirs, paths = run_dirs(run, where)
     except OSError:
         return None
     there = {c: d for c, d in dirs.items() if d.is_dir()}
