@@ -146,7 +146,8 @@ def test_a_task_goes_created_assigned_executing_acked_with_output_in_objects(pul
     assert acked["data"]["result"]["session_id"].startswith("sess-")
     output = objects.get(pulsed.home / "objects", acked["data"]["output"]).decode()
     assert '"is_error": false' in output and "a line on stderr" not in output      # stdout alone ...
-    done_effect = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == assigned["run"])
+    done_effect = wait_for(lambda: next((e for e in pulsed.events("effect-acked")     # after task-acked
+                                         if e["data"]["effect_id"] == assigned["run"]), None), 20, what="effect-acked")
     assert "a line on stderr" in objects.get(pulsed.home / "objects", done_effect["data"]["stderr"]).decode()
     # The prompt reached the agent verbatim, as one argument; no shell ran any of it. Then Pulse's
     # gated tools: an MCP config, gone once the run ended.
@@ -379,5 +380,6 @@ def test_a_setsid_grandchild_is_gone_before_the_task_is_acked(pulsed, tmp_path, 
     tracker.add(grandchild)
     acked = wait_for(lambda: next(iter(pulsed.events("task-acked", task)), None), 20, what="task-acked")
     assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
-    done = next(e for e in pulsed.events("effect-acked") if e["data"]["effect_id"] == acked["data"]["run"])
+    done = wait_for(lambda: next((e for e in pulsed.events("effect-acked")
+                                  if e["data"]["effect_id"] == acked["data"]["run"]), None), 20, what="effect-acked")
     assert done["data"]["escaped"] == 1 and not acted.exists()

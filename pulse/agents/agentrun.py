@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -19,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, routing, spend, tasks, taskview
+from pulse.agents import adapters, routing, runcgroup, runlimits, spend, tasks, taskview
 from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
@@ -213,11 +214,16 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     # The run's private files (an MCP config, a usage file): mode 0700, gone once it is parsed (or,
     # when the executor died while it ran, once the interrupted run is settled: remove_scratch).
     scratch = tempfile.mkdtemp(prefix=scratch_prefix(effect.id))
-    # The run's capability: registered with the gate (served by this process) before it starts,
-    # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
+    # The run's own cgroup (None where the host lets Pulse make none: rlimits and the environment
+    # mark then): its processes, whatever they do, are the run's, and only they may use its token.
     account = run_account(agent)
-    token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None)
+    cgroup = runcgroup.create(effect.id, agent.limits)
+    token = None
     try:
+        # The run's capability: registered with the gate (served by this process) before it starts,
+        # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
+        token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None,
+                                    cgroup.membership if cgroup else None)
         own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home, account[0] if account else None), RUN_MARK: effect.id}
         if account is not None:           # its files are its own; the scratch dir (0700) is the run's
             os.chown(scratch, *account)
@@ -228,24 +234,43 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         prompt = prompt_with_history(state.prompt, taskview.earlier_writes(conn, state.id))
         invocation = adapter.invocation(with_token, adapters.Task(state.id, prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
+        if account is not None:           # what the adapter wrote there (an MCP config, a token file) too
+            for entry in os.scandir(scratch):
+                os.chown(entry.path, *account, follow_symlinks=False)
         cap = (spend.reservation(conn, effect.id) or {}).get("cap_usd")
         if cap is not None:          # the dollars left under the tightest limit, where the CLI takes a cap
             adapter.cap_spend(invocation, float(cap))
+        leader: list[int] = []
+        recorded = ctx.started
+        ctx.started = lambda pgid: (leader.append(pgid), recorded(pgid))
+        floor = runlimits.rlimits(agent.limits, cgroup.enforced if cgroup else set(), account, agent.concurrency)
+        watch = runlimits.Watch(agent.limits, [workdir, scratch], lambda: end_run_processes(effect.id, cgroup, leader),
+                                cgroup.hit if cgroup else None)
+        join, fds = cgroup.joiner() if cgroup else (None, [])
         began = time.monotonic()
         err = bytearray()
+        watch.start()
         try:
             code, stdout, timed_out = run_process(invocation.argv, ctx, env={**invocation.env, RUN_MARK: effect.id},
-                                                  cwd=invocation.cwd, stderr=err, account=account)
+                                                  cwd=invocation.cwd, stderr=err, account=account,
+                                                  preexec=runlimits.preexec(join, floor))
         finally:
-            # A run ends when all of it ends: what left its process group is found by the mark in its
-            # environment and stopped here, before the verdict, so nothing acts after task-acked.
-            escaped = stop_marked(effect.id)
+            for fd in fds:
+                os.close(fd)
+            watch.stop()
+            # A run ends when all of it ends: what left its process group (its cgroup, else the mark in
+            # its environment) is stopped here, before the verdict, so nothing acts after task-acked.
+            escaped = end_run_processes(effect.id, cgroup, [])
             RUN_TOKENS.revoke(token)
+        over = watch.verdict(code)
         stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
     finally:
-        RUN_TOKENS.revoke(token)            # again: the run may have failed before it started
+        if token is not None:
+            RUN_TOKENS.revoke(token)        # again: the run may have failed before it started
+        if cgroup is not None:
+            remove_cgroup(cgroup)
         shutil.rmtree(scratch, ignore_errors=True)
     ref = store_output(ctx.objects, stdout)
     summary = result.summary(code)
@@ -254,6 +279,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     if stderr:
         data["stderr"] = store_output(ctx.objects, stderr)
     settle_spend(conn, effect, ctx.config, data)       # what it cost, before the verdict is recorded
+    if over is not None:                 # over a limit: ended by Pulse, whatever the agent said
+        raise EffectFailed(*over, **data)
     if not result.ok:
         reason = "timeout" if timed_out else (result.reason or "agent")
         raise EffectFailed(reason, result.error or "the agent failed", **data)
@@ -273,6 +300,31 @@ def prompt_with_history(prompt: str, writes: list[str]) -> str:
     return (prompt + "\n\n---\nPulse: this task was run before. What those runs changed through Pulse's tools, "
             "oldest first:\n" + "\n".join(f"- {w}" for w in writes) + "\nLook at what they touched before you "
             "change it again: a write whose effect may have acted is refused until a look shows it is still needed.")
+
+
+def end_run_processes(run: str, cgroup: runcgroup.RunCgroup | None, leader: list[int]) -> int:
+    """Kill what is left of a run and wait until it is gone: its whole cgroup (frozen, then killed),
+    else its process group (`leader`, when known) and what carries its mark. How many there were."""
+    if cgroup is not None:
+        try:
+            return cgroup.freeze_and_kill()
+        except (OSError, TimeoutError) as err:
+            raise EffectFailed("stop", f"run {run}: its cgroup could not be emptied: {err}") from None
+    for pgid in leader:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return stop_marked(run)
+
+
+def remove_cgroup(cgroup: runcgroup.RunCgroup) -> None:
+    """The run's cgroup, emptied (a run that failed before its end) and removed."""
+    try:
+        cgroup.freeze_and_kill()
+    except (OSError, TimeoutError) as err:
+        log.warning("run %s: %s", cgroup.run, err)
+    cgroup.remove()
 
 
 def scratch_prefix(run: str) -> str:
@@ -386,7 +438,10 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     another host may have run it already: it must not run here again). Safe to repeat."""
     if effect.kind != "agent-run":
         return
-    stop_marked(effect.id)           # what the run left outside its group, before it is put back
+    left = runcgroup.find(effect.id)        # what the run left outside its group, before it is put back
+    if left is not None:
+        remove_cgroup(left)
+    stop_marked(effect.id)                  # where it had no cgroup: by the mark in its environment
     remove_scratch(effect.id, {os.getuid(), *_account_uid(effect, config)})
     settle_spend(conn, effect, config, {}, interrupted=True)    # its cost unknown: the reservation stands
     task = _task_param(effect)

@@ -44,9 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulse.agents import gate
+from pulse.agents import gate, runcgroup
 
 TOKEN_ENV = "PULSE_RUN_TOKEN"       # the run's capability, in its environment only
+# ... or in a file of the run's scratch directory (0600, the run's), named here: for a CLI that can
+# hand its MCP server an environment only on its command line, which every account can read
 SOCKET_ENV = "PULSE_GATE_SOCKET"    # where a run's proxy finds the gate (the home may be out of its reach)
 MAX_LINE = 16 * 1024 * 1024          # a call's line longer than this closes the connection (calls are bounded far below)
 HELLO_MAX_BYTES = 4 * 1024           # a hello is a few hundred bytes: longer, refused before it is parsed
@@ -62,6 +64,9 @@ class RunIdentity:
     agent: str
     task: str
     uid: int | None = None   # the account the run's processes run as ([[agent]] user), if any
+    # the run's cgroup, as /proc/<pid>/cgroup names it ((controller, path), ...; pulse.agents.runcgroup):
+    # its token is honoured only from a process inside it. None: the host gave the run none.
+    cgroup: tuple[tuple[str, str], ...] | None = None
 
 
 ENDED_KEPT = 4096     # ended runs remembered (by token hash), so a late session hears RUN_ENDED, not RUN_UNKNOWN
@@ -85,11 +90,12 @@ class RunTokens:
     def digest(token: str) -> str:
         return hashlib.sha256(token.encode(errors="replace")).hexdigest()
 
-    def register(self, run: str, agent: str, task: str, uid: int | None = None) -> str:
+    def register(self, run: str, agent: str, task: str, uid: int | None = None,
+                 cgroup: tuple[tuple[str, str], ...] | None = None) -> str:
         """A new unguessable token for `run` (256 bits)."""
         token = secrets.token_urlsafe(32)
         with self.lock:
-            self.live[self.digest(token)] = RunIdentity(run, agent, task, uid)
+            self.live[self.digest(token)] = RunIdentity(run, agent, task, uid, cgroup)
             self.ended_runs.discard(run)
         return token
 
@@ -159,8 +165,19 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
-def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -> tuple[str, str, RunIdentity | None]:
-    """(agent, task, the run or None) a session is, from its hello and its peer's uid; Refused if none."""
+def check_run_cgroup(identity: RunIdentity, peer_pid: int | None) -> None:
+    """Refused unless the peer is a process inside the run's cgroup (when the run has one): a token
+    read from another run's /proc/<pid>/environ, or kept by a process that outlived its run, is
+    worth nothing outside it. Checked at the hello and again at every call."""
+    if identity.cgroup is not None and not runcgroup.holds(identity.cgroup, peer_pid):
+        raise Refused("NOT_YOUR_RUN", f"process {peer_pid} is not one of run {identity.run}'s (not in its cgroup): "
+                                      "a run's token is honoured only from that run's own processes")
+
+
+def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens,
+             peer_pid: int | None = None) -> tuple[str, str, RunIdentity | None]:
+    """(agent, task, the run or None) a session is, from its hello and its peer's uid and pid;
+    Refused if none."""
     token = hello.get("token")
     if token:
         identity = tokens.lookup(str(token))
@@ -171,10 +188,14 @@ def identify(hello: dict, peer_uid: int, operator_uid: int, tokens: RunTokens) -
                                          "issued): the session cannot act for any run")
         if identity.uid is not None and peer_uid not in (identity.uid, operator_uid):
             raise Refused("NOT_YOUR_RUN", f"uid {peer_uid} presented the token of a run of uid {identity.uid}")
+        check_run_cgroup(identity, peer_pid)
         return identity.agent, identity.task, identity
     if peer_uid != operator_uid:
         raise Refused("NOT_OPERATOR", f"uid {peer_uid} is not the operator's ({operator_uid}) and presented no "
                                       "run token: only an agent run started by Pulse or the operator may use the gate")
+    if (inside := runcgroup.run_of(peer_pid)) is not None:     # a run that drops its token is still that run
+        raise Refused("NOT_OPERATOR", f"process {peer_pid} is one of run {inside}'s (in its cgroup) and presented "
+                                      "no run token: a run's processes are never the operator")
     agent = hello.get("agent")
     return (agent if isinstance(agent, str) and agent else gate.OPERATOR_SHELL), "", None
 
@@ -502,7 +523,7 @@ class GateServer:
                 hello = await read_hello(reader, self.config.gate.hello_timeout_s)
                 if not isinstance(hello, dict) or hello.get("op") not in ("hello", "reset"):
                     raise Refused("BAD_REQUEST", "a session opens with a hello")
-                agent, task, run = identify(hello, uid, self.operator_uid, self.tokens)
+                agent, task, run = identify(hello, uid, self.operator_uid, self.tokens, pid)
                 if hello["op"] == "reset":          # `pulsectl gate-reset`: the operator's alone
                     if run is not None:
                         raise Refused("NOT_OPERATOR", "a run cannot reset the gate")
@@ -544,7 +565,7 @@ class GateServer:
                         task_.cancel()
                 elif op in ("call", "question"):
                     ident = message.get("id")
-                    calls[ident] = asyncio.create_task(self._call(session, run, message, send))
+                    calls[ident] = asyncio.create_task(self._call(session, run, message, send, pid))
                     calls[ident].add_done_callback(lambda _t, i=ident: calls.pop(i, None))
                 else:
                     await send({"id": message.get("id") if isinstance(message, dict) else None,
@@ -580,7 +601,7 @@ class GateServer:
         finally:
             writer.close()
 
-    async def _call(self, session, run: RunIdentity | None, message: dict, send) -> None:
+    async def _call(self, session, run: RunIdentity | None, message: dict, send, pid: int | None = None) -> None:
         from pulse.agents.toolserver import ToolError
         ident = message.get("id")
         if run is not None and not self.tokens.is_live(run.run):
@@ -588,6 +609,13 @@ class GateServer:
                                          "no longer act")
             await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
             return
+        if run is not None:
+            try:
+                check_run_cgroup(run, pid)      # the peer may have died and its pid been reused
+            except Refused as refused:
+                err = ToolError(refused.code, refused.message)
+                await send({"id": ident, "envelope": err.envelope(), "text": f"{err.code}: {err.message}"})
+                return
         wait_s = self.rates.retry_after(session.gate.agent, session.gate.task)
         if wait_s:
             err = ToolError(**{k: v for k, v in rate_limited(session.gate.agent, wait_s,

@@ -30,6 +30,7 @@ def mcp(ctx: Context, agent: str | None) -> None:
     """Serve the gated tools over MCP on stdin/stdout: a proxy to Pulse's gate (one session)."""
     from pulse.agents.gateserver import SOCKET_ENV, TOKEN_ENV
     socket_path = os.environ.get(SOCKET_ENV)
+    token = os.environ.get(TOKEN_ENV) or None
     if not socket_path:      # a run is told where the gate is; the operator's shell finds it from the home
         if not ctx.home.is_dir():
             click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
@@ -47,7 +48,7 @@ def mcp(ctx: Context, agent: str | None) -> None:
         sys.exit(1)
     from pulse.agents.gateproxy import serve
     # PULSE_TASK is not sent: a task is the run's, and only its token says which.
-    serve(socket_path, {"op": "hello", "token": os.environ.get(TOKEN_ENV) or None,
+    serve(socket_path, {"op": "hello", "token": token,
                         "agent": agent or os.environ.get("PULSE_AGENT") or None})
 
 

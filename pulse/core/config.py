@@ -316,6 +316,16 @@ class SpendLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     runs_per_hour: int | None = None          # runs started in the last 3600 s; unset: no limit
 
 
+class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What one run of an agent may use (`[[agent]] limits = {...}`, pulse.agents.runlimits): held by
+    the run's own cgroup where the host lets Pulse make one, rlimits as the floor. A run over memory,
+    pids or disk ends at once, failed with that reason; cpu is a quota, never an end. 0: no limit."""
+    memory_mb: int = 4096                     # all its processes together
+    pids: int = 512                           # processes and threads at once
+    cpu_percent: int = 100                    # 100: one core
+    disk_mb: int = 2048                       # what it may add to its work and scratch dirs; any one file
+
+
 class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents.adapters)."""
     name: str
@@ -349,6 +359,7 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # (pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN); unset (the default): pulsed's own user
     user: str | None = None
     group: str | None = None                  # its group; unset (the default): the user's primary group
+    limits: RunLimits = msgspec.field(default_factory=RunLimits)   # what one run may use
 
 
 class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1071,12 +1082,29 @@ def validate_agents(config: Config, origin: str) -> None:
         routing_problem = agent_routing_problem(agent)
         if routing_problem:
             raise ConfigError(f"{where}.{routing_problem}")
+        limits_problem = run_limits_problem(agent.limits)
+        if limits_problem:
+            raise ConfigError(f"{where}.limits.{limits_problem}")
     names = [a.name for a in config.agent]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.agent: names must be unique")
 
 
 ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")   # a project or a tag, as task add takes it
+
+
+# The least a limit may be (0 turns it off): below these no agent CLI starts, and a typo of a unit
+# (memory_mb = 4 for 4 GiB) would fail every run.
+RUN_LIMIT_FLOORS = {"memory_mb": 16, "pids": 4, "cpu_percent": 1, "disk_mb": 1}
+
+
+def run_limits_problem(limits: RunLimits) -> str | None:
+    """What is wrong with an [[agent]]'s limits ("key: why"), or None."""
+    for key, least in RUN_LIMIT_FLOORS.items():
+        value = getattr(limits, key)
+        if value != 0 and value < least:
+            return f"{key}: {value} is below {least} (0: no limit)"
+    return None
 
 
 def agent_routing_problem(agent: Agent) -> str | None:
@@ -1295,6 +1323,7 @@ def default_toml() -> str:
         '# projects = ["infra"]                    # only these projects\' tasks; unset: every project',
         '# tags = ["gpu"]                          # tasks added with --tag need all theirs here; unset: untagged only',
         '# task_projects = ["infra"]               # where its create_task may add tasks; unset: its projects',
+        "# limits = { memory_mb = 4096, pids = 512, cpu_percent = 100, disk_mb = 2048 }   # one run; 0: none",
         "",
         "# Recurring work, run by the tick (repeat the table for more):",
         "# [[schedule]]",

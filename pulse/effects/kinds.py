@@ -166,7 +166,8 @@ def _kill_group(pgid: int) -> None:
 
 def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = None, cwd: str | None = None,
                 stdin_data: bytes | None = None, timeout_s: float | None = None,
-                stderr: bytearray | None = None, account: tuple[int, int] | None = None) -> tuple[int | None, bytes, bool]:
+                stderr: bytearray | None = None, account: tuple[int, int] | None = None,
+                preexec: Callable[[], None] | None = None) -> tuple[int | None, bytes, bool]:
     """Run argv in its own process group; (exit code or None, output, timed out).
 
     stderr is merged into the output unless a `stderr` buffer is given: then it is read into
@@ -176,18 +177,22 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     `account` (uid, gid): the child runs as that account, with no supplementary groups (an
     [[agent]] with `user`); switching needs root or CAP_SETUID and CAP_SETGID.
 
+    `preexec`: run in the child before it execs, after the switch (an agent run joins its cgroup
+    and sets its rlimits there, so nothing it starts is ever outside them).
+
     The group is recorded (ctx.started) before waiting. At the timeout, or once the
     leader has exited, whatever is left of the group is killed; the leader is reaped
     only after that, so until then the group id cannot have been reused."""
     timeout_s = ctx.timeout_s if timeout_s is None else timeout_s
     deadline = min(ctx.deadline, time.monotonic() + timeout_s)
     switch = {"user": account[0], "group": account[1], "extra_groups": []} if account is not None else {}
+    setup = procs.child_dies_with_parent if preexec is None else (lambda: (procs.child_dies_with_parent(), preexec()))
     try:
         proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True, **switch,
                                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if stderr is None else subprocess.PIPE,
-                                preexec_fn=procs.child_dies_with_parent)
+                                preexec_fn=setup)
     except FileNotFoundError as err:
         if err.filename == cwd:
             raise EffectFailed("spawn", f"cannot start {argv[0]!r}: no directory {cwd}") from None
@@ -196,6 +201,8 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
                            + ("" if "/" in argv[0] else " on the PATH Pulse runs with")) from None
     except OSError as err:
         raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err.strerror or err}") from None
+    except subprocess.SubprocessError as err:     # the pre-exec failed: it did not start
+        raise EffectFailed("spawn", f"cannot start {argv[0]!r}: {err}") from None
     try:
         ctx.started(proc.pid)
         if stdin_data is not None:
