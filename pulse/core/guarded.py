@@ -52,19 +52,35 @@ def is_pulses_own(cmdline: list[str]) -> bool:
     return any(os.path.basename(arg) in PULSE_PROGRAMS for arg in cmdline[:2])
 
 
+def scan(attrs: list[str]) -> list[tuple["psutil.Process", dict]]:
+    """Every process there is, with `attrs` read into a dict of its own (None where access is denied).
+
+    Not psutil.process_iter(attrs): it caches its Process objects for every thread of the process
+    and sets `.info` on them as it goes, so one watcher's scan of ["cmdline"] replaced what another
+    thread's scan had just read (its `create_time` gone: a sample lost to a KeyError)."""
+    import psutil
+    out = []
+    for pid in psutil.pids():
+        try:
+            proc = psutil.Process(pid)
+            out.append((proc, proc.as_dict(attrs, ad_value=None)))
+        except psutil.NoSuchProcess:        # gone meanwhile (a zombie's attrs are ad_value)
+            continue
+    return out
+
+
 def matching(pattern: re.Pattern) -> list["psutil.Process"]:
     """Live processes whose command line matches, Pulse's own left out, oldest first (a server's
     forked workers match too, and it is their parent that is the process)."""
     import psutil
     me, found = os.getpid(), []
-    for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
-        info = proc.info
+    for proc, info in scan(["cmdline", "create_time", "status"]):
         cmdline = info["cmdline"] or []
         if proc.pid == me or info["status"] == psutil.STATUS_ZOMBIE or not cmdline or is_pulses_own(cmdline):
             continue
         if pattern.search(" ".join(cmdline)):
-            found.append(proc)
-    return sorted(found, key=lambda p: p.info["create_time"] or 0)
+            found.append((info["create_time"] or 0, proc))
+    return [proc for _, proc in sorted(found, key=lambda pair: pair[0])]
 
 
 def living(pid: int) -> "psutil.Process | None":
@@ -100,8 +116,8 @@ def kept(name: str, home: str | os.PathLike) -> list["psutil.Process"]:
     """The processes a keeper of `name` (for this home) is keeping: what Pulse last started."""
     import psutil
     title, out = keeper_title(name, home), []
-    for proc in psutil.process_iter(["cmdline"]):
-        if " ".join(proc.info["cmdline"] or []).strip() == title:
+    for proc, info in scan(["cmdline"]):
+        if " ".join(info["cmdline"] or []).strip() == title:
             try:
                 out += [c for c in proc.children() if living(c.pid)]
             except psutil.Error:
