@@ -344,11 +344,13 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
                                                     home=tmp_path / "h o", scratch=str(tmp_path))
     assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-2:] == ["--", 'say "hi"']
     overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
-    assert inv.argv[2] == "-c" and len(overrides) == 5
+    assert inv.argv[2] == "-c" and len(overrides) == 6
     parsed = tomllib.loads("\n".join(overrides))["mcp_servers"]["pulse"]   # each override is valid TOML
     assert parsed["args"] == ["mcp"] and parsed["command"].endswith("pulsectl")
     # exec waits for it before the turn, and fails if it does not come up (it answers without it otherwise).
     assert parsed.pop("required") is True and parsed.pop("startup_timeout_sec") == 30
+    # its calls need no approval from Codex (exec asks no one: it refused every one); the gate decides
+    assert parsed.pop("default_tools_approval_mode") == "approve"
     assert parsed["env"] == {"PULSE_HOME": str(tmp_path / "h o"), "PULSE_AGENT": "cx", "PULSE_TASK": "task-3"}
     for name in ("cursor", "hermes", "openclaw", "command"):      # no documented way: nothing added
         agent = Agent(name="x", adapter=name, argv=None if name != "command" else ["x"])
