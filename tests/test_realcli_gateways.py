@@ -7,7 +7,8 @@ endpoint, and restarts by stopping what is there first: never two copies.
 - LiteLLM as [survival.llm]'s process: kill -9, then SIGSTOP: one proxy after, and it stays up
   past effect_timeout_s (the old exec-based restart killed it then).
 - Hermes: exit 75 (SIGUSR1 under --external-supervisor) is restarted at once; exit 78 (a fatal
-  config error) is left down, and a notification says so.
+  config error) is left down, and a notification says so. With the README's settings, six SIGUSR1
+  within two minutes and a frozen /health end healthy (its own respawn-storm breaker is off).
 
 Everything runs on 127.0.0.1 on free ports, with every state directory in the test's tmp dir (see
 realgateways.py for what each tool needs). Tools missing: skipped, or failed in CI (CI=true).
