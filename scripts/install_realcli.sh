@@ -11,6 +11,7 @@ CODEX=0.171.0
 OPENCLAW=2026.9.6
 NODE24=24.22.3          # OpenClaw needs node >= 24.16; on an older node npm resolves a placeholder package
 HERMES=0.19.0
+HERMES_AIOHTTP=3.14.1   # Hermes' own pin (its messaging extras'); edge-tts alone would take any aiohttp
 LITELLM=1.108.7
 mkdir -p "$DIR"
 echo "real CLIs into $DIR"
@@ -29,10 +30,15 @@ if [ ${#npm_pkgs[@]} -gt 0 ]; then
     PATH="$NODE_BIN:$PATH" npm install --silent --no-audit --no-fund --prefix "$DIR/npm" "${npm_pkgs[@]}"
 fi
 
-venv() {  # venv NAME SPEC: a venv of its own per tool, so their pins never meet Pulse's
-    if [ ! -x "$DIR/$1/bin/python" ]; then "$PY" -m venv "$DIR/$1"; fi
-    "$DIR/$1/bin/pip" install -q --disable-pip-version-check "$2"
+venv() {  # venv NAME SPEC...: a venv of its own per tool, so their pins never meet Pulse's
+    local name="$1"; shift
+    if [ ! -x "$DIR/$name/bin/python" ]; then "$PY" -m venv "$DIR/$name"; fi
+    "$DIR/$name/bin/pip" install -q --disable-pip-version-check "$@"
 }
-venv hermes "hermes-agent==$HERMES"
+# Up front, what Hermes would otherwise fetch from PyPI by itself while Pulse watches it: its API
+# server (the /health Pulse probes) needs aiohttp, and its first gateway start lazily installs
+# edge-tts (which brings aiohttp); offline, or killed mid-install, it never serves /health.
+# `mcp`: Hermes' MCP client, so a run can be handed `pulsectl mcp` (Pulse's tools).
+venv hermes "hermes-agent[edge-tts,mcp]==$HERMES" "aiohttp==$HERMES_AIOHTTP"
 venv litellm "litellm[proxy]==$LITELLM"
 echo "real CLIs ready"

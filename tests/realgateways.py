@@ -36,6 +36,7 @@ import os
 import re
 import signal
 import time
+import tomllib
 from pathlib import Path
 
 import psutil
@@ -56,8 +57,8 @@ def env_argv(tag: str, env: dict[str, str]) -> list[str]:
 
 
 def base_env(home: Path) -> dict[str, str]:
-    """What every gateway gets: its HOME in the tmp dir, no proxy for loopback."""
-    return {"HOME": str(home), "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"}
+    """What every gateway gets: its HOME in the tmp dir, no proxy for loopback, no package index."""
+    return {"HOME": str(home), "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", **realtools.offline_env()}
 
 
 # -- finding what a test started ---------------------------------------------------------------------
@@ -258,6 +259,21 @@ class Proxy:
     def ready(self) -> bool:
         got = http_get(self.url, timeout=1.0)
         return got is not None and got[0] == 200
+
+
+def readme_process(name: str) -> dict:
+    """The [[process]] `name` as the README's "Watching OpenClaw, Hermes and LiteLLM" block gives it
+    (a test takes its health and env settings from there, so what it proves is what is documented)."""
+    text = (realtools.ROOT / "README.md").read_text()
+    for block in re.findall(r"^```toml\n(.*?)^```", text, re.S | re.M):
+        for process in tomllib.loads(block).get("process", []):
+            if process.get("name") == name:
+                return process
+    raise LookupError(f"README.md shows no [[process]] named {name!r}")
+
+
+def toml_inline(table: dict) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
 
 
 def toml_argv(argv: list[str]) -> str:

@@ -93,6 +93,15 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
 
 
+def offline_env() -> dict[str, str]:
+    """What keeps a tool off the package indexes: everything it needs to serve what Pulse probes is
+    installed up front (scripts/install_realcli.sh), so a tool that would fetch a package while a
+    test watches it fails there, as on a host without the internet. pip: no index, no find-links,
+    no config file (the host's may name a mirror); uv offline; npm offline."""
+    return {"PIP_NO_INDEX": "1", "PIP_INDEX_URL": "", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
+            "PIP_CONFIG_FILE": os.devnull, "UV_OFFLINE": "1", "UV_NO_INDEX": "1", "npm_config_offline": "true"}
+
+
 # -- ports and processes -------------------------------------------------------------------------------
 
 def free_port() -> int:
@@ -233,7 +242,7 @@ class LiteLLM(Service):
         home = self.workdir / "home"
         home.mkdir(exist_ok=True)
         env = {**clean_environ(), "HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-               "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"}
+               "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", **offline_env()}
         self.spawn([str(tool("litellm")), "--config", str(path), "--host", "127.0.0.1", "--port", str(self.port)], env)
         if wait:
             self.wait_ready(self.alive, timeout)
@@ -524,7 +533,7 @@ class OpenClawGateway(Service):
 
     def start(self, timeout: float = 60) -> OpenClawGateway:
         env = {**clean_environ(), "HOME": str(self.home), "OPENCLAW_STATE_DIR": str(self.state),
-               "PATH": agent_path()}
+               "PATH": agent_path(), **offline_env()}
         self.spawn([str(tool("openclaw")), "gateway", "run", "--port", str(self.port), "--bind", "loopback"], env)
 
         def ready():
@@ -532,3 +541,135 @@ class OpenClawGateway(Service):
             return got is not None and got[0] == 200 and json.loads(got[1] or b"{}").get("ready") is True
         self.wait_ready(ready, timeout)
         return self
+
+
+# -- a scripted model that asks for one tool call --------------------------------------------------------
+
+class ScriptedModel:
+    """An OpenAI-compatible endpoint on loopback that asks for tool calls, then finishes: a model
+    LiteLLM's mock cannot be (it never asks for a tool). Chat completions (Hermes, OpenClaw; streamed
+    or not) and the Responses API (Codex, streamed). `calls`: (tool, args) in order; a request that
+    carries n tool results is answered with the call n+1 (of the offered tool whose name is, or ends
+    in, that name), and once all were answered, or when it is not offered, with `final`, the text
+    the run ends with. What each request offered is kept (`offered`), to say why a run never
+    called a tool."""
+
+    def __init__(self, calls: list[tuple[str, dict]], final: str = "DONE"):
+        self.calls, self.final = calls, final
+        self.offered: list[list[str]] = []
+        self.called: list[str] = []
+        self.bodies: list[dict] = []       # every request, as asked
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                outer.bodies.append(body)
+                if self.path.rstrip("/").endswith("/responses"):
+                    self._responses(body)
+                else:
+                    self._chat(body)
+
+            def do_GET(self):
+                self._json({"object": "list", "data": [{"id": CHAT_MODEL, "object": "model", "owned_by": "pulse"}]})
+
+            def _chat(self, body):
+                names = [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
+                answered = sum(m.get("role") == "tool" for m in body.get("messages") or [])
+                call, args = outer._pick(names, answered)
+                usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+                if call:
+                    tool_calls = [{"index": 0, "id": f"call_pulse_{answered}", "type": "function",
+                                   "function": {"name": call, "arguments": json.dumps(args)}}]
+                    message, finish = {"role": "assistant", "content": None, "tool_calls": tool_calls}, "tool_calls"
+                else:
+                    message, finish = {"role": "assistant", "content": outer.final}, "stop"
+                head = {"id": "chatcmpl-pulse", "created": int(time.time()), "model": body.get("model", CHAT_MODEL)}
+                if not body.get("stream"):
+                    self._json({**head, "object": "chat.completion", "usage": usage,
+                                "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
+                    return
+                chunk = {**head, "object": "chat.completion.chunk"}
+                self._sse([{**chunk, "choices": [{"index": 0, "delta": message, "finish_reason": None}]},
+                           {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage}],
+                          done=True)
+
+            def _responses(self, body):
+                # An MCP server's tools come as one `namespace` tool (Codex 0.171: "mcp__pulse"); a call
+                # of one names the function and its namespace.
+                tools = body.get("tools") or []
+                where = {t.get("name", ""): (None, t.get("name", "")) for t in tools if t.get("type") == "function"}
+                where.update({f"{t.get('name', '')}__{s.get('name', '')}": (t.get("name"), s.get("name", ""))
+                              for t in tools if t.get("type") == "namespace" for s in t.get("tools") or []})
+                items = body.get("input") if isinstance(body.get("input"), list) else []
+                answered = sum(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
+                call, args = outer._pick(list(where), answered)
+                if call:
+                    namespace, name = where[call]
+                    item = {"type": "function_call", "id": f"fc_pulse_{answered}", "call_id": f"call_pulse_{answered}",
+                            "name": name, **({"namespace": namespace} if namespace else {}),
+                            "arguments": json.dumps(args), "status": "completed"}
+                else:
+                    item = {"type": "message", "id": "msg_pulse_1", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": outer.final, "annotations": []}]}
+                response = {"id": "resp_pulse", "object": "response", "created_at": int(time.time()),
+                            "model": body.get("model", ""), "status": "in_progress", "output": []}
+                usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+                         "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+                self._sse([{"type": "response.created", "response": response},
+                           {"type": "response.output_item.added", "output_index": 0, "item": item},
+                           {"type": "response.output_item.done", "output_index": 0, "item": item},
+                           {"type": "response.completed",
+                            "response": {**response, "status": "completed", "output": [item], "usage": usage}}])
+
+            def _json(self, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _sse(self, events, done=False):
+                lines = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" if "type" in e and "object" not in e
+                         else f"data: {json.dumps(e)}\n\n" for e in events]
+                data = ("".join(lines) + ("data: [DONE]\n\n" if done else "")).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def _pick(self, names: list[str], answered: int) -> tuple[str | None, dict]:
+        """(the offered name of the next call, its args), or (None, {}) to finish."""
+        self.offered.append(names)
+        if answered >= len(self.calls):
+            return None, {}
+        tool, args = self.calls[answered]
+        call = next((n for n in names if n == tool or n.endswith(f"__{tool}") or n.endswith(f"_{tool}")), None)
+        if call:
+            self.called.append(call)
+        return call, args
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()

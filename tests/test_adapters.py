@@ -365,6 +365,8 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
     assert parsed["args"] == ["mcp"] and parsed["command"].endswith("pulsectl")
     # exec waits for it before the turn, and fails if it does not come up (it answers without it otherwise).
     assert parsed.pop("required") is True and parsed.pop("startup_timeout_sec") == 30
+    # its calls need no approval from Codex (exec asks no one: it refused every one); the gate decides
+    assert parsed.pop("default_tools_approval_mode") == "approve"
     assert parsed["env"] == {"PULSE_HOME": str(tmp_path / "h o"), "PULSE_AGENT": "cx", "PULSE_TASK": "task-3"}
     assert parsed["env_vars"] == ["PULSE_RUN_TOKEN"]
     for name in ("cursor", "hermes", "openclaw", "command"):      # no documented way: nothing added

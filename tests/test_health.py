@@ -274,11 +274,16 @@ def test_the_templates_openclaw_rule_hands_the_gateway_to_an_agent_when_restarts
         name = "openclaw-gateway"
         match = "^sleep 3600.1919$"
         restart = ["true"]
-        health = {{ url = "{endpoint.url}", every_s = 0.2, timeout_s = 1, failures = 2 }}
+        health = {{ url = "{endpoint.url}", every_s = 0.2, timeout_s = 1, failures = 2, start_period_s = 0.5 }}
 
         [survival]
         process_backoff_base_s = 0.2
     """)
+    # The rule's START_PERIOD_S is kept equal to health.start_period_s, as its docstring says.
+    rule = pulsed.home / "engine" / "rules" / "openclaw.py"
+    text = rule.read_text()
+    assert "\nSTART_PERIOD_S = 15.0 " in text
+    rule.write_text(text.replace("\nSTART_PERIOD_S = 15.0 ", "\nSTART_PERIOD_S = 0.5 "))
     pulsed.start(env=FAST)
     created = wait_for(lambda: pulsed.events("task-created"), 30, what="a task for the agents")
     assert len(restarts(pulsed, "openclaw-gateway")) >= 2

@@ -35,6 +35,7 @@ from realtools import (
     ScriptedAnthropic,
     agent_path,
     free_port,
+    offline_env,
     openclaw_config,
     require_tools,
 )
@@ -195,7 +196,7 @@ def claude_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, **extra) -
     home = tmp_path / "claude-home"
     home.mkdir(exist_ok=True)
     env = {"HOME": str(home), "PATH": agent_path(), "ANTHROPIC_BASE_URL": base_url,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **extra}
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **offline_env(), **extra}
     if key:
         env["ANTHROPIC_API_KEY"] = key
     return env
@@ -210,7 +211,7 @@ def codex_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, stream_retr
         f'model = "{CODEX_MODEL}"\nmodel_provider = "litellm"\n\n[model_providers.litellm]\nname = "LiteLLM"\n'
         f'base_url = "{base_url}/v1"\nenv_key = "LITELLM_API_KEY"\nwire_api = "responses"\n'
         f"request_max_retries = 0\nstream_max_retries = {stream_retries}\n")
-    env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "PATH": agent_path()}
+    env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "PATH": agent_path(), **offline_env()}
     if key:
         env["LITELLM_API_KEY"] = key
     return env
@@ -224,14 +225,14 @@ def hermes_env(tmp_path, base_url: str | None) -> dict:
         (hermes_home / "config.yaml").write_text(
             f"model:\n  provider: custom\n  default: {CHAT_MODEL}\n  base_url: {base_url}/v1\n  api_key: {MASTER_KEY}\n"
             "agent:\n  api_max_retries: 1\n")
-    return {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path()}
+    return {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path(), **offline_env()}
 
 
 def openclaw_env(tmp_path, litellm_url: str, gateway_port: int) -> dict:
     home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
     home.mkdir(exist_ok=True)
     openclaw_config(state, litellm_url, gateway_port)
-    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path()}
+    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(), **offline_env()}
 
 
 def cli_json(text: str) -> dict:

@@ -7,7 +7,8 @@ endpoint, and restarts by stopping what is there first: never two copies.
 - LiteLLM as [survival.llm]'s process: kill -9, then SIGSTOP: one proxy after, and it stays up
   past effect_timeout_s (the old exec-based restart killed it then).
 - Hermes: exit 75 (SIGUSR1 under --external-supervisor) is restarted at once; exit 78 (a fatal
-  config error) is left down, and a notification says so.
+  config error) is left down, and a notification says so. With the README's settings, six SIGUSR1
+  within two minutes and a frozen /health end healthy (its own respawn-storm breaker is off).
 
 Everything runs on 127.0.0.1 on free ports, with every state directory in the test's tmp dir (see
 realgateways.py for what each tool needs). Tools missing: skipped, or failed in CI (CI=true).
@@ -24,7 +25,18 @@ import time
 
 import pytest
 
-from realgateways import Hermes, OpenClaw, Proxy, elapsed, gone, kill_all, stop_pulsed, toml_argv
+from realgateways import (
+    Hermes,
+    OpenClaw,
+    Proxy,
+    elapsed,
+    gone,
+    kill_all,
+    readme_process,
+    stop_pulsed,
+    toml_argv,
+    toml_inline,
+)
 from support import init_home, wait_for
 
 pytestmark = pytest.mark.realcli
@@ -297,3 +309,58 @@ def test_hermes_gateway_exit_75_is_restarted_at_once_and_exit_78_is_left_down(ri
     measure("hermes", start_to_healthy=started, usr1_to_healthy=usr1_to_healthy, exit75_to_restart_s=exit_to_restart,
             exit78_after_start_s=round(fatal["ts"] - third["ts"], 2),
             notified=told[0]["data"]["params"].get("title") or told[0]["data"]["params"].get("message"))
+
+
+def test_hermes_with_the_readmes_settings_ends_healthy_after_a_restart_storm(rig, pulsed):
+    """Hermes 0.19 breaks respawn storms itself: after more than 5 starts in 120 s it sleeps 10, 20,
+    40 … 300 s before serving. Pulse, finding a sleeping start unhealthy, killed it: one more start,
+    a longer sleep, for ever. With the README's Hermes settings (its breaker off, its health probes
+    as documented): six SIGUSR1 restarts within two minutes, then a /health that stops answering
+    (SIGSTOP) and is restarted: healthy again each time, every restart counted, no more than asked."""
+    documented = readme_process("hermes-gateway")
+    hg = Hermes(rig.dir("hermes"), rig.tag)
+    hg.env.update({k: v for k, v in documented["env"].items() if not k.startswith("API_SERVER_")})
+    health = {**documented["health"], "url": hg.url}
+    write_config(pulsed, f"""
+        [[process]]
+        name = "hermes"
+        pidfile = {{ path = "{hg.pidfile}", key = "pid" }}
+        restart = {toml_argv(hg.argv())}
+        restart_exit_codes = {documented["restart_exit_codes"]}
+        stop_exit_codes = {documented["stop_exit_codes"]}
+        health = {toml_inline(health)}
+    """)
+    # A start that sleeps out a storm is killed after its start period and `failures` probes.
+    given_up_after = health["start_period_s"] + health["failures"] * (health["every_s"] + health["timeout_s"])
+    serve_s = 60                # a start that does not sleep serves in 1-2 s idle, 13-18 s at a load of 20
+    t0 = time.monotonic()
+    pulsed.start(env=FAST)
+    pid = healthy(pulsed, hg, "hermes", set(), serve_s)
+    seen, cycles, since = {pid}, [], time.time()
+    for _ in range(6):
+        t = time.monotonic()
+        os.kill(pid, signal.SIGUSR1)
+        wait_for(lambda p=pid: gone(p), 30, what=f"hermes {pid} to drain and exit 75")
+        pid = healthy(pulsed, hg, "hermes", seen, serve_s)
+        seen.add(pid)
+        cycles.append(elapsed(t))
+    usr1_span = elapsed(t0)
+    assert usr1_span < 120, f"six SIGUSR1 restarts took {usr1_span}s, not within Hermes' 120 s window"
+
+    frozen_at, t = time.time(), time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    last = healthy(pulsed, hg, "hermes", seen, given_up_after + serve_s + 30, frozen_at)
+    freeze_to_healthy = elapsed(t)
+    assert gone(pid), "the frozen gateway is still there"
+
+    # Healthy for a whole probe cycle and more after that: not a start that Pulse is about to kill.
+    steady_until = time.monotonic() + health["every_s"] * (health["failures"] + 1)
+    while time.monotonic() < steady_until:
+        assert alive_pid(pulsed, "hermes") == last and hg.ready(), whys(restarts(pulsed, "hermes", frozen_at))
+        time.sleep(0.5)
+    done = restarts(pulsed, "hermes", since)
+    assert sorted(whys(done)) == ["exit-code"] * 6 + ["unhealthy"], whys(done)
+    assert [p.pid for p in hg.copies()] == [last]
+    assert not (hg.home / "gateway-starts.log").exists(), "Hermes' storm breaker still counts starts"
+    measure("hermes-storm", usr1_cycles=cycles, six_usr1_span=usr1_span, freeze_to_healthy=freeze_to_healthy,
+            restarts=len(done))

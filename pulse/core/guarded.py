@@ -68,22 +68,38 @@ def expected_uid(process: "Process") -> int | None:
         return None
 
 
+def scan(attrs: list[str]) -> list[tuple["psutil.Process", dict]]:
+    """Every process there is, with `attrs` read into a dict of its own (None where access is denied).
+
+    Not psutil.process_iter(attrs): it caches its Process objects for every thread of the process
+    and sets `.info` on them as it goes, so one watcher's scan of ["cmdline"] replaced what another
+    thread's scan had just read (its `create_time` gone: a sample lost to a KeyError)."""
+    import psutil
+    out = []
+    for pid in psutil.pids():
+        try:
+            proc = psutil.Process(pid)
+            out.append((proc, proc.as_dict(attrs, ad_value=None)))
+        except psutil.NoSuchProcess:        # gone meanwhile (a zombie's attrs are ad_value)
+            continue
+    return out
+
+
 def matching(pattern: re.Pattern, uid: int | None = None) -> list["psutil.Process"]:
     """Live processes whose command line matches (and that run as `uid`, when given), Pulse's own
     left out, oldest first (a server's forked workers match too, and it is their parent that is the
     process)."""
     import psutil
     me, found = os.getpid(), []
-    for proc in psutil.process_iter(["cmdline", "create_time", "status", "uids"]):
-        info = proc.info
+    for proc, info in scan(["cmdline", "create_time", "status", "uids"]):
         cmdline = info["cmdline"] or []
         if proc.pid == me or info["status"] == psutil.STATUS_ZOMBIE or not cmdline or is_pulses_own(cmdline):
             continue
         if uid is not None and (info["uids"] is None or info["uids"].real != uid):
             continue
         if pattern.search(" ".join(cmdline)):
-            found.append(proc)
-    return sorted(found, key=lambda p: p.info["create_time"] or 0)
+            found.append((info["create_time"] or 0, proc))
+    return [proc for _, proc in sorted(found, key=lambda pair: pair[0])]
 
 
 def runs_as(proc: "psutil.Process", uid: int) -> bool:
@@ -149,11 +165,9 @@ def keeper_title(name: str, home: str | os.PathLike) -> str:
 def keepers_of(name: str, home: str | os.PathLike) -> list["psutil.Process"]:
     """The live keepers of `name` for this home: Pulse's own account's, titled as keeper_title says
     (another account's process with that title keeps nothing of Pulse's)."""
-    import psutil
     title, me = keeper_title(name, home), os.getuid()
-    return [proc for proc in psutil.process_iter(["cmdline", "uids"])
-            if " ".join(proc.info["cmdline"] or []).strip() == title and proc.info["uids"] is not None
-            and proc.info["uids"].real == me]
+    return [proc for proc, info in scan(["cmdline", "uids"])
+            if " ".join(info["cmdline"] or []).strip() == title and info["uids"] is not None and info["uids"].real == me]
 
 
 def kept(name: str, home: str | os.PathLike) -> list["psutil.Process"]:

@@ -280,9 +280,9 @@ def group_members(pgid: int, not_before: float) -> list[psutil.Process]:
 
     Older ones cannot be the effect's: the group id was reused."""
     out = []
-    for proc in psutil.process_iter(["create_time", "status"]):
+    for proc, info in guarded.scan(["create_time", "status"]):     # not process_iter: see scan
         try:
-            if (proc.info["status"] != psutil.STATUS_ZOMBIE and proc.info["create_time"] >= not_before
+            if (info["status"] != psutil.STATUS_ZOMBIE and (info["create_time"] or 0) >= not_before
                     and os.getpgid(proc.pid) == pgid):
                 out.append(proc)
         except (ProcessLookupError, psutil.Error):

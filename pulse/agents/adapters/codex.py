@@ -29,6 +29,12 @@ has not answered yet (0.171: a server that takes 4 s to start was never even exe
 PONG run ended). So the server is also `required = true` (exec waits for it, and fails, "required
 MCP servers failed to initialize: pulse: timed out handshaking ...", exit 1, if it does not
 come up) with `startup_timeout_sec` = MCP_STARTUP_TIMEOUT_S: a run has Pulse's tools, or fails.
+
+Codex asks before it calls an MCP tool (unless the tool says it only reads), and exec asks no one:
+0.171 answered every call of a Pulse tool "MCP tool call requires approval, but approval policy is
+never", and the model was left to say what it liked. So Pulse's server gets
+`default_tools_approval_mode = "approve"`: its calls need no approval from Codex, since each one
+passes Pulse's gate, which decides and records it. Only the `pulse` server is granted.
 """
 
 from __future__ import annotations
@@ -90,7 +96,9 @@ class CodexAdapter(Adapter):
             overrides += ["-c", f"mcp_servers.pulse.env_vars={_toml(sorted(secret))}"]
         # Wait for it before the turn (see the module's docstring): without it, its tools, or not at all.
         overrides += ["-c", "mcp_servers.pulse.required=true",
-                      "-c", f"mcp_servers.pulse.startup_timeout_sec={MCP_STARTUP_TIMEOUT_S}"]
+                      "-c", f"mcp_servers.pulse.startup_timeout_sec={MCP_STARTUP_TIMEOUT_S}",
+                      # Granted: exec asks no one, so a tool that needs approval is refused (see the docstring).
+                      "-c", 'mcp_servers.pulse.default_tools_approval_mode="approve"']
         inv.argv[at:at] = overrides
 
     def parse(self, run: RunOutput) -> AgentResult:

@@ -16,7 +16,10 @@ directory) to every run, and reads:
 A missing or unreadable usage file is noted (`usage_file`), not guessed at.
 
 MCP: Hermes reads MCP servers from its own config; no per-run flag is documented, so this
-adapter hands it no Pulse tools.
+adapter hands it no Pulse tools. (Its config.yaml's mcp_servers expand ${VAR} from its
+environment, which holds the run's PULSE_RUN_TOKEN and PULSE_GATE_SOCKET; but 0.19's -z starts
+MCP discovery in the background and builds its agent without waiting for it: `pulsectl mcp`,
+slower to answer under load, was in one run and missing from the next.)
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ each task its own (`--session-key <task id>`, scoped to `--agent`). `--agent mai
 agent, not Pulse's [[agent]]: set argv to pick another. Prompts that start with "-" are taken as
 `--message`'s value.
 
-MCP: no per-run flag is documented, so this adapter hands it no Pulse tools.
+MCP: no per-run flag is documented, so this adapter hands it no Pulse tools. (Its config's
+mcp.servers are started by whatever process runs the turn: through the gateway, the gateway's
+children, without the run's token; only `--local` runs the turn in the CLI's own process.)
 """
 
 from __future__ import annotations
