@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -309,6 +310,11 @@ def browser_or_skip():
             pytest.fail(missing)
         pytest.skip(missing)
     return sync_playwright
+
+
+def copy_home(template: Path, home: Path) -> None:
+    """A copy of a prepared home (the long_history fixture's) to start a pulsed on."""
+    shutil.copytree(template, home, symlinks=True, dirs_exist_ok=True)
 
 
 def eventsdb_last_id(conn) -> int:

@@ -188,6 +188,7 @@ class Folded(Generic[S]):
         else:
             self.rebuilt = None
             self.state, self.last_id = found
+            log.info("%s: from its checkpoint at event %d", self.projection.name, self.last_id)
         self.saved_id, self.saved_at = self.last_id, time.monotonic()
 
     def catch_up(self, conn: sqlite3.Connection | None = None) -> S:
