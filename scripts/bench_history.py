@@ -51,16 +51,16 @@ ENV = {"PULSE_TICK_MS": "1000", "PULSE_WATCHER_INTERVAL_MS": "1000"}
 # -- growing a history ----------------------------------------------------------------------------------
 
 def grow(home: Path, size_mib: float) -> None:
-    """Append to home/events.db, in the real schema through Pulse's own store functions, until it
-    holds `size_mib`: per round 1,000 noop effects committed, claimed and acked (one transaction), and
-    10 tasks, every third failing once before it is run again, acked and closed, each with its gate
-    session's facts."""
-    from pulse.agents import tasks
+    """Append to home/events.db, in the real schema, until it holds `size_mib`: per round (one
+    transaction) 1,000 noop effects committed through Pulse's effect queue, claimed and acked, and 10
+    tasks, every third failing once before it is run again, acked and closed, each with its gate
+    session's facts. The task events are appended as the task table allows them, without the
+    per-task check-and-append transaction (which reads each task's history: slow on a long one)."""
     from pulse.core import wire
     from pulse.store import effectqueue, eventsdb
     from pulse.store.connection import Transaction
     conn = eventsdb.open_events(home / "events.db")
-    n = 0
+    n = conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0]
     try:
         while (home / "events.db").stat().st_size < size_mib * MiB:
             effects = [effectqueue.new_effect(wire.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
@@ -73,24 +73,36 @@ def grow(home: Path, size_mib: float) -> None:
                     eventsdb.insert_event(conn, wire.now_event("effect-acked", "executor", eff.target,
                                                                effect_id=eff.id, kind=eff.kind, duration_s=0.002))
                 conn.execute("UPDATE effects SET state = 'acked' WHERE state = 'pending'")
-            for k in range(10):
-                n += 1
-                task = tasks.create(conn, "bench", f"task {n}", "nothing to do", source="bench")
-                session = f"s{n}"
-                if k % 3 == 0:
-                    tasks.start_run(conn, task.id, "claude", f"r{n}a", "executor")
-                    tasks.record(conn, task.id, "task-failed", "executor", run=f"r{n}a", error="exit 1")
-                tasks.start_run(conn, task.id, "claude", f"r{n}", "executor")
-                eventsdb.append_events(conn, [
-                    wire.now_event("gate-call", "gate", session, phase="open", task=task.id, agent="claude"),
-                    wire.now_event("gate-call", "gate", session, phase="read", resource=f"/srv/f{n % 50}"),
-                    wire.now_event("gate-call", "gate", session, phase="write-began", resource=f"/srv/f{n % 50}"),
-                    wire.now_event("gate-call", "gate", session, phase="close")])
-                tasks.record(conn, task.id, "task-acked", "executor", run=f"r{n}", result={"ok": True})
-                tasks.record(conn, task.id, "task-closed", "bench")
+                for k in range(10):
+                    n += 1
+                    for ev in task_life(n, attempts=2 if k % 3 == 0 else 1):
+                        eventsdb.insert_event(conn, ev)
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")     # the history's size is the main file's
     finally:
         conn.close()
+
+
+def task_life(n: int, attempts: int) -> list:
+    """The events of task n from created to closed, its runs by agent claude, all but the last failing,
+    and its gate session's facts."""
+    from pulse.core import wire
+    task, session = f"task-{n}", f"s{n}"
+    out = [wire.now_event("task-created", "bench", task, project="bench", title=f"task {n}", prompt="nothing",
+                          priority=0)]
+    for attempt in range(attempts):
+        run = f"r{n}-{attempt}"
+        out += [wire.now_event("task-assigned", "executor", task, agent="claude", run=run),
+                wire.now_event("task-executing", "executor", task, agent="claude", run=run)]
+        if attempt < attempts - 1:
+            out.append(wire.now_event("task-failed", "executor", task, run=run, error="exit 1"))
+    call = f"c{n}"
+    out += [wire.now_event("gate-call", "gate", session, phase="open", session=session, task=task, agent="claude"),
+            wire.now_event("gate-call", "gate", session, phase="begin", session=session, call=call, kind="read",
+                           tool="read_file", touches=[f"/srv/f{n % 50}"]),
+            wire.now_event("gate-call", "gate", session, phase="end", session=session, call=call, ok=True),
+            wire.now_event("task-acked", "executor", task, run=run, result={"ok": True}),
+            wire.now_event("task-closed", "bench", task)]
+    return out
 
 
 def config_text(pidfile: Path) -> str:
