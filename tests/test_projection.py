@@ -174,3 +174,16 @@ def test_the_ticks_projections_load_from_a_checkpoint_as_a_fold_from_the_start_m
     from_start = tasks.catch_up(events, tasks.TaskBook(["claude"], forget_ended=True))
     assert from_checkpoint.states and from_checkpoint.states == from_start.states
     assert from_checkpoint.agents.stats == from_start.agents.stats
+
+
+def test_every_task_listed_from_its_checkpoint_equals_the_fold_from_the_start(events, tmp_path):
+    (tmp_path / "home").mkdir()
+    directory = tmp_path / "home" / projection.DIRECTORY
+    busy_history(events)
+    for _ in range(400):                           # enough task events that the listing leaves a checkpoint
+        task = tasks.create(events, "proj", "a task", "do it", source="test")
+        tasks.record(events, task.id, "task-closed", "test")
+    first = tasks.load_all(events, directory)
+    assert projection.checkpoint_path(directory, tasks.ALL_TASKS).exists()
+    busy_history(events)
+    assert tasks.load_all(events, directory) == tasks.load_all(events) != first

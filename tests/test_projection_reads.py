@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "pulse"
 
 # Calls that read the whole history whatever their arguments.
-WHOLE = {"events_of_types", "event_type_counts", "task_titles", "referenced_objects", "load_all",
-         "snapshot_extras"}
+WHOLE = {"events_of_types", "event_type_counts", "task_titles", "referenced_objects", "snapshot_extras"}
+# Calls that read the whole history unless given a checkpoint directory (their second argument).
+UNLESS_CHECKPOINTED = {"load_all"}
 # Calls that read from the start when their `after_id` (first positional after the connection) is missing
 # or 0, and no `since_ts` bounds them.
 FROM_AFTER = {"read_events": 1, "task_events": 1, "gate_facts": 1, "events_after": 1}
@@ -23,7 +24,6 @@ FROM_BOOK = {"catch_up"}
 ALLOWED = {
     "web/metrics.py:rebuild_counts": "the metrics projection's rebuild (a GROUP BY and the type index)",
     "agents/tasks.py:load_all": "one-shot: every task, for the listings below",
-    "cli/taskcmd.py:list_": "pulsectl task list: every task, once (to become a read of a checkpoint)",
     "agents/toolserver.py:PulseTools.tool_list_tasks": "the agent's task listing, once per call (to convert)",
     "workers/fleettasks.py:FleetTasks.load_now": "this host's load as the fleet sees it (to convert)",
     "web/pages.py:fleet_tasks_of": "the fleet page's task events (type index; to convert)",
@@ -78,6 +78,8 @@ def _from_start(call: ast.Call) -> bool:
         position = FROM_AFTER[name]
         after = keywords.get("after_id", call.args[position] if len(call.args) > position else None)
         return after is None or (isinstance(after, ast.Constant) and after.value == 0)
+    if name in UNLESS_CHECKPOINTED:
+        return len(call.args) < 2 and "checkpoints" not in keywords
     if name in FROM_BOOK:
         book = call.args[1] if len(call.args) > 1 else keywords.get("book")
         return isinstance(book, ast.Call)          # a book made right there: folded from the start

@@ -170,8 +170,9 @@ class Folded(Generic[S]):
 
     def __init__(self, projection: Projection[S], conn: sqlite3.Connection, directory: Path, *,
                  progress: Callable[[], None] = lambda: None, every_events: int = CHECKPOINT_EVENTS,
-                 every_s: float = CHECKPOINT_S, batch: int = FOLD_BATCH):
+                 every_s: float = CHECKPOINT_S, batch: int = FOLD_BATCH, save: bool = True):
         self.projection, self.conn, self.directory = projection, conn, directory
+        self.saves = save                 # False: a reader that may not write the home (reads checkpoints only)
         self.progress, self.every_events, self.every_s, self.batch = progress, every_events, every_s, batch
         self.state: S | None = None
         self.last_id = 0
@@ -220,7 +221,7 @@ class Folded(Generic[S]):
     def save(self) -> None:
         """Write the checkpoint now (after a rebuild, periodically, at a clean stop). A failure (a full
         disk) costs only the next start's time, so it is logged, not raised."""
-        if self.state is None or self.last_id == self.saved_id:
+        if self.state is None or self.last_id == self.saved_id or not self.saves:
             return
         try:
             anchor = eventsdb.event_ts(self.conn, self.last_id) or 0.0
