@@ -28,7 +28,7 @@ ALLOWED = {
     "workers/fleettasks.py:FleetTasks.load_now": "this host's load as the fleet sees it (to convert)",
     "web/pages.py:fleet_tasks_of": "the fleet page's task events (type index; to convert)",
     "cli/fleetcmd.py:read_fleet_events": "pulsectl fleet tasks: the fleet's task events (type index)",
-    "cli/schedulecmd.py:_book": "pulsectl schedule list: the schedule book (type index; to convert)",
+    "cli/schedulecmd.py:_rebuild_book": "the schedule book's rebuild: from the first schedule fact (type index)",
     "cli/enginecmd.py:engine_log": "pulsectl engine log: every promote and rollback (type index)",
     "effects/configfiles.py:known_good_of": "one process's known-good record, on an operator's request (type index)",
     "effects/repairs.py:cleanup": "objects/ garbage collection must see every reference",

@@ -451,15 +451,10 @@ ALL_TASKS = "tasks"     # the projection of every task, kept by the readers that
 def load_all(conn, checkpoints=None) -> dict[str, TaskState]:
     """Every task's state. With `checkpoints` (the home's checkpoint directory): from the checkpoint
     of the projection of every task, folding only what came after it, and writing a new one when
-    this fold was long and this process is the home's owner (root's pulsectl must not leave files
-    that a pulsed running as the home's user cannot replace; a reader that may not write still reads)."""
+    this fold was long and this process may (pulse.store.projection.may_write)."""
     if checkpoints is None:
         return catch_up(conn, TaskBook()).states
-    import os
-
     from pulse.store import projection
-    home = checkpoints.parent
-    writable = home.stat().st_uid == os.geteuid() and os.access(checkpoints if checkpoints.exists() else home, os.W_OK)
     folded = projection.Folded(book_projection(ALL_TASKS), conn, checkpoints, every_events=1_000,
-                               every_s=float("inf"), save=writable)
+                               every_s=float("inf"), save=projection.may_write(checkpoints.parent))
     return folded.catch_up().states

@@ -21,24 +21,43 @@ def _fail(message: str, code: int = 1):
     sys.exit(code)
 
 
-def _book(ctx: Context):
-    """Every schedule's state, folded from events.db (empty when there is none yet)."""
+def _rebuild_book(conn, upto_id: int):
+    """The schedule book from the first event: what came before a schedule's first fact is no
+    schedule's, so the ends of older tasks and effects are skipped."""
     from pulse.core import schedule
-    from pulse.store import connection, eventsdb
+    from pulse.store import eventsdb
     book = schedule.ScheduleBook()
+    first = eventsdb.read_events(conn, types=[schedule.ARMED, schedule.RUN], limit=1)
+    after = first[0].id - 1 if first else upto_id
+    while after < upto_id and (batch := eventsdb.events_after(conn, after, upto_id, sorted(schedule.FOLDED), 5_000)):
+        book.fold(batch)
+        after = batch[-1].id
+    return book
+
+
+def schedules_projection():
+    """The schedule book as a checkpointed projection (the tick keeps its own inside its projections)."""
+    from pulse.core import schedule
+    from pulse.store import projection
+    return projection.Projection(name="schedules", new=schedule.ScheduleBook, fold=schedule.ScheduleBook.fold,
+                                 types=tuple(sorted(schedule.FOLDED)), state_type=schedule.ScheduleBook,
+                                 rebuild=_rebuild_book, code=(schedule.ScheduleBook, schedule.ScheduleState))
+
+
+def _book(ctx: Context):
+    """Every schedule's state, folded from events.db (empty when there is none yet): from its
+    checkpoint, folding what came after."""
+    from pulse.core import schedule
+    from pulse.store import connection, projection
     if not ctx.paths.events_db.exists():
-        return book
+        return schedule.ScheduleBook()
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
         _fail(str(err))
-    # what came before a schedule's first fact is no schedule's: the ends of older tasks and effects are skipped
-    first = eventsdb.read_events(conn, types=[schedule.ARMED, schedule.RUN], limit=1)
-    after = first[0].id - 1 if first else eventsdb.last_event_id(conn)
-    while batch := eventsdb.read_events(conn, after_id=after, types=sorted(schedule.FOLDED), limit=5_000):
-        book.fold(batch)
-        after = batch[-1].id
-    return book
+    home = ctx.paths.home
+    return projection.Folded(schedules_projection(), conn, home / projection.DIRECTORY, every_events=1_000,
+                             every_s=float("inf"), save=projection.may_write(home)).catch_up()
 
 
 def _when(ts: float | None) -> str:

@@ -21,6 +21,7 @@ Rebuilding is the one path allowed to read the history from its first event
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import logging
@@ -49,13 +50,35 @@ log = logging.getLogger("pulse.projection")
 
 
 def source_of(obj: Any) -> str:
-    """The source text an object's meaning rests on: a function's, a class's, a module's."""
+    """The source text an object's meaning rests on: a function's; a class's fields and the source of
+    each of its methods (cheap: inspect.getsource of a class parses its whole module, and a
+    restarted worker computes its projections' versions before it folds); a constant's value."""
     if isinstance(obj, (set, frozenset)):
         return repr(sorted(obj, key=repr))    # a set's order varies between processes (hash seeds)
+    if isinstance(obj, type):
+        return _class_source(obj)
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        return _function_source(obj)
+    return repr(obj)                          # a constant: its value is its meaning
+
+
+@functools.lru_cache(maxsize=None)
+def _class_source(cls: type) -> str:
+    parts = [cls.__qualname__, repr(sorted(getattr(cls, "__annotations__", {}).items(), key=repr))]
+    for name, member in sorted(vars(cls).items()):
+        function = getattr(member, "__func__", getattr(member, "fget", member))
+        if inspect.isfunction(function):
+            parts.append(_function_source(function))
+        elif not name.startswith("__") and isinstance(member, (int, float, str, bytes, tuple, frozenset)):
+            parts.append(f"{name} = {source_of(member)}")
+    return "\n".join(parts)
+
+
+def _function_source(function) -> str:
     try:
-        return inspect.getsource(obj)
+        return inspect.getsource(function)
     except (OSError, TypeError):
-        return repr(obj)          # a constant: its value is its meaning
+        return function.__qualname__
 
 
 @dataclass(frozen=True)
@@ -162,6 +185,17 @@ def read_checkpoint(directory: Path, projection: Projection[S],
         return projection.decode(record.body), record.last_id
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, KeyError) as err:
         return f"checkpoint {path} does not load ({err})"
+
+
+def may_write(home: Path) -> bool:
+    """Whether a reader (pulsectl) may leave checkpoints under `home`: only as the home's owner. A
+    root pulsectl must not leave files that a pulsed running as the home's user cannot replace;
+    a reader that may not write still reads the checkpoints there."""
+    directory = home / DIRECTORY
+    try:
+        return home.stat().st_uid == os.geteuid() and os.access(directory if directory.exists() else home, os.W_OK)
+    except OSError:
+        return False
 
 
 class Folded(Generic[S]):

@@ -644,3 +644,9 @@ def validate_effects(effects: list[wire.Effect]) -> str | None:
         if e.target is not None and len(e.target) > wire.MAX_TARGET_CHARS:
             return f"effect target longer than {wire.MAX_TARGET_CHARS} characters"
     return None
+
+
+# Computed once here, where the forkserver preloads this module: a restarted tick inherits the
+# sources its projections' versions are hashed from, instead of reading them before its first fold.
+tick_projection(budget.WINDOW_S)
+tasks.book_projection("tick.tasks", forget_ended=True)
