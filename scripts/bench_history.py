@@ -134,8 +134,9 @@ def template(cache: Path, size_mib: int) -> Path:
 
 
 def settle(home: Path) -> None:
-    """Run pulsed on the grown home once, as the host had run before: its workers fold the history
-    (writing their checkpoints, where the code has them), then it stops cleanly."""
+    """Run pulsed on the grown home once, as the host had run before: its workers fold the history,
+    /metrics is read and the tasks listed once (writing their checkpoints, where the code has them),
+    then it stops cleanly."""
     log("a first run over it, as the host had before")
     run = Run(home)
     original = (home / "config.toml").read_text()
@@ -144,6 +145,7 @@ def settle(home: Path) -> None:
         run.start()
         run.ticked_since()
         wait_until(lambda: scrape(metrics_url(run)), 600, interval=0.2, what="/metrics served")
+        run.ctl("task", "list", timeout=600)       # an operator had listed the tasks before
     finally:
         run.stop()
         (home / "config.toml").write_text(original)
