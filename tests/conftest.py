@@ -58,6 +58,22 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+LONG_HISTORY_MIB = 40
+
+
+@pytest.fixture(scope="session")
+def long_history(tmp_path_factory):
+    """A home whose events.db holds LONG_HISTORY_MIB of a busy host's history, grown once per session
+    (test_web_memory.grow_history: real schema, Pulse's own store functions). Never start a pulsed on
+    it: copy it (copy_home)."""
+    from test_web_memory import grow_history
+    home = tmp_path_factory.mktemp("long-history") / "home"
+    support.init_home(home)
+    grow_history(home, LONG_HISTORY_MIB)
+    (home / "ballast").unlink(missing_ok=True)
+    return home
+
+
 @pytest.fixture
 def pulsed(tmp_path, tracker) -> Pulsed:
     """A pulsed, not yet started: call .start(env=...)."""

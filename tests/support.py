@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -312,14 +313,23 @@ def browser_or_skip():
     return sync_playwright
 
 
+def copy_home(template: Path, home: Path) -> None:
+    """A copy of a prepared home (the long_history fixture's) to start a pulsed on."""
+    shutil.copytree(template, home, symlinks=True, dirs_exist_ok=True)
+
+
+def eventsdb_last_id(conn) -> int:
+    from pulse.store import eventsdb
+    return eventsdb.last_event_id(conn)
+
+
 def scrape(pulsed: "Pulsed") -> str:
     """/metrics as the web worker would serve it now: folded from this home's events.db, over its live status."""
     from pulse.store import connection
     from pulse.web import metrics
     conn = connection.open_readonly(pulsed.home / "events.db")
-    counts = metrics.Counts()
     try:
-        counts.start(conn, None)
+        counts = metrics.rebuild_counts(conn, eventsdb_last_id(conn))
     finally:
         conn.close()
     return metrics.exposition(counts, pulsed.status(), {}).decode()

@@ -330,6 +330,25 @@ class TaskBook:
                 "agent-capability-stats": dict(sorted(self.agents.stats.items()))}
 
 
+def book_projection(name: str, agents: Iterable[str] = (), forget_ended: bool = False):
+    """A TaskBook as a checkpointed projection (pulse.store.projection) named `name`."""
+    from pulse.store import projection
+    agents = list(agents)
+
+    def load_book(raw: dict) -> TaskBook:
+        book = TaskBook(agents, forget_ended)
+        book.agents.stats.update(msgspec.convert(raw["stats"], dict[str, AgentCapabilityStats]))
+        book.agents.tasks.update(msgspec.convert(raw["tasks"], dict[str, TaskState]))
+        book.last_id = raw["last_id"]
+        return book
+
+    return projection.Projection(
+        name=name, new=lambda: TaskBook(agents, forget_ended), fold=TaskBook.fold, types=tuple(TASK_EVENTS),
+        dump=lambda book: {"stats": book.agents.stats, "tasks": book.agents.tasks, "last_id": book.last_id},
+        load=load_book, code=(TaskBook, AgentStatsFold, TaskState, AgentCapabilityStats, fold_one, apply,
+                              credited_agent, add_usage, TRANSITIONS, forget_ended))
+
+
 def snapshot_extras(conn, book: TaskBook | None = None,
                     first: Callable[[TaskState], bool] | None = None) -> dict[str, Any]:
     """What a snapshot carries when its sense keys include "pending-tasks":
@@ -441,5 +460,16 @@ def load(conn, task: str) -> TaskState | None:
     return fold_tasks(eventsdb.task_history(conn, task)).get(task)
 
 
-def load_all(conn) -> dict[str, TaskState]:
-    return catch_up(conn, TaskBook()).states
+ALL_TASKS = "tasks"     # the projection of every task, kept by the readers that list them all
+
+
+def load_all(conn, checkpoints=None) -> dict[str, TaskState]:
+    """Every task's state. With `checkpoints` (the home's checkpoint directory): from the checkpoint
+    of the projection of every task, folding only what came after it, and writing a new one when
+    this fold was long and this process may (pulse.store.projection.may_write)."""
+    if checkpoints is None:
+        return catch_up(conn, TaskBook()).states
+    from pulse.store import projection
+    folded = projection.Folded(book_projection(ALL_TASKS), conn, checkpoints, every_events=1_000,
+                               every_s=float("inf"), save=projection.may_write(checkpoints.parent))
+    return folded.catch_up().states

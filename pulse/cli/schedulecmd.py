@@ -22,7 +22,8 @@ def _fail(message: str, code: int = 1):
 
 
 def _book(ctx: Context):
-    """Every schedule's state, folded from events.db (empty when there is none yet)."""
+    """Every schedule's state, folded from events.db (empty when there is none yet): from its
+    checkpoint, folding what came after (pulse.store.schedulerun.book_of)."""
     from pulse.core import schedule
     from pulse.store import connection, schedulerun
     if not ctx.paths.events_db.exists():
@@ -32,7 +33,7 @@ def _book(ctx: Context):
     except connection.StoreError as err:
         _fail(str(err))
     try:
-        return schedulerun.book_of(conn)
+        return schedulerun.book_of(conn, ctx.paths.home)
     finally:
         conn.close()
 

@@ -136,7 +136,9 @@ def list_(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
     import msgspec
 
     from pulse.agents import tasks
-    states = sorted(tasks.load_all(_readonly(ctx)).values(), key=lambda t: _number(t.id))
+    from pulse.store import projection
+    states = sorted(tasks.load_all(_readonly(ctx), ctx.paths.home / projection.DIRECTORY).values(),
+                    key=lambda t: _number(t.id))
     chosen = [t for t in states if not statuses or t.status in statuses]
     if as_json:
         for t in chosen:

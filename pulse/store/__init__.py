@@ -6,5 +6,6 @@ effect queue beside it, claimed by compare-and-set), `errorruns` (errors coalesc
 a row), `vitalsdb` (vitals.db's samples), `objects` (content-addressed blobs), `ballast` (the file
 freed first when the disk is full), `provision` (making a home and checking it before pulsed starts),
 `schedulerun` (a schedule's run: its task or effect and the fact naming it, in one transaction),
-`fleetcursor` (the fleet outbox's cursor: the last event the NATS stream acknowledged).
+`fleetcursor` (the fleet outbox's cursor: the last event the NATS stream acknowledged), `projection`
+(folds of events.db checkpointed under the home, so a start folds only what came after).
 """

@@ -160,6 +160,26 @@ def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[
     return [_row_event(r) for r in conn.execute(sql, args)]
 
 
+def events_after(conn: sqlite3.Connection, after_id: int, upto_id: int, types: Sequence[str] = (),
+                 limit: int = 500) -> list[Event]:
+    """The events (of `types`; every type if none) with after_id < id <= upto_id, oldest first, at most
+    `limit`: what a projection folds next (pulse.store.projection; by the (type, id) index)."""
+    sql, args = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id <= ?", [after_id, upto_id]
+    if types:
+        sql += f" AND type IN ({','.join('?' * len(types))})"
+        args += list(types)
+    rows = conn.execute(sql + " ORDER BY id LIMIT ?", (*args, limit))
+    data = _json_object.decode
+    return [Event(id=r[0], seq=r[1], ts=r[2], mono=r[3], type=r[4], source=r[5], target=r[6], data=data(r[7]))
+            for r in rows]
+
+
+def event_ts(conn: sqlite3.Connection, event_id: int) -> float | None:
+    """When event `event_id` was appended, or None if there is none: which history a checkpoint is of."""
+    row = conn.execute("SELECT ts FROM events WHERE id = ?", (event_id,)).fetchone()
+    return row[0] if row else None
+
+
 def last_events(conn: sqlite3.Connection, n: int, types: Sequence[str] = ()) -> list[Event]:
     """The last `n` events (of `types`, over the whole history), oldest first."""
     sql = f"SELECT {_EVENT_COLUMNS} FROM events"

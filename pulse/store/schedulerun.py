@@ -7,25 +7,41 @@ transaction, so even two writers could not both run it; pulse.core.schedule fold
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Callable
 
-from pulse.core.schedule import ARMED, FOLDED, RUN, ScheduleBook
+from pulse.core.schedule import ARMED, FOLDED, RUN, ScheduleBook, ScheduleState
 from pulse.core.wire import Effect, Event, now_event
+from pulse.store import projection
 from pulse.store.connection import Transaction
 from pulse.store.effectqueue import insert_effect
-from pulse.store.eventsdb import insert_event, last_event_id, next_task_number, read_events
+from pulse.store.eventsdb import events_after, insert_event, next_task_number, read_events
 
 
-def book_of(conn: sqlite3.Connection) -> ScheduleBook:
-    """Every schedule's state, folded from events.db from the first schedule fact on (what came before
-    it is no schedule's: the ends of older tasks and effects are skipped)."""
+def rebuild_book(conn: sqlite3.Connection, upto_id: int) -> ScheduleBook:
+    """The schedule book from the first event: what came before a schedule's first fact is no
+    schedule's, so the ends of older tasks and effects are skipped."""
     book = ScheduleBook()
     first = read_events(conn, types=[ARMED, RUN], limit=1)
-    after = first[0].id - 1 if first else last_event_id(conn)
-    while batch := read_events(conn, after_id=after, types=sorted(FOLDED), limit=5_000):
+    after = first[0].id - 1 if first else upto_id
+    while after < upto_id and (batch := events_after(conn, after, upto_id, sorted(FOLDED), 5_000)):
         book.fold(batch)
         after = batch[-1].id
     return book
+
+
+def schedules_projection() -> projection.Projection[ScheduleBook]:
+    """The schedule book as a checkpointed projection (the tick keeps its own inside its projections)."""
+    return projection.Projection(name="schedules", new=ScheduleBook, fold=ScheduleBook.fold,
+                                 types=tuple(sorted(FOLDED)), state_type=ScheduleBook,
+                                 rebuild=rebuild_book, code=(ScheduleBook, ScheduleState))
+
+
+def book_of(conn: sqlite3.Connection, home: Path) -> ScheduleBook:
+    """Every schedule's state, for pulsectl schedule list and the schedules page: from the
+    checkpoint under `home`, folding what came after (left for the next reader when it may write)."""
+    return projection.Folded(schedules_projection(), conn, home / projection.DIRECTORY, every_events=1_000,
+                             every_s=float("inf"), save=projection.may_write(home)).catch_up()
 
 
 def latest_slot(conn: sqlite3.Connection, name: str) -> float | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import sqlite3
+from pathlib import Path
 from typing import Iterable
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -26,6 +27,7 @@ from pulse.agents.tasks import NEW, TRANSITIONS
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, WorkerState
 from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status
 from pulse.store import connection, errorruns, eventsdb, vitalsdb
+from pulse.store.projection import Folded, Projection
 
 EFFECT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 TICK_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
@@ -91,30 +93,11 @@ class Counts:
         self.bytes_freed: collections.Counter = collections.Counter()      # watch → bytes its rotate-files freed
         self.config_restores: collections.Counter = collections.Counter()  # process → restore-config acked
 
-    def start(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
-        """Fold the whole history once."""
-        with connection.read_snapshot(events):
-            self.last_event = eventsdb.last_event_id(events)
-            self.types.update(eventsdb.event_type_counts(events, self.last_event))
-            for ev in eventsdb.events_of_types(events, FOLDED_TYPES, upto_id=self.last_event):
-                self.fold(ev)
-            self.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
-        if vitals is not None:
-            self.fold_ticks(vitals)
-
-    def catch_up(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> None:
-        with connection.read_snapshot(events):
-            while True:
-                batch = eventsdb.read_events(events, after_id=self.last_event, limit=CATCH_UP_BATCH)
-                for ev in batch:
-                    self.types[ev.type] += 1
-                    self.fold(ev)
-                    self.last_event = ev.id
-                if len(batch) < CATCH_UP_BATCH:
-                    break
-            self.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
-        if vitals is not None:
-            self.fold_ticks(vitals)
+    def fold_all(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            self.types[ev.type] += 1
+            self.fold(ev)
+            self.last_event = ev.id
 
     def fold_ticks(self, vitals: sqlite3.Connection) -> None:
         for row, duration_ms in vitalsdb.tick_durations(vitals, self.last_tick_row):
@@ -177,6 +160,71 @@ class Counts:
                                     "error": None}
         if len(self.last_effect) > LAST_EFFECT_TARGETS:
             del self.last_effect[next(iter(self.last_effect))]
+
+
+def rebuild_counts(events: sqlite3.Connection, upto_id: int) -> Counts:
+    """The counts from the first event, without a checkpoint: the type counts by one GROUP BY, the
+    rest from the events of the few types they need, found by the type index."""
+    counts = Counts()
+    counts.last_event = upto_id
+    counts.types.update(eventsdb.event_type_counts(events, upto_id))
+    for ev in eventsdb.events_of_types(events, FOLDED_TYPES, upto_id=upto_id):
+        counts.fold(ev)
+    return counts
+
+
+def dump_counts(c: Counts) -> dict:
+    """What a checkpoint keeps of the counts: those of events.db (the ticks' come from vitals.db, which
+    keeps a day, and the unrecorded errors are read at each scrape)."""
+    return {"last_event": c.last_event, "types": dict(c.types), "effects": [[*key, n] for key, n in c.effects.items()],
+            "durations": {kind: [h.counts, h.sum] for kind, h in c.durations.items()},
+            "open_origins": c.open_origins, "survival": dict(c.survival), "process_restarts": dict(c.process_restarts),
+            "rule_errors": c.rule_errors, "tasks": c.tasks, "ended_tasks": dict(c.ended_tasks),
+            "last_effect": c.last_effect, "open_trims": c.open_trims, "bytes_freed": dict(c.bytes_freed),
+            "config_restores": dict(c.config_restores)}
+
+
+def load_counts(raw: dict) -> Counts:
+    c = Counts()
+    c.last_event, c.rule_errors = raw["last_event"], raw["rule_errors"]
+    for name in ("types", "survival", "process_restarts", "ended_tasks", "bytes_freed", "config_restores"):
+        getattr(c, name).update(raw[name])
+    c.effects.update({(kind, origin, outcome): n for kind, origin, outcome, n in raw["effects"]})
+    for kind, (buckets, total) in raw["durations"].items():
+        h = c.durations[kind] = Histogram(EFFECT_BUCKETS)
+        if len(buckets) != len(h.counts):
+            raise ValueError(f"the {kind} histogram has {len(buckets)} buckets, not {len(h.counts)}")
+        h.counts, h.sum = list(buckets), total
+    c.open_origins, c.tasks, c.last_effect, c.open_trims = (raw["open_origins"], raw["tasks"], raw["last_effect"],
+                                                            raw["open_trims"])
+    return c
+
+
+COUNTS = Projection(name="web.metrics", new=Counts, fold=Counts.fold_all, dump=dump_counts, load=load_counts,
+                    rebuild=rebuild_counts, code=(Counts, Histogram, EFFECT_BUCKETS, FOLDED_TYPES, effect_why,
+                                                  TRANSITIONS, ENDED_TASK_STATUSES, LAST_EFFECT_TARGETS))
+
+
+class MetricsFold:
+    """The counts as a checkpointed projection, caught up at each scrape on that scrape's connections."""
+
+    def __init__(self, checkpoints: Path):
+        self.folded: Folded[Counts] | None = None
+        self.checkpoints = checkpoints
+
+    def catch_up(self, events: sqlite3.Connection, vitals: sqlite3.Connection | None) -> Counts:
+        with connection.read_snapshot(events):
+            if self.folded is None:
+                self.folded = Folded(COUNTS, events, self.checkpoints, batch=CATCH_UP_BATCH)
+            counts = self.folded.catch_up(events)
+            counts.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
+        if vitals is not None:
+            counts.fold_ticks(vitals)
+        return counts
+
+    def save(self) -> None:
+        if self.folded is not None:
+            self.folded.save()
 
 
 class Collector:

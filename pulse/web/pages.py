@@ -31,9 +31,9 @@ from pulse.core import client, clock, wire
 from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
-from pulse.store import ballast, connection, effectqueue, eventsdb, vitalsdb
+from pulse.store import ballast, connection, effectqueue, eventsdb, projection, vitalsdb
 from pulse.web import auth
-from pulse.web.metrics import HOST, HOST_FIELDS, Counts, effect_why, exposition
+from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
 
 PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
          "engine": "/engine", "gate": "/gate", "log": "/log"}
@@ -56,6 +56,7 @@ class Web:
         self.effect_deadline_s = effect_deadline_s   # from the web worker's slice, never config.toml on disk
         self._token: tuple[float, str] | None = None
         self.counts: Counts | None = None
+        self.metrics = MetricsFold(paths.home / projection.DIRECTORY)
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
         self.diffs: dict[tuple[str, str], str] = {}   # (before, after) → diff summary: commits never change
         self.agents: list[Agent] = []        # set by make_app
@@ -82,20 +83,28 @@ class Web:
             return None
 
     def count(self) -> Counts:
-        """The metrics' counts, caught up with the stores (the first call folds the whole history)."""
+        """The metrics' counts, caught up with the stores (the first call loads their checkpoint, or
+        folds the whole history once when there is none)."""
         with self.counting:
             events, vitals = self.events(), self.vitals()
             try:
-                if self.counts is None:
-                    counts = Counts()
-                    counts.start(events, vitals)
-                    self.counts = counts
-                else:
-                    self.counts.catch_up(events, vitals)
+                self.counts = self.metrics.catch_up(events, vitals)
             finally:
                 events.close()
                 vitals.close()
             return self.counts
+
+    def save_checkpoints(self) -> None:
+        """Write the counts' checkpoint now (a clean stop): the next start folds only what comes after."""
+        with self.counting:
+            if self.metrics.folded is None:
+                return
+            events = self.events()
+            try:
+                self.metrics.folded.conn = events
+                self.metrics.save()
+            finally:
+                events.close()
 
     def task_board(self, conn):
         """The tasks page's fold (see new_task_board), caught up on `conn`; a copy to read outside the lock."""
@@ -653,7 +662,7 @@ async def api_schedules(request: Request) -> Response:
     from pulse.core import schedule
     from pulse.store import schedulerun
     web: Web = request.app.state.web
-    book = await run_in_threadpool(web.read, schedulerun.book_of)
+    book = await run_in_threadpool(web.read, lambda conn: schedulerun.book_of(conn, web.paths.home))
     return JSONResponse({"schedules": schedule.rows(web.schedules, book, time.time())})
 
 

@@ -28,7 +28,7 @@ from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import EFFECT_END_STATES, STOP_PROCESS, EffectEvent, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
-from pulse.store import ballast, effectqueue, errorruns, eventsdb, schedulerun, vitalsdb
+from pulse.store import ballast, effectqueue, errorruns, eventsdb, projection, schedulerun, vitalsdb
 from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
@@ -194,6 +194,47 @@ class Projections:
                               corrective_streak=self.corrective_streak)
 
 
+def fold_projections(p: Projections, events) -> None:
+    p.fold(events)
+
+
+def dump_projections(p: Projections) -> dict:
+    """The tick's projections as msgspec encodes them (its deques as lists)."""
+    return msgspec.to_builtins(p, enc_hook=_deque_as_list)
+
+
+def _deque_as_list(obj):
+    if isinstance(obj, collections.deque):
+        return list(obj)
+    raise NotImplementedError(type(obj))
+
+
+def load_projections(raw: dict) -> Projections:
+    """dump_projections' output back as the tick's projections, each deque with its bound."""
+    outcomes, recent, runs = raw.pop("outcomes", {}), raw.pop("engine_recent", []), raw.pop("runs", {})
+    p = msgspec.convert(raw, Projections)
+    p.outcomes = {target: collections.deque(msgspec.convert(q, list[wire.Outcome]), maxlen=OUTCOMES_PER_TARGET)
+                  for target, q in outcomes.items()}
+    p.engine_recent = collections.deque((ts, fp) for ts, fp in recent)
+    p.runs = {name: Runs(starts=collections.deque(msgspec.convert(r["starts"], list[wire.ProcessStart]), maxlen=RUNS_KEPT),
+                         exits=collections.deque(msgspec.convert(r["exits"], list[wire.ProcessExit]), maxlen=RUNS_KEPT),
+                         restarts=r["restarts"], stopped=r["stopped"], operator_at=r["operator_at"])
+              for name, r in runs.items()}
+    return p
+
+
+def tick_projection(engine_horizon_s: float) -> projection.Projection[Projections]:
+    """The snapshot's projections as one checkpointed fold. The horizon is config, not history: it is
+    part of the version, so a change of it rebuilds rather than keeping what the old one trimmed."""
+    return projection.Projection(
+        name="tick", new=lambda: Projections(engine_horizon_s=engine_horizon_s), fold=fold_projections,
+        dump=dump_projections, load=load_projections,
+        code=(Projections, Promote, Runs, wire.Effect, wire.Outcome, wire.ProcessExit, wire.ProcessStart, wire.KnownGood,
+              configfiles.fold,
+              schedule.ScheduleBook, schedule.ScheduleState, budget.fingerprint, registry.tells_operator,
+              OUTCOMES_PER_TARGET, HOST_REPAIRS, repr(sorted(_FOLDS_NAMES)), engine_horizon_s))
+
+
 _FOLDS = {
     EffectEvent.COMMITTED: Projections._effect,
     **{end: Projections._ended for end in EFFECT_END_STATES},
@@ -208,6 +249,7 @@ _FOLDS = {
     "resume": Projections._resume,
     "reload": Projections._reload,
 }
+_FOLDS_NAMES = {t: f.__name__ for t, f in _FOLDS.items()}
 
 
 @dataclass
@@ -311,11 +353,19 @@ class TickWorker(Worker):
         self.ballast = self.paths.home / "ballast"
         ballast.keep(self.ballast, self.config.survival.ballast_mb)
         self.ballast_checked = time.monotonic()
-        # folded at the first tick, after Ready: a long history must not delay it
-        self.projections = Projections(engine_horizon_s=max(budget.WINDOW_S, self.config.tick.engine_dedupe_s))
+        # Loaded from their checkpoints (or rebuilt) at the first tick, after Ready: a long history
+        # must not delay it, and a restart folds only what came after the checkpoint.
+        checkpoints = self.paths.home / projection.DIRECTORY
+        horizon_s = max(budget.WINDOW_S, self.config.tick.engine_dedupe_s)
+        self.folded = projection.Folded(tick_projection(horizon_s), self.events, checkpoints,
+                                        progress=lambda: self.progress(), batch=FOLD_BATCH)
+        self.projections = self.folded.projection.new()
         # agents known before their first task; ended tasks forgotten (routing needs only those held)
-        self.task_book = (tasks.TaskBook(agents=[a.name for a in self.config.agent], forget_ended=True)
-                          if tasks.SENSE_KEY in self.config.tick.sense else None)
+        agents = [a.name for a in self.config.agent]
+        self.tasks_folded = (projection.Folded(tasks.book_projection("tick.tasks", agents, forget_ended=True),
+                                               self.events, checkpoints, progress=lambda: self.progress())
+                             if tasks.SENSE_KEY in self.config.tick.sense else None)
+        self.task_book = self.tasks_folded.projection.new() if self.tasks_folded is not None else None
         self.loop = asyncio.new_event_loop()
         self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
@@ -343,12 +393,10 @@ class TickWorker(Worker):
         self.next_tick = min(self.next_tick, max(time.monotonic(), soonest))
 
     def fold(self) -> None:
-        while True:
-            batch = eventsdb.read_events(self.events, after_id=self.projections.last_id, limit=FOLD_BATCH)
-            self.projections.fold(batch)
-            if len(batch) < FOLD_BATCH:
-                return
-            self.progress()        # a long history (the first fold) takes longer than hung_after_ms
+        """Fold what was committed since the last tick (at the first, since the checkpoint)."""
+        self.projections = self.folded.catch_up()
+        if self.tasks_folded is not None:
+            self.task_book = self.tasks_folded.catch_up()
 
     def engine_state(self) -> wire.EngineHealth:
         """The engine worker's state from pulsed: the tick never calls an engine that is not running."""
@@ -373,7 +421,7 @@ class TickWorker(Worker):
         p = self.projections
         now = time.time()
         over_budget = self.over_budget() if self.task_book is not None else {}
-        extras = (tasks.snapshot_extras(self.events, self.task_book, routing.takeable(self.config.agent, over_budget))
+        extras = (self.task_book.extras(routing.takeable(self.config.agent, over_budget))
                   if self.task_book is not None else {})
         open_effects = list(p.pending.values())
         return wire.Snapshot(
@@ -639,6 +687,9 @@ class TickWorker(Worker):
             self.run_tick()
 
     def close(self) -> None:
+        for folded in (self.folded, self.tasks_folded):
+            if folded is not None:
+                folded.save()     # a clean stop: the next start folds nothing twice
         self.loop.close()
         self.events.close()
         self.vitals.close()
@@ -675,3 +726,9 @@ def validate_effects(effects: list[wire.Effect]) -> str | None:
         if e.target is not None and len(e.target) > wire.MAX_TARGET_CHARS:
             return f"effect target longer than {wire.MAX_TARGET_CHARS} characters"
     return None
+
+
+# Computed once here, where the forkserver preloads this module: a restarted tick inherits the
+# sources its projections' versions are hashed from, instead of reading them before its first fold.
+tick_projection(budget.WINDOW_S)
+tasks.book_projection("tick.tasks", forget_ended=True)

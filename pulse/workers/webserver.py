@@ -78,6 +78,7 @@ class WebWorker(Worker):
             shared.count()
             give_back(self.libc)              # the fold's rows and pages are free now: give them back
         threading.Thread(target=warm_up, name="metrics-warm-up", daemon=True).start()
+        self.shared = shared
         self.server = uvicorn.Server(uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="off", ssl_certfile=web.tls_cert,
             ssl_keyfile=web.tls_key, timeout_graceful_shutdown=1))
@@ -125,3 +126,7 @@ class WebWorker(Worker):
         self.server.should_exit = True
         self.thread.join(STOP_WAIT_S)
         self.sock.close()
+        try:
+            self.shared.save_checkpoints()
+        except Exception as err:   # a stop must not fail on a checkpoint: the next start rebuilds
+            self.log.warning("could not write the metrics' checkpoint: %s", err)

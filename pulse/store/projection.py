@@ -1,0 +1,267 @@
+"""Projections of events.db: folds whose cost at a start does not grow with the history.
+
+A projection is a name, a fold of events into a state, the event types it reads, and the code its
+meaning rests on. Its version is a hash of that code's source, so a changed fold (or state type)
+never misreads a checkpoint written by the old one: the checkpoint is foreign, and the projection
+is rebuilt from the history. A worker keeps a `Folded` per projection: the first `catch_up` loads
+the newest valid checkpoint and folds only what came after it; later ones fold what is new. It
+writes a checkpoint every CHECKPOINT_EVENTS folded events or CHECKPOINT_S seconds, and when asked
+(a clean stop).
+
+Checkpoints are files, one per projection, under <home>/checkpoints: written whole to a temporary
+file, fsynced, renamed over the old one, and the directory fsynced. So a crash leaves the old
+checkpoint or the new one, never a mix; a file damaged anyway (a torn write on a file system that
+does not order them, a disk error, an edit) fails its checksum and is ignored, as is one of another
+version or of another history (its last event is not the one events.db holds under that id, as
+after a restore from a backup). Ignored means rebuilt: a checkpoint is derived data, never the truth.
+
+Rebuilding is the one path allowed to read the history from its first event
+(tests/test_projection_reads.py keeps every other fold off it).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+import msgspec
+
+from pulse.core.wire import Event
+from pulse.store import eventsdb
+
+S = TypeVar("S")
+
+PROTOCOL = 1                 # the checkpoint file's own layout; part of every version
+CHECKPOINT_EVENTS = 20_000   # events folded since the last checkpoint that call for a new one
+CHECKPOINT_S = 30.0          # …or this long since it, if anything was folded
+FOLD_BATCH = 500             # events read per query: a worker's RSS keeps what one batch needed
+DIRECTORY = "checkpoints"
+
+log = logging.getLogger("pulse.projection")
+
+
+def source_of(obj: Any) -> str:
+    """The source text an object's meaning rests on: a function's; a class's fields and the source of
+    each of its methods (cheap: inspect.getsource of a class parses its whole module, and a
+    restarted worker computes its projections' versions before it folds); a constant's value."""
+    if isinstance(obj, (set, frozenset)):
+        return repr(sorted(obj, key=repr))    # a set's order varies between processes (hash seeds)
+    if isinstance(obj, type):
+        return _class_source(obj)
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        return _function_source(obj)
+    return repr(obj)                          # a constant: its value is its meaning
+
+
+@functools.lru_cache(maxsize=None)
+def _class_source(cls: type) -> str:
+    parts = [cls.__qualname__, repr(sorted(getattr(cls, "__annotations__", {}).items(), key=repr))]
+    for name, member in sorted(vars(cls).items()):
+        function = getattr(member, "__func__", getattr(member, "fget", member))
+        if inspect.isfunction(function):
+            parts.append(_function_source(function))
+        elif not name.startswith("__") and isinstance(member, (int, float, str, bytes, tuple, frozenset)):
+            parts.append(f"{name} = {source_of(member)}")
+    return "\n".join(parts)
+
+
+def _function_source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return function.__qualname__
+
+
+@dataclass(frozen=True)
+class Projection(Generic[S]):
+    """What a fold is. `fold(state, events)` folds in place; `code` lists the functions and types the
+    fold calls (its state type, helpers in other modules): a change to any of them changes the version."""
+    name: str
+    new: Callable[[], S]
+    fold: Callable[[S, Sequence[Event]], None]
+    types: tuple[str, ...] = ()      # the event types it folds; () is every event
+    code: tuple = ()
+    dump: Callable[[S], Any] = lambda state: state          # → what msgspec encodes
+    load: Callable[[Any], S] | None = None                  # what msgspec decoded → state
+    state_type: Any = None                                  # decode into this type when load is None
+    # How to fold from the first event when no checkpoint serves (rebuild(conn, upto_id) → state), when
+    # something faster than event by event exists (counts by one GROUP BY); None folds event by event.
+    rebuild: Callable[[sqlite3.Connection, int], S] | None = None
+    version: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        digest = hashlib.sha256(f"{PROTOCOL}\0{self.name}\0{sorted(self.types)}".encode())
+        for obj in (self.fold, self.new, self.dump, self.load, self.state_type, self.rebuild, *self.code):
+            if obj is not None:
+                digest.update(b"\0" + source_of(obj).encode())
+        object.__setattr__(self, "version", digest.hexdigest()[:16])
+
+    def decode(self, body: bytes) -> S:
+        if self.load is not None:
+            return self.load(msgspec.msgpack.decode(body))
+        return msgspec.msgpack.decode(body, type=self.state_type)
+
+
+class Checkpoint(msgspec.Struct, array_like=True):
+    protocol: int
+    name: str
+    version: str
+    last_id: int         # the last event folded (or skipped: not of the projection's types)
+    anchor_ts: float     # that event's ts: names which history the state is of (0 with last_id 0)
+    written: float
+    digest: str          # sha256 of body
+    body: bytes
+
+
+def checkpoint_path(directory: Path, name: str) -> Path:
+    return directory / f"{name}.ckpt"
+
+
+def write_checkpoint(directory: Path, projection: Projection[S], state: S, last_id: int, anchor_ts: float) -> Path:
+    """Replace the projection's checkpoint atomically (temporary file, fsync, rename, fsync of the directory)."""
+    body = msgspec.msgpack.encode(projection.dump(state))
+    record = Checkpoint(PROTOCOL, projection.name, projection.version, last_id, anchor_ts, time.time(),
+                        hashlib.sha256(body).hexdigest(), body)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = checkpoint_path(directory, projection.name)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{projection.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(msgspec.msgpack.encode(record))
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        with _suppress_oserror():
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+class _suppress_oserror:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, OSError)
+
+
+def read_checkpoint(directory: Path, projection: Projection[S],
+                    conn: sqlite3.Connection) -> tuple[S, int] | str:
+    """(state, last_id) from the projection's checkpoint, or why there is none to use."""
+    path = checkpoint_path(directory, projection.name)
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return "no checkpoint"
+    except OSError as err:
+        return f"checkpoint {path} cannot be read ({err.strerror})"
+    try:
+        record = msgspec.msgpack.decode(raw, type=Checkpoint)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return f"checkpoint {path} is torn or damaged"
+    if record.protocol != PROTOCOL or record.name != projection.name or record.version != projection.version:
+        return f"checkpoint {path} is of another version of {projection.name} ({record.version})"
+    if hashlib.sha256(record.body).hexdigest() != record.digest:
+        return f"checkpoint {path} fails its checksum"
+    if record.last_id and eventsdb.event_ts(conn, record.last_id) != record.anchor_ts:
+        return f"checkpoint {path} is of another history (event {record.last_id} is not the one it folded)"
+    try:
+        return projection.decode(record.body), record.last_id
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, KeyError) as err:
+        return f"checkpoint {path} does not load ({err})"
+
+
+def may_write(home: Path) -> bool:
+    """Whether a reader (pulsectl) may leave checkpoints under `home`: only as the home's owner. A
+    root pulsectl must not leave files that a pulsed running as the home's user cannot replace;
+    a reader that may not write still reads the checkpoints there."""
+    directory = home / DIRECTORY
+    try:
+        return home.stat().st_uid == os.geteuid() and os.access(directory if directory.exists() else home, os.W_OK)
+    except OSError:
+        return False
+
+
+class Folded(Generic[S]):
+    """One projection kept up to date in one process: `catch_up()` returns its state with every
+    committed event folded."""
+
+    def __init__(self, projection: Projection[S], conn: sqlite3.Connection, directory: Path, *,
+                 progress: Callable[[], None] = lambda: None, every_events: int = CHECKPOINT_EVENTS,
+                 every_s: float = CHECKPOINT_S, batch: int = FOLD_BATCH, save: bool = True):
+        self.projection, self.conn, self.directory = projection, conn, directory
+        self.saves = save                 # False: a reader that may not write the home (reads checkpoints only)
+        self.progress, self.every_events, self.every_s, self.batch = progress, every_events, every_s, batch
+        self.state: S | None = None
+        self.last_id = 0
+        self.saved_id = 0                 # last_id of the newest checkpoint written or loaded
+        self.saved_at = time.monotonic()
+        self.rebuilt: str | None = None   # why the last start rebuilt, or None if it loaded a checkpoint
+
+    def start(self) -> None:
+        found = read_checkpoint(self.directory, self.projection, self.conn)
+        if isinstance(found, str):
+            self.rebuilt = found
+            log.info("%s: %s; rebuilding it from the history", self.projection.name, found)
+            self.state, self.last_id = self.projection.new(), 0
+        else:
+            self.rebuilt = None
+            self.state, self.last_id = found
+            log.info("%s: from its checkpoint at event %d", self.projection.name, self.last_id)
+        self.saved_id, self.saved_at = self.last_id, time.monotonic()
+
+    def catch_up(self, conn: sqlite3.Connection | None = None) -> S:
+        """The state with every committed event folded; `conn`: read on it from now on (a worker
+        whose requests each open their own)."""
+        if conn is not None:
+            self.conn = conn
+        if self.state is None:
+            self.start()
+        upto = eventsdb.last_event_id(self.conn)
+        if self.last_id == 0 and self.projection.rebuild is not None and upto:
+            self.state, self.last_id = self.projection.rebuild(self.conn, upto), upto
+        while self.last_id < upto:
+            batch = eventsdb.events_after(self.conn, self.last_id, upto, self.projection.types, self.batch)
+            self.projection.fold(self.state, batch)
+            self.last_id = batch[-1].id if len(batch) == self.batch else upto
+            if self.last_id < upto:
+                self.progress()        # a long catch-up (a rebuild) outlasts hung_after_ms
+        if self.due():
+            self.save()
+        return self.state
+
+    def due(self) -> bool:
+        if self.last_id == self.saved_id:
+            return False
+        return (self.last_id - self.saved_id >= self.every_events or self.rebuilt is not None
+                or time.monotonic() - self.saved_at >= self.every_s)
+
+    def save(self) -> None:
+        """Write the checkpoint now (after a rebuild, periodically, at a clean stop). A failure (a full
+        disk) costs only the next start's time, so it is logged, not raised."""
+        if self.state is None or self.last_id == self.saved_id or not self.saves:
+            return
+        try:
+            anchor = eventsdb.event_ts(self.conn, self.last_id) or 0.0
+            write_checkpoint(self.directory, self.projection, self.state, self.last_id, anchor)
+        except (OSError, sqlite3.Error) as err:
+            log.warning("%s: could not write its checkpoint: %s", self.projection.name, err)
+            self.saved_at = time.monotonic()   # try again after every_s, not at every call
+            return
+        self.saved_id, self.saved_at, self.rebuilt = self.last_id, time.monotonic(), None
