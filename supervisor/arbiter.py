@@ -723,26 +723,29 @@ class Arbiter:
         out = []
         for p in self.settings.process:
             sample = seen.get(p.name) or {}
-            status = wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
-                                        sample.get("matches"), sample.get("rss_mb"),
-                                        p.memory.max_mb if p.memory is not None else None,
-                                        from_extras(configs.get(p.name), wire.ConfigStatus))
             view = from_extras(states.get(p.name), wire.ProcessView)
-            if view is not None:
-                status.state, status.why = process_state_at(view.state, view.until, now), view.why
-                status.until, status.started_at, status.restarts = view.until, view.started_at, view.restarts
-                status.last_exit, status.health = view.last_exit, view.health
-                status.uptime_s = round(now - view.started_at, 1) if view.started_at is not None else None
-                if status.state != view.state:
-                    status.why = ""
-            status.stopped = p.name in tick.get("stopped", ())
-            out.append(status)
+            out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
+                                          sample.get("matches"), sample.get("rss_mb"),
+                                          p.memory.max_mb if p.memory is not None else None,
+                                          from_extras(configs.get(p.name), wire.ConfigStatus),
+                                          stopped=p.name in tick.get("stopped", ()),
+                                          **(process_view_fields(view, now) if view is not None else {})))
         return out
 
     def watched_files(self) -> list[wire.FileWatchStatus]:
         """Each [[watch.file]] as the tick last saw it (from_extras drops a view it cannot read)."""
         views = (self.children["tick"].extras or {}).get("files") or []
         return [v for v in (from_extras(view, wire.FileWatchStatus) for view in views) if v is not None]
+
+
+def process_view_fields(view: wire.ProcessView, now: float) -> dict:
+    """A process's state as the tick projected it, read now: a start past its `until` is running, and
+    the tick's why no longer holds once its state has moved on."""
+    state = process_state_at(view.state, view.until, now)
+    return {"state": state, "why": view.why if state == view.state else "", "until": view.until,
+            "started_at": view.started_at, "restarts": view.restarts, "last_exit": view.last_exit,
+            "health": view.health,
+            "uptime_s": round(now - view.started_at, 1) if view.started_at is not None else None}
 
 
 def process_changes(old: list[configmod.Process], new: list[configmod.Process]) -> dict:

@@ -357,7 +357,7 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
                                                     home=tmp_path / "h o", scratch=str(tmp_path))
     assert inv.argv[:2] == ["codex", "exec"] and inv.argv[-2:] == ["--", 'say "hi"']
     overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
-    assert inv.argv[2] == "-c" and len(overrides) == 6
+    assert inv.argv[2] == "-c" and len(overrides) == 7
     # the run token is never in the command line (any account reads it): Codex passes it on by name
     assert not [a for a in inv.argv if token in a], inv.argv
     assert inv.env["PULSE_RUN_TOKEN"] == token

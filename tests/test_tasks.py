@@ -320,3 +320,13 @@ def test_pulsectl_task_refuses_unknown_and_malformed_ids(tmp_path):
     assert bad.returncode == 2 and "not a task id" in bad.stderr
     nohome = ctl(tmp_path / "nowhere", "add", "--project", "p", "--title", "t", "--prompt", "x")
     assert nohome.returncode == 1 and "no Pulse home" in nohome.stderr
+
+
+def test_a_fold_that_forgot_a_given_up_task_has_it_back_from_its_retry():
+    book = tasks.TaskBook(forget_ended=True)
+    book.fold(history_to("given_up"))
+    assert "task-1" not in book.agents.tasks                   # given up: forgotten, its memory freed
+    book.fold([ev("task-retried", by="operator", project="p", title="t", prompt="do", priority=0)])
+    assert book.agents.tasks["task-1"].status == "pending" and book.agents.tasks["task-1"].prompt == "do"
+    with pytest.raises(tasks.IllegalTransition, match="no such task"):    # a retry without the task: refused
+        tasks.apply(None, "task-retried", {"by": "operator"}, 1.0, "task-2")

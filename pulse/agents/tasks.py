@@ -54,6 +54,9 @@ _HINTS = {
 del E, S
 
 
+ENDED = frozenset({TaskStatus.CLOSED, TaskStatus.GIVEN_UP})   # no agent is handed it again (retry: a new start)
+
+
 class IllegalTransition(Exception):
     """A task event that the transition table refuses; nothing was written."""
 
@@ -103,6 +106,9 @@ def refusal(state: TaskState | None, type: str, task: str) -> str | None:
 
 def apply(state: TaskState | None, type: str, data: dict, ts: float, task: str) -> TaskState:
     """The state after one event (a new TaskState; `state` is left alone). Raises IllegalTransition."""
+    if state is None and type == TaskEvent.RETRIED and "prompt" in data:
+        # a fold that forgot the given-up task (forget_ended) has it back from what the retry carries
+        return msgspec.structs.replace(apply(None, TaskEvent.CREATED, data, ts, task), created=data.get("created", ts))
     why = refusal(state, type, task)
     if why:
         raise IllegalTransition(why)
@@ -221,8 +227,9 @@ class AgentStatsFold:
     def __init__(self, forget_ended: bool = False) -> None:
         self.stats: dict[str, AgentCapabilityStats] = {}
         self.tasks: dict[str, TaskState] = {}
-        # forget_ended: a closed or given-up task never moves again, and its agent's counts already
-        # hold it; a fold that runs for ever (the tick's) drops it, so its memory follows the open tasks
+        # forget_ended: a closed or given-up task moves no more (but for the operator's retry, whose
+        # event carries the task back), and its agent's counts already hold it; a fold that runs for
+        # ever (the tick's) drops it, so its memory follows the open tasks
         self.forget_ended = forget_ended
 
     def _of(self, agent: str) -> AgentCapabilityStats:
@@ -263,7 +270,7 @@ class AgentStatsFold:
             s.given_up += 1
 
     def forget_if_ended(self, task: str) -> None:
-        if self.forget_ended and task in self.tasks and not TRANSITIONS.get(self.tasks[task].status):
+        if self.forget_ended and task in self.tasks and self.tasks[task].status in ENDED:
             del self.tasks[task]
 
 

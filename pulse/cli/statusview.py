@@ -47,6 +47,8 @@ def columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 def process_state(p: wire.ProcessStatus) -> str:
     state = p.state
+    if state == ProcessState.PAUSED:   # "paused, paused until …" would hide whether it lives
+        state = "running" if p.alive else "dead" if p.alive is False else "unknown"
     if p.state in (ProcessState.BACKOFF, ProcessState.STARTING) and p.until is not None:
         state += f" until {clock.iso(p.until, ms=False)[11:19]}Z"
     if p.paused_until is not None:

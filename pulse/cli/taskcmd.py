@@ -283,7 +283,12 @@ def retry(ctx: Context, task: str) -> None:
     if created:   # the fleet has moved on with it: a run here now could be its second
         _fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
               "offer it again where it came from (pulsectl task add --fleet)")
-    _record(ctx, task, wire.TaskEvent.RETRIED, by="operator")
+    from pulse.agents import tasks
+    state = tasks.load(_readonly(ctx), task)
+    # the task's own fields ride on the event: a fold that forgot the given-up task has it back from them
+    fields = {k: getattr(state, k) for k in ("project", "title", "prompt", "priority", "pin", "tags", "created",
+                                             "created_by", "parent", "depth")} if state is not None else {}
+    _record(ctx, task, wire.TaskEvent.RETRIED, by="operator", **fields)
     client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{task} retried"))
 
 

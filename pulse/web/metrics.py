@@ -23,9 +23,9 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import generate_latest
 
 from pulse import __version__
-from pulse.agents.tasks import NEW, TRANSITIONS
-from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, WorkerState
-from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status
+from pulse.agents.tasks import ENDED, NEW, TRANSITIONS
+from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, TaskStatus, WorkerState
+from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status, TaskEvent
 from pulse.store import connection, errorruns, eventsdb, vitalsdb
 from pulse.store.projection import Folded, Projection
 
@@ -40,9 +40,9 @@ MIB = 1024 * 1024                  # the watcher samples megabytes (MiB); Promet
 # ~50,000 events, and 10,000 a read left the web worker ~11 MiB more RSS for good (issue 25's soak)
 CATCH_UP_BATCH = 1_000
 FOLDED_TYPES = (EffectEvent.COMMITTED, *EFFECT_END_EVENTS.values(), "error", *TASK_EVENTS)
-# A task in one of these statuses never moves again (its TRANSITIONS are empty): it is counted by
-# status and forgotten, so the counts' memory follows the open tasks, not the history (issue 25's soak).
-ENDED_TASK_STATUSES = frozenset(status for status, moves in TRANSITIONS.items() if not moves)
+# A task in one of these statuses is counted by status and forgotten, so the counts' memory follows the
+# open tasks, not the history (an operator's retry of a given-up one moves it back from the count).
+ENDED_TASK_STATUSES = ENDED
 
 
 class Histogram:
@@ -137,6 +137,9 @@ class Counts:
                 self.rule_errors += int(d.get("count", 1) or 1)
         elif ev.type in TASK_EVENTS and ev.target:
             now = self.tasks.get(ev.target, NEW)
+            if ev.type == TaskEvent.RETRIED and now == NEW and self.ended_tasks[TaskStatus.GIVEN_UP]:
+                now = TaskStatus.GIVEN_UP               # given up, counted and forgotten: open again
+                self.ended_tasks[now] -= 1
             after = TRANSITIONS.get(now, {}).get(ev.type, now)
             if after in ENDED_TASK_STATUSES:
                 self.tasks.pop(ev.target, None)

@@ -182,7 +182,11 @@ def new_task_board():
 
         def forget_if_ended(self, task: str) -> None:
             state = self.tasks.get(task)
-            if state is None or tasks.TRANSITIONS.get(state.status):
+            if state is None:
+                return
+            if state.status not in tasks.ENDED:
+                if task in self.ended:       # retried by the operator: open again
+                    self.ended_counts[self.ended.pop(task).status] -= 1
                 return
             del self.tasks[task]
             self.ended_counts[state.status] = self.ended_counts.get(state.status, 0) + 1
