@@ -275,6 +275,7 @@ def test_the_templates_openclaw_rule_hands_the_gateway_to_an_agent_when_restarts
         match = "^sleep 3600.1919$"
         restart = ["true"]
         health = {{ url = "{endpoint.url}", every_s = 0.2, timeout_s = 1, failures = 2, start_period_s = 0.5 }}
+        max_restarts = 0        # its restart exits at once: a crash loop, which must not hold it here
 
         [survival]
         process_backoff_base_s = 0.2

@@ -140,8 +140,12 @@ def find(process: "Process", home: str | os.PathLike | None = None) -> tuple[lis
         found = [proc]
     else:
         found = matching(re.compile(process.match or ""), uid)
-    if home is not None and found and (keepers := keepers_of(process.name, home)):
-        theirs = {p.pid for keeper in keepers for p in _descendants(keeper)}
+    # Only a keeper that keeps something narrows the match: one whose child has died (it is recording
+    # the exit) keeps nothing, and while a new keeper is forked and not yet titled it would otherwise
+    # hide the copy that was just started (a restart read as a death).
+    theirs = {p.pid for keeper in (keepers_of(process.name, home) if home is not None and found else [])
+              for p in _descendants(keeper)}
+    if theirs:
         found = [p for p in found if p.pid in theirs]
     if found:
         return found, ""

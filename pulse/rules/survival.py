@@ -216,7 +216,9 @@ def process_watchdog(config: TickConfig):
                 continue        # an operator stopped it: left down (and alone) until an operator starts it
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
-            if vital is not None and (not vital.data.get("alive", True) or outlived(vital, curr.exits.get(name), last)):
+            started_pid = runs.starts[-1].pid if runs is not None and runs.starts else 0
+            if vital is not None and (not vital.data.get("alive", True)
+                                      or outlived(vital, curr.exits.get(name), last, started_pid)):
                 if looked_at(vital) <= last:
                     continue   # this death was seen before the last restart ended: wait for a fresh sample
                 died = vital.data.get("dead_since") or vital.ts
@@ -488,12 +490,16 @@ def growth_notice(curr: Snapshot, name: str, memory: Memory, samples: Sequence[V
                    rss_mb=rss, growth_mb_per_h=round(slope, 1), max_mb=memory.max_mb)]
 
 
-def outlived(vital: Vital, ended: ProcessExit | None, since: float) -> bool:
+def outlived(vital: Vital, ended: ProcessExit | None, since: float, started_pid: int = 0) -> bool:
     """Is what the watcher sees alive older than a death the keeper recorded since the last restart
     outcome? Then it is not the process Pulse started but something that matches it (a look-alike, a
     leftover): the keeper's word is believed, and the process is dead. A clean exit (code 0) is not a
-    death: a launcher's, whose server lives on."""
+    death: a launcher's, whose server lives on; nor is the exit of another pid than the one the last
+    restart started (`started_pid`, 0: not known), which is that restart's own stop of the old copy,
+    recorded by its keeper a moment after the new copy started."""
     if ended is None or ended.ts <= since or (ended.code == 0 and ended.signal is None):
+        return False
+    if started_pid and ended.pid != started_pid:
         return False
     started = vital.data.get("since")
     return (vital.data.get("pid") != ended.pid and isinstance(started, (int, float))
