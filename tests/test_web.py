@@ -279,6 +279,9 @@ def test_metrics_parse_and_the_restart_counter_matches_status(site):
     from prometheus_client.parser import text_string_to_metric_families
     pulsed, base, token = site
     pulsed.events_written()                  # pulsed writes its lifecycle events a moment after they happen
+    # run first (alone, or first of the module), the napper's memory may not be sampled yet
+    wait_for(lambda: any(p.name == "napper" and p.rss_mb for p in pulsed.status().processes), 15,
+             what="the napper's memory sampled")
     status, headers, body = call(base, "GET", "/metrics", {"Authorization": f"Bearer {token}"})
     assert status == 200 and headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
@@ -800,6 +803,11 @@ def test_the_schedules_and_budget_pages_say_what_schedule_list_and_budget_say(si
     listed = json.loads(pulsed.ctl("schedule", "list", "--json").stdout.splitlines()[0])
     assert listed["name"] == "hourly" and page.locator('[data-schedule="hourly"] [data-label="runs"]').inner_text() == str(
         listed["runs"] + listed["manual_runs"])
+    # and /metrics says it the same way
+    status, _, body = call(base, "GET", "/metrics", {"Authorization": f"Bearer {token}"})
+    text = body.decode()
+    assert status == 200 and f'pulse_schedule_runs_total{{schedule="hourly"}} {float(listed["runs"] + listed["manual_runs"])}' in text
+    assert 'pulse_schedule_run_open{schedule="hourly"}' in text and "pulse_schedule_next_run_timestamp_seconds" in text
     page.goto(f"{base}/budget")
     host = page.locator('[data-agent="*"]')
     host.wait_for()

@@ -233,8 +233,10 @@ class MetricsFold:
 class Collector:
     """A prometheus_client collector over Counts and the live status."""
 
-    def __init__(self, counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = ()):
+    def __init__(self, counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = (),
+                 schedules: list[dict] = ()):
         self.counts, self.status, self.vitals, self.spend = counts, status, vitals, spend
+        self.schedules = schedules
 
     def collect(self) -> Iterable:
         c, s = self.counts, self.status
@@ -323,6 +325,7 @@ class Collector:
                 name = field.removesuffix("_pct")
                 yield GaugeMetricFamily(f"pulse_host_{name}_percent", f"Host {name} use, %", value=host[field])
         yield from spend_metrics(self.spend)
+        yield from schedule_metrics(self.schedules)
 
 
     def guards(self) -> Iterable:
@@ -374,7 +377,29 @@ def spend_metrics(rows: Iterable[dict]) -> Iterable:
     return (spent, limit, runs, runs_limit, waiting)
 
 
-def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = ()) -> bytes:
+def schedule_metrics(rows: Iterable[dict]) -> Iterable:
+    """Each [[schedule]] (pulse.core.schedule.rows): its runs, slots skipped behind an open run, runs
+    failed in a row, whether a run is open, and when the next is due."""
+    runs = CounterMetricFamily("pulse_schedule_runs", "Runs the schedule made (slots and manual)", labels=["schedule"])
+    skipped = CounterMetricFamily("pulse_schedule_skipped", "Slots skipped: the last run was still open",
+                                  labels=["schedule"])
+    failing = GaugeMetricFamily("pulse_schedule_failures_in_row", "Its runs that ended failed, in a row",
+                                labels=["schedule"])
+    waiting = GaugeMetricFamily("pulse_schedule_run_open", "1 while its last run's task or effect is open",
+                                labels=["schedule"])
+    due = GaugeMetricFamily("pulse_schedule_next_run_timestamp_seconds", "When its next run is due (unix time)",
+                            labels=["schedule"])
+    for r in rows:
+        runs.add_metric([r["name"]], r["runs"] + r["manual_runs"])
+        skipped.add_metric([r["name"]], r["skipped"])
+        failing.add_metric([r["name"]], r["failures_in_row"])
+        waiting.add_metric([r["name"]], 1 if r["open_run"] else 0)
+        due.add_metric([r["name"]], r["next_run"])
+    return (runs, skipped, failing, waiting, due)
+
+
+def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = (),
+               schedules: list[dict] = ()) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector(counts, status, vitals, spend))
+    registry.register(Collector(counts, status, vitals, spend, schedules))
     return generate_latest(registry)

@@ -661,13 +661,19 @@ async def act_engine(request: Request) -> Response:
     return JSONResponse({"ok": True, "message": f"{action} queued (effect {effect_id[:12]}); its outcome is an event"})
 
 
-async def api_schedules(request: Request) -> Response:
-    """The schedules as `pulsectl schedule list --json` gives them (pulse.core.schedule.rows)."""
+def schedule_rows(web: Web) -> list[dict]:
+    """The schedules as `pulsectl schedule list --json` gives them (pulse.core.schedule.rows), from
+    the schedule book's checkpoint: the page and /metrics."""
     from pulse.core import schedule
     from pulse.store import schedulerun
-    web: Web = request.app.state.web
-    book = await run_in_threadpool(web.read, lambda conn: schedulerun.book_of(conn, web.paths.home))
-    return JSONResponse({"schedules": schedule.rows(web.schedules, book, time.time())})
+    if not web.schedules:
+        return []
+    book = web.read(lambda conn: schedulerun.book_of(conn, web.paths.home))
+    return schedule.rows(list(web.schedules), book, time.time())
+
+
+async def api_schedules(request: Request) -> Response:
+    return JSONResponse({"schedules": await run_in_threadpool(schedule_rows, request.app.state.web)})
 
 
 async def api_budget(request: Request) -> Response:
@@ -716,7 +722,7 @@ async def metrics(request: Request) -> Response:
     def scrape() -> bytes:
         counts = web.count()
         host = {k: v.data for k, v in web.read(lambda c: vitalsdb.latest_vitals(c, [HOST]), "vitals").items()}
-        return exposition(counts, web.status(), host, web.read(web.spend_overview))
+        return exposition(counts, web.status(), host, web.read(web.spend_overview), schedule_rows(web))
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
