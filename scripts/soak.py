@@ -173,7 +173,7 @@ def ring(home: Path) -> None:
 def process_name(proc) -> str:
     title = (proc.cmdline() or [""])[0]
     if title.startswith("pulse: "):
-        return title.removeprefix("pulse: ").split(" [", 1)[0]     # "pulse: tick [NAME]": the worker
+        return title.removeprefix("pulse: ")
     return "forkserver" if "forkserver" in " ".join(proc.cmdline()) else "pulsed"
 
 

@@ -37,7 +37,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.05, 5.0
 # long and all it got is written, LINGER_MAX_S at most. pulsed stops it last, with nothing left to
 # send, so an ordered stop costs LINGER_QUIET_S; a SIGTERM to every process at once reaches it
 # first, and the other workers' exits, which pulsed records after, still get written.
-LINGER_QUIET_S = 0.25
+LINGER_QUIET_S = 0.75
 LINGER_MAX_S = 3.0
 
 
