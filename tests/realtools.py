@@ -254,12 +254,34 @@ class LiteLLM(Service):
 
 # -- a fake Anthropic endpoint -------------------------------------------------------------------------
 
+class QuietJSONHandler(BaseHTTPRequestHandler):
+    """A loopback model endpoint's handler: JSON answers, a bare 200 to GET and HEAD, no access log."""
+
+    def do_GET(self):
+        self._send(200, {})
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def _send(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
 class FakeAnthropic:
     """/v1/messages answering tool_use, whatever is asked: a run of Claude Code never ends by itself.
     It answers JSON even when a stream is asked for; Claude Code then asks again without one."""
 
     def __init__(self):
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietJSONHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 outer.requests += 1
@@ -269,23 +291,7 @@ class FakeAnthropic:
                                  "content": [{"type": "tool_use", "id": f"toolu_{outer.requests}", "name": "Bash",
                                               "input": {"command": "true"}}]})
 
-            def do_GET(self):
-                self._send(200, {})
 
-            def do_HEAD(self):
-                self.send_response(200)
-                self.end_headers()
-
-            def _send(self, code, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
 
         outer = self
         self.requests = 0
@@ -323,7 +329,7 @@ class ScriptedAnthropic:
         self.results: list[tuple[str, str, bool]] = []
         self.lock = threading.Lock()
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietJSONHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 content, stop = outer.answer(body)
@@ -336,20 +342,6 @@ class ScriptedAnthropic:
                 else:
                     self._send(200, message)
 
-            def do_GET(self):
-                self._send(200, {})
-
-            def do_HEAD(self):
-                self.send_response(200)
-                self.end_headers()
-
-            def _send(self, code, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def _stream(self, message):
                 events = [("message_start", {"type": "message_start", "message": {
@@ -373,8 +365,6 @@ class ScriptedAnthropic:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args):
-                pass
 
         outer = self
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -561,7 +551,7 @@ class ScriptedModel:
         self.bodies: list[dict] = []       # every request, as asked
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietJSONHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
@@ -573,7 +563,7 @@ class ScriptedModel:
                     self._chat(body)
 
             def do_GET(self):
-                self._json({"object": "list", "data": [{"id": CHAT_MODEL, "object": "model", "owned_by": "pulse"}]})
+                self._send(200, {"object": "list", "data": [{"id": CHAT_MODEL, "object": "model", "owned_by": "pulse"}]})
 
             def _chat(self, body):
                 names = [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
@@ -588,7 +578,7 @@ class ScriptedModel:
                     message, finish = {"role": "assistant", "content": outer.final}, "stop"
                 head = {"id": "chatcmpl-pulse", "created": int(time.time()), "model": body.get("model", CHAT_MODEL)}
                 if not body.get("stream"):
-                    self._json({**head, "object": "chat.completion", "usage": usage,
+                    self._send(200, {**head, "object": "chat.completion", "usage": usage,
                                 "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
                     return
                 chunk = {**head, "object": "chat.completion.chunk"}
@@ -624,14 +614,6 @@ class ScriptedModel:
                            {"type": "response.completed",
                             "response": {**response, "status": "completed", "output": [item], "usage": usage}}])
 
-            def _json(self, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
             def _sse(self, events, done=False):
                 lines = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" if "type" in e and "object" not in e
                          else f"data: {json.dumps(e)}\n\n" for e in events]
@@ -642,8 +624,6 @@ class ScriptedModel:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args):
-                pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
