@@ -162,6 +162,8 @@ def test_exit_codes_are_facts_honoured_across_executor_restarts(pulsed, tmp_path
     assert asked == {"why": "exit-code", "code": 75, "pid": first}
     exits = pulsed.events("process-exited", "hermes")
     assert exits[-1]["data"]["pid"] == first and exits[-1]["data"]["code"] == 75 and exits[-1]["source"] == "keeper"
+    # the keeper's wake reached the tick: it decided on the fact, not after EXIT_FACT_WAIT_S without it
+    assert restarts(pulsed, "hermes")[-1]["ts"] - exits[-1]["ts"] < 1.0
 
     # The executor that started it dies; the process lives on, and its next 75 is still a 75.
     executor = pulsed.worker("executor").pid
