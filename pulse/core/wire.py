@@ -600,6 +600,7 @@ EVENT_TYPES = frozenset({
     *ScheduleEvent,
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
+    "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
 })
 # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
 # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
@@ -607,6 +608,11 @@ FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update
 # A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
 # dead-letter record the host that gave up last reports to the origin (target: its fleet id).
 FLEET_TASK_DEAD = "fleet-task-dead"
+# A fleet task its origin's operator took back (`pulsectl task close <fleet id>`; target: its fleet
+# id): no host starts it from then on; a run already going ends as it will, and is not offered again.
+FLEET_TASK_WITHDRAWN = "fleet-task-withdrawn"
+# the origin's record of one fleet task, as its views fold it
+FLEET_TASK_EVENTS = (FLEET_TASK_OFFERED, FLEET_TASK_UPDATE, FLEET_TASK_DEAD, FLEET_TASK_WITHDRAWN)
 
 
 class Event(msgspec.Struct):

@@ -19,6 +19,10 @@
     (stream PULSE_TASK_OUTCOMES); when the task ends the message is acknowledged. The origin's worker
     records each report as a `fleet-task-update` event, which `pulsectl fleet tasks` and `pulsectl
     task show <fleet id>` fold;
+  - withdrawing: a `fleet-task-withdrawn` event of the origin (`pulsectl task close <fleet id>`) is
+    put in the KV bucket `pulse-task-withdrawn`; a host that pulls such a task acknowledges it
+    untouched, and one that holds it gives its own task up unless its run has begun (that run ends as
+    it will, and is not offered again);
   - dead-lettering: a task the host gave up goes back to the fleet, unless it was taken
     `max_deliver` times already; a task taken more often than that (its hosts died) or given up at
     the last taking is put in the KV bucket `pulse-task-dead` and reported to its origin, which
@@ -41,6 +45,7 @@ TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOM
 ATTEMPTS_BUCKET = "pulse-task-attempts"   # fleet id → how many times a host took it
 DEAD_BUCKET = "pulse-task-dead"           # fleet id → its dead-letter record (kept until deleted)
 PASSES_BUCKET = "pulse-task-passes"       # fleet id → {host: why it last left the task}, for a dead letter's why
+WITHDRAWN_BUCKET = "pulse-task-withdrawn"  # fleet id → {origin, why}: its origin took it back
 ATTEMPTS_TTL_S = 7 * 86400                # a count is forgotten a week after its last taking
 TAKERS = "takers"                         # the one durable consumer every host pulls tasks from
 ANY_AGENT = "_any"                        # the subject token of a task pinned to no agent
@@ -48,6 +53,7 @@ ENDED = (TaskStatus.ACKED, TaskStatus.CLOSED, TaskStatus.GIVEN_UP)
 LOOK_S = 0.2                      # how often offers, free slots and running tasks are looked at
 FETCH = 16                        # messages looked at in one pull: one not for this host never hides the rest
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
+WITHDRAWN_CURSOR = "withdrawn"    # … and for the last withdrawal made known
 # A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
 # agent may take it gets it on its next pull), then after a delay doubling from PUTBACK_FIRST_S up to
 # PUTBACK_MAX_S: the server hands out put-back messages before new ones, so tasks nobody can take
@@ -138,6 +144,7 @@ class FleetTasks:
         self.attempts = await self.kv(ATTEMPTS_BUCKET, ATTEMPTS_TTL_S)
         self.dead = await self.kv(DEAD_BUCKET, None)
         self.passes = await self.kv(PASSES_BUCKET, ATTEMPTS_TTL_S)
+        self.withdrawals = await self.kv(WITHDRAWN_BUCKET, ATTEMPTS_TTL_S)
         self.outcomes = await self.js.pull_subscribe(outcome_subject(self.w.host), durable=f"outcomes-{names.host_token(self.w.host)}",
                                                      stream=OUTCOMES_STREAM)
         self.queue = None
@@ -155,6 +162,7 @@ class FleetTasks:
         try:
             while True:
                 await self.offer(conn, cursor)
+                await self.withdraw(conn, cursor)
                 await self.take(conn)
                 await self.keep(conn)
                 await self.record_outcomes(conn)
@@ -171,6 +179,23 @@ class FleetTasks:
             body = json.dumps({**ev.data, "fleet_id": ev.target, "origin": self.w.host, "offered_at": ev.ts}).encode()
             await self.js.publish(task_subject(ev.data.get("agent")), body, headers={"Nats-Msg-Id": ev.target})
             fleetcursor.commit_cursor(cursor, OFFERS_CURSOR, ev.id)
+
+    async def withdraw(self, conn, cursor) -> None:
+        last = fleetcursor.read_cursor(cursor, WITHDRAWN_CURSOR)
+        for ev in eventsdb.read_events(conn, after_id=last, types=[wire.FLEET_TASK_WITHDRAWN], limit=100):
+            record = {"origin": self.w.host, "why": ev.data.get("why") or "withdrawn by its origin"}
+            await self.withdrawals.put(names.host_token(ev.target), json.dumps(record).encode())
+            self.w.log.info("fleet task %s withdrawn", ev.target)
+            fleetcursor.commit_cursor(cursor, WITHDRAWN_CURSOR, ev.id)
+
+    async def withdrawn(self, fleet_id: str) -> str | None:
+        """Why its origin took the task back, or None while it stands."""
+        from nats.js.errors import KeyNotFoundError
+        try:
+            entry = await self.withdrawals.get(names.host_token(fleet_id))
+        except KeyNotFoundError:
+            return None
+        return json.loads(entry.value or b"{}").get("why") or "withdrawn by its origin"
 
     async def record_outcomes(self, conn) -> None:
         import nats
@@ -291,6 +316,10 @@ class FleetTasks:
             fleet_id = offer["fleet_id"]
             if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
                 continue
+            if await self.withdrawn(fleet_id):
+                self.w.log.info("fleet task %s was withdrawn by its origin: off the queue, not run", fleet_id)
+                await msg.ack()
+                continue
             task = offer_state(offer)
             wait = wait_after_failing_s(self.failed_here.get(fleet_id), self.failed_wait, time.time())
             if wait > 0:                         # given up here: the other hosts get it first
@@ -389,6 +418,15 @@ class FleetTasks:
         for fleet_id, run in list(self.running.items()):
             state = tasks.load(conn, run["task"])
             status = state.status if state is not None else None
+            if not run.get("withdrawn"):
+                run["withdrawn"] = await self.withdrawn(fleet_id)
+            if run["withdrawn"] and status in (TaskStatus.PENDING, TaskStatus.ASSIGNED):   # not begun again: never
+                try:
+                    state = tasks.record(conn, run["task"], wire.TaskEvent.GIVEN_UP, "fleet", by="fleet",
+                                         reason=run["withdrawn"])
+                    status = state.status
+                except tasks.IllegalTransition:
+                    pass                 # it began or ended meanwhile: its end is reported below as any
             if status != run["status"]:
                 run["status"] = status
                 await self.report(fleet_id, run, state)
@@ -402,8 +440,8 @@ class FleetTasks:
 
     async def ended(self, fleet_id: str, run: dict, status: str) -> None:
         """Done (acked, closed): off the queue. Given up here: back to the fleet for another taking,
-        or dead-lettered when this was the last one max_deliver allows."""
-        if status != TaskStatus.GIVEN_UP:
+        or dead-lettered when this was the last one max_deliver allows. Withdrawn: off the queue."""
+        if status != TaskStatus.GIVEN_UP or run.get("withdrawn"):
             await run["msg"].ack()
             return
         if run["attempts"] >= self.max_deliver:
