@@ -510,6 +510,7 @@ class Spawn(msgspec.Struct, tag="spawn"):
     runtime: str
     home: str
     run: float = 0.0            # pulsed's run: the mono stamp of its supervisor-started event
+    instance: str = ""          # the instance's name ([pulse] name, else the home's folder): in its title
 
 
 class Spawned(msgspec.Struct, tag="spawned"):
