@@ -50,8 +50,11 @@ ATTEMPTS_TTL_S = 7 * 86400                # a count is forgotten a week after it
 TAKERS = "takers"                         # the one durable consumer every host pulls tasks from
 ANY_AGENT = "_any"                        # the subject token of a task pinned to no agent
 ENDED = (TaskStatus.ACKED, TaskStatus.CLOSED, TaskStatus.GIVEN_UP)
-LOOK_S = 0.2                      # how often offers, free slots and running tasks are looked at
-FETCH = 16                        # messages looked at in one pull: one not for this host never hides the rest
+LOOK_S = 0.2                      # how often the tasks this host runs are looked at
+OFFERS_LOOK_S = 1.0               # offers are rung for (pulsectl rings the fleet worker); this, in case a ring was lost
+# A pull waits this long on the server for a message (a long poll: a task offered reaches a waiting
+# host at once), its idle heartbeats telling a live server from a dead connection meanwhile.
+LONG_POLL_S, POLL_HEARTBEAT_S = 5.0, 1.0
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
 WITHDRAWN_CURSOR = "withdrawn"    # … and for the last withdrawal made known
 # A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
@@ -62,6 +65,24 @@ PUTBACK_FREE, PUTBACK_FIRST_S, PUTBACK_MAX_S = 8, 0.25, 5.0
 # a task left here comes back every PUTBACK_MAX_S at most while it waits; one not seen for this long
 # was taken by another host or dead-lettered, and its last reason here is forgotten
 PASSED_FORGET_S = 600.0
+
+
+async def long_poll(subscription) -> list:
+    """The next message of a pull `subscription`, waiting up to LONG_POLL_S on the server for one
+    (batch 1: a message is handed on the moment it comes); [] when none came."""
+    import nats
+    try:
+        return await subscription.fetch(1, timeout=LONG_POLL_S, heartbeat=POLL_HEARTBEAT_S)
+    except (asyncio.TimeoutError, nats.errors.TimeoutError):
+        return []
+
+
+async def rung_or_after(event: asyncio.Event, timeout_s: float) -> None:
+    """Until `event` is set, or `timeout_s` has passed."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        pass
 
 
 def task_subject(agent: str | None) -> str:
@@ -122,6 +143,7 @@ class FleetTasks:
         self.offer_ttl = worker.config.fleet.offer_ttl_s
         self.failed_wait = worker.config.fleet.failed_host_wait_s
         self.failed_here: dict[str, float] = {}   # fleet id → when this host gave it up (time.time())
+        self.slot_freed = asyncio.Event()          # a run of a task taken here ended: a pull may take another
 
     async def kv(self, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
@@ -156,20 +178,45 @@ class FleetTasks:
                 config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
 
     async def run(self) -> None:
+        """Four loops on one connection, none waiting on another: offering (rung by pulsectl),
+        hearing outcomes and taking tasks (each a long poll on the server), keeping what runs here."""
         await self.setup()
         self.cursor = cursor = fleetcursor.open_cursor(self.w.paths.home / names.CURSOR_FILE)
         conn = eventsdb.open_events(self.w.paths.events_db)
         try:
-            while True:
-                await self.offer(conn, cursor)
-                await self.withdraw(conn, cursor)
-                await self.take(conn)
-                await self.keep(conn)
-                await self.record_outcomes(conn)
-                await asyncio.sleep(LOOK_S)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.offering(conn, cursor))
+                group.create_task(self.hearing(conn))
+                group.create_task(self.keeping(conn))
+                if self.queue is not None:
+                    group.create_task(self.taking(conn))
         finally:
             conn.close()
             cursor.close()
+
+    async def offering(self, conn, cursor) -> None:
+        while True:
+            self.w.offers_rung.clear()
+            await self.offer(conn, cursor)
+            await self.withdraw(conn, cursor)
+            await rung_or_after(self.w.offers_rung, OFFERS_LOOK_S)
+
+    async def hearing(self, conn) -> None:
+        while True:
+            await self.record_outcomes(conn)
+
+    async def keeping(self, conn) -> None:
+        while True:
+            await self.keep(conn)
+            await asyncio.sleep(LOOK_S)
+
+    async def taking(self, conn) -> None:
+        while True:
+            if not self.may_pull():       # every slot busy: wait for one to free
+                self.slot_freed.clear()
+                await rung_or_after(self.slot_freed, LOOK_S)
+                continue
+            await self.take(conn)
 
     # -- the origin's side --------------------------------------------------------------------------
 
@@ -198,11 +245,7 @@ class FleetTasks:
         return json.loads(entry.value or b"{}").get("why") or "withdrawn by its origin"
 
     async def record_outcomes(self, conn) -> None:
-        import nats
-        try:
-            msgs = await self.outcomes.fetch(50, timeout=0.05)
-        except (asyncio.TimeoutError, nats.errors.TimeoutError):
-            return
+        msgs = await long_poll(self.outcomes)
         for msg in msgs:
             report = json.loads(msg.data)
             kind = wire.FLEET_TASK_DEAD if report.get("status") == "dead" else wire.FLEET_TASK_UPDATE
@@ -302,13 +345,7 @@ class FleetTasks:
         return True
 
     async def take(self, conn) -> None:
-        import nats
-        if self.queue is None or not self.may_pull():
-            return
-        try:
-            msgs = await self.queue.fetch(FETCH, timeout=0.05)
-        except (asyncio.TimeoutError, nats.errors.TimeoutError):
-            return
+        msgs = await long_poll(self.queue)
         self.forget_stale()
         load = None
         for msg in msgs:
@@ -432,6 +469,7 @@ class FleetTasks:
                 await self.report(fleet_id, run, state)
             if status in ENDED:
                 del self.running[fleet_id]
+                self.slot_freed.set()
                 await self.ended(fleet_id, run, status)
             elif time.monotonic() - run["renewed"] >= self.lease / 3:
                 await run["msg"].in_progress()
