@@ -189,3 +189,27 @@ def test_the_newcomer_lines_of_docs_guard_md_guard_a_fake_openclaw(tmp_path, tra
                 os.kill(json.loads(lock.read_text())["pid"], signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+def test_guard_reloads_a_running_pulsed_which_starts_the_gateway_and_a_hand_written_table_counts(tmp_path, pulsed):
+    host = Host(tmp_path)
+    host.pulse = pulsed.home
+    host.env["PULSE_HOME"] = str(pulsed.home)
+    init_home(pulsed.home)
+    # The README's way, by hand: a [[process]] on Hermes' pidfile is Hermes guarded already.
+    with open(host.config, "a") as f:
+        f.write(f'\n[[process]]\nname = "mine"\npidfile = {{ path = "{host.home}/.hermes/gateway.pid", key = "pid" }}\n')
+    pulsed.start(env={"PULSE_WATCHER_INTERVAL_MS": "300", "PULSE_TICK_MS": "100"})
+    detect = host.ctl("guard", "--detect").stdout
+    assert "already guarded: [[process]] 'mine'" in detect and "pulsectl guard openclaw" in detect
+
+    done = host.ctl("guard", "openclaw")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reloaded" in done.stdout and "openclaw-gateway" in done.stdout.split("reloaded", 1)[1], done.stdout
+    lock = host.home / ".openclaw" / "tmp" / f"openclaw-{os.getuid()}" / "gateway.state.lock"
+    try:
+        vital = wait_for(lambda: pulsed.vital("process-alive:openclaw-gateway", lambda d: d.get("alive")), 30,
+                         interval=0.2, what="the guarded gateway started and seen alive")
+        assert vital["pid"] == json.loads(lock.read_text())["pid"]
+    finally:
+        kill_keepers(pulsed.home)

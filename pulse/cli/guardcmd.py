@@ -48,10 +48,19 @@ def tested(preset: str) -> str:
 
 
 def guarded_by(config, found) -> str | None:
-    """The [[process]] of `config` that already guards what was found (same preset, same account's files)."""
-    for proc in config.process if config is not None else []:
-        if proc.preset == found.preset and (proc.env.get("HOME") == found.overrides.get("env", {}).get("HOME")
-                                            or proc.config == ([found.config] if found.config else proc.config)):
+    """The [[process]] of `config` that already guards what was found, preset or not: the same
+    config file kept, the same pidfile or match, or the same preset for the same HOME."""
+    from pulse.core import presets
+    if config is None:
+        return None
+    table = presets.applied({"preset": found.preset, **found.overrides})
+    pidfile, match = (table.get("pidfile") or {}).get("path"), table.get("match")
+    home = table.get("env", {}).get("HOME")
+    for proc in config.process:
+        path = proc.pidfile.path if hasattr(proc.pidfile, "path") else proc.pidfile
+        if ((found.config and found.config in proc.config) or (pidfile and path == pidfile)
+                or (match and proc.match == match)
+                or (proc.preset == found.preset and home and proc.env.get("HOME") == home)):
             return proc.name
     return None
 
