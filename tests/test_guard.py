@@ -213,3 +213,16 @@ def test_guard_reloads_a_running_pulsed_which_starts_the_gateway_and_a_hand_writ
         assert vital["pid"] == json.loads(lock.read_text())["pid"]
     finally:
         kill_keepers(pulsed.home)
+
+
+def test_guard_refuses_to_pick_for_the_operator_and_changes_nothing(tmp_path):
+    host = Host(tmp_path)
+    (host.home / ".litellm").mkdir()
+    (host.home / ".litellm" / "config.yaml").write_text("model_list: []\n")        # a second LiteLLM config
+    two = host.ctl("guard", "litellm")
+    assert two.returncode == 1 and "found 2 of LiteLLM of one account" in two.stderr, two.stderr
+    assert 'preset = "litellm"' in two.stderr
+    none = host.ctl("guard", "openclaw", "--user", "no-such-account-h35")
+    assert none.returncode == 1 and "found no OpenClaw of the account 'no-such-account-h35'" in none.stderr
+    assert host.ctl("guard").returncode == 2                                         # --detect or a tool
+    assert not host.pulse.exists()

@@ -119,9 +119,13 @@ def chosen(result, tool: str, user: str | None):
         click.echo(f"pulsectl: found no {TOOLS[tool]}" + (f" of the account {user!r}" if user else "")
                    + " on this host (`pulsectl guard --detect` says where it looked); a table written by hand "
                    f"takes its preset all the same: [[process]] preset = \"{tool_preset(tool)}\"", err=True)
-    else:
+    elif len({f.account.name for f in finds}) == len(finds):
         click.echo(f"pulsectl: found {len(finds)} of {TOOLS[tool]}; say which with --user ACCOUNT: "
                    + "; ".join(f.summary() for f in finds), err=True)
+    else:
+        click.echo(f"pulsectl: found {len(finds)} of {TOOLS[tool]} of one account: "
+                   + "; ".join(f.summary() for f in finds) + f"; guard one by hand, a [[process]] with "
+                   f"preset = \"{finds[0].preset}\" and its paths (`guard --detect` says which keys)", err=True)
     sys.exit(1)
 
 
