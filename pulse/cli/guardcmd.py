@@ -85,12 +85,11 @@ def say_detected(result, config) -> None:
         else:
             click.echo(f"  would guard it with: pulsectl guard {found.guard}"
                        + (f" --user {found.account.name}" if not found.account.own else ""))
+        keys = [f"{k} = {toml_value(v)}" for k, v in found.overrides.items() if k != "env"]
         click.echo(f"  preset {found.preset!r} (tested on {tested(found.preset)})"
-                   + (", with " + ", ".join(f"{k} = {toml_value(v)}" for k, v in found.overrides.items()
-                                            if k != "env") if set(found.overrides) - {"env"} else ""))
-        if found.overrides.get("env"):
-            shown = {k: ("(a key)" if k.endswith("_KEY") else v) for k, v in found.overrides["env"].items()}
-            click.echo(f"  and env {', '.join(f'{k} = {v}' for k, v in shown.items())}")
+                   + (f", with {', '.join(keys)}" if keys else ""))
+        if env := found.overrides.get("env"):       # a key is said to be there, never shown
+            click.echo("  and env " + ", ".join(f"{k} = {'(a key)' if k.endswith('_KEY') else v}" for k, v in env.items()))
         for line in caveats(found):
             click.echo(f"  note: {line}")
     on_path = [f"{n} ({p})" for n, p in result.clis.items() if p]
