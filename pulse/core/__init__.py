@@ -1,5 +1,5 @@
 """What every process shares: stdlib, pyzmq and msgspec only, so pulsed can import it
-(`guarded` alone uses psutil, and pulsed never imports it).
+(`guarded` and `toolscan` alone use psutil, and pulsed never imports them).
 
 Modules: `config` (config.toml's schema, defaults and per-worker slices), `argvtemplate` (an
 [[agent]]'s argv placeholders), `wire` (every
@@ -13,5 +13,7 @@ built-in sensors are too), `wakepipe` (a loop's wakeup pipe), `rotation` (the na
 copies a file's rotation keeps beside it), `schedule` (a [[schedule]]'s slots and the fold of
 what it ran; croniter, imported only where a cron expression is read), `fleetnames` (the fleet's
 subjects, buckets, host tokens and view, for the fleet worker and `pulsectl fleet`), `safepath`
-(paths reached without following a link, and acted on with the rights of whoever could place them).
+(paths reached without following a link, and acted on with the rights of whoever could place them),
+`toolscan` (what of OpenClaw, Hermes and LiteLLM is on the host, for `pulsectl guard`; psutil), and
+the package `presets` (the [[process]] presets, as data, merged by `config`).
 """
