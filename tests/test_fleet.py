@@ -860,6 +860,13 @@ def test_a_fleet_task_withdrawn_by_its_origin_is_never_run_and_one_running_is_no
     start_all([a, c])
     wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, c)), 20, what="connected")
     assert a.ctl("task", "close", "nohost-0123456789ab").returncode == 1
+    # anyone who may publish on the fleet's subjects may send garbage: dropped and said, never a crash
+    for subject, body in (("pulse.tasks._any", b"not json"), ("pulse.tasks._any", b'{"fleet_id": 7}'),
+                          ("pulse.outcomes.a_test", b"[1, 2]")):
+        publish(nats_server.url, subject, body)
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 0, 20, what="the bad offers dropped")
+    wait_for(lambda: a.log_text().count("dropped a malformed message on pulse.outcomes.a_test") == 1, 20)
+    assert c.log_text().count("dropped a malformed message on pulse.tasks._any") == 2
 
     untaken = offer(a, "--agent", "nobody", "--title", "never")
     wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 1, 20, what="offered")
@@ -883,3 +890,15 @@ def test_a_fleet_task_withdrawn_by_its_origin_is_never_run_and_one_running_is_no
     assert shown["status"] == "withdrawn" and shown["runs"][0]["host"] == "c@test", shown
     assert len(tasks_created(c)) == 1 and tasks_created(a) == []
     assert {t["fleet_id"]: t["status"] for t in fleet_tasks(a)} == {untaken: "withdrawn", running: "withdrawn"}
+    assert [w.restarts for h in (a, c) for w in h.status().workers if w.name == "fleet"] == [0, 0]
+
+
+def publish(url: str, subject: str, body: bytes) -> None:
+    async def send() -> None:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().publish(subject, body)
+        finally:
+            await nc.close()
+    asyncio.run(send())

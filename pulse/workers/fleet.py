@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import sys
 import threading
 import time
 
@@ -39,6 +41,15 @@ from pulse.store import connection, effectqueue, eventsdb, fleetcursor
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
+EXIT_BUG = 70                # EX_SOFTWARE: the link's thread died of an error of our own
+
+
+def link_errors() -> tuple[type[BaseException], ...]:
+    """What a link to NATS can fail with (the server's, the network's, a timeout, a database a
+    summary reads that is busy): retried. Anything else is a bug, and ends the worker, so pulsed's
+    restart limits and its status see it instead of an endless "link failed"."""
+    import nats
+    return nats.errors.Error, OSError, sqlite3.OperationalError
 IDLE_POLL_S = 0.2            # events.db rings nobody: the outbox looks for new events this often
 PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
 WINDOW = 64                  # events published at once, in order, before their acknowledgements are awaited
@@ -120,6 +131,10 @@ class FleetWorker(Worker):
             self.loop.run_until_complete(self.main)
         except asyncio.CancelledError:
             pass
+        except BaseException:       # a bug, not the link: the worker ends, and pulsed restarts it (or stops trying)
+            self.log.exception("the fleet link failed on an error that is not the link's; this worker exits")
+            sys.stderr.flush()
+            os._exit(EXIT_BUG)
 
     async def turning(self) -> None:
         while True:
@@ -131,12 +146,13 @@ class FleetWorker(Worker):
         beat = asyncio.create_task(self.turning())
         f = self.config.fleet
         failures = 0
+        retried = link_errors()
         try:
             while True:
                 try:
                     errors: list[str] = []
                     nc = await nats.connect(**names.connect_options(f, self.note, errors.append))
-                except Exception as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
+                except retried as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
                     failures += 1
                     wait = names.backoff_s(failures, f.reconnect_max_s)
                     why = errors[-1] if errors else names.describe(err)   # nats-py's own error says only "no servers"
@@ -146,7 +162,8 @@ class FleetWorker(Worker):
                 failures = 0
                 try:
                     await self.linked(nc)
-                except Exception as err:
+                except* retried as failed:   # the link's own tasks fail together (a TaskGroup)
+                    err = failed.exceptions[0]
                     self.note("down", names.describe(err))
                     self.log.warning("fleet link failed: %s", names.describe(err))
                     await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
@@ -233,7 +250,7 @@ class FleetWorker(Worker):
                         "hosts": names.fleet_rows(present, kept, now)}
                 await asyncio.to_thread(names.write_view, self.paths.runtime, view)
                 self.note("connected", None)
-            except Exception as err:
+            except link_errors() as err:
                 if nc.is_closed:
                     raise
                 self.note("disconnected", f"presence: {names.describe(err)}")
@@ -295,7 +312,7 @@ class FleetWorker(Worker):
                 futures.append(await js.publish_async(
                     names.event_subject(self.host, ev.type), event_payload(self.host, ev),
                     wait_stall=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}))
-        except Exception as err:
+        except link_errors() as err:
             for future in futures:
                 future.cancel()
             return 0, names.describe(err)

@@ -35,6 +35,8 @@ import asyncio
 import json
 import time
 
+import msgspec
+
 from pulse.agents import routing, spend, tasks
 from pulse.core import fleetnames as names
 from pulse.core import wire
@@ -65,6 +67,40 @@ PUTBACK_FREE, PUTBACK_FIRST_S, PUTBACK_MAX_S = 8, 0.25, 5.0
 # a task left here comes back every PUTBACK_MAX_S at most while it waits; one not seen for this long
 # was taken by another host or dead-lettered, and its last reason here is forgotten
 PASSED_FORGET_S = 600.0
+
+
+class OfferRecord(msgspec.Struct):
+    """What a message of PULSE_TASKS must hold to be taken (its origin's offer, as published)."""
+    fleet_id: str
+    origin: str
+    project: str
+    title: str
+    prompt: str
+    agent: str | None = None
+    tags: list[str] = []
+    priority: int = 0
+    offered_at: float | None = None
+
+
+class OutcomeRecord(msgspec.Struct):
+    """What a message of PULSE_TASK_OUTCOMES must hold to be recorded."""
+    fleet_id: str
+    status: str | None = None
+    host: str | None = None
+
+
+async def read_record(msg, shape: type, log) -> dict | None:
+    """A message's JSON object if it has `shape`; else None, and the message is terminated (never
+    delivered again) and said: anyone who can publish on the fleet's subjects could send it, and one
+    bad message must neither stop this host nor be retried for ever."""
+    try:
+        record = json.loads(msg.data)
+        msgspec.convert(record, shape)
+    except (ValueError, msgspec.ValidationError) as err:
+        log.warning("dropped a malformed message on %s (%s): %r", msg.subject, err, bytes(msg.data[:200]))
+        await msg.term()
+        return None
+    return record
 
 
 async def long_poll(subscription) -> list:
@@ -247,7 +283,9 @@ class FleetTasks:
     async def record_outcomes(self, conn) -> None:
         msgs = await long_poll(self.outcomes)
         for msg in msgs:
-            report = json.loads(msg.data)
+            report = await read_record(msg, OutcomeRecord, self.w.log)
+            if report is None:
+                continue
             kind = wire.FLEET_TASK_DEAD if report.get("status") == "dead" else wire.FLEET_TASK_UPDATE
             eventsdb.append_events(conn, [wire.now_event(kind, "fleet", report["fleet_id"], report)])
             await msg.ack()
@@ -349,7 +387,9 @@ class FleetTasks:
         self.forget_stale()
         load = None
         for msg in msgs:
-            offer = json.loads(msg.data)
+            offer = await read_record(msg, OfferRecord, self.w.log)
+            if offer is None:
+                continue
             fleet_id = offer["fleet_id"]
             if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
                 continue
