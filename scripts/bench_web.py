@@ -3,7 +3,8 @@
 
   1. the web worker's RSS, with the overview open;
   2. overview load: navigation → every worker row rendered (median of --loads);
-  3. event committed → shown on the open events page (median of --events; target ≤ 500 ms);
+  3. event committed → shown on the open events page (median of --events; target ≤ 500 ms), and
+     → read off the events stream (/api/stream/events) by a plain HTTP client (target ≤ 10 ms);
   4. GET /metrics with 1,000,000 events in events.db: the first scrape (which folds the history
      once) and the median of later ones, each after 100 new events (target ≤ 200 ms);
   5. the tick's SIGKILL → replacement ready (bench_restart's measure: the worker-ready event's mono
@@ -39,7 +40,7 @@ CHROMIUM = "/usr/bin/chromium"
 LAUNCH = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
           "--disable-sync", "--no-first-run"]
 FAST_RESTARTS = {"PULSE_HEALTHY_RESET_S": "0.2", "PULSE_INTENSITY_RESTARTS": "10000"}
-TARGETS = {"event_to_page_median_ms": 500, "metrics_median_ms": 200}
+TARGETS = {"event_to_page_median_ms": 500, "event_to_stream_median_ms": 10, "metrics_median_ms": 200}
 
 
 def make_home(root: Path, name: str, web: bool) -> Path:
@@ -109,6 +110,32 @@ def synthetic_history(home: Path, n: int) -> None:
     conn.close()
 
 
+def stream_latency(base: str, token: str, home: Path, n: int) -> list[float]:
+    """Event committed (appended here) → its line read off /api/stream/events, ms, one at a time."""
+    import http.client
+    from urllib.parse import urlsplit
+    url = urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn.request("GET", "/api/stream/events", headers={"Authorization": f"Bearer {token}"})
+    reply = conn.getresponse()
+    events = eventsdb.open_events(home / "events.db")
+    times = []
+    try:
+        for i in range(n):
+            time.sleep(0.05)
+            began = time.perf_counter()
+            ev, = eventsdb.append_events(events, [wire.now_event("wake", "bench", "stream", n=i)])
+            while True:
+                line = reply.readline()
+                if line.startswith(b"data:") and f'"id": {ev.id},'.encode() in line:
+                    break
+            times.append((time.perf_counter() - began) * 1000)
+    finally:
+        events.close()
+        conn.close()
+    return times
+
+
 def get_metrics(base: str, token: str) -> float:
     request = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"Bearer {token}"})
     began = time.perf_counter()
@@ -170,6 +197,8 @@ def main() -> None:
                 conn.close()
                 figures["event_to_page_ms"] = summary(shown)
                 browser.close()
+            log(f"{events} events committed and read off the events stream")
+            figures["event_to_stream_ms"] = summary(stream_latency(base, token, home, events))
             tracker.cleanup()
 
             big = make_home(root, "big", web=True)
@@ -196,6 +225,8 @@ def main() -> None:
     print(f"overview load (median)                 {med('overview_load_ms'):.1f} ms")
     print(f"event committed → on the page (median) {med('event_to_page_ms'):.1f} ms "
           f"(p95 {figures['event_to_page_ms']['p95']:.1f}; target ≤ {TARGETS['event_to_page_median_ms']})")
+    print(f"event committed → on the stream        {med('event_to_stream_ms'):.1f} ms "
+          f"(p95 {figures['event_to_stream_ms']['p95']:.1f}; target ≤ {TARGETS['event_to_stream_median_ms']})")
     print(f"/metrics, {history:,} events: first    {figures['metrics_first_ms']:.1f} ms (folds the history once)")
     print(f"/metrics, then (median of 20)          {med('metrics_ms'):.1f} ms (target ≤ {TARGETS['metrics_median_ms']})")
     print(f"tick kill → ready, no web (median)     {med('kill_to_ready_ms_without_web'):.2f} ms "

@@ -32,6 +32,7 @@ from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
 from pulse.store import ballast, connection, effectqueue, eventsdb, projection, vitalsdb
+from pulse.store.commitwatch import CommitWatch
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
 
@@ -43,9 +44,42 @@ PAGES["budget"] = "/budget"        # each agent's spend against its limits, and 
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
 LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
-TAIL_S = 0.1                      # how often the events tail looks for new events (an indexed read)
+TAIL_S = 1.0                      # the events tail looks at least this often (it wakes on each commit)
 EVENTS_PAGE = 100                 # events a page of /events lists; "older" pages back through the rest
 OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
+
+
+class Commits:
+    """One watch of events.db's commits for every stream of the page (pulse.store.commitwatch), fanned
+    out: each client's stream waits on it, none polls on a timer of its own."""
+
+    def __init__(self, db: Path):
+        self.db, self.count = db, 0
+        self.changed: asyncio.Condition | None = None
+        self.task: asyncio.Task | None = None
+
+    async def after(self, seen: int, timeout_s: float) -> int:
+        """Once a commit newer than `seen` (a count this returned before) came, or `timeout_s` passed."""
+        if self.task is None:       # the first stream starts the one watch, on the server's loop
+            self.changed = asyncio.Condition()
+            self.task = asyncio.create_task(self.watch())
+        async with self.changed:
+            try:
+                await asyncio.wait_for(self.changed.wait_for(lambda: self.count != seen), timeout_s)
+            except TimeoutError:
+                pass
+        return self.count
+
+    async def watch(self) -> None:
+        watch = CommitWatch(self.db)
+        try:
+            while True:
+                await watch.wait(TAIL_S)
+                async with self.changed:
+                    self.count += 1
+                    self.changed.notify_all()
+        finally:
+            watch.close()
 
 
 class Web:
@@ -62,6 +96,7 @@ class Web:
         self.agents: list[Agent] = []        # set by make_app
         self.board = None                    # the tasks page's fold, made at its first request (task_board)
         self.boarding = threading.Lock()
+        self.commits = Commits(paths.events_db)
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -449,6 +484,7 @@ async def stream_events(request: Request):
 
     async def updates():
         nonlocal after
+        seen = web.commits.count
         while not await request.is_disconnected():
             def read(conn):
                 last = eventsdb.last_event_id(conn)          # first: what commits meanwhile waits for the next look
@@ -457,7 +493,7 @@ async def stream_events(request: Request):
             if found:
                 yield {"data": json.dumps([as_json(e) for e in reversed(found)], default=str)}
             after = last
-            await asyncio.sleep(TAIL_S)
+            seen = await web.commits.after(seen, TAIL_S)
     return EventSourceResponse(updates(), ping=15)
 
 

@@ -38,6 +38,7 @@ from pulse.core import client, wire
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
 from pulse.store import connection, effectqueue, eventsdb, fleetcursor
+from pulse.store.commitwatch import CommitWatch
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
@@ -50,7 +51,7 @@ def link_errors() -> tuple[type[BaseException], ...]:
     restart limits and its status see it instead of an endless "link failed"."""
     import nats
     return nats.errors.Error, OSError, sqlite3.OperationalError
-IDLE_POLL_S = 0.2            # events.db rings nobody: the outbox looks for new events this often
+IDLE_LOOK_S = 2.0            # the outbox wakes on each commit (pulse.store.commitwatch); looks this often anyway
 PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
 WINDOW = 256                 # events published at once, in order, before their acknowledgements are awaited
 RETRY_S = 0.5                # after a failed put on a connection that is still open
@@ -282,11 +283,12 @@ class FleetWorker(Worker):
         events = connection.open_readonly(self.paths.events_db)
         last = fleetcursor.read_cursor(cursor, names.EVENTS_STREAM)
         self.set_published(last, 0)
+        commits = CommitWatch(self.paths.events_db)
         try:
             while True:
                 pending = eventsdb.read_events(events, after_id=last, limit=batch)
                 if not pending:
-                    await asyncio.sleep(IDLE_POLL_S)
+                    await commits.wait(IDLE_LOOK_S)
                     continue
                 for start in range(0, len(pending), WINDOW):
                     window = pending[start:start + WINDOW]
@@ -299,6 +301,7 @@ class FleetWorker(Worker):
                 fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)
         finally:
             fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)   # what was acknowledged of a cut batch
+            commits.close()
             cursor.close()
             events.close()
 
