@@ -180,14 +180,7 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
             **({"tags": sorted(set(tags))} if tags else {})}
     conn = eventsdb.open_events(ctx.paths.events_db)
     eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, data)])
-    ring_fleet(ctx)
     return fleet_id
-
-
-def ring_fleet(ctx: Context) -> None:
-    """Tell the fleet worker an offer or a withdrawal is in events.db (it looks anyway, less often)."""
-    from pulse.core import client, wire
-    client.ring(ctx.paths, "fleet", wire.Doorbell("pulsectl"))
 
 
 @fleet.command(name="add")
@@ -216,7 +209,7 @@ def fleet_task_views(events) -> list[dict]:
     return [v for v in views if v is not None]
 
 
-def withdraw(ctx: Context, conn, fleet_id: str) -> None:
+def withdraw(conn, fleet_id: str) -> None:
     """Take back a task this host offered (`pulsectl task close <fleet id>`): a `fleet-task-withdrawn`
     event, which this host's fleet worker makes known to every host (pulse.workers.fleettasks)."""
     from pulse.agents import taskview
@@ -233,7 +226,6 @@ def withdraw(ctx: Context, conn, fleet_id: str) -> None:
     running = view["host"] if view["status"] in ("assigned", "executing") else None
     why = "withdrawn by the operator of its origin"
     eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])
-    ring_fleet(ctx)
     click.echo(f"{fleet_id}: withdrawn" + (f" (its run on {running} ends as it will, and is not offered again)"
                                            if running else ""))
 

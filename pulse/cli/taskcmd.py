@@ -262,7 +262,7 @@ def close(ctx: Context, task: str) -> None:
     not offered again when it ends."""
     if not task.startswith("task-"):
         from pulse.cli.fleetcmd import withdraw
-        return withdraw(ctx, _writable(ctx), task)
+        return withdraw(_writable(ctx), task)
     from pulse.core.wire import TaskEvent
     _record(ctx, task, TaskEvent.CLOSED, by="operator")
 

@@ -6,6 +6,10 @@ outbox) hears of a commit by any process (a worker, pulsectl, a keeper) as it la
 is new from its last id: the wake-up only says "look", events.db stays the truth, and a reader that
 missed wake-ups (it was busy) catches up by that same read.
 
+inotify reports the WAL's write(), and the commit becomes visible to readers a moment later, when
+the writer updates the WAL index (shared memory: no event). A reader woken in between reads nothing
+new; so after each wake the next wait lasts RECHECK_S at most, one more look once it is visible.
+
 Linux only, like Pulse; where inotify is refused (another OS, fs.inotify.max_user_instances
 reached) `wait` sleeps its timeout instead, which is the poll it replaces.
 """
@@ -23,6 +27,7 @@ IN_MODIFY, IN_CREATE, IN_MOVED_TO = 0x002, 0x100, 0x080
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 HEADER = struct.Struct("iIII")            # wd, mask, cookie, len (then the name, NUL-padded)
 READ_SIZE = 64 * 1024
+RECHECK_S = 0.02                          # the look after a wake, for a commit not yet visible at the wake
 
 
 def _libc():
@@ -35,6 +40,7 @@ class CommitWatch:
     def __init__(self, db: Path):
         self.names = {db.name.encode(), f"{db.name}-wal".encode()}
         self.fd: int | None = None
+        self.woken = False                    # the last wait ended on a commit: the next one rechecks soon
         try:
             libc = _libc()
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
@@ -70,16 +76,19 @@ class CommitWatch:
             await asyncio.sleep(timeout_s)
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = loop.time() + (min(timeout_s, RECHECK_S) if self.woken else timeout_s)
+        self.woken = True
         while not self.committed():
             left = deadline - loop.time()
             if left <= 0:
+                self.woken = False
                 return
             ready = loop.create_future()
             loop.add_reader(self.fd, lambda: ready.done() or ready.set_result(None))
             try:
                 await asyncio.wait_for(ready, left)
             except TimeoutError:
+                self.woken = False
                 return
             finally:
                 loop.remove_reader(self.fd)

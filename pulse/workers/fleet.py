@@ -31,7 +31,6 @@ import threading
 import time
 
 import msgspec
-import zmq
 
 from pulse import __version__
 from pulse.core import client, wire
@@ -86,9 +85,6 @@ class FleetWorker(Worker):
         self.turned = time.monotonic()
         self.loop = asyncio.new_event_loop()
         self.main: asyncio.Task | None = None
-        # `pulsectl task add --fleet` and `task close <fleet id>` ring here: an offer goes out now
-        self.offers_rung = asyncio.Event()
-        self.bell = self.socket(zmq.PULL, self.paths.endpoint("fleet"), bind=True, handler=self.on_bell)
         self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
         self.thread.start()
         self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
@@ -112,13 +108,7 @@ class FleetWorker(Worker):
     def healthy(self) -> bool:
         return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
 
-    def on_bell(self) -> None:
-        for _ in self.messages(self.bell, wire.Doorbell, "fleet"):
-            pass
-        self.loop.call_soon_threadsafe(self.offers_rung.set)
-
     def close(self) -> None:
-        self.bell.close()
         if self.main is not None:
             self.loop.call_soon_threadsafe(self.main.cancel)
         self.thread.join(STOP_WAIT_S)

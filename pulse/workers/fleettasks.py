@@ -42,6 +42,7 @@ from pulse.core import fleetnames as names
 from pulse.core import wire
 from pulse.core.states import TaskStatus
 from pulse.store import effectqueue, eventsdb, fleetcursor
+from pulse.store.commitwatch import CommitWatch
 
 TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOMES", "pulse-task-claims"
 ATTEMPTS_BUCKET = "pulse-task-attempts"   # fleet id → how many times a host took it
@@ -53,7 +54,7 @@ TAKERS = "takers"                         # the one durable consumer every host 
 ANY_AGENT = "_any"                        # the subject token of a task pinned to no agent
 ENDED = (TaskStatus.ACKED, TaskStatus.CLOSED, TaskStatus.GIVEN_UP)
 LOOK_S = 0.2                      # how often the tasks this host runs are looked at
-OFFERS_LOOK_S = 1.0               # offers are rung for (pulsectl rings the fleet worker); this, in case a ring was lost
+OFFERS_LOOK_S = 2.0               # offers go out on the commit that holds them (commitwatch); looked for this often anyway
 # A pull waits this long on the server for a message (a long poll: a task offered reaches a waiting
 # host at once), its idle heartbeats telling a live server from a dead connection meanwhile.
 LONG_POLL_S, POLL_HEARTBEAT_S = 5.0, 1.0
@@ -214,7 +215,7 @@ class FleetTasks:
                 config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
 
     async def run(self) -> None:
-        """Four loops on one connection, none waiting on another: offering (rung by pulsectl),
+        """Four loops on one connection, none waiting on another: offering (on each commit),
         hearing outcomes and taking tasks (each a long poll on the server), keeping what runs here."""
         await self.setup()
         self.cursor = cursor = fleetcursor.open_cursor(self.w.paths.home / names.CURSOR_FILE)
@@ -231,11 +232,14 @@ class FleetTasks:
             cursor.close()
 
     async def offering(self, conn, cursor) -> None:
-        while True:
-            self.w.offers_rung.clear()
-            await self.offer(conn, cursor)
-            await self.withdraw(conn, cursor)
-            await rung_or_after(self.w.offers_rung, OFFERS_LOOK_S)
+        commits = CommitWatch(self.w.paths.events_db)
+        try:
+            while True:
+                await self.offer(conn, cursor)
+                await self.withdraw(conn, cursor)
+                await commits.wait(OFFERS_LOOK_S)
+        finally:
+            commits.close()
 
     async def hearing(self, conn) -> None:
         while True:
