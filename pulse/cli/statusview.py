@@ -113,7 +113,7 @@ def file_rows(files: list[wire.FileWatchStatus]) -> list[tuple[str, ...]]:
 
 
 def fresh_rows(proofs: list[wire.FreshWatchStatus]) -> list[tuple[str, ...]]:
-    rows = [("PROOF OF WORK", "STATE", "LAST WORK", "WITHIN", "RESTARTS", "LOOKS AT")]
+    rows = [("PROOF OF WORK", "STATE", "LAST WORK", "WITHIN", "RESTART", "LOOKS AT")]
     for f in proofs:
         state = "-" if f.stale is None else "stale" if f.stale else "fresh"
         if f.error:

@@ -4,8 +4,9 @@ tick on the edge), the survival rules and status judge alike.
 
 The last sign of work is the sample's `changed_at` (a file's mtime, a directory's newest, when a
 URL's answer last changed), or when watching began if none was ever seen. A watch is stale once
-`within_s` has passed since then, as of the sample's own look (a sample is judged at its ts, not at
-the tick's: a watcher that fell behind must not make old news stale).
+`within_s` has passed since then, as of the sample's own look (its `looked_at`, else its ts; not
+the tick's time: a watcher that fell behind must not make old news stale), so the watcher and the
+rules judge a sample alike.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ def stale_at(data: dict[str, Any], within_s: float, not_before: float = 0.0) -> 
     return max(last_work(data), not_before) + within_s
 
 
+def looked_at(ts: float, data: dict[str, Any]) -> float:
+    """When the sample stored at `ts` looked."""
+    return number(data.get("looked_at")) or ts
+
+
 def is_stale(ts: float, data: dict[str, Any], within_s: float, not_before: float = 0.0) -> bool:
-    """Is the sample taken at `ts` stale?"""
-    return ts >= stale_at(data, within_s, not_before)
+    """Is the sample stored at `ts` stale?"""
+    return looked_at(ts, data) >= stale_at(data, within_s, not_before)
 
 
 def worked_since(samples: Sequence[Any], since: float) -> bool:

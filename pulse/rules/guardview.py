@@ -87,7 +87,7 @@ def fresh_watch_status(curr: Snapshot, watch: FreshWatch) -> FreshWatchStatus:
     data = latest.data
     view.stale = staleness.is_stale(latest.ts, data, watch.within_s)
     view.changed_at = staleness.number(data.get("changed_at"))
-    view.age_s = round(latest.ts - staleness.last_work(data), 1)
+    view.age_s = round(staleness.looked_at(latest.ts, data) - staleness.last_work(data), 1)
     view.value = data.get("value") if isinstance(data.get("value"), str) else None
     view.error = data.get("error") if isinstance(data.get("error"), str) else None
     view.sampled_at = latest.ts

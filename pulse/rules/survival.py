@@ -530,7 +530,7 @@ def stale_proof(curr: Snapshot, watches: Sequence[FreshWatch], last: float, aliv
             continue
         latest = samples[-1]
         if staleness.is_stale(latest.ts, latest.data, watch.within_s, not_before):
-            quiet = latest.ts - max(staleness.last_work(latest.data), not_before)
+            quiet = staleness.looked_at(latest.ts, latest.data) - max(staleness.last_work(latest.data), not_before)
             return {"watch": watch.name, "reason": f"stale: no sign of work in {proof_words(watch)} for "
                                                   f"{roughly(quiet)} (within_s {watch.within_s:g})"}
     return None
@@ -734,7 +734,8 @@ def fresh_watch(config: TickConfig):
             then = f"; restarting {watch.restart}" if watch.restart else ""
             error = f" ({data['error']})" if data.get("error") else ""
             effects = effects + [notify(
-                curr, "fresh-watch", watch.name, f"{watch.name}: no sign of work for {roughly(samples[-1].ts - worked)}",
+                curr, "fresh-watch", watch.name,
+                f"{watch.name}: no sign of work for {roughly(staleness.looked_at(samples[-1].ts, data) - worked)}",
                 f"{proof_words(watch)} did not change within {watch.within_s:g} s: {seen}{error}{then}",
                 changed_at=data.get("changed_at"), within_s=watch.within_s, error=data.get("error"),
                 restart=watch.restart)]

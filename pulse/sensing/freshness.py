@@ -5,9 +5,9 @@ the process up and its /health green; only the work's own traces show that nothi
 
 Key `fresh:<name>`. Each sample carries `changed_at` (the last sign of work: a file's mtime, the
 newest mtime in a directory, the moment the URL's answer was first seen as it is now),
-`watching_since` (when this watch began: the last sign of work when none was ever seen) and
-`stale`. The judgement lives in pulse.core.staleness; the watcher says it too, to ring the tick
-on the edge.
+`watching_since` (when this watch began: the last sign of work when none was ever seen),
+`looked_at` (when it looked: the time it is judged at) and `stale`. The judgement lives in
+pulse.core.staleness; the watcher says it too, to ring the tick on the edge.
 
 A path is read as root beside accounts that may be hostile: its directories are walked without
 following a link (pulse.core.safepath), a last-component link is followed only where nobody but
@@ -31,7 +31,7 @@ from typing import Any
 from pulse.core import config as configmod
 from pulse.core import safepath
 from pulse.core.plugins import Watcher
-from pulse.core.staleness import last_work, stale_at
+from pulse.core.staleness import is_stale, last_work
 from pulse.core.wire import Vital
 
 MAX_ENTRIES = 100_000        # a directory's entries looked at per sample (all levels); the rest: `truncated`
@@ -233,9 +233,9 @@ class FreshWatch(Watcher):
             data["changed_at"] = self._changed_at
             if data["digest"] is None:      # no answer to compare: the last one seen stays the last sign of work
                 data["digest"] = self._digest
-        data.update(watching_since=self._since, within_s=w.within_s)
-        data["stale"] = time.time() >= stale_at(data, w.within_s)
-        data["age_s"] = round(time.time() - last_work(data), 3)
+        data.update(watching_since=self._since, within_s=w.within_s, looked_at=time.time())
+        data["stale"] = is_stale(data["looked_at"], data, w.within_s)
+        data["age_s"] = round(data["looked_at"] - last_work(data), 3)
         return data
 
     def should_wake(self, window: list[Vital]) -> bool:

@@ -429,13 +429,13 @@ function renderOverview(view) {
            f.last_trim_at ? [`${f.last_trim_state} `, when(f.last_trim_at)] : "-"))), "cards")
     : el("p", {class: "muted"}, "none configured ([[watch.file]] in config.toml)")]);
   refresh("fresh", "Proof of work", s?.fresh, () => [s?.fresh?.length
-    ? table(["watch", "state", "last work", "within", "restarts", "looks at"], s.fresh.map(f => el("tr", {"data-fresh": f.name},
+    ? table(["watch", "state", "last work", "within", "restart", "looks at"], s.fresh.map(f => el("tr", {"data-fresh": f.name},
         el("th", {scope: "row"}, f.name),
         el("td", {"data-label": "state", class: f.stale === null ? "muted" : f.stale ? "bad" : "ok", title: f.error || ""},
            f.stale === null ? "-" : f.stale ? "stale" : "fresh"),
         el("td", {"data-label": "last work"}, f.changed_at ? when(f.changed_at)
            : f.age_s === null ? "-" : `none in ${duration(f.age_s)}`),
-        el("td", {"data-label": "within"}, duration(f.within_s)), el("td", {"data-label": "restarts"}, f.restart || "-"),
+        el("td", {"data-label": "within"}, duration(f.within_s)), el("td", {"data-label": "restart"}, f.restart || "-"),
         el("td", {"data-label": "looks at", class: "wrap wide"}, f.what, f.value !== null ? el("span", {class: "muted"}, ` = ${f.value}`) : [],
            f.error ? el("div", {class: "bad small"}, f.error) : []))), "cards")
     : el("p", {class: "muted"}, "none configured ([[watch.fresh]] in config.toml)")]);
