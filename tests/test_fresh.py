@@ -165,6 +165,10 @@ def test_a_url_changes_when_its_field_does_not_when_the_rest_of_the_answer_does(
     again = FreshWatch(watch.watch, 100)
     again.resume(fourth)
     assert again.collect()["changed_at"] == second["changed_at"]
+    # without a field, the whole answer is compared ("now" changes it each time), never kept
+    whole = FreshWatch(configmod.FreshWatch(name="all", url=status_url.url), 100)
+    one, two = whole.collect(), whole.collect()
+    assert two["changed_at"] > one["changed_at"] and two["value"] is None and two["bytes"] > 0
     # a JSON path into a list, a field that is not there, and a redirect that is an answer, not a way out
     listed = FreshWatch(configmod.FreshWatch(name="c", url=status_url.url, field="cron.jobs.0"), 100).collect()
     assert listed["value"] == "2"

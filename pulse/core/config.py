@@ -254,7 +254,7 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
         "system-resource", "process-alive:*", "process-memory:*", "health:*", "config:*", "network:*",
-        "error-log:*", "file:*", "engine:*", "pending-tasks"])
+        "error-log:*", "file:*", "fresh:*", "engine:*", "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped

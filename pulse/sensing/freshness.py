@@ -37,7 +37,7 @@ from pulse.core.wire import Vital
 MAX_ENTRIES = 100_000        # a directory's entries looked at per sample (all levels); the rest: `truncated`
 MAX_BODY_BYTES = 1024 * 1024
 FETCH_TIMEOUT_S = 5.0
-VALUE_CHARS = 200            # of the URL's value, kept in the sample (what status shows)
+VALUE_CHARS = 200            # of the URL's field, kept in the sample (what status shows)
 
 
 # -- a path ----------------------------------------------------------------------------------------------
@@ -187,10 +187,11 @@ def fetch_value(url: str, field: str | None, timeout_s: float = FETCH_TIMEOUT_S)
             out["error"] = f"its JSON has no {field!r} (no {err.args[0]!r})"
             return out
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    else:
+        out["value"] = text[:VALUE_CHARS]
+    else:       # the whole answer is compared, never kept: it may say more than the operator asked to watch
         text = body.decode("utf-8", "replace")
+        out["bytes"] = len(body)
     out["digest"] = hashlib.sha256(text.encode()).hexdigest()
-    out["value"] = text[:VALUE_CHARS]
     return out
 
 
