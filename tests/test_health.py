@@ -22,7 +22,7 @@ from test_survival_e2e import Endpoint
 
 from pulse.core import config
 from pulse.core.config import ConfigError
-from support import init_home, wait_for
+from support import CHROMIUM, browser_or_skip, init_home, wait_for
 
 FAST = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100", "PULSE_EXECUTOR_SCAN_INTERVAL_MS": "100"}
 
@@ -302,7 +302,7 @@ def test_the_templates_openclaw_rule_hands_the_gateway_to_an_agent_when_restarts
 def test_a_health_endpoint_slowed_past_max_latency_ms_is_restarted_with_the_figures(pulsed, tmp_path, tracker):
     """It still answers 200, only slower than max_latency_ms: each such probe failed, saying its latency
     and the bound, and after `failures` of them the process is restarted with that reason. The probes'
-    latency is a vital, which the overview charts beside the process's health."""
+    latency is a vital, which the overview charts beside the process's health (on a phone too)."""
     from test_fresh import Status
     slow = Status()
     victim = subprocess.Popen(["sleep", "3600.2121"], start_new_session=True)
@@ -341,5 +341,18 @@ def test_a_health_endpoint_slowed_past_max_latency_ms_is_restarted_with_the_figu
         first_state = json.loads(html.split('<script type="application/json" id="first">')[1].split("</script>")[0])
         series = first_state["processes"]["gw"]["latency"]
         assert series and max(value for _, value in series) >= 500, series
+        # ... and draws it, on a phone, without running off the screen
+        from test_web import LAUNCH, OVERFLOW
+        with browser_or_skip()() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH)
+            try:
+                tab = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+                tab.goto(url)
+                tab.wait_for_selector('[data-process="gw"] [data-field="health"] polyline', state="attached",
+                                      timeout=20_000)
+                assert tab.evaluate(OVERFLOW) == []
+                tab.screenshot(path=str(tmp_path / "overview-phone-latency.png"), full_page=True)
+            finally:
+                browser.close()
     finally:
         slow.close()
