@@ -249,6 +249,12 @@ def test_fresh_watch_notifies_once_per_staleness():
     assert run(survival.fresh_watch, Snapshot(tick=2, ts=1100, history=curr.history, notified=told))[0] == []
     later = {"fresh:beat": sample("beat", 1200, 1050)}
     assert [e.target for e in run(survival.fresh_watch, Snapshot(tick=3, ts=1200, history=later, notified=told))[0]] == ["beat"]
+    # work seen again after a staleness was said: said once, and never for a watch that was never stale
+    back = {"fresh:beat": sample("beat", 1100, 1090), "fresh:cron": sample("cron", 1100, 1095)}
+    effects, _ = run(survival.fresh_watch, Snapshot(tick=4, ts=1100, history=back, notified={"fresh-watch:beat": 1000.0}))
+    assert [(e.target, e.params["title"]) for e in effects] == [("beat:back", "beat: work seen again")]
+    again = {"fresh-watch:beat": 1000.0, "fresh-watch:beat:back": 1100.0}
+    assert run(survival.fresh_watch, Snapshot(tick=5, ts=1101, history=back, notified=again))[0] == []
 
 
 def test_process_watchdog_restarts_a_live_process_whose_proof_is_stale_and_gives_the_new_copy_within_s():
@@ -306,7 +312,7 @@ def test_a_heartbeat_that_stops_and_a_counter_that_stops_are_noticed_and_the_wor
         pulsed, status_url, tmp_path, tracker):
     """A worker that stays alive (and its health probe passing) while its heartbeat file stops
     changing: noticed within within_s plus one watcher interval, notified once, the worker restarted
-    (why stale) and the new copy's heartbeat fresh again; a status URL whose JSON counter stops:
+    (why stale) and the new copy's heartbeat fresh again, said once; a status URL whose JSON counter stops:
     noticed and notified, nothing restarted for it. Status, status --json and /metrics say so."""
     script, beat, idle = tmp_path / "worker.py", tmp_path / "heartbeat", tmp_path / "idle"
     script.write_text(WORKER)
@@ -372,6 +378,8 @@ def test_a_heartbeat_that_stops_and_a_counter_that_stops_are_noticed_and_the_wor
     assert worker.wait(5) == -signal.SIGTERM           # the copy that idled was stopped first
     wait_for(lambda: beat.stat().st_mtime > restart["ts"], 10, what="the new copy's heartbeat")
     wait_for(lambda: {f.name: f.stale for f in pulsed.status().fresh}["heartbeat"] is False, 10, what="fresh again")
+    wait_for(lambda: [n for n in notifications(sent, "fresh-watch") if n["target"] == "heartbeat:back"], 10,
+             what="work seen again, said")
     assert len([n for n in notifications(sent, "fresh-watch") if n["target"] == "heartbeat"]) == 1
 
     status_url.counting = False                 # the counter stops; the URL still answers

@@ -714,8 +714,8 @@ def fresh_watch(config: TickConfig):
     """A [[watch.fresh]] saw no sign of work within its within_s (a heartbeat file nobody touches, a
     cron's output directory nobody writes, a status counter that stopped): notified once per
     staleness, a staleness being one last sign of work (work seen again, then stopping again, is a
-    new one). The process its `restart` names is restarted by processWatchdog, the one decider of
-    restarts, with its backoff and crash-loop rules."""
+    new one), and once when work is seen again. The process its `restart` names is restarted by
+    processWatchdog, the one decider of restarts, with its backoff and crash-loop rules."""
     watches = list(config.watch.fresh)
 
     @_named("fresh_watch")
@@ -723,9 +723,12 @@ def fresh_watch(config: TickConfig):
         effects, tick_ms = await inner(prev, curr)
         for watch in watches:
             samples = curr.history.get(f"fresh:{watch.name}")
-            if not samples or not staleness.is_stale(samples[-1].ts, samples[-1].data, watch.within_s):
+            if not samples:
                 continue
             data = samples[-1].data
+            if not staleness.is_stale(samples[-1].ts, data, watch.within_s):
+                effects = effects + back_notice(curr, effects, watch, data)
+                continue
             worked = staleness.last_work(data)
             if handled(effects, "notify", watch.name) or not may_notify(curr, "fresh-watch", watch.name, 0, worked):
                 continue
@@ -741,6 +744,17 @@ def fresh_watch(config: TickConfig):
                 restart=watch.restart)]
         return effects, tick_ms
     return rule
+
+
+def back_notice(curr: Snapshot, effects: Sequence[Effect], watch: FreshWatch, data: dict) -> list[Effect]:
+    """A notification that a watch said stale shows work again: once per staleness said."""
+    told = curr.notified.get(f"fresh-watch:{watch.name}")
+    target = f"{watch.name}:back"
+    if told is None or not may_notify(curr, "fresh-watch", target, 0, told) or handled(effects, "notify", target):
+        return []
+    return [notify(curr, "fresh-watch", target, f"{watch.name}: work seen again",
+                   f"{proof_words(watch)} changed at {clock.iso(staleness.last_work(data), ms=False)}, "
+                   f"within its {watch.within_s:g} s again", changed_at=data.get("changed_at"))]
 
 
 # -- 6. llmWatchdog ---------------------------------------------------------------------------------
