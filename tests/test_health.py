@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -21,7 +22,7 @@ from test_survival_e2e import Endpoint
 
 from pulse.core import config
 from pulse.core.config import ConfigError
-from support import init_home, wait_for
+from support import CHROMIUM, browser_or_skip, init_home, wait_for
 
 FAST = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100", "PULSE_EXECUTOR_SCAN_INTERVAL_MS": "100"}
 
@@ -296,3 +297,62 @@ def test_the_templates_openclaw_rule_hands_the_gateway_to_an_agent_when_restarts
     n = len(restarts(pulsed, "openclaw-gateway"))
     wait_for(lambda: len(restarts(pulsed, "openclaw-gateway")) >= n + 2, 20, what="more restarts")
     assert len(pulsed.events("task-created")) == 1                 # one task per unhealthy streak
+
+
+def test_a_health_endpoint_slowed_past_max_latency_ms_is_restarted_with_the_figures(pulsed, tmp_path, tracker):
+    """It still answers 200, only slower than max_latency_ms: each such probe failed, saying its latency
+    and the bound, and after `failures` of them the process is restarted with that reason. The probes'
+    latency is a vital, which the overview charts beside the process's health (on a phone too)."""
+    from test_fresh import Status
+    slow = Status()
+    victim = subprocess.Popen(["sleep", "3600.2121"], start_new_session=True)
+    tracker.add(victim.pid)
+    try:
+        write_config(pulsed, f"""
+            [web]
+            enabled = true
+            listen = "127.0.0.1:0"
+
+            [[process]]
+            name = "gw"
+            match = "^sleep 3600.2121$"
+            restart = ["sleep", "3600.2121"]
+            health = {{ url = "{slow.url}", every_s = 0.2, timeout_s = 2, failures = 2, max_latency_ms = 300 }}
+        """)
+        pulsed.start(env=FAST)
+        wait_for(lambda: len([p for p in probes(pulsed, "gw") if p["ok"]]) >= 2, 15, what="quick healthy probes")
+        assert not restarts(pulsed, "gw")
+        slow.delay = 0.5
+        first = wait_for(lambda: restarts(pulsed, "gw"), 20, what="a restart of the slow process")[0]
+        params = first["data"]["params"]
+        assert params["why"] == "unhealthy" and params["reason"].startswith("health: answered in ")
+        assert params["reason"].endswith(" ms, over max_latency_ms 300"), params
+        failed = [p for p in probes(pulsed, "gw") if not p["ok"] and p["ts"] < first["ts"]]
+        assert len(failed) >= 2 and all(p["status"] == 200 and p["slow"] and p["latency_ms"] >= 500 for p in failed)
+        assert victim.wait(5) == -signal.SIGTERM
+        tracker.add(wait_for(lambda: pulsed.vital("process-alive:gw", lambda d: d["alive"] and d["pid"] != victim.pid),
+                             10, what="the new copy")["pid"])
+        # the overview carries the probes' latency as a series (the page draws it beside the health)
+        url = wait_for(lambda: pulsed.ctl("web", "url").stdout.strip(), 10, what="pulsectl web url")
+        base, _, token = url.partition("/?token=")
+        request = urllib.request.Request(base + "/", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            html = response.read().decode()
+        first_state = json.loads(html.split('<script type="application/json" id="first">')[1].split("</script>")[0])
+        series = first_state["processes"]["gw"]["latency"]
+        assert series and max(value for _, value in series) >= 500, series
+        # ... and draws it, on a phone, without running off the screen
+        from test_web import LAUNCH, OVERFLOW
+        with browser_or_skip()() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH)
+            try:
+                tab = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+                tab.goto(url)
+                tab.wait_for_selector('[data-process="gw"] [data-field="health"] polyline', state="attached",
+                                      timeout=20_000)
+                assert tab.evaluate(OVERFLOW) == []
+                tab.screenshot(path=str(tmp_path / "overview-phone-latency.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        slow.close()

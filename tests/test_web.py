@@ -42,6 +42,7 @@ def site(tmp_path_factory):
                                       f'[[process]]\nname = "napper"\nmatch = "^sleep {NAP}$"\n'
                                       f'restart = ["sleep", "{NAP}"]\nmemory = {{ max_mb = 512 }}\n\n'
                                       '[[schedule]]\nname = "hourly"\nevery = "1h"\neffect = { kind = "noop" }\n\n'
+                                      f'[[watch.fresh]]\nname = "outputs"\npath = "{home.parent}"\nwithin_s = 3600\n\n'
                                       '[budget]\nusd_per_day = 5\n')
     napper = subprocess.Popen(["sleep", NAP], start_new_session=True)
     tracker.add(napper.pid)
@@ -219,6 +220,16 @@ def test_the_overview_shows_each_critical_process_with_its_memory_health_restart
     assert pulsed.ctl("emit", "signal", "--target", "napper", "--param", "signal=SIGCONT", "--wait", "10").returncode == 0
     page.wait_for_function("""() => document.querySelector('[data-process="napper"] [data-field="last_action"]')
                                        .textContent.startsWith('signal acked')""", timeout=10_000)
+
+
+def test_the_overview_shows_each_proof_of_work_fresh_or_stale_with_its_last_sign_of_work(site, page):
+    pulsed, base, token = site
+    row = page.locator('[data-fresh="outputs"]')
+    page.wait_for_function("""() => /fresh/.test(document.querySelector('[data-fresh="outputs"] [data-label="state"]')
+                                                  ?.textContent || '')""", timeout=10_000)
+    assert row.locator('[data-label="looks at"]').inner_text().strip() == str(pulsed.home.parent)
+    assert row.locator('[data-label="within"]').inner_text() == "1:00:00"
+    assert row.locator('[data-label="last work"] time').count() == 1
 
 
 # -- auth -------------------------------------------------------------------------------------------------------

@@ -112,6 +112,19 @@ def file_rows(files: list[wire.FileWatchStatus]) -> list[tuple[str, ...]]:
     return rows
 
 
+def fresh_rows(proofs: list[wire.FreshWatchStatus]) -> list[tuple[str, ...]]:
+    rows = [("PROOF OF WORK", "STATE", "LAST WORK", "WITHIN", "RESTART", "LOOKS AT")]
+    for f in proofs:
+        state = "-" if f.stale is None else "stale" if f.stale else "fresh"
+        if f.error:
+            state += f" ({f.error})"
+        last = ("-" if f.age_s is None else f"{duration(f.age_s)} ago" if f.changed_at is not None
+                else f"none in {duration(f.age_s)}")
+        rows.append((f.name, state, last, duration(f.within_s), f.restart or "-",
+                     f.what + (f" = {f.value}" if f.value is not None else "")))
+    return rows
+
+
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     # Crashes (automatic restarts) apart from the operator's restarts and reloads: a reload is not
     # a crash, and one column counting both hid which was which (issue 23).
@@ -137,6 +150,9 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
     if status.files:
         lines.append("")
         lines += columns(file_rows(status.files))
+    if status.fresh:
+        lines.append("")
+        lines += columns(fresh_rows(status.fresh))
     s = status.supervisor
     lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
@@ -206,7 +222,7 @@ def rolled_back_note(paths: Paths) -> str | None:
 
 
 WIRE_TIMES = ("paused_until", "kept_at", "restored_at", "sampled_at", "last_trim_at", "until",
-              "started_at", "at")   # epoch seconds on the wire
+              "started_at", "at", "changed_at")   # epoch seconds on the wire
 
 
 def iso_times(item: dict) -> dict:
@@ -227,4 +243,5 @@ def status_json(status: wire.Status, code: int | None = None, why: list[str] | N
     if code is not None:
         document["exit"] = {"code": int(code), "why": why or []}
     document["files"] = [iso_times(f) for f in document.get("files", [])]
+    document["fresh"] = [iso_times(f) for f in document.get("fresh", [])]
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

@@ -87,6 +87,9 @@ class Health(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout_s: float = 3
     failures: int = 3
     start_period_s: float = 0                 # failed probes this soon after the process started do not count
+    # A probe that answers, but slower than this, failed all the same (a saturated event loop answers
+    # /health in seconds long before it stops answering); unset: only timeout_s bounds it.
+    max_latency_ms: float | None = None
 
 
 MAX_MEMORY_WINDOW_SAMPLES = 720               # the growth fit reads at most this many samples (the newest)
@@ -224,6 +227,20 @@ class FileWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     keep: int = 3                             # rotate keeps <path>.1.gz … <path>.<keep>.gz, the newest first
 
 
+class FreshWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Proof that work happens ([[watch.fresh]]): something that must change within `within_s`, a
+    heartbeat file or a cron's output directory (`path`: the file's mtime, or the newest mtime in the
+    directory), or a loopback URL's answer (`url`; with `field`, only that dotted field of its JSON).
+    Sampled into `fresh:<name>`; stale: notified once per staleness, and `restart` restarted if set."""
+    name: str
+    path: str | None = None                   # an absolute file or directory; links out of it never followed
+    recursive: bool = False                   # a directory: its subdirectories' entries count too
+    url: str | None = None                    # e.g. "http://127.0.0.1:18789/status" (loopback only)
+    field: str | None = None                  # url: a dotted path into its JSON answer, e.g. "cron.runs"
+    within_s: float = 3600
+    restart: str | None = None                # the [[process]] to restart when stale; unset: only notified
+
+
 class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Thresholds at which a built-in watcher rings the tick at once instead of waiting."""
     cpu_pct: float = 95
@@ -233,6 +250,7 @@ class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     network: list[NetworkTarget] = msgspec.field(default_factory=list)   # none on a fresh install
     error_log: list[ErrorLogWatch] = msgspec.field(default_factory=list)
     file: list[FileWatch] = msgspec.field(default_factory=list)          # none on a fresh install
+    fresh: list[FreshWatch] = msgspec.field(default_factory=list)        # none on a fresh install
 
 
 class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -240,7 +258,7 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
         "system-resource", "process-alive:*", "process-memory:*", "health:*", "config:*", "network:*",
-        "error-log:*", "file:*", "engine:*", "pending-tasks"])
+        "error-log:*", "file:*", "fresh:*", "engine:*", "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
@@ -948,6 +966,7 @@ def validate(config: Config, origin: str) -> Config:
         if not (target.host or target.url):
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     validate_watched_files(config.watch.file, origin)
+    validate_fresh_watches(config, origin)
     if t.effect_retry_max_ms < t.effect_retry_base_ms:
         raise ConfigError(f"{origin}: $.timings.effect_retry_max_ms must be at least effect_retry_base_ms")
     if config.survival.disk_trim_min_mb < 0:
@@ -1001,6 +1020,46 @@ def validate_watched_files(files: list[FileWatch], origin: str) -> None:
         raise ConfigError(f"{origin}: $.watch.file: names must be unique")
 
 
+MAX_FIELD_CHARS = 200                         # a [[watch.fresh]] field's dotted path
+
+
+def validate_fresh_watches(config: "Config", origin: str) -> None:
+    restartable = {p.name for p in config.process if p.restart}
+    for i, watch in enumerate(config.watch.fresh):
+        where = f"{origin}: $.watch.fresh[{i}]"
+        if not WATCH_NAME.fullmatch(watch.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        if (watch.path is None) == (watch.url is None):
+            raise ConfigError(f"{where}: set exactly one of path or url")
+        if watch.path is not None and (not os.path.isabs(watch.path) or ".." in Path(watch.path).parts):
+            raise ConfigError(f"{where}.path must be an absolute path without '..', got {watch.path!r}")
+        if watch.url is not None:
+            host = urlsplit_host(watch.url)
+            if host is None:
+                raise ConfigError(f"{where}.url: not an http:// or https:// URL: {watch.url!r}")
+            if not is_loopback(host):
+                raise ConfigError(f"{where}.url: only a loopback address (127.0.0.1, ::1, localhost), got {host!r}")
+        if watch.field is not None and (watch.url is None or not watch.field or len(watch.field) > MAX_FIELD_CHARS
+                                        or "" in watch.field.split(".")):
+            raise ConfigError(f"{where}.field: a dotted path into the url's JSON answer (like \"cron.runs\"), "
+                              f"and only with url; got {watch.field!r}")
+        if watch.recursive and watch.path is None:
+            raise ConfigError(f"{where}.recursive: only with path")
+        if not watch.within_s > 0:
+            raise ConfigError(f"{where}.within_s must be greater than 0, got {watch.within_s}")
+        if watch.restart is not None and watch.restart not in restartable:
+            raise ConfigError(f"{where}.restart: no [[process]] named {watch.restart!r} with a restart argv")
+    names = [w.name for w in config.watch.fresh]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.watch.fresh: names must be unique")
+
+
+def urlsplit_host(url: str) -> str | None:
+    """The host of an http(s) URL (brackets of an IPv6 host dropped), None when it is not one."""
+    found = re.match(r"https?://(\[[^\]/\s]+\]|[^/:\s?#]+)(:\d+)?([/?#]\S*)?$", url)
+    return found.group(1).strip("[]") if found else None
+
+
 def validate_config_files(proc: Process, where: str) -> None:
     """`[[process]] config`: absolute, distinct paths of a process Pulse can restart, and positive times."""
     for j, path in enumerate(proc.config):
@@ -1031,6 +1090,9 @@ def validate_health(health: Health, where: str) -> None:
         raise ConfigError(f"{where}.failures must lie within 1 … {MAX_HEALTH_FAILURES}, got {health.failures}")
     if health.start_period_s < 0:
         raise ConfigError(f"{where}.start_period_s must be at least 0")
+    if health.max_latency_ms is not None and not 0 < health.max_latency_ms < health.timeout_s * 1000:
+        raise ConfigError(f"{where}.max_latency_ms must be greater than 0 and below timeout_s ({health.timeout_s:g} s: "
+                          f"a slower probe times out anyway), got {health.max_latency_ms:g}")
 
 
 def validate_memory(proc: Process, where: str) -> None:
@@ -1315,6 +1377,7 @@ def default_toml() -> str:
         "# stop_timeout_s = 10.0                   # ... then SIGKILL: a restart never leaves two copies",
         "# start_grace_s = 1.0                     # exits within this of its start: the restart failed",
         '# health = { url = "http://127.0.0.1:18789/readyz", every_s = 10, timeout_s = 3, failures = 3, start_period_s = 15 }',
+        "#                                        # max_latency_ms = 1000: a slower answer is a failed probe",
         "# restart_exit_codes = [75]              # it exits 75 to ask for a restart: not a crash",
         "# stop_exit_codes = [78]                 # it exits 78 to say: do not restart me (bad config)",
         '# config = ["/etc/openclaw/openclaw.json"]   # kept known good; restored if an edit breaks it',
@@ -1337,6 +1400,15 @@ def default_toml() -> str:
         "# max_mb = 1024.0                        # a matching file over this is acted on",
         '# action = "rotate"                      # rotate (copytruncate) | truncate | notify',
         "# keep = 3                               # rotate keeps <file>.1.gz … <file>.3.gz",
+        "",
+        "# Proof that work happens: something that must change (repeat the table for more):",
+        "# [[watch.fresh]]",
+        '# name = "heartbeat"',
+        '# path = "/home/agent/.openclaw/heartbeat"   # a file (its mtime) or a directory (its newest mtime)',
+        "# recursive = false                      # a directory: count its subdirectories' entries too",
+        '# # or: url = "http://127.0.0.1:18789/status", field = "cron.runs"   # its answer (or that JSON field)',
+        "# within_s = 3600.0                      # no change for this long: stale, notified once",
+        '# restart = "gateway"                    # ... and this [[process]] restarted; unset: only notified',
         "",
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",

@@ -201,6 +201,20 @@ class FileWatchStatus(msgspec.Struct, kw_only=True):
     last_trim_state: str | None = None  # ... and how (acked | failed | expired)
 
 
+class FreshWatchStatus(msgspec.Struct, kw_only=True):
+    """A [[watch.fresh]] as status shows it: what it looks at, its last sign of work, stale or not."""
+    name: str
+    what: str                           # the path, or the url (and its field)
+    within_s: float
+    restart: str | None = None          # the [[process]] restarted when stale
+    stale: bool | None = None           # None: not sampled yet
+    changed_at: float | None = None     # its last sign of work (None: none seen)
+    age_s: float | None = None          # how long before its latest sample that was (or watching began)
+    value: str | None = None            # a url's answer (or field) as last seen, cut
+    error: str | None = None            # why its latest sample could not look
+    sampled_at: float | None = None
+
+
 class Status(msgspec.Struct):
     """`pulsectl status --json`, version 1; engine_commit and processes were added after."""
     version: int
@@ -211,6 +225,7 @@ class Status(msgspec.Struct):
     web_url: str | None = None          # the web worker's address, when it runs (`pulsectl web url`)
     files: list[FileWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.file]]
     fleet: dict[str, Any] | None = None  # the fleet worker's own account, when it runs (pulse.workers.fleet)
+    fresh: list[FreshWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.fresh]]
 
 
 class Reply(msgspec.Struct, omit_defaults=True):

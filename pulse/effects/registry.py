@@ -63,7 +63,7 @@ class RestartProcessParams(msgspec.Struct):
                                                              # (unset: the [[process]] start_grace_s)
     timeout_s: Seconds | None = None
     why: str | None = None                                   # dead | unhealthy | exit-code | endpoint-down |
-                                                             # memory | config-restored
+                                                             # memory | stale | config-restored
     code: int | None = None                                  # the exit code it died with, when recorded
     signal: str | None = None                                # ... or the signal that killed it
     pid: int | None = None                                   # ... and the pid that exited (or was over its ceiling)
@@ -71,6 +71,7 @@ class RestartProcessParams(msgspec.Struct):
     rss_mb: float | None = None                              # why = memory: its tree's RSS at the last sample ...
     max_mb: float | None = None                              # ... its ceiling ...
     samples: int | None = None                               # ... and how many samples in a row were above it
+    watch: str | None = None                                 # why = stale: the [[watch.fresh]] that saw no work
     reason: str | None = None                                # the figures in words, for the report and the page
 
 

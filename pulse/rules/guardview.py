@@ -8,9 +8,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pulse.core.config import FileWatch, Process, Survival
+from pulse.core import staleness
+from pulse.core.config import FileWatch, FreshWatch, Process, Survival
 from pulse.core.states import EffectState
-from pulse.core.wire import ConfigFileStatus, ConfigStatus, FileWatchStatus, HealthView, ProcessExitView, ProcessView, Snapshot
+from pulse.core.wire import (
+    ConfigFileStatus,
+    ConfigStatus,
+    FileWatchStatus,
+    FreshWatchStatus,
+    HealthView,
+    ProcessExitView,
+    ProcessView,
+    Snapshot,
+)
 from pulse.rules import knowngood, processstate, survival
 
 MB = 1024 * 1024
@@ -66,6 +76,24 @@ def file_watch_status(curr: Snapshot, watch: FileWatch) -> FileWatchStatus:
     return view
 
 
+def fresh_watch_status(curr: Snapshot, watch: FreshWatch) -> FreshWatchStatus:
+    """A [[watch.fresh]]: its latest sample, judged as freshWatch judges it."""
+    view = FreshWatchStatus(name=watch.name, what=survival.proof_words(watch), within_s=watch.within_s,
+                            restart=watch.restart)
+    samples = curr.history.get(f"fresh:{watch.name}") or ()
+    if not samples:
+        return view
+    latest = samples[-1]
+    data = latest.data
+    view.stale = staleness.is_stale(latest.ts, data, watch.within_s)
+    view.changed_at = staleness.number(data.get("changed_at"))
+    view.age_s = round(staleness.looked_at(latest.ts, data) - staleness.last_work(data), 1)
+    view.value = data.get("value") if isinstance(data.get("value"), str) else None
+    view.error = data.get("error") if isinstance(data.get("error"), str) else None
+    view.sampled_at = latest.ts
+    return view
+
+
 EXIT_OUTPUT_LINES = 5          # of a process's last output, in status
 
 
@@ -115,9 +143,11 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
                        restarts=runs.restarts if runs is not None else 0, last_exit=last_exit, health=health)
 
 
-def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch], s: Survival) -> dict:
+def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch], s: Survival,
+           proofs: Sequence[FreshWatch] = ()) -> dict:
     """The tick's heartbeat extras for status: every process's state, config per process that has
     any, and every watch."""
     configs = {p.name: view for p in processes if (view := config_status(curr, p)) is not None}
     return {"states": {p.name: process_view(curr, p, s) for p in processes},
-            "configs": configs, "files": [file_watch_status(curr, w) for w in watches]}
+            "configs": configs, "files": [file_watch_status(curr, w) for w in watches],
+            "fresh": [fresh_watch_status(curr, w) for w in proofs]}

@@ -1,6 +1,6 @@
 """The survival rules: the outer layers of the onion, shipped with Pulse, run in the tick.
 
-Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard, fileGuard,
+Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard, fileGuard, freshWatch,
 llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice, dailyReport.
 Each is built from config and is a pure function of (prev, curr, inner): all its
 memory ("failed N times in a row", "already notified") is in the snapshot, folded
@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Sequence
 
-from pulse.core import clock
-from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Process, Survival, TickConfig
+from pulse.core import clock, staleness
+from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, FreshWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import MAX_TARGET_CHARS, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
 from pulse.rules import knowngood, processstate
@@ -166,6 +166,10 @@ def process_watchdog(config: TickConfig):
       last restart outcome; the restart's params carry the figures and a reason naming them. Its
       growth is watched too: a least-squares slope over `growth_window_s` steeper than
       `growth_mb_per_h` is notified, once per process (pid) and at most every notify_every_s.
+    - Stale (`[[watch.fresh]] restart` names it): a watch that saw no work within its within_s, as of
+      a sample newer than the last restart outcome and counted from no earlier than the process's
+      start (a new copy gets within_s to show work). Its restarts back off as an unhealthy one's do,
+      until a sample shows work again.
     - Restarts of an unhealthy process that brought no healthy probe back off by restart_backoff
       too, counted by the `attempt` each restart carries (so without end, up to max_s); those of one
       over its memory ceiling that brought no sample below it, from process_backoff_base_s.
@@ -191,6 +195,10 @@ def process_watchdog(config: TickConfig):
     processes = {p.name: p for p in config.process if p.restart}
     configured = {p.name for p in config.process}
     s = config.survival
+    proofs: dict[str, list[FreshWatch]] = {}
+    for watch in config.watch.fresh:
+        if watch.restart is not None:
+            proofs.setdefault(watch.restart, []).append(watch)
 
     @_named("process_watchdog")
     async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
@@ -249,18 +257,28 @@ def process_watchdog(config: TickConfig):
                     curr.history.get(f"health:{name}", []), last, vital, proc.health.start_period_s)) >= proc.health.failures:
                 why, streak = "unhealthy", unhelped_restarts(history, curr.history.get(f"health:{name}", []))
                 attempt, not_before = unhealthy_backoff(curr, name, crash_limits(proc, s))
+                failed = curr.history.get(f"health:{name}", [])[-1].data.get("error")
+                params = {"reason": f"health: {failed}"} if failed else {}
             elif proc.memory is not None and (over := over_ceiling(memory_samples(memory, last), proc.memory)):
                 why, params = "memory", over
                 streak = unhelped_restarts(history, memory, ok=lambda v: under_ceiling(v, proc.memory.max_mb))
                 attempt = len(streak)
                 not_before = streak[-1].ts + clock.backoff(attempt, s.process_backoff_base_s,
                                                            s.process_backoff_max_s) if streak else 0.0
+            elif name in proofs and (stale := stale_proof(curr, proofs[name], last, vital)) is not None:
+                why, params = "stale", stale
+                samples = [v for w in proofs[name] for v in curr.history.get(f"fresh:{w.name}", [])]
+                worked = max((staleness.last_work(v.data) for v in samples if v.data.get("changed_at") is not None),
+                             default=0.0)
+                streak = [o for o in history if o.kind == "restart-process" and o.ts > worked]
+                attempt, not_before = unhealthy_backoff(curr, name, crash_limits(proc, s), "stale",
+                                                        lambda since: staleness.worked_since(samples, since))
             else:
                 keep = knowngood.keep_effect(proc, curr) if proc.config else None
                 if keep is not None and not pending_or_handled(curr, effects, "keep-config", name):
                     effects = effects + [keep]
                 continue
-            if change is not None and knowngood.restarted_since(history, change.at):
+            if change is not None and why != "stale" and knowngood.restarted_since(history, change.at):
                 effects = effects + [knowngood.restore_effect(proc, change, "crash-loop" if why == "dead" else why)]
                 continue
             if why == "dead" and (held_fatal(curr, name) or processstate.is_fatal(streak, limits)):
@@ -272,7 +290,7 @@ def process_watchdog(config: TickConfig):
             if (not told_at_fatal and len(streak) >= s.process_notify_after
                     and may_notify(curr, "process-watchdog", name, 0, streak[0].ts)):
                 last_error = getattr(streak[-1], "error", None) or (
-                    params.get("reason") if why == "memory" else probes[-1].data.get("error") if probes
+                    params.get("reason") if why in ("memory", "stale") else probes[-1].data.get("error") if probes
                     else exit_words(curr.exits.get(name)))
                 effects = effects + [notify(curr, "process-watchdog", name, STREAK_TITLES[why].format(name=name),
                                             f"{len(streak)} restarts of {name} did not help; still trying",
@@ -319,16 +337,19 @@ def held_fatal(curr: Snapshot, name: str) -> bool:
     return told >= max([runs.operator_at, *(st.ts for st in runs.starts)])
 
 
-def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits) -> tuple[int, float]:
+def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits, why: str = "unhealthy",
+                      helped: Callable[[float], bool] | None = None) -> tuple[int, float]:
     """(restarts for failed probes in a row that no healthy probe followed, when the next may be): each
     waits backoff(n) after the last. The count is carried by the restarts themselves (their
     `attempt`), not by the probes the snapshot keeps, so a process that takes ever longer to come up
-    (Hermes' storm guard) is given ever longer, up to max_s, never killed at one cadence for ever."""
+    (Hermes' storm guard) is given ever longer, up to max_s, never killed at one cadence for ever.
+    The same for restarts of another `why` (stale), whose `helped(since)` says one did help."""
     runs = curr.runs.get(name)
     last = next((st for st in reversed(runs.starts) if st.origin == "survival"), None) if runs else None
-    if last is None or last.why != "unhealthy" or last.ts <= runs.operator_at:
+    if last is None or last.why != why or last.ts <= runs.operator_at:
         return 0, 0.0
-    if any(probe_ok(v) for v in curr.history.get(f"health:{name}", []) if v.ts > last.ts):
+    probes = curr.history.get(f"health:{name}", [])
+    if helped(last.ts) if helped is not None else any(probe_ok(v) for v in probes if v.ts > last.ts):
         return 0, 0.0
     n = max(last.attempt, 1)
     return n, last.ts + processstate.backoff(n, limits.backoff_base_s, limits.backoff_max_s)
@@ -407,7 +428,7 @@ def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Eff
 
 
 STREAK_TITLES = {"dead": "{name} does not come back", "unhealthy": "{name} stays unhealthy",
-                 "memory": "{name} stays over its memory ceiling"}
+                 "memory": "{name} stays over its memory ceiling", "stale": "{name} still shows no sign of work"}
 GROWTH_MIN_SAMPLES = 5          # a growth fit needs this many samples of one pid ...
 GROWTH_MIN_SPAN = 0.75          # ... spanning this share of growth_window_s (or the most the tick reads)
 
@@ -488,6 +509,31 @@ def growth_notice(curr: Snapshot, name: str, memory: Memory, samples: Sequence[V
                    f"{name}'s tree grew {slope:.0f} MB/h over the last {span:.0f} s (growth_mb_per_h is "
                    f"{memory.growth_mb_per_h:g}); now {rss:g} MB{left}",
                    rss_mb=rss, growth_mb_per_h=round(slope, 1), max_mb=memory.max_mb)]
+
+
+def proof_words(watch: FreshWatch) -> str:
+    """What a [[watch.fresh]] looks at, as a notification says it."""
+    if watch.path is not None:
+        return watch.path + (" (and below)" if watch.recursive else "")
+    return f"{watch.url}" + (f" field {watch.field}" if watch.field else "")
+
+
+def stale_proof(curr: Snapshot, watches: Sequence[FreshWatch], last: float, alive: Vital | None) -> dict | None:
+    """A restart's params when one of the watches that prove a process's work is stale: its latest
+    sample is newer than the last restart outcome (`last`) and saw no work within within_s, counted
+    from no earlier than that restart or the process's start."""
+    started = alive.data.get("since") if alive is not None and alive.data.get("alive") else None
+    not_before = max(last, started if isinstance(started, (int, float)) else 0.0)
+    for watch in watches:
+        samples = curr.history.get(f"fresh:{watch.name}")
+        if not samples or samples[-1].ts <= last:
+            continue
+        latest = samples[-1]
+        if staleness.is_stale(latest.ts, latest.data, watch.within_s, not_before):
+            quiet = staleness.looked_at(latest.ts, latest.data) - max(staleness.last_work(latest.data), not_before)
+            return {"watch": watch.name, "reason": f"stale: no sign of work in {proof_words(watch)} for "
+                                                  f"{roughly(quiet)} (within_s {watch.within_s:g})"}
+    return None
 
 
 def outlived(vital: Vital, ended: ProcessExit | None, since: float, started_pid: int = 0) -> bool:
@@ -662,6 +708,55 @@ def file_guard(config: TickConfig):
     return rule
 
 
+# -- 5b. freshWatch ---------------------------------------------------------------------------------
+
+def fresh_watch(config: TickConfig):
+    """A [[watch.fresh]] saw no sign of work within its within_s (a heartbeat file nobody touches, a
+    cron's output directory nobody writes, a status counter that stopped): notified once per
+    staleness, a staleness being one last sign of work (work seen again, then stopping again, is a
+    new one), and once when work is seen again. The process its `restart` names is restarted by
+    processWatchdog, the one decider of restarts, with its backoff and crash-loop rules."""
+    watches = list(config.watch.fresh)
+
+    @_named("fresh_watch")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        for watch in watches:
+            samples = curr.history.get(f"fresh:{watch.name}")
+            if not samples:
+                continue
+            data = samples[-1].data
+            if not staleness.is_stale(samples[-1].ts, data, watch.within_s):
+                effects = effects + back_notice(curr, effects, watch, data)
+                continue
+            worked = staleness.last_work(data)
+            if handled(effects, "notify", watch.name) or not may_notify(curr, "fresh-watch", watch.name, 0, worked):
+                continue
+            seen = (f"its last sign of work was at {clock.iso(worked, ms=False)}" if data.get("changed_at") is not None
+                    else f"no sign of work since watching began at {clock.iso(worked, ms=False)}")
+            then = f"; restarting {watch.restart}" if watch.restart else ""
+            error = f" ({data['error']})" if data.get("error") else ""
+            effects = effects + [notify(
+                curr, "fresh-watch", watch.name,
+                f"{watch.name}: no sign of work for {roughly(staleness.looked_at(samples[-1].ts, data) - worked)}",
+                f"{proof_words(watch)} did not change within {watch.within_s:g} s: {seen}{error}{then}",
+                changed_at=data.get("changed_at"), within_s=watch.within_s, error=data.get("error"),
+                restart=watch.restart)]
+        return effects, tick_ms
+    return rule
+
+
+def back_notice(curr: Snapshot, effects: Sequence[Effect], watch: FreshWatch, data: dict) -> list[Effect]:
+    """A notification that a watch said stale shows work again: once per staleness said."""
+    told = curr.notified.get(f"fresh-watch:{watch.name}")
+    target = f"{watch.name}:back"
+    if told is None or not may_notify(curr, "fresh-watch", target, 0, told) or handled(effects, "notify", target):
+        return []
+    return [notify(curr, "fresh-watch", target, f"{watch.name}: work seen again",
+                   f"{proof_words(watch)} changed at {clock.iso(staleness.last_work(data), ms=False)}, "
+                   f"within its {watch.within_s:g} s again", changed_at=data.get("changed_at"))]
+
+
 # -- 6. llmWatchdog ---------------------------------------------------------------------------------
 
 def llm_watchdog(config: TickConfig):
@@ -824,17 +919,19 @@ DAY_S = 86_400
 def survival_rules(config: TickConfig) -> list:
     """Outermost first."""
     return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
-            file_guard(config), llm_watchdog(config), network_watchdog(config), error_escalate(config), engine_failed_notice(config),
-            escalation_notice(config), daily_report(config)]
+            file_guard(config), fresh_watch(config), llm_watchdog(config), network_watchdog(config), error_escalate(config),
+            engine_failed_notice(config), escalation_notice(config), daily_report(config)]
 
 
 def counted_keys(config: TickConfig) -> list[str]:
     """Vital keys whose recent samples the snapshot carries: processWatchdog (health probes, memory
     samples) and llmWatchdog count failures in a row, errorEscalate adds up the matches of every
     sample since the last tick, fileGuard and resourceGuard read the latest sizes of the watched
-    files (here, whatever [tick] sense says)."""
+    files, freshWatch and processWatchdog the latest sample of each [[watch.fresh]] (here, whatever
+    [tick] sense says)."""
     keys = [f"error-log:{e.name}" for e in config.watch.error_log]
     keys += [f"file:{f.name}" for f in config.watch.file]
+    keys += [f"fresh:{f.name}" for f in config.watch.fresh]
     keys += [f"health:{p.name}" for p in config.process if p.health is not None]
     keys += list(trend_windows(config))
     return keys + ([f"network:{config.survival.llm.target}"] if config.survival.llm else [])

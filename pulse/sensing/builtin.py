@@ -1,5 +1,5 @@
 """The built-in (P0) watchers: system-resource, process-alive, process-memory, health, config, network,
-error-log, file.
+error-log, file, and fresh (pulse.sensing.freshness).
 
 Each is a `pulse.core.plugins.Watcher` with one key. `collect()` runs in a pool thread
 of the watcher process (it may block: DNS, a dead NFS mount, a slow /proc);
@@ -31,11 +31,13 @@ from pulse.core import guarded, procs, rotation, safepath
 from pulse.core.home import inside
 from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
+from pulse.sensing.freshness import FreshWatch
 from pulse.store import objects
 
 
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:
-    """One watcher per key: the host, each configured process, network target, log file and [[watch.file]]."""
+    """One watcher per key: the host, each configured process, network target, log file, [[watch.file]]
+    and [[watch.fresh]]."""
     interval = config.timings.watcher_interval_ms
     alive = [ProcessAlive(p, interval, home) for p in config.process]
     return [
@@ -47,6 +49,7 @@ def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) 
         *(Network(t, interval) for t in config.watch.network),
         *(ErrorLog(e, interval) for e in config.watch.error_log),
         *(WatchedFile(f, interval, home) for f in config.watch.file),
+        *(FreshWatch(f, interval) for f in config.watch.fresh),
     ]
 
 
@@ -374,6 +377,15 @@ def probe_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
             "output": output.decode("utf-8", "replace")[-HEALTH_OUTPUT_CHARS:]}
 
 
+def too_slow(data: dict[str, Any], max_latency_ms: float | None) -> dict[str, Any]:
+    """A probe that passed, but slower than max_latency_ms, failed: a gateway whose event loop is
+    saturated still answers /health, in seconds, long before it stops answering at all."""
+    latency = data.get("latency_ms")
+    if max_latency_ms is not None and data.get("ok") and isinstance(latency, (int, float)) and latency > max_latency_ms:
+        data.update(ok=False, slow=True, error=f"answered in {latency:.0f} ms, over max_latency_ms {max_latency_ms:g}")
+    return data
+
+
 class HealthProbe(Watcher):
     """`[[process]] health`: is the process any use, not only alive (OpenClaw's /readyz, an LLM
     proxy's health URL, `openclaw health --json`). Key `health:<process>`, one probe every
@@ -389,8 +401,10 @@ class HealthProbe(Watcher):
 
     def collect(self) -> dict[str, Any]:
         if self.health.url is not None:
-            return probe_url(self.health.url, self.health.timeout_s)
-        return probe_argv(list(self.health.argv), self.health.timeout_s)
+            data = probe_url(self.health.url, self.health.timeout_s)
+        else:
+            data = probe_argv(list(self.health.argv), self.health.timeout_s)
+        return too_slow(data, self.health.max_latency_ms)
 
     def should_wake(self, window: list[Vital]) -> bool:
         return ok_changed(window) or (bool(window) and not window[-1].data.get("ok", True))

@@ -352,6 +352,23 @@ class Collector:
                 over.add_metric([f.name], f.over)
             freed.add_metric([f.name], c.bytes_freed[f.name])
         yield from (changed, restores, total, largest, over, freed)
+        yield from fresh_metrics(s.fresh if s else ())
+
+
+def fresh_metrics(proofs: Iterable) -> Iterable:
+    """Each [[watch.fresh]] (its FreshWatchStatus): stale or not, and how long since its last sign of work."""
+    stale = GaugeMetricFamily("pulse_fresh_stale", "1 if the [[watch.fresh]] saw no sign of work within its "
+                              "within_s", labels=["watch"])
+    age = GaugeMetricFamily("pulse_fresh_age_seconds", "Time from its last sign of work (or, if none was seen, "
+                            "from when watching began) to its latest sample", labels=["watch"])
+    within = GaugeMetricFamily("pulse_fresh_within_seconds", "Its within_s", labels=["watch"])
+    for f in proofs:
+        within.add_metric([f.name], f.within_s)
+        if f.stale is not None:
+            stale.add_metric([f.name], int(f.stale))
+        if f.age_s is not None:
+            age.add_metric([f.name], f.age_s)
+    return (stale, age, within)
 
 
 def spend_metrics(rows: Iterable[dict]) -> Iterable:

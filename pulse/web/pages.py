@@ -368,17 +368,22 @@ def host_series(conn, since: float, bucket_s: float) -> dict[str, list]:
 
 
 def process_cards(web: Web, status: wire.Status | None) -> dict[str, dict]:
-    """Per critical process, what the overview shows beside its state: its memory over the last ten
-    minutes (rss_mb, one point per 5 s), its latest health probe, its restarts and its last action."""
+    """Per critical process, what the overview shows beside its state: its memory and its health
+    probe's latency over the last ten minutes (rss_mb, one point per 5 s; latency_ms, one per probe
+    bucket), its latest health probe, its restarts and its last action."""
     names = [p.name for p in status.processes] if status is not None else []
     if not names:
         return {}
     since = time.time() - OVERVIEW_VITALS_S
 
+    def series(conn, key: str, field: str) -> list:
+        return [[ts, d[field]] for ts, d in vitalsdb.vitals_buckets(conn, key, since, 5)
+                if isinstance(d.get(field), (int, float))]
+
     def from_vitals(conn):
         health = vitalsdb.latest_vitals(conn, [f"health:{n}" for n in names])
-        return {n: {"memory": [[ts, d["rss_mb"]] for ts, d in vitalsdb.vitals_buckets(conn, f"process-memory:{n}", since, 5)
-                               if isinstance(d.get("rss_mb"), (int, float))],
+        return {n: {"memory": series(conn, f"process-memory:{n}", "rss_mb"),
+                    "latency": series(conn, f"health:{n}", "latency_ms"),
                     "health": ({k: health[f"health:{n}"].data.get(k) for k in ("ok", "error")}
                                if f"health:{n}" in health else None)} for n in names}
     cards = web.read(from_vitals, "vitals")

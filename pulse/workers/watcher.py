@@ -19,6 +19,7 @@ import zmq
 
 from pulse.core import client
 from pulse.sensing.builtin import ProcessAlive, ProcessMemory, builtin_watchers
+from pulse.sensing.freshness import FreshWatch
 from pulse.sensing.runner import WatcherRunner
 from pulse.store import eventsdb, vitalsdb
 from pulse.workers.harness import Worker
@@ -77,6 +78,11 @@ class WatcherWorker(Worker):
         watchers = builtin_watchers(self.config, self.paths.home)
         self.processes = {w.process.name: w for w in watchers if isinstance(w, ProcessAlive)}
         self.memory = {w.alive.process.name: w for w in watchers if isinstance(w, ProcessMemory)}
+        # A [[watch.fresh]] carries on from its last sample: a restarted watcher must not take an
+        # answer that stopped changing an hour ago for news.
+        fresh = [w for w in watchers if isinstance(w, FreshWatch)]
+        for key, vital in vitalsdb.latest_vitals(self.vitals, [w.key for w in fresh]).items() if fresh else ():
+            next(w for w in fresh if w.key == key).resume(vital.data)
         self.runner = WatcherRunner(watchers, vitals_conn=self.vitals, events_conn=self.events,
                                     ballast_path=self.paths.home / "ballast",
                                     wake_sock=self.wake, source=self.name, config=self.config, log=self.log)

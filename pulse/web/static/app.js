@@ -271,8 +271,10 @@ function processCells(p, card = {}) {
     memory: [el("span", {class: p.max_mb && p.rss_mb > p.max_mb ? "figure bad" : "figure"}, p.rss_mb === null || p.rss_mb === undefined ? "-" : `${Math.round(p.rss_mb)} MB`
                 + (p.max_mb ? ` of ${p.max_mb}` : "")),
              spark(points, {label: `${p.name}: its tree's memory over ten minutes, MB`, max: top || null})],
-    health: p.health ? processHealth(p.health) : health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""},
-                                                             health.ok ? "ok" : "failing") : el("span", {class: "muted"}, "-"),
+    health: [p.health ? processHealth(p.health) : health ? el("span", {class: health.ok ? "ok" : "bad", title: health.error || ""},
+                                                              health.ok ? "ok" : "failing") : el("span", {class: "muted"}, "-"),
+             (card.latency || []).length ? spark(card.latency, {label: `${p.name}: its health probe's latency over ten minutes, ms`})
+                                         : []],
     config: configCell(p.config),
     restarts: String(p.restarts ?? card.restarts ?? 0),
     last_action: last ? [el("span", {class: last.outcome, title: [last.reason, last.error].filter(Boolean).join(" · ")},
@@ -411,7 +413,7 @@ function renderOverview(view) {
   const main = document.querySelector("main"), s = view.status;
   if (!document.getElementById("workers")) {
     // the critical processes first: they are what the operator came for (a phone shows them on its first screen)
-    main.replaceChildren(...["processes", "workers", "files", "engine", "host", "survival"].map(id =>
+    main.replaceChildren(...["processes", "workers", "files", "fresh", "engine", "host", "survival"].map(id =>
       el("section", {id, "aria-live": id === "workers" ? "polite" : null})));
   }
   refreshWorkers(view);
@@ -426,6 +428,17 @@ function renderOverview(view) {
         el("td", {"data-label": "last trim", class: f.last_trim_state || null},
            f.last_trim_at ? [`${f.last_trim_state} `, when(f.last_trim_at)] : "-"))), "cards")
     : el("p", {class: "muted"}, "none configured ([[watch.file]] in config.toml)")]);
+  refresh("fresh", "Proof of work", s?.fresh, () => [s?.fresh?.length
+    ? table(["watch", "state", "last work", "within", "restart", "looks at"], s.fresh.map(f => el("tr", {"data-fresh": f.name},
+        el("th", {scope: "row"}, f.name),
+        el("td", {"data-label": "state", class: f.stale === null ? "muted" : f.stale ? "bad" : "ok", title: f.error || ""},
+           f.stale === null ? "-" : f.stale ? "stale" : "fresh"),
+        el("td", {"data-label": "last work"}, f.changed_at ? when(f.changed_at)
+           : f.age_s === null ? "-" : `none in ${duration(f.age_s)}`),
+        el("td", {"data-label": "within"}, duration(f.within_s)), el("td", {"data-label": "restart"}, f.restart || "-"),
+        el("td", {"data-label": "looks at", class: "wrap wide"}, f.what, f.value !== null ? el("span", {class: "muted"}, ` = ${f.value}`) : [],
+           f.error ? el("div", {class: "bad small"}, f.error) : []))), "cards")
+    : el("p", {class: "muted"}, "none configured ([[watch.fresh]] in config.toml)")]);
   const engine = s?.workers.find(w => w.name === "engine");
   refresh("engine", "Engine", [s?.engine_commit, engine?.state, view.last_promote], () => [el("p", {},
     "commit ", el("code", {"data-field": "engine-commit"}, s?.engine_commit?.slice(0, 12) || "-"),
