@@ -1,5 +1,5 @@
 """What the guards of issue 21 look like from outside: a [[process]]'s config files against their
-known-good copies, and each [[watch.file]] glob's latest sample and last trim. The tick computes
+known-good copies, and each [[watch.file]] and [[watch.dir]] glob's latest sample and last trim. The tick computes
 these from its snapshot and hands them to pulsed in its heartbeat; `pulsectl status`, the page and
 /metrics show them. Pure functions over the snapshot; no I/O here.
 """
@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pulse.core.config import FileWatch, Process, Survival
+from pulse.core.config import DirWatch, FileWatch, Process, Survival
 from pulse.core.states import EffectState
-from pulse.core.wire import ConfigFileStatus, ConfigStatus, FileWatchStatus, HealthView, ProcessExitView, ProcessView, Snapshot
+from pulse.core.wire import (
+    ConfigFileStatus,
+    ConfigStatus,
+    DirWatchStatus,
+    FileWatchStatus,
+    HealthView,
+    ProcessExitView,
+    ProcessView,
+    Snapshot,
+)
 from pulse.rules import knowngood, processstate, survival
 
 MB = 1024 * 1024
@@ -66,6 +75,30 @@ def file_watch_status(curr: Snapshot, watch: FileWatch) -> FileWatchStatus:
     return view
 
 
+def dir_watch_status(curr: Snapshot, watch: DirWatch) -> DirWatchStatus:
+    """A [[watch.dir]] glob: its directories at the latest sample (files, bytes, the oldest, how many
+    over a bound) and its last trim that ended, of any directory it matched then."""
+    view = DirWatchStatus(name=watch.name, path=watch.path, oldest=watch.oldest, max_mb=watch.max_mb,
+                          max_files=watch.max_files, max_age=watch.max_age)
+    samples = curr.history.get(f"dir:{watch.name}") or ()
+    if not samples:
+        return view
+    found = samples[-1].data.get("dirs", [])
+    read = [d for d in found if isinstance(d.get("files"), int)]
+    trims = [o for d in found for o in curr.outcomes.get(d.get("path", ""), ())
+             if o.kind == "trim-dir" and o.state in ENDED]
+    last = max(trims, key=lambda o: o.ts, default=None)
+    view.dirs, view.sampled_at = len(found), samples[-1].ts
+    view.files = sum(d["files"] for d in read)
+    view.bytes = sum(d.get("bytes", 0) for d in read)
+    view.oldest_mtime = min((d["oldest"] for d in read if d.get("oldest") is not None), default=None)
+    view.over = sum(1 for d in read if d.get("over"))
+    view.refused = sum(1 for d in found if d.get("refused"))
+    if last is not None:
+        view.last_trim_at, view.last_trim_state = last.ts, last.state
+    return view
+
+
 EXIT_OUTPUT_LINES = 5          # of a process's last output, in status
 
 
@@ -115,9 +148,11 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
                        restarts=runs.restarts if runs is not None else 0, last_exit=last_exit, health=health)
 
 
-def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch], s: Survival) -> dict:
+def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch], s: Survival,
+           dirs: Sequence[DirWatch] = ()) -> dict:
     """The tick's heartbeat extras for status: every process's state, config per process that has
-    any, and every watch."""
+    any, and every watched file glob and directory glob."""
     configs = {p.name: view for p in processes if (view := config_status(curr, p)) is not None}
     return {"states": {p.name: process_view(curr, p, s) for p in processes},
-            "configs": configs, "files": [file_watch_status(curr, w) for w in watches]}
+            "configs": configs, "files": [file_watch_status(curr, w) for w in watches],
+            "dirs": [dir_watch_status(curr, d) for d in dirs]}

@@ -676,7 +676,7 @@ class TickWorker(Worker):
                         "stopped": sorted(self.projections.stopped)}
         if self.prev is not None:      # the guards as the last tick saw them (issue 21's configs and files)
             extras.update(msgspec.to_builtins(guardview.guards(self.prev, self.config.process, self.config.watch.file,
-                                                                    self.config.survival)))
+                                                                    self.config.survival, self.config.watch.dir)))
         return extras
 
     def next_timer(self) -> float:
