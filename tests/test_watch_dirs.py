@@ -155,6 +155,15 @@ def test_links_inside_are_never_followed_and_what_they_point_at_survives(tmp_pat
     assert victim.exists() and (outside / "deep" / "old").exists()
 
 
+def test_nesting_deeper_than_max_depth_is_not_walked(tmp_path):
+    out = tmp_path / "out"
+    deep = out.joinpath(*["d"] * (dirscan.MAX_DEPTH + 5))
+    make(out.joinpath(*["d"] * dirscan.MAX_DEPTH) / "last-walked")
+    make(deep / "too-deep")
+    sample = WatchedDir(configmod.DirWatch(name="out", path=str(out), max_files=5), 1000).collect()
+    assert sample["dirs"][0]["files"] == 1
+
+
 def test_a_directory_swapped_for_a_link_between_two_looks_is_refused(tmp_path):
     # The agent's own directory (uid 65534 owns it): what it places there is never followed as root.
     agent = tmp_path / "agent"
@@ -225,8 +234,8 @@ def test_files_renamed_all_through_a_trim_never_fail_it_nor_lead_outside(tmp_pat
         try:
             done = trim(out, context(tmp_path, dir_toml(out, max_files=100)))
         except kinds.EffectFailed as err:                # a renamed file may be skipped: still-over, said so
-            assert err.value.reason == "still-over", err.value.error
-            done = err.value.data
+            assert err.reason == "still-over", err.error
+            done = err.data
     finally:
         stop.set()
         mover.join()

@@ -24,6 +24,8 @@ from pulse.core import safepath
 from pulse.core.home import inside
 
 MB = 1024 * 1024
+MAX_DEPTH = 32               # subdirectories deeper than this are not walked: a hostile account's
+                             # thousand nested directories cost neither a thousand descriptors nor the stack
 
 
 class Entry(NamedTuple):
@@ -56,10 +58,11 @@ def matched_dirs(pattern: str) -> list[str]:
     return [path for path, st, _ in safepath.matched(pattern) if stat.S_ISDIR(st.st_mode)]
 
 
-def walk(top: safepath.Dir, rel: str = "") -> Iterator[tuple[safepath.Dir, str, os.stat_result]]:
-    """(directory, relative path, lstat) of every entry below `top`, read with scandir through the
-    directory's descriptor; subdirectories opened with safepath.step (a link, or a directory swapped
-    for one, is skipped, never followed). `top` stays open; the rest are closed."""
+def walk(top: safepath.Dir, rel: str = "", depth: int = 0) -> Iterator[tuple[safepath.Dir, str, os.stat_result]]:
+    """(directory, relative path, lstat) of every entry below `top`, MAX_DEPTH levels at most, read
+    with scandir through the directory's descriptor; subdirectories opened with safepath.step (a
+    link, or a directory swapped for one, is skipped, never followed). `top` stays open; the rest
+    are closed."""
     try:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=top.fd)
     except OSError:
@@ -77,13 +80,13 @@ def walk(top: safepath.Dir, rel: str = "") -> Iterator[tuple[safepath.Dir, str, 
                     subdirs.append(entry.name)
     finally:
         os.close(fd)
-    for name in sorted(subdirs):
+    for name in sorted(subdirs) if depth < MAX_DEPTH else ():
         try:
             sub = safepath.step(top, name)
         except (safepath.Refused, OSError):
             continue
         try:
-            yield from walk(sub, os.path.join(rel, name))
+            yield from walk(sub, os.path.join(rel, name), depth + 1)
         finally:
             os.close(sub.fd)
 
