@@ -261,6 +261,41 @@ def test_archive_keeps_each_file_in_objects_and_records_it_before_removing_it(tm
     assert sorted(p.name for p in out.iterdir()) == ["new.md"]   # the emptied subdirectory went too
 
 
+def test_a_file_open_for_writing_is_left_and_the_trim_says_what_kept_it_over(tmp_path):
+    out = tmp_path / "out"
+    held, read_only = make(out / "held.log", mtime=OLD), make(out / "read.log", mtime=OLD + 1)
+    make(out / "closed.log", mtime=OLD + 2)
+    writing, reading = os.open(held, os.O_WRONLY | os.O_APPEND), os.open(read_only, os.O_RDONLY)
+    try:
+        with pytest.raises(kinds.EffectFailed) as err:
+            trim(out, context(tmp_path, dir_toml(out, max_age="1h")))
+    finally:
+        os.close(writing)
+        os.close(reading)
+    assert err.value.reason == "still-over" and "1 file(s) open for writing" in err.value.error
+    assert (err.value.data["removed"], err.value.data["held_open"]) == (2, 1)   # one only read: not held
+    assert sorted(p.name for p in out.iterdir()) == ["held.log"]
+
+
+def test_put_fd_streams_a_file_into_objects_as_put_would_and_gc_takes_a_stray_copy(tmp_path):
+    root, data = tmp_path / "objects", os.urandom(objects.CHUNK + 12345)   # more than one chunk
+    source = tmp_path / "big.bin"
+    source.write_bytes(data)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        assert objects.put_fd(root, fd) == (objects.put(tmp_path / "other", data), len(data))
+        with pytest.raises(TimeoutError):
+            objects.put_fd(root, fd, deadline=time.monotonic() - 1)
+    finally:
+        os.close(fd)
+    assert objects.get(root, objects.put(root, data)) == data
+    assert not list(root.glob(objects.TMP_PREFIX + "*"))                  # the timed-out copy is gone
+    stray = root / f"{objects.TMP_PREFIX}left-by-a-crash"
+    stray.write_bytes(b"half")
+    objects.gc(root, {objects.put(root, data).removeprefix("sha256:")}, 60, now=time.time() + 120)
+    assert not stray.exists() and objects.get(root, objects.put(root, data)) == data
+
+
 def test_the_home_is_never_trimmed(tmp_path):
     ctx = context(tmp_path, dir_toml(tmp_path / "home", max_files=1))
     with pytest.raises(kinds.EffectFailed) as err:
@@ -308,7 +343,13 @@ def open_effects(pulsed, kind: str) -> list[str]:
 
 
 def on_disk(out: Path) -> tuple[int, int]:
-    sizes = [p.stat().st_size for p in out.iterdir()]
+    """(files, bytes) in `out` now; a file a running trim removes while they are counted is not."""
+    sizes = []
+    for p in out.iterdir():
+        try:
+            sizes.append(p.stat().st_size)
+        except FileNotFoundError:
+            pass
     return len(sizes), sum(sizes)
 
 
