@@ -449,6 +449,15 @@ def test_huge_files_old_files_and_an_archive_with_links_among_them(pulsed, tmp_p
     assert set(kept) == {str(aged / "cron" / "job-1" / "old.md"), str(aged / "older.md")}
     assert objects.get(pulsed.home / "objects", kept[str(aged / "older.md")]["object"]) == b"x" * 200
     assert kept[str(aged / "older.md")]["mtime"] == OLD + 1
+    # ... and put back (here elsewhere: where it was, it is older than max_age and would go again),
+    # as a new file with its mtime and mode, never over one that exists
+    back = tmp_path / "back.md"
+    restored = pulsed.ctl("store", "restore-archived", str(aged / "older.md"), "--to", str(back))
+    assert restored.returncode == 0, restored.stderr
+    assert back.read_bytes() == b"x" * 200 and back.stat().st_mtime == OLD + 1 and back.stat().st_mode & 0o777 == 0o644
+    again = pulsed.ctl("store", "restore-archived", str(aged / "cron" / "job-1" / "old.md"), "--to", str(back))
+    assert again.returncode == 1 and "exists; restore it elsewhere with --to" in again.stderr and back.stat().st_size == 200
+    assert pulsed.ctl("store", "restore-archived", str(aged / "never.md")).returncode == 1
     # Nothing more to do: no further trims while the bounds hold.
     pulsed.wait_samples("dir:cron-output", 5)
     assert len(ended(pulsed, "trim-dir")) == 2 and len(pulsed.status().dirs) == 2

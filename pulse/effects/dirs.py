@@ -20,6 +20,7 @@ keep the directory over a bound.
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from pulse.core import dirscan, safepath
@@ -115,12 +116,13 @@ class Trim:
             if not copied:
                 continue
             self.ctx.record(DIR_ARCHIVED, {"watch": self.watch.name, "dir": self.top.path, "files": [
-                {"path": self.path(e), "object": ref, "bytes": size, "mtime": mtime} for e, ref, size, mtime in copied]})
+                {"path": self.path(e), "object": ref, "bytes": size, "mtime": mtime, "mode": mode}
+                for e, ref, size, mtime, mode in copied]})
             self.archived += len(copied)
-            self.remove([(e, (size, mtime)) for e, _, size, mtime in copied])
+            self.remove([(e, (size, mtime)) for e, _, size, mtime, _ in copied])
 
-    def copy(self, e: dirscan.Entry) -> tuple[dirscan.Entry, str, int, float] | None:
-        """The file into objects/: (it, its blob, bytes, mtime), or None when it is no longer the file
+    def copy(self, e: dirscan.Entry) -> tuple[dirscan.Entry, str, int, float, int] | None:
+        """The file into objects/: (it, its blob, bytes, mtime, permission bits), or None when it is no longer the file
         planned, not the writer's own (a hard link to another's file is never read as root), or not
         copied in time."""
         try:
@@ -141,7 +143,7 @@ class Trim:
             except TimeoutError:
                 self.more = True
                 return None
-            return e, ref, size, st.st_mtime
+            return e, ref, size, st.st_mtime, stat.S_IMODE(st.st_mode)
         finally:
             os.close(fd)
 
