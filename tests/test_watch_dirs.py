@@ -171,7 +171,8 @@ def test_a_directory_swapped_for_a_link_between_two_looks_is_refused(tmp_path):
     for i in range(4):
         make(out / f"f{i}", mtime=OLD + i)
         make(elsewhere / f"e{i}", mtime=OLD + i)
-    for p in (agent, out, *out.iterdir()):
+    make(out / "sub" / "s0", mtime=OLD - 5)
+    for p in (agent, out, *out.iterdir(), out / "sub" / "s0"):
         os.chown(p, 65534, 65534)
     watch = configmod.DirWatch(name="out", path=str(out), max_files=1)
     ctx = context(tmp_path, dir_toml(out, max_files=1))
@@ -187,8 +188,8 @@ def test_a_directory_swapped_for_a_link_between_two_looks_is_refused(tmp_path):
     # Swapped back, it is trimmed with the agent's rights (a forked child as uid 65534).
     (agent / "out").unlink()
     (agent / "gone").rename(out)
-    done = trim(out, ctx)
-    assert done["removed"] == 3 and sorted(p.name for p in out.iterdir()) == ["f3"]
+    done = trim(out, ctx)                                # and the subdirectory it emptied goes too
+    assert done["removed"] == 4 and sorted(p.name for p in out.iterdir()) == ["f3"]
 
 
 def test_a_name_that_no_longer_holds_the_planned_file_is_left(tmp_path):

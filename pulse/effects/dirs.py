@@ -154,8 +154,9 @@ class Trim:
                 parent = self.sub(os.path.dirname(rel_dir))
             except (safepath.Refused, OSError):
                 continue
-            sub, name = self.subs[rel_dir], os.path.basename(rel_dir)
-            safepath.as_writer(sub.writer, sub.path, lambda p=parent, n=name: rmdir_if_empty(p, n))
+            # the entry lies in the parent: whoever could write there could have placed it
+            where, name = os.path.join(parent.path, os.path.basename(rel_dir)), os.path.basename(rel_dir)
+            safepath.as_writer(parent.writer, where, lambda p=parent, n=name: rmdir_if_empty(p, n))
 
 
 def unlink_all(items: list[tuple[safepath.Dir, dirscan.Entry, tuple[int, float] | None]]) -> list[bool]:
@@ -214,7 +215,8 @@ def run_trim_dir(effect: Effect, ctx: EffectContext) -> dict:
         os.close(top.fd)
     done = outcome(trim, entries, broken, held, began)
     if not trim.more and (not will_hold or trim.skipped):
-        left = dirscan.over([e for e in entries if e not in set(trim.removed)], bounds, time.time())
+        gone = set(trim.removed)
+        left = dirscan.over([e for e in entries if e not in gone], bounds, time.time())
         if left:
             raise EffectFailed("still-over", f"{path} is still over {', '.join(left)}: {done['held_open']} "
                                              f"file(s) open for writing and {trim.skipped} that changed or went "
