@@ -27,7 +27,7 @@ from pulse.core import dirscan, safepath
 from pulse.core.home import Paths
 from pulse.core.wire import Effect
 from pulse.effects import dirs, kinds, registry
-from pulse.sensing.builtin import WatchedDir
+from pulse.sensing.builtin import LISTED_DIRS, WatchedDir
 from pulse.store import objects
 from support import init_home, scrape, wait_for
 
@@ -149,10 +149,23 @@ def test_links_inside_are_never_followed_and_what_they_point_at_survives(tmp_pat
     (out / "sub").symlink_to(outside / "deep")          # a directory elsewhere
     sample = WatchedDir(configmod.DirWatch(name="out", path=str(out), max_files=2), 1000).collect()
     assert sample["dirs"] == [{"path": str(out), "files": 5, "bytes": 50, "oldest": OLD, "over": ["max_files"]}]
+    assert (sample["matched"], sample["files"], sample["over"], sample["oldest_mtime"]) == (1, 5, 1, OLD)
     done = trim(out, context(tmp_path, dir_toml(out, max_files=2)))
     assert (done["removed"], done["files_left"]) == (3, 2)
     assert sorted(p.name for p in out.iterdir()) == ["f3", "f4", "link", "sub"]
     assert victim.exists() and (outside / "deep" / "old").exists()
+
+
+def test_a_glob_of_many_directories_lists_every_one_over_a_bound_and_counts_them_all(tmp_path):
+    n = 2 * LISTED_DIRS + 30
+    for i in range(n):
+        for j in range(3 if i % 2 else 1):               # the odd ones are over max_files
+            make(tmp_path / "jobs" / f"job-{i:03d}" / f"run-{j}.md", mtime=OLD + j)
+    sample = WatchedDir(configmod.DirWatch(name="jobs", path=f"{tmp_path}/jobs/*", max_files=2), 1000).collect()
+    listed = {d["path"] for d in sample["dirs"]}
+    over = {str(tmp_path / "jobs" / f"job-{i:03d}") for i in range(1, n, 2)}
+    assert over <= listed and len(listed) == len(over) + LISTED_DIRS
+    assert (sample["matched"], sample["over"], sample["files"]) == (n, len(over), n // 2 + 3 * (n // 2))
 
 
 def test_nesting_deeper_than_max_depth_is_not_walked(tmp_path):

@@ -83,17 +83,15 @@ def dir_watch_status(curr: Snapshot, watch: DirWatch) -> DirWatchStatus:
     samples = curr.history.get(f"dir:{watch.name}") or ()
     if not samples:
         return view
-    found = samples[-1].data.get("dirs", [])
-    read = [d for d in found if isinstance(d.get("files"), int)]
+    data = samples[-1].data
+    found = data.get("dirs", [])           # every directory over a bound, and some of the others
     trims = [o for d in found for o in curr.outcomes.get(d.get("path", ""), ())
              if o.kind == "trim-dir" and o.state in ENDED]
     last = max(trims, key=lambda o: o.ts, default=None)
-    view.dirs, view.sampled_at = len(found), samples[-1].ts
-    view.files = sum(d["files"] for d in read)
-    view.bytes = sum(d.get("bytes", 0) for d in read)
-    view.oldest_mtime = min((d["oldest"] for d in read if d.get("oldest") is not None), default=None)
-    view.over = sum(1 for d in read if d.get("over"))
-    view.refused = sum(1 for d in found if d.get("refused"))
+    view.dirs, view.sampled_at = int(data.get("matched", len(found))), samples[-1].ts
+    view.files, view.bytes = int(data.get("files", 0)), int(data.get("bytes", 0))
+    view.oldest_mtime = data.get("oldest_mtime")
+    view.over, view.refused = int(data.get("over", 0)), int(data.get("refused", 0))
     if last is not None:
         view.last_trim_at, view.last_trim_state = last.ts, last.state
     return view

@@ -665,7 +665,7 @@ class WatchedFile(Watcher):
 
 # -- dir -------------------------------------------------------------------------------------------------
 
-LISTED_DIRS = 50                   # a sample lists this many matching directories at most
+LISTED_DIRS = 50                   # a sample lists every directory over a bound, and this many others at most
 NOT_PULSES_DIR = "the Pulse home, inside it, or holding it"
 
 
@@ -703,9 +703,16 @@ class WatchedDir(Watcher):
     def collect(self) -> dict[str, Any]:
         now = time.time()
         found = dirscan.matched_dirs(self.watch.path)
-        dirs = [dir_sample(path, self.bounds, self.home, now) for path in found[:LISTED_DIRS]]
+        every = [dir_sample(path, self.bounds, self.home, now) for path in found]
+        acted_on = [d for d in every if d.get("over") or d.get("refused")]
+        rest = [d for d in every if not (d.get("over") or d.get("refused"))]
+        read = [d for d in every if "files" in d]
         return {"pattern": self.watch.path, "max_bytes": self.bounds.max_bytes, "max_files": self.bounds.max_files,
-                "max_age_s": self.bounds.max_age_s, "oldest": self.watch.oldest, "matched": len(found), "dirs": dirs}
+                "max_age_s": self.bounds.max_age_s, "oldest": self.watch.oldest, "matched": len(found),
+                "files": sum(d["files"] for d in read), "bytes": sum(d["bytes"] for d in read),
+                "oldest_mtime": min((d["oldest"] for d in read if d["oldest"] is not None), default=None),
+                "over": len([d for d in every if d.get("over")]), "refused": len([d for d in every if d.get("refused")]),
+                "dirs": acted_on + rest[:LISTED_DIRS]}
 
     def should_wake(self, window: list[Vital]) -> bool:
         previous, latest = previous_and_latest(window)
