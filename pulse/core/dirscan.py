@@ -4,7 +4,7 @@ The directory is walked through descriptors (pulse.core.safepath): each subdirec
 with O_NOFOLLOW from its parent's descriptor, so a link inside it, or a subdirectory swapped for
 one, leads nowhere; only regular files count, each named by its path relative to the directory
 and known by (device, inode), so a file renamed while the walk runs is counted once and acted on
-only if the name still holds that inode. `plan` is pure: the oldest files by mtime, first, until
+only if the name still holds that inode, with the size and mtime it had. `plan` is pure: the oldest files by mtime, first, until
 the bounds hold, skipping those still open for writing.
 
 `open_for_writing` finds those: one readlink per open descriptor on the host (/proc/*/fd), and an
