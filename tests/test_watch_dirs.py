@@ -291,6 +291,23 @@ def test_a_file_open_for_writing_is_left_and_the_trim_says_what_kept_it_over(tmp
     assert sorted(p.name for p in out.iterdir()) == ["held.log"]
 
 
+def test_a_hard_link_to_another_accounts_file_is_never_read_into_an_archive(tmp_path):
+    agent = tmp_path / "agent"
+    out = agent / "out"
+    secret = make(tmp_path / "root-only" / "secret", size=42, mtime=OLD)
+    os.chmod(secret, 0o600)
+    make(out / "mine.md", mtime=OLD + 1)
+    os.link(secret, out / "looks-old.md")                # placed where the agent writes, root's all the same
+    for p in (agent, out, out / "mine.md"):
+        os.chown(p, 65534, 65534)
+    ctx = context(tmp_path, dir_toml(out, max_age="1h", oldest="archive"))
+    with pytest.raises(kinds.EffectFailed) as err:
+        trim(out, ctx)
+    assert err.value.reason == "still-over" and (err.value.data["archived"], err.value.data["skipped"]) == (1, 1)
+    assert sorted(p.name for p in out.iterdir()) == ["looks-old.md"] and secret.read_bytes() == b"x" * 42
+    assert not [p for p in ctx.objects.rglob("*") if p.is_file() and p.read_bytes() == b"x" * 42]
+
+
 def test_put_fd_streams_a_file_into_objects_as_put_would_and_gc_takes_a_stray_copy(tmp_path):
     root, data = tmp_path / "objects", os.urandom(objects.CHUNK + 12345)   # more than one chunk
     source = tmp_path / "big.bin"
