@@ -8,6 +8,7 @@ open file untouched), and a few huge (sparse) files, old files and an archive, l
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -25,8 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pulse.core import config as configmod
 from pulse.core import dirscan, safepath
 from pulse.core.home import Paths
-from pulse.core.wire import Effect
+from pulse.core.wire import Effect, Outcome, Snapshot, Vital
 from pulse.effects import dirs, kinds, registry
+from pulse.rules import onion, survival
 from pulse.sensing.builtin import LISTED_DIRS, WatchedDir
 from pulse.store import objects
 from support import init_home, scrape, wait_for
@@ -122,6 +124,47 @@ def test_the_plan_takes_the_oldest_first_and_stops_as_soon_as_the_bounds_hold():
     chosen, holds = dirscan.plan(files, dirscan.Bounds(None, None, 995.5), 2000.0, {(1, 0)})
     assert "f0" not in [e.rel for e in chosen] and not holds     # the open old file keeps it over max_age
     assert dirscan.plan(files, dirscan.Bounds(None, 10, None), 2000.0, set()) == ([], True)
+
+
+# -- the rule -------------------------------------------------------------------------------------------
+
+RULES = config(dir_toml("/srv/jobs/*", name="jobs", max_files=10))
+
+
+def guard(curr: Snapshot):
+    tick = configmod.slice_of(RULES, "tick")
+    return asyncio.run(onion.compose([survival.dir_guard(tick)], onion.nothing)(None, curr))
+
+
+def dir_sample(ts: float, *dirs: dict) -> dict:
+    return {"dir:jobs": [Vital("dir:jobs", ts, {"dirs": list(dirs)})]}
+
+
+def test_dir_guard_trims_a_directory_over_a_bound_once_per_sample_after_its_last_trim():
+    over, within = {"path": "/srv/jobs/a", "files": 12, "over": ["max_files"]}, {"path": "/srv/jobs/b", "files": 3, "over": []}
+    history = dir_sample(999.0, over, within)
+    effects, _ = guard(Snapshot(tick=1, ts=1000.0, history=history))
+    assert [(e.kind, e.target, e.params) for e in effects] == [
+        ("trim-dir", "/srv/jobs/a", {"watch": "jobs", "why": "max_files", "rule": "dir-guard"})]
+    assert effects[0].idempotent
+    assert guard(Snapshot(tick=2, ts=1000.0, history=history, pending=effects))[0] == []
+    trimmed = {"/srv/jobs/a": [Outcome("x", "trim-dir", "acked", 999.5)]}
+    assert guard(Snapshot(tick=3, ts=1000.0, history=history, outcomes=trimmed))[0] == []   # not sampled since
+
+
+def test_dir_guard_backs_off_a_failing_trim_says_so_once_and_notifies_a_refused_directory():
+    history = dir_sample(999.9, {"path": "/srv/jobs/a", "files": 12, "over": ["max_files"]})
+    failed = {"/srv/jobs/a": [Outcome("x", "trim-dir", "failed", 999.5, "still-over")]}
+    effects, tick_ms = guard(Snapshot(tick=1, ts=1000.0, history=history, outcomes=failed))
+    assert [(e.kind, e.target) for e in effects] == [("notify", "/srv/jobs/a")] and "still-over" in effects[0].params["message"]
+    assert tick_ms == 501                                 # process_backoff_base_s (1 s) after the failure
+    effects, _ = guard(Snapshot(tick=2, ts=1000.6, history=history, outcomes=failed,
+                                notified={"dir-guard:/srv/jobs/a": 1000.0}))
+    assert [(e.kind, e.target) for e in effects] == [("trim-dir", "/srv/jobs/a")]
+    refused = dir_sample(999.0, {"path": "/srv/jobs/home", "refused": "the Pulse home, inside it, or holding it"})
+    effects, _ = guard(Snapshot(tick=3, ts=1000.0, history=refused))
+    assert [(e.kind, e.target) for e in effects] == [("notify", "/srv/jobs/home")]
+    assert guard(Snapshot(tick=4, ts=1000.0, history=refused, notified={"dir-guard:/srv/jobs/home": 999.5}))[0] == []
 
 
 # -- the effect, in-process, on real files --------------------------------------------------------------
