@@ -57,12 +57,11 @@ def start_pulsed(home: Path, tracker: Tracker, env: dict) -> subprocess.Popen:
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     tracker.add_root(proc)
-    paths = Paths.for_client(home)
     from pulse.core import client
 
     def running():
-        try:
-            status = client.request(paths, wire.GetStatus(), 1.0).status
+        try:   # the runtime directory is known once pulsed has recorded it (its name is random)
+            status = client.request(Paths.for_client(home), wire.GetStatus(), 1.0).status
         except client.Unreachable:
             return None
         return status if all(w.state == "running" for w in status.workers) else None

@@ -53,9 +53,13 @@ overlap = true     # no agent runs these tasks: each slot must still make its ow
 class Rig:
     def __init__(self, home: Path, tracker: Tracker):
         self.home, self.tracker = home, tracker
-        self.paths = Paths.for_client(home)
         self.pulsed_bin = str(Path(sys.executable).parent / "pulsed")
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def paths(self) -> Paths:
+        """Read anew each time: pulsed records its runtime directory (a random name) when it starts."""
+        return Paths.for_client(self.home)
 
     def workers(self) -> dict[str, wire.WorkerStatus] | None:
         try:

@@ -10,6 +10,11 @@ seconds (the host charts fill) the overview is shot at 1100 × 1040 (the desktop
 
     python scripts/web_screenshots.py docs/web-overview.png
     python scripts/web_screenshots.py /tmp/overview.png --phone /tmp/overview-phone.png --settle-s 20
+    python scripts/web_screenshots.py /tmp/o.png --every /tmp/pages --settle-s 20   # every page, both widths
+
+With --every DIR, every page of the site (pulse.web.pages.PAGES, and one task's page) is also shot,
+full page, at both widths, as DIR/<page>-desktop.png and DIR/<page>-phone.png, each once nothing on
+it says "loading" any more, to be looked at.
 
 Prints where each image went and what the page showed (the gateway's restarts).
 """
@@ -106,11 +111,42 @@ def shoot(url: str, desktop: Path, phone: Path | None) -> None:
             browser.close()
 
 
+def shoot_every(url: str, home: Path, out: Path) -> list[Path]:
+    """Every page at both widths, full page, once it has drawn (no "loading…" left on it)."""
+    from playwright.sync_api import sync_playwright
+
+    from pulse.web.pages import PAGES
+    base, _, token = url.partition("/?token=")
+    subprocess.run([str(BIN / "pulsectl"), "--home", str(home), "task", "add", "--project", "docs",
+                    "--title", "a task nobody takes", "--prompt", "x"], check=True, capture_output=True)
+    pages = {**PAGES, "task": "/tasks/task-1"}
+    shots = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH)
+        try:
+            for width, size in (("desktop", DESKTOP), ("phone", PHONE)):
+                context = browser.new_context(viewport=size)
+                page = context.new_page()
+                for name, path in pages.items():
+                    page.goto(f"{base}{path}?token={token}")
+                    page.wait_for_load_state("networkidle", timeout=15000) if name not in ("overview", "events") \
+                        else page.wait_for_timeout(1500)    # those two stream: never idle
+                    page.wait_for_function("!/loading/i.test(document.body.innerText)", timeout=15000)
+                    shot = out / f"{name}-{width}.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                    shots.append(shot)
+                context.close()
+        finally:
+            browser.close()
+    return shots
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("desktop", type=Path, help="where the desktop image goes (docs/web-overview.png)")
     parser.add_argument("--phone", type=Path, help="also a full-page phone image, here")
     parser.add_argument("--settle-s", type=float, default=80.0, help="run this long before the shot (default 80)")
+    parser.add_argument("--every", type=Path, help="also every page at both widths, full page, into this directory")
     args = parser.parse_args()
     if not os.path.exists(CHROMIUM):
         sys.exit(f"no Chromium at {CHROMIUM}")
@@ -130,6 +166,10 @@ def main() -> None:
         while time.monotonic() - started < args.settle_s:
             time.sleep(min(1.0, args.settle_s - (time.monotonic() - started)))   # the host charts fill
         shoot(url, args.desktop, args.phone)
+        if args.every:
+            args.every.mkdir(parents=True, exist_ok=True)
+            for shot in shoot_every(url, home, args.every):
+                log(f"wrote {shot}")
         print(json.dumps({"desktop": str(args.desktop), "phone": str(args.phone) if args.phone else None,
                           "gateway_restarts": gateway_restarts(home),
                           "uptime_s": round(time.monotonic() - started, 1)}))

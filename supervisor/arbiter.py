@@ -20,7 +20,7 @@ import traceback
 import msgspec
 import zmq
 
-from pulse.core import client, clock, logs, procs, wire
+from pulse.core import client, clock, instances, logs, procs, wire
 from pulse.core import config as configmod
 from pulse.core.home import RUNTIME_FILES, SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
@@ -389,7 +389,8 @@ class Arbiter:
         if edge is not RESPAWN:   # the same start, asked of the next forkserver
             child.starts += 1
         spec = wire.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
-                          str(self.paths.runtime), str(self.paths.home), self.run_mono)
+                          str(self.paths.runtime), str(self.paths.home), self.run_mono,
+                          self.settings.pulse.name or instances.default_name(self.paths.home))
         sent = self.forkserver.spawn(spec, out_w)
         child.forkserver = self.forkserver
         os.close(out_w)

@@ -71,6 +71,8 @@ def prepare_home(paths: Paths) -> list[str]:
                 raise HomeError("\n".join(problems))
             made = ensure_home(paths.home) if not home_is_complete(paths) else []
             mark_history(paths)
+            if made:
+                made.append(DETECTED + detected())
             os.write(w, "\n".join(made).encode())
             code = 0
         except Exception as err:
@@ -90,6 +92,19 @@ def prepare_home(paths: Paths) -> list[str]:
     return message.splitlines()
 
 
+DETECTED = "detected: "        # the line of prepare_home's answer that is what detect found, not a thing made
+
+
+def detected() -> str:
+    """What `pulsectl guard --detect` would find, in one line (a first run only, in the short-lived
+    child: psutil's scan never stays in pulsed); a scan that fails costs the line, never the start."""
+    try:
+        from pulse.core import toolscan
+        return toolscan.one_line(toolscan.scan())
+    except Exception as err:
+        return f"could not look for the tools to guard: {err} (`pulsectl guard --detect`)"
+
+
 def say_what_was_made(log: logs.Log, home: Path, fresh: bool, made: list[str], ballast_mb: int) -> None:
     """pulsed's first run says what it created, as `pulsectl init` does: a new user otherwise
     finds a home, an engine repository and a 32 MiB file they never asked for (issue 23)."""
@@ -98,7 +113,10 @@ def say_what_was_made(log: logs.Log, home: Path, fresh: bool, made: list[str], b
     if fresh:
         log.info("first run: made the home %s/ (mode 0700)", home)
     for item in made:
-        log.info("first run: made %s", item)
+        if item.startswith(DETECTED):
+            log.info("first run: %s", item.removeprefix(DETECTED))
+        else:
+            log.info("first run: made %s", item)
     if ballast_mb > 0:
         log.info("the tick keeps a ballast file %s of %d MiB, freed first when the disk is full so Pulse "
                  "can still act ([survival] ballast_mb; 0: none)", home / "ballast", ballast_mb)

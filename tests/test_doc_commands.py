@@ -38,11 +38,13 @@ OTHER_PROGRAMS = {
 }
 
 # pulsectl commands that need no running pulsed, run for real against a fresh home.
-RUN_OFFLINE = {("report",), ("instances",), ("check-config",), ("engine",), ("engine", "log"), ("store", "check")}
+RUN_OFFLINE = {("report",), ("instances",), ("check-config",), ("engine",), ("engine", "log"), ("store", "check"),
+               ("guard",)}
 # ... except these, each for its reason.
 NOT_RUN = {
     "pulsectl report --analyst claude": "needs an [[agent]] named claude, and its CLI",
     "pulsectl systemd install": "writes /etc/systemd/system (root)",
+    "pulsectl guard openclaw": "needs an OpenClaw on the host: tests/test_guard.py runs docs/guard.md's lines on a fake home",
 }
 
 SYNOPSIS = re.compile(r"[\[\]|…]|\.\.\.|\b[A-Z][A-Z_]*\b")     # [opt], a|b, ..., KEY: a form, not a command

@@ -847,3 +847,58 @@ def test_the_one_machine_start_of_docs_fleet_md_runs_as_written(tmp_path, tracke
         for home in homes:
             if home.exists():
                 run(f"pulsectl --home {home} stop")
+
+
+@pytest.mark.daemon
+def test_a_fleet_task_withdrawn_by_its_origin_is_never_run_and_one_running_is_not_offered_again(
+        tmp_path, tracker, nats_server):
+    """`task close <fleet id>`: a task no host took leaves the queue untouched; one whose run had begun
+    ends as it will (here: it fails) and is given up on its host instead of going back to the fleet."""
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url)
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url,
+                   extra=agent_toml("builder", ["sh", "-c", "sleep 2; exit 3"]))
+    start_all([a, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, c)), 20, what="connected")
+    assert a.ctl("task", "close", "nohost-0123456789ab").returncode == 1
+    # anyone who may publish on the fleet's subjects may send garbage: dropped and said, never a crash
+    for subject, body in (("pulse.tasks._any", b"not json"), ("pulse.tasks._any", b'{"fleet_id": 7}'),
+                          ("pulse.outcomes.a_test", b"[1, 2]")):
+        publish(nats_server.url, subject, body)
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 0, 20, what="the bad offers dropped")
+    wait_for(lambda: a.log_text().count("dropped a malformed message on pulse.outcomes.a_test") == 1, 20)
+    assert c.log_text().count("dropped a malformed message on pulse.tasks._any") == 2
+
+    untaken = offer(a, "--agent", "nobody", "--title", "never")
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 1, 20, what="offered")
+    out = a.ctl("task", "close", untaken)
+    assert out.returncode == 0 and out.stdout.strip() == f"{untaken}: withdrawn", out
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 0, 20, what="off the queue")
+    assert fleet_task(a, untaken)["status"] == "withdrawn"
+    again = a.ctl("task", "close", untaken)
+    assert again.returncode == 1 and "withdrawn already" in again.stderr
+
+    running = offer(a, "--agent", "builder", "--title", "cut short")
+    wait_for(lambda: fleet_task(a, running)["status"] == "executing", 30, what="it runs on c")
+    out = a.ctl("task", "close", running)
+    assert out.returncode == 0 and "its run on c@test ends as it will" in out.stdout, out
+    wait_for(lambda: stream_count(nats_server.url, "PULSE_TASKS") == 0, 30, what="acknowledged after its run")
+    local = tasks_created(c)[0]["target"]
+    wait_for(lambda: c.ctl("task", "show", local, "--json").stdout and
+             json.loads(c.ctl("task", "show", local, "--json").stdout)["status"] == "given_up", 20,
+             what="given up on c")
+    shown = fleet_task(a, running)
+    assert shown["status"] == "withdrawn" and shown["runs"][0]["host"] == "c@test", shown
+    assert len(tasks_created(c)) == 1 and tasks_created(a) == []
+    assert {t["fleet_id"]: t["status"] for t in fleet_tasks(a)} == {untaken: "withdrawn", running: "withdrawn"}
+    assert [w.restarts for h in (a, c) for w in h.status().workers if w.name == "fleet"] == [0, 0]
+
+
+def publish(url: str, subject: str, body: bytes) -> None:
+    async def send() -> None:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().publish(subject, body)
+        finally:
+            await nc.close()
+    asyncio.run(send())

@@ -6,8 +6,9 @@ Pulse's `finish`, then ends its turn.
 What must hold: the gate recorded the run's session (its task) and the call's begin and end, ok,
 with what it looked at, and the finish; the task is acked with the model's final text, after one run.
 
-Codex here. Hermes and OpenClaw get no Pulse tools from their adapters (see their docstrings: no
-per-run way to hand them an MCP server that holds the run's token).
+Codex (its adapter hands it `pulsectl mcp`), and Hermes (its config.yaml names `pulsectl mcp` once,
+with the run's token from its environment). OpenClaw's agent runs inside its gateway, which starts
+MCP servers with the gateway's environment, not the run's: no run token reaches them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from realtools import (
     offline_env,
     require_tools,
 )
-from support import wait_for
+from support import PULSECTL, wait_for
 
 pytestmark = pytest.mark.realcli
 
@@ -113,5 +114,22 @@ def test_codex_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
     env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "PATH": agent_path(), "SCRIPTED_API_KEY": MASTER_KEY,
            **offline_env()}
     task = start(pulsed, "codex", env)
+    through_the_gate(pulsed, task, model, 120)
+
+
+
+def test_hermes_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
+    """Hermes reads MCP servers from its own config.yaml only; `${VAR}` there is expanded from its
+    environment, which holds the run's token and gate socket: one entry serves every run."""
+    require_tools("hermes")
+    home, hermes_home = tmp_path / "hermes-home", tmp_path / "hermes-home" / ".hermes"
+    hermes_home.mkdir(parents=True)
+    (hermes_home / "config.yaml").write_text(
+        f"model:\n  provider: custom\n  default: {CHAT_MODEL}\n  base_url: {model.url}/v1\n  api_key: {MASTER_KEY}\n"
+        "agent:\n  api_max_retries: 1\n"
+        f"mcp_servers:\n  pulse:\n    command: {PULSECTL}\n    args: [mcp]\n    env:\n"
+        '      PULSE_RUN_TOKEN: "${PULSE_RUN_TOKEN}"\n      PULSE_GATE_SOCKET: "${PULSE_GATE_SOCKET}"\n')
+    env = {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path(), **offline_env()}
+    task = start(pulsed, "hermes", env)
     through_the_gate(pulsed, task, model, 120)
 

@@ -46,10 +46,11 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
 
 
 def test_process_titles(pulsed):
+    """ps names the worker and the instance (three Pulses on a host told apart); comm, 15 bytes, the worker."""
     status = pulsed.start().status()
     for w in status.workers:
-        assert open(f"/proc/{w.pid}/comm").read().strip() == f"pulse: {w.name}"
-        assert psutil.Process(w.pid).cmdline()[0] == f"pulse: {w.name}"
+        assert open(f"/proc/{w.pid}/comm").read().strip() == f"pulse: {w.name}"[:15]
+        assert psutil.Process(w.pid).cmdline()[0] == f"pulse: {w.name} [{pulsed.home.name}]"
 
 
 def test_sigterm_stops_in_reverse_order_exit_0_and_removes_sockets(pulsed):

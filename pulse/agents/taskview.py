@@ -174,8 +174,9 @@ def fleet_task_view(events: list) -> dict[str, Any] | None:
     """One fleet task, from its origin's events (oldest first; all with its fleet id as target): its
     offer, every taking (host, its task id there, the taking's number, its last status), where it is
     now and how it ended (the reports of the hosts that took it), and its dead-letter record if it
-    was dead-lettered. None when this host never offered it. The projection behind `pulsectl task
-    show <fleet id>` and `pulsectl fleet tasks`."""
+    was dead-lettered. None when this host never offered it. Withdrawn by its operator: `withdrawn`
+    until a run that was already going reports its end. The projection behind `pulsectl task show
+    <fleet id>` and `pulsectl fleet tasks`."""
     from pulse.core import wire
     offer = next((e for e in events if e.type == wire.FLEET_TASK_OFFERED), None)
     if offer is None:
@@ -185,26 +186,37 @@ def fleet_task_view(events: list) -> dict[str, Any] | None:
         "fleet_id": offer.target, "title": d.get("title"), "project": d.get("project"), "agent": d.get("agent"),
         "tags": list(d.get("tags") or []), "priority": d.get("priority", 0), "offered": iso(offer.ts),
         "updated": iso(offer.ts), "status": "offered", "host": None, "task": None, "result": None, "error": None,
-        "why": None, "attempts": 0, "runs": [], "dead": None, "history": []}
+        "why": None, "attempts": 0, "runs": [], "dead": None, "withdrawn": None, "history": []}
     for ev in events:
         r = ev.data
-        if ev.type not in (wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD):
+        if ev.type not in (wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD, wire.FLEET_TASK_WITHDRAWN):
             continue
         view["updated"] = iso(ev.ts)
         view["history"].append({"ts": iso(ev.ts), "type": ev.type, "host": r.get("host"), "task": r.get("task"),
                                 "status": r.get("status"), "why": r.get("why") or r.get("error")})
+        if ev.type == wire.FLEET_TASK_WITHDRAWN:
+            view.update(status="withdrawn", why=r.get("why"), withdrawn=iso(ev.ts))
+            continue
+        if view["withdrawn"] and r.get("status") not in ("acked", "closed"):
+            _fold_taking(view, r)   # a run that was going when it was withdrawn: its end is all that changes it
+            continue
         if ev.type == wire.FLEET_TASK_DEAD:
             view.update(status="dead", why=r.get("why"), dead=dict(r), attempts=max(view["attempts"], r.get("attempts") or 0))
             continue
         view.update({k: r.get(k) for k in ("status", "host", "task", "result", "error")}, why=r.get("why"))
-        attempt = r.get("attempt") or len(view["runs"]) + 1
-        run = next((x for x in view["runs"] if (x["host"], x["task"]) == (r.get("host"), r.get("task"))), None)
-        if run is None:
-            run = {"host": r.get("host"), "task": r.get("task"), "attempt": attempt, "status": None}
-            view["runs"].append(run)
-        run["status"] = "given_up" if r.get("status") == "offered" else r.get("status")
-        view["attempts"] = max(view["attempts"], attempt)
+        _fold_taking(view, r)
     return view
+
+
+def _fold_taking(view: dict, report: dict) -> None:
+    """A host's report into the run of that host's taking it is about."""
+    attempt = report.get("attempt") or len(view["runs"]) + 1
+    run = next((x for x in view["runs"] if (x["host"], x["task"]) == (report.get("host"), report.get("task"))), None)
+    if run is None:
+        run = {"host": report.get("host"), "task": report.get("task"), "attempt": attempt, "status": None}
+        view["runs"].append(run)
+    run["status"] = "given_up" if report.get("status") == "offered" else report.get("status")
+    view["attempts"] = max(view["attempts"], attempt)
 
 
 def fleet_view_lines(view: dict) -> list[str]:

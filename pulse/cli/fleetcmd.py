@@ -180,7 +180,14 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
             **({"tags": sorted(set(tags))} if tags else {})}
     conn = eventsdb.open_events(ctx.paths.events_db)
     eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, data)])
+    ring_fleet(ctx)
     return fleet_id
+
+
+def ring_fleet(ctx: Context) -> None:
+    """Tell the fleet worker an offer or a withdrawal is in events.db (it looks anyway, less often)."""
+    from pulse.core import client, wire
+    client.ring(ctx.paths, "fleet", wire.Doorbell("pulsectl"))
 
 
 @fleet.command(name="add")
@@ -209,10 +216,32 @@ def fleet_task_views(events) -> list[dict]:
     return [v for v in views if v is not None]
 
 
+def withdraw(ctx: Context, conn, fleet_id: str) -> None:
+    """Take back a task this host offered (`pulsectl task close <fleet id>`): a `fleet-task-withdrawn`
+    event, which this host's fleet worker makes known to every host (pulse.workers.fleettasks)."""
+    from pulse.agents import taskview
+    from pulse.core import wire
+    from pulse.store import eventsdb
+    view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
+    if view is None:
+        click.echo(f"pulsectl: {fleet_id}: no such fleet task offered from this host (withdraw it where it was added)",
+                   err=True)
+        sys.exit(1)
+    if view["status"] in ("acked", "closed", "dead", "withdrawn"):
+        click.echo(f"pulsectl: {fleet_id} is {view['status']} already: nothing to withdraw", err=True)
+        sys.exit(1)
+    running = view["host"] if view["status"] in ("assigned", "executing") else None
+    why = "withdrawn by the operator of its origin"
+    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])
+    ring_fleet(ctx)
+    click.echo(f"{fleet_id}: withdrawn" + (f" (its run on {running} ends as it will, and is not offered again)"
+                                           if running else ""))
+
+
 def read_fleet_events(conn, fleet_id: str | None = None) -> list:
     from pulse.core import wire
     from pulse.store import eventsdb
-    types = [wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD]
+    types = list(wire.FLEET_TASK_EVENTS)
     if fleet_id is None:
         return eventsdb.read_events(conn, types=types, limit=1_000_000)
     return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)

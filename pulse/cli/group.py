@@ -50,6 +50,7 @@ COMMAND_MODULES = {
     "budget": "budgetcmd",
     "schedule": "schedulecmd",
     "fleet": "fleetcmd",
+    "guard": "guardcmd",
 }
 
 
@@ -62,6 +63,7 @@ SHORT_HELP = {
     "events": "Print events (-n, --type, --since, -f).",
     "gate": "The agent's safety gate: its sessions.",
     "gate-reset": "Reset a gate session, or an agent's.",
+    "guard": "Guard OpenClaw, Hermes or LiteLLM (--detect).",
     "instances": "List this user's running Pulses.",
     "mcp": "Serve the gated tools over MCP (stdio).",
     "promote": "Merge staging into main, checked.",

@@ -22,6 +22,8 @@ def init(ctx: Context) -> None:
         click.echo(f"made {item}")
     if not made:
         click.echo(f"{ctx.home} is complete; nothing to make")
+    from pulse.core import toolscan
+    click.echo(toolscan.one_line(toolscan.scan()))
 
 
 COMMANDS = [init]

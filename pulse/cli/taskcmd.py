@@ -254,10 +254,15 @@ def _record(ctx: Context, task: str, type: str, **data) -> None:
 
 
 @task.command()
-@task_arg
+@click.argument("task", callback=_task_or_fleet_arg)
 @pass_ctx
 def close(ctx: Context, task: str) -> None:
-    """Close a task: its result is accepted (acked), or it needs no agent (pending)."""
+    """Close a task: its result is accepted (acked), or it needs no agent (pending). A fleet id
+    (`task add --fleet`): withdraw it; no host starts it from now on, and a run already going is
+    not offered again when it ends."""
+    if not task.startswith("task-"):
+        from pulse.cli.fleetcmd import withdraw
+        return withdraw(ctx, _writable(ctx), task)
     from pulse.core.wire import TaskEvent
     _record(ctx, task, TaskEvent.CLOSED, by="operator")
 

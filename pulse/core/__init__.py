@@ -1,5 +1,5 @@
 """What every process shares: stdlib, pyzmq and msgspec only, so pulsed can import it
-(`guarded` alone uses psutil, and pulsed never imports it).
+(`guarded` and `toolscan` alone use psutil, and pulsed never imports them).
 
 Modules: `config` (config.toml's schema, defaults and per-worker slices), `argvtemplate` (an
 [[agent]]'s argv placeholders), `wire` (every
@@ -15,5 +15,7 @@ what it ran; croniter, imported only where a cron expression is read), `fleetnam
 subjects, buckets, host tokens and view, for the fleet worker and `pulsectl fleet`), `safepath`
 (paths reached without following a link, and acted on with the rights of whoever could place them),
 `dirscan` (a [[watch.dir]] directory's files, walked without following a link, planned oldest
-first, and which of them a process holds open for writing).
+first, and which of them a process holds open for writing), `toolscan` (what of OpenClaw, Hermes
+and LiteLLM is on the host, for `pulsectl guard`; psutil), and the package `presets` (the
+[[process]] presets, as data, merged by `config`).
 """

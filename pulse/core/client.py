@@ -60,10 +60,16 @@ def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **opt
 
 
 def ring(paths: Paths, socket: str, message) -> None:
-    """Ring a worker's doorbell (wake, doorbell) from outside Pulse: dropped if nobody listens,
-    since the receiver finds the work at its next scan anyway. Not IMMEDIATE: the message waits
-    for the connection that is still being made, and LINGER gives it half a second to leave."""
-    sock = zmq.Context.instance().socket(zmq.PUSH)
+    """Ring a worker's doorbell (wake, doorbell, fleet) from outside Pulse: dropped if nobody
+    listens, since the receiver finds the work at its next scan anyway. Not IMMEDIATE: the message
+    waits for the connection that is still being made; a context of its own, terminated here,
+    sees it leave (LINGER: half a second at most) before the caller goes on or exits. The shared
+    context is never terminated at exit (pyzmq leaves it at interpreter shutdown, and os._exit skips
+    even that), so a ring sent through it as a process ended was lost."""
+    if not paths.socket_file(socket).exists():
+        return
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, 500)
     try:
         sock.connect(paths.endpoint(socket))
@@ -72,6 +78,7 @@ def ring(paths: Paths, socket: str, message) -> None:
         pass
     finally:
         sock.close()
+        ctx.term()
 
 
 def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.Reply:

@@ -9,6 +9,7 @@ slice alone, and a reload restarts exactly the workers whose slice changed (`cha
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 from pathlib import Path
@@ -125,6 +126,9 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     A restart stops what the process is now (`stop`, else SIGTERM to its process tree, SIGKILL
     after `stop_timeout_s`), waits for it to be gone, then starts `restart`: never two copies."""
     name: str
+    # The tested settings of a tool Pulse names (pulse/core/presets: openclaw-gateway, hermes-gateway,
+    # litellm), merged under this table's own keys when the file is read.
+    preset: str | None = None
     pidfile: str | PidFile | None = None      # found by the pid in this file ...
     match: str | None = None                  # ... or by a regex over its full command line (not Pulse's own)
     restart: list[str] | None = None          # argv that starts it, never a shell string
@@ -845,7 +849,8 @@ def _choices(path: str) -> list[str] | None:
 def decode(text: str | bytes, origin: str) -> Config:
     """Decode config.toml text; errors name `origin` and the key path."""
     try:
-        config = msgspec.toml.decode(text, type=Config)
+        raw = msgspec.toml.decode(text)
+        config = msgspec.convert(with_presets(raw, origin), Config, builtin_types=TOML_TYPES, str_keys=True)
     except msgspec.ValidationError as err:
         source = text.decode(errors="replace") if isinstance(text, bytes) else text
         raise ConfigError(f"{origin}: {_explain(err, source)}") from None
@@ -854,6 +859,28 @@ def decode(text: str | bytes, origin: str) -> Config:
     if config.schema > SCHEMA_VERSION:
         raise ConfigError(f"{origin}: $.schema is {config.schema}; this Pulse reads up to {SCHEMA_VERSION}")
     return config
+
+
+TOML_TYPES = (datetime.datetime, datetime.date, datetime.time)   # what msgspec.toml.decode keeps as they are
+
+
+def with_presets(raw: object, origin: str) -> object:
+    """The decoded file with each [[process]]'s preset merged under the table's own keys."""
+    tables = raw.get("process") if isinstance(raw, dict) else None
+    if not isinstance(tables, list) or not any(isinstance(t, dict) and "preset" in t for t in tables):
+        return raw
+    from pulse.core import presets
+    out = []
+    for i, table in enumerate(tables):
+        if not isinstance(table, dict):
+            out.append(table)
+            continue
+        try:
+            out.append(presets.applied(table))
+        except presets.PresetError as err:
+            named = f" (the table named {table['name']!r})" if isinstance(table.get("name"), str) else ""
+            raise ConfigError(f"{origin}: $.process[{i}].{err.key}{named}: {err.why}") from None
+    return {**raw, "process": out}
 
 
 def validate(config: Config, origin: str) -> Config:
@@ -1324,6 +1351,8 @@ def default_toml() -> str:
         "# A critical process, watched and restarted (repeat the table for more):",
         "# [[process]]",
         '# name = "gateway"',
+        '# preset = "openclaw-gateway"            # the tested settings of openclaw-gateway, hermes-gateway or',
+        "#                                        # litellm, under this table's own keys (`pulsectl guard --detect`)",
         '# pidfile = "/run/gateway.pid"          # or { path = "...", key = "pid" } for a JSON file,',
         '#                                        # or: match = "regex over the full command line"',
         '# restart = ["openclaw", "gateway", "run"]   # argv that starts it, never a shell string',

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 # Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
 
-SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "events")
+SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "events", "fleet")
 # Files a worker keeps in the runtime directory, removed by pulsed at a clean stop with the sockets,
 # so the directory itself can go: the fleet as the fleet worker last saw it.
 FLEET_VIEW_FILE = "fleet-view.json"

@@ -42,11 +42,11 @@ def die_with_parent(expected_parent: int) -> None:
         os._exit(1)
 
 
-def set_title(title: str) -> None:
-    """`title` in ps and, cut to 15 bytes, in /proc/PID/comm."""
+def set_title(title: str, comm: str | None = None) -> None:
+    """`title` in ps and, cut to 15 bytes, `comm` (default: the title) in /proc/PID/comm."""
     import setproctitle
     setproctitle.setproctitle(title)
-    setproctitle.setthreadtitle(title)
+    setproctitle.setthreadtitle(comm or title)
 
 
 def child_signal_defaults() -> None:

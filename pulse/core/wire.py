@@ -530,6 +530,7 @@ class Spawn(msgspec.Struct, tag="spawn"):
     runtime: str
     home: str
     run: float = 0.0            # pulsed's run: the mono stamp of its supervisor-started event
+    instance: str = ""          # the instance's name ([pulse] name, else the home's folder): in its title
 
 
 class Spawned(msgspec.Struct, tag="spawned"):
@@ -621,6 +622,7 @@ EVENT_TYPES = frozenset({
     *ScheduleEvent,
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
+    "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
 })
 # Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
 # before the files are removed, so an archived file is always found again (target: the directory).
@@ -631,6 +633,11 @@ FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update
 # A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
 # dead-letter record the host that gave up last reports to the origin (target: its fleet id).
 FLEET_TASK_DEAD = "fleet-task-dead"
+# A fleet task its origin's operator took back (`pulsectl task close <fleet id>`; target: its fleet
+# id): no host starts it from then on; a run already going ends as it will, and is not offered again.
+FLEET_TASK_WITHDRAWN = "fleet-task-withdrawn"
+# the origin's record of one fleet task, as its views fold it
+FLEET_TASK_EVENTS = (FLEET_TASK_OFFERED, FLEET_TASK_UPDATE, FLEET_TASK_DEAD, FLEET_TASK_WITHDRAWN)
 
 
 class Event(msgspec.Struct):

@@ -219,10 +219,6 @@ def _record(home: str, name: str, ended: dict) -> None:
                 return
             time.sleep(0.5)
     client.ring(homes.Paths.for_client(Path(home)), "wake", wire.Wake("keeper", f"process-exited:{name}"))
-    # A keeper forked by the keepers' server leaves by os._exit, which would drop the wake still
-    # queued in zmq's I/O thread (the tick would then decide EXIT_FACT_WAIT_S late): send it first.
-    import zmq
-    zmq.Context.instance().term()
 
 
 if __name__ == "__main__":

@@ -702,7 +702,7 @@ def fleet_tasks_of(paths: Paths) -> list[dict]:
     from pulse.agents import tasks, taskview
     from pulse.core import fleetnames
     from pulse.store import fleetcursor
-    types = [wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD]
+    types = list(wire.FLEET_TASK_EVENTS)
     conn = connection.open_readonly(paths.events_db)
     try:
         by_id: dict[str, list] = {}

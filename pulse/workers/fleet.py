@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import sys
 import threading
 import time
 
 import msgspec
+import zmq
 
 from pulse import __version__
 from pulse.core import client, wire
@@ -38,9 +41,18 @@ from pulse.store import connection, effectqueue, eventsdb, fleetcursor
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
+EXIT_BUG = 70                # EX_SOFTWARE: the link's thread died of an error of our own
+
+
+def link_errors() -> tuple[type[BaseException], ...]:
+    """What a link to NATS can fail with (the server's, the network's, a timeout, a database a
+    summary reads that is busy): retried. Anything else is a bug, and ends the worker, so pulsed's
+    restart limits and its status see it instead of an endless "link failed"."""
+    import nats
+    return nats.errors.Error, OSError, sqlite3.OperationalError
 IDLE_POLL_S = 0.2            # events.db rings nobody: the outbox looks for new events this often
 PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
-WINDOW = 64                  # events published at once, in order, before their acknowledgements are awaited
+WINDOW = 256                 # events published at once, in order, before their acknowledgements are awaited
 RETRY_S = 0.5                # after a failed put on a connection that is still open
 STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
 
@@ -73,6 +85,9 @@ class FleetWorker(Worker):
         self.turned = time.monotonic()
         self.loop = asyncio.new_event_loop()
         self.main: asyncio.Task | None = None
+        # `pulsectl task add --fleet` and `task close <fleet id>` ring here: an offer goes out now
+        self.offers_rung = asyncio.Event()
+        self.bell = self.socket(zmq.PULL, self.paths.endpoint("fleet"), bind=True, handler=self.on_bell)
         self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
         self.thread.start()
         self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
@@ -96,7 +111,13 @@ class FleetWorker(Worker):
     def healthy(self) -> bool:
         return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
 
+    def on_bell(self) -> None:
+        for _ in self.messages(self.bell, wire.Doorbell, "fleet"):
+            pass
+        self.loop.call_soon_threadsafe(self.offers_rung.set)
+
     def close(self) -> None:
+        self.bell.close()
         if self.main is not None:
             self.loop.call_soon_threadsafe(self.main.cancel)
         self.thread.join(STOP_WAIT_S)
@@ -110,6 +131,10 @@ class FleetWorker(Worker):
             self.loop.run_until_complete(self.main)
         except asyncio.CancelledError:
             pass
+        except BaseException:       # a bug, not the link: the worker ends, and pulsed restarts it (or stops trying)
+            self.log.exception("the fleet link failed on an error that is not the link's; this worker exits")
+            sys.stderr.flush()
+            os._exit(EXIT_BUG)
 
     async def turning(self) -> None:
         while True:
@@ -121,12 +146,13 @@ class FleetWorker(Worker):
         beat = asyncio.create_task(self.turning())
         f = self.config.fleet
         failures = 0
+        retried = link_errors()
         try:
             while True:
                 try:
                     errors: list[str] = []
                     nc = await nats.connect(**names.connect_options(f, self.note, errors.append))
-                except Exception as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
+                except retried as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
                     failures += 1
                     wait = names.backoff_s(failures, f.reconnect_max_s)
                     why = errors[-1] if errors else names.describe(err)   # nats-py's own error says only "no servers"
@@ -136,7 +162,8 @@ class FleetWorker(Worker):
                 failures = 0
                 try:
                     await self.linked(nc)
-                except Exception as err:
+                except* retried as failed:   # the link's own tasks fail together (a TaskGroup)
+                    err = failed.exceptions[0]
                     self.note("down", names.describe(err))
                     self.log.warning("fleet link failed: %s", names.describe(err))
                     await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
@@ -223,7 +250,7 @@ class FleetWorker(Worker):
                         "hosts": names.fleet_rows(present, kept, now)}
                 await asyncio.to_thread(names.write_view, self.paths.runtime, view)
                 self.note("connected", None)
-            except Exception as err:
+            except link_errors() as err:
                 if nc.is_closed:
                     raise
                 self.note("disconnected", f"presence: {names.describe(err)}")
@@ -285,15 +312,19 @@ class FleetWorker(Worker):
                 futures.append(await js.publish_async(
                     names.event_subject(self.host, ev.type), event_payload(self.host, ev),
                     wait_stall=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}))
-        except Exception as err:
+        except link_errors() as err:
             for future in futures:
                 future.cancel()
             return 0, names.describe(err)
-        results = await asyncio.gather(*(asyncio.wait_for(f, PUBLISH_TIMEOUT_S) for f in futures),
-                                       return_exceptions=True)
-        for i, result in enumerate(results):
-            if isinstance(result, BaseException):
-                return i, names.describe(result)
+        # one wait for the whole window (a wait_for per publish cost a task each: most of the time)
+        _, late = await asyncio.wait(futures, timeout=PUBLISH_TIMEOUT_S)
+        for i, future in enumerate(futures):
+            if future in late:
+                for f in late:
+                    f.cancel()
+                return i, "no acknowledgement within the publish timeout"
+            if future.exception() is not None:
+                return i, names.describe(future.exception())
         return len(window), None
 
     def ring_tick(self, reason: str) -> None:

@@ -19,6 +19,10 @@
     (stream PULSE_TASK_OUTCOMES); when the task ends the message is acknowledged. The origin's worker
     records each report as a `fleet-task-update` event, which `pulsectl fleet tasks` and `pulsectl
     task show <fleet id>` fold;
+  - withdrawing: a `fleet-task-withdrawn` event of the origin (`pulsectl task close <fleet id>`) is
+    put in the KV bucket `pulse-task-withdrawn`; a host that pulls such a task acknowledges it
+    untouched, and one that holds it gives its own task up unless its run has begun (that run ends as
+    it will, and is not offered again);
   - dead-lettering: a task the host gave up goes back to the fleet, unless it was taken
     `max_deliver` times already; a task taken more often than that (its hosts died) or given up at
     the last taking is put in the KV bucket `pulse-task-dead` and reported to its origin, which
@@ -31,6 +35,8 @@ import asyncio
 import json
 import time
 
+import msgspec
+
 from pulse.agents import routing, spend, tasks
 from pulse.core import fleetnames as names
 from pulse.core import wire
@@ -41,13 +47,18 @@ TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOM
 ATTEMPTS_BUCKET = "pulse-task-attempts"   # fleet id → how many times a host took it
 DEAD_BUCKET = "pulse-task-dead"           # fleet id → its dead-letter record (kept until deleted)
 PASSES_BUCKET = "pulse-task-passes"       # fleet id → {host: why it last left the task}, for a dead letter's why
+WITHDRAWN_BUCKET = "pulse-task-withdrawn"  # fleet id → {origin, why}: its origin took it back
 ATTEMPTS_TTL_S = 7 * 86400                # a count is forgotten a week after its last taking
 TAKERS = "takers"                         # the one durable consumer every host pulls tasks from
 ANY_AGENT = "_any"                        # the subject token of a task pinned to no agent
 ENDED = (TaskStatus.ACKED, TaskStatus.CLOSED, TaskStatus.GIVEN_UP)
-LOOK_S = 0.2                      # how often offers, free slots and running tasks are looked at
-FETCH = 16                        # messages looked at in one pull: one not for this host never hides the rest
+LOOK_S = 0.2                      # how often the tasks this host runs are looked at
+OFFERS_LOOK_S = 1.0               # offers are rung for (pulsectl rings the fleet worker); this, in case a ring was lost
+# A pull waits this long on the server for a message (a long poll: a task offered reaches a waiting
+# host at once), its idle heartbeats telling a live server from a dead connection meanwhile.
+LONG_POLL_S, POLL_HEARTBEAT_S = 5.0, 1.0
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
+WITHDRAWN_CURSOR = "withdrawn"    # … and for the last withdrawal made known
 # A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
 # agent may take it gets it on its next pull), then after a delay doubling from PUTBACK_FIRST_S up to
 # PUTBACK_MAX_S: the server hands out put-back messages before new ones, so tasks nobody can take
@@ -56,6 +67,58 @@ PUTBACK_FREE, PUTBACK_FIRST_S, PUTBACK_MAX_S = 8, 0.25, 5.0
 # a task left here comes back every PUTBACK_MAX_S at most while it waits; one not seen for this long
 # was taken by another host or dead-lettered, and its last reason here is forgotten
 PASSED_FORGET_S = 600.0
+
+
+class OfferRecord(msgspec.Struct):
+    """What a message of PULSE_TASKS must hold to be taken (its origin's offer, as published)."""
+    fleet_id: str
+    origin: str
+    project: str
+    title: str
+    prompt: str
+    agent: str | None = None
+    tags: list[str] = []
+    priority: int = 0
+    offered_at: float | None = None
+
+
+class OutcomeRecord(msgspec.Struct):
+    """What a message of PULSE_TASK_OUTCOMES must hold to be recorded."""
+    fleet_id: str
+    status: str | None = None
+    host: str | None = None
+
+
+async def read_record(msg, shape: type, log) -> dict | None:
+    """A message's JSON object if it has `shape`; else None, and the message is terminated (never
+    delivered again) and said: anyone who can publish on the fleet's subjects could send it, and one
+    bad message must neither stop this host nor be retried for ever."""
+    try:
+        record = json.loads(msg.data)
+        msgspec.convert(record, shape)
+    except (ValueError, msgspec.ValidationError) as err:
+        log.warning("dropped a malformed message on %s (%s): %r", msg.subject, err, bytes(msg.data[:200]))
+        await msg.term()
+        return None
+    return record
+
+
+async def long_poll(subscription) -> list:
+    """The next message of a pull `subscription`, waiting up to LONG_POLL_S on the server for one
+    (batch 1: a message is handed on the moment it comes); [] when none came."""
+    import nats
+    try:
+        return await subscription.fetch(1, timeout=LONG_POLL_S, heartbeat=POLL_HEARTBEAT_S)
+    except (asyncio.TimeoutError, nats.errors.TimeoutError):
+        return []
+
+
+async def rung_or_after(event: asyncio.Event, timeout_s: float) -> None:
+    """Until `event` is set, or `timeout_s` has passed."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        pass
 
 
 def task_subject(agent: str | None) -> str:
@@ -116,6 +179,7 @@ class FleetTasks:
         self.offer_ttl = worker.config.fleet.offer_ttl_s
         self.failed_wait = worker.config.fleet.failed_host_wait_s
         self.failed_here: dict[str, float] = {}   # fleet id → when this host gave it up (time.time())
+        self.slot_freed = asyncio.Event()          # a run of a task taken here ended: a pull may take another
 
     async def kv(self, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
@@ -138,6 +202,7 @@ class FleetTasks:
         self.attempts = await self.kv(ATTEMPTS_BUCKET, ATTEMPTS_TTL_S)
         self.dead = await self.kv(DEAD_BUCKET, None)
         self.passes = await self.kv(PASSES_BUCKET, ATTEMPTS_TTL_S)
+        self.withdrawals = await self.kv(WITHDRAWN_BUCKET, ATTEMPTS_TTL_S)
         self.outcomes = await self.js.pull_subscribe(outcome_subject(self.w.host), durable=f"outcomes-{names.host_token(self.w.host)}",
                                                      stream=OUTCOMES_STREAM)
         self.queue = None
@@ -149,19 +214,45 @@ class FleetTasks:
                 config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
 
     async def run(self) -> None:
+        """Four loops on one connection, none waiting on another: offering (rung by pulsectl),
+        hearing outcomes and taking tasks (each a long poll on the server), keeping what runs here."""
         await self.setup()
         self.cursor = cursor = fleetcursor.open_cursor(self.w.paths.home / names.CURSOR_FILE)
         conn = eventsdb.open_events(self.w.paths.events_db)
         try:
-            while True:
-                await self.offer(conn, cursor)
-                await self.take(conn)
-                await self.keep(conn)
-                await self.record_outcomes(conn)
-                await asyncio.sleep(LOOK_S)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.offering(conn, cursor))
+                group.create_task(self.hearing(conn))
+                group.create_task(self.keeping(conn))
+                if self.queue is not None:
+                    group.create_task(self.taking(conn))
         finally:
             conn.close()
             cursor.close()
+
+    async def offering(self, conn, cursor) -> None:
+        while True:
+            self.w.offers_rung.clear()
+            await self.offer(conn, cursor)
+            await self.withdraw(conn, cursor)
+            await rung_or_after(self.w.offers_rung, OFFERS_LOOK_S)
+
+    async def hearing(self, conn) -> None:
+        while True:
+            await self.record_outcomes(conn)
+
+    async def keeping(self, conn) -> None:
+        while True:
+            await self.keep(conn)
+            await asyncio.sleep(LOOK_S)
+
+    async def taking(self, conn) -> None:
+        while True:
+            if not self.may_pull():       # every slot busy: wait for one to free
+                self.slot_freed.clear()
+                await rung_or_after(self.slot_freed, LOOK_S)
+                continue
+            await self.take(conn)
 
     # -- the origin's side --------------------------------------------------------------------------
 
@@ -172,14 +263,29 @@ class FleetTasks:
             await self.js.publish(task_subject(ev.data.get("agent")), body, headers={"Nats-Msg-Id": ev.target})
             fleetcursor.commit_cursor(cursor, OFFERS_CURSOR, ev.id)
 
-    async def record_outcomes(self, conn) -> None:
-        import nats
+    async def withdraw(self, conn, cursor) -> None:
+        last = fleetcursor.read_cursor(cursor, WITHDRAWN_CURSOR)
+        for ev in eventsdb.read_events(conn, after_id=last, types=[wire.FLEET_TASK_WITHDRAWN], limit=100):
+            record = {"origin": self.w.host, "why": ev.data.get("why") or "withdrawn by its origin"}
+            await self.withdrawals.put(names.host_token(ev.target), json.dumps(record).encode())
+            self.w.log.info("fleet task %s withdrawn", ev.target)
+            fleetcursor.commit_cursor(cursor, WITHDRAWN_CURSOR, ev.id)
+
+    async def withdrawn(self, fleet_id: str) -> str | None:
+        """Why its origin took the task back, or None while it stands."""
+        from nats.js.errors import KeyNotFoundError
         try:
-            msgs = await self.outcomes.fetch(50, timeout=0.05)
-        except (asyncio.TimeoutError, nats.errors.TimeoutError):
-            return
+            entry = await self.withdrawals.get(names.host_token(fleet_id))
+        except KeyNotFoundError:
+            return None
+        return json.loads(entry.value or b"{}").get("why") or "withdrawn by its origin"
+
+    async def record_outcomes(self, conn) -> None:
+        msgs = await long_poll(self.outcomes)
         for msg in msgs:
-            report = json.loads(msg.data)
+            report = await read_record(msg, OutcomeRecord, self.w.log)
+            if report is None:
+                continue
             kind = wire.FLEET_TASK_DEAD if report.get("status") == "dead" else wire.FLEET_TASK_UPDATE
             eventsdb.append_events(conn, [wire.now_event(kind, "fleet", report["fleet_id"], report)])
             await msg.ack()
@@ -277,19 +383,19 @@ class FleetTasks:
         return True
 
     async def take(self, conn) -> None:
-        import nats
-        if self.queue is None or not self.may_pull():
-            return
-        try:
-            msgs = await self.queue.fetch(FETCH, timeout=0.05)
-        except (asyncio.TimeoutError, nats.errors.TimeoutError):
-            return
+        msgs = await long_poll(self.queue)
         self.forget_stale()
         load = None
         for msg in msgs:
-            offer = json.loads(msg.data)
+            offer = await read_record(msg, OfferRecord, self.w.log)
+            if offer is None:
+                continue
             fleet_id = offer["fleet_id"]
             if fleet_id in self.running:         # ours already (a redelivery while we renew): leave it be
+                continue
+            if await self.withdrawn(fleet_id):
+                self.w.log.info("fleet task %s was withdrawn by its origin: off the queue, not run", fleet_id)
+                await msg.ack()
                 continue
             task = offer_state(offer)
             wait = wait_after_failing_s(self.failed_here.get(fleet_id), self.failed_wait, time.time())
@@ -389,11 +495,21 @@ class FleetTasks:
         for fleet_id, run in list(self.running.items()):
             state = tasks.load(conn, run["task"])
             status = state.status if state is not None else None
+            if not run.get("withdrawn"):
+                run["withdrawn"] = await self.withdrawn(fleet_id)
+            if run["withdrawn"] and status in (TaskStatus.PENDING, TaskStatus.ASSIGNED):   # not begun again: never
+                try:
+                    state = tasks.record(conn, run["task"], wire.TaskEvent.GIVEN_UP, "fleet", by="fleet",
+                                         reason=run["withdrawn"])
+                    status = state.status
+                except tasks.IllegalTransition:
+                    pass                 # it began or ended meanwhile: its end is reported below as any
             if status != run["status"]:
                 run["status"] = status
                 await self.report(fleet_id, run, state)
             if status in ENDED:
                 del self.running[fleet_id]
+                self.slot_freed.set()
                 await self.ended(fleet_id, run, status)
             elif time.monotonic() - run["renewed"] >= self.lease / 3:
                 await run["msg"].in_progress()
@@ -402,8 +518,8 @@ class FleetTasks:
 
     async def ended(self, fleet_id: str, run: dict, status: str) -> None:
         """Done (acked, closed): off the queue. Given up here: back to the fleet for another taking,
-        or dead-lettered when this was the last one max_deliver allows."""
-        if status != TaskStatus.GIVEN_UP:
+        or dead-lettered when this was the last one max_deliver allows. Withdrawn: off the queue."""
+        if status != TaskStatus.GIVEN_UP or run.get("withdrawn"):
             await run["msg"].ack()
             return
         if run["attempts"] >= self.max_deliver:

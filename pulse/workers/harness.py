@@ -206,7 +206,10 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
 
 def _run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
     procs.die_with_parent(forkserver_pid)
-    procs.set_title(f"pulse: {spec.name}")
+    # the instance in ps tells the Pulses of one host apart; comm keeps the worker alone (15 bytes).
+    # Short (the name cut to 24), so the title fits where the forkserver's argv was and ps reads it whole.
+    procs.set_title(f"pulse: {spec.name} [{spec.instance[:24]}]" if spec.instance else f"pulse: {spec.name}",
+                    comm=f"pulse: {spec.name}")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     faulthandler.enable(file=sys.stderr, all_threads=True)

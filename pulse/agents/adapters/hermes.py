@@ -15,11 +15,12 @@ directory) to every run, and reads:
     (model calls, not turns), `model` and `provider` are kept when the file names them.
 A missing or unreadable usage file is noted (`usage_file`), not guessed at.
 
-MCP: Hermes reads MCP servers from its own config; no per-run flag is documented, so this
-adapter hands it no Pulse tools. (Its config.yaml's mcp_servers expand ${VAR} from its
-environment, which holds the run's PULSE_RUN_TOKEN and PULSE_GATE_SOCKET; but 0.19's -z starts
-MCP discovery in the background and builds its agent without waiting for it: `pulsectl mcp`,
-slower to answer under load, was in one run and missing from the next.)
+MCP: Hermes reads MCP servers only from its own config.yaml (no per-run flag), and expands
+`${VAR}` there from its environment, which holds the run's PULSE_RUN_TOKEN and PULSE_GATE_SOCKET:
+one `mcp_servers.pulse` entry the operator writes once (`command: pulsectl`, `args: [mcp]`, those
+two in its `env`) serves every run, each as its own gate session. This adapter writes nothing into
+Hermes' home. (0.19's -z discovers MCP servers in the background; the realcli test saw its tool
+call reach the gate in every run, at a load average of 11-16 on 2 cores.)
 """
 
 from __future__ import annotations
