@@ -107,7 +107,7 @@ def test_a_path_is_absolute_stays_where_it_points_and_is_not_root(path, problem)
 # -- the plan -------------------------------------------------------------------------------------------
 
 def entry(rel, size, mtime, ino):
-    return dirscan.Entry(rel, size, mtime, 1, ino, 0, None)
+    return dirscan.Entry(rel, size, mtime, 1, ino, None)
 
 
 def test_the_plan_takes_the_oldest_first_and_stops_as_soon_as_the_bounds_hold():

@@ -34,7 +34,6 @@ class Entry(NamedTuple):
     mtime: float
     dev: int
     ino: int
-    uid: int
     writer: int | None        # the account whose rights it is acted on with (safepath)
 
 
@@ -102,7 +101,7 @@ def files(top: safepath.Dir) -> list[Entry]:
             writer = safepath.joined(parent.writer, safepath.entry_writer(parent, st), parent.path)
         except safepath.Refused:
             continue                          # placed by a second account: never acted on
-        seen[(st.st_dev, st.st_ino)] = Entry(rel, st.st_size, st.st_mtime, st.st_dev, st.st_ino, st.st_uid, writer)
+        seen[(st.st_dev, st.st_ino)] = Entry(rel, st.st_size, st.st_mtime, st.st_dev, st.st_ino, writer)
     return list(seen.values())
 
 

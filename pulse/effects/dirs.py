@@ -29,7 +29,8 @@ from pulse.core.wire import DIR_ARCHIVED, Effect
 from pulse.effects.kinds import EffectContext, EffectFailed, os_failure
 from pulse.store import objects
 
-ARCHIVE_BATCH = 100          # files copied into objects/ per dir-archived event, before they are removed
+BATCH = 100                  # files removed per step (one fork, under another account's directory), and
+                             # copied into objects/ per dir-archived event before they are removed
 ARCHIVED_PER_EFFECT = 1000   # at most this many per effect (the events stay small); the next sample goes on
 NAMED_IN_ACK = 20            # the ack names the first files it deleted
 
@@ -99,20 +100,20 @@ class Trim:
                     self.skipped += 1
 
     def delete(self, chosen: list[dirscan.Entry]) -> None:
-        for start in range(0, len(chosen), ARCHIVE_BATCH):
+        for start in range(0, len(chosen), BATCH):
             if time.monotonic() > self.ctx.deadline:
                 self.more = True
                 return
-            self.remove([(e, None) for e in chosen[start:start + ARCHIVE_BATCH]])
+            self.remove([(e, None) for e in chosen[start:start + BATCH]])
 
     # -- archiving: copied and recorded first ---------------------------------------------------------
 
     def archive(self, chosen: list[dirscan.Entry]) -> None:
-        for start in range(0, len(chosen), ARCHIVE_BATCH):
+        for start in range(0, len(chosen), BATCH):
             if time.monotonic() > self.ctx.deadline or self.archived >= ARCHIVED_PER_EFFECT:
                 self.more = True
                 return
-            copied = [c for e in chosen[start:start + ARCHIVE_BATCH] if (c := self.copy(e)) is not None]
+            copied = [c for e in chosen[start:start + BATCH] if (c := self.copy(e)) is not None]
             if not copied:
                 continue
             self.ctx.record(DIR_ARCHIVED, {"watch": self.watch.name, "dir": self.top.path, "files": [
@@ -122,9 +123,9 @@ class Trim:
             self.remove([(e, (size, mtime)) for e, _, size, mtime, _ in copied])
 
     def copy(self, e: dirscan.Entry) -> tuple[dirscan.Entry, str, int, float, int] | None:
-        """The file into objects/: (it, its blob, bytes, mtime, permission bits), or None when it is no longer the file
-        planned, not the writer's own (a hard link to another's file is never read as root), or not
-        copied in time."""
+        """The file into objects/: (it, its blob, bytes, mtime, permission bits), or None when it is no
+        longer the file planned, not the writer's own (a hard link to another's file is never read as
+        root), or not copied in time."""
         try:
             parent = self.sub(os.path.dirname(e.rel))
             fd = os.open(os.path.basename(e.rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
