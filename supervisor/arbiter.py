@@ -711,7 +711,7 @@ class Arbiter:
                                              started_at=clock.iso(wall - (now - self.started_mono))),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
             web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
-            files=self.watched_files(), fresh=self.fresh_watches(),
+            files=self.watched_files(), fresh=self.fresh_watches(), dirs=self.watched_dirs(),
             fleet=self.children[FLEET].extras if self.children[FLEET].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
@@ -742,6 +742,11 @@ class Arbiter:
         """Each [[watch.fresh]] as the tick last saw it."""
         views = (self.children["tick"].extras or {}).get("fresh") or []
         return [v for v in (from_extras(view, wire.FreshWatchStatus) for view in views) if v is not None]
+
+    def watched_dirs(self) -> list[wire.DirWatchStatus]:
+        """Each [[watch.dir]] as the tick last saw it."""
+        views = (self.children["tick"].extras or {}).get("dirs") or []
+        return [v for v in (from_extras(view, wire.DirWatchStatus) for view in views) if v is not None]
 
 
 def process_view_fields(view: wire.ProcessView, now: float) -> dict:

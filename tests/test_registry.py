@@ -15,7 +15,8 @@ from pulse.effects import registry
 from support import init_home, wait_for
 
 BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
-            "rotate-file", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config", "stop-process",
+            "rotate-file", "trim-dir", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config",
+            "stop-process",
             "restore-config"}
 
 
@@ -98,7 +99,7 @@ def test_check_config_accepts_a_kind_the_engine_declares(pulsed):
 # -- what other layers know of a kind, said once here ---------------------------------------------------
 
 def test_each_kind_says_whether_it_repairs_what_it_changes_and_whether_its_ack_proves_it():
-    assert registry.repair_kinds() == {"restart-process", "archive", "cleanup", "rotate-file", "exec", "engine-rollback",
+    assert registry.repair_kinds() == {"restart-process", "archive", "cleanup", "rotate-file", "trim-dir", "exec", "engine-rollback",
                                        "restore-config"}
     assert registry.repair_kinds(registry.Repair.ENGINE) == {"engine-rollback"}
     assert registry.resource("restart-process", "gw") == registry.resource("signal", "gw") == "process:gw"

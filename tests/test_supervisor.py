@@ -33,7 +33,7 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
 
     data = json.loads(pulsed.ctl("status", "--json").stdout)
     assert list(data) == ["version", "supervisor", "workers", "engine_commit", "processes", "web_url", "files", "fleet",
-                          "fresh", "exit"]
+                          "fresh", "dirs", "exit"]
     assert data["version"] == 1 and data["web_url"] is None          # no web worker unless [web] enabled
     assert data["fleet"] is None                                     # no fleet worker unless [fleet] enabled
     assert len(data["engine_commit"]) >= 40 and data["processes"] == []

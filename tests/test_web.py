@@ -433,12 +433,16 @@ def test_a_memory_restart_shows_on_the_phone_overview_with_its_reason(pulsed, br
 
 def test_the_overview_shows_each_config_against_its_known_good_and_each_watched_file(pulsed, browser, tmp_path, tracker):
     """A process whose config was kept known good, and a watched log over its max_mb (action notify:
-    only said): on a 390-px phone the process's card says "known good", the files section shows the
-    log, its size and that it is over, and nothing runs off the screen."""
+    only said), and a watched directory: on a 390-px phone the process's card says "known good", the
+    files section shows the log, its size and that it is over, the directories section the
+    directory's files and bounds, and nothing runs off the screen."""
     conf, logs = tmp_path / "app.json", tmp_path / "logs"
     conf.write_text('{"port": 1}\n')
     logs.mkdir()
     (logs / "trace.jsonl").write_bytes(b"x" * (3 * 1024 * 1024))
+    (tmp_path / "sessions").mkdir()
+    for name in ("a.json", "b.json", "c.json"):
+        (tmp_path / "sessions" / name).write_bytes(b"s" * 2048)
     argv = ["sleep", "888.375"]
     child = subprocess.Popen(argv)
     tracker.add(child.pid)
@@ -446,7 +450,8 @@ def test_the_overview_shows_each_config_against_its_known_good_and_each_watched_
     (pulsed.home / "config.toml").write_text(
         '[web]\nenabled = true\nlisten = "127.0.0.1:0"\n\n[[process]]\nname = "app"\n'
         f'pidfile = "{tmp_path}/app.pid"\nrestart = {json.dumps(argv)}\nconfig = ["{conf}"]\nconfig_good_after_s = 0.5\n\n'
-        f'[[watch.file]]\nname = "traces"\npath = "{logs}/*.jsonl"\nmax_mb = 1\naction = "notify"\n')
+        f'[[watch.file]]\nname = "traces"\npath = "{logs}/*.jsonl"\nmax_mb = 1\naction = "notify"\n\n'
+        f'[[watch.dir]]\nname = "sessions"\npath = "{tmp_path}/sessions"\nmax_files = 10\nmax_age = "7d"\n')
     (tmp_path / "app.pid").write_text(str(child.pid))
     pulsed.start(env={"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"})
     pulsed.wait_running(WORKERS)
@@ -461,6 +466,10 @@ def test_the_overview_shows_each_config_against_its_known_good_and_each_watched_
         row.wait_for(timeout=10_000)
         text = row.inner_text()
         assert "1 (3.0 MB)" in text and "1 over" in text and f"{logs}/trace.jsonl" in text and "notify" in text, text
+        shown = tab.locator('#dirs [data-watch="sessions"]')
+        shown.wait_for(timeout=10_000)
+        text = shown.inner_text()
+        assert "3 (6 KB)" in text and "10 files, 7d" in text and "delete" in text and "over" not in text, text
         assert tab.evaluate(OVERFLOW) == []
         tab.screenshot(path=str(tmp_path / "overview-phone-guards.png"), full_page=True)
     finally:

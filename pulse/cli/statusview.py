@@ -125,6 +125,24 @@ def fresh_rows(proofs: list[wire.FreshWatchStatus]) -> list[tuple[str, ...]]:
     return rows
 
 
+def bounds(d: wire.DirWatchStatus) -> str:
+    """Its bounds in words: "1000 files, 512 MB, 14d"."""
+    said = [f"{d.max_files} files" if d.max_files is not None else "", f"{d.max_mb:g} MB" if d.max_mb is not None else "",
+            d.max_age or ""]
+    return ", ".join(s for s in said if s)
+
+
+def dir_rows(dirs: list[wire.DirWatchStatus]) -> list[tuple[str, ...]]:
+    rows = [("WATCHED DIR", "DIRS", "FILES", "OLDEST FILE", "BOUNDS", "OLDEST", "LAST TRIM")]
+    for d in dirs:
+        trim = "-" if d.last_trim_at is None else f"{d.last_trim_state} {clock.iso(d.last_trim_at, ms=False)}"
+        matched = "-" if d.dirs is None else str(d.dirs) + (f", {d.over} over" if d.over else "") + \
+            (f", {d.refused} refused" if d.refused else "")
+        rows.append((d.name, matched, "-" if d.dirs is None else f"{d.files} ({size(d.bytes)})",
+                     "-" if d.oldest_mtime is None else clock.iso(d.oldest_mtime, ms=False), bounds(d), d.oldest, trim))
+    return rows
+
+
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     # Crashes (automatic restarts) apart from the operator's restarts and reloads: a reload is not
     # a crash, and one column counting both hid which was which (issue 23).
@@ -153,6 +171,9 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
     if status.fresh:
         lines.append("")
         lines += columns(fresh_rows(status.fresh))
+    if status.dirs:
+        lines.append("")
+        lines += columns(dir_rows(status.dirs))
     s = status.supervisor
     lines.append(f"pulsed pid {s.pid}, up {duration(s.uptime_s)}, home {s.home}"
                  + (f", engine at {engine_commit[:12]}{'+dirty' if engine_commit.endswith('+dirty') else ''}"
@@ -222,7 +243,7 @@ def rolled_back_note(paths: Paths) -> str | None:
 
 
 WIRE_TIMES = ("paused_until", "kept_at", "restored_at", "sampled_at", "last_trim_at", "until",
-              "started_at", "at", "changed_at")   # epoch seconds on the wire
+              "started_at", "at", "changed_at", "oldest_mtime")   # epoch seconds on the wire
 
 
 def iso_times(item: dict) -> dict:
@@ -244,4 +265,5 @@ def status_json(status: wire.Status, code: int | None = None, why: list[str] | N
         document["exit"] = {"code": int(code), "why": why or []}
     document["files"] = [iso_times(f) for f in document.get("files", [])]
     document["fresh"] = [iso_times(f) for f in document.get("fresh", [])]
+    document["dirs"] = [iso_times(d) for d in document.get("dirs", [])]
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

@@ -1,4 +1,5 @@
-"""`pulsectl store check` and `pulsectl store backup DIR`: the home's stores, checked and copied.
+"""`pulsectl store check` and `pulsectl store backup DIR`: the home's stores, checked and copied;
+`pulsectl store restore-archived PATH`: a file a [[watch.dir]] archived, put back.
 
 A backup is taken online, while pulsed runs, through SQLite's backup API (a consistent copy of
 each database, whatever is being written), with objects/, config.toml and the history mark that
@@ -101,3 +102,68 @@ def backup(ctx: Context, dest: Path) -> None:
 
 
 COMMANDS = [store]
+
+
+def archived(events_db: Path, path: str) -> dict | None:
+    """The newest dir-archived record of `path` (its blob, bytes, mtime, mode), or None."""
+    from pulse.core.wire import DIR_ARCHIVED
+    from pulse.store import connection, eventsdb
+    if not events_db.exists():
+        return None
+    conn = connection.open_readonly(events_db)
+    try:
+        found, after = None, 0
+        while batch := eventsdb.read_events(conn, after_id=after, types=(DIR_ARCHIVED,)):
+            for ev in batch:
+                found = next((f for f in ev.data.get("files") or () if f.get("path") == path), found)
+            after = batch[-1].id
+    finally:
+        conn.close()
+    return found
+
+
+def write_new(dest: str, data: bytes, mtime: float, mode: int) -> None:
+    """`data` as the new file `dest`: never over one that exists, never through a link another
+    account could have placed, and under another account's directory with its rights."""
+    from pulse.core import safepath
+    parent, name = safepath.open_parent(dest)
+
+    def create() -> None:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent.fd)
+        try:
+            os.write(fd, data)
+            os.fchmod(fd, mode)
+            os.utime(fd, (mtime, mtime))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    try:
+        safepath.as_writer(parent.writer, dest, create)
+    finally:
+        os.close(parent.fd)
+
+
+@store.command("restore-archived")
+@click.argument("path")
+@click.option("--to", "dest", help="Write it here instead (a new file); default: where it was.")
+@pass_ctx
+def restore_archived(ctx: Context, path: str, dest: str | None) -> None:
+    """Put back a file a [[watch.dir]] archived (its newest copy, from objects/, with its mtime and
+    mode), as a new file: never over one that exists."""
+    from pulse.core import safepath
+    from pulse.store import objects
+    found = archived(ctx.paths.events_db, path)
+    if found is None:
+        click.echo(f"pulsectl: no dir-archived event names {path}", err=True)
+        sys.exit(1)
+    target = os.path.abspath(dest or path)
+    try:
+        data = objects.get(ctx.paths.objects, found["object"])
+        write_new(target, data, float(found.get("mtime") or 0), int(found.get("mode") or 0o600))
+    except FileExistsError:
+        click.echo(f"pulsectl: {target} exists; restore it elsewhere with --to", err=True)
+        sys.exit(1)
+    except (OSError, ValueError, safepath.Refused) as err:
+        click.echo(f"pulsectl: {target}: {err}", err=True)
+        sys.exit(1)
+    click.echo(f"{target}: restored from {found['object']} ({len(data)} bytes)")

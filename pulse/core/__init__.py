@@ -14,6 +14,8 @@ copies a file's rotation keeps beside it), `schedule` (a [[schedule]]'s slots an
 what it ran; croniter, imported only where a cron expression is read), `fleetnames` (the fleet's
 subjects, buckets, host tokens and view, for the fleet worker and `pulsectl fleet`), `safepath`
 (paths reached without following a link, and acted on with the rights of whoever could place them),
+`dirscan` (a [[watch.dir]] directory's files, walked without following a link, planned oldest
+first, and which of them a process holds open for writing),
 `staleness` (when a [[watch.fresh]] is stale: its samples' last sign of work against within_s),
 `toolscan` (what of OpenClaw, Hermes and LiteLLM is on the host, for `pulsectl guard`; psutil), and
 the package `presets` (the [[process]] presets, as data, merged by `config`).

@@ -241,6 +241,19 @@ class FreshWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     restart: str | None = None                # the [[process]] to restart when stale; unset: only notified
 
 
+class DirWatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Directories that only grow ([[watch.dir]]): every directory `path` matches is sampled into
+    vitals (`dir:<name>`: its regular files, however deep, never through a link); one over a bound
+    has its oldest files (by mtime) deleted or archived into the home's objects/ until the bounds
+    hold again (dirGuard, trim-dir). A file still open for writing is never touched."""
+    name: str
+    path: str                                 # an absolute directory or glob of directories ("/srv/*/output")
+    max_mb: float | None = None               # the files under each directory together, at most this many MiB
+    max_files: int | None = None              # ... at most this many files
+    max_age: str | None = None                # ... none older than this ("30m", "7d", "1h30m")
+    oldest: Literal["delete", "archive"] = "delete"   # archive: moved into objects/, named in the effect's event
+
+
 class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Thresholds at which a built-in watcher rings the tick at once instead of waiting."""
     cpu_pct: float = 95
@@ -251,6 +264,7 @@ class Watch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     error_log: list[ErrorLogWatch] = msgspec.field(default_factory=list)
     file: list[FileWatch] = msgspec.field(default_factory=list)          # none on a fresh install
     fresh: list[FreshWatch] = msgspec.field(default_factory=list)        # none on a fresh install
+    dir: list[DirWatch] = msgspec.field(default_factory=list)            # none on a fresh install
 
 
 class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -258,7 +272,7 @@ class TickSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # "pending-tasks" adds the pending tasks and the agents' stats (for the assignment rule).
     sense: list[str] = msgspec.field(default_factory=lambda: [
         "system-resource", "process-alive:*", "process-memory:*", "health:*", "config:*", "network:*",
-        "error-log:*", "file:*", "fresh:*", "engine:*", "pending-tasks"])
+        "error-log:*", "file:*", "fresh:*", "dir:*", "engine:*", "pending-tasks"])
     # The engine's effect budget (pulse.rules.budget): whatever the agent's rules return,
     engine_dedupe_s: float = 60               # identical engine effects within this are committed once
     engine_effects_per_min: int = 120         # at most this many engine effects a minute; the rest dropped
@@ -607,7 +621,7 @@ SupervisorTimings = _cut("SupervisorTimings", Timings, (
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
-WatchedFiles = _cut("WatchedFiles", Watch, ("file",))
+WatchedFiles = _cut("WatchedFiles", Watch, ("file", "dir"))
 SurvivalPaths = _cut("SurvivalPaths", Survival, ("archive_from", "archive_to", "cleanup"))
 
 
@@ -651,7 +665,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     store: Store
     engine: PromoteChecks         # the engine-promote effect runs the promote checks
     report: Report                # the report effect
-    watch: WatchedFiles           # rotate-file acts only on a file a [[watch.file]] glob matches
+    watch: WatchedFiles           # rotate-file and trim-dir act only on what a [[watch.file]] / [[watch.dir]] glob matches
     survival: SurvivalPaths       # with the globs above: the directories an agent's archive or cleanup may touch
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
     gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
@@ -967,6 +981,7 @@ def validate(config: Config, origin: str) -> Config:
             raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
     validate_watched_files(config.watch.file, origin)
     validate_fresh_watches(config, origin)
+    validate_watched_dirs(config.watch.dir, origin)
     if t.effect_retry_max_ms < t.effect_retry_base_ms:
         raise ConfigError(f"{origin}: $.timings.effect_retry_max_ms must be at least effect_retry_base_ms")
     if config.survival.disk_trim_min_mb < 0:
@@ -1058,6 +1073,40 @@ def urlsplit_host(url: str) -> str | None:
     """The host of an http(s) URL (brackets of an IPv6 host dropped), None when it is not one."""
     found = re.match(r"https?://(\[[^\]/\s]+\]|[^/:\s?#]+)(:\d+)?([/?#]\S*)?$", url)
     return found.group(1).strip("[]") if found else None
+
+
+def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
+    from pulse.core import schedule as schedulemod
+    for i, watch in enumerate(dirs):
+        where = f"{origin}: $.watch.dir[{i}]"
+        if not WATCH_NAME.fullmatch(watch.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        if not os.path.isabs(watch.path):
+            raise ConfigError(f"{where}.path must be an absolute directory or glob, got {watch.path!r}")
+        if ".." in Path(watch.path).parts:
+            raise ConfigError(f"{where}.path must not contain '..', got {watch.path!r}")
+        if Path(watch.path) == Path("/"):
+            raise ConfigError(f"{where}.path: not / itself: name the directory that grows")
+        if watch.max_mb is None and watch.max_files is None and watch.max_age is None:
+            raise ConfigError(f"{where}: set at least one of max_mb, max_files, max_age")
+        if watch.max_mb is not None and not watch.max_mb > 0:
+            raise ConfigError(f"{where}.max_mb must be greater than 0, got {watch.max_mb}")
+        if watch.max_files is not None and watch.max_files < 1:
+            raise ConfigError(f"{where}.max_files must be at least 1, got {watch.max_files}")
+        if watch.max_age is not None:
+            try:
+                schedulemod.parse_every(watch.max_age)
+            except ValueError as err:
+                raise ConfigError(f"{where}.max_age: {err}") from None
+    names = [w.name for w in dirs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.watch.dir: names must be unique")
+
+
+def max_age_s(watch: DirWatch) -> float | None:
+    """A [[watch.dir]]'s max_age in seconds (validated: it parses)."""
+    from pulse.core import schedule as schedulemod
+    return None if watch.max_age is None else schedulemod.parse_every(watch.max_age)
 
 
 def validate_config_files(proc: Process, where: str) -> None:
@@ -1409,6 +1458,14 @@ def default_toml() -> str:
         '# # or: url = "http://127.0.0.1:18789/status", field = "cron.runs"   # its answer (or that JSON field)',
         "# within_s = 3600.0                      # no change for this long: stale, notified once",
         '# restart = "gateway"                    # ... and this [[process]] restarted; unset: only notified',
+        "# Directories that only grow (dirGuard; repeat the table for more; set at least one bound):",
+        "# [[watch.dir]]",
+        '# name = "cron-output"',
+        '# path = "/home/agent/.hermes/cron/output/*"   # an absolute directory or glob of directories',
+        "# max_mb = 512.0                         # each directory's files together, however deep",
+        "# max_files = 1000",
+        '# max_age = "14d"                        # 30m, 12h, 7d, 1h30m',
+        '# oldest = "delete"                      # delete | archive (into the home\'s objects/)',
         "",
         "# An agent that takes tasks (the agent-run effect; repeat the table for more):",
         "# [[agent]]",

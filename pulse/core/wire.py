@@ -215,6 +215,25 @@ class FreshWatchStatus(msgspec.Struct, kw_only=True):
     sampled_at: float | None = None
 
 
+class DirWatchStatus(msgspec.Struct, kw_only=True):
+    """A [[watch.dir]] glob as status shows it: its directories at the latest sample, and its last trim."""
+    name: str
+    path: str                           # the glob
+    oldest: str                         # delete | archive
+    max_mb: float | None = None
+    max_files: int | None = None
+    max_age: str | None = None
+    dirs: int | None = None             # directories it matched at its latest sample (None: not sampled yet)
+    files: int = 0                      # their files, all together ...
+    bytes: int = 0                      # ... and their size
+    oldest_mtime: float | None = None   # the oldest file's mtime
+    over: int = 0                       # how many directories break a bound
+    refused: int = 0                    # ... and how many Pulse will not touch (the home)
+    sampled_at: float | None = None
+    last_trim_at: float | None = None   # its newest trim-dir that ended: when ...
+    last_trim_state: str | None = None  # ... and how (acked | failed | expired)
+
+
 class Status(msgspec.Struct):
     """`pulsectl status --json`, version 1; engine_commit and processes were added after."""
     version: int
@@ -226,6 +245,7 @@ class Status(msgspec.Struct):
     files: list[FileWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.file]]
     fleet: dict[str, Any] | None = None  # the fleet worker's own account, when it runs (pulse.workers.fleet)
     fresh: list[FreshWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.fresh]]
+    dirs: list[DirWatchStatus] = msgspec.field(default_factory=list)     # each [[watch.dir]]
 
 
 class Reply(msgspec.Struct, omit_defaults=True):
@@ -612,12 +632,16 @@ EVENT_TYPES = frozenset({
     *TaskEvent,
     "gate-call", "gate-blocked", "gate-reset",
     "process-exited",
+    "dir-archived",                                 # DIR_ARCHIVED below
     *SpendEvent,
     *ScheduleEvent,
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
     "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
 })
+# Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
+# before the files are removed, so an archived file is always found again (target: the directory).
+DIR_ARCHIVED = "dir-archived"
 # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
 # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
 FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"

@@ -29,7 +29,7 @@ import msgspec
 
 from pulse.core.config import MAX_KEEP, Allow, ExecutorConfig
 from pulse.core.wire import STOP_PROCESS, Effect
-from pulse.effects import configfiles, files, kinds, notify, repairs
+from pulse.effects import configfiles, dirs, files, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 
 UNTRUSTED_ORIGINS = ("engine", "agent")      # checked against [allow]; survival and operator are trusted
@@ -140,6 +140,11 @@ class RotateFileParams(msgspec.Struct):
     watch: str                                               # the [[watch.file]] whose glob matches the target
     action: Literal["rotate", "truncate"] | None = None      # unset: that [[watch.file]]'s action
     keep: Annotated[int, msgspec.Meta(ge=1, le=MAX_KEEP)] | None = None   # unset: its keep
+
+
+class TrimDirParams(msgspec.Struct):
+    watch: str                                               # the [[watch.dir]] whose glob matches the target
+    why: str | None = None                                   # the bounds it broke (max_files, max_mb, max_age)
 
 
 class EngineRollbackParams(msgspec.Struct):
@@ -305,6 +310,14 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "match, one inside the Pulse home, and anything but a regular file (a symlink is never followed).",
          RotateFileParams, files.run_rotate_file, False, "the file's absolute path", repairs=Repair.HOST,
          resource=TARGET_RESOURCE),   # the file: what the gate's events read of its target verifies
+    Kind("trim-dir", "Keeps a directory that the named [[watch.dir]] glob matches within its bounds: its "
+         "regular files (however deep, never through a link) are deleted, or archived into objects/, oldest "
+         "first by mtime until max_files, max_mb and max_age hold; a file open for writing is never touched. "
+         "Archived files are named, with their blobs, in `dir-archived` events committed before they are "
+         "removed. Acked with the files and bytes taken away; failed with reason `still-over` when open files "
+         "keep it over a bound. Refused for a directory that glob does not match and for the Pulse home.",
+         TrimDirParams, dirs.run_trim_dir, True, "the directory's absolute path", repairs=Repair.HOST,
+         resource=TARGET_RESOURCE),
     Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False,

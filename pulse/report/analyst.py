@@ -146,7 +146,8 @@ class Action:
     origin: str
     reason: str | None = None       # why it was done, in figures (a memory restart: the RSS, the ceiling)
     why: str | None = None          # its params' `why` (a restart's cause: dead, memory, config-restored …)
-    freed: int | None = None        # a rotate-file's bytes freed (its ack)
+    freed: int | None = None        # a rotate-file's or trim-dir's bytes freed (its ack)
+    removed: int | None = None      # a trim-dir's files deleted or archived
     end: float | None = None
     state: str = EffectState.PENDING
     error: str | None = None
@@ -227,6 +228,8 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 action.error = ev.data.get("error") or ev.data.get("reason")
                 if isinstance(ev.data.get("bytes_freed"), int):
                     action.freed = ev.data["bytes_freed"]
+                if isinstance(ev.data.get("removed"), int):
+                    action.removed = ev.data["removed"]
                 action.event_ids.append(ev.id)
         elif t == "promote":
             f.promotes.append(ev)
@@ -414,12 +417,17 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence, crashes: Seque
 
 def guard_figures(acked: Sequence[Action]) -> dict:
     """What the guards did (only those that did something): processes restarted at their memory
-    ceiling, configs restored to known good, watched files trimmed and the MiB that freed."""
+    ceiling, configs restored to known good, watched files trimmed and the MiB that freed, watched
+    directories kept within bounds and the files and MiB their trims took away."""
     trims = [a for a in acked if a.kind == "rotate-file"]
+    dir_trims = [a for a in acked if a.kind == "trim-dir"]
     figures = {"memory_restarts": sum(1 for a in acked if a.kind == "restart-process" and a.why == "memory"),
                "config_restores": sum(1 for a in acked if a.kind == "restore-config"),
                "files_trimmed": len(trims),
-               "mb_freed": round(sum(a.freed or 0 for a in trims) / 1048576, 1)}
+               "mb_freed": round(sum(a.freed or 0 for a in trims) / 1048576, 1),
+               "dirs_trimmed": len(dir_trims),
+               "dir_files_removed": sum(a.removed or 0 for a in dir_trims),
+               "dir_mb_freed": round(sum(a.freed or 0 for a in dir_trims) / 1048576, 1)}
     return {k: v for k, v in figures.items() if v}
 OPERATOR_VERBS = {"restart": "restarted", "stop": "stopped", "start": "started"}
 

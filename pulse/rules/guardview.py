@@ -1,5 +1,5 @@
 """What the guards of issue 21 look like from outside: a [[process]]'s config files against their
-known-good copies, and each [[watch.file]] glob's latest sample and last trim. The tick computes
+known-good copies, and each [[watch.file]] and [[watch.dir]] glob's latest sample and last trim. The tick computes
 these from its snapshot and hands them to pulsed in its heartbeat; `pulsectl status`, the page and
 /metrics show them. Pure functions over the snapshot; no I/O here.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Sequence
 
 from pulse.core import staleness
-from pulse.core.config import FileWatch, FreshWatch, Process, Survival
+from pulse.core.config import DirWatch, FileWatch, FreshWatch, Process, Survival
 from pulse.core.states import EffectState
 from pulse.core.wire import (
     ConfigFileStatus,
     ConfigStatus,
+    DirWatchStatus,
     FileWatchStatus,
     FreshWatchStatus,
     HealthView,
@@ -94,6 +95,28 @@ def fresh_watch_status(curr: Snapshot, watch: FreshWatch) -> FreshWatchStatus:
     return view
 
 
+def dir_watch_status(curr: Snapshot, watch: DirWatch) -> DirWatchStatus:
+    """A [[watch.dir]] glob: its directories at the latest sample (files, bytes, the oldest, how many
+    over a bound) and its last trim that ended, of any directory it matched then."""
+    view = DirWatchStatus(name=watch.name, path=watch.path, oldest=watch.oldest, max_mb=watch.max_mb,
+                          max_files=watch.max_files, max_age=watch.max_age)
+    samples = curr.history.get(f"dir:{watch.name}") or ()
+    if not samples:
+        return view
+    data = samples[-1].data
+    found = data.get("dirs", [])           # every directory over a bound, and some of the others
+    trims = [o for d in found for o in curr.outcomes.get(d.get("path", ""), ())
+             if o.kind == "trim-dir" and o.state in ENDED]
+    last = max(trims, key=lambda o: o.ts, default=None)
+    view.dirs, view.sampled_at = int(data.get("matched", len(found))), samples[-1].ts
+    view.files, view.bytes = int(data.get("files", 0)), int(data.get("bytes", 0))
+    view.oldest_mtime = data.get("oldest_mtime")
+    view.over, view.refused = int(data.get("over", 0)), int(data.get("refused", 0))
+    if last is not None:
+        view.last_trim_at, view.last_trim_state = last.ts, last.state
+    return view
+
+
 EXIT_OUTPUT_LINES = 5          # of a process's last output, in status
 
 
@@ -144,10 +167,11 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
 
 
 def guards(curr: Snapshot, processes: Sequence[Process], watches: Sequence[FileWatch], s: Survival,
-           proofs: Sequence[FreshWatch] = ()) -> dict:
+           proofs: Sequence[FreshWatch] = (), dirs: Sequence[DirWatch] = ()) -> dict:
     """The tick's heartbeat extras for status: every process's state, config per process that has
-    any, and every watch."""
+    any, and every watched file glob and directory glob."""
     configs = {p.name: view for p in processes if (view := config_status(curr, p)) is not None}
     return {"states": {p.name: process_view(curr, p, s) for p in processes},
             "configs": configs, "files": [file_watch_status(curr, w) for w in watches],
-            "fresh": [fresh_watch_status(curr, w) for w in proofs]}
+            "fresh": [fresh_watch_status(curr, w) for w in proofs],
+            "dirs": [dir_watch_status(curr, d) for d in dirs]}

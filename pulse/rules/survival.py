@@ -1,7 +1,7 @@
 """The survival rules: the outer layers of the onion, shipped with Pulse, run in the tick.
 
-Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard, fileGuard, freshWatch,
-llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice, dailyReport.
+Outermost first: panicRollback, autoRollback, processWatchdog, resourceGuard, fileGuard, dirGuard,
+freshWatch, llmWatchdog, networkWatchdog, errorEscalate, engineFailedNotice, escalationNotice, dailyReport.
 Each is built from config and is a pure function of (prev, curr, inner): all its
 memory ("failed N times in a row", "already notified") is in the snapshot, folded
 from events.db, so a killed tick forgets nothing. The first two may bypass the
@@ -18,7 +18,7 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from pulse.core import clock, staleness
-from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, FreshWatch, Memory, Process, Survival, TickConfig
+from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, DirWatch, FileWatch, FreshWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import MAX_TARGET_CHARS, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
 from pulse.rules import knowngood, processstate
@@ -708,7 +708,65 @@ def file_guard(config: TickConfig):
     return rule
 
 
-# -- 5b. freshWatch ---------------------------------------------------------------------------------
+# -- 5b. dirGuard -----------------------------------------------------------------------------------
+
+def dir_guard(config: TickConfig):
+    """A [[watch.dir]] directory over one of its bounds (max_files, max_mb, max_age): trim-dir takes
+    its oldest files away (deleted or archived, as `oldest` says) until they hold. As fileGuard: on a
+    sample taken after the directory's last trim, one at a time per directory, and after a failed
+    trim (files still open for writing, say) it waits, doubling from process_backoff_base_s, and
+    notifies once per streak. A directory the watcher marks refused (the Pulse home) is notified
+    about, never trimmed."""
+    s = config.survival
+    watches = list(config.watch.dir)
+
+    @_named("dir_guard")
+    async def rule(prev: Snapshot | None, curr: Snapshot, inner: Inner) -> RuleResult:
+        effects, tick_ms = await inner(prev, curr)
+        for watch in watches:
+            samples = curr.history.get(f"dir:{watch.name}")
+            for d in samples[-1].data.get("dirs", []) if samples else ():
+                path, broken = d.get("path", ""), d.get("over") or []
+                if not 0 < len(path) <= MAX_TARGET_CHARS:
+                    continue
+                if d.get("refused"):
+                    if may_notify(curr, "dir-guard", path, s.notify_every_s):
+                        effects = effects + [notify(curr, "dir-guard", path, f"{path} is not watched",
+                                                    f"[[watch.dir]] {watch.name!r} matches {path}, which Pulse "
+                                                    f"never trims: {d['refused']}")]
+                    continue
+                if broken:
+                    effects, wait_ms = trim_dir(curr, effects, watch, path, broken, samples[-1].ts, s)
+                    tick_ms = tick_ms if wait_ms is None else sooner(tick_ms, wait_ms)
+        return effects, tick_ms
+    return rule
+
+
+def trim_dir(curr: Snapshot, effects: list[Effect], watch: DirWatch, path: str, broken: list[str],
+             sampled_at: float, s: Survival) -> tuple[list[Effect], int | None]:
+    """`effects` plus a trim-dir of `path`, unless one is pending or handled, the directory was not
+    sampled since its last trim, or the last trims failed and their backoff is not over (then also:
+    in how many ms it is). A streak of failed trims is notified once."""
+    if pending_or_handled(curr, effects, "trim-dir", path):
+        return effects, None
+    history = curr.outcomes.get(path, ())
+    last = max((o.ts for o in history if o.kind == "trim-dir"), default=0.0)
+    if sampled_at <= last:
+        return effects, None
+    streak = failure_streak(history, "trim-dir")
+    if streak:
+        if may_notify(curr, "dir-guard", path, 0, streak[0].ts):
+            effects = effects + [notify(curr, "dir-guard", path, f"{path} could not be kept within bounds",
+                                        f"trim-dir of {path} ([[watch.dir]] {watch.name!r}) failed {len(streak)} "
+                                        f"time(s): {streak[-1].error}; trying again with backoff")]
+        wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
+        if curr.ts < streak[-1].ts + wait:
+            return effects, int((streak[-1].ts + wait - curr.ts) * 1000) + 1
+    return effects + [Effect(kind="trim-dir", target=path, origin="survival", idempotent=True, params={
+        "watch": watch.name, "why": ",".join(broken), "rule": "dir-guard"})], None
+
+
+# -- 5c. freshWatch ---------------------------------------------------------------------------------
 
 def fresh_watch(config: TickConfig):
     """A [[watch.fresh]] saw no sign of work within its within_s (a heartbeat file nobody touches, a
@@ -919,8 +977,8 @@ DAY_S = 86_400
 def survival_rules(config: TickConfig) -> list:
     """Outermost first."""
     return [panic_rollback(config), auto_rollback(config), process_watchdog(config), resource_guard(config),
-            file_guard(config), fresh_watch(config), llm_watchdog(config), network_watchdog(config), error_escalate(config),
-            engine_failed_notice(config), escalation_notice(config), daily_report(config)]
+            file_guard(config), dir_guard(config), fresh_watch(config), llm_watchdog(config), network_watchdog(config),
+            error_escalate(config), engine_failed_notice(config), escalation_notice(config), daily_report(config)]
 
 
 def counted_keys(config: TickConfig) -> list[str]:
@@ -931,6 +989,7 @@ def counted_keys(config: TickConfig) -> list[str]:
     [tick] sense says)."""
     keys = [f"error-log:{e.name}" for e in config.watch.error_log]
     keys += [f"file:{f.name}" for f in config.watch.file]
+    keys += [f"dir:{d.name}" for d in config.watch.dir]
     keys += [f"fresh:{f.name}" for f in config.watch.fresh]
     keys += [f"health:{p.name}" for p in config.process if p.health is not None]
     keys += list(trend_windows(config))

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 import psutil
 
 from pulse.core import config as configmod
-from pulse.core import guarded, procs, rotation, safepath
+from pulse.core import dirscan, guarded, procs, rotation, safepath
 from pulse.core.home import inside
 from pulse.core.plugins import Watcher
 from pulse.core.wire import Vital
@@ -37,7 +37,7 @@ from pulse.store import objects
 
 def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) -> list[Watcher]:
     """One watcher per key: the host, each configured process, network target, log file, [[watch.file]]
-    and [[watch.fresh]]."""
+    and [[watch.fresh]] and [[watch.dir]]."""
     interval = config.timings.watcher_interval_ms
     alive = [ProcessAlive(p, interval, home) for p in config.process]
     return [
@@ -50,6 +50,7 @@ def builtin_watchers(config: configmod.WatcherConfig, home: Path | None = None) 
         *(ErrorLog(e, interval) for e in config.watch.error_log),
         *(WatchedFile(f, interval, home) for f in config.watch.file),
         *(FreshWatch(f, interval) for f in config.watch.fresh),
+        *(WatchedDir(d, interval, home) for d in config.watch.dir),
     ]
 
 
@@ -673,3 +674,64 @@ class WatchedFile(Watcher):
     def should_wake(self, window: list[Vital]) -> bool:
         previous, latest = previous_and_latest(window)
         return bool(over_max(latest) - over_max(previous))
+
+
+# -- dir -------------------------------------------------------------------------------------------------
+
+LISTED_DIRS = 50                   # a sample lists every directory over a bound, and this many others at most
+NOT_PULSES_DIR = "the Pulse home, inside it, or holding it"
+
+
+def dir_sample(path: str, bounds: dirscan.Bounds, home: Path | None, now: float) -> dict[str, Any]:
+    """One directory: its files, their bytes, the oldest mtime, the bounds they break; or why not read."""
+    if dirscan.touches_home(path, home):
+        return {"path": path, "refused": NOT_PULSES_DIR}
+    try:
+        top = safepath.open_dir(path)
+    except safepath.Refused as err:
+        return {"path": path, "refused": str(err)}
+    except OSError as err:
+        return {"path": path, "error": err.strerror or str(err)}
+    try:
+        found = dirscan.files(top)
+    finally:
+        os.close(top.fd)
+    return {"path": path, "files": len(found), "bytes": sum(e.size for e in found),
+            "oldest": min((e.mtime for e in found), default=None), "over": dirscan.over(found, bounds, now)}
+
+
+class WatchedDir(Watcher):
+    """A `[[watch.dir]]` glob of directories: for each, its regular files however deep (never
+    through a link), their total size and the oldest mtime, and which bounds they break (key
+    `dir:<name>`), so dirGuard trims the oldest of one over a bound. A directory that is the Pulse
+    home, inside it, or holds it is marked `refused`. Wakes the tick when a directory goes over a
+    bound (an edge, as for a watched file)."""
+
+    def __init__(self, watch: configmod.DirWatch, interval_ms: int, home: Path | None = None):
+        self.watch, self.home = watch, home
+        self.name = self.key = f"dir:{watch.name}"
+        self.interval_ms = interval_ms
+        self.bounds = dirscan.bounds_of(watch)
+
+    def collect(self) -> dict[str, Any]:
+        now = time.time()
+        found = dirscan.matched_dirs(self.watch.path)
+        every = [dir_sample(path, self.bounds, self.home, now) for path in found]
+        acted_on = [d for d in every if d.get("over") or d.get("refused")]
+        rest = [d for d in every if not (d.get("over") or d.get("refused"))]
+        read = [d for d in every if "files" in d]
+        return {"pattern": self.watch.path, "max_bytes": self.bounds.max_bytes, "max_files": self.bounds.max_files,
+                "max_age_s": self.bounds.max_age_s, "oldest": self.watch.oldest, "matched": len(found),
+                "files": sum(d["files"] for d in read), "bytes": sum(d["bytes"] for d in read),
+                "oldest_mtime": min((d["oldest"] for d in read if d["oldest"] is not None), default=None),
+                "over": len([d for d in every if d.get("over")]), "refused": len([d for d in every if d.get("refused")]),
+                "dirs": acted_on + rest[:LISTED_DIRS]}
+
+    def should_wake(self, window: list[Vital]) -> bool:
+        previous, latest = previous_and_latest(window)
+        return bool(dirs_over(latest) - dirs_over(previous))
+
+
+def dirs_over(data: dict | None) -> set[str]:
+    """The directories of a dir sample that break a bound."""
+    return {d["path"] for d in (data or {}).get("dirs", []) if d.get("over")}

@@ -46,6 +46,44 @@ def put(root: Path, data: bytes) -> str:
     return f"sha256:{digest}"
 
 
+CHUNK = 1024 * 1024
+
+
+def put_fd(root: Path, fd: int, deadline: float | None = None) -> tuple[str, int]:
+    """Store what the open file `fd` holds, read from its start in chunks (a file too large to hold
+    in memory); returns ("sha256:<hex>", bytes). The copy is made under a temporary name in `root`
+    and renamed into place once its digest is known; TimeoutError past `deadline` (monotonic), the
+    temporary copy removed."""
+    root.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    tfd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=root)
+    size = 0
+    try:
+        with os.fdopen(tfd, "wb") as out:
+            while chunk := os.pread(fd, CHUNK, size):
+                h.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{size} bytes copied")
+            out.flush()
+            os.fsync(out.fileno())
+        digest = h.hexdigest()
+        path = _path(root, digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, 0o400)
+        os.replace(tmp, path)             # the same bytes stored before: replaced by themselves
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)                # the rename lives in the fan-out directory ...
+    fsync_dir(root)                       # ... which may be new, as root's entry
+    return f"sha256:{digest}", size
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -90,6 +128,12 @@ def gc(root: Path, referenced: set[str], older_than_s: float, now: float | None 
     """Remove blobs no event references that are older than `older_than_s`; returns their digests."""
     now = time.time() if now is None else now
     removed = []
+    for path in root.glob(TMP_PREFIX + "*"):     # put_fd's copy, left by a crash before its rename
+        try:
+            if now - path.stat().st_mtime > older_than_s:
+                path.unlink()
+        except FileNotFoundError:
+            pass
     for path in root.glob("??/*"):
         digest = path.parent.name + path.name
         if path.name.startswith(TMP_PREFIX) or digest not in referenced:

@@ -92,6 +92,9 @@ class Counts:
         self.open_trims: dict[str, str] = {}                                # rotate-file effect id → its watch, until it ends
         self.bytes_freed: collections.Counter = collections.Counter()      # watch → bytes its rotate-files freed
         self.config_restores: collections.Counter = collections.Counter()  # process → restore-config acked
+        self.open_dir_trims: dict[str, str] = {}                            # trim-dir effect id → its watch, until it ends
+        self.dir_removed: collections.Counter = collections.Counter()      # watch → files its trim-dirs took away
+        self.dir_freed: collections.Counter = collections.Counter()        # watch → their bytes
 
     def fold_all(self, events: Iterable[Event]) -> None:
         for ev in events:
@@ -114,6 +117,8 @@ class Counts:
                 self.remember_effect(ev.target, d, ev.ts)
             if d.get("kind") == "rotate-file":
                 self.open_trims[d.get("id", "")] = str((d.get("params") or {}).get("watch") or "unknown")
+            if d.get("kind") == "trim-dir":
+                self.open_dir_trims[d.get("id", "")] = str((d.get("params") or {}).get("watch") or "unknown")
         elif ev.type in EFFECT_END_STATES:
             if d.get("requeued"):
                 return
@@ -130,6 +135,10 @@ class Counts:
             watch = self.open_trims.pop(d.get("effect_id", ""), None)
             if watch is not None and ev.type == EffectEvent.ACKED and isinstance(d.get("bytes_freed"), int):
                 self.bytes_freed[watch] += d["bytes_freed"]
+            watched_dir = self.open_dir_trims.pop(d.get("effect_id", ""), None)
+            if watched_dir is not None and isinstance(d.get("removed"), int):   # a failed trim may have removed some
+                self.dir_removed[watched_dir] += d["removed"]
+                self.dir_freed[watched_dir] += int(d.get("bytes_freed") or 0)
             if ev.type == EffectEvent.ACKED and isinstance(d.get("duration_s"), (int, float)):
                 self.durations.setdefault(kind, Histogram(EFFECT_BUCKETS)).observe(d["duration_s"])
         elif ev.type == "error":
@@ -184,13 +193,15 @@ def dump_counts(c: Counts) -> dict:
             "open_origins": c.open_origins, "survival": dict(c.survival), "process_restarts": dict(c.process_restarts),
             "rule_errors": c.rule_errors, "tasks": c.tasks, "ended_tasks": dict(c.ended_tasks),
             "last_effect": c.last_effect, "open_trims": c.open_trims, "bytes_freed": dict(c.bytes_freed),
-            "config_restores": dict(c.config_restores)}
+            "config_restores": dict(c.config_restores), "open_dir_trims": c.open_dir_trims,
+            "dir_removed": dict(c.dir_removed), "dir_freed": dict(c.dir_freed)}
 
 
 def load_counts(raw: dict) -> Counts:
     c = Counts()
     c.last_event, c.rule_errors = raw["last_event"], raw["rule_errors"]
-    for name in ("types", "survival", "process_restarts", "ended_tasks", "bytes_freed", "config_restores"):
+    for name in ("types", "survival", "process_restarts", "ended_tasks", "bytes_freed", "config_restores",
+                 "dir_removed", "dir_freed"):
         getattr(c, name).update(raw[name])
     c.effects.update({(kind, origin, outcome): n for kind, origin, outcome, n in raw["effects"]})
     for kind, (buckets, total) in raw["durations"].items():
@@ -200,6 +211,7 @@ def load_counts(raw: dict) -> Counts:
         h.counts, h.sum = list(buckets), total
     c.open_origins, c.tasks, c.last_effect, c.open_trims = (raw["open_origins"], raw["tasks"], raw["last_effect"],
                                                             raw["open_trims"])
+    c.open_dir_trims = raw["open_dir_trims"]
     return c
 
 
@@ -352,7 +364,32 @@ class Collector:
                 over.add_metric([f.name], f.over)
             freed.add_metric([f.name], c.bytes_freed[f.name])
         yield from (changed, restores, total, largest, over, freed)
+        yield from self.dir_guards()
         yield from fresh_metrics(s.fresh if s else ())
+
+    def dir_guards(self) -> Iterable:
+        """Each watched directory glob: its files as last sampled, and what its trims took away."""
+        c, s = self.counts, self.status
+        files = GaugeMetricFamily("pulse_watched_dir_files", "Files in the directories a [[watch.dir]] glob "
+                                  "matches, as last sampled", labels=["watch"])
+        size = GaugeMetricFamily("pulse_watched_dir_bytes", "Their size", labels=["watch"])
+        over = GaugeMetricFamily("pulse_watched_dirs_over_bounds", "How many of the directories break a bound",
+                                 labels=["watch"])
+        oldest = GaugeMetricFamily("pulse_watched_dir_oldest_file_mtime_seconds", "The oldest file's mtime "
+                                   "(Unix time)", labels=["watch"])
+        removed = CounterMetricFamily("pulse_watched_dir_files_removed", "Files its trims deleted or archived",
+                                      labels=["watch"])
+        freed = CounterMetricFamily("pulse_watched_dir_bytes_freed", "Their bytes", labels=["watch"])
+        for d in s.dirs if s else ():
+            if d.dirs is not None:
+                files.add_metric([d.name], d.files)
+                size.add_metric([d.name], d.bytes)
+                over.add_metric([d.name], d.over)
+                if d.oldest_mtime is not None:
+                    oldest.add_metric([d.name], d.oldest_mtime)
+            removed.add_metric([d.name], c.dir_removed[d.name])
+            freed.add_metric([d.name], c.dir_freed[d.name])
+        yield from (files, size, over, oldest, removed, freed)
 
 
 def fresh_metrics(proofs: Iterable) -> Iterable:

@@ -675,8 +675,9 @@ class TickWorker(Worker):
         extras: dict = {"paused": {name: until for name, until in self.projections.paused.items() if until > now},
                         "stopped": sorted(self.projections.stopped)}
         if self.prev is not None:      # the guards as the last tick saw them (issue 21's configs and files)
-            extras.update(msgspec.to_builtins(guardview.guards(self.prev, self.config.process, self.config.watch.file,
-                                                                    self.config.survival, self.config.watch.fresh)))
+            extras.update(msgspec.to_builtins(guardview.guards(
+                self.prev, self.config.process, self.config.watch.file, self.config.survival,
+                self.config.watch.fresh, self.config.watch.dir)))
         return extras
 
     def next_timer(self) -> float:

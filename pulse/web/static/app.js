@@ -413,7 +413,7 @@ function renderOverview(view) {
   const main = document.querySelector("main"), s = view.status;
   if (!document.getElementById("workers")) {
     // the critical processes first: they are what the operator came for (a phone shows them on its first screen)
-    main.replaceChildren(...["processes", "workers", "files", "fresh", "engine", "host", "survival"].map(id =>
+    main.replaceChildren(...["processes", "workers", "files", "dirs", "fresh", "engine", "host", "survival"].map(id =>
       el("section", {id, "aria-live": id === "workers" ? "polite" : null})));
   }
   refreshWorkers(view);
@@ -428,6 +428,19 @@ function renderOverview(view) {
         el("td", {"data-label": "last trim", class: f.last_trim_state || null},
            f.last_trim_at ? [`${f.last_trim_state} `, when(f.last_trim_at)] : "-"))), "cards")
     : el("p", {class: "muted"}, "none configured ([[watch.file]] in config.toml)")]);
+  refresh("dirs", "Watched directories", s?.dirs, () => [s?.dirs?.length
+    ? table(["watch", "dirs", "files", "oldest file", "bounds", "oldest", "last trim"], s.dirs.map(d => el("tr", {"data-watch": d.name},
+        el("th", {scope: "row"}, d.name),
+        el("td", {"data-label": "dirs"}, d.dirs === null ? "-" : `${d.dirs}`,
+           d.over ? el("span", {class: "bad"}, ` ${d.over} over`) : [], d.refused ? el("span", {class: "bad"}, ` ${d.refused} refused`) : []),
+        el("td", {"data-label": "files"}, d.dirs === null ? "-" : `${d.files} (${megabytes(d.bytes)})`),
+        el("td", {"data-label": "oldest file"}, d.oldest_mtime ? when(d.oldest_mtime) : "-"),
+        el("td", {"data-label": "bounds"}, [d.max_files !== null ? `${d.max_files} files` : null,
+           d.max_mb !== null ? `${d.max_mb} MB` : null, d.max_age].filter(x => x).join(", ")),
+        el("td", {"data-label": "oldest"}, d.oldest),
+        el("td", {"data-label": "last trim", class: d.last_trim_state || null},
+           d.last_trim_at ? [`${d.last_trim_state} `, when(d.last_trim_at)] : "-"))), "cards")
+    : el("p", {class: "muted"}, "none configured ([[watch.dir]] in config.toml)")]);
   refresh("fresh", "Proof of work", s?.fresh, () => [s?.fresh?.length
     ? table(["watch", "state", "last work", "within", "restart", "looks at"], s.fresh.map(f => el("tr", {"data-fresh": f.name},
         el("th", {scope: "row"}, f.name),
