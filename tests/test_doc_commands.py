@@ -38,7 +38,8 @@ OTHER_PROGRAMS = {
 }
 
 # pulsectl commands that need no running pulsed, run for real against a fresh home.
-RUN_OFFLINE = {("report",), ("instances",), ("check-config",), ("engine",), ("engine", "log"), ("store", "check")}
+RUN_OFFLINE = {("report",), ("instances",), ("check-config",), ("engine",), ("engine", "log"), ("store", "check"),
+               ("store", "compact")}
 # ... except these, each for its reason.
 NOT_RUN = {
     "pulsectl report --analyst claude": "needs an [[agent]] named claude, and its CLI",

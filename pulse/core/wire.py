@@ -600,7 +600,9 @@ EVENT_TYPES = frozenset({
     *ScheduleEvent,
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
+    *("history-moved", "history-dropped"),          # pulse.store.retention: events left the live history
 })
+GATE_CALL_EVENTS = ("gate-call", "gate-blocked")   # a task's gate calls, as task show lists them
 # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
 # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
 FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"

@@ -31,7 +31,7 @@ from pulse.core import client, clock, wire
 from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
-from pulse.store import ballast, connection, effectqueue, eventsdb, projection, vitalsdb
+from pulse.store import ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
 
@@ -62,6 +62,7 @@ class Web:
         self.agents: list[Agent] = []        # set by make_app
         self.board = None                    # the tasks page's fold, made at its first request (task_board)
         self.boarding = threading.Lock()
+        self.store: Any = None               # the [store] table (make_app)
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -385,6 +386,7 @@ def overview(web: Web) -> dict:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
     # issue 25: a full disk, said from the file system itself (nothing can be written to record it)
     view["disk_full"] = ballast.disk_full_note(web.paths.home, web.paths.home / "ballast")
+    view["history"] = web.read(lambda c: retention.summary_words(retention.summary(c, web.store)))
     return view
 
 
@@ -793,8 +795,9 @@ async def api_task(request: Request) -> Response:
 
 
 def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = (),
-             budget: Any = None, schedules: Sequence[Any] = ()) -> Any:
+             budget: Any = None, schedules: Sequence[Any] = (), store: Any = None) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
+    web.store = store                # [store]: the history's bounds, said beside its size
     web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
     web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
     web.schedules = list(schedules)
