@@ -287,3 +287,22 @@ def test_a_restarted_event_writer_picks_up_after_a_run_whose_start_was_moved(tmp
         assert eventsdb.pulsed_committed_seq(conn, run + 99) == 0    # another run's: nothing of it yet
     finally:
         conn.close()
+
+
+def test_past_archive_max_mb_the_oldest_segment_is_dropped_and_said(tmp_path):
+    home = tmp_path / "home"
+    ids = make_home(home)
+    with open(home / "config.toml", "a") as f:
+        f.write("archive_max_mb = 1e-9\n")               # [store] is the file's last table
+    done = ctl(home, "store", "compact")
+    assert done.returncode == 0, done.stderr
+    assert "dropped events-000000000001-" in done.stdout
+    assert not list((home / archive.DIRECTORY).glob("events-*"))
+    conn = sqlite3.connect(home / "events.db")
+    try:
+        (move,) = archive.moves(conn)
+        assert (move.first_id, move.last_id, move.segment, move.counts["task-created"]) == (1, ids["held"] - 1, None, 1)
+        assert eventsdb.last_events(conn, 1, ["history-dropped"])[0].data["first_id"] == 1
+    finally:
+        conn.close()
+    assert ctl(home, "store", "check").returncode == 0

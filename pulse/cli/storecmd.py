@@ -96,7 +96,7 @@ def compact(ctx: Context, dry_run: bool) -> None:
     import sqlite3
 
     from pulse.core import config as configmod
-    from pulse.store import connection, eventsdb, retention
+    from pulse.store import archive, connection, eventsdb, retention
     paths = ctx.paths
     try:
         store_config = configmod.load(paths.config).store
@@ -120,7 +120,7 @@ def compact(ctx: Context, dry_run: bool) -> None:
     except retention.Busy as err:
         click.echo(f"pulsectl: {err} (pulsed's event writer is moving events): try again shortly", err=True)
         sys.exit(75)
-    except (sqlite3.Error, OSError, ValueError) as err:
+    except (sqlite3.Error, OSError, ValueError, archive.SegmentError) as err:
         click.echo(f"pulsectl: the move stopped, its events stay in events.db: {err}", err=True)
         sys.exit(1)
     finally:

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -139,21 +139,6 @@ def problem(directory: Path, seg: Segment) -> str | None:
     except SegmentError as err:
         return str(err)
     return None
-
-
-def events_in(conn: sqlite3.Connection, after_id: int, upto_id: int, types: Sequence[str] = ()) -> Iterator[Event]:
-    """The archived events (of `types`; all if none) with after_id < id <= upto_id, oldest first,
-    one segment decompressed at a time. A segment that fails its checksum raises SegmentError."""
-    directory = directory_of(conn)
-    wanted = frozenset(types)
-    for seg in archived(conn):
-        if seg.last_id <= after_id or seg.first_id > upto_id:
-            continue
-        if wanted and not wanted.intersection(seg.counts):
-            continue
-        for ev in read_segment(directory, seg):
-            if after_id < ev.id <= upto_id and (not wanted or ev.type in wanted):
-                yield ev
 
 
 def task_history(conn: sqlite3.Connection, task: str) -> list[Event]:

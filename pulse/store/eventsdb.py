@@ -409,7 +409,7 @@ def create_task_event(conn: sqlite3.Connection, make: Callable[[int], Event]) ->
 
 def next_task_number(conn: sqlite3.Connection) -> int:
     """The number of the next task, inside the caller's transaction (those moved out count too)."""
-    moved = sum(json.loads(counts).get(TaskEvent.CREATED, 0) for (counts,) in _moves(conn, "counts"))
+    moved = sum(n or 0 for (n,) in _moves(conn, f"""json_extract(counts, '$."{TaskEvent.CREATED}"')"""))
     return conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0] + moved + 1
 
 

@@ -372,6 +372,10 @@ def compact(conn: sqlite3.Connection, home: Path, store: configmod.Store, source
             min_events: int = 0) -> Outcome:
     """Move what the bounds ask (at most `max_segments` segments; nothing if fewer than `min_events`
     are due), then drop archive segments past archive_max_mb. Raises Busy if another mover runs."""
+    if not (home / archive.DIRECTORY).exists():     # never moved here: nothing to recover or drop
+        p = plan(conn, home, store)
+        if not p.count or p.count < min_events:
+            return Outcome(plan=p)
     with MoveLock(home):
         recovered = recover(conn, home)
         p = plan(conn, home, store)
