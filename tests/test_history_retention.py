@@ -16,12 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pulse.agents import tasks
 from pulse.core import config as configmod
 from pulse.core import wire
-from pulse.store import archive, eventsdb, retention
+from pulse.store import archive, eventsdb, projection, retention
 from support import PULSECTL, wait_for
 
 OLD = 1200            # events before the open task: due to move (keep_days is a moment), and past MIN_EVENTS
@@ -306,3 +307,25 @@ def test_past_archive_max_mb_the_oldest_segment_is_dropped_and_said(tmp_path):
     finally:
         conn.close()
     assert ctl(home, "store", "check").returncode == 0
+
+
+def test_a_listings_checkpoint_is_folded_forward_not_left_to_hold_the_move_back(tmp_path):
+    """`task list` leaves a checkpoint no worker keeps: the mover folds it up to now before it plans,
+    so it neither holds the move back nor, its event moved, costs the next listing a rebuild."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[store]\nkeep_days = 1e-9\n")
+    conn = eventsdb.open_events(home / "events.db")
+    try:
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1200)])
+        assert ctl(home, "task", "list").returncode == 0
+        anchor = msgspec.msgpack.decode((home / "checkpoints" / "tasks.ckpt").read_bytes(), type=projection.Checkpoint)
+        assert anchor.last_id == 1200
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1200)])
+    finally:
+        conn.close()
+    done = ctl(home, "store", "compact")
+    assert done.returncode == 0, done.stderr
+    assert "moved events 1-2399" in done.stdout                 # up to the newest event, past the old anchor
+    anchor = msgspec.msgpack.decode((home / "checkpoints" / "tasks.ckpt").read_bytes(), type=projection.Checkpoint)
+    assert anchor.last_id == 2400

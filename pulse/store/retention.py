@@ -38,6 +38,7 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -369,9 +370,12 @@ class Outcome:
 
 
 def compact(conn: sqlite3.Connection, home: Path, store: configmod.Store, source: str, *, max_segments: int | None = None,
-            min_events: int = 0) -> Outcome:
+            min_events: int = 0, readers: Sequence[projection.Projection] = ()) -> Outcome:
     """Move what the bounds ask (at most `max_segments` segments; nothing if fewer than `min_events`
-    are due), then drop archive segments past archive_max_mb. Raises Busy if another mover runs."""
+    are due), then drop archive segments past archive_max_mb. `readers`: projections whose
+    checkpoints no worker keeps (pulsectl's listings), folded up to now first. Raises Busy if
+    another mover runs."""
+    refresh(conn, home, readers)
     if not (home / archive.DIRECTORY).exists():     # never moved here: nothing to recover or drop
         p = plan(conn, home, store)
         if not p.count or p.count < min_events:
@@ -387,6 +391,21 @@ def compact(conn: sqlite3.Connection, home: Path, store: configmod.Store, source
         return out
 
 
+def refresh(conn: sqlite3.Connection, home: Path, readers: Sequence[projection.Projection]) -> None:
+    """Fold each reader's checkpoint (one a listing left, `pulsectl task list`'s) up to now: else a
+    checkpoint written long ago holds the move back, or, once stale and its event moved, costs the
+    next listing a rebuild over the archive. One that does not load is left to its reader."""
+    directory = home / projection.DIRECTORY
+    for reader in readers:
+        if not projection.checkpoint_path(directory, reader.name).exists():
+            continue
+        folded = projection.Folded(reader, conn, directory, every_s=float("inf"))
+        folded.start()
+        if folded.rebuilt is None:
+            folded.catch_up()
+            folded.save()
+
+
 class Pacer:
     """Runs retention from a worker's loop (the event writer's): one segment per step, a step every
     PAUSE_S while more is due, a new plan every EVERY_S. A step costs one segment's compression
@@ -396,8 +415,10 @@ class Pacer:
     PAUSE_S = 0.5
     RETRY_S = 30.0
 
-    def __init__(self, conn_of, home: Path, store: configmod.Store, source: str, log: logging.Logger, now: float):
+    def __init__(self, conn_of, home: Path, store: configmod.Store, source: str, log: logging.Logger, now: float,
+                 readers: Sequence[projection.Projection] = ()):
         self.conn_of, self.home, self.store, self.source, self.log = conn_of, home, store, source, log
+        self.readers = readers
         self.due = now + 5.0        # not in the way of the start
         self.moved = 0
 
@@ -410,7 +431,7 @@ class Pacer:
         self.due = now + self.EVERY_S
         try:
             out = compact(self.conn_of(), self.home, self.store, self.source, max_segments=1,
-                          min_events=0 if self.moved else MIN_EVENTS)
+                          min_events=0 if self.moved else MIN_EVENTS, readers=self.readers)
         except Busy:
             return
         except (sqlite3.Error, OSError, ValueError, archive.SegmentError) as err:

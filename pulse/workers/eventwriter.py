@@ -25,6 +25,7 @@ import time
 import msgspec
 import zmq
 
+from pulse.agents import tasks
 from pulse.core import clock, wire
 from pulse.core.states import EVENT_WRITER
 from pulse.store import eventsdb, retention
@@ -59,7 +60,7 @@ class EventWriter(Worker):
         # Retention runs here, off the survival path: a move step (one segment, ~0.1 s) delays only
         # the commit of pulsed's lifecycle events, which pulsed holds until they are written.
         self.retention = retention.Pacer(self.retention_conn, self.paths.home, self.config.store, self.name,
-                                         self.log, time.monotonic())
+                                         self.log, time.monotonic(), readers=tasks.listing_projections())
 
     def connect(self) -> sqlite3.Connection:
         conn = eventsdb.open_events(self.paths.events_db)
