@@ -210,23 +210,24 @@ def test_the_event_writers_pacer_moves_a_segment_per_step(tmp_path):
 
 
 @pytest.mark.daemon
-def test_compact_under_a_running_pulsed(pulsed):
-    """Under a running pulsed, compact moves only what its projections' checkpoints are past; a killed
-    tick comes back on its checkpoint, and pulsed goes on acking effects and writing events."""
+def test_the_event_writer_moves_by_itself_under_a_running_pulsed(pulsed):
+    """The event writer's pacer moves what its projections' checkpoints are past; the readers see it,
+    `store compact` beside it is refused or finds nothing left, a killed tick comes back on its
+    checkpoint, and pulsed goes on acking effects."""
     pulsed.home.mkdir(parents=True)
     (pulsed.home / "config.toml").write_text("[store]\nkeep_days = 1e-9\n")
     pulsed.start()
     for _ in range(3):
         assert pulsed.ctl("emit", "noop", "--wait", "20").returncode == 0
     assert pulsed.terminate() == 0                      # a clean stop: every projection checkpointed
-    pulsed.start()
-    done = pulsed.ctl("store", "compact")
-    assert done.returncode == 0, done.stderr
-    assert "moved events 1-" in done.stdout, done.stdout
+    pulsed.start(env={retention.PACE_ENV: "0.2"})
+    moved = wait_for(lambda: pulsed.events("history-moved"), 15, what="the event writer's first move")
+    assert moved[0]["source"] == "eventlog" and moved[0]["data"]["first_id"] == 1
+    assert pulsed.ctl("store", "compact").returncode in (0, 75)     # 75: the pacer held the lock
     acked = pulsed.ctl("events", "-n", "1000", "--type", "effect-acked", "--json")
     acked_ids = [json.loads(line)["id"] for line in acked.stdout.splitlines()]
     status = json.loads(pulsed.ctl("status", "--json").stdout)
-    assert status["history"]["moved_events"] > 0 and status["history"]["segments"] == 1
+    assert status["history"]["moved_events"] > 0 and status["history"]["segments"] >= 1
     # all three: the archived ones too (the tick's checkpoint is at the last, which stays live)
     assert len(acked_ids) == 3 and min(acked_ids) < status["history"]["first_live_id"]
     rebuilt = pulsed.log_text().count("rebuilding it from the history")

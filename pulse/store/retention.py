@@ -25,7 +25,7 @@ and loses its file (recorded, then unlinked, so an interrupted drop is an unname
 
 One mover at a time: an flock on archive/.lock (the event writer's pacer and `pulsectl store
 compact` both take it; the loser tries later). PULSE_TEST_MOVE_KILL=<step> SIGKILLs the mover
-right after that step (tests only).
+right after that step, PULSE_TEST_RETENTION_S paces the event writer's mover (tests only).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ STALE_CHECKPOINT_S = 86_400   # a checkpoint not rewritten for a day is of a rea
                               # it does not hold the move back (it is rebuilt from the archive and the live rows)
 STEPS = ("selected", "written", "synced", "verified", "recorded")
 KILL_ENV = "PULSE_TEST_MOVE_KILL"
+PACE_ENV = "PULSE_TEST_RETENTION_S"   # tests: the pacer plans this often, from this soon, and moves any due event
 MIB = 1024 * 1024
 ENDED_TASK_EVENTS = (TaskEvent.CLOSED, TaskEvent.GIVEN_UP)
 
@@ -419,7 +420,10 @@ class Pacer:
                  readers: Sequence[projection.Projection] = ()):
         self.conn_of, self.home, self.store, self.source, self.log = conn_of, home, store, source, log
         self.readers = readers
-        self.due = now + 5.0        # not in the way of the start
+        self.every_s, self.min_events = self.EVERY_S, MIN_EVENTS
+        if os.environ.get(PACE_ENV):
+            self.every_s, self.min_events = float(os.environ[PACE_ENV]), 1
+        self.due = now + min(5.0, self.every_s)        # not in the way of the start
         self.moved = 0
 
     def next_timer(self) -> float:
@@ -428,10 +432,10 @@ class Pacer:
     def on_timer(self, now: float) -> None:
         if now < self.due:
             return
-        self.due = now + self.EVERY_S
+        self.due = now + self.every_s
         try:
             out = compact(self.conn_of(), self.home, self.store, self.source, max_segments=1,
-                          min_events=0 if self.moved else MIN_EVENTS, readers=self.readers)
+                          min_events=0 if self.moved else self.min_events, readers=self.readers)
         except Busy:
             return
         except (sqlite3.Error, OSError, ValueError, archive.SegmentError) as err:
