@@ -22,7 +22,7 @@ import pytest
 from pulse.agents import tasks
 from pulse.core import config as configmod
 from pulse.core import wire
-from pulse.store import archive, eventsdb, projection, retention
+from pulse.store import archive, effectqueue, eventsdb, projection, retention
 from support import PULSECTL, wait_for
 
 OLD = 1200            # events before the open task: due to move (keep_days is a moment), and past MIN_EVENTS
@@ -37,13 +37,18 @@ def make_home(home: Path, keep_archive: bool = True) -> dict:
     try:
         closed = tasks.create(conn, "proj", "an old task", "do it", source="test")
         tasks.record(conn, closed.id, "task-closed", "test")
+        (ended,) = effectqueue.commit_effects(conn, [effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 60)],
+                                              "test")
+        effectqueue.finish_effect(conn, ended.id, "acked", "executor", from_states=("pending",))
         eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i, "out": "sha256:" + "ab" * 32}
                                                      if i == 7 else {"i": i}) for i in range(OLD)])
         opened = tasks.create(conn, "proj", "an open task", "do it", source="test")
         eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(AFTER)])
+        (pending,) = effectqueue.commit_effects(conn, [effectqueue.new_effect(wire.Effect(kind="noop"), "operator",
+                                                                              60)], "test")
         held = eventsdb.task_history(conn, opened.id)[0].id
         return {"closed": closed.id, "open": opened.id, "held": held, "last": eventsdb.last_event_id(conn),
-                "rows": all_rows(conn)}
+                "rows": all_rows(conn), "ended": ended.id, "pending": pending.id}
     finally:
         conn.close()
 
@@ -108,6 +113,9 @@ def test_compact_moves_what_is_past_the_bounds_and_the_readers_still_see_it(tmp_
         moved = eventsdb.last_events(conn, 1, ["history-moved"])[0]
         assert moved.data["first_id"] == 1 and moved.data["last_id"] == ids["held"] - 1 and moved.data["archived"]
         assert eventsdb.referenced_objects(conn) == {"ab" * 32}     # objects/ gc still sees the archived refs
+        assert moved.data["effects"] == 1                             # the ended effect's queue row left with it
+        assert effectqueue.effect_state(conn, ids["ended"]) is None
+        assert effectqueue.effect_state(conn, ids["pending"]) == "pending"
     finally:
         conn.close()
     assert_whole(home, ids["rows"])
@@ -257,7 +265,7 @@ def test_a_rebuild_folds_the_archive_then_the_live_rows_and_metrics_count_what_m
     assert counts.types["tick"] == OLD + AFTER and counts.types["history-moved"] == 1
     found = {s.name: s.value for f in text_string_to_metric_families(metrics.exposition(counts, None, {}).decode())
              for s in f.samples if s.name.startswith("pulse_history")}
-    assert found["pulse_history_moved_events_total"] == OLD + 2       # the notes and the closed task's two events
+    assert found["pulse_history_moved_events_total"] == OLD + 4       # the notes, the closed task, the acked effect
     assert found["pulse_history_archive_segments"] == 1 and found["pulse_history_archive_bytes"] > 0
 
 

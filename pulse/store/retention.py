@@ -47,7 +47,7 @@ import msgspec
 from pulse.core import config as configmod
 from pulse.core import fleetnames
 from pulse.core.wire import TASK_EVENTS, TaskEvent, now_event
-from pulse.store import archive, eventsdb, projection
+from pulse.store import archive, effectqueue, eventsdb, projection
 from pulse.store.connection import Transaction
 from pulse.store.objects import fsync_dir
 
@@ -282,9 +282,10 @@ def move(conn: sqlite3.Connection, home: Path, first: int, last: int, keep_archi
                      (seg.first_id, seg.last_id, seg.events, seg.first_ts, seg.last_ts, seg.segment, seg.sha256,
                       seg.bytes, json.dumps(seg.counts), json.dumps(seg.tasks), json.dumps(seg.objects),
                       json.dumps(seg.runs), seg.moved_ts))
+        effects = effectqueue.forget_ended(conn, first, last)
         eventsdb.insert_event(conn, now_event("history-moved", source, seg.segment, first_id=first, last_id=last,
                                               events=seg.events, archived=keep_archive, sha256=seg.sha256,
-                                              bytes=seg.bytes))
+                                              bytes=seg.bytes, effects=effects))
         # The one delete of events in the source: the manifest row above covers it (the trigger checks).
         conn.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (first, last))
     step("recorded")
