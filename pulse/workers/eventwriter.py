@@ -57,7 +57,7 @@ class EventWriter(Worker):
         self.stop_seen: float | None = None   # when the loop first asked stays_after_stop
         self.inbox = self.socket(zmq.PULL, self.paths.endpoint("eventlog"), bind=True, handler=self.receive_events)
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
-        # Retention runs here, off the survival path: a move step (one segment, ~0.1 s) delays only
+        # Retention runs here, off the survival path: a move step (one segment, 0.1-0.2 s) delays only
         # the commit of pulsed's lifecycle events, which pulsed holds until they are written.
         self.retention = retention.Pacer(self.retention_conn, self.paths.home, self.config.store, self.name,
                                          self.log, time.monotonic(), readers=tasks.listing_projections())
