@@ -31,7 +31,7 @@ from pulse.core import client, clock, wire
 from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
-from pulse.store import ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
+from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
 
@@ -790,7 +790,10 @@ async def api_task(request: Request) -> Response:
         if view is not None:
             view["output_text"] = taskview.output_text(web.paths.objects, taskview.last_output_ref(view))
         return view
-    view = await run_in_threadpool(web.read, read)
+    try:
+        view = await run_in_threadpool(web.read, read)
+    except archive.SegmentError as err:     # its events are in an archive segment that is not sound
+        return JSONResponse({"error": f"{task}: {err}; run `pulsectl store check`"}, 500)
     return JSONResponse(view if view is not None else {"error": f"{task}: no such task"}, 200 if view else 404)
 
 
