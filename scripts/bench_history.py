@@ -111,6 +111,10 @@ def config_text(pidfile: Path) -> str:
         enabled = true
         listen = "127.0.0.1:0"
 
+        # the history as grown, whatever its size: the figures are of reads over it, not of retention
+        [store]
+        max_mb = 0
+
         [[process]]
         name = "crit"
         match = "^{' '.join(CRITICAL).replace('.', '[.]')}$"

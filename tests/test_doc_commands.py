@@ -39,7 +39,7 @@ OTHER_PROGRAMS = {
 
 # pulsectl commands that need no running pulsed, run for real against a fresh home.
 RUN_OFFLINE = {("report",), ("instances",), ("check-config",), ("engine",), ("engine", "log"), ("store", "check"),
-               ("guard",)}
+               ("guard",), ("store", "compact")}
 # ... except these, each for its reason.
 NOT_RUN = {
     "pulsectl report --analyst claude": "needs an [[agent]] named claude, and its CLI",

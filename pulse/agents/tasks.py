@@ -470,6 +470,13 @@ def load(conn, task: str) -> TaskState | None:
 ALL_TASKS = "tasks"     # the projection of every task, kept by the readers that list them all
 
 
+def listing_projections() -> list:
+    """The projections only pulsectl's listings keep (every task; the schedule book): retention folds
+    their checkpoints forward before it moves events (pulse.store.retention.refresh)."""
+    from pulse.store import schedulerun
+    return [book_projection(ALL_TASKS), schedulerun.schedules_projection()]
+
+
 def load_all(conn, checkpoints=None) -> dict[str, TaskState]:
     """Every task's state. With `checkpoints` (the home's checkpoint directory): from the checkpoint
     of the projection of every task, folding only what came after it, and writing a new one when

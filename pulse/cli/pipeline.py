@@ -69,6 +69,7 @@ def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, 
     last = eventsdb.last_event_id(conn)
     past = (eventsdb.read_events(conn, types=types, since_ts=since_ts) if since_ts is not None
             else eventsdb.last_events(conn, lines, types))
+    past = _with_archived(conn, past, since_ts, lines, types)
     for ev in past:
         click.echo(_event_line(ev, as_json))
     try:
@@ -83,6 +84,27 @@ def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, 
                 time.sleep(0.2)
     except KeyboardInterrupt:
         pass
+
+
+def _with_archived(conn, past: list, since_ts: float | None, lines: int, types: tuple[str, ...]) -> list:
+    """`past` with the archived events before it where the range reaches into the archive (the
+    oldest events moved out of events.db: pulse.store.archive). A segment that fails its checksum
+    is refused: said, and exit 1."""
+    from pulse.store import archive, eventsdb
+    first_live = eventsdb.first_live_id(conn)
+    if first_live == 1:
+        return past                       # nothing moved
+    if since_ts is not None and since_ts >= (eventsdb.event_ts(conn, first_live) or 0):
+        return past                       # the range starts in the live history
+    if since_ts is None and len(past) >= lines:
+        return past
+    try:
+        if since_ts is not None:
+            return archive.events_since(conn, since_ts, types) + past
+        return archive.last_events(conn, lines - len(past), types, before_id=first_live) + past
+    except archive.SegmentError as err:
+        click.echo(f"pulsectl: {err}; run `pulsectl store check`", err=True)
+        sys.exit(1)
 
 
 @click.command()

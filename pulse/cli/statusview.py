@@ -204,10 +204,14 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         time.sleep(0.3)
         reply = request_or_exit(paths, wire.GetStatus(), timeout)
     code, why = exit_of(reply.status)
+    history = history_of(paths)
     if as_json:
-        print(status_json(reply.status, code, why))
+        print(status_json(reply.status, code, why, history))
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
+        if history is not None:
+            from pulse.store.retention import summary_words
+            print(summary_words(history))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
         rolled = rolled_back_note(paths)
@@ -217,6 +221,29 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         if note := disk_full_note(paths.home, paths.home / "ballast"):
             print(note)
     return code
+
+
+def history_of(paths: Paths) -> dict | None:
+    """events.db's size against [store]'s bounds, and its archive (pulse.store.retention), read from
+    the home; None if events.db cannot be read (status says the rest all the same)."""
+    import sqlite3
+
+    from pulse.core import config as configmod
+    from pulse.store import connection, retention
+    try:
+        store = configmod.load(paths.config).store
+    except configmod.ConfigError:
+        store = None                 # check-config says what is wrong; the sizes are still worth showing
+    try:
+        conn = connection.open_readonly(paths.events_db)
+    except (connection.StoreError, sqlite3.Error):
+        return None
+    try:
+        return retention.summary(conn, store)
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
 
 
 def exit_of(status: wire.Status) -> tuple[StatusExit, list[str]]:
@@ -251,7 +278,8 @@ def iso_times(item: dict) -> dict:
     return {k: clock.iso(v) if k in WIRE_TIMES and isinstance(v, (int, float)) else v for k, v in item.items()}
 
 
-def status_json(status: wire.Status, code: int | None = None, why: list[str] | None = None) -> str:
+def status_json(status: wire.Status, code: int | None = None, why: list[str] | None = None,
+                history: dict | None = None) -> str:
     """`status --json`: the document pulsed sent, with the times of processes, their configs and the
     watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like every other
     time in it (issue 23), and the exit code with why it is not 0."""
@@ -266,4 +294,7 @@ def status_json(status: wire.Status, code: int | None = None, why: list[str] | N
     document["files"] = [iso_times(f) for f in document.get("files", [])]
     document["fresh"] = [iso_times(f) for f in document.get("fresh", [])]
     document["dirs"] = [iso_times(d) for d in document.get("dirs", [])]
+    if history is not None:          # events.db against [store]'s bounds, and what moved to the archive
+        document["history"] = {k: clock.iso(v) if k.endswith("_ts") and isinstance(v, (int, float)) else v
+                               for k, v in history.items()}
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

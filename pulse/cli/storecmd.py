@@ -1,5 +1,6 @@
-"""`pulsectl store check` and `pulsectl store backup DIR`: the home's stores, checked and copied;
-`pulsectl store restore-archived PATH`: a file a [[watch.dir]] archived, put back.
+"""`pulsectl store check`, `store backup DIR` and `store compact`: the home's stores, checked, copied
+and kept within their bounds (pulse.store.retention); `pulsectl store restore-archived PATH`: a file
+a [[watch.dir]] archived, put back.
 
 A backup is taken online, while pulsed runs, through SQLite's backup API (a consistent copy of
 each database, whatever is being written), with objects/, config.toml and the history mark that
@@ -21,7 +22,7 @@ from pulse.cli.group import Context, pass_ctx
 
 @click.group()
 def store() -> None:
-    """Check the home's stores, or back them up."""
+    """Check the home's stores, back them up, or move old events to the archive."""
 
 
 @store.command()
@@ -49,6 +50,7 @@ def check(ctx: Context) -> None:
             problems.append(f"{path} is damaged: {'; '.join(found)}")
         else:
             click.echo(f"{path}: ok")
+    problems += _archive_problems(paths)
     bad = [p for p in _objects(paths.objects) if hashlib.sha256(p.read_bytes()).hexdigest() != p.parent.name + p.name]
     problems += [f"{p} does not hold what its name says (its sha256 differs)" for p in bad]
     if paths.objects.exists() and not bad:
@@ -56,6 +58,97 @@ def check(ctx: Context) -> None:
     for problem in problems:
         click.echo(f"pulsectl: {problem}", err=True)
     sys.exit(1 if problems else 0)
+
+
+def _archive_problems(paths) -> list[str]:
+    """Every archive segment the manifest names, read whole (its sha256, its range); a segment file
+    the manifest does not name is said too (left by an interrupted move: the next move removes it)."""
+    import sqlite3
+
+    from pulse.store import archive, connection
+    if not paths.events_db.exists():
+        return []
+    try:
+        conn = connection.open_readonly(paths.events_db)
+    except (connection.StoreError, sqlite3.Error):
+        return []                        # said above
+    try:
+        segments = archive.archived(conn)
+    finally:
+        conn.close()
+    directory = paths.home / archive.DIRECTORY
+    problems = [p for seg in segments if (p := archive.problem(directory, seg))]
+    named = {seg.segment for seg in segments}
+    if directory.is_dir():
+        problems += [f"{directory / name} is in no move events.db records (an interrupted move's; the next move "
+                     "removes it)" for name in sorted(os.listdir(directory))
+                     if archive.is_segment_name(name) and name not in named]
+    if segments and not problems:
+        click.echo(f"{directory}/: ok ({len(segments)} segments, events {segments[0].first_id}-{segments[-1].last_id})")
+    return problems
+
+
+@store.command()
+@click.option("--dry-run", is_flag=True, help="Say what would move, move nothing.")
+@pass_ctx
+def compact(ctx: Context, dry_run: bool) -> None:
+    """Move the events past [store]'s bounds (keep_days, max_mb, keep_free_mb) out of events.db, into
+    archive segments (or delete them: archive = false), as pulsed does by itself; say what moved."""
+    import sqlite3
+
+    from pulse.agents import tasks
+    from pulse.core import config as configmod
+    from pulse.store import archive, connection, eventsdb, projection, retention
+    paths = ctx.paths
+    try:
+        store_config = configmod.load(paths.config).store
+    except configmod.ConfigError as err:
+        click.echo(f"pulsectl: {err}", err=True)
+        sys.exit(2)
+    if not paths.events_db.exists():
+        click.echo(f"pulsectl: {paths.events_db} does not exist (has pulsed run on this home?)", err=True)
+        sys.exit(1)
+    if dry_run:
+        conn = connection.open_readonly(paths.events_db)
+        try:
+            plan = retention.plan(conn, paths.home, store_config)
+        finally:
+            conn.close()
+        _say_plan(plan, store_config.archive, moving=False)
+        return
+    conn = eventsdb.open_events(paths.events_db)
+    try:
+        outcome = retention.compact(conn, paths.home, store_config, "pulsectl", readers=tasks.listing_projections()
+                                    if projection.may_write(paths.home) else ())
+    except retention.Busy as err:
+        click.echo(f"pulsectl: {err} (pulsed's event writer is moving events): try again shortly", err=True)
+        sys.exit(75)
+    except (sqlite3.Error, OSError, ValueError, archive.SegmentError) as err:
+        click.echo(f"pulsectl: the move stopped, its events stay in events.db: {err}", err=True)
+        sys.exit(1)
+    finally:
+        conn.close()
+    for name in outcome.recovered:
+        click.echo(f"removed {name}, left by an interrupted move (its events were still live)")
+    _say_plan(outcome.plan, store_config.archive, moving=True)
+    for seg in outcome.moved:
+        click.echo(f"moved events {seg.first_id}-{seg.last_id} ({seg.events}) "
+                   + (f"to {paths.home / 'archive' / str(seg.segment)} ({seg.bytes} bytes)" if seg.segment else "out: deleted"))
+    for name in outcome.dropped:
+        click.echo(f"dropped {name}: the archive is over archive_max_mb = {store_config.archive_max_mb:g}")
+
+
+def _say_plan(plan, keep_archive: bool, moving: bool) -> None:
+    verb = ("moving" if moving else "would move") if keep_archive else ("deleting" if moving else "would delete")
+    click.echo(f"live history: events {plan.first}-{plan.last}, {plan.live_bytes / 1048576:.1f} MiB")
+    if not plan.why:
+        click.echo("nothing is past the bounds")
+    for why in plan.why:
+        click.echo(f"past the bounds: {why}")
+    for held in plan.held:
+        click.echo(f"held back by {held}")
+    if plan.why:
+        click.echo(f"{verb} events {plan.first}-{plan.upto} ({plan.count})" if plan.count else "nothing may move yet")
 
 
 def _objects(root: Path):
@@ -92,6 +185,7 @@ def backup(ctx: Context, dest: Path) -> None:
     finally:
         copy.close()
     (dest / paths.history_mark.name).write_text(json.dumps({"events": events}) + "\n")
+    _backup_archive(paths, dest)
     if paths.objects.exists():
         shutil.copytree(paths.objects, dest / "objects", dirs_exist_ok=True)
         click.echo(f"{dest / 'objects'}/: copied")
@@ -99,6 +193,27 @@ def backup(ctx: Context, dest: Path) -> None:
         shutil.copy2(paths.config, dest / "config.toml")
         os.chmod(dest / "config.toml", 0o600)
     click.echo(f"backup of {paths.home} in {dest}: {events} events")
+
+
+def _backup_archive(paths, dest: Path) -> None:
+    """The archive segments the copied events.db names (segments are never rewritten: a copy is a copy)."""
+    from pulse.store import archive
+    copy = sqlite3_connect_ro(dest / paths.events_db.name)
+    try:
+        names = [seg.segment for seg in archive.archived(copy)]
+    finally:
+        copy.close()
+    if not names:
+        return
+    (dest / archive.DIRECTORY).mkdir(mode=0o700)
+    for name in names:
+        shutil.copy2(paths.home / archive.DIRECTORY / str(name), dest / archive.DIRECTORY / str(name))
+    click.echo(f"{dest / archive.DIRECTORY}/: copied ({len(names)} segments)")
+
+
+def sqlite3_connect_ro(path: Path):
+    import sqlite3
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
 COMMANDS = [store]

@@ -166,7 +166,11 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         agents = configmod.load(ctx.paths.config).agent
     except configmod.ConfigError:
         agents = None               # show the task anyway; pulsectl check-config names what is wrong
-    view = taskview.task_view(conn, task, agents)
+    from pulse.store.archive import SegmentError
+    try:
+        view = taskview.task_view(conn, task, agents)
+    except SegmentError as err:          # the task's events are in an archive segment that is not sound
+        _fail(f"{task}: {err}; run `pulsectl store check`")
     if view is None:
         _fail(f"{task}: no such task")
     if as_json:

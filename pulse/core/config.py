@@ -293,6 +293,14 @@ class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     objects_retention_days: float = 7         # unreferenced blobs older than this are collected
     error_coalesce_s: float = 3600            # identical errors this close together are one run, counted ...
     error_repeat_s: float = 60                # ... whose repeats are appended as one error event per this
+    # events.db's live history (docs/history.md): events past these bounds move, oldest first, into
+    # compressed segments under <home>/archive (or are deleted, archive = false)
+    keep_days: float = 30                     # events older than this leave the live history; 0: no age bound
+    max_mb: float = 512                       # the live history's size bound (MiB); 0: no size bound
+    keep_free_mb: float = 1024                # the home's disk keeps this free: below it, the live history is held
+                                              # to what it is now (freed pages take the new events)
+    archive: bool = True                      # false: events past the bounds are deleted, not archived
+    archive_max_mb: float = 2048              # the archive's bound (MiB): its oldest segments go past it; 0: none
 
 
 class Llm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -628,6 +636,7 @@ SurvivalPaths = _cut("SurvivalPaths", Survival, ("archive_from", "archive_to", "
 class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
     timings: EventWriterTimings
     log: LogSettings
+    store: Store = msgspec.field(default_factory=Store)   # the history's bounds: it moves what is past them
 
 
 class WatcherConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -689,6 +698,7 @@ class WebConfig(msgspec.Struct, kw_only=True, frozen=True):
     agent: list[Agent] = msgspec.field(default_factory=list)
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # ... and the host's
     schedule: list[Schedule] = msgspec.field(default_factory=list)     # the schedules page
+    store: Store = msgspec.field(default_factory=Store)                # the history's size against its bounds
 
 
 class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -921,6 +931,11 @@ def validate(config: Config, origin: str) -> Config:
         raise ConfigError(f"{origin}: $.timings.engine_urgent_deadline_ms must not exceed engine_rpc_deadline_ms")
     if not t.tick_ms_min <= t.tick_ms <= t.tick_ms_max:
         raise ConfigError(f"{origin}: $.timings.tick_ms must lie within tick_ms_min … tick_ms_max")
+    for key in ("keep_days", "max_mb", "keep_free_mb", "archive_max_mb"):
+        if (value := getattr(config.store, key)) < 0:
+            raise ConfigError(f"{origin}: $.store.{key} must be 0 or more, got {value}")
+    if 0 < config.store.max_mb < 16:           # a bound below one segment's worth would move all the time
+        raise ConfigError(f"{origin}: $.store.max_mb must be 0 (no size bound) or at least 16, got {config.store.max_mb}")
     if config.store.error_repeat_s <= 0:     # 0 would append every repeat: the flood that coalescing prevents
         raise ConfigError(f"{origin}: $.store.error_repeat_s must be greater than 0, got {config.store.error_repeat_s}")
     for i, proc in enumerate(config.process):

@@ -638,10 +638,12 @@ EVENT_TYPES = frozenset({
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
     "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
+    *("history-moved", "history-dropped"),          # pulse.store.retention: events left the live history
 })
 # Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
 # before the files are removed, so an archived file is always found again (target: the directory).
 DIR_ARCHIVED = "dir-archived"
+GATE_CALL_EVENTS = ("gate-call", "gate-blocked")   # a task's gate calls, as task show lists them
 # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
 # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
 FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"

@@ -184,3 +184,11 @@ def recent_effects(conn: sqlite3.Connection, limit: int = 100) -> list[tuple[Eff
     rows = conn.execute("SELECT body, state, why FROM effects ORDER BY rowid DESC LIMIT ?", (limit,)).fetchall()
     effects = [(_effect(r[0]), r[1], r[2]) for r in rows]
     return sorted(effects, key=lambda row: row[0].created, reverse=True)
+
+
+def forget_ended(conn: sqlite3.Connection, first_id: int, last_id: int) -> int:
+    """Inside the transaction that moves events first_id..last_id out of events.db (pulse.store.retention):
+    the queue's rows of the ended effects committed by them go too, or the live file would keep a row
+    per effect ever run. An open effect's event never moves, so none of its rows is touched here."""
+    return conn.execute("DELETE FROM effects WHERE event_id BETWEEN ? AND ? AND state NOT IN (?, ?)",
+                        (first_id, last_id, *EFFECT_OPEN)).rowcount

@@ -1,12 +1,14 @@
 """events.db's history: appending events and reading them back, and the task-* events a task is.
 
-events.db is append-only and never compacted. Its schema version is `PRAGMA user_version`;
-opening an older file migrates it in one transaction. No event row ever changes or goes away:
-triggers refuse both (schema 4), and tests/test_events_append_only.py keeps such statements out
-of the source. So a reader that has folded the events up to an id (the metrics, the tick) has
-read them for good. The same file holds two mutable indexes, each changed in the transaction of
-the event it mirrors: the effect queue (pulse.store.effectqueue) and the error runs
-(pulse.store.errorruns).
+events.db is append-only. Its schema version is `PRAGMA user_version`; opening an older file
+migrates it in one transaction. No event row ever changes: a trigger refuses it (schema 4). Rows
+leave only from the oldest end, and only in the transaction that records where they went
+(pulse.store.retention: into an archive segment, or deleted when archive = false): the trigger
+refuses any other delete (schema 5), and tests/test_events_append_only.py keeps such statements
+out of every other source file. So a reader that has folded the events up to an id (the metrics,
+the tick) has read them for good, and ids are contiguous from the first live one. The same file
+holds two mutable indexes, each changed in the transaction of the event it mirrors: the effect
+queue (pulse.store.effectqueue) and the error runs (pulse.store.errorruns).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from typing import Iterable, Sequence
 
 import msgspec
 
-from pulse.core.wire import TASK_EVENTS, Event, now_event  # noqa: F401  (now_event: what callers append)
+from pulse.core.wire import TASK_EVENTS, Event, TaskEvent, now_event  # noqa: F401  (now_event: what callers append)
 from pulse.store.connection import Transaction, connect, migrate
 
-EVENTS_SCHEMA = 4
+EVENTS_SCHEMA = 5
 
 _MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
@@ -80,6 +82,32 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
                total         INTEGER NOT NULL,    -- occurrences in the run
                unrecorded    INTEGER NOT NULL     -- occurrences since last_id, in no event yet
            )""",
+    ),
+    5: (
+        # The manifest of what left the live history: one row per moved range, written in the
+        # transaction that deletes it. `segment` names its file under <home>/archive (NULL: deleted,
+        # archive = false, or the segment dropped past archive_max_mb); the JSON columns are what
+        # readers need without opening it: counts per type, task ids, object refs, pulsed's runs.
+        """CREATE TABLE history_moves (
+               first_id  INTEGER PRIMARY KEY,
+               last_id   INTEGER NOT NULL,
+               events    INTEGER NOT NULL,
+               first_ts  REAL    NOT NULL,
+               last_ts   REAL    NOT NULL,
+               segment   TEXT,
+               sha256    TEXT,
+               bytes     INTEGER NOT NULL DEFAULT 0,
+               counts    TEXT    NOT NULL DEFAULT '{}',
+               tasks     TEXT    NOT NULL DEFAULT '[]',
+               objects   TEXT    NOT NULL DEFAULT '[]',
+               runs      TEXT    NOT NULL DEFAULT '[]',
+               moved_ts  REAL    NOT NULL
+           )""",
+        "DROP TRIGGER events_never_go",
+        # An event leaves only inside a range the manifest already records as moved.
+        "CREATE TRIGGER events_never_go BEFORE DELETE ON events WHEN NOT EXISTS "
+        "(SELECT 1 FROM history_moves WHERE first_id <= OLD.id AND last_id >= OLD.id) "
+        "BEGIN SELECT RAISE(ABORT, 'events.db is append-only: an event leaves only by a recorded move'); END",
     ),
 }
 
@@ -141,7 +169,23 @@ def pulsed_committed_seq(conn: sqlite3.Connection, run: float) -> int:
         "SELECT seq FROM events WHERE source = 'pulsed' AND id >= "
         "(SELECT id FROM events WHERE type = 'supervisor-started' AND source = 'pulsed' AND mono = ? "
         " ORDER BY id DESC LIMIT 1) ORDER BY id DESC LIMIT 1", (run,)).fetchone()
-    return row[0] if row else 0
+    if row:
+        return row[0]
+    # The run's start moved to the archive (a long run): the mover keeps pulsed's newest event
+    # live, and that is this run's, since its start is older.
+    if any(run in json.loads(runs) for (runs,) in _moves(conn, "runs")):
+        row = conn.execute("SELECT seq FROM events WHERE source = 'pulsed' ORDER BY id DESC LIMIT 1").fetchone()
+        return row[0] if row else 0
+    return 0
+
+
+def _moves(conn: sqlite3.Connection, columns: str) -> list[tuple]:
+    """`columns` of every history_moves row, oldest first ([] on a file not yet migrated to schema 5:
+    pulsectl reads without migrating)."""
+    try:
+        return conn.execute(f"SELECT {columns} FROM history_moves ORDER BY first_id").fetchall()
+    except sqlite3.OperationalError:
+        return []
 
 
 def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[str] = (),
@@ -273,10 +317,10 @@ def effect_facts(conn: sqlite3.Connection, effect_id: str, type_: str) -> list[d
 
 
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
-    """The first event id stamped at or after `ts`, by bisection over ids (events are never
-    deleted, so ids are contiguous and grow with time; a wall-clock jump back makes this a
-    little early, and the ts filter in read_events keeps the result right)."""
-    lo, hi = 1, last_event_id(conn) + 1
+    """The first live event id stamped at or after `ts`, by bisection over ids (events leave only
+    from the oldest end, so live ids are contiguous and grow with time; a wall-clock jump back
+    makes this a little early, and the ts filter in read_events keeps the result right)."""
+    lo, hi = first_live_id(conn), last_event_id(conn) + 1
     while lo < hi:
         mid = (lo + hi) // 2
         row = conn.execute("SELECT ts FROM events WHERE id = ?", (mid,)).fetchone()
@@ -291,17 +335,29 @@ def last_event_id(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
 
 
+def first_live_id(conn: sqlite3.Connection) -> int:
+    """The oldest event still in events.db (those before it moved to the archive), or 1 if none is."""
+    return conn.execute("SELECT COALESCE(MIN(id), 1) FROM events").fetchone()[0]
+
+
 # -- objects/ references -----------------------------------------------------------------------------
 
 _OBJECT_REF = re.compile(r"sha256:([0-9a-f]{64})")
 
 
 def referenced_objects(conn: sqlite3.Connection) -> set[str]:
-    """Every blob an event names (as "sha256:<hex>")."""
+    """Every blob an event names (as "sha256:<hex>"), live or in an archive segment."""
     out: set[str] = set()
     for (data,) in conn.execute("SELECT data FROM events WHERE data LIKE '%sha256:%'"):
         out.update(_OBJECT_REF.findall(data))
+    for (refs,) in _moves(conn, "objects"):
+        out.update(json.loads(refs))
     return out
+
+
+def object_refs(data: str) -> list[str]:
+    """The blobs one event's data (as JSON text) names."""
+    return _OBJECT_REF.findall(data) if "sha256:" in data else []
 
 
 # -- tasks -------------------------------------------------------------------------------------------
@@ -318,10 +374,19 @@ def task_events(conn: sqlite3.Connection, after_id: int = 0, limit: int = 10_000
 
 
 def task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
-    """The task-* events of one task, oldest first."""
+    """The task-* events of one task, oldest first, archived ones too (pulse.store.archive raises
+    SegmentError if a segment that holds some fails its checksum)."""
     rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE {_task_type_clause()} AND target = ? ORDER BY id",
                         (*TASK_EVENTS, task))
-    return [_row_event(r) for r in rows]
+    live = [_row_event(r) for r in rows]
+    if live and live[0].type == TaskEvent.CREATED:
+        return live         # a task's events leave from its first: all of them are live
+    return _archived_task_history(conn, task) + live
+
+
+def _archived_task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
+    from pulse.store import archive
+    return archive.task_history(conn, task)
 
 
 def append_task_events(conn: sqlite3.Connection, task: str,
@@ -343,8 +408,9 @@ def create_task_event(conn: sqlite3.Connection, make: Callable[[int], Event]) ->
 
 
 def next_task_number(conn: sqlite3.Connection) -> int:
-    """The number of the next task, inside the caller's transaction."""
-    return conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0] + 1
+    """The number of the next task, inside the caller's transaction (those moved out count too)."""
+    moved = sum(n or 0 for (n,) in _moves(conn, f"""json_extract(counts, '$."{TaskEvent.CREATED}"')"""))
+    return conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0] + moved + 1
 
 
 # -- a task's gate calls (the task page, `pulsectl task show`) ------------------------------------------
@@ -352,12 +418,21 @@ def next_task_number(conn: sqlite3.Connection) -> int:
 def gate_events_of_task(conn: sqlite3.Connection, task: str, limit: int = 500) -> list[Event]:
     """The gate-call and gate-blocked events of the gate sessions opened for `task` (a session's
     "open" fact names its task; its other events have the session as target), oldest first."""
+    from pulse.store import archive
+    archived = [] if _has_live_start(conn, task) else archive.gate_events_of_sessions(conn, task)
     sessions = [r[0] for r in conn.execute(
         "SELECT DISTINCT target FROM events WHERE type = 'gate-call' AND json_extract(data, '$.phase') = 'open' "
         "AND json_extract(data, '$.task') = ?", (task,))]
+    sessions += sorted({e.target for e in archived if e.target})
     if not sessions:
-        return []
+        return archived[-limit:]
     marks = ",".join("?" * len(sessions))
     rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN ('gate-call', 'gate-blocked') "
                         f"AND target IN ({marks}) ORDER BY id DESC LIMIT ?", (*sessions, limit)).fetchall()
-    return [_row_event(r) for r in reversed(rows)]
+    return (archived + [_row_event(r) for r in reversed(rows)])[-limit:]
+
+
+def _has_live_start(conn: sqlite3.Connection, task: str) -> bool:
+    """Whether a task's task-created event is live (then so is every later event of it)."""
+    return conn.execute("SELECT 1 FROM events WHERE type = 'task-created' AND target = ? LIMIT 1",
+                        (task,)).fetchone() is not None

@@ -16,7 +16,8 @@ version or of another history (its last event is not the one events.db holds und
 after a restore from a backup). Ignored means rebuilt: a checkpoint is derived data, never the truth.
 
 Rebuilding is the one path allowed to read the history from its first event
-(tests/test_projection_reads.py keeps every other fold off it).
+(tests/test_projection_reads.py keeps every other fold off it). When the oldest events moved to
+archive segments (pulse.store.retention), a rebuild folds those segments first, then the live rows.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 import msgspec
 
 from pulse.core.wire import Event
-from pulse.store import eventsdb
+from pulse.store import archive, eventsdb
 
 S = TypeVar("S")
 
@@ -234,7 +235,9 @@ class Folded(Generic[S]):
         if self.state is None:
             self.start()
         upto = eventsdb.last_event_id(self.conn)
-        if self.last_id == 0 and self.projection.rebuild is not None and upto:
+        if self.last_id == 0 and upto and (moved := eventsdb.first_live_id(self.conn) - 1):
+            self.last_id = self.fold_archive(moved)    # the oldest events left events.db: fold them first
+        elif self.last_id == 0 and self.projection.rebuild is not None and upto:
             self.state, self.last_id = self.projection.rebuild(self.conn, upto), upto
         while self.last_id < upto:
             batch = eventsdb.events_after(self.conn, self.last_id, upto, self.projection.types, self.batch)
@@ -245,6 +248,25 @@ class Folded(Generic[S]):
         if self.due():
             self.save()
         return self.state
+
+    def fold_archive(self, upto: int) -> int:
+        """A rebuild's first part: the events through `upto`, which moved to archive segments
+        (pulse.store.archive), folded segment by segment. A segment that cannot be read (it fails its
+        checksum) is said in the log and skipped: the worker keeps running on what the rest holds."""
+        wanted = frozenset(self.projection.types)
+        directory = archive.directory_of(self.conn)
+        for seg in archive.archived(self.conn):
+            if seg.first_id > upto or (wanted and not wanted.intersection(seg.counts)):
+                continue
+            try:
+                events = [e for e in archive.read_segment(directory, seg) if not wanted or e.type in wanted]
+            except archive.SegmentError as err:
+                log.error("%s: rebuilt without events %d-%d: %s", self.projection.name, seg.first_id, seg.last_id, err)
+                continue
+            for i in range(0, len(events), self.batch):
+                self.projection.fold(self.state, events[i:i + self.batch])
+            self.progress()
+        return upto
 
     def due(self) -> bool:
         if self.last_id == self.saved_id:

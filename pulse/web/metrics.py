@@ -26,7 +26,7 @@ from pulse import __version__
 from pulse.agents.tasks import ENDED, NEW, TRANSITIONS
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, TaskStatus, WorkerState
 from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status, TaskEvent
-from pulse.store import connection, errorruns, eventsdb, vitalsdb
+from pulse.store import connection, errorruns, eventsdb, retention, vitalsdb
 from pulse.store.projection import Folded, Projection
 
 EFFECT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
@@ -233,6 +233,7 @@ class MetricsFold:
                 self.folded = Folded(COUNTS, events, self.checkpoints, batch=CATCH_UP_BATCH)
             counts = self.folded.catch_up(events)
             counts.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
+            counts.history = retention.summary(events, None)    # as read at each scrape, never checkpointed
         if vitals is not None:
             counts.fold_ticks(vitals)
         return counts
@@ -338,6 +339,7 @@ class Collector:
                 yield GaugeMetricFamily(f"pulse_host_{name}_percent", f"Host {name} use, %", value=host[field])
         yield from spend_metrics(self.spend)
         yield from schedule_metrics(self.schedules)
+        yield from history_metrics(getattr(c, "history", None))
 
 
     def guards(self) -> Iterable:
@@ -450,6 +452,17 @@ def schedule_metrics(rows: Iterable[dict]) -> Iterable:
         waiting.add_metric([r["name"]], 1 if r["open_run"] else 0)
         due.add_metric([r["name"]], r["next_run"])
     return (runs, skipped, failing, waiting, due)
+
+
+def history_metrics(h: dict | None) -> Iterable:
+    """events.db's live history and what left it for the archive (pulse.store.retention)."""
+    if h is None:
+        return ()
+    return (GaugeMetricFamily("pulse_history_live_bytes", "Bytes of events.db's pages in use", value=h["live_bytes"]),
+            CounterMetricFamily("pulse_history_moved_events", "Events moved out of events.db (archived or deleted)",
+                                value=h["moved_events"]),
+            GaugeMetricFamily("pulse_history_archive_bytes", "Bytes of the archive's segments", value=h["archive_bytes"]),
+            GaugeMetricFamily("pulse_history_archive_segments", "Segments in the archive", value=h["segments"]))
 
 
 def exposition(counts: Counts, status: Status | None, vitals: dict[str, dict], spend: list[dict] = (),

@@ -31,7 +31,7 @@ from pulse.core import client, clock, wire
 from pulse.core.config import Agent
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
-from pulse.store import ballast, connection, effectqueue, eventsdb, projection, vitalsdb
+from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.store.commitwatch import CommitWatch
 from pulse.web import auth
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
@@ -97,6 +97,7 @@ class Web:
         self.board = None                    # the tasks page's fold, made at its first request (task_board)
         self.boarding = threading.Lock()
         self.commits = Commits(paths.events_db)
+        self.store: Any = None               # the [store] table (make_app)
 
     def token(self) -> str:
         """The current token; re-read when the file changes (`pulsectl web rotate-token`)."""
@@ -425,6 +426,7 @@ def overview(web: Web) -> dict:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
     # issue 25: a full disk, said from the file system itself (nothing can be written to record it)
     view["disk_full"] = ballast.disk_full_note(web.paths.home, web.paths.home / "ballast")
+    view["history"] = web.read(lambda c: retention.summary_words(retention.summary(c, web.store)))
     return view
 
 
@@ -829,13 +831,17 @@ async def api_task(request: Request) -> Response:
         if view is not None:
             view["output_text"] = taskview.output_text(web.paths.objects, taskview.last_output_ref(view))
         return view
-    view = await run_in_threadpool(web.read, read)
+    try:
+        view = await run_in_threadpool(web.read, read)
+    except archive.SegmentError as err:     # its events are in an archive segment that is not sound
+        return JSONResponse({"error": f"{task}: {err}; run `pulsectl store check`"}, 500)
     return JSONResponse(view if view is not None else {"error": f"{task}: no such task"}, 200 if view else 404)
 
 
 def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: Sequence[Agent] = (),
-             budget: Any = None, schedules: Sequence[Any] = ()) -> Any:
+             budget: Any = None, schedules: Sequence[Any] = (), store: Any = None) -> Any:
     web = Web(paths, token_file, effect_deadline_s)
+    web.store = store                # [store]: the history's bounds, said beside its size
     web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
     web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
     web.schedules = list(schedules)

@@ -25,9 +25,10 @@ import time
 import msgspec
 import zmq
 
+from pulse.agents import tasks
 from pulse.core import clock, wire
 from pulse.core.states import EVENT_WRITER
-from pulse.store import eventsdb
+from pulse.store import eventsdb, retention
 from pulse.workers.harness import Worker
 
 BATCH = 512
@@ -56,6 +57,10 @@ class EventWriter(Worker):
         self.stop_seen: float | None = None   # when the loop first asked stays_after_stop
         self.inbox = self.socket(zmq.PULL, self.paths.endpoint("eventlog"), bind=True, handler=self.receive_events)
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
+        # Retention runs here, off the survival path: a move step (one segment, 0.1-0.2 s) delays only
+        # the commit of pulsed's lifecycle events, which pulsed holds until they are written.
+        self.retention = retention.Pacer(self.retention_conn, self.paths.home, self.config.store, self.name,
+                                         self.log, time.monotonic(), readers=tasks.listing_projections())
 
     def connect(self) -> sqlite3.Connection:
         conn = eventsdb.open_events(self.paths.events_db)
@@ -63,6 +68,11 @@ class EventWriter(Worker):
         conn.execute(f"PRAGMA busy_timeout = {self.config.timings.hung_after_ms // 4}")
         conn.execute("PRAGMA cache_size = -256")   # KiB: it only appends
         return conn
+
+    def retention_conn(self) -> sqlite3.Connection:
+        if self.conn is None:
+            self.conn = self.connect()
+        return self.conn
 
     def receive_events(self) -> None:
         for event in self.messages(self.inbox, wire.Event, "eventlog"):
@@ -116,6 +126,8 @@ class EventWriter(Worker):
         if self.write_at is not None and now >= self.write_at:
             self.write()
         self.report_committed()
+        if self.stop_seen is None and not self.batch:
+            self.retention.on_timer(now)
 
     def stays_after_stop(self, now: float) -> bool:
         if self.stop_seen is None:
@@ -128,7 +140,7 @@ class EventWriter(Worker):
     def next_timer(self) -> float | None:
         if self.stop_seen is not None:     # lingering: wake to see the quiet out
             return min(t for t in (self.write_at, self.last_received + LINGER_QUIET_S) if t is not None)
-        return self.write_at
+        return min(t for t in (self.write_at, self.retention.next_timer()) if t is not None)
 
     def close(self) -> None:
         self.receive_events()

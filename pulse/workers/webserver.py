@@ -68,7 +68,7 @@ class WebWorker(Worker):
         self.port = self.sock.getsockname()[1]
         self.scheme = "https" if web.tls_cert else "http"
         app, shared = make_app(self.paths, self.paths.web_token, self.config.timings.effect_deadline_s,
-                               self.config.agent, self.config.budget, self.config.schedule)
+                               self.config.agent, self.config.budget, self.config.schedule, self.config.store)
         self.libc = libc()
         limit_arenas(self.libc, ARENAS)       # before the server's threads make theirs
         self.next_trim = time.monotonic() + TRIM_EVERY_S

@@ -407,6 +407,7 @@ function refreshWorkers(view) {
   const line = document.getElementById("pulsed");
   line.className = view.disk_full ? "bad" : "muted";
   if (view.disk_full) line.textContent += ` · ${view.disk_full}`;
+  if (view.history) line.textContent += ` · ${view.history}`;
 }
 
 function renderOverview(view) {
