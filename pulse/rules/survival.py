@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 from pulse.core import clock
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, FileWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire import MAX_TARGET_CHARS, ON_CRASH_LOOP, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
 from pulse.rules import knowngood, processstate
 from pulse.rules.onion import Inner, RuleResult, handled
 
@@ -263,9 +263,11 @@ def process_watchdog(config: TickConfig):
             if change is not None and knowngood.restarted_since(history, change.at):
                 effects = effects + [knowngood.restore_effect(proc, change, "crash-loop" if why == "dead" else why)]
                 continue
-            if why == "dead" and (held_fatal(curr, name) or processstate.is_fatal(streak, limits)):
-                effects = effects + fatal_notice(curr, name, streak, limits, curr.exits.get(name)) if streak else effects
-                continue
+            if why == "dead":
+                step = way_out_step(curr, proc, streak)
+                if held_fatal(curr, name) or processstate.is_fatal(streak, limits) or step == "held":
+                    effects = effects + held_effects(curr, proc, streak, limits, step)
+                    continue
             probes = curr.history.get(f"health:{name}", [])
             # A crash loop is said once, when it is held fatal; without a limit, after notify_after starts.
             told_at_fatal = why == "dead" and limits.max_restarts > 0
@@ -319,6 +321,38 @@ def held_fatal(curr: Snapshot, name: str) -> bool:
     return told >= max([runs.operator_at, *(st.ts for st in runs.starts)])
 
 
+def way_out_step(curr: Snapshot, proc: Process, streak: Sequence[ProcessStart]) -> str | None:
+    """For a process with an on_crash_loop argv and a crash loop: what its way out is due
+    (processstate.way_out); None without either."""
+    runs = curr.runs.get(proc.name)
+    if not proc.on_crash_loop or not streak or runs is None:
+        return None
+    return processstate.way_out(runs.starts, streak, runs.way_out_at, runs.way_out_ended, runs.operator_at)
+
+
+def held_effects(curr: Snapshot, proc: Process, streak: Sequence[ProcessStart], limits: processstate.Limits,
+                 step: str | None) -> list[Effect]:
+    """What a process held fatal is due. Without an on_crash_loop argv: the one notification. With
+    one: the argv once (said in that notification), then one more start at once (no backoff: the
+    argv was meant to end the loop), and if that start dies too, held again and said again, with
+    what the argv said; nothing more until an operator starts it."""
+    name, ended = proc.name, curr.exits.get(proc.name)
+    if not streak or step == "wait":
+        return []
+    runs = curr.runs[name]
+    if step == "run":
+        return [Effect(kind=ON_CRASH_LOOP, target=name, origin="survival", params={"starts": len(streak)}),
+                *fatal_notice(curr, name, streak, limits, ended, way_out=proc.on_crash_loop)]
+    if step == "start":
+        return [Effect(kind="restart-process", target=name, origin="survival",
+                       params={"why": "on-crash-loop", "attempt": len(streak) + 1})]
+    if step == "held":
+        after = next(st.ts for st in runs.starts if st.ts > runs.way_out_at)
+        return fatal_notice(curr, name, streak, limits, ended, since=after,
+                            way_out_said=runs.way_out_said or "it ended")
+    return fatal_notice(curr, name, streak, limits, ended)
+
+
 def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits) -> tuple[int, float]:
     """(restarts for failed probes in a row that no healthy probe followed, when the next may be): each
     waits backoff(n) after the last. The count is carried by the restarts themselves (their
@@ -345,22 +379,34 @@ FATAL_TAIL_LINES = 10        # of its output, in the notification that it is hel
 
 
 def fatal_notice(curr: Snapshot, name: str, streak: Sequence[ProcessStart], limits: processstate.Limits,
-                 ended: ProcessExit | None) -> list[Effect]:
+                 ended: ProcessExit | None, *, since: float | None = None, way_out: Sequence[str] | None = None,
+                 way_out_said: str | None = None) -> list[Effect]:
     """The one notification that `name` is held fatal, with its last exit and the last lines of its output.
-    Once per crash loop: the loop's first failed start is when it began."""
-    if not may_notify(curr, "process-fatal", name, 0, streak[0].ts):
+    Once per crash loop: the loop's first failed start is when it began (`since`: held again after
+    its on_crash_loop, once after the start that followed it). `way_out`: the on_crash_loop argv about
+    to run; `way_out_said`: how it ended, when the start after it died too."""
+    if not may_notify(curr, "process-fatal", name, 0, streak[0].ts if since is None else since):
         return []
     tail = ended.tail.splitlines()[-FATAL_TAIL_LINES:] if ended is not None else []
     words = exit_words(ended)
+    if way_out is not None:
+        held = f"running its on_crash_loop ({' '.join(way_out)}) once, then one more start"
+    elif way_out_said is not None:
+        held = (f"its on_crash_loop ran ({way_out_said}) and the start after it died too: held down until an "
+                "operator starts it")
+    else:
+        held = "held down until an operator starts it"
     message = (f"{name} died within min_uptime_s ({limits.min_uptime_s:g} s) of each of its last {len(streak)} "
-               f"starts (max_restarts {limits.max_restarts} within {limits.restart_window_s:g} s): held down "
-               f"until an operator starts it" + (f"; last {words}" if words else ""))
+               f"starts (max_restarts {limits.max_restarts} within {limits.restart_window_s:g} s): {held}"
+               + (f"; last {words}" if words else ""))
     if tail:
         message += ". Its last output:\n" + "\n".join(tail)
+    extra = {"on_crash_loop": list(way_out)} if way_out is not None else (
+        {"on_crash_loop_said": way_out_said} if way_out_said is not None else {})
     return [notify(curr, "process-fatal", name, f"{name} is crash-looping: held fatal", message,
                    code=ended.code if ended else None, signal=ended.signal if ended else None, output=tail,
                    starts=len(streak), reason=f"{len(streak)} starts died within {limits.min_uptime_s:g} s"
-                   + (f"; last {words}" if words else ""))]
+                   + (f"; last {words}" if words else ""), **extra)]
 
 
 def removed_stops(curr: Snapshot, configured: set[str]) -> list[Effect]:
