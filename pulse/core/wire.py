@@ -328,6 +328,8 @@ class KnownGood(msgspec.Struct, kw_only=True):
     restore_ended_at: float | None = None
     restored: list[str] = msgspec.field(default_factory=list)    # the files it wrote back
     restore_summary: str | None = None  # its diff summary, or why it failed
+    restore_undone: str | None = None   # its unified diff (bounded): what it undid
+    restore_kept: dict[str, str] = msgspec.field(default_factory=dict)   # path → where what it replaced is kept
     restarted: bool = False             # a restart of the process was committed after it ended
 
 

@@ -288,7 +288,8 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          allow=allow_configured_process, resource="process:{target}", ack_verifies=True),
     Kind("restore-config", "Writes the known-good copies named in `files` back over a [[process]]'s "
          "`config` files (only those, all read from objects/ before any is written), each atomically; "
-         "what each replaces is kept in objects/ first (`broken` in the ack, beside its `diff`). A file "
+         "what each replaces is kept in objects/ first (`broken` in the ack, and `kept`, its path, beside "
+         "its `diff` summary and `undone`, a bounded unified diff of what it undid). A file "
          "already holding its known-good content is left alone. processWatchdog restarts the process "
          "after it.",
          RestoreConfigParams, configfiles.run_restore, False, "a configured [[process]] with `config` files",

@@ -425,6 +425,14 @@ RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says i
 }
 
 
+def kept_words(known) -> str:
+    """Where the versions a restore replaced are kept (in objects/, by content: never beside the file,
+    where a program that reads every file of its directory would read it too)."""
+    if not known.restore_kept:
+        return "What was there is kept in objects/ (`pulsectl process config` names it)."
+    return "What was there is kept: " + "; ".join(f"{path} as {copy}" for path, copy in sorted(known.restore_kept.items())) + "."
+
+
 def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Effect], bool]:
     """processWatchdog's part after a restore-config of `proc`: (effects, whether the rest of the rule
     may act on it now). While the restore runs: nothing (the restart would start what it replaces).
@@ -441,9 +449,10 @@ def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Eff
         notice = [] if told else [notify(
             curr, "config-rollback", name, f"{name}: config restored to its known-good copy",
             f"{', '.join(known.restored)}: {RESTORED_BECAUSE.get(known.restore_why or '', 'restored')}; written back "
-            f"as kept known good at {clock.iso(known.kept_at or 0, ms=False)} (what was there is kept in objects/), "
-            f"restarting {name}.\n{known.restore_summary or ''}".rstrip(),
-            diff=known.restore_summary, files=known.restored, why=known.restore_why)]
+            f"as kept known good at {clock.iso(known.kept_at or 0, ms=False)}, restarting {name}. "
+            f"{kept_words(known)}\n{known.restore_undone or known.restore_summary or ''}".rstrip(),
+            diff=known.restore_undone or known.restore_summary, summary=known.restore_summary, files=known.restored,
+            kept=known.restore_kept, why=known.restore_why)]
         return effects + [restart, *notice], False
     if knowngood.restore_failed(known) and not told:
         effects = effects + [notify(curr, "config-rollback", name, f"{name}: its config could not be restored",
