@@ -242,3 +242,18 @@ def test_on_crash_loop_is_checked_and_named():
         "restart = ['a']\non_crash_loop = []")
     assert "needs a restart argv and max_restarts above 0" in check("on_crash_loop = ['x']")
     assert "needs a restart argv and max_restarts above 0" in check("restart = ['a']\nmax_restarts = 0\non_crash_loop = ['x']")
+
+
+def test_a_death_its_keeper_recorded_after_the_start_is_answered_without_waiting_for_a_sample():
+    from pulse.core.states import EffectState
+    from pulse.core.wire import Outcome
+    # started (pid 777) and acked at 110; it died at 111; the watcher's last look (105) predates the start
+    runs = ProcessRuns(starts=[start(110, pid=777)], exits=[ProcessExit(pid=777, ts=111.0, code=1)])
+    acked = {"gw": [Outcome("r", "restart-process", EffectState.ACKED, 110.0)]}
+    effects, _ = watchdog(snapshot(111.2, runs, 105.0, outcomes=acked, exits={"gw": runs.exits[-1]}))
+    assert [(e.kind, e.params["why"], e.params["attempt"], e.params["pid"]) for e in effects] \
+        == [("restart-process", "dead", 2, 777)]
+    # a clean exit (a launcher's) or another pid's (the restart's stop of the old copy) is no such death
+    for ended in (ProcessExit(pid=777, ts=111.0, code=0), ProcessExit(pid=600, ts=111.0, code=1)):
+        assert watchdog(snapshot(111.2, ProcessRuns(starts=runs.starts, exits=[ended]), 105.0, outcomes=acked,
+                                 exits={"gw": ended}))[0] == []

@@ -217,12 +217,13 @@ def process_watchdog(config: TickConfig):
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
             started_pid = runs.starts[-1].pid if runs is not None and runs.starts else 0
-            if vital is not None and (not vital.data.get("alive", True)
+            known = fresh_exit(curr.exits.get(name), last, started_pid)
+            if vital is not None and (known is not None or not vital.data.get("alive", True)
                                       or outlived(vital, curr.exits.get(name), last, started_pid)):
-                if looked_at(vital) <= last:
+                if known is None and looked_at(vital) <= last:
                     continue   # this death was seen before the last restart ended: wait for a fresh sample
-                died = vital.data.get("dead_since") or vital.ts
-                ended = exit_of(curr.exits.get(name), vital.data.get("last_pid"), last)
+                died = known.ts if known is not None else vital.data.get("dead_since") or vital.ts
+                ended = known or exit_of(curr.exits.get(name), vital.data.get("last_pid"), last)
                 if ended is None and (proc.restart_exit_codes or proc.stop_exit_codes) and curr.ts < died + EXIT_FACT_WAIT_S:
                     tick_ms = sooner(tick_ms, int((died + EXIT_FACT_WAIT_S - curr.ts) * 1000) + 1)
                     continue
@@ -559,6 +560,16 @@ def outlived(vital: Vital, ended: ProcessExit | None, since: float, started_pid:
     started = vital.data.get("since")
     return (vital.data.get("pid") != ended.pid and isinstance(started, (int, float))
             and started < ended.ts)
+
+
+def fresh_exit(ended: ProcessExit | None, since: float, started_pid: int) -> ProcessExit | None:
+    """The keeper's record of the death of the process the last restart started (`started_pid`),
+    after that restart ended: as sure a death as a fresh sample, which may be a watcher interval
+    away (the watcher learns a new pid at its next scan), so none is waited for. A clean exit
+    (code 0, no signal) is none: a launcher's, whose server lives on."""
+    if ended is None or not started_pid or ended.pid != started_pid or ended.ts <= since:
+        return None
+    return None if ended.code == 0 and ended.signal is None else ended
 
 
 def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:
