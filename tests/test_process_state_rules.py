@@ -257,3 +257,10 @@ def test_a_death_its_keeper_recorded_after_the_start_is_answered_without_waiting
     for ended in (ProcessExit(pid=777, ts=111.0, code=0), ProcessExit(pid=600, ts=111.0, code=1)):
         assert watchdog(snapshot(111.2, ProcessRuns(starts=runs.starts, exits=[ended]), 105.0, outcomes=acked,
                                  exits={"gw": ended}))[0] == []
+    # status says it too, though the watcher's last sample still saw pid 777 alive
+    seen_alive = Vital(key="process-alive:gw", ts=110.5, data={"alive": True, "pid": 777, "since": 109.9,
+                                                               "looked_at": 110.5})
+    curr = Snapshot(tick=1, ts=111.2, vitals={seen_alive.key: seen_alive}, runs={"gw": runs}, outcomes=acked,
+                    exits={"gw": runs.exits[-1]})
+    view = guardview.process_view(curr, PROC, Survival())
+    assert view.state == "starting" and view.why.startswith("dead; being restarted"), view

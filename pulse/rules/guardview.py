@@ -96,6 +96,9 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
     ended = curr.exits.get(name)
     limits = survival.crash_limits(proc, s)
     last_restart = max((o.ts for o in curr.outcomes.get(name, ()) if o.kind == "restart-process"), default=0.0)
+    started_pid = runs.starts[-1].pid if runs is not None and runs.starts else 0
+    if (known := survival.fresh_exit(ended, last_restart, started_pid)) is not None:
+        alive, started, died = False, None, known.ts     # its keeper saw it die before the watcher looked again
     health, failing, healthy = health_view(curr, proc, last_restart)
     words = survival.exit_words(ended)
     streak = survival.crash_loop(curr, proc, died, limits) if alive is False else []
