@@ -57,12 +57,11 @@ def start_pulsed(home: Path, tracker: Tracker, env: dict) -> subprocess.Popen:
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     tracker.add_root(proc)
-    paths = Paths.for_client(home)
     from pulse.core import client
 
     def running():
-        try:
-            status = client.request(paths, wire.GetStatus(), 1.0).status
+        try:      # the paths each time: the runtime directory is recorded in the home once pulsed made it
+            status = client.request(Paths.for_client(home), wire.GetStatus(), 1.0).status
         except client.Unreachable:
             return None
         return status if all(w.state == "running" for w in status.workers) else None
@@ -78,11 +77,11 @@ def markers(path: Path) -> list[tuple[int, float]]:
     return [(int(p), float(t)) for p, t in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
-def vital_pid(vitals_db: Path) -> int | None:
+def vital_pid(vitals_db: Path, name: str = VICTIM_TAG) -> int | None:
     try:
         conn = sqlite3.connect(f"file:{vitals_db}?mode=ro", uri=True)
         row = conn.execute("SELECT data FROM vitals WHERE key = ? ORDER BY ts DESC LIMIT 1",
-                           (f"process-alive:{VICTIM_TAG}",)).fetchone()
+                           (f"process-alive:{name}",)).fetchone()
         conn.close()
     except sqlite3.Error:
         return None
