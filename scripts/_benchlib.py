@@ -146,6 +146,28 @@ class Tracker:
         return killed
 
 
+# -- throwaway installs of the peers ----------------------------------------------------------------
+
+def run_install(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> None:
+    """Run an installer (venv, pip, npm); RuntimeError with its last lines if it fails or overruns."""
+    try:
+        out = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"`{' '.join(argv[-3:])}` took longer than {timeout}s") from None
+    if out.returncode != 0:
+        tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(f"`{' '.join(argv[-3:])}` failed (exit {out.returncode}):\n{tail}")
+
+
+def pip_venv(venv, requirement: str, env: dict[str, str] | None = None):
+    """A fresh venv at `venv` with `requirement` (pinned) installed by pip; returns its path."""
+    log(f"python -m venv {venv} + pip install {requirement}")
+    run_install([sys.executable, "-m", "venv", str(venv)], 180, env)
+    run_install([os.path.join(str(venv), "bin", "python"), "-m", "pip", "install", "-q",
+                 "--disable-pip-version-check", requirement], 900, env)
+    return venv
+
+
 # -- /proc readers ---------------------------------------------------------------------------------
 
 def schedstat(pid: int) -> dict:

@@ -77,11 +77,11 @@ def markers(path: Path) -> list[tuple[int, float]]:
     return [(int(p), float(t)) for p, t in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
-def vital_pid(vitals_db: Path) -> int | None:
+def vital_pid(vitals_db: Path, name: str = VICTIM_TAG) -> int | None:
     try:
         conn = sqlite3.connect(f"file:{vitals_db}?mode=ro", uri=True)
         row = conn.execute("SELECT data FROM vitals WHERE key = ? ORDER BY ts DESC LIMIT 1",
-                           (f"process-alive:{VICTIM_TAG}",)).fetchone()
+                           (f"process-alive:{name}",)).fetchone()
         conn.close()
     except sqlite3.Error:
         return None

@@ -49,6 +49,7 @@ from _benchlib import (  # noqa: E402
     die_with_us,
     fmt,
     log,
+    pip_venv,
     rss_by_mapping,
     schedstat,
     smaps_rollup,
@@ -567,20 +568,7 @@ class Bench:
     # 6. peers ----------------------------------------------------------------------------------
 
     def make_venv(self, name: str, requirement: str) -> Path:
-        venv = self.root / f"venv-{name}"
-        log(f"{name}: python -m venv + pip install {requirement}")
-        for argv, timeout in (([sys.executable, "-m", "venv", str(venv)], 180),
-                              ([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                                "--disable-pip-version-check", requirement], 900)):
-            try:
-                out = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                     timeout=timeout, env=clean_env())
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"`{' '.join(argv[-3:])}` took longer than {timeout}s") from None
-            if out.returncode != 0:
-                tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-8:])
-                raise RuntimeError(f"`{' '.join(argv[-3:])}` failed (exit {out.returncode}):\n{tail}")
-        return venv
+        return pip_venv(self.root / f"venv-{name}", requirement, clean_env())
 
     def bench_peers(self) -> None:
         self.results["peers"] = {}

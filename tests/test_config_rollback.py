@@ -148,10 +148,13 @@ def test_an_edit_that_breaks_the_process_is_undone_once_and_the_broken_copy_kept
     assert rig.app.read_bytes() == GOOD
     assert rig.extra.read_bytes() == b'{"port": 1, "note": "added after the known good"}'
 
-    # Told, with a diff summary.
+    # Told, with what it undid as a unified diff and where the operator's version is kept.
     (told,) = wait_for(lambda: notifications(rig.told, "config-rollback"), 10, what="the notification")
-    assert f'{rig.app}: -1 +1 lines\n-  "port": "18789",\n+  "port": 18789,' in told["message"]
-    assert told["diff"] == entry["diff"]
+    assert f'--- {rig.app} (as it was: undone)\n+++ {rig.app} (known good: restored)' in told["message"]
+    assert '-  "port": "18789",\n+  "port": 18789,' in told["message"]
+    assert told["diff"] == entry["undone"] and told["summary"] == entry["diff"]
+    assert f"What was there is kept: {rig.app} as {entry['kept']}." in told["message"]
+    assert open(entry["kept"], "rb").read() == BROKEN
 
     # Healthy again, and it stays so: no second restore, no more restarts. Healthy on app.json and
     # extra.json for config_good_after_s, both are known good now.
@@ -190,7 +193,7 @@ def test_an_edit_that_breaks_the_process_is_undone_once_and_the_broken_copy_kept
     assert shown.returncode == 0, shown.stderr
     assert "known good kept by survival" in shown.stdout
     assert f"{rig.app}: known good" in shown.stdout and f"{rig.extra}: known good" in shown.stdout
-    assert "last restore:" in shown.stdout and entry["broken"] in shown.stdout
+    assert "last restore:" in shown.stdout and entry["kept"] in shown.stdout
 
 
 def test_a_file_never_kept_is_never_restored_however_the_process_fares(pulsed, tmp_path):

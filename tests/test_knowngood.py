@@ -235,6 +235,14 @@ def test_a_restore_is_waited_for_then_followed_by_a_restart_and_one_notification
     assert told["rule"] == "config-rollback" and told["diff"] == done.restore_summary and told["files"] == [APP]
     assert "-1 +1 lines" in told["message"] and "kept in objects/" in told["message"]
     assert told["message"].startswith(f"{APP}: changed, and the process crash-looped on it; written back as kept")
+    # With what it undid (a unified diff) and where the operator's version is kept: both said
+    undone = f"--- {APP} (as it was: undone)\n+++ {APP} (known good: restored)\n@@ -1 +1 @@\n-{{\n+{{\"port\": 1}}"
+    kept = {APP: "/home/pulse/objects/ab/cdef"}
+    telling = msgspec.structs.replace(done, restore_undone=undone, restore_kept=kept)
+    told = run(crash_loop(known_good={"gw": telling}))[1].params
+    assert told["diff"] == undone and told["summary"] == done.restore_summary and told["kept"] == kept
+    assert f"What was there is kept: {APP} as /home/pulse/objects/ab/cdef." in told["message"]
+    assert told["message"].endswith(undone)
     # Told already, and the restart committed: nothing more, however the process fares.
     restarted = msgspec.structs.replace(done, restarted=True)
     assert kinds(run(crash_loop(known_good={"gw": restarted}, notified={"config-rollback:gw": 962.0}))) \
@@ -302,8 +310,9 @@ def test_the_record_is_folded_from_the_effects_events():
     configfiles.fold(book, event("effect", 20.5, id="r", kind="restart-process", params={}))
     assert not book["gw"].restarted                  # committed while the restore ran: not its restart
     configfiles.fold(book, event("effect-acked", 21.0, effect_id="x", kind="restore-config", restored=[APP],
-                                 diff="d", files=[]))
+                                 diff="d", files=[], undone="u", kept={APP: "/k"}))
     assert (book["gw"].restore_state, book["gw"].restored, book["gw"].restore_summary) == ("acked", [APP], "d")
+    assert (book["gw"].restore_undone, book["gw"].restore_kept) == ("u", {APP: "/k"})
     assert seen.restore_state is None                # a snapshot's record is never changed under it
     configfiles.fold(book, event("effect", 22.0, id="r2", kind="restart-process", params={}))
     assert book["gw"].restarted
@@ -352,6 +361,13 @@ def test_restore_config_writes_the_copies_back_keeping_what_it_replaces(tmp_path
     (entry,) = done["files"]
     assert objects.get(ctx.objects, entry["broken"]) == b'{\n  "port": "oops",\n  "name": "gw"\n}\n'
     assert entry["diff"] == f'{app}: -1 +1 lines\n-  "port": "oops",\n+  "port": 1,'
+    # what it undid, as a unified diff, and where the operator's version is kept: a file they can open
+    assert entry["undone"].splitlines() == [f"--- {app} (as it was: undone)", f"+++ {app} (known good: restored)",
+                                            "@@ -1,4 +1,4 @@", " {", '-  "port": "oops",', '+  "port": 1,',
+                                            '   "name": "gw"', " }"]
+    assert entry["kept"] == str(objects.path_of(ctx.objects, entry["broken"]))
+    assert open(entry["kept"], "rb").read() == b'{\n  "port": "oops",\n  "name": "gw"\n}\n'
+    assert done["undone"] == entry["undone"] and done["kept"] == {str(app): entry["kept"]}
     assert done["restored"] == [str(app)] and done["diff"] == entry["diff"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".app.json.pulse-")]   # no temporary left
     again = configfiles.run_restore(Effect(kind="restore-config", target="gw", params={"files": {str(app): good}}), ctx)
@@ -386,6 +402,21 @@ def test_restore_config_replaces_a_symlinks_target_and_recreates_a_deleted_file_
     assert stat.S_IMODE(os.stat(gone).st_mode) == 0o600
     assert [f.get("broken") is None for f in done["files"]] == [False, True]
     assert "was missing" in done["diff"]
+
+
+def test_what_a_restore_undid_is_a_unified_diff_bounded_in_lines_and_bytes():
+    before = "\n".join(f"line {i}" for i in range(200)).encode()
+    after = "\n".join(f"LINE {i}" if i % 2 else f"line {i}" for i in range(200)).encode()
+    undone = configfiles.undone_diff("/x", before, after)
+    lines = undone.splitlines()
+    assert lines[:3] == ["--- /x (as it was: undone)", "+++ /x (known good: restored)", "@@ -1,200 +1,200 @@"]
+    assert len(lines) == configfiles.UNDONE_LINES + 1 and lines[-1].endswith("more diff lines left out")
+    wide = configfiles.undone_diff("/x", b"\n".join([b"a" * 100] * 200), b"\n".join([b"b" * 100] * 200))
+    assert len(wide.encode()) <= configfiles.UNDONE_BYTES + 100 and wide.splitlines()[-1].endswith("left out")
+    assert all(len(line) <= configfiles.DIFF_LINE_CHARS for line in
+               configfiles.undone_diff("/x", b"a" * 500, b"b" * 500).splitlines())
+    assert configfiles.undone_diff("/x", None, b"good") == "/x: was missing; the known-good copy was written back (4 bytes)"
+    assert "binary" in configfiles.undone_diff("/x", b"\xff\x00", b"ok")
 
 
 def test_the_diff_summary_is_a_few_short_lines():

@@ -184,3 +184,83 @@ def test_the_fleet_counts_a_frozen_process_as_not_healthy():
                  {"name": "c", "alive": True}]          # c: from a Pulse older than process states
     row = host_row({"processes": processes, "at": 100.0}, 101.0, True)
     assert (row["processes_healthy"], row["processes_total"]) == (2, 3)
+
+
+# -- a way out of a crash loop (on_crash_loop) ---------------------------------------------------------
+
+WAY_OUT = Process(name="gw", match="gw", restart=["gw"], min_uptime_s=10, max_restarts=3, restart_window_s=300,
+                  restart_backoff=Backoff(base_s=1, max_s=8), on_crash_loop=["clear-session"])
+HELD = [start(100), start(105), start(112)]
+HELD_EXITS = exits((100, 103.0), (105, 108.0), (112, 115.0))
+
+
+def test_held_fatal_runs_on_crash_loop_once_then_one_more_start_then_holds_again():
+    held = ProcessRuns(starts=HELD, exits=HELD_EXITS)
+    effects, _ = watchdog(snapshot(116, held, 115.0), WAY_OUT)
+    assert [e.kind for e in effects] == ["on-crash-loop", "notify"]
+    assert "running its on_crash_loop (clear-session) once" in effects[1].params["message"]
+    told = {"process-fatal:gw": 116.0}
+    running = ProcessRuns(starts=HELD, exits=HELD_EXITS, way_out_at=116.0)
+    assert watchdog(snapshot(117, running, 115.0, notified=told), WAY_OUT)[0] == []        # it runs: wait
+    assert "its on_crash_loop runs" in guardview.process_view(snapshot(117, running, 115.0, notified=told),
+                                                              WAY_OUT, Survival()).why
+    done = ProcessRuns(starts=HELD, exits=HELD_EXITS, way_out_at=116.0, way_out_ended=118.0,
+                       way_out_said="exit code 0: cleared")
+    effects, _ = watchdog(snapshot(118.1, done, 115.0, notified=told), WAY_OUT)
+    assert [(e.kind, e.params["why"], e.params["attempt"]) for e in effects] == [("restart-process", "on-crash-loop", 4)]
+    # that start dies too: held again, said again (with what the argv said), and never a second run
+    again = ProcessRuns(starts=[*HELD, start(119, why="on-crash-loop")], exits=[*HELD_EXITS, *exits((119, 121.0))],
+                        way_out_at=116.0, way_out_ended=118.0, way_out_said="exit code 0: cleared")
+    effects, _ = watchdog(snapshot(121.5, again, 121.0, notified=told), WAY_OUT)
+    assert [e.kind for e in effects] == ["notify"]
+    assert "its on_crash_loop ran (exit code 0: cleared) and the start after it died too" in effects[0].params["message"]
+    for now in (125, 5000):                       # held, however long: until an operator starts it
+        assert watchdog(snapshot(now, again, 121.0, notified={"process-fatal:gw": 121.6}), WAY_OUT)[0] == []
+    # an operator's start, and a new crash loop after it: the way out is tried again
+    operator = ProcessRuns(starts=[*again.starts, start(200, origin="operator"), start(205), start(212), start(219)],
+                           exits=[*again.exits, *exits((200, 203.0), (205, 208.0), (212, 215.0), (219, 222.0))],
+                           operator_at=200, way_out_at=116.0, way_out_ended=118.0)
+    effects, _ = watchdog(snapshot(223, operator, 222.0, notified={"process-fatal:gw": 121.6}), WAY_OUT)
+    assert [e.kind for e in effects] == ["on-crash-loop", "notify"]
+
+
+def test_a_start_after_on_crash_loop_that_runs_ends_the_loop_and_a_later_loop_may_use_it_again():
+    starts = [*HELD, start(119, why="on-crash-loop"), start(900), start(905)]
+    runs = ProcessRuns(starts=starts, exits=[*HELD_EXITS, *exits((119, 800.0), (900, 903.0), (905, 908.0))],
+                       way_out_at=116.0, way_out_ended=118.0)
+    curr = snapshot(909, runs, 908.0, notified={"process-fatal:gw": 116.0})
+    assert processstate.way_out(runs.starts, survival.crash_loop(curr, WAY_OUT, 908.0, LIMITS), 116.0, 118.0, 0.0) \
+        == "run"
+
+
+def test_on_crash_loop_is_checked_and_named():
+    def check(body: str) -> str:
+        with pytest.raises(configmod.ConfigError) as err:
+            configmod.validate(configmod.decode(f"[[process]]\nname='a'\nmatch='a'\n{body}\n", "config.toml"), "config.toml")
+        return str(err.value)
+    assert "$.process[0].on_crash_loop: an argv list needs at least the program" in check(
+        "restart = ['a']\non_crash_loop = []")
+    assert "needs a restart argv and max_restarts above 0" in check("on_crash_loop = ['x']")
+    assert "needs a restart argv and max_restarts above 0" in check("restart = ['a']\nmax_restarts = 0\non_crash_loop = ['x']")
+
+
+def test_a_death_its_keeper_recorded_after_the_start_is_answered_without_waiting_for_a_sample():
+    from pulse.core.states import EffectState
+    from pulse.core.wire import Outcome
+    # started (pid 777) and acked at 110; it died at 111; the watcher's last look (105) predates the start
+    runs = ProcessRuns(starts=[start(110, pid=777)], exits=[ProcessExit(pid=777, ts=111.0, code=1)])
+    acked = {"gw": [Outcome("r", "restart-process", EffectState.ACKED, 110.0)]}
+    effects, _ = watchdog(snapshot(111.2, runs, 105.0, outcomes=acked, exits={"gw": runs.exits[-1]}))
+    assert [(e.kind, e.params["why"], e.params["attempt"], e.params["pid"]) for e in effects] \
+        == [("restart-process", "dead", 2, 777)]
+    # a clean exit (a launcher's) or another pid's (the restart's stop of the old copy) is no such death
+    for ended in (ProcessExit(pid=777, ts=111.0, code=0), ProcessExit(pid=600, ts=111.0, code=1)):
+        assert watchdog(snapshot(111.2, ProcessRuns(starts=runs.starts, exits=[ended]), 105.0, outcomes=acked,
+                                 exits={"gw": ended}))[0] == []
+    # status says it too, though the watcher's last sample still saw pid 777 alive
+    seen_alive = Vital(key="process-alive:gw", ts=110.5, data={"alive": True, "pid": 777, "since": 109.9,
+                                                               "looked_at": 110.5})
+    curr = Snapshot(tick=1, ts=111.2, vitals={seen_alive.key: seen_alive}, runs={"gw": runs}, outcomes=acked,
+                    exits={"gw": runs.exits[-1]})
+    view = guardview.process_view(curr, PROC, Survival())
+    assert view.state == "starting" and view.why.startswith("dead; being restarted"), view

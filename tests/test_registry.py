@@ -16,7 +16,7 @@ from support import init_home, wait_for
 
 BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
             "rotate-file", "trim-dir", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config",
-            "stop-process",
+            "stop-process", "on-crash-loop",
             "restore-config"}
 
 

@@ -117,7 +117,8 @@ def show(proc, known, restores, objects_root, as_json: bool) -> None:
         click.echo(f"last restore: {when(last.ts)}, {outcome}" + (f": {last.data['error']}" if last.data.get("error") else ""))
         for f in last.data.get("files") or []:
             if f.get("restored"):
-                replaced = f"what it replaced is kept as {f['broken']}" if f.get("broken") else "it was missing"
+                replaced = (f"what it replaced is kept as {f.get('kept') or f['broken']}" if f.get("broken")
+                            else "it was missing")
                 click.echo(f"  {f['path']}: written back; {replaced}")
 
 

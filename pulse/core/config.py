@@ -166,6 +166,10 @@ class Process(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_restarts: int = 5
     restart_window_s: float = 300
     restart_backoff: Backoff | None = None    # unset: [survival] process_backoff_base_s / _max_s (1 / 300)
+    # A way out of a crash loop that restarting cannot end (a stuck session resumed at every start):
+    # once held fatal, this argv runs once (as `user`, in `cwd`, with `env`), its outcome recorded,
+    # then the process gets one more start; failing that too, it is held until an operator starts it.
+    on_crash_loop: list[str] | None = None
     # Taken out of config.toml: a reload stops it (as a restart stops it: its whole tree) unless this
     # is true, when it is left running, no longer watched.
     keep_on_remove: bool = False
@@ -955,6 +959,12 @@ def validate(config: Config, origin: str) -> Config:
             validate_memory(proc, f"{where}.memory")
         if proc.stop is not None and not proc.stop:
             raise ConfigError(f"{where}.stop: an argv list needs at least the program")
+        if proc.on_crash_loop is not None:
+            if not proc.on_crash_loop or not proc.on_crash_loop[0]:
+                raise ConfigError(f"{where}.on_crash_loop: an argv list needs at least the program")
+            if not proc.restart or proc.max_restarts == 0:
+                raise ConfigError(f"{where}.on_crash_loop: runs when the process is held fatal, which needs a "
+                                  "restart argv and max_restarts above 0")
         if proc.stop_timeout_s <= 0 or proc.start_grace_s < 0:
             raise ConfigError(f"{where}: stop_timeout_s must be greater than 0 and start_grace_s at least 0")
         if proc.min_uptime_s < 0 or not 0 <= proc.max_restarts <= MAX_RESTARTS or proc.restart_window_s <= 0:
@@ -1452,6 +1462,8 @@ def default_toml() -> str:
         "#                                        # process_backoff_base_s / _max_s); unhealthy restarts back off too",
         "# max_restarts = 5                        # this many failed starts within restart_window_s: held `fatal`,",
         "# restart_window_s = 300.0                # notified once with its last output, until an operator starts it",
+        '# on_crash_loop = ["/usr/local/bin/clear-stuck-session"]   # held fatal: run once (as user, in cwd),',
+        "#                                        # then one more start; failing too, held until an operator starts it",
         "# keep_on_remove = false                 # taken out of this file: a reload stops it; true: left running",
         "# memory = { max_mb = 4096, for_samples = 3, growth_mb_per_h = 500, growth_window_s = 600 }",
         "#                                        # its tree's RSS: restarted after 3 samples above max_mb,",

@@ -345,6 +345,9 @@ class ProcessRuns(msgspec.Struct, kw_only=True):
     restarts: int = 0                   # every restart-process of it that ended
     stopped: bool = False               # an operator stopped it and has not started it since
     operator_at: float = 0.0            # an operator's last stop, start or restart: a crash loop counts from here
+    way_out_at: float = 0.0             # its last on-crash-loop effect: when committed ...
+    way_out_ended: float = 0.0          # ... when it ended (0: not yet) ...
+    way_out_said: str | None = None     # ... and how, in words ("exit code 0: cleared 1 session")
 
 
 class KnownGood(msgspec.Struct, kw_only=True):
@@ -360,6 +363,8 @@ class KnownGood(msgspec.Struct, kw_only=True):
     restore_ended_at: float | None = None
     restored: list[str] = msgspec.field(default_factory=list)    # the files it wrote back
     restore_summary: str | None = None  # its diff summary, or why it failed
+    restore_undone: str | None = None   # its unified diff (bounded): what it undid
+    restore_kept: dict[str, str] = msgspec.field(default_factory=dict)   # path → where what it replaced is kept
     restarted: bool = False             # a restart of the process was committed after it ended
 
 
@@ -620,6 +625,7 @@ class ProcessAction(enum.StrEnum):
 
 
 STOP_PROCESS = "stop-process"     # the effect kind that stops a [[process]] (pulse.effects.kinds.run_stop)
+ON_CRASH_LOOP = "on-crash-loop"   # the effect kind that runs a [[process]]'s on_crash_loop argv (kinds.run_on_crash_loop)
 
 
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).

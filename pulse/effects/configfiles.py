@@ -44,6 +44,8 @@ RESTORE = "restore-config"
 RESTART = "restart-process"     # a restart after a restore is the one that follows it
 DIFF_LINES = 6                  # changed lines a diff summary shows per file ...
 DIFF_LINE_CHARS = 120           # ... each cut to this (a config may be one long line of JSON)
+UNDONE_LINES = 40               # a restore's unified diff (what it undid), per file, at most this many lines ...
+UNDONE_BYTES = 4096             # ... and this many bytes: it goes out in a notification
 NEW_FILE_MODE = 0o600           # a restored file that no longer existed: it may hold secrets
 
 
@@ -156,6 +158,31 @@ def diff_summary(path: str, before: bytes | None, after: bytes, lines: int = DIF
     return "\n".join([f"{path}: -{removed} +{len(changed) - removed} lines", *shown, *more])
 
 
+def undone_diff(path: str, operators: bytes | None, good: bytes, lines: int = UNDONE_LINES,
+                max_bytes: int = UNDONE_BYTES) -> str:
+    """What a restore undid, as a unified diff (3 lines of context) from the file as the operator left
+    it to the known-good copy written back, cut to `lines` lines and `max_bytes` bytes (each line to
+    DIFF_LINE_CHARS), with a last line saying how much was left out."""
+    if operators is None:
+        return f"{path}: was missing; the known-good copy was written back ({len(good)} bytes)"
+    try:
+        old, new = operators.decode().splitlines(), good.decode().splitlines()
+    except UnicodeDecodeError:
+        return f"{path}: binary, {len(operators)} bytes → {len(good)} bytes (no text diff)"
+    diff = list(difflib.unified_diff(old, new, f"{path} (as it was: undone)", f"{path} (known good: restored)",
+                                     lineterm=""))
+    shown, size = [], 0
+    for line in diff[:lines]:
+        line = line if len(line) <= DIFF_LINE_CHARS else line[:DIFF_LINE_CHARS - 1] + "…"
+        if size + len(line.encode()) + 1 > max_bytes:
+            break
+        shown.append(line)
+        size += len(line.encode()) + 1
+    if len(shown) < len(diff):
+        shown.append(f"… {len(diff) - len(shown)} more diff lines left out")
+    return "\n".join(shown)
+
+
 # -- the kinds -------------------------------------------------------------------------------------------
 
 def run_keep(effect: Effect, ctx: EffectContext) -> dict:
@@ -204,7 +231,9 @@ def run_restore(effect: Effect, ctx: EffectContext) -> dict:
             raise
     restored = [f for f in done if f["restored"]]
     return {"files": done, "restored": [f["path"] for f in restored],
-            "diff": "\n".join(f["diff"] for f in restored) or "every file already had its known-good content"}
+            "diff": "\n".join(f["diff"] for f in restored) or "every file already had its known-good content",
+            "undone": "\n".join(f["undone"] for f in restored),
+            "kept": {f["path"]: f["kept"] for f in restored if f.get("kept")}}
 
 
 def restore_one(path: str, data: bytes, good_ref: str, root: Path) -> dict:
@@ -218,7 +247,8 @@ def restore_one(path: str, data: bytes, good_ref: str, root: Path) -> dict:
     except OSError as err:
         raise os_failure(f"restoring {path}", err) from None
     return {"path": path, "good": good_ref, "broken": broken, "restored": True,
-            "diff": diff_summary(path, current, data)}
+            "kept": str(objects.path_of(root, broken)) if broken else None,
+            "diff": diff_summary(path, current, data), "undone": undone_diff(path, current, data)}
 
 
 # -- the known-good record, folded from events -----------------------------------------------------------
@@ -238,7 +268,8 @@ def fold(book: dict[str, KnownGood], ev: Event) -> None:
         if kind == RESTORE:
             book[target] = replace(record, restore_id=ev.data.get("id"), restore_at=ev.ts,
                                    restore_why=(ev.data.get("params") or {}).get("why"), restore_state=None,
-                                   restore_ended_at=None, restored=[], restore_summary=None, restarted=False)
+                                   restore_ended_at=None, restored=[], restore_summary=None, restarted=False,
+                                   restore_undone=None, restore_kept={})
         elif kind == RESTART and record.restore_ended_at is not None and not record.restarted:
             book[target] = replace(record, restarted=True)
         return
@@ -253,7 +284,9 @@ def fold(book: dict[str, KnownGood], ev: Event) -> None:
         book[target] = replace(record, restore_state=state, restore_ended_at=ev.ts,
                                restored=list(ev.data.get("restored") or []),
                                restore_summary=ev.data.get("diff") if state == EffectState.ACKED
-                               else ev.data.get("error") or ev.data.get("reason"))
+                               else ev.data.get("error") or ev.data.get("reason"),
+                               restore_undone=ev.data.get("undone") if state == EffectState.ACKED else None,
+                               restore_kept=dict(ev.data.get("kept") or {}))
 
 
 def known_good_of(conn: sqlite3.Connection, process: str) -> tuple[KnownGood, list[Event]]:

@@ -61,7 +61,7 @@ from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire import Effect, ProcessAction
-from pulse.effects import keepers
+from pulse.effects import keeper, keepers
 from pulse.store import objects
 
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
@@ -167,6 +167,7 @@ def _kill_group(pgid: int) -> None:
 def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = None, cwd: str | None = None,
                 stdin_data: bytes | None = None, timeout_s: float | None = None,
                 stderr: bytearray | None = None, account: tuple[int, int] | None = None,
+                extra_groups: Sequence[int] = (),
                 preexec: Callable[[], None] | None = None) -> tuple[int | None, bytes, bool]:
     """Run argv in its own process group; (exit code or None, output, timed out).
 
@@ -174,7 +175,7 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     that, apart, bounded like the output (an agent's adapter reads the two apart: the result
     on stdout, the CLI's own complaint on stderr).
 
-    `account` (uid, gid): the child runs as that account, with no supplementary groups (an
+    `account` (uid, gid): the child runs as that account, with `extra_groups` only (none for an
     [[agent]] with `user`); switching needs root or CAP_SETUID and CAP_SETGID.
 
     `preexec`: run in the child before it execs, after the switch (an agent run joins its cgroup
@@ -185,7 +186,7 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     only after that, so until then the group id cannot have been reused."""
     timeout_s = ctx.timeout_s if timeout_s is None else timeout_s
     deadline = min(ctx.deadline, time.monotonic() + timeout_s)
-    switch = {"user": account[0], "group": account[1], "extra_groups": []} if account is not None else {}
+    switch = {"user": account[0], "group": account[1], "extra_groups": list(extra_groups)} if account is not None else {}
     setup = procs.child_dies_with_parent if preexec is None else (lambda: (procs.child_dies_with_parent(), preexec()))
     try:
         proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True, **switch,
@@ -444,6 +445,28 @@ def run_exec(effect: Effect, ctx: EffectContext) -> dict:
     if code != 0:
         what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         raise EffectFailed("exit", what, **data)
+    return data
+
+
+def run_on_crash_loop(effect: Effect, ctx: EffectContext) -> dict:
+    """A [[process]]'s on_crash_loop argv, once: as the process's `user` (with that account's groups,
+    as its keeper starts it), in its cwd, with its env. Acked on exit 0; the event has the code and
+    the last of its output either way (the whole output is in objects/)."""
+    process = configured_process(ctx.config, effect.target)
+    if not process.on_crash_loop:
+        raise EffectFailed("bad-params", f"[[process]] {process.name!r} has no on_crash_loop argv")
+    switch = keeper.as_account(process.user) if process.user is not None else {}
+    code, output, timed_out = run_process(
+        process.on_crash_loop, ctx, env=process.env, cwd=process_cwd(process, ctx.home),
+        account=(switch["user"], switch["group"]) if switch else None, extra_groups=switch.get("extra_groups", ()))
+    data = {"argv": list(process.on_crash_loop), "user": process.user, "code": code, "tail": tail(output),
+            "output": store_output(ctx.objects, output), "bytes": len(output)}
+    if timed_out:
+        raise EffectFailed("timeout", f"on_crash_loop of {process.name!r} timed out after {ctx.timeout_s:g}s; "
+                           "its process group was killed", **data)
+    if code != 0:
+        what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        raise EffectFailed("exit", f"on_crash_loop of {process.name!r}: {what}", **data)
     return data
 
 

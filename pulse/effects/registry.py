@@ -28,7 +28,7 @@ from typing import Annotated, Callable, Collection, Iterable, Literal
 import msgspec
 
 from pulse.core.config import MAX_KEEP, Allow, ExecutorConfig
-from pulse.core.wire import STOP_PROCESS, Effect
+from pulse.core.wire import ON_CRASH_LOOP, STOP_PROCESS, Effect
 from pulse.effects import configfiles, dirs, files, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 
@@ -80,6 +80,10 @@ class StopProcessParams(msgspec.Struct):
     why: str | None = None                                   # operator | removed (a reload took its table out)
     reload: int | None = None                                # why = removed: the reload event's id
     definition: dict | None = None                           # why = removed: its table as it was (no env)
+
+
+class OnCrashLoopParams(msgspec.Struct):
+    starts: int | None = None                                # the failed starts in a row that held it fatal
 
 
 class SignalParams(msgspec.Struct):
@@ -272,6 +276,12 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "it, and survival does for a [[process]] a reload took out (its table, as it was, in `definition`).",
          StopProcessParams, kinds.run_stop, True, "a configured [[process]]",
          allow=allow_configured_process, resource="process:{target}"),
+    Kind(ON_CRASH_LOOP, "Runs a [[process]]'s `on_crash_loop` argv once (as its `user`, in its `cwd`, with "
+         "its `env`), in its own process group; acked on exit 0. The event has the code and the last 2 KiB of "
+         "output; the whole output is in objects/. processWatchdog commits it when the process is held fatal "
+         "for crash-looping, then gives the process one more start.",
+         OnCrashLoopParams, kinds.run_on_crash_loop, False, "a configured [[process]] with `on_crash_loop`",
+         allow=allow_configured_process, starts_process=True, resource="process:{target}"),
     Kind("signal", "Sends a signal to a configured [[process]], found by its pidfile or match, never "
          "by a pid taken from the effect.",
          SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal,
@@ -284,7 +294,8 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          allow=allow_configured_process, resource="process:{target}", ack_verifies=True),
     Kind("restore-config", "Writes the known-good copies named in `files` back over a [[process]]'s "
          "`config` files (only those, all read from objects/ before any is written), each atomically; "
-         "what each replaces is kept in objects/ first (`broken` in the ack, beside its `diff`). A file "
+         "what each replaces is kept in objects/ first (`broken` in the ack, and `kept`, its path, beside "
+         "its `diff` summary and `undone`, a bounded unified diff of what it undid). A file "
          "already holding its known-good content is left alone. processWatchdog restarts the process "
          "after it.",
          RestoreConfigParams, configfiles.run_restore, False, "a configured [[process]] with `config` files",

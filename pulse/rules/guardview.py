@@ -10,7 +10,7 @@ from typing import Sequence
 
 from pulse.core import staleness
 from pulse.core.config import DirWatch, FileWatch, FreshWatch, Process, Survival
-from pulse.core.states import EffectState
+from pulse.core.states import EffectState, ProcessState
 from pulse.core.wire import (
     ConfigFileStatus,
     ConfigStatus,
@@ -147,18 +147,27 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
     ended = curr.exits.get(name)
     limits = survival.crash_limits(proc, s)
     last_restart = max((o.ts for o in curr.outcomes.get(name, ()) if o.kind == "restart-process"), default=0.0)
+    started_pid = runs.starts[-1].pid if runs is not None and runs.starts else 0
+    if (known := survival.fresh_exit(ended, last_restart, started_pid)) is not None:
+        alive, started, died = False, None, known.ts     # its keeper saw it die before the watcher looked again
     health, failing, healthy = health_view(curr, proc, last_restart)
     words = survival.exit_words(ended)
+    streak = survival.crash_loop(curr, proc, died, limits) if alive is False else []
     view = processstate.project(
         now=curr.ts, alive=alive, started=started, died=died,
         restarting=survival.pending_or_handled(curr, (), "restart-process", name), guarded=bool(proc.restart),
-        stopped=runs is not None and runs.stopped, paused_until=curr.paused.get(name),
-        streak=survival.crash_loop(curr, proc, died, limits) if alive is False else [],
+        stopped=runs is not None and runs.stopped, paused_until=curr.paused.get(name), streak=streak,
         held=alive is False and survival.held_fatal(curr, name), limits=limits,
         last_exit=words, probes_failing=failing, failures=proc.health.failures if proc.health else None,
         healthy_since_start=healthy, start_period_s=proc.health.start_period_s if proc.health else 0.0,
         asked_not_to_restart=ended is not None and ended.code in proc.stop_exit_codes and died is not None
         and ended.ts >= died - survival.EXIT_FACT_WAIT_S)
+    if view.state == ProcessState.FATAL and (step := survival.way_out_step(curr, proc, streak)) is not None:
+        view.why = {"run": f"{view.why}; its on_crash_loop runs next, then one more start",
+                    "wait": "held: its on_crash_loop runs; one more start after it",
+                    "start": "held: its on_crash_loop ended; one more start next",
+                    "held": f"{view.why}; its on_crash_loop ran ({runs.way_out_said}) and the start after it "
+                            "died too"}[step]
     last_exit = None if ended is None else ProcessExitView(
         at=ended.ts, pid=ended.pid, code=ended.code, signal=ended.signal,
         output=ended.tail.splitlines()[-EXIT_OUTPUT_LINES:])

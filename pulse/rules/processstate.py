@@ -121,6 +121,23 @@ def is_fatal(streak: Sequence[Start], limits: Limits) -> bool:
     return limits.max_restarts > 0 and len(streak) >= limits.max_restarts
 
 
+def way_out(starts: Sequence[Start], streak: Sequence[Start], ran_at: float, ended_at: float,
+            operator_at: float) -> str:
+    """What a process held fatal, with an on_crash_loop argv, is due: "run" the argv (not run for this
+    crash loop yet: its streak began after the last run, or an operator started it since), "wait" for
+    it to end, "start" (the one more start after it), or "held" (that start failed too: held until an
+    operator starts it). `ran_at`/`ended_at`: when the last on_crash_loop run was committed and ended
+    (0: never, not yet)."""
+    first_after = next((st for st in starts if st.ts > ran_at), None)
+    for_this_loop = ran_at > operator_at and bool(streak) and (
+        ran_at >= streak[0].ts or any(st is first_after for st in streak))
+    if not for_this_loop:
+        return "run"
+    if ended_at < ran_at:
+        return "wait"
+    return "start" if first_after is None else "held"
+
+
 def next_start_at(streak: Sequence[Start], died: float, limits: Limits) -> float:
     """When a process that died at `died` may be started again: at once after a long run and after
     the first failed start (as pulsed restarts its workers), then backoff(n - 1) after its death."""

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 from pulse.core import clock, staleness
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, DirWatch, FileWatch, FreshWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire import MAX_TARGET_CHARS, ON_CRASH_LOOP, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
 from pulse.rules import knowngood, processstate
 from pulse.rules.onion import Inner, RuleResult, handled
 
@@ -225,12 +225,13 @@ def process_watchdog(config: TickConfig):
             vital = curr.vitals.get(f"process-alive:{name}")
             params: dict = {}
             started_pid = runs.starts[-1].pid if runs is not None and runs.starts else 0
-            if vital is not None and (not vital.data.get("alive", True)
+            known = fresh_exit(curr.exits.get(name), last, started_pid)
+            if vital is not None and (known is not None or not vital.data.get("alive", True)
                                       or outlived(vital, curr.exits.get(name), last, started_pid)):
-                if looked_at(vital) <= last:
+                if known is None and looked_at(vital) <= last:
                     continue   # this death was seen before the last restart ended: wait for a fresh sample
-                died = vital.data.get("dead_since") or vital.ts
-                ended = exit_of(curr.exits.get(name), vital.data.get("last_pid"), last)
+                died = known.ts if known is not None else vital.data.get("dead_since") or vital.ts
+                ended = known or exit_of(curr.exits.get(name), vital.data.get("last_pid"), last)
                 if ended is None and (proc.restart_exit_codes or proc.stop_exit_codes) and curr.ts < died + EXIT_FACT_WAIT_S:
                     tick_ms = sooner(tick_ms, int((died + EXIT_FACT_WAIT_S - curr.ts) * 1000) + 1)
                     continue
@@ -281,9 +282,11 @@ def process_watchdog(config: TickConfig):
             if change is not None and why != "stale" and knowngood.restarted_since(history, change.at):
                 effects = effects + [knowngood.restore_effect(proc, change, "crash-loop" if why == "dead" else why)]
                 continue
-            if why == "dead" and (held_fatal(curr, name) or processstate.is_fatal(streak, limits)):
-                effects = effects + fatal_notice(curr, name, streak, limits, curr.exits.get(name)) if streak else effects
-                continue
+            if why == "dead":
+                step = way_out_step(curr, proc, streak)
+                if held_fatal(curr, name) or processstate.is_fatal(streak, limits) or step == "held":
+                    effects = effects + held_effects(curr, proc, streak, limits, step)
+                    continue
             probes = curr.history.get(f"health:{name}", [])
             # A crash loop is said once, when it is held fatal; without a limit, after notify_after starts.
             told_at_fatal = why == "dead" and limits.max_restarts > 0
@@ -337,6 +340,38 @@ def held_fatal(curr: Snapshot, name: str) -> bool:
     return told >= max([runs.operator_at, *(st.ts for st in runs.starts)])
 
 
+def way_out_step(curr: Snapshot, proc: Process, streak: Sequence[ProcessStart]) -> str | None:
+    """For a process with an on_crash_loop argv and a crash loop: what its way out is due
+    (processstate.way_out); None without either."""
+    runs = curr.runs.get(proc.name)
+    if not proc.on_crash_loop or not streak or runs is None:
+        return None
+    return processstate.way_out(runs.starts, streak, runs.way_out_at, runs.way_out_ended, runs.operator_at)
+
+
+def held_effects(curr: Snapshot, proc: Process, streak: Sequence[ProcessStart], limits: processstate.Limits,
+                 step: str | None) -> list[Effect]:
+    """What a process held fatal is due. Without an on_crash_loop argv: the one notification. With
+    one: the argv once (said in that notification), then one more start at once (no backoff: the
+    argv was meant to end the loop), and if that start dies too, held again and said again, with
+    what the argv said; nothing more until an operator starts it."""
+    name, ended = proc.name, curr.exits.get(proc.name)
+    if not streak or step == "wait":
+        return []
+    runs = curr.runs[name]
+    if step == "run":
+        return [Effect(kind=ON_CRASH_LOOP, target=name, origin="survival", params={"starts": len(streak)}),
+                *fatal_notice(curr, name, streak, limits, ended, way_out=proc.on_crash_loop)]
+    if step == "start":
+        return [Effect(kind="restart-process", target=name, origin="survival",
+                       params={"why": "on-crash-loop", "attempt": len(streak) + 1})]
+    if step == "held":
+        after = next(st.ts for st in runs.starts if st.ts > runs.way_out_at)
+        return fatal_notice(curr, name, streak, limits, ended, since=after,
+                            way_out_said=runs.way_out_said or "it ended")
+    return fatal_notice(curr, name, streak, limits, ended)
+
+
 def unhealthy_backoff(curr: Snapshot, name: str, limits: processstate.Limits, why: str = "unhealthy",
                       helped: Callable[[float], bool] | None = None) -> tuple[int, float]:
     """(restarts for failed probes in a row that no healthy probe followed, when the next may be): each
@@ -366,22 +401,34 @@ FATAL_TAIL_LINES = 10        # of its output, in the notification that it is hel
 
 
 def fatal_notice(curr: Snapshot, name: str, streak: Sequence[ProcessStart], limits: processstate.Limits,
-                 ended: ProcessExit | None) -> list[Effect]:
+                 ended: ProcessExit | None, *, since: float | None = None, way_out: Sequence[str] | None = None,
+                 way_out_said: str | None = None) -> list[Effect]:
     """The one notification that `name` is held fatal, with its last exit and the last lines of its output.
-    Once per crash loop: the loop's first failed start is when it began."""
-    if not may_notify(curr, "process-fatal", name, 0, streak[0].ts):
+    Once per crash loop: the loop's first failed start is when it began (`since`: held again after
+    its on_crash_loop, once after the start that followed it). `way_out`: the on_crash_loop argv about
+    to run; `way_out_said`: how it ended, when the start after it died too."""
+    if not may_notify(curr, "process-fatal", name, 0, streak[0].ts if since is None else since):
         return []
     tail = ended.tail.splitlines()[-FATAL_TAIL_LINES:] if ended is not None else []
     words = exit_words(ended)
+    if way_out is not None:
+        held = f"running its on_crash_loop ({' '.join(way_out)}) once, then one more start"
+    elif way_out_said is not None:
+        held = (f"its on_crash_loop ran ({way_out_said}) and the start after it died too: held down until an "
+                "operator starts it")
+    else:
+        held = "held down until an operator starts it"
     message = (f"{name} died within min_uptime_s ({limits.min_uptime_s:g} s) of each of its last {len(streak)} "
-               f"starts (max_restarts {limits.max_restarts} within {limits.restart_window_s:g} s): held down "
-               f"until an operator starts it" + (f"; last {words}" if words else ""))
+               f"starts (max_restarts {limits.max_restarts} within {limits.restart_window_s:g} s): {held}"
+               + (f"; last {words}" if words else ""))
     if tail:
         message += ". Its last output:\n" + "\n".join(tail)
+    extra = {"on_crash_loop": list(way_out)} if way_out is not None else (
+        {"on_crash_loop_said": way_out_said} if way_out_said is not None else {})
     return [notify(curr, "process-fatal", name, f"{name} is crash-looping: held fatal", message,
                    code=ended.code if ended else None, signal=ended.signal if ended else None, output=tail,
                    starts=len(streak), reason=f"{len(streak)} starts died within {limits.min_uptime_s:g} s"
-                   + (f"; last {words}" if words else ""))]
+                   + (f"; last {words}" if words else ""), **extra)]
 
 
 def removed_stops(curr: Snapshot, configured: set[str]) -> list[Effect]:
@@ -400,6 +447,14 @@ RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says i
 }
 
 
+def kept_words(known) -> str:
+    """Where the versions a restore replaced are kept (in objects/, by content: never beside the file,
+    where a program that reads every file of its directory would read it too)."""
+    if not known.restore_kept:
+        return "What was there is kept in objects/ (`pulsectl process config` names it)."
+    return "What was there is kept: " + "; ".join(f"{path} as {copy}" for path, copy in sorted(known.restore_kept.items())) + "."
+
+
 def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Effect], bool]:
     """processWatchdog's part after a restore-config of `proc`: (effects, whether the rest of the rule
     may act on it now). While the restore runs: nothing (the restart would start what it replaces).
@@ -416,9 +471,10 @@ def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Eff
         notice = [] if told else [notify(
             curr, "config-rollback", name, f"{name}: config restored to its known-good copy",
             f"{', '.join(known.restored)}: {RESTORED_BECAUSE.get(known.restore_why or '', 'restored')}; written back "
-            f"as kept known good at {clock.iso(known.kept_at or 0, ms=False)} (what was there is kept in objects/), "
-            f"restarting {name}.\n{known.restore_summary or ''}".rstrip(),
-            diff=known.restore_summary, files=known.restored, why=known.restore_why)]
+            f"as kept known good at {clock.iso(known.kept_at or 0, ms=False)}, restarting {name}. "
+            f"{kept_words(known)}\n{known.restore_undone or known.restore_summary or ''}".rstrip(),
+            diff=known.restore_undone or known.restore_summary, summary=known.restore_summary, files=known.restored,
+            kept=known.restore_kept, why=known.restore_why)]
         return effects + [restart, *notice], False
     if knowngood.restore_failed(known) and not told:
         effects = effects + [notify(curr, "config-rollback", name, f"{name}: its config could not be restored",
@@ -550,6 +606,16 @@ def outlived(vital: Vital, ended: ProcessExit | None, since: float, started_pid:
     started = vital.data.get("since")
     return (vital.data.get("pid") != ended.pid and isinstance(started, (int, float))
             and started < ended.ts)
+
+
+def fresh_exit(ended: ProcessExit | None, since: float, started_pid: int) -> ProcessExit | None:
+    """The keeper's record of the death of the process the last restart started (`started_pid`),
+    after that restart ended: as sure a death as a fresh sample, which may be a watcher interval
+    away (the watcher learns a new pid at its next scan), so none is waited for. A clean exit
+    (code 0, no signal) is none: a launcher's, whose server lives on."""
+    if ended is None or not started_pid or ended.pid != started_pid or ended.ts <= since:
+        return None
+    return None if ended.code == 0 and ended.signal is None else ended
 
 
 def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> ProcessExit | None:

@@ -100,6 +100,11 @@ def get(root: Path, ref: str) -> bytes:
     return data
 
 
+def path_of(root: Path, ref: str) -> Path:
+    """Where the blob `ref` ("sha256:<hex>") lies under `root`: what an operator can open."""
+    return _path(root, ref.removeprefix("sha256:"))
+
+
 def ref(digest: str) -> str:
     """How events name the blob of a sha256 digest (hex): "sha256:<hex>"."""
     return f"sha256:{digest.removeprefix('sha256:')}"

@@ -25,7 +25,7 @@ from pulse.agents import routing, spend, tasks
 from pulse.core import client, schedule, wire
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import EFFECT_END_STATES, STOP_PROCESS, EffectEvent, TaskEvent
+from pulse.core.wire import EFFECT_END_STATES, ON_CRASH_LOOP, STOP_PROCESS, EffectEvent, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, projection, schedulerun, vitalsdb
@@ -95,6 +95,9 @@ class Projections:
     def _effect(self, ev: wire.Event) -> None:
         effect = msgspec.convert(ev.data, wire.Effect)
         self.pending[effect.id] = effect
+        if effect.kind == ON_CRASH_LOOP and effect.target is not None:
+            runs = self.runs_of(effect.target)
+            runs.way_out_at, runs.way_out_ended, runs.way_out_said = ev.ts, 0.0, None
         if effect.kind == STOP_PROCESS and effect.params.get("reload") == self.removed.get(effect.target, {}).get("reload"):
             self.removed.pop(effect.target, None)      # its stop is committed: once
         if effect.origin == "engine":
@@ -127,6 +130,8 @@ class Projections:
         if outcome.kind == "restart-process" and target is not None and state != EffectState.EXPIRED:
             pid = ev.data.get("pid")
             self.runs_of(target).started(ev.ts, state == EffectState.ACKED, effect, pid if isinstance(pid, int) else 0)
+        if outcome.kind == ON_CRASH_LOOP and target is not None:
+            self.runs_of(target).way_out_done(ev.ts, state, ev.data)
 
     def _promote(self, ev: wire.Event) -> None:
         self.promotes = self.promotes[-9:] + [Promote(ev.id, ev.ts, ev.data.get("before", ""), ev.data.get("after", ""))]
@@ -218,7 +223,8 @@ def load_projections(raw: dict) -> Projections:
     p.engine_recent = collections.deque((ts, fp) for ts, fp in recent)
     p.runs = {name: Runs(starts=collections.deque(msgspec.convert(r["starts"], list[wire.ProcessStart]), maxlen=RUNS_KEPT),
                          exits=collections.deque(msgspec.convert(r["exits"], list[wire.ProcessExit]), maxlen=RUNS_KEPT),
-                         restarts=r["restarts"], stopped=r["stopped"], operator_at=r["operator_at"])
+                         restarts=r["restarts"], stopped=r["stopped"], operator_at=r["operator_at"],
+                         way_out_at=r["way_out_at"], way_out_ended=r["way_out_ended"], way_out_said=r["way_out_said"])
               for name, r in runs.items()}
     return p
 
@@ -260,6 +266,9 @@ class Runs:
     restarts: int = 0
     stopped: bool = False
     operator_at: float = 0.0
+    way_out_at: float = 0.0
+    way_out_ended: float = 0.0
+    way_out_said: str | None = None
 
     def started(self, ts: float, ok: bool, effect: wire.Effect | None, pid: int) -> None:
         origin = effect.origin if effect is not None else "survival"
@@ -272,9 +281,16 @@ class Runs:
         if origin == "operator":            # an operator's start: a crash loop counts again from here
             self.stopped, self.operator_at = False, ts
 
+    def way_out_done(self, ts: float, state: str, data: dict) -> None:
+        """Its on_crash_loop argv ended: when, and how in words (its code and the last line it said)."""
+        code, said = data.get("code"), (data.get("tail") or "").strip().splitlines()[-1:]
+        words = f"exit code {code}" if isinstance(code, int) else data.get("error") or data.get("reason") or state
+        self.way_out_ended, self.way_out_said = ts, words + (f": {said[0][:200]}" if said else "")
+
     def view(self) -> wire.ProcessRuns:
         return wire.ProcessRuns(starts=list(self.starts), exits=list(self.exits), restarts=self.restarts,
-                                stopped=self.stopped, operator_at=self.operator_at)
+                                stopped=self.stopped, operator_at=self.operator_at, way_out_at=self.way_out_at,
+                                way_out_ended=self.way_out_ended, way_out_said=self.way_out_said)
 
 
 def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
