@@ -211,6 +211,7 @@ class Status(msgspec.Struct):
     web_url: str | None = None          # the web worker's address, when it runs (`pulsectl web url`)
     files: list[FileWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.file]]
     fleet: dict[str, Any] | None = None  # the fleet worker's own account, when it runs (pulse.workers.fleet)
+    telemetry: dict[str, Any] | None = None  # the telemetry receiver's address and counters, when it runs
 
 
 class Reply(msgspec.Struct, omit_defaults=True):
@@ -600,6 +601,7 @@ EVENT_TYPES = frozenset({
     *ScheduleEvent,
     *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
+    "telemetry",                                    # TELEMETRY below
 })
 # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
 # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
@@ -607,6 +609,10 @@ FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update
 # A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
 # dead-letter record the host that gave up last reports to the origin (target: its fleet id).
 FLEET_TASK_DEAD = "fleet-task-dead"
+# What a run or session did over one flush of the telemetry receiver (pulse.workers.telemetry): tokens,
+# cost, API requests, tool calls, errors, when it was last heard; target: the run (its agent-run effect
+# id) or "session:<id>" for a session Pulse did not start.
+TELEMETRY = "telemetry"
 
 
 class Event(msgspec.Struct):

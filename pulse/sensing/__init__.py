@@ -1,5 +1,6 @@
 """Percept: sensors that sample the host into vitals.
 
 Modules: `builtin` (the built-in watchers: system-resource, process-alive, health, network,
-error-log, file), `runner` (runs watchers in a worker without blocking its loop).
+error-log, file), `runner` (runs watchers in a worker without blocking its loop), `otlp` (the agent CLIs' OpenTelemetry,
+folded into what each run or session did).
 """

@@ -1,0 +1,332 @@
+"""The telemetry worker: a local OTLP/HTTP receiver, when `[telemetry] enabled = true`.
+
+The agent CLIs say what they do while they run, in OpenTelemetry (Claude Code's metrics and events,
+Codex's [otel] log events); the runs Pulse starts are pointed here (pulse.agents.otel). This worker
+takes POST /v1/logs, /v1/metrics and /v1/traces (application/x-protobuf or application/json, gzip
+or not), decodes them with opentelemetry-proto, and folds them (pulse.sensing.otlp) into one
+`telemetry` fact per run or session every flush_s. Raw telemetry never reaches events.db.
+
+Bounded, in this order, before a body is read: the caller (beyond loopback: the token), the rate
+(a token bucket: 429 with Retry-After), the declared size (Content-Length over max_body_kb: 413,
+nothing read), the queue's room (503: OTLP exporters retry it). A body without a Content-Length is
+read only up to the limit. What is decoded waits in a queue bounded by queue_kb for the main loop,
+which folds it; the facts a flush writes are at most max_sources, so at most
+max_sources * 60 / flush_s events a minute (32 * 12 = 384 by default), whatever is sent.
+
+Not core, like the web worker: uvicorn serves in a thread of its own, and the main loop heartbeats
+only while that server's loop turns. Where it listens goes to the runtime directory
+(`telemetry.json`), for the executor to hand each run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import socket
+import threading
+import time
+import zlib
+
+from pulse.core import config as configmod
+from pulse.core import wire
+from pulse.store import eventsdb
+from pulse.workers.harness import Worker
+
+STOP_WAIT_S = 3.0
+PROTOBUF, JSON = "application/x-protobuf", "application/json"
+SIGNALS = ("logs", "metrics", "traces")
+MAX_CONNECTIONS = 64          # uvicorn answers 503 past this many at once
+KEEP_ALIVE_S = 5
+
+
+def request_types() -> dict[str, tuple[type, type]]:
+    """Each signal's export request and response, from opentelemetry-proto."""
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as traces
+    return {"logs": (logs.ExportLogsServiceRequest, logs.ExportLogsServiceResponse),
+            "metrics": (metrics.ExportMetricsServiceRequest, metrics.ExportMetricsServiceResponse),
+            "traces": (traces.ExportTraceServiceRequest, traces.ExportTraceServiceResponse)}
+
+
+def read_token(path) -> str:
+    """The receiver's token, made (mode 0600, created exclusively) if there is none yet."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    import secrets
+    token = secrets.token_urlsafe(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+class Bucket:
+    """A token bucket: `rate` a second, up to `burst` at once."""
+
+    def __init__(self, rate: float, burst: int):
+        self.rate, self.burst, self.level, self.at = rate, burst, float(burst), time.monotonic()
+
+    def take(self) -> float:
+        """0 when admitted, else the seconds until one would be."""
+        now = time.monotonic()
+        self.level = min(self.burst, self.level + (now - self.at) * self.rate)
+        self.at = now
+        if self.level >= 1:
+            self.level -= 1
+            return 0.0
+        return (1 - self.level) / self.rate
+
+
+class Receiver:
+    """The ASGI app: checks, reads within bounds, decodes, queues. Runs on the server's loop only."""
+
+    def __init__(self, settings: configmod.Telemetry, token: str | None, wake_fd: int):
+        self.max_body = settings.max_body_kb * 1024
+        self.queue_cap = settings.queue_kb * 1024
+        self.token = token                      # None: any caller (loopback only)
+        self.bucket = Bucket(settings.requests_per_s, settings.burst)
+        self.types = request_types()
+        self.queue: collections.deque = collections.deque()    # (signal, message, bytes)
+        self.queued = 0                         # bytes of the bodies in the queue
+        self.lock = threading.Lock()
+        self.wake_fd = wake_fd
+        self.counts: collections.Counter = collections.Counter()   # accepted, and each refusal's status
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        status, headers, body = await self.handle(scope, receive)
+        self.counts["accepted" if status == 200 else str(status)] += 1
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def handle(self, scope, receive) -> tuple[int, list, bytes]:
+        signal = scope["path"].rstrip("/").removeprefix("/v1/")
+        if signal not in SIGNALS:
+            return refuse(404, f"no such OTLP path {scope['path']!r}: POST /v1/logs, /v1/metrics or /v1/traces")
+        if scope["method"] != "POST":
+            return refuse(405, "OTLP/HTTP takes POST only")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.token is not None and not self.caller_known(headers):
+            return refuse(401, "this receiver listens beyond loopback: send its token (Authorization: Bearer "
+                               "TOKEN, or X-Pulse-Token), from <home>/telemetry.token")
+        wait = self.bucket.take()
+        if wait:
+            return refuse(429, "too many requests", [(b"retry-after", str(max(1, round(wait))).encode())])
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in (PROTOBUF, JSON):
+            return refuse(415, f"content-type {kind or 'missing'}: send {PROTOBUF} or {JSON}")
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding not in ("identity", "gzip"):
+            return refuse(415, f"content-encoding {encoding}: send gzip or none")
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            return refuse(413, f"a body of {declared} bytes is over this receiver's limit ({self.max_body})")
+        if self.queued + int(declared or 0) > self.queue_cap:
+            return refuse(503, "the receiver's queue is full", [(b"retry-after", b"1")])
+        body = await read_body(receive, self.max_body)
+        if body is None:
+            return refuse(413, f"the body is over this receiver's limit ({self.max_body} bytes)")
+        if encoding == "gzip":
+            try:
+                body = gunzip(body, self.max_body)
+            except ValueError as err:
+                return refuse(400, str(err))
+            if body is None:
+                return refuse(413, f"the body, unzipped, is over this receiver's limit ({self.max_body} bytes)")
+        request_type, response_type = self.types[signal]
+        try:
+            message = decode(request_type, body, kind)
+        except Exception as err:        # protobuf's DecodeError, json_format's ParseError, bad UTF-8
+            return refuse(400, f"not an OTLP {signal} export request ({kind}): {type(err).__name__}")
+        with self.lock:
+            if self.queued + len(body) > self.queue_cap:
+                return refuse(503, "the receiver's queue is full", [(b"retry-after", b"1")])
+            self.queue.append((signal, message, len(body)))
+            self.queued += len(body)
+        try:
+            os.write(self.wake_fd, b"!")
+        except BlockingIOError:
+            pass                        # the main loop has a wake-up waiting already
+        reply = response_type()
+        if kind == PROTOBUF:
+            return 200, [(b"content-type", PROTOBUF.encode())], reply.SerializeToString()
+        return 200, [(b"content-type", JSON.encode())], b"{}"
+
+    def caller_known(self, headers: dict) -> bool:
+        import hmac
+        given = headers.get("x-pulse-token") or ""
+        auth = headers.get("authorization", "")
+        if auth.startswith("Bearer "):
+            given = auth[len("Bearer "):].strip()
+        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+    def drain(self) -> list[tuple[str, object]]:
+        with self.lock:
+            out = [(signal, message) for signal, message, _ in self.queue]
+            self.queue.clear()
+            self.queued = 0
+        return out
+
+
+def refuse(status: int, why: str, headers: list | None = None) -> tuple[int, list, bytes]:
+    return status, [(b"content-type", b"text/plain; charset=utf-8"), *(headers or [])], why.encode() + b"\n"
+
+
+async def read_body(receive, limit: int) -> bytes | None:
+    """The request's body, or None once it passes `limit` (what is past it is never kept)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def gunzip(body: bytes, limit: int) -> bytes | None:
+    """gzip's content, or None when it unpacks past `limit` (a zip bomb stops there); ValueError: not gzip."""
+    unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = unzip.decompress(body, limit + 1)
+    except zlib.error as err:
+        raise ValueError(f"content-encoding gzip, but the body is not gzip: {err}") from None
+    return None if len(out) > limit or unzip.unconsumed_tail else out
+
+
+def decode(request_type: type, body: bytes, kind: str):
+    message = request_type()
+    if kind == PROTOBUF:
+        message.ParseFromString(body)
+    else:
+        from google.protobuf import json_format
+        json_format.Parse(body.decode("utf-8"), message, ignore_unknown_fields=True)
+    return message
+
+
+class TelemetryWorker(Worker):
+    name = "telemetry"
+
+    def open(self) -> None:
+        import uvicorn
+
+        from pulse.sensing.otlp import Fold
+        settings = self.config.telemetry
+        host, port = configmod.listen_address(settings.listen)
+        self.remote = not configmod.is_loopback(host)
+        token = read_token(self.paths.telemetry_token)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, port), family=family, reuse_port=False)
+        self.port = self.sock.getsockname()[1]
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.receiver = Receiver(settings, token if self.remote else None, self.wake_w)
+        self.fold = Fold(settings.max_sources)
+        self.flush_s = settings.flush_s
+        self.next_flush = time.monotonic() + self.flush_s
+        self.pending: list = []                # tallies a failed write keeps for the next flush
+        self.written = 0                       # telemetry facts written since this worker started
+        self.db = eventsdb.open_events(self.paths.events_db)
+        self.handlers[self.wake_r] = self.take_queue
+        self.server = uvicorn.Server(uvicorn.Config(
+            self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
+            limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
+        self.turned = time.monotonic()
+        self.beat_s = self.config.timings.heartbeat_ms / 1000
+        self.thread = threading.Thread(target=self.serve, name="otlp-server", daemon=True)
+        self.thread.start()
+        self.publish_address()
+        self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
+
+    def serve(self) -> None:
+        async def main() -> None:
+            async def turning() -> None:
+                while True:
+                    self.turned = time.monotonic()
+                    await asyncio.sleep(self.beat_s / 2)
+            beat = asyncio.create_task(turning())
+            try:
+                await self.server.serve(sockets=[self.sock])
+            finally:
+                beat.cancel()
+        asyncio.run(main())
+
+    def url(self) -> str:
+        host, _ = configmod.listen_address(self.config.telemetry.listen)
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1" if host == "0.0.0.0" else "::1"   # how a run on this host reaches it
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def publish_address(self) -> None:
+        """Where runs send their telemetry, for the executor (pulse.agents.otel): written whole."""
+        path = self.paths.telemetry_file
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"url": self.url(), "pid": os.getpid(), "token_required": self.remote}, f)
+        os.replace(tmp, path)
+
+    def take_queue(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        now = time.time()
+        for signal, message in self.receiver.drain():
+            getattr(self.fold, signal)(message, now)
+
+    def next_timer(self) -> float:
+        return self.next_flush
+
+    def on_timer(self, now: float) -> None:
+        if now >= self.next_flush:
+            self.flush()
+            self.next_flush = time.monotonic() + self.flush_s
+
+    def flush(self) -> None:
+        """One fact per run or session heard from since the last flush (and what a failed write kept)."""
+        tallies = self.pending + self.fold.take()
+        if not tallies:
+            return
+        events = [wire.now_event(wire.TELEMETRY, self.name, t.target, t.fact()) for t in tallies]
+        try:
+            eventsdb.append_events(self.db, events)
+        except Exception as err:        # a locked or full store: kept for the next flush, within bounds
+            self.pending = tallies[-self.fold.max_sources:]
+            self.log.warning("telemetry facts not written (%d kept for the next flush): %s", len(self.pending), err)
+            return
+        self.pending = []
+        self.written += len(events)
+
+    def status_extras(self) -> dict:
+        return {"url": self.url(), "token_required": self.remote, "facts": self.written,
+                "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts)}
+
+    def healthy(self) -> bool:
+        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(STOP_WAIT_S)
+        self.sock.close()
+        try:
+            self.paths.telemetry_file.unlink()
+        except FileNotFoundError:
+            pass
+        self.take_queue()
+        self.flush()                    # what was heard before the stop is not lost
+        self.db.close()
