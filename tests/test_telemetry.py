@@ -232,3 +232,99 @@ def test_the_fold_tracks_at_most_max_sources_and_counts_the_rest():
     assert set(tallies) == {"a", "b"} and tallies["a"].tool_calls == 2 and fold.dropped == 1
     fold.logs(logs_request(["c"]), 2.0)          # a flush frees the slots
     assert [t.target for t in fold.take()] == ["c"]
+
+
+# -- runs Pulse starts report to it ------------------------------------------------------------------
+
+def claude_invocation(env: dict | None = None):
+    from pulse.agents import adapters
+    from pulse.core.config import Agent
+    agent = Agent(name="claude", adapter="claude-code", env=env or {}, mcp=False)
+    adapter = adapters.load_adapter("claude-code")
+    return adapter, agent, adapter.invocation(agent, adapters.Task("task-3", "hi"), "/tmp")
+
+
+def test_a_claude_code_run_is_pointed_at_the_receiver_and_tagged_unless_its_env_says_otherwise():
+    from pulse.agents.otel import Receiver
+    tags = {"pulse.run.id": "eff-1", "pulse.task.id": "task-3", "pulse.agent": "claude"}
+    adapter, agent, inv = claude_invocation()
+    adapter.report_to(inv, Receiver("http://127.0.0.1:4318", None, tags), agent.env)
+    assert inv.env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and inv.env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
+    assert inv.env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf" and "OTEL_EXPORTER_OTLP_HEADERS" not in inv.env
+    assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-1,pulse.task.id=task-3,pulse.agent=claude"
+    # a receiver beyond loopback: its token, by the environment
+    adapter, agent, inv = claude_invocation()
+    adapter.report_to(inv, Receiver("http://10.0.0.5:4318", "tok", tags), agent.env)
+    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "Authorization=Bearer%20tok"
+    # the operator's own exporter wins; the run is still tagged, after the operator's attributes
+    own = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_RESOURCE_ATTRIBUTES": "team=infra"}
+    adapter, agent, inv = claude_invocation(own)
+    adapter.report_to(inv, Receiver("http://127.0.0.1:4318", "tok", tags), agent.env)
+    assert inv.env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318" and "CLAUDE_CODE_ENABLE_TELEMETRY" not in inv.env
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in inv.env        # our token never goes to another endpoint
+    assert inv.env["OTEL_RESOURCE_ATTRIBUTES"].startswith("team=infra,pulse.run.id=eff-1,")
+
+
+def test_a_codex_run_gets_its_otel_exporter_as_a_config_override_and_the_token_only_by_env():
+    from pulse.agents import adapters
+    from pulse.agents.otel import Receiver
+    from pulse.core.config import Agent
+    agent = Agent(name="codex", adapter="codex", mcp=False)
+    adapter = adapters.load_adapter("codex")
+    inv = adapter.invocation(agent, adapters.Task("task-4", "hi"), "/tmp")
+    adapter.report_to(inv, Receiver("http://127.0.0.1:4318", "tok", {"pulse.run.id": "eff-2"}), agent.env)
+    at = inv.argv.index("exec") + 1
+    assert inv.argv[at:at + 2] == ["-c", 'otel.exporter={"otlp-http" = {"endpoint" = "http://127.0.0.1:4318/v1/logs", '
+                                         '"protocol" = "binary"}}']
+    assert not any("tok" in a for a in inv.argv) and inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "Authorization=Bearer%20tok"
+    assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-2"
+
+
+# A stand-in for `claude -p --output-format json` that exports like Claude Code does, configured only
+# by the environment its run was given (the OTel SDK reads OTEL_EXPORTER_OTLP_ENDPOINT and
+# OTEL_RESOURCE_ATTRIBUTES itself), then waits for the test to have seen its spend before it ends.
+FAKE_CLAUDE = r'''
+import json, os, sys, time
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+assert os.environ["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1"
+reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=3_600_000)
+provider = MeterProvider(resource=Resource.create({"service.name": "claude-code"}), metric_readers=[reader])
+meter = provider.get_meter("com.anthropic.claude_code")
+meter.create_counter("claude_code.token.usage").add(1234, {"type": "input", "session.id": "s-run"})
+meter.create_counter("claude_code.cost.usage").add(0.25, {"session.id": "s-run"})
+provider.force_flush()
+deadline = time.time() + 60
+while not os.path.exists(os.environ["FAKE_RELEASE"]) and time.time() < deadline:
+    time.sleep(0.05)
+provider.shutdown()
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "ok", "session_id": "s-run",
+                  "num_turns": 1, "total_cost_usd": 0.25}))
+'''
+
+
+@pytest.mark.daemon
+def test_a_run_pulse_starts_reports_its_spend_while_it_runs(pulsed, tmp_path):
+    import sys
+    script, release = tmp_path / "fake_claude.py", tmp_path / "release"
+    script.write_text(FAKE_CLAUDE)
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(
+        f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\n\n'
+        f'[[agent]]\nname = "claude"\nadapter = "claude-code"\nmcp = false\ntimeout_s = 90\n'
+        f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\nenv = {{ FAKE_RELEASE = "{release}" }}\n')
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    pulsed.wait_running(("watcher", "tick", "executor", "telemetry"))
+    out = pulsed.ctl("task", "add", "--project", "p", "--title", "t", "--prompt", "spend")
+    assert out.returncode == 0, out.stderr
+    task = out.stdout.strip().split()[0].rstrip(":")
+    run = wait_for(lambda: next(iter(pulsed.events("task-executing", task)), None), 30, 0.1,
+                   what="the run to start")["data"]["run"]
+    # seen while the run still runs (it waits for `release`): tagged with its run, task and agent
+    fact = wait_for(lambda: next(iter(facts(pulsed, run)), None), 30, 0.1, what="the run's telemetry fact")
+    assert not pulsed.events("task-acked", task)
+    assert (fact["task"], fact["agent"], fact["tokens"], fact["cost_usd"]) == (task, "claude", {"input": 1234}, 0.25)
+    release.write_text("")
+    wait_for(lambda: pulsed.events("task-acked", task), 30, 0.1, what="task-acked")

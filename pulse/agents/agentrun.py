@@ -20,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, routing, runcgroup, runlimits, spend, tasks, taskview
+from pulse.agents import adapters, otel, routing, runcgroup, runlimits, spend, tasks, taskview
 from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
@@ -234,6 +234,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         prompt = prompt_with_history(state.prompt, taskview.earlier_writes(conn, state.id))
         invocation = adapter.invocation(with_token, adapters.Task(state.id, prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
+        if (receiver := telemetry_receiver(home, effect.id, state.id, agent.name)) is not None:
+            adapter.report_to(invocation, receiver, agent.env)   # the run's telemetry to Pulse, tagged as the run
         if account is not None:           # what the adapter wrote there (an MCP config, a token file) too
             for entry in os.scandir(scratch):
                 os.chown(entry.path, *account, follow_symlinks=False)
@@ -342,6 +344,13 @@ def remove_scratch(run: str, owners: set[int]) -> None:
             continue
         if stat.S_ISDIR(st.st_mode) and st.st_uid in owners:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def telemetry_receiver(home: Path, run: str, task: str, agent: str) -> otel.Receiver | None:
+    """Pulse's telemetry receiver, when it runs ([telemetry] enabled), for this run."""
+    from pulse.core.home import Paths
+    paths = Paths.for_client(Path(home))
+    return otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)
 
 
 def gate_socket(home: Path, uid: int | None = None) -> str:
