@@ -77,3 +77,47 @@ def test_output_keeps_a_run_alive_and_its_end_is_counted_from_the_last_line(puls
     assert failed["data"]["reason"] == "stalled"
     assert failed["ts"] - started["ts"] >= 4 + 1.5 - 0.5    # not before its last line plus stall_s
     assert time.time() - started["ts"] < 60
+
+
+# Prints one line, then only exports (as Claude Code in print mode does until its end): an event every
+# 0.3 s for 6 s, by the OTel SDK configured from the environment its run got, then nothing at all.
+EXPORTING = r'''
+import sys, time
+print("starting", flush=True)
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+provider = LoggerProvider(resource=Resource.create())
+provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter()))
+logger = provider.get_logger("com.anthropic.claude_code.events")
+began = time.time()
+while time.time() - began < 6:
+    logger.emit(body="claude_code.tool_result", attributes={"event.name": "tool_result", "success": "true"})
+    time.sleep(0.3)
+with open(sys.argv[1], "w") as f:
+    f.write(str(time.time()))
+time.sleep(300)
+'''
+
+
+@pytest.mark.daemon
+def test_telemetry_keeps_a_run_that_prints_nothing_alive(pulsed, tmp_path):
+    script, last = tmp_path / "exporting.py", tmp_path / "last-export"
+    script.write_text(EXPORTING)
+    init_home(pulsed.home)
+    argv = json.dumps([sys.executable, str(script), str(last)])
+    (pulsed.home / "config.toml").write_text(
+        '[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = 0.3\n\n'
+        f'[[agent]]\nname = "quiet"\nadapter = "claude-code"\nmcp = false\nargv = {argv}\ntimeout_s = 120\n'
+        'stall_s = 3\n\n[tasks]\nmax_failures = 1\n')
+    pulsed.start(env={"PULSE_TICK_MS": "200"})
+    pulsed.wait_running(("watcher", "tick", "executor", "telemetry"))
+    task = add_task(pulsed)
+    wait_for(lambda: pulsed.events("task-failed", task), 60, 0.1, what="the run's end")
+    failed = pulsed.events("task-failed", task)[0]
+    assert failed["data"]["reason"] == "stalled" and "no output and no telemetry" in failed["data"]["error"]
+    assert last.exists(), "ended while it was still exporting"
+    assert failed["ts"] >= float(last.read_text()) + 3 - 0.5    # its last export, then stall_s of silence
+    run = pulsed.events("task-executing", task)[0]["data"]["run"]
+    assert sum(e["data"]["tool_calls"] for e in pulsed.events("telemetry", run)) >= 10
