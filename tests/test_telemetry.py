@@ -94,29 +94,38 @@ def test_a_runs_tokens_cost_and_calls_become_facts(receiver):
     pulsed, url = receiver
     run = resource(**{"pulse.run.id": "eff-tokens-1", "pulse.task.id": "task-7", "pulse.agent": "claude"})
 
-    def usage(input_tokens, cost):
-        def record(meter, provider):
-            tokens = meter.create_counter("claude_code.token.usage", unit="tokens")
-            tokens.add(input_tokens, {"type": "input", "session.id": "s-1", "model": "m"})
-            tokens.add(20, {"type": "output", "session.id": "s-1", "model": "m"})
-            meter.create_counter("claude_code.cost.usage", unit="USD").add(cost, {"session.id": "s-1", "model": "m"})
-        return record
-    send_metrics(url, run, usage(100, 0.05))
-    send_logs(url, run, [("claude_code.api_request", {"session.id": "s-1", "input_tokens": 100, "cost_usd": 0.05}),
-                         ("claude_code.api_request", {"session.id": "s-1"}),
+    def claude_metrics(meter, provider):
+        # what Claude Code's metrics say again of its api_request events: not counted twice
+        meter.create_counter("claude_code.token.usage").add(150, {"type": "input", "session.id": "s-1"})
+        meter.create_counter("claude_code.cost.usage").add(0.06, {"session.id": "s-1"})
+    send_metrics(url, run, claude_metrics)
+    send_logs(url, run, [("claude_code.api_request", {"session.id": "s-1", "input_tokens": 100, "output_tokens": 20,
+                                                      "cache_read_tokens": 5, "cost_usd": 0.05}),
+                         ("claude_code.api_request", {"session.id": "s-1", "input_tokens": 50, "output_tokens": 20,
+                                                      "cost_usd": 0.01}),
                          ("claude_code.tool_result", {"session.id": "s-1", "tool_name": "Bash", "success": "false"}),
                          ("claude_code.api_error", {"session.id": "s-1", "error": "overloaded", "status_code": "529"})])
-    # a second provider starts its cumulative series afresh: what it sends is all new
-    send_metrics(url, run, usage(50, 0.01))
-    want = {"tokens": {"input": 150, "output": 40}, "cost_usd": 0.06, "api_requests": 3, "tool_calls": 1, "errors": 2}
+    want = {"tokens": {"input": 150, "output": 40, "cache_read": 5}, "cost_usd": 0.06, "api_requests": 3,
+            "tool_calls": 1, "errors": 2}
     seen: list = []
     wait_for(lambda: seen.append(summed(pulsed, "eff-tokens-1")) or seen[-1] == want, 10, 0.1,
              what=f"the run's facts to sum to {want}")
     first = facts(pulsed, "eff-tokens-1")[0]
     assert (first["run"], first["task"], first["agent"], first["session"]) == ("eff-tokens-1", "task-7", "claude", "s-1")
     assert first["last_at"] > time.time() - 60
-    # aggregated: far fewer facts than the 10 records and data points sent
+    # aggregated: far fewer facts than the records and data points sent
     assert len(facts(pulsed, "eff-tokens-1")) <= 3
+
+    # The GenAI conventions' token metric, cumulative (the SDK's default): each export adds what is new
+    def genai(meter, provider):
+        tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}")
+        tokens.record(30, {"gen_ai.token.type": "input"})
+        provider.force_flush()
+        tokens.record(12, {"gen_ai.token.type": "input"})
+        tokens.record(7, {"gen_ai.token.type": "output"})
+    send_metrics(url, resource(**{"pulse.run.id": "eff-genai-1"}), genai)
+    wait_for(lambda: summed(pulsed, "eff-genai-1")["tokens"] == {"input": 42, "output": 7}, 10, 0.1,
+             what="the GenAI metric's tokens, counted once")
 
 
 @pytest.mark.daemon
@@ -285,17 +294,15 @@ def test_a_codex_run_gets_its_otel_exporter_as_a_config_override_and_the_token_o
 # OTEL_RESOURCE_ATTRIBUTES itself), then waits for the test to have seen its spend before it ends.
 FAKE_CLAUDE = r'''
 import json, os, sys, time
-from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 assert os.environ["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1"
-reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=3_600_000)
-provider = MeterProvider(resource=Resource.create({"service.name": "claude-code"}), metric_readers=[reader])
-meter = provider.get_meter("com.anthropic.claude_code")
-meter.create_counter("claude_code.token.usage").add(1234, {"type": "input", "session.id": "s-run"})
-meter.create_counter("claude_code.cost.usage").add(0.25, {"session.id": "s-run"})
-provider.force_flush()
+provider = LoggerProvider(resource=Resource.create({"service.name": "claude-code"}))
+provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter()))
+provider.get_logger("com.anthropic.claude_code.events").emit(body="claude_code.api_request", attributes={
+    "event.name": "api_request", "session.id": "s-run", "input_tokens": 1234, "cost_usd": 0.25})
 deadline = time.time() + 60
 while not os.path.exists(os.environ["FAKE_RELEASE"]) and time.time() < deadline:
     time.sleep(0.05)

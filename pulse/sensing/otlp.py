@@ -9,11 +9,14 @@ session comes out per flush, never one per record. Who a record is about:
   - else the sender: "service:<service.name>".
 
 What is counted, and from where (one source each, so nothing is counted twice):
-  - tokens and cost: Claude Code's metrics `claude_code.token.usage` (attribute `type`: input, output,
-    cacheRead, cacheCreation) and `claude_code.cost.usage` (USD); the GenAI metric
-    `gen_ai.client.token.usage` (`gen_ai.token.type`); Codex's log event `codex.sse_event` of kind
-    `response.completed` (input/output/cached/reasoning_token_count); GenAI model-call spans
-    (`gen_ai.usage.input_tokens` / `output_tokens`). Cumulative metrics are turned into deltas per series.
+  - tokens and cost: Claude Code's `api_request` events (input_tokens, output_tokens,
+    cache_read_tokens, cache_creation_tokens, cost_usd: one per request, sent every few seconds);
+    Codex's log event `codex.sse_event` of kind `response.completed` (input/output/cached/
+    reasoning_token_count); the GenAI metric `gen_ai.client.token.usage` (`gen_ai.token.type`;
+    cumulative series turned into deltas); GenAI model-call spans (`gen_ai.usage.input_tokens` /
+    `output_tokens`). Claude Code's metrics `claude_code.token.usage` and `claude_code.cost.usage`
+    say the same as its events, later (every 60 s by default, and a short run's only at its exit):
+    they show the session alive, and are not counted again.
   - API requests: the log events `api_request` and `api_error` (Claude Code, Codex), model-call spans.
   - tool calls: the log event `tool_result`, `execute_tool` spans.
   - errors: `api_error`, an `api_request` with an error or an HTTP status of 400 or more, a
@@ -27,8 +30,9 @@ from dataclasses import dataclass, field
 
 RUN_ATTR, TASK_ATTR, AGENT_ATTR = "pulse.run.id", "pulse.task.id", "pulse.agent"
 SESSION_ATTRS = ("session.id", "conversation.id", "gen_ai.conversation.id")
-TOKEN_KINDS = {"input": "input", "output": "output", "cacheRead": "cache_read", "cacheCreation": "cache_write",
-               "cache_read": "cache_read", "cache_creation": "cache_write", "reasoning": "reasoning"}
+TOKEN_KINDS = {"input": "input", "output": "output"}      # gen_ai.token.type
+CLAUDE_TOKENS = {"input_tokens": "input", "output_tokens": "output", "cache_read_tokens": "cache_read",
+                 "cache_creation_tokens": "cache_write"}
 CODEX_TOKENS = {"input_token_count": "input", "output_token_count": "output", "cached_token_count": "cache_read",
                 "reasoning_token_count": "reasoning"}
 MODEL_CALLS = {"chat", "text_completion", "generate_content"}   # GenAI operations that are one API request
@@ -149,6 +153,10 @@ class Fold:
     def _log_event(self, t: Tally, name: str, attrs: dict) -> None:
         if name in ("api_request", "api_error"):
             t.api_requests += 1
+            for attr, kind in CLAUDE_TOKENS.items():
+                self._add_tokens(t, kind, number(attrs.get(attr)))
+            if (cost := number(attrs.get("cost_usd"))) is not None and cost > 0:
+                t.cost_usd += cost
             status = number(attrs.get("http.response.status_code") or attrs.get("status_code"))
             if name == "api_error" or attrs.get("error.message") or attrs.get("error") or (status or 0) >= 400:
                 t.errors += 1
@@ -188,12 +196,8 @@ class Fold:
                                                          else point.as_int)
             if temporality == CUMULATIVE:
                 raw = self._delta((t.target, name, tuple(sorted(attrs.items())), point.start_time_unix_nano), raw)
-            if name == "claude_code.token.usage":
-                self._add_tokens(t, TOKEN_KINDS.get(str(attrs.get("type")), str(attrs.get("type"))), raw)
-            elif name == "gen_ai.client.token.usage":
+            if name == "gen_ai.client.token.usage":
                 self._add_tokens(t, TOKEN_KINDS.get(str(attrs.get("gen_ai.token.type")), "input"), raw)
-            elif name == "claude_code.cost.usage" and raw > 0:
-                t.cost_usd += raw
 
     def _delta(self, key: tuple, now_value: float) -> float:
         """A cumulative point as what it added since the last point of its series (all of it when

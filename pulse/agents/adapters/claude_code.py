@@ -102,9 +102,9 @@ class ClaudeCodeAdapter(Adapter):
 
     def report_to(self, inv: Invocation, receiver, operator_env: dict[str, str]) -> None:
         # Claude Code's documented telemetry (CLAUDE_CODE_ENABLE_TELEMETRY and the standard OTEL_*
-        # variables): its metrics (claude_code.token.usage, claude_code.cost.usage) and events
-        # (api_request, tool_result, api_error) over OTLP/HTTP, more often than its defaults (60 s
-        # metrics, 5 s events) so a run is seen spending, and alive, while it runs.
+        # variables): its events (api_request with tokens and cost, tool_result, api_error) and
+        # metrics over OTLP/HTTP, more often than its defaults (5 s events, 60 s metrics) so a run is
+        # seen spending, and alive, while it runs.
         from pulse.agents import otel
         otel.tag(inv.env, receiver.tags)
         if otel.operator_decides(operator_env):

@@ -1,0 +1,47 @@
+"""A real Claude Code run reports to Pulse's telemetry receiver while it runs: its API requests, tokens
+and tool calls become facts of its run before the run ends. Against a scripted model endpoint on
+127.0.0.1 (tests/realtools.py); the CLI from scripts/install_realcli.sh, as the other realcli tests."""
+
+from __future__ import annotations
+
+import pytest
+from test_realcli_agents import add_task, claude_env, clean_env, settled, start  # noqa: F401 (clean_env: autouse)
+
+from realtools import ScriptedAnthropic, require_tools
+from support import wait_for
+
+pytestmark = pytest.mark.realcli
+
+# Three tool calls that take a while each: the run lasts long enough for Claude Code's exporters
+# (events every 2 s, as the adapter sets) to report while it runs.
+SLOW_STEPS = [("Bash", {"command": "sleep 2", "description": "wait"})] * 3
+TELEMETRY = '[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = 0.5\n\n'
+
+
+def test_claude_code_reports_tokens_requests_and_tool_calls_while_it_runs(pulsed, tmp_path):
+    require_tools("claude")
+    with ScriptedAnthropic(SLOW_STEPS, "PONG") as model:
+        start(pulsed, "claude-code", claude_env(tmp_path, model.url, key="sk-scripted"), timeout_s=120, mcp=False,
+              before=TELEMETRY, argv=["claude", "-p", "--output-format", "json", "--allowedTools", "Bash", "--",
+                                      "{prompt}"])
+        task = add_task(pulsed)
+        run = wait_for(lambda: next(iter(pulsed.events("task-executing", task)), None), 60, 0.2,
+                       what="the run to start")["data"]["run"]
+        first = wait_for(lambda: next(iter(pulsed.events("telemetry", run)), None), 90, 0.2,
+                         what="a telemetry fact of the run")
+        evs = settled(pulsed, task, 120)
+    ended = next(e for e in evs if e["type"] in ("task-acked", "task-failed", "task-given-up"))
+    assert first["id"] < ended["id"], "the run's first telemetry fact came only after its end"
+    facts = [e["data"] for e in pulsed.events("telemetry", run)]
+    print(f"{len(facts)} facts of run {run}: {facts}")
+    assert {(f["task"], f["agent"]) for f in facts} == {(task, "claude-code")}
+    assert sum(f["api_requests"] for f in facts) >= len(SLOW_STEPS)
+    assert sum(f["tool_calls"] for f in facts) >= len(SLOW_STEPS)
+    assert sum(f["tokens"].get("input", 0) for f in facts) > 0
+    assert ended["type"] == "task-acked", ended
+    # once its last export is in, the run's facts add up to what the CLI itself reported at its end
+    said = ended["data"]["result"]
+    summed = lambda: {"input": sum(f["data"]["tokens"].get("input", 0) for f in pulsed.events("telemetry", run)),
+                      "cost": round(sum(f["data"]["cost_usd"] for f in pulsed.events("telemetry", run)), 6)}
+    want = {"input": said["tokens"]["input"], "cost": round(said["cost_usd"], 6)}
+    wait_for(lambda: summed() == want, 30, 0.2, what=f"the run's facts to add up to its own report {want}")
