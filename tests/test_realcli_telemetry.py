@@ -5,9 +5,9 @@ and tool calls become facts of its run before the run ends. Against a scripted m
 from __future__ import annotations
 
 import pytest
-from test_realcli_agents import add_task, claude_env, clean_env, settled, start  # noqa: F401 (clean_env: autouse)
+from test_realcli_agents import add_task, claude_env, clean_env, codex_env, settled, start  # noqa: F401 (autouse)
 
-from realtools import ScriptedAnthropic, require_tools
+from realtools import LiteLLM, ScriptedAnthropic, require_tools
 from support import wait_for
 
 pytestmark = pytest.mark.realcli
@@ -15,6 +15,18 @@ pytestmark = pytest.mark.realcli
 # Three tool calls that take a while each: the run lasts long enough for Claude Code's exporters
 # (events every 2 s, as the adapter sets) to report while it runs.
 SLOW_STEPS = [("Bash", {"command": "sleep 2", "description": "wait"})] * 3
+@pytest.fixture
+def litellm(tmp_path):
+    require_tools("litellm")
+    proxy = LiteLLM(tmp_path / "litellm")
+    try:
+        proxy.start()
+    except (RuntimeError, TimeoutError) as err:
+        pytest.fail(str(err))
+    yield proxy
+    proxy.stop()
+
+
 TELEMETRY = '[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = 0.5\n\n'
 
 
@@ -45,3 +57,22 @@ def test_claude_code_reports_tokens_requests_and_tool_calls_while_it_runs(pulsed
                       "cost": round(sum(f["data"]["cost_usd"] for f in pulsed.events("telemetry", run)), 6)}
     want = {"input": said["tokens"]["input"], "cost": round(said["cost_usd"], 6)}
     wait_for(lambda: summed() == want, 30, 0.2, what=f"the run's facts to add up to its own report {want}")
+
+
+def test_codex_reports_its_tokens_through_its_otel_exporter(pulsed, litellm, tmp_path):
+    """The adapter's `-c otel.exporter=…` is a config Codex takes (a wrong one would keep every Codex
+    run from starting), and its sse_event token counts reach the run's facts."""
+    require_tools("codex")
+    start(pulsed, "codex", codex_env(tmp_path, litellm.url), before=TELEMETRY, mcp=False)
+    task = add_task(pulsed)
+    evs = settled(pulsed, task, 90)
+    ended = evs[-1]
+    assert ended["type"] == "task-acked", [e["data"].get("error") for e in evs if e["type"] == "task-failed"]
+    run = ended["data"]["run"]
+    said = ended["data"]["result"]["tokens"]
+    summed = lambda: sum(f["data"]["tokens"].get("input", 0) for f in pulsed.events("telemetry", run))
+    wait_for(lambda: summed() == said["input"] > 0, 30, 0.2, what=f"the run's facts to count its {said['input']} input tokens")
+    facts = [e["data"] for e in pulsed.events("telemetry", run)]
+    print(f"{len(facts)} facts of run {run}: {facts}")
+    assert {(f["task"], f["agent"]) for f in facts} == {(task, "codex")}
+    assert sum(f["api_requests"] for f in facts) >= 1

@@ -335,3 +335,21 @@ def test_a_run_pulse_starts_reports_its_spend_while_it_runs(pulsed, tmp_path):
     assert (fact["task"], fact["agent"], fact["tokens"], fact["cost_usd"]) == (task, "claude", {"input": 1234}, 0.25)
     release.write_text("")
     wait_for(lambda: pulsed.events("task-acked", task), 30, 0.1, what="task-acked")
+
+
+def test_an_event_is_named_by_its_event_name_attribute_before_the_records_own_field():
+    # Codex 0.171 sends event_name "event otel/src/events/session_telemetry.rs:1187" on every record
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    req = ExportLogsServiceRequest()
+    rec = req.resource_logs.add().scope_logs.add().log_records.add()
+    rec.event_name = "event otel/src/events/session_telemetry.rs:1187"
+    for key, value in (("event.name", AnyValue(string_value="codex.sse_event")),
+                       ("event.kind", AnyValue(string_value="response.completed")),
+                       ("conversation.id", AnyValue(string_value="c-1")),
+                       ("input_token_count", AnyValue(string_value="4237")), ("cached_token_count", AnyValue(int_value=0))):
+        rec.attributes.append(KeyValue(key=key, value=value))
+    fold = otlp.Fold(max_sources=4)
+    fold.logs(req, 1.0)
+    (tally,) = fold.take()
+    assert (tally.target, tally.tokens) == ("session:c-1", {"input": 4237})

@@ -98,8 +98,10 @@ def failed(raw: object) -> bool:
 
 
 def event_name(record, attrs: dict) -> str:
-    """A log record's event, without its CLI's prefix: "api_request", "tool_result", "sse_event" ..."""
-    name = getattr(record, "event_name", "") or attrs.get("event.name") or ""
+    """A log record's event, without its CLI's prefix: "api_request", "tool_result", "sse_event" ...
+    The `event.name` attribute first: Codex 0.171 fills the record's own event_name field with where
+    in its source the event was made ("event otel/src/events/session_telemetry.rs:1187")."""
+    name = attrs.get("event.name") or getattr(record, "event_name", "") or ""
     if not name and record.body.WhichOneof("value") == "string_value" and len(record.body.string_value) < 64:
         name = record.body.string_value
     return str(name).rsplit(".", 1)[-1]
