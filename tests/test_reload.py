@@ -146,6 +146,7 @@ CHANGES = [
     ("[gate]\nmax_string_bytes = 2048", {"executor"}),              # the executor serves the agents' gate
     ("[web]\nlisten = \"127.0.0.1:0\"", set()),                          # the web worker runs only when enabled
     ("[fleet]\npresence_interval_s = 4", set()),                          # so does the fleet worker
+    ("[telemetry]\nflush_s = 2", set()),                                  # and the telemetry receiver
     ("[budget]\nusd_per_day = 50", {"tick", "executor"}),  # the tick's snapshot says who is over it; the
                                                           # executor reserves (web, fleet: only when enabled)
     ("[[schedule]]\nname = \"s\"\nevery = \"1h\"\ntask = { project = \"p\", title = \"t\", prompt = \"x\" }", {"tick"}),
