@@ -4,6 +4,9 @@ and tool calls become facts of its run before the run ends. Against a scripted m
 
 from __future__ import annotations
 
+import os
+
+import psutil
 import pytest
 from test_realcli_agents import add_task, claude_env, clean_env, codex_env, settled, start  # noqa: F401 (autouse)
 
@@ -76,3 +79,34 @@ def test_codex_reports_its_tokens_through_its_otel_exporter(pulsed, litellm, tmp
     print(f"{len(facts)} facts of run {run}: {facts}")
     assert {(f["task"], f["agent"]) for f in facts} == {(task, "codex")}
     assert sum(f["api_requests"] for f in facts) >= 1
+
+
+def test_claude_code_against_an_endpoint_that_never_answers_ends_as_stalled(pulsed, tmp_path):
+    """The model endpoint accepts connections (the kernel's backlog) and never answers: Claude Code
+    waits on it, printing nothing, its telemetry quiet; stall_s ends the run long before timeout_s,
+    every process of it gone."""
+    import socket
+    import time
+    require_tools("claude")
+    with socket.create_server(("127.0.0.1", 0), backlog=64) as hole:      # listens, never accepts
+        url = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        start(pulsed, "claude-code", claude_env(tmp_path, url, key="sk-never"), timeout_s=300, mcp=False, stall_s=10,
+              before=TELEMETRY, max_failures=1)
+        task = add_task(pulsed)
+        began = wait_for(lambda: next(iter(pulsed.events("task-executing", task)), None), 60, 0.2, what="the run")
+        run = began["data"]["run"]
+        evs = settled(pulsed, task, 120)
+    failed = next(e for e in evs if e["type"] == "task-failed")
+    print(f"{task}: {failed['data'].get('reason')}: {failed['data'].get('error')}")
+    assert failed["data"]["reason"] == "stalled", failed["data"]
+    assert failed["ts"] - began["ts"] < 60                     # its timeout_s is 300
+    left = [p.pid for p in psutil.process_iter() if p.pid != os.getpid() and run_mark(p) == run]
+    assert left == [], f"processes of the run outlived it: {left}"
+    assert time.time() - began["ts"] < 120
+
+
+def run_mark(proc) -> str | None:
+    try:
+        return proc.environ().get("PULSE_RUN")
+    except (psutil.Error, OSError):
+        return None

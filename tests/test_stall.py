@@ -121,3 +121,17 @@ def test_telemetry_keeps_a_run_that_prints_nothing_alive(pulsed, tmp_path):
     assert failed["ts"] >= float(last.read_text()) + 3 - 0.5    # its last export, then stall_s of silence
     run = pulsed.events("task-executing", task)[0]["data"]["run"]
     assert sum(e["data"]["tool_calls"] for e in pulsed.events("telemetry", run)) >= 10
+
+
+@pytest.mark.parametrize("table, where", [
+    ('[[agent]]\nname = "a"\ntimeout_s = 60\nstall_s = 60\n', "$.agent[0].stall_s"),
+    ('[[agent]]\nname = "a"\nstall_s = 0\n', "$.agent[0].stall_s"),
+    ('[telemetry]\nlisten = "localhost"\n', "$.telemetry.listen"),
+    ('[telemetry]\nmax_body_kb = 0\n', "$.telemetry.max_body_kb"),
+    ('[telemetry]\nmax_body_kb = 64\nqueue_kb = 32\n', "$.telemetry.queue_kb"),
+])
+def test_bad_stall_and_telemetry_settings_say_what_and_where(table, where):
+    from pulse.core import config as configmod
+    with pytest.raises(configmod.ConfigError) as err:
+        configmod.validate(configmod.decode(table, "config.toml"), "config.toml")
+    assert where in str(err.value), err.value
