@@ -54,6 +54,8 @@ def test_claude_code_reports_tokens_requests_and_tool_calls_while_it_runs(pulsed
     assert sum(f["tool_calls"] for f in facts) >= len(SLOW_STEPS)
     assert sum(f["tokens"].get("input", 0) for f in facts) > 0
     assert ended["type"] == "task-acked", ended
+    # it sent the receiver's token (x-pulse-token in OTEL_EXPORTER_OTLP_HEADERS), as the adapter set it
+    assert pulsed.status().telemetry["requests"].get("with_token", 0) >= 1, pulsed.status().telemetry
     # once its last export is in, the run's facts add up to what the CLI itself reported at its end
     said = ended["data"]["result"]
     summed = lambda: {"input": sum(f["data"]["tokens"].get("input", 0) for f in pulsed.events("telemetry", run)),
@@ -79,6 +81,8 @@ def test_codex_reports_its_tokens_through_its_otel_exporter(pulsed, litellm, tmp
     print(f"{len(facts)} facts of run {run}: {facts}")
     assert {(f["task"], f["agent"]) for f in facts} == {(task, "codex")}
     assert sum(f["api_requests"] for f in facts) >= 1
+    # Codex's exporter takes the token from OTEL_EXPORTER_OTLP_HEADERS (never on its command line)
+    assert pulsed.status().telemetry["requests"].get("with_token", 0) >= 1, pulsed.status().telemetry
 
 
 def test_claude_code_against_an_endpoint_that_never_answers_ends_as_stalled(pulsed, tmp_path):

@@ -198,6 +198,9 @@ def test_past_its_burst_a_sender_is_told_to_wait(receiver):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(req, timeout=5)
     assert refused.value.code == 429 and int(refused.value.headers["Retry-After"]) >= 1
+    # a caller with the token (every run Pulse starts) has a bucket of its own: the flood cost it nothing
+    token = (pulsed.home / "telemetry.token").read_text().strip()
+    assert post(url, "/v1/traces", b"", {"Content-Type": "application/x-protobuf", "X-Pulse-Token": token})[0] == 200
 
 
 @pytest.mark.daemon
@@ -261,10 +264,10 @@ def test_a_claude_code_run_is_pointed_at_the_receiver_and_tagged_unless_its_env_
     assert inv.env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and inv.env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
     assert inv.env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf" and "OTEL_EXPORTER_OTLP_HEADERS" not in inv.env
     assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-1,pulse.task.id=task-3,pulse.agent=claude"
-    # a receiver beyond loopback: its token, by the environment
+    # the receiver's token, by the environment
     adapter, agent, inv = claude_invocation()
     adapter.report_to(inv, Receiver("http://10.0.0.5:4318", "tok", tags), agent.env)
-    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "Authorization=Bearer%20tok"
+    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok"
     # the operator's own exporter wins; the run is still tagged, after the operator's attributes
     own = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_RESOURCE_ATTRIBUTES": "team=infra"}
     adapter, agent, inv = claude_invocation(own)
@@ -285,7 +288,7 @@ def test_a_codex_run_gets_its_otel_exporter_as_a_config_override_and_the_token_o
     at = inv.argv.index("exec") + 1
     assert inv.argv[at:at + 2] == ["-c", 'otel.exporter={"otlp-http" = {"endpoint" = "http://127.0.0.1:4318/v1/logs", '
                                          '"protocol" = "binary"}}']
-    assert not any("tok" in a for a in inv.argv) and inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "Authorization=Bearer%20tok"
+    assert not any("tok" in a for a in inv.argv) and inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok"
     assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-2"
 
 

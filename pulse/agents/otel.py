@@ -1,7 +1,9 @@
 """Where a run sends its telemetry, and how it is tagged as the run (pulse.workers.telemetry).
 
 When the telemetry receiver runs, it says where in the runtime directory (`telemetry.json`: its
-URL, its pid, whether it needs its token). The executor reads that as a run starts and hands the
+URL, its pid, whether it needs its token). Every run gets the receiver's token (a header, by the
+environment): needed beyond loopback, and on loopback it puts the run's telemetry in a rate bucket
+apart from anonymous local senders. The executor reads that as a run starts and hands the
 adapter a `Receiver`; an adapter whose CLI exports OpenTelemetry points the run at it
 (`Adapter.report_to`). Every run is tagged with OTEL_RESOURCE_ATTRIBUTES `pulse.run.id` (the
 agent-run effect id), `pulse.task.id` and `pulse.agent`, so the receiver counts its records as
@@ -33,12 +35,13 @@ HEADERS_ENV = "OTEL_EXPORTER_OTLP_HEADERS"
 class Receiver:
     """The receiver a run reports to, and what tags it."""
     url: str                           # http://host:port, no path
-    token: str | None                  # sent only when the receiver needs it (it listens beyond loopback)
+    token: str | None                  # the receiver's: needed beyond loopback, and a bucket of its own on it
     tags: dict[str, str]               # pulse.run.id, pulse.task.id, pulse.agent
 
     def headers_env(self) -> str | None:
-        """OTEL_EXPORTER_OTLP_HEADERS for the token (the OTel spec's form: values percent-encoded)."""
-        return None if self.token is None else f"Authorization={urllib.parse.quote('Bearer ' + self.token)}"
+        """OTEL_EXPORTER_OTLP_HEADERS for the token: X-Pulse-Token, whose value (URL-safe base64) needs
+        no percent-encoding, which not every SDK undoes."""
+        return None if self.token is None else f"x-pulse-token={self.token}"
 
 
 def receiver(telemetry_file: Path, token_file: Path, run: str, task: str, agent: str) -> Receiver | None:
@@ -48,7 +51,7 @@ def receiver(telemetry_file: Path, token_file: Path, run: str, task: str, agent:
         info = json.loads(telemetry_file.read_text())
         os.kill(int(info["pid"]), 0)
         url = str(info["url"])
-        token = token_file.read_text().strip() if info.get("token_required") else None
+        token = token_file.read_text().strip() or None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return Receiver(url, token, {"pulse.run.id": run, "pulse.task.id": task, "pulse.agent": agent})

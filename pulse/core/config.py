@@ -473,9 +473,11 @@ class Telemetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # (Authorization: Bearer TOKEN, or X-Pulse-Token: TOKEN).
     listen: str = "127.0.0.1:4318"
     max_body_kb: int = 4096                   # a larger request is refused (413) before its body is read
-    requests_per_s: float = 50                # admitted requests a second, after a burst of ...
+    requests_per_s: float = 50                # admitted requests a second (callers with the token, and the
+                                              # others, each as much), after a burst of ...
     burst: int = 100                          # ... this many; past that: 429 with Retry-After
-    queue_kb: int = 16384                     # bodies received, not yet folded; full: 503 (the CLI retries)
+    queue_kb: int = 16384                     # bodies being read or not yet folded; full: 503 (the CLI retries);
+                                              # callers without the token get half of it
     flush_s: float = 5                        # what was folded goes to events.db this often
     max_sources: int = 32                     # runs and sessions counted per flush; others' records dropped, counted
 
@@ -1208,9 +1210,9 @@ def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
             raise ConfigError(f"{origin}: $.telemetry.{key} must be at least 1, got {getattr(telemetry, key)}")
     if telemetry.requests_per_s <= 0 or telemetry.flush_s <= 0:
         raise ConfigError(f"{origin}: $.telemetry: requests_per_s and flush_s must be greater than 0")
-    if telemetry.queue_kb < telemetry.max_body_kb:
-        raise ConfigError(f"{origin}: $.telemetry.queue_kb must hold at least one body of max_body_kb "
-                          f"({telemetry.max_body_kb}), got {telemetry.queue_kb}")
+    if telemetry.queue_kb < 2 * telemetry.max_body_kb:
+        raise ConfigError(f"{origin}: $.telemetry.queue_kb must hold at least two bodies of max_body_kb "
+                          f"({telemetry.max_body_kb}; half of it is for callers without the token), got {telemetry.queue_kb}")
 
 
 DAILY_AT = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")

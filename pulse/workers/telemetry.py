@@ -8,7 +8,9 @@ or not), decodes them with opentelemetry-proto, and folds them (pulse.sensing.ot
 
 Bounded, in this order, before a body is read: the caller (beyond loopback: the token), the rate
 (a token bucket: 429 with Retry-After), the declared size (Content-Length over max_body_kb: 413,
-nothing read), the queue's room (503: OTLP exporters retry it). A body without a Content-Length is
+nothing read), the queue's room (503: OTLP exporters retry it). Callers with the token (every run
+Pulse starts gets it) have a bucket of their own and the whole queue, the others half of it: an
+anonymous local flood cannot starve a run's telemetry and so get a quiet run ended as stalled. A body without a Content-Length is
 read only up to the limit. What is decoded waits in a queue bounded by queue_kb for the main loop,
 which folds it; the facts a flush writes are at most max_sources, so at most
 max_sources * 60 / flush_s events a minute (32 * 12 = 384 by default), whatever is sent.
@@ -91,14 +93,18 @@ class Bucket:
 class Receiver:
     """The ASGI app: checks, reads within bounds, decodes, queues. Runs on the server's loop only."""
 
-    def __init__(self, settings: configmod.Telemetry, token: str | None, wake_fd: int):
+    def __init__(self, settings: configmod.Telemetry, token: str, token_required: bool, wake_fd: int):
         self.max_body = settings.max_body_kb * 1024
         self.queue_cap = settings.queue_kb * 1024
-        self.token = token                      # None: any caller (loopback only)
-        self.bucket = Bucket(settings.requests_per_s, settings.burst)
+        self.token, self.token_required = token, token_required     # not required: loopback only
+        # Callers with the token (the runs Pulse starts get it) have a bucket and half the queue of
+        # their own: a local process flooding the receiver without it cannot starve a run's telemetry
+        # (and so get a healthy, quiet run ended as stalled).
+        self.buckets = {known: Bucket(settings.requests_per_s, settings.burst) for known in (True, False)}
         self.types = request_types()
         self.queue: collections.deque = collections.deque()    # (signal, message, bytes)
-        self.queued = 0                         # bytes of the bodies in the queue
+        self.queued = 0                         # bytes of the bodies in the queue (or being read)
+        self.anonymous = 0                      # ... of them, from callers without the token
         self.lock = threading.Lock()
         self.wake_fd = wake_fd
         self.counts: collections.Counter = collections.Counter()   # accepted, and each refusal's status
@@ -108,6 +114,9 @@ class Receiver:
             return
         status, headers, body = await self.handle(scope, receive)
         self.counts["accepted" if status == 200 else str(status)] += 1
+        if status == 200 and self.caller_known({k.decode("latin-1").lower(): v.decode("latin-1")
+                                                for k, v in scope["headers"]}):
+            self.counts["with_token"] += 1      # of those accepted: a run Pulse started, or the operator's
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), *headers]})
         await send({"type": "http.response.body", "body": body})
@@ -119,10 +128,11 @@ class Receiver:
         if scope["method"] != "POST":
             return refuse(405, "OTLP/HTTP takes POST only")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.token is not None and not self.caller_known(headers):
+        known = self.caller_known(headers)
+        if self.token_required and not known:
             return refuse(401, "this receiver listens beyond loopback: send its token (Authorization: Bearer "
                                "TOKEN, or X-Pulse-Token), from <home>/telemetry.token")
-        wait = self.bucket.take()
+        wait = self.buckets[known].take()
         if wait:
             return refuse(429, "too many requests", [(b"retry-after", str(max(1, round(wait))).encode())])
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -137,18 +147,18 @@ class Receiver:
         # Room in the queue is taken before the body is read, so what is being read and what waits to
         # be folded are bounded together: a body of unknown length (chunked, or gzip) takes the most.
         room = self.max_body if declared is None or encoding == "gzip" else int(declared)
-        if not self.reserve(room):
+        if not self.reserve(room, known):
             return refuse(503, "the receiver's queue is full", [(b"retry-after", b"1")])
         try:
             message = await self.read_message(receive, signal, kind, encoding)
         except Refused as refusal:
-            self.release(room)
+            self.release(room, known)
             return refusal.answer
         except BaseException:           # the client went away mid-body, the server is stopping
-            self.release(room)
+            self.release(room, known)
             raise
         with self.lock:
-            self.queue.append((signal, message, room))
+            self.queue.append((signal, message, room, known))
         try:
             os.write(self.wake_fd, b"!")
         except BlockingIOError:
@@ -175,16 +185,19 @@ class Receiver:
         except Exception as err:        # protobuf's DecodeError, json_format's ParseError, bad UTF-8
             raise Refused(400, f"not an OTLP {signal} export request ({kind}): {type(err).__name__}") from None
 
-    def reserve(self, room: int) -> bool:
+    def reserve(self, room: int, known: bool) -> bool:
+        """Take `room` in the queue: a caller without the token only within the queue's half of its own."""
         with self.lock:
-            if self.queued + room > self.queue_cap:
+            if self.queued + room > self.queue_cap or (not known and self.anonymous + room > self.queue_cap // 2):
                 return False
             self.queued += room
+            self.anonymous += 0 if known else room
             return True
 
-    def release(self, room: int) -> None:
+    def release(self, room: int, known: bool) -> None:
         with self.lock:
             self.queued -= room
+            self.anonymous -= 0 if known else room
 
     def caller_known(self, headers: dict) -> bool:
         import hmac
@@ -194,7 +207,7 @@ class Receiver:
             given = auth[len("Bearer "):].strip()
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def next_message(self) -> tuple[str, object, int] | None:
+    def next_message(self) -> tuple[str, object, int, bool] | None:
         """The oldest decoded request, or None; its room stays taken until `release`."""
         with self.lock:
             return self.queue.popleft() if self.queue else None
@@ -263,7 +276,7 @@ class TelemetryWorker(Worker):
         self.libc = libc()
         limit_arenas(self.libc, ARENAS)        # before the server's thread makes its own
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.receiver = Receiver(settings, token if self.remote else None, self.wake_w)
+        self.receiver = Receiver(settings, token, self.remote, self.wake_w)
         self.fold = Fold(settings.max_sources)
         self.flush_s = settings.flush_s
         self.next_flush = time.monotonic() + self.flush_s
@@ -317,14 +330,14 @@ class TelemetryWorker(Worker):
             pass
         now, folded = time.time(), 0
         while (item := self.receiver.next_message()) is not None:
-            signal, message, room = item
+            signal, message, room, known = item
             try:
                 getattr(self.fold, signal)(message, now)
             except Exception as err:              # a decoded request the fold cannot read: dropped, said
                 self.log.warning("an OTLP %s request was not folded: %s: %s", signal, type(err).__name__, err)
             finally:
                 del message, item
-                self.receiver.release(room)       # its room is free once it is folded
+                self.receiver.release(room, known)   # its room is free once it is folded
             folded += room
         if folded >= TRIM_AFTER_BYTES:
             give_back(self.libc)                  # a burst's buffers go back to the system, not kept
