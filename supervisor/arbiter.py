@@ -33,6 +33,7 @@ from pulse.core.states import (
     FLEET,
     LATE,
     STEERABLE,
+    TELEMETRY,
     WEB,
     WORKERS,
     Exit,
@@ -712,7 +713,8 @@ class Arbiter:
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
             web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
             files=self.watched_files(), fresh=self.fresh_watches(), dirs=self.watched_dirs(),
-            fleet=self.children[FLEET].extras if self.children[FLEET].pid else None)
+            fleet=self.children[FLEET].extras if self.children[FLEET].pid else None,
+            telemetry=self.children[TELEMETRY].extras if self.children[TELEMETRY].pid else None)
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused, and their

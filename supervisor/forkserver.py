@@ -34,6 +34,7 @@ PRELOAD = {
     "engine": ("pulse.workers.enginehost", "EngineWorker"),
     "web": ("pulse.workers.webserver", "WebWorker"),            # its web stack is imported when it opens
     "fleet": ("pulse.workers.fleet", "FleetWorker"),            # nats-py is imported when it opens
+    "telemetry": ("pulse.workers.telemetry", "TelemetryWorker"),  # uvicorn and the OTLP protos: at open
 }
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20

@@ -31,9 +31,9 @@ def test_the_groups_other_modules_import_are_what_they_were():
     assert states.EVENT_WRITER == "eventlog"
     assert states.SUPERVISED == ("eventlog", "watcher", "tick", "executor", "engine")
     assert states.WORKERS == ("watcher", "tick", "executor", "engine")
-    assert states.STEERABLE == ("watcher", "tick", "executor", "engine", "web", "fleet")
+    assert states.STEERABLE == ("watcher", "tick", "executor", "engine", "web", "fleet", "telemetry")
     assert states.LOG_SOURCES == ("pulsed", "forkserver", "eventlog", "watcher", "tick", "executor", "engine", "web",
-                                  "fleet")
+                                  "fleet", "telemetry")
 
 
 def test_every_worker_has_a_spec_a_slice_and_a_module_to_preload():
@@ -45,17 +45,19 @@ def test_a_worker_that_is_not_core_is_retried_by_a_timing_of_its_own_600_s_by_de
     supervisor_keys = {f.name for f in msgspec.structs.fields(configmod.SupervisorTimings)}
     retried = {s.name: s.retry_after_failed for s in states.CHILD_SPECS.values() if not s.core}
     assert retried == {"eventlog": "eventlog_retry_after_failed_s", "engine": "engine_retry_after_failed_s",
-                       "web": "web_retry_after_failed_s", "fleet": "fleet_retry_after_failed_s"}
+                       "web": "web_retry_after_failed_s", "fleet": "fleet_retry_after_failed_s",
+                       "telemetry": "telemetry_retry_after_failed_s"}
     assert set(retried.values()) <= supervisor_keys
     assert {getattr(configmod.Timings(), key) for key in retried.values()} == {600}
 
 
 def test_each_failed_worker_waits_its_own_timing_and_a_core_one_escalates():
     t = timings(engine_retry_after_failed_s=1, eventlog_retry_after_failed_s=2, web_retry_after_failed_s=3,
-                fleet_retry_after_failed_s=4, intensity_restarts=0)
+                fleet_retry_after_failed_s=4, telemetry_retry_after_failed_s=5, intensity_restarts=0)
     decisions = {name: lifecycle.on_crash(Child(spec), 100.0, t) for name, spec in states.CHILD_SPECS.items()}
     assert decisions == {"eventlog": Fail(2), "watcher": Fail(None), "tick": Fail(None), "executor": Fail(None),
-                         "engine": Fail(1), "web": Fail(3), "fleet": Fail(4)}
+                         "engine": Fail(1), "web": Fail(3), "fleet": Fail(4),
+                         "telemetry": Fail(5)}
 
 
 def test_a_crash_streak_restarts_at_once_then_backs_off():

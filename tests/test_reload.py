@@ -133,7 +133,7 @@ CHANGES = [
     ("[[watch.error_log]]\nname = \"x\"\npath = \"/nonexistent/x.log\"", {"watcher", "tick"}),
     ("[tick]\nsense = [\"system-resource\"]", {"tick"}),
     ("[allow]\nkinds = [\"noop\"]", {"executor"}),
-    ("[store]\nerror_coalesce_s = 60", {"watcher", "tick", "executor", "engine"}),
+    ("[store]\nerror_coalesce_s = 60", {"watcher", "tick", "executor", "engine", "eventlog"}),
     ("[survival]\nnotify_every_s = 60", {"tick"}),
     ("[tasks]\nmax_failures = 2", {"executor"}),
     ("[[process]]\nname = \"p\"\nmatch = \"^never-such-process$\"", {"watcher", "tick", "executor"}),
@@ -146,6 +146,7 @@ CHANGES = [
     ("[gate]\nmax_string_bytes = 2048", {"executor"}),              # the executor serves the agents' gate
     ("[web]\nlisten = \"127.0.0.1:0\"", set()),                          # the web worker runs only when enabled
     ("[fleet]\npresence_interval_s = 4", set()),                          # so does the fleet worker
+    ("[telemetry]\nflush_s = 2", set()),                                  # and the telemetry receiver
     ("[budget]\nusd_per_day = 50", {"tick", "executor"}),  # the tick's snapshot says who is over it; the
                                                           # executor reserves (web, fleet: only when enabled)
     ("[[schedule]]\nname = \"s\"\nevery = \"1h\"\ntask = { project = \"p\", title = \"t\", prompt = \"x\" }", {"tick"}),

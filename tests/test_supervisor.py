@@ -33,9 +33,10 @@ def test_first_run_makes_home_and_runs_every_worker(pulsed):
 
     data = json.loads(pulsed.ctl("status", "--json").stdout)
     assert list(data) == ["version", "supervisor", "workers", "engine_commit", "processes", "web_url", "files", "fleet",
-                          "fresh", "dirs", "exit"]
+                          "fresh", "dirs", "telemetry", "exit", "history"]
     assert data["version"] == 1 and data["web_url"] is None          # no web worker unless [web] enabled
     assert data["fleet"] is None                                     # no fleet worker unless [fleet] enabled
+    assert data["telemetry"] is None                                 # no receiver unless [telemetry] enabled
     assert len(data["engine_commit"]) >= 40 and data["processes"] == []
     assert list(data["supervisor"]) == ["pid", "uptime_s", "home", "started_at"]
     assert data["supervisor"]["home"] == str(home)

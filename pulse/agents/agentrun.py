@@ -20,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, routing, runcgroup, runlimits, spend, tasks, taskview
+from pulse.agents import adapters, otel, routing, runcgroup, runlimits, runstall, spend, tasks, taskview
 from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
@@ -131,7 +131,8 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     run = this effect's id (refused: the effect fails, reason task-state, and nothing ran).
     The adapter's argv runs through run_process: its own process group, recorded in the
     claim, killed at the agent's timeout_s (params.timeout_s may shorten it; effect_timeout_s
-    does not apply: the operator configured this agent). Its full output goes to objects/.
+    does not apply: the operator configured this agent), or sooner, reason stalled, once silent
+    (no output, no telemetry) for its stall_s (pulse.agents.runstall). Its full output goes to objects/.
     Then task-acked with the adapter's result, or task-failed (task-given-up after
     [tasks] max_failures in a row), each only while this run still holds the task.
 
@@ -234,6 +235,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         prompt = prompt_with_history(state.prompt, taskview.earlier_writes(conn, state.id))
         invocation = adapter.invocation(with_token, adapters.Task(state.id, prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
+        if (receiver := telemetry_receiver(home, effect.id, state.id, agent.name)) is not None:
+            adapter.report_to(invocation, receiver, agent.env)   # the run's telemetry to Pulse, tagged as the run
         if account is not None:           # what the adapter wrote there (an MCP config, a token file) too
             for entry in os.scandir(scratch):
                 os.chown(entry.path, *account, follow_symlinks=False)
@@ -244,8 +247,11 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         recorded = ctx.started
         ctx.started = lambda pgid: (leader.append(pgid), recorded(pgid))
         floor = runlimits.rlimits(agent.limits, cgroup.enforced if cgroup else set(), account, agent.concurrency)
+        stall = None if agent.stall_s is None else runstall.Stall(
+            agent.stall_s, effect.id, home / "events.db" if receiver is not None else None,
+            eventsdb.last_event_id(conn))
         watch = runlimits.Watch(agent.limits, [workdir, scratch], lambda: end_run_processes(effect.id, cgroup, leader),
-                                cgroup.hit if cgroup else None)
+                                cgroup.hit if cgroup else None, stall)
         join, fds = cgroup.joiner() if cgroup else (None, [])
         began = time.monotonic()
         err = bytearray()
@@ -253,7 +259,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         try:
             code, stdout, timed_out = run_process(invocation.argv, ctx, env={**invocation.env, RUN_MARK: effect.id},
                                                   cwd=invocation.cwd, stderr=err, account=account,
-                                                  preexec=runlimits.preexec(join, floor))
+                                                  preexec=runlimits.preexec(join, floor),
+                                                  on_output=stall.output if stall is not None else None)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -342,6 +349,13 @@ def remove_scratch(run: str, owners: set[int]) -> None:
             continue
         if stat.S_ISDIR(st.st_mode) and st.st_uid in owners:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def telemetry_receiver(home: Path, run: str, task: str, agent: str) -> otel.Receiver | None:
+    """Pulse's telemetry receiver, when it runs ([telemetry] enabled), for this run."""
+    from pulse.core.home import Paths
+    paths = Paths.for_client(Path(home))
+    return otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)
 
 
 def gate_socket(home: Path, uid: int | None = None) -> str:

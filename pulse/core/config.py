@@ -36,6 +36,7 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     eventlog_retry_after_failed_s: float = 600  # ... the event writer, this long (the others' events wait in pulsed)
     web_retry_after_failed_s: float = 600     # ... the web worker, this long
     fleet_retry_after_failed_s: float = 600   # ... the fleet worker, this long
+    telemetry_retry_after_failed_s: float = 600   # ... the telemetry receiver, this long
     heartbeat_ms: int = 1_000                 # workers heartbeat this often from their main loop
     hung_after_ms: int = 10_000               # silent this long: hung (SIGABRT, SIGCONT, SIGKILL)
     ready_timeout_ms: int = 10_000            # not ready this long after spawn: hung
@@ -385,6 +386,11 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     cwd: str | None = None                    # may use {task_id} {agent} {project}; unset: <home>/work/<task_id>
     env: dict[str, str] = msgspec.field(default_factory=dict)   # added to Pulse's; values take placeholders
     timeout_s: float = 1800                   # a run longer than this is killed (its whole process group)
+    # a run silent this long (no output and no telemetry) is ended, reason `stalled`, every process of
+    # it gone, instead of waiting out timeout_s; unset: only timeout_s ends it. With [telemetry] on, keep
+    # it well above [telemetry] flush_s plus the CLI's export interval (a CLI in print mode says nothing
+    # on stdout until its end: its telemetry is what shows it alive)
+    stall_s: float | None = None
     concurrency: int = 1                      # runs of this agent at once; more wait, pending
     mcp: bool = True                          # hand the run `pulsectl mcp` where its CLI documents a way
     # a run that used the gate is acked only if a session of it called finish; false relaxes that
@@ -503,6 +509,27 @@ class Web(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tls_key: str | None = None
 
 
+# -- [telemetry]: the local OTLP receiver (pulse.workers.telemetry) --------------------------------
+
+class Telemetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Off unless enabled. OTLP/HTTP logs, metrics and traces in (protobuf or JSON), folded into one
+    `telemetry` fact per run or session and flush_s; at most max_sources of them per flush, so the
+    receiver adds at most max_sources * 60 / flush_s events a minute, whatever it is sent."""
+    enabled: bool = False
+    # host:port; 4318 is OTLP/HTTP's own port, so a CLI an operator points at "the local collector"
+    # finds it. Beyond loopback every request needs the token in <home>/telemetry.token
+    # (Authorization: Bearer TOKEN, or X-Pulse-Token: TOKEN).
+    listen: str = "127.0.0.1:4318"
+    max_body_kb: int = 4096                   # a larger request is refused (413) before its body is read
+    requests_per_s: float = 50                # admitted requests a second (callers with the token, and the
+                                              # others, each as much), after a burst of ...
+    burst: int = 100                          # ... this many; past that: 429 with Retry-After
+    queue_kb: int = 16384                     # bodies being read or not yet folded; full: 503 (the CLI retries);
+                                              # callers without the token get half of it
+    flush_s: float = 5                        # what was folded goes to events.db this often
+    max_sources: int = 32                     # runs and sessions counted per flush; others' records dropped, counted
+
+
 # -- [fleet]: this host among others, over NATS JetStream (pulse.workers.fleet) --------------------
 
 class Fleet(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -596,6 +623,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     gate: Gate = msgspec.field(default_factory=Gate)
     web: Web = msgspec.field(default_factory=Web)
     fleet: Fleet = msgspec.field(default_factory=Fleet)
+    telemetry: Telemetry = msgspec.field(default_factory=Telemetry)
     process: list[Process] = msgspec.field(default_factory=list)
     agent: list[Agent] = msgspec.field(default_factory=list)
     schedule: list[Schedule] = msgspec.field(default_factory=list)   # none on a fresh install
@@ -629,7 +657,8 @@ EngineTimings = _cut("EngineTimings", Timings, (*EVERY_WORKER, "engine_rpc_deadl
 SupervisorTimings = _cut("SupervisorTimings", Timings, (
     "restart_backoff_base_ms", "restart_backoff_max_ms", "healthy_reset_s", "intensity_restarts",
     "intensity_period_s", "engine_retry_after_failed_s", "eventlog_retry_after_failed_s", "web_retry_after_failed_s",
-    "fleet_retry_after_failed_s", "heartbeat_ms", "hung_after_ms", "ready_timeout_ms", "stop_grace_ms"))
+    "fleet_retry_after_failed_s", "telemetry_retry_after_failed_s", "heartbeat_ms", "hung_after_ms",
+    "ready_timeout_ms", "stop_grace_ms"))
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
@@ -713,6 +742,7 @@ class SupervisorConfig(msgspec.Struct, kw_only=True, frozen=True):
     pulse: PulseSettings
     web: Web                      # whether the web worker runs
     fleet: Fleet                  # whether the fleet worker runs
+    telemetry: Telemetry          # whether the telemetry receiver runs
     process: list[Process]        # the critical processes `pulsectl status` lists
 
 
@@ -725,10 +755,16 @@ class FleetConfig(msgspec.Struct, kw_only=True, frozen=True):
     budget: SpendLimits           # the host-wide spend limits: a task is taken only within them
 
 
+class TelemetryConfig(msgspec.Struct, kw_only=True, frozen=True):
+    timings: WebTimings           # what every worker reads (the same cut as the web's)
+    log: LogSettings
+    telemetry: Telemetry
+
+
 SLICES: dict[str, type[msgspec.Struct]] = {
     "eventlog": EventWriterConfig, "watcher": WatcherConfig, "tick": TickConfig,
     "executor": ExecutorConfig, "engine": EngineConfig, "web": WebConfig,
-    "fleet": FleetConfig,
+    "fleet": FleetConfig, "telemetry": TelemetryConfig,
 }
 
 
@@ -1017,6 +1053,7 @@ def validate(config: Config, origin: str) -> Config:
     validate_schedules(config, origin)
     validate_web(config.web, origin)
     validate_fleet(config.fleet, origin)
+    validate_telemetry(config.telemetry, origin)
     if not 0 < config.gate.max_string_bytes <= config.gate.max_call_bytes:
         raise ConfigError(f"{origin}: $.gate: max_string_bytes must be greater than 0 and at most max_call_bytes")
     if config.gate.blocks_per_min < 1:
@@ -1237,6 +1274,8 @@ def validate_agents(config: Config, origin: str) -> None:
             raise ConfigError(f"{where}.argv: an argv list needs at least the program")
         if not 0 < agent.timeout_s <= MAX_AGENT_TIMEOUT_S:
             raise ConfigError(f"{where}.timeout_s must lie within 0 … {MAX_AGENT_TIMEOUT_S} (exclusive of 0)")
+        if agent.stall_s is not None and not 0 < agent.stall_s < agent.timeout_s:
+            raise ConfigError(f"{where}.stall_s must be greater than 0 and below its timeout_s ({agent.timeout_s})")
         if agent.concurrency < 1:
             raise ConfigError(f"{where}.concurrency must be at least 1")
         problem = adapter_problem(agent)
@@ -1322,6 +1361,21 @@ def validate_web(web: Web, origin: str) -> None:
                               "(and tls_cert, tls_key) to listen beyond this host")
         if web.tls_cert is None:
             raise ConfigError(f"{origin}: $.web: listening on {host} beyond this host needs tls_cert and tls_key")
+
+
+def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
+    try:
+        listen_address(telemetry.listen)
+    except ValueError as err:
+        raise ConfigError(f"{origin}: $.telemetry.listen: {err}") from None
+    for key in ("max_body_kb", "burst", "max_sources"):
+        if getattr(telemetry, key) < 1:
+            raise ConfigError(f"{origin}: $.telemetry.{key} must be at least 1, got {getattr(telemetry, key)}")
+    if telemetry.requests_per_s <= 0 or telemetry.flush_s <= 0:
+        raise ConfigError(f"{origin}: $.telemetry: requests_per_s and flush_s must be greater than 0")
+    if telemetry.queue_kb < 2 * telemetry.max_body_kb:
+        raise ConfigError(f"{origin}: $.telemetry.queue_kb must hold at least two bodies of max_body_kb "
+                          f"({telemetry.max_body_kb}; half of it is for callers without the token), got {telemetry.queue_kb}")
 
 
 DAILY_AT = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
@@ -1502,6 +1556,7 @@ def default_toml() -> str:
         '# cwd = "/srv/work/{task_id}"             # unset: <home>/work/<task_id>',
         "# env = {}",
         "# timeout_s = 1800.0",
+        "# stall_s = 300.0                         # silent this long (no output, no telemetry): ended, stalled",
         "# concurrency = 1",
         "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",

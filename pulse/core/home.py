@@ -32,7 +32,9 @@ SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "ev
 # Files a worker keeps in the runtime directory, removed by pulsed at a clean stop with the sockets,
 # so the directory itself can go: the fleet as the fleet worker last saw it.
 FLEET_VIEW_FILE = "fleet-view.json"
-RUNTIME_FILES = (FLEET_VIEW_FILE,)
+# ... and where the telemetry receiver listens, for the runs the executor starts (pulse.agents.otel)
+TELEMETRY_FILE = "telemetry.json"
+RUNTIME_FILES = (FLEET_VIEW_FILE, TELEMETRY_FILE)
 
 
 class HomeError(Exception):
@@ -128,6 +130,15 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
     def web_token(self) -> Path:
         """The web page's token (mode 0600; `pulsectl web rotate-token` replaces it)."""
         return self.home / "web.token"
+
+    @property
+    def telemetry_token(self) -> Path:
+        """The telemetry receiver's token (mode 0600): needed by every request when it listens beyond loopback."""
+        return self.home / "telemetry.token"
+
+    @property
+    def telemetry_file(self) -> Path:
+        return self.runtime / TELEMETRY_FILE
 
     @property
     def history_mark(self) -> Path:

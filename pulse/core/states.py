@@ -66,6 +66,8 @@ CHILD_SPECS: dict[str, ChildSpec] = {spec.name: spec for spec in (
     ChildSpec("web", enabled_by="web.enabled", retry_after_failed="web_retry_after_failed_s"),
     # the only process that talks to NATS (pulse/workers/fleet.py); never core: the host lives without it
     ChildSpec("fleet", enabled_by="fleet.enabled", retry_after_failed="fleet_retry_after_failed_s"),
+    # the local OTLP receiver (pulse/workers/telemetry.py): facts of what runs do while they run; never core
+    ChildSpec("telemetry", enabled_by="telemetry.enabled", retry_after_failed="telemetry_retry_after_failed_s"),
 )}
 
 # Groups of names, derived from the table, for whoever needs a list rather than a property.
@@ -79,6 +81,7 @@ LOG_SOURCES = ("pulsed", "forkserver", *CHILD_SPECS)               # who writes 
 ENGINE = "engine"
 WEB = "web"
 FLEET = "fleet"
+TELEMETRY = "telemetry"
 
 
 class ProcessState(enum.StrEnum):

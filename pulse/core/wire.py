@@ -246,6 +246,7 @@ class Status(msgspec.Struct):
     fleet: dict[str, Any] | None = None  # the fleet worker's own account, when it runs (pulse.workers.fleet)
     fresh: list[FreshWatchStatus] = msgspec.field(default_factory=list)   # each [[watch.fresh]]
     dirs: list[DirWatchStatus] = msgspec.field(default_factory=list)     # each [[watch.dir]]
+    telemetry: dict[str, Any] | None = None  # the telemetry receiver's address and counters, when it runs
 
 
 class Reply(msgspec.Struct, omit_defaults=True):
@@ -645,6 +646,7 @@ EVENT_TYPES = frozenset({
     "fleet-task-dead",                              # FLEET_TASK_DEAD below
     "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
     *("history-moved", "history-dropped"),          # pulse.store.retention: events left the live history
+    "telemetry",                                    # TELEMETRY below
 })
 # Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
 # before the files are removed, so an archived file is always found again (target: the directory).
@@ -661,6 +663,10 @@ FLEET_TASK_DEAD = "fleet-task-dead"
 FLEET_TASK_WITHDRAWN = "fleet-task-withdrawn"
 # the origin's record of one fleet task, as its views fold it
 FLEET_TASK_EVENTS = (FLEET_TASK_OFFERED, FLEET_TASK_UPDATE, FLEET_TASK_DEAD, FLEET_TASK_WITHDRAWN)
+# What a run or session did over one flush of the telemetry receiver (pulse.workers.telemetry): tokens,
+# cost, API requests, tool calls, errors, when it was last heard; target: the run (its agent-run effect
+# id) or "session:<id>" for a session Pulse did not start.
+TELEMETRY = "telemetry"
 
 
 class Event(msgspec.Struct):

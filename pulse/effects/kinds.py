@@ -168,7 +168,8 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
                 stdin_data: bytes | None = None, timeout_s: float | None = None,
                 stderr: bytearray | None = None, account: tuple[int, int] | None = None,
                 extra_groups: Sequence[int] = (),
-                preexec: Callable[[], None] | None = None) -> tuple[int | None, bytes, bool]:
+                preexec: Callable[[], None] | None = None,
+                on_output: Callable[[], None] | None = None) -> tuple[int | None, bytes, bool]:
     """Run argv in its own process group; (exit code or None, output, timed out).
 
     stderr is merged into the output unless a `stderr` buffer is given: then it is read into
@@ -180,6 +181,8 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
 
     `preexec`: run in the child before it execs, after the switch (an agent run joins its cgroup
     and sets its rlimits there, so nothing it starts is ever outside them).
+
+    `on_output`: called whenever output arrives (an agent run's stall watch: output is a sign of life).
 
     The group is recorded (ctx.started) before waiting. At the timeout, or once the
     leader has exited, whatever is left of the group is killed; the leader is reaped
@@ -212,7 +215,7 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-        output, timed_out = _collect(proc, deadline, stderr)
+        output, timed_out = _collect(proc, deadline, stderr, on_output)
     finally:
         _kill_group(proc.pid)        # leftovers, or everything at the timeout
         proc.wait()
@@ -222,7 +225,8 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     return (None if timed_out else proc.returncode), output, timed_out
 
 
-def _collect(proc: subprocess.Popen, deadline: float, err: bytearray | None = None) -> tuple[bytes, bool]:
+def _collect(proc: subprocess.Popen, deadline: float, err: bytearray | None = None,
+             on_output: Callable[[], None] | None = None) -> tuple[bytes, bool]:
     """The output (stderr merged, or read into `err`), and whether the deadline came first.
 
     Done when the leader has exited (its pidfd says so, without reaping it) and the
@@ -261,6 +265,8 @@ def _collect(proc: subprocess.Popen, deadline: float, err: bytearray | None = No
                         continue
                     if chunk:
                         buf += chunk[:max(0, MAX_OUTPUT - len(buf))]
+                        if on_output is not None:
+                            on_output()
                     else:
                         open_fds.discard(fd)
                         sel.unregister(fd)

@@ -134,6 +134,13 @@ class Adapter:
         """Hand the run `server` ({"command", "args", "env"}) the way the CLI documents; the base
         adapter knows of no way, so the agent gets no Pulse tools."""
 
+    def report_to(self, inv: Invocation, receiver, operator_env: dict[str, str]) -> None:
+        """Point the run's telemetry at Pulse's receiver (pulse.agents.otel.Receiver) the way the CLI
+        documents, unless `operator_env` (the [[agent]]'s own env) says otherwise. The base adapter
+        knows no way: it only tags the run (OTEL_RESOURCE_ATTRIBUTES), for a CLI that exports by itself."""
+        from pulse.agents import otel
+        otel.tag(inv.env, receiver.tags)
+
     def cap_spend(self, inv: Invocation, usd: float) -> None:
         """Cap the run's spend at `usd` (what is left under the tightest spend limit, pulse.agents.spend)
         the way the CLI documents; the base adapter knows of no way: the limits still hold, run by run."""

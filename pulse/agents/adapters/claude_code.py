@@ -67,6 +67,9 @@ USAGE = {"input_tokens": "input", "output_tokens": "output", "cache_creation_inp
          "cache_read_input_tokens": "cache_read"}
 SERVER = "pulse"                  # the MCP server's name in --mcp-config: its tools are mcp__pulse__<tool>
 TOOL_PREFIX = f"mcp__{SERVER}__"
+TELEMETRY_ENV = {"CLAUDE_CODE_ENABLE_TELEMETRY": "1", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp",
+                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_METRIC_EXPORT_INTERVAL": "10000",
+                 "OTEL_LOGS_EXPORT_INTERVAL": "2000"}
 MODEL_USAGE = {"inputTokens": "input", "outputTokens": "output", "cacheCreationInputTokens": "cache_write",
                "cacheReadInputTokens": "cache_read"}
 
@@ -96,6 +99,20 @@ class ClaudeCodeAdapter(Adapter):
         at = self.options_at(inv)
         # --allowedTools takes several values: the next option (or the `--`) ends them
         inv.argv[at:at] = ["--mcp-config", path, "--allowedTools", f"mcp__{SERVER}"]
+
+    def report_to(self, inv: Invocation, receiver, operator_env: dict[str, str]) -> None:
+        # Claude Code's documented telemetry (CLAUDE_CODE_ENABLE_TELEMETRY and the standard OTEL_*
+        # variables): its events (api_request with tokens and cost, tool_result, api_error) and
+        # metrics over OTLP/HTTP, more often than its defaults (5 s events, 60 s metrics) so a run is
+        # seen spending, and alive, while it runs.
+        from pulse.agents import otel
+        otel.tag(inv.env, receiver.tags)
+        if otel.operator_decides(operator_env):
+            return
+        for key, value in {**TELEMETRY_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}.items():
+            inv.env.setdefault(key, value)          # an export interval the operator set stays
+        if (headers := receiver.headers_env()) is not None:
+            inv.env[otel.HEADERS_ENV] = headers
 
     def cap_spend(self, inv: Invocation, usd: float) -> None:
         # `--max-budget-usd` (print mode; documented): Claude stops between turns once past it, with

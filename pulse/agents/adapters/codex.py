@@ -101,6 +101,21 @@ class CodexAdapter(Adapter):
                       "-c", 'mcp_servers.pulse.default_tools_approval_mode="approve"']
         inv.argv[at:at] = overrides
 
+    def report_to(self, inv: Invocation, receiver, operator_env: dict[str, str]) -> None:
+        # Codex's [otel] table: its log events (codex.api_request, codex.sse_event with the token
+        # counts, codex.tool_result) over OTLP/HTTP in protobuf, set as `-c` overrides after `exec`
+        # like the MCP server; the token, when one is needed, goes by the environment
+        # (OTEL_EXPORTER_OTLP_HEADERS), never on the command line. An argv that sets otel.* itself wins.
+        from pulse.agents import otel
+        otel.tag(inv.env, receiver.tags)
+        if otel.operator_decides(operator_env) or any(a.startswith("otel.") for a in inv.argv):
+            return
+        at = inv.argv.index("exec") + 1 if "exec" in inv.argv else 1
+        exporter = {"otlp-http": {"endpoint": f"{receiver.url}/v1/logs", "protocol": "binary"}}
+        inv.argv[at:at] = ["-c", f"otel.exporter={_toml(exporter)}"]
+        if (headers := receiver.headers_env()) is not None:
+            inv.env[otel.HEADERS_ENV] = headers
+
     def parse(self, run: RunOutput) -> AgentResult:
         events, bad = json_lines(run.text)
         said = [_message(ev) for ev in events if ev.get("type") == "error"]

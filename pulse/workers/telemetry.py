@@ -1,0 +1,384 @@
+"""The telemetry worker: a local OTLP/HTTP receiver, when `[telemetry] enabled = true`.
+
+The agent CLIs say what they do while they run, in OpenTelemetry (Claude Code's metrics and events,
+Codex's [otel] log events); the runs Pulse starts are pointed here (pulse.agents.otel). This worker
+takes POST /v1/logs, /v1/metrics and /v1/traces (application/x-protobuf or application/json, gzip
+or not), decodes them with opentelemetry-proto, and folds them (pulse.sensing.otlp) into one
+`telemetry` fact per run or session every flush_s. Raw telemetry never reaches events.db.
+
+Bounded, in this order, before a body is read: the caller (beyond loopback: the token), the rate
+(a token bucket: 429 with Retry-After), the declared size (Content-Length over max_body_kb: 413,
+nothing read), the queue's room (503: OTLP exporters retry it). Callers with the token (every run
+Pulse starts gets it) have a bucket of their own and the whole queue, the others half of it: an
+anonymous local flood cannot starve a run's telemetry and so get a quiet run ended as stalled. A body without a Content-Length is
+read only up to the limit. What is decoded waits in a queue bounded by queue_kb for the main loop,
+which folds it; the facts a flush writes are at most max_sources, so at most
+max_sources * 60 / flush_s events a minute (32 * 12 = 384 by default), whatever is sent.
+
+Not core, like the web worker: uvicorn serves in a thread of its own, and the main loop heartbeats
+only while that server's loop turns. Where it listens goes to the runtime directory
+(`telemetry.json`), for the executor to hand each run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import socket
+import threading
+import time
+import zlib
+
+from pulse.core import config as configmod
+from pulse.core import wire
+from pulse.store import eventsdb
+from pulse.workers.harness import Worker
+from pulse.workers.webserver import give_back, libc, limit_arenas
+
+STOP_WAIT_S = 3.0
+PROTOBUF, JSON = "application/x-protobuf", "application/json"
+SIGNALS = ("logs", "metrics", "traces")
+MAX_CONNECTIONS = 64          # uvicorn answers 503 past this many at once
+KEEP_ALIVE_S = 5
+ARENAS = 2                    # malloc arenas (the server's loop, the main loop): see pulse.workers.webserver
+TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
+
+
+def request_types() -> dict[str, tuple[type, type]]:
+    """Each signal's export request and response, from opentelemetry-proto."""
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as traces
+    return {"logs": (logs.ExportLogsServiceRequest, logs.ExportLogsServiceResponse),
+            "metrics": (metrics.ExportMetricsServiceRequest, metrics.ExportMetricsServiceResponse),
+            "traces": (traces.ExportTraceServiceRequest, traces.ExportTraceServiceResponse)}
+
+
+def read_token(path) -> str:
+    """The receiver's token, made (mode 0600, created exclusively) if there is none yet."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    import secrets
+    token = secrets.token_urlsafe(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+class Bucket:
+    """A token bucket: `rate` a second, up to `burst` at once."""
+
+    def __init__(self, rate: float, burst: int):
+        self.rate, self.burst, self.level, self.at = rate, burst, float(burst), time.monotonic()
+
+    def take(self) -> float:
+        """0 when admitted, else the seconds until one would be."""
+        now = time.monotonic()
+        self.level = min(self.burst, self.level + (now - self.at) * self.rate)
+        self.at = now
+        if self.level >= 1:
+            self.level -= 1
+            return 0.0
+        return (1 - self.level) / self.rate
+
+
+class Receiver:
+    """The ASGI app: checks, reads within bounds, decodes, queues. Runs on the server's loop only."""
+
+    def __init__(self, settings: configmod.Telemetry, token: str, token_required: bool, wake_fd: int):
+        self.max_body = settings.max_body_kb * 1024
+        self.queue_cap = settings.queue_kb * 1024
+        self.token, self.token_required = token, token_required     # not required: loopback only
+        # Callers with the token (the runs Pulse starts get it) have a bucket and half the queue of
+        # their own: a local process flooding the receiver without it cannot starve a run's telemetry
+        # (and so get a healthy, quiet run ended as stalled).
+        self.buckets = {known: Bucket(settings.requests_per_s, settings.burst) for known in (True, False)}
+        self.types = request_types()
+        self.queue: collections.deque = collections.deque()    # (signal, message, bytes)
+        self.queued = 0                         # bytes of the bodies in the queue (or being read)
+        self.anonymous = 0                      # ... of them, from callers without the token
+        self.lock = threading.Lock()
+        self.wake_fd = wake_fd
+        self.counts: collections.Counter = collections.Counter()   # accepted, and each refusal's status
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        status, headers, body = await self.handle(scope, receive)
+        self.counts["accepted" if status == 200 else str(status)] += 1
+        if status == 200 and self.caller_known({k.decode("latin-1").lower(): v.decode("latin-1")
+                                                for k, v in scope["headers"]}):
+            self.counts["with_token"] += 1      # of those accepted: a run Pulse started, or the operator's
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def handle(self, scope, receive) -> tuple[int, list, bytes]:
+        signal = scope["path"].rstrip("/").removeprefix("/v1/")
+        if signal not in SIGNALS:
+            return refuse(404, f"no such OTLP path {scope['path']!r}: POST /v1/logs, /v1/metrics or /v1/traces")
+        if scope["method"] != "POST":
+            return refuse(405, "OTLP/HTTP takes POST only")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        known = self.caller_known(headers)
+        if self.token_required and not known:
+            return refuse(401, "this receiver listens beyond loopback: send its token (Authorization: Bearer "
+                               "TOKEN, or X-Pulse-Token), from <home>/telemetry.token")
+        wait = self.buckets[known].take()
+        if wait:
+            return refuse(429, "too many requests", [(b"retry-after", str(max(1, round(wait))).encode())])
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in (PROTOBUF, JSON):
+            return refuse(415, f"content-type {kind or 'missing'}: send {PROTOBUF} or {JSON}")
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding not in ("identity", "gzip"):
+            return refuse(415, f"content-encoding {encoding}: send gzip or none")
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            return refuse(413, f"a body of {declared} bytes is over this receiver's limit ({self.max_body})")
+        # Room in the queue is taken before the body is read, so what is being read and what waits to
+        # be folded are bounded together: a body of unknown length (chunked, or gzip) takes the most.
+        room = self.max_body if declared is None or encoding == "gzip" else int(declared)
+        if not self.reserve(room, known):
+            return refuse(503, "the receiver's queue is full", [(b"retry-after", b"1")])
+        try:
+            message = await self.read_message(receive, signal, kind, encoding)
+        except Refused as refusal:
+            self.release(room, known)
+            return refusal.answer
+        except BaseException:           # the client went away mid-body, the server is stopping
+            self.release(room, known)
+            raise
+        with self.lock:
+            self.queue.append((signal, message, room, known))
+        try:
+            os.write(self.wake_fd, b"!")
+        except BlockingIOError:
+            pass                        # the main loop has a wake-up waiting already
+        reply = self.types[signal][1]()
+        if kind == PROTOBUF:
+            return 200, [(b"content-type", PROTOBUF.encode())], reply.SerializeToString()
+        return 200, [(b"content-type", JSON.encode())], b"{}"
+
+    async def read_message(self, receive, signal: str, kind: str, encoding: str):
+        """The request's body, read within the limit, unzipped and decoded; Refused says why not."""
+        body = await read_body(receive, self.max_body)
+        if body is None:
+            raise Refused(413, f"the body is over this receiver's limit ({self.max_body} bytes)")
+        if encoding == "gzip":
+            try:
+                body = gunzip(body, self.max_body)
+            except ValueError as err:
+                raise Refused(400, str(err)) from None
+            if body is None:
+                raise Refused(413, f"the body, unzipped, is over this receiver's limit ({self.max_body} bytes)")
+        try:
+            return decode(self.types[signal][0], body, kind)
+        except Exception as err:        # protobuf's DecodeError, json_format's ParseError, bad UTF-8
+            raise Refused(400, f"not an OTLP {signal} export request ({kind}): {type(err).__name__}") from None
+
+    def reserve(self, room: int, known: bool) -> bool:
+        """Take `room` in the queue: a caller without the token only within the queue's half of its own."""
+        with self.lock:
+            if self.queued + room > self.queue_cap or (not known and self.anonymous + room > self.queue_cap // 2):
+                return False
+            self.queued += room
+            self.anonymous += 0 if known else room
+            return True
+
+    def release(self, room: int, known: bool) -> None:
+        with self.lock:
+            self.queued -= room
+            self.anonymous -= 0 if known else room
+
+    def caller_known(self, headers: dict) -> bool:
+        import hmac
+        given = headers.get("x-pulse-token") or ""
+        auth = headers.get("authorization", "")
+        if auth.startswith("Bearer "):
+            given = auth[len("Bearer "):].strip()
+        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+    def next_message(self) -> tuple[str, object, int, bool] | None:
+        """The oldest decoded request, or None; its room stays taken until `release`."""
+        with self.lock:
+            return self.queue.popleft() if self.queue else None
+
+
+class Refused(Exception):
+    def __init__(self, status: int, why: str):
+        super().__init__(why)
+        self.answer = refuse(status, why)
+
+
+def refuse(status: int, why: str, headers: list | None = None) -> tuple[int, list, bytes]:
+    return status, [(b"content-type", b"text/plain; charset=utf-8"), *(headers or [])], why.encode() + b"\n"
+
+
+async def read_body(receive, limit: int) -> bytes | None:
+    """The request's body, or None once it passes `limit` (what is past it is never kept)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def gunzip(body: bytes, limit: int) -> bytes | None:
+    """gzip's content, or None when it unpacks past `limit` (a zip bomb stops there); ValueError: not gzip."""
+    unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = unzip.decompress(body, limit + 1)
+    except zlib.error as err:
+        raise ValueError(f"content-encoding gzip, but the body is not gzip: {err}") from None
+    return None if len(out) > limit or unzip.unconsumed_tail else out
+
+
+def decode(request_type: type, body: bytes, kind: str):
+    message = request_type()
+    if kind == PROTOBUF:
+        message.ParseFromString(body)
+    else:
+        from google.protobuf import json_format
+        json_format.Parse(body.decode("utf-8"), message, ignore_unknown_fields=True)
+    return message
+
+
+class TelemetryWorker(Worker):
+    name = "telemetry"
+
+    def open(self) -> None:
+        import uvicorn
+
+        from pulse.sensing.otlp import Fold
+        settings = self.config.telemetry
+        host, port = configmod.listen_address(settings.listen)
+        self.remote = not configmod.is_loopback(host)
+        token = read_token(self.paths.telemetry_token)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, port), family=family, reuse_port=False)
+        self.port = self.sock.getsockname()[1]
+        self.libc = libc()
+        limit_arenas(self.libc, ARENAS)        # before the server's thread makes its own
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.receiver = Receiver(settings, token, self.remote, self.wake_w)
+        self.fold = Fold(settings.max_sources)
+        self.flush_s = settings.flush_s
+        self.next_flush = time.monotonic() + self.flush_s
+        self.pending: list = []                # tallies a failed write keeps for the next flush
+        self.written = 0                       # telemetry facts written since this worker started
+        self.db = eventsdb.open_events(self.paths.events_db)
+        self.handlers[self.wake_r] = self.take_queue
+        self.server = uvicorn.Server(uvicorn.Config(
+            self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
+            limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
+        self.turned = time.monotonic()
+        self.beat_s = self.config.timings.heartbeat_ms / 1000
+        self.thread = threading.Thread(target=self.serve, name="otlp-server", daemon=True)
+        self.thread.start()
+        self.publish_address()
+        self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
+
+    def serve(self) -> None:
+        async def main() -> None:
+            async def turning() -> None:
+                while True:
+                    self.turned = time.monotonic()
+                    await asyncio.sleep(self.beat_s / 2)
+            beat = asyncio.create_task(turning())
+            try:
+                await self.server.serve(sockets=[self.sock])
+            finally:
+                beat.cancel()
+        asyncio.run(main())
+
+    def url(self) -> str:
+        host, _ = configmod.listen_address(self.config.telemetry.listen)
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1" if host == "0.0.0.0" else "::1"   # how a run on this host reaches it
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def publish_address(self) -> None:
+        """Where runs send their telemetry, for the executor (pulse.agents.otel): written whole."""
+        path = self.paths.telemetry_file
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"url": self.url(), "pid": os.getpid(), "token_required": self.remote}, f)
+        os.replace(tmp, path)
+
+    def take_queue(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        now, folded = time.time(), 0
+        while (item := self.receiver.next_message()) is not None:
+            signal, message, room, known = item
+            try:
+                getattr(self.fold, signal)(message, now)
+            except Exception as err:              # a decoded request the fold cannot read: dropped, said
+                self.log.warning("an OTLP %s request was not folded: %s: %s", signal, type(err).__name__, err)
+            finally:
+                del message, item
+                self.receiver.release(room, known)   # its room is free once it is folded
+            folded += room
+        if folded >= TRIM_AFTER_BYTES:
+            give_back(self.libc)                  # a burst's buffers go back to the system, not kept
+    def next_timer(self) -> float:
+        return self.next_flush
+
+    def on_timer(self, now: float) -> None:
+        if now >= self.next_flush:
+            self.flush()
+            self.next_flush = time.monotonic() + self.flush_s
+
+    def flush(self) -> None:
+        """One fact per run or session heard from since the last flush (and what a failed write kept)."""
+        tallies = self.pending + self.fold.take()
+        if not tallies:
+            return
+        events = [wire.now_event(wire.TELEMETRY, self.name, t.target, t.fact()) for t in tallies]
+        try:
+            eventsdb.append_events(self.db, events)
+        except Exception as err:        # a locked or full store: kept for the next flush, within bounds
+            self.pending = tallies[-self.fold.max_sources:]
+            self.log.warning("telemetry facts not written (%d kept for the next flush): %s", len(self.pending), err)
+            return
+        self.pending = []
+        self.written += len(events)
+
+    def status_extras(self) -> dict:
+        return {"url": self.url(), "token_required": self.remote, "facts": self.written,
+                "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts)}
+
+    def healthy(self) -> bool:
+        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(STOP_WAIT_S)
+        self.sock.close()
+        try:
+            self.paths.telemetry_file.unlink()
+        except FileNotFoundError:
+            pass
+        self.take_queue()
+        self.flush()                    # what was heard before the stop is not lost
+        self.db.close()
