@@ -6,13 +6,16 @@ import fcntl
 import os
 import struct
 from pathlib import Path
-
-import zmq
+from typing import TYPE_CHECKING
 
 from pulse.core import wire
 from pulse.core.home import Paths
 
+if TYPE_CHECKING:
+    import zmq
+
 DEFAULT_TIMEOUT_S = 3.0
+RING_S = 0.5
 
 
 class Unreachable(Exception):
@@ -51,6 +54,9 @@ DOORBELL = {"SNDHWM": 4, "IMMEDIATE": 1, "RECONNECT_IVL": 10, "RECONNECT_IVL_MAX
 def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **options: int) -> zmq.Socket:
     """A socket as every Pulse process makes them: LINGER 0 (closing never waits on a missing
     peer), further options by name (`SNDHWM=16`), bound or connected."""
+    # the workers' (preloaded); pulsectl's requests need none (pulse.core.zmtp)
+    import zmq
+
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     for key, value in options.items():
@@ -61,34 +67,34 @@ def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **opt
 
 def ring(paths: Paths, socket: str, message) -> None:
     """Ring a worker's doorbell (wake, doorbell) from outside Pulse: dropped if nobody listens,
-    since the receiver finds the work at its next scan anyway. Not IMMEDIATE: the message waits
-    for the connection that is still being made, and LINGER gives it half a second to leave."""
-    sock = zmq.Context.instance().socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 500)
+    since the receiver finds the work at its next scan anyway. Half a second at most, as the
+    LINGER it had when it went through libzmq."""
+    from pulse.core import zmtp
     try:
-        sock.connect(paths.endpoint(socket))
-        sock.send(wire.encode(message), zmq.NOBLOCK)
-    except zmq.ZMQError:
+        zmtp.push(paths.endpoint(socket), wire.encode(message), RING_S)
+    except (zmtp.Timeout, zmtp.Refused, OSError):
         pass
-    finally:
-        sock.close()
 
 
 def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.Reply:
+    """One request to pulsed's control socket, over pulse.core.zmtp: a pulsectl command pays for
+    no libzmq (its import and its context's I/O thread were a fifth of `pulsectl status`)."""
+    from pulse.core import zmtp
     if daemon_pid(paths) is None:
         raise Unreachable(f"pulsed is not running on {paths.home}")
+    denied = Unreachable(f"pulsed's control socket {paths.socket_file('control')}: permission denied "
+                         "(this account may not steer pulsed)")
     try:
         present = Path(paths.socket_file("control")).exists()
     except PermissionError:     # an account Pulse keeps out (an agent run's own user): say so, not a traceback
-        raise Unreachable(f"pulsed's control socket {paths.socket_file('control')}: permission denied "
-                          "(this account may not steer pulsed)") from None
+        raise denied from None
     if not present:
         raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
-    sock = open_socket(zmq.Context.instance(), zmq.DEALER, paths.endpoint("control"), bind=False)
     try:
-        sock.send(wire.encode(message))
-        if not sock.poll(timeout * 1000):
-            raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s")
-        return wire.decode(sock.recv(), wire.Reply)
-    finally:
-        sock.close()
+        answer = zmtp.request(paths.endpoint("control"), wire.encode(message), timeout)
+    except PermissionError:
+        raise denied from None
+    except (zmtp.Timeout, zmtp.Refused, OSError):
+        # as libzmq did: a socket nobody serves, or a pulsed that is stopped, is waited on to the deadline
+        raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s") from None
+    return wire.decode(answer, wire.Reply)

@@ -28,7 +28,6 @@ import linecache
 import logging
 import os
 import sqlite3
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +158,9 @@ def write_checkpoint(directory: Path, projection: Projection[S], state: S, last_
                         hashlib.sha256(body).hexdigest(), body)
     directory.mkdir(mode=0o700, exist_ok=True)
     path = checkpoint_path(directory, projection.name)
+    # imported here: most readers of a projection (pulsectl task list) never write one
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{projection.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
