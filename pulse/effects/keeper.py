@@ -218,11 +218,10 @@ def _record(home: str, name: str, ended: dict) -> None:
                 print(f"keeper of {name}: its exit ({ended}) was not recorded: {err}", file=sys.stderr)
                 return
             time.sleep(0.5)
+    # Handed over before ring returns (pulse.core.zmtp: no I/O thread holds it), so the os._exit by
+    # which a keeper forked by the keepers' server leaves drops nothing (the tick would then decide
+    # EXIT_FACT_WAIT_S late).
     client.ring(homes.Paths.for_client(Path(home)), "wake", wire.Wake("keeper", f"process-exited:{name}"))
-    # A keeper forked by the keepers' server leaves by os._exit, which would drop the wake still
-    # queued in zmq's I/O thread (the tick would then decide EXIT_FACT_WAIT_S late): send it first.
-    import zmq
-    zmq.Context.instance().term()
 
 
 if __name__ == "__main__":
