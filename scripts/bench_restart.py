@@ -977,7 +977,8 @@ def report(b: Bench) -> str:
                          fmt(x["cpu_ms"]["median"]),
                          "(floor)" if is_floor else f"≤{TARGETS['pulsectl_command_median_ms']:g}"))
             if not is_floor:
-                checks.append((f"pulsectl {label} median (ms)", s["median"], "≤", TARGETS["pulsectl_command_median_ms"]))
+                checks.append((f"`pulsectl {label}` median (ms)", s["median"], "≤",
+                               TARGETS["pulsectl_command_median_ms"]))
         lines.append(table(rows, "   "))
 
     lines += ["", "Targets"]
