@@ -9,13 +9,15 @@ Runs a real `pulsed` (the console script next to this interpreter) on temporary 
   3. idle CPU of pulsed and of the whole tree over a window (/proc/PID/task/*/schedstat);
   4. pulsed start → READY=1 on a real NOTIFY_SOCKET (fresh home each trial);
   5. `pulsectl status` wall time;
-  6. with --peers: the same kill trial against supervisord and circus (installed into throwaway venvs).
+  6. with --peers: the same kill trial against supervisord and circus (installed into throwaway venvs);
+  7. the common `pulsectl` commands' wall time, round-robin with `python -c pass` (the floor).
 
 Every process it starts is tracked by pid (and create time) and stopped at the end, also on Ctrl-C,
 SIGTERM or an error. Progress goes to stderr; the figures to stdout (plus one JSON document with --json).
 
     python scripts/bench_restart.py --quick            # smoke test, under a minute
     python scripts/bench_restart.py --peers --json     # the full run (≥ 300 s idle window)
+    python scripts/bench_restart.py --skip ready --skip kills --skip idle   # the pulsectl commands alone
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -71,6 +74,19 @@ TARGETS = {
     "tree_idle_cpu_pct": 0.5,
     "start_to_ready_median_s": 1.0,
     "pulsectl_status_median_ms": 60.0,
+    "pulsectl_command_median_ms": 50.0,
+}
+
+# The commands an operator runs most (7.): label → argv after `pulsectl --home H`.
+CLI_COMMANDS = {
+    "status": ["status"],
+    "status --json": ["status", "--json"],
+    "task add": ["task", "add", "--project", "bench", "--title", "a bench task", "--prompt", "nothing to do"],
+    "task list": ["task", "list"],
+    "events": ["events", "-n", "20"],
+    "process list": ["process", "list"],
+    "reload": ["reload"],
+    "--help": ["--help"],
 }
 
 # Reference figures for the peers, quoted from the issue (same kind of machine).
@@ -519,6 +535,51 @@ class Bench:
         return {"argv": [Path(argv[0]).name] + argv[1:], "runs": runs, "ms": summary(times), "samples_ms": times,
                 "exit_codes": sorted(set(codes))}
 
+    # 7. pulsectl commands ------------------------------------------------------------------------
+
+    def bench_cli(self) -> None:
+        """Each common command against a running pulsed (default timings), round-robin with the
+        floor, so that a burst of load on the machine weighs on every column alike."""
+        a = self.args
+        p = Pulsed(self, "cli")
+        log("cli: starting pulsed with default timings")
+        p.start()
+        p.wait_running()
+        # Without PYTHONDONTWRITEBYTECODE: an installed Pulse has its bytecode, and a module compiled
+        # from source at every run is not what an operator waits on (the warm-up run writes it).
+        env = {k: v for k, v in p.ctl_env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        runs = {"python -c pass": [sys.executable, "-c", "pass"],
+                **{label: [self.pulsectl, "--home", str(p.home), *argv] for label, argv in CLI_COMMANDS.items()}}
+        times: dict[str, list[float]] = {label: [] for label in runs}
+        cpu: dict[str, list[float]] = {label: [] for label in runs}
+        codes: dict[str, set[int]] = {label: set() for label in runs}
+        log(f"cli: {a.cli_runs} rounds (+1 warm-up) of {', '.join(runs)}")
+        for i in range(a.cli_runs + 1):
+            for label, argv in runs.items():
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.monotonic()
+                out = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, timeout=60)
+                dt = time.monotonic() - t0
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if i:
+                    times[label].append(ms(dt))
+                    cpu[label].append(ms(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime))
+                    codes[label].add(out.returncode)
+        code, _ = p.stop()
+        bad = {label: sorted(c) for label, c in codes.items() if c - {0}}
+        if bad:
+            self.note(f"cli: non-zero exit codes {bad}")
+        self.results["cli"] = {
+            "method": "time.monotonic() around subprocess.run (Popen → exit), stdout/stderr to /dev/null; "
+                      "CPU: user + system time of the child (getrusage RUSAGE_CHILDREN), which load "
+                      "on the machine sways less; rounds of every command in turn, the first not counted",
+            "rounds": a.cli_runs, "commands": {label: {"argv": argv[1:] if label != "python -c pass" else argv,
+                                                       "ms": summary(times[label]), "samples_ms": times[label],
+                                                       "cpu_ms": summary(cpu[label])}
+                                               for label, argv in runs.items()},
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()], "pulsed_exit_code": code}
+
     # 4. start → READY=1 --------------------------------------------------------------------------
 
     def bench_ready(self) -> None:
@@ -889,6 +950,25 @@ def report(b: Bench) -> str:
             else:
                 lines.append(f"   {name}: {p['version']}; {p['config']}; ctl: {' '.join(p['ctl_status']['argv'])}")
 
+    c = r.get("cli")
+    if c:
+        cmds = c["commands"]
+        floor = cmds["python -c pass"]["ms"]["median"]
+        lines += ["", f"7. pulsectl commands, wall time ({c['rounds']} rounds, round-robin with the floor; "
+                      f"loadavg after {c['loadavg_after']})"]
+        rows = [("command", "n", "min", "median", "p95", "max", "median − floor", "CPU median", "target")]
+        for label, x in cmds.items():
+            s = x["ms"]
+            is_floor = label == "python -c pass"
+            rows.append((label, s["n"], fmt(s["min"]), fmt(s["median"]), fmt(s["p95"]), fmt(s["max"]),
+                         "-" if is_floor else fmt(s["median"] - floor if s["median"] and floor else None),
+                         fmt(x["cpu_ms"]["median"]),
+                         "(floor)" if is_floor else f"≤{TARGETS['pulsectl_command_median_ms']:g}"))
+            if not is_floor:
+                checks.append((f"`pulsectl {label}` median (ms)", s["median"], "≤",
+                               TARGETS["pulsectl_command_median_ms"]))
+        lines.append(table(rows, "   "))
+
     lines += ["", "Targets"]
     rows = [("metric", "value", "target", "result")]
     for label, value, op, target in checks:
@@ -925,10 +1005,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--healthy-reset-s", type=float, default=0.2,
                     help="PULSE_HEALTHY_RESET_S for the kill-trial pulsed (default 0.2)")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds to let a fresh tree settle (default 5)")
-    ap.add_argument("--skip", action="append", default=[], choices=["kills", "idle", "ready"],
+    ap.add_argument("--cli-runs", type=int, help="rounds of the pulsectl commands (default 30; --quick: 10)")
+    ap.add_argument("--skip", action="append", default=[], choices=["kills", "idle", "ready", "cli"],
                     help="skip a part (repeatable)")
     ap.add_argument("--quick", action="store_true",
-                    help="reduced smoke-test run: 10 trials, 10 s idle, 3 READY trials, 10 status runs; "
+                    help="reduced smoke-test run: 10 trials, 10 s idle, 3 READY trials, 10 status runs, "
+                         "10 rounds of pulsectl commands; "
                          "peers only with --peers")
     ap.add_argument("--json", action="store_true", help="end the output with one JSON document of every figure")
     a = ap.parse_args(argv)
@@ -937,10 +1019,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.idle_seconds = a.idle_seconds if a.idle_seconds is not None else (10.0 if q else float(IDLE_REQUIRED_S))
     a.ready_trials = a.ready_trials if a.ready_trials is not None else (3 if q else 5)
     a.status_runs = a.status_runs if a.status_runs is not None else (10 if q else 30)
+    a.cli_runs = a.cli_runs if a.cli_runs is not None else (10 if q else 30)
     a.peer_trials = a.peer_trials if a.peer_trials is not None else max(a.trials, 10)
     if q:
         a.settle = min(a.settle, 2.0)
-    if min(a.trials, a.ready_trials, a.status_runs, a.peer_trials) < 1 or a.idle_seconds <= 0:
+    if min(a.trials, a.ready_trials, a.status_runs, a.peer_trials, a.cli_runs) < 1 or a.idle_seconds <= 0:
         ap.error("counts and --idle-seconds must be positive")
     return a
 
@@ -978,7 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"pulsed: {bench.pulsed}; pulsectl: {bench.pulsectl}; scratch: {bench.root}")
     status = 0
     try:
-        parts = [("ready", bench.bench_ready), ("kills", bench.bench_kills), ("idle", bench.bench_idle)]
+        parts = [("ready", bench.bench_ready), ("kills", bench.bench_kills), ("idle", bench.bench_idle),
+                 ("cli", bench.bench_cli)]
         if args.peers:
             parts.append(("peers", bench.bench_peers))
         for name, part in parts:

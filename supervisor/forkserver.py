@@ -36,6 +36,9 @@ PRELOAD = {
     "fleet": ("pulse.workers.fleet", "FleetWorker"),            # nats-py is imported when it opens
     "telemetry": ("pulse.workers.telemetry", "TelemetryWorker"),  # uvicorn and the OTLP protos: at open
 }
+# Modules a worker imports only on its way to Ready (the executor's gate thread, the engine's repo):
+# imported here once, not in every fork.
+LATE_IMPORTS = ("pulse.agents.toolserver", "pulse.agents.gatestore", "pulse.engine.repo")
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20
 
@@ -153,6 +156,17 @@ def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup
             os._exit(code)
 
 
+def preload() -> None:
+    """What every fork inherits: the workers' modules (and what they compute as they are imported,
+    such as the tick's projection versions), and what the workers import late."""
+    import importlib
+    for module, _ in PRELOAD.values():
+        importlib.import_module(module)
+    for module in LATE_IMPORTS:
+        importlib.import_module(module)
+    import pulse.workers.harness  # noqa: F401  (preloaded for the workers)
+
+
 def serve(server: socket.socket, parent: int) -> int:
     from pulse.core import procs
     procs.die_with_parent(parent)
@@ -163,10 +177,7 @@ def serve(server: socket.socket, parent: int) -> int:
     # before pulsed has stopped the workers: its death SIGKILLs them all, the event writer with
     # pulsed's last events unwritten. pulsed ends it (closing its socket), or its death does.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    import importlib
-    for module, _ in PRELOAD.values():
-        importlib.import_module(module)
-    import pulse.workers.harness  # noqa: F401  (preloaded for the workers)
+    preload()
 
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)

@@ -31,11 +31,19 @@ def request_or_exit(paths, message, timeout: float):
     return reply
 
 
+def registries() -> list:
+    """This user's registry (where a pulsed of the default home registers) and the system one.
+    (Here, not in pulse.cli.roster: the plain status path says `elsewhere` without click.)"""
+    from pulse.core import instances
+    from pulse.core.home import derived_runtime_dir, resolve_home
+    mine = instances.registry_dir(derived_runtime_dir(resolve_home(None)))
+    return [mine] + ([instances.SYSTEM_REGISTRY] if instances.SYSTEM_REGISTRY != mine else [])
+
+
 def elsewhere(home) -> str:
     """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
     from pathlib import Path
 
-    from pulse.cli.roster import registries
     from pulse.core import instances
     try:
         others = [e for e in instances.live_entries(registries()) if Path(e["home"]) != Path(home)]
@@ -66,15 +74,26 @@ def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
     return home, timeout, args[-1] == "--json"
 
 
+def import_msgspec() -> None:
+    """msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it costs
+    ~11 ms, inspect included; no type of ours needs it, so msgspec is imported without it. Only
+    msgspec: a command that needs typing_extensions itself (mcp) imports it as usual."""
+    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
+        return
+    sys.modules["typing_extensions"] = None
+    try:
+        import msgspec  # noqa: F401
+    finally:
+        del sys.modules["typing_extensions"]
+
+
 def main() -> None:
+    import_msgspec()   # nearly every command needs it (the wire, the config)
     plain = plain_status(sys.argv[1:])
     if plain is None:
         from pulse.cli.group import cli
         cli()
         return
-    # msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it
-    # costs ~11 ms, inspect included; no wire type needs it, so this process goes without.
-    sys.modules.setdefault("typing_extensions", None)
     from pulse.cli import statusview
     from pulse.core.home import Paths, resolve_home
     home, timeout, as_json = plain

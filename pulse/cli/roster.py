@@ -9,18 +9,12 @@ from pathlib import Path
 
 import click
 
+from pulse.cli import registries
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import instances
-from pulse.core.home import derived_runtime_dir, resolve_home
 from pulse.core.states import WorkerState
 
 PROBE_TIMEOUT_S = 1.0          # per instance: a listing must not hang on one frozen pulsed
-
-
-def registries() -> list[Path]:
-    """This user's registry (where a pulsed of the default home registers) and the system one."""
-    mine = instances.registry_dir(derived_runtime_dir(resolve_home(None)))
-    return [mine] + ([instances.SYSTEM_REGISTRY] if instances.SYSTEM_REGISTRY != mine else [])
 
 
 def home_of(name: str) -> str:

@@ -261,6 +261,17 @@ def rolled_back_note(paths: Paths) -> str | None:
     tree is said here, or the next promote would ship it again unnoticed (issue 23)."""
     if not (paths.engine / ".git").exists():
         return None
+    from pulse.store import connection, eventsdb
+    try:
+        conn = connection.open_readonly(paths.events_db)
+    except connection.StoreError:
+        return None
+    try:
+        last = eventsdb.last_events(conn, 1, ["promote", "rollback"])
+    finally:
+        conn.close()
+    if not last or last[0].type != "rollback":
+        return None      # as nearly always: said without loading the engine's repo (tarfile, git, ...)
     from pulse.engine import repo
     held = repo.rolled_back_in_staging(paths)
     if held is None:

@@ -6,7 +6,8 @@ Modules: `config` (config.toml's schema, defaults and per-worker slices), `argvt
 message that crosses a process boundary), `states` (worker, effect and task states, exit
 codes), `home` (the home and runtime directory), `logs` (the one log writer), `procs`
 (process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),
-`sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed), `instances`
+`sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed; pyzmq, imported
+only by what talks to pulsed), `instances`
 (the registry of running Pulses on the host), `guarded` (how a [[process]] is found; psutil,
 imported by the workers only), `plugins` (the Watcher and Executor an engine plugs in, which the
 built-in sensors are too), `wakepipe` (a loop's wakeup pipe), `rotation` (the names of the

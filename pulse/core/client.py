@@ -6,11 +6,13 @@ import fcntl
 import os
 import struct
 from pathlib import Path
-
-import zmq
+from typing import TYPE_CHECKING
 
 from pulse.core import wire
 from pulse.core.home import Paths
+
+if TYPE_CHECKING:
+    import zmq
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -51,6 +53,7 @@ DOORBELL = {"SNDHWM": 4, "IMMEDIATE": 1, "RECONNECT_IVL": 10, "RECONNECT_IVL_MAX
 def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **options: int) -> zmq.Socket:
     """A socket as every Pulse process makes them: LINGER 0 (closing never waits on a missing
     peer), further options by name (`SNDHWM=16`), bound or connected."""
+    import zmq  # here: pulsectl's commands that ask pulsed nothing never load libzmq
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     for key, value in options.items():
@@ -68,6 +71,7 @@ def ring(paths: Paths, socket: str, message) -> None:
     even that), so a ring sent through it as a process ended was lost."""
     if not paths.socket_file(socket).exists():
         return
+    import zmq
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, 500)
@@ -91,6 +95,7 @@ def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.R
                           "(this account may not steer pulsed)") from None
     if not present:
         raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
+    import zmq
     sock = open_socket(zmq.Context.instance(), zmq.DEALER, paths.endpoint("control"), bind=False)
     try:
         sock.send(wire.encode(message))

@@ -7,7 +7,8 @@ Each process reads one slice of it (`SLICES`, `SupervisorConfig`): pulsed sends 
 slice alone, and a reload restarts exactly the workers whose slice changed (`changed_slices`).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: msgspec would evaluate each of the schema's annotation
+# strings at the first load, a fifth of the load's time in every pulsectl command that reads the config.
 
 import datetime
 import os
@@ -1401,6 +1402,8 @@ SCHEDULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")   # it is an eve
 def validate_schedules(config: Config, origin: str) -> None:
     """Each [[schedule]]: one of cron or every, read by pulse.core.schedule (a bad cron expression
     is named, field by field); one of task or effect; a task for a configured agent only."""
+    if not config.schedule:
+        return      # without importing pulse.core.schedule: most commands load the config, few schedule
     from pulse.core import schedule as schedulemod
     agents = {a.name for a in config.agent}
     for i, s in enumerate(config.schedule):

@@ -83,12 +83,12 @@ def recorded_runtime_dir(home: Path) -> Path | None:
 def derived_runtime_dir(home: Path) -> Path:
     """PULSE_RUNTIME_DIR, else the one recorded in the home (a pulsed made it), else a name no daemon
     has used: random, so nobody can make it first."""
-    import secrets
     if os.environ.get("PULSE_RUNTIME_DIR"):
         return Path(os.environ["PULSE_RUNTIME_DIR"])
     recorded = recorded_runtime_dir(home)
     if recorded is not None and is_made_name(recorded):
         return recorded
+    import secrets  # only now: every pulsectl command comes here, and secrets brings hmac and random
     return runtime_base() / f"pulse-{os.getuid()}-{secrets.token_hex(8)}"
 
 

@@ -5,7 +5,7 @@ Stdlib only: every other module imports this one.
 """
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class WorkerState(enum.StrEnum):
@@ -32,8 +32,7 @@ ALIVE_STATES = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState
 # (supervisor/child.py says how); a spec says only how one worker differs from the others. pulsed's
 # policy reads these properties, never a worker's name.
 
-@dataclass(frozen=True)
-class ChildSpec:
+class _ChildSpecFields(NamedTuple):   # not a dataclass: that imports inspect, ~5 ms of `pulsectl status`
     name: str
     # Core: it keeps the host alive. READY=1 waits for it; past the restart intensity limit pulsed
     # stops everything and exits 1 (escalates), and when it says a store is unusable (exit 78),
@@ -49,11 +48,17 @@ class ChildSpec:
     # its own exit is not recorded while pulsed stops (nobody would write it).
     writes_events: bool = False
 
-    def __post_init__(self):
+
+class ChildSpec(_ChildSpecFields):
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls, *args, **kwargs)
         if self.core and self.retry_after_failed is not None:
             raise ValueError(f"{self.name}: a core worker escalates at the limit; it has no retry")
         if not (self.core or self.listed or self.retry_after_failed):
             raise ValueError(f"{self.name}: failed, unlisted and never retried, nothing would ever start it again")
+        return self
 
 
 # The table, in start order (stop order is the reverse).

@@ -218,6 +218,8 @@ def _record(home: str, name: str, ended: dict) -> None:
                 print(f"keeper of {name}: its exit ({ended}) was not recorded: {err}", file=sys.stderr)
                 return
             time.sleep(0.5)
+    # Sent before ring returns (it terminates a context of its own), so the os._exit by which a keeper
+    # forked by the keepers' server leaves drops nothing (the tick would then decide EXIT_FACT_WAIT_S late).
     client.ring(homes.Paths.for_client(Path(home)), "wake", wire.Wake("keeper", f"process-exited:{name}"))
 
 

@@ -149,9 +149,13 @@ class Pool:
 
     def __init__(self, size: int, name: str, db_path: Path, deliver: Callable[[Done], None]):
         self.jobs: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
-        self.db_path, self.deliver = db_path, deliver
-        for i in range(size):
-            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True).start()
+        self.size, self.name, self.db_path, self.deliver = size, name, db_path, deliver
+
+    def start(self) -> None:
+        """Start its threads (jobs submitted before wait in the queue). Each Thread.start() waits
+        for the new thread to take the GIL once: milliseconds apiece, after Ready, not before."""
+        for i in range(self.size):
+            threading.Thread(target=self._loop, name=f"{self.name}-{i}", daemon=True).start()
 
     def submit(self, effect_id: str, job: Job) -> None:
         self.jobs.put((effect_id, job))
@@ -230,6 +234,10 @@ class ExecutorWorker(Worker):
         self.next_scan = time.monotonic()                   # the first scan settles orphans at once
         self.log.info("claimer %s, %d effects at once", self.claimer, self.concurrency)
         self.open_gate()
+
+    def on_ready(self) -> None:
+        self.runners.start()
+        self.bookkeeper.start()
 
     # -- the gate role: the agents' tool calls are decided here (pulse.agents.gateserver) --------------
     # Here, not in a worker of its own: the executor starts and ends the agent runs, so a run's token

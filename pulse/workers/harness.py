@@ -108,6 +108,10 @@ class Worker:
     def open(self) -> None:
         """Open databases and sockets. Ready is sent when this returns."""
 
+    def on_ready(self) -> None:
+        """Called right after Ready is sent, before the loop's first turn: what need not hold Ready
+        up (its results are used only from the loop)."""
+
     def next_timer(self) -> float | None:
         """Monotonic time of this worker's next timed duty, or None."""
         return None
@@ -157,6 +161,7 @@ class Harness:
             return   # told to stop while starting: never ready
         self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
         self.heartbeat()          # its extras (a web address, the processes seen) reach status now
+        self.worker.on_ready()
         after_ready()
         poller, registered = None, None
         next_beat = time.monotonic() + self.heartbeat_s

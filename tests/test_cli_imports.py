@@ -1,0 +1,95 @@
+"""What a pulsectl command imports, so that its speed does not rot: each module it does not need is
+milliseconds of every invocation (operators and health checks run them in loops).
+
+Each test runs pulsectl's entry point in a fresh interpreter and lists the modules it ended with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import click
+
+from pulse.cli.group import COMMAND_MODULES, SHORT_HELP, cli
+from support import init_home
+
+# pulsectl's main() under a hook that prints sys.modules at the exit (the plain status path leaves
+# through os._exit, which runs no atexit handler).
+PROBE = textwrap.dedent("""\
+    import json, os, sys
+    def report(code=0):
+        with open(os.environ["PROBE_OUT"], "w") as f:
+            f.write(json.dumps(sorted(sys.modules)))
+        real_exit(code)
+    real_exit, os._exit = os._exit, report
+    sys.argv = ["pulsectl", *sys.argv[1:]]
+    from pulse.cli import main
+    try:
+        main()
+    except SystemExit as exit:
+        report(exit.code if isinstance(exit.code, int) else 1)
+    report(0)
+    """)
+
+# Heavy for a command that does not use them: libzmq (loaded only to talk to pulsed), every effect
+# kind's module, the engine's repository code, typing_extensions (through msgspec).
+HEAVY = {"zmq", "pulse.effects.registry", "pulse.engine.repo", "typing_extensions", "importlib.metadata"}
+
+
+def imported(tmp_path, *args: str, home=None) -> tuple[set[str], subprocess.CompletedProcess]:
+    out = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
+    env["PROBE_OUT"] = str(out)
+    if home is not None:
+        env["PULSE_HOME"] = str(home)
+        env["PULSE_RUNTIME_DIR"] = str(tmp_path / "run")
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert out.exists(), proc.stderr
+    return set(json.loads(out.read_text())), proc
+
+
+def command_modules(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.removeprefix("pulse.cli.") in COMMAND_MODULES.values()}
+
+
+def test_help_imports_no_command_module_and_nothing_heavy(tmp_path):
+    modules, proc = imported(tmp_path, "--help")
+    assert proc.returncode == 0 and "Commands:" in proc.stdout
+    assert not command_modules(modules), "--help lists the commands from group.SHORT_HELP, importing none"
+    assert not modules & HEAVY, modules & HEAVY
+
+
+def test_plain_status_loads_neither_click_nor_zmq(tmp_path):
+    modules, proc = imported(tmp_path, "status", home=tmp_path / "home")
+    assert proc.returncode == 4, proc.stderr        # no pulsed on this home
+    assert not modules & (HEAVY | {"click", "inspect", "dataclasses"}), modules & (HEAVY | {"click"})
+
+
+def test_task_add_rings_the_tick_without_zmq_and_checks_no_kind(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x", home=home)
+    assert proc.returncode == 0 and proc.stdout.startswith("task-"), proc.stderr
+    assert command_modules(modules) == {"pulse.cli.taskcmd"}
+    assert not modules & HEAVY, modules & HEAVY
+
+
+def test_each_commands_line_in_help_is_its_docstrings_first_sentence():
+    """group.SHORT_HELP says what --help shows without importing the commands: it must match them."""
+    ctx = click.Context(cli)
+    for name in COMMAND_MODULES:
+        command = cli.get_command(ctx, name)
+        derived = command.get_short_help_str(limit=1000)
+        assert name in SHORT_HELP, f"{name}: add its line to pulse/cli/group.py SHORT_HELP: {derived!r}"
+        # a first sentence longer than click's 45 characters may be said shorter there, on purpose
+        assert SHORT_HELP[name] == derived or len(derived) > 45, (name, SHORT_HELP[name], derived)
+
+
+def test_built_in_kinds_named_for_pulsectl_are_the_registrys():
+    from pulse.effects import BUILT_IN_KINDS, registry
+    assert BUILT_IN_KINDS == set(registry.all_kinds())
+
