@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 
 from pulse.core import instances
 
@@ -63,3 +64,31 @@ def test_a_runtime_dir_another_live_pulsed_is_registered_with_is_left(pulsed, tm
     pulsed.start(env={**_registry(tmp_path), "PULSE_RUNTIME_DIR": str(shared)})
     assert pulsed.terminate() == 0
     assert not shared.exists()
+
+
+def test_a_clean_stop_with_a_guarded_process_removes_it_and_the_keepers_server_ends(pulsed, tmp_path, tracker):
+    """The keepers' server (which forks a keeper per start of a [[process]]) outlives pulsed by up to
+    its CHECK_S: pulsed removes its socket and lock with its own files, and the server, finding its
+    socket gone, ends; nothing of it is left in /tmp."""
+    import psutil
+
+    from pulse.effects import keepers
+    from support import wait_for
+    marker = f"pulse-runtime-test-{tmp_path.name}"
+    pulsed.home.mkdir(exist_ok=True)
+    argv = [sys.executable, "-c", "import time; time.sleep(3600)", marker]
+    (pulsed.home / "config.toml").write_text(f'[[process]]\nname = "svc"\nmatch = "{marker}"\nrestart = {json.dumps(argv)}\n')
+    pulsed.start(env=_registry(tmp_path))
+    runtime = pulsed.paths.runtime
+    wait_for(lambda: pulsed.vital("process-alive:svc", lambda d: d["alive"]), 30, what="svc started")
+    title = keepers.server_title(str(pulsed.home))
+    server = wait_for(lambda: [p for p in psutil.process_iter(["cmdline"])
+                               if " ".join(p.info["cmdline"] or []).startswith(title)], 10, what="the keepers' server")[0]
+    tracker.add(server.pid)
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or []):
+            tracker.add(p.pid)
+    assert (runtime / "keepers.sock").exists()
+    assert pulsed.terminate() == 0
+    assert not runtime.exists(), list(runtime.iterdir())
+    server.wait(keepers.CHECK_S + 5)

@@ -34,7 +34,10 @@ SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "ev
 FLEET_VIEW_FILE = "fleet-view.json"
 # ... and where the telemetry receiver listens, for the runs the executor starts (pulse.agents.otel)
 TELEMETRY_FILE = "telemetry.json"
-RUNTIME_FILES = (FLEET_VIEW_FILE, TELEMETRY_FILE)
+# ... and the keepers' server's socket and lock (pulse.effects.keepers): the server outlives pulsed by
+# up to its CHECK_S, and ends at once when it finds its socket gone
+KEEPERS_FILES = ("keepers.sock", "keepers.sock.lock")
+RUNTIME_FILES = (FLEET_VIEW_FILE, TELEMETRY_FILE, *KEEPERS_FILES)
 
 
 class HomeError(Exception):
@@ -184,7 +187,7 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
     # -- the keepers' server (pulse.effects.keepers): forks a keeper for each start of a [[process]] --
     @property
     def keepers_socket(self) -> Path:
-        return self.runtime / "keepers.sock"
+        return self.runtime / KEEPERS_FILES[0]
 
 
 def make_runtime_dir(paths: Paths) -> None:

@@ -105,6 +105,7 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
         server.bind(sock_path)
     finally:
         os.umask(old_umask)
+    bound = os.stat(sock_path).st_ino   # the socket file's own inode (fstat of the socket is sockfs')
     server.listen(16)
     server.settimeout(CHECK_S)
     paths = Paths.for_client(Path(home))
@@ -113,9 +114,9 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
-                if client.daemon_pid(paths) is None:
-                    return 0      # its pulsed is gone: the next executor starts a server of its own
-                continue
+                if client.daemon_pid(paths) is None or not _still_bound(sock_path, bound):
+                    return 0      # its pulsed is gone (or removed this socket at its stop): the next
+                continue          # executor starts a server of its own
             with conn:
                 request = _request(conn)
                 if request is None:
@@ -125,12 +126,21 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
                     return 0      # an upgraded Pulse asks: end, so a server of the new code starts
                 _fork_keeper(conn, request, keeper, inherited=(server, lock))
     finally:
+        if _still_bound(sock_path, bound):
+            os.unlink(sock_path)
         try:
-            if os.stat(sock_path).st_ino == os.fstat(server.fileno()).st_ino:
-                os.unlink(sock_path)
-        except OSError:
-            pass
+            os.unlink(lock.name)  # ours while we hold it: no other server of this home uses it
+        except FileNotFoundError:
+            pass                  # pulsed removed it at its stop
         server.close()
+
+
+def _still_bound(sock_path: str, bound: int) -> bool:
+    """Is `sock_path` still the file this server bound (inode `bound`): not removed, nor another's since?"""
+    try:
+        return os.stat(sock_path).st_ino == bound
+    except OSError:
+        return False
 
 
 def _request(conn: socket.socket) -> dict | None:
