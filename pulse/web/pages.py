@@ -543,7 +543,7 @@ async def api_gate(request: Request) -> Response:
     web: Web = request.app.state.web
 
     def read(conn):
-        store = DurableStore(conn, "web")
+        store = DurableStore(conn, "web", checkpoints=web.paths.home / projection.DIRECTORY)
         ledger = store.catch_up()                      # reads only: never settles or writes
         sessions = [ledger.summary(s) for s in sorted(ledger.sessions, key=lambda s: -ledger.sessions[s].last)]
         blocked = reversed(eventsdb.last_events(conn, 100, ["gate-blocked"]))
@@ -710,7 +710,7 @@ def fleet_tasks_of(paths: Paths) -> list[dict]:
             by_id.setdefault(ev.target, []).append(ev)
         offered = [v for v in map(taskview.fleet_task_view, by_id.values()) if v is not None]
         taken = fleetcursor.taken_tasks(paths.home / fleetnames.CURSOR_FILE)
-        states = tasks.load_all(conn) if taken else {}
+        states = tasks.load_all(conn, paths.home / projection.DIRECTORY) if taken else {}
     finally:
         conn.close()
     return taskview.fleet_board(offered, taken, states)
