@@ -101,3 +101,21 @@ def test_an_agents_task_tools_and_the_report_read_every_task_from_the_checkpoint
     assert [t["title"] for t in listed["tasks"]] == ["title 0", "title 1", "title 2"]
     _, titles = reportrun.read(conn, 0.0, time.time() + 1, checkpoints=path / projection.DIRECTORY)
     assert titles == {f"task-{n + 1}": ("proj", f"title {n}") for n in range(3)}
+
+
+def test_the_fleet_tasks_this_host_offered_are_listed_from_the_checkpoint(home):
+    from pulse.agents import taskview
+    from pulse.core import wire
+    path, conn = home
+    checkpoints = path / projection.DIRECTORY
+    eventsdb.append_events(conn, [
+        wire.now_event(wire.FLEET_TASK_OFFERED, "fleet", "f-1", {"project": "p", "title": "one", "prompt": "x"}),
+        wire.now_event(wire.FLEET_TASK_OFFERED, "fleet", "f-2", {"project": "p", "title": "two", "prompt": "x"}),
+        wire.now_event(wire.FLEET_TASK_UPDATE, "fleet", "f-1", {"host": "b@h", "task": "task-4", "attempt": 1,
+                                                               "status": "executing"})])
+    history = eventsdb.read_events(conn, after_id=0, limit=9)
+    by_events = [taskview.fleet_task_view([e for e in history if e.target == fid]) for fid in ("f-1", "f-2")]
+    assert taskview.fleet_views(conn, checkpoints) == by_events      # a rebuild, checkpointed
+    forget_before(conn, eventsdb.last_event_id(conn))
+    assert taskview.fleet_views(conn, checkpoints) == by_events
+    assert [v["status"] for v in by_events] == ["executing", "offered"]

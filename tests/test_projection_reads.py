@@ -24,9 +24,6 @@ FROM_BOOK = {"catch_up"}
 # module:function → why it may read from the start. Keep it short; shrink it.
 ALLOWED = {
     "web/metrics.py:rebuild_counts": "the metrics projection's rebuild (a GROUP BY and the type index)",
-    "agents/tasks.py:load_all": "one-shot: every task, for the listings below",
-    "web/pages.py:fleet_tasks_of": "the fleet page's task events (type index; to convert)",
-    "cli/fleetcmd.py:read_fleet_events": "pulsectl fleet tasks: the fleet's task events (type index)",
     "store/schedulerun.py:rebuild_book": "the schedule book's rebuild: from the first schedule fact (type index)",
     "cli/enginecmd.py:engine_log": "pulsectl engine log: every promote and rollback (type index)",
     "effects/configfiles.py:known_good_of": "one process's known-good record, on an operator's request (type index)",

@@ -470,12 +470,10 @@ def load(conn, task: str) -> TaskState | None:
 ALL_TASKS = "tasks"     # the projection of every task, kept by the readers that list them all
 
 
-def load_all(conn, checkpoints=None) -> dict[str, TaskState]:
-    """Every task's state. With `checkpoints` (the home's checkpoint directory): from the checkpoint
+def load_all(conn, checkpoints) -> dict[str, TaskState]:
+    """Every task's state, from the checkpoint under `checkpoints` (the home's checkpoint directory)
     of the projection of every task, folding only what came after it, and writing a new one when
     this fold was long and this process may (pulse.store.projection.may_write)."""
-    if checkpoints is None:
-        return catch_up(conn, TaskBook()).states
     return all_tasks(conn, checkpoints).catch_up().states
 
 

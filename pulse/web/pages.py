@@ -702,13 +702,9 @@ def fleet_tasks_of(paths: Paths) -> list[dict]:
     from pulse.agents import tasks, taskview
     from pulse.core import fleetnames
     from pulse.store import fleetcursor
-    types = [wire.FLEET_TASK_OFFERED, wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD]
     conn = connection.open_readonly(paths.events_db)
     try:
-        by_id: dict[str, list] = {}
-        for ev in eventsdb.read_events(conn, types=types, limit=1_000_000):
-            by_id.setdefault(ev.target, []).append(ev)
-        offered = [v for v in map(taskview.fleet_task_view, by_id.values()) if v is not None]
+        offered = taskview.fleet_views(conn, paths.home / projection.DIRECTORY)
         taken = fleetcursor.taken_tasks(paths.home / fleetnames.CURSOR_FILE)
         states = tasks.load_all(conn, paths.home / projection.DIRECTORY) if taken else {}
     finally:
