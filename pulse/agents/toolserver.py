@@ -243,7 +243,7 @@ class PulseTools:
         if state is None:
             raise ToolError("NOT_FOUND", f"no effect {id!r}")
         import msgspec
-        body = next((e for e, *_ in effectqueue.list_effects(self.events, limit=1_000) if e.id == id), None)
+        body = effectqueue.effect_of(self.events, id)
         # its terminal event comes after it was created: start the search there (ids grow with time)
         after = max(0, eventsdb.first_id_since(self.events, body.created) - 1) if body else 0
         return {"id": id, "state": state, "effect": msgspec.to_builtins(body) if body else None,
