@@ -158,10 +158,15 @@ class Run:
     so polling costs the figures nothing like a pulsectl start each time."""
 
     def __init__(self, home: Path):
-        from pulse.core.home import Paths
-        self.home, self.paths = home, Paths.for_client(home)
+        self.home = home
         self.proc: subprocess.Popen | None = None
         self.started: list[int] = []      # pids of the critical processes started here or by Pulse
+
+    @property
+    def paths(self):
+        """Read again each time: pulsed records its runtime directory (a random name) as it starts."""
+        from pulse.core.home import Paths
+        return Paths.for_client(self.home)
 
     def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "pulsectl"), "--home", str(self.home), *args], capture_output=True,
@@ -343,6 +348,7 @@ def measure(grown: Path, work: Path, trials: int) -> dict[str, list[float]]:
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(base, home, symlinks=True, ignore=COPY_IGNORES)
         (home / "config.toml").write_text((home / "config.toml").read_text() + config_text(home / "crit.pid"))
+        os.sync()     # the copy's writeback (a GiB) is this script's, not pulsed's: done before the clock starts
         run = Run(home)
         try:
             figures["start"].append(run.start())
