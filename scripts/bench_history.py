@@ -146,8 +146,8 @@ def settle(home: Path) -> None:
     original = (home / "config.toml").read_text()
     (home / "config.toml").write_text(original + config_text(home / "crit.pid"))
     try:
-        run.start()
-        run.ticked_since()
+        run.start(timeout=3600)            # the first folds, from the first event: minutes on a loaded host
+        run.ticked_since(timeout=3600)
         wait_until(lambda: scrape(metrics_url(run)), 600, interval=0.2, what="/metrics served")
         run.ctl("task", "list", timeout=600)       # an operator had listed the tasks before
     finally:
@@ -191,14 +191,14 @@ class Run:
         w = self.workers()
         return all(n in w and w[n].state == "running" for n in WORKERS)
 
-    def start(self) -> float:
+    def start(self, timeout: float = 120) -> float:
         critical = subprocess.Popen(CRITICAL, start_new_session=True, stdin=subprocess.DEVNULL)
         self.started.append(critical.pid)
         t0 = time.monotonic()
         self.proc = subprocess.Popen([str(BIN / "pulsed"), "--home", str(self.home)], env={**os.environ, **ENV},
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
-        wait_until(self.all_running, 120, interval=0.01, what="every worker running")
+        wait_until(self.all_running, timeout, interval=0.01, what="every worker running")
         return time.monotonic() - t0
 
     def pid(self, worker: str) -> int:
@@ -230,13 +230,13 @@ class Run:
     def ticks(self) -> int:
         return self.query("vitals.db", "SELECT COUNT(*) FROM vitals WHERE key = 'tick'")[0][0]
 
-    def ticked_since(self, pid: int | None = None) -> None:
+    def ticked_since(self, pid: int | None = None, timeout: float = 300) -> None:
         """Wait until the tick (a new one, if it was `pid`) has ticked twice: its first fold is done."""
         if pid is not None:
             wait_until(lambda: self.workers().get("tick") and self.pid("tick") not in (None, pid), 120,
                        what="a new tick")
         n = self.ticks()
-        wait_until(lambda: self.ticks() >= n + 2, 300, interval=0.05, what="two ticks")
+        wait_until(lambda: self.ticks() >= n + 2, timeout, interval=0.05, what="two ticks")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -352,6 +352,7 @@ def measure(grown: Path, work: Path, trials: int) -> dict[str, list[float]]:
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(base, home, symlinks=True, ignore=COPY_IGNORES)
         (home / "config.toml").write_text((home / "config.toml").read_text() + config_text(home / "crit.pid"))
+        os.sync()     # the copy's writeback (a GiB) is this script's, not pulsed's: done before the clock starts
         run = Run(home)
         try:
             figures["start"].append(run.start())

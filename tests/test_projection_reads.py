@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent / "pulse"
 
 # Calls that read the whole history whatever their arguments.
 WHOLE = {"events_of_types", "event_type_counts", "task_titles", "referenced_objects", "snapshot_extras"}
-# Calls that read the whole history unless given a checkpoint directory (their second argument).
-UNLESS_CHECKPOINTED = {"load_all"}
+# Calls that read the whole history unless given a checkpoint directory (the argument at this position,
+# or the keyword `checkpoints`).
+UNLESS_CHECKPOINTED = {"load_all": 1, "DurableStore": 3}
 # Calls that read from the start when their `after_id` (first positional after the connection) is missing
 # or 0, and no `since_ts` bounds them.
 FROM_AFTER = {"read_events": 1, "task_events": 1, "gate_facts": 1, "events_after": 1}
@@ -23,19 +24,10 @@ FROM_BOOK = {"catch_up"}
 # module:function → why it may read from the start. Keep it short; shrink it.
 ALLOWED = {
     "web/metrics.py:rebuild_counts": "the metrics projection's rebuild (a GROUP BY and the type index)",
-    "agents/tasks.py:load_all": "one-shot: every task, for the listings below",
-    "agents/toolserver.py:PulseTools.tool_list_tasks": "the agent's task listing, once per call (to convert)",
-    "agents/toolserver.py:PulseTools.tool_create_task": "every task, for the depth and rate bounds, once per call (to convert)",
-    "agents/toolserver.py:PulseTools.tool_events": "every task, for what a run may see of the events, once per call (to convert)",
-    "workers/fleettasks.py:FleetTasks.load_now": "this host's load as the fleet sees it (to convert)",
-    "web/pages.py:fleet_tasks_of": "the fleet page's task events (type index; to convert)",
-    "cli/fleetcmd.py:read_fleet_events": "pulsectl fleet tasks: the fleet's task events (type index)",
     "store/schedulerun.py:rebuild_book": "the schedule book's rebuild: from the first schedule fact (type index)",
     "cli/enginecmd.py:engine_log": "pulsectl engine log: every promote and rollback (type index)",
     "effects/configfiles.py:known_good_of": "one process's known-good record, on an operator's request (type index)",
     "effects/repairs.py:cleanup": "objects/ garbage collection must see every reference",
-    "report/reportrun.py:read": "the report's task titles (type index; to convert)",
-    "report/analyst.py:analyse": "the report's task titles (type index; to convert)",
 }
 
 
@@ -81,7 +73,7 @@ def _from_start(call: ast.Call) -> bool:
         after = keywords.get("after_id", call.args[position] if len(call.args) > position else None)
         return after is None or (isinstance(after, ast.Constant) and after.value == 0)
     if name in UNLESS_CHECKPOINTED:
-        return len(call.args) < 2 and "checkpoints" not in keywords
+        return len(call.args) <= UNLESS_CHECKPOINTED[name] and "checkpoints" not in keywords
     if name in FROM_BOOK:
         book = call.args[1] if len(call.args) > 1 else keywords.get("book")
         return isinstance(book, ast.Call)          # a book made right there: folded from the start
@@ -97,9 +89,11 @@ def test_every_read_of_the_history_from_its_start_is_a_projections_rebuild_or_na
 def test_the_check_finds_a_fold_from_the_start(tmp_path):
     # the check itself must see the shapes it is for
     calls = ["eventsdb.read_events(conn, types=['x'])", "eventsdb.read_events(conn, after_id=0)",
-             "eventsdb.task_events(conn, 0)", "tasks.catch_up(conn, TaskBook())", "eventsdb.events_of_types(c, t, 9)"]
+             "eventsdb.task_events(conn, 0)", "tasks.catch_up(conn, TaskBook())", "eventsdb.events_of_types(c, t, 9)",
+             "tasks.load_all(conn)", "DurableStore(conn, 'web')"]
     for text in calls:
         assert _from_start(ast.parse(text).body[0].value), text
     for text in ["eventsdb.read_events(conn, after_id=last)", "eventsdb.read_events(conn, since_ts=t)",
-                 "tasks.catch_up(conn, self.book)"]:
+                 "tasks.catch_up(conn, self.book)", "tasks.load_all(conn, home / 'checkpoints')",
+                 "DurableStore(conn, 'web', checkpoints=c)"]:
         assert not _from_start(ast.parse(text).body[0].value), text

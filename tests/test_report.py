@@ -44,7 +44,8 @@ def history(tmp_path):
 def analyse_db(path: Path, h, **scope):
     conn = connection.open_readonly(path)
     try:
-        events, tasks = reportrun.read(conn, h.events[0].ts - 1, h.t + 1, scope.get("project"), scope.get("task"))
+        events, tasks = reportrun.read(conn, h.events[0].ts - 1, h.t + 1, scope.get("project"), scope.get("task"),
+                                       checkpoints=path.parent / "checkpoints")
     finally:
         conn.close()
     return analyst.analyse(events, h.events[0].ts - 1, h.t + 1, tasks=tasks, **scope), {e.id: e for e in events}
@@ -406,7 +407,7 @@ def test_the_web_page_of_a_window_is_the_rendered_deterministic_report(history):
     h, home = history
     conn = connection.open_readonly(home / "events.db")
     try:
-        text = reportrun.page(conn, h.events[0].ts - 1, h.t + 1)
+        text = reportrun.page(conn, h.events[0].ts - 1, h.t + 1, checkpoints=home / "checkpoints")
     finally:
         conn.close()
     result, events = analyse_db(home / "events.db", h)

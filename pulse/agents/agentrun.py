@@ -27,7 +27,7 @@ from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
 from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
 from pulse.effects.registry import Kind, Seconds
-from pulse.store import eventsdb
+from pulse.store import eventsdb, projection
 
 log = logging.getLogger("pulse.executor")
 
@@ -291,7 +291,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     if not result.ok:
         reason = "timeout" if timed_out else (result.reason or "agent")
         raise EffectFailed(reason, result.error or "the agent failed", **data)
-    if (refusal := gate_verdict(conn, agent, state.id, started)) is not None:
+    if (refusal := gate_verdict(conn, agent, state.id, started, home / projection.DIRECTORY)) is not None:
         raise EffectFailed(*refusal, **data)
     if not _end_run(conn, ctx, state.id, effect.id, TaskEvent.ACKED, result=summary, agent=agent.name,
                     output=ref, code=code, run_ms=data["run_ms"]):
@@ -392,7 +392,7 @@ def account_env(user: str | None) -> dict[str, str]:
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
 
 
-def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str] | None:
+def gate_verdict(conn, agent: Agent, task: str, since: float, checkpoints: Path | None = None) -> tuple[str, str] | None:
     """A run that exited well is acked only if its gate agrees: (reason, error) when it does not.
     The run's sessions are those of its agent and task opened since it started; a write they (or
     an earlier attempt) left unverified or in flight fails it, `unverified-write`; a run that used
@@ -402,7 +402,7 @@ def gate_verdict(conn, agent: Agent, task: str, since: float) -> tuple[str, str]
     it was asked, whatever it says. A run that never used the gate answers to nothing here."""
     from pulse.agents import gate
     from pulse.agents.gatestore import DurableStore
-    store = DurableStore(conn, "executor")
+    store = DurableStore(conn, "executor", checkpoints=checkpoints)
     store.transact(lambda: None)          # settles what the run's sessions left in flight
     ledger = store.ledger
     principal = (agent.name, task)

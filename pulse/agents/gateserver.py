@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pulse.agents import gate, runcgroup
+from pulse.store import projection
 
 TOKEN_ENV = "PULSE_RUN_TOKEN"       # the run's capability, in its environment only
 # ... or in a file of the run's scratch directory (0600, the run's), named here: for a CLI that can
@@ -403,7 +404,7 @@ class GateServer:
         # others committed first): a session that made its own folded every gate fact in events.db
         # again at its hello, a cost that grew with the history.
         from pulse.agents.gatestore import DurableStore
-        self.store = DurableStore(self.events)
+        self.store = DurableStore(self.events, checkpoints=self.paths.home / projection.DIRECTORY)
         self.rates = CallRates(self.config.gate.calls_per_min, self.config.gate.call_burst)
         try:
             os.unlink(self.path)           # a predecessor's, dead with it
@@ -528,7 +529,8 @@ class GateServer:
                     if run is not None:
                         raise Refused("NOT_OPERATOR", "a run cannot reset the gate")
                     from pulse.agents.gatestore import DurableStore
-                    await send(operator_reset(DurableStore(self.events, "gate"), hello.get("session"),
+                    store = DurableStore(self.events, "gate", checkpoints=self.paths.home / projection.DIRECTORY)
+                    await send(operator_reset(store, hello.get("session"),
                                               hello.get("agent"), bool(hello.get("keep_progress"))))
                     return
             except Refused as refused:

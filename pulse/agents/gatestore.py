@@ -13,18 +13,27 @@ did). A write whose effect is still open stays in flight, however long its tool 
 yet act. In flight is the effect's, not the session's: once a write's effect has ended, it is
 settled within OUTCOME_GRACE_S even if its session lives on and never says so (frozen with
 SIGSTOP, or stopped waiting), so no session holds a resource past its effect.
+
+Given the home's checkpoint directory, the Ledger is a checkpointed projection (LEDGER,
+pulse.store.projection): a process that starts (the executor's gate after a kill, an agent run's
+verdict) loads the newest checkpoint and folds only the facts after it, not every fact since the
+host was installed.
 """
 
 from __future__ import annotations
 
+import collections
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
+
+import msgspec
 
 from pulse.agents import gate
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import now_event
-from pulse.store import connection, effectqueue, eventsdb
+from pulse.store import connection, effectqueue, eventsdb, projection
 
 NOT_ACTED = ("not-allowed", "deadline", "interrupted-before-start")   # an effect that ended so never ran
 # A live session ends its own write as soon as it reads the outcome (milliseconds); past this, the
@@ -72,24 +81,84 @@ def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> Settled
     return Settled(True, f"its effect {effect_id} failed after it started", ended, ended_ts)
 
 
+# -- the ledger as a checkpointed projection --------------------------------------------------------------
+# Its dump turns the keys msgpack cannot carry as map keys (principals are tuples, looks are Patterns)
+# into lists of pairs; load types every part back with msgspec.convert.
+
+class _ActorDump(msgspec.Struct, array_like=True):
+    looked: list[tuple[gate.Pattern, int]]
+    unverified: dict[str, gate.Debt]
+    verified: int
+    found: dict[str, tuple[str, int]]
+
+
+class _LedgerDump(msgspec.Struct, array_like=True):
+    position: int
+    sessions: dict[str, gate.SessionFacts]
+    actors: list[tuple[str, str, _ActorDump]]
+    flights: dict[str, gate.Flight]
+    changes: dict[str, gate.Change]
+    uncertain: dict[str, gate.Uncertain]
+    blocks: list[tuple[str, str, list[float]]]
+
+
+def fold_facts(ledger: gate.Ledger, events) -> None:
+    for ev in events:
+        ledger.apply(ev.id, ev.ts, ev.data)
+
+
+def dump_ledger(ledger: gate.Ledger) -> _LedgerDump:
+    return _LedgerDump(
+        ledger.position, ledger.sessions,
+        [(agent, task, _ActorDump(list(a.looked.items()), a.unverified, a.verified, a.found))
+         for (agent, task), a in ledger.actors.items()],
+        ledger.flights, ledger.changes, ledger.uncertain,
+        [(agent, task, list(times)) for (agent, task), times in ledger.blocks.items()])
+
+
+def load_ledger(raw: Any) -> gate.Ledger:
+    dump = msgspec.convert(raw, _LedgerDump)
+    ledger = gate.Ledger()
+    ledger.position, ledger.sessions = dump.position, dump.sessions
+    ledger.actors = {(agent, task): gate.Actor(dict(a.looked), a.unverified, a.verified, a.found)
+                     for agent, task, a in dump.actors}
+    ledger.flights, ledger.changes, ledger.uncertain = dump.flights, dump.changes, dump.uncertain
+    ledger.blocks = {(agent, task): collections.deque(times) for agent, task, times in dump.blocks}
+    return ledger
+
+
+LEDGER = projection.Projection(
+    name="gate.ledger", new=gate.Ledger, fold=fold_facts, types=("gate-call",), dump=dump_ledger, load=load_ledger,
+    code=(gate.Ledger, gate.SessionFacts, gate.Actor, gate.Flight, gate.Change, gate.Uncertain, gate.Debt,
+          gate.Pattern, gate.is_covered, gate.about, gate.conflicts, _ActorDump, _LedgerDump))
+
+
 class DurableStore:
-    """gate.MemoryStore's contract (`ledger`, `transact`), kept in events.db."""
+    """gate.MemoryStore's contract (`ledger`, `transact`), kept in events.db. `checkpoints`: the
+    home's checkpoint directory, where the ledger's projection starts from (None: from the first fact)."""
 
     def __init__(self, conn: sqlite3.Connection, source: str = "mcp",
-                 alive: Callable[[int | None, float | None], bool] = process_alive):
+                 alive: Callable[[int | None, float | None], bool] = process_alive,
+                 checkpoints: Path | None = None):
         self.conn, self.source, self.alive = conn, source, alive
         self.ledger = gate.Ledger()
+        self.folded = None if checkpoints is None else projection.Folded(
+            LEDGER, conn, checkpoints, save=projection.may_write(checkpoints.parent))
 
-    def catch_up(self) -> gate.Ledger:
-        """Fold every fact committed since the last one folded."""
-        for ev in eventsdb.gate_facts(self.conn, self.ledger.position):
-            self.ledger.apply(ev.id, ev.ts, ev.data)
+    def catch_up(self, save: bool = True) -> gate.Ledger:
+        """Fold every fact committed since the last one folded. `save`: write the checkpoint if it is
+        due (not inside a decision's transaction: its fsync would hold every other session's)."""
+        if self.folded is None:
+            for ev in eventsdb.gate_facts(self.conn, self.ledger.position):
+                self.ledger.apply(ev.id, ev.ts, ev.data)
+            return self.ledger
+        self.ledger = self.folded.catch_up(self.conn, save=save)
         return self.ledger
 
     def transact(self, decide: Callable[[], Any]) -> Any:
         try:
             with connection.transaction(self.conn):
-                self.catch_up()
+                self.catch_up(save=False)
                 for record in self.settlements():
                     self._commit(record)
                 outcome = decide()
@@ -97,21 +166,33 @@ class DurableStore:
                     self._commit(record)
         except BaseException:
             # The ledger folded facts this rollback undid: fold it again from events.db (now, if
-            # the file answers; else at the next decision, which catches up first).
+            # the file answers; else at the next decision, which catches up first), from the
+            # checkpoint when there is one.
             self.ledger = gate.Ledger()
+            if self.folded is not None:
+                self.folded.state = None
             try:
                 self.catch_up()
             except sqlite3.Error:
                 pass
             raise
+        if self.folded is not None:
+            # its own facts were folded as they were committed (gate.complete): the projection is past them
+            self.folded.last_id = max(self.folded.last_id, self.ledger.position)
+            if self.folded.due():
+                self.folded.save()
         return outcome
 
     def _commit(self, record: gate.Record) -> None:
         position = eventsdb.last_event_id(self.conn) + 1       # inside BEGIN IMMEDIATE: the id it gets
-        gate.complete(self.ledger, record, position, time.time())
+        ts = time.time()
+        gate.complete(self.ledger, record, position, ts)
         data = record.data
-        ev = eventsdb.insert_event(self.conn, now_event(record.type, self.source, data.get("session") or data.get("agent"),
-                                                  data))
+        # folded at the ts it is stored with: this ledger (and the checkpoint written of it) is the one a
+        # fold of the history makes
+        fact = msgspec.structs.replace(now_event(record.type, self.source, data.get("session") or data.get("agent"),
+                                                 data), ts=ts)
+        ev = eventsdb.insert_event(self.conn, fact)
         if ev.id != position:
             raise RuntimeError(f"gate fact got id {ev.id}, folded at {position}")
 

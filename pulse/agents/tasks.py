@@ -477,13 +477,16 @@ def listing_projections() -> list:
     return [book_projection(ALL_TASKS), schedulerun.schedules_projection()]
 
 
-def load_all(conn, checkpoints=None) -> dict[str, TaskState]:
-    """Every task's state. With `checkpoints` (the home's checkpoint directory): from the checkpoint
+def load_all(conn, checkpoints) -> dict[str, TaskState]:
+    """Every task's state, from the checkpoint under `checkpoints` (the home's checkpoint directory)
     of the projection of every task, folding only what came after it, and writing a new one when
     this fold was long and this process may (pulse.store.projection.may_write)."""
-    if checkpoints is None:
-        return catch_up(conn, TaskBook()).states
+    return all_tasks(conn, checkpoints).catch_up().states
+
+
+def all_tasks(conn, checkpoints):
+    """The projection of every task, from its checkpoint under `checkpoints`, for a reader that keeps
+    it and calls `catch_up()` again to fold only what is new (a long-lived server's listings)."""
     from pulse.store import projection
-    folded = projection.Folded(book_projection(ALL_TASKS), conn, checkpoints, every_events=1_000,
-                               every_s=float("inf"), save=projection.may_write(checkpoints.parent))
-    return folded.catch_up().states
+    return projection.Folded(book_projection(ALL_TASKS), conn, checkpoints, every_events=1_000,
+                             every_s=float("inf"), save=projection.may_write(checkpoints.parent))

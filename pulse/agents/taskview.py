@@ -181,31 +181,42 @@ def fleet_task_view(events: list) -> dict[str, Any] | None:
     offer = next((e for e in events if e.type == wire.FLEET_TASK_OFFERED), None)
     if offer is None:
         return None
+    view = new_fleet_view(offer)
+    for ev in events:
+        apply_fleet_event(view, ev)
+    return view
+
+
+def new_fleet_view(offer) -> dict[str, Any]:
     d = offer.data
-    view: dict[str, Any] = {
+    return {
         "fleet_id": offer.target, "title": d.get("title"), "project": d.get("project"), "agent": d.get("agent"),
         "tags": list(d.get("tags") or []), "priority": d.get("priority", 0), "offered": iso(offer.ts),
         "updated": iso(offer.ts), "status": "offered", "host": None, "task": None, "result": None, "error": None,
         "why": None, "attempts": 0, "runs": [], "dead": None, "withdrawn": None, "history": []}
-    for ev in events:
-        r = ev.data
-        if ev.type not in (wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD, wire.FLEET_TASK_WITHDRAWN):
-            continue
-        view["updated"] = iso(ev.ts)
-        view["history"].append({"ts": iso(ev.ts), "type": ev.type, "host": r.get("host"), "task": r.get("task"),
-                                "status": r.get("status"), "why": r.get("why") or r.get("error")})
-        if ev.type == wire.FLEET_TASK_WITHDRAWN:
-            view.update(status="withdrawn", why=r.get("why"), withdrawn=iso(ev.ts))
-            continue
-        if view["withdrawn"] and r.get("status") not in ("acked", "closed"):
-            _fold_taking(view, r)   # a run that was going when it was withdrawn: its end is all that changes it
-            continue
-        if ev.type == wire.FLEET_TASK_DEAD:
-            view.update(status="dead", why=r.get("why"), dead=dict(r), attempts=max(view["attempts"], r.get("attempts") or 0))
-            continue
-        view.update({k: r.get(k) for k in ("status", "host", "task", "result", "error")}, why=r.get("why"))
+
+
+def apply_fleet_event(view: dict[str, Any], ev) -> None:
+    """Fold one of a fleet task's events (after its offer) into its view. Withdrawn, a run that was
+    going then changes it only by its end (acked, closed)."""
+    from pulse.core import wire
+    r = ev.data
+    if ev.type not in (wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD, wire.FLEET_TASK_WITHDRAWN):
+        return
+    view["updated"] = iso(ev.ts)
+    view["history"].append({"ts": iso(ev.ts), "type": ev.type, "host": r.get("host"), "task": r.get("task"),
+                            "status": r.get("status"), "why": r.get("why") or r.get("error")})
+    if ev.type == wire.FLEET_TASK_WITHDRAWN:
+        view.update(status="withdrawn", why=r.get("why"), withdrawn=iso(ev.ts))
+        return
+    if view.get("withdrawn") and r.get("status") not in ("acked", "closed"):
         _fold_taking(view, r)
-    return view
+        return
+    if ev.type == wire.FLEET_TASK_DEAD:
+        view.update(status="dead", why=r.get("why"), dead=dict(r), attempts=max(view["attempts"], r.get("attempts") or 0))
+        return
+    view.update({k: r.get(k) for k in ("status", "host", "task", "result", "error")}, why=r.get("why"))
+    _fold_taking(view, r)
 
 
 def _fold_taking(view: dict, report: dict) -> None:
@@ -217,6 +228,36 @@ def _fold_taking(view: dict, report: dict) -> None:
         view["runs"].append(run)
     run["status"] = "given_up" if report.get("status") == "offered" else report.get("status")
     view["attempts"] = max(view["attempts"], attempt)
+
+
+def fold_fleet_views(views: dict[str, dict[str, Any]], events) -> None:
+    """Every fleet task this host offered (fleet id → its fleet_task_view, in the order offered): an
+    offer makes its view, its later events fold into it."""
+    from pulse.core import wire
+    for ev in events:
+        if ev.type == wire.FLEET_TASK_OFFERED:
+            views.setdefault(ev.target, new_fleet_view(ev))
+        elif ev.target in views:
+            apply_fleet_event(views[ev.target], ev)
+
+
+def fleet_views_projection():
+    from pulse.core import wire
+    from pulse.store import projection
+    return projection.Projection(
+        name="fleet.tasks", new=dict, fold=fold_fleet_views, state_type=dict[str, dict[str, Any]],
+        types=wire.FLEET_TASK_EVENTS,
+        code=(new_fleet_view, apply_fleet_event, _fold_taking, iso, clock.iso))
+
+
+def fleet_views(conn, checkpoints: Path) -> list[dict[str, Any]]:
+    """The fleet tasks this host offered, oldest first (fleet_task_view each), from the projection's
+    checkpoint under `checkpoints` and the events after it; a long fold leaves a new checkpoint
+    where this process may (pulse.store.projection.may_write)."""
+    from pulse.store import projection
+    folded = projection.Folded(fleet_views_projection(), conn, checkpoints, every_events=1_000,
+                               every_s=float("inf"), save=projection.may_write(checkpoints.parent))
+    return list(folded.catch_up().values())
 
 
 def fleet_view_lines(view: dict) -> list[str]:

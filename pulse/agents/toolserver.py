@@ -36,7 +36,7 @@ from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.effects import registry
-from pulse.store import connection, effectqueue, eventsdb, vitalsdb
+from pulse.store import connection, effectqueue, eventsdb, projection, vitalsdb
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
 # The tool stopped waiting, the effect did not: its write is not ended by the session but settled by
@@ -152,6 +152,7 @@ class PulseTools:
     def __init__(self, paths: Paths, config: Config, events, to_thread: Callable[..., Awaitable[Any]],
                  sleep: Callable[[float], Awaitable[None]]):
         self.paths, self.config, self.events = paths, config, events
+        self.tasks = None          # the projection of every task (pulse.agents.tasks.all_tasks), at first use
         self.to_thread, self.sleep = to_thread, sleep     # anyio's, passed in: this module imports no async lib
 
     async def run(self, name: str, args: dict, operator: Operator | None = None,
@@ -189,7 +190,7 @@ class PulseTools:
         return {"workers": status["workers"], "checked_at": time.time()}
 
     async def tool_list_tasks(self, status: str | None = None) -> dict:
-        everything = tasks.load_all(self.events)
+        everything = self._all_tasks()
         agent, task = ACTOR.get()
         if task:        # a run sees its own tasks only (pulse.agents.taskpolicy)
             own = taskpolicy.own_tasks(everything, agent, task)
@@ -226,7 +227,7 @@ class PulseTools:
                  if target is None or e.target == target]
         agent, task = ACTOR.get()
         if task:        # a run sees nothing of other tasks, agents or their sessions (pulse.agents.taskpolicy)
-            own = taskpolicy.own_tasks(tasks.load_all(self.events), agent, task)
+            own = taskpolicy.own_tasks(self._all_tasks(), agent, task)
             others = {a.name for a in self.config.agent} - {agent}
             sessions = taskpolicy.own_sessions(eventsdb.read_events(self.events, after_id=first, types=("gate-call",),
                                                                     limit=100_000), agent)
@@ -242,7 +243,7 @@ class PulseTools:
         if state is None:
             raise ToolError("NOT_FOUND", f"no effect {id!r}")
         import msgspec
-        body = next((e for e, *_ in effectqueue.list_effects(self.events, limit=1_000) if e.id == id), None)
+        body = effectqueue.effect_of(self.events, id)
         # its terminal event comes after it was created: start the search there (ids grow with time)
         after = max(0, eventsdb.first_id_since(self.events, body.created) - 1) if body else 0
         return {"id": id, "state": state, "effect": msgspec.to_builtins(body) if body else None,
@@ -277,7 +278,7 @@ class PulseTools:
     async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
         import msgspec
         agent, task = ACTOR.get()
-        everything = tasks.load_all(self.events)
+        everything = self._all_tasks()
         parent = everything.get(task) if task else None
         try:
             depth = taskpolicy.check_create(self.config, agent, parent, project, everything.values(), time.time())
@@ -303,6 +304,13 @@ class PulseTools:
         return {"question": question, "answer": await operator(question)}
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _all_tasks(self) -> dict[str, tasks.TaskState]:
+        """Every task's state, from the tasks projection's checkpoint and what came after it: the
+        listing and the bounds each call checks cost what is new, not the whole history."""
+        if self.tasks is None:
+            self.tasks = tasks.all_tasks(self.events, self.paths.home / projection.DIRECTORY)
+        return self.tasks.catch_up(self.events).states
 
     async def _status(self) -> dict:
         import msgspec
@@ -390,13 +398,14 @@ class GatedSession:
                  agent: str = gate.OPERATOR_SHELL, task: str = "", pid: int | None = None, store: Any = None):
         """`pid`: the session's client process (the `pulsectl mcp` proxy, by its peer credentials),
         whose end settles what it leaves in flight; this process when None. `store`: a DurableStore
-        shared with the other sessions of this process (else one of its own, which folds every
-        gate fact in events.db at its first decision)."""
+        shared with the other sessions of this process (else one of its own, which folds the gate
+        facts after the ledger's checkpoint at its first decision)."""
         from pulse.agents.gatestore import DurableStore, stamp
         self.tools = tools
         pid = os.getpid() if pid is None else pid
+        store = store or DurableStore(tools.events, checkpoints=tools.paths.home / projection.DIRECTORY)
         self.gate = gate.Session(session_id or f"mcp-{pid}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
-                                 agent=agent, task=task, store=store or DurableStore(tools.events),
+                                 agent=agent, task=task, store=store,
                                  block_budget=tools.config.gate.blocks_per_min)
         self.gate.open(pid=pid, started=stamp(pid))
 

@@ -199,16 +199,6 @@ def add(ctx: Context, agent: str | None, tags: tuple[str, ...], project: str, ti
     click.echo(offer_task(ctx, agent, project, title, prompt, priority, tags))
 
 
-def fleet_task_views(events) -> list[dict]:
-    """The tasks this host offered, oldest first, each as pulse.agents.taskview.fleet_task_view."""
-    from pulse.agents.taskview import fleet_task_view
-    by_id: dict[str, list] = {}
-    for ev in events:
-        by_id.setdefault(ev.target, []).append(ev)
-    views = (fleet_task_view(evs) for evs in by_id.values())
-    return [v for v in views if v is not None]
-
-
 def withdraw(conn, fleet_id: str) -> None:
     """Take back a task this host offered (`pulsectl task close <fleet id>`): a `fleet-task-withdrawn`
     event, which this host's fleet worker makes known to every host (pulse.workers.fleettasks)."""
@@ -230,12 +220,11 @@ def withdraw(conn, fleet_id: str) -> None:
                                            if running else ""))
 
 
-def read_fleet_events(conn, fleet_id: str | None = None) -> list:
+def read_fleet_events(conn, fleet_id: str) -> list:
+    """One fleet task's events, oldest first."""
     from pulse.core import wire
     from pulse.store import eventsdb
     types = list(wire.FLEET_TASK_EVENTS)
-    if fleet_id is None:
-        return eventsdb.read_events(conn, types=types, limit=1_000_000)
     return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)
 
 
@@ -254,10 +243,11 @@ def task_row(view: dict) -> tuple[str, ...]:
 def fleet_tasks(ctx: Context, as_json: bool) -> None:
     """The tasks this host offered to the fleet: where each ran (every host that took it) and how it
     ended (`dead`: dead-lettered after [fleet] max_deliver takings)."""
-    from pulse.store import connection
+    from pulse.agents.taskview import fleet_views
+    from pulse.store import connection, projection
     conn = connection.open_readonly(ctx.paths.events_db)
     try:
-        views = fleet_task_views(read_fleet_events(conn))
+        views = fleet_views(conn, ctx.paths.home / projection.DIRECTORY)
     finally:
         conn.close()
     if as_json:

@@ -59,7 +59,9 @@ def gate_store(ctx: Context, source: str = "pulsectl"):
     if not ctx.paths.events_db.exists():
         click.echo(f"pulsectl: no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
         sys.exit(1)
-    store = DurableStore(eventsdb.open_events(ctx.paths.events_db), source)
+    from pulse.store import projection
+    store = DurableStore(eventsdb.open_events(ctx.paths.events_db), source,
+                         checkpoints=ctx.paths.home / projection.DIRECTORY)
     store.catch_up()
     return store
 

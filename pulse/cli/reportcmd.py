@@ -88,7 +88,7 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
     from pulse.core import config as configmod
     from pulse.report import analysis as analysismod
     from pulse.report import render, reportrun
-    from pulse.store import connection
+    from pulse.store import connection, projection
     if as_json and html_path:
         raise click.UsageError("give --json or --html, not both")
     if task is not None:
@@ -112,7 +112,7 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
     if agent is not None and _pulsed_running(ctx):
         params = {"start": lo, "end": hi, "project": project, "task": task, "analyst": agent.name}
         result = _through_executor(ctx, config, params, config.report.analyst_timeout_s + EFFECT_SLACK_S)
-        events, _ = reportrun.read(conn, lo, hi, project, task)
+        events, _ = reportrun.read(conn, lo, hi, project, task, checkpoints=ctx.home / projection.DIRECTORY)
         by_id = {ev.id: ev for ev in events}
     else:
         effect_ctx = workdir = None
@@ -124,7 +124,8 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
             workdir = ctx.home / "work" / "report"
         result, by_id, _ = reportrun.make_report(
             conn, lo, hi, project=project, task=task, agent=agent, ctx=effect_ctx, workdir=workdir,
-            timeout_s=config.report.analyst_timeout_s, max_events=config.report.analyst_max_events)
+            timeout_s=config.report.analyst_timeout_s, max_events=config.report.analyst_max_events,
+            checkpoints=ctx.home / projection.DIRECTORY)
     analysismod.check(result, set(by_id))          # never print a report that cites what is not there
     if result.fallback:
         click.echo(f"pulsectl: the agent's analysis was not used: {result.fallback}", err=True)

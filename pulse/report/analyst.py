@@ -483,7 +483,7 @@ def _penalty(what: str, n: int) -> int:
 
 # -- findings: one function per kind of finding; analyse puts them in the report's order ------------------
 
-def task_titles(events: Sequence, tasks: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+def titles_of(events: Sequence, tasks: Mapping[str, tuple[str, str]]) -> dict[str, str]:
     """task id → title: from `tasks` (created before the window), then the window's task-created events."""
     titles = {t: title for t, (_, title) in tasks.items()}
     titles.update({ev.target: str(ev.data.get("title", "")) for ev in events if ev.type == TaskEvent.CREATED})
@@ -674,7 +674,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     """The analysis of `events` (the window [start, end], already scoped with in_scope).
     `tasks`: task id → (project, title), for tasks created before the window."""
     f = fold(events, start)
-    titles = task_titles(events, tasks)
+    titles = titles_of(events, tasks)
     runs = list(f.runs.values())
     agents = runs_by_agent(runs)
     slow = {name: slow_runs(agent_runs) for name, agent_runs in agents.items()}

@@ -33,7 +33,7 @@ from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_pro
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
 from pulse.report.analysis import Analysis, InvalidAnalysis, check, cited, decode, encode, schema
-from pulse.store import connection, eventsdb
+from pulse.store import connection, eventsdb, projection
 
 DAY_S = 86_400
 EVENT_LINE_CHARS = 240
@@ -54,10 +54,13 @@ def window(params: dict, now: float) -> tuple[float, float]:
     return start, end
 
 
-def read(conn, start: float, end: float, project: str | None = None, task: str | None = None
-         ) -> tuple[list, dict[str, tuple[str, str]]]:
-    """The window's events in scope, and every task's (project, title)."""
-    tasks = eventsdb.task_titles(conn)
+def read(conn, start: float, end: float, project: str | None = None, task: str | None = None, *,
+         checkpoints: Path) -> tuple[list, dict[str, tuple[str, str]]]:
+    """The window's events in scope, and every task's (project, title): from the tasks projection
+    under `checkpoints` (the home's), so a report does not read every task-created event since the
+    host began, and still names a task created long before the window."""
+    from pulse.agents import tasks as taskmod
+    tasks = {t.id: (t.project, t.title) for t in taskmod.load_all(conn, checkpoints).values()}
     return analyst.in_scope(eventsdb.events_between(conn, start, end), tasks, project, task), tasks
 
 
@@ -66,9 +69,10 @@ def deterministic(events: Sequence, tasks: dict, start: float, end: float, proje
     return analyst.analyse(events, start, end, tasks=tasks, project=project, task=task)
 
 
-def page(conn, start: float, end: float, project: str | None = None, task: str | None = None) -> str:
+def page(conn, start: float, end: float, project: str | None = None, task: str | None = None, *,
+         checkpoints: Path) -> str:
     """The deterministic report of a window as the HTML page (what a web UI serves at /report)."""
-    events, tasks = read(conn, start, end, project, task)
+    events, tasks = read(conn, start, end, project, task, checkpoints=checkpoints)
     return render.html(deterministic(events, tasks, start, end, project, task), {ev.id: ev for ev in events})
 
 
@@ -186,9 +190,9 @@ def judged(raw: dict, base: Analysis, known: set[int], name: str) -> Analysis:
 
 def make_report(conn, start: float, end: float, *, project: str | None, task: str | None,
                 agent: Agent | None, ctx: EffectContext | None, workdir: Path | None,
-                timeout_s: float, max_events: int) -> tuple[Analysis, dict[int, object], dict]:
+                timeout_s: float, max_events: int, checkpoints: Path) -> tuple[Analysis, dict[int, object], dict]:
     """(analysis, the window's events by id, notes about the agent's run) for one window."""
-    events, tasks = read(conn, start, end, project, task)
+    events, tasks = read(conn, start, end, project, task, checkpoints=checkpoints)
     base = deterministic(events, tasks, start, end, project, task)
     notes: dict = {}
     if agent is None:
@@ -257,7 +261,7 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
         analysis, events, notes = make_report(
             conn, start, end, project=params.project, task=params.task, agent=agent, ctx=ctx,
             workdir=home / "work" / "report", timeout_s=ctx.config.report.analyst_timeout_s,
-            max_events=ctx.config.report.analyst_max_events)
+            max_events=ctx.config.report.analyst_max_events, checkpoints=home / projection.DIRECTORY)
     finally:
         conn.close()
     try:

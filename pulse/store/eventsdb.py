@@ -290,13 +290,6 @@ def event_by_id(conn: sqlite3.Connection, event_id: int) -> Event | None:
     return _row_event(row) if row else None
 
 
-def task_titles(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
-    """task id → (project, title), from every task-created event (by the (type, id) index)."""
-    rows = conn.execute("SELECT target, json_extract(data, '$.project'), json_extract(data, '$.title') "
-                        "FROM events WHERE type = 'task-created'")
-    return {r[0]: (str(r[1] or ""), str(r[2] or "")) for r in rows if r[0]}
-
-
 def effect_end(conn: sqlite3.Connection, effect_id: str) -> Event | None:
     """The event that ended an effect (acked, failed not requeued, expired), or None while it is open."""
     row = conn.execute(

@@ -255,9 +255,10 @@ class Folded(Generic[S]):
             log.info("%s: from its checkpoint at event %d", self.projection.name, self.last_id)
         self.saved_id, self.saved_at = self.last_id, time.monotonic()
 
-    def catch_up(self, conn: sqlite3.Connection | None = None) -> S:
+    def catch_up(self, conn: sqlite3.Connection | None = None, save: bool = True) -> S:
         """The state with every committed event folded; `conn`: read on it from now on (a worker
-        whose requests each open their own)."""
+        whose requests each open their own). `save`: write the checkpoint if it is due (False: the
+        caller holds a write transaction, and saves after it)."""
         if conn is not None:
             self.conn = conn
         if self.state is None:
@@ -273,7 +274,7 @@ class Folded(Generic[S]):
             self.last_id = batch[-1].id if len(batch) == self.batch else upto
             if self.last_id < upto:
                 self.progress()        # a long catch-up (a rebuild) outlasts hung_after_ms
-        if self.due():
+        if save and self.due():
             self.save()
         return self.state
 

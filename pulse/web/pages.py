@@ -586,7 +586,7 @@ async def api_gate(request: Request) -> Response:
     web: Web = request.app.state.web
 
     def read(conn):
-        store = DurableStore(conn, "web")
+        store = DurableStore(conn, "web", checkpoints=web.paths.home / projection.DIRECTORY)
         ledger = store.catch_up()                      # reads only: never settles or writes
         sessions = [ledger.summary(s) for s in sorted(ledger.sessions, key=lambda s: -ledger.sessions[s].last)]
         blocked = reversed(eventsdb.last_events(conn, 100, ["gate-blocked"]))
@@ -745,15 +745,11 @@ def fleet_tasks_of(paths: Paths) -> list[dict]:
     from pulse.agents import tasks, taskview
     from pulse.core import fleetnames
     from pulse.store import fleetcursor
-    types = list(wire.FLEET_TASK_EVENTS)
     conn = connection.open_readonly(paths.events_db)
     try:
-        by_id: dict[str, list] = {}
-        for ev in eventsdb.read_events(conn, types=types, limit=1_000_000):
-            by_id.setdefault(ev.target, []).append(ev)
-        offered = [v for v in map(taskview.fleet_task_view, by_id.values()) if v is not None]
+        offered = taskview.fleet_views(conn, paths.home / projection.DIRECTORY)
         taken = fleetcursor.taken_tasks(paths.home / fleetnames.CURSOR_FILE)
-        states = tasks.load_all(conn) if taken else {}
+        states = tasks.load_all(conn, paths.home / projection.DIRECTORY) if taken else {}
     finally:
         conn.close()
     return taskview.fleet_board(offered, taken, states)

@@ -181,6 +181,7 @@ class FleetTasks:
         self.failed_wait = worker.config.fleet.failed_host_wait_s
         self.failed_here: dict[str, float] = {}   # fleet id → when this host gave it up (time.time())
         self.slot_freed = asyncio.Event()          # a run of a task taken here ended: a pull may take another
+        self.tasks = None                          # the projection of every task, at the first load_now
 
     async def kv(self, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
@@ -307,7 +308,10 @@ class FleetTasks:
 
     def load_now(self, conn) -> dict[str, wire.AgentLoad]:
         agents = self.w.config.agent
-        load = routing.loads(agents, tasks.load_all(conn).values(),
+        if self.tasks is None:        # kept: each pull folds only what came since the last
+            from pulse.store import projection
+            self.tasks = tasks.all_tasks(conn, self.w.paths.home / projection.DIRECTORY)
+        load = routing.loads(agents, self.tasks.catch_up(conn).states.values(),
                              [e for e, _, _, _ in effectqueue.open_effects(conn)])
         for agent, n in self.claimed_pending().items():
             if agent in load:
