@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SIGSTOP → one healthy copy again, for OpenClaw's gateway and LiteLLM's proxy, with the README's
+"""SIGSTOP → one healthy copy again, for OpenClaw's gateway and LiteLLM's proxy, with docs/gateways.md's
 "Watching OpenClaw, Hermes and LiteLLM" block as pasted: its health probes and [survival.llm], and
 pulsed's own intervals (none of the tests' faster ones). Only paths and ports are changed.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Take the README's screenshots of the web page from a real pulsed, in Debian's headless Chromium
+"""Take docs/web.md's screenshots of the web page from a real pulsed, in Debian's headless Chromium
 (Playwright with executable_path, never a downloaded browser).
 
 A temporary home with [web] enabled and one critical process, `gateway`, that holds about 130 MB
@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
           "--disable-sync", "--no-first-run"]
-DESKTOP = {"width": 1100, "height": 1040}   # the README's image: the overview down to the host charts
+DESKTOP = {"width": 1100, "height": 1040}   # docs/web.md's image: the overview down to the host charts
 PHONE = {"width": 390, "height": 844}
 GATEWAY_MB = 130                            # held by the gateway, over its ceiling
 CEILING_MB = 120

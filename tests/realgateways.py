@@ -262,14 +262,14 @@ class Proxy:
 
 
 def readme_process(name: str) -> dict:
-    """The [[process]] `name` as the README's "Watching OpenClaw, Hermes and LiteLLM" block gives it
+    """The [[process]] `name` as docs/gateways.md ("Watching OpenClaw, Hermes and LiteLLM") gives it
     (a test takes its health and env settings from there, so what it proves is what is documented)."""
-    text = (realtools.ROOT / "README.md").read_text()
+    text = (realtools.ROOT / "docs" / "gateways.md").read_text()
     for block in re.findall(r"^```toml\n(.*?)^```", text, re.S | re.M):
         for process in tomllib.loads(block).get("process", []):
             if process.get("name") == name:
                 return process
-    raise LookupError(f"README.md shows no [[process]] named {name!r}")
+    raise LookupError(f"docs/gateways.md shows no [[process]] named {name!r}")
 
 
 def toml_inline(table: dict) -> str:

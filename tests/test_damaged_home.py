@@ -91,7 +91,7 @@ def test_store_check_and_backup_then_restore(pulsed, tmp_path):
     assert pulsed.ctl("store", "backup", str(backup)).returncode == 2   # never into a non-empty dir
     acked = len(pulsed.events("effect-acked"))
     assert pulsed.terminate() == 0
-    # the home is lost; the backup is copied back, as the README says
+    # the home is lost; the backup is copied back, as docs/operations.md says
     (pulsed.home / "events.db").write_bytes(b"garbage")
     for name in ("events.db", "vitals.db", "events.mark", "config.toml"):
         shutil.copy2(backup / name, pulsed.home / name)

@@ -188,11 +188,11 @@ def test_the_rules_guide_names_every_field_of_the_snapshot():
     assert [f.name for f in msgspec.structs.fields(Snapshot) if f"`{f.name}`" not in text] == []
 
 
-def test_the_readme_names_every_survival_rule_and_every_built_in_kind():
+def test_the_docs_name_every_survival_rule_and_every_built_in_kind():
     from pulse.core import config as configmod
     from pulse.effects import registry
     from pulse.rules import survival
-    readme = (ROOT / "README.md").read_text()
+    readme = (DOCS / "survival.md").read_text() + (DOCS / "configuration.md").read_text()
     tick = configmod.slice_of(configmod.Config(), "tick")
     camel = [re.sub(r"_(\w)", lambda m: m[1].upper(), rule.__qualname__) for rule in survival.survival_rules(tick)]
     assert [name for name in camel if f"**{name}**" not in readme] == []

@@ -196,7 +196,7 @@ def test_guard_reloads_a_running_pulsed_which_starts_the_gateway_and_a_hand_writ
     host.pulse = pulsed.home
     host.env["PULSE_HOME"] = str(pulsed.home)
     init_home(pulsed.home)
-    # The README's way, by hand: a [[process]] on Hermes' pidfile is Hermes guarded already.
+    # docs/gateways.md's way, by hand: a [[process]] on Hermes' pidfile is Hermes guarded already.
     with open(host.config, "a") as f:
         f.write(f'\n[[process]]\nname = "mine"\npidfile = {{ path = "{host.home}/.hermes/gateway.pid", key = "pid" }}\n')
     pulsed.start(env={"PULSE_WATCHER_INTERVAL_MS": "300", "PULSE_TICK_MS": "100"})

@@ -7,7 +7,7 @@ endpoint, and restarts by stopping what is there first: never two copies.
 - LiteLLM as [survival.llm]'s process: kill -9, then SIGSTOP: one proxy after, and it stays up
   past effect_timeout_s (the old exec-based restart killed it then).
 - Hermes: exit 75 (SIGUSR1 under --external-supervisor) is restarted at once; exit 78 (a fatal
-  config error) is left down, and a notification says so. With the README's settings, six SIGUSR1
+  config error) is left down, and a notification says so. With docs/gateways.md's settings, six SIGUSR1
   within two minutes and a frozen /health end healthy (its own respawn-storm breaker is off).
 
 Everything runs on 127.0.0.1 on free ports, with every state directory in the test's tmp dir (see
@@ -314,7 +314,7 @@ def test_hermes_gateway_exit_75_is_restarted_at_once_and_exit_78_is_left_down(ri
 def test_hermes_with_the_readmes_settings_ends_healthy_after_a_restart_storm(rig, pulsed):
     """Hermes 0.19 breaks respawn storms itself: after more than 5 starts in 120 s it sleeps 10, 20,
     40 … 300 s before serving. Pulse, finding a sleeping start unhealthy, killed it: one more start,
-    a longer sleep, for ever. With the README's Hermes settings (its breaker off, its health probes
+    a longer sleep, for ever. With docs/gateways.md's Hermes settings (its breaker off, its health probes
     as documented): six SIGUSR1 restarts within two minutes, then a /health that stops answering
     (SIGSTOP) and is restarted: healthy again each time, every restart counted, no more than asked."""
     documented = readme_process("hermes-gateway")

@@ -4,7 +4,7 @@ a [[watch.dir]] archived, put back.
 
 A backup is taken online, while pulsed runs, through SQLite's backup API (a consistent copy of
 each database, whatever is being written), with objects/, config.toml and the history mark that
-matches the copy. Restoring is a copy back, with pulsed stopped (README, "Backups").
+matches the copy. Restoring is a copy back, with pulsed stopped (docs/operations.md, "Backups").
 """
 
 from __future__ import annotations

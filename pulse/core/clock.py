@@ -68,7 +68,7 @@ def parse_since(text: str) -> float:
     return when.timestamp()
 
 
-# Test-only seam, documented in the README: the wall time that windows of time (a spend limit's
+# Test-only seam, documented in docs/testing.md: the wall time that windows of time (a spend limit's
 # day and month) are reckoned in is shifted by this many seconds, so a test can roll a day over
 # without waiting one. Read at every call; event stamps are not shifted.
 TEST_OFFSET_ENV = "PULSE_TEST_CLOCK_OFFSET_S"

@@ -1485,7 +1485,7 @@ def default_toml() -> str:
     for line in to_toml(Config()).splitlines():
         if line.startswith("schema"):
             continue
-        # Table headers are commented too: a table the README says to add (`[web]`, `[survival.llm]`)
+        # Table headers are commented too: a table the docs say to add (`[web]`, `[survival.llm]`)
         # pasted below must not declare it a second time, which TOML refuses.
         lines.append("# " + line if line else line)
         if line == "[pulse]":

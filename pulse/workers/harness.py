@@ -9,7 +9,7 @@ A worker is started by the forkserver, which calls `run()`. The harness
      pulsed from this loop, never from a thread, so a worker stuck in its own
      code stops heartbeating and is found hung.
 
-Test-only switch, documented in the README: PULSE_TEST_INJECT="tick:crash-before-ready,engine:hang-before-ready*3"
+Test-only switch, documented in docs/testing.md: PULSE_TEST_INJECT="tick:crash-before-ready,engine:hang-before-ready*3"
 injects a fault into the first N starts (default 1) of a worker. Faults:
 crash-before-ready, hang-before-ready, exit-0 / exit-1 (right after ready),
 grandchild (start a `sleep` that must die with the worker).

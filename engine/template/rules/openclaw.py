@@ -4,7 +4,7 @@ An example, inert until the gateway is configured. In config.toml, Pulse watches
 probes its readiness on loopback and restarts it (survival's processWatchdog: when it dies, or
 after `failures` failed probes in a row, with backoff and a notification). Find it by its lock
 file, not by `match`: its title changes from "node .../openclaw.mjs gateway run" to "openclaw"
-to "openclaw-gateway" within its first seconds, so a pattern loses it (see the README):
+to "openclaw-gateway" within its first seconds, so a pattern loses it (see docs/gateways.md):
 
     [[process]]
     name = "openclaw-gateway"
