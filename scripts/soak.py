@@ -172,8 +172,8 @@ def ring(home: Path) -> None:
 
 def process_name(proc) -> str:
     title = (proc.cmdline() or [""])[0]
-    if title.startswith("pulse: "):
-        return title.removeprefix("pulse: ")
+    if title.startswith("pulse: "):   # "pulse: tick [instance]": the worker alone
+        return title.removeprefix("pulse: ").split(" [")[0]
     return "forkserver" if "forkserver" in " ".join(proc.cmdline()) else "pulsed"
 
 

@@ -11,26 +11,31 @@ from pulse.core import wire
 from pulse.store import eventsdb, vitalsdb
 from pulse.store.commitwatch import CommitWatch
 
-APPEND = ("import sys; from pulse.core import wire; from pulse.store import eventsdb; "
-          "eventsdb.append_events(eventsdb.open_events(sys.argv[1]), [wire.now_event('operator', 'test', None, {})])")
+APPEND = ("import sys; from pathlib import Path; from pulse.core import wire; from pulse.store import eventsdb; "
+          "eventsdb.append_events(eventsdb.open_events(Path(sys.argv[1])), [wire.now_event('operator', 'test', None, {})])")
 
 
 def test_a_commit_by_another_process_wakes_the_reader_long_before_its_timeout(tmp_path):
     db = tmp_path / "events.db"
-    eventsdb.append_events(eventsdb.open_events(db), [wire.now_event("operator", "test", None, {})])
+    conn = eventsdb.open_events(db)
+    eventsdb.append_events(conn, [wire.now_event("operator", "test", None, {})])
     watch = CommitWatch(db)
+    assert not watch.committed()     # what came before the watch is not a commit it reports
     assert watch.fd is not None, "inotify refused on this host"
 
     async def main() -> float:
         started = time.monotonic()
-        writer = await asyncio.create_subprocess_exec(sys.executable, "-c", APPEND, str(db))
+        writer = await asyncio.create_subprocess_exec(sys.executable, "-c", APPEND, str(db),
+                                                      stderr=asyncio.subprocess.PIPE)
         await watch.wait(30)
-        await writer.wait()
+        _, err = await writer.communicate()
+        assert writer.returncode == 0, err.decode()
         return time.monotonic() - started
     try:
         took = asyncio.run(main())
     finally:
         watch.close()
+        conn.close()
     assert took < 15, took     # woken by the commit (a fresh interpreter's start, here), not by the 30 s timeout
 
 
