@@ -81,6 +81,7 @@ def test_verbs_logs_after_crashes_and_a_stop_held_across_a_pulsed_restart(pulsed
     for run in range(1, 4):
         said(pulsed, "svc", run)
         victims = tree(pid)
+        tracker.add(*(p.pid for p in victims))   # its child outlives a SIGKILL of it alone: the test's to end
         psutil.Process(pid).kill()
         psutil.wait_procs(victims[:1], 5)
         pid = alive(pulsed, "svc", not_pid=pid)
@@ -125,6 +126,7 @@ def test_verbs_logs_after_crashes_and_a_stop_held_across_a_pulsed_restart(pulsed
     actions = [(e["source"], e["target"], e["data"]["action"]) for e in pulsed.events("operator")]
     assert actions == [("pulsectl", "svc", a) for a in ("process-restart", "process-stop", "process-start")]
     # and a crash after the start is restarted as before (the hold is over)
+    tracker.add(*(p.pid for p in tree(started)))
     psutil.Process(started).kill()
     last = alive(pulsed, "svc", not_pid=started)
     tracker.add(last)

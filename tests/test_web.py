@@ -22,7 +22,7 @@ import msgspec
 import psutil
 import pytest
 
-from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, wait_for
+from support import CHROMIUM, Pulsed, Tracker, browser_or_skip, init_home, kill_keepers, wait_for
 
 PAGES = ("overview", "events", "vitals", "effects", "tasks", "engine", "gate", "log", "schedules", "budget")
 WORKERS = ("watcher", "tick", "executor", "engine", "web")
@@ -55,6 +55,7 @@ def site(tmp_path_factory):
         pulsed.terminate()
     finally:
         tracker.kill_all()
+        kill_keepers(home)      # the napper the page restarted runs under a keeper, which outlives pulsed
 
 
 def call(base: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
