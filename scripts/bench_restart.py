@@ -106,6 +106,29 @@ while True:
 """
 
 
+def supervisord_conf(d: Path, programs: dict[str, str]) -> Path:
+    """supervisord.conf in `d` for `programs` (name → its [program:] lines), each logging to d/NAME.log:
+    the peer benchmark's and scripts/compare_supervisors.py's."""
+    conf, sock = d / "supervisord.conf", d / "supervisor.sock"
+    text = textwrap.dedent(f"""\
+        [unix_http_server]
+        file={sock}
+        [supervisord]
+        nodaemon=true
+        logfile={d / 'supervisord.log'}
+        pidfile={d / 'supervisord.pid'}
+        childlogdir={d}
+        [rpcinterface:supervisor]
+        supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+        [supervisorctl]
+        serverurl=unix://{sock}
+        """)
+    for name, body in programs.items():
+        text += f"[program:{name}]\n{body}\nstdout_logfile={d / (name + '.log')}\nredirect_stderr=true\n"
+    conf.write_text(text)
+    return conf
+
+
 class Interrupted(BaseException):
     """SIGTERM/SIGHUP: unwind like Ctrl-C so every process gets cleaned up."""
 
@@ -647,27 +670,7 @@ class Bench:
     def run_supervisord(self, d: Path, child: Path) -> dict:
         venv = self.make_venv("supervisor", PEER_PINS["supervisord"])
         marker = d / "supervisord.marker"
-        conf = d / "supervisord.conf"
-        sock = d / "supervisor.sock"
-        conf.write_text(textwrap.dedent(f"""\
-            [unix_http_server]
-            file={sock}
-            [supervisord]
-            nodaemon=true
-            logfile={d / 'supervisord.log'}
-            pidfile={d / 'supervisord.pid'}
-            childlogdir={d}
-            [rpcinterface:supervisor]
-            supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-            [supervisorctl]
-            serverurl=unix://{sock}
-            [program:child]
-            command={sys.executable} {child} {marker}
-            autorestart=true
-            startsecs=0
-            stdout_logfile={d / 'child-supervisord.log'}
-            redirect_stderr=true
-            """))
+        conf = supervisord_conf(d, {"child": f"command={sys.executable} {child} {marker}\nautorestart=true\nstartsecs=0"})
         return self.measure_peer(d, "supervisord", [str(venv / "bin" / "supervisord"), "-n", "-c", str(conf)],
                                  [str(venv / "bin" / "supervisorctl"), "-c", str(conf), "status"], marker, child,
                                  "autorestart=true, startsecs=0, everything else default")

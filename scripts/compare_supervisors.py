@@ -52,7 +52,7 @@ from _benchlib import (  # noqa: E402
     wait_until,
 )
 from bench_pipeline import VICTIM, markers, restart_settled, start_pulsed, vital_pid  # noqa: E402
-from bench_restart import PEER_PINS, clean_env  # noqa: E402
+from bench_restart import PEER_PINS, clean_env, supervisord_conf  # noqa: E402
 
 PM2_PIN = "pm2@7.0.4"
 SUPERVISOR_PIN = PEER_PINS["supervisord"]
@@ -200,27 +200,6 @@ def died(proc: subprocess.Popen, name: str) -> None:
 
 
 # -- supervisord ---------------------------------------------------------------------------------
-
-def supervisord_conf(d: Path, programs: dict[str, str]) -> Path:
-    conf, sock = d / "supervisord.conf", d / "supervisor.sock"
-    text = textwrap.dedent(f"""\
-        [unix_http_server]
-        file={sock}
-        [supervisord]
-        nodaemon=true
-        logfile={d / 'supervisord.log'}
-        pidfile={d / 'supervisord.pid'}
-        childlogdir={d}
-        [rpcinterface:supervisor]
-        supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-        [supervisorctl]
-        serverurl=unix://{sock}
-        """)
-    for name, body in programs.items():
-        text += f"[program:{name}]\n{body}\nstdout_logfile={d / (name + '.log')}\nredirect_stderr=true\n"
-    conf.write_text(text)
-    return conf
-
 
 def run_supervisord(d: Path, tracker: Tracker, args) -> dict:
     venv = pip_venv(d / "venv-supervisor", SUPERVISOR_PIN, clean_env())
