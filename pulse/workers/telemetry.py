@@ -22,7 +22,6 @@ only while that server's loop turns. Where it listens goes to the runtime direct
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import json
 import os
@@ -35,9 +34,9 @@ from pulse.core import config as configmod
 from pulse.core import wire
 from pulse.store import eventsdb
 from pulse.workers.harness import Worker
+from pulse.workers.serverthread import ServerThread
 from pulse.workers.webserver import give_back, libc, limit_arenas
 
-STOP_WAIT_S = 3.0
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 SIGNALS = ("logs", "metrics", "traces")
 MAX_CONNECTIONS = 64          # uvicorn answers 503 past this many at once
@@ -287,25 +286,9 @@ class TelemetryWorker(Worker):
         self.server = uvicorn.Server(uvicorn.Config(
             self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
-        self.turned = time.monotonic()
-        self.beat_s = self.config.timings.heartbeat_ms / 1000
-        self.thread = threading.Thread(target=self.serve, name="otlp-server", daemon=True)
-        self.thread.start()
+        self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "otlp-server")
         self.publish_address()
         self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
-
-    def serve(self) -> None:
-        async def main() -> None:
-            async def turning() -> None:
-                while True:
-                    self.turned = time.monotonic()
-                    await asyncio.sleep(self.beat_s / 2)
-            beat = asyncio.create_task(turning())
-            try:
-                await self.server.serve(sockets=[self.sock])
-            finally:
-                beat.cancel()
-        asyncio.run(main())
 
     def url(self) -> str:
         host, _ = configmod.listen_address(self.config.telemetry.listen)
@@ -369,12 +352,10 @@ class TelemetryWorker(Worker):
                 "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts)}
 
     def healthy(self) -> bool:
-        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+        return self.serving.healthy()
 
     def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(STOP_WAIT_S)
-        self.sock.close()
+        self.serving.stop()
         try:
             self.paths.telemetry_file.unlink()
         except FileNotFoundError:

@@ -11,7 +11,6 @@ forkserver or pulsed.
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import socket
 import threading
@@ -19,8 +18,7 @@ import time
 
 from pulse.core import config as configmod
 from pulse.workers.harness import Worker
-
-STOP_WAIT_S = 3.0
+from pulse.workers.serverthread import ServerThread
 
 # -- memory (issue 25): what the web worker holds must not follow the history's length ---------------------
 # The server runs the page's reads in a pool of threads (anyio's, 40 by default), and glibc gives each
@@ -54,6 +52,12 @@ def give_back(lib) -> None:
         lib.malloc_trim(0)
 
 
+
+def limit_threads() -> None:
+    """On the server's loop: at most WEB_THREADS threads for the routes' blocking work."""
+    import anyio.to_thread
+    anyio.to_thread.current_default_thread_limiter().total_tokens = WEB_THREADS
+
 class WebWorker(Worker):
     name = "web"
 
@@ -82,26 +86,9 @@ class WebWorker(Worker):
         self.server = uvicorn.Server(uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="off", ssl_certfile=web.tls_cert,
             ssl_keyfile=web.tls_key, timeout_graceful_shutdown=1))
-        self.turned = time.monotonic()       # the server's loop was last seen turning
-        self.beat_s = self.config.timings.heartbeat_ms / 1000
-        self.thread = threading.Thread(target=self.serve, name="web-server", daemon=True)
-        self.thread.start()
+        self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "web-server",
+                                    before=limit_threads)
         self.log.info("serving %s", self.url())
-
-    def serve(self) -> None:
-        async def main() -> None:
-            async def turning() -> None:
-                while True:
-                    self.turned = time.monotonic()
-                    await asyncio.sleep(self.beat_s / 2)
-            import anyio.to_thread
-            anyio.to_thread.current_default_thread_limiter().total_tokens = WEB_THREADS
-            beat = asyncio.create_task(turning())
-            try:
-                await self.server.serve(sockets=[self.sock])
-            finally:
-                beat.cancel()
-        asyncio.run(main())
 
     def url(self) -> str:
         host, _ = configmod.listen_address(self.config.web.listen)
@@ -120,12 +107,10 @@ class WebWorker(Worker):
         return {"url": self.url()}
 
     def healthy(self) -> bool:
-        return self.thread.is_alive() and time.monotonic() - self.turned < max(2 * self.beat_s, 1.0)
+        return self.serving.healthy()
 
     def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(STOP_WAIT_S)
-        self.sock.close()
+        self.serving.stop()
         try:
             self.shared.save_checkpoints()
         except Exception as err:   # a stop must not fail on a checkpoint: the next start rebuilds
