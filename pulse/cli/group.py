@@ -90,7 +90,7 @@ SHORT_HELP = {
     "start": "Start WORKER (after a stop, or a failed engine).",
     "status": "Show every worker's and process's state.",
     "stop": "Stop WORKER, or pulsed itself.",
-    "store": "Check the home's stores, or back them up.",
+    "store": "Check, back up or compact the home's stores.",
     "systemd": "Run pulsed under systemd.",
     "task": "Tasks for agents: add, list, show, close.",
     "vitals": "The latest vitals (KEY: one, or a prefix).",
