@@ -4,6 +4,7 @@ SDK's OTLP/HTTP exporters (what a real exporter sends), and its bounds tried wit
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import urllib.request
@@ -151,6 +152,15 @@ def test_a_session_pulse_did_not_start_is_counted_by_its_id_and_json_is_taken(re
     assert status == 400 and b"not an OTLP logs export request" in reply
 
 
+def whole_answer(answer: bytes) -> bool:
+    """The head and all of the body its Content-Length names (the two may come in separate reads)."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return length is None or len(body) >= int(length.group(1))
+
+
 def raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, str, float]:
     """Send `head` (and `body`) on a socket of our own; (status, response, seconds to the answer)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
@@ -158,7 +168,7 @@ def raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, str, float
         began = time.monotonic()
         s.sendall(head.encode() + b"\r\n" + body)
         answer = b""
-        while b"\r\n\r\n" not in answer or not answer.endswith(b"\n"):   # the head, and the one-line reason
+        while not whole_answer(answer):
             chunk = s.recv(4096)
             if not chunk:
                 break
