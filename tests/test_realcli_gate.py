@@ -120,13 +120,16 @@ def test_codex_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
 
 def test_hermes_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
     """Hermes reads MCP servers from its own config.yaml only; `${VAR}` there is expanded from its
-    environment, which holds the run's token and gate socket: one entry serves every run."""
+    environment, which holds the run's token and gate socket: one entry serves every run. Its first
+    turn waits for MCP servers only `mcp_discovery_timeout` (1.5 s by default): under load
+    `pulsectl mcp` came up later and the model was offered no Pulse tool (docs/tasks.md)."""
     require_tools("hermes")
     home, hermes_home = tmp_path / "hermes-home", tmp_path / "hermes-home" / ".hermes"
     hermes_home.mkdir(parents=True)
     (hermes_home / "config.yaml").write_text(
         f"model:\n  provider: custom\n  default: {CHAT_MODEL}\n  base_url: {model.url}/v1\n  api_key: {MASTER_KEY}\n"
         "agent:\n  api_max_retries: 1\n"
+        "mcp_discovery_timeout: 30\n"
         f"mcp_servers:\n  pulse:\n    command: {PULSECTL}\n    args: [mcp]\n    env:\n"
         '      PULSE_RUN_TOKEN: "${PULSE_RUN_TOKEN}"\n      PULSE_GATE_SOCKET: "${PULSE_GATE_SOCKET}"\n')
     env = {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path(), **offline_env()}

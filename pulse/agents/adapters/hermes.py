@@ -19,8 +19,9 @@ MCP: Hermes reads MCP servers only from its own config.yaml (no per-run flag), a
 `${VAR}` there from its environment, which holds the run's PULSE_RUN_TOKEN and PULSE_GATE_SOCKET:
 one `mcp_servers.pulse` entry the operator writes once (`command: pulsectl`, `args: [mcp]`, those
 two in its `env`) serves every run, each as its own gate session. This adapter writes nothing into
-Hermes' home. (0.19's -z discovers MCP servers in the background; the realcli test saw its tool
-call reach the gate in every run, at a load average of 11-16 on 2 cores.)
+Hermes' home. 0.19's -z discovers MCP servers in the background and its first turn waits for them
+only `mcp_discovery_timeout` (1.5 s by default): under load `pulsectl mcp` missed it and the model
+was offered no Pulse tool, so the entry goes with `mcp_discovery_timeout: 30` (docs/tasks.md).
 """
 
 from __future__ import annotations
