@@ -295,7 +295,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
     return Change("promote", before, after, ref, event_id)
 
 
-# -- issue 23: what staging still holds after a rollback ------------------------------------------
+# -- what staging still holds after a rollback ------------------------------------------
 # A rollback (survival's autoRollback most of all) returns main to an earlier tree, but staging
 # keeps the tree that was rolled back: nothing said so, and the next promote shipped it again.
 

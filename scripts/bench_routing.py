@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure routing (issue 22): four tasks added at once, on one agent and on two of different speeds.
+"""Measure routing: four tasks added at once, on one agent and on two of different speeds.
 
 Runs a real `pulsed` (the console script next to this interpreter) on a temporary home with the
 engine template's assignment rule and fake agent CLIs that answer like `claude -p --output-format

@@ -7,7 +7,7 @@
      supervisor gets its setting that keeps kills from counting as a crash loop (Pulse min_uptime_s 0,
      supervisord startsecs 0, PM2 min_uptime 100 ms, its least), nothing else.
   2. a crash loop: a program that writes its marker, says "listening", and exits 1 a second later
-     (the newcomer's process of Pulse's issue 33), watched for --window seconds under each
+     (a crash loop as a new user's process met it), watched for --window seconds under each
      supervisor's defaults, and under settings equal to Pulse's defaults (a run shorter than 10 s
      failed, 5 tries, backoff): the starts it made and the gaps between them, whether and when it
      stopped trying (its own word for it, polled every 0.5 s), and what the operator was told (Pulse:

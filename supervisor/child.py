@@ -53,7 +53,7 @@ class Child:
     starts: int = 0                      # spawns since pulsed started
     restarts: int = 0                    # restarts since pulsed started (automatic and operator)
     # ... of which automatic (after a crash, a hang, a retry of a failed worker) and operator's (a
-    # restart or a reload's): status shows them apart, so a reload never reads as a crash (issue 23)
+    # restart or a reload's): status shows them apart, so a reload never reads as a crash
     crash_restarts: int = 0
     operator_restarts: int = 0
     streak: int = 0                      # crashes in a row, for backoff

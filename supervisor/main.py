@@ -107,7 +107,7 @@ def detected() -> str:
 
 def say_what_was_made(log: logs.Log, home: Path, fresh: bool, made: list[str], ballast_mb: int) -> None:
     """pulsed's first run says what it created, as `pulsectl init` does: a new user otherwise
-    finds a home, an engine repository and a 32 MiB file they never asked for (issue 23)."""
+    finds a home, an engine repository and a 32 MiB file they never asked for."""
     if not made and not fresh:
         return
     if fresh:

@@ -1,4 +1,4 @@
-"""Power cuts under a running pulsed (issue 25), shared by tests/test_power_loss.py and scripts/power_cuts.py.
+"""Power cuts under a running pulsed, shared by tests/test_power_loss.py and scripts/power_cuts.py.
 
 The home lives on powerfs (tests/powerfs.py), which keeps unsynced writes in memory. A cut: every
 process of Pulse is frozen (SIGSTOP, so none forks or writes on), then SIGKILLed by pid, then powerfs

@@ -1,4 +1,4 @@
-"""The agent CLIs' adapters (issue 12): fake CLIs, written by the test, print exactly the formats
+"""The agent CLIs' adapters: fake CLIs, written by the test, print exactly the formats
 their CLIs document (shared research notes: agent-clis.md), through a running pulsed.
 
 One pulsed per adapter, one [[agent]] whose argv is the adapter's documented default argv with

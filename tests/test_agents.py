@@ -1,4 +1,4 @@
-"""Agent adapters and the agent-run executor (issue 5): real pulsed processes, the template's
+"""Agent adapters and the agent-run executor: real pulsed processes, the template's
 assignment rule, and a fake agent that behaves like `claude -p ... --output-format json`.
 
 The fake agent (written into tmp_path) logs start and end with its pid to a JSON Lines file, and

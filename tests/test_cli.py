@@ -21,7 +21,7 @@ def test_logs_name_worker_and_pid_and_filter(pulsed):
     assert out.returncode == 0
     lines = out.stdout.splitlines()
     assert lines and all(line.split(" ")[1].startswith("tick[") or logs.about(line, "tick") for line in lines)
-    # pulsed's lines about the tick are its restarts: they belong in the tick's log (issue 23)
+    # pulsed's lines about the tick are its restarts: they belong in the tick's log
     assert any(line.split(" ")[1].startswith("pulsed[") and "tick (pid" in line and "exited unexpectedly" in line
                for line in lines)
     assert any("RuntimeError: injected crash before ready" in line for line in lines)

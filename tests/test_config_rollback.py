@@ -1,4 +1,4 @@
-"""Last-known-good config, end to end (issue 21): a real pulsed starts a real process that reads its
+"""Last-known-good config, end to end: a real pulsed starts a real process that reads its
 JSON config (and re-reads it, as a gateway that hot-reloads does) and exits 1 when it is broken.
 Healthy → its config kept known good → an edit breaks it → it crash-loops → the known-good file is
 restored, the broken one kept in objects/ → healthy again: one restore, never of a file never kept.

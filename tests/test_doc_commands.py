@@ -1,4 +1,4 @@
-"""Every shell command block in README.md and docs/ (issue 23), as docs/rules.md's Python blocks
+"""Every shell command block in README.md and docs/, as docs/rules.md's Python blocks
 already are (tests/test_docs.py): each `pulsectl` command is checked against pulsectl's own parser
 (click: its subcommands, options and arguments as written, a synopsis's options too), and those
 that need no running pulsed are run against a temporary home and must exit 0. A block that is not

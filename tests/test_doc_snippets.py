@@ -1,4 +1,4 @@
-"""What README.md and docs/ show a user to paste or run works as shown (issue 23).
+"""What README.md and docs/ show a user to paste or run works as shown.
 
 TOML: every ```toml block is appended to the config.toml a fresh home gets and must load (the
 fresh file declares no table a snippet tells one to add). Shell: see test_doc_commands.py.

@@ -1,4 +1,4 @@
-"""A full disk under a running pulsed (issue 25): the home on a small tmpfs, filled while effects flow.
+"""A full disk under a running pulsed: the home on a small tmpfs, filled while effects flow.
 
 pulsed keeps supervising (it keeps no SQLite); the first writer to hit the full disk releases the
 ballast, so the survival layer's effects still commit and its notification goes out; writes that

@@ -1,4 +1,4 @@
-"""Health, not only liveness (issue 12): `[[process]] health` probes into `health:<name>`, and
+"""Health, not only liveness: `[[process]] health` probes into `health:<name>`, and
 processWatchdog restarts a live but unhealthy process after `failures` failed probes, not before;
 `restart_exit_codes` / `stop_exit_codes`, from the keeper's process-exited facts; a restart stops
 what is there first.

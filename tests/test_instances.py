@@ -1,4 +1,4 @@
-"""Several Pulses on one host (issue 12): each pulsed registers itself while it runs; `pulsectl
+"""Several Pulses on one host: each pulsed registers itself while it runs; `pulsectl
 instances` lists them (dead entries cleaned); `pulsectl -i NAME` selects one on every command;
 `pulsectl systemd install --instance NAME` writes the template unit pulse@.service.
 

@@ -2,7 +2,7 @@
 
 The tick's first fold of it, without a checkpoint, reads every event in the main loop, batch by
 batch; on a busy 2-core machine that outlasts hung_after_ms, so it heartbeats between batches and is
-not killed as hung, restarted to fold again and killed again until pulsed gives up (issue 25).
+not killed as hung, restarted to fold again and killed again until pulsed gives up.
 
 Once it has a checkpoint, a killed tick's replacement folds only what came after it: the tick and a
 critical process killed together, the restart is committed as fast as on a young home.

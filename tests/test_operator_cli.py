@@ -1,4 +1,4 @@
-"""The rough edges a new operator hit in pulsectl (issue 23): help, config, reload, status."""
+"""The rough edges a new operator hit in pulsectl: help, config, reload, status."""
 
 from __future__ import annotations
 

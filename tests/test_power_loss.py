@@ -1,4 +1,4 @@
-"""Power cuts under a running pulsed (issue 25): the home on powerfs (tests/powerfs.py), a FUSE file
+"""Power cuts under a running pulsed: the home on powerfs (tests/powerfs.py), a FUSE file
 system that drops every write not synced when the power goes.
 
 50 cuts, each after pulsed was started again on what the last one left: most at a random moment of

@@ -1,4 +1,4 @@
-"""The report (issue 14): the deterministic analyst on a fixture history in a real events.db, an
+"""The report: the deterministic analyst on a fixture history in a real events.db, an
 agent as analyst played by a fake CLI (valid, dangling citation, garbage, silent past its timeout)
 through a real pulsed's executor and through pulsectl alone, the daily report through [[notify]],
 and the page in headless Chromium."""

@@ -1,4 +1,4 @@
-"""The report in plain words, and a verdict that weighs tasks by share and recency (issue 23)."""
+"""The report in plain words, and a verdict that weighs tasks by share and recency."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """After a rollback, and survival's automatic one above all, staging still holds the rolled-back
-tree: status and `pulsectl engine` say so, and the next promote refuses it unless --again (issue 23)."""
+tree: status and `pulsectl engine` say so, and the next promote refuses it unless --again."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Priority and routing (issue 22): real pulsed processes, the template's assignment rule, and fake
+"""Priority and routing: real pulsed processes, the template's assignment rule, and fake
 agent CLIs that answer like `claude -p ... --output-format json`.
 
 The fake agent (written into tmp_path) logs its start and end, with its agent's name and task, to

@@ -1,4 +1,4 @@
-"""Spend limits that fail closed (issue 22): real pulsed, the template's assignment rule, and a fake
+"""Spend limits that fail closed: real pulsed, the template's assignment rule, and a fake
 CLI that answers like `claude -p --output-format json` and reports a cost of $4 per run.
 
 The pure part (windows, the fold, the decisions) is tested first; then pulsed:

@@ -241,7 +241,7 @@ def test_status_lists_the_critical_processes_alive_dead_and_paused(pulsed, track
     assert wait_for(lambda: process(lambda p: p["alive"]), 10, what="svc alive")[0]["pid"] == victim.pid
     assert pulsed.ctl("pause", "svc", "--for", "10m").returncode == 0
     paused = wait_for(lambda: process(lambda p: p["paused_until"]), 10, what="svc paused")
-    assert paused[0]["paused_until"].endswith("Z")                # ISO 8601, not epoch seconds (issue 23)
+    assert paused[0]["paused_until"].endswith("Z")                # ISO 8601, not epoch seconds
     victim.kill()
     victim.wait(5)
     wait_for(lambda: process(lambda p: p["alive"] is False), 10, what="svc dead")
@@ -250,7 +250,7 @@ def test_status_lists_the_critical_processes_alive_dead_and_paused(pulsed, track
     assert row.split()[:2] == ["svc", "dead,"] and "paused until" in row
 
 
-# -- every way of stopping is clean (issue 25): SIGTERM or SIGINT, to pulsed alone, to its process
+# -- every way of stopping is clean: SIGTERM or SIGINT, to pulsed alone, to its process
 # group, or to every process of the tree at once; each writes every lifecycle event and exits 0.
 
 def signal_pulsed_alone(pulsed, sig):

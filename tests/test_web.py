@@ -475,7 +475,7 @@ def test_the_overview_shows_each_config_against_its_known_good_and_each_watched_
         tab.screenshot(path=str(tmp_path / "overview-phone-guards.png"), full_page=True)
     finally:
         context.close()
-# -- issue 23: the page an operator keeps open ----------------------------------------------------------------
+# -- the page an operator keeps open ----------------------------------------------------------------
 # A task seeded through the same checked paths the executor and `pulsectl mcp` write by (tasks.start_run
 # and tasks.record; a real gate session over events.db): two runs, the first failed with the CLI's own
 # reason, the second acked with its cost, tokens and an output that would be markup if not escaped.

@@ -1,4 +1,4 @@
-"""The web worker's memory does not follow the history's length (issue 25): a web worker started on
+"""The web worker's memory does not follow the history's length: a web worker started on
 a long events.db, asked what a page asks by many clients at once, holds what one on a short history
 held. Before, each of the server's threads (anyio's pool, up to 40) kept the SQLite page cache of the
 reads it had served (2 MiB a connection, filled further the longer the history) in its own malloc

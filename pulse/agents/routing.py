@@ -1,4 +1,4 @@
-"""Routing: which configured agents may take a task, and how busy each agent is (issue 22).
+"""Routing: which configured agents may take a task, and how busy each agent is.
 
 The tick puts both into the snapshot (Snapshot.agents, PendingTasks.eligible/unassignable) so an
 assignment rule decides against them without reading config; `pulsectl task show` and the web
@@ -94,7 +94,7 @@ def loads(agents: Sequence[Agent], states: Iterable[TaskState], open_effects: It
             for a in agents}
 
 
-# -- spend limits (issue 22's budgets) in the snapshot: a held task costs no effect while it waits -------
+# -- spend limits (budgets) in the snapshot: a held task costs no effect while it waits -------
 
 def takeable(agents: Sequence[Agent], over_budget: Mapping[str, str]) -> Callable[[TaskState], bool]:
     """Is a task one some agent may take now (eligible, and within its spend limits)? The snapshot

@@ -145,7 +145,7 @@ def dir_rows(dirs: list[wire.DirWatchStatus]) -> list[tuple[str, ...]]:
 
 def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     # Crashes (automatic restarts) apart from the operator's restarts and reloads: a reload is not
-    # a crash, and one column counting both hid which was which (issue 23).
+    # a crash, and one column counting both hid which was which.
     rows = [("NAME", "STATE", "PID", "UPTIME", "CRASHES", "RESTARTED", "LAST EXIT", "HEARTBEAT")]
     for w in status.workers:
         rows.append((w.name, w.state, str(w.pid or "-"), duration(w.uptime_s), str(w.crashes),
@@ -180,7 +180,7 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
                     if engine_commit else "")
                  + (f", {events_unwritten} lifecycle events not yet in events.db" if events_unwritten else ""))
     if events_unwritten:
-        # Said once more after a second look (see show()): pulsed holds them, none is lost (issue 23).
+        # Said once more after a second look (see show()): pulsed holds them, none is lost.
         lines.append(f"({events_unwritten} lifecycle events are held by pulsed until its event writer commits them: "
                      "it is behind or being replaced; `pulsectl events` shows them once written)")
     if status.fleet is not None:
@@ -258,7 +258,7 @@ def exit_of(status: wire.Status) -> tuple[StatusExit, list[str]]:
 
 def rolled_back_note(paths: Paths) -> str | None:
     """After a rollback (survival's autoRollback most of all), staging still holding the rolled-back
-    tree is said here, or the next promote would ship it again unnoticed (issue 23)."""
+    tree is said here, or the next promote would ship it again unnoticed."""
     if not (paths.engine / ".git").exists():
         return None
     from pulse.store import connection, eventsdb
@@ -293,7 +293,7 @@ def status_json(status: wire.Status, code: int | None = None, why: list[str] | N
                 history: dict | None = None) -> str:
     """`status --json`: the document pulsed sent, with the times of processes, their configs and the
     watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like every other
-    time in it (issue 23), and the exit code with why it is not 0."""
+    time in it, and the exit code with why it is not 0."""
     import json
     document = json.loads(wire.status_json(status))
     document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"]),

@@ -58,7 +58,7 @@ class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     effect_retry_max_ms: int = 300_000
     watcher_interval_ms: int = 5_000          # default watcher interval
     wake_window_s: float = 60                 # what should_wake() sees
-    # -- the disk (issue 25) --
+    # -- the disk --
     ballast_check_s: float = 60               # once there is room again, the tick re-makes the ballast within this
 
 
@@ -397,7 +397,7 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # a run that used the gate is acked only if a session of it called finish; false relaxes that
     # (an unverified write still fails the run)
     gate_requires_finish: bool = True
-    # Routing (issue 22): who may take what. `projects`: the projects whose tasks it takes; unset: every
+    # Routing: who may take what. `projects`: the projects whose tasks it takes; unset: every
     # project. `tags`: a task added with --tag goes only to an agent whose tags include all of its tags;
     # empty (the default): it takes untagged tasks only. A task pinned to it (task add --agent) still
     # needs its project and tags to fit.
@@ -409,7 +409,7 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # the cost a run is expected to have, reserved before it starts; unset: the median of the
     # agent's last 10 runs that reported a cost (none yet: 0)
     max_run_usd: float | None = None
-    # -- the run's own account (issue 20) --
+    # -- the run's own account --
     # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
     # (pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN); unset (the default): pulsed's own user
     user: str | None = None

@@ -19,7 +19,7 @@ class WorkerState(enum.StrEnum):
 
 
 # Not a state of the machine above but what status shows for a RUNNING worker whose heartbeat is
-# overdue, before it is found hung (issue 23). Still running: `pulsectl status` exits 0 for it.
+# overdue, before it is found hung. Still running: `pulsectl status` exits 0 for it.
 LATE = "late"
 
 

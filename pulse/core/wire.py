@@ -99,7 +99,7 @@ class WorkerStatus(msgspec.Struct):
     uptime_s: float | None
     heartbeat_age_s: float | None
     last_exit: LastExit | None
-    # issue 23: restarts apart (crashes: automatic restarts after a crash, a hang or a failed worker's
+    # Restarts apart (crashes: automatic restarts after a crash, a hang or a failed worker's
     # retry; operator_restarts: `pulsectl restart` and reloads), and times as ISO 8601 (UTC)
     crashes: int = 0
     operator_restarts: int = 0
@@ -111,7 +111,7 @@ class SupervisorStatus(msgspec.Struct):
     pid: int
     uptime_s: float
     home: str
-    started_at: str | None = None       # ISO 8601 (UTC), issue 23
+    started_at: str | None = None       # ISO 8601 (UTC)
 
 
 class ProcessStatus(msgspec.Struct):
@@ -411,7 +411,7 @@ class TaskState(msgspec.Struct, kw_only=True):
     closed: float | None = None
     given_up: float | None = None
     retry_at: float | None = None        # after a failed run: not handed out again before this
-    # Routing (issue 22): who may take it. `pin`: only this [[agent]] (task add --agent); `tags`: only
+    # Routing: who may take it. `pin`: only this [[agent]] (task add --agent); `tags`: only
     # an agent whose tags include them all (task add --tag); `failed_on`: the agents whose runs of it
     # failed (an interrupted run is nobody's failure), whom the assignment rule avoids while another may take it.
     pin: str | None = None
@@ -431,7 +431,7 @@ class PendingTasks(msgspec.Struct, kw_only=True):
     by_project: dict[str, int] = msgspec.field(default_factory=dict)
     waiting_retry: int = 0               # pending, but waiting out the backoff after a failed run
     next_retry: float | None = None      # the earliest of those waits' ends
-    # Routing (issue 22), for each listed task: the configured agents that may take it (config order),
+    # Routing, for each listed task: the configured agents that may take it (config order),
     # and, for a task none may take, why (it waits, and task show and the page say so).
     eligible: dict[str, list[str]] = msgspec.field(default_factory=dict)
     unassignable: dict[str, str] = msgspec.field(default_factory=dict)
@@ -454,7 +454,7 @@ class AgentCapabilityStats(msgspec.Struct, kw_only=True):
 
 
 class AgentLoad(msgspec.Struct, kw_only=True):
-    """One configured [[agent]]'s load, as the assignment rule sees it (issue 22)."""
+    """One configured [[agent]]'s load, as the assignment rule sees it."""
     agent: str
     concurrency: int = 1                 # runs of it at once ([[agent]] concurrency)
     running: int = 0                     # runs handed to it and not ended: its tasks assigned or executing,
@@ -495,7 +495,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     # Only when the tick's sense keys include "pending-tasks":
     pending_tasks: PendingTasks | None = None
     agent_capability_stats: dict[str, AgentCapabilityStats] = msgspec.field(default_factory=dict)
-    agents: dict[str, AgentLoad] = msgspec.field(default_factory=dict)   # every [[agent]], by name (issue 22)
+    agents: dict[str, AgentLoad] = msgspec.field(default_factory=dict)   # every [[agent]], by name
 
 
 class Ping(msgspec.Struct, tag="ping"):

@@ -1,4 +1,4 @@
-"""What the guards of issue 21 look like from outside: a [[process]]'s config files against their
+"""What the config and file guards look like from outside: a [[process]]'s config files against their
 known-good copies, and each [[watch.file]] and [[watch.dir]] glob's latest sample and last trim. The tick computes
 these from its snapshot and hands them to pulsed in its heartbeat; `pulsectl status`, the page and
 /metrics show them. Pure functions over the snapshot; no I/O here.

@@ -40,7 +40,7 @@ def release(path: Path) -> bool:
         return False
 
 
-# -- saying it (issue 25): `pulsectl status` and the web overview ask the file system itself, so they
+# -- saying it: `pulsectl status` and the web overview ask the file system itself, so they
 # say it even while nothing can be written to record it.
 FULL_BELOW = 1 << 20    # less room than this (1 MiB) for the user pulsed runs as: the disk is full
 # The ballast out and less room than this: the disk filled and the room its release freed is all there

@@ -37,7 +37,7 @@ HOST_FIELDS = ("cpu_pct", "memory_pct", "disk_pct", "swap_pct")
 LAST_EFFECT_TARGETS = 1_000       # the overview's "last action" is remembered for this many targets
 MIB = 1024 * 1024                  # the watcher samples megabytes (MiB); Prometheus wants bytes
 # Events folded per read when catching up: a page opened after an hour unwatched catches up on
-# ~50,000 events, and 10,000 a read left the web worker ~11 MiB more RSS for good (issue 25's soak)
+# ~50,000 events, and 10,000 a read left the web worker ~11 MiB more RSS for good (the hour-long soak)
 CATCH_UP_BATCH = 1_000
 FOLDED_TYPES = (EffectEvent.COMMITTED, *EFFECT_END_EVENTS.values(), "error", *TASK_EVENTS)
 # A task in one of these statuses is counted by status and forgotten, so the counts' memory follows the

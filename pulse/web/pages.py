@@ -173,7 +173,7 @@ class Web:
             conn.close()
 
 
-# -- the web worker's memory (issue 25) ----------------------------------------------------------------------
+# -- the web worker's memory ----------------------------------------------------------------------
 
 # Each request opens its own read-only connection, in one of the server's threads; SQLite's page cache
 # (2 MiB by default) is filled as a read goes and freed when the connection closes, but into that thread's
@@ -190,7 +190,7 @@ def read_connection(path: Path):
     return conn
 
 
-# The tasks page (issue 25): it folded every task event ever, and listed every task ever, on each
+# The tasks page: it folded every task event ever, and listed every task ever, on each
 # request; its answer and the memory the fold left grew with the history. The web worker now keeps one
 # fold, caught up by what is new, that holds the open tasks and only the newest SHOWN_ENDED that ended.
 SHOWN_ENDED = 100                 # ended tasks (closed, given up) the tasks page lists, newest first; all are counted
@@ -424,7 +424,7 @@ def overview(web: Web) -> dict:
     view["processes"] = process_cards(web, status)
     if status is None:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
-    # issue 25: a full disk, said from the file system itself (nothing can be written to record it)
+    # A full disk, said from the file system itself (nothing can be written to record it)
     view["disk_full"] = ballast.disk_full_note(web.paths.home, web.paths.home / "ballast")
     view["history"] = web.read(lambda c: retention.summary_words(retention.summary(c, web.store)))
     return view
@@ -765,7 +765,7 @@ async def metrics(request: Request) -> Response:
     return Response(await run_in_threadpool(scrape), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-# -- the task page (issue 23): one task as `pulsectl task show` tells it -------------------------------------
+# -- the task page: one task as `pulsectl task show` tells it -------------------------------------
 
 # A vital's fields that are facts, not gauges: the host's CPU count, a process's pid and start time.
 NOT_CHARTED = frozenset({"cpus", "pid", "since", "started",

@@ -66,7 +66,7 @@ class Worker:
         self.to_pulsed: Callable[[object], bool] = lambda message: False   # over the heartbeat socket, once ready
         # Called by a long job of the main loop between its steps (the tick folding a long history,
         # batch by batch): heartbeats when one is due. Each call is progress, so a worker stuck inside
-        # one step is still found hung; a job whose length follows the history is not (issue 25).
+        # one step is still found hung; a job whose length follows the history is not.
         self.progress: Callable[[], None] = lambda: None
 
     def status_extras(self) -> dict | None:

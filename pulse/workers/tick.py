@@ -38,7 +38,7 @@ PROCESS_ACTIONS = {wire.ProcessAction.STOP: True, wire.ProcessAction.START: Fals
 HISTORY_SAMPLES = 20
 # Events folded per read. The first tick of a new tick worker folds the whole history: in batches of
 # 5,000 its RSS kept some 11 MiB more on a 16,000-effect history (freed, not returned), so each
-# replacement started higher as the history grew; 500 keeps about 1 MiB (issue 25's soak).
+# replacement started higher as the history grew; 500 keeps about 1 MiB (the hour-long soak).
 FOLD_BATCH = 500
 MAX_EFFECTS_PER_TICK = 1_000
 ENGINE_REPLY_MAX_BYTES = 4 * 1024 * 1024
@@ -690,7 +690,7 @@ class TickWorker(Worker):
         now = time.time()
         extras: dict = {"paused": {name: until for name, until in self.projections.paused.items() if until > now},
                         "stopped": sorted(self.projections.stopped)}
-        if self.prev is not None:      # the guards as the last tick saw them (issue 21's configs and files)
+        if self.prev is not None:      # the guards as the last tick saw them (their config files and watched files)
             extras.update(msgspec.to_builtins(guardview.guards(
                 self.prev, self.config.process, self.config.watch.file, self.config.survival,
                 self.config.watch.fresh, self.config.watch.dir)))

@@ -20,7 +20,7 @@ from pulse.core import config as configmod
 from pulse.workers.harness import Worker
 from pulse.workers.serverthread import ServerThread
 
-# -- memory (issue 25): what the web worker holds must not follow the history's length ---------------------
+# -- memory: what the web worker holds must not follow the history's length ---------------------
 # The server runs the page's reads in a pool of threads (anyio's, 40 by default), and glibc gives each
 # thread that allocates its own malloc arena (up to 8 per core), which keeps what was freed in it: every
 # thread that once read much (a page cache, a fold's rows) kept it, so each new web worker sat higher as

@@ -47,7 +47,7 @@ def test_assign_hands_out_nothing_while_no_agent_is_known():
     assert asyncio.run(assign(None, curr, inner)) == ([], None)
 
 
-# -- routing (issue 22): free slots, eligibility, a failed agent avoided -------------------------------
+# -- routing: free slots, eligibility, a failed agent avoided -------------------------------
 
 def routed(tasks, agents, eligible=None, pending=(), stats_by=None):
     """A snapshot with routing: `agents` {name: (concurrency, running)}; every agent eligible unless said."""
