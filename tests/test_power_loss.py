@@ -22,6 +22,9 @@ import sys
 import powercuts
 import pytest
 
+from pulse.core import wire
+from pulse.store import archive, eventsdb
+
 CUTS = 50
 
 
@@ -96,7 +99,7 @@ def test_fifty_power_cuts_lose_nothing_acked_and_run_nothing_twice(pulsed, track
     summary = f"seed {seed}: " + "; ".join(f"{o.cut_after_s}s {o.pulsed_was} acked {o.acked_before}"
                                            for o in outcomes)
     problems = [(i, o.cut_after_s, o.problems) for i, o in enumerate(outcomes) if o.problems]
-    assert problems == [], summary
+    assert problems == [], f"{problems}\n{summary}"
     refused = [o.pulsed_was for o in outcomes if o.pulsed_was.startswith("exit")]
     assert len(outcomes) == CUTS, f"pulsed refused its home after a cut: {refused}"
     # the load really ran: cuts fell while pulsed ran, effects were acked before them, and ran
@@ -104,3 +107,60 @@ def test_fifty_power_cuts_lose_nothing_acked_and_run_nothing_twice(pulsed, track
     assert max(o.acked_before for o in outcomes) > 0, summary
     assert (tmp_path / "side-effects.log").exists(), summary
     pulsed.proc = None       # run_cuts killed the last one; the fixture has nothing left to stop
+
+
+# The event writer's mover on a host where another process commits at synchronous=FULL (the
+# executor does): a move's commit made durable by that process's sync, then a drop of the segment
+# past archive_max_mb, then a later move whose directory sync makes the drop's unlink durable, and
+# the power goes before the drop's own commit was synced.
+MOVER = """
+import sys, time
+from pathlib import Path
+from pulse.core import config as configmod, wire
+from pulse.store import eventsdb, retention
+retention.SEGMENT_EVENTS = 200     # small segments, so a few hundred events make several
+home = Path(sys.argv[1])
+conn = eventsdb.open_events(home / "events.db")
+unbounded = configmod.Store(keep_days=1e-9, archive_max_mb=0)
+tiny = configmod.Store(keep_days=1e-9, archive_max_mb=1e-6)
+retention.compact(conn, home, unbounded, "test", max_segments=1)
+executor = eventsdb.open_events(home / "events.db", synchronous="FULL")
+eventsdb.append_events(executor, [wire.now_event("tick", "tick", None, {"synced": True})])
+retention.compact(conn, home, tiny, "test", max_segments=1)
+retention.compact(conn, home, tiny, "test", max_segments=1)
+print("moved", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_power_cut_after_the_mover_drops_a_segment_leaves_none_named_that_is_gone(tracker, tmp_path):
+    """Every segment the manifest names is on disk and reads after the cut: a drop is recorded
+    durably before its file is unlinked (else the manifest could name a file the cut left gone)."""
+    disk = tmp_path / "disk"
+    fs = powercuts.mount(disk, tracker.add)
+    try:
+        home = disk / "home"
+        home.mkdir()
+        conn = eventsdb.open_events(home / "events.db")
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(700)])
+        conn.close()
+        powercuts.sync_tree(home)
+        mover = subprocess.Popen([sys.executable, "-c", MOVER, str(home)], stdout=subprocess.PIPE, text=True)
+        tracker.add(mover.pid)
+        assert mover.stdout.readline().strip() == "moved", mover.communicate(timeout=30)
+        mover.kill()                  # the power goes with it: no close, no checkpoint
+        mover.wait(10)
+        powercuts.power_cut(disk)
+        conn = eventsdb.open_events(home / "events.db")
+        try:
+            named = archive.archived(conn)
+            problems = [archive.problem(home / archive.DIRECTORY, seg) for seg in named]
+            assert problems == [None] * len(named), problems
+            # and every event is live, in a named segment, or in a range recorded as dropped
+            ranges = sorted([(m.first_id, m.last_id) for m in archive.moves(conn)]
+                            + [(i, i) for (i,) in conn.execute("SELECT id FROM events")])
+            assert ranges[0][0] == 1 and all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:])), ranges
+        finally:
+            conn.close()
+    finally:
+        powercuts.unmount(disk, fs)

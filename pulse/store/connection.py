@@ -195,6 +195,23 @@ class Transaction:
             self.conn.execute("ROLLBACK")
 
 
+class DurableTransaction(Transaction):
+    """A Transaction whose commit is synced before it returns, whatever the connection's synchronous
+    level: for a commit that must be on disk before the caller acts on what it records (a file
+    unlinked once its row says so)."""
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.level = self.conn.execute("PRAGMA synchronous").fetchone()[0]
+        self.conn.execute("PRAGMA synchronous = FULL")
+        return super().__enter__()
+
+    def __exit__(self, kind, value, tb) -> None:
+        try:
+            super().__exit__(kind, value, tb)
+        finally:
+            self.conn.execute(f"PRAGMA synchronous = {int(self.level)}")
+
+
 def transaction(conn: sqlite3.Connection) -> Transaction:
     """`with transaction(conn):` one BEGIN IMMEDIATE for a caller that reads, decides and writes."""
     return Transaction(conn)

@@ -48,7 +48,7 @@ from pulse.core import config as configmod
 from pulse.core import fleetnames
 from pulse.core.wire import TASK_EVENTS, TaskEvent, now_event
 from pulse.store import archive, effectqueue, eventsdb, projection
-from pulse.store.connection import Transaction
+from pulse.store.connection import DurableTransaction, Transaction
 from pulse.store.objects import fsync_dir
 
 SEGMENT_EVENTS = 5_000        # events per segment: ~1 MB of text, ~0.1 s to compress and move (one pacer step)
@@ -339,7 +339,10 @@ def write_segment(directory: Path, rows: list[tuple]) -> tuple[str, str, int]:
 
 
 def drop_over(conn: sqlite3.Connection, home: Path, max_mb: float, source: str) -> list[str]:
-    """Drop the oldest segment files while the archive is over `max_mb` (0: no bound): recorded, then unlinked."""
+    """Drop the oldest segment files while the archive is over `max_mb` (0: no bound): recorded, then
+    unlinked. The record is synced first: events.db's commits are otherwise durable only at the next
+    sync, and a later move's directory sync could make the unlink durable before it, leaving the
+    manifest naming a file a power cut took."""
     if max_mb <= 0:
         return []
     segs = archive.archived(conn)
@@ -348,7 +351,7 @@ def drop_over(conn: sqlite3.Connection, home: Path, max_mb: float, source: str) 
     for seg in segs:
         if total <= max_mb * MIB:
             break
-        with Transaction(conn):
+        with DurableTransaction(conn):
             conn.execute("UPDATE history_moves SET segment = NULL, sha256 = NULL, bytes = 0 WHERE first_id = ?",
                          (seg.first_id,))
             eventsdb.insert_event(conn, now_event("history-dropped", source, seg.segment, first_id=seg.first_id,
