@@ -258,7 +258,8 @@ def state_at_cut(pulsed: Pulsed) -> str:
         out = (pulsed.home.parent / "pulsed.out").read_text(errors="replace").strip().splitlines()
         return f"exit {pulsed.proc.returncode}: {out[-1] if out else '(nothing said)'}"
     status = pulsed.try_status()
-    up = status is not None and all(w.state == "running" for w in status.workers
+    # late (a heartbeat overdue, as on a loaded machine over powerfs) is still running
+    up = status is not None and all(w.state in ("running", "late") for w in status.workers
                                     if w.name in ("tick", "executor", "eventlog"))
     return "running" if up else "starting"
 
