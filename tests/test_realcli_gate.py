@@ -146,11 +146,15 @@ def test_openclaw_local_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_p
     """OpenClaw starts an agent's MCP servers in the process that runs its turn: with `--local`, the
     CLI itself, in the run. The adapter hands that run its own config (OPENCLAW_CONFIG_PATH, in the
     run's scratch directory) that includes the operator's and adds `pulsectl mcp` with the run's
-    variables as `${NAME}`, and Tool Search off (it hides every MCP tool behind tool_search)."""
+    variables as `${NAME}`, and Tool Search off (it hides every MCP tool behind tool_search).
+    A --local turn is slow to start (SQLite maintenance, plugins, its memory index): the run took
+    98-139 s on 2 cores at a load of 13-18, the test 104-150 s; the bounds stay under 3 min."""
     require_tools("openclaw", "node24")
     home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
-    openclaw_config(state, f"{model.url}/v1", free_port())        # the operator's config: no MCP server
+    config = openclaw_config(state, f"{model.url}/v1", free_port())   # the operator's config: no MCP server
+    # its plugins off: by hand, a --local turn took 55 s instead of 88 s (at a load of 17 on 2 cores)
+    config.write_text(json.dumps({**json.loads(config.read_text()), "plugins": {"enabled": False}}, indent=2))
     env = {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(), **offline_env()}
     argv = [*ADAPTER_ARGV["openclaw"], "--local"]
-    task = start(pulsed, "openclaw", env, argv=argv, timeout_s=150)
-    through_the_gate(pulsed, task, model, 170)
+    task = start(pulsed, "openclaw", env, argv=argv, timeout_s=160)
+    through_the_gate(pulsed, task, model, 175)
