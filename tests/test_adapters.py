@@ -374,3 +374,41 @@ def test_codex_is_handed_pulsectl_mcp_as_config_overrides(tmp_path):
         inv = adapters.load_adapter(name).invocation(agent, adapters.Task("task-3", "p"), str(tmp_path),
                                                      home=tmp_path, scratch=str(tmp_path))
         assert "--mcp-config" not in inv.argv and "-c" not in inv.argv, name
+
+
+def test_openclaw_local_is_handed_pulsectl_mcp_in_a_config_of_its_own(tmp_path):
+    """With `--local` the turn runs in the CLI's own process: the run's OPENCLAW_CONFIG_PATH is a file
+    in its scratch directory that includes the operator's config and adds `pulsectl mcp`, naming the
+    run's variables (`${NAME}`, expanded by OpenClaw from its environment): no token in the file or
+    the argv. Through the gateway (the default argv) nothing is added."""
+    from pulse.core.config import ADAPTER_ARGV, Agent
+    token = "tok-" + "s" * 40
+    state = tmp_path / "oc-state"
+    state.mkdir()
+    (state / "openclaw.json").write_text("{}")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"PULSE_RUN_TOKEN": token, "OPENCLAW_STATE_DIR": str(state), "OPENCLAW_INCLUDE_ROOTS": "/srv/oc"}
+    adapter = adapters.load_adapter("openclaw")
+    agent = Agent(name="oc", adapter="openclaw", argv=[*ADAPTER_ARGV["openclaw"], "--local"], env=env)
+    inv = adapter.invocation(agent, adapters.Task("task-4", "p"), str(tmp_path), home=tmp_path, scratch=str(scratch))
+    path = scratch / "openclaw.json"
+    assert inv.env["OPENCLAW_CONFIG_PATH"] == str(path) and path.stat().st_mode & 0o777 == 0o600
+    assert inv.env["OPENCLAW_INCLUDE_ROOTS"] == f"/srv/oc:{state}"      # the operator's roots kept
+    config = json.loads(path.read_text())
+    assert config["$include"] == str(state / "openclaw.json")
+    assert config["tools"] == {"toolSearch": False}                 # MCP tools are not hidden behind tool_search
+    server = config["mcp"]["servers"]["pulse"]
+    assert server["args"] == ["mcp"] and server["command"].endswith("pulsectl")
+    assert server["env"] == {name: "${" + name + "}" for name in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK",
+                                                                   "PULSE_RUN_TOKEN")}
+    assert token not in path.read_text() and not [a for a in inv.argv if token in a]
+    # no operator config: nothing to include
+    (state / "openclaw.json").unlink()
+    inv = adapter.invocation(agent, adapters.Task("task-4", "p"), str(tmp_path), home=tmp_path, scratch=str(scratch))
+    assert "$include" not in json.loads(path.read_text()) and inv.env["OPENCLAW_INCLUDE_ROOTS"] == "/srv/oc"
+    # through the gateway, or "--local" only as the prompt: the gateway's config, untouched
+    for argv in (None, ["openclaw", "agent", "--message", "--local", "--json"]):
+        inv = adapter.invocation(Agent(name="oc", adapter="openclaw", argv=argv, env=env), adapters.Task("task-5", "p"),
+                                 str(tmp_path), home=tmp_path, scratch=str(tmp_path / "none"))
+        assert "OPENCLAW_CONFIG_PATH" not in inv.env and not (tmp_path / "none").exists()

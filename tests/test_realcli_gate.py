@@ -6,9 +6,10 @@ Pulse's `finish`, then ends its turn.
 What must hold: the gate recorded the run's session (its task) and the call's begin and end, ok,
 with what it looked at, and the finish; the task is acked with the model's final text, after one run.
 
-Codex (its adapter hands it `pulsectl mcp`), and Hermes (its config.yaml names `pulsectl mcp` once,
-with the run's token from its environment). OpenClaw's agent runs inside its gateway, which starts
-MCP servers with the gateway's environment, not the run's: no run token reaches them.
+Codex (its adapter hands it `pulsectl mcp`), Hermes (its config.yaml names `pulsectl mcp` once,
+with the run's token from its environment), and OpenClaw with `--local` (its adapter hands the run a
+config of its own). Through its gateway OpenClaw's turn runs in the gateway, which starts MCP
+servers with the gateway's environment, not the run's: no run token reaches them.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ import os
 
 import pytest
 
+from pulse.core.config import ADAPTER_ARGV
 from realtools import (
     CHAT_MODEL,
     MASTER_KEY,
     SECRET_PREFIXES,
     ScriptedModel,
     agent_path,
+    free_port,
     offline_env,
+    openclaw_config,
     require_tools,
 )
 from support import PULSECTL, wait_for
@@ -136,3 +140,21 @@ def test_hermes_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
     task = start(pulsed, "hermes", env)
     through_the_gate(pulsed, task, model, 120)
 
+
+
+def test_openclaw_local_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
+    """OpenClaw starts an agent's MCP servers in the process that runs its turn: with `--local`, the
+    CLI itself, in the run. The adapter hands that run its own config (OPENCLAW_CONFIG_PATH, in the
+    run's scratch directory) that includes the operator's and adds `pulsectl mcp` with the run's
+    variables as `${NAME}`, and Tool Search off (it hides every MCP tool behind tool_search).
+    A --local turn is slow to start (SQLite maintenance, plugins, its memory index): the run took
+    98-139 s on 2 cores at a load of 13-18, the test 104-150 s; the bounds stay under 3 min."""
+    require_tools("openclaw", "node24")
+    home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
+    config = openclaw_config(state, f"{model.url}/v1", free_port())   # the operator's config: no MCP server
+    # its plugins off: by hand, a --local turn took 55 s instead of 88 s (at a load of 17 on 2 cores)
+    config.write_text(json.dumps({**json.loads(config.read_text()), "plugins": {"enabled": False}}, indent=2))
+    env = {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(), **offline_env()}
+    argv = [*ADAPTER_ARGV["openclaw"], "--local"]
+    task = start(pulsed, "openclaw", env, argv=argv, timeout_s=160)
+    through_the_gate(pulsed, task, model, 175)

@@ -15,14 +15,47 @@ each task its own (`--session-key <task id>`, scoped to `--agent`). `--agent mai
 agent, not Pulse's [[agent]]: set argv to pick another. Prompts that start with "-" are taken as
 `--message`'s value.
 
-MCP: no per-run flag is documented, so this adapter hands it no Pulse tools. (Its config's
-mcp.servers are started by whatever process runs the turn: through the gateway, the gateway's
-children, without the run's token; only `--local` runs the turn in the CLI's own process.)
+MCP (2026.9.6): an OpenClaw agent's MCP servers are its config's `mcp.servers.<name>` (`command`,
+`args`, `env`), started by whatever process runs the turn, with the MCP SDK's default environment
+(HOME, PATH, USER...) plus that `env`; `${VAR}` in any config string is expanded from that
+process's environment when the config is read. There is no per-run flag. So:
+  - through the gateway (the default argv) the servers are the gateway's children, started with
+    the gateway's environment, outside the run (its cgroup, its token): this adapter hands that
+    run nothing (a `pulsectl mcp` in the gateway's config has no run token: no run's session);
+  - with `--local` in the argv the turn runs in the CLI's own process, a child of the run: the run
+    gets its own config file in its scratch directory, named by OPENCLAW_CONFIG_PATH, that
+    `$include`s the operator's config (OPENCLAW_CONFIG_PATH, else <OPENCLAW_STATE_DIR, else
+    <OPENCLAW_HOME or HOME>/.openclaw>/openclaw.json; its directory is added to
+    OPENCLAW_INCLUDE_ROOTS, since an include may not leave the including file's directory
+    otherwise) and adds `mcp.servers.pulse`. Sibling keys are deep-merged over the included file.
+    The server's env names the run's variables as `${NAME}`, so the file holds no token: the
+    CLI expands them from its own environment, which has them. (Without that env `pulsectl mcp`
+    gets only the SDK's HOME, PATH...: it exits "no Pulse home at ~/.pulse", which OpenClaw
+    logs as `failed to start server "pulse" (...): MCP error -32000: Connection closed`.) `--local` needs the state
+    directory to itself: it refuses to start while a gateway holds it.
+OpenClaw puts every MCP tool behind its Tool Search (`tool_search`, `tool_describe`, `tool_call`)
+unless `tools.toolSearch` is false: 2026.9.6 shows directly only its own tools
+(isDirectVisibleCatalogTool: source "openclaw"), with no per-server setting to load one server's
+tools up front. A model that never searched never saw Pulse's tools, so the run's config sets
+`tools.toolSearch: false` (every tool's schema in the prompt, for that run only).
 """
 
 from __future__ import annotations
 
-from pulse.agents.adapters.base import Adapter, AgentResult, RunOutput, failed, json_result, number, token_counts
+import json
+import os
+
+from pulse.agents.adapters.base import (
+    MCP_STARTUP_TIMEOUT_S,
+    Adapter,
+    AgentResult,
+    Invocation,
+    RunOutput,
+    failed,
+    json_result,
+    number,
+    token_counts,
+)
 from pulse.core.config import ADAPTER_ARGV
 
 USAGE = {"input": "input", "output": "output", "cacheRead": "cache_read", "cacheWrite": "cache_write",
@@ -30,6 +63,10 @@ USAGE = {"input": "input", "output": "output", "cacheRead": "cache_read", "cache
 
 
 REASON_LINES = 2                 # of an error message, the lines kept in the reason (the first says what)
+SERVER = "pulse"                 # the MCP server's name in mcp.servers
+IN_PROCESS = "--local"           # the turn runs in the CLI's own process, not the gateway's
+VALUE_OPTIONS = ("--message", "-m")   # options whose next element is a value (a prompt "--local" is one)
+CONFIG_FILE = "openclaw.json"    # the run's config, in its scratch directory
 
 
 def _dict(value) -> dict:
@@ -39,6 +76,25 @@ def _dict(value) -> dict:
 class OpenClawAdapter(Adapter):
     name = "openclaw"
     default_argv = ADAPTER_ARGV["openclaw"]
+
+    def add_mcp(self, inv: Invocation, server: dict) -> None:
+        if not runs_in_process(inv.argv):
+            return
+        seen = {**os.environ, **inv.env}          # the CLI's environment: pulsed's, the run's over it
+        config = {"mcp": {"servers": {SERVER: {
+            "command": literal(server["command"]), "args": [literal(a) for a in server["args"]],
+            "env": {name: "${" + name + "}" for name in server["env"]},
+            "connectionTimeoutMs": MCP_STARTUP_TIMEOUT_S * 1000}}},
+            "tools": {"toolSearch": False}}
+        operator = operator_config(seen)
+        if os.path.isfile(operator):
+            config = {"$include": operator, **config}
+            roots = [r for r in seen.get("OPENCLAW_INCLUDE_ROOTS", "").split(os.pathsep) if r]
+            inv.env["OPENCLAW_INCLUDE_ROOTS"] = os.pathsep.join([*roots, os.path.dirname(operator)])
+        path = os.path.join(inv.scratch, CONFIG_FILE)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(config, f, indent=2)
+        inv.env["OPENCLAW_CONFIG_PATH"] = path
 
     def parse(self, run: RunOutput) -> AgentResult:
         obj, failure = json_result(run, exit_fails=False)     # its JSON says how it failed
@@ -70,3 +126,26 @@ class OpenClawAdapter(Adapter):
         elif not result.text or not result.text.strip():
             result.ok, result.reason, result.error = False, "empty-result", "no payload with text"
         return result
+
+
+def runs_in_process(argv: list[str]) -> bool:
+    """Whether the argv runs the turn in the CLI's own process (`--local`, not a --message's value)."""
+    return any(a == IN_PROCESS and (i == 0 or argv[i - 1] not in VALUE_OPTIONS) for i, a in enumerate(argv))
+
+
+def operator_config(env: dict[str, str]) -> str:
+    """The config file OpenClaw would read in `env` (2026.9.6's resolveConfigPath, less its legacy names)."""
+    home = env.get("HOME") or os.path.expanduser("~")
+
+    def path(value: str) -> str:
+        return os.path.abspath(home + value[1:] if value == "~" or value.startswith("~/") else value)
+    if env.get("OPENCLAW_CONFIG_PATH", "").strip():
+        return path(env["OPENCLAW_CONFIG_PATH"].strip())
+    state = env.get("OPENCLAW_STATE_DIR", "").strip() or os.path.join(
+        env.get("OPENCLAW_HOME", "").strip() or home, ".openclaw")
+    return os.path.join(path(state), CONFIG_FILE)
+
+
+def literal(text: str) -> str:
+    """`text` as a config string OpenClaw does not expand (`$${` is its escape for a literal `${`)."""
+    return text.replace("${", "$${")
