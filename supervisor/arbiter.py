@@ -22,20 +22,12 @@ import zmq
 
 from pulse.core import client, clock, instances, logs, procs, wire
 from pulse.core import config as configmod
+from pulse.core.childspecs import CHILD_SPECS, CORE_WORKERS, ENGINE, EVENT_WRITER, STEERABLE, WORKERS
 from pulse.core.home import RUNTIME_FILES, SOCKETS, Paths, load_stopped, save_stopped
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import (
     ALIVE_STATES,
-    CHILD_SPECS,
-    CORE_WORKERS,
-    ENGINE,
-    EVENT_WRITER,
-    FLEET,
     LATE,
-    STEERABLE,
-    TELEMETRY,
-    WEB,
-    WORKERS,
     Exit,
     WorkerState,
     process_state_at,
@@ -711,10 +703,8 @@ class Arbiter:
                                              home=str(self.paths.home),
                                              started_at=clock.iso(wall - (now - self.started_mono))),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
-            web_url=(self.children[WEB].extras or {}).get("url") if self.children[WEB].pid else None,
             files=self.watched_files(), fresh=self.fresh_watches(), dirs=self.watched_dirs(),
-            fleet=self.children[FLEET].extras if self.children[FLEET].pid else None,
-            telemetry=self.children[TELEMETRY].extras if self.children[TELEMETRY].pid else None)
+            **{c.spec.status: shown_extras(c) for c in self.children.values() if c.spec.status})
 
     def processes(self) -> list[wire.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused, and their
@@ -772,6 +762,16 @@ def process_changes(old: list[configmod.Process], new: list[configmod.Process]) 
             "processes_removed": [p.name for p in gone if not p.keep_on_remove],
             "processes_kept": [p.name for p in gone if p.keep_on_remove],
             "removed_definitions": {p.name: configmod.removed_definition(p) for p in gone if not p.keep_on_remove}}
+
+
+def shown_extras(child: Child):
+    """What a worker's heartbeat adds to status (its spec's `status` field): its extras, or the one
+    key of them its spec names, while it runs; None when it does not."""
+    if child.pid is None:
+        return None
+    if child.spec.status_key is None:
+        return child.extras
+    return (child.extras or {}).get(child.spec.status_key)
 
 
 def from_extras(data, type_):

@@ -2,7 +2,7 @@
 restart policy.
 
 Restart policy. Every worker is permanent: any exit pulsed did not ask for is a crash, whatever
-its code. How workers differ is their child spec (CHILD_SPECS in pulse.core.states). Every
+its code. How workers differ is their child spec (CHILD_SPECS in pulse.core.childspecs). Every
 default below is a [timings] key of config.toml:
 - The first restart of a crash streak is immediate; the next waits restart_backoff_base_ms
   (100 ms), doubling up to restart_backoff_max_ms (30 000 ms). A worker that had been ready for
@@ -10,8 +10,8 @@ default below is a [timings] key of config.toml:
 - At most intensity_restarts (5) automatic restarts within intensity_period_s (60 s); the crash
   after them makes the worker `failed`. A core worker (watcher, tick, executor) then escalates:
   pulsed stops everything and exits 1. Any other is retried by itself, with a clean slate, after
-  its spec's timing: the event writer after eventlog_retry_after_failed_s, the engine after
-  engine_retry_after_failed_s, the web worker after web_retry_after_failed_s (600 s each).
+  its own [timings] key <name>_retry_after_failed_s (600 s each): eventlog_retry_after_failed_s,
+  engine_retry_after_failed_s, web_retry_after_failed_s and so on, one per row of CHILD_SPECS.
 - Silent for hung_after_ms (10 000 ms) since its last heartbeat, or not ready ready_timeout_ms
   (10 000 ms) after its spawn: `hung`. SIGABRT (a traceback), SIGCONT, and SIGKILL after
   stop_grace_ms (5 000 ms); that exit is a crash like any other.
@@ -34,9 +34,10 @@ import collections
 from dataclasses import dataclass, field
 
 from pulse.core import clock
+from pulse.core.childspecs import ChildSpec
 from pulse.core.config import SupervisorTimings
 from pulse.core.logs import PipeReader
-from pulse.core.states import ChildSpec, WorkerState
+from pulse.core.states import WorkerState
 from pulse.core.wire import LastExit
 
 S = WorkerState
@@ -148,7 +149,7 @@ class Fail:
 
 
 def retry_after_failed_s(spec: ChildSpec, t: SupervisorTimings) -> float | None:
-    return None if spec.retry_after_failed is None else getattr(t, spec.retry_after_failed)
+    return None if spec.retry_key is None else getattr(t, spec.retry_key)
 
 
 def on_crash(child: Child, now: float, t: SupervisorTimings) -> Restart | Fail:

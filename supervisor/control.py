@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pulse.core import wire
-from pulse.core.states import CHILD_SPECS, ENGINE
+from pulse.core.childspecs import CHILD_SPECS, ENGINE
 
 from .child import how_to_enable
 

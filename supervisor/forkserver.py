@@ -25,17 +25,10 @@ import time
 import traceback
 
 from pulse.core import wire
+from pulse.core.childspecs import CHILD_SPECS
 
-PRELOAD = {
-    "eventlog": ("pulse.workers.eventwriter", "EventWriter"),
-    "watcher": ("pulse.workers.watcher", "WatcherWorker"),
-    "tick": ("pulse.workers.tick", "TickWorker"),
-    "executor": ("pulse.workers.executor", "ExecutorWorker"),
-    "engine": ("pulse.workers.enginehost", "EngineWorker"),
-    "web": ("pulse.workers.webserver", "WebWorker"),            # its web stack is imported when it opens
-    "fleet": ("pulse.workers.fleet", "FleetWorker"),            # nats-py is imported when it opens
-    "telemetry": ("pulse.workers.telemetry", "TelemetryWorker"),  # uvicorn and the OTLP protos: at open
-}
+# Each worker's module and class, from its child spec's entry: every module imported before any fork.
+PRELOAD = {name: tuple(spec.entry.split(":", 1)) for name, spec in CHILD_SPECS.items()}
 # Modules a worker imports only on its way to Ready (the executor's gate thread, the engine's repo):
 # imported here once, not in every fork.
 LATE_IMPORTS = ("pulse.agents.toolserver", "pulse.agents.gatestore", "pulse.engine.repo")

@@ -10,9 +10,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from pulse.core import childspecs as specs
 from pulse.core import config as configmod
-from pulse.core import states
-from pulse.core.states import ChildSpec, WorkerState
+from pulse.core.childspecs import ChildSpec
+from pulse.core.states import WorkerState
 from pulse.core.wire import EVENT_TYPES
 from pulse.supervisor import child as lifecycle
 from pulse.supervisor.child import EDGES, Child, Fail, IllegalTransition, Restart, check_transition, enter_state
@@ -27,23 +28,23 @@ def timings(**values) -> configmod.SupervisorTimings:
 # -- the child specs --------------------------------------------------------------------------------
 
 def test_the_groups_other_modules_import_are_what_they_were():
-    assert states.CORE_WORKERS == ("watcher", "tick", "executor")
-    assert states.EVENT_WRITER == "eventlog"
-    assert states.SUPERVISED == ("eventlog", "watcher", "tick", "executor", "engine")
-    assert states.WORKERS == ("watcher", "tick", "executor", "engine")
-    assert states.STEERABLE == ("watcher", "tick", "executor", "engine", "web", "fleet", "telemetry")
-    assert states.LOG_SOURCES == ("pulsed", "forkserver", "eventlog", "watcher", "tick", "executor", "engine", "web",
+    assert specs.CORE_WORKERS == ("watcher", "tick", "executor")
+    assert specs.EVENT_WRITER == "eventlog"
+    assert specs.SUPERVISED == ("eventlog", "watcher", "tick", "executor", "engine")
+    assert specs.WORKERS == ("watcher", "tick", "executor", "engine")
+    assert specs.STEERABLE == ("watcher", "tick", "executor", "engine", "web", "fleet", "telemetry")
+    assert specs.LOG_SOURCES == ("pulsed", "forkserver", "eventlog", "watcher", "tick", "executor", "engine", "web",
                                   "fleet", "telemetry")
 
 
 def test_every_worker_has_a_spec_a_slice_and_a_module_to_preload():
     from pulse.supervisor.forkserver import PRELOAD
-    assert list(states.CHILD_SPECS) == list(configmod.SLICES) == list(PRELOAD)
+    assert list(specs.CHILD_SPECS) == list(configmod.SLICES) == list(PRELOAD)
 
 
 def test_a_worker_that_is_not_core_is_retried_by_a_timing_of_its_own_600_s_by_default():
     supervisor_keys = {f.name for f in msgspec.structs.fields(configmod.SupervisorTimings)}
-    retried = {s.name: s.retry_after_failed for s in states.CHILD_SPECS.values() if not s.core}
+    retried = {s.name: s.retry_key for s in specs.CHILD_SPECS.values() if not s.core}
     assert retried == {"eventlog": "eventlog_retry_after_failed_s", "engine": "engine_retry_after_failed_s",
                        "web": "web_retry_after_failed_s", "fleet": "fleet_retry_after_failed_s",
                        "telemetry": "telemetry_retry_after_failed_s"}
@@ -54,7 +55,7 @@ def test_a_worker_that_is_not_core_is_retried_by_a_timing_of_its_own_600_s_by_de
 def test_each_failed_worker_waits_its_own_timing_and_a_core_one_escalates():
     t = timings(engine_retry_after_failed_s=1, eventlog_retry_after_failed_s=2, web_retry_after_failed_s=3,
                 fleet_retry_after_failed_s=4, telemetry_retry_after_failed_s=5, intensity_restarts=0)
-    decisions = {name: lifecycle.on_crash(Child(spec), 100.0, t) for name, spec in states.CHILD_SPECS.items()}
+    decisions = {name: lifecycle.on_crash(Child(spec), 100.0, t) for name, spec in specs.CHILD_SPECS.items()}
     assert decisions == {"eventlog": Fail(2), "watcher": Fail(None), "tick": Fail(None), "executor": Fail(None),
                          "engine": Fail(1), "web": Fail(3), "fleet": Fail(4),
                          "telemetry": Fail(5)}
@@ -62,27 +63,29 @@ def test_each_failed_worker_waits_its_own_timing_and_a_core_one_escalates():
 
 def test_a_crash_streak_restarts_at_once_then_backs_off():
     t = timings(restart_backoff_base_ms=100, restart_backoff_max_ms=400)
-    engine = Child(states.CHILD_SPECS["engine"])
+    engine = Child(specs.CHILD_SPECS["engine"])
     assert [lifecycle.on_crash(engine, 100.0 + n, t) for n in range(5)] == [
         Restart(0.0), Restart(0.1), Restart(0.2), Restart(0.4), Restart(0.4)]
     assert lifecycle.on_crash(engine, 105.0, t) == Fail(600)
 
 
 @pytest.mark.parametrize("spec, says", [
-    (dict(core=True, retry_after_failed="engine_retry_after_failed_s"), "has no retry"),
+    (dict(core=True, retry_after_failed_s=600), "has no retry"),
     (dict(listed=False), "nothing would ever start it again"),
+    (dict(entry="pulse.workers.x"), "is not module:Class"),
+    (dict(status_key="url"), "without a status field"),
 ])
 def test_a_spec_that_contradicts_itself_is_refused(spec, says):
     with pytest.raises(ValueError, match=says):
-        ChildSpec("x", **spec)
+        ChildSpec(**{"name": "x", "entry": "pulse.workers.x:X", "config": "XConfig", **spec})
 
 
 def test_the_web_worker_runs_only_under_its_flag():
-    web = states.CHILD_SPECS["web"]
+    web = specs.CHILD_SPECS["web"]
     off = configmod.slice_of(configmod.Config(), "supervisor")
     on = configmod.slice_of(configmod.Config(web=configmod.Web(enabled=True)), "supervisor")
     assert (lifecycle.runs(web, off), lifecycle.runs(web, on)) == (False, True)
-    assert lifecycle.runs(states.CHILD_SPECS["engine"], off)
+    assert lifecycle.runs(specs.CHILD_SPECS["engine"], off)
     assert lifecycle.how_to_enable(web) == "[web] enabled = true"
 
 
@@ -112,7 +115,7 @@ def test_edges_have_unique_names_and_record_only_known_events():
 
 def test_entering_a_state_sets_its_timer():
     t = timings(ready_timeout_ms=10_000, stop_grace_ms=5_000)
-    child = Child(states.CHILD_SPECS["engine"])
+    child = Child(specs.CHILD_SPECS["engine"])
     enter_state(child, lifecycle.START, 100.0, t)
     assert (child.state, child.deadline) == (WorkerState.STARTING, 110.0)
     enter_state(child, lifecycle.READY, 101.0, t)

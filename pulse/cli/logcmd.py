@@ -8,7 +8,7 @@ import time
 import click
 
 from pulse.cli.group import Context, pass_ctx
-from pulse.core.states import LOG_SOURCES
+from pulse.core.childspecs import LOG_SOURCES
 
 
 @click.command()

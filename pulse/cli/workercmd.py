@@ -14,7 +14,8 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import wire
-from pulse.core.states import STEERABLE, WorkerState
+from pulse.core.childspecs import STEERABLE
+from pulse.core.states import WorkerState
 
 
 class WorkerName(click.Choice):

@@ -4,7 +4,8 @@
 Modules: `config` (config.toml's schema, defaults and per-worker slices), `argvtemplate` (an
 [[agent]]'s argv placeholders), `wire` (every
 message that crosses a process boundary), `states` (worker, effect and task states, exit
-codes), `home` (the home and runtime directory), `logs` (the one log writer), `procs`
+codes), `childspecs` (what each worker is to pulsed, one row each), `home` (the home and
+runtime directory), `logs` (the one log writer), `procs`
 (process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),
 `sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed; pyzmq, imported
 only by what talks to pulsed), `instances`

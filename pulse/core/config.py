@@ -19,6 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from pulse.core import argvtemplate
+from pulse.core.childspecs import CHILD_SPECS, RETRIED
 
 SCHEMA_VERSION = 1
 
@@ -27,17 +28,22 @@ class ConfigError(Exception):
     """Bad configuration: names the file or variable, the key path, and the problem."""
 
 
-class Timings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class _RestartTimings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     restart_backoff_base_ms: int = 100        # second restart in a crash streak waits this long
     restart_backoff_max_ms: int = 30_000      # ... doubling up to this
     healthy_reset_s: float = 30               # running this long forgets the crash streak
     intensity_restarts: int = 5               # more automatic restarts than this ...
     intensity_period_s: float = 60            # ... within this window: a core worker escalates, any other fails
-    engine_retry_after_failed_s: float = 600  # a failed engine is retried this long after failing
-    eventlog_retry_after_failed_s: float = 600  # ... the event writer, this long (the others' events wait in pulsed)
-    web_retry_after_failed_s: float = 600     # ... the web worker, this long
-    fleet_retry_after_failed_s: float = 600   # ... the fleet worker, this long
-    telemetry_retry_after_failed_s: float = 600   # ... the telemetry receiver, this long
+
+
+# <worker>_retry_after_failed_s: a failed worker that is not core is retried this long after failing,
+# one key per such worker, its default in its child spec (pulse.core.childspecs), in spec order.
+_RetryTimings = msgspec.defstruct("_RetryTimings", [(s.retry_key, float, s.retry_after_failed_s) for s in RETRIED],
+                                  bases=(_RestartTimings,), forbid_unknown_fields=True, kw_only=True,
+                                  module=__name__)
+
+
+class Timings(_RetryTimings, forbid_unknown_fields=True, kw_only=True):
     heartbeat_ms: int = 1_000                 # workers heartbeat this often from their main loop
     hung_after_ms: int = 10_000               # silent this long: hung (SIGABRT, SIGCONT, SIGKILL)
     ready_timeout_ms: int = 10_000            # not ready this long after spawn: hung
@@ -657,8 +663,7 @@ EngineTimings = _cut("EngineTimings", Timings, (*EVERY_WORKER, "engine_rpc_deadl
                                                 "watcher_interval_ms", "wake_window_s"))
 SupervisorTimings = _cut("SupervisorTimings", Timings, (
     "restart_backoff_base_ms", "restart_backoff_max_ms", "healthy_reset_s", "intensity_restarts",
-    "intensity_period_s", "engine_retry_after_failed_s", "eventlog_retry_after_failed_s", "web_retry_after_failed_s",
-    "fleet_retry_after_failed_s", "telemetry_retry_after_failed_s", "heartbeat_ms", "hung_after_ms",
+    "intensity_period_s", *(s.retry_key for s in RETRIED), "heartbeat_ms", "hung_after_ms",
     "ready_timeout_ms", "stop_grace_ms"))
 EngineProcessLimits = _cut("EngineProcessLimits", EngineLimits, ("address_space_mb", "oom_score_adj"))
 PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
@@ -762,11 +767,8 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, frozen=True):
     telemetry: Telemetry
 
 
-SLICES: dict[str, type[msgspec.Struct]] = {
-    "eventlog": EventWriterConfig, "watcher": WatcherConfig, "tick": TickConfig,
-    "executor": ExecutorConfig, "engine": EngineConfig, "web": WebConfig,
-    "fleet": FleetConfig, "telemetry": TelemetryConfig,
-}
+# Each worker's slice, the Struct above its child spec names, in start order.
+SLICES: dict[str, type[msgspec.Struct]] = {name: globals()[spec.config] for name, spec in CHILD_SPECS.items()}
 
 
 def slice_of(config: Config, worker: str) -> msgspec.Struct:

@@ -1,11 +1,10 @@
-"""Worker, effect and task states, the groups that decide what a state means, and what each
-worker is to pulsed (its child spec).
+"""Worker, effect and task states, and the groups that decide what a state means (what each
+worker is to pulsed, its child spec, is pulse.core.childspecs).
 
 Stdlib only: every other module imports this one.
 """
 
 import enum
-from typing import NamedTuple
 
 
 class WorkerState(enum.StrEnum):
@@ -25,68 +24,6 @@ LATE = "late"
 
 # A process exists (or is being created) in these states.
 ALIVE_STATES = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState.HUNG, WorkerState.STOPPING})
-
-
-# -- what each worker is to pulsed: its child spec, as OTP calls it --------------------------------
-# Every worker is permanent (any exit pulsed did not ask for is a crash) and restarted the same way
-# (supervisor/child.py says how); a spec says only how one worker differs from the others. pulsed's
-# policy reads these properties, never a worker's name.
-
-class _ChildSpecFields(NamedTuple):   # not a dataclass: that imports inspect, ~5 ms of `pulsectl status`
-    name: str
-    # Core: it keeps the host alive. READY=1 waits for it; past the restart intensity limit pulsed
-    # stops everything and exits 1 (escalates), and when it says a store is unusable (exit 78),
-    # pulsed exits 78. Not core: it goes `failed` and pulsed runs on.
-    core: bool = False
-    listed: bool = True              # `pulsectl status` lists it and an operator may name it (stop, start, ...)
-    enabled_by: str | None = None    # "table.key" of the config flag it runs under; None: it always runs
-    # Not core: the [timings] key, in seconds, after which a `failed` one is retried by itself; None:
-    # it stays failed until an operator starts it. A core worker is never retried: it escalates.
-    retry_after_failed: str | None = None
-    # pulsed's lifecycle event writer: it starts first and stops last (it writes the others' events,
-    # their exits included), gets what was not committed sent again when a new one is ready, and
-    # its own exit is not recorded while pulsed stops (nobody would write it).
-    writes_events: bool = False
-
-
-class ChildSpec(_ChildSpecFields):
-    __slots__ = ()
-
-    def __new__(cls, *args, **kwargs):
-        self = super().__new__(cls, *args, **kwargs)
-        if self.core and self.retry_after_failed is not None:
-            raise ValueError(f"{self.name}: a core worker escalates at the limit; it has no retry")
-        if not (self.core or self.listed or self.retry_after_failed):
-            raise ValueError(f"{self.name}: failed, unlisted and never retried, nothing would ever start it again")
-        return self
-
-
-# The table, in start order (stop order is the reverse).
-CHILD_SPECS: dict[str, ChildSpec] = {spec.name: spec for spec in (
-    ChildSpec("eventlog", listed=False, writes_events=True, retry_after_failed="eventlog_retry_after_failed_s"),
-    ChildSpec("watcher", core=True),
-    ChildSpec("tick", core=True),
-    ChildSpec("executor", core=True),
-    ChildSpec("engine", retry_after_failed="engine_retry_after_failed_s"),
-    ChildSpec("web", enabled_by="web.enabled", retry_after_failed="web_retry_after_failed_s"),
-    # the only process that talks to NATS (pulse/workers/fleet.py); never core: the host lives without it
-    ChildSpec("fleet", enabled_by="fleet.enabled", retry_after_failed="fleet_retry_after_failed_s"),
-    # the local OTLP receiver (pulse/workers/telemetry.py): facts of what runs do while they run; never core
-    ChildSpec("telemetry", enabled_by="telemetry.enabled", retry_after_failed="telemetry_retry_after_failed_s"),
-)}
-
-# Groups of names, derived from the table, for whoever needs a list rather than a property.
-CORE_WORKERS = tuple(n for n, s in CHILD_SPECS.items() if s.core)
-(EVENT_WRITER,) = (n for n, s in CHILD_SPECS.items() if s.writes_events)     # exactly one
-SUPERVISED = tuple(n for n, s in CHILD_SPECS.items() if s.enabled_by is None)   # always run, in start order
-WORKERS = tuple(n for n in SUPERVISED if CHILD_SPECS[n].listed)   # always listed; what STATUS= counts
-STEERABLE = tuple(n for n, s in CHILD_SPECS.items() if s.listed)  # what an operator may name
-LOG_SOURCES = ("pulsed", "forkserver", *CHILD_SPECS)               # who writes pulse.log
-# Workers named for what status reports of them (the engine's commit, the web worker's address).
-ENGINE = "engine"
-WEB = "web"
-FLEET = "fleet"
-TELEMETRY = "telemetry"
 
 
 class ProcessState(enum.StrEnum):

@@ -235,7 +235,9 @@ class DirWatchStatus(msgspec.Struct, kw_only=True):
 
 
 class Status(msgspec.Struct):
-    """`pulsectl status --json`, version 1; engine_commit and processes were added after."""
+    """`pulsectl status --json`, version 1; engine_commit and processes were added after. web_url,
+    fleet and telemetry are what those workers' heartbeats carry (each named by its child spec's
+    `status`, pulse.core.childspecs); pulsed composes the others."""
     version: int
     supervisor: SupervisorStatus
     workers: list[WorkerStatus]

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pulse.core import safepath, wire
+from pulse.core.childspecs import STEERABLE, WEB
 from pulse.core.config import ExecutorConfig
 from pulse.core.home import Paths, inside
-from pulse.core.states import STEERABLE, WEB
 from pulse.effects.kinds import EffectFailed, os_failure
 from pulse.store import connection, eventsdb, objects, vitalsdb
 

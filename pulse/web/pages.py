@@ -595,8 +595,8 @@ async def api_gate(request: Request) -> Response:
 
 
 async def api_log(request: Request) -> Response:
+    from pulse.core.childspecs import LOG_SOURCES
     from pulse.core.logs import tail
-    from pulse.core.states import LOG_SOURCES
     web: Web = request.app.state.web
     worker = request.query_params.get("worker") or None
     lines = await run_in_threadpool(tail, web.paths.log_file, worker, 500)

@@ -27,7 +27,7 @@ import zmq
 
 from pulse.agents import tasks
 from pulse.core import clock, wire
-from pulse.core.states import EVENT_WRITER
+from pulse.core.childspecs import EVENT_WRITER
 from pulse.store import eventsdb, retention
 from pulse.workers.harness import Worker
 
