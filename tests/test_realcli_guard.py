@@ -6,8 +6,11 @@ its preset's table, a real pulsed starts the gateway, and it is healed.
   as `dead`.
 - Hermes (~/.hermes with its API server's port and key in .env): SIGUSR1 (exit 75) restarted at once,
   kill -9 healed, one copy.
+- LiteLLM (a proxy already running on ~/litellm_config.yaml, picked with --path, for other LiteLLMs of
+  this host are found too): adopted, kill -9 → one healthy copy again, restarted as `dead`; SIGSTOP →
+  the frozen copy stopped and one healthy copy, restarted as `unhealthy`.
 
-Pinned: OpenClaw 2026.9.6 on node 24.22.3, Hermes Agent 0.19.0 (scripts/install_realcli.sh), the
+Pinned: OpenClaw 2026.9.6 on node 24.22.3, Hermes Agent 0.19.0, LiteLLM 1.108.7 (scripts/install_realcli.sh), the
 versions the presets say they were tested on. Tools missing: skipped, or failed in CI (CI=true).
 """
 
@@ -19,12 +22,14 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 from test_realcli_gateways import FAST, healthy, measure, restarts, whys
 
-from realgateways import TAG, Hermes, OpenClaw, elapsed, gone, kill_all, stop_pulsed
+import realtools
+from realgateways import TAG, Hermes, OpenClaw, Proxy, base_env, elapsed, gone, kill_all, stop_pulsed
 from realtools import SECRET_PREFIXES, free_port, node24_bin, offline_env, require_tools, tool
-from support import PULSECTL
+from support import PULSECTL, wait_for
 
 pytestmark = pytest.mark.realcli
 START_PERIOD_S = 60
@@ -62,6 +67,22 @@ class InstalledHermes(Hermes):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/health"
         (self.home / ".env").write_text(f"API_SERVER_PORT={self.port}\nAPI_SERVER_KEY=sk-guard-hermes-0123456789abcdef\n")
+
+
+class InstalledLiteLLM(Proxy):
+    """LiteLLM as an operator runs it: its config in ~/litellm_config.yaml (every model a mock), the
+    proxy started from a shell, on a free loopback port."""
+
+    def __init__(self, root, tag: str):
+        require_tools("litellm")
+        self.root, self.tag = root, tag
+        self.home = root / "user-home"
+        self.home.mkdir(parents=True)
+        self.port = free_port()
+        self.config = self.home / "litellm_config.yaml"
+        self.config.write_text(realtools.LiteLLM(root, self.port).config())
+        self.env = {**base_env(self.home), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        self.url = f"http://127.0.0.1:{self.port}/health/liveliness"
 
 
 def shell_of(home, pulse_home, *bins) -> dict:
@@ -162,3 +183,68 @@ def test_hermes_guarded_by_pulsectl_guard_is_restarted_on_75_and_healed_after_ki
     finally:
         stop_pulsed(pulsed)
         kill_all(tag, pulsed.home)
+
+
+def replace_probe(config, url: str, start_period_s: int) -> None:
+    """The table `guard` wrote ends with its probe's url; give it a longer start period (the one key
+    an operator of a loaded host changes, docs/guard.md)."""
+    probe = f'health = {{ url = "{url}" }}'
+    assert config.read_text().endswith(probe + "\n"), config.read_text()[-400:]
+    config.write_text(config.read_text().removesuffix(probe + "\n")
+                      + f'health = {{ url = "{url}", start_period_s = {start_period_s} }}\n')
+
+
+def test_litellm_guarded_by_pulsectl_guard_is_healed_after_kill_9_and_sigstop(tmp_path, pulsed):
+    """The litellm preset, as `guard litellm --path` writes it for the proxy running on
+    ~/litellm_config.yaml (its argv and port as it runs), with the longer start period of a loaded
+    host (LiteLLM took over 50 s to be ready here at a load of 15): Pulse adopts that proxy; SIGSTOP →
+    its /health/liveliness stops answering, the frozen proxy is stopped and exactly one healthy proxy
+    runs, restarted as `unhealthy`; kill -9 → exactly one healthy proxy after, restarted as `dead`."""
+    tag = str(tmp_path)
+    llm = InstalledLiteLLM(tmp_path / "litellm", tag)
+    shell = shell_of(llm.home, pulsed.home, tool("litellm").parent)
+    name = "litellm"
+    with open(tmp_path / "litellm" / "operator.log", "ab") as log:     # the operator's own start
+        operators = subprocess.Popen(llm.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+    try:
+        wait_for(lambda: operators.poll() is not None or llm.ready(), READY_S, what="the operator's LiteLLM ready")
+        assert operators.poll() is None, (tmp_path / "litellm" / "operator.log").read_text()[-2000:]
+        detected = pulsectl(shell, "guard", "--detect").stdout
+        assert f"LiteLLM: litellm of {llm.home.owner()}: {llm.config}, running (pid {operators.pid}" in detected, detected
+        guarded = pulsectl(shell, "guard", "litellm", "--path", str(llm.config)).stdout
+        assert 'preset = "litellm"' in guarded and f'"--port", "{llm.port}"' in guarded, guarded
+        replace_probe(pulsed.home / "config.toml", llm.url, START_PERIOD_S)
+
+        t = time.monotonic()
+        pulsed.start(env={**service_env(tag, tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                          "NO_PROXY": "127.0.0.1,localhost"})
+        first = healthy(pulsed, llm, name, set(), READY_S)
+        adopted = elapsed(t)
+        assert first == operators.pid and not restarts(pulsed, name), "Pulse did not adopt the running proxy"
+
+        # Frozen once its start period is over (a probe within it does not count; the proxy the
+        # operator started is old enough by then, a new one would not be).
+        wait_for(lambda: time.time() > psutil.Process(first).create_time() + START_PERIOD_S + 1,
+                 START_PERIOD_S + 5, what="the proxy past its start period")
+        frozen_at, t = time.time(), time.monotonic()
+        os.kill(first, signal.SIGSTOP)
+        second = healthy(pulsed, llm, name, {first}, 3 * (5 + 2) + 10 + READY_S, frozen_at)
+        freeze_to_healthy = elapsed(t)
+        operators.wait(10)                              # stopped, and reaped: a zombie of ours is not a proxy
+        assert whys(restarts(pulsed, name, frozen_at)) == ["unhealthy"]
+
+        killed_at, t = time.time(), time.monotonic()
+        os.kill(second, signal.SIGKILL)
+        third = healthy(pulsed, llm, name, {first, second}, READY_S, killed_at)
+        kill_to_healthy = elapsed(t)
+        assert whys(restarts(pulsed, name, killed_at)) == ["dead"]
+        assert [p.pid for p in llm.copies()] == [third]
+        measure("litellm-guarded", adopted=adopted, kill_to_healthy=kill_to_healthy,
+                freeze_to_healthy=freeze_to_healthy)
+    finally:
+        stop_pulsed(pulsed)
+        kill_all(tag, pulsed.home)
+        if operators.poll() is None:
+            operators.kill()
+        operators.wait(10)
