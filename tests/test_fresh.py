@@ -400,3 +400,12 @@ def test_a_heartbeat_that_stops_and_a_counter_that_stops_are_noticed_and_the_wor
     assert metrics[("pulse_fresh_within_seconds", (("watch", "heartbeat"),))] == WITHIN_S
     assert not [e for e in pulsed.events("effect") if e["data"]["kind"] == "restart-process"
                 and e["data"]["params"].get("watch") == "cron"]
+
+    # The report: each staleness an issue citing what was said and done about it.
+    report = json.loads(pulsed.ctl("report", "--json", "--analyst", "deterministic").stdout)
+    issues = {i["text"].split(" went stale")[0]: i for i in report["issues"] if " went stale" in i["text"]}
+    assert issues["proof of work heartbeat"]["text"].endswith("1 restart of worker for it; work seen again")
+    assert issues["proof of work heartbeat"]["severity"] == "warn"
+    assert restart["id"] in issues["proof of work heartbeat"]["event_ids"]
+    assert issues["proof of work cron"]["text"].endswith("still stale at the window's end")
+    assert issues["proof of work cron"]["severity"] == "error" and report["verdict"] != "pass"

@@ -220,8 +220,14 @@ def test_guard_refuses_to_pick_for_the_operator_and_changes_nothing(tmp_path):
     (host.home / ".litellm").mkdir()
     (host.home / ".litellm" / "config.yaml").write_text("model_list: []\n")        # a second LiteLLM config
     two = host.ctl("guard", "litellm")
-    assert two.returncode == 1 and "found 2 of LiteLLM of one account" in two.stderr, two.stderr
-    assert 'preset = "litellm"' in two.stderr
+    # At least these two: a LiteLLM another test runs on this host is found as well.
+    assert two.returncode == 1 and re.search(r"found \d+ of LiteLLM of one account", two.stderr), two.stderr
+    assert 'preset = "litellm"' in two.stderr and "say which with --path" in two.stderr
+    assert f"pulsectl guard litellm --path {host.litellm}" in host.ctl("guard", "--detect").stdout
+    picked = host.ctl("guard", "litellm", "--path", str(host.litellm), "--dry-run")
+    assert picked.returncode == 0 and f'config = ["{host.litellm}"]' in picked.stdout, picked.stderr
+    elsewhere = host.ctl("guard", "litellm", "--path", str(tmp_path / "nowhere.yaml"))
+    assert elsewhere.returncode == 1 and f"found no LiteLLM at {tmp_path / 'nowhere.yaml'}" in elsewhere.stderr
     none = host.ctl("guard", "openclaw", "--user", "no-such-account-h35")
     assert none.returncode == 1 and "found no OpenClaw of the account 'no-such-account-h35'" in none.stderr
     assert host.ctl("guard").returncode == 2                                         # --detect or a tool

@@ -453,3 +453,56 @@ def test_a_cited_event_in_the_html_shows_its_times_as_iso_as_pulsectl_does():
     assert "&quot;until&quot;:&quot;2026-12-03T10:02:05.509Z&quot;" in line, line
     assert "&quot;pid&quot;:1796292125," in line          # an integer under no time key: a pid, not a time
     assert "1796292125.51" not in line
+
+
+def test_watched_directories_trimmed_and_stale_proofs_of_work_are_judged_and_cited(tmp_path):
+    """dirGuard's trims are a highlight per directory with what they took away; a [[watch.fresh]]
+    gone stale is an issue citing freshWatch's notices and the restart it asked for: a warning once
+    work is seen again, an error (and never a pass) while it stays stale."""
+    from reportfixture import History
+    h = History()
+    out = "/srv/hermes/cron/output"
+    for i, (removed, freed) in enumerate([(400, 1048576), (800, 3 * 1048576)]):
+        h.effect(f"trim-{i}", "trim-dir", out, "survival", watch="cron-output", why="max_files", rule="dir-guard")
+        h.add("effect-acked", "executor", out, effect_id=f"trim-{i}", kind="trim-dir", removed=removed, bytes_freed=freed)
+    h.effect("stale-1", "notify", "heartbeat", "survival", rule="fresh-watch",
+             title="heartbeat: no sign of work for 5 min", message="~/.openclaw/heartbeat did not change within 300 s",
+             restart="openclaw-gateway")
+    h.add("effect-acked", "executor", "heartbeat", effect_id="stale-1", kind="notify")
+    h.effect("stale-r", "restart-process", "openclaw-gateway", "survival", why="stale", watch="heartbeat",
+             reason="stale: no sign of work in ~/.openclaw/heartbeat for 5 min")
+    h.add("effect-acked", "executor", "openclaw-gateway", effect_id="stale-r", kind="restart-process")
+    h.effect("stale-2", "notify", "cron", "survival", rule="fresh-watch", title="cron: no sign of work for 2 h",
+             message="~/.hermes/cron/output did not change within 3600 s")
+    h.add("effect-acked", "executor", "cron", effect_id="stale-2", kind="notify")
+    write(tmp_path / "events.db", h.events)
+    result, _ = analyse_db(tmp_path / "events.db", h)
+
+    trimmed = next(f for f in result.highlights if f.text.startswith("watched directories"))
+    assert trimmed.text == (f"watched directories kept within bounds: {out} trimmed twice (over max_files): "
+                            "1200 files, 4.0 MiB taken away")
+    assert set(trimmed.event_ids) == set(ids_of(h, "effect", out) + ids_of(h, "effect-acked", out))
+    heartbeat = next(f for f in result.issues if "proof of work heartbeat" in f.text)
+    assert heartbeat.text == ("proof of work heartbeat went stale: heartbeat: no sign of work for 5 min; "
+                              "1 restart of openclaw-gateway for it; still stale at the window's end")
+    assert heartbeat.severity == "error"
+    assert set(heartbeat.event_ids) == set(ids_of(h, "effect", "heartbeat") + ids_of(h, "effect-acked", "heartbeat")
+                                           + ids_of(h, "effect", "openclaw-gateway")
+                                           + ids_of(h, "effect-acked", "openclaw-gateway"))
+    assert any(f.text.startswith("proof of work cron went stale") for f in result.issues)
+    card = next(c for c in result.role_analysis if c.name == "survival")
+    assert card.figures["proofs_stale"] == 2 and card.figures["dirs_trimmed"] == 2
+    assert result.score == 100 - 2 * 5 and result.verdict == "warn"           # 90, yet nothing is happening
+    assert "proof of work heartbeat went stale" in render.text(result)
+
+    # Work seen again on both: warnings, and the window may pass.
+    for watch in ("heartbeat", "cron"):
+        h.effect(f"{watch}-back", "notify", f"{watch}:back", "survival", rule="fresh-watch",
+                 title=f"{watch}: work seen again", message="changed, within its bound again")
+        h.add("effect-acked", "executor", f"{watch}:back", effect_id=f"{watch}-back", kind="notify")
+    write(tmp_path / "again.db", h.events)
+    again, _ = analyse_db(tmp_path / "again.db", h)
+    heartbeat = next(f for f in again.issues if "proof of work heartbeat" in f.text)
+    assert heartbeat.severity == "warn" and heartbeat.text.endswith("; work seen again")
+    assert set(ids_of(h, "effect", "heartbeat:back")) <= set(heartbeat.event_ids)
+    assert again.score == 90 and again.verdict == "pass"

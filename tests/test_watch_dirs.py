@@ -481,6 +481,9 @@ def test_ten_thousand_files_are_kept_within_bounds_while_a_writer_keeps_writing(
     report = json.loads(pulsed.ctl("report", "--json", "--analyst", "deterministic").stdout)
     (card,) = [c for c in report["role_analysis"] if c["role"] == "survival"]
     assert card["figures"]["dirs_trimmed"] == len(acked) and card["figures"]["dir_files_removed"] == removed
+    (said,) = [h for h in report["highlights"] if h["text"].startswith("watched directories kept within bounds")]
+    assert f"{out} trimmed {len(acked)} times (over " in said["text"] and f"{removed} files" in said["text"], said
+    assert trims[0]["id"] in said["event_ids"]                                     # it cites the trims
 
 
 def test_huge_files_old_files_and_an_archive_with_links_among_them(pulsed, tmp_path):

@@ -73,6 +73,12 @@ def caveats(found) -> list[str]:
     return out
 
 
+def siblings(result, found) -> bool:
+    """Whether the same account has another of this tool: then only --path says which."""
+    return any(f is not found and f.guard == found.guard and f.account.name == found.account.name
+               for f in result.found)
+
+
 def say_detected(result, config) -> None:
     if not result.found:
         click.echo("found no OpenClaw, Hermes or LiteLLM: looked for ~/.openclaw and ~/.hermes in each account's "
@@ -84,7 +90,8 @@ def say_detected(result, config) -> None:
             click.echo(f"  already guarded: [[process]] {name!r}")
         else:
             click.echo(f"  would guard it with: pulsectl guard {found.guard}"
-                       + (f" --user {found.account.name}" if not found.account.own else ""))
+                       + (f" --user {found.account.name}" if not found.account.own else "")
+                       + (f" --path {found.where}" if siblings(result, found) else ""))
         keys = [f"{k} = {toml_value(v)}" for k, v in found.overrides.items() if k != "env"]
         click.echo(f"  preset {found.preset!r} (tested on {tested(found.preset)})"
                    + (f", with {', '.join(keys)}" if keys else ""))
@@ -109,13 +116,22 @@ def current_config(ctx: Context):
         return None
 
 
-def chosen(result, tool: str, user: str | None):
-    """The one find `pulsectl guard TOOL [--user U]` means; exit 1 naming the choices otherwise."""
-    finds = [f for f in result.found if f.guard == tool and (user is None or f.account.name == user)]
+def at(found, path: str) -> bool:
+    """Whether `path` names this find: its state directory or its config file."""
+    import os
+    wanted = os.path.abspath(path).rstrip("/")
+    return any(p and os.path.abspath(p).rstrip("/") == wanted for p in (found.where, found.config))
+
+
+def chosen(result, tool: str, user: str | None, path: str | None = None):
+    """The one find `pulsectl guard TOOL [--user U] [--path P]` means; exit 1 naming the choices otherwise."""
+    finds = [f for f in result.found if f.guard == tool and (user is None or f.account.name == user)
+             and (path is None or at(f, path))]
     if len(finds) == 1:
         return finds[0]
     if not finds:
         click.echo(f"pulsectl: found no {TOOLS[tool]}" + (f" of the account {user!r}" if user else "")
+                   + (f" at {path}" if path else "")
                    + " on this host (`pulsectl guard --detect` says where it looked); a table written by hand "
                    f"takes its preset all the same: [[process]] preset = \"{tool_preset(tool)}\"", err=True)
     elif len({f.account.name for f in finds}) == len(finds):
@@ -123,8 +139,9 @@ def chosen(result, tool: str, user: str | None):
                    + "; ".join(f.summary() for f in finds), err=True)
     else:
         click.echo(f"pulsectl: found {len(finds)} of {TOOLS[tool]} of one account: "
-                   + "; ".join(f.summary() for f in finds) + f"; guard one by hand, a [[process]] with "
-                   f"preset = \"{finds[0].preset}\" and its paths (`guard --detect` says which keys)", err=True)
+                   + "; ".join(f.summary() for f in finds) + "; say which with --path (its state directory or "
+                   f"config file), or guard one by hand, a [[process]] with preset = \"{finds[0].preset}\" "
+                   "and its paths (`guard --detect` says which keys)", err=True)
     sys.exit(1)
 
 
@@ -172,10 +189,11 @@ def reload_if_running(click_ctx: click.Context, ctx: Context) -> None:
 @click.option("--detect", is_flag=True, help="Say what is on this host and how it would be guarded; change nothing.")
 @click.option("--dry-run", is_flag=True, help="Print the table `guard TOOL` would append; change nothing.")
 @click.option("--user", metavar="ACCOUNT", help="The account whose tool to guard, when several have one.")
+@click.option("--path", metavar="PATH", help="Its state directory or config file, when one account has several.")
 @pass_ctx
 @click.pass_context
 def guard(click_ctx: click.Context, ctx: Context, tool: str | None, detect: bool, dry_run: bool,
-          user: str | None) -> None:
+          user: str | None, path: str | None) -> None:
     """Guard OpenClaw, Hermes or LiteLLM with its tested preset (--detect: what is here).
 
     `--detect` finds the tools on this host (their state, configs, gateways running or not, user
@@ -191,7 +209,7 @@ def guard(click_ctx: click.Context, ctx: Context, tool: str | None, detect: bool
     if detect:
         say_detected(result, config)
         return
-    found = chosen(result, tool, user)
+    found = chosen(result, tool, user, path)
     if (name := guarded_by(config, found)) is not None:
         click.echo(f"{TOOLS[tool]} of {found.account.name} is already guarded: [[process]] {name!r} in {ctx.paths.config}")
         return

@@ -23,8 +23,14 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
   tasks given up 8 (24), failed survival repairs 6 (24), rollbacks 10 (20), gate blocks 2 (10),
   slow runs 1 (5), errors 1 per distinct error (10), workers that failed or an escalation 10
   each (20), Pulse's own workers' crashes 3 each (15) and hangs 5 each (15), guarded processes held
-  fatal (crash-looping) 10 each (20). Verdict: pass from 80, warn from 50, fail below; a window in
-  which any role fails, or a guarded process was held fatal, is never a pass (at most warn).
+  fatal (crash-looping) 10 each (20), proofs of work ([[watch.fresh]]) that went stale 5 each (15).
+  Verdict: pass from 80, warn from 50, fail below; a window in which any role fails, a guarded
+  process was held fatal, or a proof of work is still stale at its end, is never a pass (at most warn).
+- Guards. Watched directories ([[watch.dir]]) that dirGuard kept within bounds are a highlight: each
+  directory, how often it was trimmed, the files and MiB taken away, citing the trims. Each proof of
+  work that went stale (freshWatch's notification) is an issue citing it, the restarts of its process
+  it asked for (why `stale`) and the notification that work was seen again, if it was; one still
+  stale at the window's end is an error, one seen again a warning.
 - Pulse itself. Its own workers are the survival layer: a worker that exited unasked (crashed or
   killed) or was found hung makes the survival card warn, one that pulsed gave up on (`failed`,
   the restart intensity reached) makes it fail; each is an issue, citing its event.
@@ -56,12 +62,14 @@ SLOW_AFTER_RUNS = 3
 PENALTIES = {
     "failed_runs": (4, 30), "given_up": (8, 24), "failed_repairs": (6, 24), "rollbacks": (10, 20),
     "gate_blocks": (2, 10), "slow_runs": (1, 5), "errors": (1, 10), "worker_failures": (10, 20),
-    "worker_crashes": (3, 15), "worker_hangs": (5, 15), "crash_loops": (10, 20),
+    "worker_crashes": (3, 15), "worker_hangs": (5, 15), "crash_loops": (10, 20), "stale_proofs": (5, 15),
 }
 # a worker-exited while it was one of these is a death nobody asked for (a stop or restart exits `stopping`;
 # an exit while `hung` is pulsed's own kill, counted by its worker-hung)
 UNASKED_EXIT_STATES = frozenset({"running", "starting"})
 FATAL_RULE = "process-fatal"    # processWatchdog's notification that a guarded process is held fatal
+FRESH_RULE = "fresh-watch"      # freshWatch's notifications: a proof of work stale (target: the watch), or back
+BACK = ":back"                  # (target: the watch's name and this)
 PASS_FROM, WARN_FROM = 80, 50
 
 
@@ -148,6 +156,7 @@ class Action:
     why: str | None = None          # its params' `why` (a restart's cause: dead, memory, config-restored …)
     freed: int | None = None        # a rotate-file's or trim-dir's bytes freed (its ack)
     removed: int | None = None      # a trim-dir's files deleted or archived
+    watch: str | None = None        # the [[watch.*]] it answers (a trim-dir's, a restart for a stale proof)
     end: float | None = None
     state: str = EffectState.PENDING
     error: str | None = None
@@ -220,7 +229,8 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 params = params if isinstance(params, dict) else {}
                 f.actions[ev.data.get("id", "")] = Action(
                     ev.data.get("id", ""), str(ev.data.get("kind", "")), ev.target, ev.ts, params.get("rule"), origin,
-                    reason=reason_of(params), why=params.get("why"), event_ids=[ev.id])
+                    reason=reason_of(params), why=params.get("why"),
+                    watch=params.get("watch") if isinstance(params.get("watch"), str) else None, event_ids=[ev.id])
         elif t in EFFECT_END_STATES:
             action = f.actions.get(ev.data.get("effect_id", ""))
             if action is not None and not ev.data.get("requeued"):
@@ -408,6 +418,7 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence, crashes: Seque
                "repairs_failed": len(failed), "notifications": len(notes),
                "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback"),
                **guard_figures(acked),
+               **({"proofs_stale": n} if (n := len(stale_proofs(actions))) else {}),
                **{k: v for k, v in (("worker_crashes", len(crashes)), ("worker_hangs", len(hangs)),
                                     ("worker_failures", len(failures))) if v}}
     cite = [ev.id for ev in [*failures, *hangs, *crashes][:10]] + [i for a in (failed + acked)[:10] for i in a.event_ids]
@@ -627,6 +638,57 @@ def crash_loop_issues(fatal: Sequence[Action]) -> list[Finding]:
                     event_ids=_ids(a.event_ids)) for a in fatal]
 
 
+def dir_trims_highlight(survival: Sequence[Action]) -> list[Finding]:
+    """The watched directories dirGuard kept within bounds: each, how often, what it took away."""
+    acked = [a for a in survival if a.kind == "trim-dir" and a.state == EffectState.ACKED and a.target]
+    if not acked:
+        return []
+    by_dir: dict[str, list[Action]] = {}
+    for a in acked:
+        by_dir.setdefault(str(a.target), []).append(a)
+    said = []
+    for path, trims in sorted(by_dir.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:5]:
+        over = sorted({b for a in trims for b in (a.why or "").split(",") if b})
+        said.append(f"{path} trimmed {times(len(trims))}" + (f" (over {', '.join(over)})" if over else "")
+                    + f": {plural(sum(a.removed or 0 for a in trims), 'file')}, "
+                    f"{sum(a.freed or 0 for a in trims) / 1048576:.1f} MiB taken away")
+    more = f"; and {plural(len(by_dir) - 5, 'more directory', 'more directories')}" if len(by_dir) > 5 else ""
+    return [Finding(text="watched directories kept within bounds: " + "; ".join(said) + more, severity="info",
+                    event_ids=_ids(i for a in acked for i in a.event_ids))]
+
+
+def stale_proofs(survival: Sequence[Action]) -> dict[str, list[Action]]:
+    """watch name → freshWatch's notifications that it went stale, oldest first."""
+    out: dict[str, list[Action]] = {}
+    for a in survival:
+        if a.kind == "notify" and a.rule == FRESH_RULE and a.target and not a.target.endswith(BACK):
+            out.setdefault(a.target, []).append(a)
+    return out
+
+
+def still_stale(name: str, notices: Sequence[Action], survival: Sequence[Action]) -> bool:
+    """No notification that work was seen again after its last staleness."""
+    return not any(a.kind == "notify" and a.rule == FRESH_RULE and a.target == name + BACK and a.ts > notices[-1].ts
+                   for a in survival)
+
+
+def stale_proof_issues(survival: Sequence[Action]) -> list[Finding]:
+    """One per proof of work that went stale: how often, its last words, the restarts it asked for,
+    and whether work was seen again before the window's end."""
+    out = []
+    for name, notices in stale_proofs(survival).items():
+        back = [a for a in survival if a.kind == "notify" and a.rule == FRESH_RULE and a.target == name + BACK]
+        restarts = [a for a in survival if a.kind == "restart-process" and a.why == "stale" and a.watch == name]
+        stale = still_stale(name, notices, survival)
+        text = (f"proof of work {name} went stale" + (f" {times(len(notices))}" if len(notices) > 1 else "")
+                + f": {notices[-1].reason or 'no sign of work'}"
+                + (f"; {plural(len(restarts), 'restart')} of {restarts[-1].target} for it" if restarts else "")
+                + ("; still stale at the window's end" if stale else "; work seen again"))
+        out.append(Finding(text=text, severity="error" if stale else "warn",
+                           event_ids=_ids(i for a in [*notices, *restarts, *back] for i in a.event_ids)))
+    return out
+
+
 def slow_runs_issue(slow: Sequence[Run]) -> list[Finding]:
     return [Finding(text=f"{plural(len(slow), 'run')} took more than {SLOW_FACTOR:g}× their agent's typical (median) time",
                     severity="info", event_ids=_ids(i for r in slow for i in r.event_ids))] if slow else []
@@ -657,14 +719,15 @@ def runs_by_agent(runs: Iterable[Run]) -> dict[str, list[Run]]:
     return out
 
 
-def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run], fatal: Sequence[Action] = ()) -> int:
+def score_of(f: Fold, failed_repairs: Sequence[Action], slow: Sequence[Run], fatal: Sequence[Action] = (),
+             stale: int = 0) -> int:
     """100 less each loss, each capped (PENALTIES)."""
     lost = {
         "failed_runs": sum(1 for r in f.runs.values() if r.outcome in ("failed", "given_up")),
         "given_up": len(f.given_up), "failed_repairs": len(failed_repairs), "rollbacks": len(f.rollbacks),
         "gate_blocks": len(f.gate_blocks), "slow_runs": len(slow), "errors": len(latest_of_each_error(f.errors)),
         "worker_failures": len(f.worker_failures), "worker_crashes": len(f.worker_crashes),
-        "worker_hangs": len(f.worker_hangs), "crash_loops": len(fatal),
+        "worker_hangs": len(f.worker_hangs), "crash_loops": len(fatal), "stale_proofs": stale,
     }
     return max(0, 100 - sum(_penalty(what, n) for what, n in lost.items()))
 
@@ -684,6 +747,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
     failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
     fatal = crash_loops(survival)
+    stale = stale_proofs(survival)
 
     cards = [agent_card(name, agents[name], slow[name], start, end) for name in sorted(agents)]
     cards.append(survival_card(survival, f.rollbacks, f.worker_crashes, f.worker_hangs, f.worker_failures))
@@ -692,17 +756,19 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     issues = [*agent_issues(cards), *given_up_issues(f.given_up, runs, titles), *failed_repair_issues(failed_repairs),
               *rollback_issues(f.rollbacks), *gate_block_issues(f.gate_blocks), *error_issues(f.errors),
               *worker_failure_issues(f.worker_failures), *worker_death_issues(f.worker_crashes, f.worker_hangs),
-              *crash_loop_issues(fatal), *slow_runs_issue(all_slow)]
-    highlights = [*agent_highlights(cards), *repairs_highlight(survival), *promotes_highlight(f.promotes)]
+              *crash_loop_issues(fatal), *stale_proof_issues(survival), *slow_runs_issue(all_slow)]
+    highlights = [*agent_highlights(cards), *repairs_highlight(survival), *dir_trims_highlight(survival),
+                  *promotes_highlight(f.promotes)]
     highlights += spend_highlights(events)
     issues += spend_held_issues(events)
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 
-    score = score_of(f, failed_repairs, all_slow, fatal)
+    score = score_of(f, failed_repairs, all_slow, fatal, len(stale))
     verdict = verdict_of(score)
-    if verdict == "pass" and (fatal or any(card.verdict == "fail" for card in cards)):
-        verdict = "warn"        # a window in which a role fails, or a guarded process crash-looped, is never a pass
+    stale_at_end = any(still_stale(name, notices, survival) for name, notices in stale.items())
+    if verdict == "pass" and (fatal or stale_at_end or any(card.verdict == "fail" for card in cards)):
+        verdict = "warn"        # a role failed, a guarded process crash-looped, or nothing is happening: never a pass
     return Analysis(window=Window(start=stamp(start), end=stamp(end), project=project, task=task,
                                   events=len(events)),
                     score=score, verdict=verdict, highlights=highlights, issues=issues, role_analysis=cards,

@@ -4,7 +4,8 @@
 table's own keys win, key by key (inline tables such as `health` and `env` merged, so that
 `health = { start_period_s = 30 }` keeps the preset's url; a list replaces the preset's whole). The
 preset's `{home}` and `{uid}` are those of the account the process runs as: a `HOME` in the
-table's own env, else the home of its `user`, else Pulse's own HOME. The merge happens on the
+table's own env, else the home of its `user`, else Pulse's own HOME; `{python}` is the Python Pulse
+runs on (a preset's way out of a crash loop may be a module of this package). The merge happens on the
 decoded TOML before it is typed and validated, so a preset's table is checked as a hand-written one,
 and `pulsectl config --effective` shows it whole.
 
@@ -15,6 +16,7 @@ scripts/install_realcli.sh) and the keys a table must set itself (`requires`: a 
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from pathlib import Path
 
@@ -65,9 +67,10 @@ def account(table: dict) -> tuple[str, int]:
 
 
 def expand(value: object, home: str, uid: int) -> object:
-    """{home} and {uid} in the preset's strings (never in the operator's: a regex may hold braces)."""
+    """{home}, {uid} and {python} in the preset's strings (never in the operator's: a regex may hold
+    braces)."""
     if isinstance(value, str):
-        return value.replace("{home}", home).replace("{uid}", str(uid))
+        return value.replace("{home}", home).replace("{uid}", str(uid)).replace("{python}", sys.executable)
     if isinstance(value, list):
         return [expand(v, home, uid) for v in value]
     if isinstance(value, dict):
