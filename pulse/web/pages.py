@@ -46,6 +46,7 @@ POINTS = 240                      # a chart's points, whatever its window
 LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
 TAIL_S = 1.0                      # the events tail looks at least this often (it wakes on each commit)
 EVENTS_PAGE = 100                 # events a page of /events lists; "older" pages back through the rest
+ARCHIVE_SEGMENTS_PER_PAGE = 8     # archive segments one page of /events may read: a bounded answer for a rare match
 OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
 
 
@@ -332,9 +333,13 @@ def page(name: str):
 async def event_page(request: Request) -> Response:
     web: Web = request.app.state.web
     try:
-        ev = await run_in_threadpool(web.read, lambda c: eventsdb.event_by_id(c, int(request.path_params["id"])))
+        wanted = int(request.path_params["id"])
+        ev = await run_in_threadpool(web.read, lambda c: eventsdb.event_by_id(c, wanted) or archive.event_by_id(c, wanted))
     except ValueError:
         ev = None
+    except archive.SegmentError as err:
+        return shell(request, "events", f'<section><h2>Event unreadable</h2><p>{html.escape(str(err))}; run '
+                                        '<code>pulsectl store check</code></p></section>')
     if ev is None:
         return shell(request, "events", '<section><h2>No such event</h2></section>')
     # the time as a <time> the script shows in the page's one format; a task's id links to its page
@@ -473,10 +478,20 @@ def events_view(web: Web, request: Request) -> dict:
 
     def read(conn):
         found = eventsdb.search_events(conn, **filters, before_id=before, limit=EVENTS_PAGE + 1)
+        resume, error = None, None
+        if len(found) <= EVENTS_PAGE:         # the live history has no more: go on into the archive
+            try:
+                past, resume = archive.newest_matching(
+                    conn, eventsdb.search_match(**filters), EVENTS_PAGE + 1 - len(found), before_id=before,
+                    types=filters["types"], since_ts=filters["since_ts"], max_segments=ARCHIVE_SEGMENTS_PER_PAGE)
+                found += past
+            except archive.SegmentError as err:
+                error = f"{err}; run `pulsectl store check`"
         shown = found[:EVENTS_PAGE]
-        return {"events": [as_json(e) for e in shown], "types": sorted(wire.EVENT_TYPES),
+        view = {"events": [as_json(e) for e in shown], "types": sorted(wire.EVENT_TYPES),
                 "last_id": eventsdb.last_event_id(conn), "before": before,
-                "older": shown[-1].id if len(found) > EVENTS_PAGE else None}
+                "older": shown[-1].id if len(found) > EVENTS_PAGE else resume}
+        return {**view, "error": error} if error else view
     return web.read(read)
 
 
