@@ -17,7 +17,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 from sse_starlette.sse import EventSourceResponse
@@ -33,7 +33,7 @@ from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
 from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.store.commitwatch import CommitWatch
-from pulse.web import auth
+from pulse.web import auth, taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
 
 PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
@@ -95,7 +95,7 @@ class Web:
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
         self.diffs: dict[tuple[str, str], str] = {}   # (before, after) → diff summary: commits never change
         self.agents: list[Agent] = []        # set by make_app
-        self.board = None                    # the tasks page's fold, made at its first request (task_board)
+        self.board: Any = None               # the tasks page's Folded projection, made at its first request (task_board)
         self.boarding = threading.Lock()
         self.commits = Commits(paths.events_db)
         self.store: Any = None               # the [store] table (make_app)
@@ -132,27 +132,26 @@ class Web:
             return self.counts
 
     def save_checkpoints(self) -> None:
-        """Write the counts' checkpoint now (a clean stop): the next start folds only what comes after."""
-        with self.counting:
-            if self.metrics.folded is None:
-                return
-            events = self.events()
-            try:
-                self.metrics.folded.conn = events
-                self.metrics.save()
-            finally:
-                events.close()
+        """Write the counts' and the task board's checkpoints now (a clean stop): the next start folds
+        only what comes after."""
+        for lock, folded in ((self.counting, lambda: self.metrics.folded), (self.boarding, lambda: self.board)):
+            with lock:
+                if folded() is None:
+                    continue
+                events = self.events()
+                try:
+                    folded().conn = events
+                    folded().save()
+                finally:
+                    events.close()
 
     def task_board(self, conn):
-        """The tasks page's fold (see new_task_board), caught up on `conn`; a copy to read outside the lock."""
-        from pulse.agents import tasks
+        """The tasks page's fold (pulse.web.taskboard), caught up on `conn`: at the first request from
+        its checkpoint, then by what is new; a copy to read outside the lock."""
         with self.boarding:
             if self.board is None:
-                self.board = new_task_board()
-            tasks.catch_up(conn, self.board)
-            fold = self.board.agents          # its states are replaced, never changed; its stats are copied
-            return TaskBoardView(fold.shown(), fold.counts(),
-                                 {name: msgspec.structs.replace(s) for name, s in fold.stats.items()})
+                self.board = projection.Folded(taskboard.PROJECTION, conn, self.paths.home / projection.DIRECTORY)
+            return taskboard.view(self.board.catch_up(conn))
 
     spend_limits: tuple[list, Any] = ([], None)
     schedules: Sequence[Any] = ()
@@ -189,61 +188,6 @@ def read_connection(path: Path):
     conn = connection.open_readonly(path)
     conn.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")
     return conn
-
-
-# The tasks page (issue 25): it folded every task event ever, and listed every task ever, on each
-# request; its answer and the memory the fold left grew with the history. The web worker now keeps one
-# fold, caught up by what is new, that holds the open tasks and only the newest SHOWN_ENDED that ended.
-SHOWN_ENDED = 100                 # ended tasks (closed, given up) the tasks page lists, newest first; all are counted
-
-
-class TaskBoardView(NamedTuple):
-    shown: list                       # the open tasks and the newest ended ones (TaskState)
-    counts: dict[str, int]            # tasks by status, every one that ever ended included
-    stats: dict                       # agent → AgentCapabilityStats
-
-
-def new_task_board():
-    """A TaskBook whose fold is a TaskBoard: the page's tasks, caught up with tasks.catch_up."""
-    from pulse.agents import tasks
-
-    class TaskBoard(tasks.AgentStatsFold):
-        """The open tasks, the newest SHOWN_ENDED that ended and how many ended in each status, and each
-        agent's counts (exact: an ended task's run is counted before it is dropped); its memory follows
-        the open tasks, not the history."""
-
-        def __init__(self) -> None:
-            super().__init__(forget_ended=True)
-            self.ended: dict[str, wire.TaskState] = {}           # task id → its final state, oldest first
-            self.ended_counts: dict[str, int] = {}
-
-        def forget_if_ended(self, task: str) -> None:
-            state = self.tasks.get(task)
-            if state is None:
-                return
-            if state.status not in tasks.ENDED:
-                if task in self.ended:       # retried by the operator: open again
-                    self.ended_counts[self.ended.pop(task).status] -= 1
-                return
-            del self.tasks[task]
-            self.ended_counts[state.status] = self.ended_counts.get(state.status, 0) + 1
-            self.ended.pop(task, None)
-            self.ended[task] = state
-            if len(self.ended) > SHOWN_ENDED:
-                del self.ended[next(iter(self.ended))]
-
-        def shown(self) -> list:
-            return [*self.tasks.values(), *self.ended.values()]
-
-        def counts(self) -> dict[str, int]:
-            out = dict(self.ended_counts)
-            for state in self.tasks.values():
-                out[state.status] = out.get(state.status, 0) + 1
-            return out
-
-    book = tasks.TaskBook()
-    book.agents = TaskBoard()
-    return book
 
 
 # -- the guard ----------------------------------------------------------------------------------------
@@ -572,7 +516,7 @@ async def api_tasks(request: Request) -> Response:
                    "cost_usd": s.cost_usd if s.runs_with_cost else None}
                   for name, s in sorted(board.stats.items())]
         history = eventsdb.last_events(conn, 100, wire.TASK_EVENTS)
-        return {"by_status": by_status, "counts": board.counts, "shown_ended": SHOWN_ENDED, "agents": agents,
+        return {"by_status": by_status, "counts": board.counts, "shown_ended": taskboard.SHOWN_ENDED, "agents": agents,
                 "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
