@@ -166,3 +166,39 @@ def test_an_archived_events_own_page_shows_it(moved):
     assert "No such event" not in text and "task-created" in text and "task-3" in text
     text = asyncio.run(pages.event_page(request(path_params={"id": "999999999"}, app=App()))).body.decode()
     assert "No such event" in text
+
+
+# -- a long-lived reader --------------------------------------------------------------------------------
+
+def test_a_reader_left_idle_while_the_events_after_it_moved_folds_them_from_the_archive(tmp_path):
+    """A long-lived reader (the web's task board, kept between requests) whose checkpoint is a day old
+    holds no move back: the events after its position may move while it is not asked. Its next
+    catch-up folds them from the archive, then the live rows, as a rebuild would."""
+    from pulse.agents import tasks
+    from pulse.store import projection
+    from pulse.web import taskboard
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[store]\nkeep_days = 1e-9\n")
+    conn = eventsdb.open_events(home / "events.db")
+    try:
+        tasks.create(conn, "p", "one", "x")
+        tasks.record(conn, "task-1", "task-closed", "test")
+        board = projection.Folded(taskboard.PROJECTION, conn, home / projection.DIRECTORY, save=False)
+        board.catch_up()                                              # kept in memory; no checkpoint
+        tasks.create(conn, "p", "two", "x")
+        tasks.record(conn, "task-2", "task-closed", "test")
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1_200)])
+        tasks.create(conn, "p", "open", "x")                          # holds the rest live
+    finally:
+        conn.close()
+    assert ctl(home, "store", "compact").returncode == 0
+    assert first_live(home) > 1_200
+    conn = sqlite3.connect(home / "events.db")
+    try:
+        shown = {t.id: t.status for t in board.catch_up(conn).agents.shown()}
+        rebuilt = projection.Folded(taskboard.PROJECTION, conn, home / projection.DIRECTORY, save=False).catch_up()
+    finally:
+        conn.close()
+    assert shown == {"task-1": "closed", "task-2": "closed", "task-3": "pending"}
+    assert taskboard.view(board.state) == taskboard.view(rebuilt)
