@@ -10,8 +10,10 @@ runs on a fresh copy of it. On a real pulsed with the web worker and one critica
   tick+proc   the tick and the critical process SIGKILLed together → its restart-process effect committed
               (the effect event's mono minus CLOCK_MONOTONIC just before the kills)
   web         the web worker SIGKILLed → the first 200 from /metrics
+  tasks page  then the first /api/tasks of that new web worker (the task board's first fold)
   executor    the executor SIGKILLed, then `pulsectl emit noop` → that effect acked
   task list   `pulsectl task list` wall time
+  effects     `pulsectl effects` wall time (the newest 50 effects, every state)
 
 Progress goes to stderr; the table (medians, and the spread) to stdout; --json adds one JSON document.
 Everything it starts is killed by pid at the end.
@@ -139,8 +141,8 @@ def template(cache: Path, size_mib: int) -> Path:
 
 def settle(home: Path) -> None:
     """Run pulsed on the grown home once, as the host had run before: its workers fold the history,
-    /metrics is read and the tasks listed once (writing their checkpoints, where the code has them),
-    then it stops cleanly."""
+    /metrics and the tasks page are read and the tasks listed once (writing their checkpoints, where
+    the code has them), then it stops cleanly."""
     log("a first run over it, as the host had before")
     run = Run(home)
     original = (home / "config.toml").read_text()
@@ -149,6 +151,7 @@ def settle(home: Path) -> None:
         run.start(timeout=3600)            # the first folds, from the first event: minutes on a loaded host
         run.ticked_since(timeout=3600)
         wait_until(lambda: scrape(metrics_url(run)), 600, interval=0.2, what="/metrics served")
+        wait_until(lambda: scrape(metrics_url(run), "/api/tasks"), 600, interval=0.2, what="the tasks page served")
         run.ctl("task", "list", timeout=600)       # an operator had listed the tasks before
     finally:
         run.stop()
@@ -282,11 +285,11 @@ def metrics_url(run: Run) -> tuple[str, int, str]:
     return parts.hostname, parts.port, token
 
 
-def scrape(address: tuple[str, int, str]) -> bool:
+def scrape(address: tuple[str, int, str], path: str = "/metrics") -> bool:
     host, port, token = address
     conn = http.client.HTTPConnection(host, port, timeout=60)
     try:
-        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
         response = conn.getresponse()
         response.read()
         return response.status == 200
@@ -311,6 +314,15 @@ def web_restart(run: Run) -> float:
     return time.monotonic() - t0
 
 
+def tasks_page(run: Run) -> float:
+    """The tasks page's data (/api/tasks), first asked of the web worker web_restart just restarted."""
+    address = metrics_url(run)
+    t0 = time.monotonic()
+    if not scrape(address, "/api/tasks"):
+        raise RuntimeError("/api/tasks did not answer 200")
+    return time.monotonic() - t0
+
+
 def executor_restart(run: Run) -> float:
     pid = run.pid("executor")
     after = run.last_event()
@@ -325,16 +337,24 @@ def executor_restart(run: Run) -> float:
     return acked - t0
 
 
-def task_list(run: Run) -> float:
+def wall_time(run: Run, *args: str) -> float:
     t0 = time.monotonic()
-    out = run.ctl("task", "list")
+    out = run.ctl(*args)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
     return time.monotonic() - t0
 
 
-MEASURES = {"start": None, "tick+proc": tick_and_process, "web": web_restart, "executor": executor_restart,
-            "task list": task_list}
+def task_list(run: Run) -> float:
+    return wall_time(run, "task", "list")
+
+
+def effects_list(run: Run) -> float:
+    return wall_time(run, "effects")
+
+
+MEASURES = {"start": None, "tick+proc": tick_and_process, "web": web_restart, "tasks page": tasks_page,
+            "executor": executor_restart, "task list": task_list, "effects": effects_list}
 
 
 COPY_IGNORES = shutil.ignore_patterns("runtime-dir", "pulsed.lock", "grown")

@@ -1,6 +1,7 @@
 """The executor's scans of the open effects cost what is open, not the history: on a real events.db,
 open_effects and list_effects of open states read through the partial index effects_open, so a
-store with a hundred times more ended effects costs them no more SQLite steps. Pure: no daemon."""
+store with a hundred times more ended effects costs them no more SQLite steps; a listing of every
+state (`pulsectl effects`) reads only the rows it returns. Pure: no daemon."""
 
 from __future__ import annotations
 
@@ -68,3 +69,13 @@ def test_a_scan_of_the_open_effects_does_not_grow_with_the_ended_ones(stores, na
 def test_open_effects_refuses_a_state_that_is_not_open(stores):
     with pytest.raises(ValueError, match="acked"):
         effectqueue.open_effects(stores[0], EffectState.ACKED)
+
+
+def test_a_listing_of_every_state_reads_only_what_it_returns_newest_first(stores):
+    small, large = stores
+    listed = effectqueue.list_effects(large, limit=10)
+    newest = large.execute("SELECT id, state FROM effects ORDER BY created DESC LIMIT 10").fetchall()
+    assert [(e.id, state) for e, state, _ in listed] == newest
+    assert {state for _, state, _ in listed} == {EffectState.ACKED, EffectState.PENDING, EffectState.EXECUTING}
+    assert steps(large, lambda c: effectqueue.list_effects(c, limit=10)) <= \
+        steps(small, lambda c: effectqueue.list_effects(c, limit=10)) + 50     # a sort of every effect: thousands more

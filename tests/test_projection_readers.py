@@ -1,6 +1,6 @@
 """Readers of events.db that start from a projection's checkpoint, not from the first event: the gate's
-ledger (the executor's gate after a kill, an agent run's verdict), an agent's task tools, and the
-report's task titles. Each test checkpoints, then makes the history before the checkpoint's last event
+ledger (the executor's gate after a kill, an agent run's verdict), an agent's task tools, the
+report's task titles, and the web's task board. Each test checkpoints, then makes the history before the checkpoint's last event
 unavailable (deleted, as an archive would move it): a reader that folded from the first event answers
 without what it can no longer see, one that starts from the checkpoint answers as before. Pure: no daemon."""
 
@@ -119,3 +119,24 @@ def test_the_fleet_tasks_this_host_offered_are_listed_from_the_checkpoint(home):
     forget_before(conn, eventsdb.last_event_id(conn))
     assert taskview.fleet_views(conn, checkpoints) == by_events
     assert [v["status"] for v in by_events] == ["executing", "offered"]
+
+
+def test_the_web_task_board_starts_from_its_checkpoint_and_saves_one_at_a_clean_stop(home):
+    from pulse.web import pages, taskboard
+    path, conn = home
+    for n in range(3):
+        tasks.create(conn, "proj", f"title {n}", "do it")
+    tasks.record(conn, "task-1", "task-assigned", "test", agent="alice")
+    tasks.record(conn, "task-2", "task-closed", "test")
+    web = pages.Web(Paths.for_daemon(path), path / "web-token", 60.0)
+    first = web.task_board(conn)                                     # no checkpoint yet: a rebuild
+    assert {t.id: t.status for t in first.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "pending"}
+    web.save_checkpoints()                                           # the web worker's clean stop
+    assert projection.checkpoint_path(path / projection.DIRECTORY, taskboard.NAME).exists()
+    forget_before(conn, eventsdb.last_event_id(conn))
+    from pulse.core import wire
+    eventsdb.append_events(conn, [wire.now_event("task-closed", "test", "task-3", {})])     # after the checkpoint
+
+    again = pages.Web(Paths.for_daemon(path), path / "web-token", 60.0).task_board(conn)
+    assert {t.id: t.status for t in again.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "closed"}
+    assert again.counts == {"assigned": 1, "closed": 2} and again.stats == first.stats

@@ -155,14 +155,14 @@ def ended_and_open_tasks(n: int) -> list:
 
 
 def test_the_tasks_page_keeps_the_open_tasks_and_the_newest_ended_and_counts_them_all():
-    from pulse.web import pages
+    from pulse.web import taskboard
     history = ended_and_open_tasks(1_000)
-    board, everything = pages.new_task_board(), tasks.TaskBook()
+    board, everything = taskboard.new_task_board(), tasks.TaskBook()
     board.fold(history)
     everything.fold(history)
     fold = board.agents
-    assert len(fold.tasks) == 2 and len(fold.ended) == pages.SHOWN_ENDED
-    assert [t.id for t in fold.ended.values()] == [f"task-{k}" for k in range(1_000 - pages.SHOWN_ENDED + 1, 1_001)]
+    assert len(fold.tasks) == 2 and len(fold.ended) == taskboard.SHOWN_ENDED
+    assert [t.id for t in fold.ended.values()] == [f"task-{k}" for k in range(1_000 - taskboard.SHOWN_ENDED + 1, 1_001)]
     by_status: dict[str, int] = {}
     for state in everything.states.values():
         by_status[state.status] = by_status.get(state.status, 0) + 1

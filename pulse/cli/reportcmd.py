@@ -85,10 +85,9 @@ def _through_executor(ctx: Context, config, params: dict, wait_s: float):
 def report(ctx: Context, since: str | None, start: str | None, end: str | None, project: str | None,
            task: str | None, as_json: bool, html_path: str | None, analyst: str | None) -> None:
     """What happened on this host, judged: score, verdicts, issues, each citing its events."""
-    from pulse.core import config as configmod
     from pulse.report import analysis as analysismod
-    from pulse.report import render, reportrun
-    from pulse.store import connection, projection
+    from pulse.report import render
+    from pulse.store import archive, connection
     if as_json and html_path:
         raise click.UsageError("give --json or --html, not both")
     if task is not None:
@@ -109,23 +108,10 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
         _fail(str(err))
-    if agent is not None and _pulsed_running(ctx):
-        params = {"start": lo, "end": hi, "project": project, "task": task, "analyst": agent.name}
-        result = _through_executor(ctx, config, params, config.report.analyst_timeout_s + EFFECT_SLACK_S)
-        events, _ = reportrun.read(conn, lo, hi, project, task, checkpoints=ctx.home / projection.DIRECTORY)
-        by_id = {ev.id: ev for ev in events}
-    else:
-        effect_ctx = workdir = None
-        if agent is not None:
-            from pulse.effects.kinds import EffectContext
-            click.echo("pulsectl: pulsed is not running; the analyst agent runs from pulsectl", err=True)
-            effect_ctx = EffectContext(config=configmod.slice_of(config, "executor"), objects=ctx.paths.objects,
-                                       timeout_s=config.report.analyst_timeout_s, paths=ctx.paths)
-            workdir = ctx.home / "work" / "report"
-        result, by_id, _ = reportrun.make_report(
-            conn, lo, hi, project=project, task=task, agent=agent, ctx=effect_ctx, workdir=workdir,
-            timeout_s=config.report.analyst_timeout_s, max_events=config.report.analyst_max_events,
-            checkpoints=ctx.home / projection.DIRECTORY)
+    try:
+        result, by_id = _analysed(ctx, conn, config, agent, lo, hi, project, task)
+    except archive.SegmentError as err:      # refused, never half-read: the report would miss what it holds
+        _fail(f"{err}; run `pulsectl store check`")
     analysismod.check(result, set(by_id))          # never print a report that cites what is not there
     if result.fallback:
         click.echo(f"pulsectl: the agent's analysis was not used: {result.fallback}", err=True)
@@ -137,6 +123,31 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
         click.echo(render.text(result, html_path), nl=False)
     else:
         click.echo(render.text(result), nl=False)
+
+
+def _analysed(ctx: Context, conn, config, agent, lo: float, hi: float, project: str | None, task: str | None):
+    """(the analysis, the window's events by id): by pulsed's executor when an agent analyses and
+    pulsed runs, else here."""
+    from pulse.core import config as configmod
+    from pulse.report import reportrun
+    from pulse.store import projection
+    if agent is not None and _pulsed_running(ctx):
+        params = {"start": lo, "end": hi, "project": project, "task": task, "analyst": agent.name}
+        result = _through_executor(ctx, config, params, config.report.analyst_timeout_s + EFFECT_SLACK_S)
+        events, _ = reportrun.read(conn, lo, hi, project, task, checkpoints=ctx.home / projection.DIRECTORY)
+        return result, {ev.id: ev for ev in events}
+    effect_ctx = workdir = None
+    if agent is not None:
+        from pulse.effects.kinds import EffectContext
+        click.echo("pulsectl: pulsed is not running; the analyst agent runs from pulsectl", err=True)
+        effect_ctx = EffectContext(config=configmod.slice_of(config, "executor"), objects=ctx.paths.objects,
+                                   timeout_s=config.report.analyst_timeout_s, paths=ctx.paths)
+        workdir = ctx.home / "work" / "report"
+    result, by_id, _ = reportrun.make_report(
+        conn, lo, hi, project=project, task=task, agent=agent, ctx=effect_ctx, workdir=workdir,
+        timeout_s=config.report.analyst_timeout_s, max_events=config.report.analyst_max_events,
+        checkpoints=ctx.home / projection.DIRECTORY)
+    return result, by_id
 
 
 COMMANDS = [report]

@@ -33,7 +33,7 @@ from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_pro
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
 from pulse.report.analysis import Analysis, InvalidAnalysis, check, cited, decode, encode, schema
-from pulse.store import connection, eventsdb, projection
+from pulse.store import archive, connection, eventsdb, projection
 
 DAY_S = 86_400
 EVENT_LINE_CHARS = 240
@@ -58,10 +58,20 @@ def read(conn, start: float, end: float, project: str | None = None, task: str |
          checkpoints: Path) -> tuple[list, dict[str, tuple[str, str]]]:
     """The window's events in scope, and every task's (project, title): from the tasks projection
     under `checkpoints` (the home's), so a report does not read every task-created event since the
-    host began, and still names a task created long before the window."""
+    host began, and still names a task created long before the window. A window that reaches past
+    the live history reads the archive segments it meets (archive.SegmentError if one is unsound)."""
     from pulse.agents import tasks as taskmod
     tasks = {t.id: (t.project, t.title) for t in taskmod.load_all(conn, checkpoints).values()}
-    return analyst.in_scope(eventsdb.events_between(conn, start, end), tasks, project, task), tasks
+    return analyst.in_scope(window_events(conn, start, end), tasks, project, task), tasks
+
+
+def window_events(conn, start: float, end: float) -> list:
+    """Every event stamped within [start, end], oldest first: the archived ones, then the live ones."""
+    live = eventsdb.events_between(conn, start, end)
+    first_live = eventsdb.first_live_id(conn)
+    if first_live == 1 or start >= (eventsdb.event_ts(conn, first_live) or 0):
+        return live                       # nothing moved, or the window starts in the live history
+    return archive.events_between(conn, start, end) + live
 
 
 def deterministic(events: Sequence, tasks: dict, start: float, end: float, project: str | None = None,
@@ -262,6 +272,8 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
             conn, start, end, project=params.project, task=params.task, agent=agent, ctx=ctx,
             workdir=home / "work" / "report", timeout_s=ctx.config.report.analyst_timeout_s,
             max_events=ctx.config.report.analyst_max_events, checkpoints=home / projection.DIRECTORY)
+    except archive.SegmentError as err:
+        raise EffectFailed("bad-archive", f"{err}; run `pulsectl store check`") from None
     finally:
         conn.close()
     try:

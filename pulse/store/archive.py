@@ -9,8 +9,9 @@ its events from events.db, and the row holds the file's sha256. A reader reads o
 manifest names, so a file left by an interrupted move is never read twice with the live rows, and
 a file that fails its checksum is refused (SegmentError), never half-read.
 
-The readers here serve the listings that reach past the live history (`pulsectl events`,
-`task show`, a projection's rebuild); everything else reads the live rows only.
+The readers here serve what reaches past the live history (`pulsectl events`, `task show`, a
+projection's rebuild, the report's window, the events page); each reads only the segments the
+manifest says may hold what it asks for.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -192,6 +193,52 @@ def events_since(conn: sqlite3.Connection, since_ts: float, types: Sequence[str]
         if len(out) >= limit:
             return out[:limit]
     return out
+
+
+def events_between(conn: sqlite3.Connection, start_ts: float, end_ts: float) -> list[Event]:
+    """The archived events stamped within [start_ts, end_ts], oldest first (the report's window):
+    only the segments whose span meets the window are read."""
+    directory = directory_of(conn)
+    return [e for seg in archived(conn) if seg.last_ts >= start_ts and seg.first_ts <= end_ts
+            for e in read_segment(directory, seg) if start_ts <= e.ts <= end_ts]
+
+
+def newest_matching(conn: sqlite3.Connection, match: Callable[[Event], bool], limit: int, *,
+                    before_id: int | None = None, types: Sequence[str] = (), since_ts: float | None = None,
+                    max_segments: int) -> tuple[list[Event], int | None]:
+    """Up to `limit` archived events before `before_id` that `match`, newest first (the events
+    page). Segments are read newest first, at most `max_segments` of them, so a search that finds
+    little costs a bounded read rather than the whole archive; those the manifest shows hold none of
+    `types`, or end before `since_ts`, are skipped unread. Also returns where a search cut short by
+    `max_segments` stopped (the id below which it did not look: the next page goes on from there),
+    else None."""
+    directory = directory_of(conn)
+    wanted = frozenset(types)
+    out: list[Event] = []
+    read = 0
+    for seg in reversed(archived(conn)):
+        if len(out) >= limit:
+            break
+        if before_id is not None and seg.first_id >= before_id:
+            continue
+        if since_ts is not None and seg.last_ts < since_ts:
+            continue
+        if wanted and not wanted.intersection(seg.counts):
+            continue
+        if read == max_segments:
+            return out, seg.last_id + 1
+        read += 1
+        out += [e for e in reversed(read_segment(directory, seg))
+                if (before_id is None or e.id < before_id) and match(e)][:limit - len(out)]
+    return out, None
+
+
+def event_by_id(conn: sqlite3.Connection, event_id: int) -> Event | None:
+    """One archived event, from the segment whose range holds it, or None if none does."""
+    seg = next((s for s in archived(conn) if s.first_id <= event_id <= s.last_id), None)
+    if seg is None:
+        return None
+    return next((e for e in read_segment(directory_of(conn), seg) if e.id == event_id), None)
 
 
 # -- sizes (status, /metrics) ----------------------------------------------------------------------------

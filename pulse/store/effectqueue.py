@@ -190,18 +190,21 @@ def effect_why(conn: sqlite3.Connection, effect_id: str) -> str | None:
 
 def list_effects(conn: sqlite3.Connection, states: Sequence[str] = (),
                  limit: int = 100) -> list[tuple[Effect, str, str | None]]:
-    """(effect, state, why it failed or expired), newest first; all states unless `states` is given."""
-    where = f"WHERE {_states_term(states)}" if states else ""
-    rows = conn.execute(f"SELECT body, state, why FROM effects {where} ORDER BY created DESC LIMIT ?",
+    """(effect, state, why it failed or expired), newest first; all states (recent_effects) unless
+    `states` is given."""
+    if not states:
+        return recent_effects(conn, limit)
+    rows = conn.execute(f"SELECT body, state, why FROM effects WHERE {_states_term(states)} ORDER BY created DESC LIMIT ?",
                         (*states, limit))
     return [(_effect(r[0]), r[1], r[2]) for r in rows]
 
 
 def recent_effects(conn: sqlite3.Connection, limit: int = 100) -> list[tuple[Effect, str, str | None]]:
-    """list_effects' answer for all states (newest first) among the last `limit` effects committed.
-    It walks the table's own order (rowid, the order of commit) back from its end, so it reads
-    `limit` rows whatever the history's length; ordering by `created`, which no index holds, scans
-    and sorts every effect ever committed (the page's overview asks four times a second)."""
+    """The last `limit` effects committed, of every state, newest first. It walks the table's own
+    order (rowid, the order of commit, which is the order of `created`: an effect is stamped just
+    before its commit) back from its end, so it reads `limit` rows whatever the history's length;
+    ordering by `created`, which no index holds, scans and sorts every effect ever committed (the
+    page's overview asks four times a second; on 1.2 M effects `pulsectl effects` took seconds)."""
     rows = conn.execute("SELECT body, state, why FROM effects ORDER BY rowid DESC LIMIT ?", (limit,)).fetchall()
     effects = [(_effect(r[0]), r[1], r[2]) for r in rows]
     return sorted(effects, key=lambda row: row[0].created, reverse=True)

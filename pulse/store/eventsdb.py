@@ -285,6 +285,19 @@ def search_events(conn: sqlite3.Connection, *, types: Sequence[str] = (), source
     return [_row_event(r) for r in conn.execute(sql, args)]
 
 
+def search_match(*, types: Sequence[str] = (), source: str | None = None, target: str | None = None,
+                 since_ts: float | None = None, text: str | None = None) -> Callable[[Event], bool]:
+    """search_events' filters as a test of one event (the archived events, which SQL cannot see)."""
+    wanted, needle = frozenset(types), (text or "").lower()
+
+    def match(ev: Event) -> bool:
+        return ((not wanted or ev.type in wanted) and (not source or ev.source == source)
+                and (not target or ev.target == target) and (since_ts is None or ev.ts >= since_ts)
+                and (not needle or needle in f"{ev.type} {ev.source} {ev.target or ''} "
+                                             f"{_json.encode(ev.data).decode()}".lower()))
+    return match
+
+
 def event_by_id(conn: sqlite3.Connection, event_id: int) -> Event | None:
     row = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE id = ?", (event_id,)).fetchone()
     return _row_event(row) if row else None

@@ -264,8 +264,11 @@ class Folded(Generic[S]):
         if self.state is None:
             self.start()
         upto = eventsdb.last_event_id(self.conn)
-        if self.last_id == 0 and upto and (moved := eventsdb.first_live_id(self.conn) - 1):
-            self.last_id = self.fold_archive(moved)    # the oldest events left events.db: fold them first
+        moved = eventsdb.first_live_id(self.conn) - 1 if upto else 0
+        if self.last_id < moved:
+            # What it has not folded left events.db: at a rebuild, or for a reader left idle past
+            # the day after which retention no longer waits for its checkpoint. Fold those first.
+            self.last_id = self.fold_archive(moved)
         elif self.last_id == 0 and self.projection.rebuild is not None and upto:
             self.state, self.last_id = self.projection.rebuild(self.conn, upto), upto
         while self.last_id < upto:
@@ -279,16 +282,18 @@ class Folded(Generic[S]):
         return self.state
 
     def fold_archive(self, upto: int) -> int:
-        """A rebuild's first part: the events through `upto`, which moved to archive segments
-        (pulse.store.archive), folded segment by segment. A segment that cannot be read (it fails its
-        checksum) is said in the log and skipped: the worker keeps running on what the rest holds."""
-        wanted = frozenset(self.projection.types)
+        """The events after last_id through `upto`, which moved to archive segments (pulse.store.archive),
+        folded segment by segment: a rebuild's first part, or what moved while a reader was idle. A
+        segment that cannot be read (it fails its checksum) is said in the log and skipped: the worker
+        keeps running on what the rest holds."""
+        wanted, after = frozenset(self.projection.types), self.last_id
         directory = archive.directory_of(self.conn)
         for seg in archive.archived(self.conn):
-            if seg.first_id > upto or (wanted and not wanted.intersection(seg.counts)):
+            if seg.first_id > upto or seg.last_id <= after or (wanted and not wanted.intersection(seg.counts)):
                 continue
             try:
-                events = [e for e in archive.read_segment(directory, seg) if not wanted or e.type in wanted]
+                events = [e for e in archive.read_segment(directory, seg)
+                          if e.id > after and (not wanted or e.type in wanted)]
             except archive.SegmentError as err:
                 log.error("%s: rebuilt without events %d-%d: %s", self.projection.name, seg.first_id, seg.last_id, err)
                 continue

@@ -17,7 +17,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 from sse_starlette.sse import EventSourceResponse
@@ -33,7 +33,7 @@ from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
 from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.store.commitwatch import CommitWatch
-from pulse.web import auth
+from pulse.web import auth, taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, Counts, MetricsFold, effect_why, exposition
 
 PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
@@ -46,6 +46,7 @@ POINTS = 240                      # a chart's points, whatever its window
 LIVE_S = 0.25                     # how often the overview's stream asks pulsed and the stores for news
 TAIL_S = 1.0                      # the events tail looks at least this often (it wakes on each commit)
 EVENTS_PAGE = 100                 # events a page of /events lists; "older" pages back through the rest
+ARCHIVE_SEGMENTS_PER_PAGE = 8     # archive segments one page of /events may read: a bounded answer for a rare match
 OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
 
 
@@ -94,7 +95,7 @@ class Web:
         self.counting = threading.Lock()     # one fold at a time: the warm-up, or a scrape
         self.diffs: dict[tuple[str, str], str] = {}   # (before, after) → diff summary: commits never change
         self.agents: list[Agent] = []        # set by make_app
-        self.board = None                    # the tasks page's fold, made at its first request (task_board)
+        self.board: Any = None               # the tasks page's Folded projection, made at its first request (task_board)
         self.boarding = threading.Lock()
         self.commits = Commits(paths.events_db)
         self.store: Any = None               # the [store] table (make_app)
@@ -131,27 +132,26 @@ class Web:
             return self.counts
 
     def save_checkpoints(self) -> None:
-        """Write the counts' checkpoint now (a clean stop): the next start folds only what comes after."""
-        with self.counting:
-            if self.metrics.folded is None:
-                return
-            events = self.events()
-            try:
-                self.metrics.folded.conn = events
-                self.metrics.save()
-            finally:
-                events.close()
+        """Write the counts' and the task board's checkpoints now (a clean stop): the next start folds
+        only what comes after."""
+        for lock, folded in ((self.counting, lambda: self.metrics.folded), (self.boarding, lambda: self.board)):
+            with lock:
+                if folded() is None:
+                    continue
+                events = self.events()
+                try:
+                    folded().conn = events
+                    folded().save()
+                finally:
+                    events.close()
 
     def task_board(self, conn):
-        """The tasks page's fold (see new_task_board), caught up on `conn`; a copy to read outside the lock."""
-        from pulse.agents import tasks
+        """The tasks page's fold (pulse.web.taskboard), caught up on `conn`: at the first request from
+        its checkpoint, then by what is new; a copy to read outside the lock."""
         with self.boarding:
             if self.board is None:
-                self.board = new_task_board()
-            tasks.catch_up(conn, self.board)
-            fold = self.board.agents          # its states are replaced, never changed; its stats are copied
-            return TaskBoardView(fold.shown(), fold.counts(),
-                                 {name: msgspec.structs.replace(s) for name, s in fold.stats.items()})
+                self.board = projection.Folded(taskboard.PROJECTION, conn, self.paths.home / projection.DIRECTORY)
+            return taskboard.view(self.board.catch_up(conn))
 
     spend_limits: tuple[list, Any] = ([], None)
     schedules: Sequence[Any] = ()
@@ -188,61 +188,6 @@ def read_connection(path: Path):
     conn = connection.open_readonly(path)
     conn.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")
     return conn
-
-
-# The tasks page: it folded every task event ever, and listed every task ever, on each
-# request; its answer and the memory the fold left grew with the history. The web worker now keeps one
-# fold, caught up by what is new, that holds the open tasks and only the newest SHOWN_ENDED that ended.
-SHOWN_ENDED = 100                 # ended tasks (closed, given up) the tasks page lists, newest first; all are counted
-
-
-class TaskBoardView(NamedTuple):
-    shown: list                       # the open tasks and the newest ended ones (TaskState)
-    counts: dict[str, int]            # tasks by status, every one that ever ended included
-    stats: dict                       # agent → AgentCapabilityStats
-
-
-def new_task_board():
-    """A TaskBook whose fold is a TaskBoard: the page's tasks, caught up with tasks.catch_up."""
-    from pulse.agents import tasks
-
-    class TaskBoard(tasks.AgentStatsFold):
-        """The open tasks, the newest SHOWN_ENDED that ended and how many ended in each status, and each
-        agent's counts (exact: an ended task's run is counted before it is dropped); its memory follows
-        the open tasks, not the history."""
-
-        def __init__(self) -> None:
-            super().__init__(forget_ended=True)
-            self.ended: dict[str, wire.TaskState] = {}           # task id → its final state, oldest first
-            self.ended_counts: dict[str, int] = {}
-
-        def forget_if_ended(self, task: str) -> None:
-            state = self.tasks.get(task)
-            if state is None:
-                return
-            if state.status not in tasks.ENDED:
-                if task in self.ended:       # retried by the operator: open again
-                    self.ended_counts[self.ended.pop(task).status] -= 1
-                return
-            del self.tasks[task]
-            self.ended_counts[state.status] = self.ended_counts.get(state.status, 0) + 1
-            self.ended.pop(task, None)
-            self.ended[task] = state
-            if len(self.ended) > SHOWN_ENDED:
-                del self.ended[next(iter(self.ended))]
-
-        def shown(self) -> list:
-            return [*self.tasks.values(), *self.ended.values()]
-
-        def counts(self) -> dict[str, int]:
-            out = dict(self.ended_counts)
-            for state in self.tasks.values():
-                out[state.status] = out.get(state.status, 0) + 1
-            return out
-
-    book = tasks.TaskBook()
-    book.agents = TaskBoard()
-    return book
 
 
 # -- the guard ----------------------------------------------------------------------------------------
@@ -332,9 +277,13 @@ def page(name: str):
 async def event_page(request: Request) -> Response:
     web: Web = request.app.state.web
     try:
-        ev = await run_in_threadpool(web.read, lambda c: eventsdb.event_by_id(c, int(request.path_params["id"])))
+        wanted = int(request.path_params["id"])
+        ev = await run_in_threadpool(web.read, lambda c: eventsdb.event_by_id(c, wanted) or archive.event_by_id(c, wanted))
     except ValueError:
         ev = None
+    except archive.SegmentError as err:
+        return shell(request, "events", f'<section><h2>Event unreadable</h2><p>{html.escape(str(err))}; run '
+                                        '<code>pulsectl store check</code></p></section>')
     if ev is None:
         return shell(request, "events", '<section><h2>No such event</h2></section>')
     # the time as a <time> the script shows in the page's one format; a task's id links to its page
@@ -473,10 +422,20 @@ def events_view(web: Web, request: Request) -> dict:
 
     def read(conn):
         found = eventsdb.search_events(conn, **filters, before_id=before, limit=EVENTS_PAGE + 1)
+        resume, error = None, None
+        if len(found) <= EVENTS_PAGE:         # the live history has no more: go on into the archive
+            try:
+                past, resume = archive.newest_matching(
+                    conn, eventsdb.search_match(**filters), EVENTS_PAGE + 1 - len(found), before_id=before,
+                    types=filters["types"], since_ts=filters["since_ts"], max_segments=ARCHIVE_SEGMENTS_PER_PAGE)
+                found += past
+            except archive.SegmentError as err:
+                error = f"{err}; run `pulsectl store check`"
         shown = found[:EVENTS_PAGE]
-        return {"events": [as_json(e) for e in shown], "types": sorted(wire.EVENT_TYPES),
+        view = {"events": [as_json(e) for e in shown], "types": sorted(wire.EVENT_TYPES),
                 "last_id": eventsdb.last_event_id(conn), "before": before,
-                "older": shown[-1].id if len(found) > EVENTS_PAGE else None}
+                "older": shown[-1].id if len(found) > EVENTS_PAGE else resume}
+        return {**view, "error": error} if error else view
     return web.read(read)
 
 
@@ -557,7 +516,7 @@ async def api_tasks(request: Request) -> Response:
                    "cost_usd": s.cost_usd if s.runs_with_cost else None}
                   for name, s in sorted(board.stats.items())]
         history = eventsdb.last_events(conn, 100, wire.TASK_EVENTS)
-        return {"by_status": by_status, "counts": board.counts, "shown_ended": SHOWN_ENDED, "agents": agents,
+        return {"by_status": by_status, "counts": board.counts, "shown_ended": taskboard.SHOWN_ENDED, "agents": agents,
                 "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
