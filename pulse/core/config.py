@@ -407,8 +407,12 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     task_projects: list[str] | None = None
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # this agent's limits; default: none
     # the cost a run is expected to have, reserved before it starts; unset: the median of the
-    # agent's last 10 runs that reported a cost (none yet: 0)
+    # agent's last 10 runs that reported a cost (none yet: 0). With [telemetry] on, a run whose reported
+    # cost reaches it (or what was left under its budget when it started) is ended, reason over-budget
     max_run_usd: float | None = None
+    # with [telemetry] on: a run that reported more API requests, or more tool calls, than this in the
+    # last minute is in a loop and is ended, reason loop; unset (the default): no loop is looked for
+    loop_per_min: int | None = None
     # -- the run's own account (issue 20) --
     # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
     # (pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN); unset (the default): pulsed's own user
@@ -1279,6 +1283,8 @@ def validate_agents(config: Config, origin: str) -> None:
             raise ConfigError(f"{where}.stall_s must be greater than 0 and below its timeout_s ({agent.timeout_s})")
         if agent.concurrency < 1:
             raise ConfigError(f"{where}.concurrency must be at least 1")
+        if agent.loop_per_min is not None and agent.loop_per_min < 1:
+            raise ConfigError(f"{where}.loop_per_min must be at least 1 (unset: no loop guard), got {agent.loop_per_min}")
         problem = adapter_problem(agent)
         if problem:
             raise ConfigError(f"{where}.{problem}")
@@ -1560,6 +1566,7 @@ def default_toml() -> str:
         "# env = {}",
         "# timeout_s = 1800.0",
         "# stall_s = 300.0                         # silent this long (no output, no telemetry): ended, stalled",
+        "# loop_per_min = 120                      # more API requests or tool calls a minute: ended, loop",
         "# concurrency = 1",
         "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",
