@@ -533,6 +533,12 @@ class Telemetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                                               # callers without the token get half of it
     flush_s: float = 5                        # what was folded goes to events.db this often
     max_sources: int = 32                     # runs and sessions counted per flush; others' records dropped, counted
+    # Pulse's own runs, out: each ended run as GenAI trace spans (invoke_agent, execute_tool per gate
+    # call), POSTed as OTLP/HTTP protobuf to <export>/v1/traces; unset (the default): nothing is sent
+    export: str | None = None                 # http(s)://host:port of a collector (path prefix allowed)
+    export_headers: dict[str, str] = msgspec.field(default_factory=dict)   # e.g. Authorization; never shown
+    export_queue: int = 1000                  # runs waiting to be sent; full: the oldest dropped, counted
+    export_give_up_s: float = 60              # a run not sent this long (collector down): dropped, counted
 
 
 # -- [fleet]: this host among others, over NATS JetStream (pulse.workers.fleet) --------------------
@@ -599,10 +605,13 @@ HIDDEN = "(hidden)"
 
 def without_secrets(config: "Config") -> "Config":
     """`config` fit to show (`pulsectl config --effective`, the control socket): the fleet's token
-    replaced; the creds and seed are files, named by path, never read here."""
-    if config.fleet.token is None:
-        return config
-    return msgspec.structs.replace(config, fleet=msgspec.structs.replace(config.fleet, token=HIDDEN))
+    and the export's header values replaced; the creds and seed are files, named by path, never read here."""
+    if config.fleet.token is not None:
+        config = msgspec.structs.replace(config, fleet=msgspec.structs.replace(config.fleet, token=HIDDEN))
+    if config.telemetry.export_headers:
+        config = msgspec.structs.replace(config, telemetry=msgspec.structs.replace(
+            config.telemetry, export_headers={k: HIDDEN for k in config.telemetry.export_headers}))
+    return config
 
 
 class PulseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1370,6 +1379,10 @@ def validate_web(web: Web, origin: str) -> None:
             raise ConfigError(f"{origin}: $.web: listening on {host} beyond this host needs tls_cert and tls_key")
 
 
+EXPORT_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")     # an HTTP token (RFC 9110)
+
+
 def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
     try:
         listen_address(telemetry.listen)
@@ -1380,6 +1393,15 @@ def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
             raise ConfigError(f"{origin}: $.telemetry.{key} must be at least 1, got {getattr(telemetry, key)}")
     if telemetry.requests_per_s <= 0 or telemetry.flush_s <= 0:
         raise ConfigError(f"{origin}: $.telemetry: requests_per_s and flush_s must be greater than 0")
+    if telemetry.export is not None and not EXPORT_URL.fullmatch(telemetry.export):
+        raise ConfigError(f"{origin}: $.telemetry.export: {telemetry.export!r} is not an http:// or https:// "
+                          "collector address (like http://127.0.0.1:4318)")
+    for name, value in telemetry.export_headers.items():
+        if not HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
+            raise ConfigError(f"{origin}: $.telemetry.export_headers: {name!r} is not a header name, or its "
+                              "value has a line break")
+    if telemetry.export_queue < 1 or telemetry.export_give_up_s <= 0:
+        raise ConfigError(f"{origin}: $.telemetry: export_queue must be at least 1 and export_give_up_s above 0")
     if telemetry.queue_kb < 2 * telemetry.max_body_kb:
         raise ConfigError(f"{origin}: $.telemetry.queue_kb must hold at least two bodies of max_body_kb "
                           f"({telemetry.max_body_kb}; half of it is for callers without the token), got {telemetry.queue_kb}")
@@ -1496,6 +1518,8 @@ def default_toml() -> str:
         lines.append("# " + line if line else line)
         if line == "[pulse]":
             lines.append("# name = \"<the home's folder name>\"   # this instance among the host's Pulses")
+        if line == "[telemetry]":
+            lines.append('# export = "http://127.0.0.1:4318"   # a collector for Pulse\'s runs as OTLP traces; unset: none')
     lines += [
         "",
         "# A critical process, watched and restarted (repeat the table for more):",

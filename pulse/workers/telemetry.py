@@ -15,6 +15,10 @@ read only up to the limit. What is decoded waits in a queue bounded by queue_kb 
 which folds it; the facts a flush writes are at most max_sources, so at most
 max_sources * 60 / flush_s events a minute (32 * 12 = 384 by default), whatever is sent.
 
+With `[telemetry] export`, every run that ended (task-acked, task-failed) is sent on to the
+operator's collector as GenAI trace spans (pulse.agents.runspans), by a thread of its own with a
+bounded queue (pulse.workers.otlpexport): a collector that is down costs a counter, never a wait.
+
 Not core, like the web worker: uvicorn serves in a thread of its own, and the main loop heartbeats
 only while that server's loop turns. Where it listens goes to the runtime directory
 (`telemetry.json`), for the executor to hand each run.
@@ -287,6 +291,7 @@ class TelemetryWorker(Worker):
             self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
         self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "otlp-server")
+        self.exporter, self.export_after = self.open_export(settings), eventsdb.last_event_id(self.db)
         self.publish_address()
         self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
 
@@ -330,7 +335,40 @@ class TelemetryWorker(Worker):
     def on_timer(self, now: float) -> None:
         if now >= self.next_flush:
             self.flush()
+            self.export_runs()
             self.next_flush = time.monotonic() + self.flush_s
+
+    def open_export(self, settings: configmod.Telemetry):
+        """The exporter of Pulse's runs to the operator's collector ([telemetry] export), or None."""
+        if settings.export is None:
+            return None
+        from pulse.agents import runspans
+        from pulse.workers.otlpexport import Exporter
+        resource = {"service.name": "pulse", "service.instance.id": f"{socket.gethostname()}:{self.paths.home.name}",
+                    "host.name": socket.gethostname()}
+        return Exporter(settings.export, settings.export_headers,
+                        lambda batch: runspans.export_request(batch, resource),
+                        settings.export_queue, settings.export_give_up_s).start()
+
+    def export_runs(self) -> None:
+        """Runs that ended since the last look, offered to the exporter (which never makes this wait)."""
+        from pulse.agents import runspans
+        if self.exporter is None:
+            return
+        try:
+            ends = eventsdb.read_events(self.db, after_id=self.export_after, types=runspans.RUN_ENDS, limit=200)
+        except Exception as err:        # a busy store: next time
+            self.log.warning("ended runs not read for export: %s", err)
+            return
+        for ev in ends:
+            self.export_after = ev.id
+            try:
+                run = runspans.read_run(self.db, ev)
+            except Exception as err:    # one run's facts unreadable: that run is not sent, the others are
+                self.log.warning("run of event %d not exported: %s: %s", ev.id, type(err).__name__, err)
+                continue
+            if run is not None:
+                self.exporter.offer(runspans.spans(run))
 
     def flush(self) -> None:
         """One fact per run or session heard from since the last flush (and what a failed write kept)."""
@@ -349,13 +387,16 @@ class TelemetryWorker(Worker):
 
     def status_extras(self) -> dict:
         return {"url": self.url(), "token_required": self.remote, "facts": self.written,
-                "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts)}
+                "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts),
+                **({"export": self.exporter.status()} if self.exporter is not None else {})}
 
     def healthy(self) -> bool:
         return self.serving.healthy()
 
     def close(self) -> None:
         self.serving.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
         try:
             self.paths.telemetry_file.unlink()
         except FileNotFoundError:
