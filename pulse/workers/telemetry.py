@@ -320,7 +320,7 @@ class TelemetryWorker(Worker):
         while (item := self.receiver.next_message()) is not None:
             signal, message, room, known = item
             try:
-                getattr(self.fold, signal)(message, now)
+                self.fold.fold(signal, message, now, known)
             except Exception as err:              # a decoded request the fold cannot read: dropped, said
                 self.log.warning("an OTLP %s request was not folded: %s: %s", signal, type(err).__name__, err)
             finally:
