@@ -6,6 +6,7 @@ MCP client (`pulsectl mcp`), reports through the official OTel SDK, and prints C
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 import threading
@@ -222,3 +223,28 @@ def test_a_failed_runs_blocked_and_unfinished_calls_are_error_spans_under_its_ow
                                 ("execute_tool emit_effect", "blocked", "FSM_BLOCKED", int(100.7 * 1e9))]
     assert all(s.parent_span_id == root.span_id and s.status.code == s.status.STATUS_CODE_ERROR for s in tools)
     assert runspans.spans(runspans.run_end(end))[0].trace_id == root.trace_id     # the same run: the same trace
+
+
+@pytest.mark.parametrize("toml, says", [
+    ('[telemetry]\nexport = "http://127.0.0.1:4318"\n', "set enabled = true too"),
+    ('[telemetry]\nenabled = true\nexport = "127.0.0.1:4318"\n', "not an http:// or https:// collector"),
+    ('[telemetry]\nenabled = true\nexport = "http://c:4318"\nexport_headers = { "Bad Name" = "x" }\n',
+     "'Bad Name' is not a header name"),
+    ('[telemetry]\nenabled = true\nexport = "http://c:4318"\nexport_headers = { X-Token = "a\\r\\nInjected: 1" }\n',
+     "has a line break"),
+    ('[telemetry]\nenabled = true\nexport = "http://c:4318"\nexport_queue = 0\n', "export_queue must be at least 1"),
+    ('[[agent]]\nname = "a"\nargv = ["true"]\nloop_per_min = 0\n', "loop_per_min must be at least 1"),
+])
+def test_bad_export_and_loop_settings_are_refused_saying_where(toml, says):
+    from pulse.core import config as configmod
+    with pytest.raises(configmod.ConfigError, match=re.escape(says)):
+        configmod.validate(configmod.decode(toml, "config.toml"), "config.toml")
+
+
+def test_the_exports_header_values_are_never_shown():
+    from pulse.core import config as configmod
+    config = configmod.decode('[telemetry]\nenabled = true\nexport = "https://collector.example:4318/otlp"\n'
+                              'export_headers = { Authorization = "Bearer s3cret" }\n', "config.toml")
+    shown = configmod.to_toml(configmod.without_secrets(config))
+    assert "s3cret" not in shown and "Authorization" in shown
+    assert config.telemetry.export_headers == {"Authorization": "Bearer s3cret"}     # what the worker uses

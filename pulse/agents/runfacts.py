@@ -82,7 +82,10 @@ class RunFacts:
 
     def close(self) -> None:
         if self.conn is not None:
-            self.conn.close()
+            try:
+                self.conn.close()
+            except sqlite3.Error as err:      # another thread's (a watch that outlived its stop)
+                log.debug("run %s: telemetry facts' connection not closed here: %s", self.run, err)
             self.conn = None
 
 

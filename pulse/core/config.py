@@ -1393,6 +1393,9 @@ def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
             raise ConfigError(f"{origin}: $.telemetry.{key} must be at least 1, got {getattr(telemetry, key)}")
     if telemetry.requests_per_s <= 0 or telemetry.flush_s <= 0:
         raise ConfigError(f"{origin}: $.telemetry: requests_per_s and flush_s must be greater than 0")
+    if telemetry.export is not None and not telemetry.enabled:
+        raise ConfigError(f"{origin}: $.telemetry.export: set enabled = true too (the telemetry worker sends "
+                          "the runs), or remove export")
     if telemetry.export is not None and not EXPORT_URL.fullmatch(telemetry.export):
         raise ConfigError(f"{origin}: $.telemetry.export: {telemetry.export!r} is not an http:// or https:// "
                           "collector address (like http://127.0.0.1:4318)")

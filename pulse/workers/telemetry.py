@@ -46,6 +46,7 @@ SIGNALS = ("logs", "metrics", "traces")
 MAX_CONNECTIONS = 64          # uvicorn answers 503 past this many at once
 KEEP_ALIVE_S = 5
 ARENAS = 2                    # malloc arenas (the server's loop, the main loop): see pulse.workers.webserver
+EXPORT_PER_FLUSH = 20        # ended runs read and offered to the exporter per flush at most
 TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
 
 
@@ -356,7 +357,9 @@ class TelemetryWorker(Worker):
         if self.exporter is None:
             return
         try:
-            ends = eventsdb.read_events(self.db, after_id=self.export_after, types=runspans.RUN_ENDS, limit=200)
+            # a few a flush: each reads its run's facts, and this loop must keep heartbeating
+            ends = eventsdb.read_events(self.db, after_id=self.export_after, types=runspans.RUN_ENDS,
+                                        limit=EXPORT_PER_FLUSH)
         except Exception as err:        # a busy store: next time
             self.log.warning("ended runs not read for export: %s", err)
             return
