@@ -57,7 +57,7 @@ def test_claude_code_reports_tokens_requests_and_tool_calls_while_it_runs(pulsed
     assert {(f["task"], f["agent"]) for f in facts()} == {(task, "claude-code")}
     assert sum(f["tokens"].get("input", 0) for f in facts()) > 0
     assert ended["type"] == "task-acked", ended
-    # it sent the receiver's token (x-pulse-token in OTEL_EXPORTER_OTLP_HEADERS), as the adapter set it
+    # it sent its run's token (x-pulse-token and x-pulse-run in OTEL_EXPORTER_OTLP_HEADERS), as the adapter set it
     assert pulsed.status().telemetry["requests"].get("with_token", 0) >= 1, pulsed.status().telemetry
     # once its last export is in, the run's facts add up to what the CLI itself reported at its end
     said = ended["data"]["result"]

@@ -92,7 +92,7 @@ def post(url: str, path: str, body: bytes, headers: dict) -> tuple[int, bytes]:
 
 
 def as_a_run(pulsed: Pulsed) -> dict:
-    """The header every run Pulse starts sends: the receiver's token."""
+    """The receiver's own token (the operator's senders): it may speak for any run."""
     return {"X-Pulse-Token": (pulsed.home / "telemetry.token").read_text().strip()}
 
 
@@ -143,6 +143,15 @@ def test_a_runs_tokens_cost_and_calls_become_facts(receiver):
     wait_for(lambda: summed(pulsed, "session:s-forged")["cost_usd"] == 100.0, 10, 0.1, what="the anonymous session")
     assert facts(pulsed, "eff-forged") == []
     assert "run" not in facts(pulsed, "session:s-forged")[0]
+    # A run's own token (what every run Pulse starts sends) speaks for that run, and for no other.
+    from pulse.agents.otel import run_token
+    secret = (pulsed.home / "telemetry.token").read_text().strip()
+    as_a = {"X-Pulse-Token": run_token(secret, "eff-a"), "X-Pulse-Run": "eff-a"}
+    send_logs(url, resource(**{"pulse.run.id": "eff-a"}), [("claude_code.api_request", {"session.id": "s-a"})], as_a)
+    send_logs(url, resource(**{"pulse.run.id": "eff-b"}), [("claude_code.api_request", {"session.id": "s-b"})], as_a)
+    wait_for(lambda: summed(pulsed, "eff-a")["api_requests"] == 1 and summed(pulsed, "session:s-b")["api_requests"] == 1,
+             10, 0.1, what="run a's record as its own, and its record tagged b as a session")
+    assert facts(pulsed, "eff-b") == []
 
 
 @pytest.mark.daemon
@@ -290,10 +299,10 @@ def test_a_claude_code_run_is_pointed_at_the_receiver_and_tagged_unless_its_env_
     assert inv.env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and inv.env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
     assert inv.env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf" and "OTEL_EXPORTER_OTLP_HEADERS" not in inv.env
     assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-1,pulse.task.id=task-3,pulse.agent=claude"
-    # the receiver's token, by the environment
+    # the run's token and which run it is for, by the environment
     adapter, agent, inv = claude_invocation()
     adapter.report_to(inv, Receiver("http://10.0.0.5:4318", "tok", tags), agent.env)
-    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok"
+    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok,x-pulse-run=eff-1"
     # the operator's own exporter wins; the run is still tagged, after the operator's attributes
     own = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_RESOURCE_ATTRIBUTES": "team=infra"}
     adapter, agent, inv = claude_invocation(own)
@@ -314,7 +323,8 @@ def test_a_codex_run_gets_its_otel_exporter_as_a_config_override_and_the_token_o
     at = inv.argv.index("exec") + 1
     assert inv.argv[at:at + 2] == ["-c", 'otel.exporter={"otlp-http" = {"endpoint" = "http://127.0.0.1:4318/v1/logs", '
                                          '"protocol" = "binary"}}']
-    assert not any("tok" in a for a in inv.argv) and inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok"
+    assert not any("tok" in a for a in inv.argv)
+    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok,x-pulse-run=eff-2"
     assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-2"
 
 

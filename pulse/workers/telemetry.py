@@ -8,8 +8,8 @@ or not), decodes them with opentelemetry-proto, and folds them (pulse.sensing.ot
 
 Bounded, in this order, before a body is read: the caller (beyond loopback: the token), the rate
 (a token bucket: 429 with Retry-After), the declared size (Content-Length over max_body_kb: 413,
-nothing read), the queue's room (503: OTLP exporters retry it). Callers with the token (every run
-Pulse starts gets it) have a bucket of their own and the whole queue, the others half of it: an
+nothing read), the queue's room (503: OTLP exporters retry it). Callers with a token (the receiver's,
+or a run's own, derived from it: pulse.agents.otel.run_token) have a bucket of their own and the whole queue, the others half of it: an
 anonymous local flood cannot starve a run's telemetry and so get a quiet run ended as stalled. A body without a Content-Length is
 read only up to the limit. What is decoded waits in a queue bounded by queue_kb for the main loop,
 which folds it; the facts a flush writes are at most max_sources, so at most
@@ -101,7 +101,7 @@ class Receiver:
         self.max_body = settings.max_body_kb * 1024
         self.queue_cap = settings.queue_kb * 1024
         self.token, self.token_required = token, token_required     # not required: loopback only
-        # Callers with the token (the runs Pulse starts get it) have a bucket and half the queue of
+        # Callers with a token (the receiver's, or a run's own) have a bucket and half the queue of
         # their own: a local process flooding the receiver without it cannot starve a run's telemetry
         # (and so get a healthy, quiet run ended as stalled).
         self.buckets = {known: Bucket(settings.requests_per_s, settings.burst) for known in (True, False)}
@@ -118,8 +118,8 @@ class Receiver:
             return
         status, headers, body = await self.handle(scope, receive)
         self.counts["accepted" if status == 200 else str(status)] += 1
-        if status == 200 and self.caller_known({k.decode("latin-1").lower(): v.decode("latin-1")
-                                                for k, v in scope["headers"]}):
+        if status == 200 and self.caller({k.decode("latin-1").lower(): v.decode("latin-1")
+                                          for k, v in scope["headers"]}) is not None:
             self.counts["with_token"] += 1      # of those accepted: a run Pulse started, or the operator's
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), *headers]})
@@ -132,7 +132,8 @@ class Receiver:
         if scope["method"] != "POST":
             return refuse(405, "OTLP/HTTP takes POST only")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        known = self.caller_known(headers)
+        caller = self.caller(headers)
+        known = caller is not None
         if self.token_required and not known:
             return refuse(401, "this receiver listens beyond loopback: send its token (Authorization: Bearer "
                                "TOKEN, or X-Pulse-Token), from <home>/telemetry.token")
@@ -162,7 +163,7 @@ class Receiver:
             self.release(room, known)
             raise
         with self.lock:
-            self.queue.append((signal, message, room, known))
+            self.queue.append((signal, message, room, caller))
         try:
             os.write(self.wake_fd, b"!")
         except BlockingIOError:
@@ -203,13 +204,24 @@ class Receiver:
             self.queued -= room
             self.anonymous -= 0 if known else room
 
-    def caller_known(self, headers: dict) -> bool:
+    def caller(self, headers: dict) -> str | None:
+        """Who sent it: "*" with the receiver's token (the operator's own senders), the run id with
+        that run's token (X-Pulse-Run and run_token), None without either."""
         import hmac
+
+        from pulse.agents.otel import run_token
         given = headers.get("x-pulse-token") or ""
         auth = headers.get("authorization", "")
         if auth.startswith("Bearer "):
             given = auth[len("Bearer "):].strip()
-        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+        if not given:
+            return None
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            return "*"
+        run = headers.get("x-pulse-run") or ""
+        if run and hmac.compare_digest(given.encode(), run_token(self.token, run).encode()):
+            return run
+        return None
 
     def next_message(self) -> tuple[str, object, int, bool] | None:
         """The oldest decoded request, or None; its room stays taken until `release`."""
@@ -319,14 +331,14 @@ class TelemetryWorker(Worker):
             pass
         now, folded = time.time(), 0
         while (item := self.receiver.next_message()) is not None:
-            signal, message, room, known = item
+            signal, message, room, caller = item
             try:
-                self.fold.fold(signal, message, now, known)
+                self.fold.fold(signal, message, now, caller)
             except Exception as err:              # a decoded request the fold cannot read: dropped, said
                 self.log.warning("an OTLP %s request was not folded: %s: %s", signal, type(err).__name__, err)
             finally:
                 del message, item
-                self.receiver.release(room, known)   # its room is free once it is folded
+                self.receiver.release(room, caller is not None)   # its room is free once it is folded
             folded += room
         if folded >= TRIM_AFTER_BYTES:
             give_back(self.libc)                  # a burst's buffers go back to the system, not kept
