@@ -94,6 +94,7 @@ def test_a_run_spending_past_max_run_usd_or_looping_is_ended_while_it_runs(pulse
     assert settled["usd"] == spent["telemetry"]["cost_usd"], settled
     shown = pulsed.ctl("task", "show", tasks["spender"])
     assert "over-budget" in shown.stdout, shown.stdout
+    assert f"${spent['telemetry']['cost_usd']:.4f}" in shown.stdout, shown.stdout   # what it reported, shown
 
 
 def facts_of(*facts: dict) -> runfacts.RunFacts:
