@@ -57,7 +57,7 @@ def test_claude_code_reports_tokens_requests_and_tool_calls_while_it_runs(pulsed
     assert {(f["task"], f["agent"]) for f in facts()} == {(task, "claude-code")}
     assert sum(f["tokens"].get("input", 0) for f in facts()) > 0
     assert ended["type"] == "task-acked", ended
-    # it sent the receiver's token (x-pulse-token in OTEL_EXPORTER_OTLP_HEADERS), as the adapter set it
+    # it sent its run's token (x-pulse-token and x-pulse-run in OTEL_EXPORTER_OTLP_HEADERS), as the adapter set it
     assert pulsed.status().telemetry["requests"].get("with_token", 0) >= 1, pulsed.status().telemetry
     # once its last export is in, the run's facts add up to what the CLI itself reported at its end
     said = ended["data"]["result"]
@@ -117,3 +117,53 @@ def run_mark(proc) -> str | None:
         return proc.environ().get("PULSE_RUN")
     except (psutil.Error, OSError):
         return None
+
+
+def ended_run(pulsed, task: str) -> tuple[dict, dict]:
+    """(the run's task-executing, its task-failed) once the task is given up."""
+    began = wait_for(lambda: next(iter(pulsed.events("task-executing", task)), None), 60, 0.2, what="the run")
+    evs = settled(pulsed, task, 120)
+    return began, next((e for e in evs if e["type"] == "task-failed"), evs[-1])
+
+
+def test_claude_code_spending_past_max_run_usd_is_ended_mid_run(pulsed, tmp_path):
+    """Thirty 1-second tool calls, each a request the CLI prices itself (its api_request events'
+    cost_usd); max_run_usd is a few requests' worth: the run is ended while it runs, over-budget,
+    every process of it gone, and its reported cost is what it is charged."""
+    require_tools("claude")
+    steps = [("Bash", {"command": "sleep 1", "description": "wait"})] * 30
+    with ScriptedAnthropic(steps, "PONG") as model:
+        start(pulsed, "claude-code", claude_env(tmp_path, model.url, key="sk-scripted"), timeout_s=120, mcp=False,
+              before=TELEMETRY, max_failures=1, max_run_usd=0.0003,
+              argv=["claude", "-p", "--output-format", "json", "--allowedTools", "Bash", "--", "{prompt}"])
+        task = add_task(pulsed)
+        began, failed = ended_run(pulsed, task)
+        asked = model.requests
+    data = failed["data"]
+    print(f"{task}: {data.get('reason')}: {data.get('error')} after {asked} requests; {data.get('telemetry')}")
+    assert data.get("reason") == "over-budget", data
+    assert asked < len(steps), "the run went to its end"
+    assert data["telemetry"]["cost_usd"] >= 0.0003
+    assert [p.pid for p in psutil.process_iter() if p.pid != os.getpid() and run_mark(p) == data["run"]] == []
+    settled_cost = next(e["data"]["usd"] for e in pulsed.events("spend-settled") if e["data"]["effect_id"] == data["run"])
+    assert settled_cost >= 0.0003
+
+
+def test_claude_code_in_a_loop_of_tool_calls_is_ended_by_the_loop_guard(pulsed, tmp_path):
+    """A model that keeps asking for a tool (sixty calls of 0.2 s: at least 12 s of them, so the run
+    cannot end before its telemetry is read): past loop_per_min tool calls in a minute the run is
+    ended, reason loop, long before it would have ended by itself."""
+    require_tools("claude")
+    steps = [("Bash", {"command": "sleep 0.2", "description": "again"})] * 60
+    with ScriptedAnthropic(steps, "PONG") as model:
+        start(pulsed, "claude-code", claude_env(tmp_path, model.url, key="sk-scripted"), timeout_s=120, mcp=False,
+              before=TELEMETRY, max_failures=1, loop_per_min=8,
+              argv=["claude", "-p", "--output-format", "json", "--allowedTools", "Bash", "--", "{prompt}"])
+        task = add_task(pulsed)
+        began, failed = ended_run(pulsed, task)
+        asked = model.requests
+    data = failed["data"]
+    print(f"{task}: {data.get('reason')}: {data.get('error')} after {asked} requests; {data.get('telemetry')}")
+    assert data.get("reason") == "loop", data
+    assert asked < len(steps), "the run went to its end"
+    assert [p.pid for p in psutil.process_iter() if p.pid != os.getpid() and run_mark(p) == data["run"]] == []

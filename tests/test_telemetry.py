@@ -41,12 +41,13 @@ def resource(**attrs):
     return Resource.create({"service.name": "claude-code", **attrs})
 
 
-def send_metrics(url: str, res, record) -> None:
+def send_metrics(url: str, res, record, headers: dict | None = None) -> None:
     """`record(meter)` adds to instruments; one export, as a CLI's periodic reader makes (cumulative)."""
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{url}/v1/metrics", timeout=5),
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{url}/v1/metrics", timeout=5,
+                                                              headers=headers),
                                            export_interval_millis=3_600_000)
     provider = MeterProvider(resource=res, metric_readers=[reader])
     record(provider.get_meter("com.anthropic.claude_code"), provider)
@@ -90,22 +91,29 @@ def post(url: str, path: str, body: bytes, headers: dict) -> tuple[int, bytes]:
         return err.code, err.read()
 
 
+def as_a_run(pulsed: Pulsed) -> dict:
+    """The receiver's own token (the operator's senders): it may speak for any run."""
+    return {"X-Pulse-Token": (pulsed.home / "telemetry.token").read_text().strip()}
+
+
 @pytest.mark.daemon
 def test_a_runs_tokens_cost_and_calls_become_facts(receiver):
     pulsed, url = receiver
     run = resource(**{"pulse.run.id": "eff-tokens-1", "pulse.task.id": "task-7", "pulse.agent": "claude"})
+    token = as_a_run(pulsed)
 
     def claude_metrics(meter, provider):
         # what Claude Code's metrics say again of its api_request events: not counted twice
         meter.create_counter("claude_code.token.usage").add(150, {"type": "input", "session.id": "s-1"})
         meter.create_counter("claude_code.cost.usage").add(0.06, {"session.id": "s-1"})
-    send_metrics(url, run, claude_metrics)
+    send_metrics(url, run, claude_metrics, token)
     send_logs(url, run, [("claude_code.api_request", {"session.id": "s-1", "input_tokens": 100, "output_tokens": 20,
                                                       "cache_read_tokens": 5, "cost_usd": 0.05}),
                          ("claude_code.api_request", {"session.id": "s-1", "input_tokens": 50, "output_tokens": 20,
                                                       "cost_usd": 0.01}),
                          ("claude_code.tool_result", {"session.id": "s-1", "tool_name": "Bash", "success": "false"}),
-                         ("claude_code.api_error", {"session.id": "s-1", "error": "overloaded", "status_code": "529"})])
+                         ("claude_code.api_error", {"session.id": "s-1", "error": "overloaded", "status_code": "529"})],
+              token)
     want = {"tokens": {"input": 150, "output": 40, "cache_read": 5}, "cost_usd": 0.06, "api_requests": 3,
             "tool_calls": 1, "errors": 2}
     seen: list = []
@@ -124,9 +132,26 @@ def test_a_runs_tokens_cost_and_calls_become_facts(receiver):
         provider.force_flush()
         tokens.record(12, {"gen_ai.token.type": "input"})
         tokens.record(7, {"gen_ai.token.type": "output"})
-    send_metrics(url, resource(**{"pulse.run.id": "eff-genai-1"}), genai)
+    send_metrics(url, resource(**{"pulse.run.id": "eff-genai-1"}), genai, token)
     wait_for(lambda: summed(pulsed, "eff-genai-1")["tokens"] == {"input": 42, "output": 7}, 10, 0.1,
              what="the GenAI metric's tokens, counted once")
+
+    # Without the token a record's run tags are not believed (what a run reports can end it): it is
+    # counted as the session it names, never as the run.
+    send_logs(url, resource(**{"pulse.run.id": "eff-forged"}),
+              [("claude_code.api_request", {"session.id": "s-forged", "cost_usd": 100.0})])
+    wait_for(lambda: summed(pulsed, "session:s-forged")["cost_usd"] == 100.0, 10, 0.1, what="the anonymous session")
+    assert facts(pulsed, "eff-forged") == []
+    assert "run" not in facts(pulsed, "session:s-forged")[0]
+    # A run's own token (what every run Pulse starts sends) speaks for that run, and for no other.
+    from pulse.agents.otel import run_token
+    secret = (pulsed.home / "telemetry.token").read_text().strip()
+    as_a = {"X-Pulse-Token": run_token(secret, "eff-a"), "X-Pulse-Run": "eff-a"}
+    send_logs(url, resource(**{"pulse.run.id": "eff-a"}), [("claude_code.api_request", {"session.id": "s-a"})], as_a)
+    send_logs(url, resource(**{"pulse.run.id": "eff-b"}), [("claude_code.api_request", {"session.id": "s-b"})], as_a)
+    wait_for(lambda: summed(pulsed, "eff-a")["api_requests"] == 1 and summed(pulsed, "session:s-b")["api_requests"] == 1,
+             10, 0.1, what="run a's record as its own, and its record tagged b as a session")
+    assert facts(pulsed, "eff-b") == []
 
 
 @pytest.mark.daemon
@@ -274,10 +299,10 @@ def test_a_claude_code_run_is_pointed_at_the_receiver_and_tagged_unless_its_env_
     assert inv.env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and inv.env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
     assert inv.env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf" and "OTEL_EXPORTER_OTLP_HEADERS" not in inv.env
     assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-1,pulse.task.id=task-3,pulse.agent=claude"
-    # the receiver's token, by the environment
+    # the run's token and which run it is for, by the environment
     adapter, agent, inv = claude_invocation()
     adapter.report_to(inv, Receiver("http://10.0.0.5:4318", "tok", tags), agent.env)
-    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok"
+    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok,x-pulse-run=eff-1"
     # the operator's own exporter wins; the run is still tagged, after the operator's attributes
     own = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_RESOURCE_ATTRIBUTES": "team=infra"}
     adapter, agent, inv = claude_invocation(own)
@@ -298,7 +323,8 @@ def test_a_codex_run_gets_its_otel_exporter_as_a_config_override_and_the_token_o
     at = inv.argv.index("exec") + 1
     assert inv.argv[at:at + 2] == ["-c", 'otel.exporter={"otlp-http" = {"endpoint" = "http://127.0.0.1:4318/v1/logs", '
                                          '"protocol" = "binary"}}']
-    assert not any("tok" in a for a in inv.argv) and inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok"
+    assert not any("tok" in a for a in inv.argv)
+    assert inv.env["OTEL_EXPORTER_OTLP_HEADERS"] == "x-pulse-token=tok,x-pulse-run=eff-2"
     assert inv.env["OTEL_RESOURCE_ATTRIBUTES"] == "pulse.run.id=eff-2"
 
 

@@ -5,7 +5,9 @@ it: `pulsectl task show` and the task page), `routing` (which agents may take a
 task, and how busy each is), `adapters` (how one agent CLI
 runs one task), `agentrun` (the agent-run effect), `runcgroup` (a run's own cgroup: who is
 the run, and how all of it ends), `runlimits` (what bounds one run: memory, pids, cpu, disk),
-`runstall` (a run silent too long: no output, no telemetry), `otel` (where a run sends its
+`runstall` (a run silent too long: no output, no telemetry), `runfacts` (what a running run has
+reported to the telemetry receiver), `runguards` (a run ended mid-run for its reported spend or a
+loop), `runspans` (a finished run as GenAI trace spans, for an operator's collector), `otel` (where a run sends its
 telemetry, tagged as the run),
 `spend` (spend limits that fail closed: the ledger of what runs reserved and cost), `gate` (the agent's safety gate, pure: it
 knows no tool by name), `catalogue` (Pulse's tools as the gate classifies them), `gatestore` (the

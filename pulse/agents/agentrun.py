@@ -20,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, otel, routing, runcgroup, runlimits, runstall, spend, tasks, taskview
+from pulse.agents import adapters, otel, routing, runcgroup, runfacts, runguards, runlimits, runstall, spend, tasks, taskview
 from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
@@ -96,15 +96,22 @@ def reserve_spend(conn, effect: Effect, config: ExecutorConfig) -> str | None:
 
 def settle_spend(conn, effect: Effect, config: ExecutorConfig, data: dict, interrupted: bool = False,
                  started: bool = True) -> None:
-    """The run ended: its reservation becomes the cost its CLI reported (data["result"]["cost_usd"])."""
+    """The run ended: its reservation becomes the cost its CLI reported (data["result"]["cost_usd"]),
+    else what its telemetry reported while it ran (a run ended mid-turn prints no result)."""
     try:
         agent = run_agent_of(effect, config)
     except EffectFailed:
         return
-    result = data.get("result")
+    result, reported = data.get("result"), data.get("telemetry")
     cost = result.get("cost_usd") if isinstance(result, dict) else None
-    cost = cost if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+    if not _is_number(cost) and isinstance(reported, dict) and reported.get("cost_usd"):
+        cost = reported["cost_usd"]
+    cost = cost if _is_number(cost) else None
     spend.settle(conn, effect.id, agent, config.budget, cost, SOURCE, interrupted=interrupted, started=started)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def run_subject(effect: Effect) -> str | None:
@@ -132,7 +139,8 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     The adapter's argv runs through run_process: its own process group, recorded in the
     claim, killed at the agent's timeout_s (params.timeout_s may shorten it; effect_timeout_s
     does not apply: the operator configured this agent), or sooner, reason stalled, once silent
-    (no output, no telemetry) for its stall_s (pulse.agents.runstall). Its full output goes to objects/.
+    (no output, no telemetry) for its stall_s (pulse.agents.runstall), or once its telemetry reports
+    spend or a loop past its agent's bounds (pulse.agents.runguards). Its full output goes to objects/.
     Then task-acked with the adapter's result, or task-failed (task-given-up after
     [tasks] max_failures in a row), each only while this run still holds the task.
 
@@ -157,7 +165,7 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
             failure = err if isinstance(err, EffectFailed) else None
             why = failure.error if failure else f"{type(err).__name__}: {err}"
             extra = {k: v for k, v in (failure.data if failure else {}).items()
-                     if k in ("output", "stderr", "code", "result", "run_ms")}
+                     if k in ("output", "stderr", "code", "result", "run_ms", "telemetry")}
             settle_spend(conn, effect, ctx.config, extra)      # settled already, unless it failed before its result
             _end_run(conn, ctx, task, effect.id, TaskEvent.FAILED, reason=failure.reason if failure else "error",
                      error=why, agent=agent.name, **extra)
@@ -247,11 +255,11 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         recorded = ctx.started
         ctx.started = lambda pgid: (leader.append(pgid), recorded(pgid))
         floor = runlimits.rlimits(agent.limits, cgroup.enforced if cgroup else set(), account, agent.concurrency)
-        stall = None if agent.stall_s is None else runstall.Stall(
-            agent.stall_s, effect.id, home / "events.db" if receiver is not None else None,
-            eventsdb.last_event_id(conn))
+        facts = runfacts.RunFacts(effect.id, home / "events.db", eventsdb.last_event_id(conn)) \
+            if receiver is not None else None
+        stall = None if agent.stall_s is None else runstall.Stall(agent.stall_s, facts)
         watch = runlimits.Watch(agent.limits, [workdir, scratch], lambda: end_run_processes(effect.id, cgroup, leader),
-                                cgroup.hit if cgroup else None, stall)
+                                cgroup.hit if cgroup else None, run_guards(agent, facts, cap, stall), facts)
         join, fds = cgroup.joiner() if cgroup else (None, [])
         began = time.monotonic()
         err = bytearray()
@@ -270,6 +278,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
             escaped = end_run_processes(effect.id, cgroup, [])
             RUN_TOKENS.revoke(token)
         over = watch.verdict(code)
+        reported = reported_totals(facts)
         stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
@@ -282,7 +291,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     ref = store_output(ctx.objects, stdout)
     summary = result.summary(code)
     data = {**base, "code": code, "output": ref, "bytes": len(stdout), "result": summary,
-            "run_ms": round((time.monotonic() - began) * 1000, 1), **({"escaped": escaped} if escaped else {})}
+            "run_ms": round((time.monotonic() - began) * 1000, 1), **({"escaped": escaped} if escaped else {}),
+            **({"telemetry": reported} if reported else {})}
     if stderr:
         data["stderr"] = store_output(ctx.objects, stderr)
     settle_spend(conn, effect, ctx.config, data)       # what it cost, before the verdict is recorded
@@ -297,6 +307,26 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
                     output=ref, code=code, run_ms=data["run_ms"]):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
+
+
+def run_guards(agent: Agent, facts: runfacts.RunFacts | None, cap_usd: float | None, stall) -> list:
+    """What the run's watch checks besides its limits: silence, and with telemetry, spend and loops."""
+    guards = [stall] if stall is not None else []
+    if facts is not None:
+        if (cap := runguards.spend_cap(agent.max_run_usd, cap_usd)) is not None:
+            guards.append(runguards.SpendGuard(facts, cap))
+        if agent.loop_per_min is not None:
+            guards.append(runguards.LoopGuard(facts, agent.loop_per_min))
+    return guards
+
+
+def reported_totals(facts: runfacts.RunFacts | None) -> dict:
+    """What the run reported to the receiver by its end (the last flush may come later)."""
+    if facts is None:
+        return {}
+    facts.read(now=True)
+    facts.close()
+    return facts.totals()
 
 
 def prompt_with_history(prompt: str, writes: list[str]) -> str:

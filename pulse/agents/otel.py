@@ -1,11 +1,12 @@
 """Where a run sends its telemetry, and how it is tagged as the run (pulse.workers.telemetry).
 
 When the telemetry receiver runs, it says where in the runtime directory (`telemetry.json`: its
-URL, its pid, whether it needs its token). Every run gets the receiver's token (a header, by the
-environment): needed beyond loopback, and on loopback it puts the run's telemetry in a rate bucket
-apart from anonymous local senders. The executor reads that as a run starts and hands the
-adapter a `Receiver`; an adapter whose CLI exports OpenTelemetry points the run at it
-(`Adapter.report_to`). Every run is tagged with OTEL_RESOURCE_ATTRIBUTES `pulse.run.id` (the
+URL, its pid, whether it needs its token). Every run gets a token of its own, derived from the
+receiver's (run_token), and its run id (headers, by the environment): needed beyond loopback; on
+loopback it puts the run's telemetry in a rate bucket apart from anonymous local senders, and only
+with it are records tagged with that run counted as the run's (what a run reports can end it).
+The executor reads that as a run starts and hands the adapter a `Receiver`; an adapter whose CLI
+exports OpenTelemetry points the run at it (`Adapter.report_to`). Every run is tagged with OTEL_RESOURCE_ATTRIBUTES `pulse.run.id` (the
 agent-run effect id), `pulse.task.id` and `pulse.agent`, so the receiver counts its records as
 that run's, whatever session ids the CLI makes up.
 
@@ -35,13 +36,27 @@ HEADERS_ENV = "OTEL_EXPORTER_OTLP_HEADERS"
 class Receiver:
     """The receiver a run reports to, and what tags it."""
     url: str                           # http://host:port, no path
-    token: str | None                  # the receiver's: needed beyond loopback, and a bucket of its own on it
+    token: str | None                  # the run's own (run_token): needed beyond loopback, a bucket of its own on it
     tags: dict[str, str]               # pulse.run.id, pulse.task.id, pulse.agent
 
     def headers_env(self) -> str | None:
-        """OTEL_EXPORTER_OTLP_HEADERS for the token: X-Pulse-Token, whose value (URL-safe base64) needs
-        no percent-encoding, which not every SDK undoes."""
-        return None if self.token is None else f"x-pulse-token={self.token}"
+        """OTEL_EXPORTER_OTLP_HEADERS for the token: X-Pulse-Token and the run it is for, X-Pulse-Run;
+        values (hex, the run id) that need no percent-encoding, which not every SDK undoes."""
+        if self.token is None:
+            return None
+        run = self.tags.get(RUN_TAG)
+        return f"x-pulse-token={self.token}" + (f",x-pulse-run={run}" if run else "")
+
+
+RUN_TAG = "pulse.run.id"
+
+
+def run_token(secret: str, run: str) -> str:
+    """A run's own token, derived from the receiver's: it lets the run report as itself and as no
+    other run (the receiver derives it again to check), and tells nothing of the receiver's token."""
+    import hashlib
+    import hmac
+    return hmac.new(secret.encode(), b"pulse-run:" + run.encode(), hashlib.sha256).hexdigest()
 
 
 def receiver(telemetry_file: Path, token_file: Path, run: str, task: str, agent: str) -> Receiver | None:
@@ -51,10 +66,11 @@ def receiver(telemetry_file: Path, token_file: Path, run: str, task: str, agent:
         info = json.loads(telemetry_file.read_text())
         os.kill(int(info["pid"]), 0)
         url = str(info["url"])
-        token = token_file.read_text().strip() or None
+        secret = token_file.read_text().strip() or None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return Receiver(url, token, {"pulse.run.id": run, "pulse.task.id": task, "pulse.agent": agent})
+    return Receiver(url, run_token(secret, run) if secret else None,
+                    {RUN_TAG: run, "pulse.task.id": task, "pulse.agent": agent})
 
 
 def operator_decides(operator_env: dict[str, str]) -> bool:

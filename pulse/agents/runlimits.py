@@ -10,7 +10,8 @@ rlimits as the floor, and a watch that ends the run the moment it goes over one.
   both, never following a link) and ended at once when over, reason `disk`; RLIMIT_FSIZE as the
   floor for any one file it writes anywhere (the write past it kills the writer by SIGXFSZ).
 0 turns a limit off. The same watch ends a run that fell silent ([[agent]] stall_s, pulse.agents.runstall),
-reason `stalled`.
+reason `stalled`, and one whose telemetry reports spend or a loop past its agent's bounds
+(pulse.agents.runguards), reason `over-budget` or `loop`.
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ class Watch:
     processes killed). `kernel_hit`: the cgroup's counters (RunCgroup.hit), or None."""
 
     def __init__(self, limits, dirs: Sequence[str], end: Callable[[], None],
-                 kernel_hit: Callable[[], str | None] | None, stall=None):
-        # stall: a pulse.agents.runstall.Stall ([[agent]] stall_s), whose check() says when the run fell silent
-        self.limits, self.dirs, self.end, self.kernel_hit, self.stall = limits, list(dirs), end, kernel_hit, stall
+                 kernel_hit: Callable[[], str | None] | None, guards: Sequence = (), facts=None):
+        # guards: each a check() that gives (reason, detail) once the run must end (pulse.agents.runstall,
+        # pulse.agents.runguards); facts: the run's telemetry facts they read (closed by this thread)
+        self.limits, self.dirs, self.end, self.kernel_hit = limits, list(dirs), end, kernel_hit
+        self.guards, self.facts = list(guards), facts
         self.hit: str | None = None
         self.detail = ""
         self.baseline = disk_bytes(self.dirs) if limits.disk_mb else 0
@@ -107,15 +110,16 @@ class Watch:
         try:
             self._watch_limits()
         finally:
-            if self.stall is not None:
-                self.stall.close()            # its connection belongs to this thread
+            if self.facts is not None:
+                self.facts.close()            # its connection belongs to this thread
 
     def _watch_limits(self) -> None:
         next_walk = time.monotonic()
         while not self.stopping.wait(WATCH_EVERY_S):
-            if self.stall is not None and (silent := self.stall.check()) is not None:
-                self._over("stalled", silent)
-                return
+            for guard in self.guards:
+                if (ended := guard.check()) is not None:
+                    self._over(*ended)
+                    return
             over = self.kernel_hit() if self.kernel_hit is not None else None
             if over is not None:
                 self._over(over, f"the run went over its {over} limit ({self._limit_text(over)})")

@@ -44,12 +44,15 @@ def attempts_of(history: list) -> list[dict]:
 
 def ended_outcome(ev) -> dict:
     """What the end of a run says: acked or failed, with the CLI's own reason and error (not just
-    "agent"), the run's cost, tokens, exit code and duration, and its output's object ref."""
+    "agent"), the run's cost, tokens, exit code and duration, and its output's object ref. A run
+    ended before its CLI printed them (over-budget, loop, stalled) has what its telemetry reported."""
     d, result = ev.data, ev.data.get("result") if isinstance(ev.data.get("result"), dict) else {}
+    reported = d.get("telemetry") if isinstance(d.get("telemetry"), dict) else {}
     failed = ev.type == TaskEvent.FAILED
     return {"ended": iso(ev.ts), "outcome": "failed" if failed else "acked",
             "reason": d.get("reason") if failed else None, "error": d.get("error") if failed else None,
-            "cost_usd": result.get("cost_usd"), "tokens": result.get("tokens") or {},
+            "cost_usd": result.get("cost_usd", reported.get("cost_usd")),
+            "tokens": result.get("tokens") or reported.get("tokens") or {},
             "code": d.get("code", result.get("code")), "run_ms": d.get("run_ms"),
             "output": d.get("output"), "stderr": d.get("stderr"), "summary": result.get("result")}
 

@@ -413,8 +413,12 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     task_projects: list[str] | None = None
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)   # this agent's limits; default: none
     # the cost a run is expected to have, reserved before it starts; unset: the median of the
-    # agent's last 10 runs that reported a cost (none yet: 0)
+    # agent's last 10 runs that reported a cost (none yet: 0). With [telemetry] on, a run whose reported
+    # cost reaches it (or what was left under its budget when it started) is ended, reason over-budget
     max_run_usd: float | None = None
+    # with [telemetry] on: a run that reported more API requests, or more tool calls, than this in the
+    # last minute is in a loop and is ended, reason loop; unset (the default): no loop is looked for
+    loop_per_min: int | None = None
     # -- the run's own account --
     # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
     # (pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN); unset (the default): pulsed's own user
@@ -535,6 +539,12 @@ class Telemetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                                               # callers without the token get half of it
     flush_s: float = 5                        # what was folded goes to events.db this often
     max_sources: int = 32                     # runs and sessions counted per flush; others' records dropped, counted
+    # Pulse's own runs, out: each ended run as GenAI trace spans (invoke_agent, execute_tool per gate
+    # call), POSTed as OTLP/HTTP protobuf to <export>/v1/traces; unset (the default): nothing is sent
+    export: str | None = None                 # http(s)://host:port of a collector (path prefix allowed)
+    export_headers: dict[str, str] = msgspec.field(default_factory=dict)   # e.g. Authorization; never shown
+    export_queue: int = 1000                  # runs waiting to be sent; full: the oldest dropped, counted
+    export_give_up_s: float = 60              # a run not sent this long (collector down): dropped, counted
 
 
 # -- [fleet]: this host among others, over NATS JetStream (pulse.workers.fleet) --------------------
@@ -601,10 +611,13 @@ HIDDEN = "(hidden)"
 
 def without_secrets(config: "Config") -> "Config":
     """`config` fit to show (`pulsectl config --effective`, the control socket): the fleet's token
-    replaced; the creds and seed are files, named by path, never read here."""
-    if config.fleet.token is None:
-        return config
-    return msgspec.structs.replace(config, fleet=msgspec.structs.replace(config.fleet, token=HIDDEN))
+    and the export's header values replaced; the creds and seed are files, named by path, never read here."""
+    if config.fleet.token is not None:
+        config = msgspec.structs.replace(config, fleet=msgspec.structs.replace(config.fleet, token=HIDDEN))
+    if config.telemetry.export_headers:
+        config = msgspec.structs.replace(config, telemetry=msgspec.structs.replace(
+            config.telemetry, export_headers={k: HIDDEN for k in config.telemetry.export_headers}))
+    return config
 
 
 class PulseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1281,6 +1294,8 @@ def validate_agents(config: Config, origin: str) -> None:
             raise ConfigError(f"{where}.stall_s must be greater than 0 and below its timeout_s ({agent.timeout_s})")
         if agent.concurrency < 1:
             raise ConfigError(f"{where}.concurrency must be at least 1")
+        if agent.loop_per_min is not None and agent.loop_per_min < 1:
+            raise ConfigError(f"{where}.loop_per_min must be at least 1 (unset: no loop guard), got {agent.loop_per_min}")
         problem = adapter_problem(agent)
         if problem:
             raise ConfigError(f"{where}.{problem}")
@@ -1366,6 +1381,10 @@ def validate_web(web: Web, origin: str) -> None:
             raise ConfigError(f"{origin}: $.web: listening on {host} beyond this host needs tls_cert and tls_key")
 
 
+EXPORT_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")     # an HTTP token (RFC 9110)
+
+
 def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
     try:
         listen_address(telemetry.listen)
@@ -1376,6 +1395,18 @@ def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
             raise ConfigError(f"{origin}: $.telemetry.{key} must be at least 1, got {getattr(telemetry, key)}")
     if telemetry.requests_per_s <= 0 or telemetry.flush_s <= 0:
         raise ConfigError(f"{origin}: $.telemetry: requests_per_s and flush_s must be greater than 0")
+    if telemetry.export is not None and not telemetry.enabled:
+        raise ConfigError(f"{origin}: $.telemetry.export: set enabled = true too (the telemetry worker sends "
+                          "the runs), or remove export")
+    if telemetry.export is not None and not EXPORT_URL.fullmatch(telemetry.export):
+        raise ConfigError(f"{origin}: $.telemetry.export: {telemetry.export!r} is not an http:// or https:// "
+                          "collector address (like http://127.0.0.1:4318)")
+    for name, value in telemetry.export_headers.items():
+        if not HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
+            raise ConfigError(f"{origin}: $.telemetry.export_headers: {name!r} is not a header name, or its "
+                              "value has a line break")
+    if telemetry.export_queue < 1 or telemetry.export_give_up_s <= 0:
+        raise ConfigError(f"{origin}: $.telemetry: export_queue must be at least 1 and export_give_up_s above 0")
     if telemetry.queue_kb < 2 * telemetry.max_body_kb:
         raise ConfigError(f"{origin}: $.telemetry.queue_kb must hold at least two bodies of max_body_kb "
                           f"({telemetry.max_body_kb}; half of it is for callers without the token), got {telemetry.queue_kb}")
@@ -1492,6 +1523,8 @@ def default_toml() -> str:
         lines.append("# " + line if line else line)
         if line == "[pulse]":
             lines.append("# name = \"<the home's folder name>\"   # this instance among the host's Pulses")
+        if line == "[telemetry]":
+            lines.append('# export = "http://127.0.0.1:4318"   # a collector for Pulse\'s runs as OTLP traces; unset: none')
     lines += [
         "",
         "# A critical process, watched and restarted (repeat the table for more):",
@@ -1562,6 +1595,7 @@ def default_toml() -> str:
         "# env = {}",
         "# timeout_s = 1800.0",
         "# stall_s = 300.0                         # silent this long (no output, no telemetry): ended, stalled",
+        "# loop_per_min = 120                      # more API requests or tool calls a minute: ended, loop",
         "# concurrency = 1",
         "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",

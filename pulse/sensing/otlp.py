@@ -3,7 +3,10 @@
 Pure: decoded OTLP export requests (opentelemetry-proto's messages) go in; one `Tally` per run or
 session comes out per flush, never one per record. Who a record is about:
   - a run Pulse started: the resource attribute `pulse.run.id` (pulse.agents.otel tags each run with
-    it, its task `pulse.task.id` and agent `pulse.agent`);
+    it, its task `pulse.task.id` and agent `pulse.agent`), taken only from a request that carried the
+    receiver's token or that run's own (every run Pulse starts sends its own): what is counted for
+    a run can end it (pulse.agents.runguards), so neither an anonymous local sender nor another
+    run can speak for it;
   - else a session: the record's `session.id` (Claude Code), `conversation.id` (Codex) or
     `gen_ai.conversation.id` (the GenAI conventions), as "session:<id>";
   - else the sender: "service:<service.name>".
@@ -116,6 +119,7 @@ class Fold:
         self.tallies: dict[str, Tally] = {}
         self.series: dict[tuple, float] = {}     # cumulative series → its last value
         self.dropped = 0                         # records of sources past max_sources
+        self.caller: str | None = "*"            # who sent the request being folded (Receiver.caller)
 
     def take(self) -> list[Tally]:
         out, self.tallies = list(self.tallies.values()), {}
@@ -123,6 +127,8 @@ class Fold:
 
     # -- who ----------------------------------------------------------------------------------------
     def tally(self, resource: dict, attrs: dict, now: float) -> Tally | None:
+        if self.caller != "*" and resource.get(RUN_ATTR) not in (None, self.caller):
+            resource = {k: v for k, v in resource.items() if k not in (RUN_ATTR, TASK_ATTR, AGENT_ATTR)}
         run = resource.get(RUN_ATTR)
         session = next((str(v) for a in SESSION_ATTRS if (v := attrs.get(a) or resource.get(a))), None)
         service = resource.get("service.name")
@@ -142,6 +148,16 @@ class Fold:
         return t
 
     # -- logs ---------------------------------------------------------------------------------------
+    def fold(self, signal: str, request, now: float, caller: str | None = "*") -> None:
+        """Fold one export request of `signal` (logs, metrics, traces). `caller`: "*" it came with the
+        receiver's token, a run id with that run's, None with neither; run tags are believed only
+        from "*" or from the run they name."""
+        self.caller = caller
+        try:
+            getattr(self, signal)(request, now)
+        finally:
+            self.caller = "*"
+
     def logs(self, request, now: float) -> None:
         for rl in request.resource_logs:
             resource = attributes(rl.resource.attributes)

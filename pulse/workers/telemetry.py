@@ -8,12 +8,16 @@ or not), decodes them with opentelemetry-proto, and folds them (pulse.sensing.ot
 
 Bounded, in this order, before a body is read: the caller (beyond loopback: the token), the rate
 (a token bucket: 429 with Retry-After), the declared size (Content-Length over max_body_kb: 413,
-nothing read), the queue's room (503: OTLP exporters retry it). Callers with the token (every run
-Pulse starts gets it) have a bucket of their own and the whole queue, the others half of it: an
+nothing read), the queue's room (503: OTLP exporters retry it). Callers with a token (the receiver's,
+or a run's own, derived from it: pulse.agents.otel.run_token) have a bucket of their own and the whole queue, the others half of it: an
 anonymous local flood cannot starve a run's telemetry and so get a quiet run ended as stalled. A body without a Content-Length is
 read only up to the limit. What is decoded waits in a queue bounded by queue_kb for the main loop,
 which folds it; the facts a flush writes are at most max_sources, so at most
 max_sources * 60 / flush_s events a minute (32 * 12 = 384 by default), whatever is sent.
+
+With `[telemetry] export`, every run that ended (task-acked, task-failed) is sent on to the
+operator's collector as GenAI trace spans (pulse.agents.runspans), by a thread of its own with a
+bounded queue (pulse.workers.otlpexport): a collector that is down costs a counter, never a wait.
 
 Not core, like the web worker: uvicorn serves in a thread of its own, and the main loop heartbeats
 only while that server's loop turns. Where it listens goes to the runtime directory
@@ -42,6 +46,7 @@ SIGNALS = ("logs", "metrics", "traces")
 MAX_CONNECTIONS = 64          # uvicorn answers 503 past this many at once
 KEEP_ALIVE_S = 5
 ARENAS = 2                    # malloc arenas (the server's loop, the main loop): see pulse.workers.webserver
+EXPORT_PER_FLUSH = 20        # ended runs read and offered to the exporter per flush at most
 TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
 
 
@@ -96,7 +101,7 @@ class Receiver:
         self.max_body = settings.max_body_kb * 1024
         self.queue_cap = settings.queue_kb * 1024
         self.token, self.token_required = token, token_required     # not required: loopback only
-        # Callers with the token (the runs Pulse starts get it) have a bucket and half the queue of
+        # Callers with a token (the receiver's, or a run's own) have a bucket and half the queue of
         # their own: a local process flooding the receiver without it cannot starve a run's telemetry
         # (and so get a healthy, quiet run ended as stalled).
         self.buckets = {known: Bucket(settings.requests_per_s, settings.burst) for known in (True, False)}
@@ -113,8 +118,8 @@ class Receiver:
             return
         status, headers, body = await self.handle(scope, receive)
         self.counts["accepted" if status == 200 else str(status)] += 1
-        if status == 200 and self.caller_known({k.decode("latin-1").lower(): v.decode("latin-1")
-                                                for k, v in scope["headers"]}):
+        if status == 200 and self.caller({k.decode("latin-1").lower(): v.decode("latin-1")
+                                          for k, v in scope["headers"]}) is not None:
             self.counts["with_token"] += 1      # of those accepted: a run Pulse started, or the operator's
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), *headers]})
@@ -127,7 +132,8 @@ class Receiver:
         if scope["method"] != "POST":
             return refuse(405, "OTLP/HTTP takes POST only")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        known = self.caller_known(headers)
+        caller = self.caller(headers)
+        known = caller is not None
         if self.token_required and not known:
             return refuse(401, "this receiver listens beyond loopback: send its token (Authorization: Bearer "
                                "TOKEN, or X-Pulse-Token), from <home>/telemetry.token")
@@ -157,7 +163,7 @@ class Receiver:
             self.release(room, known)
             raise
         with self.lock:
-            self.queue.append((signal, message, room, known))
+            self.queue.append((signal, message, room, caller))
         try:
             os.write(self.wake_fd, b"!")
         except BlockingIOError:
@@ -198,13 +204,24 @@ class Receiver:
             self.queued -= room
             self.anonymous -= 0 if known else room
 
-    def caller_known(self, headers: dict) -> bool:
+    def caller(self, headers: dict) -> str | None:
+        """Who sent it: "*" with the receiver's token (the operator's own senders), the run id with
+        that run's token (X-Pulse-Run and run_token), None without either."""
         import hmac
+
+        from pulse.agents.otel import run_token
         given = headers.get("x-pulse-token") or ""
         auth = headers.get("authorization", "")
         if auth.startswith("Bearer "):
             given = auth[len("Bearer "):].strip()
-        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+        if not given:
+            return None
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            return "*"
+        run = headers.get("x-pulse-run") or ""
+        if run and hmac.compare_digest(given.encode(), run_token(self.token, run).encode()):
+            return run
+        return None
 
     def next_message(self) -> tuple[str, object, int, bool] | None:
         """The oldest decoded request, or None; its room stays taken until `release`."""
@@ -287,6 +304,7 @@ class TelemetryWorker(Worker):
             self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
         self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "otlp-server")
+        self.exporter, self.export_after = self.open_export(settings), eventsdb.last_event_id(self.db)
         self.publish_address()
         self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
 
@@ -313,14 +331,14 @@ class TelemetryWorker(Worker):
             pass
         now, folded = time.time(), 0
         while (item := self.receiver.next_message()) is not None:
-            signal, message, room, known = item
+            signal, message, room, caller = item
             try:
-                getattr(self.fold, signal)(message, now)
+                self.fold.fold(signal, message, now, caller)
             except Exception as err:              # a decoded request the fold cannot read: dropped, said
                 self.log.warning("an OTLP %s request was not folded: %s: %s", signal, type(err).__name__, err)
             finally:
                 del message, item
-                self.receiver.release(room, known)   # its room is free once it is folded
+                self.receiver.release(room, caller is not None)   # its room is free once it is folded
             folded += room
         if folded >= TRIM_AFTER_BYTES:
             give_back(self.libc)                  # a burst's buffers go back to the system, not kept
@@ -330,7 +348,42 @@ class TelemetryWorker(Worker):
     def on_timer(self, now: float) -> None:
         if now >= self.next_flush:
             self.flush()
+            self.export_runs()
             self.next_flush = time.monotonic() + self.flush_s
+
+    def open_export(self, settings: configmod.Telemetry):
+        """The exporter of Pulse's runs to the operator's collector ([telemetry] export), or None."""
+        if settings.export is None:
+            return None
+        from pulse.agents import runspans
+        from pulse.workers.otlpexport import Exporter
+        resource = {"service.name": "pulse", "service.instance.id": f"{socket.gethostname()}:{self.paths.home.name}",
+                    "host.name": socket.gethostname()}
+        return Exporter(settings.export, settings.export_headers,
+                        lambda batch: runspans.export_request(batch, resource),
+                        settings.export_queue, settings.export_give_up_s).start()
+
+    def export_runs(self) -> None:
+        """Runs that ended since the last look, offered to the exporter (which never makes this wait)."""
+        from pulse.agents import runspans
+        if self.exporter is None:
+            return
+        try:
+            # a few a flush: each reads its run's facts, and this loop must keep heartbeating
+            ends = eventsdb.read_events(self.db, after_id=self.export_after, types=runspans.RUN_ENDS,
+                                        limit=EXPORT_PER_FLUSH)
+        except Exception as err:        # a busy store: next time
+            self.log.warning("ended runs not read for export: %s", err)
+            return
+        for ev in ends:
+            self.export_after = ev.id
+            try:
+                run = runspans.read_run(self.db, ev)
+            except Exception as err:    # one run's facts unreadable: that run is not sent, the others are
+                self.log.warning("run of event %d not exported: %s: %s", ev.id, type(err).__name__, err)
+                continue
+            if run is not None:
+                self.exporter.offer(runspans.spans(run))
 
     def flush(self) -> None:
         """One fact per run or session heard from since the last flush (and what a failed write kept)."""
@@ -349,13 +402,16 @@ class TelemetryWorker(Worker):
 
     def status_extras(self) -> dict:
         return {"url": self.url(), "token_required": self.remote, "facts": self.written,
-                "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts)}
+                "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts),
+                **({"export": self.exporter.status()} if self.exporter is not None else {})}
 
     def healthy(self) -> bool:
         return self.serving.healthy()
 
     def close(self) -> None:
         self.serving.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
         try:
             self.paths.telemetry_file.unlink()
         except FileNotFoundError:
