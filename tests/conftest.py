@@ -3,6 +3,7 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,6 +15,7 @@ from support import Pulsed, Tracker, kill_keepers
 # directory made here and removed when the run ends: a SIGKILLed pulsed cannot remove its own.
 RUN_DIR = tempfile.mkdtemp(prefix="pulse-tests-")
 os.environ["XDG_RUNTIME_DIR"] = RUN_DIR
+support.GOLDEN_HOME = Path(RUN_DIR) / "golden" / "home"
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -39,6 +41,7 @@ def pytest_collection_modifyitems(items):
 
 def pytest_runtest_setup(item):
     support.DAEMON_TEST = item.get_closest_marker("daemon") is not None
+    support.FRESH_HOME = item.get_closest_marker("fresh_home") is not None
 
 
 @pytest.fixture
@@ -76,8 +79,9 @@ def long_history(tmp_path_factory):
 
 @pytest.fixture
 def pulsed(tmp_path, tracker) -> Pulsed:
-    """A pulsed, not yet started: call .start(env=...)."""
-    p = Pulsed(tmp_path / "home", tracker)
+    """A pulsed, not yet started: call .start(env=...). Its home, if the test made none, is a copy of
+    the run's golden home (what `pulsectl init` makes); mark a test `fresh_home` to have pulsed make it."""
+    p = Pulsed(tmp_path / "home", tracker, golden=True)
     yield p
     if p.proc is not None:
         try:

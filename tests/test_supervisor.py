@@ -17,6 +17,7 @@ from support import PULSECTL, engine_rule, init_home, wait_for
 WORKERS = ("watcher", "tick", "executor", "engine")
 
 
+@pytest.mark.fresh_home   # pulsed's first run makes the home
 def test_first_run_makes_home_and_runs_every_worker(pulsed):
     pulsed.start()
     home = pulsed.home
@@ -138,6 +139,7 @@ def test_bad_config_exits_78_naming_the_key(pulsed, text, key):
     assert key in out and "config.toml" in out
 
 
+@pytest.mark.fresh_home   # pulsed's first run makes the home
 def test_first_run_that_cannot_make_the_home_says_why_and_exits_78(pulsed, tmp_path):
     (tmp_path / "bin").mkdir()                      # a PATH without git: the engine repo cannot be made
     pulsed.start(env={"PATH": str(tmp_path / "bin")}, wait=False)
