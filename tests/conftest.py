@@ -37,6 +37,35 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("realcli"):
             item.add_marker(pytest.mark.daemon)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=file_cost(items), reverse=True)     # stable: a file's own order is kept
+
+
+# Under xdist (`-n auto --dist loadfile`, the README's command) each worker takes whole files in the
+# order of the collection. Left to itself xdist orders them by their number of tests, which started
+# the real gateways' five tests (3-5 minutes) among the last, to run alone while the other worker had
+# nothing left: the longest files go first instead. Their seconds measured on 2 cores under load,
+# serially, where known; else 3 s a daemon test and 0.1 s any other. A stale figure costs only order.
+MEASURED_S = {"test_realcli_agents.py": 660, "test_realcli_gateways.py": 310, "test_fleet.py": 300,
+              "test_survival_e2e.py": 190, "test_executor.py": 130, "test_supervisor.py": 110}
+REALCLI_TEST_S = 30
+
+
+def file_cost(items):
+    estimate: dict[str, float] = {}
+    for item in items:
+        each = (REALCLI_TEST_S if item.get_closest_marker("realcli") else
+                3.0 if item.get_closest_marker("daemon") else 0.1)
+        estimate[item.path.name] = estimate.get(item.path.name, 0.0) + each
+
+    def cost(item) -> float:
+        return MEASURED_S.get(item.path.name, estimate[item.path.name])
+    return cost
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.option.loadscopereorder = False      # the order above, not xdist's by number of tests
 
 
 def pytest_runtest_setup(item):
