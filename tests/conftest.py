@@ -45,10 +45,11 @@ def pytest_collection_modifyitems(items):
 # order of the collection. Left to itself xdist orders them by their number of tests, which started
 # the real gateways' five tests (3-5 minutes) among the last, to run alone while the other worker had
 # nothing left: the longest files go first instead. Their seconds measured on 2 cores under load,
-# serially, where known; else 3 s a daemon test and 0.1 s any other. A stale figure costs only order.
+# serially, where known; else 30 s a realcli test, 3 s a daemon test, 0.1 s any other. A stale
+# figure costs only order.
 MEASURED_S = {"test_realcli_agents.py": 660, "test_realcli_gateways.py": 310, "test_fleet.py": 300,
-              "test_survival_e2e.py": 190, "test_web.py": 175, "test_executor.py": 130, "test_supervisor.py": 110,
-              "test_schedules.py": 55, "test_soak.py": 50, "test_power_loss.py": 50,
+              "test_survival_e2e.py": 190, "test_web.py": 175, "test_executor.py": 130, "test_realcli_guard.py": 125,
+              "test_supervisor.py": 110, "test_schedules.py": 55, "test_soak.py": 50, "test_power_loss.py": 50,
               "test_realcli_telemetry.py": 47, "test_long_history.py": 35}
 REALCLI_TEST_S = 30
 
