@@ -3,6 +3,7 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,6 +15,7 @@ from support import Pulsed, Tracker, kill_keepers
 # directory made here and removed when the run ends: a SIGKILLed pulsed cannot remove its own.
 RUN_DIR = tempfile.mkdtemp(prefix="pulse-tests-")
 os.environ["XDG_RUNTIME_DIR"] = RUN_DIR
+support.GOLDEN_HOME = Path(RUN_DIR) / "golden" / "home"
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -35,10 +37,43 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("realcli"):
             item.add_marker(pytest.mark.daemon)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=file_cost(items), reverse=True)     # stable: a file's own order is kept
+
+
+# Under xdist (`-n auto --dist loadfile`, the README's command) each worker takes whole files in the
+# order of the collection. Left to itself xdist orders them by their number of tests, which started
+# the real gateways' five tests (3-5 minutes) among the last, to run alone while the other worker had
+# nothing left: the longest files go first instead. Their seconds measured on 2 cores under load,
+# serially, where known; else 30 s a realcli test, 3 s a daemon test, 0.1 s any other. A stale
+# figure costs only order.
+MEASURED_S = {"test_realcli_agents.py": 660, "test_realcli_gateways.py": 310, "test_fleet.py": 300,
+              "test_survival_e2e.py": 190, "test_web.py": 175, "test_executor.py": 130, "test_realcli_guard.py": 125,
+              "test_supervisor.py": 110, "test_schedules.py": 55, "test_soak.py": 50, "test_power_loss.py": 50,
+              "test_realcli_telemetry.py": 47, "test_long_history.py": 35}
+REALCLI_TEST_S = 30
+
+
+def file_cost(items):
+    estimate: dict[str, float] = {}
+    for item in items:
+        each = (REALCLI_TEST_S if item.get_closest_marker("realcli") else
+                3.0 if item.get_closest_marker("daemon") else 0.1)
+        estimate[item.path.name] = estimate.get(item.path.name, 0.0) + each
+
+    def cost(item) -> float:
+        return MEASURED_S.get(item.path.name, estimate[item.path.name])
+    return cost
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.option.loadscopereorder = False      # the order above, not xdist's by number of tests
 
 
 def pytest_runtest_setup(item):
     support.DAEMON_TEST = item.get_closest_marker("daemon") is not None
+    support.FRESH_HOME = item.get_closest_marker("fresh_home") is not None
 
 
 @pytest.fixture
@@ -76,8 +111,9 @@ def long_history(tmp_path_factory):
 
 @pytest.fixture
 def pulsed(tmp_path, tracker) -> Pulsed:
-    """A pulsed, not yet started: call .start(env=...)."""
-    p = Pulsed(tmp_path / "home", tracker)
+    """A pulsed, not yet started: call .start(env=...). Its home, if the test made none, is a copy of
+    the run's golden home (what `pulsectl init` makes); mark a test `fresh_home` to have pulsed make it."""
+    p = Pulsed(tmp_path / "home", tracker, golden=True)
     yield p
     if p.proc is not None:
         try:

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from pulse.core import client, wire
-from pulse.core.home import Paths
+from pulse.core.home import Paths, write_web_token
 
 BIN = Path(sys.executable).parent
 PULSED = str(BIN / "pulsed")
@@ -63,15 +63,19 @@ def kill_keepers(home: Path) -> None:
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):
-    """Poll `condition` until it returns something truthy; fail the test at the deadline."""
+    """Poll `condition` until it returns something truthy; fail the test at the deadline.
+    A costly check (a `pulsectl` run, a page's request) waits as long as it took before the next:
+    polling takes at most half a core from the processes it waits for, on a 2-core machine."""
     deadline = time.monotonic() + timeout
     while True:
+        began = time.monotonic()
         value = condition()
         if value:
             return value
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(min(max(interval, now - began), deadline - now))
 
 
 def notifications(path: Path, rule: str) -> list[dict]:
@@ -82,10 +86,33 @@ def notifications(path: Path, rule: str) -> list[dict]:
 
 
 def init_home(home: Path) -> Paths:
-    """`pulsectl init` once (the engine directory, config, stores), as a user would before editing it."""
-    if not (home / "engine").exists():
+    """`pulsectl init` once (the engine directory, config, stores), as a user would before editing it.
+    A home not there yet is a copy of the run's golden home, which is what `pulsectl init` makes."""
+    if not home.exists() and GOLDEN_HOME is not None:
+        copy_golden_home(home)
+    elif not (home / "engine").exists():
         subprocess.run([PULSECTL, "--home", str(home), "init"], check=True, capture_output=True, timeout=60)
     return Paths.for_client(home)
+
+
+# A home as `pulsectl init` makes it, made once per run (per xdist worker) and copied for each test that
+# needs a new home: `pulsectl init`, and pulsed's first run, spend half a second or more on the engine's
+# git repository, its worktree and the scan for tools to guard, ~600 times a run. conftest sets the
+# path; None: every home is made by `pulsectl init` (or pulsed) itself.
+GOLDEN_HOME: Path | None = None
+FRESH_HOME = False    # conftest says, per test, whether it is marked `fresh_home` (pulsed makes the home)
+
+
+def copy_golden_home(home: Path) -> None:
+    """A new home equal to what `pulsectl init` makes there (a web token of its own included)."""
+    if not (GOLDEN_HOME / "engine").exists():
+        subprocess.run([PULSECTL, "--home", str(GOLDEN_HOME), "init"], check=True, capture_output=True, timeout=60)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(GOLDEN_HOME, home, symlinks=True)
+    # The staging worktree and the engine's repository name each other by absolute path.
+    (home / "staging" / ".git").write_text(f"gitdir: {home / 'engine' / '.git' / 'worktrees' / 'staging'}\n")
+    (home / "engine" / ".git" / "worktrees" / "staging" / "gitdir").write_text(f"{home / 'staging' / '.git'}\n")
+    write_web_token(Paths.for_client(home))
 
 
 def engine_rule(pulsed: "Pulsed", name: str, body: str) -> None:
@@ -97,9 +124,12 @@ def engine_rule(pulsed: "Pulsed", name: str, body: str) -> None:
 class Pulsed:
     """One real pulsed on a temporary home."""
 
-    def __init__(self, home: Path, tracker: "Tracker"):
+    def __init__(self, home: Path, tracker: "Tracker", golden: bool = False):
         self.home = home
         self.tracker = tracker
+        # started on a home not there yet: a copy of the golden home (the `pulsed` fixture's own home
+        # only; a test marked fresh_home, or one that moved the home elsewhere, has pulsed make it)
+        self.golden_for = home if golden else None
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
 
@@ -111,6 +141,8 @@ class Pulsed:
         assert DAEMON_TEST, "a test that starts pulsed is a daemon test: mark it @pytest.mark.daemon"
         inherited = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         self.env = {**inherited, **FAST, **(env or {})}
+        if self.home == self.golden_for and not FRESH_HOME and not self.home.exists() and GOLDEN_HOME is not None:
+            copy_golden_home(self.home)
         self.log = open(self.home.parent / "pulsed.out", "ab")
         self.proc = subprocess.Popen([PULSED, "--home", str(self.home), *args], env=self.env,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -108,6 +108,7 @@ def test_detect_finds_the_tools_and_says_how_it_would_guard_them_and_changes_not
     assert not host.pulse.exists()                        # nothing made, nothing written
 
 
+@pytest.mark.fresh_home   # what pulsed's first run makes and says
 def test_init_and_pulseds_first_run_say_what_detect_found_in_one_line(tmp_path, pulsed):
     host = Host(tmp_path)
     guard_with = "guard with: pulsectl guard hermes / pulsectl guard litellm / pulsectl guard openclaw"

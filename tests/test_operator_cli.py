@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from support import PULSECTL
 
 
@@ -90,6 +92,7 @@ def test_the_footer_explains_lifecycle_events_not_yet_written():
     assert "4 lifecycle events not yet in events.db" in footer and "held by pulsed until its event writer" in footer
 
 
+@pytest.mark.fresh_home   # what pulsed's first run makes and says
 def test_pulsed_first_run_says_what_it_created(pulsed):
     assert not pulsed.home.exists()
     pulsed.start()

@@ -172,12 +172,12 @@ def test_a_critical_death_gives_a_frozen_engine_the_short_deadline(pulsed, track
     """The tick the death wakes waits engine_urgent_deadline_ms for the engine, not the usual deadline,
     so survival's restart is not held up by a frozen engine."""
     import subprocess
-    argv = ["sleep", "3600.5151"]
+    argv = ["sleep", "3600.5252"]
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(textwrap.dedent(f"""
         [[process]]
         name = "svc"
-        match = "^sleep 3600.5151$"
+        match = "^sleep 3600.5252$"
         restart = ["touch", "{tmp_path / 'restarted'}"]
     """))
     victim = subprocess.Popen(argv, start_new_session=True)
