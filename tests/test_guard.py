@@ -108,6 +108,29 @@ def test_detect_finds_the_tools_and_says_how_it_would_guard_them_and_changes_not
     assert not host.pulse.exists()                        # nothing made, nothing written
 
 
+def test_a_gateway_running_on_another_state_dir_is_not_taken_for_this_ones(tmp_path, tracker):
+    """Another install's gateway of the same account (its own HOME) leaves this one not running; a
+    gateway on this install's state dir is its running one."""
+    host = Host(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".openclaw").mkdir(parents=True)
+    gateways = {}
+    for name, home in (("other", elsewhere), ("own", host.home)):
+        port = free_port()
+        gateways[name] = subprocess.Popen([str(host.bin / "openclaw"), "gateway", "run", "--port", str(port)],
+                                          env={**host.env, "HOME": str(home)})
+        tracker.add(gateways[name].pid)
+        wait_for(lambda: (home / ".openclaw" / "tmp" / f"openclaw-{os.getuid()}" / "gateway.state.lock").exists(), 15,
+                 0.05, what=f"the {name} gateway's lock file")
+        said = host.ctl("guard", "--detect").stdout
+        want = (f"{host.home}/.openclaw, running (pid {gateways['own'].pid})" if name == "own"
+                else f"{host.home}/.openclaw, not running")
+        assert want in said, said
+    for proc in gateways.values():
+        proc.kill()
+        proc.wait(10)
+
+
 @pytest.mark.fresh_home   # what pulsed's first run makes and says
 def test_init_and_pulseds_first_run_say_what_detect_found_in_one_line(tmp_path, pulsed):
     host = Host(tmp_path)

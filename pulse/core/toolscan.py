@@ -132,6 +132,31 @@ def litellm_config_of(cmdline: list[str]) -> str | None:
     return cmdline[cmdline.index("--config") + 1]
 
 
+def environ_of(pid: int) -> dict[str, str] | None:
+    """A process's environment, or None where it cannot be read (gone, another account's)."""
+    import psutil
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return None
+
+
+def serves(pid: int, state: str, state_of) -> bool:
+    """Whether the gateway `pid` runs on the state directory `state`: the one its own environment
+    names (`state_of(environ)`), so another install's gateway of the same account (another HOME or
+    state dir) does not make this one look running. Counted when its environment cannot be read."""
+    env = environ_of(pid)
+    return env is None or os.path.realpath(state_of(env)) == os.path.realpath(state)
+
+
+def openclaw_state(env: dict) -> str:
+    return env.get("OPENCLAW_STATE_DIR") or os.path.join(env.get("OPENCLAW_HOME") or env.get("HOME", ""), ".openclaw")
+
+
+def hermes_state(env: dict) -> str:
+    return env.get("HERMES_HOME") or os.path.join(env.get("HOME", ""), ".hermes")
+
+
 def units(home: str, prefix: str) -> list[str]:
     where = Path(home) / ".config" / "systemd" / "user"
     try:
@@ -177,7 +202,8 @@ def openclaw(account: Account, environ: dict, procs: list) -> Found | None:
         o["health"] = {"url": f"http://127.0.0.1:{port}/readyz"}
     if needs_path:                 # its launcher runs `node` from PATH
         o["env"]["PATH"] = environ["PATH"]
-    found.running = [pid for pid, uid, cmd in procs if uid == account.uid and is_openclaw_gateway(cmd)]
+    found.running = [pid for pid, uid, cmd in procs
+                     if uid == account.uid and is_openclaw_gateway(cmd) and serves(pid, state, openclaw_state)]
     found.units = units(account.home, "openclaw-gateway")
     return found
 
@@ -218,7 +244,8 @@ def hermes(account: Account, environ: dict, procs: list) -> Found | None:
     argv0, _ = program("hermes", environ) if account.own else ("hermes", False)
     if argv0 != "hermes":
         o["restart"] = [argv0, "gateway", "run", "--external-supervisor"]
-    found.running = [pid for pid, uid, cmd in procs if uid == account.uid and is_hermes_gateway(cmd)]
+    found.running = [pid for pid, uid, cmd in procs
+                     if uid == account.uid and is_hermes_gateway(cmd) and serves(pid, state, hermes_state)]
     found.units = units(account.home, "hermes-gateway")
     return found
 
