@@ -234,7 +234,10 @@ def test_guard_reloads_a_running_pulsed_which_starts_the_gateway_and_a_hand_writ
     try:
         vital = wait_for(lambda: pulsed.vital("process-alive:openclaw-gateway", lambda d: d.get("alive")), 30,
                          interval=0.2, what="the guarded gateway started and seen alive")
-        assert vital["pid"] == json.loads(lock.read_text())["pid"]
+        # seen alive as the keeper's child at once; its lock file comes once its Python is up
+        wait_for(lock.exists, 15, 0.05, what="the gateway's lock file")
+        wait_for(lambda: json.loads(lock.read_text() or "{}").get("pid") == vital["pid"], 15, 0.05,
+                 what=f"the lock file naming the pid seen alive ({vital['pid']})")
     finally:
         kill_keepers(pulsed.home)
 

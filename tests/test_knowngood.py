@@ -415,6 +415,9 @@ def test_what_a_restore_undid_is_a_unified_diff_bounded_in_lines_and_bytes():
     assert len(wide.encode()) <= configfiles.UNDONE_BYTES + 100 and wide.splitlines()[-1].endswith("left out")
     assert all(len(line) <= configfiles.DIFF_LINE_CHARS for line in
                configfiles.undone_diff("/x", b"a" * 500, b"b" * 500).splitlines())
+    deep = "/" + "d" * 150 + "/config.yaml"      # a long path still names its file and the side it is
+    assert configfiles.undone_diff(deep, b"a", b"b").splitlines()[:2] == [f"--- {deep} (as it was: undone)",
+                                                                          f"+++ {deep} (known good: restored)"]
     assert configfiles.undone_diff("/x", None, b"good") == "/x: was missing; the known-good copy was written back (4 bytes)"
     assert "binary" in configfiles.undone_diff("/x", b"\xff\x00", b"ok")
 

@@ -161,8 +161,8 @@ def diff_summary(path: str, before: bytes | None, after: bytes, lines: int = DIF
 def undone_diff(path: str, operators: bytes | None, good: bytes, lines: int = UNDONE_LINES,
                 max_bytes: int = UNDONE_BYTES) -> str:
     """What a restore undid, as a unified diff (3 lines of context) from the file as the operator left
-    it to the known-good copy written back, cut to `lines` lines and `max_bytes` bytes (each line to
-    DIFF_LINE_CHARS), with a last line saying how much was left out."""
+    it to the known-good copy written back, cut to `lines` lines and `max_bytes` bytes (each line but
+    the two naming the file to DIFF_LINE_CHARS), with a last line saying how much was left out."""
     if operators is None:
         return f"{path}: was missing; the known-good copy was written back ({len(good)} bytes)"
     try:
@@ -172,8 +172,9 @@ def undone_diff(path: str, operators: bytes | None, good: bytes, lines: int = UN
     diff = list(difflib.unified_diff(old, new, f"{path} (as it was: undone)", f"{path} (known good: restored)",
                                      lineterm=""))
     shown, size = [], 0
-    for line in diff[:lines]:
-        line = line if len(line) <= DIFF_LINE_CHARS else line[:DIFF_LINE_CHARS - 1] + "…"
+    for i, line in enumerate(diff[:lines]):
+        if i >= 2 and len(line) > DIFF_LINE_CHARS:     # a long path still names its file, and which side it is
+            line = line[:DIFF_LINE_CHARS - 1] + "…"
         if size + len(line.encode()) + 1 > max_bytes:
             break
         shown.append(line)
