@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pulse.cli.group import cli
+from pulse.core import guarded
 from support import init_home, wait_for
 
 FAST_TICK = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
@@ -135,7 +136,12 @@ def test_verbs_logs_after_crashes_and_a_stop_held_across_a_pulsed_restart(pulsed
     assert len(servers) == 1
     keeper = psutil.Process(last).parent()
     assert keeper.cmdline()[0] == f"pulse: keep svc ({pulsed.home})"
+    assert keeper.parent().pid == servers[0].pid
     assert keeper.memory_full_info().uss < 6 * 2**20
+    # The server never waits for a keeper: the kernel reaps one that ended, and no zombie stays
+    ctl_ok(pulsed, "process", "stop", "svc")
+    wait_for(lambda: not guarded.living(keeper.pid), 10, what="its keeper ended")
+    assert not [c.pid for c in servers[0].children() if c.status() == psutil.STATUS_ZOMBIE]
 
 
 def test_reload_stops_a_removed_process_and_says_a_worker_that_failed(pulsed, tracker):

@@ -216,7 +216,10 @@ def _record(home: str, name: str, ended: dict) -> None:
                   file=sys.stderr)
             return
         try:
-            conn = eventsdb.open_events(Path(home) / "events.db", "FULL")
+            # NORMAL, as events.db's writers but the executor's claims: a commit survives any process's
+            # crash, and the power cut that could take it ends the process and its restart's need too
+            # (an fsync here, several ms on a busy disk, was on the path of every restart)
+            conn = eventsdb.open_events(Path(home) / "events.db")
             try:
                 eventsdb.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
             finally:
