@@ -318,6 +318,8 @@ def test_stop_process_takes_a_removed_table_only_from_survival_or_an_operator(tm
     ctx = executor_context(tmp_path, "")
     victim = subprocess.Popen(["sleep", "3600.9191"], start_new_session=True)
     tracker.add(victim.pid)
+    # Popen returns once the exec began; the kernel shows the new argv a moment later
+    wait_for(lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "3600.9191"], 10, what="the victim's argv")
     definition = {"name": "gone", "match": "^sleep 3600.9191$", "stop_timeout_s": 3}
     agent = wire.Effect(kind=wire.STOP_PROCESS, target="gone", origin="agent", params={"definition": definition})
     with pytest.raises(kinds.EffectFailed):
