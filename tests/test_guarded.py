@@ -99,3 +99,24 @@ def test_a_command_line_is_split_on_nuls_or_on_the_spaces_a_title_put_there():
     assert guarded.split_cmdline("pulse: tick [home]") == ["pulse:", "tick", "[home]"]
     assert guarded.split_cmdline("pulse: tick [home]\0") == ["pulse:", "tick", "[home]"]
     assert guarded.split_cmdline("one\0") == ["one"]
+
+
+def test_a_keeper_s_children_are_read_from_the_kernel_s_list_as_psutil_finds_them():
+    """guarded.children() reads /proc/PID/task/TID/children, not every process's stat: the same
+    children as psutil's, and none once the parent is gone."""
+    parent = subprocess.Popen(["sh", "-c", "sleep 3600 & sleep 3601 & wait"])
+    proc, kids = psutil.Process(parent.pid), []
+    try:
+        deadline = time.monotonic() + 30
+        while len(kids) < 2:
+            assert time.monotonic() < deadline, "its children never started"
+            time.sleep(0.01)
+            kids = proc.children()
+        assert [c.pid for c in guarded.children(proc)] == sorted(c.pid for c in kids)
+    finally:
+        parent.kill()
+        parent.wait(5)
+        for kid in kids:
+            kid.kill()
+            kid.wait(5)
+    assert guarded.children(proc) == []

@@ -240,7 +240,48 @@ def kept(name: str, home: str | os.PathLike, table: Table | None = None) -> list
     out = []
     for proc in keepers_of(name, home, table):
         try:
-            out += [c for c in proc.children() if living(c.pid)]
+            out += [c for c in children(proc) if living(c.pid)]
         except psutil.Error:
             pass
     return out
+
+
+def children(proc: "psutil.Process") -> list["psutil.Process"]:
+    """The children of `proc`, from the kernel's list of each of its threads (/proc/PID/task/TID/children)
+    rather than psutil's read of every process's stat: a keeper is asked at each restart and at each
+    look of the watcher at a dead process. psutil's own way where the kernel keeps no such list."""
+    import psutil
+    if not _kernel_lists_children():
+        return proc.children()
+    pids: set[int] = set()
+    try:
+        threads = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        return []                       # gone
+    for tid in threads:
+        try:
+            with open(f"/proc/{proc.pid}/task/{tid}/children", "rb") as f:
+                pids.update(int(pid) for pid in f.read().split())
+        except OSError:                 # that thread ended meanwhile
+            continue
+    if not proc.is_running():           # its pid now names another process: what was read is not its
+        return []
+    out = []
+    for pid in sorted(pids):
+        try:
+            child = psutil.Process(pid)
+            if child.ppid() == proc.pid:    # not a pid taken by another process since the read
+                out.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+_children_lists: bool | None = None
+
+
+def _kernel_lists_children() -> bool:
+    global _children_lists
+    if _children_lists is None:
+        _children_lists = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    return _children_lists
