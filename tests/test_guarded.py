@@ -63,3 +63,60 @@ def test_scan_reads_each_process_into_a_dict_of_its_own():
     me = next(info for proc, info in guarded.scan(["cmdline", "create_time"]) if proc.pid == psutil.Process().pid)
     assert set(me) == {"cmdline", "create_time"} and me["create_time"] > 0
     assert all(not hasattr(proc, "info") for proc in got)
+
+
+def test_the_quick_look_at_command_lines_splits_them_as_psutil_does():
+    """guarded.cmdlines() reads /proc without a psutil.Process per process (a look costs a millisecond
+    or two, not tens): each command line it gives is psutil's, for a plain argv and for titles set
+    over it (words joined by spaces, as Pulse's own processes set theirs)."""
+    import sys
+    titled = "import setproctitle, time; setproctitle.setproctitle('pulse: keep demo (/a home)'); time.sleep(3600)"
+    plain = [sys.executable, "-c", "import time; time.sleep(3600)", "3600.25", "an arg with spaces"]
+    procs = [subprocess.Popen(plain), subprocess.Popen([sys.executable, "-c", titled])]
+    try:
+        wanted = {p.pid for p in procs}
+
+        def titled_now():
+            return (psutil.Process(procs[1].pid).cmdline() or [""])[0] == "pulse: keep demo (/a home)"
+        deadline = time.monotonic() + 30
+        while not titled_now():
+            assert time.monotonic() < deadline, "the title was never set"
+            time.sleep(0.01)
+        seen = {pid: cmdline for pid, cmdline in guarded.cmdlines() if pid in wanted}
+        assert seen == {p.pid: psutil.Process(p.pid).cmdline() for p in procs}
+        assert seen[procs[0].pid] == plain
+        assert [p.pid for p in guarded.matching(re.compile(r"3600\.25 an arg with spaces$"))] == [procs[0].pid]
+        assert [p.pid for p in guarded.keepers_of("demo", "/a home")] == [procs[1].pid]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(5)
+
+
+def test_a_command_line_is_split_on_nuls_or_on_the_spaces_a_title_put_there():
+    assert guarded.split_cmdline("") == []
+    assert guarded.split_cmdline("sleep\0an arg\0") == ["sleep", "an arg"]
+    assert guarded.split_cmdline("pulse: tick [home]") == ["pulse:", "tick", "[home]"]
+    assert guarded.split_cmdline("pulse: tick [home]\0") == ["pulse:", "tick", "[home]"]
+    assert guarded.split_cmdline("one\0") == ["one"]
+
+
+def test_a_keeper_s_children_are_read_from_the_kernel_s_list_as_psutil_finds_them():
+    """guarded.children() reads /proc/PID/task/TID/children, not every process's stat: the same
+    children as psutil's, and none once the parent is gone."""
+    parent = subprocess.Popen(["sh", "-c", "sleep 3600 & sleep 3601 & wait"])
+    proc, kids = psutil.Process(parent.pid), []
+    try:
+        deadline = time.monotonic() + 30
+        while len(kids) < 2:
+            assert time.monotonic() < deadline, "its children never started"
+            time.sleep(0.01)
+            kids = proc.children()
+        assert [c.pid for c in guarded.children(proc)] == sorted(c.pid for c in kids)
+    finally:
+        parent.kill()
+        parent.wait(5)
+        for kid in kids:
+            kid.kill()
+            kid.wait(5)
+    assert guarded.children(proc) == []

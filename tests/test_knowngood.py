@@ -26,6 +26,7 @@ from pulse.effects.kinds import EffectContext, EffectFailed
 from pulse.rules import onion, survival
 from pulse.sensing.builtin import ConfigFiles, ProcessAlive
 from pulse.store import objects
+from support import wait_for
 
 APP, EXTRA = "/srv/gw/app.json", "/srv/gw/extra.json"
 GOOD, BROKEN, OTHER = "a" * 64, "b" * 64, "c" * 64
@@ -160,6 +161,8 @@ def test_a_process_alive_sample_says_when_the_process_started_to_the_tick(tracke
     started = time.time()
     proc = subprocess.Popen(["sleep", "60.2121"])
     tracker.add(proc.pid)
+    # Popen returns once the exec began; the kernel shows the new argv a moment later
+    wait_for(lambda: psutil.Process(proc.pid).cmdline() == ["sleep", "60.2121"], 10, what="the argv")
     watcher = ProcessAlive(load('[[process]]\nname = "s"\nmatch = "^sleep 60.2121$"\n').process[0], 100)
     data = watcher.collect()
     assert data["pid"] == proc.pid and data["since"] == psutil.Process(proc.pid).create_time()

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pulse.cli.group import cli
+from pulse.core import guarded
 from support import init_home, wait_for
 
 FAST_TICK = {"PULSE_TICK_MS": "100", "PULSE_WATCHER_INTERVAL_MS": "100"}
@@ -135,7 +136,12 @@ def test_verbs_logs_after_crashes_and_a_stop_held_across_a_pulsed_restart(pulsed
     assert len(servers) == 1
     keeper = psutil.Process(last).parent()
     assert keeper.cmdline()[0] == f"pulse: keep svc ({pulsed.home})"
+    assert keeper.parent().pid == servers[0].pid
     assert keeper.memory_full_info().uss < 6 * 2**20
+    # The server never waits for a keeper: the kernel reaps one that ended, and no zombie stays
+    ctl_ok(pulsed, "process", "stop", "svc")
+    wait_for(lambda: not guarded.living(keeper.pid), 10, what="its keeper ended")
+    assert not [c.pid for c in servers[0].children() if c.status() == psutil.STATUS_ZOMBIE]
 
 
 def test_reload_stops_a_removed_process_and_says_a_worker_that_failed(pulsed, tracker):
@@ -229,6 +235,50 @@ def test_the_keeper_appends_and_rotates_its_log_by_size_keeping_the_start(tmp_pa
     assert len(tail) < keeper.LOG_MAX_BYTES
 
 
+def test_the_keeper_is_done_with_an_exit_once_the_output_ended(tmp_path, monkeypatch):
+    """The exit is recorded once the process's output has ended, not DRAIN_AFTER_EXIT_S after the exit
+    (a restart waits on that record): the drain is for a grandchild that holds the pipe open, and
+    what that one says before letting go is still in the tail."""
+    import subprocess
+    import threading
+
+    from pulse.effects import keeper
+    monkeypatch.setattr(keeper, "DRAIN_AFTER_EXIT_S", 600.0)
+    # exits at once; a grandchild holds the pipe a moment longer, says a line, and lets go
+    child = subprocess.Popen(["sh", "-c", "(sleep 0.3; echo from the grandchild) & echo from the child; exit 3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    path = tmp_path / "process-p.log"
+    log = keeper.open_log(str(path))
+    copied: dict = {}
+    copying = threading.Thread(target=lambda: copied.update(tail=keeper._copy_output(child, log, str(path))),
+                               daemon=True)
+    copying.start()
+    copying.join(60)
+    assert not copying.is_alive(), "still draining after the output ended"
+    assert copied["tail"].splitlines() == ["from the child", "from the grandchild"]
+    assert child.wait(5) == 3
+    log.close()
+
+
+def test_a_kept_process_starts_with_sigint_and_sighup_at_their_defaults(tmp_path):
+    """Workers ignore SIGINT and SIGHUP, and an ignored signal stays ignored across exec: the keeper
+    starts its process with both at their defaults, whoever started the keeper."""
+    import signal
+    import subprocess
+    import sys
+
+    def ignoring():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log = tmp_path / "process-sig.log"
+    subprocess.run([sys.executable, "-m", "pulse.effects.keeper", str(tmp_path), "sig", str(log), "--",
+                    "grep", "SigIgn", "/proc/self/status"], preexec_fn=ignoring, capture_output=True, timeout=60,
+                   check=True)
+    said = wait_for(lambda: "ended" in log.read_text() and log.read_text(), 30, what="the keeper's end line")
+    ignored = int(said.split("SigIgn:")[1].split()[0], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGHUP - 1)), said
+
+
 def executor_context(tmp_path, toml: str):
     from pulse.core import config as configmod
     from pulse.core.home import Paths
@@ -268,6 +318,8 @@ def test_stop_process_takes_a_removed_table_only_from_survival_or_an_operator(tm
     ctx = executor_context(tmp_path, "")
     victim = subprocess.Popen(["sleep", "3600.9191"], start_new_session=True)
     tracker.add(victim.pid)
+    # Popen returns once the exec began; the kernel shows the new argv a moment later
+    wait_for(lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "3600.9191"], 10, what="the victim's argv")
     definition = {"name": "gone", "match": "^sleep 3600.9191$", "stop_timeout_s": 3}
     agent = wire.Effect(kind=wire.STOP_PROCESS, target="gone", origin="agent", params={"definition": definition})
     with pytest.raises(kinds.EffectFailed):

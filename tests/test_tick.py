@@ -201,6 +201,33 @@ def test_a_critical_death_gives_a_frozen_engine_the_short_deadline(pulsed, track
 
 
 
+def test_a_critical_death_is_decided_at_once_not_tick_ms_min_after_the_last_tick(pulsed, tracker, tmp_path):
+    """A death's wake (the watcher's pidfd, the keeper's exit fact) runs the tick at once: tick_ms_min
+    paces the other wakes, and a death comes once (one that keeps coming is paced by its backoff)."""
+    import subprocess
+    import time
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(textwrap.dedent(f"""
+        [[process]]
+        name = "svc"
+        match = "^sleep 3600.6161$"
+        restart = ["touch", "{tmp_path / 'restarted'}"]
+    """))
+    victim = subprocess.Popen(["sleep", "3600.6161"], start_new_session=True)
+    tracker.add(victim.pid)
+    pulsed.start(env={"PULSE_TICK_MS": "60000", "PULSE_TICK_MS_MAX": "60000", "PULSE_TICK_MS_MIN": "40000"})
+    wait_for(lambda: pulsed.vital("process-alive:svc", lambda d: d["alive"]), 10, what="watched")
+    wait_for(pulsed.ticks, 10, what="the tick that runs at the start")
+    killed_at = time.time()
+    victim.kill()
+    victim.wait(5)
+    decided = wait_for(lambda: [t for t in pulsed.ticks() if t["ts"] > killed_at and t["data"]["effects"]], 30,
+                       what="the tick that restarts it")[0]
+    before = [t for t in pulsed.ticks() if t["id"] < decided["id"]][-1]
+    assert decided["data"]["started_mono"] - before["data"]["started_mono"] < 40
+    assert [e["data"]["kind"] for e in pulsed.events("effect", "svc")] == ["restart-process"]
+
+
 # -- the projections the snapshot carries, folded from events (pure: no daemon) --------------------------
 
 def committed(id: int, kind: str, origin: str = "survival", target: str = "gw", **params) -> wire.Event:

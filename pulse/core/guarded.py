@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     import psutil
@@ -85,15 +86,63 @@ def scan(attrs: list[str]) -> list[tuple["psutil.Process", dict]]:
     return out
 
 
-def matching(pattern: re.Pattern, uid: int | None = None) -> list["psutil.Process"]:
+def cmdlines() -> Iterator[tuple[int, list[str]]]:
+    """(pid, command line) of every process, read from /proc and split as psutil splits it, without a
+    psutil.Process for each: a look at a few hundred processes costs a millisecond or two instead of
+    tens on a busy host, and it is on the path of every restart and of each look of the watcher. What
+    it finds is read again through psutil before anything is done with it."""
+    encoding = sys.getfilesystemencoding()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{entry.name}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:                     # gone meanwhile
+            continue
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        yield int(entry.name), split_cmdline(b"".join(chunks).decode(encoding, "surrogateescape"))
+
+
+def split_cmdline(data: str) -> list[str]:
+    """/proc/PID/cmdline as a list, as psutil's Process.cmdline() splits it (a process that rewrote its
+    title may separate its words with spaces instead of NULs)."""
+    if not data:
+        return []                           # a zombie's, or a kernel thread's
+    sep = "\0" if data.endswith("\0") else " "
+    if data.endswith(sep):
+        data = data[:-1]
+    words = data.split(sep)
+    if sep == "\0" and len(words) == 1 and " " in data:
+        words = data.split(" ")
+    return words
+
+
+Table = list[tuple[int, list[str]]]     # cmdlines() read once, for several looks at the same moment
+
+
+def matching(pattern: re.Pattern, uid: int | None = None, table: Table | None = None) -> list["psutil.Process"]:
     """Live processes whose command line matches (and that run as `uid`, when given), Pulse's own
     left out, oldest first (a server's forked workers match too, and it is their parent that is the
     process)."""
     import psutil
     me, found = os.getpid(), []
-    for proc, info in scan(["cmdline", "create_time", "status", "uids"]):
+    for pid, cmdline in cmdlines() if table is None else table:
+        if pid == me or not cmdline or is_pulses_own(cmdline) or not pattern.search(" ".join(cmdline)):
+            continue
+        try:        # read again through psutil, as one process: its pid may have been taken meanwhile
+            proc = psutil.Process(pid)
+            info = proc.as_dict(["cmdline", "create_time", "status", "uids"], ad_value=None)
+        except psutil.NoSuchProcess:
+            continue
         cmdline = info["cmdline"] or []
-        if proc.pid == me or info["status"] == psutil.STATUS_ZOMBIE or not cmdline or is_pulses_own(cmdline):
+        if info["status"] == psutil.STATUS_ZOMBIE or not cmdline or is_pulses_own(cmdline):
             continue
         if uid is not None and (info["uids"] is None or info["uids"].real != uid):
             continue
@@ -122,7 +171,8 @@ def living(pid: int) -> "psutil.Process | None":
         return proc
 
 
-def find(process: "Process", home: str | os.PathLike | None = None) -> tuple[list["psutil.Process"], str]:
+def find(process: "Process", home: str | os.PathLike | None = None,
+         table: Table | None = None) -> tuple[list["psutil.Process"], str]:
     """(the live processes of `process`, the oldest first; why none), by its pidfile or match: only
     those that run as its user, and (with the home) only the keeper's while its keeper lives."""
     uid = expected_uid(process)
@@ -139,11 +189,11 @@ def find(process: "Process", home: str | os.PathLike | None = None) -> tuple[lis
             return [], f"pid {pid} (from {getattr(process.pidfile, 'path', process.pidfile)}) runs as another account"
         found = [proc]
     else:
-        found = matching(re.compile(process.match or ""), uid)
+        found = matching(re.compile(process.match or ""), uid, table)
     # Only a keeper that keeps something narrows the match: one whose child has died (it is recording
     # the exit) keeps nothing, and while a new keeper is forked and not yet titled it would otherwise
     # hide the copy that was just started (a restart read as a death).
-    theirs = {p.pid for keeper in (keepers_of(process.name, home) if home is not None and found else [])
+    theirs = {p.pid for keeper in (keepers_of(process.name, home, table) if home is not None and found else [])
               for p in _descendants(keeper)}
     if theirs:
         found = [p for p in found if p.pid in theirs]
@@ -166,21 +216,72 @@ def keeper_title(name: str, home: str | os.PathLike) -> str:
     return f"pulse: keep {name} ({home})"
 
 
-def keepers_of(name: str, home: str | os.PathLike) -> list["psutil.Process"]:
+def keepers_of(name: str, home: str | os.PathLike, table: Table | None = None) -> list["psutil.Process"]:
     """The live keepers of `name` for this home: Pulse's own account's, titled as keeper_title says
     (another account's process with that title keeps nothing of Pulse's)."""
-    title, me = keeper_title(name, home), os.getuid()
-    return [proc for proc, info in scan(["cmdline", "uids"])
-            if " ".join(info["cmdline"] or []).strip() == title and info["uids"] is not None and info["uids"].real == me]
+    import psutil
+    title, me, out = keeper_title(name, home), os.getuid(), []
+    for pid, cmdline in cmdlines() if table is None else table:
+        if " ".join(cmdline).strip() != title:
+            continue
+        try:        # read again through psutil, as one process: its pid may have been taken meanwhile
+            proc = psutil.Process(pid)
+            info = proc.as_dict(["cmdline", "uids"], ad_value=None)
+        except psutil.NoSuchProcess:
+            continue
+        if " ".join(info["cmdline"] or []).strip() == title and info["uids"] is not None and info["uids"].real == me:
+            out.append(proc)
+    return out
 
 
-def kept(name: str, home: str | os.PathLike) -> list["psutil.Process"]:
+def kept(name: str, home: str | os.PathLike, table: Table | None = None) -> list["psutil.Process"]:
     """The processes a keeper of `name` (for this home) is keeping: what Pulse last started."""
     import psutil
     out = []
-    for proc in keepers_of(name, home):
+    for proc in keepers_of(name, home, table):
         try:
-            out += [c for c in proc.children() if living(c.pid)]
+            out += [c for c in children(proc) if living(c.pid)]
         except psutil.Error:
             pass
     return out
+
+
+def children(proc: "psutil.Process") -> list["psutil.Process"]:
+    """The children of `proc`, from the kernel's list of each of its threads (/proc/PID/task/TID/children)
+    rather than psutil's read of every process's stat: a keeper is asked at each restart and at each
+    look of the watcher at a dead process. psutil's own way where the kernel keeps no such list."""
+    import psutil
+    if not _kernel_lists_children():
+        return proc.children()
+    pids: set[int] = set()
+    try:
+        threads = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        return []                       # gone
+    for tid in threads:
+        try:
+            with open(f"/proc/{proc.pid}/task/{tid}/children", "rb") as f:
+                pids.update(int(pid) for pid in f.read().split())
+        except OSError:                 # that thread ended meanwhile
+            continue
+    if not proc.is_running():           # its pid now names another process: what was read is not its
+        return []
+    out = []
+    for pid in sorted(pids):
+        try:
+            child = psutil.Process(pid)
+            if child.ppid() == proc.pid:    # not a pid taken by another process since the read
+                out.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+_children_lists: bool | None = None
+
+
+def _kernel_lists_children() -> bool:
+    global _children_lists
+    if _children_lists is None:
+        _children_lists = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    return _children_lists

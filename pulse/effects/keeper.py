@@ -76,11 +76,14 @@ def keep(home: str, name: str, log_path: str, command: list[str], env: dict | No
     procs.set_title(guarded.keeper_title(name, home))
     log = open_log(log_path)
     os.dup2(log.fileno(), 2)    # the keeper's own complaints land beside its process's output
-    procs.libc()
+    # An ignored SIGINT or SIGHUP (a worker ignores both) would stay ignored in ARGV across exec: the
+    # defaults here, in the keeper, rather than in a pre-exec function, whose Python code between fork
+    # and exec rules out vfork (a start then costs a fork of the keeper and waiting for its child).
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=cwd,
-                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=procs.child_signal_defaults,
-                                 **as_account(user))
+                                 stderr=subprocess.STDOUT, close_fds=True, **as_account(user))
     except (OSError, KeyError) as err:     # KeyError: no such account
         why = getattr(err, "strerror", None) or err
         log.write(f"[pulse] cannot start {name} ({command[0]!r}): {why}\n".encode())
@@ -160,11 +163,16 @@ def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
     fd = child.stdout.fileno()
     pidfd = os.pidfd_open(child.pid)
     exited_at = None
+    # Done at the exit once the pipe is at its end (the usual case: the exit closed it, and the exit's
+    # record must not wait), else DRAIN_AFTER_EXIT_S after the exit, for what a grandchild holds.
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ, "out")
         sel.register(pidfd, selectors.EVENT_READ, "exit")
-        while exited_at is None or time.monotonic() - exited_at < DRAIN_AFTER_EXIT_S:
+        drained = False
+        while not (drained and exited_at is not None):
             wait = None if exited_at is None else DRAIN_AFTER_EXIT_S - (time.monotonic() - exited_at)
+            if wait is not None and wait <= 0:
+                break
             events = sel.select(wait)
             if not events and exited_at is not None:
                 break
@@ -176,9 +184,10 @@ def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     sel.unregister(fd)
+                    drained = True
                     if exited_at is None:
-                        child.wait()
-                        exited_at = time.monotonic() - DRAIN_AFTER_EXIT_S
+                        child.wait()   # the pipe ended first: its exit is at most a moment away
+                        exited_at = time.monotonic()
                     continue
                 if written + len(chunk) > LOG_MAX_BYTES:
                     _rotate(log, log_path)
@@ -207,7 +216,10 @@ def _record(home: str, name: str, ended: dict) -> None:
                   file=sys.stderr)
             return
         try:
-            conn = eventsdb.open_events(Path(home) / "events.db", "FULL")
+            # NORMAL, as events.db's writers but the executor's claims: a commit survives any process's
+            # crash, and the power cut that could take it ends the process and its restart's need too
+            # (an fsync here, several ms on a busy disk, was on the path of every restart)
+            conn = eventsdb.open_events(Path(home) / "events.db")
             try:
                 eventsdb.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
             finally:

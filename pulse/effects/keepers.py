@@ -7,10 +7,11 @@ its own interpreter (~20 MB each).
 
 The executor asks it (ask) over a Unix socket in the runtime directory (mode 0600 in a 0700
 directory; a peer of another uid is refused): one JSON line {version, home, name, log, argv, env,
-cwd}. The server forks; the child makes a session of its own and forks again (the server reaps the
-first half at once and never parents a keeper), and the keeper runs with the connection as its
-stdout, so the executor reads its reports ({"pid", "since"}, then the exit) as from a keeper it
-started itself. A keeper so made outlives the server, the executor and Pulse, as any keeper does.
+cwd}. The server forks the keeper, which makes a session of its own and runs with the connection as
+its stdout, so the executor reads its reports ({"pid", "since"}, then the exit) as from a keeper it
+started itself; the server ignores SIGCHLD, so the kernel reaps each keeper that ends (the server
+never waits for one, and a start costs one fork, not two). A keeper so made outlives the server,
+the executor and Pulse, as any keeper does.
 
 It is started by the executor when the socket does not answer (that start goes the old way, a
 keeper of its own), outside Pulse's cgroup under systemd like a keeper, and runs while this home's
@@ -23,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -88,6 +90,7 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
 
     procs.set_title(server_title(home))
     procs.libc()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the keepers it forks are reaped by the kernel
     import gc
     gc.freeze()                   # what is loaded now stays shared: no collection of a keeper writes to it
     lock = open(sock_path + ".lock", "w")
@@ -179,15 +182,13 @@ def _fork_keeper(conn: socket.socket, request: dict, keeper, inherited: tuple) -
         _say(conn, {"refused": f"fork: {err}"})
         return
     if pid > 0:
-        os.waitpid(pid, 0)        # the first half exits at once: the keeper is nobody's child here
-        return
+        return                    # reaped by the kernel when it ends (SIGCHLD ignored)
     code = 1
     try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the keeper waits for its own child's exit
         for held in inherited:
             held.close()
         os.setsid()
-        if os.fork() > 0:
-            os._exit(0)
         os.dup2(conn.fileno(), 1)  # its reports go to the executor that asked
         conn.close()
         devnull = os.open(os.devnull, os.O_RDONLY)

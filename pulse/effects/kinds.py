@@ -354,7 +354,8 @@ def stop_process(process: Process, ctx: EffectContext, home: Path) -> dict:
     """Stop what `process` is now (found, and kept by its keeper), and wait until it is gone:
     its `stop` argv, else SIGTERM and SIGCONT to each tree; SIGKILL after stop_timeout_s.
     {} when nothing runs; EffectFailed ("stop") if something outlives SIGKILL."""
-    roots = {p.pid: p for p in [*guarded.find(process, home)[0], *guarded.kept(process.name, home)]}
+    table = list(guarded.cmdlines())    # one look at every process serves both questions
+    roots = {p.pid: p for p in [*guarded.find(process, home, table)[0], *guarded.kept(process.name, home, table)]}
     victims = process_trees(list(roots.values()))
     if not victims:
         return {}

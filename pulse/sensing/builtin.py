@@ -204,11 +204,12 @@ class ProcessAlive(Watcher):
         # returns, and two scans of every process can take seconds on a loaded host, long enough for a
         # restart to start the process and be acked meanwhile (processWatchdog compares `looked_at`).
         looked = time.time()
-        found, why = guarded.find(self.process, self.home)
+        table = list(guarded.cmdlines())    # one look at every process serves both questions
+        found, why = guarded.find(self.process, self.home, table)
         if not found and self.home is not None:
             # What Pulse last started, while its pidfile is not written yet (OpenClaw writes its lock
             # 5-9 s after the start, Hermes its pid 1-2 s after) or its title is changing: alive.
-            found = guarded.kept(self.process.name, self.home)
+            found = guarded.kept(self.process.name, self.home, table)
         if not found:
             self._dead_since = self._dead_since or looked
             return {"alive": False, "pid": None, "reason": why, "dead_since": self._dead_since,

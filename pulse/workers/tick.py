@@ -403,9 +403,12 @@ class TickWorker(Worker):
         # answers every outcome with a new effect must not spin the tick (and the host) at tick_ms_min.
         gap_ms = (self.config.tick.outcome_wake_min_ms if message.reason == "engine-effect-ended"
                   else self.config.timings.tick_ms_min)
-        # A critical process died: survival must restart it now, so the engine gets a short deadline.
-        self.urgent = self.urgent or message.reason.startswith(("process-alive:", "process-exited:"))
-        soonest = self.last_tick + gap_ms / 1000
+        # A critical process died: survival must restart it now, so the engine gets a short deadline,
+        # and the tick runs at once, not tick_ms_min after the last (a death comes once, and a process
+        # that keeps dying is paced by its backoff, so this cannot spin the tick).
+        died = message.reason.startswith(("process-alive:", "process-exited:"))
+        self.urgent = self.urgent or died
+        soonest = time.monotonic() if died else self.last_tick + gap_ms / 1000
         self.next_tick = min(self.next_tick, max(time.monotonic(), soonest))
 
     def fold(self) -> None:
@@ -563,6 +566,8 @@ class TickWorker(Worker):
         # call went wrong, is also an event: events.db is never compacted.
         notable = committed or self.inner_failed
         self.commit_tick(committed, [wire.now_event("tick", "tick", None, record)] if notable else [])
+        if (committed or told) and not self.config.observe_only:
+            self.ring_executor()     # before the tick's own bookkeeping: a restart waits on nothing of it
         try:
             vitalsdb.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
         except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
@@ -571,11 +576,6 @@ class TickWorker(Worker):
         if time.monotonic() - self.ballast_checked > self.config.timings.ballast_check_s and self.disk_has_room(curr):
             self.ballast_checked = time.monotonic()
             ballast.keep(self.ballast, self.config.survival.ballast_mb)
-        if (committed or told) and not self.config.observe_only:
-            try:
-                self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
-            except zmq.Again:
-                pass   # the executor's scan finds them
         self.prev = curr
         self.urgent = False
         self.last_tick = time.monotonic()
@@ -634,10 +634,13 @@ class TickWorker(Worker):
         self.log.info("schedule %s: %s slot %s (%.3f s after its time)", s.name, step.action,
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(step.slot)), step.late_s)
         if effect is not None and not self.config.observe_only:
-            try:
-                self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
-            except zmq.Again:
-                pass   # the executor's scan finds it
+            self.ring_executor()
+
+    def ring_executor(self) -> None:
+        try:
+            self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
+        except zmq.Again:
+            pass   # the executor's scan finds them
 
     def next_schedule_due(self) -> float:
         now = time.time()
