@@ -79,12 +79,13 @@ class FleetWorker(Worker):
         f = self.config.fleet
         self.host = f.host or names.default_host(self.config.pulse.name or default_name(self.paths.home))
         self.account = {"state": "connecting", "host": self.host, "servers": [names.shown_url(u) for u in f.url],
-                        "reason": None, "since": time.time(), "published_through": 0, "published": 0}
+                        "server": None, "reason": None, "since": time.time(), "published_through": 0, "published": 0}
         self.lock = threading.Lock()
         self.beat_s = self.config.timings.heartbeat_ms / 1000
         self.turned = time.monotonic()
         self.loop = asyncio.new_event_loop()
         self.main: asyncio.Task | None = None
+        self.fleet_tasks = None        # pulse.workers.fleettasks.FleetTasks, made on the first connection
         self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
         self.thread.start()
         self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
@@ -97,6 +98,8 @@ class FleetWorker(Worker):
             changed = state is not None and state != self.account["state"]
             if changed:
                 self.account.update(state=state, since=time.time())
+                if state != "connected":
+                    self.account["server"] = None
             self.account["reason"] = reason
         if changed:
             self.log.info("fleet %s%s", state, f": {reason}" if reason else "")
@@ -173,24 +176,30 @@ class FleetWorker(Worker):
         ttl = self.config.fleet.presence_ttl_s
         hosts = await self.bucket(js, names.HOSTS_BUCKET, ttl)
         seen = await self.bucket(js, names.SEEN_BUCKET, None)
+        with self.lock:   # which server of the cluster, for status (and for a test that kills that one)
+            self.account["server"] = names.shown_url(nc.connected_url.geturl()) if nc.connected_url else None
         self.note("connected", None)
+        # one for the worker's life: the tasks this host runs outlive a connection (a server of the
+        # cluster lost): their messages are renewed and acknowledged on the next one
+        if self.fleet_tasks is None:
+            self.fleet_tasks = FleetTasks(self)
         async with asyncio.TaskGroup() as group:
             group.create_task(self.presence(nc, hosts, seen))
             group.create_task(self.outbox(nc, js))
-            group.create_task(FleetTasks(self, nc, js).run())
+            group.create_task(self.fleet_tasks.run(nc, js))
 
     async def ensure_stream(self, js) -> None:
         from nats.js.errors import BadRequestError
         try:
             await js.add_stream(name=names.EVENTS_STREAM, subjects=[names.EVENTS_SUBJECTS],
-                                duplicate_window=names.DUPLICATE_WINDOW_S)
+                                duplicate_window=names.DUPLICATE_WINDOW_S, num_replicas=self.config.fleet.replicas)
         except BadRequestError:
             await js.stream_info(names.EVENTS_STREAM)   # made by another host with other limits: use it as it is
 
     async def bucket(self, js, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
         try:
-            return await js.create_key_value(bucket=name, ttl=ttl, history=1)
+            return await js.create_key_value(bucket=name, ttl=ttl, history=1, replicas=self.config.fleet.replicas)
         except BadRequestError:
             return await js.key_value(name)   # made by another host with other settings
 
