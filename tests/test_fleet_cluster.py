@@ -177,3 +177,31 @@ def test_a_short_fleet_chaos_loses_and_doubles_nothing(tracker):
     assert proc.returncode == 0, err[-3000:]
     assert all(n >= 1 for n in figures["kills"].values()), figures["kills"]
     assert figures["offered"] >= 20 and figures["acked"] + len(figures["dead"]) == figures["offered"]
+
+
+@pytest.mark.daemon
+def test_a_taking_whose_claim_lapsed_while_the_fleet_worker_was_down_is_given_up_there(tmp_path, tracker, nats_server):
+    """b takes a task while its executor is stopped (so its run has not begun), then b's fleet worker
+    is stopped past the lease: c takes the task and runs it. When b's fleet worker comes back, its
+    claim has lapsed, so it gives its own copy up instead of letting its executor run it a second time."""
+    lease = {"task_lease_s": 2}
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, **lease)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, agent="1", **lease)
+    c = fleet_host(tmp_path, tracker, "c", nats_server.url, agent="1", **lease)
+    start_all([a, b, c])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+    for host, worker in ((b, "executor"), (c, "fleet")):
+        assert host.ctl("stop", worker).returncode == 0
+    fleet_id = offer(a, "--title", "once", "--agent", "builder")
+    [mine] = wait_for(lambda: tasks_created(b), 30, what="b took it")
+    assert b.ctl("stop", "fleet").returncode == 0
+    assert c.ctl("start", "fleet").returncode == 0
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "acked", 30, what="c ran it after b's claim lapsed")
+    assert b.ctl("start", "fleet").returncode == 0
+    given_up = wait_for(lambda: b.events("task-given-up", target=mine["target"], written=False), 20,
+                        what="b gave its copy up")
+    assert "claim lapsed" in given_up[0]["data"]["reason"], given_up
+    assert b.ctl("start", "executor").returncode == 0
+    assert b.events("task-executing", target=mine["target"]) == []
+    view = fleet_task(a, fleet_id)
+    assert (view["status"], view["host"]) == ("acked", "c@test"), view

@@ -236,7 +236,7 @@ class FleetTasks:
         conn = eventsdb.open_events(self.w.paths.events_db)
         try:
             if not self.resumed:
-                await self.resume()
+                await self.resume(conn)
                 self.resumed = True
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.offering(conn, cursor))
@@ -275,12 +275,12 @@ class FleetTasks:
                 continue
             await self.take(conn)
 
-    async def resume(self) -> None:
+    async def resume(self, conn) -> None:
         """The takings this host's last fleet worker left unended (it was killed, or pulsed was): each one
         whose claim still names this host is kept again, renewed at once and acknowledged at its end, as
-        if this worker had taken it; a lapsed one is forgotten (its message comes back to some host).
-        Without this a worker's restart let the lease lapse under a task its host ran, and another host
-        ran it again."""
+        if this worker had taken it; a lapsed one is forgotten (its message comes back to some host), and
+        its task here given up unless its run has begun. Without this a worker's restart let the lease
+        lapse under a task its host ran, and another host ran it again."""
         from nats.aio.msg import Msg
         from nats.js.errors import KeyNotFoundError
         for fleet_id, (task, taking) in fleetcursor.open_takings(self.cursor).items():
@@ -290,6 +290,13 @@ class FleetTasks:
                 holder = None
             if holder != self.w.host:
                 self.w.log.info("fleet task %s: its claim lapsed while this worker was down; left to the fleet", fleet_id)
+                state = tasks.load(conn, task)
+                if state is not None and state.status in (TaskStatus.PENDING, TaskStatus.ASSIGNED):
+                    try:
+                        tasks.record(conn, task, wire.TaskEvent.GIVEN_UP, "fleet", by="fleet",
+                                     reason="its fleet claim lapsed while the fleet worker was down: left to the fleet")
+                    except tasks.IllegalTransition:
+                        pass             # it began meanwhile: it ends as it will
                 fleetcursor.end_taking(self.cursor, fleet_id)
                 continue
             offer = taking["offer"]
