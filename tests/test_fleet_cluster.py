@@ -31,6 +31,7 @@ from tests.test_fleet import (
     stream_count,
     stream_events,
     tasks_created,
+    view_hosts,
 )
 
 CHAOS = Path(__file__).resolve().parents[1] / "scripts" / "fleet_chaos.py"
@@ -48,6 +49,26 @@ def test_replicas_is_a_fleet_key_from_1_to_5(tmp_path):
         configmod.load(bad, {})
 
 
+def test_a_report_heard_again_after_its_runs_end_does_not_undo_the_end():
+    """The origin's worker died holding b's `executing` report: the stream hands it out again after
+    its ack wait, behind b's `acked`. The task stays acked (scripts/fleet_chaos.py found it showing
+    `executing` for ever)."""
+    from pulse.agents.taskview import fleet_task_view
+    from pulse.core import wire
+
+    def ev(type_, **data):
+        return wire.now_event(type_, "fleet", "a-0123456789ab", data)
+    report = {"host": "b@h", "task": "task-4", "attempt": 1}
+    events = [ev(wire.FLEET_TASK_OFFERED, agent=None, project="p", title="t", prompt="x"),
+              ev(wire.FLEET_TASK_UPDATE, **report, status="acked", result={"code": 0}),
+              ev(wire.FLEET_TASK_UPDATE, **report, status="executing")]
+    view = fleet_task_view(events)
+    assert (view["status"], view["result"], view["runs"][0]["status"]) == ("acked", {"code": 0}, "acked"), view
+    # another taking's reports (c's, after b's run was given up) still count
+    events += [ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-9", attempt=2, status="executing")]
+    assert fleet_task_view(events)["status"] == "executing"
+
+
 def replicas_of(url: str) -> dict[str, int] | None:
     """Each fleet stream's and bucket's number of copies, as the cluster reports it (None: not all made yet)."""
     async def read() -> dict[str, int] | None:
@@ -62,6 +83,17 @@ def replicas_of(url: str) -> dict[str, int] | None:
         finally:
             await nc.close()
     return asyncio.run(read())
+
+
+def consumers_on(url: str, stream: str) -> int:
+    async def count() -> int:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            return (await nc.jetstream(timeout=5).stream_info(stream)).state.consumer_count
+        finally:
+            await nc.close()
+    return asyncio.run(count())
 
 
 def executing_at(host, task: str) -> list[float]:
@@ -83,6 +115,10 @@ def test_the_fleet_rides_out_the_loss_of_the_cluster_server_a_host_is_connected_
         wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b)), 30, what="both connected")
         made = wait_for(lambda: replicas_of(cluster.urls[0]), 20, interval=0.2, what="the fleet's streams made")
         assert set(made.values()) == {3}, made
+        wait_for(lambda: view_hosts(a).get("b@test") == "up", 20, what="a's view has b")
+        # the hosts' looks at the presence buckets leave no consumer behind (each one nats-py's keys()
+        # made stayed 5 minutes: thousands on a cluster, until the server refused more)
+        assert [consumers_on(cluster.urls[0], f"KV_{b}") for b in (names.HOSTS_BUCKET, names.SEEN_BUCKET)] == [0, 0]
         first = offer(a, "--title", "one", "--agent", "builder")
         wait_for(lambda: fleet_task(a, first)["status"] == "executing", 30, what="the first task runs on b")
         server = fleet_account(b)["server"]
