@@ -563,9 +563,9 @@ class FleetTasks:
                     status = state.status
                 except tasks.IllegalTransition:
                     pass                 # it began or ended meanwhile: its end is reported below as any
-            if status != run["status"]:
-                run["status"] = status
+            if status != run["status"]:   # the new status is kept once its report is out: a link lost sends it again
                 await self.report(fleet_id, run, state)
+                run["status"] = status
             if status in ENDED:
                 # forgotten only once its end is acknowledged: a link lost meanwhile ends it on the next one
                 await self.ended(fleet_id, run, status)
