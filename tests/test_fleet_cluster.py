@@ -134,7 +134,7 @@ def test_the_fleet_rides_out_the_loss_of_the_cluster_server_a_host_is_connected_
         # well inside the 30 s lease: b kept the run across its connections and reported its end
         wait_for(lambda: fleet_task(a, first)["status"] == "acked", 20, what="the first task acked")
         second = offer(a, "--title", "two", "--agent", "builder")
-        wait_for(lambda: fleet_task(a, second)["status"] == "acked", 30, what="the second task acked, a server down")
+        wait_for(lambda: fleet_task(a, second)["status"] == "acked", 45, what="the second task acked, a server down")
         for fleet_id in (first, second):
             view = fleet_task(a, fleet_id)
             assert [(r["host"], r["status"]) for r in view["runs"]] == [("b@test", "acked")], view
