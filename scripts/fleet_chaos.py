@@ -136,7 +136,7 @@ class Chaos:
         if kind == "nats":
             # one server down at a time, and only once the last one back has caught up: the quorum holds
             if any(isinstance(k, int) for k in self.down_until) or not self.cluster.all_healthy():
-                self.bag.insert(0, kind)
+                self.bag.append(kind)       # drawn again next time
                 kind = "worker"
             else:
                 server = self.rng.choice(self.cluster.running())
