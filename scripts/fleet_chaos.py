@@ -358,8 +358,12 @@ def run(args, work: Path, tracker, log) -> dict:
             time.sleep(0.5)
 
         last = {h: read_all(h)[-1].id for h in hosts}
-        support.wait_for(lambda: all(fleet_account(h).get("published_through", 0) >= last[h] for h in hosts),
-                         args.settle_s, interval=0.2, what="every outbox drained")
+        deadline = time.monotonic() + args.settle_s   # past it, the audit says whose events are missing
+        while not all(fleet_account(h).get("published_through", 0) >= last[h] for h in hosts):
+            if time.monotonic() > deadline:
+                log("not every outbox drained within --settle-s")
+                break
+            time.sleep(0.2)
         figures = {"seconds": args.seconds, "hosts": len(hosts), "seed": args.seed,
                    "settle_s": round(time.monotonic() - settled, 1)}
         # the hosts stop before the audit, so nothing is appended while it reads
