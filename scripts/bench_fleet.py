@@ -11,8 +11,13 @@
      --decoy host b pulls each task too and puts it back);
   4. the fleet worker's RSS on each host (after the above).
 
+With --cluster the hosts ride a three-server cluster (tests/natscluster.py, `[fleet] replicas = 3`):
+the outage kills the server host a is connected to (the others serve meanwhile), and the claim
+latency is measured twice more, with the server host c is connected to killed, then back.
+
     python scripts/bench_fleet.py
     python scripts/bench_fleet.py --outage 5 --json
+    python scripts/bench_fleet.py --cluster --outage 10
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 from _benchlib import Tracker, log, wait_until  # noqa: E402
 from bench_pipeline import start_pulsed  # noqa: E402
@@ -63,11 +69,11 @@ def start_nats(port: int, store: Path, tracker: Tracker) -> subprocess.Popen:
     return proc
 
 
-def make_host(root: Path, name: str, url: str, agent: str | None = None) -> Path:
+def make_host(root: Path, name: str, urls: list[str], agent: str | None = None, replicas: int = 1) -> Path:
     home = root / name
     subprocess.run([str(BIN / "pulsectl"), "--home", str(home), "init"], check=True, capture_output=True)
-    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"enabled": True, "url": [url], "host": f"{name}@bench",
-                                                           **FLEET}.items())
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"enabled": True, "url": urls, "host": f"{name}@bench",
+                                                           "replicas": replicas, **FLEET}.items())
     config = home / "config.toml"
     # a fresh config.toml declares no table (its headers are comments): [fleet] is added at its end
     text = config.read_text() + "\n[fleet]\n" + table
@@ -111,6 +117,17 @@ def fleet_status(home: Path) -> dict:
         return client.request(Paths.for_client(home), wire.GetStatus(), 2.0).status.fleet or {}
     except client.Unreachable:
         return {}
+
+
+def server_of(home: Path) -> str:
+    """The server `home`'s fleet worker is connected to."""
+    return wait_until(lambda: fleet_status(home).get("server"), 30, 0.05, f"{home.name} on a server")
+
+
+def on_another(home: Path, lost: str) -> bool:
+    """`home`'s fleet worker is connected, to a server other than `lost`."""
+    account = fleet_status(home)
+    return account.get("state") == "connected" and account.get("server") not in (None, lost)
 
 
 def last_id(home: Path) -> int:
@@ -171,19 +188,29 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=20, help="fleet tasks timed for the claim latency")
     parser.add_argument("--decoy", action="store_true", help="host b has an agent the tasks are not for: it pulls "
                         "each task too and leaves it to c (the routing's cost in the claim latency)")
+    parser.add_argument("--cluster", action="store_true", help="three nats-servers, replicas 3: the outage and a "
+                        "second claim latency kill one server")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tracker = Tracker()
     figures: dict = {}
+    cluster = None
     with tempfile.TemporaryDirectory(prefix="pulse-bench-fleet-") as tmp:
         root = Path(tmp)
         port = free_port()
         url = f"nats://127.0.0.1:{port}"
         try:
-            server = start_nats(port, root / "nats-store", tracker)
+            if args.cluster:
+                from natscluster import NatsCluster
+                cluster = NatsCluster(root, tracker.add).start()
+                urls = cluster.urls
+            else:
+                server = start_nats(port, root / "nats-store", tracker)
+                urls = [url]
             # with --decoy, b has an agent the tasks are not for: it pulls them too, and puts them back
             agents = {"c": "builder", **({"b": "helper"} if args.decoy else {})}
-            homes = [make_host(root, name, url, agent=agents.get(name)) for name in ("a", "b", "c")]
+            homes = [make_host(root, name, urls, agent=agents.get(name), replicas=3 if cluster else 1)
+                     for name in ("a", "b", "c")]
             for home in homes:
                 start_pulsed(home, tracker, {"PULSE_HEARTBEAT_MS": "100"})   # status sees the cursor move sooner
             wait_until(lambda: all(fleet_status(h).get("state") == "connected" for h in homes), 30, what="connected")
@@ -196,15 +223,27 @@ def main() -> int:
             drained(homes[:1], 120)
             figures["publish_events_per_s"] = round(5000 / (time.monotonic() - t0))
 
-            log(f"outage: nats-server down for {args.outage:g}s while events flow")
+            log(f"outage: {'the server host a is on' if cluster else 'nats-server'} down for {args.outage:g}s "
+                "while events flow")
             stop = threading.Event()
             emitter = threading.Thread(target=emit_forever, args=(homes, 20, stop), daemon=True)
             emitter.start()
             time.sleep(2)
-            server.kill()
-            server.wait()
-            time.sleep(args.outage)
-            server = start_nats(port, root / "nats-store", tracker)
+            if cluster:
+                victim = cluster.index_of(server_of(homes[0]))
+                cluster.kill(victim)
+                killed = time.monotonic()
+                wait_until(lambda: all(on_another(h, cluster.urls[victim]) for h in homes), 60, 0.02,
+                           "every host on the other servers")
+                figures["server_lost_to_every_host_on_another_s"] = round(time.monotonic() - killed, 2)
+                time.sleep(max(0.0, args.outage - (time.monotonic() - killed)))
+                cluster.start(victim)
+                url = cluster.urls[(victim + 1) % 3]
+            else:
+                server.kill()
+                server.wait()
+                time.sleep(args.outage)
+                server = start_nats(port, root / "nats-store", tracker)
             back = time.monotonic()
             time.sleep(2)
             stop.set()
@@ -225,6 +264,18 @@ def main() -> int:
             latency = claim_latency(homes[0], homes[2], args.tasks)
             figures["claim_latency_median_s"] = round(statistics.median(latency), 3)
             figures["claim_latency_p95_s"] = round(sorted(latency)[max(0, int(len(latency) * 0.95) - 1)], 3)
+            if cluster:
+                wait_until(cluster.all_healthy, 60, 0.2, "every server current")
+                victim = cluster.index_of(server_of(homes[2]))
+                log(f"claim latency with the server host c is on (nats-{victim}) killed")
+                cluster.kill(victim)
+                wait_until(lambda: all(on_another(h, cluster.urls[victim]) for h in homes), 60, 0.02,
+                           "every host on the other servers")
+                latency = claim_latency(homes[0], homes[2], args.tasks)
+                figures["claim_latency_server_down_median_s"] = round(statistics.median(latency), 3)
+                figures["claim_latency_server_down_p95_s"] = round(
+                    sorted(latency)[max(0, int(len(latency) * 0.95) - 1)], 3)
+                cluster.start(victim)
 
             import psutil
             rss = []
@@ -234,6 +285,8 @@ def main() -> int:
                 rss.append(psutil.Process(pid).memory_info().rss / 2**20)
             figures["fleet_worker_rss_mb"] = [round(r, 1) for r in rss]
         finally:
+            if cluster is not None:
+                cluster.stop()
             tracker.cleanup()
     if args.json:
         print(json.dumps(figures))

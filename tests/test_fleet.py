@@ -299,12 +299,13 @@ def nats_server(tmp_path, tracker):
         server.kill()
 
 
-def fleet_host(tmp_path: Path, tracker, name: str, url: str, web: bool = False, agent: str | None = None,
+def fleet_host(tmp_path: Path, tracker, name: str, url: str | list[str], web: bool = False, agent: str | None = None,
                extra: str = "", **fleet) -> Pulsed:
     host = Pulsed(tmp_path / name / "home", tracker)
     (tmp_path / name).mkdir()
     init_home(host.home)
-    settings = {"enabled": True, "url": [url], "host": f"{name}@test", **PRESENCE, **fleet}
+    urls = [url] if isinstance(url, str) else url   # a list: the servers of a cluster
+    settings = {"enabled": True, "url": urls, "host": f"{name}@test", **PRESENCE, **fleet}
     table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
     config = host.home / "config.toml"
     # a fresh config.toml declares no table (its headers are comments): these are added at its end

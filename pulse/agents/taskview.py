@@ -218,8 +218,19 @@ def apply_fleet_event(view: dict[str, Any], ev) -> None:
     if ev.type == wire.FLEET_TASK_DEAD:
         view.update(status="dead", why=r.get("why"), dead=dict(r), attempts=max(view["attempts"], r.get("attempts") or 0))
         return
+    if _stale_report(view, r):
+        return
     view.update({k: r.get(k) for k in ("status", "host", "task", "result", "error")}, why=r.get("why"))
     _fold_taking(view, r)
+
+
+def _stale_report(view: dict, report: dict) -> bool:
+    """A report of a run's earlier status heard after its end: the origin's fleet worker died holding it
+    unacknowledged, and the stream handed it out again after its ack wait, behind the end. It says
+    nothing new, and must not make an acked task look executing again."""
+    run = next((x for x in view["runs"] if (x["host"], x["task"]) == (report.get("host"), report.get("task"))), None)
+    return (run is not None and run["status"] in ("acked", "closed")
+            and report.get("status") not in ("acked", "closed", "given_up", "offered"))
 
 
 def _fold_taking(view: dict, report: dict) -> None:
@@ -250,7 +261,7 @@ def fleet_views_projection():
     return projection.Projection(
         name="fleet.tasks", new=dict, fold=fold_fleet_views, state_type=dict[str, dict[str, Any]],
         types=wire.FLEET_TASK_EVENTS,
-        code=(new_fleet_view, apply_fleet_event, _fold_taking, iso, clock.iso))
+        code=(new_fleet_view, apply_fleet_event, _stale_report, _fold_taking, iso, clock.iso))
 
 
 def fleet_views(conn, checkpoints: Path) -> list[dict[str, Any]]:

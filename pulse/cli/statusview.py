@@ -190,7 +190,9 @@ def table(status: wire.Status, engine_commit: str | None = None, events_unwritte
 
 def fleet_line(fleet: dict) -> str:
     """The fleet worker's link: "fleet: connected as gw@node-3 to nats://10.0.0.5:4222, events through #812"."""
-    line = f"fleet: {fleet.get('state')} as {fleet.get('host')} to {', '.join(fleet.get('servers') or [])}"
+    # connected: the server of the cluster it is connected to; else every server it tries
+    to = fleet.get("server") or ", ".join(fleet.get("servers") or [])
+    line = f"fleet: {fleet.get('state')} as {fleet.get('host')} to {to}"
     line += f", events through #{fleet.get('published_through', 0)}"
     return line + (f" ({fleet['reason']})" if fleet.get("reason") else "")
 

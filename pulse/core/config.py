@@ -578,6 +578,10 @@ class Fleet(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # A host that gave a fleet task up leaves it to the other hosts this long before it takes it again
     # (the fleet's "failed on" rule: another host that can take it gets it first). Default 60.
     failed_host_wait_s: float = 60
+    # The streams and KV buckets the first fleet worker creates keep this many copies, one per NATS server:
+    # 1 for a single server; 3 on a three-server cluster, so that each survives the loss of any one server
+    # (a stream or bucket that already exists is used as it is). At most 5, and no more than the servers.
+    replicas: int = 1
 
 
 FLEET_URL = re.compile(r"(nats|tls)://[^\s/]+")
@@ -602,6 +606,8 @@ def validate_fleet(fleet: Fleet, origin: str) -> None:
         raise ConfigError(f"{origin}: $.fleet.max_deliver must be at least 1, got {fleet.max_deliver}")
     if fleet.offer_ttl_s <= 0 or fleet.failed_host_wait_s < 0:
         raise ConfigError(f"{origin}: $.fleet: offer_ttl_s must be above 0 and failed_host_wait_s at least 0")
+    if not 1 <= fleet.replicas <= 5:
+        raise ConfigError(f"{origin}: $.fleet.replicas: 1 to 5 copies of each stream (JetStream's limit), got {fleet.replicas}")
     if fleet.reconnect_max_s < 0.5 or fleet.events_batch < 1:
         raise ConfigError(f"{origin}: $.fleet: reconnect_max_s must be at least 0.5 and events_batch at least 1")
 

@@ -8,16 +8,20 @@ to it, so a crash between the two republishes a few events, which the stream dro
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 from pulse.store.connection import connect, migrate
 
-CURSOR_SCHEMA = 2
+CURSOR_SCHEMA = 3
 _MIGRATIONS = {
     1: ("CREATE TABLE cursor (stream TEXT PRIMARY KEY, last_id INTEGER NOT NULL)",),
     # the fleet tasks this host took: a restarted worker takes up its own claim's task, not a copy
     2: ("CREATE TABLE fleet_tasks (fleet_id TEXT PRIMARY KEY, task TEXT NOT NULL)",),
+    # the taking in progress (JSON: the message's reply subject, origin, agent, attempts, offer; NULL
+    # once it ended): a restarted worker renews and acknowledges it instead of leaving it to lapse
+    3: ("ALTER TABLE fleet_tasks ADD COLUMN taking TEXT",),
 }
 
 
@@ -44,6 +48,20 @@ def task_of(conn: sqlite3.Connection, fleet_id: str) -> str | None:
 
 def remember_task(conn: sqlite3.Connection, fleet_id: str, task: str) -> None:
     conn.execute("INSERT OR REPLACE INTO fleet_tasks (fleet_id, task) VALUES (?, ?)", (fleet_id, task))
+
+
+def remember_taking(conn: sqlite3.Connection, fleet_id: str, taking: dict) -> None:
+    conn.execute("UPDATE fleet_tasks SET taking = ? WHERE fleet_id = ?", (json.dumps(taking), fleet_id))
+
+
+def end_taking(conn: sqlite3.Connection, fleet_id: str) -> None:
+    conn.execute("UPDATE fleet_tasks SET taking = NULL WHERE fleet_id = ?", (fleet_id,))
+
+
+def open_takings(conn: sqlite3.Connection) -> dict[str, tuple[str, dict]]:
+    """fleet id → (this host's task, its taking) for every taking not ended."""
+    rows = conn.execute("SELECT fleet_id, task, taking FROM fleet_tasks WHERE taking IS NOT NULL")
+    return {fleet_id: (task, json.loads(taking)) for fleet_id, task, taking in rows}
 
 
 def taken_tasks(path) -> dict[str, str]:

@@ -79,12 +79,14 @@ class FleetWorker(Worker):
         f = self.config.fleet
         self.host = f.host or names.default_host(self.config.pulse.name or default_name(self.paths.home))
         self.account = {"state": "connecting", "host": self.host, "servers": [names.shown_url(u) for u in f.url],
-                        "reason": None, "since": time.time(), "published_through": 0, "published": 0}
+                        "server": None, "reason": None, "since": time.time(), "published_through": 0, "published": 0}
         self.lock = threading.Lock()
         self.beat_s = self.config.timings.heartbeat_ms / 1000
         self.turned = time.monotonic()
         self.loop = asyncio.new_event_loop()
         self.main: asyncio.Task | None = None
+        self.fleet_tasks = None        # pulse.workers.fleettasks.FleetTasks, made on the first connection
+        self.link_server: str | None = None   # the server the current connection is to
         self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
         self.thread.start()
         self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
@@ -97,6 +99,8 @@ class FleetWorker(Worker):
             changed = state is not None and state != self.account["state"]
             if changed:
                 self.account.update(state=state, since=time.time())
+            # the server of the connection while there is one (presence failing on it is `disconnected`)
+            self.account["server"] = self.link_server if self.account["state"] in ("connected", "disconnected") else None
             self.account["reason"] = reason
         if changed:
             self.log.info("fleet %s%s", state, f": {reason}" if reason else "")
@@ -159,6 +163,7 @@ class FleetWorker(Worker):
                     self.log.warning("fleet link failed: %s", names.describe(err))
                     await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
                 finally:
+                    self.link_server = None
                     try:
                         await asyncio.wait_for(nc.close(), 2)
                     except Exception:
@@ -173,24 +178,30 @@ class FleetWorker(Worker):
         ttl = self.config.fleet.presence_ttl_s
         hosts = await self.bucket(js, names.HOSTS_BUCKET, ttl)
         seen = await self.bucket(js, names.SEEN_BUCKET, None)
+        # which server of the cluster, for status (and for a test that kills that one)
+        self.link_server = names.shown_url(nc.connected_url.geturl()) if nc.connected_url else None
         self.note("connected", None)
+        # one for the worker's life: the tasks this host runs outlive a connection (a server of the
+        # cluster lost): their messages are renewed and acknowledged on the next one
+        if self.fleet_tasks is None:
+            self.fleet_tasks = FleetTasks(self)
         async with asyncio.TaskGroup() as group:
-            group.create_task(self.presence(nc, hosts, seen))
+            group.create_task(self.presence(nc, js, hosts, seen))
             group.create_task(self.outbox(nc, js))
-            group.create_task(FleetTasks(self, nc, js).run())
+            group.create_task(self.fleet_tasks.run(nc, js))
 
     async def ensure_stream(self, js) -> None:
         from nats.js.errors import BadRequestError
         try:
             await js.add_stream(name=names.EVENTS_STREAM, subjects=[names.EVENTS_SUBJECTS],
-                                duplicate_window=names.DUPLICATE_WINDOW_S)
+                                duplicate_window=names.DUPLICATE_WINDOW_S, num_replicas=self.config.fleet.replicas)
         except BadRequestError:
             await js.stream_info(names.EVENTS_STREAM)   # made by another host with other limits: use it as it is
 
     async def bucket(self, js, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
         try:
-            return await js.create_key_value(bucket=name, ttl=ttl, history=1)
+            return await js.create_key_value(bucket=name, ttl=ttl, history=1, replicas=self.config.fleet.replicas)
         except BadRequestError:
             return await js.key_value(name)   # made by another host with other settings
 
@@ -227,7 +238,7 @@ class FleetWorker(Worker):
             self.log.warning("could not read the spend ledger for the summary: %s", err)
             return None
 
-    async def presence(self, nc, hosts, seen) -> None:
+    async def presence(self, nc, js, hosts, seen) -> None:
         interval = self.config.fleet.presence_interval_s
         token = names.host_token(self.host)
         while True:
@@ -235,7 +246,8 @@ class FleetWorker(Worker):
                 body = json.dumps(await asyncio.to_thread(self.summary)).encode()
                 await hosts.put(token, body)
                 await seen.put(token, body)
-                present, kept = await self.read_bucket(hosts), await self.read_bucket(seen)
+                present = await self.read_bucket(js, names.HOSTS_BUCKET, hosts)
+                kept = await self.read_bucket(js, names.SEEN_BUCKET, seen)
                 now = time.time()
                 view = {"at": now, "host": self.host, "ttl_s": self.config.fleet.presence_ttl_s,
                         "hosts": names.fleet_rows(present, kept, now)}
@@ -249,18 +261,22 @@ class FleetWorker(Worker):
                 continue
             await asyncio.sleep(interval)
 
-    async def read_bucket(self, bucket) -> dict[str, dict]:
-        from nats.js.errors import KeyNotFoundError, NoKeysError
-        try:
-            keys = await bucket.keys()
-        except NoKeysError:
-            return {}
+    async def read_bucket(self, js, name: str, bucket) -> dict[str, dict]:
+        """Every key of KV bucket `name` and its value. The keys come from the bucket's stream info
+        (its subjects), not from nats-py's keys(): that makes a consumer each call, which the server
+        keeps 5 minutes after it is left, so every host's look every presence_interval_s piled
+        thousands of them up on a cluster until the server refused more ("maximum consumers limit
+        reached", scripts/fleet_chaos.py)."""
+        from nats.js.errors import KeyDeletedError, KeyNotFoundError
+        prefix = f"$KV.{name}."
+        info = await js.stream_info(f"KV_{name}", subjects_filter=f"{prefix}>")
         out = {}
-        for key in keys:
+        for subject in (info.state.subjects or {}):
+            key = subject[len(prefix):]
             try:
                 entry = await bucket.get(key)
-            except KeyNotFoundError:
-                continue   # expired between the listing and the read
+            except (KeyNotFoundError, KeyDeletedError):
+                continue   # expired between the listing and the read, or deleted
             if entry.value:
                 out[key] = json.loads(entry.value)
         return out
@@ -329,4 +345,4 @@ class FleetWorker(Worker):
             self.account["published_through"] = last
             self.account["published"] += count
             if count and self.account["state"] != "connected":
-                self.account.update(state="connected", since=time.time(), reason=None)
+                self.account.update(state="connected", since=time.time(), reason=None, server=self.link_server)

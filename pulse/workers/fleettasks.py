@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -169,8 +170,14 @@ def dead_record(offer: dict, host: str, attempts: int, why: str, task: str | Non
 
 
 class FleetTasks:
-    def __init__(self, worker, nc, js):
-        self.w, self.nc, self.js = worker, nc, js
+    """Made once per worker and run on each connection in turn: what it knows of the tasks this
+    host runs outlives a connection lost with its server (their renewals and acknowledgements go on
+    the next one), so a lost server neither stops their renewals until the lease lapses nor leaves
+    their ends unreported."""
+
+    def __init__(self, worker):
+        self.w = worker
+        self.nc = self.js = None
         self.lease = worker.config.fleet.task_lease_s
         self.max_deliver = worker.config.fleet.max_deliver
         self.running: dict[str, dict] = {}     # fleet id → {msg, task, origin, agent, status, renewed, attempts, offer}
@@ -182,11 +189,13 @@ class FleetTasks:
         self.failed_here: dict[str, float] = {}   # fleet id → when this host gave it up (time.time())
         self.slot_freed = asyncio.Event()          # a run of a task taken here ended: a pull may take another
         self.tasks = None                          # the projection of every task, at the first load_now
+        self.resumed = False                       # the takings a dead worker of this host left: taken up once
 
     async def kv(self, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
         try:
-            return await self.js.create_key_value(bucket=name, ttl=ttl, history=1)
+            return await self.js.create_key_value(bucket=name, ttl=ttl, history=1,
+                                                  replicas=self.w.config.fleet.replicas)
         except BadRequestError:
             return await self.js.key_value(name)   # made by another host with other settings
 
@@ -197,7 +206,8 @@ class FleetTasks:
                                           (OUTCOMES_STREAM, ["pulse.outcomes.>"], RetentionPolicy.WORK_QUEUE)):
             try:
                 await self.js.add_stream(name=name, subjects=subjects, retention=retention,
-                                         duplicate_window=names.DUPLICATE_WINDOW_S)
+                                         duplicate_window=names.DUPLICATE_WINDOW_S,
+                                         num_replicas=self.w.config.fleet.replicas)
             except BadRequestError:
                 await self.js.stream_info(name)
         self.claims = await self.kv(CLAIMS_BUCKET, self.lease)
@@ -215,13 +225,19 @@ class FleetTasks:
                 "pulse.tasks.>", durable=TAKERS, stream=TASKS_STREAM,
                 config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
 
-    async def run(self) -> None:
+    async def run(self, nc, js) -> None:
         """Four loops on one connection, none waiting on another: offering (on each commit),
         hearing outcomes and taking tasks (each a long poll on the server), keeping what runs here."""
+        self.nc, self.js = nc, js
+        for run in self.running.values():   # taken on an earlier connection: answered on this one
+            run["msg"] = dataclasses.replace(run["msg"], _client=nc)
         await self.setup()
         self.cursor = cursor = fleetcursor.open_cursor(self.w.paths.home / names.CURSOR_FILE)
         conn = eventsdb.open_events(self.w.paths.events_db)
         try:
+            if not self.resumed:
+                await self.resume(conn)
+                self.resumed = True
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.offering(conn, cursor))
                 group.create_task(self.hearing(conn))
@@ -258,6 +274,37 @@ class FleetTasks:
                 await rung_or_after(self.slot_freed, LOOK_S)
                 continue
             await self.take(conn)
+
+    async def resume(self, conn) -> None:
+        """The takings this host's last fleet worker left unended (it was killed, or pulsed was): each one
+        whose claim still names this host is kept again, renewed at once and acknowledged at its end, as
+        if this worker had taken it; a lapsed one is forgotten (its message comes back to some host), and
+        its task here given up unless its run has begun. Without this a worker's restart let the lease
+        lapse under a task its host ran, and another host ran it again."""
+        from nats.aio.msg import Msg
+        from nats.js.errors import KeyNotFoundError
+        for fleet_id, (task, taking) in fleetcursor.open_takings(self.cursor).items():
+            try:
+                holder = (await self.claims.get(names.host_token(fleet_id))).value.decode()
+            except KeyNotFoundError:
+                holder = None
+            if holder != self.w.host:
+                self.w.log.info("fleet task %s: its claim lapsed while this worker was down; left to the fleet", fleet_id)
+                state = tasks.load(conn, task)
+                if state is not None and state.status in (TaskStatus.PENDING, TaskStatus.ASSIGNED):
+                    try:
+                        tasks.record(conn, task, wire.TaskEvent.GIVEN_UP, "fleet", by="fleet",
+                                     reason="its fleet claim lapsed while the fleet worker was down: left to the fleet")
+                    except tasks.IllegalTransition:
+                        pass             # it began meanwhile: it ends as it will
+                fleetcursor.end_taking(self.cursor, fleet_id)
+                continue
+            offer = taking["offer"]
+            msg = Msg(_client=self.nc, subject=task_subject(offer.get("agent")), reply=taking["reply"],
+                      data=json.dumps(offer).encode())
+            self.running[fleet_id] = {"msg": msg, "task": task, "origin": taking["origin"], "agent": taking["agent"],
+                                      "status": None, "renewed": 0.0, "attempts": taking["attempts"], "offer": offer}
+            self.w.log.info("fleet task %s (%s) taken up again after this worker's restart", fleet_id, task)
 
     # -- the origin's side --------------------------------------------------------------------------
 
@@ -462,7 +509,9 @@ class FleetTasks:
             return False
         local = fleetcursor.task_of(self.cursor, fleet_id)
         before = tasks.load(conn, local) if local is not None else None
-        if before is None or (fresh and before.status in ENDED):   # a new taking after one ended: a new task
+        # a new taking after this host gave it up: a new task. One this host ran to its end (its fleet
+        # worker died before the acknowledgement reached NATS) is not run again: its end is reported
+        if before is None or (fresh and before.status == TaskStatus.GIVEN_UP):
             local = tasks.create(conn, offer["project"], offer["title"], offer["prompt"], offer.get("priority", 0),
                                  source="fleet", pin=agent, tags=offer.get("tags") or ()).id
             fleetcursor.remember_task(self.cursor, fleet_id, local)
@@ -470,6 +519,8 @@ class FleetTasks:
         self.passed.pop(fleet_id, None)
         self.running[fleet_id] = {"msg": msg, "task": local, "origin": offer["origin"], "agent": agent,
                                   "status": None, "renewed": time.monotonic(), "attempts": attempts, "offer": offer}
+        fleetcursor.remember_taking(self.cursor, fleet_id, {"reply": msg.reply, "origin": offer["origin"], "agent": agent,
+                                                            "attempts": attempts, "offer": offer})
         return True
 
     async def count_attempt(self, key: str, fresh: bool) -> int:
@@ -512,13 +563,15 @@ class FleetTasks:
                     status = state.status
                 except tasks.IllegalTransition:
                     pass                 # it began or ended meanwhile: its end is reported below as any
-            if status != run["status"]:
-                run["status"] = status
+            if status != run["status"]:   # the new status is kept once its report is out: a link lost sends it again
                 await self.report(fleet_id, run, state)
+                run["status"] = status
             if status in ENDED:
-                del self.running[fleet_id]
-                self.slot_freed.set()
+                # forgotten only once its end is acknowledged: a link lost meanwhile ends it on the next one
                 await self.ended(fleet_id, run, status)
+                del self.running[fleet_id]
+                fleetcursor.end_taking(self.cursor, fleet_id)
+                self.slot_freed.set()
             elif time.monotonic() - run["renewed"] >= self.lease / 3:
                 await run["msg"].in_progress()
                 await self.claims.put(names.host_token(fleet_id), self.w.host.encode())
