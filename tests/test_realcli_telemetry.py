@@ -126,21 +126,28 @@ def ended_run(pulsed, task: str) -> tuple[dict, dict]:
     return began, next((e for e in evs if e["type"] == "task-failed"), evs[-1])
 
 
+def ended_by_a_guard(pulsed, tmp_path, steps, **limits) -> tuple[dict, int]:
+    """A real Claude Code run of `steps` under an agent with `limits`, to its end: the data of the
+    task-failed it ended with, and how many requests the model was asked."""
+    require_tools("claude")
+    with ScriptedAnthropic(steps, "PONG") as model:
+        start(pulsed, "claude-code", claude_env(tmp_path, model.url, key="sk-scripted"), timeout_s=120, mcp=False,
+              before=TELEMETRY, max_failures=1, **limits,
+              argv=["claude", "-p", "--output-format", "json", "--allowedTools", "Bash", "--", "{prompt}"])
+        task = add_task(pulsed)
+        _, failed = ended_run(pulsed, task)
+        asked = model.requests
+    data = failed["data"]
+    print(f"{task}: {data.get('reason')}: {data.get('error')} after {asked} requests; {data.get('telemetry')}")
+    return data, asked
+
+
 def test_claude_code_spending_past_max_run_usd_is_ended_mid_run(pulsed, tmp_path):
     """Thirty 1-second tool calls, each a request the CLI prices itself (its api_request events'
     cost_usd); max_run_usd is a few requests' worth: the run is ended while it runs, over-budget,
     every process of it gone, and its reported cost is what it is charged."""
-    require_tools("claude")
     steps = [("Bash", {"command": "sleep 1", "description": "wait"})] * 30
-    with ScriptedAnthropic(steps, "PONG") as model:
-        start(pulsed, "claude-code", claude_env(tmp_path, model.url, key="sk-scripted"), timeout_s=120, mcp=False,
-              before=TELEMETRY, max_failures=1, max_run_usd=0.0003,
-              argv=["claude", "-p", "--output-format", "json", "--allowedTools", "Bash", "--", "{prompt}"])
-        task = add_task(pulsed)
-        began, failed = ended_run(pulsed, task)
-        asked = model.requests
-    data = failed["data"]
-    print(f"{task}: {data.get('reason')}: {data.get('error')} after {asked} requests; {data.get('telemetry')}")
+    data, asked = ended_by_a_guard(pulsed, tmp_path, steps, max_run_usd=0.0003)
     assert data.get("reason") == "over-budget", data
     assert asked < len(steps), "the run went to its end"
     assert data["telemetry"]["cost_usd"] >= 0.0003
@@ -153,17 +160,8 @@ def test_claude_code_in_a_loop_of_tool_calls_is_ended_by_the_loop_guard(pulsed, 
     """A model that keeps asking for a tool (sixty calls of 0.2 s: at least 12 s of them, so the run
     cannot end before its telemetry is read): past loop_per_min tool calls in a minute the run is
     ended, reason loop, long before it would have ended by itself."""
-    require_tools("claude")
     steps = [("Bash", {"command": "sleep 0.2", "description": "again"})] * 60
-    with ScriptedAnthropic(steps, "PONG") as model:
-        start(pulsed, "claude-code", claude_env(tmp_path, model.url, key="sk-scripted"), timeout_s=120, mcp=False,
-              before=TELEMETRY, max_failures=1, loop_per_min=8,
-              argv=["claude", "-p", "--output-format", "json", "--allowedTools", "Bash", "--", "{prompt}"])
-        task = add_task(pulsed)
-        began, failed = ended_run(pulsed, task)
-        asked = model.requests
-    data = failed["data"]
-    print(f"{task}: {data.get('reason')}: {data.get('error')} after {asked} requests; {data.get('telemetry')}")
+    data, asked = ended_by_a_guard(pulsed, tmp_path, steps, loop_per_min=8)
     assert data.get("reason") == "loop", data
     assert asked < len(steps), "the run went to its end"
     assert [p.pid for p in psutil.process_iter() if p.pid != os.getpid() and run_mark(p) == data["run"]] == []
