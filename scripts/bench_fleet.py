@@ -152,18 +152,20 @@ def drained(homes: list[Path], timeout: float) -> None:
                "every outbox drained")
 
 
-def stream(url: str) -> list[dict]:
+def stream(url: str, idle_s: float = 1.0, api_timeout_s: float = 5.0) -> list[dict]:
+    """Every message of PULSE_EVENTS, in stream order: read until none came for `idle_s`
+    (`api_timeout_s`: JetStream's own calls; a cluster electing leaders wants more)."""
     async def read() -> list[dict]:
         import nats
         nc = await nats.connect(url)
         try:
-            js = nc.jetstream()
+            js = nc.jetstream(timeout=api_timeout_s)
             sub = await js.pull_subscribe(names.EVENTS_SUBJECTS, stream=names.EVENTS_STREAM)
             out = []
             while True:
                 try:
-                    msgs = await sub.fetch(1000, timeout=1)
-                except asyncio.TimeoutError:
+                    msgs = await sub.fetch(1000, timeout=idle_s)
+                except asyncio.TimeoutError:       # nats.errors.TimeoutError is one too
                     return out
                 out += [json.loads(m.data) for m in msgs]
                 for m in msgs:

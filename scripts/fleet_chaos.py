@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import bench_fleet  # noqa: E402  (beside this script)
 from natscluster import NatsCluster  # noqa: E402
 
 import support  # noqa: E402
@@ -191,28 +192,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
 
 
-def stream_messages(url: str) -> list[dict]:
-    """Every message of PULSE_EVENTS, in stream order."""
-    async def read() -> list[dict]:
-        import nats
-        nc = await nats.connect(url)
-        try:
-            js = nc.jetstream(timeout=10)
-            sub = await js.pull_subscribe(names.EVENTS_SUBJECTS, stream=names.EVENTS_STREAM)
-            out = []
-            while True:
-                try:
-                    msgs = await sub.fetch(1000, timeout=2)
-                except (asyncio.TimeoutError, nats.errors.TimeoutError):
-                    return out
-                out += [json.loads(m.data) for m in msgs]
-                for m in msgs:
-                    await m.ack()
-        finally:
-            await nc.close()
-    return asyncio.run(read())
-
-
 def queue_left(url: str) -> int:
     async def read() -> int:
         import nats
@@ -271,7 +250,7 @@ def audit(hosts: list[support.Pulsed], offered: dict[str, dict], kills: list[dic
                     and first["taken"] <= k["at"] <= again["executing"]]
             (across_death if died else doubled).append(
                 f"{fleet_id}: acked on {', '.join(r['host'] + ' ' + r['task'] for r in acked)}")
-    stream = stream_messages(url)
+    stream = bench_fleet.stream(url, idle_s=2, api_timeout_s=10)
     events_problems = []
     pairs = [(m["host"], m["id"]) for m in stream]
     if len(pairs) != len(set(pairs)):
