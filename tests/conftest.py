@@ -96,6 +96,16 @@ def pytest_runtest_makereport(item, call):
 LONG_HISTORY_MIB = 40
 
 
+@pytest.fixture
+def nats_server(tmp_path, tracker):
+    """One `nats-server -js` on loopback (tests/test_fleet.py's Nats), killed by pid at the end."""
+    from tests.test_fleet import Nats
+    server = Nats(tmp_path, tracker).start()
+    yield server
+    if server.proc.poll() is None:
+        server.kill()
+
+
 @pytest.fixture(scope="session")
 def long_history(tmp_path_factory):
     """A home whose events.db holds LONG_HISTORY_MIB of a busy host's history, grown once per session

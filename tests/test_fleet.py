@@ -276,14 +276,6 @@ class Nats:
         self.proc.wait(5)
 
 
-@pytest.fixture
-def nats_server(tmp_path, tracker):
-    server = Nats(tmp_path, tracker).start()
-    yield server
-    if server.proc.poll() is None:
-        server.kill()
-
-
 def fleet_host(tmp_path: Path, tracker, name: str, url: str | list[str], web: bool = False, agent: str | None = None,
                extra: str = "", **fleet) -> Pulsed:
     host = Pulsed(tmp_path / name / "home", tracker)

@@ -18,7 +18,6 @@ from pulse.core import fleetnames as names
 from tests.natscluster import NatsCluster
 from tests.support import wait_for
 from tests.test_fleet import (
-    Nats,
     fleet_account,
     fleet_host,
     fleet_task,
@@ -152,15 +151,6 @@ def test_the_fleet_rides_out_the_loss_of_the_cluster_server_a_host_is_connected_
               f"offer -> executing on b with a server down: {(started - offered) * 1000:.0f} ms")
     finally:
         cluster.stop()
-
-
-@pytest.fixture
-def nats_server(tmp_path, tracker):
-    """One `nats-server -js`, as tests/test_fleet.py's."""
-    server = Nats(tmp_path, tracker).start()
-    yield server
-    if server.proc.poll() is None:
-        server.kill()
 
 
 @pytest.mark.daemon
