@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Regenerate the generated parts of docs/: the effect kinds' reference in docs/rules.md, from
-pulse.effects.registry. tests/test_docs.py fails while they differ, so run this after changing
-the registry."""
+pulse.effects.registry, and docs/config.md, the reference of every config key, from the keys'
+descriptors in pulse/core/config/. tests/test_docs.py and tests/test_config_reference.py fail
+while they differ, so run this after changing the registry or a config key."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from pulse.core import config
+from pulse.core.config import reference
 from pulse.effects import registry
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOC = DOCS / "rules.md"
+CONFIG_DOC = DOCS / "config.md"
 BEGIN = "<!-- generated from pulse.effects.registry.reference(): edit the registry, then run scripts/gen_docs.py -->"
 END = "<!-- end generated -->"
 
@@ -21,11 +26,18 @@ def generated(text: str) -> tuple[int, int]:
     return start, text.index(END, start)
 
 
+def config_reference() -> str:
+    """docs/config.md as the descriptors say it now."""
+    return reference.reference(config.Config)
+
+
 def main() -> int:
     text = DOC.read_text()
     start, end = generated(text)
     DOC.write_text(text[:start] + registry.reference() + text[end:])
     print(f"{DOC}: the effect kinds' reference regenerated")
+    CONFIG_DOC.write_text(config_reference())
+    print(f"{CONFIG_DOC}: the config reference regenerated")
     return 0
 
 

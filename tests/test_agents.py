@@ -21,7 +21,7 @@ import pytest
 
 from pulse.agents import adapters, agentrun
 from pulse.core import config
-from pulse.core.config import Agent, Config, ConfigError
+from pulse.core.config import Agent, Config, ConfigError, agentwork
 from pulse.core.wire import Effect
 from pulse.effects import kinds
 from pulse.store import objects
@@ -259,7 +259,7 @@ def test_adapters_are_found_by_name_through_entry_points(monkeypatch):
 
     # A third-party adapter: registered under the group, loaded by name.
     third = EntryPoint(name="mine", value="pulse.agents.adapters:CommandAdapter", group="pulse.adapters")
-    monkeypatch.setattr(config, "adapter_entry_points", lambda: [*entry_points(group="pulse.adapters"), third])
+    monkeypatch.setattr(agentwork, "adapter_entry_points", lambda: [*entry_points(group="pulse.adapters"), third])
     assert "mine" in adapters.adapter_names()
     assert isinstance(adapters.load_adapter("mine"), adapters.CommandAdapter)
     config.validate(Config(agent=[Agent(name="x", adapter="mine", argv=["true"])]), "test")

@@ -18,6 +18,7 @@ import pytest
 from pulse.core import config as configmod
 from pulse.core import wire
 from pulse.core.childspecs import CHILD_SPECS, RETRIED
+from pulse.core.config.keys import unwrapped
 from pulse.supervisor.forkserver import PRELOAD
 from pulse.workers.harness import Worker
 
@@ -52,7 +53,7 @@ def test_every_retry_key_is_a_timing_with_its_specs_default_and_pulsed_reads_it(
     assert [s.name for s in RETRIED] == [n for n, s in CHILD_SPECS.items() if not s.core]
     for spec in RETRIED:
         assert timings[spec.retry_key].default == spec.retry_after_failed_s == 600, spec.name
-        assert timings[spec.retry_key].type is float and spec.retry_key in supervisor
+        assert unwrapped(timings[spec.retry_key].type) is float and spec.retry_key in supervisor
     # and no such key is left over from a worker that has no row
     assert {k for k in timings if k.endswith("_retry_after_failed_s")} == {s.retry_key for s in RETRIED}
 

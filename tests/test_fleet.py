@@ -102,7 +102,7 @@ def test_an_untaken_offer_expires_with_each_hosts_reason_and_a_failed_host_waits
     assert configmod.Config().fleet.offer_ttl_s == 86_400 and configmod.Config().fleet.failed_host_wait_s == 60
     bad = tmp_path / "config.toml"
     bad.write_text('[fleet]\noffer_ttl_s = 0\n')
-    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet: offer_ttl_s must be above 0"):
+    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet\.offer_ttl_s must be greater than 0, got 0"):
         configmod.load(bad, {})
 
 

@@ -39,7 +39,7 @@ def test_replicas_is_a_fleet_key_from_1_to_5(tmp_path):
     assert "# replicas = 1" in configmod.default_toml()
     bad = tmp_path / "config.toml"
     bad.write_text("[fleet]\nreplicas = 7\n")
-    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet\.replicas: 1 to 5"):
+    with pytest.raises(configmod.ConfigError, match=r"\$\.fleet\.replicas must lie within 1 … 5, got 7"):
         configmod.load(bad, {})
 
 

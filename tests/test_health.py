@@ -254,7 +254,7 @@ def test_a_restart_stops_what_is_there_first_even_frozen(pulsed, tmp_path, track
     ('health = { url = "http://127.0.0.1:1/", failures = 0 }', "$.process[0].health.failures must lie within"),
     ('health = { argv = [] }', "$.process[0].health.argv: an argv list needs at least the program"),
     ('health = { url = "http://127.0.0.1:1/", every = 3 }', "unknown key $.process[0].health.every"),
-    ('restart_exit_codes = [0]', "$.process[0].restart_exit_codes[0]: an exit code lies within 1 … 255"),
+    ('restart_exit_codes = [0]', "$.process[0].restart_exit_codes[0] must lie within 1 … 255, got 0"),
     ('stop_exit_codes = [78]\nrestart_exit_codes = [78]', "$.process[0]: exit code 78 is in both"),
     ('pidfile = { path = "/x", keyy = "pid" }', "unknown key $.process[0].pidfile.keyy"),
     ('health = { url = "http://127.0.0.1:1/", start_period_s = -1 }', "start_period_s must be at least 0"),

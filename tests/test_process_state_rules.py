@@ -171,7 +171,7 @@ def test_crash_loop_settings_are_checked_and_named():
         with pytest.raises(configmod.ConfigError) as err:
             configmod.validate(configmod.decode(f"[[process]]\nname='a'\nmatch='a'\n{line}\n", "config.toml"), "config.toml")
         return str(err.value)
-    assert "$.process[0]" in check("max_restarts = 99") and "max_restarts within 0 … 50" in check("max_restarts = 99")
+    assert "$.process[0]" in check("max_restarts = 99") and "max_restarts must lie within 0 … 50, got 99" in check("max_restarts = 99")
     assert "$.process[0].restart_backoff: base_s" in check("restart_backoff = { base_s = 5, max_s = 1 }")
     assert "min_uptime_s must be at least 0" in check("min_uptime_s = -1")
     defaults = configmod.Config(process=[Process(name="a", match="a")]).process[0]

@@ -139,8 +139,8 @@ def test_no_set_of_kind_names_is_written_outside_the_registry():
     # The two allowed: [allow]'s default is configuration (the operator replaces it), and core,
     # which pulsed loads, cannot import the registry; the names of every built-in kind, for pulsectl
     # to check [allow] without importing every kind's module (test_cli_imports keeps it the registry's).
-    assert set(found) == {"core/config.py", "effects/__init__.py"}
-    assert found["core/config.py"] == [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]
+    assert set(found) == {"config/safety.py", "effects/__init__.py"}
+    assert found["config/safety.py"] == [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]
 
 
 def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_must_agree():

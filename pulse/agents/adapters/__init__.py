@@ -35,8 +35,8 @@ from pulse.agents.adapters.command import CommandAdapter
 from pulse.agents.adapters.cursor import CursorAdapter
 from pulse.agents.adapters.hermes import HermesAdapter
 from pulse.agents.adapters.openclaw import OpenClawAdapter
-from pulse.core import config as configmod
-from pulse.core.config import ADAPTER_GROUP, adapter_names
+from pulse.core.config import agentwork
+from pulse.core.config.agentwork import ADAPTER_GROUP, adapter_names
 
 BUILTIN: dict[str, type[Adapter]] = {cls.name: cls for cls in (
     CommandAdapter, ClaudeCodeAdapter, CursorAdapter, CodexAdapter, HermesAdapter, OpenClawAdapter)}
@@ -50,7 +50,7 @@ def load_adapter(name: str) -> Adapter:
     """The adapter called `name`: a built-in, else the entry point's class. LookupError if none."""
     if name in BUILTIN:
         return BUILTIN[name]()
-    found = [ep for ep in configmod.adapter_entry_points() if ep.name == name]
+    found = [ep for ep in agentwork.adapter_entry_points() if ep.name == name]
     if not found:
         raise LookupError(f"no adapter {name!r} (known: {', '.join(sorted(adapter_names()))})")
     loaded = found[0].load()

@@ -1,0 +1,188 @@
+"""[watch] and its lists: the built-in watcher's thresholds, network targets, error logs, files that
+must not fill the disk, proof that work happens, directories that only grow."""
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from pulse.core.config.keys import ConfigError, Table
+from pulse.core.config.services import is_loopback, urlsplit_host
+
+if TYPE_CHECKING:
+    from pulse.core.config import Config
+
+MAX_KEEP = 100                                # rotated copies a [[watch.file]] may keep
+MAX_FIELD_CHARS = 200                         # a [[watch.fresh]] field's dotted path
+WATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")   # it names a vital: file:<name>
+
+
+class NetworkTarget(Table):
+    """An outbound check ([[watch.network]]): DNS resolution of `host`, and an HTTP GET of `url` if given."""
+    name: Annotated[str, Meta(description="Its name: the vital network:<name>.", examples=["llm"])]
+    host: Annotated[str | None, Meta(description="A host name resolved by DNS; host, url or both.",
+                                     examples=["api.anthropic.com"])] = None
+    url: Annotated[str | None, Meta(description="A URL fetched by an HTTP GET.", examples=["http://127.0.0.1:4000/health"])] = None
+    timeout_s: Annotated[float, Meta(gt=0, description="A check not done within this failed, in s.")] = 5
+
+
+class ErrorLogWatch(Table):
+    """A log file tailed for keywords ([[watch.error_log]]), across rotation and truncation."""
+    name: Annotated[str, Meta(description="Its name: the vital error-log:<name>.", examples=["gateway"])]
+    path: Annotated[str, Meta(description="The log file.", examples=["/var/log/openclaw/gateway.log"])]
+    keywords: Annotated[list[str], Meta(description="A line holding any of these is an error.")] = msgspec.field(
+        default_factory=lambda: ["ERROR", "CRITICAL", "Traceback"])
+
+
+class FileWatch(Table):
+    """Files that must not fill the disk ([[watch.file]]): every regular file `path` matches is
+    sampled into vitals (`file:<name>`); one over `max_mb` is rotated, truncated or notified about
+    by the survival layer (fileGuard), and when the disk is high resourceGuard trims these first."""
+    name: Annotated[str, Meta(description="Its name: the vital file:<name>.", examples=["traces"])]
+    path: Annotated[str, Meta(description="An absolute glob (** spans directories).",
+                              examples=["/home/agent/.openclaw/logs/*.jsonl"])]
+    max_mb: Annotated[float, Meta(gt=0, description="A matching file over this is acted on, in MiB.")] = 1024
+    # copytruncate: its writer keeps its fd
+    action: Annotated[Literal["rotate", "truncate", "notify"], Meta(
+        description="rotate: a gzipped copy beside it, the file truncated in place; truncate: emptied in place, "
+                    "nothing kept; notify: only said.")] = "rotate"
+    keep: Annotated[int, Meta(ge=1, le=MAX_KEEP,
+                              description="rotate keeps <path>.1.gz … <path>.<keep>.gz, the newest first.")] = 3
+
+
+class FreshWatch(Table):
+    """Proof that work happens ([[watch.fresh]]): something that must change within `within_s`, a
+    heartbeat file or a cron's output directory (`path`: the file's mtime, or the newest mtime in the
+    directory), or a loopback URL's answer (`url`; with `field`, only that dotted field of its JSON).
+    Sampled into `fresh:<name>`; stale: notified once per staleness, and `restart` restarted if set."""
+    name: Annotated[str, Meta(description="Its name: the vital fresh:<name>.", examples=["heartbeat"])]
+    path: Annotated[str | None, Meta(
+        description="An absolute file (its mtime) or directory (its newest mtime); links out of it never followed; "
+                    "exactly one of path or url.", examples=["/home/agent/.openclaw/heartbeat"])] = None
+    recursive: Annotated[bool, Meta(description="A directory: its subdirectories' entries count too.")] = False
+    url: Annotated[str | None, Meta(description="... or a loopback URL whose answer must change.",
+                                    examples=["http://127.0.0.1:18789/status"])] = None
+    field: Annotated[str | None, Meta(description="With url: only this dotted path into its JSON answer counts.",
+                                      examples=["cron.runs"])] = None
+    within_s: Annotated[float, Meta(gt=0, description="No change for this long: stale, notified once, in s.")] = 3600
+    restart: Annotated[str | None, Meta(description="The [[process]] restarted when stale; unset: only notified.",
+                                        examples=["gateway"])] = None
+
+
+class DirWatch(Table):
+    """Directories that only grow ([[watch.dir]]): every directory `path` matches is sampled into
+    vitals (`dir:<name>`: its regular files, however deep, never through a link); one over a bound
+    has its oldest files (by mtime) deleted or archived into the home's objects/ until the bounds
+    hold again (dirGuard, trim-dir). A file still open for writing is never touched."""
+    name: Annotated[str, Meta(description="Its name: the vital dir:<name>.", examples=["cron-output"])]
+    path: Annotated[str, Meta(description="An absolute directory or glob of directories.",
+                              examples=["/home/agent/.hermes/cron/output/*"])]
+    max_mb: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(
+        description="The files under each directory together are at most this, in MiB; set at least one bound.",
+        examples=[512])] = None
+    max_files: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(
+        description="... at most this many files.", examples=[1000])] = None
+    max_age: Annotated[str | None, Meta(description="... none older than this (30m, 12h, 7d, 1h30m).",
+                                        examples=["14d"])] = None
+    oldest: Annotated[Literal["delete", "archive"], Meta(
+        description="What happens to the oldest files: deleted, or moved into objects/, named in the effect's "
+                    "event.")] = "delete"
+
+
+class Watch(Table):
+    """Thresholds at which a built-in watcher rings the tick at once instead of waiting, and what else it watches."""
+    cpu_pct: Annotated[float, Meta(ge=0, le=100, description="CPU use above this rings the tick, in percent.")] = 95
+    memory_pct: Annotated[float, Meta(ge=0, le=100, description="Memory use above this rings the tick, in percent.")] = 90
+    disk_pct: Annotated[float, Meta(ge=0, le=100, description="Use of disk_path's disk above this rings the tick, "
+                                                              "in percent.")] = 90
+    disk_path: Annotated[str, Meta(description="The disk watched, by a path on it.")] = "/"
+    network: list[NetworkTarget] = msgspec.field(default_factory=list)   # none on a fresh install
+    error_log: list[ErrorLogWatch] = msgspec.field(default_factory=list)
+    file: list[FileWatch] = msgspec.field(default_factory=list)
+    fresh: list[FreshWatch] = msgspec.field(default_factory=list)
+    dir: list[DirWatch] = msgspec.field(default_factory=list)
+
+
+def validate_watch(config: "Config", origin: str) -> None:
+    for i, target in enumerate(config.watch.network):
+        if not (target.host or target.url):
+            raise ConfigError(f"{origin}: $.watch.network[{i}]: set host, url or both")
+    validate_watched_files(config.watch.file, origin)
+    validate_fresh_watches(config, origin)
+    validate_watched_dirs(config.watch.dir, origin)
+
+
+def validate_watched_files(files: list[FileWatch], origin: str) -> None:
+    for i, watch in enumerate(files):
+        where = f"{origin}: $.watch.file[{i}]"
+        if not WATCH_NAME.fullmatch(watch.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        if not os.path.isabs(watch.path):
+            raise ConfigError(f"{where}.path must be an absolute glob, got {watch.path!r}")
+        if ".." in Path(watch.path).parts:     # a glob climbing out of where it points is not what was configured
+            raise ConfigError(f"{where}.path must not contain '..', got {watch.path!r}")
+    names = [w.name for w in files]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.watch.file: names must be unique")
+
+
+def validate_fresh_watches(config: "Config", origin: str) -> None:
+    restartable = {p.name for p in config.process if p.restart}
+    for i, watch in enumerate(config.watch.fresh):
+        where = f"{origin}: $.watch.fresh[{i}]"
+        if not WATCH_NAME.fullmatch(watch.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        if (watch.path is None) == (watch.url is None):
+            raise ConfigError(f"{where}: set exactly one of path or url")
+        if watch.path is not None and (not os.path.isabs(watch.path) or ".." in Path(watch.path).parts):
+            raise ConfigError(f"{where}.path must be an absolute path without '..', got {watch.path!r}")
+        if watch.url is not None:
+            host = urlsplit_host(watch.url)
+            if host is None:
+                raise ConfigError(f"{where}.url: not an http:// or https:// URL: {watch.url!r}")
+            if not is_loopback(host):
+                raise ConfigError(f"{where}.url: only a loopback address (127.0.0.1, ::1, localhost), got {host!r}")
+        if watch.field is not None and (watch.url is None or not watch.field or len(watch.field) > MAX_FIELD_CHARS
+                                        or "" in watch.field.split(".")):
+            raise ConfigError(f"{where}.field: a dotted path into the url's JSON answer (like \"cron.runs\"), "
+                              f"and only with url; got {watch.field!r}")
+        if watch.recursive and watch.path is None:
+            raise ConfigError(f"{where}.recursive: only with path")
+        if watch.restart is not None and watch.restart not in restartable:
+            raise ConfigError(f"{where}.restart: no [[process]] named {watch.restart!r} with a restart argv")
+    names = [w.name for w in config.watch.fresh]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.watch.fresh: names must be unique")
+
+
+def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
+    from pulse.core import schedule as schedulemod
+    for i, watch in enumerate(dirs):
+        where = f"{origin}: $.watch.dir[{i}]"
+        if not WATCH_NAME.fullmatch(watch.name):
+            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        if not os.path.isabs(watch.path):
+            raise ConfigError(f"{where}.path must be an absolute directory or glob, got {watch.path!r}")
+        if ".." in Path(watch.path).parts:
+            raise ConfigError(f"{where}.path must not contain '..', got {watch.path!r}")
+        if Path(watch.path) == Path("/"):
+            raise ConfigError(f"{where}.path: not / itself: name the directory that grows")
+        if watch.max_mb is None and watch.max_files is None and watch.max_age is None:
+            raise ConfigError(f"{where}: set at least one of max_mb, max_files, max_age")
+        if watch.max_age is not None:
+            try:
+                schedulemod.parse_every(watch.max_age)
+            except ValueError as err:
+                raise ConfigError(f"{where}.max_age: {err}") from None
+    names = [w.name for w in dirs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: $.watch.dir: names must be unique")
+
+
+def max_age_s(watch: DirWatch) -> float | None:
+    """A [[watch.dir]]'s max_age in seconds (validated: it parses)."""
+    from pulse.core import schedule as schedulemod
+    return None if watch.max_age is None else schedulemod.parse_every(watch.max_age)
