@@ -40,121 +40,129 @@ class SpendLimits(Table, frozen=True):
     """Spend limits that fail closed (pulse.agents.spend): an agent's (`[[agent]] budget = {...}`)
     or the host's (`[budget]`, all agents together). Days and months are UTC; every limit unset
     (the default) is no limit."""
-    usd_per_day: Annotated[PositiveUsd | None, Meta(
-        description="Reported cost of runs started this UTC day, in USD; unset: no limit.", examples=[20])] = None
-    usd_per_month: Annotated[PositiveUsd | None, Meta(
-        description="... this UTC month, in USD; unset: no limit.", examples=[400])] = None
-    runs_per_hour: Annotated[Annotated[int, Meta(gt=0)] | None, Meta(
-        description="Runs started in the last 3600 s; unset: no limit.", examples=[30])] = None
+    usd_per_day: PositiveUsd | None = None
+    """Reported cost of runs started this UTC day, in USD; unset: no limit. Example: `20`"""
+    usd_per_month: PositiveUsd | None = None
+    """... this UTC month, in USD; unset: no limit. Example: `400`"""
+    runs_per_hour: Annotated[int, Meta(gt=0)] | None = None
+    """Runs started in the last 3600 s; unset: no limit. Example: `30`"""
 
 
 class RunLimits(Table, frozen=True):
     """What one run of an agent may use (`[[agent]] limits = {...}`, pulse.agents.runlimits): held by
     the run's own cgroup where the host lets Pulse make one, rlimits as the floor. A run over memory,
     pids or disk ends at once, failed with that reason; cpu is a quota, never an end. 0: no limit."""
-    memory_mb: Annotated[int, Meta(ge=0, description="All its processes together, in MiB; 0 or at least 16.")] = 4096
-    pids: Annotated[int, Meta(ge=0, description="Processes and threads at once; 0 or at least 4.")] = 512
-    cpu_percent: Annotated[int, Meta(ge=0, description="CPU quota, in percent of one core.")] = 100
-    disk_mb: Annotated[int, Meta(
-        ge=0, description="What it may add to its work and scratch directories, and any one file, in MiB.")] = 2048
+    memory_mb: Annotated[int, Meta(ge=0)] = 4096
+    """All its processes together, in MiB; 0 or at least 16."""
+    pids: Annotated[int, Meta(ge=0)] = 512
+    """Processes and threads at once; 0 or at least 4."""
+    cpu_percent: Annotated[int, Meta(ge=0)] = 100
+    """CPU quota, in percent of one core."""
+    disk_mb: Annotated[int, Meta(ge=0)] = 2048
+    """What it may add to its work and scratch directories, and any one file, in MiB."""
 
 
 class Agent(Table):
     """An agent Pulse hands tasks to; the `agent-run` effect runs it (see pulse.agents.adapters).
     Repeat the table for more."""
-    name: Annotated[str, Meta(description="Its name, as tasks and routing name it.", examples=["claude"])]
-    adapter: Annotated[str, Meta(
-        description="How its CLI is run and read: command, claude-code, cursor, codex, hermes, openclaw, or a "
-                    "`pulse.adapters` entry point.", examples=["claude-code"])] = "command"
-    argv: Annotated[list[str] | None, Meta(
-        description="The argv template, never a shell string; placeholders per element: {prompt} {task_id} {title} "
-                    "{project} {agent} {workdir}; unset: the adapter's (command has none).",
-        examples=[["claude", "-p", "--output-format", "json", "--", "{prompt}"]])] = None
-    cwd: Annotated[str | None, Meta(
-        description="Where a run starts; may use {task_id} {agent} {project}; unset: <home>/work/<task_id>.",
-        examples=["/srv/work/{task_id}"])] = None
-    env: Annotated[dict[str, str], Meta(description="Added to Pulse's environment; values take placeholders.")] = \
-        msgspec.field(default_factory=dict)
-    timeout_s: Annotated[float, Meta(
-        gt=0, le=MAX_AGENT_TIMEOUT_S, description="A run longer than this is killed (its whole process group), "
-                                                  "in s.")] = 1800
+    name: str
+    """Its name, as tasks and routing name it. Example: `"claude"`"""
+    adapter: str = "command"
+    """How its CLI is run and read: command, claude-code, cursor, codex, hermes, openclaw, or a `pulse.adapters` entry
+    point. Example: `"claude-code"`"""
+    argv: list[str] | None = None
+    """The argv template, never a shell string; placeholders per element: {prompt} {task_id} {title} {project} {agent}
+    {workdir}; unset: the adapter's (command has none). Example: `["claude", "-p", "--output-format", "json", "--",
+    "{prompt}"]`"""
+    cwd: str | None = None
+    """Where a run starts; may use {task_id} {agent} {project}; unset: <home>/work/<task_id>. Example:
+    `"/srv/work/{task_id}"`"""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    """Added to Pulse's environment; values take placeholders."""
+    timeout_s: Annotated[float, Meta(gt=0, le=MAX_AGENT_TIMEOUT_S)] = 1800
+    """A run longer than this is killed (its whole process group), in s."""
     # A CLI in print mode says nothing on stdout until its end: its telemetry is what shows it alive,
     # so with [telemetry] on keep it well above flush_s plus the CLI's export interval.
-    stall_s: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(
-        description="A run silent this long (no output, no telemetry) is ended, reason stalled, in s; below "
-                    "timeout_s; unset: only timeout_s ends it.", examples=[300])] = None
-    concurrency: Annotated[int, Meta(ge=1, description="Runs of this agent at once; more wait, pending.")] = 1
-    mcp: Annotated[bool, Meta(description="Hand the run `pulsectl mcp` where its CLI documents a way.")] = True
-    gate_requires_finish: Annotated[bool, Meta(
-        description="A run that used the gate is acked only if a session of it called finish; false relaxes "
-                    "that (an unverified write still fails the run).")] = True
+    stall_s: Annotated[float, Meta(gt=0)] | None = None
+    """A run silent this long (no output, no telemetry) is ended, reason stalled, in s; below timeout_s; unset: only
+    timeout_s ends it. Example: `300`"""
+    concurrency: Annotated[int, Meta(ge=1)] = 1
+    """Runs of this agent at once; more wait, pending."""
+    mcp: bool = True
+    """Hand the run `pulsectl mcp` where its CLI documents a way."""
+    gate_requires_finish: bool = True
+    """A run that used the gate is acked only if a session of it called finish; false relaxes that (an unverified write
+    still fails the run)."""
     # Routing: who may take what. A task pinned to it (task add --agent) still needs its project
     # and tags to fit.
-    projects: Annotated[list[str] | None, Meta(
-        description="The projects whose tasks it takes; unset: every project.", examples=[["infra"]])] = None
-    tags: Annotated[list[str], Meta(
-        description="A task added with --tag goes only to an agent whose tags include all of its tags; empty: "
-                    "it takes untagged tasks only.")] = msgspec.field(default_factory=list)
-    task_projects: Annotated[list[str] | None, Meta(
-        description="The projects its create_task may add tasks to; unset: its own projects (unset too: any).",
-        examples=[["infra"]])] = None
+    projects: list[str] | None = None
+    """The projects whose tasks it takes; unset: every project. Example: `["infra"]`"""
+    tags: list[str] = msgspec.field(default_factory=list)
+    """A task added with --tag goes only to an agent whose tags include all of its tags; empty: it takes untagged tasks
+    only."""
+    task_projects: list[str] | None = None
+    """The projects its create_task may add tasks to; unset: its own projects (unset too: any). Example: `["infra"]`"""
     budget: SpendLimits = msgspec.field(default_factory=SpendLimits)
-    max_run_usd: Annotated[Annotated[float, Meta(ge=0)] | None, Meta(
-        description="The cost a run is expected to have, reserved before it starts, in USD; with [telemetry] on, a "
-                    "run reaching it is ended, over-budget; unset: the median of its last 10 runs' costs.",
-        examples=[2.5])] = None
-    loop_per_min: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(
-        description="With [telemetry] on: a run reporting more API requests, or tool calls, than this in a minute "
-                    "is in a loop and is ended, reason loop; unset: no loop guard.", examples=[120])] = None
+    max_run_usd: Annotated[float, Meta(ge=0)] | None = None
+    """The cost a run is expected to have, reserved before it starts, in USD; with [telemetry] on, a run reaching it is
+    ended, over-budget; unset: the median of its last 10 runs' costs. Example: `2.5`"""
+    loop_per_min: Annotated[int, Meta(ge=1)] | None = None
+    """With [telemetry] on: a run reporting more API requests, or tool calls, than this in a minute is in a loop and is
+    ended, reason loop; unset: no loop guard. Example: `120`"""
     # pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN
-    user: Annotated[str | None, Meta(
-        description="The account the agent CLI runs as: it reaches Pulse's gate socket and nothing else of Pulse; "
-                    "unset: pulsed's own.", examples=["agent"])] = None
-    group: Annotated[str | None, Meta(description="Its group; unset: the user's primary group.",
-                                      examples=["agent"])] = None
+    user: str | None = None
+    """The account the agent CLI runs as: it reaches Pulse's gate socket and nothing else of Pulse; unset: pulsed's own.
+    Example: `"agent"`"""
+    group: str | None = None
+    """Its group; unset: the user's primary group. Example: `"agent"`"""
     limits: RunLimits = msgspec.field(default_factory=RunLimits)
 
 
 class Tasks(Table):
     """Tasks: how often a failing one is run again, and what agents may add."""
-    max_failures: Annotated[int, Meta(ge=1, description="Failed runs of one task in a row before it is given up.")] = 3
-    retry_base_s: Annotated[float, Meta(
-        ge=0, description="A failed run's task waits this long before its next run, doubling per failure in a row, "
-                          "in s ...")] = 10
-    retry_max_s: Annotated[float, Meta(ge=0, description="... up to this, in s.")] = 300
+    max_failures: Annotated[int, Meta(ge=1)] = 3
+    """Failed runs of one task in a row before it is given up."""
+    retry_base_s: Annotated[float, Meta(ge=0)] = 10
+    """A failed run's task waits this long before its next run, doubling per failure in a row, in s ..."""
+    retry_max_s: Annotated[float, Meta(ge=0)] = 300
+    """... up to this, in s."""
     # The operator's tasks have depth 0.
-    agent_max_depth: Annotated[int, Meta(
-        ge=0, description="A task an agent's create_task made in a run of a task of depth d has depth d + 1, at "
-                          "most this; 0: agents create no tasks.")] = 3
-    agent_tasks_per_hour: Annotated[int, Meta(
-        ge=0, description="Tasks one agent may create in any hour; 0: none.")] = 30
+    agent_max_depth: Annotated[int, Meta(ge=0)] = 3
+    """A task an agent's create_task made in a run of a task of depth d has depth d + 1, at most this; 0: agents create
+    no tasks."""
+    agent_tasks_per_hour: Annotated[int, Meta(ge=0)] = 30
+    """Tasks one agent may create in any hour; 0: none."""
 
 
 class Gate(Table):
     """The agents' safety gate, served by the executor (`pulsectl mcp` is its stdio proxy)."""
-    max_string_bytes: Annotated[int, Meta(
-        gt=0, description="Any one string argument, in bytes; larger: INVALID_INPUT.")] = 4 * 1024
-    max_call_bytes: Annotated[int, Meta(
-        gt=0, description="All of one call's arguments, as JSON, in bytes; at least max_string_bytes.")] = 64 * 1024
+    max_string_bytes: Annotated[int, Meta(gt=0)] = 4 * 1024
+    """Any one string argument, in bytes; larger: INVALID_INPUT."""
+    max_call_bytes: Annotated[int, Meta(gt=0)] = 64 * 1024
+    """All of one call's arguments, as JSON, in bytes; at least max_string_bytes."""
     # so a model retrying a refused call cannot fill events.db
-    blocks_per_min: Annotated[int, Meta(
-        ge=1, description="Blocked calls of one agent and task recorded a minute, host-wide; more are only counted.")] = 30
+    blocks_per_min: Annotated[int, Meta(ge=1)] = 30
+    """Blocked calls of one agent and task recorded a minute, host-wide; more are only counted."""
     # An [[agent]] with a `user` must reach it: the main socket there is 0600; each agent account gets
     # its own, in a directory there only it can enter (pulse.agents.gatesockets).
-    socket_dir: Annotated[str, Meta(
-        description="Where the gate's socket is made: a directory of root or pulsed's account, writable by no "
-                    "other, every parent traversable by the agents' accounts; \"\": pulsed's runtime directory.")] = ""
+    socket_dir: str = ""
+    """Where the gate's socket is made: a directory of root or pulsed's account, writable by no other, every parent
+    traversable by the agents' accounts; "": pulsed's runtime directory."""
     # Past a limit a new connection is refused GATE_BUSY, retry; the sessions already open go on.
-    max_sessions: Annotated[int, Meta(ge=1, description="Connections (sessions) the gate holds at once.")] = 256
-    max_sessions_per_uid: Annotated[int, Meta(ge=1, description="... from one account (peer uid).")] = 64
-    max_sessions_per_pid: Annotated[int, Meta(ge=1, description="... from one process (a `pulsectl mcp` holds one).")] = 4
-    hello_timeout_s: Annotated[float, Meta(
-        gt=0, description="A connection that says nothing this long is closed (it holds a slot), in s.")] = 10.0
+    max_sessions: Annotated[int, Meta(ge=1)] = 256
+    """Connections (sessions) the gate holds at once."""
+    max_sessions_per_uid: Annotated[int, Meta(ge=1)] = 64
+    """... from one account (peer uid)."""
+    max_sessions_per_pid: Annotated[int, Meta(ge=1)] = 4
+    """... from one process (a `pulsectl mcp` holds one)."""
+    hello_timeout_s: Annotated[float, Meta(gt=0)] = 10.0
+    """A connection that says nothing this long is closed (it holds a slot), in s."""
     # The bound on what an agent adds to events.db per minute.
-    calls_per_min: Annotated[int, Meta(
-        ge=1, description="Calls and session opens of one agent and task a minute, host-wide; past that: "
-                          "RATE_LIMITED with retry_after_s, nothing recorded.")] = 600
-    call_burst: Annotated[int, Meta(ge=1, description="How many calls may come at once before calls_per_min applies.")] = 120
+    calls_per_min: Annotated[int, Meta(ge=1)] = 600
+    """Calls and session opens of one agent and task a minute, host-wide; past that: RATE_LIMITED with retry_after_s,
+    nothing recorded."""
+    call_burst: Annotated[int, Meta(ge=1)] = 120
+    """How many calls may come at once before calls_per_min applies."""
 
 
 def validate_gate(gate: Gate, origin: str) -> None:

@@ -20,20 +20,22 @@ class Health(Table):
     """A probe of whether a live process is any use: an HTTP GET of `url` (healthy: answers below
     400) or an `argv` whose exit code is the verdict (0 healthy). Sampled by the watcher into
     `health:<process>`; processWatchdog restarts the process after `failures` failed probes in a row."""
-    url: Annotated[str | None, Meta(description="The URL probed by an HTTP GET; exactly one of url or argv.",
-                                    examples=["http://127.0.0.1:18789/readyz"])] = None
-    argv: Annotated[list[str] | None, Meta(description="... or the argv run: exit 0 is healthy.",
-                                           examples=[["openclaw", "health", "--json"]])] = None
-    every_s: Annotated[float, Meta(gt=0, description="A probe runs this often, in s.")] = 10
-    timeout_s: Annotated[float, Meta(gt=0, description="A probe not answered within this failed, in s.")] = 3
-    failures: Annotated[int, Meta(ge=1, le=MAX_HEALTH_FAILURES,
-                                  description="Failed probes in a row before the process is restarted.")] = 3
-    start_period_s: Annotated[float, Meta(
-        ge=0, description="Failed probes this soon after the process started do not count, in s.")] = 0
+    url: str | None = None
+    """The URL probed by an HTTP GET; exactly one of url or argv. Example: `"http://127.0.0.1:18789/readyz"`"""
+    argv: list[str] | None = None
+    """... or the argv run: exit 0 is healthy. Example: `["openclaw", "health", "--json"]`"""
+    every_s: Annotated[float, Meta(gt=0)] = 10
+    """A probe runs this often, in s."""
+    timeout_s: Annotated[float, Meta(gt=0)] = 3
+    """A probe not answered within this failed, in s."""
+    failures: Annotated[int, Meta(ge=1, le=MAX_HEALTH_FAILURES)] = 3
+    """Failed probes in a row before the process is restarted."""
+    start_period_s: Annotated[float, Meta(ge=0)] = 0
+    """Failed probes this soon after the process started do not count, in s."""
     # A saturated event loop answers /health in seconds long before it stops answering.
-    max_latency_ms: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(
-        description="A probe that answers, but slower than this, failed all the same, in ms; below timeout_s; "
-                    "unset: only timeout_s bounds it.", examples=[1000])] = None
+    max_latency_ms: Annotated[float, Meta(gt=0)] | None = None
+    """A probe that answers, but slower than this, failed all the same, in ms; below timeout_s; unset: only timeout_s
+    bounds it. Example: `1000`"""
 
 
 class Memory(Table):
@@ -42,26 +44,30 @@ class Memory(Table):
     processWatchdog restarts the process after `for_samples` samples in a row above `max_mb`, and
     notifies (once per process, at most every [survival] notify_every_s) when a least-squares fit
     over the last `growth_window_s` of samples rises faster than `growth_mb_per_h`."""
-    max_mb: Annotated[float, Meta(gt=0, description="The ceiling on the tree's RSS, in MiB.")] = 4096
-    for_samples: Annotated[int, Meta(ge=1, le=MAX_HEALTH_FAILURES,
-                                     description="Samples in a row above max_mb before the restart.")] = 3
-    growth_mb_per_h: Annotated[float, Meta(
-        ge=0, description="A steeper growth is notified, in MiB an hour; 0: no growth notice.")] = 500
-    growth_window_s: Annotated[float, Meta(
-        gt=0, description="The growth fit's window, in s: samples of one pid over at least 3/4 of it (or "
-                          f"{MAX_MEMORY_WINDOW_SAMPLES} of them).")] = 600
+    max_mb: Annotated[float, Meta(gt=0)] = 4096
+    """The ceiling on the tree's RSS, in MiB."""
+    for_samples: Annotated[int, Meta(ge=1, le=MAX_HEALTH_FAILURES)] = 3
+    """Samples in a row above max_mb before the restart."""
+    growth_mb_per_h: Annotated[float, Meta(ge=0)] = 500
+    """A steeper growth is notified, in MiB an hour; 0: no growth notice."""
+    growth_window_s: Annotated[float, Meta(gt=0)] = 600
+    """The growth fit's window, in s: samples of one pid over at least 3/4 of it (or the newest 720 of them)."""
 
 
 class Backoff(Table):
     """The wait before each start of a streak of failed ones: base_s, 2×base_s, 4×base_s … at most max_s."""
-    base_s: Annotated[float, Meta(gt=0, description="The wait before the second start of a streak, in s.")] = 1
-    max_s: Annotated[float, Meta(gt=0, description="The longest wait, in s; at least base_s.")] = 300
+    base_s: Annotated[float, Meta(gt=0)] = 1
+    """The wait before the second start of a streak, in s."""
+    max_s: Annotated[float, Meta(gt=0)] = 300
+    """The longest wait, in s; at least base_s."""
 
 
 class PidFile(Table):
     """A pidfile that is JSON (OpenClaw's lock file: {"pid": 24677, ...}): the pid is at `key`."""
-    path: Annotated[str, Meta(description="The JSON file.", examples=["/home/agent/.openclaw/gateway.lock"])]
-    key: Annotated[str, Meta(description="The key of the pid in it.")] = "pid"
+    path: str
+    """The JSON file. Example: `"/home/agent/.openclaw/gateway.lock"`"""
+    key: str = "pid"
+    """The key of the pid in it."""
 
 
 ExitCode = Annotated[int, Meta(ge=1, le=255)]
@@ -71,69 +77,63 @@ class Process(Table):
     """A critical process: watched by `process-alive`, restarted by `restart-process`. A restart stops
     what the process is now (`stop`, else SIGTERM to its process tree, SIGKILL after `stop_timeout_s`),
     waits for it to be gone, then starts `restart`: never two copies. Repeat the table for more."""
-    name: Annotated[str, Meta(description="Its name in status, events and commands.", examples=["gateway"])]
-    preset: Annotated[str | None, Meta(
-        description="The tested settings of a tool Pulse names (openclaw-gateway, hermes-gateway, litellm), merged "
-                    "under this table's own keys (`pulsectl guard --detect`).", examples=["openclaw-gateway"])] = None
-    pidfile: Annotated[str | PidFile | None, Meta(
-        description="Found by the pid in this file (or { path, key } for a JSON one); exactly one of pidfile or "
-                    "match.", examples=["/run/gateway.pid"])] = None
-    match: Annotated[str | None, Meta(
-        description="... or by this regex over its full command line (never Pulse's own processes).",
-        examples=["openclaw.*gateway"])] = None
-    restart: Annotated[list[str] | None, Meta(
-        description="The argv that starts it, never a shell string; unset: Pulse never starts it.",
-        examples=[["openclaw", "gateway", "run"]])] = None
-    stop: Annotated[list[str] | None, Meta(
-        description="The argv that stops it; unset: SIGTERM to its process tree.",
-        examples=[["systemctl", "stop", "gateway"]])] = None
-    stop_timeout_s: Annotated[float, Meta(gt=0, description="Still there this long after the stop: SIGKILL, in s.")] = 10
-    start_grace_s: Annotated[float, Meta(
-        ge=0, description="Exited within this after a start: the restart failed, in its words, in s.")] = 1
-    cwd: Annotated[str | None, Meta(
-        description="Where restart and stop run; unset: the home; relative: to the home.", examples=["/srv/gateway"])] = None
-    env: Annotated[dict[str, str], Meta(description="Added to Pulse's environment for restart and stop.")] = \
-        msgspec.field(default_factory=dict)
+    name: str
+    """Its name in status, events and commands. Example: `"gateway"`"""
+    preset: str | None = None
+    """The tested settings of a tool Pulse names (openclaw-gateway, hermes-gateway, litellm), merged under this table's
+    own keys (`pulsectl guard --detect`). Example: `"openclaw-gateway"`"""
+    pidfile: str | PidFile | None = None
+    """Found by the pid in this file (or { path, key } for a JSON one); exactly one of pidfile or match. Example:
+    `"/run/gateway.pid"`"""
+    match: str | None = None
+    """... or by this regex over its full command line (never Pulse's own processes). Example: `"openclaw.*gateway"`"""
+    restart: list[str] | None = None
+    """The argv that starts it, never a shell string; unset: Pulse never starts it. Example: `["openclaw", "gateway",
+    "run"]`"""
+    stop: list[str] | None = None
+    """The argv that stops it; unset: SIGTERM to its process tree. Example: `["systemctl", "stop", "gateway"]`"""
+    stop_timeout_s: Annotated[float, Meta(gt=0)] = 10
+    """Still there this long after the stop: SIGKILL, in s."""
+    start_grace_s: Annotated[float, Meta(ge=0)] = 1
+    """Exited within this after a start: the restart failed, in its words, in s."""
+    cwd: str | None = None
+    """Where restart and stop run; unset: the home; relative: to the home. Example: `"/srv/gateway"`"""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    """Added to Pulse's environment for restart and stop."""
     # an agent's look-alike is not the gateway
-    user: Annotated[str | None, Meta(
-        description="The account it runs as: a process of another account never counts as it, and restart starts "
-                    "it as this one; unset: Pulse's own.", examples=["openclaw"])] = None
+    user: str | None = None
+    """The account it runs as: a process of another account never counts as it, and restart starts it as this one; unset:
+    Pulse's own. Example: `"openclaw"`"""
     health: Health | None = None
     memory: Memory | None = None
     # Known for a process Pulse started: its keeper records every exit in events.db.
-    restart_exit_codes: Annotated[list[ExitCode], Meta(
-        description="Exit codes by which it asks to be restarted (Hermes' gateway: 75): restarted at once, not "
-                    "counted as a failure.", examples=[[75]])] = msgspec.field(default_factory=list)
-    stop_exit_codes: Annotated[list[ExitCode], Meta(
-        description="Exit codes by which it asks never to be restarted (Hermes: 78, bad config).",
-        examples=[[78]])] = msgspec.field(default_factory=list)
-    config: Annotated[list[str], Meta(
-        description="Its config files, absolute paths, kept known good and restored if an edit breaks it "
-                    "(processWatchdog); none by default.", examples=[["/etc/openclaw/openclaw.json"]])] = \
-        msgspec.field(default_factory=list)
-    config_good_after_s: Annotated[float, Meta(
-        gt=0, description="Healthy this long since a start after its config files' last change: they are kept "
-                          "as known good, in s.")] = 60
-    config_rollback_window_s: Annotated[float, Meta(
-        gt=0, description="Crash-looping or unhealthy within this of a change: the known-good files are restored, "
-                          "then it is restarted, in s.")] = 600
+    restart_exit_codes: list[ExitCode] = msgspec.field(default_factory=list)
+    """Exit codes by which it asks to be restarted (Hermes' gateway: 75): restarted at once, not counted as a failure.
+    Example: `[75]`"""
+    stop_exit_codes: list[ExitCode] = msgspec.field(default_factory=list)
+    """Exit codes by which it asks never to be restarted (Hermes: 78, bad config). Example: `[78]`"""
+    config: list[str] = msgspec.field(default_factory=list)
+    """Its config files, absolute paths, kept known good and restored if an edit breaks it (processWatchdog); none by
+    default. Example: `["/etc/openclaw/openclaw.json"]`"""
+    config_good_after_s: Annotated[float, Meta(gt=0)] = 60
+    """Healthy this long since a start after its config files' last change: they are kept as known good, in s."""
+    config_rollback_window_s: Annotated[float, Meta(gt=0)] = 600
+    """Crash-looping or unhealthy within this of a change: the known-good files are restored, then it is restarted, in s."""
     # As supervisord's startsecs, PM2's min_uptime.
-    min_uptime_s: Annotated[float, Meta(
-        ge=0, description="A start after which it died sooner than this failed (a crash loop), in s.")] = 10
-    max_restarts: Annotated[int, Meta(
-        ge=0, le=MAX_RESTARTS, description="This many failed starts within restart_window_s hold it `fatal` "
-                                           "(notified once, with its last output) until an operator starts it; "
-                                           "0: never held.")] = 5
-    restart_window_s: Annotated[float, Meta(gt=0, description="The window of max_restarts, in s.")] = 300
+    min_uptime_s: Annotated[float, Meta(ge=0)] = 10
+    """A start after which it died sooner than this failed (a crash loop), in s."""
+    max_restarts: Annotated[int, Meta(ge=0, le=MAX_RESTARTS)] = 5
+    """This many failed starts within restart_window_s hold it `fatal` (notified once, with its last output) until an
+    operator starts it; 0: never held."""
+    restart_window_s: Annotated[float, Meta(gt=0)] = 300
+    """The window of max_restarts, in s."""
     restart_backoff: Backoff | None = None
     # A way out of a crash loop that restarting cannot end (a stuck session resumed at every start).
-    on_crash_loop: Annotated[list[str] | None, Meta(
-        description="Once held fatal, this argv runs once (as user, in cwd, with env), then the process gets one "
-                    "more start; failing that too, it is held until an operator starts it.",
-        examples=[["/usr/local/bin/clear-stuck-session"]])] = None
-    keep_on_remove: Annotated[bool, Meta(
-        description="Taken out of config.toml, a reload stops it (its whole tree); true: left running, no longer "
-                    "watched.")] = False
+    on_crash_loop: list[str] | None = None
+    """Once held fatal, this argv runs once (as user, in cwd, with env), then the process gets one more start; failing
+    that too, it is held until an operator starts it. Example: `["/usr/local/bin/clear-stuck-session"]`"""
+    keep_on_remove: bool = False
+    """Taken out of config.toml, a reload stops it (its whole tree); true: left running, no longer watched."""
 
 
 REMOVED_KEYS = ("name", "pidfile", "match", "stop", "stop_timeout_s", "cwd")   # what a stop needs of a table

@@ -19,18 +19,16 @@ SCHEDULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")   # it is an eve
 
 class Report(Table):
     """`pulsectl report` and the daily report (pulse.report)."""
-    analyst: Annotated[str, Meta(
-        description="Who writes the analysis: \"deterministic\" or the name of an [[agent]].")] = "deterministic"
-    analyst_timeout_s: Annotated[float, Meta(
-        gt=0, description="An agent analyst silent this long: the deterministic one is used, in s.")] = 300
-    analyst_max_events: Annotated[int, Meta(
-        ge=1, description="The agent analyst gets at most this many events (summarised, with ids).")] = 400
-    daily_at: Annotated[str | None, Meta(
-        description="Host local time (HH:MM, 24 h) of the day's report through [[notify]]; unset: none.",
-        examples=["08:00"])] = None
-    dir: Annotated[str | None, Meta(
-        description="An absolute directory where the report effect writes its pages; unset: <home>/reports.",
-        examples=["/srv/reports"])] = None
+    analyst: str = "deterministic"
+    """Who writes the analysis: "deterministic" or the name of an [[agent]]."""
+    analyst_timeout_s: Annotated[float, Meta(gt=0)] = 300
+    """An agent analyst silent this long: the deterministic one is used, in s."""
+    analyst_max_events: Annotated[int, Meta(ge=1)] = 400
+    """The agent analyst gets at most this many events (summarised, with ids)."""
+    daily_at: str | None = None
+    """Host local time (HH:MM, 24 h) of the day's report through [[notify]]; unset: none. Example: `"08:00"`"""
+    dir: str | None = None
+    """An absolute directory where the report effect writes its pages; unset: <home>/reports. Example: `"/srv/reports"`"""
 
 
 def validate_report(config: "Config", origin: str) -> None:
@@ -45,20 +43,26 @@ def validate_report(config: "Config", origin: str) -> None:
 
 class ScheduleTask(Table):
     """What a schedule adds at each slot (`task = {...}`): a pending task, as `pulsectl task add` adds one."""
-    project: Annotated[str, Meta(description="The task's project.", examples=["infra"])]
-    title: Annotated[str, Meta(description="The task's title.", examples=["Update dependencies"])]
-    prompt: Annotated[str, Meta(description="What the agent is asked.", examples=["..."])]
-    agent: Annotated[str | None, Meta(
-        description="The [[agent]] it is for; unset: whoever the assignment rule picks.", examples=["claude"])] = None
-    priority: Annotated[int, Meta(description="Higher runs first.")] = 0
+    project: str
+    """The task's project. Example: `"infra"`"""
+    title: str
+    """The task's title. Example: `"Update dependencies"`"""
+    prompt: str
+    """What the agent is asked. Example: `"..."`"""
+    agent: str | None = None
+    """The [[agent]] it is for; unset: whoever the assignment rule picks. Example: `"claude"`"""
+    priority: int = 0
+    """Higher runs first."""
 
 
 class ScheduleEffect(Table):
     """... or an effect (`effect = {...}`), committed by the tick (origin "schedule": the operator's config, trusted)."""
-    kind: Annotated[str, Meta(description="An effect kind.", examples=["exec"])]
-    target: Annotated[str | None, Meta(description="Its target.", examples=["gateway"])] = None
-    params: Annotated[dict[str, Any], Meta(description="Its parameters, as its kind takes them.")] = \
-        msgspec.field(default_factory=dict)
+    kind: str
+    """An effect kind. Example: `"exec"`"""
+    target: str | None = None
+    """Its target. Example: `"gateway"`"""
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Its parameters, as its kind takes them."""
 
 
 class Schedule(Table):
@@ -66,25 +70,26 @@ class Schedule(Table):
     multiples of `every` since the Unix epoch; at each, one task or effect, committed with the fact
     that the slot ran, so no restart runs a slot twice or skips one. A schedule's first slot is the
     one after it is first seen. Repeat the table for more."""
-    name: Annotated[str, Meta(description="Its name: 1 to 64 letters, digits and _ . : -.", examples=["nightly-deps"])]
-    cron: Annotated[str | None, Meta(
-        description="minute hour day-of-month month day-of-week, host local time; exactly one of cron or every.",
-        examples=["0 3 * * *"])] = None
-    every: Annotated[str | None, Meta(description="... or a period (ms s m h d, \"1h30m\").", examples=["15m"])] = None
+    name: str
+    """Its name: 1 to 64 letters, digits and _ . : -. Example: `"nightly-deps"`"""
+    cron: str | None = None
+    """minute hour day-of-month month day-of-week, host local time; exactly one of cron or every. Example: `"0 3 * * *"`"""
+    every: str | None = None
+    """... or a period (ms s m h d, "1h30m"). Example: `"15m"`"""
     task: ScheduleTask | None = None
     effect: ScheduleEffect | None = None
     # systemd's Persistent=true; never once per missed slot
-    catch_up: Annotated[bool, Meta(description="After downtime, the latest missed slot runs once at start.")] = True
-    grace_s: Annotated[float, Meta(
-        ge=0, description="catch_up = false: a slot due longer ago than this is skipped, in s.")] = 60
-    jitter_s: Annotated[float, Meta(
-        ge=0, description="Each slot runs up to this much after its time (fixed per slot), in s; shorter than "
-                          "every.")] = 0
-    notify_after: Annotated[int, Meta(
-        ge=0, description="Runs in a row that end failed before a notification; 0: never.")] = 2
-    overlap: Annotated[bool, Meta(
-        description="A slot due while the last run is still open waits for it (catch_up) or is skipped; true: it "
-                    "runs anyway, and runs may pile up behind a hold.")] = False
+    catch_up: bool = True
+    """After downtime, the latest missed slot runs once at start."""
+    grace_s: Annotated[float, Meta(ge=0)] = 60
+    """catch_up = false: a slot due longer ago than this is skipped, in s."""
+    jitter_s: Annotated[float, Meta(ge=0)] = 0
+    """Each slot runs up to this much after its time (fixed per slot), in s; shorter than every."""
+    notify_after: Annotated[int, Meta(ge=0)] = 2
+    """Runs in a row that end failed before a notification; 0: never."""
+    overlap: bool = False
+    """A slot due while the last run is still open waits for it (catch_up) or is skipped; true: it runs anyway, and runs
+    may pile up behind a hold."""
 
 
 def validate_schedules(config: "Config", origin: str) -> None:

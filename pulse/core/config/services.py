@@ -20,12 +20,16 @@ HIDDEN = "(hidden)"
 
 class Web(Table):
     """The operator's page and /metrics (`pulsectl web url`). Nothing listens on TCP unless enabled."""
-    enabled: Annotated[bool, Meta(description="Run the web worker.")] = False
-    listen: Annotated[str, Meta(description="host:port it listens on; port 0 takes a free one.")] = "127.0.0.1:8370"
-    allow_remote: Annotated[bool, Meta(description="A listen address beyond loopback needs this, and TLS.")] = False
-    tls_cert: Annotated[str | None, Meta(description="A PEM certificate file; both tls_cert and tls_key, or neither.",
-                                         examples=["/etc/pulse/web.crt"])] = None
-    tls_key: Annotated[str | None, Meta(description="Its PEM key file.", examples=["/etc/pulse/web.key"])] = None
+    enabled: bool = False
+    """Run the web worker."""
+    listen: str = "127.0.0.1:8370"
+    """host:port it listens on; port 0 takes a free one."""
+    allow_remote: bool = False
+    """A listen address beyond loopback needs this, and TLS."""
+    tls_cert: str | None = None
+    """A PEM certificate file; both tls_cert and tls_key, or neither. Example: `"/etc/pulse/web.crt"`"""
+    tls_key: str | None = None
+    """Its PEM key file. Example: `"/etc/pulse/web.key"`"""
 
 
 def validate_web(web: Web, origin: str) -> None:
@@ -48,32 +52,34 @@ class Telemetry(Table):
     and traces in (protobuf or JSON), folded into one `telemetry` fact per run or session and flush_s;
     at most max_sources of them per flush, so the receiver adds at most max_sources * 60 / flush_s
     events a minute, whatever it is sent."""
-    enabled: Annotated[bool, Meta(description="Run the telemetry receiver.")] = False
+    enabled: bool = False
+    """Run the telemetry receiver."""
     # 4318 is OTLP/HTTP's own port, so a CLI pointed at "the local collector" finds it.
-    listen: Annotated[str, Meta(
-        description="host:port; beyond loopback every request needs the token in <home>/telemetry.token "
-                    "(Authorization: Bearer TOKEN, or X-Pulse-Token: TOKEN).")] = "127.0.0.1:4318"
-    max_body_kb: Annotated[int, Meta(ge=1, description="A larger request is refused (413) before its body is read, "
-                                                       "in KiB.")] = 4096
-    requests_per_s: Annotated[float, Meta(
-        gt=0, description="Admitted requests a second, for callers with the token and for the others each, after "
-                          "a burst.")] = 50
-    burst: Annotated[int, Meta(ge=1, description="The burst before requests_per_s applies; past it: 429 with "
-                                                 "Retry-After.")] = 100
-    queue_kb: Annotated[int, Meta(
-        ge=1, description="Bodies being read or not yet folded, in KiB; full: 503 (the CLI retries); callers without "
-                          "the token get half; at least two bodies of max_body_kb.")] = 16384
-    flush_s: Annotated[float, Meta(gt=0, description="What was folded goes to events.db this often, in s.")] = 5
-    max_sources: Annotated[int, Meta(
-        ge=1, description="Runs and sessions counted per flush; others' records are dropped, counted.")] = 32
-    export: Annotated[str | None, Meta(
-        description="A collector (http(s)://host:port, a path prefix allowed) to which each ended run goes as GenAI "
-                    "trace spans over OTLP/HTTP; unset: nothing is sent.", examples=["http://127.0.0.1:4318"])] = None
-    export_headers: Annotated[dict[str, str], Meta(description="Headers sent to the collector (e.g. Authorization); "
-                                                               "never shown.")] = msgspec.field(default_factory=dict)
-    export_queue: Annotated[int, Meta(ge=1, description="Runs waiting to be sent; full: the oldest dropped, counted.")] = 1000
-    export_give_up_s: Annotated[float, Meta(
-        gt=0, description="A run not sent this long (collector down) is dropped, counted, in s.")] = 60
+    listen: str = "127.0.0.1:4318"
+    """host:port; beyond loopback every request needs the token in <home>/telemetry.token (Authorization: Bearer TOKEN,
+    or X-Pulse-Token: TOKEN)."""
+    max_body_kb: Annotated[int, Meta(ge=1)] = 4096
+    """A larger request is refused (413) before its body is read, in KiB."""
+    requests_per_s: Annotated[float, Meta(gt=0)] = 50
+    """Admitted requests a second, for callers with the token and for the others each, after a burst."""
+    burst: Annotated[int, Meta(ge=1)] = 100
+    """The burst before requests_per_s applies; past it: 429 with Retry-After."""
+    queue_kb: Annotated[int, Meta(ge=1)] = 16384
+    """Bodies being read or not yet folded, in KiB; full: 503 (the CLI retries); callers without the token get half; at
+    least two bodies of max_body_kb."""
+    flush_s: Annotated[float, Meta(gt=0)] = 5
+    """What was folded goes to events.db this often, in s."""
+    max_sources: Annotated[int, Meta(ge=1)] = 32
+    """Runs and sessions counted per flush; others' records are dropped, counted."""
+    export: str | None = None
+    """A collector (http(s)://host:port, a path prefix allowed) to which each ended run goes as GenAI trace spans over
+    OTLP/HTTP; unset: nothing is sent. Example: `"http://127.0.0.1:4318"`"""
+    export_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    """Headers sent to the collector (e.g. Authorization); never shown."""
+    export_queue: Annotated[int, Meta(ge=1)] = 1000
+    """Runs waiting to be sent; full: the oldest dropped, counted."""
+    export_give_up_s: Annotated[float, Meta(gt=0)] = 60
+    """A run not sent this long (collector down) is dropped, counted, in s."""
 
 
 def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
@@ -101,44 +107,45 @@ class Fleet(Table):
     fleet worker is then the only process that talks to NATS. A single host never needs it, and
     survival never waits on it. At most one of creds_file, token, nkey_seed_file; none: the server's
     anonymous access."""
-    enabled: Annotated[bool, Meta(description="Run the fleet worker.")] = False
-    url: Annotated[list[str], Meta(description="The NATS servers, nats:// or tls://.")] = msgspec.field(
+    enabled: bool = False
+    """Run the fleet worker."""
+    url: list[str] = msgspec.field(
         default_factory=lambda: ["nats://127.0.0.1:4222"])
-    creds_file: Annotated[str | None, Meta(description="A NATS .creds file (JWT and NKey seed); never shown.",
-                                           examples=["/etc/pulse/fleet.creds"])] = None
-    token: Annotated[str | None, Meta(description="A plain token; never shown.", examples=["s3cret"])] = None
-    nkey_seed_file: Annotated[str | None, Meta(description="A file holding an NKey seed (\"SU...\").",
-                                               examples=["/etc/pulse/fleet.nk"])] = None
-    host: Annotated[str | None, Meta(
-        description="This host's name in the fleet; unset: <instance name>@<hostname>.", examples=["web-1"])] = None
-    presence_interval_s: Annotated[float, Meta(
-        gt=0, description="This host's summary goes to the pulse-hosts bucket this often, in s.")] = 5
-    presence_ttl_s: Annotated[float, Meta(
-        gt=0, description="... and is gone from it this long after the last one, in s; at least twice "
-                          "presence_interval_s.")] = 30
-    reconnect_max_s: Annotated[float, Meta(
-        ge=0.5, description="A failed connect is retried after 0.5 s, doubling up to this, in s.")] = 30
-    events_batch: Annotated[int, Meta(ge=1, description="Events published per cursor commit.")] = 500
-    take_tasks: Annotated[bool, Meta(
-        description="A host with [[agent]]s takes fleet tasks for them (`pulsectl task add --fleet`).")] = True
+    """The NATS servers, nats:// or tls://."""
+    creds_file: str | None = None
+    """A NATS .creds file (JWT and NKey seed); never shown. Example: `"/etc/pulse/fleet.creds"`"""
+    token: str | None = None
+    """A plain token; never shown. Example: `"s3cret"`"""
+    nkey_seed_file: str | None = None
+    """A file holding an NKey seed ("SU..."). Example: `"/etc/pulse/fleet.nk"`"""
+    host: str | None = None
+    """This host's name in the fleet; unset: <instance name>@<hostname>. Example: `"web-1"`"""
+    presence_interval_s: Annotated[float, Meta(gt=0)] = 5
+    """This host's summary goes to the pulse-hosts bucket this often, in s."""
+    presence_ttl_s: Annotated[float, Meta(gt=0)] = 30
+    """... and is gone from it this long after the last one, in s; at least twice presence_interval_s."""
+    reconnect_max_s: Annotated[float, Meta(ge=0.5)] = 30
+    """A failed connect is retried after 0.5 s, doubling up to this, in s."""
+    events_batch: Annotated[int, Meta(ge=1)] = 500
+    """Events published per cursor commit."""
+    take_tasks: bool = True
+    """A host with [[agent]]s takes fleet tasks for them (`pulsectl task add --fleet`)."""
     # Renewed every third of it while the task runs: at least once across a host's death, at most once otherwise.
-    task_lease_s: Annotated[float, Meta(
-        ge=1, description="A host's claim on a fleet task lapses this long after its last renewal, and the task runs "
-                          "again elsewhere, in s.")] = 30
-    max_deliver: Annotated[int, Meta(
-        ge=1, description="A fleet task is taken at most this many times; past it, it is dead-lettered (the "
-                          "pulse-task-dead bucket, a fleet-task-dead event on its origin).")] = 3
-    offer_ttl_s: Annotated[float, Meta(
-        gt=0, description="A fleet task no host takes is dead-lettered this long after it was offered, with each "
-                          "host's last reason for leaving it, in s.")] = 86_400
+    task_lease_s: Annotated[float, Meta(ge=1)] = 30
+    """A host's claim on a fleet task lapses this long after its last renewal, and the task runs again elsewhere, in s."""
+    max_deliver: Annotated[int, Meta(ge=1)] = 3
+    """A fleet task is taken at most this many times; past it, it is dead-lettered (the pulse-task-dead bucket, a
+    fleet-task-dead event on its origin)."""
+    offer_ttl_s: Annotated[float, Meta(gt=0)] = 86_400
+    """A fleet task no host takes is dead-lettered this long after it was offered, with each host's last reason for
+    leaving it, in s."""
     # the fleet's "failed on" rule: another host that can take it gets it first
-    failed_host_wait_s: Annotated[float, Meta(
-        ge=0, description="A host that gave a fleet task up leaves it to the others this long before taking it "
-                          "again, in s.")] = 60
+    failed_host_wait_s: Annotated[float, Meta(ge=0)] = 60
+    """A host that gave a fleet task up leaves it to the others this long before taking it again, in s."""
     # A stream or bucket that already exists is used as it is.
-    replicas: Annotated[int, Meta(
-        ge=1, le=5, description="Copies the streams and KV buckets keep, one per NATS server: 1 for one server, 3 "
-                                "on a three-server cluster (each survives the loss of any one).")] = 1
+    replicas: Annotated[int, Meta(ge=1, le=5)] = 1
+    """Copies the streams and KV buckets keep, one per NATS server: 1 for one server, 3 on a three-server cluster (each
+    survives the loss of any one)."""
 
 
 def validate_fleet(fleet: Fleet, origin: str) -> None:

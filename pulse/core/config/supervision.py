@@ -12,9 +12,9 @@ from pulse.core.config.keys import ConfigError, Table
 
 class PulseSettings(Table):
     """This Pulse among the host's others; read when pulsed starts."""
-    name: Annotated[str | None, Meta(
-        description="This instance's name among the host's Pulses (`pulsectl instances`, `pulsectl -i NAME`); "
-                    "unset: the home's folder name.", examples=["<the home's folder name>"])] = None
+    name: str | None = None
+    """This instance's name among the host's Pulses (`pulsectl instances`, `pulsectl -i NAME`); unset: the home's folder
+    name. Example: `"<the home's folder name>"`"""
 
 
 Ms = Annotated[int, Meta(gt=0)]               # every timing is a positive duration or count
@@ -22,15 +22,17 @@ Seconds = Annotated[float, Meta(gt=0)]
 
 
 class _RestartTimings(Table):
-    restart_backoff_base_ms: Annotated[Ms, Meta(
-        description="The second restart of a worker's crash streak waits this long, in ms.")] = 100
-    restart_backoff_max_ms: Annotated[Ms, Meta(
-        description="... each later one twice as long, up to this, in ms.")] = 30_000
-    healthy_reset_s: Annotated[Seconds, Meta(description="A worker running this long forgets its crash streak, in s.")] = 30
-    intensity_restarts: Annotated[Ms, Meta(
-        description="More automatic restarts of a worker than this within intensity_period_s: a core worker "
-                    "escalates (pulsed exits), any other is `failed`.")] = 5
-    intensity_period_s: Annotated[Seconds, Meta(description="The window of intensity_restarts, in s.")] = 60
+    restart_backoff_base_ms: Ms = 100
+    """The second restart of a worker's crash streak waits this long, in ms."""
+    restart_backoff_max_ms: Ms = 30_000
+    """... each later one twice as long, up to this, in ms."""
+    healthy_reset_s: Seconds = 30
+    """A worker running this long forgets its crash streak, in s."""
+    intensity_restarts: Ms = 5
+    """More automatic restarts of a worker than this within intensity_period_s: a core worker escalates (pulsed exits),
+    any other is `failed`."""
+    intensity_period_s: Seconds = 60
+    """The window of intensity_restarts, in s."""
 
 
 # <worker>_retry_after_failed_s: a failed worker that is not core is retried this long after failing,
@@ -46,36 +48,46 @@ _RetryTimings = msgspec.defstruct(
 class Timings(_RetryTimings):
     """The supervisor's and the workers' timings; each can be overridden by PULSE_<KEY> in pulsed's
     environment (tests run fast that way)."""
-    heartbeat_ms: Annotated[Ms, Meta(description="Each worker heartbeats this often from its main loop, in ms.")] = 1_000
-    hung_after_ms: Annotated[Ms, Meta(
-        description="A worker silent this long is hung (SIGABRT, SIGCONT, SIGKILL), in ms; above heartbeat_ms, "
-                    "sqlite_busy_timeout_ms and engine_rpc_deadline_ms.")] = 10_000
-    ready_timeout_ms: Annotated[Ms, Meta(description="A worker not ready this long after its spawn is hung, in ms.")] = 10_000
-    stop_grace_ms: Annotated[Ms, Meta(description="A stop sends SIGTERM, then SIGKILL after this, in ms.")] = 5_000
-    tick_ms: Annotated[Ms, Meta(
-        description="The tick's period unless a rule asks for another, in ms; within tick_ms_min … tick_ms_max.")] = 5_000
-    tick_ms_min: Annotated[Ms, Meta(description="The shortest tick period a rule may ask for, in ms.")] = 50
-    tick_ms_max: Annotated[Ms, Meta(description="The longest tick period a rule may ask for, in ms.")] = 60_000
-    engine_rpc_deadline_ms: Annotated[Ms, Meta(description="The tick waits this long for the engine's answer, in ms.")] = 250
-    sqlite_busy_timeout_ms: Annotated[Ms, Meta(
-        description="A write waits this long for another process's lock, in ms; below hung_after_ms.")] = 5_000
-    engine_urgent_deadline_ms: Annotated[Ms, Meta(
-        description="The engine's deadline in a tick woken by a critical process's death, in ms; at most "
-                    "engine_rpc_deadline_ms.")] = 50
-    effect_deadline_s: Annotated[Seconds, Meta(description="An effect older than this expires unrun, in s.")] = 60
-    effect_timeout_s: Annotated[Seconds, Meta(description="One effect may run this long, in s.")] = 30
-    executor_concurrency: Annotated[Ms, Meta(description="Effects the executor runs at once.")] = 8
-    executor_scan_interval_ms: Annotated[Ms, Meta(
-        description="The executor scans its queue this often when no doorbell rang, in ms.")] = 1_000
-    effect_retry_base_ms: Annotated[Ms, Meta(
-        description="A failure its kind puts back in the queue (a notification no channel took yet) is tried "
-                    "again after this, doubling per failed attempt, in ms.")] = 5_000
-    effect_retry_max_ms: Annotated[Ms, Meta(
-        description="... up to this, in ms; at least effect_retry_base_ms.")] = 300_000
-    watcher_interval_ms: Annotated[Ms, Meta(description="The watcher samples its sensors this often, in ms.")] = 5_000
-    wake_window_s: Annotated[Seconds, Meta(description="How far back a rule's should_wake() sees, in s.")] = 60
-    ballast_check_s: Annotated[Seconds, Meta(
-        description="Once the disk has room again, the tick makes the ballast file again within this, in s.")] = 60
+    heartbeat_ms: Ms = 1_000
+    """Each worker heartbeats this often from its main loop, in ms."""
+    hung_after_ms: Ms = 10_000
+    """A worker silent this long is hung (SIGABRT, SIGCONT, SIGKILL), in ms; above heartbeat_ms, sqlite_busy_timeout_ms
+    and engine_rpc_deadline_ms."""
+    ready_timeout_ms: Ms = 10_000
+    """A worker not ready this long after its spawn is hung, in ms."""
+    stop_grace_ms: Ms = 5_000
+    """A stop sends SIGTERM, then SIGKILL after this, in ms."""
+    tick_ms: Ms = 5_000
+    """The tick's period unless a rule asks for another, in ms; within tick_ms_min … tick_ms_max."""
+    tick_ms_min: Ms = 50
+    """The shortest tick period a rule may ask for, in ms."""
+    tick_ms_max: Ms = 60_000
+    """The longest tick period a rule may ask for, in ms."""
+    engine_rpc_deadline_ms: Ms = 250
+    """The tick waits this long for the engine's answer, in ms."""
+    sqlite_busy_timeout_ms: Ms = 5_000
+    """A write waits this long for another process's lock, in ms; below hung_after_ms."""
+    engine_urgent_deadline_ms: Ms = 50
+    """The engine's deadline in a tick woken by a critical process's death, in ms; at most engine_rpc_deadline_ms."""
+    effect_deadline_s: Seconds = 60
+    """An effect older than this expires unrun, in s."""
+    effect_timeout_s: Seconds = 30
+    """One effect may run this long, in s."""
+    executor_concurrency: Ms = 8
+    """Effects the executor runs at once."""
+    executor_scan_interval_ms: Ms = 1_000
+    """The executor scans its queue this often when no doorbell rang, in ms."""
+    effect_retry_base_ms: Ms = 5_000
+    """A failure its kind puts back in the queue (a notification no channel took yet) is tried again after this, doubling
+    per failed attempt, in ms."""
+    effect_retry_max_ms: Ms = 300_000
+    """... up to this, in ms; at least effect_retry_base_ms."""
+    watcher_interval_ms: Ms = 5_000
+    """The watcher samples its sensors this often, in ms."""
+    wake_window_s: Seconds = 60
+    """How far back a rule's should_wake() sees, in s."""
+    ballast_check_s: Seconds = 60
+    """Once the disk has room again, the tick makes the ballast file again within this, in s."""
 
 
 def validate_timings(t: Timings, origin: str) -> None:
@@ -103,34 +115,34 @@ def validate_instance_name(pulse: PulseSettings, origin: str) -> None:
 
 class LogSettings(Table):
     """pulse.log, which pulsed and every worker write."""
-    level: Annotated[Literal["debug", "info", "warning", "error"], Meta(
-        description="The least severe record written.")] = "info"
-    max_bytes: Annotated[int, Meta(gt=0, description="pulse.log rotates at this size, in bytes.")] = 10 * 1024 * 1024
-    backups: Annotated[int, Meta(ge=0, description="Rotated files kept beside pulse.log.")] = 5
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """The least severe record written."""
+    max_bytes: Annotated[int, Meta(gt=0)] = 10 * 1024 * 1024
+    """pulse.log rotates at this size, in bytes."""
+    backups: Annotated[int, Meta(ge=0)] = 5
+    """Rotated files kept beside pulse.log."""
 
 
 class EngineLimits(Table):
     """The engine process, which runs the agent's rules: a memory blow-up must kill it, not the survival layer."""
-    address_space_mb: Annotated[int, Meta(
-        ge=0, description="RLIMIT_AS of the engine process, in MiB; 0: unlimited.")] = 4096
-    oom_score_adj: Annotated[int, Meta(
-        ge=-1000, le=1000, description="The engine's OOM score adjustment: 800 has the OOM killer pick it first.")] = 800
-    typecheck: Annotated[list[str] | None, Meta(
-        description="An argv the promote gate runs in the candidate tree; it must exit 0; unset: none.",
-        examples=[["mypy", "."]])] = None
+    address_space_mb: Annotated[int, Meta(ge=0)] = 4096
+    """RLIMIT_AS of the engine process, in MiB; 0: unlimited."""
+    oom_score_adj: Annotated[int, Meta(ge=-1000, le=1000)] = 800
+    """The engine's OOM score adjustment: 800 has the OOM killer pick it first."""
+    typecheck: list[str] | None = None
+    """An argv the promote gate runs in the candidate tree; it must exit 0; unset: none. Example: `["mypy", "."]`"""
 
 
 class TickSettings(Table):
     """What the tick puts in each snapshot, and the budget of the engine's effects (pulse.rules.budget)."""
-    sense: Annotated[list[str], Meta(
-        description="Vital keys the snapshot carries: exact keys, or prefixes ending in \"*\"; \"pending-tasks\" "
-                    "adds the pending tasks and the agents' stats (for the assignment rule).")] = msgspec.field(
+    sense: list[str] = msgspec.field(
         default_factory=lambda: ["system-resource", "process-alive:*", "process-memory:*", "health:*", "config:*",
                                  "network:*", "error-log:*", "file:*", "fresh:*", "dir:*", "engine:*", "pending-tasks"])
-    engine_dedupe_s: Annotated[float, Meta(
-        ge=0, description="Identical engine effects within this are committed once, in s.")] = 60
-    engine_effects_per_min: Annotated[int, Meta(
-        ge=0, description="At most this many engine effects a minute are committed; the rest are dropped.")] = 120
-    outcome_wake_min_ms: Annotated[int, Meta(
-        ge=0, description="A tick woken by an engine effect's outcome comes at least this long after the last, "
-                          "in ms.")] = 1_000
+    """Vital keys the snapshot carries: exact keys, or prefixes ending in "*"; "pending-tasks" adds the pending tasks and
+    the agents' stats (for the assignment rule)."""
+    engine_dedupe_s: Annotated[float, Meta(ge=0)] = 60
+    """Identical engine effects within this are committed once, in s."""
+    engine_effects_per_min: Annotated[int, Meta(ge=0)] = 120
+    """At most this many engine effects a minute are committed; the rest are dropped."""
+    outcome_wake_min_ms: Annotated[int, Meta(ge=0)] = 1_000
+    """A tick woken by an engine effect's outcome comes at least this long after the last, in ms."""

@@ -22,35 +22,43 @@ WATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")   # it names a vital: fi
 
 class NetworkTarget(Table):
     """An outbound check ([[watch.network]]): DNS resolution of `host`, and an HTTP GET of `url` if given."""
-    name: Annotated[str, Meta(description="Its name: the vital network:<name>.", examples=["llm"])]
-    host: Annotated[str | None, Meta(description="A host name resolved by DNS; host, url or both.",
-                                     examples=["api.anthropic.com"])] = None
-    url: Annotated[str | None, Meta(description="A URL fetched by an HTTP GET.", examples=["http://127.0.0.1:4000/health"])] = None
-    timeout_s: Annotated[float, Meta(gt=0, description="A check not done within this failed, in s.")] = 5
+    name: str
+    """Its name: the vital network:<name>. Example: `"llm"`"""
+    host: str | None = None
+    """A host name resolved by DNS; host, url or both. Example: `"api.anthropic.com"`"""
+    url: str | None = None
+    """A URL fetched by an HTTP GET. Example: `"http://127.0.0.1:4000/health"`"""
+    timeout_s: Annotated[float, Meta(gt=0)] = 5
+    """A check not done within this failed, in s."""
 
 
 class ErrorLogWatch(Table):
     """A log file tailed for keywords ([[watch.error_log]]), across rotation and truncation."""
-    name: Annotated[str, Meta(description="Its name: the vital error-log:<name>.", examples=["gateway"])]
-    path: Annotated[str, Meta(description="The log file.", examples=["/var/log/openclaw/gateway.log"])]
-    keywords: Annotated[list[str], Meta(description="A line holding any of these is an error.")] = msgspec.field(
+    name: str
+    """Its name: the vital error-log:<name>. Example: `"gateway"`"""
+    path: str
+    """The log file. Example: `"/var/log/openclaw/gateway.log"`"""
+    keywords: list[str] = msgspec.field(
         default_factory=lambda: ["ERROR", "CRITICAL", "Traceback"])
+    """A line holding any of these is an error."""
 
 
 class FileWatch(Table):
     """Files that must not fill the disk ([[watch.file]]): every regular file `path` matches is
     sampled into vitals (`file:<name>`); one over `max_mb` is rotated, truncated or notified about
     by the survival layer (fileGuard), and when the disk is high resourceGuard trims these first."""
-    name: Annotated[str, Meta(description="Its name: the vital file:<name>.", examples=["traces"])]
-    path: Annotated[str, Meta(description="An absolute glob (** spans directories).",
-                              examples=["/home/agent/.openclaw/logs/*.jsonl"])]
-    max_mb: Annotated[float, Meta(gt=0, description="A matching file over this is acted on, in MiB.")] = 1024
+    name: str
+    """Its name: the vital file:<name>. Example: `"traces"`"""
+    path: str
+    """An absolute glob (** spans directories). Example: `"/home/agent/.openclaw/logs/*.jsonl"`"""
+    max_mb: Annotated[float, Meta(gt=0)] = 1024
+    """A matching file over this is acted on, in MiB."""
     # copytruncate: its writer keeps its fd
-    action: Annotated[Literal["rotate", "truncate", "notify"], Meta(
-        description="rotate: a gzipped copy beside it, the file truncated in place; truncate: emptied in place, "
-                    "nothing kept; notify: only said.")] = "rotate"
-    keep: Annotated[int, Meta(ge=1, le=MAX_KEEP,
-                              description="rotate keeps <path>.1.gz … <path>.<keep>.gz, the newest first.")] = 3
+    action: Literal["rotate", "truncate", "notify"] = "rotate"
+    """rotate: a gzipped copy beside it, the file truncated in place; truncate: emptied in place, nothing kept; notify:
+    only said."""
+    keep: Annotated[int, Meta(ge=1, le=MAX_KEEP)] = 3
+    """rotate keeps <path>.1.gz … <path>.<keep>.gz, the newest first."""
 
 
 class FreshWatch(Table):
@@ -58,18 +66,21 @@ class FreshWatch(Table):
     heartbeat file or a cron's output directory (`path`: the file's mtime, or the newest mtime in the
     directory), or a loopback URL's answer (`url`; with `field`, only that dotted field of its JSON).
     Sampled into `fresh:<name>`; stale: notified once per staleness, and `restart` restarted if set."""
-    name: Annotated[str, Meta(description="Its name: the vital fresh:<name>.", examples=["heartbeat"])]
-    path: Annotated[str | None, Meta(
-        description="An absolute file (its mtime) or directory (its newest mtime); links out of it never followed; "
-                    "exactly one of path or url.", examples=["/home/agent/.openclaw/heartbeat"])] = None
-    recursive: Annotated[bool, Meta(description="A directory: its subdirectories' entries count too.")] = False
-    url: Annotated[str | None, Meta(description="... or a loopback URL whose answer must change.",
-                                    examples=["http://127.0.0.1:18789/status"])] = None
-    field: Annotated[str | None, Meta(description="With url: only this dotted path into its JSON answer counts.",
-                                      examples=["cron.runs"])] = None
-    within_s: Annotated[float, Meta(gt=0, description="No change for this long: stale, notified once, in s.")] = 3600
-    restart: Annotated[str | None, Meta(description="The [[process]] restarted when stale; unset: only notified.",
-                                        examples=["gateway"])] = None
+    name: str
+    """Its name: the vital fresh:<name>. Example: `"heartbeat"`"""
+    path: str | None = None
+    """An absolute file (its mtime) or directory (its newest mtime); links out of it never followed; exactly one of path
+    or url. Example: `"/home/agent/.openclaw/heartbeat"`"""
+    recursive: bool = False
+    """A directory: its subdirectories' entries count too."""
+    url: str | None = None
+    """... or a loopback URL whose answer must change. Example: `"http://127.0.0.1:18789/status"`"""
+    field: str | None = None
+    """With url: only this dotted path into its JSON answer counts. Example: `"cron.runs"`"""
+    within_s: Annotated[float, Meta(gt=0)] = 3600
+    """No change for this long: stale, notified once, in s."""
+    restart: str | None = None
+    """The [[process]] restarted when stale; unset: only notified. Example: `"gateway"`"""
 
 
 class DirWatch(Table):
@@ -77,28 +88,30 @@ class DirWatch(Table):
     vitals (`dir:<name>`: its regular files, however deep, never through a link); one over a bound
     has its oldest files (by mtime) deleted or archived into the home's objects/ until the bounds
     hold again (dirGuard, trim-dir). A file still open for writing is never touched."""
-    name: Annotated[str, Meta(description="Its name: the vital dir:<name>.", examples=["cron-output"])]
-    path: Annotated[str, Meta(description="An absolute directory or glob of directories.",
-                              examples=["/home/agent/.hermes/cron/output/*"])]
-    max_mb: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(
-        description="The files under each directory together are at most this, in MiB; set at least one bound.",
-        examples=[512])] = None
-    max_files: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(
-        description="... at most this many files.", examples=[1000])] = None
-    max_age: Annotated[str | None, Meta(description="... none older than this (30m, 12h, 7d, 1h30m).",
-                                        examples=["14d"])] = None
-    oldest: Annotated[Literal["delete", "archive"], Meta(
-        description="What happens to the oldest files: deleted, or moved into objects/, named in the effect's "
-                    "event.")] = "delete"
+    name: str
+    """Its name: the vital dir:<name>. Example: `"cron-output"`"""
+    path: str
+    """An absolute directory or glob of directories. Example: `"/home/agent/.hermes/cron/output/*"`"""
+    max_mb: Annotated[float, Meta(gt=0)] | None = None
+    """The files under each directory together are at most this, in MiB; set at least one bound. Example: `512`"""
+    max_files: Annotated[int, Meta(ge=1)] | None = None
+    """... at most this many files. Example: `1000`"""
+    max_age: str | None = None
+    """... none older than this (30m, 12h, 7d, 1h30m). Example: `"14d"`"""
+    oldest: Literal["delete", "archive"] = "delete"
+    """What happens to the oldest files: deleted, or moved into objects/, named in the effect's event."""
 
 
 class Watch(Table):
     """Thresholds at which a built-in watcher rings the tick at once instead of waiting, and what else it watches."""
-    cpu_pct: Annotated[float, Meta(ge=0, le=100, description="CPU use above this rings the tick, in percent.")] = 95
-    memory_pct: Annotated[float, Meta(ge=0, le=100, description="Memory use above this rings the tick, in percent.")] = 90
-    disk_pct: Annotated[float, Meta(ge=0, le=100, description="Use of disk_path's disk above this rings the tick, "
-                                                              "in percent.")] = 90
-    disk_path: Annotated[str, Meta(description="The disk watched, by a path on it.")] = "/"
+    cpu_pct: Annotated[float, Meta(ge=0, le=100)] = 95
+    """CPU use above this rings the tick, in percent."""
+    memory_pct: Annotated[float, Meta(ge=0, le=100)] = 90
+    """Memory use above this rings the tick, in percent."""
+    disk_pct: Annotated[float, Meta(ge=0, le=100)] = 90
+    """Use of disk_path's disk above this rings the tick, in percent."""
+    disk_path: str = "/"
+    """The disk watched, by a path on it."""
     network: list[NetworkTarget] = msgspec.field(default_factory=list)   # none on a fresh install
     error_log: list[ErrorLogWatch] = msgspec.field(default_factory=list)
     file: list[FileWatch] = msgspec.field(default_factory=list)
