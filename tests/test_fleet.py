@@ -44,7 +44,7 @@ def test_fleet_is_off_by_default_and_needs_a_nats_address(tmp_path):
     with pytest.raises(configmod.ConfigError, match="at most one of creds_file, token"):
         configmod.load(bad, {})
     bad.write_text('[fleet]\npresence_interval_s = 5\npresence_ttl_s = 6\n')
-    with pytest.raises(configmod.ConfigError, match="presence_ttl_s at least twice"):
+    with pytest.raises(configmod.ConfigError, match="presence_ttl_s must be at least twice presence_interval_s"):
         configmod.load(bad, {})
 
 

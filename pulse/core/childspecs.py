@@ -4,7 +4,7 @@ Everything else that names a worker is derived from this table: the modules the 
 preloads and the class it runs (`entry`), the config slice pulsed sends it (`config`), its
 [timings] `<name>_retry_after_failed_s` key and that key's default (`retry_after_failed_s`), the
 field of `pulsectl status` its heartbeat fills (`status`), the groups below. A new worker is a row
-here and its module (and its slice in pulse.core.config, if it reads config).
+here and its module (and its slice in pulse.core.config.slices, if it reads config).
 
 Restart policy, the same for every worker (supervisor/child.py applies it; OTP's `permanent`):
 any exit pulsed did not ask for is a crash. The first restart of a streak is immediate, the next
@@ -23,7 +23,7 @@ class _ChildSpecFields(NamedTuple):   # not a dataclass: that imports inspect, ~
     # "module:Class": the forkserver imports the module before it forks anything (so a restart
     # imports nothing) and runs the class in the child
     entry: str
-    # the msgspec Struct in pulse.core.config holding what it reads: pulsed sends it that slice
+    # the msgspec Struct in pulse.core.config.slices holding what it reads: pulsed sends it that slice
     # alone, and a reload restarts it when its slice changed
     config: str
     # Core: it keeps the host alive. READY=1 waits for it; past the restart intensity limit pulsed

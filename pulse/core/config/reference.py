@@ -147,7 +147,7 @@ def reference(root: type) -> str:
         "",
     ]
     for table in [TableDoc("", root, False, "The top level of the file.")] + tables(root):
-        out += [f"## {_header(table)}", "", table.help, ""]
+        out += [f"## {_header(table)}", "", _cell(table.help), ""]
         rows = values(table.struct)
         if not rows:
             out += ["(Its keys are the tables below it.)", ""]
@@ -173,12 +173,16 @@ def _anchor(table: TableDoc) -> str:
 
 
 def _default(key: Key) -> str:
+    example = f" (e.g. `{toml_value(key.examples[0])}`)" if key.examples else ""
     if key.default is msgspec.NODEFAULT:
-        return "required"
+        return "required" + example
     if key.default is None:
-        return "unset"
+        return "unset" + example
     return f"`{toml_value(key.default)}`"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|") if text else ""
+    """`text` fit for a table cell: its pipes escaped, and outside code spans its angle brackets
+    (`<home>/reports` is a placeholder, not an HTML tag)."""
+    parts = text.replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
