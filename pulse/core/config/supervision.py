@@ -17,21 +17,22 @@ class PulseSettings(Table):
     name. Example: `"<the home's folder name>"`"""
 
 
-Ms = Annotated[int, Meta(gt=0)]               # every timing is a positive duration or count
-Seconds = Annotated[float, Meta(gt=0)]
+# Every timing is a positive duration or count.
+PositiveInt = Annotated[int, Meta(gt=0)]
+PositiveFloat = Annotated[float, Meta(gt=0)]
 
 
 class _RestartTimings(Table):
-    restart_backoff_base_ms: Ms = 100
+    restart_backoff_base_ms: PositiveInt = 100
     """The second restart of a worker's crash streak waits this long, in ms."""
-    restart_backoff_max_ms: Ms = 30_000
+    restart_backoff_max_ms: PositiveInt = 30_000
     """... each later one twice as long, up to this, in ms."""
-    healthy_reset_s: Seconds = 30
+    healthy_reset_s: PositiveFloat = 30
     """A worker running this long forgets its crash streak, in s."""
-    intensity_restarts: Ms = 5
+    intensity_restarts: PositiveInt = 5
     """More automatic restarts of a worker than this within intensity_period_s: a core worker escalates (pulsed exits),
     any other is `failed`."""
-    intensity_period_s: Seconds = 60
+    intensity_period_s: PositiveFloat = 60
     """The window of intensity_restarts, in s."""
 
 
@@ -39,54 +40,54 @@ class _RestartTimings(Table):
 # one key per such worker, its default in its child spec (pulse.core.childspecs), in spec order.
 _RetryTimings = msgspec.defstruct(
     "_RetryTimings",
-    [(s.retry_key, Annotated[Seconds, Meta(description=f"A `failed` {s.name} worker is started again by itself "
-                                                       "this long after it failed, in s.")], s.retry_after_failed_s)
-     for s in RETRIED],
+    [(s.retry_key, Annotated[PositiveFloat, Meta(description=f"A `failed` {s.name} worker is started again by "
+                                                            "itself this long after it failed, in s.")],
+      s.retry_after_failed_s) for s in RETRIED],
     bases=(_RestartTimings,), kw_only=True, module=__name__)
 
 
 class Timings(_RetryTimings):
     """The supervisor's and the workers' timings; each can be overridden by PULSE_<KEY> in pulsed's
     environment (tests run fast that way)."""
-    heartbeat_ms: Ms = 1_000
+    heartbeat_ms: PositiveInt = 1_000
     """Each worker heartbeats this often from its main loop, in ms."""
-    hung_after_ms: Ms = 10_000
+    hung_after_ms: PositiveInt = 10_000
     """A worker silent this long is hung (SIGABRT, SIGCONT, SIGKILL), in ms; above heartbeat_ms, sqlite_busy_timeout_ms
     and engine_rpc_deadline_ms."""
-    ready_timeout_ms: Ms = 10_000
+    ready_timeout_ms: PositiveInt = 10_000
     """A worker not ready this long after its spawn is hung, in ms."""
-    stop_grace_ms: Ms = 5_000
+    stop_grace_ms: PositiveInt = 5_000
     """A stop sends SIGTERM, then SIGKILL after this, in ms."""
-    tick_ms: Ms = 5_000
+    tick_ms: PositiveInt = 5_000
     """The tick's period unless a rule asks for another, in ms; within tick_ms_min … tick_ms_max."""
-    tick_ms_min: Ms = 50
+    tick_ms_min: PositiveInt = 50
     """The shortest tick period a rule may ask for, in ms."""
-    tick_ms_max: Ms = 60_000
+    tick_ms_max: PositiveInt = 60_000
     """The longest tick period a rule may ask for, in ms."""
-    engine_rpc_deadline_ms: Ms = 250
+    engine_rpc_deadline_ms: PositiveInt = 250
     """The tick waits this long for the engine's answer, in ms."""
-    sqlite_busy_timeout_ms: Ms = 5_000
+    sqlite_busy_timeout_ms: PositiveInt = 5_000
     """A write waits this long for another process's lock, in ms; below hung_after_ms."""
-    engine_urgent_deadline_ms: Ms = 50
+    engine_urgent_deadline_ms: PositiveInt = 50
     """The engine's deadline in a tick woken by a critical process's death, in ms; at most engine_rpc_deadline_ms."""
-    effect_deadline_s: Seconds = 60
+    effect_deadline_s: PositiveFloat = 60
     """An effect older than this expires unrun, in s."""
-    effect_timeout_s: Seconds = 30
+    effect_timeout_s: PositiveFloat = 30
     """One effect may run this long, in s."""
-    executor_concurrency: Ms = 8
+    executor_concurrency: PositiveInt = 8
     """Effects the executor runs at once."""
-    executor_scan_interval_ms: Ms = 1_000
+    executor_scan_interval_ms: PositiveInt = 1_000
     """The executor scans its queue this often when no doorbell rang, in ms."""
-    effect_retry_base_ms: Ms = 5_000
+    effect_retry_base_ms: PositiveInt = 5_000
     """A failure its kind puts back in the queue (a notification no channel took yet) is tried again after this, doubling
     per failed attempt, in ms."""
-    effect_retry_max_ms: Ms = 300_000
+    effect_retry_max_ms: PositiveInt = 300_000
     """... up to this, in ms; at least effect_retry_base_ms."""
-    watcher_interval_ms: Ms = 5_000
+    watcher_interval_ms: PositiveInt = 5_000
     """The watcher samples its sensors this often, in ms."""
-    wake_window_s: Seconds = 60
+    wake_window_s: PositiveFloat = 60
     """How far back a rule's should_wake() sees, in s."""
-    ballast_check_s: Seconds = 60
+    ballast_check_s: PositiveFloat = 60
     """Once the disk has room again, the tick makes the ballast file again within this, in s."""
 
 
