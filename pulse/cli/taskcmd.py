@@ -217,6 +217,7 @@ def show_lines(view: dict) -> list[str]:
         tokens = "".join(f", {v} {k} tokens" for k, v in sorted((r.get("tokens") or {}).items()))
         out.append(f"  #{r['attempt']} {r['agent'] or '-'}: {r['outcome']}{why}")
         out.append(f"     started {r['started'] or '-'}, ended {r['ended'] or '-'}{cost}{tokens}")
+        out += [f"     noticed, left running: {n.get('guard')}: {n.get('detail')}" for n in r.get("notices") or []]
         if r.get("output"):
             out.append(f"     output: pulsectl task output {view['id']} --attempt {r['attempt']}")
     out.append(f"gate calls: {len(view['gate_calls'])}")

@@ -419,6 +419,9 @@ class Agent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # with [telemetry] on: a run that reported more API requests, or more tool calls, than this in the
     # last minute is in a loop and is ended, reason loop; unset (the default): no loop is looked for
     loop_per_min: int | None = None
+    # what a loop past loop_per_min does: "end" (the default) ends the run, reason loop; "notice" only
+    # says it (a `loop-noticed` fact on the task, and [[notify]], once per run) and lets the run go on
+    on_loop: Literal["end", "notice"] = "end"
     # -- the run's own account --
     # run the agent CLI as this account: it reaches Pulse's gate socket and nothing else of Pulse
     # (pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN); unset (the default): pulsed's own user
@@ -1302,6 +1305,8 @@ def validate_agents(config: Config, origin: str) -> None:
             raise ConfigError(f"{where}.concurrency must be at least 1")
         if agent.loop_per_min is not None and agent.loop_per_min < 1:
             raise ConfigError(f"{where}.loop_per_min must be at least 1 (unset: no loop guard), got {agent.loop_per_min}")
+        if agent.on_loop == "notice" and agent.loop_per_min is None:
+            raise ConfigError(f'{where}.on_loop = "notice" needs loop_per_min (the rate that is a loop)')
         problem = adapter_problem(agent)
         if problem:
             raise ConfigError(f"{where}.{problem}")
@@ -1602,6 +1607,7 @@ def default_toml() -> str:
         "# timeout_s = 1800.0",
         "# stall_s = 300.0                         # silent this long (no output, no telemetry): ended, stalled",
         "# loop_per_min = 120                      # more API requests or tool calls a minute: ended, loop",
+        '# on_loop = "end"                         # or "notice": the loop is said ([[notify]]), the run goes on',
         "# concurrency = 1",
         "# mcp = true                              # give it Pulse's gated tools (claude-code, codex)",
         "# gate_requires_finish = true             # a run that used the gate is acked only after finish",

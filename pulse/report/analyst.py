@@ -40,6 +40,8 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
 - Spend. Who spent what: the `spend-settled` events of the window per agent, costliest first
   (runs whose CLI reported no cost are counted and named), one highlight; each task a spend
   limit held back (`spend-held`), an issue. Neither costs the score.
+- Loops noticed and left running (`loop-noticed`: on_loop = "notice", or a session Pulse did not
+  start): one issue, a warning, naming who looped. It costs nothing in the score.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from pulse.core.states import EffectState
-from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
+from pulse.core.wire import EFFECT_END_STATES, LOOP_NOTICED, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
 from pulse.effects import registry
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
@@ -542,6 +544,18 @@ def spend_held_issues(events: Sequence) -> list[Finding]:
                     event_ids=_ids([ev.id])) for task, ev in sorted(held.items(), key=lambda kv: str(kv[0]))]
 
 
+def loop_notice_issues(events: Sequence) -> list[Finding]:
+    """Loops noticed and left running (an agent's on_loop = "notice", a session Pulse did not
+    start): one finding for all, naming each run's task or session once."""
+    noticed = [ev for ev in events if ev.type == LOOP_NOTICED]
+    if not noticed:
+        return []
+    who = list(dict.fromkeys(str(ev.target) for ev in noticed))
+    return [Finding(text=f"{plural(len(noticed), 'loop')} noticed and left running: " + ", ".join(who[:5])
+                    + (f" and {len(who) - 5} more" if len(who) > 5 else "") + f"; the last: {noticed[-1].data.get('detail', '')}",
+                    severity="warn", event_ids=_ids(ev.id for ev in noticed[-MAX_CITATIONS:]))]
+
+
 def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
     acked = [a for a in survival if is_repair(a) and a.state == EffectState.ACKED]
     if not acked:
@@ -761,6 +775,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
                   *promotes_highlight(f.promotes)]
     highlights += spend_highlights(events)
     issues += spend_held_issues(events)
+    issues += loop_notice_issues(events)
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 

@@ -727,7 +727,9 @@ async function taskPage() {
   const runs = r.runs.map(a => el("tr", {"data-attempt": a.attempt},
     el("td", {}, String(a.attempt)), el("td", {}, a.agent || "-"), el("td", {}, when(a.started || a.assigned)),
     el("td", {}, when(a.ended)), el("td", {class: a.outcome}, a.outcome),
-    el("td", {class: "wrap"}, a.reason ? el("span", {}, el("strong", {}, a.reason), a.error ? ": " + a.error : "") : "-"),
+    el("td", {class: "wrap"}, a.reason ? el("span", {}, el("strong", {}, a.reason), a.error ? ": " + a.error : "") : "-",
+       (a.notices || []).map(n => el("div", {class: "waits", "data-notice": n.guard},
+                                     `noticed, left running: ${n.guard}: ${n.detail}`))),
     el("td", {}, money(a.cost_usd)), el("td", {}, tokens(a.tokens)),
     el("td", {}, a.run_ms === null || a.run_ms === undefined ? "-" : figure(a.run_ms / 1000, "s"))));
   const calls = r.gate_calls.map(g => el("tr", {class: g.ok === false ? "bad-row" : null},
