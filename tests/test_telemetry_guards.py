@@ -70,7 +70,7 @@ def test_a_run_spending_past_max_run_usd_or_looping_is_ended_while_it_runs(pulse
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(
         f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\n\n'
-        f'[tasks]\nmax_failures = 1\n\n[[notify]]\nkind = "file"\npath = "{notes}"\n\n'
+        f'[tasks]\nmax_failures = 3\nretry_base_s = 0.2\n\n[[notify]]\nkind = "file"\npath = "{notes}"\n\n'
         + agent_toml("spender", script, 0.1, max_run_usd=0.35)
         + agent_toml("looper", script, 0, loop_per_min=12)
         # the same loop, only said: the run goes on to its own end (8 s of it) and is acked
@@ -100,6 +100,15 @@ def test_a_run_spending_past_max_run_usd_or_looping_is_ended_while_it_runs(pulse
     shown = pulsed.ctl("task", "show", tasks["spender"])
     assert "over-budget" in shown.stdout, shown.stdout
     assert f"${spent['telemetry']['cost_usd']:.4f}" in shown.stdout, shown.stdout   # what it reported, shown
+
+    # ended the same way twice (same_end_max = 2 by default): given up, not retried a third time, saying why
+    for agent, reason in (("spender", "over-budget"), ("looper", "loop")):
+        gave_up = wait_for(lambda t=tasks[agent]: next(iter(pulsed.events("task-given-up", t)), None), 45, 0.1,
+                           what=f"{agent}'s task given up")
+        assert [e["data"]["reason"] for e in pulsed.events("task-failed", tasks[agent])] == [reason, reason]
+        assert gave_up["data"]["same_end"] == reason and f"ended the same way ({reason})" in gave_up["data"]["reason"]
+        shown = pulsed.ctl("task", "show", tasks[agent]).stdout
+        assert f"given up:    its last 2 runs all ended the same way ({reason})" in shown, shown
 
     # on_loop = "notice": the loop is a fact on the task and a notification, once; the run goes on to its end
     task = tasks["noticer"]

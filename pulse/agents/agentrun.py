@@ -200,7 +200,7 @@ def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -
     try:
         t = ctx.config.tasks
         tasks.record(conn, task, type, SOURCE, t.max_failures, run=run, retry=(t.retry_base_s, t.retry_max_s),
-                     **data)
+                     same_end=(t.same_end_max, t.same_end_reasons), **data)
         return True
     except tasks.IllegalTransition as err:      # the run no longer holds the task (an operator gave it up)
         log.warning("%s: %s not recorded: %s", task, type, err)

@@ -152,7 +152,17 @@ def task_view(conn, task: str, agents: list | None = None) -> dict[str, Any] | N
             "gate_calls": gate_calls(conn, task),
             "events": [{"id": e.id, "ts": iso(e.ts), "type": e.type, "source": e.source,
                         "reason": e.data.get("reason")} for e in history],
-            "waiting": waiting(conn, agents, state)}
+            "waiting": waiting(conn, agents, state), "given_up": given_up(history, state)}
+
+
+def given_up(history: list, state) -> dict[str, Any] | None:
+    """Why a given-up task is no more retried (its latest task-given-up: after failures in a row,
+    ended the same way again and again, a failure no retry can fix, or the operator's word)."""
+    from pulse.core.states import TaskStatus
+    if state.status != TaskStatus.GIVEN_UP:
+        return None
+    ev = next((e for e in reversed(history) if e.type == TaskEvent.GIVEN_UP), None)
+    return None if ev is None else {"why": ev.data.get("reason"), "by": ev.data.get("by", ev.source), "at": iso(ev.ts)}
 
 
 def total_cost(runs: list[dict]) -> float | None:

@@ -202,6 +202,8 @@ def show_lines(view: dict) -> list[str]:
            if view.get(name) not in (None, "")]
     out += [f"{name + ':':<12} {value}" for name, value in (("pinned to", view["pin"]), ("tags", ", ".join(view["tags"])),
                                                           ("failed on", ", ".join(view["failed_on"]))) if value]
+    if gave_up := view.get("given_up"):
+        out.append(f"{'given up:':<12} {gave_up['why']} (by {gave_up['by']})")
     if waiting := view.get("waiting"):
         out.append(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
     if view["cost_usd"] is not None:

@@ -434,6 +434,12 @@ class Tasks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_failures: int = 3                     # failed runs of one task in a row before it is given up
     retry_base_s: float = 10                  # a failed run's task waits this long before the next run ...
     retry_max_s: float = 300                  # ... doubling per failure in a row, up to this
+    # a task whose last same_end_max runs in a row all ended the same way, for one of same_end_reasons,
+    # is given up, saying so (0: never); the reasons of Pulse's own ends count alone, any other listed
+    # (the agent's own failure, "agent") only with the same exit code
+    same_end_max: int = 2
+    same_end_reasons: list[str] = msgspec.field(
+        default_factory=lambda: ["over-budget", "loop", "stalled", "timeout", "memory", "pids", "disk"])
     # an agent's create_task (the gate's tool; `task-add` in [allow] kinds): a task made in a run of a
     # task of depth d has depth d + 1 (the operator's are 0), at most this; and one agent makes at most
     # agent_tasks_per_hour of them in any hour
@@ -1281,6 +1287,8 @@ def validate_agents(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: $.tasks.max_failures must be at least 1")
     if not 0 <= config.tasks.retry_base_s <= config.tasks.retry_max_s:
         raise ConfigError(f"{origin}: $.tasks: retry_base_s must be at least 0 and at most retry_max_s")
+    if config.tasks.same_end_max < 0:
+        raise ConfigError(f"{origin}: $.tasks.same_end_max must be at least 0 (0: never), got {config.tasks.same_end_max}")
     for key in ("agent_max_depth", "agent_tasks_per_hour"):
         if getattr(config.tasks, key) < 0:
             raise ConfigError(f"{origin}: $.tasks.{key} must be at least 0 (0: agents create no tasks)")

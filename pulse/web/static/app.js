@@ -722,6 +722,7 @@ async function taskPage() {
                  ["agent", r.agent || "-"], ["priority", String(r.priority)], ["created", when(r.created)],
                  ["updated", when(r.updated)], ["attempts", String(r.attempts)], ["cost", money(r.cost_usd)],
                  ["tokens", tokens(r.tokens)], ...(r.error ? [["last error", el("span", {class: "bad"}, r.error)]] : []),
+                 ...(r.given_up ? [["given up", el("span", {class: "bad", "data-field": "given-up"}, r.given_up.why || "-")]] : []),
                  ...(r.waiting ? [["waiting", el("span", {class: "waits", "data-field": "waiting"},
                                                  `${r.waiting.reason}: ${r.waiting.why}`)]] : [])];
   const runs = r.runs.map(a => el("tr", {"data-attempt": a.attempt},
