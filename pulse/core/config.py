@@ -554,6 +554,10 @@ class Telemetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     export_headers: dict[str, str] = msgspec.field(default_factory=dict)   # e.g. Authorization; never shown
     export_queue: int = 1000                  # runs waiting to be sent; full: the oldest dropped, counted
     export_give_up_s: float = 60              # a run not sent this long (collector down): dropped, counted
+    # sessions Pulse did not start (an operator's own CLI pointed here, with the receiver's token):
+    # more API requests, or tool calls, than this in a minute is said (a loop-noticed fact and
+    # [[notify]], at most hourly per session), never ended; unset (the default): not looked for
+    session_loop_per_min: int | None = None
 
 
 # -- [fleet]: this host among others, over NATS JetStream (pulse.workers.fleet) --------------------
@@ -793,6 +797,7 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, frozen=True):
     timings: WebTimings           # what every worker reads (the same cut as the web's)
     log: LogSettings
     telemetry: Telemetry
+    budget: SpendLimits           # the host's: what sessions Pulse did not start spend counts against it
 
 
 # Each worker's slice, the Struct above its child spec names, in start order.
@@ -1424,6 +1429,8 @@ def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
         if not HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
             raise ConfigError(f"{origin}: $.telemetry.export_headers: {name!r} is not a header name, or its "
                               "value has a line break")
+    if telemetry.session_loop_per_min is not None and telemetry.session_loop_per_min < 1:
+        raise ConfigError(f"{origin}: $.telemetry.session_loop_per_min must be at least 1 (unset: not looked for)")
     if telemetry.export_queue < 1 or telemetry.export_give_up_s <= 0:
         raise ConfigError(f"{origin}: $.telemetry: export_queue must be at least 1 and export_give_up_s above 0")
     if telemetry.queue_kb < 2 * telemetry.max_body_kb:

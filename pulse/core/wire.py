@@ -610,6 +610,9 @@ class SpendEvent(enum.StrEnum):
     HELD = "spend-held"               # a run not started: it would cross a limit (the task waits)
     ALERT = "spend-alert"             # the operator was told: a limit at 80 % or 100 % in its window
     RESET = "spend-reset"             # the operator forgave an agent's spend so far (pulsectl budget reset)
+    # what a session Pulse did not start reported it spent over one flush of the telemetry receiver
+    # (target: "session:<id>"); counted against the host's [budget] only when sent with the receiver's token
+    OBSERVED = "spend-observed"
 
 
 SPEND_EVENTS = tuple(SpendEvent)

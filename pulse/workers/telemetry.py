@@ -48,6 +48,8 @@ KEEP_ALIVE_S = 5
 ARENAS = 2                    # malloc arenas (the server's loop, the main loop): see pulse.workers.webserver
 EXPORT_PER_FLUSH = 20        # ended runs read and offered to the exporter per flush at most
 TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
+SESSIONS_TRACKED = 256        # sessions whose last minute of requests is kept for the loop notice
+SESSION_NOTICE_EVERY_S = 3600.0   # a session still looping is said again after this long
 
 
 def request_types() -> dict[str, tuple[type, type]]:
@@ -298,6 +300,8 @@ class TelemetryWorker(Worker):
         self.next_flush = time.monotonic() + self.flush_s
         self.pending: list = []                # tallies a failed write keeps for the next flush
         self.written = 0                       # telemetry facts written since this worker started
+        self.session_rates: dict[str, collections.deque] = {}   # session → (at, requests, tool calls) of its last minute
+        self.noticed: dict[str, float] = {}    # session → when its loop was last said
         self.db = eventsdb.open_events(self.paths.events_db)
         self.handlers[self.wake_r] = self.take_queue
         self.server = uvicorn.Server(uvicorn.Config(
@@ -386,7 +390,8 @@ class TelemetryWorker(Worker):
                 self.exporter.offer(runspans.spans(run))
 
     def flush(self) -> None:
-        """One fact per run or session heard from since the last flush (and what a failed write kept)."""
+        """One fact per run or session heard from since the last flush (and what a failed write kept);
+        then what sessions Pulse did not start spent, and their loops."""
         tallies = self.pending + self.fold.take()
         if not tallies:
             return
@@ -399,6 +404,57 @@ class TelemetryWorker(Worker):
             return
         self.pending = []
         self.written += len(events)
+        self.observe_sessions(tallies)
+        self.notice_loops(tallies)
+
+    def observe_sessions(self, tallies: list) -> None:
+        """What sessions Pulse did not start reported spending, into the spend ledger: against the
+        host's [budget] when sent with the receiver's token, else only shown (pulse.agents.spend)."""
+        from pulse.agents import spend
+        observed = [(t.target, {"usd": round(t.cost_usd, 6), "counted": not t.anonymous, "session": t.session,
+                                "service": t.service}) for t in tallies if t.run is None and t.cost_usd > 0]
+        if not observed:
+            return
+        try:
+            spend.observe(self.db, observed, self.config.budget, self.name)
+        except Exception as err:        # a busy store: this flush's spend of sessions is lost, said
+            self.log.warning("the spend of %d session(s) Pulse did not start was not recorded: %s", len(observed), err)
+
+    def notice_loops(self, tallies: list) -> None:
+        """A session Pulse did not start (sent with the receiver's token) past [telemetry]
+        session_loop_per_min: said (pulse.agents.loopnotice), at most once an hour each, never ended."""
+        from pulse.agents import loopnotice, runguards
+        per_min = self.config.telemetry.session_loop_per_min
+        if per_min is None:
+            return
+        now = time.time()
+        for t in tallies:
+            if t.run is not None or t.anonymous:
+                continue
+            seen = self.session_rates.pop(t.target, None) or collections.deque()
+            self.session_rates[t.target] = seen                 # the newest last: the oldest go first
+            seen.append((now, t.api_requests, t.tool_calls))
+            while seen and seen[0][0] < now - runguards.WINDOW_S:
+                seen.popleft()
+            requests, calls = sum(r for _, r, _ in seen), sum(c for _, _, c in seen)
+            if max(requests, calls) <= per_min or now - self.noticed.get(t.target, -SESSION_NOTICE_EVERY_S) \
+                    < SESSION_NOTICE_EVERY_S:
+                continue
+            who = t.target.removeprefix("session:")
+            data = {"session": who, "service": t.service, "guard": "loop", "api_requests": requests,
+                    "tool_calls": calls, "per_min": per_min, "at": now,
+                    "detail": runguards.loop_words(requests, calls, per_min, f"session {who}")
+                              + " (session_loop_per_min; a session Pulse did not start is never ended by it)"}
+            try:
+                loopnotice.write(self.db, t.target, data, self.name,
+                                 f"{t.service or 'a session'} {who} looks in a loop (not Pulse's: left running)")
+                self.noticed[t.target] = now
+            except Exception as err:
+                self.log.warning("the loop of session %s was not said: %s", who, err)
+        while len(self.session_rates) > SESSIONS_TRACKED:
+            self.session_rates.pop(next(iter(self.session_rates)))
+        while len(self.noticed) > SESSIONS_TRACKED:
+            self.noticed.pop(next(iter(self.noticed)))
 
     def status_extras(self) -> dict:
         return {"url": self.url(), "token_required": self.remote, "facts": self.written,

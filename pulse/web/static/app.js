@@ -786,7 +786,15 @@ async function budgetPage() {
          el("td", {"data-label": "no cost reported"}, String(b.runs_without_cost)),
          el("td", {"data-label": "waiting", class: "wrap wide"}, b.waiting_tasks.length
             ? b.waiting_tasks.flatMap((t, i) => i ? [", ", target(t)] : [target(t)]) : "-"))), "cards"),
-    el("p", {class: "muted small"}, "Limits: [[agent]] budget and [budget] in config.toml; pulsectl budget reset AGENT forgives.")));
+    el("p", {class: "muted small"}, "Limits: [[agent]] budget and [budget] in config.toml; pulsectl budget reset AGENT forgives.")),
+    (r.sessions || []).length ? section("Sessions Pulse did not start", table(
+      ["session", "today", "this month", "counted"], r.sessions.map(s =>
+        el("tr", {"data-session": s.session || "*"},
+           el("th", {scope: "row"}, s.counted ? `${s.service || "session"} ${s.session}` : "without the receiver's token"),
+           el("td", {"data-label": "today"}, money(s.today_usd)), el("td", {"data-label": "this month"}, money(s.month_usd)),
+           el("td", {"data-label": "counted", class: "wrap"}, s.counted ? "against the host's [budget]"
+              : "no: anyone local can send that; send the token of telemetry.token"))), "cards"),
+      el("p", {class: "muted small"}, "Their own telemetry, sent to Pulse's receiver; Pulse never ends them.")) : "");
 }
 
 // -- start --------------------------------------------------------------------------------------------------
