@@ -178,6 +178,45 @@ def test_runs_reach_the_collector_as_genai_spans_and_a_down_collector_only_costs
         collector.close()
 
 
+@pytest.mark.daemon
+def test_a_run_that_ended_while_the_telemetry_worker_was_down_is_still_sent(pulsed):
+    """The telemetry worker frozen across a run's end, then killed: the worker pulsed starts in its
+    place goes on from its checkpoint in events.db, and sends the run it never saw end."""
+    import os
+    import signal
+    collector = Collector()
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(
+        f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\nexport = "{collector.url}"\n\n'
+        '[[agent]]\nname = "quick"\nmcp = false\nargv = ["sh", "-c", "echo done"]\n')
+    try:
+        pulsed.start(env={"PULSE_TICK_MS": "200", "PULSE_HUNG_AFTER_MS": "60000"})
+        pulsed.wait_running(("watcher", "tick", "executor", "telemetry"))
+
+        def sent(task: str) -> list:
+            return [s for _, s in collector.spans() if attributes(s).get("pulse.task.id") == task]
+        first = add_task(pulsed)
+        wait_for(lambda: sent(first), 30, 0.1, what="the first run at the collector")
+        ended = pulsed.events("task-acked", first)[0]["id"]
+        checkpoint = pulsed.home / "checkpoints" / "telemetry-export.json"
+        wait_for(lambda: checkpoint.exists() and json.loads(checkpoint.read_text())["after_id"] >= ended, 10, 0.1,
+                 what="the export's checkpoint past the first run")
+        worker = pulsed.worker("telemetry").pid
+        os.kill(worker, signal.SIGSTOP)                   # down across the second run's end
+        try:
+            second = add_task(pulsed)
+            wait_for(lambda: pulsed.events("task-acked", second), 30, 0.1, what="the second run acked")
+        finally:
+            os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: pulsed.worker("telemetry").pid not in (None, worker) and pulsed.worker("telemetry").state
+                 == "running", 30, 0.1, what="the telemetry worker restarted")
+        [span] = wait_for(lambda: sent(second), 30, 0.1, what="the run that ended while it was down, sent")
+        assert span.name == "invoke_agent quick" and attributes(span)["pulse.run.outcome"] == "acked"
+        assert len(sent(first)) == 1                      # the checkpoint was past it: not sent again
+    finally:
+        collector.close()
+
+
 def test_offering_never_waits_on_a_collector_that_never_answers():
     """A collector that accepts connections and never answers: the exporter's thread waits on it,
     offers return at once, the queue stays within its bound and what it pushed out is counted."""

@@ -48,6 +48,8 @@ KEEP_ALIVE_S = 5
 ARENAS = 2                    # malloc arenas (the server's loop, the main loop): see pulse.workers.webserver
 EXPORT_PER_FLUSH = 20        # ended runs read and offered to the exporter per flush at most
 TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
+CHECKPOINTS = "checkpoints"       # the home's directory of checkpoints (pulse.store.projection.DIRECTORY)
+EXPORT_CHECKPOINT = "telemetry-export.json"   # the last run end the exporter sent or dropped
 SESSIONS_TRACKED = 256        # sessions whose last minute of requests is kept for the loop notice
 SESSION_NOTICE_EVERY_S = 3600.0   # a session still looping is said again after this long
 
@@ -308,7 +310,10 @@ class TelemetryWorker(Worker):
             self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
         self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "otlp-server")
-        self.exporter, self.export_after = self.open_export(settings), eventsdb.last_event_id(self.db)
+        self.exporter = self.open_export(settings)
+        self.export_file = self.paths.home / CHECKPOINTS / EXPORT_CHECKPOINT
+        self.export_after = self.exported_until() if self.exporter is not None else 0
+        self.export_saved = self.export_after
         self.publish_address()
         self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
 
@@ -367,11 +372,40 @@ class TelemetryWorker(Worker):
                         lambda batch: runspans.export_request(batch, resource),
                         settings.export_queue, settings.export_give_up_s).start()
 
+    def exported_until(self) -> int:
+        """Where the export goes on from: the checkpoint (the last run end sent or dropped, so that
+        runs that ended while this worker was down, or were offered and not yet sent when it died,
+        are sent now), else, the first time, the newest event (the history before is not sent)."""
+        try:
+            return int(json.loads(self.export_file.read_text())["after_id"])
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            self.log.warning("the export's checkpoint %s is unreadable (%s): runs from now on are sent",
+                             self.export_file, err)
+        after = eventsdb.last_event_id(self.db)
+        self.save_export_checkpoint(after)
+        return after
+
+    def save_export_checkpoint(self, after: int) -> None:
+        """Written whole (a temporary file renamed over it)."""
+        try:
+            self.export_file.parent.mkdir(mode=0o700, exist_ok=True)
+            tmp = self.export_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"after_id": after, "url": self.config.telemetry.export}))
+            os.replace(tmp, self.export_file)
+            self.export_saved = after
+        except OSError as err:          # a full disk: kept in memory, tried again at the next flush
+            self.log.warning("the export's checkpoint was not written: %s", err)
+
     def export_runs(self) -> None:
-        """Runs that ended since the last look, offered to the exporter (which never makes this wait)."""
+        """Runs that ended since the last look, offered to the exporter (which never makes this wait);
+        the checkpoint moved on to what it has sent or dropped."""
         from pulse.agents import runspans
         if self.exporter is None:
             return
+        if (done := self.exporter.status_done()) > self.export_saved:
+            self.save_export_checkpoint(done)
         try:
             # a few a flush: each reads its run's facts, and this loop must keep heartbeating
             ends = eventsdb.read_events(self.db, after_id=self.export_after, types=runspans.RUN_ENDS,
@@ -385,9 +419,9 @@ class TelemetryWorker(Worker):
                 run = runspans.read_run(self.db, ev)
             except Exception as err:    # one run's facts unreadable: that run is not sent, the others are
                 self.log.warning("run of event %d not exported: %s: %s", ev.id, type(err).__name__, err)
-                continue
-            if run is not None:
-                self.exporter.offer(runspans.spans(run))
+                run = None
+            # every end is offered, a run or not, so the checkpoint passes it once it is done
+            self.exporter.offer(runspans.spans(run) if run is not None else None, ev.id)
 
     def flush(self) -> None:
         """One fact per run or session heard from since the last flush (and what a failed write kept);
