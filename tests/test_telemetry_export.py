@@ -30,6 +30,7 @@ class Collector:
     def __init__(self, refuse: int = 0):
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
         self.requests: list = []
+        self.metrics: list = []                  # /v1/metrics requests, decoded
         self.headers: list[dict] = []
         self.refused = 0
         outer = self
@@ -37,6 +38,15 @@ class Collector:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/v1/metrics" and self.headers.get("Content-Type") == "application/x-protobuf":
+                    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    outer.metrics.append(metrics)
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path != "/v1/traces" or self.headers.get("Content-Type") != "application/x-protobuf":
                     self.send_response(404)
                     self.end_headers()
@@ -71,6 +81,22 @@ class Collector:
     def spans(self) -> list:
         return [(rs, span) for r in self.requests for rs in r.resource_spans for ss in rs.scope_spans
                 for span in ss.spans]
+
+    def points(self, name: str) -> dict:
+        """The newest data points of metric `name`: {attributes as a sorted tuple: value}."""
+        from pulse.sensing.otlp import attributes as decode
+        out: dict = {}
+        for request in self.metrics:
+            for rm in request.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name != name:
+                            continue
+                        data = getattr(m, m.WhichOneof("data"))
+                        for p in data.data_points:
+                            value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                            out[tuple(sorted(decode(p.attributes).items()))] = value
+        return out
 
     def close(self) -> None:
         self.server.shutdown()
@@ -187,7 +213,8 @@ def test_a_run_that_ended_while_the_telemetry_worker_was_down_is_still_sent(puls
     collector = Collector()
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(
-        f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\nexport = "{collector.url}"\n\n'
+        f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\nexport = "{collector.url}"\n'
+        'export_metrics_s = 0.5\n\n'
         '[[agent]]\nname = "quick"\nmcp = false\nargv = ["sh", "-c", "echo done"]\n')
     try:
         pulsed.start(env={"PULSE_TICK_MS": "200", "PULSE_HUNG_AFTER_MS": "60000"})
@@ -213,6 +240,22 @@ def test_a_run_that_ended_while_the_telemetry_worker_was_down_is_still_sent(puls
         [span] = wait_for(lambda: sent(second), 30, 0.1, what="the run that ended while it was down, sent")
         assert span.name == "invoke_agent quick" and attributes(span)["pulse.run.outcome"] == "acked"
         assert len(sent(first)) == 1                      # the checkpoint was past it: not sent again
+
+        # Pulse's own metrics, through the OpenTelemetry SDK's exporter: what /metrics counts
+        wait_for(lambda: collector.points("pulse.tasks").get((("pulse.task.status", "acked"),)) == 2, 15, 0.1,
+                 what="the tasks' gauge at the collector")
+        assert collector.points("pulse.events")[(("pulse.event.type", "task-acked"),)] == 2
+        assert collector.points("pulse.effects")[(("pulse.effect.kind", "agent-run"), ("pulse.effect.origin", "engine"),
+                                                  ("pulse.effect.outcome", "acked"))] == 2
+        assert collector.points("pulse.export.runs")[(("pulse.outcome", "sent"),)] >= 1
+        resource = attributes(collector.metrics[-1].resource_metrics[0].resource)
+        assert resource["service.name"] == "pulse"
+        # the collector gone: each collection is dropped and counted, the worker goes on
+        collector.close()
+        metrics = wait_for(lambda: (m := pulsed.status().telemetry["export"]["metrics"])["points_dropped"] and m, 20,
+                           0.2, what="the metrics that could not be sent, counted")
+        assert metrics["points_sent"] > 0 and metrics["last_error"], metrics
+        assert pulsed.worker("telemetry").state == "running"
     finally:
         collector.close()
 

@@ -554,6 +554,9 @@ class Telemetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     export_headers: dict[str, str] = msgspec.field(default_factory=dict)   # e.g. Authorization; never shown
     export_queue: int = 1000                  # runs waiting to be sent; full: the oldest dropped, counted
     export_give_up_s: float = 60              # a run not sent this long (collector down): dropped, counted
+    # ... and Pulse's own metrics (a core set of /metrics), through the OpenTelemetry SDK's OTLP
+    # exporter to <export>/v1/metrics, this often; 0: not sent. A collection not taken: dropped, counted
+    export_metrics_s: float = 60
     # sessions Pulse did not start (an operator's own CLI pointed here, with the receiver's token):
     # more API requests, or tool calls, than this in a minute is said (a loop-noticed fact and
     # [[notify]], at most hourly per session), never ended; unset (the default): not looked for
@@ -1429,6 +1432,8 @@ def validate_telemetry(telemetry: Telemetry, origin: str) -> None:
         if not HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
             raise ConfigError(f"{origin}: $.telemetry.export_headers: {name!r} is not a header name, or its "
                               "value has a line break")
+    if telemetry.export_metrics_s < 0:
+        raise ConfigError(f"{origin}: $.telemetry.export_metrics_s must be at least 0 (0: metrics not sent)")
     if telemetry.session_loop_per_min is not None and telemetry.session_loop_per_min < 1:
         raise ConfigError(f"{origin}: $.telemetry.session_loop_per_min must be at least 1 (unset: not looked for)")
     if telemetry.export_queue < 1 or telemetry.export_give_up_s <= 0:

@@ -311,6 +311,8 @@ class TelemetryWorker(Worker):
             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
         self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "otlp-server")
         self.exporter = self.open_export(settings)
+        self.own_values: dict = {}             # this worker's counters, as the metrics' export reads them
+        self.metrics = self.open_metrics(settings)
         self.export_file = self.paths.home / CHECKPOINTS / EXPORT_CHECKPOINT
         self.export_after = self.exported_until() if self.exporter is not None else 0
         self.export_saved = self.export_after
@@ -358,6 +360,7 @@ class TelemetryWorker(Worker):
         if now >= self.next_flush:
             self.flush()
             self.export_runs()
+            self.own_values = self.own_counts()
             self.next_flush = time.monotonic() + self.flush_s
 
     def open_export(self, settings: configmod.Telemetry):
@@ -366,11 +369,24 @@ class TelemetryWorker(Worker):
             return None
         from pulse.agents import runspans
         from pulse.workers.otlpexport import Exporter
-        resource = {"service.name": "pulse", "service.instance.id": f"{socket.gethostname()}:{self.paths.home.name}",
-                    "host.name": socket.gethostname()}
+        resource = self.export_resource()
         return Exporter(settings.export, settings.export_headers,
                         lambda batch: runspans.export_request(batch, resource),
                         settings.export_queue, settings.export_give_up_s).start()
+
+    def open_metrics(self, settings: configmod.Telemetry):
+        """Pulse's own metrics to the operator's collector, through the OpenTelemetry SDK, or None."""
+        if settings.export is None or not settings.export_metrics_s:
+            return None
+        from pulse.store.projection import DIRECTORY
+        from pulse.workers.otlpmetrics import MetricsExport, Snapshot
+        snapshot = Snapshot(self.paths.events_db, self.paths.home / DIRECTORY, lambda: self.own_values)
+        return MetricsExport(settings.export, settings.export_headers, settings.export_metrics_s, snapshot,
+                             self.export_resource())
+
+    def export_resource(self) -> dict:
+        return {"service.name": "pulse", "service.instance.id": f"{socket.gethostname()}:{self.paths.home.name}",
+                "host.name": socket.gethostname()}
 
     def exported_until(self) -> int:
         """Where the export goes on from: the checkpoint (the last run end sent or dropped, so that
@@ -490,10 +506,22 @@ class TelemetryWorker(Worker):
         while len(self.noticed) > SESSIONS_TRACKED:
             self.noticed.pop(next(iter(self.noticed)))
 
+    def own_counts(self) -> dict:
+        """This worker's counters for the metrics' export (read on the main loop, handed over whole)."""
+        export = self.exporter.status() if self.exporter is not None else {}
+        try:                            # the server's thread counts into it, without a lock
+            requests = {k: v for k, v in list(self.receiver.counts.items()) if k != "with_token"}
+        except RuntimeError:            # it grew a key while read: the last values stand
+            requests = self.own_values.get("requests", {})
+        return {"requests": requests, "facts": self.written,
+                "export_runs": {"sent": export.get("sent", 0), "dropped": export.get("dropped", 0)}}
+
     def status_extras(self) -> dict:
+        export = {**self.exporter.status(), **({"metrics": self.metrics.status()} if self.metrics else {})} \
+            if self.exporter is not None else None
         return {"url": self.url(), "token_required": self.remote, "facts": self.written,
                 "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts),
-                **({"export": self.exporter.status()} if self.exporter is not None else {})}
+                **({"export": export} if export is not None else {})}
 
     def healthy(self) -> bool:
         return self.serving.healthy()
@@ -502,6 +530,8 @@ class TelemetryWorker(Worker):
         self.serving.stop()
         if self.exporter is not None:
             self.exporter.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         try:
             self.paths.telemetry_file.unlink()
         except FileNotFoundError:
