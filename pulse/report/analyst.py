@@ -41,7 +41,8 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
   (runs whose CLI reported no cost are counted and named), one highlight; each task a spend
   limit held back (`spend-held`), an issue. Neither costs the score.
 - Loops noticed and left running (`loop-noticed`: on_loop = "notice", or a session Pulse did not
-  start): one issue, a warning, naming who looped. It costs nothing in the score.
+  start): one issue, a warning, naming who looped. What sessions Pulse did not start spent
+  (`spend-observed`), counted or not: a highlight. Neither costs the score.
 """
 
 from __future__ import annotations
@@ -537,6 +538,21 @@ def spend_highlights(events: Sequence) -> list[Finding]:
                     event_ids=_ids(ev.id for n in order for ev in spent[n][-5:]))]
 
 
+def session_spend_highlights(events: Sequence) -> list[Finding]:
+    """What sessions Pulse did not start reported spending in the window (`spend-observed`): the
+    counted ones (sent with the receiver's token, against the host's [budget]) and the others."""
+    observed = [ev for ev in events if ev.type == SpendEvent.OBSERVED]
+    if not observed:
+        return []
+    counted = [ev for ev in observed if ev.data.get("counted")]
+    usd = sum(float(ev.data.get("usd") or 0) for ev in counted)
+    other = sum(float(ev.data.get("usd") or 0) for ev in observed if not ev.data.get("counted"))
+    sessions = len({ev.target for ev in counted})
+    text = (f"sessions Pulse did not start: ${usd:.2f} over {plural(sessions, 'session')}, counted against the "
+            f"host's budget" + (f"; ${other:.2f} more reported without the receiver's token, not counted" if other else ""))
+    return [Finding(text=text, severity="info", event_ids=_ids(ev.id for ev in observed[-MAX_CITATIONS:]))]
+
+
 def spend_held_issues(events: Sequence) -> list[Finding]:
     """Tasks a spend limit held back in the window (the latest word on each)."""
     held = {ev.target: ev for ev in events if ev.type == SpendEvent.HELD}
@@ -774,6 +790,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     highlights = [*agent_highlights(cards), *repairs_highlight(survival), *dir_trims_highlight(survival),
                   *promotes_highlight(f.promotes)]
     highlights += spend_highlights(events)
+    highlights += session_spend_highlights(events)
     issues += spend_held_issues(events)
     issues += loop_notice_issues(events)
     if not issues:
