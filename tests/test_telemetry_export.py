@@ -330,3 +330,35 @@ def test_the_exports_header_values_are_never_shown():
     shown = configmod.to_toml(configmod.without_secrets(config))
     assert "s3cret" not in shown and "Authorization" in shown
     assert config.telemetry.export_headers == {"Authorization": "Bearer s3cret"}     # what the worker uses
+
+
+def test_the_exporters_done_mark_passes_only_what_was_sent_or_dropped():
+    """What the checkpoint is: the highest mark up to which every item offered was sent or dropped;
+    an item in flight holds it back, a mark alone (None) is done without a request."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    collector = Collector()
+    try:
+        exporter = Exporter(collector.url, {}, lambda batch: ExportTraceServiceRequest(), queue_max=10,
+                            give_up_s=5).start()
+        try:
+            exporter.offer(None, 3)
+            wait_for(lambda: exporter.status_done() == 3, 5, 0.01, what="a mark alone, done")
+            assert collector.requests == []               # nothing was sent for it
+            exporter.offer(["span"], 7)
+            wait_for(lambda: exporter.status_done() == 7, 5, 0.01, what="a sent item, done")
+            assert len(collector.requests) == 1 and exporter.status()["sent"] == 1
+        finally:
+            exporter.stop(timeout=1)
+    finally:
+        collector.close()
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as hole:      # accepts, never answers
+        exporter = Exporter(f"http://127.0.0.1:{hole.getsockname()[1]}", {}, lambda batch: ExportTraceServiceRequest(),
+                            queue_max=2, give_up_s=60).start()
+        try:
+            exporter.offer(["a"], 1)
+            wait_for(lambda: exporter.status()["queued"] == 0, 5, 0.01, what="the first batch in flight")
+            for mark in (2, 3, 4):                        # 2 is pushed out of the full queue
+                exporter.offer([str(mark)], mark)
+            assert exporter.status()["dropped"] == 1 and exporter.status_done() == 0   # 1 is still in flight
+        finally:
+            exporter.stop(timeout=0.1)
