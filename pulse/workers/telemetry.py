@@ -50,6 +50,7 @@ EXPORT_PER_FLUSH = 20        # ended runs read and offered to the exporter per f
 TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
 CHECKPOINTS = "checkpoints"       # the home's directory of checkpoints (pulse.store.projection.DIRECTORY)
 EXPORT_CHECKPOINT = "telemetry-export.json"   # the last run end the exporter sent or dropped
+OBSERVE_EVERY = 12                # flushes a session's spend is summed over before it is recorded
 SESSIONS_TRACKED = 256        # sessions whose last minute of requests is kept for the loop notice
 SESSION_NOTICE_EVERY_S = 3600.0   # a session still looping is said again after this long
 
@@ -302,6 +303,8 @@ class TelemetryWorker(Worker):
         self.next_flush = time.monotonic() + self.flush_s
         self.pending: list = []                # tallies a failed write keeps for the next flush
         self.written = 0                       # telemetry facts written since this worker started
+        self.unobserved: dict[tuple[str, bool], dict] = {}     # (session, counted) → its spend not yet recorded
+        self.flushes_unobserved = 0
         self.session_rates: dict[str, collections.deque] = {}   # session → (at, requests, tool calls) of its last minute
         self.noticed: dict[str, float] = {}    # session → when its loop was last said
         self.db = eventsdb.open_events(self.paths.events_db)
@@ -444,6 +447,7 @@ class TelemetryWorker(Worker):
         then what sessions Pulse did not start spent, and their loops."""
         tallies = self.pending + self.fold.take()
         if not tallies:
+            self.observe_sessions([])   # a session's spend is recorded even once it falls silent
             return
         events = [wire.now_event(wire.TELEMETRY, self.name, t.target, t.fact()) for t in tallies]
         try:
@@ -457,17 +461,27 @@ class TelemetryWorker(Worker):
         self.observe_sessions(tallies)
         self.notice_loops(tallies)
 
-    def observe_sessions(self, tallies: list) -> None:
+    def observe_sessions(self, tallies: list, now: bool = False) -> None:
         """What sessions Pulse did not start reported spending, into the spend ledger: against the
-        host's [budget] when sent with the receiver's token, else only shown (pulse.agents.spend)."""
+        host's [budget] when sent with the receiver's token, else only shown (pulse.agents.spend).
+        Summed per session over OBSERVE_EVERY flushes (a minute with the default flush_s), so a
+        session spending all month adds one event a minute, not one a flush; `now`: written at once."""
         from pulse.agents import spend
-        observed = [(t.target, {"usd": round(t.cost_usd, 6), "counted": not t.anonymous, "session": t.session,
-                                "service": t.service}) for t in tallies if t.run is None and t.cost_usd > 0]
-        if not observed:
+        for t in tallies:
+            if t.run is None and t.cost_usd > 0:
+                key = (t.target, not t.anonymous)
+                seen = self.unobserved.setdefault(key, {"usd": 0.0, "counted": not t.anonymous, "session": t.session,
+                                                        "service": t.service})
+                seen["usd"] = round(seen["usd"] + t.cost_usd, 6)
+        self.flushes_unobserved += 1
+        if not self.unobserved or not (now or self.flushes_unobserved >= OBSERVE_EVERY
+                                       or len(self.unobserved) >= SESSIONS_TRACKED):
             return
+        observed = [(target, data) for (target, _), data in self.unobserved.items()]
+        self.unobserved, self.flushes_unobserved = {}, 0
         try:
             spend.observe(self.db, observed, self.config.budget, self.name)
-        except Exception as err:        # a busy store: this flush's spend of sessions is lost, said
+        except Exception as err:        # a busy store: this spend of sessions is lost, said
             self.log.warning("the spend of %d session(s) Pulse did not start was not recorded: %s", len(observed), err)
 
     def notice_loops(self, tallies: list) -> None:
@@ -538,4 +552,5 @@ class TelemetryWorker(Worker):
             pass
         self.take_queue()
         self.flush()                    # what was heard before the stop is not lost
+        self.observe_sessions([], now=True)
         self.db.close()
