@@ -35,6 +35,7 @@ OTHER_PROGRAMS = {
     "nats": "the NATS CLI on an operator's cluster (docs/fleet.md); the tests make the streams through nats-py",
     "nats-server": "docs/fleet.md's one-machine start: tests/test_fleet.py runs that block as written",
     "printf": "docs/fleet.md's one-machine start: tests/test_fleet.py runs that block as written",
+    "export": "an operator's own CLI's environment (docs/telemetry.md); tests/test_telemetry.py sends as it does",
 }
 
 # pulsectl commands that need no running pulsed, run for real against a fresh home.

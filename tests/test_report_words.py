@@ -67,3 +67,16 @@ def test_the_report_speaks_plain_words_and_labels_every_figure(tmp_path):
     cards = re.findall(r'<div class="card">.*?</div></div>', page, re.S)
     assert cards and not [key for card in cards for key in FIGURE_KEY.findall(re.sub(r"<[^>]+>", " ", card))]
     assert "runs that succeeded" in page and "tasks done, recent ones weighing more" in page
+
+
+def test_loops_left_running_and_sessions_pulse_did_not_start_are_in_the_report():
+    events = four_of_five_then_one_built_to_fail() + [
+        ev(100, 900.0, "loop-noticed", "t1", run="r-t1", agent="claude", guard="loop",
+           detail="the run reported 30 API requests and 0 tool calls in the last 60 s, over its loop_per_min (12)"),
+        ev(101, 910.0, "spend-observed", "session:op-1", source="telemetry", usd=1.25, counted=True),
+        ev(102, 920.0, "spend-observed", "session:x", source="telemetry", usd=3.0, counted=False)]
+    report = analyst.analyse(events, 0.0, 1000.0)
+    [loop] = [f for f in report.issues if "left running" in f.text]
+    assert loop.severity == "warn" and loop.text.startswith("1 loop noticed and left running: t1") and loop.event_ids == [100]
+    [spent] = [f for f in report.highlights if f.text.startswith("sessions Pulse did not start")]
+    assert "$1.25 over 1 session, counted" in spent.text and "$3.00 more reported without the receiver's token" in spent.text

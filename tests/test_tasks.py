@@ -330,3 +330,36 @@ def test_a_fold_that_forgot_a_given_up_task_has_it_back_from_its_retry():
     assert book.agents.tasks["task-1"].status == "pending" and book.agents.tasks["task-1"].prompt == "do"
     with pytest.raises(tasks.IllegalTransition, match="no such task"):    # a retry without the task: refused
         tasks.apply(None, "task-retried", {"by": "operator"}, 1.0, "task-2")
+
+
+def test_runs_that_keep_ending_the_same_way_give_the_task_up_saying_so():
+    same_end = (2, tasks.PULSE_ENDS)
+    history = history_to("executing")
+    first = tasks.decide(history, "task-failed", "task-1", {"reason": "loop", "code": -9}, 1.0, "executor", 5,
+                         (10, 300), same_end)
+    assert [t for t, _ in first] == ["task-failed"] and first[0][1]["retry_after_s"] == 10
+    history += [ev("task-failed", **first[0][1]), ev("task-assigned", agent="a"), ev("task-executing")]
+    # a loop again (its kill's exit code does not matter): given up, not retried, saying why
+    second = tasks.decide(history, "task-failed", "task-1", {"reason": "loop", "code": -15}, 2.0, "executor", 5,
+                          (10, 300), same_end)
+    assert [t for t, _ in second] == ["task-failed", "task-given-up"] and "retry_after_s" not in second[0][1]
+    assert second[1][1]["same_end"] == "loop"
+    assert second[1][1]["reason"].startswith("its last 2 runs all ended the same way (loop)"), second[1][1]
+    # another way in between, an ack, or a reason not counted: retried as before
+    other = tasks.decide(history, "task-failed", "task-1", {"reason": "over-budget"}, 2.0, "executor", 5, None, same_end)
+    assert [t for t, _ in other] == ["task-failed"]
+    assert [t for t, _ in tasks.decide(history, "task-failed", "task-1", {"reason": "agent", "code": 1}, 2.0,
+                                       "executor", 5, None, same_end)] == ["task-failed"]
+    # the agent's own failure, when listed, counts with its exit code
+    own = (3, ("agent",))
+    agent_history = history_to("executing") + [ev("task-failed", reason="agent", code=1), ev("task-assigned", agent="a"),
+                                                ev("task-executing"), ev("task-failed", reason="agent", code=1),
+                                                ev("task-assigned", agent="a"), ev("task-executing")]
+    assert [t for t, _ in tasks.decide(agent_history, "task-failed", "task-1", {"reason": "agent", "code": 2}, 3.0,
+                                       "executor", 5, None, own)] == ["task-failed"]
+    out = tasks.decide(agent_history, "task-failed", "task-1", {"reason": "agent", "code": 1}, 3.0, "executor", 5,
+                       None, own)
+    assert out[1][1]["reason"].startswith("its last 3 runs all ended the same way (agent, exit code 1)")
+    # 0: never
+    assert [t for t, _ in tasks.decide(history, "task-failed", "task-1", {"reason": "loop"}, 2.0, "executor", 5, None,
+                                       (0, tasks.PULSE_ENDS))] == ["task-failed"]

@@ -25,7 +25,9 @@ def receiver(tmp_path_factory):
     pulsed = Pulsed(home, tracker)
     init_home(home)
     (home / "config.toml").write_text(f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\n'
-                                      'max_body_kb = 64\nqueue_kb = 256\nburst = 60\nrequests_per_s = 5\n')
+                                      'max_body_kb = 64\nqueue_kb = 256\nburst = 60\nrequests_per_s = 5\n'
+                                      'session_loop_per_min = 3\n\n[budget]\nusd_per_day = 1.0\n\n'
+                                      '[[agent]]\nname = "idle"\nargv = ["true"]\nmcp = false\n')
     try:
         pulsed.start()
         pulsed.wait_running(("watcher", "tick", "executor", "telemetry"))
@@ -143,15 +145,19 @@ def test_a_runs_tokens_cost_and_calls_become_facts(receiver):
     wait_for(lambda: summed(pulsed, "session:s-forged")["cost_usd"] == 100.0, 10, 0.1, what="the anonymous session")
     assert facts(pulsed, "eff-forged") == []
     assert "run" not in facts(pulsed, "session:s-forged")[0]
-    # A run's own token (what every run Pulse starts sends) speaks for that run, and for no other.
+    # A run's own token (what every run Pulse starts sends) speaks for that run, and for no other; and
+    # whatever it sends with it is that run's: tagged as another run, or not tagged at all, it is
+    # counted as its own (a run cannot move its spend off its account by dropping its tags)
     from pulse.agents.otel import run_token
     secret = (pulsed.home / "telemetry.token").read_text().strip()
     as_a = {"X-Pulse-Token": run_token(secret, "eff-a"), "X-Pulse-Run": "eff-a"}
     send_logs(url, resource(**{"pulse.run.id": "eff-a"}), [("claude_code.api_request", {"session.id": "s-a"})], as_a)
     send_logs(url, resource(**{"pulse.run.id": "eff-b"}), [("claude_code.api_request", {"session.id": "s-b"})], as_a)
-    wait_for(lambda: summed(pulsed, "eff-a")["api_requests"] == 1 and summed(pulsed, "session:s-b")["api_requests"] == 1,
-             10, 0.1, what="run a's record as its own, and its record tagged b as a session")
-    assert facts(pulsed, "eff-b") == []
+    send_logs(url, resource(), [("claude_code.api_request", {"session.id": "s-untagged", "cost_usd": 0.5})], as_a)
+    wait_for(lambda: summed(pulsed, "eff-a")["api_requests"] == 3, 10, 0.1,
+             what="run a's records, tagged b and untagged too, as its own")
+    assert summed(pulsed, "eff-a")["cost_usd"] == 0.5
+    assert facts(pulsed, "eff-b") == [] and facts(pulsed, "session:s-b") == [] and facts(pulsed, "session:s-untagged") == []
 
 
 @pytest.mark.daemon
@@ -175,6 +181,53 @@ def test_a_session_pulse_did_not_start_is_counted_by_its_id_and_json_is_taken(re
     assert summed(pulsed, "session:conv-9")["api_requests"] == 1
     status, reply = post(url, "/v1/logs", b"{not json", {"Content-Type": "application/json"})
     assert status == 400 and b"not an OTLP logs export request" in reply
+
+
+@pytest.mark.daemon
+def test_an_operators_own_session_counts_against_the_host_budget_and_its_loop_is_said(receiver):
+    """An operator's own Claude Code pointed at the receiver with its token: its spend is in `pulsectl
+    budget` and counts against [budget] (the next run of an agent is held), its loop is noticed and
+    left alone. Sent without the token (as any local process, an agent run too, can), a session's
+    spend is shown, one sum, and counts against nothing."""
+    pulsed, url = receiver
+
+    def budget() -> dict:
+        out = pulsed.ctl("budget", "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def uncounted(seen: dict) -> float:
+        return next((s["today_usd"] for s in seen["sessions"] if not s["counted"]), 0.0)
+    before = uncounted(budget())            # the module's other tests sent some without the token
+    own = resource(**{"service.name": "claude-code"})
+    send_logs(url, own, [("claude_code.api_request", {"session.id": "op-1", "cost_usd": 0.6})] * 2
+              + [("claude_code.api_request", {"session.id": "op-1", "cost_usd": 0})] * 3, as_a_run(pulsed))
+    send_logs(url, own, [("claude_code.api_request", {"session.id": "anon-1", "cost_usd": 5.0})] * 6)
+    seen: list = []
+    wait_for(lambda: seen.append(budget()) or len(seen[-1]["sessions"]) == 2 and uncounted(seen[-1]) >= before + 30.0
+             and seen[-1]["sessions"][0]["today_usd"] == 1.2, 15, 0.2, what="both sessions in the budget")
+    host = next(r for r in seen[-1]["agents"] if r["agent"] == "*")
+    assert host["today_usd"] == 1.2 and host["sessions_today_usd"] == 1.2, host     # only the one with the token
+    counted, others = seen[-1]["sessions"]
+    assert (counted["session"], counted["service"], counted["counted"]) == ("op-1", "claude-code", True), counted
+    assert (others["session"], others["counted"]) == (None, False), others
+    text = pulsed.ctl("budget").stdout
+    # (what the module's other tests sent without the token may land later: summed a minute at a time)
+    assert "claude-code op-1: $1.20 today" in text and "without the receiver's token: $" in text, text
+    # counted against the host's [budget]: past it, the host's alert, and an agent's next run is held
+    wait_for(lambda: any(e["data"]["scope"] == "*" and e["data"]["level"] == 100 for e in pulsed.events("spend-alert")),
+             10, 0.1, what="the host's spend alert")
+    out = pulsed.ctl("task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--agent", "idle")
+    task = out.stdout.strip().split()[0].rstrip(":")
+    held = wait_for(lambda: next(iter(pulsed.events("spend-held", task)), None), 15, 0.1, what="the run held")
+    assert "the host: $1.20 of $1.00 usd_per_day" in held["data"]["why"], held
+    # its loop (5 API requests in a minute, session_loop_per_min = 3) is said, once; the anonymous one's is not
+    [noticed] = wait_for(lambda: pulsed.events("loop-noticed", "session:op-1"), 10, 0.1, what="the session's loop")
+    assert noticed["data"]["api_requests"] == 5 and "never ended" in noticed["data"]["detail"], noticed
+    assert pulsed.events("loop-noticed", "session:anon-1") == []
+    note = wait_for(lambda: next((e for e in pulsed.events("effect") if e["data"]["kind"] == "notify"
+                                  and e["data"]["params"].get("rule") == "loop"), None), 10, 0.1, what="its notification")
+    assert note["target"] == "session:op-1"
 
 
 def whole_answer(answer: bytes) -> bool:

@@ -30,6 +30,7 @@ class Collector:
     def __init__(self, refuse: int = 0):
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
         self.requests: list = []
+        self.metrics: list = []                  # /v1/metrics requests, decoded
         self.headers: list[dict] = []
         self.refused = 0
         outer = self
@@ -37,6 +38,15 @@ class Collector:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/v1/metrics" and self.headers.get("Content-Type") == "application/x-protobuf":
+                    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    outer.metrics.append(metrics)
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path != "/v1/traces" or self.headers.get("Content-Type") != "application/x-protobuf":
                     self.send_response(404)
                     self.end_headers()
@@ -71,6 +81,22 @@ class Collector:
     def spans(self) -> list:
         return [(rs, span) for r in self.requests for rs in r.resource_spans for ss in rs.scope_spans
                 for span in ss.spans]
+
+    def points(self, name: str) -> dict:
+        """The newest data points of metric `name`: {attributes as a sorted tuple: value}."""
+        from pulse.sensing.otlp import attributes as decode
+        out: dict = {}
+        for request in self.metrics:
+            for rm in request.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name != name:
+                            continue
+                        data = getattr(m, m.WhichOneof("data"))
+                        for p in data.data_points:
+                            value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                            out[tuple(sorted(decode(p.attributes).items()))] = value
+        return out
 
     def close(self) -> None:
         self.server.shutdown()
@@ -178,6 +204,62 @@ def test_runs_reach_the_collector_as_genai_spans_and_a_down_collector_only_costs
         collector.close()
 
 
+@pytest.mark.daemon
+def test_a_run_that_ended_while_the_telemetry_worker_was_down_is_still_sent(pulsed):
+    """The telemetry worker frozen across a run's end, then killed: the worker pulsed starts in its
+    place goes on from its checkpoint in events.db, and sends the run it never saw end."""
+    import os
+    import signal
+    collector = Collector()
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text(
+        f'[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = {FLUSH_S}\nexport = "{collector.url}"\n'
+        'export_metrics_s = 0.5\n\n'
+        '[[agent]]\nname = "quick"\nmcp = false\nargv = ["sh", "-c", "echo done"]\n')
+    try:
+        pulsed.start(env={"PULSE_TICK_MS": "200", "PULSE_HUNG_AFTER_MS": "60000"})
+        pulsed.wait_running(("watcher", "tick", "executor", "telemetry"))
+
+        def sent(task: str) -> list:
+            return [s for _, s in collector.spans() if attributes(s).get("pulse.task.id") == task]
+        first = add_task(pulsed)
+        wait_for(lambda: sent(first), 30, 0.1, what="the first run at the collector")
+        ended = pulsed.events("task-acked", first)[0]["id"]
+        checkpoint = pulsed.home / "checkpoints" / "telemetry-export.json"
+        wait_for(lambda: checkpoint.exists() and json.loads(checkpoint.read_text())["after_id"] >= ended, 10, 0.1,
+                 what="the export's checkpoint past the first run")
+        worker = pulsed.worker("telemetry").pid
+        os.kill(worker, signal.SIGSTOP)                   # down across the second run's end
+        try:
+            second = add_task(pulsed)
+            wait_for(lambda: pulsed.events("task-acked", second), 30, 0.1, what="the second run acked")
+        finally:
+            os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: pulsed.worker("telemetry").pid not in (None, worker) and pulsed.worker("telemetry").state
+                 == "running", 30, 0.1, what="the telemetry worker restarted")
+        [span] = wait_for(lambda: sent(second), 30, 0.1, what="the run that ended while it was down, sent")
+        assert span.name == "invoke_agent quick" and attributes(span)["pulse.run.outcome"] == "acked"
+        assert len(sent(first)) == 1                      # the checkpoint was past it: not sent again
+
+        # Pulse's own metrics, through the OpenTelemetry SDK's exporter: what /metrics counts
+        wait_for(lambda: collector.points("pulse.tasks").get((("pulse.task.status", "acked"),)) == 2, 15, 0.1,
+                 what="the tasks' gauge at the collector")
+        assert collector.points("pulse.events")[(("pulse.event.type", "task-acked"),)] == 2
+        assert collector.points("pulse.effects")[(("pulse.effect.kind", "agent-run"), ("pulse.effect.origin", "engine"),
+                                                  ("pulse.effect.outcome", "acked"))] == 2
+        assert collector.points("pulse.export.runs")[(("pulse.outcome", "sent"),)] >= 1
+        resource = attributes(collector.metrics[-1].resource_metrics[0].resource)
+        assert resource["service.name"] == "pulse"
+        # the collector gone: each collection is dropped and counted, the worker goes on
+        collector.close()
+        metrics = wait_for(lambda: (m := pulsed.status().telemetry["export"]["metrics"])["points_dropped"] and m, 20,
+                           0.2, what="the metrics that could not be sent, counted")
+        assert metrics["points_sent"] > 0 and metrics["last_error"], metrics
+        assert pulsed.worker("telemetry").state == "running"
+    finally:
+        collector.close()
+
+
 def test_offering_never_waits_on_a_collector_that_never_answers():
     """A collector that accepts connections and never answers: the exporter's thread waits on it,
     offers return at once, the queue stays within its bound and what it pushed out is counted."""
@@ -248,3 +330,35 @@ def test_the_exports_header_values_are_never_shown():
     shown = configmod.to_toml(configmod.without_secrets(config))
     assert "s3cret" not in shown and "Authorization" in shown
     assert config.telemetry.export_headers == {"Authorization": "Bearer s3cret"}     # what the worker uses
+
+
+def test_the_exporters_done_mark_passes_only_what_was_sent_or_dropped():
+    """What the checkpoint is: the highest mark up to which every item offered was sent or dropped;
+    an item in flight holds it back, a mark alone (None) is done without a request."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    collector = Collector()
+    try:
+        exporter = Exporter(collector.url, {}, lambda batch: ExportTraceServiceRequest(), queue_max=10,
+                            give_up_s=5).start()
+        try:
+            exporter.offer(None, 3)
+            wait_for(lambda: exporter.status_done() == 3, 5, 0.01, what="a mark alone, done")
+            assert collector.requests == []               # nothing was sent for it
+            exporter.offer(["span"], 7)
+            wait_for(lambda: exporter.status_done() == 7, 5, 0.01, what="a sent item, done")
+            assert len(collector.requests) == 1 and exporter.status()["sent"] == 1
+        finally:
+            exporter.stop(timeout=1)
+    finally:
+        collector.close()
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as hole:      # accepts, never answers
+        exporter = Exporter(f"http://127.0.0.1:{hole.getsockname()[1]}", {}, lambda batch: ExportTraceServiceRequest(),
+                            queue_max=2, give_up_s=60).start()
+        try:
+            exporter.offer(["a"], 1)
+            wait_for(lambda: exporter.status()["queued"] == 0, 5, 0.01, what="the first batch in flight")
+            for mark in (2, 3, 4):                        # 2 is pushed out of the full queue
+                exporter.offer([str(mark)], mark)
+            assert exporter.status()["dropped"] == 1 and exporter.status_done() == 0   # 1 is still in flight
+        finally:
+            exporter.stop(timeout=0.1)

@@ -833,6 +833,21 @@ def test_the_schedules_and_budget_pages_say_what_schedule_list_and_budget_say(si
     host = page.locator('[data-agent="*"]')
     host.wait_for()
     assert "$0.00 of $5.00" in host.inner_text() and "host (all agents)" in host.inner_text()
+    # a session Pulse did not start, as the telemetry receiver records it: its own table, counted
+    from pulse.agents import spend
+    from pulse.core.config import SpendLimits
+    from pulse.store import eventsdb
+    conn = eventsdb.open_events(pulsed.home / "events.db")
+    try:
+        spend.observe(conn, [("session:op-9", {"usd": 0.25, "counted": True, "session": "op-9",
+                                               "service": "claude-code"})], SpendLimits(), "telemetry")
+    finally:
+        conn.close()
+    page.goto(f"{base}/budget")
+    row = page.locator('[data-session="op-9"]')
+    row.wait_for()
+    assert "claude-code op-9" in row.inner_text() and "$0.25" in row.inner_text() and "against the host" in row.inner_text()
+    assert "$0.25 of $5.00" in page.locator('[data-agent="*"]').inner_text()
 
 
 def test_a_critical_process_is_stopped_and_started_from_the_page(site, page):

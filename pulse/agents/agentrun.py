@@ -165,7 +165,7 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
             failure = err if isinstance(err, EffectFailed) else None
             why = failure.error if failure else f"{type(err).__name__}: {err}"
             extra = {k: v for k, v in (failure.data if failure else {}).items()
-                     if k in ("output", "stderr", "code", "result", "run_ms", "telemetry")}
+                     if k in ("output", "stderr", "code", "result", "run_ms", "telemetry", "notices")}
             settle_spend(conn, effect, ctx.config, extra)      # settled already, unless it failed before its result
             _end_run(conn, ctx, task, effect.id, TaskEvent.FAILED, reason=failure.reason if failure else "error",
                      error=why, agent=agent.name, **extra)
@@ -200,7 +200,7 @@ def _end_run(conn, ctx: EffectContext, task: str, run: str, type: str, **data) -
     try:
         t = ctx.config.tasks
         tasks.record(conn, task, type, SOURCE, t.max_failures, run=run, retry=(t.retry_base_s, t.retry_max_s),
-                     **data)
+                     same_end=(t.same_end_max, t.same_end_reasons), **data)
         return True
     except tasks.IllegalTransition as err:      # the run no longer holds the task (an operator gave it up)
         log.warning("%s: %s not recorded: %s", task, type, err)
@@ -258,8 +258,9 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         facts = runfacts.RunFacts(effect.id, home / "events.db", eventsdb.last_event_id(conn)) \
             if receiver is not None else None
         stall = None if agent.stall_s is None else runstall.Stall(agent.stall_s, facts)
+        guards = run_guards(agent, facts, cap, stall, loop_notice(home, effect.id, state.id, agent.name))
         watch = runlimits.Watch(agent.limits, [workdir, scratch], lambda: end_run_processes(effect.id, cgroup, leader),
-                                cgroup.hit if cgroup else None, run_guards(agent, facts, cap, stall), facts)
+                                cgroup.hit if cgroup else None, guards, facts)
         join, fds = cgroup.joiner() if cgroup else (None, [])
         began = time.monotonic()
         err = bytearray()
@@ -279,6 +280,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
             RUN_TOKENS.revoke(token)
         over = watch.verdict(code)
         reported = reported_totals(facts)
+        notices = [g.noticed for g in guards if getattr(g, "noticed", None)]
         stderr = bytes(err)
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
@@ -292,7 +294,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     summary = result.summary(code)
     data = {**base, "code": code, "output": ref, "bytes": len(stdout), "result": summary,
             "run_ms": round((time.monotonic() - began) * 1000, 1), **({"escaped": escaped} if escaped else {}),
-            **({"telemetry": reported} if reported else {})}
+            **({"telemetry": reported} if reported else {}), **({"notices": notices} if notices else {})}
     if stderr:
         data["stderr"] = store_output(ctx.objects, stderr)
     settle_spend(conn, effect, ctx.config, data)       # what it cost, before the verdict is recorded
@@ -304,20 +306,40 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     if (refusal := gate_verdict(conn, agent, state.id, started, home / projection.DIRECTORY)) is not None:
         raise EffectFailed(*refusal, **data)
     if not _end_run(conn, ctx, state.id, effect.id, TaskEvent.ACKED, result=summary, agent=agent.name,
-                    output=ref, code=code, run_ms=data["run_ms"]):
+                    output=ref, code=code, run_ms=data["run_ms"], **({"notices": notices} if notices else {})):
         raise EffectFailed("task-state", f"{state.id}: the agent finished, but the task had moved on", **data)
     return data
 
 
-def run_guards(agent: Agent, facts: runfacts.RunFacts | None, cap_usd: float | None, stall) -> list:
-    """What the run's watch checks besides its limits: silence, and with telemetry, spend and loops."""
+def run_guards(agent: Agent, facts: runfacts.RunFacts | None, cap_usd: float | None, stall, notice=None) -> list:
+    """What the run's watch checks besides its limits: silence, and with telemetry, spend and loops
+    (a loop only said, through `notice`, when the agent's on_loop is "notice")."""
     guards = [stall] if stall is not None else []
     if facts is not None:
         if (cap := runguards.spend_cap(agent.max_run_usd, cap_usd)) is not None:
             guards.append(runguards.SpendGuard(facts, cap))
         if agent.loop_per_min is not None:
-            guards.append(runguards.LoopGuard(facts, agent.loop_per_min))
+            guards.append(runguards.LoopGuard(facts, agent.loop_per_min, notice if agent.on_loop == "notice" else None))
     return guards
+
+
+def loop_notice(home: Path, run: str, task: str, agent: str):
+    """The callback that says a run's loop (on_loop = "notice"): a `loop-noticed` fact on its task and
+    a notification, written from the watch's thread on a connection of its own. A store that refuses
+    the write loses the fact, never the run: the notice is still kept in the run's end."""
+    from pulse.agents import loopnotice
+
+    def notice(seen: dict) -> None:
+        data = {"run": run, "task": task, "agent": agent, **seen}
+        try:
+            conn = eventsdb.open_events(home / "events.db", "FULL")
+            try:
+                loopnotice.write(conn, task, data, SOURCE, f"{agent} looks in a loop on {task} (left running)")
+            finally:
+                conn.close()
+        except Exception as err:
+            log.warning("run %s: its loop notice was not written: %s", run, err)
+    return notice
 
 
 def reported_totals(facts: runfacts.RunFacts | None) -> dict:

@@ -14,6 +14,12 @@ The ledger is events in events.db (pulse.core.wire.SpendEvent), folded here:
   spend-alert     the operator was told (a `notify` effect committed in the same transaction):
                   once per limit, window and level (80 %, 100 %).
   spend-reset     `pulsectl budget reset AGENT`: the agent's runs until then count no more.
+  spend-observed  what a session Pulse did not start (an operator's own Claude Code or Codex,
+                  pointed at the telemetry receiver) reported it spent over one flush: counted
+                  against the host's limits (never an agent's, never a run's) when its telemetry
+                  came with the receiver's token (`counted`); else only shown, all such sessions as
+                  one sum, since any local process, an agent run too, can send telemetry without it
+                  and must not hold every run back with made-up spend.
 
 A run counts in the windows of the time it was reserved (a run that started before midnight is
 yesterday's). Windows are reckoned in pulse.core.clock.now() (its test seam shifts them). Every
@@ -83,12 +89,24 @@ class Run:
         return self.reserved if self.usd is None else self.usd
 
 
+UNCOUNTED = "session:*"         # every session whose telemetry came without the token, summed
+
+
+def hour_of(at: float) -> float:
+    """The UTC hour `at` is in: day and month windows start on one, so hourly sums add up exactly."""
+    return float(math.floor(at / HOUR_S) * HOUR_S)
+
+
 @dataclass
 class Ledger:
     runs: dict[str, Run] = field(default_factory=dict)
     resets: dict[str, float] = field(default_factory=dict)          # agent → when its spend was reset
     alerts: list[dict] = field(default_factory=list)                # spend-alert data
     held: dict[str, dict] = field(default_factory=dict)             # task → its spend-held data, while it waits
+    # sessions Pulse did not start: (session, UTC hour) → usd; those without the token as UNCOUNTED,
+    # one sum, so what anyone may send costs one entry an hour here
+    observed: dict[tuple[str, float], float] = field(default_factory=dict)
+    sessions: dict[str, dict] = field(default_factory=dict)         # session → its service, last seen
 
     def fold(self, events: Iterable[Event]) -> "Ledger":
         for ev in events:
@@ -107,7 +125,21 @@ class Ledger:
                 self.alerts.append(d)
             elif ev.type == SpendEvent.RESET:
                 self.resets[ev.target or ""] = float(d["at"])
+            elif ev.type == SpendEvent.OBSERVED:
+                self.observe(ev.target or "", d)
         return self
+
+    def observe(self, target: str, d: dict) -> None:
+        who = target if d.get("counted") else UNCOUNTED
+        key = (who, hour_of(float(d.get("at") or 0)))
+        self.observed[key] = round(self.observed.get(key, 0.0) + float(d.get("usd") or 0), 6)
+        self.sessions[who] = {"service": d.get("service") if who != UNCOUNTED else None,
+                              "last": float(d.get("at") or 0)}
+
+    def sessions_usd(self, since: float, counted_only: bool = True, who: str | None = None) -> float:
+        """What sessions Pulse did not start spent from `since` on (the counted ones; or one of them)."""
+        return round(sum(usd for (s, hour), usd in self.observed.items() if hour >= since
+                         and (who is None or s == who) and (not counted_only or s != UNCOUNTED)), 6)
 
     def counted(self, scope: str, since: float) -> list[Run]:
         """The runs of `scope` (an agent, or HOST: all) that count from `since` on."""
@@ -116,8 +148,12 @@ class Ledger:
 
     def used(self, scope: str, limit: str, now: float) -> float:
         _, window, unit = next(x for x in LIMITS if x[0] == limit)
-        runs = self.counted(scope, window_start(window, now))
-        return float(len(runs)) if unit == "runs" else round(sum(r.cost for r in runs), 6)
+        since = window_start(window, now)
+        runs = self.counted(scope, since)
+        if unit == "runs":
+            return float(len(runs))
+        sessions = self.sessions_usd(since) if scope == HOST else 0.0       # the host's, never an agent's
+        return round(sum(r.cost for r in runs) + sessions, 6)
 
     def alerted(self, scope: str, limit: str, key: str, level: int) -> bool:
         since = self.resets.get(scope, -math.inf)
@@ -476,6 +512,43 @@ def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | Non
         return data
 
 
+def observe(conn, observed: list[tuple[str, dict]], host: SpendLimits, source: str) -> None:
+    """The telemetry receiver's word on what sessions Pulse did not start spent (target, data:
+    usd, counted, service, session), in one transaction with the host's alerts it brings due."""
+    from pulse.store.connection import Transaction
+    with Transaction(conn):
+        try:
+            now = clock.now()
+            events = [now_event(SpendEvent.OBSERVED, source, target, {**d, "at": now}) for target, d in observed]
+            _write(conn, events, [], source)
+            if any(d.get("counted") for _, d in observed):
+                ledger = load(conn, now)
+                ms = measures(ledger, [(HOST, host)], now)
+                spent = sum(d["usd"] for _, d in observed if d.get("counted"))
+                alerts, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: m.used), now, source,
+                                                f"sessions Pulse did not start reported ${spent:.2f} more")
+                _write(conn, alerts, effects, source)
+        except BaseException:
+            forget(conn)
+            raise
+
+
+def sessions_overview(ledger: Ledger, now: float) -> list[dict]:
+    """The sessions Pulse did not start that spent this month, most recent first: each counted one
+    (its telemetry came with the receiver's token), then all the others as one row (`session` None)."""
+    day, month = window_start("day", now), window_start("month", now)
+    rows = []
+    for who, seen in sorted(ledger.sessions.items(), key=lambda kv: -kv[1]["last"]):
+        month_usd = ledger.sessions_usd(month, counted_only=False, who=who)
+        if not month_usd and seen["last"] < month:
+            continue
+        rows.append({"session": None if who == UNCOUNTED else who.removeprefix("session:"),
+                     "service": seen["service"], "counted": who != UNCOUNTED,
+                     "today_usd": ledger.sessions_usd(day, counted_only=False, who=who), "month_usd": month_usd,
+                     "last_at": seen["last"]})
+    return sorted(rows, key=lambda r: not r["counted"])
+
+
 def reset(conn, agent: str, source: str, **data) -> Event:
     """`pulsectl budget reset AGENT`: its runs so far count no more (an event, like every operator action)."""
     from pulse.store import eventsdb
@@ -509,5 +582,8 @@ def overview(ledger: Ledger, agents: list, host: SpendLimits, now: float) -> lis
             "waiting_tasks": sorted((t for t, h in ledger.held.items() if name in (HOST, h.get("agent"))),
                                     key=tasks.id_order),
             "reset_at": ledger.resets.get(name),
+            # the host's: what sessions Pulse did not start spent, counted in its today_usd and month_usd
+            **({"sessions_today_usd": ledger.sessions_usd(window_start("day", now)),
+                "sessions_month_usd": ledger.sessions_usd(window_start("month", now))} if name == HOST else {}),
         })
     return rows

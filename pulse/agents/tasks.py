@@ -30,6 +30,10 @@ MAX_FAILURES = 3            # consecutive failed runs of one task before it is g
 # Failures that cannot fix themselves (pulse.agents.adapters reads them from the CLI's own words):
 # the task is given up at the first, not retried into the same answer.
 FINAL_REASONS = frozenset({"not-logged-in", "missing-key", "usage", "turn-cap", "not-installed", "tool-denied"})
+# The ends Pulse itself makes (its guards and limits): a task whose runs keep ending so is given up
+# after [tasks] same_end_max in a row (the reason alone is the way it ended: a killed run's exit code
+# is the signal). Any other reason the operator lists in same_end_reasons counts with its exit code.
+PULSE_ENDS = ("over-budget", "loop", "stalled", "timeout", "memory", "pids", "disk")
 SENSE_KEY = "pending-tasks"  # a tick whose sense keys include this carries the extras below
 SNAPSHOT_TASKS_LIMIT = 100  # the snapshot lists at most this many pending tasks (pending_count is exact)
 NEW = "new"                 # the status of a task before its task-created: not a TaskStatus, nothing is in it
@@ -171,28 +175,68 @@ def fold_tasks(events: Iterable) -> dict[str, TaskState]:
 
 
 def decide(history: Sequence, type: str, task: str, data: dict, ts: float, source: str,
-           max_failures: int = MAX_FAILURES, retry: tuple[float, float] | None = None) -> list[tuple[str, dict]]:
+           max_failures: int = MAX_FAILURES, retry: tuple[float, float] | None = None,
+           same_end: tuple[int, Sequence[str]] | None = None) -> list[tuple[str, dict]]:
     """The (type, data) events to append for `type` given the task's `history`, or IllegalTransition.
 
     A failure that reaches `max_failures` in a row, or whose reason cannot fix itself
     (FINAL_REASONS), also gives the task up, in the same transaction, so no reader ever sees it
-    pending after its last allowed failure. Another failure waits before it is handed out again:
-    `retry` = (first, cap) seconds, doubling per failure in a row (data `retry_after_s`).
+    pending after its last allowed failure. So does one that ends the run the same way as the
+    runs before it, `same_end` = (how many in a row, the reasons that count; 0: never): a run
+    ended as a loop or over budget twice will be so again, and each try costs. Another failure
+    waits before it is handed out again: `retry` = (first, cap) seconds, doubling per failure in
+    a row (data `retry_after_s`).
     """
     state = fold_tasks(history).get(task)
     failures = (state.failures if state is not None else 0) + 1
     final = type == TaskEvent.FAILED and data.get("reason") in FINAL_REASONS
-    if type == TaskEvent.FAILED and retry is not None and not final and failures < max_failures:
+    same = same_end_streak(history, data, same_end) if type == TaskEvent.FAILED and not final else 0
+    repeated = same_end is not None and same_end[0] > 0 and same >= same_end[0]
+    if type == TaskEvent.FAILED and retry is not None and not final and not repeated and failures < max_failures:
         data = {**data, "retry_after_s": clock.backoff(failures, *retry)}
     after = apply(state, type, data, ts, task)
     out = [(type, data)]
     if final:
         out.append((TaskEvent.GIVEN_UP, {"reason": f"{data['reason']}: retrying cannot fix it", "by": source,
                                          "failures": after.failures}))
+    elif repeated:
+        out.append((TaskEvent.GIVEN_UP, {
+            "reason": f"its last {same} runs all ended the same way ({end_words(data)}): retrying would end it "
+                      f"so again ([tasks] same_end_max = {same_end[0]})",
+            "by": source, "failures": after.failures, "same_end": data.get("reason")}))
     elif type == TaskEvent.FAILED and after.failures >= max_failures:
         out.append((TaskEvent.GIVEN_UP, {"reason": f"failed {after.failures} times in a row", "by": source,
                                       "failures": after.failures}))
     return out
+
+
+def end_way(data: dict) -> tuple:
+    """How a run ended, for telling two ends apart: a reason of Pulse's own alone, another with its exit code."""
+    reason = data.get("reason")
+    return (reason,) if reason in PULSE_ENDS else (reason, data.get("code"))
+
+
+def end_words(data: dict) -> str:
+    way = end_way(data)
+    return str(way[0]) if len(way) == 1 else f"{way[0]}, exit code {way[1]}"
+
+
+def same_end_streak(history: Sequence, data: dict, same_end: tuple[int, Sequence[str]] | None) -> int:
+    """How many runs in a row, this failure (`data`) the last, ended the same way and for a reason
+    `same_end` counts (0: it counts none). The streak is that of failures in a row: an ack or the
+    operator's retry starts it again, a failure another way breaks it."""
+    if same_end is None or data.get("reason") not in same_end[1]:
+        return 0
+    way, n = end_way(data), 1
+    for ev in reversed(history):
+        if ev.type in (TaskEvent.ACKED, TaskEvent.RETRIED, TaskEvent.CREATED):
+            break
+        if ev.type != TaskEvent.FAILED:
+            continue
+        if end_way(ev.data) != way:
+            break
+        n += 1
+    return n
 
 
 # -- projections ------------------------------------------------------------------------------------
@@ -401,7 +445,8 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
 
 
 def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAILURES, run: str | None = None,
-           retry: tuple[float, float] | None = None, **data) -> TaskState:
+           retry: tuple[float, float] | None = None, same_end: tuple[int, Sequence[str]] | None = None,
+           **data) -> TaskState:
     """Append `type` for `task` if the transition table allows it now (checked and appended in
     one transaction), plus task-given-up when a failure reaches `max_failures`. Returns the
     task's new state; raises IllegalTransition, writing nothing, when the move is refused.
@@ -418,7 +463,7 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
             raise IllegalTransition(f"{task}: not held by run {run}")
         ts = time.time()
         return [wire.now_event(t, source, task, d) for t, d in
-                decide(history, type, task, data, ts, source, max_failures, retry)]
+                decide(history, type, task, data, ts, source, max_failures, retry, same_end)]
 
     eventsdb.append_task_events(conn, task, decide_events)
     return load(conn, task)

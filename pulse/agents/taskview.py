@@ -15,10 +15,11 @@ from typing import Any
 
 from pulse.agents import tasks
 from pulse.core import clock
-from pulse.core.wire import TaskEvent
+from pulse.core.wire import LOOP_NOTICED, TaskEvent
 
 OUTPUT_CHARS = 200_000       # the most of an agent's output a page or `task show` carries; `task output` has all
 GATE_CALLS_LIMIT = 500       # the gate calls a task view lists (newest kept)
+NOTICES_LIMIT = 50           # the loop notices a task view reads (newest; one per run at most)
 
 
 def iso(ts: float | None) -> str | None:
@@ -54,7 +55,22 @@ def ended_outcome(ev) -> dict:
             "cost_usd": result.get("cost_usd", reported.get("cost_usd")),
             "tokens": result.get("tokens") or reported.get("tokens") or {},
             "code": d.get("code", result.get("code")), "run_ms": d.get("run_ms"),
-            "output": d.get("output"), "stderr": d.get("stderr"), "summary": result.get("result")}
+            "output": d.get("output"), "stderr": d.get("stderr"), "summary": result.get("result"),
+            "notices": [n for n in d.get("notices") or [] if isinstance(n, dict)]}
+
+
+def with_notices(runs: list[dict], noticed: list) -> list[dict]:
+    """Each run with what was noticed of it and left running (a loop, on_loop = "notice"): its
+    `loop-noticed` facts, read as they are written (a running run shows them), else what its end
+    carried (the fact's write may have failed)."""
+    by_run: dict[str, list[dict]] = {}
+    for ev in sorted(noticed, key=lambda e: e.id or 0):
+        d = ev.data if isinstance(ev.data, dict) else {}
+        by_run.setdefault(str(d.get("run")), []).append(
+            {k: d.get(k) for k in ("guard", "detail", "api_requests", "tool_calls", "per_min")} | {"at": iso(ev.ts)})
+    for r in runs:
+        r["notices"] = by_run.get(str(r.get("run"))) or r.get("notices") or []
+    return runs
 
 
 def gate_calls(conn, task: str) -> list[dict]:
@@ -126,7 +142,8 @@ def task_view(conn, task: str, agents: list | None = None) -> dict[str, Any] | N
     state = tasks.fold_tasks(history).get(task)
     if state is None:
         return None
-    runs = attempts_of(history)
+    runs = with_notices(attempts_of(history), eventsdb.search_events(conn, types=[LOOP_NOTICED], target=task,
+                                                                     limit=NOTICES_LIMIT))
     return {"id": state.id, "title": state.title, "project": state.project, "prompt": state.prompt,
             "status": str(state.status), "priority": state.priority, "agent": state.agent or state.last_agent,
             "pin": state.pin, "tags": list(state.tags), "failed_on": list(state.failed_on),
@@ -135,7 +152,17 @@ def task_view(conn, task: str, agents: list | None = None) -> dict[str, Any] | N
             "gate_calls": gate_calls(conn, task),
             "events": [{"id": e.id, "ts": iso(e.ts), "type": e.type, "source": e.source,
                         "reason": e.data.get("reason")} for e in history],
-            "waiting": waiting(conn, agents, state)}
+            "waiting": waiting(conn, agents, state), "given_up": given_up(history, state)}
+
+
+def given_up(history: list, state) -> dict[str, Any] | None:
+    """Why a given-up task is no more retried (its latest task-given-up: after failures in a row,
+    ended the same way again and again, a failure no retry can fix, or the operator's word)."""
+    from pulse.core.states import TaskStatus
+    if state.status != TaskStatus.GIVEN_UP:
+        return None
+    ev = next((e for e in reversed(history) if e.type == TaskEvent.GIVEN_UP), None)
+    return None if ev is None else {"why": ev.data.get("reason"), "by": ev.data.get("by", ev.source), "at": iso(ev.ts)}
 
 
 def total_cost(runs: list[dict]) -> float | None:

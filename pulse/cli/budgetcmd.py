@@ -3,8 +3,9 @@
 `budget` reads events.db (the spend ledger, pulse.agents.spend) and config.toml (the limits) and
 needs no pulsed: per agent, then the host, spend today and this month (UTC) and runs in the last
 hour, each against its limit, the runs whose CLI reported no cost, and the tasks waiting on a
-limit. `budget reset AGENT` appends a `spend-reset` event: the agent's runs so far count no more
-(an operator action, recorded like every other); the tick, rung, hands the held tasks out.
+limit; then the sessions Pulse did not start that spent this month (pulse.agents.spend.observe).
+`budget reset AGENT` appends a `spend-reset` event: the agent's runs so far count no more (an
+operator action, recorded like every other); the tick, rung, hands the held tasks out.
 Raising a limit is editing config.toml and `pulsectl reload`. Exit codes: 0; 1 no such agent or
 no events.db; 2 usage.
 """
@@ -31,7 +32,8 @@ def _limit(used: float, of: float | None, usd: bool) -> str:
     return f"{shown} of {f'${of:.2f}' if usd else f'{of:g}'} ({used / of * 100:.0f} %)"
 
 
-def overview_rows(ctx: Context) -> list[dict]:
+def overview_rows(ctx: Context) -> tuple[list[dict], list[dict]]:
+    """(per agent then the host, the sessions Pulse did not start)."""
     from pulse.agents import spend
     from pulse.core import clock
     from pulse.store import connection
@@ -41,19 +43,34 @@ def overview_rows(ctx: Context) -> list[dict]:
     except connection.StoreError as err:
         _fail(str(err))
     now = clock.now()
-    return spend.overview(spend.load(conn, now), config.agent, config.budget, now)
+    ledger = spend.load(conn, now)
+    return spend.overview(ledger, config.agent, config.budget, now), spend.sessions_overview(ledger, now)
+
+
+def session_lines(sessions: list[dict]) -> list[str]:
+    """The sessions Pulse did not start, under the table: what each spent, and whether it counts."""
+    if not sessions:
+        return []
+    out = ["sessions Pulse did not start (their own telemetry; never ended by Pulse):"]
+    for s in sessions:
+        who = f"{s['service'] or 'session'} {s['session']}" if s["counted"] else "without the receiver's token"
+        counts = ("counted against the host's [budget]" if s["counted"] else
+                  "not counted: any local process can send that; send the token of telemetry.token to count")
+        out.append(f"  {who}: ${s['today_usd']:.2f} today, ${s['month_usd']:.2f} this month ({counts})")
+    return out
 
 
 @click.group(invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: {\"agents\": [...]}, the host last as \"*\".")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: {\"agents\": [...], \"sessions\": [...]}, the host last as \"*\".")
 @click.pass_context
 def budget(click_ctx: click.Context, as_json: bool) -> None:
     """Spend against limits per agent, today and this month; `budget reset AGENT`."""
     if click_ctx.invoked_subcommand is not None:
         return
-    rows = overview_rows(click_ctx.find_object(Context))
+    rows, sessions = overview_rows(click_ctx.find_object(Context))
     if as_json:
-        click.echo(json.dumps({"agents": rows}))
+        click.echo(json.dumps({"agents": rows, "sessions": sessions}))
         return
     click.echo(f"{'AGENT':<14} {'TODAY (UTC)':<24} {'THIS MONTH':<26} {'RUNS LAST HOUR':<18} WAITING")
     for r in rows:
@@ -65,6 +82,8 @@ def budget(click_ctx: click.Context, as_json: bool) -> None:
         if r["runs_without_cost"]:
             click.echo(f"  {r['runs_without_cost']} run(s) of {name} this month reported no cost: they count "
                        "against runs_per_hour only")
+    for line in session_lines(sessions):
+        click.echo(line)
 
 
 @budget.command()

@@ -202,6 +202,8 @@ def show_lines(view: dict) -> list[str]:
            if view.get(name) not in (None, "")]
     out += [f"{name + ':':<12} {value}" for name, value in (("pinned to", view["pin"]), ("tags", ", ".join(view["tags"])),
                                                           ("failed on", ", ".join(view["failed_on"]))) if value]
+    if gave_up := view.get("given_up"):
+        out.append(f"{'given up:':<12} {gave_up['why']} (by {gave_up['by']})")
     if waiting := view.get("waiting"):
         out.append(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
     if view["cost_usd"] is not None:
@@ -217,6 +219,7 @@ def show_lines(view: dict) -> list[str]:
         tokens = "".join(f", {v} {k} tokens" for k, v in sorted((r.get("tokens") or {}).items()))
         out.append(f"  #{r['attempt']} {r['agent'] or '-'}: {r['outcome']}{why}")
         out.append(f"     started {r['started'] or '-'}, ended {r['ended'] or '-'}{cost}{tokens}")
+        out += [f"     noticed, left running: {n.get('guard')}: {n.get('detail')}" for n in r.get("notices") or []]
         if r.get("output"):
             out.append(f"     output: pulsectl task output {view['id']} --attempt {r['attempt']}")
     out.append(f"gate calls: {len(view['gate_calls'])}")

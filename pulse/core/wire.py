@@ -610,6 +610,9 @@ class SpendEvent(enum.StrEnum):
     HELD = "spend-held"               # a run not started: it would cross a limit (the task waits)
     ALERT = "spend-alert"             # the operator was told: a limit at 80 % or 100 % in its window
     RESET = "spend-reset"             # the operator forgave an agent's spend so far (pulsectl budget reset)
+    # what a session Pulse did not start reported it spent over one flush of the telemetry receiver
+    # (target: "session:<id>"); counted against the host's [budget] only when sent with the receiver's token
+    OBSERVED = "spend-observed"
 
 
 SPEND_EVENTS = tuple(SpendEvent)
@@ -649,6 +652,7 @@ EVENT_TYPES = frozenset({
     "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
     *("history-moved", "history-dropped"),          # pulse.store.retention: events left the live history
     "telemetry",                                    # TELEMETRY below
+    "loop-noticed",                                 # LOOP_NOTICED below
 })
 # Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
 # before the files are removed, so an archived file is always found again (target: the directory).
@@ -669,6 +673,9 @@ FLEET_TASK_EVENTS = (FLEET_TASK_OFFERED, FLEET_TASK_UPDATE, FLEET_TASK_DEAD, FLE
 # cost, API requests, tool calls, errors, when it was last heard; target: the run (its agent-run effect
 # id) or "session:<id>" for a session Pulse did not start.
 TELEMETRY = "telemetry"
+# A loop seen and only said, not ended (pulse.agents.loopnotice): a run of an agent with on_loop =
+# "notice" (target: its task), or a session Pulse did not start (target: "session:<id>").
+LOOP_NOTICED = "loop-noticed"
 
 
 class Event(msgspec.Struct):

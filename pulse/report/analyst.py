@@ -40,6 +40,9 @@ No I/O, no clock: the same events give the same analysis. The rules, all readabl
 - Spend. Who spent what: the `spend-settled` events of the window per agent, costliest first
   (runs whose CLI reported no cost are counted and named), one highlight; each task a spend
   limit held back (`spend-held`), an issue. Neither costs the score.
+- Loops noticed and left running (`loop-noticed`: on_loop = "notice", or a session Pulse did not
+  start): one issue, a warning, naming who looped. What sessions Pulse did not start spent
+  (`spend-observed`), counted or not: a highlight. Neither costs the score.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from pulse.core.states import EffectState
-from pulse.core.wire import EFFECT_END_STATES, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
+from pulse.core.wire import EFFECT_END_STATES, LOOP_NOTICED, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
 from pulse.effects import registry
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
@@ -535,11 +538,38 @@ def spend_highlights(events: Sequence) -> list[Finding]:
                     event_ids=_ids(ev.id for n in order for ev in spent[n][-5:]))]
 
 
+def session_spend_highlights(events: Sequence) -> list[Finding]:
+    """What sessions Pulse did not start reported spending in the window (`spend-observed`): the
+    counted ones (sent with the receiver's token, against the host's [budget]) and the others."""
+    observed = [ev for ev in events if ev.type == SpendEvent.OBSERVED]
+    if not observed:
+        return []
+    counted = [ev for ev in observed if ev.data.get("counted")]
+    usd = sum(float(ev.data.get("usd") or 0) for ev in counted)
+    other = sum(float(ev.data.get("usd") or 0) for ev in observed if not ev.data.get("counted"))
+    sessions = len({ev.target for ev in counted})
+    text = (f"sessions Pulse did not start: ${usd:.2f} over {plural(sessions, 'session')}, counted against the "
+            f"host's budget" + (f"; ${other:.2f} more reported without the receiver's token, not counted" if other else ""))
+    return [Finding(text=text, severity="info", event_ids=_ids(ev.id for ev in observed[-MAX_CITATIONS:]))]
+
+
 def spend_held_issues(events: Sequence) -> list[Finding]:
     """Tasks a spend limit held back in the window (the latest word on each)."""
     held = {ev.target: ev for ev in events if ev.type == SpendEvent.HELD}
     return [Finding(text=f"{task} waited on a spend limit: {ev.data.get('why', '')}", severity="warn",
                     event_ids=_ids([ev.id])) for task, ev in sorted(held.items(), key=lambda kv: str(kv[0]))]
+
+
+def loop_notice_issues(events: Sequence) -> list[Finding]:
+    """Loops noticed and left running (an agent's on_loop = "notice", a session Pulse did not
+    start): one finding for all, naming each run's task or session once."""
+    noticed = [ev for ev in events if ev.type == LOOP_NOTICED]
+    if not noticed:
+        return []
+    who = list(dict.fromkeys(str(ev.target) for ev in noticed))
+    return [Finding(text=f"{plural(len(noticed), 'loop')} noticed and left running: " + ", ".join(who[:5])
+                    + (f" and {len(who) - 5} more" if len(who) > 5 else "") + f"; the last: {noticed[-1].data.get('detail', '')}",
+                    severity="warn", event_ids=_ids(ev.id for ev in noticed[-MAX_CITATIONS:]))]
 
 
 def repairs_highlight(survival: Sequence[Action]) -> list[Finding]:
@@ -760,7 +790,9 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     highlights = [*agent_highlights(cards), *repairs_highlight(survival), *dir_trims_highlight(survival),
                   *promotes_highlight(f.promotes)]
     highlights += spend_highlights(events)
+    highlights += session_spend_highlights(events)
     issues += spend_held_issues(events)
+    issues += loop_notice_issues(events)
     if not issues:
         highlights.append(Finding(text="nothing went wrong in the window", severity="info", event_ids=[]))
 

@@ -2,14 +2,19 @@
 
 Pure: decoded OTLP export requests (opentelemetry-proto's messages) go in; one `Tally` per run or
 session comes out per flush, never one per record. Who a record is about:
-  - a run Pulse started: the resource attribute `pulse.run.id` (pulse.agents.otel tags each run with
-    it, its task `pulse.task.id` and agent `pulse.agent`), taken only from a request that carried the
-    receiver's token or that run's own (every run Pulse starts sends its own): what is counted for
-    a run can end it (pulse.agents.runguards), so neither an anonymous local sender nor another
-    run can speak for it;
+  - a run Pulse started: every record of a request that carried that run's own token (every run
+    Pulse starts sends its own, pulse.agents.otel), whatever its tags say: a run cannot move its
+    spend off its own account by dropping or changing its tags while it sends as itself; and the
+    resource attribute `pulse.run.id` (with its task `pulse.task.id` and agent `pulse.agent`) of a
+    request that carried the receiver's token. What is counted for a run can end it
+    (pulse.agents.runguards), so neither an anonymous local sender nor another run can speak for it;
   - else a session: the record's `session.id` (Claude Code), `conversation.id` (Codex) or
     `gen_ai.conversation.id` (the GenAI conventions), as "session:<id>";
   - else the sender: "service:<service.name>".
+A session's tally says whether its records came with the receiver's token (`anonymous` when not):
+only those sent with it count against the host's [budget] (pulse.agents.spend.observe), since any
+local process, an agent run too, can send telemetry without it. Records of one session with and
+without the token are two tallies.
 
 What is counted, and from where (one source each, so nothing is counted twice):
   - tokens and cost: Claude Code's `api_request` events (input_tokens, output_tokens,
@@ -60,6 +65,7 @@ class Tally:
     errors: int = 0
     records: int = 0
     last_at: float = 0.0
+    anonymous: bool = False      # a session's records sent without the receiver's token
 
     def fact(self) -> dict:
         """The `telemetry` event's data: what is known and non-zero."""
@@ -67,6 +73,8 @@ class Tally:
                                        ("session", self.session), ("service", self.service)) if v}
         out.update(tokens=dict(self.tokens), cost_usd=round(self.cost_usd, 6), api_requests=self.api_requests,
                    tool_calls=self.tool_calls, errors=self.errors, records=self.records, last_at=self.last_at)
+        if self.anonymous:
+            out["anonymous"] = True
         return out
 
 
@@ -129,18 +137,22 @@ class Fold:
     def tally(self, resource: dict, attrs: dict, now: float) -> Tally | None:
         if self.caller != "*" and resource.get(RUN_ATTR) not in (None, self.caller):
             resource = {k: v for k, v in resource.items() if k not in (RUN_ATTR, TASK_ATTR, AGENT_ATTR)}
+        if self.caller not in (None, "*"):
+            resource = {**resource, RUN_ATTR: self.caller}     # sent as a run: that run's, tagged or not
         run = resource.get(RUN_ATTR)
         session = next((str(v) for a in SESSION_ATTRS if (v := attrs.get(a) or resource.get(a))), None)
         service = resource.get("service.name")
         target = str(run) if run else f"session:{session}" if session else f"service:{service or 'unknown'}"
-        t = self.tallies.get(target)
+        anonymous = not run and self.caller is None
+        key = target + ("\0anonymous" if anonymous else "")
+        t = self.tallies.get(key)
         if t is None:
             if len(self.tallies) >= self.max_sources:
                 self.dropped += 1
                 return None
-            t = self.tallies[target] = Tally(target, run=str(run) if run else None,
-                                             task=_str(resource.get(TASK_ATTR)), agent=_str(resource.get(AGENT_ATTR)),
-                                             session=session, service=_str(service))
+            t = self.tallies[key] = Tally(target, run=str(run) if run else None,
+                                          task=_str(resource.get(TASK_ATTR)), agent=_str(resource.get(AGENT_ATTR)),
+                                          session=session, service=_str(service), anonymous=anonymous)
         elif session and t.session is None:
             t.session = session
         t.records += 1

@@ -165,6 +165,13 @@ class Web:
         now = clock.now()
         return spend.overview(spend.load(conn, now), agents, host or SpendLimits(), now)
 
+    def sessions_overview(self, conn) -> list[dict]:
+        """What sessions Pulse did not start spent (pulse.agents.spend.sessions_overview)."""
+        from pulse.agents import spend
+        from pulse.core import clock
+        now = clock.now()
+        return spend.sessions_overview(spend.load(conn, now), now)
+
     def read(self, what: Callable[[Any], Any], store: str = "events") -> Any:
         conn = self.events() if store == "events" else self.vitals()
         try:
@@ -681,7 +688,8 @@ async def api_schedules(request: Request) -> Response:
 async def api_budget(request: Request) -> Response:
     """Each agent's spend and the host's against their limits, as `pulsectl budget --json` gives them."""
     web: Web = request.app.state.web
-    return JSONResponse({"rows": await run_in_threadpool(web.read, web.spend_overview)})
+    return JSONResponse({"rows": await run_in_threadpool(web.read, web.spend_overview),
+                         "sessions": await run_in_threadpool(web.read, web.sessions_overview)})
 
 
 # -- metrics ------------------------------------------------------------------------------------------------

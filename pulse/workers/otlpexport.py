@@ -7,6 +7,10 @@ operator's headers. A collector that is down, slow or answers 429/502/503/504 is
 a backoff (doubling from BACKOFF_S to BACKOFF_MAX_S, or its Retry-After); a batch not sent within
 give_up_s of its oldest run, or refused outright (any other status), is dropped and counted. What
 it did is in `counts` (the telemetry worker's status): sent, dropped, retries, queued, last_error.
+
+Each item may carry a mark (the event id it came from, ascending): `done` is the highest mark up to
+which every item offered has been sent or dropped, what the caller checkpoints so that a restart
+offers again only what may not have gone (an item sent twice is the same trace: its ids are derived).
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ class Exporter:
         self.endpoint = url.rstrip("/") + "/v1/traces"
         self.headers = {**headers, "Content-Type": "application/x-protobuf"}
         self.make_request, self.queue_max, self.give_up_s = make_request, queue_max, give_up_s
-        self.queue: collections.deque = collections.deque()        # (monotonic offered, item)
+        self.queue: collections.deque = collections.deque()        # (monotonic offered, item, mark)
+        self.done = 0                 # every item marked up to this was sent or dropped
+        self.overflowed = 0           # the highest mark dropped from a full queue (done once the batch in flight is)
         self.cond = threading.Condition()
         self.stopping = threading.Event()
         self.counts = collections.Counter()
@@ -46,20 +52,26 @@ class Exporter:
         self.thread.start()
         return self
 
-    def offer(self, item) -> None:
-        """Queue `item` to be sent; never waits."""
+    def offer(self, item, mark: int = 0) -> None:
+        """Queue `item` to be sent (None: nothing, only its mark); never waits. `mark`: its place
+        (ascending), for `done`."""
         with self.cond:
             if len(self.queue) >= self.queue_max:
-                self.queue.popleft()
-                self.counts["dropped"] += 1             # under the lock, as every count
+                _, lost, dropped = self.queue.popleft()
+                self.overflowed = max(self.overflowed, dropped)
+                self.counts["dropped"] += lost is not None     # under the lock, as every count
                 self.last_error = "the export queue was full: the oldest run waiting was dropped"
-            self.queue.append((time.monotonic(), item))
+            self.queue.append((time.monotonic(), item, mark))
             self.cond.notify()
 
     def status(self) -> dict:
         with self.cond:
             return {"url": self.endpoint, "sent": self.counts["sent"], "dropped": self.counts["dropped"],
                     "retries": self.counts["retries"], "queued": len(self.queue), "last_error": self.last_error}
+
+    def status_done(self) -> int:
+        with self.cond:
+            return self.done
 
     def stop(self, timeout: float = 2.0) -> None:
         self.stopping.set()
@@ -68,7 +80,7 @@ class Exporter:
         if self.thread.is_alive():
             self.thread.join(timeout)
 
-    def _take(self) -> list[tuple[float, object]]:
+    def _take(self) -> list[tuple[float, object, int]]:
         with self.cond:
             while not self.queue and not self.stopping.is_set():
                 self.cond.wait()
@@ -82,10 +94,15 @@ class Exporter:
                     self._send(batch)
                 except Exception as err:          # a bug must not end the thread: the batch is dropped, said
                     self._drop(batch, f"{type(err).__name__}: {err}")
+                with self.cond:                   # sent or dropped: done, and what overflowed before it
+                    self.done = max(self.done, self.overflowed, *(mark for _, _, mark in batch))
 
-    def _send(self, batch: list[tuple[float, object]]) -> None:
-        body = self.make_request([item for _, item in batch]).SerializeToString()
-        oldest, attempt = min(at for at, _ in batch), 0
+    def _send(self, batch: list[tuple[float, object, int]]) -> None:
+        batch = [entry for entry in batch if entry[1] is not None]    # a mark alone: nothing to send
+        if not batch:
+            return
+        body = self.make_request([item for _, item, _ in batch]).SerializeToString()
+        oldest, attempt = min(at for at, _, _ in batch), 0
         while True:
             status, wait, why = self._post(body)
             if status == 200:

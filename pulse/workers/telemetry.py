@@ -48,6 +48,11 @@ KEEP_ALIVE_S = 5
 ARENAS = 2                    # malloc arenas (the server's loop, the main loop): see pulse.workers.webserver
 EXPORT_PER_FLUSH = 20        # ended runs read and offered to the exporter per flush at most
 TRIM_AFTER_BYTES = 1 << 20    # a fold of this much hands freed memory back (malloc_trim costs < 1 ms)
+CHECKPOINTS = "checkpoints"       # the home's directory of checkpoints (pulse.store.projection.DIRECTORY)
+EXPORT_CHECKPOINT = "telemetry-export.json"   # the last run end the exporter sent or dropped
+OBSERVE_EVERY = 12                # flushes a session's spend is summed over before it is recorded
+SESSIONS_TRACKED = 256        # sessions whose last minute of requests is kept for the loop notice
+SESSION_NOTICE_EVERY_S = 3600.0   # a session still looping is said again after this long
 
 
 def request_types() -> dict[str, tuple[type, type]]:
@@ -298,13 +303,22 @@ class TelemetryWorker(Worker):
         self.next_flush = time.monotonic() + self.flush_s
         self.pending: list = []                # tallies a failed write keeps for the next flush
         self.written = 0                       # telemetry facts written since this worker started
+        self.unobserved: dict[tuple[str, bool], dict] = {}     # (session, counted) → its spend not yet recorded
+        self.flushes_unobserved = 0
+        self.session_rates: dict[str, collections.deque] = {}   # session → (at, requests, tool calls) of its last minute
+        self.noticed: dict[str, float] = {}    # session → when its loop was last said
         self.db = eventsdb.open_events(self.paths.events_db)
         self.handlers[self.wake_r] = self.take_queue
         self.server = uvicorn.Server(uvicorn.Config(
             self.receiver, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S))
         self.serving = ServerThread(self.server, self.sock, self.config.timings.heartbeat_ms / 1000, "otlp-server")
-        self.exporter, self.export_after = self.open_export(settings), eventsdb.last_event_id(self.db)
+        self.exporter = self.open_export(settings)
+        self.own_values: dict = {}             # this worker's counters, as the metrics' export reads them
+        self.metrics = self.open_metrics(settings)
+        self.export_file = self.paths.home / CHECKPOINTS / EXPORT_CHECKPOINT
+        self.export_after = self.exported_until() if self.exporter is not None else 0
+        self.export_saved = self.export_after
         self.publish_address()
         self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
 
@@ -349,6 +363,7 @@ class TelemetryWorker(Worker):
         if now >= self.next_flush:
             self.flush()
             self.export_runs()
+            self.own_values = self.own_counts()
             self.next_flush = time.monotonic() + self.flush_s
 
     def open_export(self, settings: configmod.Telemetry):
@@ -357,17 +372,59 @@ class TelemetryWorker(Worker):
             return None
         from pulse.agents import runspans
         from pulse.workers.otlpexport import Exporter
-        resource = {"service.name": "pulse", "service.instance.id": f"{socket.gethostname()}:{self.paths.home.name}",
-                    "host.name": socket.gethostname()}
+        resource = self.export_resource()
         return Exporter(settings.export, settings.export_headers,
                         lambda batch: runspans.export_request(batch, resource),
                         settings.export_queue, settings.export_give_up_s).start()
 
+    def open_metrics(self, settings: configmod.Telemetry):
+        """Pulse's own metrics to the operator's collector, through the OpenTelemetry SDK, or None."""
+        if settings.export is None or not settings.export_metrics_s:
+            return None
+        from pulse.store.projection import DIRECTORY
+        from pulse.workers.otlpmetrics import MetricsExport, Snapshot
+        snapshot = Snapshot(self.paths.events_db, self.paths.home / DIRECTORY, lambda: self.own_values)
+        return MetricsExport(settings.export, settings.export_headers, settings.export_metrics_s, snapshot,
+                             self.export_resource())
+
+    def export_resource(self) -> dict:
+        return {"service.name": "pulse", "service.instance.id": f"{socket.gethostname()}:{self.paths.home.name}",
+                "host.name": socket.gethostname()}
+
+    def exported_until(self) -> int:
+        """Where the export goes on from: the checkpoint (the last run end sent or dropped, so that
+        runs that ended while this worker was down, or were offered and not yet sent when it died,
+        are sent now), else, the first time, the newest event (the history before is not sent)."""
+        try:
+            return int(json.loads(self.export_file.read_text())["after_id"])
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            self.log.warning("the export's checkpoint %s is unreadable (%s): runs from now on are sent",
+                             self.export_file, err)
+        after = eventsdb.last_event_id(self.db)
+        self.save_export_checkpoint(after)
+        return after
+
+    def save_export_checkpoint(self, after: int) -> None:
+        """Written whole (a temporary file renamed over it)."""
+        try:
+            self.export_file.parent.mkdir(mode=0o700, exist_ok=True)
+            tmp = self.export_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"after_id": after, "url": self.config.telemetry.export}))
+            os.replace(tmp, self.export_file)
+            self.export_saved = after
+        except OSError as err:          # a full disk: kept in memory, tried again at the next flush
+            self.log.warning("the export's checkpoint was not written: %s", err)
+
     def export_runs(self) -> None:
-        """Runs that ended since the last look, offered to the exporter (which never makes this wait)."""
+        """Runs that ended since the last look, offered to the exporter (which never makes this wait);
+        the checkpoint moved on to what it has sent or dropped."""
         from pulse.agents import runspans
         if self.exporter is None:
             return
+        if (done := self.exporter.status_done()) > self.export_saved:
+            self.save_export_checkpoint(done)
         try:
             # a few a flush: each reads its run's facts, and this loop must keep heartbeating
             ends = eventsdb.read_events(self.db, after_id=self.export_after, types=runspans.RUN_ENDS,
@@ -381,14 +438,16 @@ class TelemetryWorker(Worker):
                 run = runspans.read_run(self.db, ev)
             except Exception as err:    # one run's facts unreadable: that run is not sent, the others are
                 self.log.warning("run of event %d not exported: %s: %s", ev.id, type(err).__name__, err)
-                continue
-            if run is not None:
-                self.exporter.offer(runspans.spans(run))
+                run = None
+            # every end is offered, a run or not, so the checkpoint passes it once it is done
+            self.exporter.offer(runspans.spans(run) if run is not None else None, ev.id)
 
     def flush(self) -> None:
-        """One fact per run or session heard from since the last flush (and what a failed write kept)."""
+        """One fact per run or session heard from since the last flush (and what a failed write kept);
+        then what sessions Pulse did not start spent, and their loops."""
         tallies = self.pending + self.fold.take()
         if not tallies:
+            self.observe_sessions([])   # a session's spend is recorded even once it falls silent
             return
         events = [wire.now_event(wire.TELEMETRY, self.name, t.target, t.fact()) for t in tallies]
         try:
@@ -399,11 +458,84 @@ class TelemetryWorker(Worker):
             return
         self.pending = []
         self.written += len(events)
+        self.observe_sessions(tallies)
+        self.notice_loops(tallies)
+
+    def observe_sessions(self, tallies: list, now: bool = False) -> None:
+        """What sessions Pulse did not start reported spending, into the spend ledger: against the
+        host's [budget] when sent with the receiver's token, else only shown (pulse.agents.spend).
+        Summed per session over OBSERVE_EVERY flushes (a minute with the default flush_s), so a
+        session spending all month adds one event a minute, not one a flush; `now`: written at once."""
+        from pulse.agents import spend
+        for t in tallies:
+            if t.run is None and t.cost_usd > 0:
+                key = (t.target, not t.anonymous)
+                seen = self.unobserved.setdefault(key, {"usd": 0.0, "counted": not t.anonymous, "session": t.session,
+                                                        "service": t.service})
+                seen["usd"] = round(seen["usd"] + t.cost_usd, 6)
+        self.flushes_unobserved += 1
+        if not self.unobserved or not (now or self.flushes_unobserved >= OBSERVE_EVERY
+                                       or len(self.unobserved) >= SESSIONS_TRACKED):
+            return
+        observed = [(target, data) for (target, _), data in self.unobserved.items()]
+        self.unobserved, self.flushes_unobserved = {}, 0
+        try:
+            spend.observe(self.db, observed, self.config.budget, self.name)
+        except Exception as err:        # a busy store: this spend of sessions is lost, said
+            self.log.warning("the spend of %d session(s) Pulse did not start was not recorded: %s", len(observed), err)
+
+    def notice_loops(self, tallies: list) -> None:
+        """A session Pulse did not start (sent with the receiver's token) past [telemetry]
+        session_loop_per_min: said (pulse.agents.loopnotice), at most once an hour each, never ended."""
+        from pulse.agents import loopnotice, runguards
+        per_min = self.config.telemetry.session_loop_per_min
+        if per_min is None:
+            return
+        now = time.time()
+        for t in tallies:
+            if t.run is not None or t.anonymous:
+                continue
+            seen = self.session_rates.pop(t.target, None) or collections.deque()
+            self.session_rates[t.target] = seen                 # the newest last: the oldest go first
+            seen.append((now, t.api_requests, t.tool_calls))
+            while seen and seen[0][0] < now - runguards.WINDOW_S:
+                seen.popleft()
+            requests, calls = sum(r for _, r, _ in seen), sum(c for _, _, c in seen)
+            if max(requests, calls) <= per_min or now - self.noticed.get(t.target, -SESSION_NOTICE_EVERY_S) \
+                    < SESSION_NOTICE_EVERY_S:
+                continue
+            who = t.target.removeprefix("session:")
+            data = {"session": who, "service": t.service, "guard": "loop", "api_requests": requests,
+                    "tool_calls": calls, "per_min": per_min, "at": now,
+                    "detail": runguards.loop_words(requests, calls, per_min, f"session {who}")
+                              + " (session_loop_per_min; a session Pulse did not start is never ended by it)"}
+            try:
+                loopnotice.write(self.db, t.target, data, self.name,
+                                 f"{t.service or 'a session'} {who} looks in a loop (not Pulse's: left running)")
+                self.noticed[t.target] = now
+            except Exception as err:
+                self.log.warning("the loop of session %s was not said: %s", who, err)
+        while len(self.session_rates) > SESSIONS_TRACKED:
+            self.session_rates.pop(next(iter(self.session_rates)))
+        while len(self.noticed) > SESSIONS_TRACKED:
+            self.noticed.pop(next(iter(self.noticed)))
+
+    def own_counts(self) -> dict:
+        """This worker's counters for the metrics' export (read on the main loop, handed over whole)."""
+        export = self.exporter.status() if self.exporter is not None else {}
+        try:                            # the server's thread counts into it, without a lock
+            requests = {k: v for k, v in list(self.receiver.counts.items()) if k != "with_token"}
+        except RuntimeError:            # it grew a key while read: the last values stand
+            requests = self.own_values.get("requests", {})
+        return {"requests": requests, "facts": self.written,
+                "export_runs": {"sent": export.get("sent", 0), "dropped": export.get("dropped", 0)}}
 
     def status_extras(self) -> dict:
+        export = {**self.exporter.status(), **({"metrics": self.metrics.status()} if self.metrics else {})} \
+            if self.exporter is not None else None
         return {"url": self.url(), "token_required": self.remote, "facts": self.written,
                 "dropped_records": self.fold.dropped, "requests": dict(self.receiver.counts),
-                **({"export": self.exporter.status()} if self.exporter is not None else {})}
+                **({"export": export} if export is not None else {})}
 
     def healthy(self) -> bool:
         return self.serving.healthy()
@@ -412,10 +544,13 @@ class TelemetryWorker(Worker):
         self.serving.stop()
         if self.exporter is not None:
             self.exporter.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         try:
             self.paths.telemetry_file.unlink()
         except FileNotFoundError:
             pass
         self.take_queue()
         self.flush()                    # what was heard before the stop is not lost
+        self.observe_sessions([], now=True)
         self.db.close()

@@ -2,7 +2,7 @@
 use, and the gate their tools go through."""
 
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -107,8 +107,11 @@ class Agent(Table):
     """The cost a run is expected to have, reserved before it starts, in USD; with [telemetry] on, a run reaching it is
     ended, over-budget; unset: the median of its last 10 runs' costs. Example: `2.5`"""
     loop_per_min: Annotated[int, Meta(ge=1)] | None = None
-    """With [telemetry] on: a run reporting more API requests, or tool calls, than this in a minute is in a loop and is
-    ended, reason loop; unset: no loop guard. Example: `120`"""
+    """With [telemetry] on: a run reporting more API requests, or tool calls, than this in a minute is in a loop
+    (on_loop says what follows); unset: no loop guard. Example: `120`"""
+    on_loop: Literal["end", "notice"] = "end"
+    """What a run past loop_per_min gets: "end" ends it, reason loop; "notice" only says it (a loop-noticed fact on
+    the task, and [[notify]], once per run) and lets it go on."""
     # pulsed needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN
     user: str | None = None
     """The account the agent CLI runs as: it reaches Pulse's gate socket and nothing else of Pulse; unset: pulsed's own.
@@ -126,6 +129,14 @@ class Tasks(Table):
     """A failed run's task waits this long before its next run, doubling per failure in a row, in s ..."""
     retry_max_s: Annotated[float, Meta(ge=0)] = 300
     """... up to this, in s."""
+    # The reasons of Pulse's own ends count alone; any other listed (the agent's own failure, "agent")
+    # only with the same exit code.
+    same_end_max: Annotated[int, Meta(ge=0)] = 2
+    """A task whose last this many runs in a row all ended the same way, for one of same_end_reasons, is given up,
+    saying so; 0: never."""
+    same_end_reasons: list[str] = msgspec.field(
+        default_factory=lambda: ["over-budget", "loop", "stalled", "timeout", "memory", "pids", "disk"])
+    """The ends that count for same_end_max."""
     # The operator's tasks have depth 0.
     agent_max_depth: Annotated[int, Meta(ge=0)] = 3
     """A task an agent's create_task made in a run of a task of depth d has depth d + 1, at most this; 0: agents create
@@ -215,6 +226,8 @@ def validate_agents(config: "Config", origin: str) -> None:
                 raise ConfigError(f"{where}.{field_name}: {err}") from None
         if agent.argv is not None and not agent.argv:
             raise ConfigError(f"{where}.argv: an argv list needs at least the program")
+        if agent.on_loop == "notice" and agent.loop_per_min is None:
+            raise ConfigError(f'{where}.on_loop = "notice" needs loop_per_min (the rate that is a loop)')
         if agent.stall_s is not None and not agent.stall_s < agent.timeout_s:
             raise ConfigError(f"{where}.stall_s must be greater than 0 and below its timeout_s ({agent.timeout_s})")
         for problem in (adapter_problem(agent), agent_routing_problem(agent)):

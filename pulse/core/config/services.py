@@ -80,6 +80,14 @@ class Telemetry(Table):
     """Runs waiting to be sent; full: the oldest dropped, counted."""
     export_give_up_s: Annotated[float, Meta(gt=0)] = 60
     """A run not sent this long (collector down) is dropped, counted, in s."""
+    export_metrics_s: Annotated[float, Meta(ge=0)] = 60
+    """Pulse's own metrics (a core set of /metrics) go through the OpenTelemetry SDK's OTLP exporter to
+    <export>/v1/metrics this often, in s; a collection not taken is dropped, counted; 0: not sent."""
+    # never ended: a session Pulse did not start is the operator's
+    session_loop_per_min: Annotated[int, Meta(ge=1)] | None = None
+    """Sessions Pulse did not start (an operator's own CLI pointed here, with the token): more API requests, or
+    tool calls, than this in a minute is said (a loop-noticed fact and [[notify]], at most hourly per session);
+    unset: not looked for. Example: `120`"""
 
 
 def validate_telemetry(telemetry: Telemetry, origin: str) -> None:

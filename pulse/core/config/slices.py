@@ -147,6 +147,7 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, frozen=True):
     timings: WebTimings           # what every worker reads (the same cut as the web's)
     log: LogSettings
     telemetry: Telemetry
+    budget: SpendLimits           # the host's: what sessions Pulse did not start spend counts against it
 
 
 # Each worker's slice, the Struct above its child spec names, in start order.

@@ -722,12 +722,15 @@ async function taskPage() {
                  ["agent", r.agent || "-"], ["priority", String(r.priority)], ["created", when(r.created)],
                  ["updated", when(r.updated)], ["attempts", String(r.attempts)], ["cost", money(r.cost_usd)],
                  ["tokens", tokens(r.tokens)], ...(r.error ? [["last error", el("span", {class: "bad"}, r.error)]] : []),
+                 ...(r.given_up ? [["given up", el("span", {class: "bad", "data-field": "given-up"}, r.given_up.why || "-")]] : []),
                  ...(r.waiting ? [["waiting", el("span", {class: "waits", "data-field": "waiting"},
                                                  `${r.waiting.reason}: ${r.waiting.why}`)]] : [])];
   const runs = r.runs.map(a => el("tr", {"data-attempt": a.attempt},
     el("td", {}, String(a.attempt)), el("td", {}, a.agent || "-"), el("td", {}, when(a.started || a.assigned)),
     el("td", {}, when(a.ended)), el("td", {class: a.outcome}, a.outcome),
-    el("td", {class: "wrap"}, a.reason ? el("span", {}, el("strong", {}, a.reason), a.error ? ": " + a.error : "") : "-"),
+    el("td", {class: "wrap"}, a.reason ? el("span", {}, el("strong", {}, a.reason), a.error ? ": " + a.error : "") : "-",
+       (a.notices || []).map(n => el("div", {class: "waits", "data-notice": n.guard},
+                                     `noticed, left running: ${n.guard}: ${n.detail}`))),
     el("td", {}, money(a.cost_usd)), el("td", {}, tokens(a.tokens)),
     el("td", {}, a.run_ms === null || a.run_ms === undefined ? "-" : figure(a.run_ms / 1000, "s"))));
   const calls = r.gate_calls.map(g => el("tr", {class: g.ok === false ? "bad-row" : null},
@@ -783,7 +786,15 @@ async function budgetPage() {
          el("td", {"data-label": "no cost reported"}, String(b.runs_without_cost)),
          el("td", {"data-label": "waiting", class: "wrap wide"}, b.waiting_tasks.length
             ? b.waiting_tasks.flatMap((t, i) => i ? [", ", target(t)] : [target(t)]) : "-"))), "cards"),
-    el("p", {class: "muted small"}, "Limits: [[agent]] budget and [budget] in config.toml; pulsectl budget reset AGENT forgives.")));
+    el("p", {class: "muted small"}, "Limits: [[agent]] budget and [budget] in config.toml; pulsectl budget reset AGENT forgives.")),
+    (r.sessions || []).length ? section("Sessions Pulse did not start", table(
+      ["session", "today", "this month", "counted"], r.sessions.map(s =>
+        el("tr", {"data-session": s.session || "*"},
+           el("th", {scope: "row"}, s.counted ? `${s.service || "session"} ${s.session}` : "without the receiver's token"),
+           el("td", {"data-label": "today"}, money(s.today_usd)), el("td", {"data-label": "this month"}, money(s.month_usd)),
+           el("td", {"data-label": "counted", class: "wrap"}, s.counted ? "against the host's [budget]"
+              : "no: anyone local can send that; send the token of telemetry.token"))), "cards"),
+      el("p", {class: "muted small"}, "Their own telemetry, sent to Pulse's receiver; Pulse never ends them.")) : "");
 }
 
 // -- start --------------------------------------------------------------------------------------------------
