@@ -68,7 +68,7 @@ def with_archived(conn, past: list, since_ts: float | None, lines: int, types: t
     """`past` with the archived events before it where the range reaches into the archive (the
     oldest events moved out of events.db: pulse.store.archive). A segment that fails its checksum
     is refused: said, and exit 1."""
-    from pulse.store import archive, eventsdb
+    from pulse.store import eventsdb
     first_live = eventsdb.first_live_id(conn)
     if first_live == 1:
         return past                       # nothing moved
@@ -76,6 +76,7 @@ def with_archived(conn, past: list, since_ts: float | None, lines: int, types: t
         return past                       # the range starts in the live history
     if since_ts is None and len(past) >= lines:
         return past
+    from pulse.store import archive  # zstandard and hashlib, ~4 ms: only for a range that reaches the archive
     try:
         if since_ts is not None:
             return archive.events_since(conn, since_ts, types) + past
