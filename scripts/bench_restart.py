@@ -84,9 +84,14 @@ CLI_COMMANDS = {
     "task add": ["task", "add", "--project", "bench", "--title", "a bench task", "--prompt", "nothing to do"],
     "task list": ["task", "list"],
     "events": ["events", "-n", "20"],
+    "effects": ["effects"],
+    "config --effective": ["config", "--effective"],
+    "budget": ["budget"],
     "process list": ["process", "list"],
     "reload": ["reload"],
+    "--version": ["--version"],
     "--help": ["--help"],
+    "task add --help": ["task", "add", "--help"],
 }
 
 # Reference figures for the peers, quoted from the issue (same kind of machine).

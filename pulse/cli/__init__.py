@@ -4,8 +4,9 @@ The click application is in `group`, each command in its own module, and heavy
 imports stay inside the commands that need them. `pulsectl status` is what
 health checks and operators run in loops, so a plain status invocation
 (`[--home DIR] [--timeout S] status [--json]`) is served without importing
-click at all, which alone costs more than the request; anything else,
-`--help` included, goes through click.
+click at all, which alone costs more than the request, and so are the other
+commands run in loops (pulse.cli.fastpath); anything else, `--help` included,
+goes through click.
 """
 
 from __future__ import annotations
@@ -88,26 +89,33 @@ def import_msgspec() -> None:
 
 
 def main() -> None:
-    import_msgspec()   # nearly every command needs it (the wire, the config)
-    plain = plain_status(sys.argv[1:])
-    if plain is None:
-        from pulse.cli.group import cli
-        cli()
-        return
-    from pulse.cli import statusview
-    from pulse.core.home import Paths, resolve_home
-    home, timeout, as_json = plain
-    try:
-        code = statusview.show(Paths.for_client(resolve_home(home)), timeout, as_json)
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else 1
-    except BrokenPipeError:   # `pulsectl status | head -1`: the reader has what it wanted
-        code = 1
+    argv = sys.argv[1:]
+    plain = plain_status(argv)
+    if plain is not None:
+        import_msgspec()   # before the wire
+        from pulse.cli import statusview
+        from pulse.core.home import Paths, resolve_home
+        home, timeout, as_json = plain
+        try:
+            code = statusview.show(Paths.for_client(resolve_home(home)), timeout, as_json)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+        except BrokenPipeError:   # `pulsectl status | head -1`: the reader has what it wanted
+            code = 1
+    else:
+        from pulse.cli import fastpath
+        run = fastpath.resolve(argv)
+        if run is None:
+            from pulse.cli.group import cli
+            cli()
+            return
+        code = fastpath.serve(run)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except OSError:   # a closed pipe: nobody is reading
             pass
     # Skip the interpreter's teardown, which frees every module one by one and costs more than
-    # the request: the output is flushed and the socket closed, so nothing is left to finish.
+    # the request: the output is flushed and the sockets and databases closed or committed, so
+    # nothing is left to finish.
     os._exit(code)

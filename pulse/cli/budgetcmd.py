@@ -12,52 +12,17 @@ no events.db; 2 usage.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
+from pulse.cli import budgetview
 from pulse.cli.group import Context, pass_ctx
 
 
 def _fail(message: str, code: int = 1):
     click.echo(f"pulsectl: {message}", err=True)
     sys.exit(code)
-
-
-def _limit(used: float, of: float | None, usd: bool) -> str:
-    shown = f"${used:.2f}" if usd else f"{used:g}"
-    if of is None:
-        return f"{shown} (no limit)"
-    return f"{shown} of {f'${of:.2f}' if usd else f'{of:g}'} ({used / of * 100:.0f} %)"
-
-
-def overview_rows(ctx: Context) -> tuple[list[dict], list[dict]]:
-    """(per agent then the host, the sessions Pulse did not start)."""
-    from pulse.agents import spend
-    from pulse.core import clock
-    from pulse.store import connection
-    config = ctx.config()
-    try:
-        conn = connection.open_readonly(ctx.paths.events_db)
-    except connection.StoreError as err:
-        _fail(str(err))
-    now = clock.now()
-    ledger = spend.load(conn, now)
-    return spend.overview(ledger, config.agent, config.budget, now), spend.sessions_overview(ledger, now)
-
-
-def session_lines(sessions: list[dict]) -> list[str]:
-    """The sessions Pulse did not start, under the table: what each spent, and whether it counts."""
-    if not sessions:
-        return []
-    out = ["sessions Pulse did not start (their own telemetry; never ended by Pulse):"]
-    for s in sessions:
-        who = f"{s['service'] or 'session'} {s['session']}" if s["counted"] else "without the receiver's token"
-        counts = ("counted against the host's [budget]" if s["counted"] else
-                  "not counted: any local process can send that; send the token of telemetry.token to count")
-        out.append(f"  {who}: ${s['today_usd']:.2f} today, ${s['month_usd']:.2f} this month ({counts})")
-    return out
 
 
 @click.group(invoke_without_command=True)
@@ -68,22 +33,7 @@ def budget(click_ctx: click.Context, as_json: bool) -> None:
     """Spend against limits per agent, today and this month; `budget reset AGENT`."""
     if click_ctx.invoked_subcommand is not None:
         return
-    rows, sessions = overview_rows(click_ctx.find_object(Context))
-    if as_json:
-        click.echo(json.dumps({"agents": rows, "sessions": sessions}))
-        return
-    click.echo(f"{'AGENT':<14} {'TODAY (UTC)':<24} {'THIS MONTH':<26} {'RUNS LAST HOUR':<18} WAITING")
-    for r in rows:
-        name = "host (all)" if r["agent"] == "*" else r["agent"]
-        click.echo(f"{name:<14} {_limit(r['today_usd'], r['usd_per_day'], True):<24} "
-                   f"{_limit(r['month_usd'], r['usd_per_month'], True):<26} "
-                   f"{_limit(r['runs_last_hour'], r['runs_per_hour'], False):<18} "
-                   f"{', '.join(r['waiting_tasks']) or '-'}")
-        if r["runs_without_cost"]:
-            click.echo(f"  {r['runs_without_cost']} run(s) of {name} this month reported no cost: they count "
-                       "against runs_per_hour only")
-    for line in session_lines(sessions):
-        click.echo(line)
+    budgetview.show(click_ctx.find_object(Context), as_json)
 
 
 @budget.command()

@@ -4,6 +4,7 @@ import sys
 
 import click
 
+from pulse.cli import configview
 from pulse.cli.group import Context, pass_ctx
 
 
@@ -109,35 +110,7 @@ def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
         # Printing the help and exiting 0 looked like success to a script: say what to run instead.
         raise click.UsageError("say what to print: --effective (the configuration in force, defaults "
                                "included); `pulsectl check-config` validates config.toml", click_ctx)
-    import msgspec
-
-    from pulse.core import client, wire
-    from pulse.core.config import Config, ConfigError, load, to_toml, without_secrets
-    on_disk = without_secrets(ctx.config())
-    try:
-        reply = client.request(ctx.paths, wire.GetConfig(), ctx.timeout)
-    except client.Unreachable:
-        click.echo(f"# pulsed is not running: {ctx.paths.config} with every default and PULSE_* override")
-        click.echo(to_toml(on_disk), nl=False)
-        return
-    running = msgspec.convert(reply.config, Config)
-    click.echo("# what the running pulsed uses")
-    try:
-        file_only = without_secrets(load(ctx.paths.config, {}))   # the file and defaults, no PULSE_* override
-    except ConfigError as err:
-        click.echo(f"# {ctx.paths.config} is not valid now ({err}); pulsed keeps this until it is")
-        file_only = running
-    for key in differing(msgspec.to_builtins(running), msgspec.to_builtins(file_only)):
-        click.echo(f"# {key}: not what {ctx.paths.config} says (a PULSE_* override, or an edit not yet reloaded)")
-    click.echo(to_toml(running), nl=False)
-
-
-def differing(running: object, on_disk: object, path: str = "") -> list[str]:
-    """The dotted keys whose values differ between two plain configs (arrays of tables whole)."""
-    if isinstance(running, dict) and isinstance(on_disk, dict):
-        return [key for name in sorted(set(running) | set(on_disk))
-                for key in differing(running.get(name), on_disk.get(name), f"{path}.{name}" if path else name)]
-    return [] if running == on_disk else [path]
+    configview.effective(ctx)
 
 
 COMMANDS = [check_config, config]

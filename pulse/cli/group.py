@@ -7,31 +7,8 @@ import sys
 import click
 
 from pulse import __version__
-from pulse.cli import DEFAULT_TIMEOUT_S, request_or_exit
-from pulse.core.home import Paths, resolve_home
-
-
-class Context:
-    def __init__(self, home: str | None, timeout: float):
-        self.home = resolve_home(home)
-        self.timeout = timeout
-
-    @property
-    def paths(self) -> Paths:
-        return Paths.for_client(self.home)
-
-    def config(self):
-        """config.toml with PULSE_* overrides; exit 78 (like pulsed) naming what is wrong."""
-        from pulse.core import config as configmod
-        try:
-            return configmod.load(self.paths.config)
-        except configmod.ConfigError as err:
-            click.echo(f"pulsectl: {err}", err=True)
-            sys.exit(78)
-
-    def request(self, message):
-        return request_or_exit(self.paths, message, self.timeout)
-
+from pulse.cli import DEFAULT_TIMEOUT_S
+from pulse.cli.context import Context, unusable_store
 
 pass_ctx = click.make_pass_decorator(Context)
 
@@ -126,24 +103,20 @@ class LazyGroup(click.Group):
         """A store that cannot be used is one line naming the file and what to do, never a traceback."""
         try:
             return super().invoke(ctx)
-        except PermissionError as err:
-            # An account Pulse keeps out (an agent run's own `user`): one line naming what it cannot
-            # reach, never a traceback. 77: EX_NOPERM.
-            click.echo(f"pulsectl: permission denied: {err.filename or err} (out of this account's reach: "
-                       "an agent run under its own user reaches only Pulse's gate, through `pulsectl mcp`)", err=True)
-            sys.exit(77)
         except Exception as err:
-            from pulse.store.connection import StoreError  # only now: most commands never touch a store
-            if not isinstance(err, StoreError):
+            code = unusable_store(err)
+            if code is None:
                 raise
-            click.echo(f"pulsectl: {err}", err=True)
-            sys.exit(78)
+            sys.exit(code)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = COMMAND_MODULES.get(name)
         if module is None:
             return None
         import importlib
+
+        from pulse.cli import import_msgspec
+        import_msgspec()   # before any command's module: nearly all need msgspec (--help needs none)
         commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS
         return next(c for c in commands if c.name == name)
 

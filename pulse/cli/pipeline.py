@@ -11,6 +11,7 @@ import time
 
 import click
 
+from pulse.cli import eventsview
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 from pulse.core.states import EFFECT_OPEN, EffectState
@@ -24,29 +25,9 @@ def parse_since(text: str) -> float:
         raise click.BadParameter(str(err)) from None
 
 
-def _connect(ctx: Context, name: str):
-    from pulse.store import connection
-    try:
-        return connection.open_readonly(ctx.home / name)
-    except connection.StoreError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(1)
-
-
-readable_times = clock.readable_times     # times as ISO 8601 in all pulsectl prints
-
-
-def _json_line(value: object) -> str:
-    import msgspec
-    return json.dumps(readable_times(msgspec.to_builtins(value)), separators=(",", ":"), default=str,
-                      ensure_ascii=False)
-
-
-def _event_line(ev, as_json: bool) -> str:
-    if as_json:
-        return _json_line(ev)
-    data = json.dumps(readable_times(ev.data), separators=(",", ":"), default=str)
-    return f"{ev.id:>7} {clock.iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
+_connect = eventsview.connect
+readable_times = eventsview.readable_times     # times as ISO 8601 in all pulsectl prints
+_json_line = eventsview.json_line
 
 
 @click.command()
@@ -59,52 +40,11 @@ def _event_line(ev, as_json: bool) -> str:
 def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool) -> None:
     """Print events from events.db: the last -n (of --type, over the whole history), or all --since."""
     from pulse.core.wire import EVENT_TYPES
-    from pulse.store import eventsdb
     unknown = sorted(set(types) - EVENT_TYPES)
     if unknown:
         raise click.BadParameter(f"no event type {', '.join(map(repr, unknown))}; the types are: "
                                  f"{', '.join(sorted(EVENT_TYPES))}", param_hint="--type")
-    conn = _connect(ctx, "events.db")
-    since_ts = parse_since(since) if since else None
-    last = eventsdb.last_event_id(conn)
-    past = (eventsdb.read_events(conn, types=types, since_ts=since_ts) if since_ts is not None
-            else eventsdb.last_events(conn, lines, types))
-    past = _with_archived(conn, past, since_ts, lines, types)
-    for ev in past:
-        click.echo(_event_line(ev, as_json))
-    try:
-        while follow:
-            batch = eventsdb.read_events(conn, after_id=last, limit=1000)
-            if batch:
-                last = batch[-1].id
-                for ev in batch:
-                    if not types or ev.type in types:
-                        click.echo(_event_line(ev, as_json))
-            else:
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-
-
-def _with_archived(conn, past: list, since_ts: float | None, lines: int, types: tuple[str, ...]) -> list:
-    """`past` with the archived events before it where the range reaches into the archive (the
-    oldest events moved out of events.db: pulse.store.archive). A segment that fails its checksum
-    is refused: said, and exit 1."""
-    from pulse.store import archive, eventsdb
-    first_live = eventsdb.first_live_id(conn)
-    if first_live == 1:
-        return past                       # nothing moved
-    if since_ts is not None and since_ts >= (eventsdb.event_ts(conn, first_live) or 0):
-        return past                       # the range starts in the live history
-    if since_ts is None and len(past) >= lines:
-        return past
-    try:
-        if since_ts is not None:
-            return archive.events_since(conn, since_ts, types) + past
-        return archive.last_events(conn, lines - len(past), types, before_id=first_live) + past
-    except archive.SegmentError as err:
-        click.echo(f"pulsectl: {err}; run `pulsectl store check`", err=True)
-        sys.exit(1)
+    eventsview.print_events(ctx, types, since, lines, follow, as_json, parse_since)
 
 
 @click.command()
@@ -136,19 +76,7 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
 @pass_ctx
 def effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
     """Effects and their state."""
-    import msgspec
-
-    from pulse.store import effectqueue
-    conn = _connect(ctx, "events.db")
-    rows = effectqueue.list_effects(conn, EFFECT_OPEN if pending else (), lines)
-    if not as_json:
-        click.echo(f"{'ID':<32}  {'STATE':<9} {'KIND':<16} {'TARGET':<20} {'ORIGIN':<9} {'CREATED':<24} WHY")
-    for effect, state, why in rows:
-        if as_json:
-            click.echo(_json_line({**msgspec.to_builtins(effect), "state": state, "why": why}))
-        else:
-            click.echo(f"{effect.id:<32}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} "
-                       f"{effect.origin:<9} {clock.iso(effect.created):<24} {why or ''}".rstrip())
+    eventsview.print_effects(ctx, pending, lines, as_json)
 
 
 def _param(text: str) -> tuple[str, object]:

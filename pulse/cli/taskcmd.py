@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from pulse.cli import taskverbs
 from pulse.cli.group import Context, pass_ctx
 from pulse.core.states import TaskStatus
 
@@ -45,36 +46,7 @@ def _fail(message: str, code: int = 1):
     sys.exit(code)
 
 
-def _writable(ctx: Context):
-    from pulse.store import eventsdb
-    if not ctx.home.is_dir():
-        _fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
-    return eventsdb.open_events(ctx.paths.events_db)
-
-
-def _readonly(ctx: Context):
-    from pulse.store import connection
-    try:
-        return connection.open_readonly(ctx.paths.events_db)
-    except connection.StoreError as err:
-        _fail(str(err))
-
-
-def _ring_tick(ctx: Context, reason: str) -> None:
-    """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
-    from pulse.core import client, wire
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", reason))
-
-
-def _line(t) -> str:
-    return f"{t.id:<10} {t.status:<9} {t.priority:>4}  {t.project:<16} {t.agent or '-':<12} {t.title}"
-
-
-HEADER = f"{'ID':<10} {'STATUS':<9} {'PRIO':>4}  {'PROJECT':<16} {'AGENT':<12} TITLE"
-
-
-def _number(task_id: str) -> int:
-    return int(task_id.rpartition("-")[2])
+_writable, _readonly = taskverbs.writable, taskverbs.readonly
 
 
 @click.group()
@@ -97,32 +69,11 @@ def task() -> None:
 def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin: str | None,
         tags: tuple[str, ...], fleet: bool) -> None:
     """Add a pending task; prints its id (with --fleet, its fleet id)."""
-    from pulse.agents import routing, tasks
-    from pulse.core.config import ROUTE_NAME
     if fleet:   # the agent may be on another host: --agent names any host's [[agent]]
         from pulse.cli.fleetcmd import offer_task
         click.echo(offer_task(ctx, pin, project, title, prompt, priority, tags))
         return
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if not prompt.strip():
-        _fail("--prompt is empty", 2)
-    agents = ctx.config().agent
-    if pin is not None and pin not in {a.name for a in agents}:
-        _fail(f"--agent {pin}: not an [[agent]] in {ctx.paths.config} "
-              f"(configured: {', '.join(a.name for a in agents) or 'none'})", 2)
-    for tag in tags:
-        if not ROUTE_NAME.fullmatch(tag):
-            _fail(f"--tag {tag!r}: letters, digits and _ . : / -, not starting with a symbol", 2)
-    state = tasks.create(_writable(ctx), project, title, prompt, priority, source="pulsectl", pin=pin, tags=tags)
-    _ring_tick(ctx, f"{state.id} created")
-    click.echo(state.id)
-    if not agents:
-        click.echo(f"pulsectl: no [[agent]] is configured in {ctx.paths.config}: {state.id} waits, pending, "
-                   "until one is (then pulsectl reload)", err=True)
-    elif (why := routing.unassignable(agents, state)) is not None:
-        click.echo(f"pulsectl: {state.id} waits, pending: {why} (see [[agent]] projects and tags in "
-                   f"{ctx.paths.config})", err=True)
+    taskverbs.add(ctx, project, title, prompt, priority, pin, tags)
 
 
 @task.command(name="list")
@@ -133,20 +84,7 @@ def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin:
 @pass_ctx
 def list_(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
     """Every task, oldest first."""
-    import msgspec
-
-    from pulse.agents import tasks
-    from pulse.store import projection
-    states = sorted(tasks.load_all(_readonly(ctx), ctx.paths.home / projection.DIRECTORY).values(),
-                    key=lambda t: _number(t.id))
-    chosen = [t for t in states if not statuses or t.status in statuses]
-    if as_json:
-        for t in chosen:
-            click.echo(msgspec.json.encode(t).decode())
-        return
-    click.echo(HEADER)
-    for t in chosen:
-        click.echo(_line(t))
+    taskverbs.list_all(ctx, statuses, as_json)
 
 
 @task.command()

@@ -382,7 +382,6 @@ class TickWorker(Worker):
                                                self.events, checkpoints, progress=lambda: self.progress())
                              if tasks.SENSE_KEY in self.config.tick.sense else None)
         self.task_book = self.tasks_folded.projection.new() if self.tasks_folded is not None else None
-        self.loop = asyncio.new_event_loop()
         self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
         self.urgent = False       # woken by a critical process's death: the next tick is in a hurry
@@ -391,6 +390,11 @@ class TickWorker(Worker):
         self.last_tick = 0.0
         self.inner_note: str | None = None
         self.inner_failed = False
+
+    def on_ready(self) -> None:
+        # the rule chain's loop (its selector and self-pipe, ~0.5 ms of a restart) is first needed
+        # by the first tick, which comes after Ready
+        self.loop = asyncio.new_event_loop()
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -710,7 +714,8 @@ class TickWorker(Worker):
         for folded in (self.folded, self.tasks_folded):
             if folded is not None:
                 folded.save()     # a clean stop: the next start folds nothing twice
-        self.loop.close()
+        if getattr(self, "loop", None) is not None:   # None: stopped before it was ready
+            self.loop.close()
         self.events.close()
         self.vitals.close()
         for sock in (self.wake, self.engine_sock, self.control, self.doorbell):

@@ -172,6 +172,8 @@ def validate_fresh_watches(config: "Config", origin: str) -> None:
 
 
 def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
+    if not dirs:
+        return      # as validate_schedules: pulse.core.schedule (~8 ms with dataclasses and hashlib) is for those that have some
     from pulse.core import schedule as schedulemod
     for i, watch in enumerate(dirs):
         where = f"{origin}: $.watch.dir[{i}]"

@@ -1,0 +1,40 @@
+"""`pulsectl config --effective` itself, click-free: pulse.cli.configcmd declares it to click,
+pulse.cli.fastpath runs it without it."""
+
+from __future__ import annotations
+
+from pulse.cli.context import Context, echo
+
+
+def effective(ctx: Context) -> None:
+    """The configuration in force: the running pulsed's (and where it differs from config.toml),
+    else config.toml's with every default and PULSE_* override."""
+    import msgspec
+
+    from pulse.core import client, wire
+    from pulse.core.config import Config, ConfigError, load, to_toml, without_secrets
+    on_disk = without_secrets(ctx.config())
+    try:
+        reply = client.request(ctx.paths, wire.GetConfig(), ctx.timeout)
+    except client.Unreachable:
+        echo(f"# pulsed is not running: {ctx.paths.config} with every default and PULSE_* override")
+        echo(to_toml(on_disk), nl=False)
+        return
+    running = msgspec.convert(reply.config, Config)
+    echo("# what the running pulsed uses")
+    try:
+        file_only = without_secrets(load(ctx.paths.config, {}))   # the file and defaults, no PULSE_* override
+    except ConfigError as err:
+        echo(f"# {ctx.paths.config} is not valid now ({err}); pulsed keeps this until it is")
+        file_only = running
+    for key in differing(msgspec.to_builtins(running), msgspec.to_builtins(file_only)):
+        echo(f"# {key}: not what {ctx.paths.config} says (a PULSE_* override, or an edit not yet reloaded)")
+    echo(to_toml(running), nl=False)
+
+
+def differing(running: object, on_disk: object, path: str = "") -> list[str]:
+    """The dotted keys whose values differ between two plain configs (arrays of tables whole)."""
+    if isinstance(running, dict) and isinstance(on_disk, dict):
+        return [key for name in sorted(set(running) | set(on_disk))
+                for key in differing(running.get(name), on_disk.get(name), f"{path}.{name}" if path else name)]
+    return [] if running == on_disk else [path]

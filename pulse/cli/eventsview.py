@@ -1,0 +1,103 @@
+"""`pulsectl events` and `pulsectl effects` themselves, click-free: pulse.cli.pipeline declares them
+to click, pulse.cli.fastpath runs them without it (they are what operators run in loops)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Callable
+
+from pulse.cli.context import Context, echo
+from pulse.core import clock
+from pulse.core.states import EFFECT_OPEN
+
+readable_times = clock.readable_times     # times as ISO 8601 in all pulsectl prints
+
+
+def connect(ctx: Context, name: str):
+    from pulse.store import connection
+    try:
+        return connection.open_readonly(ctx.home / name)
+    except connection.StoreError as err:
+        echo(f"pulsectl: {err}", err=True)
+        sys.exit(1)
+
+
+def json_line(value: object) -> str:
+    import msgspec
+    return json.dumps(readable_times(msgspec.to_builtins(value)), separators=(",", ":"), default=str,
+                      ensure_ascii=False)
+
+
+def event_line(ev, as_json: bool) -> str:
+    if as_json:
+        return json_line(ev)
+    data = json.dumps(readable_times(ev.data), separators=(",", ":"), default=str)
+    return f"{ev.id:>7} {clock.iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
+
+
+def print_events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool,
+                 parse_since: Callable[[str], float] = clock.parse_since) -> None:
+    """The last `lines` events (of `types`, over the whole history), or all since `since` (read by
+    `parse_since`: click's command says a bad one as a usage error); `follow`: then every new one."""
+    from pulse.store import eventsdb
+    conn = connect(ctx, "events.db")
+    since_ts = parse_since(since) if since else None
+    last = eventsdb.last_event_id(conn)
+    past = (eventsdb.read_events(conn, types=types, since_ts=since_ts) if since_ts is not None
+            else eventsdb.last_events(conn, lines, types))
+    past = with_archived(conn, past, since_ts, lines, types)
+    for ev in past:
+        echo(event_line(ev, as_json))
+    try:
+        while follow:
+            batch = eventsdb.read_events(conn, after_id=last, limit=1000)
+            if batch:
+                last = batch[-1].id
+                for ev in batch:
+                    if not types or ev.type in types:
+                        echo(event_line(ev, as_json))
+            else:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+def with_archived(conn, past: list, since_ts: float | None, lines: int, types: tuple[str, ...]) -> list:
+    """`past` with the archived events before it where the range reaches into the archive (the
+    oldest events moved out of events.db: pulse.store.archive). A segment that fails its checksum
+    is refused: said, and exit 1."""
+    from pulse.store import eventsdb
+    first_live = eventsdb.first_live_id(conn)
+    if first_live == 1:
+        return past                       # nothing moved
+    if since_ts is not None and since_ts >= (eventsdb.event_ts(conn, first_live) or 0):
+        return past                       # the range starts in the live history
+    if since_ts is None and len(past) >= lines:
+        return past
+    from pulse.store import archive  # zstandard and hashlib, ~4 ms: only for a range that reaches the archive
+    try:
+        if since_ts is not None:
+            return archive.events_since(conn, since_ts, types) + past
+        return archive.last_events(conn, lines - len(past), types, before_id=first_live) + past
+    except archive.SegmentError as err:
+        echo(f"pulsectl: {err}; run `pulsectl store check`", err=True)
+        sys.exit(1)
+
+
+def print_effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:
+    """The newest `lines` effects (`pending`: only those not yet ended) and their state."""
+    import msgspec
+
+    from pulse.store import effectqueue
+    conn = connect(ctx, "events.db")
+    rows = effectqueue.list_effects(conn, EFFECT_OPEN if pending else (), lines)
+    if not as_json:
+        echo(f"{'ID':<32}  {'STATE':<9} {'KIND':<16} {'TARGET':<20} {'ORIGIN':<9} {'CREATED':<24} WHY")
+    for effect, state, why in rows:
+        if as_json:
+            echo(json_line({**msgspec.to_builtins(effect), "state": state, "why": why}))
+        else:
+            echo(f"{effect.id:<32}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} "
+                 f"{effect.origin:<9} {clock.iso(effect.created):<24} {why or ''}".rstrip())

@@ -1,0 +1,218 @@
+"""The commands operators and scripts run in loops, served without click.
+
+Importing click takes longer (~20 ms here) than most of these commands take to run. So a plain
+invocation of one of them (`status`, `task add`, `task list`, `events`, `effects`,
+`config --effective`, `budget`, `--version`) is read here, by a parser that knows each one's
+options, and runs the very same code click would run (their click commands call it too).
+
+Only what is certainly well formed is served here: anything this parser is not sure of (an unknown
+option, a value that looks like an option, a bad number, a missing required option, `--help`, `-i`,
+a subcommand it does not serve) returns None, and click parses the command line as always, with
+its own help and errors. tests/test_cli_fastpath.py holds each OPTIONS table to its click command.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Callable, NamedTuple
+
+from pulse import __version__
+from pulse.cli import DEFAULT_TIMEOUT_S, import_msgspec
+
+FLAG, VALUE, INT, MULTI = "flag", "value", "int", "multi"
+
+
+class Option(NamedTuple):
+    dest: str            # the click parameter's name
+    kind: str            # FLAG, VALUE, INT (a value int() reads) or MULTI (a value, repeatable)
+    default: object = None
+
+
+class Command(NamedTuple):
+    options: dict[str, Option]            # every spelling → its option
+    required: tuple[str, ...] = ()        # dests that must be given
+    check: Callable[[dict], bool] | None = None   # False: let click say what is wrong
+    run: str = ""                         # "module:function" of pulse.cli, called (ctx, **params)
+
+
+def _opts(*rows: tuple[tuple[str, ...], Option]) -> dict[str, Option]:
+    return {name: option for names, option in rows for name in names}
+
+
+JSON = (("--json",), Option("as_json", FLAG, False))
+
+
+def _task_statuses(params: dict) -> bool:
+    from pulse.core.states import TaskStatus  # enum and its module, ~1 ms: only `task list` checks them
+    return set(params["statuses"]) <= {s.value for s in TaskStatus}
+
+
+def _events_sound(params: dict) -> bool:
+    """Types it knows and a --since it can read: click says what is wrong with any other."""
+    from pulse.core import clock  # re: ~1 ms
+    from pulse.core.wire import EVENT_TYPES  # with msgspec, ~14 ms: only the commands that read events pay it
+    if not set(params["types"]) <= EVENT_TYPES:
+        return False
+    if params["since"]:
+        try:
+            clock.parse_since(params["since"])
+        except ValueError:
+            return False
+    return True
+
+
+def _effective(params: dict) -> bool:
+    """`config` alone is a usage error, click's to say."""
+    return params.pop("effective")
+
+
+COMMANDS: dict[tuple[str, ...], Command] = {
+    ("task", "add"): Command(
+        _opts((("--project",), Option("project", VALUE)), (("--title",), Option("title", VALUE)),
+              (("--prompt",), Option("prompt", VALUE)), (("--priority",), Option("priority", INT, 0)),
+              (("--agent",), Option("pin", VALUE)), (("--tag",), Option("tags", MULTI))),
+        required=("project", "title", "prompt"), run="taskverbs:add"),
+    ("task", "list"): Command(
+        _opts((("--status",), Option("statuses", MULTI)), JSON), check=_task_statuses, run="taskverbs:list_all"),
+    ("events",): Command(
+        _opts((("--type",), Option("types", MULTI)), (("--since",), Option("since", VALUE)),
+              (("-n", "--lines"), Option("lines", INT, 50)), (("-f", "--follow"), Option("follow", FLAG, False)),
+              JSON),
+        check=_events_sound, run="eventsview:print_events"),
+    ("effects",): Command(
+        _opts((("--pending",), Option("pending", FLAG, False)), (("-n", "--lines"), Option("lines", INT, 50)), JSON),
+        run="eventsview:print_effects"),
+    ("config",): Command(
+        _opts((("--effective",), Option("effective", FLAG, False))),
+        check=_effective, run="configview:effective"),
+    ("budget",): Command(_opts(JSON), run="budgetview:show"),
+}
+
+
+def parse_options(args: list[str], command: Command) -> dict | None:
+    """The command's parameters from `args`, as click would pass them; None when unsure."""
+    params: dict = {o.dest: ([] if o.kind == MULTI else o.default) for o in command.options.values()}
+    given: set[str] = set()
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        option = command.options.get(name)
+        if option is None or (eq and (option.kind == FLAG or not name.startswith("--"))):
+            return None
+        if option.kind == FLAG:
+            if option.dest in given:
+                return None
+            params[option.dest] = True
+        else:
+            if not eq:
+                i += 1
+                if i == len(args):
+                    return None
+                value = args[i]
+            if value.startswith("-") and value != "-":
+                return None                  # an option's name, or a negative number: click's to judge
+            if option.kind == INT:
+                try:
+                    value = int(value)
+                except ValueError:
+                    return None
+            if option.kind == MULTI:
+                params[option.dest].append(value)
+            elif option.dest in given:
+                return None                  # given twice: click's rules
+            else:
+                params[option.dest] = value
+        given.add(option.dest)
+        i += 1
+    if not given.issuperset(command.required):
+        return None
+    for option in command.options.values():
+        if option.kind == MULTI:
+            params[option.dest] = tuple(params[option.dest])
+    return params
+
+
+def globals_of(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
+    """(--home, --timeout, the rest) from pulsectl's own options before the command; None when unsure."""
+    home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
+    seen = set()
+    while args and args[0].startswith("-") and args[0] != "--version":
+        option, eq, value = args.pop(0).partition("=")
+        if option not in ("--home", "--timeout") or option in seen:
+            return None
+        seen.add(option)
+        if not eq:
+            if not args:
+                return None
+            value = args.pop(0)
+        if value.startswith("-"):
+            return None
+        if option == "--home":
+            if not value or os.path.isfile(value):
+                return None          # click says what is wrong with it
+            home = value
+        else:
+            try:
+                timeout = float(value)
+            except ValueError:
+                return None
+    if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
+        return None                  # click refuses a PULSE_HOME that names a file
+    return home, timeout, args
+
+
+def resolve(argv: list[str]) -> Callable[[], None] | None:
+    """What to run for `argv` without click, or None to let click handle it."""
+    found = globals_of(argv)
+    if found is None:
+        return None
+    home, timeout, args = found
+    if args == ["--version"]:
+        return _version
+    for words, command in COMMANDS.items():
+        if tuple(args[:len(words)]) != words:
+            continue
+        import_msgspec()             # before its checks and its body: both read pulse.core.wire
+        params = parse_options(args[len(words):], command)
+        if params is None or (command.check is not None and not command.check(params)):
+            return None
+        module, _, function = command.run.partition(":")
+        return lambda: _run(module, function, home, timeout, params)
+    return None
+
+
+def _version() -> None:
+    print(f"pulsectl, version {__version__}")
+
+
+def _run(module: str, function: str, home: str | None, timeout: float, params: dict) -> None:
+    from pulse.cli.context import Context  # pathlib and typing, ~10 ms where site has not loaded them: not for --version
+    body = getattr(importlib.import_module(f"pulse.cli.{module}"), function)
+    body(Context(home, timeout), **params)
+
+
+def serve(run: Callable[[], None]) -> int:
+    """Run a command resolved here as click's standalone mode would: its exit code, the same one
+    line for a store that cannot be used (pulse.cli.group), Ctrl-C as `Aborted!` (1), and a reader
+    that went away (`| head`) as exit 1."""
+    from pulse.cli.context import unusable_store  # as in _run
+    try:
+        run()
+        return 0
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            return exit.code or 0
+        print(exit.code, file=sys.stderr)     # as the interpreter says sys.exit("text")
+        return 1
+    except KeyboardInterrupt:
+        print("\nAborted!", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 1
+    except Exception as err:
+        code = unusable_store(err)
+        if code is None:
+            raise
+        return code

@@ -1,0 +1,85 @@
+"""`pulsectl task add` and `task list` themselves, click-free: pulse.cli.taskcmd declares them to
+click, pulse.cli.fastpath runs them without it (they are what scripts run in loops)."""
+
+from __future__ import annotations
+
+import sys
+
+from pulse.cli.context import Context, echo, fail
+
+
+def writable(ctx: Context):
+    from pulse.store import eventsdb
+    if not ctx.home.is_dir():
+        fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
+    return eventsdb.open_events(ctx.paths.events_db)
+
+
+def readonly(ctx: Context):
+    from pulse.store import connection
+    try:
+        return connection.open_readonly(ctx.paths.events_db)
+    except connection.StoreError as err:
+        fail(str(err))
+
+
+def ring_tick(ctx: Context, reason: str) -> None:
+    """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
+    from pulse.core import client, wire
+    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", reason))
+
+
+def line(t) -> str:
+    return f"{t.id:<10} {t.status:<9} {t.priority:>4}  {t.project:<16} {t.agent or '-':<12} {t.title}"
+
+
+HEADER = f"{'ID':<10} {'STATUS':<9} {'PRIO':>4}  {'PROJECT':<16} {'AGENT':<12} TITLE"
+
+
+def number(task_id: str) -> int:
+    return int(task_id.rpartition("-")[2])
+
+
+def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin: str | None,
+        tags: tuple[str, ...]) -> None:
+    """A pending task on this host; prints its id (--fleet is pulse.cli.fleetcmd's)."""
+    from pulse.agents import routing, tasks
+    from pulse.core.config import ROUTE_NAME
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        fail("--prompt is empty", 2)
+    agents = ctx.config().agent
+    if pin is not None and pin not in {a.name for a in agents}:
+        fail(f"--agent {pin}: not an [[agent]] in {ctx.paths.config} "
+             f"(configured: {', '.join(a.name for a in agents) or 'none'})", 2)
+    for tag in tags:
+        if not ROUTE_NAME.fullmatch(tag):
+            fail(f"--tag {tag!r}: letters, digits and _ . : / -, not starting with a symbol", 2)
+    state = tasks.create(writable(ctx), project, title, prompt, priority, source="pulsectl", pin=pin, tags=tags)
+    ring_tick(ctx, f"{state.id} created")
+    echo(state.id)
+    if not agents:
+        echo(f"pulsectl: no [[agent]] is configured in {ctx.paths.config}: {state.id} waits, pending, "
+             "until one is (then pulsectl reload)", err=True)
+    elif (why := routing.unassignable(agents, state)) is not None:
+        echo(f"pulsectl: {state.id} waits, pending: {why} (see [[agent]] projects and tags in "
+             f"{ctx.paths.config})", err=True)
+
+
+def list_all(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
+    """Every task, oldest first (of `statuses`, when given)."""
+    import msgspec
+
+    from pulse.agents import tasks
+    from pulse.store import projection
+    states = sorted(tasks.load_all(readonly(ctx), ctx.paths.home / projection.DIRECTORY).values(),
+                    key=lambda t: number(t.id))
+    chosen = [t for t in states if not statuses or t.status in statuses]
+    if as_json:
+        for t in chosen:
+            echo(msgspec.json.encode(t).decode())
+        return
+    echo(HEADER)
+    for t in chosen:
+        echo(line(t))

@@ -1,0 +1,146 @@
+"""pulse.cli.fastpath: the commands run in loops are served without click, and say exactly what
+click says. Each invocation below runs twice, through pulsectl's entry point and through the click
+group alone, on the same home (no pulsed: nothing changes between the two runs but what the
+commands themselves write), and the two must agree byte for byte, exit code included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import click
+import pytest
+from test_cli_imports import HEAVY, imported
+
+from pulse.cli import fastpath
+from pulse.cli.group import cli
+from support import init_home
+
+CLICK_ONLY = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli.group import cli; cli()"
+ENTRY = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"
+
+
+def run(program: str, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
+    env["PULSE_RUNTIME_DIR"] = str(home.parent / "run")
+    proc = subprocess.run([sys.executable, "-c", program, "--home", str(home), *args], env=env, input=stdin,
+                          capture_output=True, text=True, timeout=60)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("fast") / "home"
+    init_home(home)
+    for title in ("first", "second \x1b[31mred\x1b[0m"):
+        assert run(ENTRY, home, "task", "add", "--project", "p", "--title", title, "--prompt", "x")[0] == 0
+    return home
+
+
+# Served without click (fastpath.resolve finds them) ...
+SERVED = [
+    ["--version"],
+    ["task", "list"], ["task", "list", "--json"], ["task", "list", "--status", "pending", "--status=acked"],
+    ["events"], ["events", "-n", "3"], ["events", "--lines=2", "--json"], ["events", "--type", "task-created"],
+    ["events", "--since", "10m", "--type", "task-created", "--type", "wake"],
+    ["effects"], ["effects", "--pending", "-n", "5", "--json"],
+    ["config", "--effective"],
+    ["budget"], ["budget", "--json"],
+    ["--timeout", "2", "task", "list"], ["--timeout=2", "effects"],
+]
+# ... and left to click, for its help and its errors.
+LEFT = [
+    ["--help"], ["-h"], ["task", "add", "--help"], ["events", "--help"], ["--version", "task"],
+    ["events", "--type", "nope"], ["events", "--since", "yesterday-ish"], ["events", "-n", "x"],
+    ["events", "-n"], ["events", "-n", "-1"], ["events", "-n3"], ["events", "--json=1"], ["events", "extra"],
+    ["task", "list", "--status", "bogus"], ["task", "list", "--json", "--json"],
+    ["task", "add", "--project", "p", "--title", "t"], ["task", "add", "--project", "p", "--title", "t", "--prompt"],
+    ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--priority", "high"],
+    ["config"], ["budget", "reset"], ["budget", "--jsn"], ["--timeout", "soon", "effects"], ["effects", "--pending=yes"],
+]
+
+
+@pytest.mark.parametrize("args", SERVED + LEFT, ids=" ".join)
+def test_fast_path_says_what_click_says(home, args):
+    assert (fastpath.resolve(["--home", str(home), *args]) is not None) == (args in SERVED)
+    assert run(ENTRY, home, *args) == run(CLICK_ONLY, home, *args)
+
+
+@pytest.mark.parametrize("args", [
+    ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--priority", "3", "--tag", "a", "--tag=b"],
+    ["task", "add", "--project", "p", "--title", "t", "--prompt", "   "],
+    ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--agent", "nobody"],
+    ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--tag", "!bad"],
+])
+def test_task_add_writes_and_says_what_click_does(home, args):
+    """Each run adds a task (or refuses the same way): the ids follow on, the rest is the same."""
+    assert fastpath.resolve(["--home", str(home), *args]) is not None
+    code, out, err = run(ENTRY, home, *args)
+    code2, out2, err2 = run(CLICK_ONLY, home, *args)
+    if code == 0:
+        number = int(out.strip().removeprefix("task-"))
+        assert out2.strip() == f"task-{number + 1}"
+        out2, err2 = out, err2.replace(f"task-{number + 1}", f"task-{number}")
+    assert (code, out, err) == (code2, out2, err2)
+
+
+def test_an_option_given_twice_is_left_to_click(home):
+    """click takes the last of a repeated option: its rule, not one this parser repeats."""
+    args = ["task", "add", "--project", "p", "--project", "q", "--title", "t", "--prompt", "x"]
+    assert fastpath.resolve(["--home", str(home), *args]) is None
+
+
+def test_prompt_from_stdin(home):
+    code, out, _ = run(ENTRY, home, "task", "add", "--project", "p", "--title", "t", "--prompt", "-", stdin="from stdin")
+    assert code == 0
+    code, shown, _ = run(ENTRY, home, "events", "-n", "1", "--json")
+    assert '"prompt":"from stdin"' in shown and out.strip() in shown
+
+
+def test_missing_store_is_said_as_click_says_it(tmp_path):
+    home = tmp_path / "nothing-here"
+    for args in (["task", "list"], ["events"], ["effects"], ["budget"]):
+        assert run(ENTRY, home, *args) == run(CLICK_ONLY, home, *args)
+
+
+def test_each_option_table_is_its_click_commands():
+    """A new option on a served command must be taught to fastpath too (else it would be refused
+    there and sent to click: right, but slow), and no option may mean something else there."""
+    kinds = {click.INT: fastpath.INT}
+    for words, served in fastpath.COMMANDS.items():
+        ctx = click.Context(cli)
+        command = cli.get_command(ctx, words[0])
+        for word in words[1:]:
+            command = command.get_command(ctx, word)
+        declared = {}
+        for param in command.params:
+            if not isinstance(param, click.Option):
+                continue
+            kind = (fastpath.FLAG if param.is_flag else fastpath.MULTI if param.multiple
+                    else kinds.get(param.type, fastpath.VALUE))
+            default = None if param.multiple else param.default
+            if type(default).__name__ == "Sentinel":     # click 8.3's UNSET: a flag is then False
+                default = False if param.is_flag else None
+            for name in param.opts:
+                declared[name] = (param.name, kind, default)
+        ours = {name: (o.dest, o.kind, None if o.kind == fastpath.MULTI else o.default)
+                for name, o in served.options.items()}
+        unserved = set(declared) - set(ours)
+        assert unserved <= {"--fleet", "--help"}, (words, unserved)   # --fleet: NATS, click's path
+        assert {name: declared[name] for name in ours} == ours, words
+        assert set(served.required) == {p.name for p in command.params if getattr(p, "required", False)}, words
+
+
+@pytest.mark.parametrize("args", [["task", "list"], ["events", "-n", "5"], ["effects"], ["budget"],
+                                  ["config", "--effective"], ["--version"]])
+def test_served_commands_load_neither_click_nor_libzmq_nor_heavy_modules(tmp_path, home, args):
+    modules, proc = imported(tmp_path, *args, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+
+
+def test_version_and_help_load_no_msgspec(tmp_path):
+    for args in (["--version"], ["--help"]):
+        modules, proc = imported(tmp_path, *args)
+        assert proc.returncode == 0 and "msgspec" not in modules, args
