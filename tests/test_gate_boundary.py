@@ -319,7 +319,7 @@ def test_the_gate_refuses_connections_past_its_limits_and_open_sessions_go_on(pu
 def test_connection_limits_count_in_all_per_account_and_per_process():
     from types import SimpleNamespace
 
-    from pulse.agents.gateserver import Connections, over_limit
+    from pulse.gate.server import Connections, over_limit
     limits = SimpleNamespace(max_sessions=5, max_sessions_per_uid=3, max_sessions_per_pid=2)
     open_ = Connections()
     for pid, uid in ((10, 1000), (10, 1000), (11, 1000)):
@@ -339,24 +339,26 @@ def test_connection_limits_count_in_all_per_account_and_per_process():
 
 
 def test_an_ended_runs_token_is_refused_run_ended_and_the_gate_hears_of_it():
-    from pulse.agents import gateserver
-    tokens = gateserver.RunTokens()
+    from pulse.gate import server as gateserver
+    from pulse.gate.protocol import Hello
+    from pulse.gate.runs import ENDED_KEPT, RunTokens
+    tokens = RunTokens()
     heard = []
     tokens.listeners.append(heard.append)
     token = tokens.register("run-1", "alice", "task-1")
-    assert gateserver.identify({"token": token}, 1000, 0, tokens)[:2] == ("alice", "task-1")
+    assert gateserver.identify(Hello(token=token), 1000, 0, tokens)[:2] == ("alice", "task-1")
     tokens.revoke(token)
     tokens.revoke(token)                        # a second revoke (the run's finally) is heard once
     assert heard == ["run-1"] and not tokens.is_live("run-1")
     with pytest.raises(gateserver.Refused) as refused:
-        gateserver.identify({"token": token}, 1000, 0, tokens)
+        gateserver.identify(Hello(token=token), 1000, 0, tokens)
     assert refused.value.code == "RUN_ENDED"
     with pytest.raises(gateserver.Refused) as refused:
-        gateserver.identify({"token": "never-issued"}, 1000, 0, tokens)
+        gateserver.identify(Hello(token="never-issued"), 1000, 0, tokens)
     assert refused.value.code == "RUN_UNKNOWN"
-    for n in range(gateserver.ENDED_KEPT):       # bounded: the oldest ended runs are forgotten
+    for n in range(ENDED_KEPT):       # bounded: the oldest ended runs are forgotten
         tokens.revoke(tokens.register(f"later-{n}", "alice", "t"))
-    assert len(tokens.ended) == gateserver.ENDED_KEPT and tokens.is_live("run-1")
+    assert len(tokens.ended) == ENDED_KEPT and tokens.is_live("run-1")
 
 
 # -- a run under its own account ([[agent]] user) ------------------------------------------------------------

@@ -281,9 +281,9 @@ def test_the_operator_resets_a_live_session(host):
 
 def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     """Without the SDK or a pulsed: the gate and the tools, on a real events.db."""
-    from pulse.agents.toolserver import GatedSession, PulseTools
     from pulse.core.config import Config, Process
     from pulse.core.home import Paths
+    from pulse.gate.tools import PulseTools, ToolSession
     from pulse.store import effectqueue, eventsdb
 
     home = tmp_path / "home"
@@ -291,7 +291,7 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
     paths = Paths.for_client(home)
     events = eventsdb.open_events(paths.events_db)
     config = Config(process=[Process(name="gw", match="^never-such-process$")])
-    session = GatedSession(PulseTools(paths, config, events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
+    session = ToolSession(PulseTools(paths, config, events, asyncio.to_thread, asyncio.sleep), "mcp-1-0badcafe")
 
     async def calls():
         return [await session.call(name, args) for name, args in (
@@ -321,8 +321,8 @@ def test_gated_calls_that_fail_before_acting_change_nothing(tmp_path):
 
 
 def test_only_tools_that_can_work_are_offered():
-    from pulse.agents import toolserver
     from pulse.core.config import Allow
+    from pulse.gate import tools as toolserver
     everything = Allow(kinds=["noop", "restart-process", "signal", "restart-worker", "engine-promote",
                               "engine-rollback", "task-add"])
     assert {n for n, _, _ in toolserver.tool_list(everything)} == {n for n, _, _ in toolserver.tool_list()}
@@ -335,7 +335,8 @@ def test_only_tools_that_can_work_are_offered():
 def test_every_tool_advertises_exactly_the_arguments_the_gate_declares():
     """Arguments are declared once, in the gate's descriptors; the MCP schema is generated from them,
     so the gate classifies and the client sees the same names."""
-    from pulse.agents import catalogue, toolserver
+    from pulse.gate import catalogue
+    from pulse.gate import tools as toolserver
     listed = {name: schema for name, _, schema in toolserver.tool_list()}
     assert set(listed) == set(catalogue.TOOLS) | {"finish"}
     for name, descriptor in catalogue.TOOLS.items():

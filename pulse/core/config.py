@@ -495,7 +495,7 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # where the gate's socket is made; "" (the default): pulsed's private runtime directory. An
     # [[agent]] with a `user` must reach it: name a directory every parent of which that account can
     # traverse, of root or pulsed's account, writable by no other (the main socket there is 0600; each
-    # agent account gets its own, in a directory there only it can enter: pulse.agents.gatesockets)
+    # agent account gets its own, in a directory there only it can enter: pulse.gate.sockets)
     socket_dir: str = ""
     # connections the gate holds at once (each is one session; past a limit a new one is refused
     # GATE_BUSY, retry, and the sessions already open go on): all together, from one account (peer
@@ -735,7 +735,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     watch: WatchedFiles           # rotate-file and trim-dir act only on what a [[watch.file]] / [[watch.dir]] glob matches
     survival: SurvivalPaths       # with the globs above: the directories an agent's archive or cleanup may touch
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
-    gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
+    gate: Gate                    # the executor serves the agents' gate (pulse.gate.server)
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):

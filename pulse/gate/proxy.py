@@ -1,5 +1,11 @@
 """`pulsectl mcp`: a thin proxy. MCP over stdio on one side (the official `mcp` SDK, imported only
-here), the gate's unix socket on the other (pulse.agents.gateserver, served inside Pulse).
+here), the gate's unix socket on the other (pulse.gate.server, served inside Pulse), spoken in
+pulse.gate.protocol's messages.
+
+Every agent run starts one, so its start is every run's: it imports the protocol and the home's
+leaf module, and nothing of the store, the effect registry, the config loader (unless the
+operator's shell must find the socket from the home) or click (pulse.cli.main serves a plain
+`pulsectl mcp` without it; tests/test_cli_imports.py holds it so).
 
 The proxy decides nothing and opens no store: who the session is, what a call may do and every
 fact about it are the gate's. It only carries calls, and does what only the MCP connection can:
@@ -17,16 +23,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
-from pulse.agents.toolserver import ToolError, tool_list
+from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV
+from pulse.gate import protocol
+from pulse.gate.protocol import Answer, Call, Cancel, Hello, OperatorAnswer, Question, Refused, ToolError, Welcome
 
 GATE_UNAVAILABLE = "GATE_UNAVAILABLE"
 OPERATOR_KEY = "pulse-operator"
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "description": "Your answer."}},
                  "required": ["answer"]}
 DEFAULT_INSTRUCTIONS = "Pulse's tools for this host, through its safety gate (not reachable right now: retry)."
+MAX_REPLY = 1 << 24
 
 
 def operator_answer(reply: Any) -> str:
@@ -40,21 +50,21 @@ def operator_answer(reply: Any) -> str:
 
 def failure(code: str, message: str, **details) -> tuple[dict, str]:
     err = ToolError(code, message, **details)
-    return err.envelope(), f"{err.code}: {err.message}"
+    return err.envelope(), err.text()
 
 
-class GateLink:
-    """The connection to the gate: one session; requests matched to replies by id."""
+class GateConnection:
+    """The proxy's client connection to the gate: one session; requests matched to answers by id."""
 
-    def __init__(self, path: str, hello: dict):
+    def __init__(self, path: str, hello: Hello):
         self.path, self.hello = path, hello
         self.stream = None
-        self.welcome: dict | None = None
-        self.refusal: dict | None = None
-        self.waiting: dict[int, Any] = {}       # id → [anyio.Event, reply]
+        self.welcome: Welcome | None = None
+        self.refusal: Refused | None = None
+        self.waiting: dict[int, Any] = {}       # id → [anyio.Event, Answer]
         self.ids = itertools.count(1)
         self.last_error = "not tried yet"
-        self.busy: dict | None = None           # the gate's GATE_BUSY at the last try, if it was
+        self.busy: Refused | None = None        # the gate's GATE_BUSY at the last try, if it was
 
     async def connect(self, group) -> bool:
         import anyio
@@ -65,26 +75,28 @@ class GateLink:
             stream = await anyio.connect_unix(self.path)
             reader = BufferedByteReceiveStream(stream)
             try:
-                await stream.send(json.dumps(self.hello).encode() + b"\n")
+                await stream.send(protocol.encode(self.hello))
             except (anyio.BrokenResourceError, OSError):
                 pass        # refused before its hello was read (GATE_BUSY): the refusal waits to be read
-            first = json.loads(await reader.receive_until(b"\n", 1 << 24))
+            first = protocol.reply_decoder.decode(await reader.receive_until(b"\n", MAX_REPLY))
         except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, ValueError) as err:
             self.last_error = f"{type(err).__name__}: {err}"
             return False
-        if first.get("op") == "refused":
-            if first.get("retry"):      # GATE_BUSY: the next call tries again
-                self.last_error = f"{first.get('code')}: {first.get('message')}"
+        if not isinstance(first, Welcome):
+            if isinstance(first, Refused) and first.retry:      # GATE_BUSY: the next call tries again
+                self.last_error = f"{first.code}: {first.message}"
                 self.busy = first
-            else:
+            elif isinstance(first, Refused):
                 self.refusal = first
+            else:
+                self.last_error = f"the gate opened with a {type(first).__name__}, not a welcome"
             await stream.aclose()
             return False
         self.busy = None
         self.stream, self.welcome = stream, first
-        task = f" (task {first['task']})" if first.get("task") else ""
-        ignored = f"; {first['ignored']}" if first.get("ignored") else ""
-        print(f"pulsectl mcp: session {first['session']} of {first['agent']}{task} through the gate at "
+        task = f" (task {first.task})" if first.task else ""
+        ignored = f"; {first.ignored}" if first.ignored else ""
+        print(f"pulsectl mcp: session {first.session} of {first.agent}{task} through the gate at "
               f"{self.path}{ignored}", file=sys.stderr, flush=True)
         group.start_soon(self._read, reader, stream)
         return True
@@ -93,11 +105,11 @@ class GateLink:
         import anyio
         try:
             while True:
-                reply = json.loads(await reader.receive_until(b"\n", 1 << 24))
-                if reply.get("op") == "refused":      # RUN_ENDED: the run is over, and so is this session
+                reply = protocol.reply_decoder.decode(await reader.receive_until(b"\n", MAX_REPLY))
+                if isinstance(reply, Refused):      # RUN_ENDED: the run is over, and so is this session
                     self.refusal = reply
                     continue
-                slot = self.waiting.get(reply.get("id"))
+                slot = self.waiting.get(reply.id) if isinstance(reply, Answer) else None
                 if slot is not None:
                     slot[1] = reply
                     slot[0].set()
@@ -110,15 +122,16 @@ class GateLink:
             for slot in self.waiting.values():     # the gate went away mid-call: they answer unavailable
                 slot[0].set()
 
-    async def request(self, group, message: dict) -> tuple[dict, str]:
+    async def request(self, group, make: Callable[[int], Call | Question]) -> tuple[dict, str]:
+        """Send the request `make(id)` makes; (the envelope, the text the model sees) of its answer."""
         import anyio
         if self.refusal is not None:
-            return failure(self.refusal["code"], self.refusal["message"])
+            return failure(self.refusal.code, self.refusal.message)
         if not await self.connect(group):
             if self.refusal is not None:
-                return failure(self.refusal["code"], self.refusal["message"])
+                return failure(self.refusal.code, self.refusal.message)
             if self.busy is not None:
-                return failure(self.busy["code"], self.busy["message"], retry=True)
+                return failure(self.busy.code, self.busy.message, retry=True)
             return failure(GATE_UNAVAILABLE, f"Pulse's gate is not reachable at {self.path} ({self.last_error}); "
                            "nothing was done: retry once pulsed runs", retry=True)
         ident = next(self.ids)
@@ -126,28 +139,84 @@ class GateLink:
         self.waiting[ident] = slot
         stream = self.stream
         try:
-            await stream.send(json.dumps({**message, "id": ident}, default=str).encode() + b"\n")
+            await stream.send(protocol.encode(make(ident)))
             await slot[0].wait()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         except BaseException:           # the client cancelled the call: the gate records it
             with anyio.CancelScope(shield=True):
                 try:
-                    await stream.send(json.dumps({"op": "cancel", "of": ident}).encode() + b"\n")
+                    await stream.send(protocol.encode(Cancel(ident)))
                 except Exception:
                     pass
             raise
         finally:
             self.waiting.pop(ident, None)
-        if slot[1] is None and self.refusal is not None:
-            return failure(self.refusal["code"], self.refusal["message"])
-        if slot[1] is None:
+        answer: Answer | None = slot[1]
+        if answer is None and self.refusal is not None:
+            return failure(self.refusal.code, self.refusal.message)
+        if answer is None:
             return failure(GATE_UNAVAILABLE, "the gate went away during the call; whether a write acted is "
                            "for a read to tell (its effect settles it): retry", retry=True)
-        return slot[1]["envelope"], slot[1].get("text") or json.dumps(slot[1]["envelope"], default=str)
+        return answer.envelope, answer.text or json.dumps(answer.envelope, default=str)
 
 
-def serve(socket_path: str, hello: dict) -> None:
+def offline_tools() -> list[tuple[str, str, dict]]:
+    """Every tool, for a client that lists them while the gate is out of reach (each call then
+    answers GATE_UNAVAILABLE). Imported only then: the tools' module brings the store and the
+    effect registry, which a proxy that reaches the gate never needs (the gate's welcome lists them)."""
+    from pulse.gate.tools import tool_list
+    return tool_list(None)
+
+
+def gate_socket(home) -> str | None:
+    """Where the gate is: a run is told (PULSE_GATE_SOCKET); the operator's shell finds it from the
+    home ([gate] socket_dir in its config). None, said on stderr, when there is no home."""
+    if socket_path := os.environ.get(GATE_SOCKET_ENV):
+        return socket_path
+    from pulse.core.home import Paths, resolve_home
+    from pulse.gate.sockets import socket_path as gate_socket_path
+    root = resolve_home(str(home) if home is not None else None)
+    if not root.is_dir():
+        print(f"pulsectl: no Pulse home at {root} (run `pulsectl init`, or start pulsed)", file=sys.stderr)
+        return None
+    paths = Paths.for_client(root)
+    from pulse.core import config as configmod  # only here: a run's proxy never reads the config
+    try:
+        shared = configmod.load(paths.config).gate.socket_dir
+    except (configmod.ConfigError, OSError):
+        shared = ""                    # the gate, if it runs, says what is wrong with it
+    return gate_socket_path(paths, shared)
+
+
+def run(home, agent: str | None) -> int:
+    """`pulsectl mcp`: one session on stdin/stdout, until the client closes it. In an agent run the
+    session is the run's agent and task, by the run token in its environment; the operator's own
+    sessions may name an agent (`--agent`, else PULSE_AGENT, else operator-shell). The exit code."""
+    socket_path = gate_socket(home)
+    if socket_path is None:
+        return 1
+    import importlib.util
+    if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
+        print("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", file=sys.stderr)
+        return 1
+    # PULSE_TASK is not sent: a task is the run's, and only its token says which.
+    serve(socket_path, Hello(os.environ.get(RUN_TOKEN_ENV) or None, agent or os.environ.get("PULSE_AGENT") or None))
+    return 0
+
+
+async def connect_and_say(link: GateConnection, group) -> None:
+    """The session's first connection to the gate, and on stderr what became of it."""
+    await link.connect(group)
+    if link.refusal is not None:
+        print(f"pulsectl mcp: the gate refused this session: {link.refusal.code}: "
+              f"{link.refusal.message}", file=sys.stderr, flush=True)
+    elif link.welcome is None:
+        print(f"pulsectl mcp: the gate is not reachable at {link.path} ({link.last_error}); "
+              "calls answer GATE_UNAVAILABLE until it is", file=sys.stderr, flush=True)
+
+
+def serve(socket_path: str, hello: Hello) -> None:
     """Serve one session on stdin/stdout until the client closes it."""
     import anyio
     import mcp_types as types
@@ -157,26 +226,26 @@ def serve(socket_path: str, hello: dict) -> None:
 
     from pulse import __version__
 
-    link = GateLink(socket_path, hello)
+    link = GateConnection(socket_path, hello)
     group_holder: list = []
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         await link.connect(group_holder[0])
-        offered = link.welcome["tools"] if link.welcome else tool_list(None)
+        offered = link.welcome.tools if link.welcome else offline_tools()
         return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s) for n, d, s in offered])
 
     async def call_tool(ctx, params) -> types.CallToolResult | types.InputRequiredResult:
-        message: dict[str, Any] = {"op": "call", "name": params.name, "args": params.arguments}
+        operator: OperatorAnswer | None = None
         if params.name == "ask_operator":
             round_ = await operator_round(ctx, params)
             if isinstance(round_, types.InputRequiredResult):
                 # The client asks its person and calls again with the answer (the call the gate
                 # judges). This round is a call too: the gate records it, and it changes no state.
-                await link.request(group_holder[0], {"op": "question"})
+                await link.request(group_holder[0], Question)
                 return round_
-            if round_ is not None:
-                message["operator"] = round_
-        envelope, text = await link.request(group_holder[0], message)
+            operator = round_
+        envelope, text = await link.request(group_holder[0],
+                                            lambda ident: Call(ident, params.name, params.arguments, operator))
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=envelope,
                                     is_error=not envelope["ok"])
 
@@ -195,32 +264,26 @@ def serve(socket_path: str, hello: dict) -> None:
         if not is_version_at_least(ctx.protocol_version or "", "2026-07-28"):
             try:
                 reply = await ctx.session.elicit_form(question, ANSWER_SCHEMA, related_request_id=ctx.request_id)
-                return {"answer": operator_answer(reply)}
+                return OperatorAnswer(answer=operator_answer(reply))
             except ToolError as err:
-                return {"error": [err.code, err.message]}
+                return OperatorAnswer(error=(err.code, err.message))
             except Exception as err:   # the connection cannot carry it after all
-                return {"error": ["NO_OPERATOR", f"no operator can answer in this session ({type(err).__name__})"]}
+                return OperatorAnswer(error=("NO_OPERATOR", f"no operator can answer in this session ({type(err).__name__})"))
         answer = (params.input_responses or {}).get(OPERATOR_KEY)
         if answer is None:
             form = types.ElicitRequestFormParams(message=question, requested_schema=ANSWER_SCHEMA)
             return types.InputRequiredResult(input_requests={OPERATOR_KEY: types.ElicitRequest(params=form)})
         try:
-            return {"answer": operator_answer(answer)}
+            return OperatorAnswer(answer=operator_answer(answer))
         except ToolError as err:
-            return {"error": [err.code, err.message]}
+            return OperatorAnswer(error=(err.code, err.message))
 
     async def main() -> None:
         async with anyio.create_task_group() as group:
             group_holder.append(group)
-            await link.connect(group)
-            if link.refusal is not None:
-                print(f"pulsectl mcp: the gate refused this session: {link.refusal['code']}: "
-                      f"{link.refusal['message']}", file=sys.stderr, flush=True)
-            elif link.welcome is None:
-                print(f"pulsectl mcp: the gate is not reachable at {socket_path} ({link.last_error}); "
-                      "calls answer GATE_UNAVAILABLE until it is", file=sys.stderr, flush=True)
+            await connect_and_say(link, group)
             server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
-                            instructions=(link.welcome or {}).get("instructions", DEFAULT_INSTRUCTIONS))
+                            instructions=link.welcome.instructions if link.welcome else DEFAULT_INSTRUCTIONS)
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             group.cancel_scope.cancel()
