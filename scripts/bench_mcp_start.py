@@ -8,6 +8,8 @@ Two ways in, round-robin with `python -c pass` (the interpreter's floor):
 
   run       PULSE_GATE_SOCKET set, as the executor sets it for an agent run (no config is read)
   operator  only --home: the operator's shell, which finds the socket from the home's config
+  no gate   PULSE_GATE_SOCKET naming no socket: the proxy's own start, without the gate's session
+            open (its fact committed to events.db) in the figure
 
 Then `python -X importtime` of the run's way in: the import total, the heaviest top-level imports,
 and whether the store, the effect registry or click were loaded (none of them should be).
@@ -84,7 +86,7 @@ IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")
 
 def import_list(argv: list[str], env: dict[str, str]) -> list[tuple[str, int, int]]:
     """(module, cumulative µs, depth) of each import, in `python -X importtime` order."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env, input=INITIALIZE,
                           capture_output=True, text=True, timeout=60)
     out = []
     for line in proc.stderr.splitlines():
@@ -101,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     tracker = Tracker()
     pulsectl = str(BIN / "pulsectl")
-    times: dict[str, list[float]] = {"run": [], "operator": [], "python -c pass": []}
+    times: dict[str, list[float]] = {"run": [], "operator": [], "no gate": [], "python -c pass": []}
     with tempfile.TemporaryDirectory(prefix="pulse-bench-mcp-") as tmp:
         home = Path(tmp) / "home"
         try:
@@ -110,7 +112,8 @@ def main() -> None:
             from pulse.core.home import Paths
             socket = str(Paths.for_client(home).gate_socket)
             ways = {"run": ([pulsectl, "--home", str(home), "mcp"], clean_env(PULSE_GATE_SOCKET=socket)),
-                    "operator": ([pulsectl, "--home", str(home), "mcp"], clean_env())}
+                    "operator": ([pulsectl, "--home", str(home), "mcp"], clean_env()),
+                    "no gate": ([pulsectl, "--home", str(home), "mcp"], clean_env(PULSE_GATE_SOCKET=f"{tmp}/none.sock"))}
             for argv, env in ways.values():          # warm the page cache and the bytecode
                 time_initialize(argv, env, tracker)
             log(f"{args.trials} trials of each way in, round-robin")

@@ -46,7 +46,9 @@ async def main(pulsectl, prompt):
     if prompt == "impostor":
         env.update(PULSE_AGENT="other", PULSE_TASK="task-999")
         args += ["--agent", "other"]
-    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60) as c:
+    # legacy: the initialize handshake, as the agent CLIs speak it (the proxy serves it by hand)
+    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60,
+                      mode="legacy") as c:
         await c.call_tool("events", {"target": "boundary"})
         wrote = await c.call_tool("emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
         print(json.dumps({"wrote": wrote.structured_content}), flush=True)
@@ -66,13 +68,13 @@ def agent_config(script, exec_argv: str = '[["true"]]') -> str:
             f'[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = {exec_argv}\n')
 
 
-def proxy(home, agent: str | None = None, **env_changes):
+def proxy(home, agent: str | None = None, mode: str = "auto", **env_changes):
     from mcp import Client, StdioServerParameters
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PULSE_AGENT",
                                                                "PULSE_TASK", "PULSE_RUN_TOKEN", "PULSE_GATE_SOCKET")}
     env.update(env_changes)
     args = ["--home", str(home), "mcp", *(["--agent", agent] if agent else [])]
-    return Client(StdioServerParameters(command=PULSECTL, args=args, env=env), read_timeout_seconds=60)
+    return Client(StdioServerParameters(command=PULSECTL, args=args, env=env), read_timeout_seconds=60, mode=mode)
 
 
 def code(result) -> str | None:
@@ -146,13 +148,14 @@ def test_nobody_without_the_run_token_verifies_or_finishes_for_a_run(agent_host,
     assert stand_ins and all(not s["task"] for s in stand_ins)     # a tokenless session has no task
 
 
-def test_the_proxy_fails_closed_without_the_gate(tmp_path):
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_proxy_fails_closed_without_the_gate(tmp_path, mode):
     """No gate on the socket: every call answers GATE_UNAVAILABLE (retry), nothing is decided elsewhere."""
     home = tmp_path / "home"
     init_home(home)
 
     async def calls():
-        async with proxy(home, PULSE_GATE_SOCKET=str(tmp_path / "no-gate.sock")) as c:
+        async with proxy(home, mode=mode, PULSE_GATE_SOCKET=str(tmp_path / "no-gate.sock")) as c:
             tools = [t.name for t in (await c.list_tools()).tools]
             return tools, await c.call_tool("status", {}), await c.call_tool("emit_effect", {"kind": "noop"})
     tools, read, write = asyncio.run(asyncio.wait_for(calls(), 60))

@@ -10,5 +10,6 @@ as the gate classifies them), `tools` (what each tool does, and a session's call
 `server` (the gate's socket inside Pulse: client connections, peer credentials, identity, limits),
 `sockets` (where the gate's sockets are, and each agent account's own, in a directory only it can
 enter), `proxy` (`pulsectl mcp`: MCP over stdio, proxied to that socket; it imports `protocol` and
-nothing else of the gate).
+nothing else of the gate), `mcpstdio` (the proxy's MCP server for the initialize handshake, by hand:
+the SDK's import would be most of every run's `pulsectl mcp` start).
 """

@@ -1,5 +1,6 @@
-"""`pulsectl mcp`: a thin proxy. MCP over stdio on one side (the official `mcp` SDK, imported only
-here), the gate's unix socket on the other (pulse.gate.server, served inside Pulse), spoken in
+"""`pulsectl mcp`: a thin proxy. MCP over stdio on one side (by hand for the initialize handshake,
+pulse.gate.mcpstdio; the official `mcp` SDK, imported only here, for a 2026-07-28 connection), the
+gate's unix socket on the other (pulse.gate.server, served inside Pulse), spoken in
 pulse.gate.protocol's messages.
 
 Every agent run starts one, so its start is every run's: it imports the protocol and the home's
@@ -205,6 +206,31 @@ def run(home, agent: str | None) -> int:
     return 0
 
 
+def serve(socket_path: str, hello: Hello) -> None:
+    """Serve one session on stdin/stdout until the client closes it: by hand (pulse.gate.mcpstdio)
+    when it opens with the initialize handshake, with the SDK when it opens in the 2026-07-28 era."""
+    link = GateConnection(socket_path, hello)
+    first = sys.stdin.buffer.readline()
+    if not first:
+        return                      # the client left before it said anything
+    from pulse.gate import mcpstdio
+    if mcpstdio.opens_modern_era(first):
+        serve_sdk(link, first)
+        return
+    import anyio
+
+    from pulse import __version__
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            await connect_and_say(link, group)
+            server = mcpstdio.StdioServer(link, __version__, ANSWER_SCHEMA, offline_tools, DEFAULT_INSTRUCTIONS)
+            await server.run(group, mcpstdio.stdin_lines(first))
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+
+
 async def connect_and_say(link: GateConnection, group) -> None:
     """The session's first connection to the gate, and on stderr what became of it."""
     await link.connect(group)
@@ -216,8 +242,23 @@ async def connect_and_say(link: GateConnection, group) -> None:
               "calls answer GATE_UNAVAILABLE until it is", file=sys.stderr, flush=True)
 
 
-def serve(socket_path: str, hello: Hello) -> None:
-    """Serve one session on stdin/stdout until the client closes it."""
+class SdkStdin:
+    """stdin for the SDK's stdio_server: the first line, read already, then the rest."""
+
+    def __init__(self, first: bytes):
+        self.first = first
+
+    async def __aiter__(self):
+        import io
+
+        import anyio
+        yield self.first.decode("utf-8", errors="replace")
+        async for line in anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")):
+            yield line
+
+
+def serve_sdk(link: GateConnection, first: bytes) -> None:
+    """Serve one 2026-07-28 session with the official SDK, from its first line (read already)."""
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
@@ -226,7 +267,6 @@ def serve(socket_path: str, hello: Hello) -> None:
 
     from pulse import __version__
 
-    link = GateConnection(socket_path, hello)
     group_holder: list = []
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
@@ -284,7 +324,7 @@ def serve(socket_path: str, hello: Hello) -> None:
             await connect_and_say(link, group)
             server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
                             instructions=link.welcome.instructions if link.welcome else DEFAULT_INSTRUCTIONS)
-            async with stdio_server() as (read, write):
+            async with stdio_server(stdin=SdkStdin(first)) as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             group.cancel_scope.cancel()
 
