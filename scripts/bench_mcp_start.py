@@ -16,6 +16,10 @@ and whether the store, the effect registry or click were loaded (none of them sh
 
     python scripts/bench_mcp_start.py                 # 20 trials each
     python scripts/bench_mcp_start.py --trials 40 --json
+    git archive BASE | tar -x -C /tmp/before && python scripts/bench_mcp_start.py --before /tmp/before
+
+--before DIR adds the run's way in with an earlier tree's pulse/ (DIR/pulse, first on PYTHONPATH),
+in the same round-robin, so that both face the same load on a shared machine.
 
 Run it with the Python of the install to measure (pulsed and pulsectl are taken from beside it).
 Everything it starts is tracked by pid and stopped at the end.
@@ -100,6 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--before", metavar="DIR", help="also time an earlier tree's pulsectl mcp (DIR/pulse)")
     args = parser.parse_args()
     tracker = Tracker()
     pulsectl = str(BIN / "pulsectl")
@@ -114,6 +119,10 @@ def main() -> None:
             ways = {"run": ([pulsectl, "--home", str(home), "mcp"], clean_env(PULSE_GATE_SOCKET=socket)),
                     "operator": ([pulsectl, "--home", str(home), "mcp"], clean_env()),
                     "no gate": ([pulsectl, "--home", str(home), "mcp"], clean_env(PULSE_GATE_SOCKET=f"{tmp}/none.sock"))}
+            if args.before:
+                ways["run (before)"] = ([pulsectl, "--home", str(home), "mcp"],
+                                        clean_env(PULSE_GATE_SOCKET=socket, PYTHONPATH=os.path.abspath(args.before)))
+                times = {**{w: [] for w in ways}, "python -c pass": []}
             for argv, env in ways.values():          # warm the page cache and the bytecode
                 time_initialize(argv, env, tracker)
             log(f"{args.trials} trials of each way in, round-robin")

@@ -15,11 +15,12 @@ to a client that declared form elicitation; any other method answers -32601.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+import threading
 from typing import Any
 
-import anyio
 import msgspec
 
 from pulse.gate.protocol import Call, OperatorAnswer, ToolError
@@ -64,58 +65,72 @@ def may_elicit(capabilities: Any) -> bool:
 
 class StdioServer:
     """One MCP session on stdin/stdout, each tool call carried to the gate by `link`
-    (pulse.gate.proxy.GateConnection)."""
+    (pulse.gate.proxy.GateConnection). Each request is answered from a thread of its own, so calls
+    run at once as the client sends them (the gate's batch rule sees them together)."""
 
     def __init__(self, link, version: str, answer_schema: dict, offline_tools, default_instructions: str):
         self.link, self.version, self.answer_schema = link, version, answer_schema
         self.offline_tools, self.default_instructions = offline_tools, default_instructions
         self.capabilities: Any = {}
         self.out = sys.stdout.buffer
-        self.write_lock = anyio.Lock()
-        self.calls: dict[Any, anyio.CancelScope] = {}
-        self.asked: dict[int, list[Any]] = {}          # our request id → [anyio.Event, the response]
-        self.asked_ids = iter(range(1, 1 << 62))
-        self.group = None
+        self.lock = threading.Lock()                    # stdout, and the tables below
+        self.calls: dict[Any, list[Any]] = {}           # the client's request id → [cancelled, the gate's call id]
+        self.asked: dict[int, list[Any]] = {}           # our request id → [threading.Event, the response]
+        self.asked_ids = itertools.count(1)
 
-    async def send(self, message: dict) -> None:
+    def send(self, message: dict) -> None:
         line = msgspec.json.encode({"jsonrpc": "2.0", **message}) + b"\n"
-        async with self.write_lock:
+        with self.lock:
             try:
-                await anyio.to_thread.run_sync(self._write, line)
+                self.out.write(line)
+                self.out.flush()
             except OSError:
                 pass            # the client is gone: its stdin's end ends the session
 
-    def _write(self, line: bytes) -> None:
-        self.out.write(line)
-        self.out.flush()
+    def serve(self, first: bytes) -> None:
+        """Serve `first` (read already, to tell the era) and the rest of stdin until it ends; then
+        the calls still in flight are cancelled, as the client's leaving gives them up."""
+        line = first
+        while line:
+            self.handle(line)
+            line = sys.stdin.buffer.readline()
+        with self.lock:
+            flying = list(self.calls.values())
+        for call in flying:
+            call[0] = True
+            if call[1] is not None:
+                self.link.cancel(call[1])
 
-    async def run(self, group, lines) -> None:
-        """Serve the lines of stdin (an async iterator of bytes) until it ends."""
-        self.group = group
-        async for line in lines:
-            if not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                print(f"pulsectl mcp: not JSON on stdin, ignored: {line[:200]!r}", file=sys.stderr, flush=True)
-                continue
-            if not isinstance(message, dict) or not isinstance(message.get("id", 0), (int, str)):
-                continue        # JSON-RPC ids are numbers or strings: anything else is no message of MCP's
-            method = message.get("method")
-            if isinstance(method, str) and "id" in message:
-                group.start_soon(self._request, message["id"], method, message.get("params"))
-            elif isinstance(method, str):
-                self._notified(method, message.get("params"))
-            elif "id" in message:
-                self._response(message)
+    def handle(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            print(f"pulsectl mcp: not JSON on stdin, ignored: {line[:200]!r}", file=sys.stderr, flush=True)
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("id", 0), (int, str)):
+            return              # JSON-RPC ids are numbers or strings: anything else is no message of MCP's
+        method = message.get("method")
+        if isinstance(method, str) and "id" in message:
+            with self.lock:
+                self.calls[message["id"]] = [False, None]
+            threading.Thread(target=self._request, args=(message["id"], method, message.get("params")),
+                             daemon=True).start()
+        elif isinstance(method, str):
+            self._notified(method, message.get("params"))
+        elif "id" in message:
+            self._response(message)
 
     def _notified(self, method: str, params: Any) -> None:
         if method == "notifications/cancelled" and isinstance(params, dict) \
                 and isinstance(params.get("requestId"), (int, str)):
-            scope = self.calls.get(params["requestId"])
-            if scope is not None:       # no answer follows: the client gave up on it
-                scope.cancel()
+            with self.lock:
+                call = self.calls.get(params["requestId"])
+            if call is not None:        # no answer follows: the client gave up on it
+                call[0] = True
+                if call[1] is not None:
+                    self.link.cancel(call[1])
 
     def _response(self, message: dict) -> None:
         slot = self.asked.get(message.get("id"))
@@ -123,22 +138,21 @@ class StdioServer:
             slot[1] = message
             slot[0].set()
 
-    async def _request(self, ident: Any, method: str, params: Any) -> None:
-        with anyio.CancelScope() as scope:
-            self.calls[ident] = scope
-            try:
-                result = await self._answer(method, params)
-            except RpcError as err:
-                await self.send({"id": ident, "error": err.error()})
-                return
-            except Exception as err:     # a bug of ours answers this request, and the session goes on
-                await self.send({"id": ident, "error": {"code": INTERNAL_ERROR, "message": f"{type(err).__name__}: {err}"}})
-                return
-            finally:
-                self.calls.pop(ident, None)
-            await self.send({"id": ident, "result": result})
+    def _request(self, ident: Any, method: str, params: Any) -> None:
+        try:
+            result = self._answer(ident, method, params)
+            reply = None if result is None else {"id": ident, "result": result}
+        except RpcError as err:
+            reply = {"id": ident, "error": err.error()}
+        except Exception as err:     # a bug of ours answers this request, and the session goes on
+            reply = {"id": ident, "error": {"code": INTERNAL_ERROR, "message": f"{type(err).__name__}: {err}"}}
+        with self.lock:
+            cancelled = self.calls.pop(ident, [True])[0]
+        if reply is not None and not cancelled:
+            self.send(reply)
 
-    async def _answer(self, method: str, params: Any) -> dict:
+    def _answer(self, ident: Any, method: str, params: Any) -> dict | None:
+        """The result; None when the call was cancelled."""
         params = params if params is not None else {}
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
@@ -147,11 +161,11 @@ class StdioServer:
         if method == "ping":
             return {}
         if method == "tools/list":
-            await self.link.connect(self.group)
+            self.link.connect()
             offered = self.link.welcome.tools if self.link.welcome else self.offline_tools()
             return {"tools": [{"name": n, "description": d, "inputSchema": s} for n, d, s in offered]}
         if method == "tools/call":
-            return await self._call(params)
+            return self._call(ident, params)
         raise RpcError(METHOD_NOT_FOUND, "Method not found", method)
 
     def _initialize(self, params: dict) -> dict:
@@ -165,15 +179,28 @@ class StdioServer:
                 "protocolVersion": asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1],
                 "serverInfo": {"name": "pulse", "version": self.version}}
 
-    async def _call(self, params: dict) -> dict:
+    def _call(self, ident: Any, params: dict) -> dict | None:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
-        operator = await self._ask_operator(arguments) if name == "ask_operator" else None
-        envelope, text = await self.link.request(self.group, lambda ident: Call(ident, name, arguments, operator))
+        operator = self._ask_operator(arguments) if name == "ask_operator" else None
+        call = self.calls.get(ident, [True])
+        if call[0]:
+            return None                 # cancelled while its person was asked: the gate never sees it
+        sent = self.link.send(lambda gate_id: Call(gate_id, name, arguments, operator))
+        if isinstance(sent, tuple):
+            envelope, text = sent
+        else:
+            call[1] = sent
+            if call[0]:                 # cancelled as it was sent
+                self.link.cancel(sent)
+            answered = self.link.wait(sent)
+            if answered is None:
+                return None
+            envelope, text = answered
         return {"content": [{"type": "text", "text": text}], "isError": not envelope["ok"], "structuredContent": envelope}
 
-    async def _ask_operator(self, arguments: dict | None) -> OperatorAnswer | None:
+    def _ask_operator(self, arguments: dict | None) -> OperatorAnswer | None:
         """The client's person asked (elicitation/create) before the call goes to the gate; None when the
         client declared no form elicitation: nobody can answer (the tool says so)."""
         from pulse.gate.proxy import operator_answer
@@ -181,12 +208,12 @@ class StdioServer:
         if not may_elicit(self.capabilities) or not isinstance(question, str) or not question:
             return None                     # the gate refuses a call without a question, INVALID_INPUT
         ident = next(self.asked_ids)
-        slot: list[Any] = [anyio.Event(), None]
+        slot: list[Any] = [threading.Event(), None]
         self.asked[ident] = slot
         try:
-            await self.send({"id": ident, "method": "elicitation/create",
-                             "params": {"mode": "form", "message": question, "requestedSchema": self.answer_schema}})
-            await slot[0].wait()
+            self.send({"id": ident, "method": "elicitation/create",
+                       "params": {"mode": "form", "message": question, "requestedSchema": self.answer_schema}})
+            slot[0].wait()
         finally:
             self.asked.pop(ident, None)
         reply = slot[1] or {}
@@ -197,12 +224,3 @@ class StdioServer:
             return OperatorAnswer(answer=operator_answer(reply["result"]))
         except ToolError as err:
             return OperatorAnswer(error=(err.code, err.message))
-
-
-async def stdin_lines(first: bytes):
-    """The first line (read already, to tell the era) and then the rest of stdin."""
-    yield first
-    stdin = anyio.wrap_file(sys.stdin.buffer)
-    while line := await stdin.readline():
-        yield line
-

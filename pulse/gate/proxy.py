@@ -25,7 +25,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import sys
+import threading
 from typing import Any, Callable
 
 from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV
@@ -55,58 +57,65 @@ def failure(code: str, message: str, **details) -> tuple[dict, str]:
 
 
 class GateConnection:
-    """The proxy's client connection to the gate: one session; requests matched to answers by id."""
+    """The proxy's client connection to the gate: one session; requests matched to answers by id.
+    Blocking, with a reader thread: the proxy's start pays for no event loop (the SDK's loop, for a
+    2026-07-28 connection, calls it through worker threads)."""
 
     def __init__(self, path: str, hello: Hello):
         self.path, self.hello = path, hello
-        self.stream = None
+        self.sock: socket.socket | None = None
+        self.lock = threading.Lock()            # one connect at a time
+        self.write_lock = threading.Lock()
         self.welcome: Welcome | None = None
         self.refusal: Refused | None = None
-        self.waiting: dict[int, Any] = {}       # id → [anyio.Event, Answer]
+        self.waiting: dict[int, list[Any]] = {}  # id → [threading.Event, Answer, cancelled]
         self.ids = itertools.count(1)
         self.last_error = "not tried yet"
-        self.busy: Refused | None = None        # the gate's GATE_BUSY at the last try, if it was
+        self.busy: Refused | None = None         # the gate's GATE_BUSY at the last try, if it was
 
-    async def connect(self, group) -> bool:
-        import anyio
-        from anyio.streams.buffered import BufferedByteReceiveStream
-        if self.stream is not None:
-            return True
-        try:
-            stream = await anyio.connect_unix(self.path)
-            reader = BufferedByteReceiveStream(stream)
+    def connect(self) -> bool:
+        with self.lock:
+            if self.sock is not None:
+                return True
+            sock = socket.socket(socket.AF_UNIX)
             try:
-                await stream.send(protocol.encode(self.hello))
-            except (anyio.BrokenResourceError, OSError):
-                pass        # refused before its hello was read (GATE_BUSY): the refusal waits to be read
-            first = protocol.reply_decoder.decode(await reader.receive_until(b"\n", MAX_REPLY))
-        except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, ValueError) as err:
-            self.last_error = f"{type(err).__name__}: {err}"
-            return False
-        if not isinstance(first, Welcome):
-            if isinstance(first, Refused) and first.retry:      # GATE_BUSY: the next call tries again
-                self.last_error = f"{first.code}: {first.message}"
-                self.busy = first
-            elif isinstance(first, Refused):
-                self.refusal = first
-            else:
-                self.last_error = f"the gate opened with a {type(first).__name__}, not a welcome"
-            await stream.aclose()
-            return False
-        self.busy = None
-        self.stream, self.welcome = stream, first
+                sock.connect(self.path)
+                try:
+                    sock.sendall(protocol.encode(self.hello))
+                except OSError:
+                    pass        # refused before its hello was read (GATE_BUSY): the refusal waits to be read
+                reader = sock.makefile("rb")
+                line = reader.readline(MAX_REPLY)
+                if not line.endswith(b"\n"):
+                    raise EOFError("the gate closed the connection")
+                first = protocol.reply_decoder.decode(line)
+            except (OSError, EOFError, ValueError) as err:
+                sock.close()
+                self.last_error = f"{type(err).__name__}: {err}"
+                return False
+            if not isinstance(first, Welcome):
+                if isinstance(first, Refused) and first.retry:      # GATE_BUSY: the next call tries again
+                    self.last_error = f"{first.code}: {first.message}"
+                    self.busy = first
+                elif isinstance(first, Refused):
+                    self.refusal = first
+                else:
+                    self.last_error = f"the gate opened with a {type(first).__name__}, not a welcome"
+                sock.close()
+                return False
+            self.busy = None
+            self.sock, self.welcome = sock, first
         task = f" (task {first.task})" if first.task else ""
         ignored = f"; {first.ignored}" if first.ignored else ""
         print(f"pulsectl mcp: session {first.session} of {first.agent}{task} through the gate at "
               f"{self.path}{ignored}", file=sys.stderr, flush=True)
-        group.start_soon(self._read, reader, stream)
+        threading.Thread(target=self._read, args=(reader, sock), name="gate-reader", daemon=True).start()
         return True
 
-    async def _read(self, reader, stream) -> None:
-        import anyio
+    def _read(self, reader, sock: socket.socket) -> None:
         try:
-            while True:
-                reply = protocol.reply_decoder.decode(await reader.receive_until(b"\n", MAX_REPLY))
+            while (line := reader.readline(MAX_REPLY)).endswith(b"\n"):
+                reply = protocol.reply_decoder.decode(line)
                 if isinstance(reply, Refused):      # RUN_ENDED: the run is over, and so is this session
                     self.refusal = reply
                     continue
@@ -114,21 +123,21 @@ class GateConnection:
                 if slot is not None:
                     slot[1] = reply
                     slot[0].set()
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError,
-                OSError, ValueError):
+        except (OSError, ValueError):
             pass
         finally:
-            if self.stream is stream:
-                self.stream = None
-            for slot in self.waiting.values():     # the gate went away mid-call: they answer unavailable
+            with self.lock:
+                if self.sock is sock:
+                    self.sock = None
+            sock.close()
+            for slot in list(self.waiting.values()):     # the gate went away mid-call: they answer unavailable
                 slot[0].set()
 
-    async def request(self, group, make: Callable[[int], Call | Question]) -> tuple[dict, str]:
-        """Send the request `make(id)` makes; (the envelope, the text the model sees) of its answer."""
-        import anyio
+    def send(self, make: Callable[[int], Call | Question]) -> int | tuple[dict, str]:
+        """Send the request `make(id)` makes: its id, or (the envelope, the text) of why it was not sent."""
         if self.refusal is not None:
             return failure(self.refusal.code, self.refusal.message)
-        if not await self.connect(group):
+        if not self.connect():
             if self.refusal is not None:
                 return failure(self.refusal.code, self.refusal.message)
             if self.busy is not None:
@@ -136,30 +145,50 @@ class GateConnection:
             return failure(GATE_UNAVAILABLE, f"Pulse's gate is not reachable at {self.path} ({self.last_error}); "
                            "nothing was done: retry once pulsed runs", retry=True)
         ident = next(self.ids)
-        slot: list[Any] = [anyio.Event(), None]
+        slot: list[Any] = [threading.Event(), None, False]
         self.waiting[ident] = slot
-        stream = self.stream
+        sock = self.sock
         try:
-            await stream.send(protocol.encode(make(ident)))
-            await slot[0].wait()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass
-        except BaseException:           # the client cancelled the call: the gate records it
-            with anyio.CancelScope(shield=True):
-                try:
-                    await stream.send(protocol.encode(Cancel(ident)))
-                except Exception:
-                    pass
-            raise
+            with self.write_lock:
+                sock.sendall(protocol.encode(make(ident)))
+        except (OSError, AttributeError):
+            slot[0].set()               # gone before it was sent: answered unavailable below
+        return ident
+
+    def wait(self, ident: int) -> tuple[dict, str] | None:
+        """(the envelope, the text the model sees) of the answer to `ident`; None once it was cancelled."""
+        slot = self.waiting[ident]
+        try:
+            slot[0].wait()
         finally:
             self.waiting.pop(ident, None)
         answer: Answer | None = slot[1]
+        if slot[2]:
+            return None
         if answer is None and self.refusal is not None:
             return failure(self.refusal.code, self.refusal.message)
         if answer is None:
             return failure(GATE_UNAVAILABLE, "the gate went away during the call; whether a write acted is "
                            "for a read to tell (its effect settles it): retry", retry=True)
         return answer.envelope, answer.text or json.dumps(answer.envelope, default=str)
+
+    def cancel(self, ident: int) -> None:
+        """The client gave up on the call: the gate records it (a write's effect settles it)."""
+        slot = self.waiting.get(ident)
+        if slot is None:
+            return
+        slot[2] = True
+        sock = self.sock
+        try:
+            with self.write_lock:
+                sock.sendall(protocol.encode(Cancel(ident)))
+        except (OSError, AttributeError):
+            pass
+        slot[0].set()
+
+    def request(self, make: Callable[[int], Call | Question]) -> tuple[dict, str] | None:
+        sent = self.send(make)
+        return sent if isinstance(sent, tuple) else self.wait(sent)
 
 
 def offline_tools() -> list[tuple[str, str, dict]]:
@@ -214,26 +243,17 @@ def serve(socket_path: str, hello: Hello) -> None:
     if not first:
         return                      # the client left before it said anything
     from pulse.gate import mcpstdio
+    connect_and_say(link)
     if mcpstdio.opens_modern_era(first):
         serve_sdk(link, first)
         return
-    import anyio
-
     from pulse import __version__
-
-    async def main() -> None:
-        async with anyio.create_task_group() as group:
-            await connect_and_say(link, group)
-            server = mcpstdio.StdioServer(link, __version__, ANSWER_SCHEMA, offline_tools, DEFAULT_INSTRUCTIONS)
-            await server.run(group, mcpstdio.stdin_lines(first))
-            group.cancel_scope.cancel()
-
-    anyio.run(main)
+    mcpstdio.StdioServer(link, __version__, ANSWER_SCHEMA, offline_tools, DEFAULT_INSTRUCTIONS).serve(first)
 
 
-async def connect_and_say(link: GateConnection, group) -> None:
+def connect_and_say(link: GateConnection) -> None:
     """The session's first connection to the gate, and on stderr what became of it."""
-    await link.connect(group)
+    link.connect()
     if link.refusal is not None:
         print(f"pulsectl mcp: the gate refused this session: {link.refusal.code}: "
               f"{link.refusal.message}", file=sys.stderr, flush=True)
@@ -267,10 +287,9 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
 
     from pulse import __version__
 
-    group_holder: list = []
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
-        await link.connect(group_holder[0])
+        await anyio.to_thread.run_sync(link.connect)
         offered = link.welcome.tools if link.welcome else offline_tools()
         return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s) for n, d, s in offered])
 
@@ -281,13 +300,22 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
             if isinstance(round_, types.InputRequiredResult):
                 # The client asks its person and calls again with the answer (the call the gate
                 # judges). This round is a call too: the gate records it, and it changes no state.
-                await link.request(group_holder[0], Question)
+                await request(Question)
                 return round_
             operator = round_
-        envelope, text = await link.request(group_holder[0],
-                                            lambda ident: Call(ident, params.name, params.arguments, operator))
+        envelope, text = await request(lambda ident: Call(ident, params.name, params.arguments, operator))
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=envelope,
                                     is_error=not envelope["ok"])
+
+    async def request(make) -> tuple[dict, str]:
+        sent = await anyio.to_thread.run_sync(link.send, make)
+        if isinstance(sent, tuple):
+            return sent
+        try:
+            return await anyio.to_thread.run_sync(link.wait, sent, abandon_on_cancel=True)
+        except BaseException:       # the client cancelled the call: the gate records it
+            link.cancel(sent)
+            raise
 
     async def operator_round(ctx, params):
         """How ask_operator reaches a person: on 2026-07-28 connections the question goes back
@@ -319,13 +347,9 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
             return OperatorAnswer(error=(err.code, err.message))
 
     async def main() -> None:
-        async with anyio.create_task_group() as group:
-            group_holder.append(group)
-            await connect_and_say(link, group)
-            server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
-                            instructions=link.welcome.instructions if link.welcome else DEFAULT_INSTRUCTIONS)
-            async with stdio_server(stdin=SdkStdin(first)) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            group.cancel_scope.cancel()
+        server = Server("pulse", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
+                        instructions=link.welcome.instructions if link.welcome else DEFAULT_INSTRUCTIONS)
+        async with stdio_server(stdin=SdkStdin(first)) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
 
     anyio.run(main)
