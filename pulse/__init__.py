@@ -10,7 +10,8 @@ The folders are the layers (docs/architecture.md draws them):
     rules/      the onion (onion), the survival rules (survival), the engine's budget (budget)
     effects/    the effect kinds and what they do (registry, kinds, notify, repairs)
     store/      persistence: every SQL statement (db), blobs (objects), the disk ballast (ballast)
-    agents/     tasks for agents and their safety gate (tasks, adapters, agentrun, gate, toolserver)
+    agents/     tasks for agents (tasks, adapters, agentrun, spend)
+    gate/       the agents' safety gate (policy, durable, tools, protocol, server, proxy)
     cli/        pulsectl, one module per command group
 
 The installed import name is ``pulse`` alone; the repository's ``supervisor/`` and ``engine/``

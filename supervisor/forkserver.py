@@ -31,7 +31,7 @@ from pulse.core.childspecs import CHILD_SPECS
 PRELOAD = {name: tuple(spec.entry.split(":", 1)) for name, spec in CHILD_SPECS.items()}
 # Modules a worker imports only on its way to Ready (the executor's gate thread, the engine's repo):
 # imported here once, not in every fork.
-LATE_IMPORTS = ("pulse.agents.toolserver", "pulse.agents.gatestore", "pulse.engine.repo")
+LATE_IMPORTS = ("pulse.gate.tools", "pulse.gate.durable", "pulse.engine.repo")
 TITLE = "pulse: forkserver"
 MAX_PACKET = 1 << 20
 

@@ -310,7 +310,7 @@ if "--mcp-config" in args:
     # Waited for before the first turn (print mode connects without waiting otherwise), up to 30 s.
     assert server.pop("alwaysLoad") is True and server.pop("type") == "stdio"
     assert json.loads(Path(f"{env_dump}.claude.ok").read_text())["connect_timeout_ms"] == "30000"
-    token = server["env"].pop("PULSE_RUN_TOKEN")              # the run's capability (pulse.agents.gateserver)
+    token = server["env"].pop("PULSE_RUN_TOKEN")              # the run's capability (pulse.gate.server)
     assert len(token) >= 40 and server["env"].pop("PULSE_GATE_SOCKET").endswith(".sock")
     # the run's mark, so a server started with a cleaned environment is still ended with the run
     assert server["env"].pop("PULSE_RUN") == ev["data"]["run"]

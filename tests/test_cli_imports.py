@@ -94,3 +94,60 @@ def test_built_in_kinds_named_for_pulsectl_are_the_registrys():
     from pulse.effects import BUILT_IN_KINDS, registry
     assert BUILT_IN_KINDS == set(registry.all_kinds())
 
+
+
+# `pulsectl mcp` up to the moment it serves the client's initialize (its first line, on stdin; the
+# gate is out of reach): the server's loop replaced by a report of what was imported by then and
+# whom it serves.
+MCP_PROBE = textwrap.dedent("""\
+    import json, os, sys
+    sys.argv = ["pulsectl", *sys.argv[1:]]
+    from pulse.gate import mcpstdio
+    def report(server, first):
+        with open(os.environ["PROBE_OUT"], "w") as f:
+            f.write(json.dumps({"modules": sorted(sys.modules), "socket": server.link.path, "first": first.decode(),
+                                "token": server.link.hello.token, "agent": server.link.hello.agent}))
+    mcpstdio.StdioServer.serve = report
+    from pulse.cli import main
+    main()
+    """)
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "probe", "version": "0"}}}) + "\n"
+# Every agent run starts a `pulsectl mcp`: none of these is needed to carry its calls to the gate
+# (the MCP SDK, with its event loop, only for a client that opens in the 2026-07-28 era).
+NOT_FOR_MCP = {"click", "pulse.effects.registry", "pulse.cli.group", "zmq", "sqlite3", "mcp", "asyncio", "anyio"}
+
+
+def mcp_imports(tmp_path, *args: str, **env: str) -> dict:
+    out = tmp_path / "mcp-modules.json"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
+    proc = subprocess.run([sys.executable, "-c", MCP_PROBE, *args], env={**clean, **env, "PROBE_OUT": str(out)},
+                          input=INITIALIZE, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+    seen = json.loads(out.read_text())
+    assert seen["first"] == INITIALIZE
+    return seen
+
+
+def test_an_agent_runs_pulsectl_mcp_without_click_the_store_the_registry_or_the_config(tmp_path):
+    seen = mcp_imports(tmp_path, "--home", str(tmp_path / "out-of-reach"), "mcp", "--agent", "ignored",
+                       PULSE_GATE_SOCKET=str(tmp_path / "gate.sock"), PULSE_RUN_TOKEN="a-run-token")
+    assert (seen["socket"], seen["token"], seen["agent"]) == (str(tmp_path / "gate.sock"), "a-run-token", "ignored")
+    modules = set(seen["modules"])
+    assert not modules & (NOT_FOR_MCP | {"pulse.core.config"}), modules & (NOT_FOR_MCP | {"pulse.core.config"})
+    assert sorted(m for m in modules if m.startswith(("pulse.store", "pulse.effects", "pulse.agents"))) == []
+    assert sorted(m for m in modules if m.startswith("pulse.gate")) == ["pulse.gate", "pulse.gate.mcpstdio",
+                                                                         "pulse.gate.protocol", "pulse.gate.proxy"]
+
+
+def test_the_operators_pulsectl_mcp_reads_the_config_for_the_socket_and_nothing_heavier(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    (home / "config.toml").write_text(f'[gate]\nsocket_dir = "{tmp_path}"\n')
+    seen = mcp_imports(tmp_path, "--home", str(home), "mcp")
+    assert seen["socket"].startswith(str(tmp_path) + "/") and seen["socket"].endswith(".gate.sock")
+    assert (seen["token"], seen["agent"]) == (None, None)
+    modules = set(seen["modules"])
+    assert not modules & NOT_FOR_MCP, modules & NOT_FOR_MCP
+    assert sorted(m for m in modules if m.startswith(("pulse.store", "pulse.effects", "pulse.agents"))) == []

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pulse.agents import catalogue, gate
-from pulse.agents.gate import FSM_BLOCKED, UNVERIFIED_WRITE, CallKind, Descriptor, State
+from pulse.gate import catalogue, policy
+from pulse.gate.policy import FSM_BLOCKED, UNVERIFIED_WRITE, CallKind, Descriptor, State
 
 # A small registry with one tool of each kind, on resources of class "x".
 TEST_TOOLS = {d.name: d for d in (
@@ -37,22 +37,22 @@ def clock():
     return Clock()
 
 
-def session(clock=None, tools=TEST_TOOLS) -> gate.Session:
-    return gate.Session("s1", tools, clock=clock or Clock())
+def session(clock=None, tools=TEST_TOOLS) -> policy.GateSession:
+    return policy.GateSession("s1", tools, clock=clock or Clock())
 
 
 FOUND = {"found": "something"}   # what a read returns when it is about something (evidence)
 
 
-def run(s: gate.Session, tool: str, args=None, ok: bool = True, result=FOUND, acted=None):
+def run(s: policy.GateSession, tool: str, args=None, ok: bool = True, result=FOUND, acted=None):
     """Begin and end one call; the Blocked, or the gate-call Record."""
     admitted = s.begin(tool, args if args is not None else {})
-    if isinstance(admitted, gate.Blocked):
+    if isinstance(admitted, policy.Blocked):
         return admitted
     return s.end(admitted, ok, result, acted)
 
 
-def at(state: State) -> gate.Session:
+def at(state: State) -> policy.GateSession:
     """A session brought to `state` by real calls (VERIFYING: after poke x:a)."""
     s = session()
     if state != State.RESOLVING:
@@ -95,10 +95,10 @@ def test_transition_table(state, kind, outcome):
     result = run(s, tool, args, ok=outcome == "ok", acted=False if outcome == "error" else None)
     expected = TABLE[(state, kind, outcome)]
     if expected == "blocked":
-        assert isinstance(result, gate.Blocked) and result.code == FSM_BLOCKED
+        assert isinstance(result, policy.Blocked) and result.code == FSM_BLOCKED
         assert s.state == state
     else:
-        assert isinstance(result, gate.Record) and result.type == "gate-call"
+        assert isinstance(result, policy.Record) and result.type == "gate-call"
         assert s.state == expected and result.data["state"] == str(expected)
         assert result.data["state_before"] == str(state)
 
@@ -132,7 +132,7 @@ def test_only_a_read_of_the_same_resource_verifies():
     run(s, "read_one", {"name": "b"})
     run(s, "lookup", {"name": "b"})
     assert s.state == State.VERIFYING
-    assert isinstance(run(s, "poke", {"name": "b"}), gate.Blocked)
+    assert isinstance(run(s, "poke", {"name": "b"}), policy.Blocked)
     record = run(s, "read_one", {"name": "a"})
     assert s.state == State.READING and record.data["verified"] == ["x:a"]
 
@@ -146,7 +146,7 @@ def test_a_class_wide_read_covers_every_resource_of_the_class():
 def test_a_write_of_two_resources_needs_both_looked_at_and_both_verified():
     s = at(State.READING)
     run(s, "lookup", {"name": "p"})
-    assert isinstance(run(s, "poke_two", {"a": "p", "b": "q"}), gate.Blocked)     # q never looked at
+    assert isinstance(run(s, "poke_two", {"a": "p", "b": "q"}), policy.Blocked)     # q never looked at
     run(s, "lookup", {"name": "q"})
     run(s, "poke_two", {"a": "p", "b": "q"})
     run(s, "read_one", {"name": "p"})
@@ -182,32 +182,32 @@ def test_a_batch_holds_at_most_one_write():
     s = at(State.READING)
     first = s.begin("poke", {"name": "a"})
     second = s.begin("poke", {"name": "b"})
-    assert isinstance(first, gate.Admitted)
-    assert isinstance(second, gate.Blocked) and "in flight" in second.error["error"]["reason"]
+    assert isinstance(first, policy.Admitted)
+    assert isinstance(second, policy.Blocked) and "in flight" in second.error["error"]["reason"]
     read_b = s.begin("read_one", {"name": "b"})
-    assert isinstance(read_b, gate.Admitted)                                 # reads still go alongside
+    assert isinstance(read_b, policy.Admitted)                                 # reads still go alongside
     s.end(read_b, True, FOUND)
     s.end(first, True, FOUND)
-    assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)         # now: unverified
+    assert isinstance(s.begin("poke", {"name": "b"}), policy.Blocked)         # now: unverified
     run(s, "read_one", {"name": "a"})
-    assert isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
+    assert isinstance(s.begin("poke", {"name": "b"}), policy.Admitted)
 
 
 def test_finish_is_refused_while_a_write_is_unverified_or_in_flight():
-    assert isinstance(session().finish(), gate.Record)                      # nothing written: fine
+    assert isinstance(session().finish(), policy.Record)                      # nothing written: fine
     s = at(State.VERIFYING)
     refused = s.finish({"summary": "done"})
-    assert isinstance(refused, gate.Blocked) and refused.code == UNVERIFIED_WRITE
+    assert isinstance(refused, policy.Blocked) and refused.code == UNVERIFIED_WRITE
     assert refused.error["error"]["tool"] == "finish" and refused.record.type == "gate-blocked"
     run(s, "read_one", {"name": "a"})
     run(s, "read_one", {"name": "b"})
     write = s.begin("poke", {"name": "b"})
     in_flight = s.finish({"summary": "done"})
-    assert isinstance(in_flight, gate.Blocked) and "in flight" in in_flight.error["error"]["reason"]
+    assert isinstance(in_flight, policy.Blocked) and "in flight" in in_flight.error["error"]["reason"]
     s.end(write, True, FOUND)
     run(s, "read_one", {"name": "b"})
     done = s.finish({"summary": "done"})
-    assert isinstance(done, gate.Record) and done.data["state"] == "READING"
+    assert isinstance(done, policy.Record) and done.data["state"] == "READING"
     assert done.data["recovered"]["code"] == UNVERIFIED_WRITE                # the same finish, now through
 
 
@@ -215,7 +215,7 @@ def test_user_input_never_advances_or_verifies():
     s = session()
     for _ in range(3):
         run(s, "ask", {"question": "which one?"})
-    assert s.state == State.RESOLVING and isinstance(s.begin("poke", {"name": "a"}), gate.Blocked)
+    assert s.state == State.RESOLVING and isinstance(s.begin("poke", {"name": "a"}), policy.Blocked)
     v = at(State.VERIFYING)
     run(v, "ask", {"question": "did it work?"})
     assert v.state == State.VERIFYING
@@ -224,17 +224,17 @@ def test_user_input_never_advances_or_verifies():
 def test_reads_are_never_blocked_and_blocks_never_wear_the_gate_down():
     s = at(State.VERIFYING)
     for _ in range(50):
-        assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)
-        assert isinstance(s.finish(), gate.Blocked)
+        assert isinstance(s.begin("poke", {"name": "b"}), policy.Blocked)
+        assert isinstance(s.finish(), policy.Blocked)
     assert s.blocked == 100 and s.state == State.VERIFYING
-    assert s.recoveries[("poke", gate.args_hash({"name": "b"}))].attempts == 50
+    assert s.recoveries[("poke", policy.args_hash({"name": "b"}))].attempts == 50
     for state in State:
         t = at(state)
         for tool, args in (("lookup", {"name": "z"}), ("read_all", {}), ("ask", {"question": "?"})):
-            assert isinstance(t.begin(tool, args), gate.Admitted)
+            assert isinstance(t.begin(tool, args), policy.Admitted)
     for _ in range(1000):   # and reads of other resources never verify it either
         run(s, "read_one", {"name": "b"})
-    assert s.state == State.VERIFYING and isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)
+    assert s.state == State.VERIFYING and isinstance(s.begin("poke", {"name": "b"}), policy.Blocked)
 
 
 def test_a_write_finishing_after_a_reset_still_leaves_a_debt():
@@ -258,17 +258,17 @@ def test_a_write_finishing_after_a_reset_still_leaves_a_debt():
     ("docker", {"action": "", "name": "a"}, "unrecognised action ''"),
 ])
 def test_anything_not_plainly_safe_is_a_write(tool, args, why):
-    call = gate.classify(TEST_TOOLS, tool, args)
+    call = policy.classify(TEST_TOOLS, tool, args)
     assert call.kind == CallKind.WRITE and call.why == why and call.touches
     s = at(State.RESOLVING)
     blocked = s.begin(tool, args)
-    assert isinstance(blocked, gate.Blocked) and blocked.record.data["classified"] == why
+    assert isinstance(blocked, policy.Blocked) and blocked.record.data["classified"] == why
 
 
 def test_discriminator_values_are_trimmed_and_case_insensitive():
-    assert gate.classify(TEST_TOOLS, "docker", {"action": " Inspect ", "name": "a"}).kind == CallKind.READ
-    assert gate.classify(TEST_TOOLS, "docker", {"action": "FIND", "name": "a"}).kind == CallKind.RESOLVE
-    assert gate.classify(TEST_TOOLS, "ask", {"question": "?"}).kind == CallKind.USER_INPUT
+    assert policy.classify(TEST_TOOLS, "docker", {"action": " Inspect ", "name": "a"}).kind == CallKind.READ
+    assert policy.classify(TEST_TOOLS, "docker", {"action": "FIND", "name": "a"}).kind == CallKind.RESOLVE
+    assert policy.classify(TEST_TOOLS, "ask", {"question": "?"}).kind == CallKind.USER_INPUT
 
 
 def test_an_unknown_tool_is_refused_in_every_state():
@@ -277,7 +277,7 @@ def test_an_unknown_tool_is_refused_in_every_state():
         s = at(state)
         run(s, "read_all")
         blocked = run(s, "rm_rf", {})
-        assert isinstance(blocked, gate.Blocked) and blocked.code == FSM_BLOCKED
+        assert isinstance(blocked, policy.Blocked) and blocked.code == FSM_BLOCKED
 
 
 def test_argument_values_are_literal_never_wildcards():
@@ -285,9 +285,9 @@ def test_argument_values_are_literal_never_wildcards():
     run(s, "read_one", {"name": "*"})
     run(s, "lookup", {"name": "a*"})
     assert s.state == State.VERIFYING
-    assert gate.touched(("x:{name}",), {}) == frozenset({"x:*"})
+    assert policy.touched(("x:{name}",), {}) == frozenset({"x:*"})
     # a read of no particular one looks at the whole class; what it verifies depends on what it found
-    assert gate.covered(("x:{name}",), {}) == frozenset({gate.Pattern("x:", prefix=True)})
+    assert policy.covered(("x:{name}",), {}) == frozenset({policy.Pattern("x:", prefix=True)})
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -304,9 +304,9 @@ def test_argument_values_are_literal_never_wildcards():
 ])
 def test_ambiguous_registries_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
-        gate.check_registry({"t": bad})
+        policy.check_registry({"t": bad})
     with pytest.raises(ValueError, match="another name"):
-        gate.check_registry({"u": TEST_TOOLS["lookup"]})
+        policy.check_registry({"u": TEST_TOOLS["lookup"]})
 
 
 # -- the block envelope and the records ------------------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_every_call_is_recorded_with_what_it_did():
     assert [r.type for r in (resolve, write, read)] == ["gate-call"] * 3
     assert resolve.data["covers"] == ["x:a"] and resolve.data["state"] == "READING"
     assert write.data["touches"] == ["x:a"] and write.data["acted"] is True and write.data["state"] == "VERIFYING"
-    assert read.data["verified"] == ["x:a"] and read.data["args_hash"] == gate.args_hash({"name": "a"})
+    assert read.data["verified"] == ["x:a"] and read.data["args_hash"] == policy.args_hash({"name": "a"})
     assert s.reset().data == {"phase": "reset", "agent": "s1", "task": "", "tool": "reset", "kind": "reset",
                               "keep_progress": False, "by": "operator", "state_before": "READING",
                               "state": "RESOLVING"}
@@ -373,13 +373,13 @@ def test_recoveries_are_per_tool_and_argument_hash(clock):
 def test_recoveries_expire_after_ten_minutes(clock):
     s = session(clock)
     s.begin("poke", {"name": "a"})
-    clock.t += gate.RECOVERY_TTL_S - 1
+    clock.t += policy.RECOVERY_TTL_S - 1
     assert s.summary()["recoveries"] == 1
     clock.t += 1
     assert s.summary()["recoveries"] == 0
     s.begin("poke", {"name": "a"})                              # a fresh entry, attempts from 1
-    assert s.recoveries[("poke", gate.args_hash({"name": "a"}))].attempts == 1
-    clock.t += gate.RECOVERY_TTL_S
+    assert s.recoveries[("poke", policy.args_hash({"name": "a"}))].attempts == 1
+    clock.t += policy.RECOVERY_TTL_S
     run(s, "lookup", {"name": "a"})
     assert "recovered" not in run(s, "poke", {"name": "a"}).data
 
@@ -389,7 +389,7 @@ def test_reset_returns_to_resolving_and_clears_recoveries():
     s.begin("poke", {"name": "b"})
     s.reset()
     assert s.state == State.RESOLVING and s.recoveries == {} and s.summary()["unverified"] == []
-    assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)        # the target is gone too
+    assert isinstance(s.begin("poke", {"name": "b"}), policy.Blocked)        # the target is gone too
 
 
 def test_reset_keep_progress_drops_verification_but_keeps_what_was_looked_at():
@@ -399,7 +399,7 @@ def test_reset_keep_progress_drops_verification_but_keeps_what_was_looked_at():
     s.begin("poke", {"name": "b"})                              # blocked: a is unverified
     record = s.reset(keep_progress=True)
     assert record.data["state_before"] == "VERIFYING" and s.state == State.READING
-    assert len(s.recoveries) == 1 and isinstance(s.begin("poke", {"name": "b"}), gate.Admitted)
+    assert len(s.recoveries) == 1 and isinstance(s.begin("poke", {"name": "b"}), policy.Admitted)
     fresh = session()
     fresh.reset(keep_progress=True)
     assert fresh.state == State.RESOLVING
@@ -408,7 +408,7 @@ def test_reset_keep_progress_drops_verification_but_keeps_what_was_looked_at():
 # -- Pulse's own tools ----------------------------------------------------------------------------------------
 
 def test_pulse_tools_registry_is_well_formed_and_complete():
-    gate.check_registry(catalogue.TOOLS)
+    policy.check_registry(catalogue.TOOLS)
     kinds = {name: d.kind for name, d in catalogue.TOOLS.items()}
     assert {n for n, k in kinds.items() if k == CallKind.RESOLVE} == {"find_process", "list_workers", "list_tasks"}
     assert {n for n, k in kinds.items() if k == CallKind.READ} == {"status", "vitals", "events", "log_tail", "effect"}
@@ -445,10 +445,10 @@ def pulse_result(tool: str, args: dict):
     ("create_task", {"project": "p", "title": "t", "prompt": "x"}, [("status", {})], ("list_tasks", {})),
 ])
 def test_what_verifies_each_pulse_write(write, args, not_enough, enough):
-    s = gate.Session("p", catalogue.TOOLS, clock=Clock())
-    assert isinstance(run(s, write, args), gate.Blocked)            # its resource not looked at yet
+    s = policy.GateSession("p", catalogue.TOOLS, clock=Clock())
+    assert isinstance(run(s, write, args), policy.Blocked)            # its resource not looked at yet
     run(s, enough[0], enough[1], result=pulse_result(*enough))
-    assert isinstance(run(s, write, args), gate.Record)
+    assert isinstance(run(s, write, args), policy.Record)
     for tool, targs in not_enough:
         run(s, tool, targs, result=pulse_result(tool, targs))
         assert s.state == State.VERIFYING, f"{tool} {targs} must not verify {write}"
@@ -457,9 +457,9 @@ def test_what_verifies_each_pulse_write(write, args, not_enough, enough):
 
 
 def test_pulse_tools_fail_closed_on_extra_arguments():
-    assert gate.classify(catalogue.TOOLS, "status", {"restart": "tick"}).kind == CallKind.WRITE
-    assert gate.classify(catalogue.TOOLS, "find_process", {"name": "gw", "kill": True}).kind == CallKind.WRITE
-    assert gate.classify(catalogue.TOOLS, "pulse_exec", {"argv": ["rm"]}).kind == CallKind.WRITE
+    assert policy.classify(catalogue.TOOLS, "status", {"restart": "tick"}).kind == CallKind.WRITE
+    assert policy.classify(catalogue.TOOLS, "find_process", {"name": "gw", "kill": True}).kind == CallKind.WRITE
+    assert policy.classify(catalogue.TOOLS, "pulse_exec", {"argv": ["rm"]}).kind == CallKind.WRITE
 
 
 
@@ -473,26 +473,26 @@ def test_an_empty_read_never_verifies():
 
 
 def test_a_literal_star_is_no_wildcard_for_a_write_that_named_no_target():
-    assert not gate.Pattern("target:*").covers("target:*")       # `events {"target": "*"}` is about "*"
-    assert gate.Pattern("target:", prefix=True).covers("target:*")
-    assert gate.Pattern("target:x").covers("target:x") and not gate.Pattern("target:x").covers("target:*")
+    assert not policy.Pattern("target:*").covers("target:*")       # `events {"target": "*"}` is about "*"
+    assert policy.Pattern("target:", prefix=True).covers("target:*")
+    assert policy.Pattern("target:x").covers("target:x") and not policy.Pattern("target:x").covers("target:*")
 
 
 def test_finish_is_terminal():
     s = at(State.READING)
-    assert isinstance(s.finish({"summary": "done"}), gate.Record)
+    assert isinstance(s.finish({"summary": "done"}), policy.Record)
     for tool, args in (("lookup", {"name": "a"}), ("poke", {"name": "a"})):
         blocked = run(s, tool, args)
-        assert isinstance(blocked, gate.Blocked) and blocked.code == gate.SESSION_FINISHED
-    assert s.finish({"summary": "again"}).code == gate.SESSION_FINISHED
+        assert isinstance(blocked, policy.Blocked) and blocked.code == policy.SESSION_FINISHED
+    assert s.finish({"summary": "again"}).code == policy.SESSION_FINISHED
 
 
 # -- the ledger: host-wide, across sessions -------------------------------------------------------------------
 
-def sessions_on_one_ledger(*who: tuple[str, str, str]) -> list[gate.Session]:
+def sessions_on_one_ledger(*who: tuple[str, str, str]) -> list[policy.GateSession]:
     """Sessions (id, agent, task) deciding on one store, as every `pulsectl mcp` on a host does."""
-    store = gate.MemoryStore(Clock())
-    return [gate.Session(sid, TEST_TOOLS, clock=Clock(), agent=agent, task=task, store=store)
+    store = policy.MemoryStore(Clock())
+    return [policy.GateSession(sid, TEST_TOOLS, clock=Clock(), agent=agent, task=task, store=store)
             for sid, agent, task in who]
 
 
@@ -502,13 +502,13 @@ def test_one_change_at_a_time_per_resource_host_wide():
     run(b, "lookup", {"name": "r"})
     write = a.begin("poke", {"name": "r"})
     refused = b.begin("poke", {"name": "r"})
-    assert isinstance(refused, gate.Blocked) and "being changed by alice" in refused.error["error"]["reason"]
-    assert isinstance(b.begin("poke", {"name": "other"}), gate.Blocked)    # other: never looked at
+    assert isinstance(refused, policy.Blocked) and "being changed by alice" in refused.error["error"]["reason"]
+    assert isinstance(b.begin("poke", {"name": "other"}), policy.Blocked)    # other: never looked at
     a.end(write, True, FOUND)
     again = b.begin("poke", {"name": "r"})                                  # bob looked before alice's change
-    assert isinstance(again, gate.Blocked) and "was changed by alice" in again.error["error"]["reason"]
+    assert isinstance(again, policy.Blocked) and "was changed by alice" in again.error["error"]["reason"]
     run(b, "read_one", {"name": "r"})
-    assert isinstance(b.begin("poke", {"name": "r"}), gate.Admitted)
+    assert isinstance(b.begin("poke", {"name": "r"}), policy.Admitted)
 
 
 def test_a_new_session_of_the_same_agent_and_task_inherits_its_unverified_write():
@@ -516,14 +516,14 @@ def test_a_new_session_of_the_same_agent_and_task_inherits_its_unverified_write(
                                                        ("s3", "alice", "task-2"))
     run(first, "lookup", {"name": "r"})
     run(first, "poke", {"name": "r"})
-    assert second.state == State.VERIFYING and isinstance(second.finish({"summary": "x"}), gate.Blocked)
+    assert second.state == State.VERIFYING and isinstance(second.finish({"summary": "x"}), policy.Blocked)
     assert other_task.state == State.RESOLVING
     run(second, "read_one", {"name": "r"})
     assert first.state == second.state == State.READING
 
 
 def test_an_event_older_than_the_write_verifies_nothing():
-    s = gate.Session("p", catalogue.TOOLS, clock=Clock())
+    s = policy.GateSession("p", catalogue.TOOLS, clock=Clock())
     run(s, "events", {"target": "backup"}, result={"events": [{"id": 1, "target": "backup"}]})
     run(s, "emit_effect", {"kind": "exec", "target": "backup"})
     run(s, "events", {"target": "backup"}, result={"events": [{"id": 1, "target": "backup"}]})
@@ -537,11 +537,11 @@ def test_an_event_older_than_the_write_verifies_nothing():
 def test_a_cancelled_write_is_settled_by_its_effect():
     s = at(State.READING)
     write = s.begin("poke", {"name": "a"})
-    s.store.transact(lambda: gate.Record("gate-call", {"phase": "acting", "session": "s1", "call": write.ticket,
+    s.store.transact(lambda: policy.Record("gate-call", {"phase": "acting", "session": "s1", "call": write.ticket,
                                                        "effect": "e1"}))
     s.end(write, False, None, cancelled=True)
-    assert s.summary()["in_flight"] == 1 and isinstance(s.finish({"summary": "x"}), gate.Blocked)
-    s.store.transact(lambda: gate.Record("gate-call", {"phase": "settle", "session": "s1", "call": write.ticket,
+    assert s.summary()["in_flight"] == 1 and isinstance(s.finish({"summary": "x"}), policy.Blocked)
+    s.store.transact(lambda: policy.Record("gate-call", {"phase": "settle", "session": "s1", "call": write.ticket,
                                                        "acted": True}))
     assert s.summary()["in_flight"] == 0 and s.state == State.VERIFYING
     unlinked = at(State.READING)
@@ -553,11 +553,11 @@ def test_a_cancelled_write_is_settled_by_its_effect():
 def test_the_durable_store_commits_each_fact_with_its_decision_and_refolds_after_a_failure(tmp_path):
     """Facts in a real events.db: a decision that raises leaves nothing behind, and the next one
     is taken on the ledger folded again from the file."""
-    from pulse.agents.gatestore import DurableStore
+    from pulse.gate.durable import DurableStore
     from pulse.store import eventsdb
     conn = eventsdb.open_events(tmp_path / "events.db")
     store = DurableStore(conn, alive=lambda pid, started: True)
-    s = gate.Session("s1", TEST_TOOLS, clock=Clock(), agent="alice", store=store)
+    s = policy.GateSession("s1", TEST_TOOLS, clock=Clock(), agent="alice", store=store)
     s.open()
     run(s, "lookup", {"name": "a"})
     before = eventsdb.last_event_id(conn)
@@ -569,7 +569,7 @@ def test_the_durable_store_commits_each_fact_with_its_decision_and_refolds_after
         store.transact(failing)
     assert eventsdb.last_event_id(conn) == before and s.state == State.READING      # nothing written, nothing forgotten
     run(s, "poke", {"name": "a"})
-    other = gate.Session("s2", TEST_TOOLS, clock=Clock(), agent="alice", store=DurableStore(conn))
+    other = policy.GateSession("s2", TEST_TOOLS, clock=Clock(), agent="alice", store=DurableStore(conn))
     other.open()                                                               # its first decision folds them
     assert other.state == State.VERIFYING                                      # the same agent: the same debt
     conn.close()
@@ -580,19 +580,19 @@ def test_blocked_calls_past_the_budget_are_counted_not_recorded():
     block_budget blocks a minute are recorded (two facts each); the rest are counted, and the count
     rides on the session's next fact; a minute later, blocks are recorded again."""
     clock = Clock()
-    s = gate.Session("s1", catalogue.TOOLS, clock=clock, agent="a", task="t", block_budget=5)
+    s = policy.GateSession("s1", catalogue.TOOLS, clock=clock, agent="a", task="t", block_budget=5)
     recorded = []
     for _ in range(50):
         blocked = s.begin("restart_process", {"name": "gw"})
         assert blocked.code == FSM_BLOCKED            # every call is still refused, recorded or not
         recorded += blocked.records
     assert len([r for r in recorded if r.type == "gate-blocked"]) == 5 and len(recorded) == 10
-    other = gate.Session("s2", catalogue.TOOLS, clock=clock, agent="a", task="t", store=s.store, block_budget=5)
+    other = policy.GateSession("s2", catalogue.TOOLS, clock=clock, agent="a", task="t", store=s.store, block_budget=5)
     assert other.begin("restart_process", {"name": "gw"}).records == ()    # the budget is the agent's, host-wide
     admitted = s.begin("find_process", {"name": "gw"})
     assert admitted.record.data["blocks_not_recorded"] == 45              # told once, on the next fact
     s.end(admitted, True, {"name": "gw", "alive": True})
-    clock.t += gate.BLOCK_WINDOW_S + 1
+    clock.t += policy.BLOCK_WINDOW_S + 1
     assert len(other.begin("poke", {}).records) == 2 and other.uncounted_blocks == 0
     assert other.begin("poke", {}).records[1].data.get("blocks_not_recorded") is None
 
@@ -604,32 +604,32 @@ def process(pid: int | None) -> dict:
     return {"name": "gw", "alive": pid is not None, "processes": [{"pid": pid, "started": 100.0 + pid}] if pid else []}
 
 
-def interrupted_restart(*who: tuple[str, str, str]) -> list[gate.Session]:
+def interrupted_restart(*who: tuple[str, str, str]) -> list[policy.GateSession]:
     """Sessions on one ledger; the first found gw as pid 1 and restarted it, and the executor died
     while the restart's effect ran (settled: acted, outcome unknown)."""
-    store = gate.MemoryStore(Clock())
-    sessions = [gate.Session(sid, catalogue.TOOLS, clock=Clock(), agent=agent, task=task, store=store)
+    store = policy.MemoryStore(Clock())
+    sessions = [policy.GateSession(sid, catalogue.TOOLS, clock=Clock(), agent=agent, task=task, store=store)
                 for sid, agent, task in who]
     first = sessions[0]
     run(first, "find_process", {"name": "gw"}, result=process(1))
     write = first.begin("restart_process", {"name": "gw"})
-    store.transact(lambda: gate.Record("gate-call", {"phase": "acting", "session": first.id, "call": write.ticket,
+    store.transact(lambda: policy.Record("gate-call", {"phase": "acting", "session": first.id, "call": write.ticket,
                                                      "effect": "e1"}))
-    store.transact(lambda: gate.Record("gate-call", {"phase": "settle", "session": first.id, "call": write.ticket,
+    store.transact(lambda: policy.Record("gate-call", {"phase": "settle", "session": first.id, "call": write.ticket,
                                                      "acted": True, "effect": "e1", "uncertain": True}))
     return sessions
 
 
 def test_an_interrupted_write_is_repeated_only_after_a_look_shows_it_still_needed():
     _, retry = interrupted_restart(("s1", "claude", "task-1"), ("s2", "claude", "task-1"))
-    assert isinstance(retry.begin("restart_process", {"name": "gw"}), gate.Blocked)    # it owes a look
+    assert isinstance(retry.begin("restart_process", {"name": "gw"}), policy.Blocked)    # it owes a look
     run(retry, "find_process", {"name": "gw"}, result=process(1))       # unchanged: the restart never acted
-    assert not isinstance(run(retry, "restart_process", {"name": "gw"}), gate.Blocked)
+    assert not isinstance(run(retry, "restart_process", {"name": "gw"}), policy.Blocked)
     assert retry.ledger.actors[("claude", "task-1")].verified == 0        # its look showed no change made
 
     _, gone = interrupted_restart(("s1", "claude", "task-2"), ("s2", "claude", "task-2"))
     run(gone, "find_process", {"name": "gw"}, result=process(None))    # gone: a restart is needed
-    assert not isinstance(run(gone, "restart_process", {"name": "gw"}), gate.Blocked)
+    assert not isinstance(run(gone, "restart_process", {"name": "gw"}), policy.Blocked)
 
 
 def test_an_interrupted_write_a_look_shows_acted_is_not_repeated_by_its_task():
@@ -639,17 +639,17 @@ def test_an_interrupted_write_a_look_shows_acted_is_not_repeated_by_its_task():
     run(retry, "find_process", {"name": "gw"}, result=process(2))      # replaced since: the restart acted
     assert retry.state == State.READING and retry.ledger.actors[("claude", "task-1")].verified == 1
     blocked = retry.begin("restart_process", {"name": "gw"})
-    assert isinstance(blocked, gate.Blocked) and "acted" in blocked.error["error"]["reason"]
+    assert isinstance(blocked, policy.Blocked) and "acted" in blocked.error["error"]["reason"]
     assert retry.finish({"summary": "the last run's restart took effect"}).data["phase"] == "finish"
     run(other, "find_process", {"name": "gw"}, result=process(2))      # another task's own look: as usual
-    assert not isinstance(run(other, "restart_process", {"name": "gw"}), gate.Blocked)
+    assert not isinstance(run(other, "restart_process", {"name": "gw"}), policy.Blocked)
 
 
 def test_an_interrupted_write_leaves_idempotent_writes_alone():
-    s = gate.Session("s", catalogue.TOOLS, clock=Clock(), agent="a", task="t")
+    s = policy.GateSession("s", catalogue.TOOLS, clock=Clock(), agent="a", task="t")
     run(s, "list_workers", {})
     write = s.begin("restart_worker", {"name": "tick"})
-    s.store.transact(lambda: gate.Record("gate-call", {"phase": "settle", "session": "s", "call": write.ticket,
+    s.store.transact(lambda: policy.Record("gate-call", {"phase": "settle", "session": "s", "call": write.ticket,
                                                        "acted": True, "uncertain": True}))
     run(s, "status", {}, result={"workers": [{"name": "tick"}]})
-    assert not isinstance(run(s, "restart_worker", {"name": "tick"}), gate.Blocked)
+    assert not isinstance(run(s, "restart_worker", {"name": "tick"}), policy.Blocked)

@@ -46,7 +46,9 @@ async def main(pulsectl, prompt):
     if prompt == "impostor":
         env.update(PULSE_AGENT="other", PULSE_TASK="task-999")
         args += ["--agent", "other"]
-    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60) as c:
+    # legacy: the initialize handshake, as the agent CLIs speak it (the proxy serves it by hand)
+    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60,
+                      mode="legacy") as c:
         await c.call_tool("events", {"target": "boundary"})
         wrote = await c.call_tool("emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
         print(json.dumps({"wrote": wrote.structured_content}), flush=True)
@@ -66,13 +68,13 @@ def agent_config(script, exec_argv: str = '[["true"]]') -> str:
             f'[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = {exec_argv}\n')
 
 
-def proxy(home, agent: str | None = None, **env_changes):
+def proxy(home, agent: str | None = None, mode: str = "auto", **env_changes):
     from mcp import Client, StdioServerParameters
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PULSE_AGENT",
                                                                "PULSE_TASK", "PULSE_RUN_TOKEN", "PULSE_GATE_SOCKET")}
     env.update(env_changes)
     args = ["--home", str(home), "mcp", *(["--agent", agent] if agent else [])]
-    return Client(StdioServerParameters(command=PULSECTL, args=args, env=env), read_timeout_seconds=60)
+    return Client(StdioServerParameters(command=PULSECTL, args=args, env=env), read_timeout_seconds=60, mode=mode)
 
 
 def code(result) -> str | None:
@@ -146,13 +148,14 @@ def test_nobody_without_the_run_token_verifies_or_finishes_for_a_run(agent_host,
     assert stand_ins and all(not s["task"] for s in stand_ins)     # a tokenless session has no task
 
 
-def test_the_proxy_fails_closed_without_the_gate(tmp_path):
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_proxy_fails_closed_without_the_gate(tmp_path, mode):
     """No gate on the socket: every call answers GATE_UNAVAILABLE (retry), nothing is decided elsewhere."""
     home = tmp_path / "home"
     init_home(home)
 
     async def calls():
-        async with proxy(home, PULSE_GATE_SOCKET=str(tmp_path / "no-gate.sock")) as c:
+        async with proxy(home, mode=mode, PULSE_GATE_SOCKET=str(tmp_path / "no-gate.sock")) as c:
             tools = [t.name for t in (await c.list_tools()).tools]
             return tools, await c.call_tool("status", {}), await c.call_tool("emit_effect", {"kind": "noop"})
     tools, read, write = asyncio.run(asyncio.wait_for(calls(), 60))
@@ -319,7 +322,7 @@ def test_the_gate_refuses_connections_past_its_limits_and_open_sessions_go_on(pu
 def test_connection_limits_count_in_all_per_account_and_per_process():
     from types import SimpleNamespace
 
-    from pulse.agents.gateserver import Connections, over_limit
+    from pulse.gate.server import Connections, over_limit
     limits = SimpleNamespace(max_sessions=5, max_sessions_per_uid=3, max_sessions_per_pid=2)
     open_ = Connections()
     for pid, uid in ((10, 1000), (10, 1000), (11, 1000)):
@@ -339,24 +342,26 @@ def test_connection_limits_count_in_all_per_account_and_per_process():
 
 
 def test_an_ended_runs_token_is_refused_run_ended_and_the_gate_hears_of_it():
-    from pulse.agents import gateserver
-    tokens = gateserver.RunTokens()
+    from pulse.gate import server as gateserver
+    from pulse.gate.protocol import Hello
+    from pulse.gate.runs import ENDED_KEPT, RunTokens
+    tokens = RunTokens()
     heard = []
     tokens.listeners.append(heard.append)
     token = tokens.register("run-1", "alice", "task-1")
-    assert gateserver.identify({"token": token}, 1000, 0, tokens)[:2] == ("alice", "task-1")
+    assert gateserver.identify(Hello(token=token), 1000, 0, tokens)[:2] == ("alice", "task-1")
     tokens.revoke(token)
     tokens.revoke(token)                        # a second revoke (the run's finally) is heard once
     assert heard == ["run-1"] and not tokens.is_live("run-1")
     with pytest.raises(gateserver.Refused) as refused:
-        gateserver.identify({"token": token}, 1000, 0, tokens)
+        gateserver.identify(Hello(token=token), 1000, 0, tokens)
     assert refused.value.code == "RUN_ENDED"
     with pytest.raises(gateserver.Refused) as refused:
-        gateserver.identify({"token": "never-issued"}, 1000, 0, tokens)
+        gateserver.identify(Hello(token="never-issued"), 1000, 0, tokens)
     assert refused.value.code == "RUN_UNKNOWN"
-    for n in range(gateserver.ENDED_KEPT):       # bounded: the oldest ended runs are forgotten
+    for n in range(ENDED_KEPT):       # bounded: the oldest ended runs are forgotten
         tokens.revoke(tokens.register(f"later-{n}", "alice", "t"))
-    assert len(tokens.ended) == gateserver.ENDED_KEPT and tokens.is_live("run-1")
+    assert len(tokens.ended) == ENDED_KEPT and tokens.is_live("run-1")
 
 
 # -- a run under its own account ([[agent]] user) ------------------------------------------------------------

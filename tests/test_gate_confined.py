@@ -224,7 +224,7 @@ def test_a_socket_place_another_account_could_move_or_squat_is_refused(tmp_path)
     """gatesockets: a socket_dir writable by others, or a link, is refused; a squatter's entry in
     the account's place (a link, another account's directory) is refused, naming it; our own stale
     directory is cleared without following the link planted in it."""
-    from pulse.agents import gatesockets
+    from pulse.gate import sockets as gatesockets
     me = os.getuid()
     good = tmp_path / "good"
     good.mkdir(mode=0o711)

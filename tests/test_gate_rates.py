@@ -9,7 +9,7 @@ import socket
 import sqlite3
 import time
 
-from pulse.agents.gateserver import Bucket, CallRates, take
+from pulse.gate.server import Bucket, CallRates, take
 from support import init_home, wait_for
 
 PER_MIN, BURST = 120, 10

@@ -17,7 +17,8 @@ PROBE = textwrap.dedent("""\
         raise AssertionError("read a source file after the preload")
     inspect.getsource = unread
 
-    from pulse.agents import gatestore, tasks, toolserver  # the executor's gate thread, at each start
+    from pulse.agents import tasks
+    from pulse.gate import durable, tools  # the executor's gate thread, at each start
     from pulse.engine import repo                           # the engine's open()
     from pulse.workers import tick
     tick.tick_projection(123.0)                             # the tick's open(): its projections' versions

@@ -11,12 +11,13 @@ import time
 
 import pytest
 
-from pulse.agents import gate, gatestore, tasks
-from pulse.agents.agentrun import gate_verdict
-from pulse.agents.gate import CallKind, Descriptor
-from pulse.agents.toolserver import PulseTools
+from pulse.agents import tasks
 from pulse.core.config import Agent, Config
 from pulse.core.home import Paths
+from pulse.gate import durable, policy
+from pulse.gate.policy import CallKind, Descriptor
+from pulse.gate.runs import run_verdict
+from pulse.gate.tools import PulseTools
 from pulse.report import reportrun
 from pulse.store import connection, eventsdb, projection
 
@@ -50,42 +51,42 @@ def always_alive(pid, started) -> bool:
 def test_the_gates_ledger_starts_from_its_checkpoint(home):
     path, conn = home
     checkpoints = path / projection.DIRECTORY
-    store = gatestore.DurableStore(conn, "executor", alive=always_alive, checkpoints=checkpoints)
-    s = gate.Session("s1", TOOLS, clock=time.time, agent="alice", task="task-1", store=store)
+    store = durable.DurableStore(conn, "executor", alive=always_alive, checkpoints=checkpoints)
+    s = policy.GateSession("s1", TOOLS, clock=time.time, agent="alice", task="task-1", store=store)
     s.open()
     s.end(s.begin("lookup", {"name": "a"}), True, FOUND)
     s.end(s.begin("poke", {"name": "a"}), True, {"done": True}, True)         # acted, not verified: a debt
-    assert isinstance(s.begin("poke", {"name": "b"}), gate.Blocked)           # a block, recorded
+    assert isinstance(s.begin("poke", {"name": "b"}), policy.Blocked)           # a block, recorded
     s.begin("lookup", {"name": "c"})                                           # in flight
     store.folded.save()
     folded = store.ledger
     assert folded.pending(("alice", "task-1")) == ["x:a"] and folded.flights and folded.blocks
     forget_before(conn, eventsdb.last_event_id(conn))
 
-    again = gatestore.DurableStore(conn, "executor", alive=always_alive, checkpoints=checkpoints)
+    again = durable.DurableStore(conn, "executor", alive=always_alive, checkpoints=checkpoints)
     ledger = again.catch_up()
     assert again.folded.rebuilt is None
-    assert gatestore.dump_ledger(ledger) == gatestore.dump_ledger(folded)     # every part, through msgpack
+    assert durable.dump_ledger(ledger) == durable.dump_ledger(folded)     # every part, through msgpack
     # the executor's verdict on the run reads the same ledger
-    verdict = gate_verdict(conn, Agent(name="alice"), "task-1", 0.0, checkpoints)
+    verdict = run_verdict(conn, Agent(name="alice"), "task-1", 0.0, checkpoints)
     assert verdict is not None and verdict[0] == "unverified-write"
     # without the checkpoint the same store knows nothing of it: what this test would see of a fold from id 0
-    assert "s1" not in gatestore.DurableStore(conn, alive=always_alive).catch_up().sessions
+    assert "s1" not in durable.DurableStore(conn, alive=always_alive).catch_up().sessions
 
 
 def test_the_ledgers_own_facts_move_its_position_and_a_later_start_folds_only_what_came_after(home):
     path, conn = home
     checkpoints = path / projection.DIRECTORY
-    store = gatestore.DurableStore(conn, alive=always_alive, checkpoints=checkpoints)
-    s = gate.Session("s1", TOOLS, clock=time.time, agent="alice", store=store)
+    store = durable.DurableStore(conn, alive=always_alive, checkpoints=checkpoints)
+    s = policy.GateSession("s1", TOOLS, clock=time.time, agent="alice", store=store)
     s.open()
     s.end(s.begin("lookup", {"name": "a"}), True, FOUND)
     assert store.folded.last_id == eventsdb.last_event_id(conn)      # its own facts: never folded twice
     store.folded.save()
     s.end(s.begin("read_one", {"name": "a"}), True, FOUND)          # after the checkpoint
-    later = gatestore.DurableStore(conn, alive=always_alive, checkpoints=checkpoints)
-    from_start = gatestore.DurableStore(conn, alive=always_alive).catch_up()
-    assert gatestore.dump_ledger(later.catch_up()) == gatestore.dump_ledger(from_start)
+    later = durable.DurableStore(conn, alive=always_alive, checkpoints=checkpoints)
+    from_start = durable.DurableStore(conn, alive=always_alive).catch_up()
+    assert durable.dump_ledger(later.catch_up()) == durable.dump_ledger(from_start)
     assert later.folded.rebuilt is None and later.ledger.sessions["s1"].calls == 2
 
 

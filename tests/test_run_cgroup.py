@@ -21,7 +21,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from pulse.agents import gateserver, runcgroup
+from pulse.agents import runcgroup
+from pulse.gate import server as gateserver
+from pulse.gate.protocol import Hello
+from pulse.gate.runs import RunTokens
 from support import init_home, wait_for
 
 SYSTEM_PYTHON = "/usr/bin/python3.11"     # the account runs it: the test venv may be out of its reach
@@ -289,20 +292,20 @@ def test_the_gate_honours_a_token_only_from_inside_its_runs_cgroup():
     for fd in fds:
         os.close(fd)
     try:
-        tokens = gateserver.RunTokens()
+        tokens = RunTokens()
         token = tokens.register(group.run, "alice", "task-1", None, group.membership)
-        assert gateserver.identify({"token": token}, 0, 0, tokens, inside.pid)[:2] == ("alice", "task-1")
+        assert gateserver.identify(Hello(token=token), 0, 0, tokens, inside.pid)[:2] == ("alice", "task-1")
         for outsider in (os.getpid(), None):
             with pytest.raises(gateserver.Refused) as refused:
-                gateserver.identify({"token": token}, 0, 0, tokens, outsider)
+                gateserver.identify(Hello(token=token), 0, 0, tokens, outsider)
             assert refused.value.code == "NOT_YOUR_RUN"
         # without a token, a process of a run is still that run: never the operator, whatever its uid
         with pytest.raises(gateserver.Refused) as refused:
-            gateserver.identify({"token": None}, 0, 0, tokens, inside.pid)
+            gateserver.identify(Hello(token=None), 0, 0, tokens, inside.pid)
         assert refused.value.code == "NOT_OPERATOR" and group.run in refused.value.message
-        assert gateserver.identify({"token": None}, 0, 0, tokens, os.getpid())[2] is None
+        assert gateserver.identify(Hello(token=None), 0, 0, tokens, os.getpid())[2] is None
         uncontained = tokens.register("run-2", "bob", "task-2")
-        assert gateserver.identify({"token": uncontained}, 0, 0, tokens, os.getpid())[:2] == ("bob", "task-2")
+        assert gateserver.identify(Hello(token=uncontained), 0, 0, tokens, os.getpid())[:2] == ("bob", "task-2")
     finally:
         assert group.freeze_and_kill() == 1
         inside.wait()

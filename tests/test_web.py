@@ -486,9 +486,10 @@ PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1400, "height": 900}
 
 @pytest.fixture(scope="module")
 def seeded(site):
-    from pulse.agents import catalogue, gate, tasks
-    from pulse.agents.gatestore import DurableStore
+    from pulse.agents import tasks
     from pulse.core import wire
+    from pulse.gate import catalogue, policy
+    from pulse.gate.durable import DurableStore
     from pulse.store import effectqueue, eventsdb, objects
     pulsed, base, token = site
     conn = eventsdb.open_events(pulsed.home / "events.db")
@@ -499,7 +500,7 @@ def seeded(site):
         tasks.record(conn, task, wire.TaskEvent.FAILED, "executor", run="run-1", reason="rate-limit",
                      error="claude: API rate limit reached, retry after 60 s", agent="claude",
                      result={"code": 1, "cost_usd": 0.0123, "tokens": {"input": 1200, "output": 40}})
-        session = gate.Session(f"sess-{task}", catalogue.TOOLS, agent="claude", task=task,
+        session = policy.GateSession(f"sess-{task}", catalogue.TOOLS, agent="claude", task=task,
                                store=DurableStore(conn, "mcp"))
         session.open(pid=os.getpid())
         admitted = session.begin("list_workers", {})

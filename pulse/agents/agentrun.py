@@ -21,7 +21,6 @@ from typing import Annotated
 import msgspec
 
 from pulse.agents import adapters, otel, routing, runcgroup, runfacts, runguards, runlimits, runstall, spend, tasks, taskview
-from pulse.agents.gateserver import RUN_TOKENS, SOCKET_ENV, TOKEN_ENV
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire import Effect, TaskEvent
@@ -149,7 +148,7 @@ def run_agent(effect: Effect, ctx: EffectContext) -> dict:
     which puts it back to pending for the assignment rule to hand out again after retry_base_s.
     A run of a task that ran before is told what those runs wrote through the gate (its prompt,
     prompt_with_history), and the gate refuses to repeat a write whose effect may have acted
-    until a look shows it is still needed (pulse.agents.gate)."""
+    until a look shows it is still needed (pulse.gate.policy)."""
     conn = eventsdb.open_events(ctx.home / "events.db", "FULL")
     try:
         try:
@@ -227,13 +226,15 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     # mark then): its processes, whatever they do, are the run's, and only they may use its token.
     account = run_account(agent)
     cgroup = runcgroup.create(effect.id, agent.limits)
-    token = None
+    run_pass = None
     try:
+        if ctx.gate is None:
+            raise EffectFailed("no-gate", "no gate serves this process: agent runs are the executor's, which serves it")
         # The run's capability: registered with the gate (served by this process) before it starts,
         # revoked once all of it has ended; its `pulsectl mcp` sessions are this run's, whatever they say.
-        token = RUN_TOKENS.register(effect.id, agent.name, state.id, account[0] if account else None,
-                                    cgroup.membership if cgroup else None)
-        own = {TOKEN_ENV: token, SOCKET_ENV: gate_socket(home, account[0] if account else None), RUN_MARK: effect.id}
+        run_pass = ctx.gate.admit(effect.id, agent.name, state.id, account[0] if account else None,
+                                  cgroup.membership if cgroup else None)
+        own = {**run_pass.env, RUN_MARK: effect.id}
         if account is not None:           # its files are its own; the scratch dir (0700) is the run's
             os.chown(scratch, *account)
             if agent.cwd is None:
@@ -277,7 +278,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
             # A run ends when all of it ends: what left its process group (its cgroup, else the mark in
             # its environment) is stopped here, before the verdict, so nothing acts after task-acked.
             escaped = end_run_processes(effect.id, cgroup, [])
-            RUN_TOKENS.revoke(token)
+            ctx.gate.revoke(run_pass)
         over = watch.verdict(code)
         reported = reported_totals(facts)
         notices = [g.noticed for g in guards if getattr(g, "noticed", None)]
@@ -285,8 +286,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         run = adapters.RunOutput(code, stdout, stderr, timed_out, invocation)
         result = adapter.parse(run)
     finally:
-        if token is not None:
-            RUN_TOKENS.revoke(token)        # again: the run may have failed before it started
+        if run_pass is not None:
+            ctx.gate.revoke(run_pass)       # again: the run may have failed before it started
         if cgroup is not None:
             remove_cgroup(cgroup)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -303,7 +304,7 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
     if not result.ok:
         reason = "timeout" if timed_out else (result.reason or "agent")
         raise EffectFailed(reason, result.error or "the agent failed", **data)
-    if (refusal := gate_verdict(conn, agent, state.id, started, home / projection.DIRECTORY)) is not None:
+    if (refusal := ctx.gate.verdict(conn, agent, state.id, started, home / projection.DIRECTORY)) is not None:
         raise EffectFailed(*refusal, **data)
     if not _end_run(conn, ctx, state.id, effect.id, TaskEvent.ACKED, result=summary, agent=agent.name,
                     output=ref, code=code, run_ms=data["run_ms"], **({"notices": notices} if notices else {})):
@@ -410,14 +411,6 @@ def telemetry_receiver(home: Path, run: str, task: str, agent: str) -> otel.Rece
     return otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)
 
 
-def gate_socket(home: Path, uid: int | None = None) -> str:
-    """The gate's socket for a run under `uid`: the one this process serves that account (the
-    executor's), else its main one, else where pulsed placed it."""
-    from pulse.agents.gateserver import run_socket
-    from pulse.core.home import Paths
-    return run_socket(uid) or str(Paths.for_client(Path(home)).gate_socket)
-
-
 def run_account(agent: Agent) -> tuple[int, int] | None:
     """(uid, gid) the agent CLI runs as ([[agent]] user, group); None: pulsed's own."""
     if agent.user is None and agent.group is None:
@@ -442,33 +435,6 @@ def account_env(user: str | None) -> dict[str, str]:
     import pwd
     pw = pwd.getpwnam(user)
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
-
-
-def gate_verdict(conn, agent: Agent, task: str, since: float, checkpoints: Path | None = None) -> tuple[str, str] | None:
-    """A run that exited well is acked only if its gate agrees: (reason, error) when it does not.
-    The run's sessions are those of its agent and task opened since it started; a write they (or
-    an earlier attempt) left unverified or in flight fails it, `unverified-write`; a run that used
-    the gate and never called finish fails, `no-finish`, unless the [[agent]] has
-    gate_requires_finish = false. A run that tried writes, all refused by the gate (or that never
-    acted), while no write of its task was made and verified, fails `no-write`: it did not do what
-    it was asked, whatever it says. A run that never used the gate answers to nothing here."""
-    from pulse.agents import gate
-    from pulse.agents.gatestore import DurableStore
-    store = DurableStore(conn, "executor", checkpoints=checkpoints)
-    store.transact(lambda: None)          # settles what the run's sessions left in flight
-    ledger = store.ledger
-    principal = (agent.name, task)
-    if pending := ledger.pending(principal):
-        return "unverified-write", f"the agent left a write unverified ({', '.join(pending)}); the run is not acked"
-    mine = [s for s in ledger.sessions.values() if (s.agent, s.task) == principal and s.opened >= since]
-    used = any(s.calls or s.blocked for s in mine)
-    if used and agent.gate_requires_finish and not any(s.finished for s in mine):
-        return "no-finish", "the agent used the gate but never called finish; the run is not acked"
-    refused = sum(s.refused_writes for s in mine)
-    if refused and not (ledger.actors.get(principal) or gate.Actor()).verified:
-        return "no-write", (f"every write the agent tried was refused or never acted ({refused}), and none of "
-                            "its task's writes was made and verified; the run is not acked, whatever it answered")
-    return None
 
 
 def run_task_add(effect: Effect, ctx: EffectContext) -> dict:

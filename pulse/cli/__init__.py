@@ -5,8 +5,9 @@ imports stay inside the commands that need them. `pulsectl status` is what
 health checks and operators run in loops, so a plain status invocation
 (`[--home DIR] [--timeout S] status [--json]`) is served without importing
 click at all, which alone costs more than the request, and so are the other
-commands run in loops (pulse.cli.fastpath); anything else, `--help` included,
-goes through click.
+commands run in loops (pulse.cli.fastpath) and a plain `pulsectl mcp`
+(`[--home DIR] [--timeout S] mcp [--agent NAME]`), which every agent run starts, and which goes
+straight to the gate's proxy (pulse.gate.proxy). Anything else, `--help` included, goes through click.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def elsewhere(home) -> str:
     return f"; running on this host: {names}: select one with pulsectl -i NAME"
 
 
-def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
-    """(home, timeout, as_json) when argv is a plain status invocation; None sends it to click."""
+def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
+    """(home, timeout, the rest) of argv that starts with plain --home and --timeout options; None
+    sends it to click (which says what is wrong with them)."""
     home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
     while len(args) > 2 and args[0] in ("--home", "--timeout"):
         option, value = args.pop(0), args.pop(0)
@@ -70,9 +72,30 @@ def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
                 timeout = float(value)
             except ValueError:
                 return None
-    if args not in (["status"], ["status", "--json"]):
+    return home, timeout, args
+
+
+def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
+    """(home, timeout, as_json) when argv is a plain status invocation; None sends it to click."""
+    parsed = global_options(argv)
+    if parsed is None or parsed[2] not in (["status"], ["status", "--json"]):
         return None
-    return home, timeout, args[-1] == "--json"
+    return parsed[0], parsed[1], parsed[2][-1] == "--json"
+
+
+def plain_mcp(argv: list[str]) -> tuple[str | None, str | None] | None:
+    """(home, agent) when argv is a plain `mcp` invocation; None sends it to click."""
+    parsed = global_options(argv)
+    if parsed is None or not parsed[2] or parsed[2][0] != "mcp":
+        return None
+    args = parsed[2][1:]
+    if not args:
+        return parsed[0], None
+    if len(args) == 2 and args[0] == "--agent" and args[1] and not args[1].startswith("-"):
+        return parsed[0], args[1]
+    if len(args) == 1 and args[0].startswith("--agent=") and len(args[0]) > len("--agent="):
+        return parsed[0], args[0].removeprefix("--agent=")
+    return None
 
 
 def import_msgspec() -> None:
@@ -90,6 +113,11 @@ def import_msgspec() -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
+    mcp = plain_mcp(argv)
+    if mcp is not None:
+        import_msgspec()
+        from pulse.gate import proxy
+        sys.exit(proxy.run(*mcp))
     plain = plain_status(argv)
     if plain is not None:
         import_msgspec()   # before the wire

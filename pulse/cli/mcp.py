@@ -1,8 +1,10 @@
 """`pulsectl mcp`: serve Pulse's gated tools to an agent over MCP on stdio; `pulsectl gate`
 and `gate-reset`: the operator's view of the gate and its reset.
 
-`pulsectl mcp` is a thin proxy to the gate, which runs inside Pulse (pulse.agents.gateserver); it
-opens no store. In an agent run its session is the run's agent and task, by the run token in its
+`pulsectl mcp` is a thin proxy to the gate, which runs inside Pulse (pulse.gate.server); it
+opens no store. A plain `pulsectl [--home DIR] mcp [--agent NAME]` never reaches click: pulse.cli.main
+hands it to pulse.gate.proxy.run directly, as every agent run starts one; this command serves the
+other spellings (and --help). In an agent run its session is the run's agent and task, by the run token in its
 environment; the operator's own sessions may name an agent (`--agent`, else PULSE_AGENT, else
 operator-shell). The gate's state lives in events.db: a new session of the same agent and task
 starts where the last one left off. stdout carries JSON-RPC only; anything else goes to stderr
@@ -17,8 +19,9 @@ import sys
 
 import click
 
-from pulse.agents.gate import OPERATOR_SHELL
 from pulse.cli.group import Context, pass_ctx
+from pulse.gate import protocol
+from pulse.gate.policy import OPERATOR_SHELL
 
 
 @click.command()
@@ -28,33 +31,13 @@ from pulse.cli.group import Context, pass_ctx
 @pass_ctx
 def mcp(ctx: Context, agent: str | None) -> None:
     """Serve the gated tools over MCP on stdin/stdout: a proxy to Pulse's gate (one session)."""
-    from pulse.agents.gateserver import SOCKET_ENV, TOKEN_ENV
-    socket_path = os.environ.get(SOCKET_ENV)
-    token = os.environ.get(TOKEN_ENV) or None
-    if not socket_path:      # a run is told where the gate is; the operator's shell finds it from the home
-        if not ctx.home.is_dir():
-            click.echo(f"pulsectl: no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
-            sys.exit(1)
-        from pulse.agents.gateserver import socket_path as gate_socket_path
-        from pulse.core import config as configmod
-        try:
-            shared = configmod.load(ctx.paths.config).gate.socket_dir
-        except (configmod.ConfigError, OSError):
-            shared = ""                    # the gate, if it runs, says what is wrong with it
-        socket_path = gate_socket_path(ctx.paths, shared)
-    import importlib.util
-    if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
-        click.echo("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", err=True)
-        sys.exit(1)
-    from pulse.agents.gateproxy import serve
-    # PULSE_TASK is not sent: a task is the run's, and only its token says which.
-    serve(socket_path, {"op": "hello", "token": token,
-                        "agent": agent or os.environ.get("PULSE_AGENT") or None})
+    from pulse.gate.proxy import run
+    sys.exit(run(ctx.home, agent))
 
 
 def gate_store(ctx: Context, source: str = "pulsectl"):
     """The gate's durable store on this home, caught up with every session's facts."""
-    from pulse.agents.gatestore import DurableStore
+    from pulse.gate.durable import DurableStore
     from pulse.store import eventsdb
     if not ctx.paths.events_db.exists():
         click.echo(f"pulsectl: no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
@@ -78,26 +61,26 @@ def gate_reset(ctx: Context, session: str | None, agent: str | None, keep_progre
     looked at. The gate writes the fact (pulsectl does, when no gate runs); running sessions see it at their next call."""
     if (session is None) == (agent is None):
         raise click.UsageError("give a SESSION or --agent NAME (one of them)")
-    request = {"op": "reset", "session": session, "agent": agent, "keep_progress": keep_progress}
-    done = reset_through_gate(ctx, request)
+    done = reset_through_gate(ctx, protocol.Reset(session, agent, keep_progress))
     if done is None:     # no gate running (pulsed down): nothing else decides now; the operator writes the fact
-        from pulse.agents.gateserver import operator_reset
+        from pulse.gate.server import operator_reset
         done = operator_reset(gate_store(ctx), session, agent, keep_progress)
-    for line in done["out"]:
+    for line in done.out:
         click.echo(line)
-    if done["err"]:
-        click.echo(f"pulsectl: {done['err']}", err=True)
-    sys.exit(done["code"])
+    if done.err:
+        click.echo(f"pulsectl: {done.err}", err=True)
+    sys.exit(done.code)
 
 
-def reset_through_gate(ctx: Context, request: dict) -> dict | None:
+def reset_through_gate(ctx: Context, request: protocol.Reset) -> protocol.ResetDone | None:
     """The gate's answer to a reset (it alone writes gate facts while it runs), or None when no gate
     listens. Only the operator's uid, with no run token, may reset."""
     import socket as socketmod
 
-    from pulse.agents.gateserver import SOCKET_ENV, socket_path
     from pulse.core import config as configmod
-    path = os.environ.get(SOCKET_ENV)      # where a run was told the gate is: it decides who may reset
+    from pulse.core.home import GATE_SOCKET_ENV
+    from pulse.gate.sockets import socket_path
+    path = os.environ.get(GATE_SOCKET_ENV)      # where a run was told the gate is: it decides who may reset
     if not path:
         try:
             shared = configmod.load(ctx.paths.config).gate.socket_dir
@@ -111,12 +94,16 @@ def reset_through_gate(ctx: Context, request: dict) -> dict | None:
         sock.close()
         return None
     with sock, sock.makefile("rwb") as f:
-        f.write(json.dumps(request).encode() + b"\n")
+        f.write(protocol.encode(request))
         f.flush()
-        reply = json.loads(f.readline() or b"null")
-    if not isinstance(reply, dict) or reply.get("op") == "refused":
-        why = reply.get("message") if isinstance(reply, dict) else "the gate closed the connection"
-        return {"code": 1, "out": [], "err": f"the gate refused the reset: {why}"}
+        line = f.readline()
+    try:
+        reply = protocol.reply_decoder.decode(line) if line else None
+    except ValueError as err:
+        reply = protocol.Refused("BAD_REPLY", f"not a reply of the gate's ({err})")
+    if not isinstance(reply, protocol.ResetDone):
+        why = reply.message if isinstance(reply, protocol.Refused) else "the gate closed the connection"
+        return protocol.ResetDone(1, [], f"the gate refused the reset: {why}")
     return reply
 
 

@@ -38,6 +38,10 @@ TELEMETRY_FILE = "telemetry.json"
 # up to its CHECK_S, and ends at once when it finds its socket gone
 KEEPERS_FILES = ("keepers.sock", "keepers.sock.lock")
 RUNTIME_FILES = (FLEET_VIEW_FILE, TELEMETRY_FILE, *KEEPERS_FILES)
+# What an agent run's environment tells its `pulsectl mcp` (pulse.gate): the run's capability, which
+# alone says which run a session is, and where the gate's socket is (the home may be out of its reach)
+RUN_TOKEN_ENV = "PULSE_RUN_TOKEN"
+GATE_SOCKET_ENV = "PULSE_GATE_SOCKET"
 
 
 class HomeError(Exception):
@@ -179,7 +183,7 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
     def socket_file(self, socket: str) -> Path:
         return self.runtime / f"{socket}.ipc"
 
-    # -- the gate's socket (pulse.agents.gateserver): a plain unix socket, not a zmq endpoint --
+    # -- the gate's socket (pulse.gate.server): a plain unix socket, not a zmq endpoint --
     @property
     def gate_socket(self) -> Path:
         return self.runtime / "gate.sock"

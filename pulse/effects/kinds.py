@@ -52,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 import psutil
@@ -127,6 +127,9 @@ class EffectContext:
     # notification is sent once per channel that took it.
     record: Callable[[str, dict], None] = lambda type, data: None     # append an event of `type` about it
     recorded: Callable[[str], list[dict]] = lambda type: []            # the data of those appended so far
+    # The gate this executor serves, for the agent runs it starts (pulse.gate.runs.RunGate): a run's
+    # pass to it, and its verdict on the run. None outside the executor: no run can start there.
+    gate: Any = None
     deadline: float = field(init=False)                         # time.monotonic() by which it must be done
 
     def __post_init__(self):

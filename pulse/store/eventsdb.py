@@ -156,7 +156,7 @@ def append_events(conn: sqlite3.Connection, events: Sequence[Event]) -> list[Eve
 
 
 def gate_facts(conn: sqlite3.Connection, after_id: int) -> list[Event]:
-    """Every gate-call event after `after_id`: the facts the gate folds (pulse.agents.gate.Ledger)."""
+    """Every gate-call event after `after_id`: the facts the gate folds (pulse.gate.policy.HostLedger)."""
     rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type = 'gate-call' AND id > ? ORDER BY id",
                         (after_id,))
     return [_row_event(r) for r in rows]

@@ -548,7 +548,7 @@ async def api_engine(request: Request) -> Response:
 
 
 async def api_gate(request: Request) -> Response:
-    from pulse.agents.gatestore import DurableStore
+    from pulse.gate.durable import DurableStore
     web: Web = request.app.state.web
 
     def read(conn):

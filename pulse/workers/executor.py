@@ -239,15 +239,17 @@ class ExecutorWorker(Worker):
         self.runners.start()
         self.bookkeeper.start()
 
-    # -- the gate role: the agents' tool calls are decided here (pulse.agents.gateserver) --------------
+    # -- the gate role: the agents' tool calls are decided here (pulse.gate.server) --------------
     # Here, not in a worker of its own: the executor starts and ends the agent runs, so a run's token
     # is registered with the gate and revoked in the very process that serves it (no registry to
-    # share or to lose), and a gate without an executor could decide writes that nothing carries out.
+    # share or to lose: the server's RunGate is handed to each effect it runs, EffectContext.gate),
+    # and a gate without an executor could decide writes that nothing carries out.
 
     def open_gate(self) -> None:
-        from pulse.agents.gateserver import GateServer, socket_path
+        from pulse.gate.server import GateServer
+        from pulse.gate.sockets import socket_path
         path = socket_path(self.paths, self.config.gate.socket_dir)
-        # pulsed's account's alone; each agent account gets a socket of its own (gatesockets)
+        # pulsed's account's alone; each agent account gets a socket of its own (pulse.gate.sockets)
         self.gate = GateServer(self.paths, self.config, path, mode=0o600, accounts=self.agent_accounts())
         self.gate.start()
         self.log.info("gate on %s%s", path, "".join(f"; uid {uid} on {p}" for uid, p in self.gate.account_paths.items()))
@@ -506,7 +508,8 @@ class ExecutorWorker(Worker):
                                 paths=self.paths,
                                 started=lambda pgid: effectqueue.record_pgid(conn, effect.id, pgid),
                                 record=functools.partial(self.record_fact, conn, effect),
-                                recorded=lambda type_: eventsdb.effect_facts(conn, effect.id, type_))
+                                recorded=lambda type_: eventsdb.effect_facts(conn, effect.id, type_),
+                                gate=self.gate.run_gate)
         began = time.monotonic()
         try:
             state, data = EffectState.ACKED, kind.run(effect, ctx)

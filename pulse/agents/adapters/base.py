@@ -174,7 +174,7 @@ MCP_STARTUP_TIMEOUT_S = 30
 
 def mcp_server(env: dict[str, str]) -> dict[str, Any]:
     """`pulsectl mcp` as an MCP stdio server entry, with the run's naming environment."""
-    # PULSE_RUN_TOKEN and PULSE_GATE_SOCKET (pulse.agents.gateserver): who the session is, and where the gate is;
+    # PULSE_RUN_TOKEN and PULSE_GATE_SOCKET (pulse.core.home, pulse.gate.runs): who the session is, and where the gate is;
     # PULSE_RUN (pulse.effects.kinds.RUN_MARK): the run's mark, by which what is left of it is ended. A CLI that
     # starts its servers with a cleaned environment (Codex) gives them only what this entry says.
     keep = {k: env[k] for k in ("PULSE_HOME", "PULSE_AGENT", "PULSE_TASK", "PULSE_RUN_TOKEN", "PULSE_GATE_SOCKET",

@@ -53,12 +53,12 @@ from pulse.agents.adapters.base import (
     stderr_tail,
     token_counts,
 )
-from pulse.agents.gateserver import TOKEN_ENV
 from pulse.core.config import ADAPTER_ARGV
+from pulse.core.home import RUN_TOKEN_ENV
 
 USAGE = {"input_tokens": "input", "cached_input_tokens": "cache_read", "cache_write_input_tokens": "cache_write",
          "output_tokens": "output", "reasoning_output_tokens": "reasoning"}
-SECRET_ENV = (TOKEN_ENV,)   # passed by name (env_vars), never written into the command line
+SECRET_ENV = (RUN_TOKEN_ENV,)   # passed by name (env_vars), never written into the command line
 RECOVERED_KEPT = 5              # of the retries Codex recovered from, the last ones kept in the result
 
 

@@ -155,7 +155,7 @@ class Gate(Table):
     blocks_per_min: Annotated[int, Meta(ge=1)] = 30
     """Blocked calls of one agent and task recorded a minute, host-wide; more are only counted."""
     # An [[agent]] with a `user` must reach it: the main socket there is 0600; each agent account gets
-    # its own, in a directory there only it can enter (pulse.agents.gatesockets).
+    # its own, in a directory there only it can enter (pulse.gate.sockets).
     socket_dir: str = ""
     """Where the gate's socket is made: a directory of root or pulsed's account, writable by no other, every parent
     traversable by the agents' accounts; "": pulsed's runtime directory."""

@@ -98,7 +98,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     watch: WatchedFiles           # rotate-file and trim-dir act only on what a [[watch.file]] / [[watch.dir]] glob matches
     survival: SurvivalPaths       # with the globs above: the directories an agent's archive or cleanup may touch
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
-    gate: Gate                    # the executor serves the agents' gate (pulse.agents.gateserver)
+    gate: Gate                    # the executor serves the agents' gate (pulse.gate.server)
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):

@@ -1,18 +1,18 @@
-"""`pulsectl mcp`: Pulse's tools for an agent, over MCP on stdio, every call through the gate.
+"""Pulse's tools for an agent, every call through the gate: what `pulsectl mcp` offers, run inside Pulse.
 
 Three layers, each usable without the one above it:
 
-- `PulseTools`: what each tool does (pulse.agents.catalogue.TOOLS says what kind it is). Reads look at
+- `PulseTools`: what each tool does (pulse.gate.catalogue.TOOLS says what kind it is). Reads look at
   events.db, vitals.db, pulse.log and pulsed's status; writes commit an effect with origin
   `agent` (the executor checks it against [allow]), ring the executor, and return only once
   the effect has its terminal event. create_task writes Pulse's own state (a task-created
   event) and reads it back, so it verifies itself.
-- `GatedSession`: one session of an agent (and task). Each call goes gate.begin → the tool →
-  gate.end, each step decided and committed to events.db in one transaction by the gate's
-  durable store (pulse.agents.gatestore; source "mcp", target the session id), so the gate
+- `ToolSession`: one session of an agent (and task). Each call goes GateSession.begin → the tool →
+  GateSession.end, each step decided and committed to events.db in one transaction by the gate's
+  durable store (pulse.gate.durable; source "mcp", target the session id), so the gate
   holds across sessions and restarts. `finish` asks the gate whether the session may end.
-- the MCP server is not here: `pulsectl mcp` is a thin proxy (pulse.agents.gateproxy) to the
-  gate's socket (pulse.agents.gateserver), which runs these sessions inside Pulse.
+- the MCP server is not here: `pulsectl mcp` is a thin proxy (pulse.gate.proxy) to the
+  gate's socket (pulse.gate.server), which runs these sessions inside Pulse.
 
 SQLite is used from the event loop's thread only (short statements); blocking waits on
 pulsed or psutil run in worker threads; waiting for an effect polls with async sleeps, so
@@ -29,18 +29,20 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
-from pulse.agents import catalogue, gate, taskpolicy, tasks
+from pulse.agents import taskpolicy, tasks
 from pulse.core import client, wire
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.effects import registry
+from pulse.gate import catalogue, policy
+from pulse.gate.protocol import ToolError
 from pulse.store import connection, effectqueue, eventsdb, projection, vitalsdb
 
 NOT_RUN_REASONS = ("not-allowed", "deadline")   # an effect that ended with these never touched the host
 # The tool stopped waiting, the effect did not: its write is not ended by the session but settled by
-# the effect's outcome (pulse.agents.gatestore), so it holds its resource exactly as long as it runs.
+# the effect's outcome (pulse.gate.durable), so it holds its resource exactly as long as it runs.
 STILL_RUNNING = "STILL_RUNNING"
 POLL_S = 0.02
 LIST_LIMIT = 200
@@ -54,28 +56,14 @@ Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns
 # The gate's fact naming the effect a write commits, written in the effect's own transaction.
 ACTING: contextvars.ContextVar[Callable[[str], wire.Event] | None] = contextvars.ContextVar("acting", default=None)
 # Who the call is (agent, task), as the gate decided it: what an effect that speaks for its sender carries.
-ACTOR: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("actor", default=(gate.OPERATOR_SHELL, ""))
-
-
-class ToolError(Exception):
-    """A tool call that failed. `acted` (writes): whether the host may have changed anyway."""
-
-    def __init__(self, code: str, message: str, acted: bool = False, **details):
-        super().__init__(message)
-        self.code, self.message, self.acted, self.details = code, message, acted, details
-
-    def envelope(self) -> dict:
-        error = {"code": self.code, "message": self.message}
-        if self.details:
-            error["details"] = self.details
-        return {"ok": False, "error": error}
+ACTOR: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("actor", default=(policy.OPERATOR_SHELL, ""))
 
 
 # -- arguments ---------------------------------------------------------------------------------------------
-# Each tool's arguments are declared once, in its gate descriptor (gate.Arg). The gate classified
+# Each tool's arguments are declared once, in its gate descriptor (policy.Arg). The gate classified
 # unknown arguments as writes before a tool ever runs; the tools still refuse them (INVALID_INPUT).
 
-FINISH_PARAMS = {"summary": gate.Arg("string", "What was done and how it was verified.", required=True)}
+FINISH_PARAMS = {"summary": policy.Arg("string", "What was done and how it was verified.", required=True)}
 _JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool}
 
 
@@ -109,7 +97,7 @@ def oversized(args: Any, limits: GateLimits) -> str | None:
     return None
 
 
-def checked_args(tool: str, args: dict, params: Mapping[str, gate.Arg]) -> dict:
+def checked_args(tool: str, args: dict, params: Mapping[str, policy.Arg]) -> dict:
     """The arguments, or ToolError INVALID_INPUT naming what is wrong."""
     unknown = sorted(set(args) - set(params))
     if unknown:
@@ -125,17 +113,17 @@ def checked_args(tool: str, args: dict, params: Mapping[str, gate.Arg]) -> dict:
     return args
 
 
-def input_schema(params: Mapping[str, gate.Arg]) -> dict:
+def input_schema(params: Mapping[str, policy.Arg]) -> dict:
     """The MCP input schema, generated from the gate's declaration."""
     return {"type": "object",
             "properties": {n: {"type": a.type, "description": a.description} for n, a in params.items()},
             "required": [n for n, a in params.items() if a.required]}
 
 
-def tool_description(d: gate.Descriptor) -> str:
+def tool_description(d: policy.Descriptor) -> str:
     """What the model reads: what the tool does, its kind, and for a write what verifies it."""
     text = f"{d.description} [{d.kind}]"
-    if d.kind == gate.CallKind.WRITE:
+    if d.kind == policy.CallKind.WRITE:
         text += f" Verified by: {d.verified_by}."
     return text
 
@@ -389,27 +377,27 @@ def _create_time(proc) -> float | None:
 
 # -- one gated session ------------------------------------------------------------------------------------
 
-class GatedSession:
-    """gate.begin → the tool → gate.end, each step a fact committed to events.db before the call
-    goes on (pulse.agents.gatestore). `agent` and `task` name who acts: a new session of the same
+class ToolSession:
+    """GateSession.begin → the tool → GateSession.end, each step a fact committed to events.db before the call
+    goes on (pulse.gate.durable). `agent` and `task` name who acts: a new session of the same
     agent and task inherits what the last one left unverified."""
 
     def __init__(self, tools: PulseTools, session_id: str | None = None, clock: Callable[[], float] = time.time,
-                 agent: str = gate.OPERATOR_SHELL, task: str = "", pid: int | None = None, store: Any = None):
+                 agent: str = policy.OPERATOR_SHELL, task: str = "", pid: int | None = None, store: Any = None):
         """`pid`: the session's client process (the `pulsectl mcp` proxy, by its peer credentials),
         whose end settles what it leaves in flight; this process when None. `store`: a DurableStore
         shared with the other sessions of this process (else one of its own, which folds the gate
         facts after the ledger's checkpoint at its first decision)."""
-        from pulse.agents.gatestore import DurableStore, stamp
+        from pulse.gate.durable import DurableStore, stamp
         self.tools = tools
         pid = os.getpid() if pid is None else pid
         store = store or DurableStore(tools.events, checkpoints=tools.paths.home / projection.DIRECTORY)
-        self.gate = gate.Session(session_id or f"mcp-{pid}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
+        self.gate = policy.GateSession(session_id or f"mcp-{pid}-{uuid.uuid4().hex[:8]}", catalogue.TOOLS, clock,
                                  agent=agent, task=task, store=store,
                                  block_budget=tools.config.gate.blocks_per_min)
         self.gate.open(pid=pid, started=stamp(pid))
 
-    def record(self, *records: gate.Record) -> None:
+    def record(self, *records: policy.Record) -> None:
         """Facts that change no state (an oversized call, an operator's question round)."""
         eventsdb.append_events(self.tools.events, [wire.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
 
@@ -421,15 +409,15 @@ class GatedSession:
         too_big = oversized(args, self.tools.config.gate)
         if too_big is not None:     # recorded by hash and a preview: a call never grows events.db by its size
             encoded = json.dumps(args, default=str)
-            self.gate.oversized(name, gate.args_hash(args), len(encoded), encoded[:PREVIEW_CHARS])
+            self.gate.oversized(name, policy.args_hash(args), len(encoded), encoded[:PREVIEW_CHARS])
             err = ToolError("INVALID_INPUT", too_big)
             return err.envelope(), f"{err.code}: {err.message}"
         if name == "finish":
             return self.finish(args)
         admitted = self.gate.begin(name, args)
-        if isinstance(admitted, gate.Blocked):
+        if isinstance(admitted, policy.Blocked):
             return admitted.error, admitted.text()
-        write = admitted.call.kind == gate.CallKind.WRITE
+        write = admitted.call.kind == policy.CallKind.WRITE
         try:
             data = await self.tools.run(name, args, operator, self.acting(admitted) if write else None,
                                         actor=(self.gate.agent, self.gate.task))
@@ -448,7 +436,7 @@ class GatedSession:
         envelope = {"ok": True, "data": data}
         return envelope, json.dumps(envelope, default=str)
 
-    def acting(self, admitted: gate.Admitted) -> Callable[[str], wire.Event]:
+    def acting(self, admitted: policy.Admitted) -> Callable[[str], wire.Event]:
         """The fact that links a write to the effect it commits, written in the effect's transaction."""
         def fact(effect_id: str) -> wire.Event:
             return wire.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
@@ -461,7 +449,7 @@ class GatedSession:
         except ToolError as err:
             return err.envelope(), f"{err.code}: {err.message}"
         outcome = self.gate.finish(args)
-        if isinstance(outcome, gate.Blocked):
+        if isinstance(outcome, policy.Blocked):
             return outcome.error, outcome.text()
         envelope = {"ok": True, "data": {"finished": True, "state": str(self.gate.state)}}
         return envelope, json.dumps(envelope)

@@ -2,7 +2,7 @@
 taken inside one BEGIN IMMEDIATE.
 
 Each process that uses the gate (a `pulsectl mcp` session, pulsectl's reset and listing, an agent
-run's check) folds the facts of every session into its own Ledger, incrementally: a decision
+run's check) folds the facts of every session into its own HostLedger, incrementally: a decision
 folds what others committed since, decides, and appends its own fact in the same transaction, so
 two sessions cannot both pass, and a session that restarts forgets nothing.
 
@@ -14,7 +14,7 @@ yet act. In flight is the effect's, not the session's: once a write's effect has
 settled within OUTCOME_GRACE_S even if its session lives on and never says so (frozen with
 SIGSTOP, or stopped waiting), so no session holds a resource past its effect.
 
-Given the home's checkpoint directory, the Ledger is a checkpointed projection (LEDGER,
+Given the home's checkpoint directory, the HostLedger is a checkpointed projection (LEDGER,
 pulse.store.projection): a process that starts (the executor's gate after a kill, an agent run's
 verdict) loads the newest checkpoint and folds only the facts after it, not every fact since the
 host was installed.
@@ -30,9 +30,9 @@ from typing import Any, Callable, NamedTuple
 
 import msgspec
 
-from pulse.agents import gate
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import now_event
+from pulse.gate import policy
 from pulse.store import connection, effectqueue, eventsdb, projection
 
 NOT_ACTED = ("not-allowed", "deadline", "interrupted-before-start")   # an effect that ended so never ran
@@ -86,28 +86,28 @@ def acted_by_outcome(conn: sqlite3.Connection, effect_id: str | None) -> Settled
 # into lists of pairs; load types every part back with msgspec.convert.
 
 class _ActorDump(msgspec.Struct, array_like=True):
-    looked: list[tuple[gate.Pattern, int]]
-    unverified: dict[str, gate.Debt]
+    looked: list[tuple[policy.Pattern, int]]
+    unverified: dict[str, policy.Debt]
     verified: int
     found: dict[str, tuple[str, int]]
 
 
 class _LedgerDump(msgspec.Struct, array_like=True):
     position: int
-    sessions: dict[str, gate.SessionFacts]
+    sessions: dict[str, policy.SessionFacts]
     actors: list[tuple[str, str, _ActorDump]]
-    flights: dict[str, gate.Flight]
-    changes: dict[str, gate.Change]
-    uncertain: dict[str, gate.Uncertain]
+    flights: dict[str, policy.Flight]
+    changes: dict[str, policy.Change]
+    uncertain: dict[str, policy.Uncertain]
     blocks: list[tuple[str, str, list[float]]]
 
 
-def fold_facts(ledger: gate.Ledger, events) -> None:
+def fold_facts(ledger: policy.HostLedger, events) -> None:
     for ev in events:
         ledger.apply(ev.id, ev.ts, ev.data)
 
 
-def dump_ledger(ledger: gate.Ledger) -> _LedgerDump:
+def dump_ledger(ledger: policy.HostLedger) -> _LedgerDump:
     return _LedgerDump(
         ledger.position, ledger.sessions,
         [(agent, task, _ActorDump(list(a.looked.items()), a.unverified, a.verified, a.found))
@@ -116,11 +116,11 @@ def dump_ledger(ledger: gate.Ledger) -> _LedgerDump:
         [(agent, task, list(times)) for (agent, task), times in ledger.blocks.items()])
 
 
-def load_ledger(raw: Any) -> gate.Ledger:
+def load_ledger(raw: Any) -> policy.HostLedger:
     dump = msgspec.convert(raw, _LedgerDump)
-    ledger = gate.Ledger()
+    ledger = policy.HostLedger()
     ledger.position, ledger.sessions = dump.position, dump.sessions
-    ledger.actors = {(agent, task): gate.Actor(dict(a.looked), a.unverified, a.verified, a.found)
+    ledger.actors = {(agent, task): policy.Actor(dict(a.looked), a.unverified, a.verified, a.found)
                      for agent, task, a in dump.actors}
     ledger.flights, ledger.changes, ledger.uncertain = dump.flights, dump.changes, dump.uncertain
     ledger.blocks = {(agent, task): collections.deque(times) for agent, task, times in dump.blocks}
@@ -128,24 +128,24 @@ def load_ledger(raw: Any) -> gate.Ledger:
 
 
 LEDGER = projection.Projection(
-    name="gate.ledger", new=gate.Ledger, fold=fold_facts, types=("gate-call",), dump=dump_ledger, load=load_ledger,
-    code=(gate.Ledger, gate.SessionFacts, gate.Actor, gate.Flight, gate.Change, gate.Uncertain, gate.Debt,
-          gate.Pattern, gate.is_covered, gate.about, gate.conflicts, _ActorDump, _LedgerDump))
+    name="gate.ledger", new=policy.HostLedger, fold=fold_facts, types=("gate-call",), dump=dump_ledger, load=load_ledger,
+    code=(policy.HostLedger, policy.SessionFacts, policy.Actor, policy.Flight, policy.Change, policy.Uncertain, policy.Debt,
+          policy.Pattern, policy.is_covered, policy.about, policy.conflicts, _ActorDump, _LedgerDump))
 
 
 class DurableStore:
-    """gate.MemoryStore's contract (`ledger`, `transact`), kept in events.db. `checkpoints`: the
+    """policy.MemoryStore's contract (`ledger`, `transact`), kept in events.db. `checkpoints`: the
     home's checkpoint directory, where the ledger's projection starts from (None: from the first fact)."""
 
     def __init__(self, conn: sqlite3.Connection, source: str = "mcp",
                  alive: Callable[[int | None, float | None], bool] = process_alive,
                  checkpoints: Path | None = None):
         self.conn, self.source, self.alive = conn, source, alive
-        self.ledger = gate.Ledger()
+        self.ledger = policy.HostLedger()
         self.folded = None if checkpoints is None else projection.Folded(
             LEDGER, conn, checkpoints, save=projection.may_write(checkpoints.parent))
 
-    def catch_up(self, save: bool = True) -> gate.Ledger:
+    def catch_up(self, save: bool = True) -> policy.HostLedger:
         """Fold every fact committed since the last one folded. `save`: write the checkpoint if it is
         due (not inside a decision's transaction: its fsync would hold every other session's)."""
         if self.folded is None:
@@ -162,13 +162,13 @@ class DurableStore:
                 for record in self.settlements():
                     self._commit(record)
                 outcome = decide()
-                for record in gate.records_of(outcome):
+                for record in policy.records_of(outcome):
                     self._commit(record)
         except BaseException:
             # The ledger folded facts this rollback undid: fold it again from events.db (now, if
             # the file answers; else at the next decision, which catches up first), from the
             # checkpoint when there is one.
-            self.ledger = gate.Ledger()
+            self.ledger = policy.HostLedger()
             if self.folded is not None:
                 self.folded.state = None
             try:
@@ -177,16 +177,16 @@ class DurableStore:
                 pass
             raise
         if self.folded is not None:
-            # its own facts were folded as they were committed (gate.complete): the projection is past them
+            # its own facts were folded as they were committed (policy.complete): the projection is past them
             self.folded.last_id = max(self.folded.last_id, self.ledger.position)
             if self.folded.due():
                 self.folded.save()
         return outcome
 
-    def _commit(self, record: gate.Record) -> None:
+    def _commit(self, record: policy.Record) -> None:
         position = eventsdb.last_event_id(self.conn) + 1       # inside BEGIN IMMEDIATE: the id it gets
         ts = time.time()
-        gate.complete(self.ledger, record, position, ts)
+        policy.complete(self.ledger, record, position, ts)
         data = record.data
         # folded at the ts it is stored with: this ledger (and the checkpoint written of it) is the one a
         # fold of the history makes
@@ -196,7 +196,7 @@ class DurableStore:
         if ev.id != position:
             raise RuntimeError(f"gate fact got id {ev.id}, folded at {position}")
 
-    def settlements(self, now: float | None = None) -> list[gate.Record]:
+    def settlements(self, now: float | None = None) -> list[policy.Record]:
         """Settle facts for the calls in flight that nobody will end: a gone session's, a cancelled
         write's once its effect ended, and any write whose effect ended OUTCOME_GRACE_S ago."""
         now = time.time() if now is None else now
@@ -204,7 +204,7 @@ class DurableStore:
         for flight in list(self.ledger.flights.values()):
             facts = self.ledger.sessions.get(flight.session)
             gone = facts is not None and not self.alive(facts.pid, facts.started)
-            if flight.kind != gate.CallKind.WRITE:
+            if flight.kind != policy.CallKind.WRITE:
                 if gone or flight.cancelled:
                     out.append(settle_fact(flight, Settled(False, "its session is gone", None, None), "session gone: "))
                 continue
@@ -220,8 +220,8 @@ class DurableStore:
         return out
 
 
-def settle_fact(flight: gate.Flight, settled: Settled, how: str) -> gate.Record:
-    return gate.Record("gate-call", {
+def settle_fact(flight: policy.Flight, settled: Settled, how: str) -> policy.Record:
+    return policy.Record("gate-call", {
         "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
         "kind": str(flight.kind), "acted": settled.acted, "effect": flight.effect, "ended": settled.ended,
         "why": how + settled.why, **({"uncertain": True} if settled.uncertain else {})})

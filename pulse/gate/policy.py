@@ -1,6 +1,6 @@
 """The agent's safety gate: every tool call classified, and a state machine per agent that
 enforces in code what a prompt cannot, host-wide and across sessions. Which tools there
-are, and what each reads or changes, is the caller's catalogue (Pulse's: pulse.agents.catalogue).
+are, and what each reads or changes, is the caller's catalogue (Pulse's: pulse.gate.catalogue).
 
     RESOLVING ──resolve/read ok──▶ READING ──write returned──▶ VERIFYING
                                       ▲                            │
@@ -29,8 +29,8 @@ are, and what each reads or changes, is the caller's catalogue (Pulse's: pulse.a
 - A blocked attempt only counts (telemetry, and a recovery entry per tool + argument hash
   that expires after RECOVERY_TTL_S); no number of them waives the gate.
 
-The state is a fold of facts (the Ledger): a session's begin and end of each call, the effect
-a write committed, finish, the operator's reset. The durable store (pulse.agents.gatestore)
+The state is a fold of facts (the HostLedger): a session's begin and end of each call, the effect
+a write committed, finish, the operator's reset. The durable store (pulse.gate.durable)
 commits each fact to events.db in the transaction that decided it, so a new session of the same
 agent and task inherits what the last one left unverified, and two sessions cannot both pass.
 
@@ -251,7 +251,7 @@ class Record:
 class Blocked:
     """A refused call: `error` is what the model gets back. It is still a call, so it is
     recorded twice: a gate-call (ok false, blocked) and the gate-blocked with the reason; past
-    the agent's budget of recorded blocks (Session.block_budget), only counted (no record)."""
+    the agent's budget of recorded blocks (GateSession.block_budget), only counted (no record)."""
     error: dict
     call_record: Record | None
     record: Record | None          # the gate-blocked
@@ -382,7 +382,7 @@ def about(evidence: Pattern, key: str) -> bool:
     return evidence.text.startswith(key[:-1]) if key.endswith("*") else evidence.covers(key)
 
 
-class Ledger:
+class HostLedger:
     """What every session on the host has done, folded from its facts. Pure."""
 
     def __init__(self):
@@ -610,7 +610,7 @@ def records_of(outcome: Any) -> tuple[Record, ...]:
     return (outcome,) if isinstance(outcome, Record) else outcome.records
 
 
-def complete(ledger: Ledger, record: Record, position: int, ts: float) -> None:
+def complete(ledger: HostLedger, record: Record, position: int, ts: float) -> None:
     """Fold a fact about to be committed at `position`, and add to it what the fold says (what it
     verified, the state after), so the event tells the whole step."""
     if record.type != "gate-call":
@@ -626,7 +626,7 @@ class MemoryStore:
     """Facts kept in memory, positioned as they come: the gate alone, for tests and a single process."""
 
     def __init__(self, clock: Callable[[], float] = time.time):
-        self.ledger, self.clock = Ledger(), clock
+        self.ledger, self.clock = HostLedger(), clock
 
     def transact(self, decide: Callable[[], Any]) -> Any:
         """Decide on the ledger as it is; commit (here: fold) the records the outcome carries."""
@@ -644,7 +644,7 @@ def reset_fact(agent: str, task: str | None, keep_progress: bool, by: str = "ope
 
 # -- the session ------------------------------------------------------------------------------------------
 
-class Session:
+class GateSession:
     """One agent session's view of the gate. `begin` before a tool runs, `end` after it returns,
     `finish` when the agent says it is done; `reset` is the operator's. Each decision is taken on
     the store's ledger and committed as a fact before the call proceeds (`store.transact`)."""
@@ -669,7 +669,7 @@ class Session:
         self.recoveries: dict[tuple[str, str], Recovery] = {}
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> HostLedger:
         return self.store.ledger
 
     @property

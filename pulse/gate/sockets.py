@@ -1,4 +1,5 @@
-"""Where an agent account reaches the gate: a socket of its own, in a directory only it can enter.
+"""Where the gate's sockets are: its main one, and where an agent account reaches the gate, a socket
+of its own, in a directory only it can enter.
 
 The gate's main socket is pulsed's account's alone (0600). A run under its own account ([[agent]]
 user) cannot reach it; it is handed `<socket_dir>/<runtime>.gate-<uid>/gate.sock` instead, made
@@ -15,6 +16,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+
+
+def socket_path(paths, socket_dir: str = "") -> str:
+    """The gate's socket: in pulsed's private runtime directory, or in [gate] socket_dir (named for
+    that runtime directory, so two homes never share one) when the runs' own accounts must reach it."""
+    if not socket_dir:
+        return str(paths.gate_socket)
+    return os.path.join(socket_dir, f"{paths.runtime.name}.gate.sock")
 
 
 class SocketDirError(Exception):

@@ -1,14 +1,14 @@
 """Pulse's tools, as the gate classifies them: what each reads, resolves or changes, and what
-verifies a change. The tool server (pulse.agents.toolserver) runs them; the gate
-(pulse.agents.gate), which knows no tool by name, enforces its rules on them.
+verifies a change. The tool server (pulse.gate.tools) runs them; the gate
+(pulse.gate.policy), which knows no tool by name, enforces its rules on them.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pulse.agents.gate import Arg, Call, CallKind, Descriptor, Pattern
 from pulse.effects import registry
+from pulse.gate.policy import Arg, Call, CallKind, Descriptor, Pattern
 
 # What each write touches and what verifies it. A `status` or `list_workers` covers every
 # worker it reports; `find_process` is a live lookup of one configured process; a task's
