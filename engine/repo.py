@@ -16,6 +16,7 @@ the running engine, exactly as they were.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import io
 import json
 import os
@@ -158,6 +159,7 @@ def check_imports(tree: Path) -> None:
 def check_tests(tree: Path) -> None:
     if not any((tree / "tests").glob("test_*.py")):
         return
+    require_pytest()
     try:
         proc = subprocess.run([sys.executable, "-P", "-B", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                "--tb=short", "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
@@ -166,6 +168,20 @@ def check_tests(tree: Path) -> None:
         raise EngineDirError("tests", f"the engine's tests took longer than {GATE_TIMEOUT_S}s") from None
     if proc.returncode != 0:
         raise EngineDirError("tests", failure_summary(proc.stdout))
+
+
+# pytest is not one of Pulse's own dependencies: only an engine with tests needs it, at promote time.
+PYTEST_EXTRA = "engine-tests"
+
+
+def require_pytest() -> None:
+    """The engine has tests, so the interpreter that runs them must have pytest: say so, and how to
+    install it into this very environment, rather than report a test failure that is not one."""
+    if importlib.util.find_spec("pytest") is None:
+        raise EngineDirError("tests", f"the engine has tests but pytest is not installed in Pulse's environment "
+                                      f"({sys.executable}): install it with `{sys.executable} -m pip install "
+                                      f"'pytest>=8'` (or Pulse with its extra: pip install "
+                                      f"'pulse-supervisor[{PYTEST_EXTRA}]'), then promote again")
 
 
 def failure_summary(output: str, most: int = 20) -> str:
