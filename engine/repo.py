@@ -306,7 +306,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
             git(paths.engine, "worktree", "prune", check=False)
     git(paths.engine, "merge", "-q", "--ff-only", after)
     ref = snapshot(paths, after)
-    event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
+    event_id = _record(paths, wire.EventType.PROMOTE, source, before=before, after=after, staging=staged, snapshot=ref,
                        checks=checks)
     return Change("promote", before, after, ref, event_id)
 
@@ -325,10 +325,10 @@ def rolled_back_in_staging(paths: Paths) -> tuple[wire.Event, list[str]] | None:
     except connection.StoreError:
         return None
     try:
-        changes = eventsdb.read_events(conn, types=["promote", "rollback"])
+        changes = eventsdb.read_events(conn, types=[wire.EventType.PROMOTE, wire.EventType.ROLLBACK])
     finally:
         conn.close()
-    if not changes or changes[-1].type != "rollback" or not changes[-1].data.get("before"):
+    if not changes or changes[-1].type != wire.EventType.ROLLBACK or not changes[-1].data.get("before"):
         return None
     last = changes[-1]
     rolled, now = last.data["before"], last.data.get("after") or "HEAD"
@@ -372,7 +372,7 @@ def staging_differs(paths: Paths) -> list[str]:
 def last_promote(paths: Paths) -> wire.Event | None:
     conn = connection.open_readonly(paths.events_db)
     try:
-        promotes = eventsdb.read_events(conn, types=["promote"])
+        promotes = eventsdb.read_events(conn, types=[wire.EventType.PROMOTE])
     finally:
         conn.close()
     return promotes[-1] if promotes else None
@@ -406,7 +406,7 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
             restore_snapshot(paths, ref)
             before = after = target = to
             restored = ref
-        event_id = _record(paths, "rollback", source, before=before, after=after, to=target, reason=reason,
+        event_id = _record(paths, wire.EventType.ROLLBACK, source, before=before, after=after, to=target, reason=reason,
                            restored_snapshot=restored)
         return Change("rollback", before, after, restored, event_id)
 
@@ -414,7 +414,7 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
 def _snapshots_by_commit(paths: Paths) -> dict[str, str]:
     conn = connection.open_readonly(paths.events_db)
     try:
-        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=["promote"])
+        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=[wire.EventType.PROMOTE])
                 if e.data.get("snapshot")}
     finally:
         conn.close()

@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+import msgspec
+import pytest
 import zmq
 
 from pulse.core import wire
@@ -154,3 +156,58 @@ def test_event_names_are_spelled_out_once_in_wire():
         if path.relative_to(root).as_posix() != "pulse/core/wire.py" and (names or groups):
             found[path.relative_to(root).as_posix()] = names + groups
     assert found == {}
+
+
+def test_a_misspelt_kind_or_event_type_fails_at_once():
+    with pytest.raises(AttributeError):
+        wire.EffectKind.RESTART_PROCES  # noqa: B018
+    with pytest.raises(AttributeError):
+        wire.EventType.WORKER_STARTD  # noqa: B018
+
+
+def test_the_effect_kinds_are_every_kind_the_registry_runs():
+    from pulse.effects import BUILT_IN_KINDS, registry
+    assert set(wire.EffectKind) == set(registry.all_kinds()) == BUILT_IN_KINDS
+
+
+def test_the_event_types_are_the_enums_of_every_family():
+    families = (wire.EventType, wire.EffectEvent, wire.TaskEvent, wire.SpendEvent, wire.ScheduleEvent)
+    assert wire.EVENT_TYPES == {t for family in families for t in family}
+    assert sum(len(family) for family in families) == len(wire.EVENT_TYPES)      # no type in two families
+
+
+def store_rows(path: Path, effect: wire.Effect, event: wire.Event) -> list[tuple]:
+    """What events.db holds after committing `effect` and `event`, the clocks left out."""
+    from pulse.store import effectqueue, eventsdb
+    conn = eventsdb.open_events(path)
+    effectqueue.commit_effects(conn, [effect], "tick", events=[event])
+    rows = conn.execute("SELECT id, seq, type, source, target, data FROM events ORDER BY id").fetchall()
+    rows += conn.execute("SELECT id, event_id, kind, target, origin, idempotent, created, deadline, state, body "
+                         "FROM effects").fetchall()
+    conn.close()
+    return rows
+
+
+def test_enum_kinds_and_types_are_sent_and_stored_as_their_strings_byte_for_byte(tmp_path):
+    """An EffectKind or EventType is the str it stands for on the wire (msgpack, JSON) and in
+    events.db: the same bytes as the plain string, so frames and stores from before read the same."""
+    def effect(kind, inner):
+        return wire.Effect(kind=kind, target="gateway", params={"kind": inner, "why": "dead"}, idempotent=True,
+                           id="e" * 32, created=1.0, deadline=2.0, origin="survival")
+
+    def event(type_, kind):
+        return wire.Event(type=type_, source="keeper", target="gateway", data={"kind": kind, type_: [kind]},
+                          ts=1.0, mono=1.0, seq=7)
+
+    typed = effect(wire.EffectKind.RESTART_PROCESS, wire.EffectKind.TRIM_DIR), \
+        event(wire.EventType.PROCESS_EXITED, wire.EffectKind.NOTIFY)
+    plain = effect("restart-process", "trim-dir"), event("process-exited", "notify")
+    assert type(plain[0].kind) is str and type(typed[0].kind) is wire.EffectKind
+    for a, b in zip(typed, plain):
+        assert wire.encode(a) == wire.encode(b)
+        assert msgspec.json.encode(a) == msgspec.json.encode(b)
+    assert wire.encode(wire.ChainResult(1, [typed[0]])) == wire.encode(wire.ChainResult(1, [plain[0]]))
+    assert store_rows(tmp_path / "typed.db", *typed) == store_rows(tmp_path / "plain.db", *plain)
+    # ... and in what Pulse says: an error quoting one (`{kind!r}`, a list of them) reads as before
+    assert (repr(typed[0].kind), str(typed[0].kind), f"{typed[0].kind}") == ("'restart-process'",) + ("restart-process",) * 2
+    assert str([wire.EventType.TICK, wire.EffectKind.EXEC]) == "['tick', 'exec']"

@@ -627,48 +627,103 @@ class ProcessAction(enum.StrEnum):
     RESTART = "process-restart"
 
 
-STOP_PROCESS = "stop-process"     # the effect kind that stops a [[process]] (pulse.effects.kinds.run_stop)
-ON_CRASH_LOOP = "on-crash-loop"   # the effect kind that runs a [[process]]'s on_crash_loop argv (kinds.run_on_crash_loop)
+class Name(enum.StrEnum):
+    """A name that is a plain string on the wire, in the stores and in messages (its repr too, so an
+    error that quotes one reads as before), and an enum member in the code: a misspelt one is an
+    AttributeError when its module loads."""
+
+    def __repr__(self) -> str:
+        return repr(self._value_)
+
+
+class EffectKind(Name):
+    """Every effect kind Pulse ships: the built-in ones (pulse.effects.registry) and those of the layers
+    above it (agent-run, task-add, report: plugged in by entry point). A rule names a kind as
+    EffectKind.X, so a misspelt one is an AttributeError when the module loads, not an effect no
+    executor knows. An engine's own kinds are its executors' and stay plain strings."""
+    NOOP = "noop"
+    EXEC = "exec"
+    NOTIFY = "notify"
+    RESTART_PROCESS = "restart-process"
+    STOP_PROCESS = "stop-process"         # stops a [[process]] (pulse.effects.kinds.run_stop)
+    ON_CRASH_LOOP = "on-crash-loop"       # runs a [[process]]'s on_crash_loop argv (kinds.run_on_crash_loop)
+    SIGNAL = "signal"
+    KEEP_CONFIG = "keep-config"
+    RESTORE_CONFIG = "restore-config"
+    RESTART_WORKER = "restart-worker"
+    ARCHIVE = "archive"
+    CLEANUP = "cleanup"
+    ROTATE_FILE = "rotate-file"
+    TRIM_DIR = "trim-dir"
+    ENGINE_PROMOTE = "engine-promote"
+    ENGINE_ROLLBACK = "engine-rollback"
+    AGENT_RUN = "agent-run"
+    TASK_ADD = "task-add"
+    REPORT = "report"
+
+
+STOP_PROCESS = EffectKind.STOP_PROCESS
+ON_CRASH_LOOP = EffectKind.ON_CRASH_LOOP
+
+
+class EventType(Name):
+    """Every type of event Pulse writes outside the families above (EffectEvent, TaskEvent, SpendEvent,
+    ScheduleEvent). Stored and sent as its string: an EventType is the str it stands for."""
+    SUPERVISOR_STARTED = "supervisor-started"
+    SUPERVISOR_STOPPING = "supervisor-stopping"
+    RELOAD = "reload"
+    OPERATOR = "operator"
+    WORKER_STARTED = "worker-started"
+    WORKER_READY = "worker-ready"
+    WORKER_EXITED = "worker-exited"
+    WORKER_HUNG = "worker-hung"
+    WORKER_FAILED = "worker-failed"
+    WORKER_RESTARTED = "worker-restarted"
+    WAKE = "wake"
+    TICK = "tick"
+    COLLECT = "collect"
+    ERROR = "error"
+    PAUSE = "pause"
+    RESUME = "resume"
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+    NOTIFY = "notify"
+    GATE_CALL = "gate-call"
+    GATE_BLOCKED = "gate-blocked"
+    GATE_RESET = "gate-reset"
+    PROCESS_EXITED = "process-exited"
+    # Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
+    # before the files are removed, so an archived file is always found again (target: the directory).
+    DIR_ARCHIVED = "dir-archived"
+    # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
+    # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
+    FLEET_TASK_OFFERED = "fleet-task-offered"
+    FLEET_TASK_UPDATE = "fleet-task-update"
+    # A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
+    # dead-letter record the host that gave up last reports to the origin (target: its fleet id).
+    FLEET_TASK_DEAD = "fleet-task-dead"
+    # A fleet task its origin's operator took back (`pulsectl task close <fleet id>`; target: its fleet
+    # id): no host starts it from then on; a run already going ends as it will, and is not offered again.
+    FLEET_TASK_WITHDRAWN = "fleet-task-withdrawn"
+    # pulse.store.retention: events left the live history
+    HISTORY_MOVED = "history-moved"
+    HISTORY_DROPPED = "history-dropped"
+    # What a run or session did over one flush of the telemetry receiver (pulse.workers.telemetry): tokens,
+    # cost, API requests, tool calls, errors, when it was last heard; target: the run (its agent-run effect
+    # id) or "session:<id>" for a session Pulse did not start.
+    TELEMETRY = "telemetry"
 
 
 # Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
-EVENT_TYPES = frozenset({
-    "supervisor-started", "supervisor-stopping", "reload", "operator",
-    "worker-started", "worker-ready", "worker-exited", "worker-hung", "worker-failed", "worker-restarted",
-    "wake", "tick", "collect", "error", "pause", "resume",
-    *EffectEvent,
-    "promote", "rollback", "notify",
-    *TaskEvent,
-    "gate-call", "gate-blocked", "gate-reset",
-    "process-exited",
-    "dir-archived",                                 # DIR_ARCHIVED below
-    *SpendEvent,
-    *ScheduleEvent,
-    *("fleet-task-offered", "fleet-task-update"),   # FLEET_TASK_EVENTS below
-    "fleet-task-dead",                              # FLEET_TASK_DEAD below
-    "fleet-task-withdrawn",                         # FLEET_TASK_WITHDRAWN below
-    *("history-moved", "history-dropped"),          # pulse.store.retention: events left the live history
-    "telemetry",                                    # TELEMETRY below
-})
-# Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
-# before the files are removed, so an archived file is always found again (target: the directory).
-DIR_ARCHIVED = "dir-archived"
-GATE_CALL_EVENTS = ("gate-call", "gate-blocked")   # a task's gate calls, as task show lists them
-# A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
-# that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
-FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = "fleet-task-offered", "fleet-task-update"
-# A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
-# dead-letter record the host that gave up last reports to the origin (target: its fleet id).
-FLEET_TASK_DEAD = "fleet-task-dead"
-# A fleet task its origin's operator took back (`pulsectl task close <fleet id>`; target: its fleet
-# id): no host starts it from then on; a run already going ends as it will, and is not offered again.
-FLEET_TASK_WITHDRAWN = "fleet-task-withdrawn"
+EVENT_TYPES = frozenset({*EventType, *EffectEvent, *TaskEvent, *SpendEvent, *ScheduleEvent})
+DIR_ARCHIVED = EventType.DIR_ARCHIVED
+GATE_CALL_EVENTS = (EventType.GATE_CALL, EventType.GATE_BLOCKED)   # a task's gate calls, as task show lists them
+FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = EventType.FLEET_TASK_OFFERED, EventType.FLEET_TASK_UPDATE
+FLEET_TASK_DEAD = EventType.FLEET_TASK_DEAD
+FLEET_TASK_WITHDRAWN = EventType.FLEET_TASK_WITHDRAWN
 # the origin's record of one fleet task, as its views fold it
 FLEET_TASK_EVENTS = (FLEET_TASK_OFFERED, FLEET_TASK_UPDATE, FLEET_TASK_DEAD, FLEET_TASK_WITHDRAWN)
-# What a run or session did over one flush of the telemetry receiver (pulse.workers.telemetry): tokens,
-# cost, API requests, tool calls, errors, when it was last heard; target: the run (its agent-run effect
-# id) or "session:<id>" for a session Pulse did not start.
-TELEMETRY = "telemetry"
+TELEMETRY = EventType.TELEMETRY
 
 
 class Event(msgspec.Struct):

@@ -221,7 +221,7 @@ def _record(home: str, name: str, ended: dict) -> None:
             # (an fsync here, several ms on a busy disk, was on the path of every restart)
             conn = eventsdb.open_events(Path(home) / "events.db")
             try:
-                eventsdb.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
+                eventsdb.append_events(conn, [wire.now_event(wire.EventType.PROCESS_EXITED, "keeper", name, ended)])
             finally:
                 conn.close()
             break
