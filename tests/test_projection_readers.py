@@ -122,13 +122,13 @@ def test_the_fleet_tasks_this_host_offered_are_listed_from_the_checkpoint(home):
 
 
 def test_the_web_task_board_starts_from_its_checkpoint_and_saves_one_at_a_clean_stop(home):
-    from pulse.web import pages, taskboard
+    from pulse.web import site, taskboard
     path, conn = home
     for n in range(3):
         tasks.create(conn, "proj", f"title {n}", "do it")
     tasks.record(conn, "task-1", "task-assigned", "test", agent="alice")
     tasks.record(conn, "task-2", "task-closed", "test")
-    web = pages.Web(Paths.for_daemon(path), path / "web-token", 60.0)
+    web = site.Web(Paths.for_daemon(path), path / "web-token", 60.0)
     first = web.task_board(conn)                                     # no checkpoint yet: a rebuild
     assert {t.id: t.status for t in first.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "pending"}
     web.save_checkpoints()                                           # the web worker's clean stop
@@ -137,6 +137,6 @@ def test_the_web_task_board_starts_from_its_checkpoint_and_saves_one_at_a_clean_
     from pulse.core import wire
     eventsdb.append_events(conn, [wire.now_event("task-closed", "test", "task-3", {})])     # after the checkpoint
 
-    again = pages.Web(Paths.for_daemon(path), path / "web-token", 60.0).task_board(conn)
+    again = site.Web(Paths.for_daemon(path), path / "web-token", 60.0).task_board(conn)
     assert {t.id: t.status for t in again.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "closed"}
     assert again.counts == {"assigned": 1, "closed": 2} and again.stats == first.stats

@@ -152,13 +152,13 @@ def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path
     from pulse.core.home import Paths
     from pulse.store import connection, effectqueue, eventsdb
     from pulse.store.provision import ensure_home
-    from pulse.web import pages
+    from pulse.web import reads, site
 
     home = tmp_path / "home"
     ensure_home(home)
     steps = [0]
 
-    class CountingWeb(pages.Web):
+    class CountingWeb(site.Web):
         def events(self):           # the same read-only connection, with SQLite counting its VM steps
             conn = connection.open_readonly(self.paths.events_db)
             conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
@@ -177,7 +177,7 @@ def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path
 
     def cost() -> int:
         steps[0] = 0
-        view = pages.overview(web)
+        view = reads.overview(web)
         assert len(view["survival"]) == 10          # the newest ten survival actions, as before
         return steps[0]
     commit(300)

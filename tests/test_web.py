@@ -779,7 +779,7 @@ def test_the_overview_and_the_events_page_draw_their_first_state_from_the_page_i
 
 
 def test_repeated_survival_actions_are_one_row_with_their_count():
-    from pulse.web.pages import grouped
+    from pulse.web.reads import grouped
     trim = {"why": None, "kind": "rotate-file", "target": "app.log", "outcome": "acked"}
     rows = grouped([{**trim, "ts": 10.0 - i} for i in range(10)] + [{**trim, "outcome": "failed", "ts": 0.0}, {**trim, "ts": -1.0}])
     assert [(r["kind"], r["outcome"], r["count"], r["ts"]) for r in rows] == [
@@ -808,7 +808,7 @@ def test_the_events_page_shows_a_hundred_at_a_time_and_pages_back_with_its_filte
 
 
 def test_a_vital_is_charted_only_as_a_measure_a_verdict_as_one_or_zero_never_a_time_or_a_status_code():
-    from pulse.web.pages import chart_point
+    from pulse.web.reads import chart_point
     assert chart_point("dead_since", 1796445584) is None and chart_point("looked_at", 1796445584.2) is None
     assert chart_point("code", 200) is None and chart_point("http_status", 503) is None
     assert chart_point("ok", False) == 0.0 and chart_point("dns_ok", True) == 1.0 and chart_point("alive", True) is None

@@ -173,12 +173,12 @@ def test_the_tasks_page_keeps_the_open_tasks_and_the_newest_ended_and_counts_the
 
 def test_the_pages_reads_keep_a_small_page_cache(tmp_path):
     from pulse.store.provision import ensure_home
-    from pulse.web import pages
+    from pulse.web import site
     home = tmp_path / "home"
     ensure_home(home)
-    conn = pages.read_connection(home / "events.db")
+    conn = site.read_connection(home / "events.db")
     try:
-        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -pages.READ_CACHE_KIB
-        assert pages.READ_CACHE_KIB <= 1024
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -site.READ_CACHE_KIB
+        assert site.READ_CACHE_KIB <= 1024
     finally:
         conn.close()
