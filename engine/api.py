@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Awaitable, Callable, Union
 
 from pulse.core.plugins import Executor, Watcher
-from pulse.core.wire import Effect, KnownGood, Outcome, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, KnownGood, Outcome, Snapshot, Vital
 
 __all__ = ["Effect", "Executor", "Inner", "KnownGood", "Outcome", "Rule", "RuleResult", "Snapshot", "Vital", "Watcher"]
 

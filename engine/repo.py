@@ -30,8 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulse.core import procs, wire
+from pulse.core import procs
 from pulse.core.home import Paths, dev_pid
+from pulse.core.wire import eventmsgs
 from pulse.store import connection, eventsdb, objects
 
 GATE_TIMEOUT_S = 120
@@ -252,7 +253,7 @@ def restore_snapshot(paths: Paths, ref: str) -> None:
 def _record(paths: Paths, type_: str, source: str, **data) -> int:
     conn = eventsdb.open_events(paths.events_db)
     try:
-        return eventsdb.append_events(conn, [wire.now_event(type_, source, "engine", **data)])[0].id
+        return eventsdb.append_events(conn, [eventmsgs.now_event(type_, source, "engine", **data)])[0].id
     finally:
         conn.close()
 
@@ -306,7 +307,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
             git(paths.engine, "worktree", "prune", check=False)
     git(paths.engine, "merge", "-q", "--ff-only", after)
     ref = snapshot(paths, after)
-    event_id = _record(paths, wire.EventType.PROMOTE, source, before=before, after=after, staging=staged, snapshot=ref,
+    event_id = _record(paths, eventmsgs.EventType.PROMOTE, source, before=before, after=after, staging=staged, snapshot=ref,
                        checks=checks)
     return Change("promote", before, after, ref, event_id)
 
@@ -315,7 +316,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
 # A rollback (survival's autoRollback most of all) returns main to an earlier tree, but staging
 # keeps the tree that was rolled back: nothing said so, and the next promote shipped it again.
 
-def rolled_back_in_staging(paths: Paths) -> tuple[wire.Event, list[str]] | None:
+def rolled_back_in_staging(paths: Paths) -> tuple[eventmsgs.Event, list[str]] | None:
     """The last rollback, when it is the engine's latest change, and the files it undid that
     staging's committed tree still holds as they were rolled back (None when there are none:
     staging was fixed, or dropped). A new commit in staging that keeps the broken file is caught
@@ -325,10 +326,10 @@ def rolled_back_in_staging(paths: Paths) -> tuple[wire.Event, list[str]] | None:
     except connection.StoreError:
         return None
     try:
-        changes = eventsdb.read_events(conn, types=[wire.EventType.PROMOTE, wire.EventType.ROLLBACK])
+        changes = eventsdb.read_events(conn, types=[eventmsgs.EventType.PROMOTE, eventmsgs.EventType.ROLLBACK])
     finally:
         conn.close()
-    if not changes or changes[-1].type != wire.EventType.ROLLBACK or not changes[-1].data.get("before"):
+    if not changes or changes[-1].type != eventmsgs.EventType.ROLLBACK or not changes[-1].data.get("before"):
         return None
     last = changes[-1]
     rolled, now = last.data["before"], last.data.get("after") or "HEAD"
@@ -345,7 +346,7 @@ def _blob(paths: Paths, commit: str, name: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def rolled_back_words(held: tuple[wire.Event, list[str]]) -> str:
+def rolled_back_words(held: tuple[eventmsgs.Event, list[str]]) -> str:
     """"staging still holds what the rollback at 2026-12-03T10:00:00Z (autoRollback) undid: rules/x.py"."""
     from pulse.core import clock
     event, files = held
@@ -369,10 +370,10 @@ def staging_differs(paths: Paths) -> list[str]:
     return [line for line in git(paths.engine, "diff", "--name-status", "HEAD", "staging").splitlines() if line]
 
 
-def last_promote(paths: Paths) -> wire.Event | None:
+def last_promote(paths: Paths) -> eventmsgs.Event | None:
     conn = connection.open_readonly(paths.events_db)
     try:
-        promotes = eventsdb.read_events(conn, types=[wire.EventType.PROMOTE])
+        promotes = eventsdb.read_events(conn, types=[eventmsgs.EventType.PROMOTE])
     finally:
         conn.close()
     return promotes[-1] if promotes else None
@@ -406,7 +407,7 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
             restore_snapshot(paths, ref)
             before = after = target = to
             restored = ref
-        event_id = _record(paths, wire.EventType.ROLLBACK, source, before=before, after=after, to=target, reason=reason,
+        event_id = _record(paths, eventmsgs.EventType.ROLLBACK, source, before=before, after=after, to=target, reason=reason,
                            restored_snapshot=restored)
         return Change("rollback", before, after, restored, event_id)
 
@@ -414,7 +415,7 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
 def _snapshots_by_commit(paths: Paths) -> dict[str, str]:
     conn = connection.open_readonly(paths.events_db)
     try:
-        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=[wire.EventType.PROMOTE])
+        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=[eventmsgs.EventType.PROMOTE])
                 if e.data.get("snapshot")}
     finally:
         conn.close()

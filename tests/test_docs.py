@@ -265,7 +265,7 @@ def test_the_effect_kinds_reference_is_generated_from_the_registry():
 def test_the_rules_guide_names_every_field_of_the_snapshot():
     import msgspec
 
-    from pulse.core.wire import Snapshot
+    from pulse.core.wire.enginerpc import Snapshot
     text = (DOCS / "rules.md").read_text()
     assert [f.name for f in msgspec.structs.fields(Snapshot) if f"`{f.name}`" not in text] == []
 

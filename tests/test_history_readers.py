@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
-from pulse.core import wire
 from pulse.core.home import Paths
+from pulse.core.wire import eventmsgs
 from pulse.report import analysis as analysismod
 from pulse.store import archive, eventsdb
 from reportfixture import fixture_history, write
@@ -50,10 +50,10 @@ def moved(tmp_path_factory):
     write(home / "events.db", h.events)
     conn = eventsdb.open_events(home / "events.db")
     try:
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(FILLER)])
-        eventsdb.append_events(conn, [wire.now_event("task-created", "pulsectl", "task-99", {
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(FILLER)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("task-created", "pulsectl", "task-99", {
             "project": "p", "title": "open", "prompt": "x", "priority": 0})])
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(10)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(10)])
     finally:
         conn.close()
     window = ["--from", iso(h.events[0].ts - 1), "--to", iso(h.t + 1)]
@@ -188,7 +188,7 @@ def test_a_reader_left_idle_while_the_events_after_it_moved_folds_them_from_the_
         board.catch_up()                                              # kept in memory; no checkpoint
         tasks.create(conn, "p", "two", "x")
         tasks.record(conn, "task-2", "task-closed", "test")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1_200)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(1_200)])
         tasks.create(conn, "p", "open", "x")                          # holds the rest live
     finally:
         conn.close()

@@ -105,13 +105,13 @@ def test_an_agents_task_tools_and_the_report_read_every_task_from_the_checkpoint
 
 def test_the_fleet_tasks_this_host_offered_are_listed_from_the_checkpoint(home):
     from pulse.agents import taskview
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     path, conn = home
     checkpoints = path / projection.DIRECTORY
     eventsdb.append_events(conn, [
-        wire.now_event(wire.FLEET_TASK_OFFERED, "fleet", "f-1", {"project": "p", "title": "one", "prompt": "x"}),
-        wire.now_event(wire.FLEET_TASK_OFFERED, "fleet", "f-2", {"project": "p", "title": "two", "prompt": "x"}),
-        wire.now_event(wire.FLEET_TASK_UPDATE, "fleet", "f-1", {"host": "b@h", "task": "task-4", "attempt": 1,
+        eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "fleet", "f-1", {"project": "p", "title": "one", "prompt": "x"}),
+        eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "fleet", "f-2", {"project": "p", "title": "two", "prompt": "x"}),
+        eventmsgs.now_event(eventmsgs.FLEET_TASK_UPDATE, "fleet", "f-1", {"host": "b@h", "task": "task-4", "attempt": 1,
                                                                "status": "executing"})])
     history = eventsdb.read_events(conn, after_id=0, limit=9)
     by_events = [taskview.fleet_task_view([e for e in history if e.target == fid]) for fid in ("f-1", "f-2")]
@@ -134,8 +134,8 @@ def test_the_web_task_board_starts_from_its_checkpoint_and_saves_one_at_a_clean_
     web.save_checkpoints()                                           # the web worker's clean stop
     assert projection.checkpoint_path(path / projection.DIRECTORY, taskboard.NAME).exists()
     forget_before(conn, eventsdb.last_event_id(conn))
-    from pulse.core import wire
-    eventsdb.append_events(conn, [wire.now_event("task-closed", "test", "task-3", {})])     # after the checkpoint
+    from pulse.core.wire import eventmsgs
+    eventsdb.append_events(conn, [eventmsgs.now_event("task-closed", "test", "task-3", {})])     # after the checkpoint
 
     again = site.Web(Paths.for_daemon(path), path / "web-token", 60.0).task_board(conn)
     assert {t.id: t.status for t in again.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "closed"}

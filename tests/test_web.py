@@ -488,7 +488,7 @@ PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1400, "height": 900}
 def seeded(site):
     from pulse.agents import catalogue, gate, tasks
     from pulse.agents.gatestore import DurableStore
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc, eventmsgs
     from pulse.store import effectqueue, eventsdb, objects
     pulsed, base, token = site
     conn = eventsdb.open_events(pulsed.home / "events.db")
@@ -496,7 +496,7 @@ def seeded(site):
         task = tasks.create(conn, "website", "Fix the login page's redirect loop", "Find why /login loops.\n<i>as text</i>",
                             source="pulsectl").id
         tasks.start_run(conn, task, "claude", "run-1", "executor")
-        tasks.record(conn, task, wire.TaskEvent.FAILED, "executor", run="run-1", reason="rate-limit",
+        tasks.record(conn, task, eventmsgs.TaskEvent.FAILED, "executor", run="run-1", reason="rate-limit",
                      error="claude: API rate limit reached, retry after 60 s", agent="claude",
                      result={"code": 1, "cost_usd": 0.0123, "tokens": {"input": 1200, "output": 40}})
         session = gate.Session(f"sess-{task}", catalogue.TOOLS, agent="claude", task=task,
@@ -506,11 +506,11 @@ def seeded(site):
         session.end(admitted, True, {"workers": [{"name": "tick"}]})
         tasks.start_run(conn, task, "claude", "run-2", "executor")
         ref = objects.put(pulsed.home / "objects", OUTPUT.encode())
-        tasks.record(conn, task, wire.TaskEvent.ACKED, "executor", run="run-2", agent="claude", output=ref, code=0,
+        tasks.record(conn, task, eventmsgs.TaskEvent.ACKED, "executor", run="run-2", agent="claude", output=ref, code=0,
                      run_ms=4200.0, result={"code": 0, "cost_usd": 0.5, "tokens": {"input": 9000, "output": 700},
                                             "result": "fixed"})
         # an agent-run effect about the task (refused at once: the task is acked, nothing runs)
-        effect = effectqueue.new_effect(wire.Effect(kind="agent-run", target=task, params={"task_id": task}),
+        effect = effectqueue.new_effect(enginerpc.Effect(kind="agent-run", target=task, params={"task_id": task}),
                                         "operator", 60)
         effectqueue.commit_effects(conn, [effect], "test")
     finally:
@@ -654,7 +654,7 @@ def test_every_page_shows_times_one_way_with_the_zone_on_hover_and_no_raw_epoch(
 
 
 def test_vitals_charts_have_time_axes_units_gaps_and_no_cpus(site, page):
-    from pulse.core.wire import Vital
+    from pulse.core.wire.enginerpc import Vital
     from pulse.store import vitalsdb
     pulsed, base, token = site
     # samples from before this pulsed started: the minutes between are no one's, a gap on the chart

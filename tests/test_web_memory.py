@@ -14,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 
 from pulse.agents import tasks
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb
 from pulse.workers.webserver import WEB_THREADS
 from support import init_home, wait_for
@@ -36,7 +36,7 @@ def grow_history(home: Path, size_mib: float) -> None:
     conn = eventsdb.open_events(home / "events.db")
     try:
         while (home / "events.db").stat().st_size < size_mib * MiB:
-            effects = [effectqueue.new_effect(wire.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
+            effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
                                               "operator", 600) for i in range(1_000)]
             effectqueue.commit_effects(conn, effects, "test", observe_only=True)
             for _ in range(10):
@@ -138,7 +138,7 @@ def ended_and_open_tasks(n: int) -> list:
     def ev(type_, task, **data):
         nonlocal i
         i += 1
-        return wire.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
+        return eventmsgs.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
     for k in range(1, n + 3):
         task = f"task-{k}"
         events += [ev("task-created", task, project="p", title=f"t{k}", prompt="x")]

@@ -32,7 +32,7 @@ import msgspec
 
 from pulse.agents import gate
 from pulse.core.states import EFFECT_OPEN, EffectState
-from pulse.core.wire import now_event
+from pulse.core.wire.eventmsgs import now_event
 from pulse.store import connection, effectqueue, eventsdb, projection
 
 NOT_ACTED = ("not-allowed", "deadline", "interrupted-before-start")   # an effect that ended so never ran

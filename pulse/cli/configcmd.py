@@ -91,9 +91,10 @@ def own_web_port(ctx: Context) -> int | None:
     """The port this home's running web worker listens on, if it runs."""
     from urllib.parse import urlsplit
 
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import controlmsgs
     try:
-        url = client.request(ctx.paths, wire.GetStatus(), min(ctx.timeout, 2.0)).status.web_url
+        url = client.request(ctx.paths, controlmsgs.GetStatus(), min(ctx.timeout, 2.0)).status.web_url
     except client.Unreachable:
         return None
     return urlsplit(url).port if url else None
@@ -111,11 +112,12 @@ def config(click_ctx: click.Context, ctx: Context, effective: bool) -> None:
                                "included); `pulsectl check-config` validates config.toml", click_ctx)
     import msgspec
 
-    from pulse.core import client, wire
+    from pulse.core import client
     from pulse.core.config import Config, ConfigError, load, to_toml, without_secrets
+    from pulse.core.wire import controlmsgs
     on_disk = without_secrets(ctx.config())
     try:
-        reply = client.request(ctx.paths, wire.GetConfig(), ctx.timeout)
+        reply = client.request(ctx.paths, controlmsgs.GetConfig(), ctx.timeout)
     except client.Unreachable:
         click.echo(f"# pulsed is not running: {ctx.paths.config} with every default and PULSE_* override")
         click.echo(to_toml(on_disk), nl=False)

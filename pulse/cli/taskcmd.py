@@ -62,8 +62,9 @@ def _readonly(ctx: Context):
 
 def _ring_tick(ctx: Context, reason: str) -> None:
     """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
-    from pulse.core import client, wire
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", reason))
+    from pulse.core import client
+    from pulse.core.wire import doorbells
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", reason))
 
 
 def _line(t) -> str:
@@ -267,7 +268,7 @@ def close(ctx: Context, task: str) -> None:
     if not task.startswith("task-"):
         from pulse.cli.fleetcmd import withdraw
         return withdraw(_writable(ctx), task)
-    from pulse.core.wire import TaskEvent
+    from pulse.core.wire.eventmsgs import TaskEvent
     _record(ctx, task, TaskEvent.CLOSED, by="operator")
 
 
@@ -277,7 +278,7 @@ def close(ctx: Context, task: str) -> None:
 @pass_ctx
 def give_up(ctx: Context, task: str, reason: str) -> None:
     """Give a task up: no agent will be handed it again."""
-    from pulse.core.wire import TaskEvent
+    from pulse.core.wire.eventmsgs import TaskEvent
     _record(ctx, task, TaskEvent.GIVEN_UP, by="operator", reason=reason)
 
 
@@ -286,9 +287,10 @@ def give_up(ctx: Context, task: str, reason: str) -> None:
 @pass_ctx
 def retry(ctx: Context, task: str) -> None:
     """Put a given-up task back to pending, its failures forgiven: the agents may take it again."""
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells, eventmsgs
     from pulse.store import eventsdb
-    created = eventsdb.search_events(_writable(ctx), types=[wire.TaskEvent.CREATED], source="fleet", target=task, limit=1)
+    created = eventsdb.search_events(_writable(ctx), types=[eventmsgs.TaskEvent.CREATED], source="fleet", target=task, limit=1)
     if created:   # the fleet has moved on with it: a run here now could be its second
         _fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
               "offer it again where it came from (pulsectl task add --fleet)")
@@ -297,8 +299,8 @@ def retry(ctx: Context, task: str) -> None:
     # the task's own fields ride on the event: a fold that forgot the given-up task has it back from them
     fields = {k: getattr(state, k) for k in ("project", "title", "prompt", "priority", "pin", "tags", "created",
                                              "created_by", "parent", "depth")} if state is not None else {}
-    _record(ctx, task, wire.TaskEvent.RETRIED, by="operator", **fields)
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{task} retried"))
+    _record(ctx, task, eventmsgs.TaskEvent.RETRIED, by="operator", **fields)
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{task} retried"))
 
 
 COMMANDS = [task]

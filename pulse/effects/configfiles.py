@@ -35,7 +35,8 @@ import msgspec
 from pulse.core import safepath
 from pulse.core.config import Process
 from pulse.core.states import EffectState
-from pulse.core.wire import EFFECT_END_STATES, Effect, EffectEvent, EffectKind, Event, KnownGood
+from pulse.core.wire.enginerpc import Effect, KnownGood
+from pulse.core.wire.eventmsgs import EFFECT_END_STATES, EffectEvent, EffectKind, Event
 from pulse.effects.kinds import EffectContext, EffectFailed, configured_process, os_failure
 from pulse.store import eventsdb, objects
 

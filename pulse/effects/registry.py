@@ -28,7 +28,8 @@ from typing import Annotated, Callable, Collection, Iterable, Literal
 import msgspec
 
 from pulse.core.config import MAX_KEEP, Allow, ExecutorConfig
-from pulse.core.wire import Effect, EffectKind
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.effects import configfiles, dirs, files, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 

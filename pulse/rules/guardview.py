@@ -11,18 +11,18 @@ from typing import Sequence
 from pulse.core import staleness
 from pulse.core.config import DirWatch, FileWatch, FreshWatch, Process, Survival
 from pulse.core.states import EffectState, ProcessState
-from pulse.core.wire import (
+from pulse.core.wire.controlmsgs import (
     ConfigFileStatus,
     ConfigStatus,
     DirWatchStatus,
-    EffectKind,
     FileWatchStatus,
     FreshWatchStatus,
     HealthView,
     ProcessExitView,
     ProcessView,
-    Snapshot,
 )
+from pulse.core.wire.enginerpc import Snapshot
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.rules import knowngood, processstate, survival
 
 MB = 1024 * 1024

@@ -15,7 +15,8 @@ from typing import Iterable, Sequence
 
 from pulse.core.config import Process
 from pulse.core.states import EffectState
-from pulse.core.wire import Effect, EffectKind, KnownGood, Outcome, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, KnownGood, Outcome, Snapshot, Vital
+from pulse.core.wire.eventmsgs import EffectKind
 
 NO_RECORD = KnownGood()
 

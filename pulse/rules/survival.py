@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Sequence
 from pulse.core import clock, staleness
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, DirWatch, FileWatch, FreshWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, Effect, EffectKind, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire.enginerpc import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.rules import knowngood, processstate
 from pulse.rules.onion import Inner, RuleResult, handled
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import msgspec
 import zstandard
 
-from pulse.core.wire import GATE_CALL_EVENTS, TASK_EVENTS, Event, EventType
+from pulse.core.wire.eventmsgs import GATE_CALL_EVENTS, TASK_EVENTS, Event, EventType
 
 DIRECTORY = "archive"
 LEVEL = 3         # zstd: ~4-6x on events, ~20 ms per 5,000 (xz's ratio: xz took 0.2-1 s, zlib gave 8% more bytes)

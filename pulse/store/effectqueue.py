@@ -13,7 +13,16 @@ from typing import Callable, Sequence
 import msgspec
 
 from pulse.core.states import EFFECT_OPEN, EffectState
-from pulse.core.wire import EFFECT_END_EVENTS, Effect, EffectEvent, EffectKind, Event, EventType, ProcessAction, now_event
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import (
+    EFFECT_END_EVENTS,
+    EffectEvent,
+    EffectKind,
+    Event,
+    EventType,
+    ProcessAction,
+    now_event,
+)
 from pulse.store.connection import Transaction
 from pulse.store.eventsdb import insert_event
 

@@ -14,7 +14,7 @@ import time
 
 import msgspec
 
-from pulse.core.wire import EventType, now_event
+from pulse.core.wire.eventmsgs import EventType, now_event
 from pulse.store.connection import Transaction
 from pulse.store.eventsdb import insert_event
 

@@ -46,7 +46,7 @@ import msgspec
 
 from pulse.core import config as configmod
 from pulse.core import fleetnames
-from pulse.core.wire import TASK_EVENTS, EventType, TaskEvent, now_event
+from pulse.core.wire.eventmsgs import TASK_EVENTS, EventType, TaskEvent, now_event
 from pulse.store import archive, effectqueue, eventsdb, projection
 from pulse.store.connection import DurableTransaction, Transaction
 from pulse.store.objects import fsync_dir

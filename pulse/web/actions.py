@@ -10,11 +10,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from pulse.core import client, clock, wire
+from pulse.core import client, clock
+from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb
 from pulse.web.site import Web
 
-WORKER_ACTIONS = {"restart": wire.RestartWorker, "stop": wire.StopWorker, "start": wire.StartWorker}
+WORKER_ACTIONS = {"restart": controlmsgs.RestartWorker, "stop": controlmsgs.StopWorker, "start": controlmsgs.StartWorker}
 
 
 async def body(request: Request) -> dict:
@@ -62,20 +63,20 @@ async def act_process(request: Request) -> Response:
     def append():
         conn = eventsdb.open_events(web.paths.events_db)
         try:
-            eventsdb.append_events(conn, [wire.now_event(action, "web", process, **extra)])
+            eventsdb.append_events(conn, [eventmsgs.now_event(action, "web", process, **extra)])
         finally:
             conn.close()
-        client.ring(web.paths, "wake", wire.Wake("web", action))
+        client.ring(web.paths, "wake", doorbells.Wake("web", action))
     await run_in_threadpool(append)
     until = f" until {clock.iso(extra['until'], ms=False)}" if extra else ""
     return JSONResponse({"ok": True, "message": f"{process} {action}d{until}"})
 
 
-PROCESS_VERBS = {"restart": wire.ProcessAction.RESTART, "stop": wire.ProcessAction.STOP,
-                 "start": wire.ProcessAction.START}
+PROCESS_VERBS = {"restart": eventmsgs.ProcessAction.RESTART, "stop": eventmsgs.ProcessAction.STOP,
+                 "start": eventmsgs.ProcessAction.START}
 
 
-async def steer_process(web: Web, process: str, action: wire.ProcessAction) -> Response:
+async def steer_process(web: Web, process: str, action: eventmsgs.ProcessAction) -> Response:
     """As `pulsectl process restart|stop|start`: the operator event and its effect, committed
     together; the outcome is an event (the page shows the process's last action)."""
     def commit():
@@ -84,8 +85,8 @@ async def steer_process(web: Web, process: str, action: wire.ProcessAction) -> R
             effect = effectqueue.commit_process_action(conn, process, action, web.effect_deadline_s, "web")
         finally:
             conn.close()
-        client.ring(web.paths, "wake", wire.Wake("web", action))
-        client.ring(web.paths, "doorbell", wire.Doorbell("web"))
+        client.ring(web.paths, "wake", doorbells.Wake("web", action))
+        client.ring(web.paths, "doorbell", doorbells.Doorbell("web"))
         return effect.id
     effect_id = await run_in_threadpool(commit)
     return JSONResponse({"ok": True, "message": f"{process}: {action} queued (effect {effect_id[:12]})"})
@@ -102,12 +103,12 @@ async def act_engine(request: Request) -> Response:
     def commit():
         conn = eventsdb.open_events(web.paths.events_db)
         try:
-            effect = effectqueue.new_effect(wire.Effect(kind=kind, target="engine", params=params), "operator",
+            effect = effectqueue.new_effect(enginerpc.Effect(kind=kind, target="engine", params=params), "operator",
                                    web.effect_deadline_s)
             effectqueue.commit_effects(conn, [effect], "web")
         finally:
             conn.close()
-        client.ring(web.paths, "doorbell", wire.Doorbell("web"))
+        client.ring(web.paths, "doorbell", doorbells.Doorbell("web"))
         return effect.id
     effect_id = await run_in_threadpool(commit)
     return JSONResponse({"ok": True, "message": f"{action} queued (effect {effect_id[:12]}); its outcome is an event"})

@@ -10,9 +10,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from pulse.core import clock, wire
+from pulse.core import clock
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
+from pulse.core.wire import controlmsgs, enginerpc, eventmsgs
 from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.web import taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, effect_why, exposition
@@ -29,7 +30,7 @@ ARCHIVE_SEGMENTS_PER_PAGE = 8     # archive segments one page of /events may rea
 OVERVIEW_VITALS_S = 600           # the overview's charts: the last ten minutes
 
 
-def status_dict(status: wire.Status | None) -> dict | None:
+def status_dict(status: controlmsgs.Status | None) -> dict | None:
     return msgspec.to_builtins(status) if status is not None else None
 
 
@@ -39,7 +40,7 @@ def host_series(conn, since: float, bucket_s: float) -> dict[str, list]:
             for f in HOST_FIELDS}
 
 
-def process_cards(web: Web, status: wire.Status | None) -> dict[str, dict]:
+def process_cards(web: Web, status: controlmsgs.Status | None) -> dict[str, dict]:
     """Per critical process, what the overview shows beside its state: its memory and its health
     probe's latency over the last ten minutes (rss_mb, one point per 5 s; latency_ms, one per probe
     bucket), its latest health probe, its restarts and its last action."""
@@ -114,7 +115,7 @@ def page_of(request: Request) -> int | None:
     return int(raw) if raw and raw.isdigit() else None
 
 
-def as_json(ev: wire.Event) -> dict:
+def as_json(ev: eventmsgs.Event) -> dict:
     return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
 
 
@@ -139,7 +140,7 @@ def events_view(web: Web, request: Request) -> dict:
             except archive.SegmentError as err:
                 error = f"{err}; run `pulsectl store check`"
         shown = found[:EVENTS_PAGE]
-        view = {"events": [as_json(e) for e in shown], "types": sorted(wire.EVENT_TYPES),
+        view = {"events": [as_json(e) for e in shown], "types": sorted(eventmsgs.EVENT_TYPES),
                 "last_id": eventsdb.last_event_id(conn), "before": before,
                 "older": shown[-1].id if len(found) > EVENTS_PAGE else resume}
         return {**view, "error": error} if error else view
@@ -181,7 +182,7 @@ async def api_effects(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
-def task_routing(web: Web, conn, task: wire.TaskState) -> dict:
+def task_routing(web: Web, conn, task: enginerpc.TaskState) -> dict:
     """Who may take a task, and why a pending one waits (pulse.agents.taskview.waiting)."""
     from pulse.agents import taskview
     return {"pin": task.pin, "tags": task.tags, "waiting": taskview.waiting(conn, web.agents, task)}
@@ -202,7 +203,7 @@ async def api_tasks(request: Request) -> Response:
                    "mean_run_s": s.avg_duration_ms / 1000 if s.avg_duration_ms is not None else None,
                    "cost_usd": s.cost_usd if s.runs_with_cost else None}
                   for name, s in sorted(board.stats.items())]
-        history = eventsdb.last_events(conn, 100, wire.TASK_EVENTS)
+        history = eventsdb.last_events(conn, 100, eventmsgs.TASK_EVENTS)
         return {"by_status": by_status, "counts": board.counts, "shown_ended": taskboard.SHOWN_ENDED, "agents": agents,
                 "history": [as_json(e) for e in reversed(history)]}
     return JSONResponse(await run_in_threadpool(web.read, read))
@@ -213,7 +214,7 @@ async def api_engine(request: Request) -> Response:
     status = await run_in_threadpool(web.status)
     history = await run_in_threadpool(web.read, lambda c: eventsdb.last_events(c, 100, ["promote", "rollback"]))
 
-    def summarise(ev: wire.Event) -> dict:
+    def summarise(ev: eventmsgs.Event) -> dict:
         from pulse.engine import repo
         row = as_json(ev)
         span = (ev.data.get("before"), ev.data.get("after"))
@@ -326,7 +327,7 @@ def chart_point(field: str, value: Any) -> float | None:
     return value
 
 
-def effect_task(effect: wire.Effect) -> str | None:
+def effect_task(effect: enginerpc.Effect) -> str | None:
     """The task an effect works on (an agent-run's params.task_id), for the effects page's link."""
     from pulse.agents.agentrun import run_subject
     if effect.kind != "agent-run":

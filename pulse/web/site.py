@@ -8,9 +8,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pulse.core import client, wire
+from pulse.core import client
 from pulse.core.config import Agent
 from pulse.core.home import Paths
+from pulse.core.wire import controlmsgs
 from pulse.store import connection, projection
 from pulse.store.commitwatch import CommitWatch
 from pulse.web import taskboard
@@ -82,9 +83,9 @@ class Web:
     def vitals(self):
         return read_connection(self.paths.vitals_db)
 
-    def status(self) -> wire.Status | None:
+    def status(self) -> controlmsgs.Status | None:
         try:
-            return client.request(self.paths, wire.GetStatus(), 2.0).status
+            return client.request(self.paths, controlmsgs.GetStatus(), 2.0).status
         except client.Unreachable:
             return None
 
