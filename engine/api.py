@@ -33,9 +33,9 @@ from __future__ import annotations
 from typing import Awaitable, Callable, Union
 
 from pulse.core.plugins import Executor, Watcher
-from pulse.core.wire import Effect, KnownGood, Outcome, Snapshot, Vital
+from pulse.core.wire.enginerpc import AgentLoad, Effect, KnownGood, Outcome, Snapshot, Vital
 
-__all__ = ["Effect", "Executor", "Inner", "KnownGood", "Outcome", "Rule", "RuleResult", "Snapshot", "Vital", "Watcher"]
+__all__ = ["AgentLoad", "Effect", "Executor", "Inner", "KnownGood", "Outcome", "Rule", "RuleResult", "Snapshot", "Vital", "Watcher"]
 
 RuleResult = tuple[list[Effect], Union[int, None]]
 Inner = Callable[[Union[Snapshot, None], Snapshot], Awaitable[RuleResult]]

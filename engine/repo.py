@@ -16,6 +16,7 @@ the running engine, exactly as they were.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import io
 import json
 import os
@@ -29,8 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulse.core import procs, wire
+from pulse.core import procs
 from pulse.core.home import Paths, dev_pid
+from pulse.core.wire import eventmsgs
 from pulse.store import connection, eventsdb, objects
 
 GATE_TIMEOUT_S = 120
@@ -158,6 +160,7 @@ def check_imports(tree: Path) -> None:
 def check_tests(tree: Path) -> None:
     if not any((tree / "tests").glob("test_*.py")):
         return
+    require_pytest()
     try:
         proc = subprocess.run([sys.executable, "-P", "-B", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                "--tb=short", "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
@@ -166,6 +169,20 @@ def check_tests(tree: Path) -> None:
         raise EngineDirError("tests", f"the engine's tests took longer than {GATE_TIMEOUT_S}s") from None
     if proc.returncode != 0:
         raise EngineDirError("tests", failure_summary(proc.stdout))
+
+
+# pytest is not one of Pulse's own dependencies: only an engine with tests needs it, at promote time.
+PYTEST_EXTRA = "engine-tests"
+
+
+def require_pytest() -> None:
+    """The engine has tests, so the interpreter that runs them must have pytest: say so, and how to
+    install it into this very environment, rather than report a test failure that is not one."""
+    if importlib.util.find_spec("pytest") is None:
+        raise EngineDirError("tests", f"the engine has tests but pytest is not installed in Pulse's environment "
+                                      f"({sys.executable}): install it with `{sys.executable} -m pip install "
+                                      f"'pytest>=8'` (or Pulse with its extra: pip install "
+                                      f"'pulse-supervisor[{PYTEST_EXTRA}]'), then promote again")
 
 
 def failure_summary(output: str, most: int = 20) -> str:
@@ -236,7 +253,7 @@ def restore_snapshot(paths: Paths, ref: str) -> None:
 def _record(paths: Paths, type_: str, source: str, **data) -> int:
     conn = eventsdb.open_events(paths.events_db)
     try:
-        return eventsdb.append_events(conn, [wire.now_event(type_, source, "engine", **data)])[0].id
+        return eventsdb.append_events(conn, [eventmsgs.now_event(type_, source, "engine", **data)])[0].id
     finally:
         conn.close()
 
@@ -290,7 +307,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
             git(paths.engine, "worktree", "prune", check=False)
     git(paths.engine, "merge", "-q", "--ff-only", after)
     ref = snapshot(paths, after)
-    event_id = _record(paths, "promote", source, before=before, after=after, staging=staged, snapshot=ref,
+    event_id = _record(paths, eventmsgs.EventType.PROMOTE, source, before=before, after=after, staging=staged, snapshot=ref,
                        checks=checks)
     return Change("promote", before, after, ref, event_id)
 
@@ -299,7 +316,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
 # A rollback (survival's autoRollback most of all) returns main to an earlier tree, but staging
 # keeps the tree that was rolled back: nothing said so, and the next promote shipped it again.
 
-def rolled_back_in_staging(paths: Paths) -> tuple[wire.Event, list[str]] | None:
+def rolled_back_in_staging(paths: Paths) -> tuple[eventmsgs.Event, list[str]] | None:
     """The last rollback, when it is the engine's latest change, and the files it undid that
     staging's committed tree still holds as they were rolled back (None when there are none:
     staging was fixed, or dropped). A new commit in staging that keeps the broken file is caught
@@ -309,10 +326,10 @@ def rolled_back_in_staging(paths: Paths) -> tuple[wire.Event, list[str]] | None:
     except connection.StoreError:
         return None
     try:
-        changes = eventsdb.read_events(conn, types=["promote", "rollback"])
+        changes = eventsdb.read_events(conn, types=[eventmsgs.EventType.PROMOTE, eventmsgs.EventType.ROLLBACK])
     finally:
         conn.close()
-    if not changes or changes[-1].type != "rollback" or not changes[-1].data.get("before"):
+    if not changes or changes[-1].type != eventmsgs.EventType.ROLLBACK or not changes[-1].data.get("before"):
         return None
     last = changes[-1]
     rolled, now = last.data["before"], last.data.get("after") or "HEAD"
@@ -329,7 +346,7 @@ def _blob(paths: Paths, commit: str, name: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def rolled_back_words(held: tuple[wire.Event, list[str]]) -> str:
+def rolled_back_words(held: tuple[eventmsgs.Event, list[str]]) -> str:
     """"staging still holds what the rollback at 2026-12-03T10:00:00Z (autoRollback) undid: rules/x.py"."""
     from pulse.core import clock
     event, files = held
@@ -353,10 +370,10 @@ def staging_differs(paths: Paths) -> list[str]:
     return [line for line in git(paths.engine, "diff", "--name-status", "HEAD", "staging").splitlines() if line]
 
 
-def last_promote(paths: Paths) -> wire.Event | None:
+def last_promote(paths: Paths) -> eventmsgs.Event | None:
     conn = connection.open_readonly(paths.events_db)
     try:
-        promotes = eventsdb.read_events(conn, types=["promote"])
+        promotes = eventsdb.read_events(conn, types=[eventmsgs.EventType.PROMOTE])
     finally:
         conn.close()
     return promotes[-1] if promotes else None
@@ -390,7 +407,7 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
             restore_snapshot(paths, ref)
             before = after = target = to
             restored = ref
-        event_id = _record(paths, "rollback", source, before=before, after=after, to=target, reason=reason,
+        event_id = _record(paths, eventmsgs.EventType.ROLLBACK, source, before=before, after=after, to=target, reason=reason,
                            restored_snapshot=restored)
         return Change("rollback", before, after, restored, event_id)
 
@@ -398,7 +415,7 @@ def rollback(paths: Paths, to: str | None = None, *, source: str = "pulsectl", r
 def _snapshots_by_commit(paths: Paths) -> dict[str, str]:
     conn = connection.open_readonly(paths.events_db)
     try:
-        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=["promote"])
+        return {e.data["after"]: e.data["snapshot"] for e in eventsdb.read_events(conn, types=[eventmsgs.EventType.PROMOTE])
                 if e.data.get("snapshot")}
     finally:
         conn.close()

@@ -42,9 +42,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from _benchlib import Tracker, log, wait_until  # noqa: E402
 from bench_pipeline import start_pulsed  # noqa: E402
 
-from pulse.core import client, wire  # noqa: E402
+from pulse.core import client
 from pulse.core import fleetnames as names  # noqa: E402
 from pulse.core.home import Paths  # noqa: E402
+from pulse.core.wire import controlmsgs  # noqa: E402
 from pulse.store import connection, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -85,7 +86,7 @@ def make_host(root: Path, name: str, urls: list[str], agent: str | None = None, 
 
 def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
     """Seconds from each offer on `origin` to its task-executing on `runner` (one task at a time)."""
-    from pulse.core.wire import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
+    from pulse.core.wire.eventmsgs import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
     out = []
     for i in range(n):
         fleet_id = subprocess.run([str(BIN / "pulsectl"), "--home", str(origin), "task", "add", "--fleet", "--agent", "builder",
@@ -114,7 +115,7 @@ def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
 
 def fleet_status(home: Path) -> dict:
     try:
-        return client.request(Paths.for_client(home), wire.GetStatus(), 2.0).status.fleet or {}
+        return client.request(Paths.for_client(home), controlmsgs.GetStatus(), 2.0).status.fleet or {}
     except client.Unreachable:
         return {}
 
@@ -282,7 +283,7 @@ def main() -> int:
             import psutil
             rss = []
             for home in homes:
-                pid = next(w.pid for w in client.request(Paths.for_client(home), wire.GetStatus()).status.workers
+                pid = next(w.pid for w in client.request(Paths.for_client(home), controlmsgs.GetStatus()).status.workers
                            if w.name == "fleet")
                 rss.append(psutil.Process(pid).memory_info().rss / 2**20)
             figures["fleet_worker_rss_mb"] = [round(r, 1) for r in rss]

@@ -58,21 +58,21 @@ def grow(home: Path, size_mib: float) -> None:
     tasks, every third failing once before it is run again, acked and closed, each with its gate
     session's facts. The task events are appended as the task table allows them, without the
     per-task check-and-append transaction (which reads each task's history: slow on a long one)."""
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc, eventmsgs
     from pulse.store import effectqueue, eventsdb
     from pulse.store.connection import Transaction
     conn = eventsdb.open_events(home / "events.db")
     n = conn.execute("SELECT COUNT(*) FROM events WHERE type = 'task-created'").fetchone()[0]
     try:
         while (home / "events.db").stat().st_size < size_mib * MiB:
-            effects = [effectqueue.new_effect(wire.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
+            effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
                                               "operator", 600) for i in range(1_000)]
             with Transaction(conn):
                 for eff in effects:
                     effectqueue.insert_effect(conn, eff, "bench")
-                    eventsdb.insert_event(conn, wire.now_event("effect-executing", "executor", eff.target,
+                    eventsdb.insert_event(conn, eventmsgs.now_event("effect-executing", "executor", eff.target,
                                                                effect_id=eff.id, kind=eff.kind, claimer="executor"))
-                    eventsdb.insert_event(conn, wire.now_event("effect-acked", "executor", eff.target,
+                    eventsdb.insert_event(conn, eventmsgs.now_event("effect-acked", "executor", eff.target,
                                                                effect_id=eff.id, kind=eff.kind, duration_s=0.002))
                 conn.execute("UPDATE effects SET state = 'acked' WHERE state = 'pending'")
                 for k in range(10):
@@ -87,23 +87,23 @@ def grow(home: Path, size_mib: float) -> None:
 def task_life(n: int, attempts: int) -> list:
     """The events of task n from created to closed, its runs by agent claude, all but the last failing,
     and its gate session's facts."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     task, session = f"task-{n}", f"s{n}"
-    out = [wire.now_event("task-created", "bench", task, project="bench", title=f"task {n}", prompt="nothing",
+    out = [eventmsgs.now_event("task-created", "bench", task, project="bench", title=f"task {n}", prompt="nothing",
                           priority=0)]
     for attempt in range(attempts):
         run = f"r{n}-{attempt}"
-        out += [wire.now_event("task-assigned", "executor", task, agent="claude", run=run),
-                wire.now_event("task-executing", "executor", task, agent="claude", run=run)]
+        out += [eventmsgs.now_event("task-assigned", "executor", task, agent="claude", run=run),
+                eventmsgs.now_event("task-executing", "executor", task, agent="claude", run=run)]
         if attempt < attempts - 1:
-            out.append(wire.now_event("task-failed", "executor", task, run=run, error="exit 1"))
+            out.append(eventmsgs.now_event("task-failed", "executor", task, run=run, error="exit 1"))
     call = f"c{n}"
-    out += [wire.now_event("gate-call", "gate", session, phase="open", session=session, task=task, agent="claude"),
-            wire.now_event("gate-call", "gate", session, phase="begin", session=session, call=call, kind="read",
+    out += [eventmsgs.now_event("gate-call", "gate", session, phase="open", session=session, task=task, agent="claude"),
+            eventmsgs.now_event("gate-call", "gate", session, phase="begin", session=session, call=call, kind="read",
                            tool="read_file", touches=[f"/srv/f{n % 50}"]),
-            wire.now_event("gate-call", "gate", session, phase="end", session=session, call=call, ok=True),
-            wire.now_event("task-acked", "executor", task, run=run, result={"ok": True}),
-            wire.now_event("task-closed", "bench", task)]
+            eventmsgs.now_event("gate-call", "gate", session, phase="end", session=session, call=call, ok=True),
+            eventmsgs.now_event("task-acked", "executor", task, run=run, result={"ok": True}),
+            eventmsgs.now_event("task-closed", "bench", task)]
     return out
 
 
@@ -180,9 +180,10 @@ class Run:
                               text=True, timeout=timeout)
 
     def status(self):
-        from pulse.core import client, wire
+        from pulse.core import client
+        from pulse.core.wire import controlmsgs
         try:
-            return client.request(self.paths, wire.GetStatus(), 2.0).status
+            return client.request(self.paths, controlmsgs.GetStatus(), 2.0).status
         except client.Unreachable:
             return None
 

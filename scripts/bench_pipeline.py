@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Timeout, Tracker, log, summary, table, wait_until  # noqa: E402
 
-from pulse.core import wire  # noqa: E402
 from pulse.core.home import Paths  # noqa: E402
+from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc, eventmsgs  # noqa: E402
 from pulse.store import effectqueue, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -64,7 +64,7 @@ def start_pulsed(home: Path, tracker: Tracker, env: dict) -> subprocess.Popen:
 
     def running():
         try:   # the runtime directory is known once pulsed has recorded it (its name is random)
-            status = client.request(Paths.for_client(home), wire.GetStatus(), 1.0).status
+            status = client.request(Paths.for_client(home), controlmsgs.GetStatus(), 1.0).status
         except client.Unreachable:
             return None
         return status if all(w.state == "running" for w in status.workers) else None
@@ -209,7 +209,7 @@ def bench_restart(tmp: Path, tracker: Tracker, trials: int, breakdown: bool = Fa
     healthy_stages: list[dict] | None = [] if breakdown else None
     healthy = restart_trials(home, marker, tracker, trials, "engine healthy", healthy_stages)
     from pulse.core import client
-    status = client.request(Paths.for_client(home), wire.GetStatus()).status
+    status = client.request(Paths.for_client(home), controlmsgs.GetStatus()).status
     engine = next(w.pid for w in status.workers if w.name == "engine")
     os.kill(engine, signal.SIGSTOP)
     try:
@@ -237,7 +237,7 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
     def ring():
         try:
-            bell.send(wire.encode(wire.Doorbell("bench")), zmq.NOBLOCK)
+            bell.send(codec.encode(doorbells.Doorbell("bench")), zmq.NOBLOCK)
         except zmq.Again:
             pass
 
@@ -248,7 +248,7 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
     latencies = []
     for _ in range(emits):
-        effect = effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 60)
+        effect = effectqueue.new_effect(enginerpc.Effect(kind="noop"), "operator", 60)
         committed = time.monotonic()
         effectqueue.commit_effects(conn, [effect], "bench")
         ring()
@@ -262,7 +262,7 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
                        check=True, capture_output=True, timeout=30)
         cli.append((time.monotonic() - started) * 1000)
 
-    effects = [effectqueue.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(sustained)]
+    effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(sustained)]
     started = time.monotonic()
     for i in range(0, sustained, 100):
         effectqueue.commit_effects(conn, effects[i:i + 100], "bench")
@@ -282,7 +282,7 @@ def bench_effects(tmp: Path, tracker: Tracker, emits: int, sustained: int) -> di
 
 def bench_append(tmp: Path, total: int) -> dict:
     conn = eventsdb.open_events(tmp / "append.db")
-    batch = [wire.now_event("collect", "bench", "x", n=i) for i in range(1000)]
+    batch = [eventmsgs.now_event("collect", "bench", "x", n=i) for i in range(1000)]
     started = time.monotonic()
     for _ in range(total // 1000):
         for ev in batch:

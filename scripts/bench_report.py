@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import log  # noqa: E402
 
-from pulse.core.wire import Event  # noqa: E402
+from pulse.core.wire.eventmsgs import Event  # noqa: E402
 from pulse.report import analysis, render, reportrun  # noqa: E402
 from pulse.store import connection, eventsdb  # noqa: E402
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pulse.agents import agentrun
 from pulse.core import clock, config
-from pulse.core.wire import Effect, SpendEvent, now_event
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import SpendEvent, now_event
 from pulse.store import effectqueue, eventsdb
 
 CONFIG = ('[budget]\nusd_per_month = 1e9\n[[agent]]\nname = "a"\nargv = ["x"]\nconcurrency = 1000\n'

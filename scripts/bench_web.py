@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import Tracker, log, summary, wait_until  # noqa: E402
 from bench_pipeline import start_pulsed  # noqa: E402
 
-from pulse.core import wire  # noqa: E402
+from pulse.core.wire import controlmsgs, eventmsgs  # noqa: E402
 from pulse.store import connection, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -62,10 +62,10 @@ def web_url(home: Path) -> tuple[str, str]:
     return base, token
 
 
-def status(home: Path) -> wire.Status:
+def status(home: Path) -> controlmsgs.Status:
     from pulse.core import client
     from pulse.core.home import Paths
-    return client.request(Paths.for_client(home), wire.GetStatus(), 3.0).status
+    return client.request(Paths.for_client(home), controlmsgs.GetStatus(), 3.0).status
 
 
 def kill_to_ready(home: Path, n: int, tracker: Tracker) -> list[float]:
@@ -101,7 +101,7 @@ def synthetic_history(home: Path, n: int) -> None:
         t = kinds[i % len(kinds)]
         data = {"kind": "noop", "effect_id": f"e{i}", "duration_s": 0.01} if t == "effect-acked" else \
             {"id": f"e{i}", "kind": "noop", "origin": "survival", "params": {"rule": "bench"}} if t == "effect" else {"n": i}
-        batch.append(wire.Event(type=t, source="bench", target="x", data=data, ts=start + i * 0.5, mono=0.0, seq=i))
+        batch.append(eventmsgs.Event(type=t, source="bench", target="x", data=data, ts=start + i * 0.5, mono=0.0, seq=i))
         if len(batch) == 100_000:
             eventsdb.append_events(conn, batch)
             batch = []
@@ -124,7 +124,7 @@ def stream_latency(base: str, token: str, home: Path, n: int) -> list[float]:
         for i in range(n):
             time.sleep(0.05)
             began = time.perf_counter()
-            ev, = eventsdb.append_events(events, [wire.now_event("wake", "bench", "stream", n=i)])
+            ev, = eventsdb.append_events(events, [eventmsgs.now_event("wake", "bench", "stream", n=i)])
             while True:
                 line = reply.readline()
                 if line.startswith(b"data:") and f'"id": {ev.id},'.encode() in line:
@@ -191,7 +191,7 @@ def main() -> None:
                 shown = []
                 for i in range(events):
                     began = time.perf_counter()
-                    ev, = eventsdb.append_events(conn, [wire.now_event("wake", "bench", "page", n=i)])
+                    ev, = eventsdb.append_events(conn, [eventmsgs.now_event("wake", "bench", "page", n=i)])
                     page.wait_for_selector(f'[data-event="{ev.id}"]', timeout=10_000)
                     shown.append((time.perf_counter() - began) * 1000)
                 conn.close()
@@ -210,7 +210,7 @@ def main() -> None:
             conn = eventsdb.open_events(big / "events.db")
             scrapes = []
             for _ in range(20):
-                eventsdb.append_events(conn, [wire.now_event("wake", "bench", "m", n=j) for j in range(100)])
+                eventsdb.append_events(conn, [eventmsgs.now_event("wake", "bench", "m", n=j) for j in range(100)])
                 scrapes.append(get_metrics(base, token))
             conn.close()
             figures["metrics_ms"] = summary(scrapes)

@@ -145,8 +145,9 @@ def pulse_table(name: str, program: Path, marker: Path, extra: str = "") -> str:
 
 
 def run_pulse(d: Path, tracker: Tracker, args) -> dict:
-    from pulse.core import client, wire
+    from pulse.core import client
     from pulse.core.home import Paths
+    from pulse.core.wire import controlmsgs
     healthy, crashy = write_programs(d)
     version = subprocess.run([str(Path(sys.executable).parent / "pulsectl"), "--version"], capture_output=True,
                              text=True, timeout=30).stdout.strip()
@@ -174,7 +175,7 @@ def run_pulse(d: Path, tracker: Tracker, args) -> dict:
     try:
         def states() -> dict[str, str]:
             try:
-                return {p.name: p.state for p in client.request(paths, wire.GetStatus(), 2.0).status.processes}
+                return {p.name: p.state for p in client.request(paths, controlmsgs.GetStatus(), 2.0).status.processes}
             except client.Unreachable:
                 return {}
         seen = watch_crash_loop({LOOPING: loop_marker}, args.window, states, alive=lambda: died(daemon, "pulsed"))

@@ -46,7 +46,7 @@ from natscluster import NatsCluster  # noqa: E402
 import support  # noqa: E402
 from pulse.agents.taskview import fleet_task_view  # noqa: E402
 from pulse.core import fleetnames as names  # noqa: E402
-from pulse.core import wire  # noqa: E402
+from pulse.core.wire import eventmsgs  # noqa: E402
 from pulse.store import connection, eventsdb  # noqa: E402
 
 WORKERS = ("fleet", "executor", "tick", "eventlog")   # the workers a worker kill picks from
@@ -86,14 +86,14 @@ def offer(host: support.Pulsed, title: str) -> str:
     fleet_id = f"{names.host_token(host_name(host))}-{secrets.token_hex(6)}"
     conn = eventsdb.open_events(host.paths.events_db)
     try:
-        eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, {
+        eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "pulsectl", fleet_id, {
             "agent": "builder", "project": "chaos", "title": title, "prompt": "x", "priority": 0})])
     finally:
         conn.close()
     return fleet_id
 
 
-def read_all(host: support.Pulsed, types=()) -> list[wire.Event]:
+def read_all(host: support.Pulsed, types=()) -> list[eventmsgs.Event]:
     conn = connection.open_readonly(host.paths.events_db)
     try:
         return eventsdb.read_events(conn, types=types, limit=10_000_000)
@@ -104,7 +104,7 @@ def read_all(host: support.Pulsed, types=()) -> list[wire.Event]:
 def origin_views(host: support.Pulsed) -> dict[str, dict]:
     """Every fleet task `host` offered, as `pulsectl fleet tasks` folds it."""
     by_task: dict[str, list] = {}
-    for ev in read_all(host, wire.FLEET_TASK_EVENTS):
+    for ev in read_all(host, eventmsgs.FLEET_TASK_EVENTS):
         by_task.setdefault(ev.target, []).append(ev)
     return {fid: view for fid, evs in by_task.items() if (view := fleet_task_view(evs)) is not None}
 
@@ -213,17 +213,17 @@ def audit(hosts: list[support.Pulsed], offered: dict[str, dict], kills: list[dic
     left_open = []
     for host in hosts:
         events = read_all(host)
-        created = {e.target: e for e in events if e.type == wire.TaskEvent.CREATED and e.source == "fleet"}
+        created = {e.target: e for e in events if e.type == eventmsgs.TaskEvent.CREATED and e.source == "fleet"}
         titles = {task: e.data.get("title") for task, e in created.items()}
         ends: dict[str, str] = {}
         for e in events:
-            if e.target in titles and e.type == wire.TaskEvent.EXECUTING:
+            if e.target in titles and e.type == eventmsgs.TaskEvent.EXECUTING:
                 runs.setdefault(titles[e.target], []).append({"host": host_name(host), "task": e.target,
                                                                "taken": created[e.target].ts, "executing": e.ts,
                                                                "acked": None})
-            if e.target in titles and e.type in (wire.TaskEvent.ACKED, wire.TaskEvent.GIVEN_UP, wire.TaskEvent.CLOSED):
+            if e.target in titles and e.type in (eventmsgs.TaskEvent.ACKED, eventmsgs.TaskEvent.GIVEN_UP, eventmsgs.TaskEvent.CLOSED):
                 ends[e.target] = e.type
-                if e.type == wire.TaskEvent.ACKED:
+                if e.type == eventmsgs.TaskEvent.ACKED:
                     for run in runs.get(titles[e.target], []):
                         if run["task"] == e.target and run["host"] == host_name(host):
                             run["acked"] = e.ts

@@ -34,8 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Tracker, fmt, log, summary, wait_until  # noqa: E402
 
-from pulse.core import client, wire  # noqa: E402
+from pulse.core import client
 from pulse.core.home import Paths  # noqa: E402
+from pulse.core.wire import controlmsgs  # noqa: E402
 
 PERIOD_S = 2
 FAST = {"PULSE_HEARTBEAT_MS": "100", "PULSE_HUNG_AFTER_MS": "1500", "PULSE_SQLITE_BUSY_TIMEOUT_MS": "1000",
@@ -61,14 +62,14 @@ class Rig:
         """Read anew each time: pulsed records its runtime directory (a random name) when it starts."""
         return Paths.for_client(self.home)
 
-    def workers(self) -> dict[str, wire.WorkerStatus] | None:
+    def workers(self) -> dict[str, controlmsgs.WorkerStatus] | None:
         try:
-            status = client.request(self.paths, wire.GetStatus(), 1.0).status
+            status = client.request(self.paths, controlmsgs.GetStatus(), 1.0).status
         except client.Unreachable:
             return None
         return {w.name: w for w in status.workers}
 
-    def running(self) -> dict[str, wire.WorkerStatus] | None:
+    def running(self) -> dict[str, controlmsgs.WorkerStatus] | None:
         workers = self.workers()
         wanted = ("tick", "executor", "watcher")
         return workers if workers and all(workers[n].state == "running" for n in wanted) else None

@@ -66,8 +66,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Tracker, die_with_us, log, wait_until  # noqa: E402
 
-from pulse.core import client, wire  # noqa: E402
+from pulse.core import client
 from pulse.core.home import Paths  # noqa: E402
+from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc  # noqa: E402
 from pulse.store import effectqueue, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -104,8 +105,8 @@ def reachable(home: Path) -> bool:
         return False
 
 
-def status(home: Path) -> wire.Status:
-    return client.request(Paths.for_client(home), wire.GetStatus(), 3.0).status
+def status(home: Path) -> controlmsgs.Status:
+    return client.request(Paths.for_client(home), controlmsgs.GetStatus(), 3.0).status
 
 
 def web_address(home: Path) -> tuple[str, int, str]:
@@ -140,7 +141,7 @@ def hold_stream(home: Path, path: str, stop: threading.Event, counts: dict) -> N
 def commit_noops(home: Path, n: int) -> None:
     conn = eventsdb.open_events(home / "events.db")
     try:
-        effects = [effectqueue.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(n)]
+        effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", idempotent=True), "operator", 600) for _ in range(n)]
         effectqueue.commit_effects(conn, effects, "soak")
     finally:
         conn.close()
@@ -162,7 +163,7 @@ def ring(home: Path) -> None:
     push.setsockopt(zmq.LINGER, 200)
     push.connect(Paths.for_client(home).endpoint("doorbell"))
     try:
-        push.send(wire.encode(wire.Doorbell("soak")), zmq.NOBLOCK)
+        push.send(codec.encode(doorbells.Doorbell("soak")), zmq.NOBLOCK)
     except zmq.Again:
         pass
     push.close()

@@ -30,8 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _benchlib import Tracker, die_with_us, log, wait_until  # noqa: E402
 
-from pulse.core import client, wire  # noqa: E402
+from pulse.core import client
 from pulse.core.home import Paths  # noqa: E402
+from pulse.core.wire import controlmsgs, enginerpc  # noqa: E402
 from pulse.store import effectqueue, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -46,7 +47,7 @@ def grow_history(home: Path, size_mib: float) -> int:
     added = 0
     try:
         while db_size(home) < size_mib * MiB:
-            effects = [effectqueue.new_effect(wire.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
+            effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
                                               "operator", 600) for i in range(BATCH)]
             effectqueue.commit_effects(conn, effects, "bench")
             for effect in effects:
@@ -87,8 +88,8 @@ def memory_of(pid: int, db: Path) -> dict[str, float]:
     return {k: (v / MiB if k != "threads" else v) for k, v in out.items()}
 
 
-def status(home: Path) -> wire.Status:
-    return client.request(Paths.for_client(home), wire.GetStatus(), 3.0).status
+def status(home: Path) -> controlmsgs.Status:
+    return client.request(Paths.for_client(home), controlmsgs.GetStatus(), 3.0).status
 
 
 def web_pid(home: Path) -> int | None:

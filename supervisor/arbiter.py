@@ -20,7 +20,7 @@ import traceback
 import msgspec
 import zmq
 
-from pulse.core import client, clock, instances, logs, procs, wire
+from pulse.core import client, clock, instances, logs, procs
 from pulse.core import config as configmod
 from pulse.core.childspecs import CHILD_SPECS, CORE_WORKERS, ENGINE, EVENT_WRITER, STEERABLE, WORKERS
 from pulse.core.home import RUNTIME_FILES, SOCKETS, Paths, load_stopped, save_stopped
@@ -32,6 +32,7 @@ from pulse.core.states import (
     WorkerState,
     process_state_at,
 )
+from pulse.core.wire import codec, controlmsgs, eventmsgs, heartbeats, spawnmsgs
 
 from . import control
 from .child import (
@@ -79,7 +80,7 @@ class Arbiter:
         self.stopped_by_operator = load_stopped(paths.workers_state) & set(STEERABLE)
         self.started_mono = time.monotonic()
         self.ready_sent = False
-        self.last_reload: wire.ReloadDone | None = None
+        self.last_reload: controlmsgs.ReloadDone | None = None
         self.shutting_down = False
         self.shutdown_deadline: float | None = None
         self.shutdown_overtime = False   # past stop_grace_ms: only the event writer may still finish
@@ -154,8 +155,8 @@ class Arbiter:
 
     # -- events and notifications ------------------------------------------------------------------
 
-    def record(self, type: str, target: str | None, **data) -> wire.Event:
-        event = wire.now_event(type, "pulsed", target, **data)
+    def record(self, type: str, target: str | None, **data) -> eventmsgs.Event:
+        event = eventmsgs.now_event(type, "pulsed", target, **data)
         self.events.put(event)
         return event
 
@@ -255,25 +256,25 @@ class Arbiter:
             except zmq.Again:
                 return
             try:
-                message = wire.decode(frame, wire.WorkerMessage)
-            except wire.Malformed as err:
+                message = codec.decode(frame, heartbeats.WorkerMessage)
+            except codec.Malformed as err:
                 log.warning("dropped a malformed frame on the heartbeat socket: %s", err)
                 continue
             child = self.children.get(message.name)
             if child is None:
                 continue
-            sent = now if isinstance(message, wire.Committed) else min(message.mono, now)
-            if child.pid is None and child.state is S.STARTING and isinstance(message, wire.Ready):
+            sent = now if isinstance(message, heartbeats.Committed) else min(message.mono, now)
+            if child.pid is None and child.state is S.STARTING and isinstance(message, heartbeats.Ready):
                 self.early_ready[message.pid] = (sent, message.commit)   # it beat the forkserver's Spawned to us
                 continue
             if child.pid != message.pid:
                 continue   # from a predecessor, already replaced
             child.heartbeat_at = max(sent, child.heartbeat_at or 0.0)
-            if isinstance(message, wire.Heartbeat) and message.extras is not None:
+            if isinstance(message, heartbeats.Heartbeat) and message.extras is not None:
                 child.extras = message.extras
-            if isinstance(message, wire.Committed):
+            if isinstance(message, heartbeats.Committed):
                 self.events.committed(message)
-            elif isinstance(message, wire.Ready) and child.state is S.STARTING:
+            elif isinstance(message, heartbeats.Ready) and child.state is S.STARTING:
                 child.commit = message.commit
                 self.became_ready(child, sent)
 
@@ -288,18 +289,18 @@ class Arbiter:
                 continue
             identity, payload = frames[0], frames[-1]
             try:
-                request = wire.decode(payload, wire.ControlRequest)
-            except wire.Malformed as err:
+                request = codec.decode(payload, controlmsgs.ControlRequest)
+            except codec.Malformed as err:
                 log.warning("dropped a malformed frame on the control socket: %s", err)
-                reply = wire.Reply(ok=False, error=f"malformed request: {err}")
+                reply = controlmsgs.Reply(ok=False, error=f"malformed request: {err}")
             else:
                 reply = control.handle(self, request)
-            self.control.send_multipart([identity, wire.encode(reply)])
+            self.control.send_multipart([identity, codec.encode(reply)])
 
     def read_forkserver(self) -> None:
         try:
             self.forkserver.receive()
-        except wire.Malformed as err:
+        except codec.Malformed as err:
             log.error("forkserver sent a malformed message: %s", err)
         self.take_spawned()
 
@@ -381,7 +382,7 @@ class Arbiter:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         if edge is not RESPAWN:   # the same start, asked of the next forkserver
             child.starts += 1
-        spec = wire.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
+        spec = spawnmsgs.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
                           str(self.paths.runtime), str(self.paths.home), self.run_mono,
                           self.settings.pulse.name or instances.default_name(self.paths.home))
         sent = self.forkserver.spawn(spec, out_w)
@@ -451,7 +452,7 @@ class Arbiter:
         code = status.code if status else None
         signum = status.signal if status else None
         was = child.state
-        child.last_exit = wire.LastExit(code, signum, clock.iso(time.time(), ms=False),
+        child.last_exit = controlmsgs.LastExit(code, signum, clock.iso(time.time(), ms=False),
                                         "hung" if was is S.HUNG else None)
         uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         if not (child.spec.writes_events and self.shutting_down):   # nobody would write that one
@@ -620,7 +621,7 @@ class Arbiter:
         processes = process_changes(self.config.process, new.process)
         self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
                     **turned, **processes)
-        self.last_reload = wire.ReloadDone(
+        self.last_reload = controlmsgs.ReloadDone(
             at=time.time(), restarted=affected, started=[n for n, how in turned.items() if how == "started"],
             stopped=[n for n, how in turned.items() if how == "stopped"],
             **{k: v for k, v in processes.items() if k != "removed_definitions"})
@@ -682,14 +683,14 @@ class Arbiter:
 
     # -- status ------------------------------------------------------------------------------------
 
-    def status(self) -> wire.Status:
+    def status(self) -> controlmsgs.Status:
         self.read_heartbeats()
         now, wall = time.monotonic(), time.time()
         workers = []
         for c in (self.children[name] for name in self.listed()):
             alive = c.pid is not None
             heartbeat_age = round(now - c.heartbeat_at, 3) if alive and c.heartbeat_at else None
-            workers.append(wire.WorkerStatus(
+            workers.append(controlmsgs.WorkerStatus(
                 name=c.name, pid=c.pid, state=shown_state(c, heartbeat_age, self.timings), restarts=c.restarts,
                 uptime_s=round(now - c.spawned_at, 3) if alive and c.spawned_at else None,
                 heartbeat_age_s=heartbeat_age,
@@ -697,16 +698,16 @@ class Arbiter:
                 crashes=c.crash_restarts, operator_restarts=c.operator_restarts,
                 started_at=clock.iso(wall - (now - c.spawned_at)) if alive and c.spawned_at else None,
                 heartbeat_at=clock.iso(wall - heartbeat_age) if heartbeat_age is not None else None))
-        return wire.Status(
-            version=wire.STATUS_VERSION,
-            supervisor=wire.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
+        return controlmsgs.Status(
+            version=controlmsgs.STATUS_VERSION,
+            supervisor=controlmsgs.SupervisorStatus(pid=os.getpid(), uptime_s=round(now - self.started_mono, 3),
                                              home=str(self.paths.home),
                                              started_at=clock.iso(wall - (now - self.started_mono))),
             workers=workers, engine_commit=self.children[ENGINE].commit, processes=self.processes(),
             files=self.watched_files(), fresh=self.fresh_watches(), dirs=self.watched_dirs(),
             **{c.spec.status: shown_extras(c) for c in self.children.values() if c.spec.status})
 
-    def processes(self) -> list[wire.ProcessStatus]:
+    def processes(self) -> list[controlmsgs.ProcessStatus]:
         """The configured critical processes: alive as the watcher last saw them, paused, and their
         state, as the tick knows (pulse.rules.processstate; a start past its `until` is running now)."""
         seen = (self.children["watcher"].extras or {}).get("processes", {})
@@ -716,32 +717,32 @@ class Arbiter:
         out = []
         for p in self.settings.process:
             sample = seen.get(p.name) or {}
-            view = from_extras(states.get(p.name), wire.ProcessView)
-            out.append(wire.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
+            view = from_extras(states.get(p.name), controlmsgs.ProcessView)
+            out.append(controlmsgs.ProcessStatus(p.name, sample.get("alive"), sample.get("pid"), paused.get(p.name),
                                           sample.get("matches"), sample.get("rss_mb"),
                                           p.memory.max_mb if p.memory is not None else None,
-                                          from_extras(configs.get(p.name), wire.ConfigStatus),
+                                          from_extras(configs.get(p.name), controlmsgs.ConfigStatus),
                                           stopped=p.name in tick.get("stopped", ()),
                                           **(process_view_fields(view, now) if view is not None else {})))
         return out
 
-    def watched_files(self) -> list[wire.FileWatchStatus]:
+    def watched_files(self) -> list[controlmsgs.FileWatchStatus]:
         """Each [[watch.file]] as the tick last saw it (from_extras drops a view it cannot read)."""
         views = (self.children["tick"].extras or {}).get("files") or []
-        return [v for v in (from_extras(view, wire.FileWatchStatus) for view in views) if v is not None]
+        return [v for v in (from_extras(view, controlmsgs.FileWatchStatus) for view in views) if v is not None]
 
-    def fresh_watches(self) -> list[wire.FreshWatchStatus]:
+    def fresh_watches(self) -> list[controlmsgs.FreshWatchStatus]:
         """Each [[watch.fresh]] as the tick last saw it."""
         views = (self.children["tick"].extras or {}).get("fresh") or []
-        return [v for v in (from_extras(view, wire.FreshWatchStatus) for view in views) if v is not None]
+        return [v for v in (from_extras(view, controlmsgs.FreshWatchStatus) for view in views) if v is not None]
 
-    def watched_dirs(self) -> list[wire.DirWatchStatus]:
+    def watched_dirs(self) -> list[controlmsgs.DirWatchStatus]:
         """Each [[watch.dir]] as the tick last saw it."""
         views = (self.children["tick"].extras or {}).get("dirs") or []
-        return [v for v in (from_extras(view, wire.DirWatchStatus) for view in views) if v is not None]
+        return [v for v in (from_extras(view, controlmsgs.DirWatchStatus) for view in views) if v is not None]
 
 
-def process_view_fields(view: wire.ProcessView, now: float) -> dict:
+def process_view_fields(view: controlmsgs.ProcessView, now: float) -> dict:
     """A process's state as the tick projected it, read now: a start past its `until` is running, and
     the tick's why no longer holds once its state has moved on."""
     state = process_state_at(view.state, view.until, now)

@@ -38,7 +38,7 @@ from pulse.core.childspecs import ChildSpec
 from pulse.core.config import SupervisorTimings
 from pulse.core.logs import PipeReader
 from pulse.core.states import WorkerState
-from pulse.core.wire import LastExit
+from pulse.core.wire.controlmsgs import LastExit
 
 S = WorkerState
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pulse.core import wire
 from pulse.core.childspecs import CHILD_SPECS, ENGINE
+from pulse.core.wire import controlmsgs
 
 from .child import how_to_enable
 
@@ -20,37 +20,37 @@ def _worker(arbiter: "Arbiter", name: str):
         spec = CHILD_SPECS.get(name)
         off = spec is not None and spec.listed and spec.enabled_by is not None
         hint = f" (enable it: {how_to_enable(spec)}, then reload)" if off else ""
-        return None, wire.Reply(ok=False, error=f"no worker named {name!r}{hint}; workers: {', '.join(listed)}")
+        return None, controlmsgs.Reply(ok=False, error=f"no worker named {name!r}{hint}; workers: {', '.join(listed)}")
     return arbiter.children[name], None
 
 
-def handle(arbiter: "Arbiter", request) -> wire.Reply:
-    if isinstance(request, wire.GetStatus):
-        return wire.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
+def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
+    if isinstance(request, controlmsgs.GetStatus):
+        return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
-    if isinstance(request, wire.GetConfig):
+    if isinstance(request, controlmsgs.GetConfig):
         import msgspec
 
         from pulse.core.config import without_secrets
-        return wire.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
-    if isinstance(request, wire.Reload):
+        return controlmsgs.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
+    if isinstance(request, controlmsgs.Reload):
         ok, message = arbiter.reload()
-        return wire.Reply(ok=ok, message=message if ok else None, error=None if ok else message,
+        return controlmsgs.Reply(ok=ok, message=message if ok else None, error=None if ok else message,
                           reload=arbiter.last_reload if ok else None)
-    if isinstance(request, wire.Shutdown):
+    if isinstance(request, controlmsgs.Shutdown):
         arbiter.begin_shutdown(0, "pulsectl stop")
-        return wire.Reply(ok=True, message="stopping")
+        return controlmsgs.Reply(ok=True, message="stopping")
     if arbiter.shutting_down:
-        return wire.Reply(ok=False, error="pulsed is stopping")
+        return controlmsgs.Reply(ok=False, error="pulsed is stopping")
     child, error = _worker(arbiter, request.name)
     if error:
         return error
-    actions = {wire.RestartWorker: ("restart", "restarting", arbiter.operator_restart),
-               wire.StopWorker: ("stop", "stopping", arbiter.operator_stop),
-               wire.StartWorker: ("start", "starting", arbiter.operator_start)}
+    actions = {controlmsgs.RestartWorker: ("restart", "restarting", arbiter.operator_restart),
+               controlmsgs.StopWorker: ("stop", "stopping", arbiter.operator_stop),
+               controlmsgs.StartWorker: ("start", "starting", arbiter.operator_start)}
     if type(request) not in actions:
-        return wire.Reply(ok=False, error=f"unknown request {type(request).__name__}")
+        return controlmsgs.Reply(ok=False, error=f"unknown request {type(request).__name__}")
     action, doing, act = actions[type(request)]
     arbiter.record("operator", child.name, action=action, state=str(child.state))
     act(child)
-    return wire.Reply(ok=True, message=f"{doing} {child.name}")
+    return controlmsgs.Reply(ok=True, message=f"{doing} {child.name}")

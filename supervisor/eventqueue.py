@@ -14,7 +14,8 @@ import collections
 
 import zmq
 
-from pulse.core import logs, wire
+from pulse.core import logs
+from pulse.core.wire import codec, eventmsgs, heartbeats
 
 log = logs.Log("pulse.eventqueue")
 CAPACITY = 10_000
@@ -23,13 +24,13 @@ CAPACITY = 10_000
 class EventQueue:
     def __init__(self, sock: zmq.Socket):
         self.sock = sock
-        self.pending: collections.deque[wire.Event] = collections.deque()   # not yet committed, by seq
+        self.pending: collections.deque[eventmsgs.Event] = collections.deque()   # not yet committed, by seq
         self.unsent = 0      # how many at the tail of `pending` the current writer has not been sent
         self.seq = 0         # the last event numbered
         self.written = 0     # the last event the writer committed
         self.dropped = 0
 
-    def put(self, event: wire.Event) -> None:
+    def put(self, event: eventmsgs.Event) -> None:
         if len(self.pending) >= CAPACITY:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 1000 == 0:
@@ -45,12 +46,12 @@ class EventQueue:
         """Send the writer what it has not had, while its socket takes them."""
         while self.unsent:
             try:
-                self.sock.send(wire.encode(self.pending[-self.unsent]), zmq.NOBLOCK)
+                self.sock.send(codec.encode(self.pending[-self.unsent]), zmq.NOBLOCK)
             except zmq.Again:
                 return   # no writer connected, or it is behind: send() again when the socket is writable
             self.unsent -= 1
 
-    def committed(self, message: wire.Committed) -> None:
+    def committed(self, message: heartbeats.Committed) -> None:
         self.written = max(self.written, message.seq)
         while self.pending and self.pending[0].seq <= message.seq:
             self.pending.popleft()

@@ -24,8 +24,8 @@ import sys
 import time
 import traceback
 
-from pulse.core import wire
 from pulse.core.childspecs import CHILD_SPECS
+from pulse.core.wire import codec, spawnmsgs
 
 # Each worker's module and class, from its child spec's entry: every module imported before any fork.
 PRELOAD = {name: tuple(spec.entry.split(":", 1)) for name, spec in CHILD_SPECS.items()}
@@ -46,8 +46,8 @@ class Forkserver:
         self.pid, self.sock, self.output_fd = pid, sock, output_fd
         self.pidfd = os.pidfd_open(pid)
         self.returncode: int | None = None
-        self.exits: dict[int, wire.Exited] = {}     # reaped, not yet claimed by pulsed's loop
-        self.spawned: list[wire.Spawned] = []       # started, not yet claimed by pulsed's loop
+        self.exits: dict[int, spawnmsgs.Exited] = {}     # reaped, not yet claimed by pulsed's loop
+        self.spawned: list[spawnmsgs.Spawned] = []       # started, not yet claimed by pulsed's loop
 
     @classmethod
     def start(cls) -> "Forkserver":
@@ -68,9 +68,9 @@ class Forkserver:
         ours.setblocking(False)
         return cls(pid, ours, out_r)
 
-    def spawn(self, spec: wire.Spawn, output_fd: int) -> bool:
+    def spawn(self, spec: spawnmsgs.Spawn, output_fd: int) -> bool:
         try:
-            socket.send_fds(self.sock, [wire.encode(spec)], [output_fd])
+            socket.send_fds(self.sock, [codec.encode(spec)], [output_fd])
             return True
         except (BlockingIOError, BrokenPipeError, ConnectionResetError):
             return False
@@ -86,13 +86,13 @@ class Forkserver:
             if not packet:
                 return said
             said = True
-            message = wire.decode(packet, wire.ForkserverMessage)
-            if isinstance(message, wire.Exited):
+            message = codec.decode(packet, spawnmsgs.ForkserverMessage)
+            if isinstance(message, spawnmsgs.Exited):
                 self.exits[message.pid] = message
-            elif isinstance(message, wire.Spawned):
+            elif isinstance(message, spawnmsgs.Spawned):
                 self.spawned.append(message)
 
-    def wait_exit(self, pid: int, timeout: float) -> wire.Exited | None:
+    def wait_exit(self, pid: int, timeout: float) -> spawnmsgs.Exited | None:
         """The exit status of `pid`, waiting briefly for the forkserver to reap it."""
         deadline = time.monotonic() + timeout
         while pid not in self.exits:
@@ -119,7 +119,7 @@ class Forkserver:
 
 # -- the forkserver process ---------------------------------------------------------------------------
 
-def _worker_body(spec: wire.Spawn, output_fd: int, server: socket.socket, wakeup: tuple[int, int]) -> None:
+def _worker_body(spec: spawnmsgs.Spawn, output_fd: int, server: socket.socket, wakeup: tuple[int, int]) -> None:
     """In the freshly forked worker: never returns."""
     code = 1
     try:
@@ -178,7 +178,7 @@ def serve(server: socket.socket, parent: int) -> int:
 
     def send(message) -> None:
         try:
-            server.send(wire.encode(message))
+            server.send(codec.encode(message))
         except OSError:
             pass
 
@@ -197,9 +197,9 @@ def serve(server: socket.socket, parent: int) -> int:
                 if pid == 0:
                     break
                 if os.WIFSIGNALED(status):
-                    send(wire.Exited(pid, None, os.WTERMSIG(status)))
+                    send(spawnmsgs.Exited(pid, None, os.WTERMSIG(status)))
                 else:
-                    send(wire.Exited(pid, os.waitstatus_to_exitcode(status), None))
+                    send(spawnmsgs.Exited(pid, os.waitstatus_to_exitcode(status), None))
         if server in readable:
             try:
                 packet, fds, _, _ = socket.recv_fds(server, MAX_PACKET, 1)
@@ -208,10 +208,10 @@ def serve(server: socket.socket, parent: int) -> int:
             if not packet:
                 return 0   # pulsed closed its end
             try:
-                spec = wire.decode(packet, wire.Spawn)
+                spec = codec.decode(packet, spawnmsgs.Spawn)
                 if spec.name not in PRELOAD or len(fds) != 1:
-                    raise wire.Malformed(f"spawn of {spec.name!r} with {len(fds)} fds")
-            except wire.Malformed as err:
+                    raise codec.Malformed(f"spawn of {spec.name!r} with {len(fds)} fds")
+            except codec.Malformed as err:
                 print(f"ERROR pulse.forkserver: dropped a malformed request: {err}", file=sys.stderr, flush=True)
                 for fd in fds:
                     os.close(fd)
@@ -222,7 +222,7 @@ def serve(server: socket.socket, parent: int) -> int:
             if pid == 0:
                 _worker_body(spec, fds[0], server, (wake_r, wake_w))
             os.close(fds[0])
-            send(wire.Spawned(spec.name, pid))
+            send(spawnmsgs.Spawned(spec.name, pid))
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ import msgspec
 import psutil
 
 from pulse.core import home as home_
-from pulse.core import wire
+from pulse.core.wire import enginerpc
 from pulse.store import effectqueue, eventsdb, objects
 from support import Pulsed, init_home, wait_for
 
@@ -87,10 +87,10 @@ def make_home(disk: Path) -> Path:
     return home
 
 
-def side_effect(effect_id: str, sides: Path) -> wire.Effect:
+def side_effect(effect_id: str, sides: Path) -> enginerpc.Effect:
     """A non-idempotent exec effect whose one real side effect is a line in `sides` (off powerfs)."""
     argv = ["/bin/sh", "-c", 'echo "$1" >> "$2"', "power-cut-side-effect", effect_id, str(sides)]
-    return wire.Effect(kind="exec", params={"argv": argv}, idempotent=False)
+    return enginerpc.Effect(kind="exec", params={"argv": argv}, idempotent=False)
 
 
 class Load(threading.Thread):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pulse.core.wire import Event
+from pulse.core.wire.eventmsgs import Event
 from pulse.store import eventsdb
 
 T0 = 1_790_000_000.0          # 2026-09-21T…Z: a fixed start, so the figures are the same every run

@@ -21,8 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pulse.core import client, wire
+from pulse.core import client
 from pulse.core.home import Paths, write_web_token
+from pulse.core.wire import controlmsgs
 
 BIN = Path(sys.executable).parent
 PULSED = str(BIN / "pulsed")
@@ -151,37 +152,37 @@ class Pulsed:
             self.wait_running()
         return self
 
-    def request(self, message, timeout: float = 3.0) -> wire.Reply:
+    def request(self, message, timeout: float = 3.0) -> controlmsgs.Reply:
         return client.request(self.paths, message, timeout)
 
-    def status(self) -> wire.Status:
-        status = self.request(wire.GetStatus()).status
+    def status(self) -> controlmsgs.Status:
+        status = self.request(controlmsgs.GetStatus()).status
         self.tracker.add(*[w.pid for w in status.workers if w.pid])
         return status
 
-    def worker(self, name: str) -> wire.WorkerStatus:
+    def worker(self, name: str) -> controlmsgs.WorkerStatus:
         return next(w for w in self.status().workers if w.name == name)
 
-    def try_status(self) -> wire.Status | None:
+    def try_status(self) -> controlmsgs.Status | None:
         try:
             return self.status()
         except client.Unreachable:
             return None
 
-    def wait_running(self, names=("watcher", "tick", "executor", "engine"), timeout: float = 15.0) -> wire.Status:
+    def wait_running(self, names=("watcher", "tick", "executor", "engine"), timeout: float = 15.0) -> controlmsgs.Status:
         def check():
             st = self.try_status()
             return st if st and all(w.state == "running" for w in st.workers if w.name in names) else None
         return wait_for(check, timeout, what=f"{', '.join(names)} running")
 
-    def wait_state(self, name: str, state: str, timeout: float = 10.0) -> wire.WorkerStatus:
+    def wait_state(self, name: str, state: str, timeout: float = 10.0) -> controlmsgs.WorkerStatus:
         def check():
             st = self.try_status()
             w = st and next(w for w in st.workers if w.name == name)
             return w if w and w.state == state else None
         return wait_for(check, timeout, what=f"{name} {state}")
 
-    def wait_replaced(self, name: str, old_pid: int, timeout: float = 10.0, heartbeat: bool = True) -> wire.WorkerStatus:
+    def wait_replaced(self, name: str, old_pid: int, timeout: float = 10.0, heartbeat: bool = True) -> controlmsgs.WorkerStatus:
         """Running (its Ready arrived) with a new pid, and heartbeating since: a new pid alone proves nothing."""
         def check():
             w = self.worker(name)
@@ -207,10 +208,10 @@ class Pulsed:
         """Wait until the event writer has committed every lifecycle event pulsed has recorded
         so far (pulsed writes them asynchronously); at once if pulsed is not answering."""
         try:
-            recorded = self.request(wire.GetStatus(), timeout=1.0).events_recorded
+            recorded = self.request(controlmsgs.GetStatus(), timeout=1.0).events_recorded
         except client.Unreachable:
             return
-        wait_for(lambda: self.request(wire.GetStatus()).events_written >= recorded, timeout,
+        wait_for(lambda: self.request(controlmsgs.GetStatus()).events_written >= recorded, timeout,
                  what=f"pulsed's first {recorded} lifecycle events written")
 
     def events(self, type: str | None = None, target: str | None = None, *, written: bool = True) -> list[dict]:

@@ -13,7 +13,8 @@ import sys
 import pytest
 from test_gate_boundary import proxy
 
-from pulse.core import client, wire
+from pulse.core import client
+from pulse.core.wire import doorbells, enginerpc
 from pulse.store import effectqueue, eventsdb
 from support import PULSECTL, init_home, wait_for
 
@@ -29,16 +30,16 @@ def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def survival_alert(pulsed, target: str, message: str) -> wire.Effect:
+def survival_alert(pulsed, target: str, message: str) -> enginerpc.Effect:
     """A notification as the survival layer queues one."""
     conn = eventsdb.open_events(pulsed.home / "events.db")
     try:
-        effect = effectqueue.new_effect(wire.Effect(kind="notify", target=target, idempotent=True, params={
+        effect = effectqueue.new_effect(enginerpc.Effect(kind="notify", target=target, idempotent=True, params={
             "rule": "processWatchdog", "title": f"{target} crashed", "message": message}), "survival", 60)
         effectqueue.commit_effects(conn, [effect], "test")
     finally:
         conn.close()
-    client.ring(pulsed.paths, "doorbell", wire.Doorbell("test"))
+    client.ring(pulsed.paths, "doorbell", doorbells.Doorbell("test"))
     return effect
 
 

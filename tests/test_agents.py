@@ -22,7 +22,7 @@ import pytest
 from pulse.agents import adapters, agentrun
 from pulse.core import config
 from pulse.core.config import Agent, Config, ConfigError, agentwork
-from pulse.core.wire import Effect
+from pulse.core.wire.enginerpc import Effect
 from pulse.effects import kinds
 from pulse.store import objects
 from support import wait_for

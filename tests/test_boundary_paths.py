@@ -32,7 +32,7 @@ from test_survival import run, snap
 
 from pulse.core import config as configmod
 from pulse.core.home import Paths
-from pulse.core.wire import Effect, ProcessExit, Vital
+from pulse.core.wire.enginerpc import Effect, ProcessExit, Vital
 from pulse.effects import files, kinds
 from pulse.rules import survival
 from support import init_home, wait_for

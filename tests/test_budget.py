@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pulse.core.wire import Effect, Snapshot
+from pulse.core.wire.enginerpc import Effect, Snapshot
 from pulse.rules import budget, onion
 from support import engine_rule, init_home, notifications, wait_for
 

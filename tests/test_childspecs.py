@@ -16,9 +16,9 @@ import msgspec
 import pytest
 
 from pulse.core import config as configmod
-from pulse.core import wire
 from pulse.core.childspecs import CHILD_SPECS, RETRIED
 from pulse.core.config.keys import unwrapped
+from pulse.core.wire import controlmsgs
 from pulse.supervisor.forkserver import PRELOAD
 from pulse.workers.harness import Worker
 
@@ -70,7 +70,7 @@ def test_the_retry_keys_stay_what_config_toml_says():
 def test_every_worker_field_of_status_is_named_by_one_spec_whose_worker_fills_it():
     named = [s.status for s in CHILD_SPECS.values() if s.status]
     assert len(named) == len(set(named))
-    assert {f.name for f in msgspec.structs.fields(wire.Status)} == PULSED_COMPOSES | set(named)
+    assert {f.name for f in msgspec.structs.fields(controlmsgs.Status)} == PULSED_COMPOSES | set(named)
     for name, spec in CHILD_SPECS.items():
         if spec.status:
             module, cls = PRELOAD[name]

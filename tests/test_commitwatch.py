@@ -7,18 +7,18 @@ import asyncio
 import sys
 import time
 
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import eventsdb, vitalsdb
 from pulse.store.commitwatch import CommitWatch
 
-APPEND = ("import sys; from pathlib import Path; from pulse.core import wire; from pulse.store import eventsdb; "
-          "eventsdb.append_events(eventsdb.open_events(Path(sys.argv[1])), [wire.now_event('operator', 'test', None, {})])")
+APPEND = ("import sys; from pathlib import Path; from pulse.core.wire.eventmsgs import now_event; from pulse.store import eventsdb; "
+          "eventsdb.append_events(eventsdb.open_events(Path(sys.argv[1])), [now_event('operator', 'test', None, {})])")
 
 
 def test_a_commit_by_another_process_wakes_the_reader_long_before_its_timeout(tmp_path):
     db = tmp_path / "events.db"
     conn = eventsdb.open_events(db)
-    eventsdb.append_events(conn, [wire.now_event("operator", "test", None, {})])
+    eventsdb.append_events(conn, [eventmsgs.now_event("operator", "test", None, {})])
     watch = CommitWatch(db)
     assert not watch.committed()     # what came before the watch is not a commit it reports
     assert watch.fd is not None, "inotify refused on this host"
@@ -48,7 +48,7 @@ def test_writes_to_other_files_of_the_home_do_not_wake_it(tmp_path):
     async def main() -> float:
         async def write_vitals():
             for _ in range(5):
-                vitalsdb.append_vitals(vitals, [wire.Vital("cpu", time.time(), {"percent": 1.0})])
+                vitalsdb.append_vitals(vitals, [enginerpc.Vital("cpu", time.time(), {"percent": 1.0})])
                 await asyncio.sleep(0.05)
         started = time.monotonic()
         await asyncio.gather(watch.wait(1.0), write_vitals())

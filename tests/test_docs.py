@@ -4,6 +4,7 @@ folders, the layering it states holds in the imports, and its Python examples ru
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -55,16 +56,48 @@ def test_each_package_docstring_names_exactly_its_modules():
         assert modules_in(init.parent) <= named, f"{init.relative_to(ROOT)} does not name every module"
 
 
-def imported_modules(path: Path, top_level_only: bool) -> set[str]:
+def module_name(path: Path) -> str:
+    """The dotted name a source file is imported as (supervisor/ and engine/ install under pulse)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] != "pulse":
+        parts.insert(0, "pulse")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def all_modules() -> frozenset[str]:
+    return frozenset(module_name(path) for path, _ in source_files())
+
+
+def imported_modules(path: Path, top_level_only: bool, module: str | None = None) -> set[str]:
+    """What a file of Pulse imports of Pulse: each `import` and `from … import`, a relative one
+    resolved against the file's package, and for `from pulse… import X` also `pulse….X` when X is a
+    module (`from pulse import web` imports the web layer). `module`: the file's dotted name."""
+    module = module or module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else ast.walk(tree)
     out = set()
     for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in all_modules())
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
     return {m for m in out if m == "pulse" or m.startswith("pulse.")}
+
+
+def test_the_import_checks_see_relative_imports_and_imports_from_pulse(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("from pulse import web, __version__\nfrom . import tasks\nfrom ..core.config import Agent\n"
+                      "def f():\n    from .. import rules\n")
+    top = {"pulse", "pulse.web", "pulse.agents", "pulse.agents.tasks", "pulse.core.config"}
+    assert imported_modules(source, top_level_only=True, module="pulse.agents.mod") == top
+    assert imported_modules(source, top_level_only=False, module="pulse.agents.mod") == top | {"pulse.rules"}
 
 
 def layer_of(module: str) -> str | None:
@@ -123,6 +156,55 @@ def test_the_import_table_has_no_cycle():
 
     for layer in table:
         visit(layer, ())
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+    return found
+
+
+def test_no_import_cycle_at_module_level():
+    """Modules import one another at their top without a cycle, within a layer as across them (a
+    cycle makes what a module holds depend on which of them was imported first). An import inside a
+    function runs later and is not counted."""
+    modules = {module_name(path): path for path, _ in source_files()}
+    graph = {name: {m for m in imported_modules(path, top_level_only=True, module=name) if m in modules and m != name}
+             for name, path in modules.items()}
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]   # the check finds one
+    assert import_cycles(graph) == []
 
 
 def test_pulsed_imports_only_the_core_at_module_level():
@@ -184,7 +266,7 @@ def test_the_effect_kinds_reference_is_generated_from_the_registry():
 def test_the_rules_guide_names_every_field_of_the_snapshot():
     import msgspec
 
-    from pulse.core.wire import Snapshot
+    from pulse.core.wire.enginerpc import Snapshot
     text = (DOCS / "rules.md").read_text()
     assert [f.name for f in msgspec.structs.fields(Snapshot) if f"`{f.name}`" not in text] == []
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pulse.core import wire
 from pulse.core.states import EffectState
+from pulse.core.wire import enginerpc
 from pulse.store import effectqueue, eventsdb
 from pulse.store.connection import Transaction
 
@@ -16,7 +16,7 @@ from pulse.store.connection import Transaction
 def store_with(path, ended: int) -> object:
     """`ended` effects committed and acked, then two left open (one pending, one executing)."""
     conn = eventsdb.open_events(path)
-    effects = [effectqueue.new_effect(wire.Effect(kind="noop", target=f"t{i}", idempotent=True), "operator", 600)
+    effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", target=f"t{i}", idempotent=True), "operator", 600)
                for i in range(ended + 2)]
     with Transaction(conn):
         for eff in effects:

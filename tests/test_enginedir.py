@@ -285,3 +285,47 @@ def test_a_rule_that_keeps_raising_reaches_the_log_coalesced(pulsed):
     assert len(recorded()) < sum(e["data"]["count"] for e in recorded())   # events.db is not flooded either
     lines = [line for line in pulsed.log_text().splitlines() if "no disk here" in line]
     assert lines and len(lines) <= 3, lines      # the first, then at 10 (and 100): not one a tick
+
+
+# An interpreter where pytest cannot be imported (None in sys.modules is how Python blocks a module).
+PROMOTE_WITHOUT_PYTEST = """
+import sys
+sys.modules["pytest"] = None
+from pathlib import Path
+from pulse.core.home import Paths
+from pulse.engine import repo
+try:
+    repo.promote(Paths.for_client(Path(sys.argv[1])))
+except repo.EngineDirError as err:
+    print(err)
+"""
+
+
+def test_a_promote_without_pytest_says_how_to_install_it_and_leaves_main(tmp_path):
+    """pytest is not a dependency of Pulse itself: an engine with tests, promoted where it is missing,
+    is refused naming what to install into which interpreter, not reported as a failing test."""
+    import sys
+    home = tmp_path / "home"
+    init_home(home)
+    (home / "staging" / "rules" / "one.py").write_text(RULE.format(name="one"))
+    assert any((home / "staging" / "tests").glob("test_*.py"))       # the template's own tests
+    before = git(home / "engine", "rev-parse", "HEAD")
+    out = subprocess.run([sys.executable, "-c", PROMOTE_WITHOUT_PYTEST, str(home)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("tests failed: the engine has tests but pytest is not installed"), out.stdout
+    assert f"{sys.executable} -m pip install 'pytest>=8'" in out.stdout
+    assert "pulse-supervisor[engine-tests]" in out.stdout
+    assert git(home / "engine", "rev-parse", "HEAD") == before
+
+
+def test_pytest_is_an_extra_not_a_dependency():
+    import configparser
+    from pathlib import Path
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    def names(text):
+        return [line.split(">")[0].split("=")[0].strip() for line in text.splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+    assert "pytest" not in names(cfg["options"]["install_requires"])
+    assert names(cfg["options.extras_require"]["engine-tests"]) == ["pytest"]

@@ -24,9 +24,9 @@ import psutil
 import pytest
 import zmq
 
-from pulse.core import wire
 from pulse.core.config import Allow, Config
-from pulse.core.wire import EFFECT_END_EVENTS
+from pulse.core.wire import codec, doorbells, enginerpc
+from pulse.core.wire.eventmsgs import EFFECT_END_EVENTS
 from pulse.effects import kinds, registry
 from pulse.store import effectqueue, eventsdb, objects
 from pulse.store.provision import ensure_home
@@ -39,12 +39,12 @@ PY = sys.executable
 
 # -- helpers -----------------------------------------------------------------------------------------
 
-def effect(kind: str, target: str | None = None, idempotent: bool = False, **params) -> wire.Effect:
-    return wire.Effect(kind=kind, target=target, params=params, idempotent=idempotent, id=uuid.uuid4().hex)
+def effect(kind: str, target: str | None = None, idempotent: bool = False, **params) -> enginerpc.Effect:
+    return enginerpc.Effect(kind=kind, target=target, params=params, idempotent=idempotent, id=uuid.uuid4().hex)
 
 
-def commit(home: Path, *effects: wire.Effect, origin: str = "operator", deadline_s: float = 60,
-           now: float | None = None) -> list[wire.Effect]:
+def commit(home: Path, *effects: enginerpc.Effect, origin: str = "operator", deadline_s: float = 60,
+           now: float | None = None) -> list[enginerpc.Effect]:
     conn = eventsdb.open_events(home / "events.db")
     try:
         return effectqueue.commit_effects(conn, [effectqueue.new_effect(e, origin, deadline_s, now) for e in effects], "test")
@@ -57,12 +57,12 @@ def ring(pulsed, *frames: bytes) -> None:
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 1000)
     push.connect(pulsed.paths.endpoint("doorbell"))
-    for frame in frames or (wire.encode(wire.Doorbell("test")),):
+    for frame in frames or (codec.encode(doorbells.Doorbell("test")),):
         push.send(frame)
     push.close()
 
 
-def submit(pulsed, *effects: wire.Effect, **kw) -> list[wire.Effect]:
+def submit(pulsed, *effects: enginerpc.Effect, **kw) -> list[enginerpc.Effect]:
     committed = commit(pulsed.home, *effects, **kw)
     ring(pulsed)
     return committed
@@ -131,7 +131,7 @@ CONFIGURED = {"gw"}
     ("engine", "my-engine-kind", None, {}, Allow(kinds=["my-engine-kind"]), None),   # listed: it runs
 ])
 def test_allow_list(origin, kind, target, params, allow, refused):
-    e = wire.Effect(kind=kind, target=target, params=params, origin=origin)
+    e = enginerpc.Effect(kind=kind, target=target, params=params, origin=origin)
     why = registry.refusal(e, allow, CONFIGURED)
     if refused is None:
         assert why is None
@@ -163,9 +163,9 @@ def test_claimer_ids_tell_the_living_from_the_dead():
 
 
 def test_effect_timeout_is_bounded_by_the_config():
-    assert kinds.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": 5}), 30) == 5
-    assert kinds.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": 500}), 30) == 30
-    assert kinds.effect_timeout(wire.Effect(kind="exec", params={"timeout_s": "x"}), 30) == 30
+    assert kinds.effect_timeout(enginerpc.Effect(kind="exec", params={"timeout_s": 5}), 30) == 5
+    assert kinds.effect_timeout(enginerpc.Effect(kind="exec", params={"timeout_s": 500}), 30) == 30
+    assert kinds.effect_timeout(enginerpc.Effect(kind="exec", params={"timeout_s": "x"}), 30) == 30
 
 
 def test_run_process_outside_a_daemon(tmp_path):
@@ -234,7 +234,7 @@ def test_a_slow_effect_blocks_nothing(pulsed):
 def test_malformed_doorbell_then_a_valid_one_still_runs_effects(pulsed):
     pulsed.start(env={"PULSE_EXECUTOR_SCAN_INTERVAL_MS": "60000"})   # only the doorbell can start it
     e, = commit(pulsed.home, effect("noop"))
-    ring(pulsed, b"", b"\x00\xff garbage", wire.encode(wire.Wake("x")))
+    ring(pulsed, b"", b"\x00\xff garbage", codec.encode(doorbells.Wake("x")))
     # the loop handles frames in order: once all three complaints are out, it has acted on them
     wait_for(lambda: pulsed.log_text().count("dropped a malformed frame on the doorbell socket") >= 3, 5,
              what="the doorbell's three complaints")
@@ -527,24 +527,24 @@ class FakeEngine(threading.Thread):
         while not self.stop.is_set():
             if sock.poll(20):
                 identity, frame = sock.recv_multipart()
-                request = wire.decode(frame, wire.EngineRequest)
-                if isinstance(request, wire.Ping):
-                    sock.send_multipart([identity, wire.encode(wire.Pong(request.id, os.getpid()))])
+                request = codec.decode(frame, enginerpc.EngineRequest)
+                if isinstance(request, enginerpc.Ping):
+                    sock.send_multipart([identity, codec.encode(enginerpc.Pong(request.id, os.getpid()))])
                     continue
-                if not isinstance(request, wire.RunExecutor):
+                if not isinstance(request, enginerpc.RunExecutor):
                     continue   # the tick's business-chain calls: not this fake's concern
                 kind = request.effect.kind
                 self.calls.append(kind)
-                reply = {"engine-ok": wire.ExecutorResult(request.id, True, {"did": kind}),
-                         "engine-unknown": wire.ExecutorResult(request.id, False, unknown_kind=True),
-                         "engine-broken": wire.ExecutorResult(request.id, False, error="boom")}.get(kind)
+                reply = {"engine-ok": enginerpc.ExecutorResult(request.id, True, {"did": kind}),
+                         "engine-unknown": enginerpc.ExecutorResult(request.id, False, unknown_kind=True),
+                         "engine-broken": enginerpc.ExecutorResult(request.id, False, error="boom")}.get(kind)
                 if reply is not None:
-                    sock.send_multipart([identity, wire.encode(reply)])
+                    sock.send_multipart([identity, codec.encode(reply)])
                 elif kind == "engine-late":
-                    late.append((time.monotonic() + 2.0, identity, wire.ExecutorResult(request.id, True)))
+                    late.append((time.monotonic() + 2.0, identity, enginerpc.ExecutorResult(request.id, True)))
             for item in [x for x in late if x[0] <= time.monotonic()]:
                 late.remove(item)
-                sock.send_multipart([item[1], wire.encode(item[2])])
+                sock.send_multipart([item[1], codec.encode(item[2])])
         sock.close()
 
 

@@ -108,7 +108,7 @@ def test_an_untaken_offer_expires_with_each_hosts_reason_and_a_failed_host_waits
 
 def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first():
     from pulse.agents.taskview import fleet_board
-    from pulse.core.wire import TaskState
+    from pulse.core.wire.enginerpc import TaskState
     offered = [{"fleet_id": "a-1", "title": "t", "status": "dead", "host": "c@h", "agent": None, "task": "task-3",
                 "result": None, "error": None, "why": "no host could take it", "dead": {"why": "x"},
                 "updated": "2026-01-01T00:00:02Z"}]
@@ -149,7 +149,7 @@ def agents_of(tmp_path: Path, toml: str) -> list:
 
 def test_a_fleet_task_is_picked_by_routing_a_free_slot_and_the_budget(tmp_path):
     from pulse.agents.routing import fleet_pick
-    from pulse.core.wire import AgentLoad
+    from pulse.core.wire.enginerpc import AgentLoad
     from pulse.workers.fleettasks import offer_state
     agents = agents_of(tmp_path, '[[agent]]\nname = "cpu"\nargv = ["true"]\nconcurrency = 2\n'
                        '[[agent]]\nname = "gpu"\nargv = ["true"]\ntags = ["gpu"]\nprojects = ["ml"]\n')
@@ -176,12 +176,12 @@ def test_a_task_left_by_a_host_goes_back_at_once_then_ever_later():
 
 def test_hold_reason_reads_the_spend_ledger_without_writing(tmp_path):
     from pulse.agents import spend
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     agents = agents_of(tmp_path, '[[agent]]\nname = "x"\nargv = ["true"]\nmax_run_usd = 3\nbudget = { usd_per_day = 10 }\n')
     conn = eventsdb.open_events(tmp_path / "events.db")
     host = configmod.SpendLimits()
     assert spend.hold_reason(conn, agents[0], host) is None
-    eventsdb.append_events(conn, [wire.now_event(wire.SpendEvent.RESERVED, "test", "x", {
+    eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.SpendEvent.RESERVED, "test", "x", {
         "effect_id": "e1", "agent": "x", "task": "task-1", "usd": 8.0, "at": time.time()})])
     before = len(eventsdb.read_events(conn, limit=1000))
     assert spend.hold_reason(conn, agents[0], host) == "x: $8.00 of $10.00 usd_per_day"
@@ -197,20 +197,20 @@ def test_hold_reason_reads_the_spend_ledger_without_writing(tmp_path):
 
 def test_the_origin_folds_a_fleet_task_from_its_offer_the_hosts_reports_and_its_dead_letter():
     from pulse.agents.taskview import fleet_task_view
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     fid = "a-0123456789ab"
 
     def ev(type_, **data):
-        return wire.now_event(type_, "fleet", fid, data)
-    events = [ev(wire.FLEET_TASK_OFFERED, agent=None, project="p", title="t", prompt="x", tags=["gpu"]),
-              ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="executing"),
-              ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="given_up", error="exit 3"),
-              ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="offered", why="offered again")]
+        return eventmsgs.now_event(type_, "fleet", fid, data)
+    events = [ev(eventmsgs.FLEET_TASK_OFFERED, agent=None, project="p", title="t", prompt="x", tags=["gpu"]),
+              ev(eventmsgs.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="executing"),
+              ev(eventmsgs.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="given_up", error="exit 3"),
+              ev(eventmsgs.FLEET_TASK_UPDATE, host="c@h", task="task-4", attempt=1, status="offered", why="offered again")]
     view = fleet_task_view(events)
     assert (view["status"], view["host"], view["attempts"], view["tags"]) == ("offered", "c@h", 1, ["gpu"])
     assert view["runs"] == [{"host": "c@h", "task": "task-4", "attempt": 1, "status": "given_up"}]
-    events += [ev(wire.FLEET_TASK_UPDATE, host="b@h", task="task-9", attempt=2, status="given_up"),
-               ev(wire.FLEET_TASK_DEAD, host="b@h", attempts=2, why="given up at taking 2 of 2", status="dead")]
+    events += [ev(eventmsgs.FLEET_TASK_UPDATE, host="b@h", task="task-9", attempt=2, status="given_up"),
+               ev(eventmsgs.FLEET_TASK_DEAD, host="b@h", attempts=2, why="given up at taking 2 of 2", status="dead")]
     view = fleet_task_view(events)
     assert (view["status"], view["attempts"], view["dead"]["host"]) == ("dead", 2, "b@h")
     assert [(r["host"], r["attempt"]) for r in view["runs"]] == [("c@h", 1), ("b@h", 2)]

@@ -48,18 +48,18 @@ def test_a_report_heard_again_after_its_runs_end_does_not_undo_the_end():
     its ack wait, behind b's `acked`. The task stays acked (scripts/fleet_chaos.py found it showing
     `executing` for ever)."""
     from pulse.agents.taskview import fleet_task_view
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
 
     def ev(type_, **data):
-        return wire.now_event(type_, "fleet", "a-0123456789ab", data)
+        return eventmsgs.now_event(type_, "fleet", "a-0123456789ab", data)
     report = {"host": "b@h", "task": "task-4", "attempt": 1}
-    events = [ev(wire.FLEET_TASK_OFFERED, agent=None, project="p", title="t", prompt="x"),
-              ev(wire.FLEET_TASK_UPDATE, **report, status="acked", result={"code": 0}),
-              ev(wire.FLEET_TASK_UPDATE, **report, status="executing")]
+    events = [ev(eventmsgs.FLEET_TASK_OFFERED, agent=None, project="p", title="t", prompt="x"),
+              ev(eventmsgs.FLEET_TASK_UPDATE, **report, status="acked", result={"code": 0}),
+              ev(eventmsgs.FLEET_TASK_UPDATE, **report, status="executing")]
     view = fleet_task_view(events)
     assert (view["status"], view["result"], view["runs"][0]["status"]) == ("acked", {"code": 0}, "acked"), view
     # another taking's reports (c's, after b's run was given up) still count
-    events += [ev(wire.FLEET_TASK_UPDATE, host="c@h", task="task-9", attempt=2, status="executing")]
+    events += [ev(eventmsgs.FLEET_TASK_UPDATE, host="c@h", task="task-9", attempt=2, status="executing")]
     assert fleet_task_view(events)["status"] == "executing"
 
 

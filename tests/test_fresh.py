@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pulse.core import config as configmod
-from pulse.core.wire import Outcome, ProcessRuns, ProcessStart, Snapshot, Vital
+from pulse.core.wire.enginerpc import Outcome, ProcessRuns, ProcessStart, Snapshot, Vital
 from pulse.rules import onion, survival
 from pulse.sensing.freshness import FreshWatch, look_at_path
 from support import init_home, notifications, scrape, wait_for

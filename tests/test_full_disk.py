@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from pulse.core import wire
+from pulse.core.wire import enginerpc
 from pulse.store import ballast, effectqueue, eventsdb
 from support import init_home, notifications, wait_for
 
@@ -70,7 +70,7 @@ class Committer(threading.Thread):
         conn = None
         pending = None
         while not self.stop.wait(0.05):
-            pending = pending or effectqueue.new_effect(wire.Effect(kind="noop", idempotent=True), "operator", 600)
+            pending = pending or effectqueue.new_effect(enginerpc.Effect(kind="noop", idempotent=True), "operator", 600)
             try:
                 conn = conn or eventsdb.open_events(self.db)
                 effectqueue.commit_effects(conn, [pending], "test")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
-from pulse.core import wire
 from pulse.core.home import Paths
+from pulse.core.wire import eventmsgs
 from pulse.report import analysis as analysismod
 from pulse.store import archive, eventsdb
 from reportfixture import fixture_history, write
@@ -50,10 +50,10 @@ def moved(tmp_path_factory):
     write(home / "events.db", h.events)
     conn = eventsdb.open_events(home / "events.db")
     try:
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(FILLER)])
-        eventsdb.append_events(conn, [wire.now_event("task-created", "pulsectl", "task-99", {
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(FILLER)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("task-created", "pulsectl", "task-99", {
             "project": "p", "title": "open", "prompt": "x", "priority": 0})])
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(10)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(10)])
     finally:
         conn.close()
     window = ["--from", iso(h.events[0].ts - 1), "--to", iso(h.t + 1)]
@@ -117,8 +117,8 @@ def test_a_report_whose_window_meets_a_damaged_segment_refuses_it_and_says_so(mo
 # -- the events page ------------------------------------------------------------------------------------
 
 def web_of(home: Path):
-    from pulse.web import pages
-    return pages.Web(Paths.for_daemon(home), home / "web-token", 60.0)
+    from pulse.web import site
+    return site.Web(Paths.for_daemon(home), home / "web-token", 60.0)
 
 
 def request(query: str = "", path_params: dict | None = None, app=None) -> Request:
@@ -127,30 +127,30 @@ def request(query: str = "", path_params: dict | None = None, app=None) -> Reque
 
 
 def test_the_events_page_pages_back_from_the_live_history_into_the_archive(moved, monkeypatch):
-    from pulse.web import pages
+    from pulse.web import reads
     home, _, _, _ = moved
     web, live = web_of(home), first_live(home)
-    newest = pages.events_view(web, request())                      # the live few, then the archived
+    newest = reads.events_view(web, request())                      # the live few, then the archived
     ids = [e["id"] for e in newest["events"]]
-    assert ids == list(range(newest["last_id"], newest["last_id"] - pages.EVENTS_PAGE, -1)) and ids[-1] < live
+    assert ids == list(range(newest["last_id"], newest["last_id"] - reads.EVENTS_PAGE, -1)) and ids[-1] < live
     assert newest["older"] == ids[-1]
 
-    back = pages.events_view(web, request(f"before={live}"))       # the page after the oldest live event
+    back = reads.events_view(web, request(f"before={live}"))       # the page after the oldest live event
     ids = [e["id"] for e in back["events"]]
-    assert ids == list(range(live - 1, live - 1 - pages.EVENTS_PAGE, -1)) and back["older"] == ids[-1]
+    assert ids == list(range(live - 1, live - 1 - reads.EVENTS_PAGE, -1)) and back["older"] == ids[-1]
     assert all(e["type"] == "tick" for e in back["events"]) and "error" not in back
 
-    given_up = pages.events_view(web, request("type=task-given-up"))  # found only in the archive
+    given_up = reads.events_view(web, request("type=task-given-up"))  # found only in the archive
     assert [e["type"] for e in given_up["events"]] == ["task-given-up"] and given_up["older"] is None
     assert given_up["events"][0]["target"] == "task-3" and given_up["events"][0]["id"] < live
-    vault = pages.events_view(web, request("q=VAULT&source=executor"))
+    vault = reads.events_view(web, request("q=VAULT&source=executor"))
     assert {e["type"] for e in vault["events"]} == {"task-failed", "effect-failed"}
 
     # a rare match costs at most ARCHIVE_SEGMENTS_PER_PAGE segments, and says where to go on from
-    monkeypatch.setattr(pages, "ARCHIVE_SEGMENTS_PER_PAGE", 1)
-    cut = pages.events_view(web, request("q=vault"))                # the newest segment holds no such event
+    monkeypatch.setattr(reads, "ARCHIVE_SEGMENTS_PER_PAGE", 1)
+    cut = reads.events_view(web, request("q=vault"))                # the newest segment holds no such event
     assert cut["events"] == [] and cut["older"] and cut["older"] < live
-    rest = pages.events_view(web, request(f"q=vault&before={cut['older']}"))
+    rest = reads.events_view(web, request(f"q=vault&before={cut['older']}"))
     assert len(rest["events"]) == 6 and rest["older"] is None
 
 
@@ -188,7 +188,7 @@ def test_a_reader_left_idle_while_the_events_after_it_moved_folds_them_from_the_
         board.catch_up()                                              # kept in memory; no checkpoint
         tasks.create(conn, "p", "two", "x")
         tasks.record(conn, "task-2", "task-closed", "test")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1_200)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(1_200)])
         tasks.create(conn, "p", "open", "x")                          # holds the rest live
     finally:
         conn.close()

@@ -21,7 +21,7 @@ import pytest
 
 from pulse.agents import tasks
 from pulse.core import config as configmod
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import archive, effectqueue, eventsdb, projection, retention
 from support import PULSECTL, wait_for
 
@@ -37,14 +37,14 @@ def make_home(home: Path, keep_archive: bool = True) -> dict:
     try:
         closed = tasks.create(conn, "proj", "an old task", "do it", source="test")
         tasks.record(conn, closed.id, "task-closed", "test")
-        (ended,) = effectqueue.commit_effects(conn, [effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 60)],
+        (ended,) = effectqueue.commit_effects(conn, [effectqueue.new_effect(enginerpc.Effect(kind="noop"), "operator", 60)],
                                               "test")
         effectqueue.finish_effect(conn, ended.id, "acked", "executor", from_states=("pending",))
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i, "out": "sha256:" + "ab" * 32}
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i, "out": "sha256:" + "ab" * 32}
                                                      if i == 7 else {"i": i}) for i in range(OLD)])
         opened = tasks.create(conn, "proj", "an open task", "do it", source="test")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(AFTER)])
-        (pending,) = effectqueue.commit_effects(conn, [effectqueue.new_effect(wire.Effect(kind="noop"), "operator",
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(AFTER)])
+        (pending,) = effectqueue.commit_effects(conn, [effectqueue.new_effect(enginerpc.Effect(kind="noop"), "operator",
                                                                               60)], "test")
         held = eventsdb.task_history(conn, opened.id)[0].id
         return {"closed": closed.id, "open": opened.id, "held": held, "last": eventsdb.last_event_id(conn),
@@ -279,13 +279,13 @@ def test_a_restarted_event_writer_picks_up_after_a_run_whose_start_was_moved(tmp
     conn = eventsdb.open_events(home / "events.db")
     try:
         now = time.time()
-        eventsdb.append_events(conn, [wire.Event(type="supervisor-started", source="pulsed", ts=now, mono=run, seq=1)] +
-                               [wire.Event(type="worker-started", source="pulsed", target="tick", ts=now, mono=run, seq=i)
+        eventsdb.append_events(conn, [eventmsgs.Event(type="supervisor-started", source="pulsed", ts=now, mono=run, seq=1)] +
+                               [eventmsgs.Event(type="worker-started", source="pulsed", target="tick", ts=now, mono=run, seq=i)
                                 for i in range(2, 6)])
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(50)])
-        eventsdb.append_events(conn, [wire.Event(type="worker-ready", source="pulsed", target="tick", ts=now,
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(50)])
+        eventsdb.append_events(conn, [eventmsgs.Event(type="worker-ready", source="pulsed", target="tick", ts=now,
                                                  mono=run + 1, seq=6)])
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(5)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(5)])
         assert eventsdb.pulsed_committed_seq(conn, run) == 6
     finally:
         conn.close()
@@ -326,11 +326,11 @@ def test_a_listings_checkpoint_is_folded_forward_not_left_to_hold_the_move_back(
     (home / "config.toml").write_text("[store]\nkeep_days = 1e-9\n")
     conn = eventsdb.open_events(home / "events.db")
     try:
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1200)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(1200)])
         assert ctl(home, "task", "list").returncode == 0
         anchor = msgspec.msgpack.decode((home / "checkpoints" / "tasks.ckpt").read_bytes(), type=projection.Checkpoint)
         assert anchor.last_id == 1200
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(1200)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(1200)])
     finally:
         conn.close()
     done = ctl(home, "store", "compact")

@@ -20,7 +20,8 @@ import pytest
 from pulse.core import config as configmod
 from pulse.core.config import ConfigError
 from pulse.core.states import EffectState
-from pulse.core.wire import Effect, Event, KnownGood, Outcome, ProcessExit, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, KnownGood, Outcome, ProcessExit, Snapshot, Vital
+from pulse.core.wire.eventmsgs import Event
 from pulse.effects import configfiles, registry
 from pulse.effects.kinds import EffectContext, EffectFailed
 from pulse.rules import onion, survival

@@ -14,7 +14,7 @@ from pulse.core import childspecs as specs
 from pulse.core import config as configmod
 from pulse.core.childspecs import ChildSpec
 from pulse.core.states import WorkerState
-from pulse.core.wire import EVENT_TYPES
+from pulse.core.wire.eventmsgs import EVENT_TYPES
 from pulse.supervisor import child as lifecycle
 from pulse.supervisor.child import EDGES, Child, Fail, IllegalTransition, Restart, check_transition, enter_state
 

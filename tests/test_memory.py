@@ -139,7 +139,7 @@ def test_the_tree_is_measured_with_its_descendants(tracker, tmp_path):
 
 def test_the_watcher_rings_the_tick_once_on_the_sample_that_makes_for_samples():
     from pulse.core import config as configmod
-    from pulse.core.wire import Vital
+    from pulse.core.wire.enginerpc import Vital
     from pulse.sensing.builtin import ProcessAlive, ProcessMemory
     process = configmod.decode(b'[[process]]\nname = "gw"\nmatch = "gw"\nrestart = ["true"]\n'
                                b'memory = { max_mb = 100, for_samples = 3 }\n', "test").process[0]

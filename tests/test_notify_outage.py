@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from pulse.core import client, wire
+from pulse.core import client
+from pulse.core.wire import doorbells, enginerpc
 from pulse.store import effectqueue, eventsdb
 from support import init_home, wait_for
 
@@ -114,16 +115,16 @@ def configure(pulsed, hook: Hook, local: Local) -> None:
     """))
 
 
-def queue_notification(pulsed, deadline_s: float) -> wire.Effect:
+def queue_notification(pulsed, deadline_s: float) -> enginerpc.Effect:
     """A notification as the survival layer queues one: idempotent, with a deadline."""
     conn = eventsdb.open_events(pulsed.home / "events.db")
     try:
-        effect = effectqueue.new_effect(wire.Effect(kind="notify", target="gateway", idempotent=True, params={
+        effect = effectqueue.new_effect(enginerpc.Effect(kind="notify", target="gateway", idempotent=True, params={
             "rule": "test", "title": "gateway down", "message": "and the webhook with it"}), "survival", deadline_s)
         effectqueue.commit_effects(conn, [effect], "test")
     finally:
         conn.close()
-    client.ring(pulsed.paths, "doorbell", wire.Doorbell("test"))
+    client.ring(pulsed.paths, "doorbell", doorbells.Doorbell("test"))
     return effect
 
 

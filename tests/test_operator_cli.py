@@ -86,8 +86,8 @@ def test_crashes_and_operator_restarts_are_counted_apart(pulsed):
 
 def test_the_footer_explains_lifecycle_events_not_yet_written():
     from pulse.cli import statusview
-    from pulse.core import wire
-    status = wire.Status(version=1, supervisor=wire.SupervisorStatus(pid=1, uptime_s=5.0, home="/h"), workers=[])
+    from pulse.core.wire import controlmsgs
+    status = controlmsgs.Status(version=1, supervisor=controlmsgs.SupervisorStatus(pid=1, uptime_s=5.0, home="/h"), workers=[])
     footer = statusview.table(status, None, 4)
     assert "4 lifecycle events not yet in events.db" in footer and "held by pulsed until its event writer" in footer
 
@@ -136,7 +136,7 @@ def test_emit_waiting_while_pulsed_is_down_says_so_and_that_it_stays_queued(tmp_
 def test_vitals_of_a_family_name_alone_lists_each_of_its_keys(tmp_path):
     import time
 
-    from pulse.core.wire import Vital
+    from pulse.core.wire.enginerpc import Vital
     from pulse.store import vitalsdb
     from support import init_home
     home = tmp_path / "home"

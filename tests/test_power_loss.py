@@ -22,7 +22,7 @@ import sys
 import powercuts
 import pytest
 
-from pulse.core import wire
+from pulse.core.wire import eventmsgs
 from pulse.store import archive, eventsdb
 
 CUTS = 50
@@ -116,7 +116,8 @@ def test_fifty_power_cuts_lose_nothing_acked_and_run_nothing_twice(pulsed, track
 MOVER = """
 import sys, time
 from pathlib import Path
-from pulse.core import config as configmod, wire
+from pulse.core import config as configmod
+from pulse.core.wire.eventmsgs import now_event
 from pulse.store import eventsdb, retention
 retention.SEGMENT_EVENTS = 200     # small segments, so a few hundred events make several
 home = Path(sys.argv[1])
@@ -125,7 +126,7 @@ unbounded = configmod.Store(keep_days=1e-9, archive_max_mb=0)
 tiny = configmod.Store(keep_days=1e-9, archive_max_mb=1e-6)
 retention.compact(conn, home, unbounded, "test", max_segments=1)
 executor = eventsdb.open_events(home / "events.db", synchronous="FULL")
-eventsdb.append_events(executor, [wire.now_event("tick", "tick", None, {"synced": True})])
+eventsdb.append_events(executor, [now_event("tick", "tick", None, {"synced": True})])
 retention.compact(conn, home, tiny, "test", max_segments=1)
 retention.compact(conn, home, tiny, "test", max_segments=1)
 print("moved", flush=True)
@@ -142,7 +143,7 @@ def test_a_power_cut_after_the_mover_drops_a_segment_leaves_none_named_that_is_g
         home = disk / "home"
         home.mkdir()
         conn = eventsdb.open_events(home / "events.db")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(700)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(700)])
         conn.close()
         powercuts.sync_tree(home)
         mover = subprocess.Popen([sys.executable, "-c", MOVER, str(home)], stdout=subprocess.PIPE, text=True)

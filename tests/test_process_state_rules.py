@@ -10,7 +10,7 @@ import pytest
 from pulse.core import config as configmod
 from pulse.core.config import Backoff, Config, Health, Process, Survival
 from pulse.core.states import ProcessState, process_state_at
-from pulse.core.wire import ProcessExit, ProcessRuns, ProcessStart, Snapshot, Vital
+from pulse.core.wire.enginerpc import ProcessExit, ProcessRuns, ProcessStart, Snapshot, Vital
 from pulse.rules import guardview, processstate, survival
 
 LIMITS = processstate.Limits(min_uptime_s=10, max_restarts=3, restart_window_s=300, backoff_base_s=1, backoff_max_s=8)
@@ -246,7 +246,7 @@ def test_on_crash_loop_is_checked_and_named():
 
 def test_a_death_its_keeper_recorded_after_the_start_is_answered_without_waiting_for_a_sample():
     from pulse.core.states import EffectState
-    from pulse.core.wire import Outcome
+    from pulse.core.wire.enginerpc import Outcome
     # started (pid 777) and acked at 110; it died at 111; the watcher's last look (105) predates the start
     runs = ProcessRuns(starts=[start(110, pid=777)], exits=[ProcessExit(pid=777, ts=111.0, code=1)])
     acked = {"gw": [Outcome("r", "restart-process", EffectState.ACKED, 110.0)]}

@@ -204,11 +204,11 @@ def test_a_process_without_a_restart_argv_cannot_be_started(tmp_path, verb):
 
 
 def test_the_report_says_an_operator_s_word_on_a_process_as_such():
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.report.analyst import operator_phrase
-    assert operator_phrase(wire.now_event("operator", "pulsectl", "svc", action="process-stop")) == "stopped the svc process"
-    assert operator_phrase(wire.now_event("operator", "web", "svc", action="process-restart")) == "restarted the svc process"
-    assert operator_phrase(wire.now_event("operator", "pulsed", "tick", action="stop")) == "stopped the tick worker"
+    assert operator_phrase(eventmsgs.now_event("operator", "pulsectl", "svc", action="process-stop")) == "stopped the svc process"
+    assert operator_phrase(eventmsgs.now_event("operator", "web", "svc", action="process-restart")) == "restarted the svc process"
+    assert operator_phrase(eventmsgs.now_event("operator", "pulsed", "tick", action="stop")) == "stopped the tick worker"
 
 
 def test_the_keeper_appends_and_rotates_its_log_by_size_keeping_the_start(tmp_path):
@@ -295,17 +295,17 @@ def executor_context(tmp_path, toml: str):
 def test_a_survival_restart_queued_before_an_operator_stop_is_refused(tmp_path):
     """The executor's side of the hold: a restart survival queued before the operator's stop was
     folded never starts a copy behind the stop; the operator's own start does."""
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc, eventmsgs
     from pulse.effects import kinds
     from pulse.store import eventsdb
     ctx = executor_context(tmp_path, '[[process]]\nname = "svc"\nmatch = "^never-such$"\nrestart = ["true"]\n')
     conn = eventsdb.open_events(ctx.paths.events_db)
-    eventsdb.append_events(conn, [wire.now_event("operator", "pulsectl", "svc", action="process-stop")])
-    survival = wire.Effect(kind="restart-process", target="svc", origin="survival", id="e1")
+    eventsdb.append_events(conn, [eventmsgs.now_event("operator", "pulsectl", "svc", action="process-stop")])
+    survival = enginerpc.Effect(kind="restart-process", target="svc", origin="survival", id="e1")
     with pytest.raises(kinds.EffectFailed) as err:
         kinds.run_restart(survival, ctx)
     assert err.value.reason == "held" and "pulsectl process start svc" in str(err.value.error)
-    eventsdb.append_events(conn, [wire.now_event("operator", "pulsectl", "svc", action="process-start")])
+    eventsdb.append_events(conn, [eventmsgs.now_event("operator", "pulsectl", "svc", action="process-start")])
     conn.close()
     assert kinds.run_restart(survival, ctx)["code"] == 0          # `true` ran, and exited 0 within its grace
 
@@ -313,7 +313,7 @@ def test_a_survival_restart_queued_before_an_operator_stop_is_refused(tmp_path):
 def test_stop_process_takes_a_removed_table_only_from_survival_or_an_operator(tmp_path, tracker):
     import subprocess
 
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc, eventmsgs
     from pulse.effects import kinds
     ctx = executor_context(tmp_path, "")
     victim = subprocess.Popen(["sleep", "3600.9191"], start_new_session=True)
@@ -321,11 +321,11 @@ def test_stop_process_takes_a_removed_table_only_from_survival_or_an_operator(tm
     # Popen returns once the exec began; the kernel shows the new argv a moment later
     wait_for(lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "3600.9191"], 10, what="the victim's argv")
     definition = {"name": "gone", "match": "^sleep 3600.9191$", "stop_timeout_s": 3}
-    agent = wire.Effect(kind=wire.STOP_PROCESS, target="gone", origin="agent", params={"definition": definition})
+    agent = enginerpc.Effect(kind=eventmsgs.STOP_PROCESS, target="gone", origin="agent", params={"definition": definition})
     with pytest.raises(kinds.EffectFailed):
         kinds.run_stop(agent, ctx)
     assert victim.poll() is None
-    survival = wire.Effect(kind=wire.STOP_PROCESS, target="gone", origin="survival",
+    survival = enginerpc.Effect(kind=eventmsgs.STOP_PROCESS, target="gone", origin="survival",
                            params={"why": "removed", "reload": 7, "definition": definition})
     assert kinds.run_stop(survival, ctx)["stopped"] == [victim.pid]
     assert victim.wait(5) == -15

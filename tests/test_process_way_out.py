@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from pulse.core import config as configmod
-from pulse.core.wire import Effect
+from pulse.core.wire.enginerpc import Effect
 from pulse.effects import kinds
 from pulse.effects.kinds import EffectContext, EffectFailed
 from support import init_home, notifications, wait_for

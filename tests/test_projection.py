@@ -11,7 +11,7 @@ import os
 import pytest
 
 from pulse.agents import tasks
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb, projection
 from pulse.workers import tick
 
@@ -45,7 +45,7 @@ def events(tmp_path):
 
 
 def append(conn, n: int, type: str = "note") -> None:
-    eventsdb.append_events(conn, [wire.now_event(type, "test", None, {"i": i}) for i in range(n)])
+    eventsdb.append_events(conn, [eventmsgs.now_event(type, "test", None, {"i": i}) for i in range(n)])
 
 
 def folded_with(conn, directory, proj) -> projection.Folded:
@@ -133,19 +133,19 @@ def test_checkpoints_are_written_every_n_events(events, tmp_path):
 def busy_history(conn) -> None:
     """Effects committed and ended, a promote, a pause, a process's exit, tasks: what the tick folds."""
     for round_ in range(3):
-        effects = [effectqueue.new_effect(wire.Effect(kind=k, target=f"p{i % 3}", idempotent=True,
+        effects = [effectqueue.new_effect(enginerpc.Effect(kind=k, target=f"p{i % 3}", idempotent=True,
                                                       params={"rule": "process-watchdog"}), o, 600)
                    for i, (k, o) in enumerate([("restart-process", "survival"), ("notify", "survival"),
                                                ("noop", "engine"), ("noop", "operator")] * 3)]
         effectqueue.commit_effects(conn, effects, "test")
         end = ["effect-acked", "effect-failed"]
-        eventsdb.append_events(conn, [wire.now_event(end[i % 2], "executor", e.target, {"effect_id": e.id})
+        eventsdb.append_events(conn, [eventmsgs.now_event(end[i % 2], "executor", e.target, {"effect_id": e.id})
                                       for i, e in enumerate(effects[:8])])
         eventsdb.append_events(conn, [
-            wire.now_event("promote", "engine", None, {"before": f"b{round_}", "after": f"a{round_}"}),
-            wire.now_event("worker-exited", "pulsed", "engine", {"state": "backoff"}),
-            wire.now_event("pause", "operator", "p1", {"until": 9e9}),
-            wire.now_event("process-exited", "keeper", "p2", {"pid": 10 + round_, "code": 1, "tail": "x"})])
+            eventmsgs.now_event("promote", "engine", None, {"before": f"b{round_}", "after": f"a{round_}"}),
+            eventmsgs.now_event("worker-exited", "pulsed", "engine", {"state": "backoff"}),
+            eventmsgs.now_event("pause", "operator", "p1", {"until": 9e9}),
+            eventmsgs.now_event("process-exited", "keeper", "p2", {"pid": 10 + round_, "code": 1, "tail": "x"})])
         task = tasks.create(conn, "proj", "a task", "do it", source="test")
         if round_:
             tasks.record(conn, task.id, "task-closed", "test")

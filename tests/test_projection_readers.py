@@ -106,13 +106,13 @@ def test_an_agents_task_tools_and_the_report_read_every_task_from_the_checkpoint
 
 def test_the_fleet_tasks_this_host_offered_are_listed_from_the_checkpoint(home):
     from pulse.agents import taskview
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     path, conn = home
     checkpoints = path / projection.DIRECTORY
     eventsdb.append_events(conn, [
-        wire.now_event(wire.FLEET_TASK_OFFERED, "fleet", "f-1", {"project": "p", "title": "one", "prompt": "x"}),
-        wire.now_event(wire.FLEET_TASK_OFFERED, "fleet", "f-2", {"project": "p", "title": "two", "prompt": "x"}),
-        wire.now_event(wire.FLEET_TASK_UPDATE, "fleet", "f-1", {"host": "b@h", "task": "task-4", "attempt": 1,
+        eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "fleet", "f-1", {"project": "p", "title": "one", "prompt": "x"}),
+        eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "fleet", "f-2", {"project": "p", "title": "two", "prompt": "x"}),
+        eventmsgs.now_event(eventmsgs.FLEET_TASK_UPDATE, "fleet", "f-1", {"host": "b@h", "task": "task-4", "attempt": 1,
                                                                "status": "executing"})])
     history = eventsdb.read_events(conn, after_id=0, limit=9)
     by_events = [taskview.fleet_task_view([e for e in history if e.target == fid]) for fid in ("f-1", "f-2")]
@@ -123,21 +123,21 @@ def test_the_fleet_tasks_this_host_offered_are_listed_from_the_checkpoint(home):
 
 
 def test_the_web_task_board_starts_from_its_checkpoint_and_saves_one_at_a_clean_stop(home):
-    from pulse.web import pages, taskboard
+    from pulse.web import site, taskboard
     path, conn = home
     for n in range(3):
         tasks.create(conn, "proj", f"title {n}", "do it")
     tasks.record(conn, "task-1", "task-assigned", "test", agent="alice")
     tasks.record(conn, "task-2", "task-closed", "test")
-    web = pages.Web(Paths.for_daemon(path), path / "web-token", 60.0)
+    web = site.Web(Paths.for_daemon(path), path / "web-token", 60.0)
     first = web.task_board(conn)                                     # no checkpoint yet: a rebuild
     assert {t.id: t.status for t in first.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "pending"}
     web.save_checkpoints()                                           # the web worker's clean stop
     assert projection.checkpoint_path(path / projection.DIRECTORY, taskboard.NAME).exists()
     forget_before(conn, eventsdb.last_event_id(conn))
-    from pulse.core import wire
-    eventsdb.append_events(conn, [wire.now_event("task-closed", "test", "task-3", {})])     # after the checkpoint
+    from pulse.core.wire import eventmsgs
+    eventsdb.append_events(conn, [eventmsgs.now_event("task-closed", "test", "task-3", {})])     # after the checkpoint
 
-    again = pages.Web(Paths.for_daemon(path), path / "web-token", 60.0).task_board(conn)
+    again = site.Web(Paths.for_daemon(path), path / "web-token", 60.0).task_board(conn)
     assert {t.id: t.status for t in again.shown} == {"task-1": "assigned", "task-2": "closed", "task-3": "closed"}
     assert again.counts == {"assigned": 1, "closed": 2} and again.stats == first.stats

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pulse.core import wire
+from pulse.core.wire import enginerpc
 from pulse.effects import registry
 from support import init_home, wait_for
 
@@ -46,12 +46,12 @@ def test_the_reference_documents_every_kind_and_param():
     ("notify", {"channels": "ops"}, "params.channels"),
 ])
 def test_bad_params_name_the_field(kind, params, named):
-    problem = registry.params_problem(wire.Effect(kind=kind, params=params))
+    problem = registry.params_problem(enginerpc.Effect(kind=kind, params=params))
     assert problem is not None and named in problem and problem.startswith(kind)
 
 
 def test_params_a_schema_does_not_name_are_kept_for_the_rule():
-    assert registry.params_problem(wire.Effect(kind="notify", params={"message": "m", "rule": "mine"})) is None
+    assert registry.params_problem(enginerpc.Effect(kind="notify", params={"message": "m", "rule": "mine"})) is None
 
 
 def test_an_effect_with_bad_params_fails_unrun_naming_the_field(pulsed):
@@ -147,7 +147,7 @@ def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_mus
     """The gate keys an agent-run write on the task the executor will run, whichever field names it."""
     assert registry.resource("agent-run", "task-3") == registry.resource("agent-run", None, {"task_id": 3}) \
         == registry.resource("agent-run", "3", {"task_id": "task-3"}) == "task:task-3"
-    both = wire.Effect(kind="agent-run", target="task-1", params={"task_id": "task-2"})
+    both = enginerpc.Effect(kind="agent-run", target="task-1", params={"task_id": "task-2"})
     assert "name different tasks" in registry.params_problem(both)
-    assert registry.params_problem(wire.Effect(kind="agent-run", target="task-1", params={"task_id": 1})) is None
+    assert registry.params_problem(enginerpc.Effect(kind="agent-run", target="task-1", params={"task_id": 1})) is None
     assert registry.resource("agent-run", "task-1", {"task_id": "task-2"}) == "task:*"    # refused anyway

@@ -446,7 +446,7 @@ def test_pulses_own_workers_dying_hanging_and_failing_are_in_the_verdict_and_the
 
 
 def test_a_cited_event_in_the_html_shows_its_times_as_iso_as_pulsectl_does():
-    from pulse.core.wire import Event
+    from pulse.core.wire.eventmsgs import Event
     ev = Event(type="pause", source="pulsectl", target="svc", id=7, ts=1796292000.0,
                data={"until": 1796292125.51, "pid": 1796292125, "count": 3})
     line = render._event_line(ev)

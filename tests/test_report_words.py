@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pulse.core.wire import Event
+from pulse.core.wire.eventmsgs import Event
 from pulse.report import analyst, render
 
 FIGURE_KEY = re.compile(r"\b[a-z]+_[a-z_]+\b")      # success_rate_pct, repairs_acked, median_s ...

@@ -19,7 +19,7 @@ import pytest
 
 from pulse.agents import routing
 from pulse.core.config import Agent
-from pulse.core.wire import Effect, TaskState
+from pulse.core.wire.enginerpc import Effect, TaskState
 from support import CHROMIUM, browser_or_skip, init_home, wait_for
 
 PY = sys.executable

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from pulse.core import config as configmod
-from pulse.core.wire import Effect, Outcome, ProcessRuns, ProcessStart, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, Outcome, ProcessRuns, ProcessStart, Snapshot, Vital
 from pulse.rules import onion, survival
 
 

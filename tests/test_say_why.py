@@ -71,17 +71,18 @@ def test_a_task_without_any_agent_says_so_and_its_run_fails_clearly(pulsed):
 
 
 def test_notifications_come_in_a_burst_then_one_digest_per_window(pulsed, tmp_path):
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells, enginerpc
     from pulse.store import effectqueue, eventsdb
     notes = tmp_path / "notes.jsonl"
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(f'[[notify]]\nkind = "file"\npath = "{notes}"\nburst = 3\ngroup_s = 6\n')
     pulsed.start()
     conn = eventsdb.open_events(pulsed.home / "events.db")
-    flood = [effectqueue.new_effect(wire.Effect(kind="notify", target="disk", params={"message": f"full {n}"}), "operator", 60)
+    flood = [effectqueue.new_effect(enginerpc.Effect(kind="notify", target="disk", params={"message": f"full {n}"}), "operator", 60)
              for n in range(8)]
     effectqueue.commit_effects(conn, flood, "test")          # as pulsectl emit does, eight at once
-    client.ring(pulsed.paths, "doorbell", wire.Doorbell("test"))
+    client.ring(pulsed.paths, "doorbell", doorbells.Doorbell("test"))
     wait_for(lambda: all(effectqueue.effect_state(conn, e.id) == "acked" for e in flood), 20, what="all eight acked")
     sent = [json.loads(line) for line in notes.read_text().splitlines()]
     assert len(sent) == 3 and not any(s.get("digest") for s in sent)

@@ -17,8 +17,9 @@ import psutil
 import pytest
 
 from pulse.core import config as configmod
-from pulse.core import schedule, wire
+from pulse.core import schedule
 from pulse.core.config import Schedule, ScheduleEffect, ScheduleTask
+from pulse.core.wire import eventmsgs
 from pulse.store import eventsdb, schedulerun
 from support import wait_for
 
@@ -139,8 +140,8 @@ def test_jitter_is_fixed_per_slot_within_its_bound_and_delays_the_run():
 
 # -- the fold ------------------------------------------------------------------------------------------
 
-def ev(type_: str, target: str | None, ts: float = 0.0, **data) -> wire.Event:
-    return wire.Event(type=type_, source="test", target=target, data=data, ts=ts)
+def ev(type_: str, target: str | None, ts: float = 0.0, **data) -> eventmsgs.Event:
+    return eventmsgs.Event(type=type_, source="test", target=target, data=data, ts=ts)
 
 
 def test_the_fold_knows_the_last_slot_and_counts_runs_that_keep_failing():
@@ -169,7 +170,7 @@ def test_a_run_is_its_task_and_its_fact_in_one_transaction_and_a_slot_runs_once(
     s = every("10s")
 
     def make(n):
-        return wire.now_event("task-created", "tick", f"task-{n}", schedule.task_fields(s, 110.0))
+        return eventmsgs.now_event("task-created", "tick", f"task-{n}", schedule.task_fields(s, 110.0))
     assert schedulerun.commit_run(conn, "s", "tick", slot=100.0) .type == "schedule-armed"
     fact = schedulerun.commit_run(conn, "s", "tick", slot=110.0, make_task=make)
     assert fact.type == "schedule-run" and fact.data["task"] == "task-1"
@@ -329,7 +330,7 @@ def test_stopped_across_three_slots_catch_up_runs_once_on_start_and_without_it_n
 def test_a_scheduled_task_for_an_agent_is_pinned_to_it_as_task_add_agent_pins():
     from pulse.agents import tasks
     s = Schedule(name="nightly", every="1h", task=ScheduleTask(project="p", title="t", prompt="do it", agent="claude"))
-    created = wire.now_event("task-created", "tick", "task-1", schedule.task_fields(s, 3600.0))
+    created = eventmsgs.now_event("task-created", "tick", "task-1", schedule.task_fields(s, 3600.0))
     (task,) = tasks.fold_tasks([created]).values()
     assert task.pin == "claude" and "agent" not in created.data
 

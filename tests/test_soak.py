@@ -106,13 +106,13 @@ def test_a_short_lives_one_off_step_is_not_judged_as_growth_and_a_rising_level_a
 
 def ended_tasks_history(n: int) -> list:
     """`n` tasks, each created, assigned to `agent`, executed, acked and closed, and one left pending."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     events, i = [], 0
 
     def ev(type_, task, **data):
         nonlocal i
         i += 1
-        return wire.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
+        return eventmsgs.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
     for k in range(1, n + 1):
         task = f"task-{k}"
         events += [ev("task-created", task, project="p", title="t", prompt="x"), ev("task-assigned", task, agent="a"),
@@ -148,17 +148,17 @@ def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path
     """The page's overview asks four times a second for the recent effects: it must read the newest
     rows, not scan and sort every effect ever committed (that cost, and the memory each of the web
     worker's threads kept from it, grew with the history)."""
-    from pulse.core import wire
     from pulse.core.home import Paths
+    from pulse.core.wire import enginerpc
     from pulse.store import connection, effectqueue, eventsdb
     from pulse.store.provision import ensure_home
-    from pulse.web import pages
+    from pulse.web import reads, site
 
     home = tmp_path / "home"
     ensure_home(home)
     steps = [0]
 
-    class CountingWeb(pages.Web):
+    class CountingWeb(site.Web):
         def events(self):           # the same read-only connection, with SQLite counting its VM steps
             conn = connection.open_readonly(self.paths.events_db)
             conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
@@ -170,14 +170,14 @@ def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path
         conn = eventsdb.open_events(home / "events.db")
         try:
             effectqueue.commit_effects(conn, [effectqueue.new_effect(
-                wire.Effect(kind="noop", target=f"t{i % 7}", params={"rule": "disk"}), "survival", 600)
+                enginerpc.Effect(kind="noop", target=f"t{i % 7}", params={"rule": "disk"}), "survival", 600)
                 for i in range(n)], "test")
         finally:
             conn.close()
 
     def cost() -> int:
         steps[0] = 0
-        view = pages.overview(web)
+        view = reads.overview(web)
         assert len(view["survival"]) == 10          # the newest ten survival actions, as before
         return steps[0]
     commit(300)
@@ -192,7 +192,7 @@ def test_the_metrics_caught_up_in_batches_equal_the_history_folded_at_once(tmp_p
     import dataclasses
 
     from pulse.agents import tasks
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc
     from pulse.store import connection, effectqueue, eventsdb, projection
     from pulse.store.provision import ensure_home
     from pulse.web.metrics import CATCH_UP_BATCH, COUNTS, MetricsFold, exposition, rebuild_counts
@@ -202,7 +202,7 @@ def test_the_metrics_caught_up_in_batches_equal_the_history_folded_at_once(tmp_p
     conn = eventsdb.open_events(home / "events.db")
 
     def grow(n_tasks: int) -> None:
-        effects = [effectqueue.new_effect(wire.Effect(kind="noop"), "operator", 600) for _ in range(CATCH_UP_BATCH)]
+        effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop"), "operator", 600) for _ in range(CATCH_UP_BATCH)]
         effectqueue.commit_effects(conn, effects, "test")
         for effect in effects:
             effectqueue.finish_effect(conn, effect.id, "acked", "test", from_states=("pending",), duration_s=0.01)

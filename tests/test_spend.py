@@ -19,7 +19,7 @@ import pytest
 from pulse.agents import spend
 from pulse.core import config
 from pulse.core.config import Agent, ConfigError, SpendLimits
-from pulse.core.wire import Event, SpendEvent
+from pulse.core.wire.eventmsgs import Event, SpendEvent
 from support import notifications, wait_for
 
 PY = sys.executable
@@ -266,7 +266,7 @@ def test_two_claims_at_once_on_real_sqlite_reserve_one_and_hold_the_other(tmp_pa
     import threading
 
     from pulse.agents import agentrun
-    from pulse.core.wire import Effect
+    from pulse.core.wire.enginerpc import Effect
     from pulse.store import effectqueue, eventsdb
     cfg = config.slice_of(config.validate(config.decode(
         '[[agent]]\nname = "a"\nargv = ["x"]\nconcurrency = 2\nmax_run_usd = 6\nbudget = { usd_per_day = 10 }\n',
@@ -298,7 +298,7 @@ def test_two_claims_at_once_on_real_sqlite_reserve_one_and_hold_the_other(tmp_pa
 
 def test_the_host_budget_holds_every_agent_and_a_cli_without_cost_counts_in_runs_only(tmp_path):
     from pulse.agents import agentrun
-    from pulse.core.wire import Effect
+    from pulse.core.wire.enginerpc import Effect
     from pulse.store import effectqueue, eventsdb
     cfg = config.slice_of(config.validate(config.decode(
         '[budget]\nusd_per_day = 5\nruns_per_hour = 3\n'
@@ -339,7 +339,7 @@ def test_a_run_settled_unrun_counts_against_no_limit():
 # -- a task held by a limit costs no effect while it waits (the snapshot carries the holds) ----------
 
 def _hold(why: str = "fake: $8.00 of $10.00 usd_per_day"):
-    from pulse.core.wire import AgentLoad
+    from pulse.core.wire.enginerpc import AgentLoad
     return {"fake": AgentLoad(agent="fake", concurrency=2, budget=why), "free": AgentLoad(agent="free")}
 
 
@@ -360,7 +360,7 @@ def test_the_holds_the_snapshot_carries_are_the_claims_words_for_each_agent_over
 
 def test_an_agent_over_a_limit_has_no_free_slot_and_its_runs_are_dropped_before_commit():
     from pulse.agents import routing
-    from pulse.core.wire import Effect
+    from pulse.core.wire.enginerpc import Effect
     agents = _hold()
     assert (agents["fake"].free, agents["free"].free) == (0, 1)
     runs = [Effect(kind="agent-run", target="task-1", params={"task_id": "task-1", "agent": "fake"}),
@@ -373,7 +373,7 @@ def test_an_agent_over_a_limit_has_no_free_slot_and_its_runs_are_dropped_before_
 
 def test_a_task_whose_agents_are_all_over_a_limit_is_said_to_wait_once_not_while_a_run_is_queued():
     from pulse.agents import routing
-    from pulse.core.wire import Effect, PendingTasks, TaskState
+    from pulse.core.wire.enginerpc import Effect, PendingTasks, TaskState
     listed = [TaskState(id=f"task-{n}", project="p", title="t", prompt="x") for n in (1, 2, 3, 4)]
     pending = PendingTasks(pending_count=4, tasks=listed, unassignable={"task-4": "nobody"},
                            eligible={"task-1": ["fake"], "task-2": ["fake", "free"], "task-3": ["fake"],
@@ -384,7 +384,7 @@ def test_a_task_whose_agents_are_all_over_a_limit_is_said_to_wait_once_not_while
 
 def test_a_hundred_tasks_no_agent_may_take_cannot_crowd_out_one_that_may_run():
     from pulse.agents import routing, tasks
-    from pulse.core.wire import TaskState
+    from pulse.core.wire.enginerpc import TaskState
     agents = [Agent(name="fake", projects=["p"]), Agent(name="capped", projects=["q"])]
     states = {f"task-{n}": TaskState(id=f"task-{n}", project="elsewhere", title="t", prompt="x", priority=9,
                                      created=float(n)) for n in range(1, 101)}
@@ -448,7 +448,7 @@ def test_a_hundred_unassignable_tasks_do_not_starve_one_an_agent_may_take(pulsed
 
 def test_the_tick_reads_an_agents_expected_cost_again_once_it_has_a_new_settlement(tmp_path):
     from pulse.core import clock
-    from pulse.core.wire import now_event
+    from pulse.core.wire.eventmsgs import now_event
     from pulse.store import eventsdb
     conn = eventsdb.open_events(tmp_path / "events.db")
     agents = [Agent(name="a", budget=SpendLimits(usd_per_day=10))]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import connection, effectqueue, errorruns, eventsdb, objects, vitalsdb
 
 
@@ -20,7 +20,7 @@ def events(tmp_path):
 
 
 def test_schema_is_versioned_and_reopening_keeps_data(tmp_path, events):
-    eventsdb.append_events(events, [wire.now_event("wake", "test", "tick", reason="x")])
+    eventsdb.append_events(events, [eventmsgs.now_event("wake", "test", "tick", reason="x")])
     assert events.execute("PRAGMA user_version").fetchone()[0] == eventsdb.EVENTS_SCHEMA
     assert events.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     again = eventsdb.open_events(tmp_path / "events.db")
@@ -50,7 +50,7 @@ def test_a_newer_store_is_refused(tmp_path):
 
 
 def test_append_assigns_consecutive_ids_and_since_bisects(events):
-    batch = [wire.now_event("collect", "t", None, n=i) for i in range(100)]
+    batch = [eventmsgs.now_event("collect", "t", None, n=i) for i in range(100)]
     for i, ev in enumerate(batch):
         ev.ts = 1000.0 + i
     eventsdb.append_events(events, batch)
@@ -105,7 +105,7 @@ def test_identical_errors_coalesce_into_a_run_of_events_that_never_change(events
 
 
 def test_the_history_refuses_to_change(events):
-    ev, = eventsdb.append_events(events, [wire.now_event("noop", "test", None, {"n": 1})])
+    ev, = eventsdb.append_events(events, [eventmsgs.now_event("noop", "test", None, {"n": 1})])
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
         events.execute("UPDATE events SET data = '{}' WHERE id = ?", (ev.id,))
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
@@ -114,7 +114,7 @@ def test_the_history_refuses_to_change(events):
 
 
 def test_effect_claim_is_atomic_and_terminal_once(events):
-    effect = effectqueue.new_effect(wire.Effect(kind="noop", target="t"), "operator", 60)
+    effect = effectqueue.new_effect(enginerpc.Effect(kind="noop", target="t"), "operator", 60)
     effectqueue.commit_effects(events, [effect], "test")
     assert effectqueue.claim_effect(events, effect.id, "1:1", "a") is not None
     assert effectqueue.claim_effect(events, effect.id, "2:2", "b") is None
@@ -127,14 +127,14 @@ def test_effect_claim_is_atomic_and_terminal_once(events):
 def test_vitals_latest_window_and_gc_without_blocking(tmp_path):
     conn = vitalsdb.open_vitals(tmp_path / "vitals.db")
     now = time.time()
-    vitalsdb.append_vitals(conn, [wire.Vital("system-resource", now - age, {"cpu_pct": age}) for age in range(100)])
-    vitalsdb.append_vitals(conn, [wire.Vital("process-alive:gw", now - 90000, {"alive": True})])
+    vitalsdb.append_vitals(conn, [enginerpc.Vital("system-resource", now - age, {"cpu_pct": age}) for age in range(100)])
+    vitalsdb.append_vitals(conn, [enginerpc.Vital("process-alive:gw", now - 90000, {"alive": True})])
     latest = vitalsdb.latest_vitals(conn, ["system-resource", "process-alive:*"])
     assert latest["system-resource"].data == {"cpu_pct": 0} and "process-alive:gw" in latest
     assert len(vitalsdb.vitals_window(conn, "system-resource", now - 59.5)) == 60
     writer = vitalsdb.open_vitals(tmp_path / "vitals.db")     # a writer between gc batches never waits long
     assert vitalsdb.gc_vitals(conn, now - 50, batch=7) == 50
-    vitalsdb.append_vitals(writer, [wire.Vital("system-resource", now, {"cpu_pct": 1})])
+    vitalsdb.append_vitals(writer, [enginerpc.Vital("system-resource", now, {"cpu_pct": 1})])
     assert set(vitalsdb.latest_vitals(conn, ["*"])) == {"system-resource"}
 
 
@@ -145,7 +145,7 @@ def test_objects_are_content_addressed_and_gc_keeps_referenced(tmp_path, events)
     assert objects.put(root, b"some output") == output                 # deduplicated
     assert objects.get(root, snapshot) == b"engine tree snapshot"
     assert len(list(root.glob("??/*"))) == 2
-    eventsdb.append_events(events, [wire.now_event("promote", "pulsectl", "engine", snapshot=snapshot)])
+    eventsdb.append_events(events, [eventmsgs.now_event("promote", "pulsectl", "engine", snapshot=snapshot)])
     old = time.time() - 10 * 86400
     for path in root.glob("??/*"):
         os.utime(path, (old, old))
@@ -163,7 +163,7 @@ def test_a_large_store_cut_short_is_found_without_reading_every_page(tmp_path, m
     path = tmp_path / "events.db"
     conn = eventsdb.open_events(path)
     for _ in range(20):
-        eventsdb.append_events(conn, [wire.now_event("note", "test", None, {"pad": "x" * 500}) for _ in range(200)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("note", "test", None, {"pad": "x" * 500}) for _ in range(200)])
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     assert connection.store_problem(path) is None

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from pulse.core import config as configmod
-from pulse.core.wire import Effect, EngineHealth, Lifecycle, Outcome, ProcessExit, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, EngineHealth, Lifecycle, Outcome, ProcessExit, Snapshot, Vital
 from pulse.rules import onion, survival
 
 CONFIG = configmod.validate(configmod.decode(b"""

@@ -446,10 +446,10 @@ def test_a_notification_that_cannot_get_out_waits_and_is_retried(pulsed, tmp_pat
         timeout_s = 1
     """)
     pulsed.start()
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc
     from pulse.store import effectqueue, eventsdb
     conn = eventsdb.open_events(pulsed.home / "events.db")
-    effect = effectqueue.new_effect(wire.Effect(kind="notify", target="t", idempotent=True,
+    effect = effectqueue.new_effect(enginerpc.Effect(kind="notify", target="t", idempotent=True,
                                           params={"title": "late", "message": "but not lost"}), "survival", 600)
     effectqueue.commit_effects(conn, [effect], "test")
     wait_for(lambda: [e for e in pulsed.events("effect-failed") if e["data"].get("requeued")], 15,

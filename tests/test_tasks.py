@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from pulse.agents import tasks
-from pulse.core import wire
-from pulse.core.wire import TASK_EVENTS, Event
+from pulse.core.wire import eventmsgs
+from pulse.core.wire.eventmsgs import TASK_EVENTS, Event
 from pulse.store import eventsdb
 from support import PULSECTL
 
@@ -262,7 +262,7 @@ def test_racing_writers_move_a_task_once(tmp_path, conn):
 
 
 def test_snapshot_extras_fold_incrementally(conn):
-    eventsdb.append_events(conn, [wire.now_event("wake", "test", "tick")])
+    eventsdb.append_events(conn, [eventmsgs.now_event("wake", "test", "tick")])
     book = tasks.TaskBook()
     assert tasks.snapshot_extras(conn, book) == {"pending-tasks": tasks.PendingTasks(),
                                                  "agent-capability-stats": {}}

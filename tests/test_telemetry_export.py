@@ -283,7 +283,7 @@ def test_offering_never_waits_on_a_collector_that_never_answers():
 
 def test_a_failed_runs_blocked_and_unfinished_calls_are_error_spans_under_its_own():
     from pulse.agents import runspans
-    from pulse.core.wire import Event
+    from pulse.core.wire.eventmsgs import Event
 
     def ev(i, ts, type, target, **data):
         return Event(id=i, seq=i, ts=ts, mono=ts, type=type, source="executor", target=target, data=data)

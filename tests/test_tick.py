@@ -9,7 +9,7 @@ import textwrap
 import msgspec
 import pytest
 
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.workers.tick import Projections
 from support import engine_rule, init_home, wait_for
 
@@ -230,17 +230,17 @@ def test_a_critical_death_is_decided_at_once_not_tick_ms_min_after_the_last_tick
 
 # -- the projections the snapshot carries, folded from events (pure: no daemon) --------------------------
 
-def committed(id: int, kind: str, origin: str = "survival", target: str = "gw", **params) -> wire.Event:
-    effect = wire.Effect(kind=kind, target=target, origin=origin, id=f"e{id}", params=params)
-    return wire.Event(type="effect", source="tick", target=target, data=msgspec.to_builtins(effect), ts=1.0, id=id)
+def committed(id: int, kind: str, origin: str = "survival", target: str = "gw", **params) -> eventmsgs.Event:
+    effect = enginerpc.Effect(kind=kind, target=target, origin=origin, id=f"e{id}", params=params)
+    return eventmsgs.Event(type="effect", source="tick", target=target, data=msgspec.to_builtins(effect), ts=1.0, id=id)
 
 
-def ended(id: int, state: str) -> wire.Event:
-    return wire.Event(type=f"effect-{state}", source="executor", target="gw", data={"effect_id": f"e{id}"}, ts=2.0,
+def ended(id: int, state: str) -> eventmsgs.Event:
+    return eventmsgs.Event(type=f"effect-{state}", source="executor", target="gw", data={"effect_id": f"e{id}"}, ts=2.0,
                       id=100 + id)
 
 
-def folded(*events: wire.Event) -> Projections:
+def folded(*events: eventmsgs.Event) -> Projections:
     p = Projections()
     p.fold(list(events))
     return p
@@ -275,8 +275,8 @@ def test_the_snapshot_carries_a_memory_ceilings_whole_window(tmp_path):
     from pulse.workers.tick import HISTORY_SAMPLES, read_history
     conn = vitalsdb.open_vitals(tmp_path / "vitals.db")
     key = "process-memory:gw"
-    vitalsdb.append_vitals(conn, [wire.Vital(key, 1000.0 + i, {"rss_mb": i}) for i in range(1000)])
-    vitalsdb.append_vitals(conn, [wire.Vital("health:gw", 1000.0 + i, {"ok": True}) for i in range(50)])
+    vitalsdb.append_vitals(conn, [enginerpc.Vital(key, 1000.0 + i, {"rss_mb": i}) for i in range(1000)])
+    vitalsdb.append_vitals(conn, [enginerpc.Vital("health:gw", 1000.0 + i, {"ok": True}) for i in range(50)])
     now = 2000.0                                              # the newest sample is at 1999
     history = read_history(conn, ["health:gw", key], {key: 600}, now)
     assert len(history["health:gw"]) == HISTORY_SAMPLES

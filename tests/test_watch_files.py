@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pulse.core import config as configmod
 from pulse.core.home import Paths
-from pulse.core.wire import Effect, Outcome, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, Outcome, Snapshot, Vital
 from pulse.effects import files, kinds, registry
 from pulse.rules import onion, survival
 from pulse.sensing.builtin import WatchedFile

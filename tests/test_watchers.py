@@ -24,7 +24,7 @@ import pytest
 import zmq
 
 from pulse.core import config as configmod
-from pulse.core import wire
+from pulse.core.wire import codec, doorbells, enginerpc
 from pulse.engine.api import Watcher
 from pulse.sensing.runner import WatcherRunner
 from pulse.store import errorruns, eventsdb, vitalsdb
@@ -380,7 +380,7 @@ def test_a_watcher_that_raises_or_hangs_does_not_stop_the_others(runner_parts):
         assert "not JSON" in errors["watcher:not-json"].data["message"]
 
         assert pull.poll(1000), "no wake arrived"
-        assert wire.decode(pull.recv(), wire.Wake) == wire.Wake("test", reason="good")
+        assert codec.decode(pull.recv(), doorbells.Wake) == doorbells.Wake("test", reason="good")
         assert not pull.poll(100)   # should_wake was true once
 
         hanging.release.set()       # the stuck collect returns: its sample is kept and it is collected again
@@ -427,7 +427,7 @@ def test_a_wake_nobody_takes_yet_is_offered_again(tmp_path):
         pull.bind(f"ipc://{tmp_path}/late.ipc")
         drive(runner, 0.3)
         assert pull.poll(1000)
-        assert wire.decode(pull.recv(), wire.Wake) == wire.Wake("test", reason="process-alive:x")
+        assert codec.decode(pull.recv(), doorbells.Wake) == doorbells.Wake("test", reason="process-alive:x")
         assert runner.next_timer() is None and not pull.poll(100)   # delivered once, then no more offers
     finally:
         runner.close()
@@ -442,9 +442,9 @@ def test_vitals_gc_deletes_old_keeps_new_and_lets_writers_in(tmp_path):
     path = tmp_path / "vitals.db"
     conn = vitalsdb.open_vitals(path)
     now = time.time()
-    old = [wire.Vital("system-resource", now - 25 * 3600 + i / 1000, {"i": i}) for i in range(20_000)]
+    old = [enginerpc.Vital("system-resource", now - 25 * 3600 + i / 1000, {"i": i}) for i in range(20_000)]
     vitalsdb.append_vitals(conn, old)
-    vitalsdb.append_vitals(conn, [wire.Vital("system-resource", now - 60, {"fresh": True})])
+    vitalsdb.append_vitals(conn, [enginerpc.Vital("system-resource", now - 60, {"fresh": True})])
 
     waits: list[float] = []
     stop = threading.Event()
@@ -453,7 +453,7 @@ def test_vitals_gc_deletes_old_keeps_new_and_lets_writers_in(tmp_path):
         other = vitalsdb.open_vitals(path)
         while not stop.is_set():
             t0 = time.monotonic()
-            vitalsdb.append_vitals(other, [wire.Vital("engine:x", time.time(), {})])
+            vitalsdb.append_vitals(other, [enginerpc.Vital("engine:x", time.time(), {})])
             waits.append(time.monotonic() - t0)
             time.sleep(0.002)
         other.close()
@@ -486,9 +486,9 @@ def test_vitals_gc_runs_in_the_watcher_at_start_with_the_configured_retention(pu
     pulsed.home.mkdir(parents=True)
     conn = vitalsdb.open_vitals(pulsed.home / "vitals.db")
     now = time.time()
-    vitalsdb.append_vitals(conn, [wire.Vital("process-alive:old", now - 2 * 3600 - i, {"alive": True})
+    vitalsdb.append_vitals(conn, [enginerpc.Vital("process-alive:old", now - 2 * 3600 - i, {"alive": True})
                                for i in range(3_000)])
-    vitalsdb.append_vitals(conn, [wire.Vital("process-alive:recent", now - 30 * 60, {"alive": True})])
+    vitalsdb.append_vitals(conn, [enginerpc.Vital("process-alive:recent", now - 30 * 60, {"alive": True})])
     conn.close()
     (pulsed.home / "config.toml").write_text("[store]\nvitals_retention_h = 1\n")
     pulsed.start(env=SLOW)

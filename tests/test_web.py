@@ -487,7 +487,7 @@ PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1400, "height": 900}
 @pytest.fixture(scope="module")
 def seeded(site):
     from pulse.agents import tasks
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc, eventmsgs
     from pulse.gate import catalogue, policy
     from pulse.gate.durable import DurableStore
     from pulse.store import effectqueue, eventsdb, objects
@@ -497,7 +497,7 @@ def seeded(site):
         task = tasks.create(conn, "website", "Fix the login page's redirect loop", "Find why /login loops.\n<i>as text</i>",
                             source="pulsectl").id
         tasks.start_run(conn, task, "claude", "run-1", "executor")
-        tasks.record(conn, task, wire.TaskEvent.FAILED, "executor", run="run-1", reason="rate-limit",
+        tasks.record(conn, task, eventmsgs.TaskEvent.FAILED, "executor", run="run-1", reason="rate-limit",
                      error="claude: API rate limit reached, retry after 60 s", agent="claude",
                      result={"code": 1, "cost_usd": 0.0123, "tokens": {"input": 1200, "output": 40}})
         session = policy.GateSession(f"sess-{task}", catalogue.TOOLS, agent="claude", task=task,
@@ -507,11 +507,11 @@ def seeded(site):
         session.end(admitted, True, {"workers": [{"name": "tick"}]})
         tasks.start_run(conn, task, "claude", "run-2", "executor")
         ref = objects.put(pulsed.home / "objects", OUTPUT.encode())
-        tasks.record(conn, task, wire.TaskEvent.ACKED, "executor", run="run-2", agent="claude", output=ref, code=0,
+        tasks.record(conn, task, eventmsgs.TaskEvent.ACKED, "executor", run="run-2", agent="claude", output=ref, code=0,
                      run_ms=4200.0, result={"code": 0, "cost_usd": 0.5, "tokens": {"input": 9000, "output": 700},
                                             "result": "fixed"})
         # an agent-run effect about the task (refused at once: the task is acked, nothing runs)
-        effect = effectqueue.new_effect(wire.Effect(kind="agent-run", target=task, params={"task_id": task}),
+        effect = effectqueue.new_effect(enginerpc.Effect(kind="agent-run", target=task, params={"task_id": task}),
                                         "operator", 60)
         effectqueue.commit_effects(conn, [effect], "test")
     finally:
@@ -655,7 +655,7 @@ def test_every_page_shows_times_one_way_with_the_zone_on_hover_and_no_raw_epoch(
 
 
 def test_vitals_charts_have_time_axes_units_gaps_and_no_cpus(site, page):
-    from pulse.core.wire import Vital
+    from pulse.core.wire.enginerpc import Vital
     from pulse.store import vitalsdb
     pulsed, base, token = site
     # samples from before this pulsed started: the minutes between are no one's, a gap on the chart
@@ -780,7 +780,7 @@ def test_the_overview_and_the_events_page_draw_their_first_state_from_the_page_i
 
 
 def test_repeated_survival_actions_are_one_row_with_their_count():
-    from pulse.web.pages import grouped
+    from pulse.web.reads import grouped
     trim = {"why": None, "kind": "rotate-file", "target": "app.log", "outcome": "acked"}
     rows = grouped([{**trim, "ts": 10.0 - i} for i in range(10)] + [{**trim, "outcome": "failed", "ts": 0.0}, {**trim, "ts": -1.0}])
     assert [(r["kind"], r["outcome"], r["count"], r["ts"]) for r in rows] == [
@@ -809,7 +809,7 @@ def test_the_events_page_shows_a_hundred_at_a_time_and_pages_back_with_its_filte
 
 
 def test_a_vital_is_charted_only_as_a_measure_a_verdict_as_one_or_zero_never_a_time_or_a_status_code():
-    from pulse.web.pages import chart_point
+    from pulse.web.reads import chart_point
     assert chart_point("dead_since", 1796445584) is None and chart_point("looked_at", 1796445584.2) is None
     assert chart_point("code", 200) is None and chart_point("http_status", 503) is None
     assert chart_point("ok", False) == 0.0 and chart_point("dns_ok", True) == 1.0 and chart_point("alive", True) is None

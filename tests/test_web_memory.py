@@ -14,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 
 from pulse.agents import tasks
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb
 from pulse.workers.webserver import WEB_THREADS
 from support import init_home, wait_for
@@ -36,7 +36,7 @@ def grow_history(home: Path, size_mib: float) -> None:
     conn = eventsdb.open_events(home / "events.db")
     try:
         while (home / "events.db").stat().st_size < size_mib * MiB:
-            effects = [effectqueue.new_effect(wire.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
+            effects = [effectqueue.new_effect(enginerpc.Effect(kind="noop", target=f"t{i % 13}", idempotent=True),
                                               "operator", 600) for i in range(1_000)]
             effectqueue.commit_effects(conn, effects, "test", observe_only=True)
             for _ in range(10):
@@ -138,7 +138,7 @@ def ended_and_open_tasks(n: int) -> list:
     def ev(type_, task, **data):
         nonlocal i
         i += 1
-        return wire.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
+        return eventmsgs.Event(id=i, ts=1_000 + i, type=type_, source="test", target=task, data=data)
     for k in range(1, n + 3):
         task = f"task-{k}"
         events += [ev("task-created", task, project="p", title=f"t{k}", prompt="x")]
@@ -173,12 +173,12 @@ def test_the_tasks_page_keeps_the_open_tasks_and_the_newest_ended_and_counts_the
 
 def test_the_pages_reads_keep_a_small_page_cache(tmp_path):
     from pulse.store.provision import ensure_home
-    from pulse.web import pages
+    from pulse.web import site
     home = tmp_path / "home"
     ensure_home(home)
-    conn = pages.read_connection(home / "events.db")
+    conn = site.read_connection(home / "events.db")
     try:
-        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -pages.READ_CACHE_KIB
-        assert pages.READ_CACHE_KIB <= 1024
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -site.READ_CACHE_KIB
+        assert site.READ_CACHE_KIB <= 1024
     finally:
         conn.close()

@@ -23,7 +23,8 @@ import msgspec
 from pulse.agents import adapters, otel, routing, runcgroup, runfacts, runguards, runlimits, runstall, spend, tasks, taskview
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
-from pulse.core.wire import Effect, TaskEvent
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import TaskEvent
 from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
 from pulse.effects.registry import Kind, Seconds
 from pulse.store import eventsdb, projection

@@ -8,7 +8,8 @@ operator reads one kind of fact and gets one kind of notification ([[notify]], r
 
 from __future__ import annotations
 
-from pulse.core.wire import LOOP_NOTICED, Effect, now_event
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import LOOP_NOTICED, now_event
 
 RULE = "loop"
 NOTIFY_DEADLINE_S = 86400.0     # a notification may wait a day for a channel (as survival's)

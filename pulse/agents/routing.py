@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from pulse.core.config import Agent
 from pulse.core.states import TaskStatus
-from pulse.core.wire import AgentLoad, Effect, PendingTasks, TaskState
+from pulse.core.wire.enginerpc import AgentLoad, Effect, PendingTasks, TaskState
 
 HELD = (TaskStatus.ASSIGNED, TaskStatus.EXECUTING)   # a run of its agent holds the task
 

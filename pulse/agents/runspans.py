@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from pulse.core.wire import Event, TaskEvent
+from pulse.core.wire.eventmsgs import Event, TaskEvent
 
 SEMCONV = "1.37.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV}"

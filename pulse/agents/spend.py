@@ -1,7 +1,7 @@
 """Spend limits that fail closed: what agent runs may cost, per agent (`[[agent]] budget`) and for
 the host (`[budget]`), by UTC day, UTC month and the last hour.
 
-The ledger is events in events.db (pulse.core.wire.SpendEvent), folded here:
+The ledger is events in events.db (pulse.core.wire.eventmsgs.SpendEvent), folded here:
 
   spend-reserved  before a run starts, in the same transaction that claims its agent-run effect
                   (pulse.store.effectqueue.claim_effect's `reserve`): its expected cost, the
@@ -39,7 +39,8 @@ from typing import Iterable
 from pulse.agents import tasks
 from pulse.core import clock
 from pulse.core.config import SpendLimits
-from pulse.core.wire import Effect, Event, SpendEvent, now_event
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import Event, SpendEvent, now_event
 
 HOST = "*"                    # the scope of the host-wide [budget]
 MEDIAN_OF = 10                # a run's expected cost: the median of this many recent costs

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pulse.core.config import Agent, Config
-from pulse.core.wire import TaskState
+from pulse.core.wire.enginerpc import TaskState
 
 TASK_ID = re.compile(r"task-\d+")
 HOUR_S = 3600.0

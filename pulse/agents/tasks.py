@@ -11,7 +11,7 @@ task's history and returns the events to append, or raises IllegalTransition; th
 store runs it inside the BEGIN IMMEDIATE transaction that appends, so two writers
 can never both move a task from the same state. Everything here but
 `snapshot_extras` is pure (no I/O). The Structs a snapshot carries (TaskState,
-PendingTasks, AgentCapabilityStats) are wire messages, defined in pulse.core.wire.
+PendingTasks, AgentCapabilityStats) are wire messages, defined in pulse.core.wire.enginerpc.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import msgspec
 
 from pulse.core import clock
 from pulse.core.states import TaskStatus
-from pulse.core.wire import TASK_EVENTS, AgentCapabilityStats, PendingTasks, TaskEvent, TaskState
+from pulse.core.wire.enginerpc import AgentCapabilityStats, PendingTasks, TaskState
+from pulse.core.wire.eventmsgs import TASK_EVENTS, TaskEvent
 
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
 # Failures that cannot fix themselves (pulse.agents.adapters reads them from the CLI's own words):
@@ -431,7 +432,7 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
     """Append a task-created event under the next task id; returns the new task. `pin`: only that
     agent may take it; `tags`: only an agent with all of them (pulse.agents.routing). `created_by`,
     `parent`, `depth`: the agent whose run (of task `parent`) made it, and how deep it is."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
     if pin:
@@ -440,7 +441,7 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
         fields["tags"] = sorted(set(tags))
     if created_by:
         fields.update(created_by=created_by, depth=int(depth), **({"parent": parent} if parent else {}))
-    ev = eventsdb.create_task_event(conn, lambda n: wire.now_event(TaskEvent.CREATED, source, task_id(n), fields))
+    ev = eventsdb.create_task_event(conn, lambda n: eventmsgs.now_event(TaskEvent.CREATED, source, task_id(n), fields))
     return apply(None, ev.type, ev.data, ev.ts, ev.target)
 
 
@@ -453,7 +454,7 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
 
     `run`: only if the task is held by that run (see current_run), so the end of one run can
     never land on the next one (an orphan settled late, say); the events carry it."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
     if run is not None:
         data = {**data, "run": run}
@@ -462,7 +463,7 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
         if run is not None and current_run(history, task) != run:
             raise IllegalTransition(f"{task}: not held by run {run}")
         ts = time.time()
-        return [wire.now_event(t, source, task, d) for t, d in
+        return [eventmsgs.now_event(t, source, task, d) for t, d in
                 decide(history, type, task, data, ts, source, max_failures, retry, same_end)]
 
     eventsdb.append_task_events(conn, task, decide_events)
@@ -485,7 +486,7 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
     """A run of `agent` takes the task: task-assigned (from pending) and task-executing, both
     checked and appended in one transaction, each carrying `run`. A task already assigned to
     `agent` by someone else only gets task-executing. Raises IllegalTransition otherwise."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
 
     def decide_events(history: list) -> list:
@@ -498,7 +499,7 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
         out, seen = [], list(history)
         for step in steps:
             for t, d in decide(seen, step, task, {**data, "agent": agent, "run": run}, time.time(), source):
-                ev = wire.now_event(t, source, task, d)
+                ev = eventmsgs.now_event(t, source, task, d)
                 out.append(ev)
                 seen.append(ev)
         return out

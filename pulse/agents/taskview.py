@@ -15,7 +15,7 @@ from typing import Any
 
 from pulse.agents import tasks
 from pulse.core import clock
-from pulse.core.wire import LOOP_NOTICED, TaskEvent
+from pulse.core.wire.eventmsgs import LOOP_NOTICED, TaskEvent
 
 OUTPUT_CHARS = 200_000       # the most of an agent's output a page or `task show` carries; `task output` has all
 GATE_CALLS_LIMIT = 500       # the gate calls a task view lists (newest kept)
@@ -121,7 +121,7 @@ def waiting(conn, agents: list | None, state) -> dict[str, Any] | None:
     show`, the board and the task's page."""
     from pulse.agents import routing
     from pulse.core.states import TaskStatus
-    from pulse.core.wire import SpendEvent
+    from pulse.core.wire.eventmsgs import SpendEvent
     from pulse.store import eventsdb
     if state.status != TaskStatus.PENDING:
         return None
@@ -207,8 +207,8 @@ def fleet_task_view(events: list) -> dict[str, Any] | None:
     was dead-lettered. None when this host never offered it. Withdrawn by its operator: `withdrawn`
     until a run that was already going reports its end. The projection behind `pulsectl task show
     <fleet id>` and `pulsectl fleet tasks`."""
-    from pulse.core import wire
-    offer = next((e for e in events if e.type == wire.FLEET_TASK_OFFERED), None)
+    from pulse.core.wire import eventmsgs
+    offer = next((e for e in events if e.type == eventmsgs.FLEET_TASK_OFFERED), None)
     if offer is None:
         return None
     view = new_fleet_view(offer)
@@ -229,20 +229,20 @@ def new_fleet_view(offer) -> dict[str, Any]:
 def apply_fleet_event(view: dict[str, Any], ev) -> None:
     """Fold one of a fleet task's events (after its offer) into its view. Withdrawn, a run that was
     going then changes it only by its end (acked, closed)."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     r = ev.data
-    if ev.type not in (wire.FLEET_TASK_UPDATE, wire.FLEET_TASK_DEAD, wire.FLEET_TASK_WITHDRAWN):
+    if ev.type not in (eventmsgs.FLEET_TASK_UPDATE, eventmsgs.FLEET_TASK_DEAD, eventmsgs.FLEET_TASK_WITHDRAWN):
         return
     view["updated"] = iso(ev.ts)
     view["history"].append({"ts": iso(ev.ts), "type": ev.type, "host": r.get("host"), "task": r.get("task"),
                             "status": r.get("status"), "why": r.get("why") or r.get("error")})
-    if ev.type == wire.FLEET_TASK_WITHDRAWN:
+    if ev.type == eventmsgs.FLEET_TASK_WITHDRAWN:
         view.update(status="withdrawn", why=r.get("why"), withdrawn=iso(ev.ts))
         return
     if view.get("withdrawn") and r.get("status") not in ("acked", "closed"):
         _fold_taking(view, r)
         return
-    if ev.type == wire.FLEET_TASK_DEAD:
+    if ev.type == eventmsgs.FLEET_TASK_DEAD:
         view.update(status="dead", why=r.get("why"), dead=dict(r), attempts=max(view["attempts"], r.get("attempts") or 0))
         return
     if _stale_report(view, r):
@@ -274,20 +274,20 @@ def _fold_taking(view: dict, report: dict) -> None:
 def fold_fleet_views(views: dict[str, dict[str, Any]], events) -> None:
     """Every fleet task this host offered (fleet id → its fleet_task_view, in the order offered): an
     offer makes its view, its later events fold into it."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     for ev in events:
-        if ev.type == wire.FLEET_TASK_OFFERED:
+        if ev.type == eventmsgs.FLEET_TASK_OFFERED:
             views.setdefault(ev.target, new_fleet_view(ev))
         elif ev.target in views:
             apply_fleet_event(views[ev.target], ev)
 
 
 def fleet_views_projection():
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.store import projection
     return projection.Projection(
         name="fleet.tasks", new=dict, fold=fold_fleet_views, state_type=dict[str, dict[str, Any]],
-        types=wire.FLEET_TASK_EVENTS,
+        types=eventmsgs.FLEET_TASK_EVENTS,
         code=(new_fleet_view, apply_fleet_event, _stale_report, _fold_taking, iso, clock.iso))
 
 

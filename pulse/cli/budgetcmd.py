@@ -49,8 +49,9 @@ def reset(ctx: Context, agent: str) -> None:
     if not ctx.paths.events_db.exists():
         _fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
     spend.reset(eventsdb.open_events(ctx.paths.events_db), agent, "pulsectl", by="operator")
-    from pulse.core import client, wire
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{agent} spend reset"))   # its held tasks go out now
+    from pulse.core import client
+    from pulse.core.wire import doorbells
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{agent} spend reset"))   # its held tasks go out now
     click.echo(f"{agent}: spend reset; the tasks it held back are handed out at the next tick")
 
 

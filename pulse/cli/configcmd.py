@@ -92,9 +92,10 @@ def own_web_port(ctx: Context) -> int | None:
     """The port this home's running web worker listens on, if it runs."""
     from urllib.parse import urlsplit
 
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import controlmsgs
     try:
-        url = client.request(ctx.paths, wire.GetStatus(), min(ctx.timeout, 2.0)).status.web_url
+        url = client.request(ctx.paths, controlmsgs.GetStatus(), min(ctx.timeout, 2.0)).status.web_url
     except client.Unreachable:
         return None
     return urlsplit(url).port if url else None

@@ -15,9 +15,10 @@ from pulse.core import clock
 
 
 def _reload_engine(ctx: Context) -> None:
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import controlmsgs
     try:
-        reply = client.request(ctx.paths, wire.RestartWorker("engine"), ctx.timeout)
+        reply = client.request(ctx.paths, controlmsgs.RestartWorker("engine"), ctx.timeout)
     except client.Unreachable:
         click.echo("pulsed is not running: the engine loads the new tree when it starts")
         return

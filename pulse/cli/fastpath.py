@@ -52,7 +52,7 @@ def _task_statuses(params: dict) -> bool:
 def _events_sound(params: dict) -> bool:
     """Types it knows and a --since it can read: click says what is wrong with any other."""
     from pulse.core import clock  # re: ~1 ms
-    from pulse.core.wire import EVENT_TYPES  # with msgspec, ~14 ms: only the commands that read events pay it
+    from pulse.core.wire.eventmsgs import EVENT_TYPES  # with msgspec, ~14 ms: only the commands that read events pay it
     if not set(params["types"]) <= EVENT_TYPES:
         return False
     if params["since"]:

@@ -156,8 +156,8 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
     import secrets
 
     from pulse.core import fleetnames as names
-    from pulse.core import wire
     from pulse.core.config import ROUTE_NAME
+    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
     if not ctx.config().fleet.enabled:
         click.echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
@@ -179,7 +179,7 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
     data = {"agent": pin, "project": project, "title": title, "prompt": prompt, "priority": priority,
             **({"tags": sorted(set(tags))} if tags else {})}
     conn = eventsdb.open_events(ctx.paths.events_db)
-    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_OFFERED, "pulsectl", fleet_id, data)])
+    eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "pulsectl", fleet_id, data)])
     return fleet_id
 
 
@@ -203,7 +203,7 @@ def withdraw(conn, fleet_id: str) -> None:
     """Take back a task this host offered (`pulsectl task close <fleet id>`): a `fleet-task-withdrawn`
     event, which this host's fleet worker makes known to every host (pulse.workers.fleettasks)."""
     from pulse.agents import taskview
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
     view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
     if view is None:
@@ -215,16 +215,16 @@ def withdraw(conn, fleet_id: str) -> None:
         sys.exit(1)
     running = view["host"] if view["status"] in ("assigned", "executing") else None
     why = "withdrawn by the operator of its origin"
-    eventsdb.append_events(conn, [wire.now_event(wire.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])
+    eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])
     click.echo(f"{fleet_id}: withdrawn" + (f" (its run on {running} ends as it will, and is not offered again)"
                                            if running else ""))
 
 
 def read_fleet_events(conn, fleet_id: str) -> list:
     """One fleet task's events, oldest first."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
-    types = list(wire.FLEET_TASK_EVENTS)
+    types = list(eventmsgs.FLEET_TASK_EVENTS)
     return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)
 
 

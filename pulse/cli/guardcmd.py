@@ -175,9 +175,10 @@ def checked(ctx: Context, text: str):
 
 def reload_if_running(click_ctx: click.Context, ctx: Context) -> None:
     from pulse.cli.workercmd import reload
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import controlmsgs
     try:
-        client.request(ctx.paths, wire.GetStatus(), min(ctx.timeout, 3.0))
+        client.request(ctx.paths, controlmsgs.GetStatus(), min(ctx.timeout, 3.0))
     except client.Unreachable:
         click.echo("pulsed is not running: it guards it from its next start (pulsectl daemon start)")
         return

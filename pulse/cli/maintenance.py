@@ -15,11 +15,12 @@ from pulse.core.states import EffectState
 
 def _append(ctx: Context, type_: str, target: str, **data) -> None:
     """Commit the event, then ring the tick so the rules see it now."""
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells, eventmsgs
     from pulse.store import eventsdb
     conn = eventsdb.open_events(ctx.paths.events_db)
-    eventsdb.append_events(conn, [wire.now_event(type_, "pulsectl", target, **data)])
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", type_))
+    eventsdb.append_events(conn, [eventmsgs.now_event(type_, "pulsectl", target, **data)])
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", type_))
 
 
 def _known_process(ctx: Context, name: str) -> None:
@@ -66,13 +67,13 @@ def notify() -> None:
 def notify_test(ctx: Context, wait: float) -> None:
     """Send one notification through every configured channel, and say how each one took it."""
     from pulse.cli.pipeline import await_effect, commit_operator_effect
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc
     from pulse.effects.notify import channel_label
     config = ctx.config()
     labels = [channel_label(c, i) for i, c in enumerate(config.notify)]
     click.echo(f"channels: {', '.join(labels) or 'none'}")
     # Not idempotent: a test is said once and answered now, never kept in the queue for retries.
-    effect = commit_operator_effect(ctx, wire.Effect(kind="notify", target="pulse", params={
+    effect = commit_operator_effect(ctx, enginerpc.Effect(kind="notify", target="pulse", params={
         "title": "Pulse test notification", "message": "If you read this, this channel works.", "test": True}),
         config.timings.effect_deadline_s)
     state = await_effect(ctx, effect.id, wait)

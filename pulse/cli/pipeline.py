@@ -39,7 +39,7 @@ _json_line = eventsview.json_line
 @pass_ctx
 def events(ctx: Context, types: tuple[str, ...], since: str | None, lines: int, follow: bool, as_json: bool) -> None:
     """Print events from events.db: the last -n (of --type, over the whole history), or all --since."""
-    from pulse.core.wire import EVENT_TYPES
+    from pulse.core.wire.eventmsgs import EVENT_TYPES
     unknown = sorted(set(types) - EVENT_TYPES)
     if unknown:
         raise click.BadParameter(f"no event type {', '.join(map(repr, unknown))}; the types are: "
@@ -100,20 +100,21 @@ def _param(text: str) -> tuple[str, object]:
 def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], idempotent: bool,
          deadline_s: float | None, wait_s: float) -> None:
     """Queue an effect by hand (origin operator) and ring the executor."""
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc
     config = ctx.config()
     try:
         values = dict(_param(p) for p in params)
     except click.BadParameter as err:
         click.echo(f"pulsectl: --param {err.message}", err=True)
         sys.exit(2)
-    effect = wire.Effect(kind=kind, target=target, params=values, idempotent=idempotent)
+    effect = enginerpc.Effect(kind=kind, target=target, params=values, idempotent=idempotent)
     sys.exit(queue_effect(ctx, effect, deadline_s or config.timings.effect_deadline_s, wait_s))
 
 
 def commit_operator_effect(ctx: Context, effect, deadline_s: float):
     """Commit an effect of origin operator, ring the executor, print its id: the committed effect."""
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells
     from pulse.store import effectqueue, eventsdb
     effect = effectqueue.new_effect(effect, "operator", deadline_s)
     conn = eventsdb.open_events(ctx.paths.events_db)
@@ -121,7 +122,7 @@ def commit_operator_effect(ctx: Context, effect, deadline_s: float):
         effectqueue.commit_effects(conn, [effect], "pulsectl")
     finally:
         conn.close()
-    client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
+    client.ring(ctx.paths, "doorbell", doorbells.Doorbell("pulsectl"))
     click.echo(effect.id)
     return effect
 

@@ -3,7 +3,7 @@
 - `list`, `status NAME`: what the watcher last saw of each (alive, pid, held down, paused) and,
   for one, its last exit and the end of its output.
 - `restart|stop|start NAME`: each an `operator` event (data {"action": "process-restart" | "process-stop"
-  | "process-start"}, wire.ProcessAction), then the effect that acts, of origin operator: restart-process
+  | "process-start"}, eventmsgs.ProcessAction), then the effect that acts, of origin operator: restart-process
   (the path processWatchdog's restarts take: stop its tree, then start; never two copies) or stop-process.
   A stopped process stays down, across restarts of pulsed, until `start` (or `restart`): survival
   folds the event and leaves it alone.
@@ -25,7 +25,7 @@ import click
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 from pulse.core.states import EffectState
-from pulse.core.wire import ProcessAction
+from pulse.core.wire.eventmsgs import ProcessAction
 
 SHORT_HASH = 12                 # hex digits of a sha256 shown beside a file
 
@@ -132,7 +132,7 @@ def show(proc, known, restores, objects_root, as_json: bool) -> None:
 def config(ctx: Context, name: str, pin: bool, restore: bool, as_json: bool, wait: float) -> None:
     """NAME's config files: known good against current; --pin or --restore to act on them."""
     from pulse.cli.pipeline import _connect, queue_effect
-    from pulse.core import wire
+    from pulse.core.wire import enginerpc
     from pulse.effects import configfiles
     from pulse.store import objects
     if pin and restore:
@@ -140,7 +140,7 @@ def config(ctx: Context, name: str, pin: bool, restore: bool, as_json: bool, wai
     proc = configured(ctx, name)
     deadline_s = ctx.config().timings.effect_deadline_s
     if pin:
-        sys.exit(queue_effect(ctx, wire.Effect(kind=configfiles.KEEP, target=name, idempotent=True), deadline_s, wait))
+        sys.exit(queue_effect(ctx, enginerpc.Effect(kind=configfiles.KEEP, target=name, idempotent=True), deadline_s, wait))
     known, restores = configfiles.known_good_of(_connect(ctx, "events.db"), name)
     if restore:
         files = {path: objects.ref(digest) for path, digest in sorted(known.files.items()) if path in proc.config}
@@ -148,7 +148,7 @@ def config(ctx: Context, name: str, pin: bool, restore: bool, as_json: bool, wai
             click.echo(f"pulsectl: nothing of {name} was kept as known good, so nothing can be restored "
                        "(Pulse never writes a file it did not keep); --pin keeps the current files", err=True)
             sys.exit(1)
-        effect = wire.Effect(kind=configfiles.RESTORE, target=name, params={"files": files, "why": "operator"})
+        effect = enginerpc.Effect(kind=configfiles.RESTORE, target=name, params={"files": files, "why": "operator"})
         sys.exit(queue_effect(ctx, effect, deadline_s, wait))
     show(proc, known, restores, ctx.paths.objects, as_json)
 
@@ -166,8 +166,8 @@ def state_of(p) -> str:
 
 def shown(ctx: Context) -> list:
     """Every [[process]] as pulsed's status shows it (pulsed not answering: exit 4, saying so)."""
-    from pulse.core import wire
-    return ctx.request(wire.GetStatus()).status.processes
+    from pulse.core.wire import controlmsgs
+    return ctx.request(controlmsgs.GetStatus()).status.processes
 
 
 def shown_one(ctx: Context, name: str):
@@ -240,15 +240,16 @@ def steer(ctx: Context, name: str, action: ProcessAction, wait: float) -> dict |
     """The operator event, then the effect (origin operator) that acts on it; its outcome within
     `wait`: the ack's data, or exit 1 saying why it failed or that it is still open."""
     from pulse.cli.pipeline import await_effect
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells
     from pulse.store import effectqueue, eventsdb
     conn = eventsdb.open_events(ctx.paths.events_db)
     try:
         effect = effectqueue.commit_process_action(conn, name, action, ctx.config().timings.effect_deadline_s, "pulsectl")
     finally:
         conn.close()
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", action))     # the tick folds the hold now
-    client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", action))     # the tick folds the hold now
+    client.ring(ctx.paths, "doorbell", doorbells.Doorbell("pulsectl"))
     if not wait:
         click.echo(f"{name}: {action} asked ({effect.id})")
         return None
@@ -313,14 +314,14 @@ def stop(ctx: Context, name: str, wait: float) -> None:
 @pass_ctx
 def start(ctx: Context, name: str, wait: float) -> None:
     """Start NAME (after a stop, or when it is down); one already alive is left as it is."""
-    from pulse.core import wire
+    from pulse.core.wire import eventmsgs
     startable(ctx, name)
     p = shown_one(ctx, name)
     if p.alive:                  # started by hand meanwhile, or never stopped: left as it is, no longer held
         from pulse.store import eventsdb
         conn = eventsdb.open_events(ctx.paths.events_db)
         try:
-            eventsdb.append_events(conn, [wire.now_event("operator", "pulsectl", name, action=ProcessAction.START)])
+            eventsdb.append_events(conn, [eventmsgs.now_event("operator", "pulsectl", name, action=ProcessAction.START)])
         finally:
             conn.close()
         click.echo(f"{name}: already running, pid {p.pid}" + ("; no longer held down" if p.stopped else ""))

@@ -1,5 +1,5 @@
 """What `pulsectl reload` says once pulsed has reloaded: per worker and per [[process]], what came of
-what the reload set in motion (wire.ReloadDone), as it actually ended, not as it was begun. A worker
+what the reload set in motion (controlmsgs.ReloadDone), as it actually ended, not as it was begun. A worker
 that does not come back is said as failed, with its state and last exit; a [[process]] taken out is
 said stopped once its stop-process effect ends; one added, running once the watcher sees it alive.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 
 from pulse.cli.group import Context
-from pulse.core import wire
 from pulse.core.states import EffectState, WorkerState
+from pulse.core.wire import controlmsgs, eventmsgs
 
 POLL_S = 0.05
 
 
-def worker_line(name: str, how: str, worker: wire.WorkerStatus | None, old_pid: int | None,
+def worker_line(name: str, how: str, worker: controlmsgs.WorkerStatus | None, old_pid: int | None,
                 final: bool) -> tuple[str, bool] | None:
     """(the line, failed) once the worker is where the reload sent it; None while it is on its way
     (`final`: the wait is over, so where it is now is the answer)."""
@@ -33,7 +33,7 @@ def worker_line(name: str, how: str, worker: wire.WorkerStatus | None, old_pid: 
         f", {exit_words(worker)})" if worker is not None and worker.last_exit else ")"), True
 
 
-def exit_words(worker: wire.WorkerStatus) -> str:
+def exit_words(worker: controlmsgs.WorkerStatus) -> str:
     last = worker.last_exit
     if last is None:
         return f"state {worker.state}"
@@ -41,7 +41,7 @@ def exit_words(worker: wire.WorkerStatus) -> str:
     return f"state {worker.state}, last exit {how} at {last.at}"
 
 
-def effect_since(conn, kind: str, name: str, at: float) -> wire.Event | None:
+def effect_since(conn, kind: str, name: str, at: float) -> eventmsgs.Event | None:
     """The first effect of `kind` on `name` committed since `at` (the reload)."""
     from pulse.store import eventsdb
     found = [e for e in eventsdb.search_events(conn, types=["effect"], target=name, since_ts=at - 1, limit=50)
@@ -49,7 +49,7 @@ def effect_since(conn, kind: str, name: str, at: float) -> wire.Event | None:
     return found[-1] if found else None
 
 
-def ended(conn, effect: wire.Event | None) -> tuple[str, dict, str | None] | None:
+def ended(conn, effect: eventmsgs.Event | None) -> tuple[str, dict, str | None] | None:
     """(state, the ending event's data, why) once the effect has ended; None while it is open."""
     from pulse.store import effectqueue, eventsdb
     if effect is None:
@@ -63,7 +63,7 @@ def ended(conn, effect: wire.Event | None) -> tuple[str, dict, str | None] | Non
 
 
 def removed_line(conn, name: str, at: float, final: bool) -> tuple[str, bool] | None:
-    result = ended(conn, effect_since(conn, wire.STOP_PROCESS, name, at))
+    result = ended(conn, effect_since(conn, eventmsgs.STOP_PROCESS, name, at))
     if result is None:
         return (f"[[process]] {name}: removed; failed: its stop was not done within the wait", True) if final else None
     state, data, why = result
@@ -74,7 +74,7 @@ def removed_line(conn, name: str, at: float, final: bool) -> tuple[str, bool] | 
             else f"[[process]] {name}: removed (it was not running)"), False
 
 
-def added_line(conn, process: wire.ProcessStatus | None, name: str, at: float, has_restart: bool,
+def added_line(conn, process: controlmsgs.ProcessStatus | None, name: str, at: float, has_restart: bool,
                final: bool) -> tuple[str, bool] | None:
     if process is not None and process.alive:
         return f"[[process]] {name}: added, running (pid {process.pid})", False
@@ -88,7 +88,7 @@ def added_line(conn, process: wire.ProcessStatus | None, name: str, at: float, h
     return f"[[process]] {name}: added; failed: not running after the wait", True
 
 
-def outcome(ctx: Context, done: wire.ReloadDone, before: dict[str, int | None], wait_s: float) -> tuple[list[str], bool]:
+def outcome(ctx: Context, done: controlmsgs.ReloadDone, before: dict[str, int | None], wait_s: float) -> tuple[list[str], bool]:
     """The lines to print, in the order of the reload, and whether anything failed."""
     from pulse.core import client
     from pulse.store import eventsdb
@@ -102,7 +102,7 @@ def outcome(ctx: Context, done: wire.ReloadDone, before: dict[str, int | None], 
     try:
         while True:
             final = time.monotonic() >= deadline
-            status = client.request(ctx.paths, wire.GetStatus(), ctx.timeout).status
+            status = client.request(ctx.paths, controlmsgs.GetStatus(), ctx.timeout).status
             listed = {w.name: w for w in status.workers}
             processes = {p.name: p for p in status.processes}
             for name, how in workers.items():

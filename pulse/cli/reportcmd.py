@@ -42,9 +42,10 @@ def _window(since: str | None, start: str | None, end: str | None) -> tuple[floa
 
 
 def _pulsed_running(ctx: Context) -> bool:
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import controlmsgs
     try:
-        client.request(ctx.paths, wire.GetStatus(), min(ctx.timeout, 2.0))
+        client.request(ctx.paths, controlmsgs.GetStatus(), min(ctx.timeout, 2.0))
         return True
     except client.Unreachable:
         return False
@@ -52,21 +53,22 @@ def _pulsed_running(ctx: Context) -> bool:
 
 def _through_executor(ctx: Context, config, params: dict, wait_s: float):
     """Queue a report effect (origin operator), wait for its end; the analysis it stored."""
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells, enginerpc, eventmsgs
     from pulse.report.analysis import decode
     from pulse.store import effectqueue, eventsdb, objects
-    effect = effectqueue.new_effect(wire.Effect(kind="report", target="pulsectl", params=params, idempotent=True),
+    effect = effectqueue.new_effect(enginerpc.Effect(kind="report", target="pulsectl", params=params, idempotent=True),
                            "operator", config.timings.effect_deadline_s)
     conn = eventsdb.open_events(ctx.paths.events_db)
     effectqueue.commit_effects(conn, [effect], "pulsectl")
-    client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
+    client.ring(ctx.paths, "doorbell", doorbells.Doorbell("pulsectl"))
     deadline = time.monotonic() + wait_s
     while (ended := eventsdb.effect_end(conn, effect.id)) is None:
         if time.monotonic() >= deadline:
             _fail(f"the report effect {effect.id} did not end within {wait_s:g}s (see `pulsectl effects`)")
         time.sleep(0.05)
-    if ended.type != wire.EffectEvent.ACKED:
-        _fail(f"the report effect {effect.id} {wire.EFFECT_END_STATES[ended.type]}: "
+    if ended.type != eventmsgs.EffectEvent.ACKED:
+        _fail(f"the report effect {effect.id} {eventmsgs.EFFECT_END_STATES[ended.type]}: "
               f"{ended.data.get('error') or ended.data.get('reason')}")
     return decode(objects.get(ctx.paths.objects, ended.data["analysis"]))
 

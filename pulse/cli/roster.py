@@ -28,11 +28,12 @@ def home_of(name: str) -> str:
 
 def describe(entry: dict, timeout: float) -> dict:
     """The entry, plus whether its pulsed answers and how many of its workers run."""
-    from pulse.core import client, wire
+    from pulse.core import client
     from pulse.core.home import Paths
+    from pulse.core.wire import controlmsgs
     out = {k: entry[k] for k in ("name", "home", "pid", "started")}
     try:
-        reply = client.request(Paths(Path(entry["home"]), Path(entry["runtime"])), wire.GetStatus(), timeout)
+        reply = client.request(Paths(Path(entry["home"]), Path(entry["runtime"])), controlmsgs.GetStatus(), timeout)
         workers = reply.status.workers
         out.update(state="answering", running=sum(1 for w in workers if w.state == WorkerState.RUNNING), total=len(workers))
     except client.Unreachable:

@@ -84,8 +84,9 @@ def list_(ctx: Context, as_json: bool) -> None:
 def run(ctx: Context, name: str) -> None:
     """Run schedule NAME once now (recorded as the operator's manual run; its slots are unchanged)."""
     from pulse.agents import tasks
-    from pulse.core import client, wire
+    from pulse.core import client
     from pulse.core import schedule as schedulemod
+    from pulse.core.wire import doorbells, eventmsgs
     from pulse.store import effectqueue, eventsdb, schedulerun
     config = ctx.config()
     s = next((s for s in config.schedule if s.name == name), None)
@@ -98,16 +99,16 @@ def run(ctx: Context, name: str) -> None:
     make_task = effect = None
     if s.task is not None:
         fields = schedulemod.task_fields(s, None)
-        make_task = lambda n: wire.now_event(wire.TaskEvent.CREATED, "pulsectl", tasks.task_id(n), fields)  # noqa: E731
+        make_task = lambda n: eventmsgs.now_event(eventmsgs.TaskEvent.CREATED, "pulsectl", tasks.task_id(n), fields)  # noqa: E731
     else:
         effect = effectqueue.new_effect(schedulemod.effect_of(s), "operator", config.timings.effect_deadline_s)
     fact = schedulerun.commit_run(conn, name, "pulsectl", slot=None, make_task=make_task, effect=effect,
                                   observe_only=config.observe_only, by="operator")
     made = fact.data.get("task") or fact.data.get("effect")
     if effect is not None:
-        client.ring(ctx.paths, "doorbell", wire.Doorbell("pulsectl"))
+        client.ring(ctx.paths, "doorbell", doorbells.Doorbell("pulsectl"))
     else:
-        client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{made} created by schedule {name}"))
+        client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{made} created by schedule {name}"))
     click.echo(f"schedule {name}: ran now: {'task ' if s.task is not None else 'effect '}{made}")
 
 

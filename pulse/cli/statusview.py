@@ -8,9 +8,10 @@ pulsed unreachable; 5 every worker running, but a guarded process is down, held 
 from __future__ import annotations
 
 from pulse.cli import request_or_exit
-from pulse.core import clock, wire
+from pulse.core import clock
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, StatusExit, WorkerState
+from pulse.core.wire import controlmsgs
 
 
 def duration(seconds: float | None) -> str:
@@ -22,7 +23,7 @@ def duration(seconds: float | None) -> str:
     return f"{days}d {text}" if days else text
 
 
-def last_exit(exit: wire.LastExit | None) -> str:
+def last_exit(exit: controlmsgs.LastExit | None) -> str:
     if exit is None:
         return "-"
     import signal
@@ -45,7 +46,7 @@ def columns(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
-def process_state(p: wire.ProcessStatus) -> str:
+def process_state(p: controlmsgs.ProcessStatus) -> str:
     state = p.state
     if state == ProcessState.PAUSED:   # "paused, paused until …" would hide whether it lives
         state = "running" if p.alive else "dead" if p.alive is False else "unknown"
@@ -58,14 +59,14 @@ def process_state(p: wire.ProcessStatus) -> str:
     return state
 
 
-def process_exit(exit: wire.ProcessExitView | None) -> str:
+def process_exit(exit: controlmsgs.ProcessExitView | None) -> str:
     if exit is None:
         return "-"
     how = f"killed by {exit.signal}" if exit.code is None else f"exit {exit.code}"
     return f"{how} at {clock.iso(exit.at, ms=False)[11:19]}Z"
 
 
-def health(h: wire.HealthView | None) -> str:
+def health(h: controlmsgs.HealthView | None) -> str:
     """Its last probe: "ok 12 ms", "failing 3 (timed out)"."""
     if h is None:
         return "-"
@@ -73,14 +74,14 @@ def health(h: wire.HealthView | None) -> str:
     return f"ok{took}" if h.ok else f"failing {h.failing}{took}" + (f" ({h.error})" if h.error else "")
 
 
-def memory(p: wire.ProcessStatus) -> str:
+def memory(p: controlmsgs.ProcessStatus) -> str:
     """Its tree's RSS, and its ceiling when it has one: "812 MB of 4096"."""
     if p.rss_mb is None:
         return "-"
     return f"{p.rss_mb:.0f} MB" + (f" of {p.max_mb:g}" if p.max_mb is not None else "")
 
 
-def config_state(p: wire.ProcessStatus) -> str:
+def config_state(p: controlmsgs.ProcessStatus) -> str:
     """Its config files against the known-good copies: "known good", "2 changed of 3", with its last
     restore when it had one."""
     c = p.config
@@ -102,7 +103,7 @@ def size(n: int) -> str:
     return f"{n / 1048576:.1f} MB" if n >= 104858 else f"{n / 1024:.0f} KB"
 
 
-def file_rows(files: list[wire.FileWatchStatus]) -> list[tuple[str, ...]]:
+def file_rows(files: list[controlmsgs.FileWatchStatus]) -> list[tuple[str, ...]]:
     rows = [("WATCHED FILE", "MATCHES", "LARGEST", "MAX", "ACTION", "LAST TRIM")]
     for f in files:
         largest = "-" if f.largest is None else f"{size(f.largest_bytes)} {f.largest}"
@@ -112,7 +113,7 @@ def file_rows(files: list[wire.FileWatchStatus]) -> list[tuple[str, ...]]:
     return rows
 
 
-def fresh_rows(proofs: list[wire.FreshWatchStatus]) -> list[tuple[str, ...]]:
+def fresh_rows(proofs: list[controlmsgs.FreshWatchStatus]) -> list[tuple[str, ...]]:
     rows = [("PROOF OF WORK", "STATE", "LAST WORK", "WITHIN", "RESTART", "LOOKS AT")]
     for f in proofs:
         state = "-" if f.stale is None else "stale" if f.stale else "fresh"
@@ -125,14 +126,14 @@ def fresh_rows(proofs: list[wire.FreshWatchStatus]) -> list[tuple[str, ...]]:
     return rows
 
 
-def bounds(d: wire.DirWatchStatus) -> str:
+def bounds(d: controlmsgs.DirWatchStatus) -> str:
     """Its bounds in words: "1000 files, 512 MB, 14d"."""
     said = [f"{d.max_files} files" if d.max_files is not None else "", f"{d.max_mb:g} MB" if d.max_mb is not None else "",
             d.max_age or ""]
     return ", ".join(s for s in said if s)
 
 
-def dir_rows(dirs: list[wire.DirWatchStatus]) -> list[tuple[str, ...]]:
+def dir_rows(dirs: list[controlmsgs.DirWatchStatus]) -> list[tuple[str, ...]]:
     rows = [("WATCHED DIR", "DIRS", "FILES", "OLDEST FILE", "BOUNDS", "OLDEST", "LAST TRIM")]
     for d in dirs:
         trim = "-" if d.last_trim_at is None else f"{d.last_trim_state} {clock.iso(d.last_trim_at, ms=False)}"
@@ -143,7 +144,7 @@ def dir_rows(dirs: list[wire.DirWatchStatus]) -> list[tuple[str, ...]]:
     return rows
 
 
-def table(status: wire.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
+def table(status: controlmsgs.Status, engine_commit: str | None = None, events_unwritten: int = 0) -> str:
     # Crashes (automatic restarts) apart from the operator's restarts and reloads: a reload is not
     # a crash, and one column counting both hid which was which.
     rows = [("NAME", "STATE", "PID", "UPTIME", "CRASHES", "RESTARTED", "LAST EXIT", "HEARTBEAT")]
@@ -198,13 +199,13 @@ def fleet_line(fleet: dict) -> str:
 
 
 def show(paths: Paths, timeout: float, as_json: bool) -> int:
-    reply = request_or_exit(paths, wire.GetStatus(), timeout)
+    reply = request_or_exit(paths, controlmsgs.GetStatus(), timeout)
     if not as_json and reply.events_recorded > reply.events_written:
         # Right after a kill the restart's own events are a few milliseconds from being committed:
         # look again once before saying so, so a passing moment is not reported as a backlog.
         import time
         time.sleep(0.3)
-        reply = request_or_exit(paths, wire.GetStatus(), timeout)
+        reply = request_or_exit(paths, controlmsgs.GetStatus(), timeout)
     code, why = exit_of(reply.status)
     history = history_of(paths)
     if as_json:
@@ -248,7 +249,7 @@ def history_of(paths: Paths) -> dict | None:
         conn.close()
 
 
-def exit_of(status: wire.Status) -> tuple[StatusExit, list[str]]:
+def exit_of(status: controlmsgs.Status) -> tuple[StatusExit, list[str]]:
     """The exit code, and why not 0: a worker not running (3) before a guarded process failing (5)."""
     down = [f"worker {w.name} is {w.state}" for w in status.workers if w.state not in (WorkerState.RUNNING, LATE)]
     if down:
@@ -291,13 +292,13 @@ def iso_times(item: dict) -> dict:
     return {k: clock.iso(v) if k in WIRE_TIMES and isinstance(v, (int, float)) else v for k, v in item.items()}
 
 
-def status_json(status: wire.Status, code: int | None = None, why: list[str] | None = None,
+def status_json(status: controlmsgs.Status, code: int | None = None, why: list[str] | None = None,
                 history: dict | None = None) -> str:
     """`status --json`: the document pulsed sent, with the times of processes, their configs and the
     watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like every other
     time in it, and the exit code with why it is not 0."""
     import json
-    document = json.loads(wire.status_json(status))
+    document = json.loads(controlmsgs.status_json(status))
     document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"]),
                                         "last_exit": p.get("last_exit") and iso_times(p["last_exit"]),
                                         "health": p.get("health") and iso_times(p["health"])})

@@ -221,7 +221,7 @@ COMMANDS = [store]
 
 def archived(events_db: Path, path: str) -> dict | None:
     """The newest dir-archived record of `path` (its blob, bytes, mtime, mode), or None."""
-    from pulse.core.wire import DIR_ARCHIVED
+    from pulse.core.wire.eventmsgs import DIR_ARCHIVED
     from pulse.store import connection, eventsdb
     if not events_db.exists():
         return None

@@ -208,7 +208,7 @@ def close(ctx: Context, task: str) -> None:
     if not task.startswith("task-"):
         from pulse.cli.fleetcmd import withdraw
         return withdraw(_writable(ctx), task)
-    from pulse.core.wire import TaskEvent
+    from pulse.core.wire.eventmsgs import TaskEvent
     _record(ctx, task, TaskEvent.CLOSED, by="operator")
 
 
@@ -218,7 +218,7 @@ def close(ctx: Context, task: str) -> None:
 @pass_ctx
 def give_up(ctx: Context, task: str, reason: str) -> None:
     """Give a task up: no agent will be handed it again."""
-    from pulse.core.wire import TaskEvent
+    from pulse.core.wire.eventmsgs import TaskEvent
     _record(ctx, task, TaskEvent.GIVEN_UP, by="operator", reason=reason)
 
 
@@ -227,9 +227,10 @@ def give_up(ctx: Context, task: str, reason: str) -> None:
 @pass_ctx
 def retry(ctx: Context, task: str) -> None:
     """Put a given-up task back to pending, its failures forgiven: the agents may take it again."""
-    from pulse.core import client, wire
+    from pulse.core import client
+    from pulse.core.wire import doorbells, eventmsgs
     from pulse.store import eventsdb
-    created = eventsdb.search_events(_writable(ctx), types=[wire.TaskEvent.CREATED], source="fleet", target=task, limit=1)
+    created = eventsdb.search_events(_writable(ctx), types=[eventmsgs.TaskEvent.CREATED], source="fleet", target=task, limit=1)
     if created:   # the fleet has moved on with it: a run here now could be its second
         _fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
               "offer it again where it came from (pulsectl task add --fleet)")
@@ -238,8 +239,8 @@ def retry(ctx: Context, task: str) -> None:
     # the task's own fields ride on the event: a fold that forgot the given-up task has it back from them
     fields = {k: getattr(state, k) for k in ("project", "title", "prompt", "priority", "pin", "tags", "created",
                                              "created_by", "parent", "depth")} if state is not None else {}
-    _record(ctx, task, wire.TaskEvent.RETRIED, by="operator", **fields)
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", f"{task} retried"))
+    _record(ctx, task, eventmsgs.TaskEvent.RETRIED, by="operator", **fields)
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{task} retried"))
 
 
 COMMANDS = [task]

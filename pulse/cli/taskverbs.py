@@ -25,8 +25,9 @@ def readonly(ctx: Context):
 
 def ring_tick(ctx: Context, reason: str) -> None:
     """A new task is news for the assignment rule: wake the tick (dropped if nobody listens)."""
-    from pulse.core import client, wire
-    client.ring(ctx.paths, "wake", wire.Wake("pulsectl", reason))
+    from pulse.core import client
+    from pulse.core.wire import doorbells
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", reason))
 
 
 def line(t) -> str:

@@ -18,8 +18,8 @@ def web() -> None:
 @pass_ctx
 def url(ctx: Context) -> None:
     """The page's address with its token, for the running web worker (the real port when 0 was asked)."""
-    from pulse.core import wire
-    status = ctx.request(wire.GetStatus()).status
+    from pulse.core.wire import controlmsgs
+    status = ctx.request(controlmsgs.GetStatus()).status
     if status.web_url is None:
         enabled = ctx.config().web.enabled
         click.echo("pulsectl: the web worker is not running" + ("" if enabled else

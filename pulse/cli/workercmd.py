@@ -13,9 +13,9 @@ import time
 import click
 
 from pulse.cli.group import Context, pass_ctx
-from pulse.core import wire
 from pulse.core.childspecs import STEERABLE
 from pulse.core.states import WorkerState
+from pulse.core.wire import controlmsgs
 
 
 class WorkerName(click.Choice):
@@ -47,9 +47,9 @@ def wait_opt(command):
     return click.option("--wait", default=15.0, show_default=True, help="Seconds to wait for the outcome.")(command)
 
 
-def listed(ctx: Context, name: str) -> wire.WorkerStatus | None:
+def listed(ctx: Context, name: str) -> controlmsgs.WorkerStatus | None:
     """The worker as status lists it; None when it is not listed (the web worker, not enabled)."""
-    return next((w for w in ctx.request(wire.GetStatus()).status.workers if w.name == name), None)
+    return next((w for w in ctx.request(controlmsgs.GetStatus()).status.workers if w.name == name), None)
 
 
 def wait_for(ctx: Context, name: str, done, seconds: float) -> None:
@@ -76,7 +76,7 @@ def restart(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     """Restart WORKER (also revives a failed engine)."""
     found = listed(ctx, worker)          # not listed (web, not enabled): pulsed's refusal says why
     old = found.pid if found else None
-    click.echo(ctx.request(wire.RestartWorker(worker)).message)
+    click.echo(ctx.request(controlmsgs.RestartWorker(worker)).message)
     if wait and not no_wait:
         wait_for(ctx, worker, lambda w: w.state == WorkerState.RUNNING and w.pid != old, wait)
 
@@ -87,7 +87,7 @@ def restart(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
 @pass_ctx
 def start(ctx: Context, worker: str, wait: float, no_wait: bool) -> None:
     """Start WORKER (after a stop, or a failed engine)."""
-    click.echo(ctx.request(wire.StartWorker(worker)).message)
+    click.echo(ctx.request(controlmsgs.StartWorker(worker)).message)
     if wait and not no_wait:
         wait_for(ctx, worker, lambda w: w.state == WorkerState.RUNNING, wait)
 
@@ -103,7 +103,7 @@ def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:
     if worker is None:
         from pulse.core.client import daemon_pid
         pid = daemon_pid(ctx.paths)
-        click.echo(ctx.request(wire.Shutdown()).message)
+        click.echo(ctx.request(controlmsgs.Shutdown()).message)
         deadline = time.monotonic() + wait
         while wait and pid and daemon_pid(ctx.paths) == pid:
             if time.monotonic() >= deadline:
@@ -113,7 +113,7 @@ def stop(ctx: Context, worker: str | None, wait: float, no_wait: bool) -> None:
         if wait and pid:
             click.echo(f"pulsed (pid {pid}) stopped")
         return
-    click.echo(ctx.request(wire.StopWorker(worker)).message)
+    click.echo(ctx.request(controlmsgs.StopWorker(worker)).message)
     if wait:
         wait_for(ctx, worker, lambda w: w.state == "stopped", wait)
 
@@ -143,8 +143,8 @@ def reload(ctx: Context, wait: float) -> None:
     from pulse.cli import reloadview
     from pulse.core import client
     try:
-        before = {w.name: w.pid for w in client.request(ctx.paths, wire.GetStatus(), ctx.timeout).status.workers}
-        reply = client.request(ctx.paths, wire.Reload(), ctx.timeout)
+        before = {w.name: w.pid for w in client.request(ctx.paths, controlmsgs.GetStatus(), ctx.timeout).status.workers}
+        reply = client.request(ctx.paths, controlmsgs.Reload(), ctx.timeout)
     except client.Unreachable as err:
         click.echo(f"pulsectl: {err}", err=True)
         sys.exit(StatusExit.UNKNOWN)

@@ -2,8 +2,8 @@
 (`guarded` and `toolscan` alone use psutil, and pulsed never imports them).
 
 Modules: `config` (config.toml's schema, defaults and per-worker slices), `argvtemplate` (an
-[[agent]]'s argv placeholders), `wire` (every
-message that crosses a process boundary), `states` (worker, effect and task states, exit
+[[agent]]'s argv placeholders), the package `wire` (every
+message that crosses a process boundary, one module per family), `states` (worker, effect and task states, exit
 codes), `childspecs` (what each worker is to pulsed, one row each), `home` (the home and
 runtime directory), `logs` (the one log writer), `procs`
 (process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),

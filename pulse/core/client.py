@@ -8,8 +8,8 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pulse.core import wire
 from pulse.core.home import Paths
+from pulse.core.wire import codec, controlmsgs
 
 if TYPE_CHECKING:
     import zmq
@@ -77,7 +77,7 @@ def ring(paths: Paths, socket: str, message) -> None:
     sock.setsockopt(zmq.LINGER, 500)
     try:
         sock.connect(paths.endpoint(socket))
-        sock.send(wire.encode(message), zmq.NOBLOCK)
+        sock.send(codec.encode(message), zmq.NOBLOCK)
     except zmq.ZMQError:
         pass
     finally:
@@ -85,7 +85,7 @@ def ring(paths: Paths, socket: str, message) -> None:
         ctx.term()
 
 
-def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.Reply:
+def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> controlmsgs.Reply:
     if daemon_pid(paths) is None:
         raise Unreachable(f"pulsed is not running on {paths.home}")
     try:
@@ -98,9 +98,9 @@ def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> wire.R
     import zmq
     sock = open_socket(zmq.Context.instance(), zmq.DEALER, paths.endpoint("control"), bind=False)
     try:
-        sock.send(wire.encode(message))
+        sock.send(codec.encode(message))
         if not sock.poll(timeout * 1000):
             raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s")
-        return wire.decode(sock.recv(), wire.Reply)
+        return codec.decode(sock.recv(), controlmsgs.Reply)
     finally:
         sock.close()

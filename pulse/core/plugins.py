@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulse.core.wire import Effect, Vital
+from pulse.core.wire.enginerpc import Effect, Vital
 
 
 class Watcher:

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Iterable
 
 import msgspec
 
-from pulse.core.wire import Effect, EffectEvent, ScheduleEvent, TaskEvent
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import EffectEvent, ScheduleEvent, TaskEvent
 
 if TYPE_CHECKING:
     from pulse.core.config import Schedule

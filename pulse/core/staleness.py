@@ -41,5 +41,5 @@ def is_stale(ts: float, data: dict[str, Any], within_s: float, not_before: float
 
 
 def worked_since(samples: Sequence[Any], since: float) -> bool:
-    """Did any sample (a wire.Vital) see work after `since`?"""
+    """Did any sample (an enginerpc.Vital) see work after `since`?"""
     return any(last_work(v.data) > since and v.data.get("changed_at") is not None for v in samples)

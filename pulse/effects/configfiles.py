@@ -35,13 +35,14 @@ import msgspec
 from pulse.core import safepath
 from pulse.core.config import Process
 from pulse.core.states import EffectState
-from pulse.core.wire import EFFECT_END_STATES, Effect, EffectEvent, Event, KnownGood
+from pulse.core.wire.enginerpc import Effect, KnownGood
+from pulse.core.wire.eventmsgs import EFFECT_END_STATES, EffectEvent, EffectKind, Event
 from pulse.effects.kinds import EffectContext, EffectFailed, configured_process, os_failure
 from pulse.store import eventsdb, objects
 
-KEEP = "keep-config"
-RESTORE = "restore-config"
-RESTART = "restart-process"     # a restart after a restore is the one that follows it
+KEEP = EffectKind.KEEP_CONFIG
+RESTORE = EffectKind.RESTORE_CONFIG
+RESTART = EffectKind.RESTART_PROCESS     # a restart after a restore is the one that follows it
 DIFF_LINES = 6                  # changed lines a diff summary shows per file ...
 DIFF_LINE_CHARS = 120           # ... each cut to this (a config may be one long line of JSON)
 UNDONE_LINES = 40               # a restore's unified diff (what it undid), per file, at most this many lines ...

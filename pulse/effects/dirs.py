@@ -25,7 +25,8 @@ import time
 
 from pulse.core import dirscan, safepath
 from pulse.core.config import DirWatch, ExecutorConfig
-from pulse.core.wire import DIR_ARCHIVED, Effect
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import DIR_ARCHIVED
 from pulse.effects.kinds import EffectContext, EffectFailed, os_failure
 from pulse.store import objects
 

@@ -33,7 +33,7 @@ import time
 from pulse.core import rotation, safepath
 from pulse.core.config import ExecutorConfig, FileWatch
 from pulse.core.home import inside
-from pulse.core.wire import Effect
+from pulse.core.wire.enginerpc import Effect
 from pulse.effects.kinds import EffectContext, EffectFailed, os_failure
 
 CHUNK = 1024 * 1024

@@ -206,8 +206,9 @@ def _record(home: str, name: str, ended: dict) -> None:
     """The exit as a fact in events.db, then a wake for the tick: processWatchdog decides from it."""
     from pathlib import Path
 
-    from pulse.core import client, wire
+    from pulse.core import client
     from pulse.core import home as homes
+    from pulse.core.wire import doorbells, eventmsgs
     from pulse.store import connection, eventsdb
     deadline = time.monotonic() + RECORD_TRIES_S
     while True:
@@ -221,7 +222,7 @@ def _record(home: str, name: str, ended: dict) -> None:
             # (an fsync here, several ms on a busy disk, was on the path of every restart)
             conn = eventsdb.open_events(Path(home) / "events.db")
             try:
-                eventsdb.append_events(conn, [wire.now_event("process-exited", "keeper", name, ended)])
+                eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.EventType.PROCESS_EXITED, "keeper", name, ended)])
             finally:
                 conn.close()
             break
@@ -232,7 +233,7 @@ def _record(home: str, name: str, ended: dict) -> None:
             time.sleep(0.5)
     # Sent before ring returns (it terminates a context of its own), so the os._exit by which a keeper
     # forked by the keepers' server leaves drops nothing (the tick would then decide EXIT_FACT_WAIT_S late).
-    client.ring(homes.Paths.for_client(Path(home)), "wake", wire.Wake("keeper", f"process-exited:{name}"))
+    client.ring(homes.Paths.for_client(Path(home)), "wake", doorbells.Wake("keeper", f"process-exited:{name}"))
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
     import psutil  # noqa: F401
 
     # What every keeper needs, loaded once here and shared by each fork: its start and its exit's record
-    from pulse.core import client, guarded, procs, wire  # noqa: F401
+    from pulse.core import client, guarded, procs  # noqa: F401
     from pulse.core.home import Paths
     from pulse.effects import keeper
     from pulse.store import connection, eventsdb  # noqa: F401

@@ -60,7 +60,8 @@ import psutil
 from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
-from pulse.core.wire import Effect, ProcessAction
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import ProcessAction
 from pulse.effects import keeper, keepers
 from pulse.store import objects
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pulse.core import clock
 from pulse.core.config import Notify
-from pulse.core.wire import Effect
+from pulse.core.wire.enginerpc import Effect
 from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
 
 log = logging.getLogger("pulse.executor")

@@ -28,7 +28,8 @@ from typing import Annotated, Callable, Collection, Iterable, Literal
 import msgspec
 
 from pulse.core.config import MAX_KEEP, Allow, ExecutorConfig
-from pulse.core.wire import ON_CRASH_LOOP, STOP_PROCESS, Effect
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.effects import configfiles, dirs, files, kinds, notify, repairs
 from pulse.effects.kinds import EffectContext
 
@@ -250,12 +251,12 @@ def _notify_expires(effect: Effect) -> bool:
 
 
 OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("noop", "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True, ack_verifies=True),
-    Kind("exec", "Runs an argv in its own process group; acked on exit code 0. The event has the code "
+    Kind(EffectKind.NOOP, "Does nothing: for benchmarks and tests.", NoParams, kinds.run_noop, True, ack_verifies=True),
+    Kind(EffectKind.EXEC, "Runs an argv in its own process group; acked on exit code 0. The event has the code "
          "and the last 2 KiB of output; the whole output is in objects/.",
          ExecParams, kinds.run_exec, False, "free text (what it is about)", allow=allow_exec, starts_process=True,
          repairs=Repair.HOST),
-    Kind("notify", "Sends a notification through every configured [[notify]] channel (or the named "
+    Kind(EffectKind.NOTIFY, "Sends a notification through every configured [[notify]] channel (or the named "
          "ones); acked when every channel took it. Each channel that takes it is recorded (a `notify` "
          "event) and never sent it again, across retries and executor restarts. When idempotent, a "
          "notification no channel took is kept and retried with backoff (effect_retry_base_ms, "
@@ -264,35 +265,35 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "param, including keys this table does not name, is in the JSON each channel receives.",
          NotifyParams, notify.run_notify, True, "what the notification is about", retry_failed=_notify_retry,
          expires=_notify_expires, ack_verifies=True, tells_operator=True),
-    Kind("restart-process", "Stops what the configured [[process]] is now (its `stop` argv, else SIGTERM "
+    Kind(EffectKind.RESTART_PROCESS, "Stops what the configured [[process]] is now (its `stop` argv, else SIGTERM "
          "to its process tree, SIGKILL after stop_timeout_s) and waits for it to be gone, then starts its "
          "`restart` argv under a keeper that outlives Pulse and records its exit (process-exited); acked "
          "on its exit code, or as a daemon if it still runs after grace_s. Never two copies.",
          RestartProcessParams, kinds.run_restart, False, "a configured [[process]]",
          allow=allow_configured_process, repairs=Repair.HOST, resource="process:{target}"),
-    Kind(STOP_PROCESS, "Stops what the configured [[process]] is now, as restart-process stops it (its "
+    Kind(EffectKind.STOP_PROCESS, "Stops what the configured [[process]] is now, as restart-process stops it (its "
          "`stop` argv, else SIGTERM to its process tree, SIGKILL after stop_timeout_s), and starts nothing; "
          "acked with the pids it stopped (none: nothing ran). An operator's `pulsectl process stop` commits "
          "it, and survival does for a [[process]] a reload took out (its table, as it was, in `definition`).",
          StopProcessParams, kinds.run_stop, True, "a configured [[process]]",
          allow=allow_configured_process, resource="process:{target}"),
-    Kind(ON_CRASH_LOOP, "Runs a [[process]]'s `on_crash_loop` argv once (as its `user`, in its `cwd`, with "
+    Kind(EffectKind.ON_CRASH_LOOP, "Runs a [[process]]'s `on_crash_loop` argv once (as its `user`, in its `cwd`, with "
          "its `env`), in its own process group; acked on exit 0. The event has the code and the last 2 KiB of "
          "output; the whole output is in objects/. processWatchdog commits it when the process is held fatal "
          "for crash-looping, then gives the process one more start.",
          OnCrashLoopParams, kinds.run_on_crash_loop, False, "a configured [[process]] with `on_crash_loop`",
          allow=allow_configured_process, starts_process=True, resource="process:{target}"),
-    Kind("signal", "Sends a signal to a configured [[process]], found by its pidfile or match, never "
+    Kind(EffectKind.SIGNAL, "Sends a signal to a configured [[process]], found by its pidfile or match, never "
          "by a pid taken from the effect.",
          SignalParams, kinds.run_signal, False, "a configured [[process]]", allow=allow_signal,
          resource="process:{target}"),
-    Kind("keep-config", "Keeps a copy of each `config` file of a [[process]] in objects/ as its known-good "
+    Kind(EffectKind.KEEP_CONFIG, "Keeps a copy of each `config` file of a [[process]] in objects/ as its known-good "
          "config; the ack names every copy (path → sha256, ref), and is the record that survives restarts. "
          "With `files`, only files that still have the sha256 they were judged good with (else reason "
          "`changed`); without, every config file as it is now (an operator's pin).",
          KeepConfigParams, configfiles.run_keep, True, "a configured [[process]] with `config` files",
          allow=allow_configured_process, resource="process:{target}", ack_verifies=True),
-    Kind("restore-config", "Writes the known-good copies named in `files` back over a [[process]]'s "
+    Kind(EffectKind.RESTORE_CONFIG, "Writes the known-good copies named in `files` back over a [[process]]'s "
          "`config` files (only those, all read from objects/ before any is written), each atomically; "
          "what each replaces is kept in objects/ first (`broken` in the ack, and `kept`, its path, beside "
          "its `diff` summary and `undone`, a bounded unified diff of what it undid). A file "
@@ -300,28 +301,28 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "after it.",
          RestoreConfigParams, configfiles.run_restore, False, "a configured [[process]] with `config` files",
          allow=allow_configured_process, repairs=Repair.HOST, resource="process:{target}"),
-    Kind("restart-worker", "Asks pulsed to restart one of its workers (an operator-style restart, "
+    Kind(EffectKind.RESTART_WORKER, "Asks pulsed to restart one of its workers (an operator-style restart, "
          "never counted as a crash): watcher, tick, executor, engine, or web while [web] is enabled "
          "(else it fails with reason not-enabled).",
          NoParams, lambda e, ctx: repairs.restart_worker(e.target, ctx.paths), True, "a worker name",
          resource="worker:{target}"),
-    Kind("archive", "Moves files older than older_than_h from one directory to another, keeping their "
+    Kind(EffectKind.ARCHIVE, "Moves files older than older_than_h from one directory to another, keeping their "
          "relative paths. Never the home, a folder inside it, or one that holds it; never through a link; "
          "from an agent or the engine, only within directories the config names.", ArchiveParams,
          lambda e, ctx: repairs.archive(e.params, ctx.home, named=confinement(e, ctx)), False, repairs=Repair.HOST),
-    Kind("cleanup", "Deletes files matching absolute globs (never inside the home, never through a link; "
+    Kind(EffectKind.CLEANUP, "Deletes files matching absolute globs (never inside the home, never through a link; "
          "from an agent or the engine, only within directories the config names), and collects old "
          "vitals and unreferenced objects.",
          CleanupParams, lambda e, ctx: repairs.cleanup(e.params, ctx.paths, ctx.config, named=confinement(e, ctx)),
          True, repairs=Repair.HOST),
-    Kind("rotate-file", "Rotates a file that the named [[watch.file]] glob matches (copytruncate: a gzipped "
+    Kind(EffectKind.ROTATE_FILE, "Rotates a file that the named [[watch.file]] glob matches (copytruncate: a gzipped "
          "copy `<file>.1.gz`, the older ones shifted up to `keep` and those beyond deleted, then the file "
          "truncated in place, so a writer holding it open with O_APPEND goes on writing at its start), or "
          "truncates it; acked with the action and the bytes freed. Refused for a file that glob does not "
          "match, one inside the Pulse home, and anything but a regular file (a symlink is never followed).",
          RotateFileParams, files.run_rotate_file, False, "the file's absolute path", repairs=Repair.HOST,
          resource=TARGET_RESOURCE),   # the file: what the gate's events read of its target verifies
-    Kind("trim-dir", "Keeps a directory that the named [[watch.dir]] glob matches within its bounds: its "
+    Kind(EffectKind.TRIM_DIR, "Keeps a directory that the named [[watch.dir]] glob matches within its bounds: its "
          "regular files (however deep, never through a link) are deleted, or archived into objects/, oldest "
          "first by mtime until max_files, max_mb and max_age hold; a file open for writing is never touched. "
          "Archived files are named, with their blobs, in `dir-archived` events committed before they are "
@@ -329,11 +330,11 @@ OWN_KINDS: dict[str, Kind] = {k.name: k for k in (
          "keep it over a bound. Refused for a directory that glob does not match and for the Pulse home.",
          TrimDirParams, dirs.run_trim_dir, True, "the directory's absolute path", repairs=Repair.HOST,
          resource=TARGET_RESOURCE),
-    Kind("engine-promote", "Promotes the engine's committed staging tree behind the promote checks, "
+    Kind(EffectKind.ENGINE_PROMOTE, "Promotes the engine's committed staging tree behind the promote checks, "
          "then reloads the engine.",
          EnginePromoteParams, lambda e, ctx: repairs.engine_promote(e.params, ctx.paths, ctx.config), False,
          resource="worker:engine"),   # it reloads the engine worker
-    Kind("engine-rollback", "Rolls the engine's main branch back and reloads the engine. Built in, "
+    Kind(EffectKind.ENGINE_ROLLBACK, "Rolls the engine's main branch back and reloads the engine. Built in, "
          "never the engine's: a rollback is wanted exactly when the engine is broken.",
          EngineRollbackParams, lambda e, ctx: repairs.engine_rollback(e.params, ctx.paths), False,
          repairs=Repair.ENGINE, resource="worker:engine"),

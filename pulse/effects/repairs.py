@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pulse.core import safepath, wire
+from pulse.core import safepath
 from pulse.core.childspecs import STEERABLE, WEB
 from pulse.core.config import ExecutorConfig
 from pulse.core.home import Paths, inside
+from pulse.core.wire import controlmsgs
 from pulse.effects.kinds import EffectFailed, os_failure
 from pulse.store import connection, eventsdb, objects, vitalsdb
 
@@ -239,7 +240,7 @@ def delete_regular(parent: safepath.Dir, names: list[str]) -> dict:
     return done
 
 
-def web_enabled(status: wire.Status) -> bool:
+def web_enabled(status: controlmsgs.Status) -> bool:
     """pulsed lists the web worker only while [web] enabled is in force."""
     return any(w.name == WEB for w in status.workers)
 
@@ -252,10 +253,10 @@ def restart_worker(name: str | None, paths: Paths) -> dict:
     if name not in STEERABLE:
         raise EffectFailed("bad-params", f"no worker named {name!r}: the target is one of {', '.join(STEERABLE)}")
     try:
-        if name == WEB and not web_enabled(client.request(paths, wire.GetStatus(), PULSED_ANSWER_S).status):
+        if name == WEB and not web_enabled(client.request(paths, controlmsgs.GetStatus(), PULSED_ANSWER_S).status):
             raise EffectFailed("not-enabled", "the web worker is not enabled: set [web] enabled = true in "
                                               "config.toml, then pulsectl reload, to run it")
-        reply = client.request(paths, wire.RestartWorker(name), PULSED_ANSWER_S)
+        reply = client.request(paths, controlmsgs.RestartWorker(name), PULSED_ANSWER_S)
     except client.Unreachable as err:
         raise EffectFailed("unreachable", f"pulsed did not answer: {err}") from None
     if not reply.ok:

@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple
 import msgspec
 
 from pulse.core.states import EFFECT_OPEN, EffectState
-from pulse.core.wire import now_event
+from pulse.core.wire.eventmsgs import now_event
 from pulse.gate import policy
 from pulse.store import connection, effectqueue, eventsdb, projection
 

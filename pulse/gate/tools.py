@@ -30,11 +30,12 @@ import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
 from pulse.agents import taskpolicy, tasks
-from pulse.core import client, wire
+from pulse.core import client
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
 from pulse.core.states import EFFECT_OPEN, EffectState
+from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
 from pulse.effects import registry
 from pulse.gate import catalogue, policy
 from pulse.gate.protocol import ToolError
@@ -54,7 +55,7 @@ TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", 
 
 Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
 # The gate's fact naming the effect a write commits, written in the effect's own transaction.
-ACTING: contextvars.ContextVar[Callable[[str], wire.Event] | None] = contextvars.ContextVar("acting", default=None)
+ACTING: contextvars.ContextVar[Callable[[str], eventmsgs.Event] | None] = contextvars.ContextVar("acting", default=None)
 # Who the call is (agent, task), as the gate decided it: what an effect that speaks for its sender carries.
 ACTOR: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("actor", default=(policy.OPERATOR_SHELL, ""))
 
@@ -144,7 +145,7 @@ class PulseTools:
         self.to_thread, self.sleep = to_thread, sleep     # anyio's, passed in: this module imports no async lib
 
     async def run(self, name: str, args: dict, operator: Operator | None = None,
-                  acting: Callable[[str], wire.Event] | None = None, actor: tuple[str, str] | None = None) -> dict:
+                  acting: Callable[[str], eventmsgs.Event] | None = None, actor: tuple[str, str] | None = None) -> dict:
         """`operator`: how the transport reaches a person for ask_operator, if it can. `acting`: the
         gate's fact to commit with a write's effect (which effect this call's write is). `actor`: the
         (agent, task) the gate says the caller is."""
@@ -240,28 +241,28 @@ class PulseTools:
     # -- write ----------------------------------------------------------------------------
 
     async def tool_restart_process(self, name: str) -> dict:
-        return await self._effect(wire.Effect(kind=TOOL_KINDS["restart_process"], target=name))
+        return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["restart_process"], target=name))
 
     async def tool_restart_worker(self, name: str) -> dict:
-        return await self._effect(wire.Effect(kind=TOOL_KINDS["restart_worker"], target=name, idempotent=True))
+        return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["restart_worker"], target=name, idempotent=True))
 
     async def tool_signal_process(self, name: str, signal: str) -> dict:
-        return await self._effect(wire.Effect(kind=TOOL_KINDS["signal_process"], target=name, params={"signal": signal}))
+        return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["signal_process"], target=name, params={"signal": signal}))
 
     async def tool_emit_effect(self, kind: str, target: str | None = None, params: dict | None = None,
                                idempotent: bool | None = None) -> dict:
-        result = await self._effect(wire.Effect(kind=kind, target=target, params=params or {},
+        result = await self._effect(enginerpc.Effect(kind=kind, target=target, params=params or {},
                                                 idempotent=bool(idempotent)))
         if registry.ack_verifies(kind):   # acked: the acknowledgement is the whole change
             result["verification"] = {"ok": True, "by": f"{kind} acked"}
         return result
 
     async def tool_promote(self) -> dict:
-        return await self._effect(wire.Effect(kind=TOOL_KINDS["promote"], target="engine", params={"by": "agent"}))
+        return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["promote"], target="engine", params={"by": "agent"}))
 
     async def tool_rollback(self, to: str | None = None) -> dict:
         params = {"reason": "requested by the agent", **({"to": to} if to else {})}
-        return await self._effect(wire.Effect(kind=TOOL_KINDS["rollback"], target="engine", params=params))
+        return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["rollback"], target="engine", params=params))
 
     async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
         import msgspec
@@ -277,7 +278,7 @@ class PulseTools:
                                parent=parent.id if parent else None, depth=depth)
         again = tasks.load(self.events, created.id)    # read back: the verification is in the result
         ok = again is not None and (again.project, again.title, again.prompt) == (project, title, prompt)
-        client.ring(self.paths, "wake", wire.Wake("mcp", f"{created.id} created"))
+        client.ring(self.paths, "wake", doorbells.Wake("mcp", f"{created.id} created"))
         result = {"task": msgspec.to_builtins(again or created),
                   "verification": {"ok": ok, "by": "read back from events.db"}}
         if given != (priority or 0):
@@ -303,12 +304,12 @@ class PulseTools:
     async def _status(self) -> dict:
         import msgspec
         try:
-            reply = await self.to_thread(client.request, self.paths, wire.GetStatus(), 3.0)
+            reply = await self.to_thread(client.request, self.paths, controlmsgs.GetStatus(), 3.0)
         except client.Unreachable as err:
             raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", str(err)) from None
         return msgspec.to_builtins(reply.status)
 
-    async def _effect(self, effect: wire.Effect) -> dict:
+    async def _effect(self, effect: enginerpc.Effect) -> dict:
         """Commit an effect of origin agent, ring the executor, wait for its terminal event."""
         from pulse.core.client import daemon_pid
         if daemon_pid(self.paths) is None:
@@ -322,7 +323,7 @@ class PulseTools:
         mark = eventsdb.last_event_id(self.events)
         acting = ACTING.get()
         effectqueue.commit_effects(self.events, [effect], "mcp", events=[acting(effect.id)] if acting else ())
-        client.ring(self.paths, "doorbell", wire.Doorbell("mcp"))
+        client.ring(self.paths, "doorbell", doorbells.Doorbell("mcp"))
         give_up = time.monotonic() + t.effect_deadline_s + t.effect_timeout_s + 5
         while (state := effectqueue.effect_state(self.events, effect.id)) in EFFECT_OPEN:
             if time.monotonic() >= give_up:
@@ -343,7 +344,8 @@ class PulseTools:
 
     def _outcome(self, effect_id: str, after_id: int) -> dict | None:
         """The data of the effect's terminal event (requeued failures are not terminal)."""
-        for ev in eventsdb.read_events(self.events, after_id=after_id, types=tuple(wire.EFFECT_END_EVENTS.values()), limit=100_000):
+        for ev in eventsdb.read_events(self.events, after_id=after_id, types=tuple(eventmsgs.EFFECT_END_EVENTS.values()),
+                                       limit=100_000):
             if ev.data.get("effect_id") == effect_id and not ev.data.get("requeued"):
                 return {"type": ev.type, **ev.data}
         return None
@@ -357,7 +359,7 @@ def _since(text: str) -> float:
         raise ToolError("INVALID_INPUT", str(err)) from None
 
 
-def _event(ev: wire.Event) -> dict:
+def _event(ev: eventmsgs.Event) -> dict:
     return {"id": ev.id, "ts": ev.ts, "type": ev.type, "source": ev.source, "target": ev.target, "data": ev.data}
 
 
@@ -399,7 +401,7 @@ class ToolSession:
 
     def record(self, *records: policy.Record) -> None:
         """Facts that change no state (an oversized call, an operator's question round)."""
-        eventsdb.append_events(self.tools.events, [wire.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
+        eventsdb.append_events(self.tools.events, [eventmsgs.now_event(r.type, "mcp", self.gate.id, r.data) for r in records])
 
     async def call(self, name: str, args: Any, operator: Operator | None = None) -> tuple[dict, str]:
         """(the envelope, the text the model sees). The envelope is {"ok": true, "data": ...}
@@ -436,10 +438,10 @@ class ToolSession:
         envelope = {"ok": True, "data": data}
         return envelope, json.dumps(envelope, default=str)
 
-    def acting(self, admitted: policy.Admitted) -> Callable[[str], wire.Event]:
+    def acting(self, admitted: policy.Admitted) -> Callable[[str], eventmsgs.Event]:
         """The fact that links a write to the effect it commits, written in the effect's transaction."""
-        def fact(effect_id: str) -> wire.Event:
-            return wire.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
+        def fact(effect_id: str) -> eventmsgs.Event:
+            return eventmsgs.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
                                                                      "call": admitted.ticket, "effect": effect_id})
         return fact
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from pulse.core.states import EffectState
-from pulse.core.wire import EFFECT_END_STATES, LOOP_NOTICED, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
+from pulse.core.wire.eventmsgs import EFFECT_END_STATES, LOOP_NOTICED, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
 from pulse.effects import registry
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 

@@ -28,7 +28,7 @@ import msgspec
 
 from pulse.core import clock
 from pulse.core.config import Agent
-from pulse.core.wire import Effect
+from pulse.core.wire.enginerpc import Effect
 from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_process, store_output
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Collection, Iterable, Sequence
 
-from pulse.core.wire import Effect
+from pulse.core.wire.enginerpc import Effect
 
 WINDOW_S = 60.0      # engine_effects_per_min counts this window
 

@@ -11,7 +11,7 @@ from typing import Sequence
 from pulse.core import staleness
 from pulse.core.config import DirWatch, FileWatch, FreshWatch, Process, Survival
 from pulse.core.states import EffectState, ProcessState
-from pulse.core.wire import (
+from pulse.core.wire.controlmsgs import (
     ConfigFileStatus,
     ConfigStatus,
     DirWatchStatus,
@@ -20,8 +20,9 @@ from pulse.core.wire import (
     HealthView,
     ProcessExitView,
     ProcessView,
-    Snapshot,
 )
+from pulse.core.wire.enginerpc import Snapshot
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.rules import knowngood, processstate, survival
 
 MB = 1024 * 1024
@@ -65,7 +66,7 @@ def file_watch_status(curr: Snapshot, watch: FileWatch) -> FileWatchStatus:
     found = [f for f in samples[-1].data.get("files", []) if isinstance(f.get("bytes"), int)]
     largest = max(found, key=lambda f: f["bytes"], default=None)
     trims = [o for f in found for o in curr.outcomes.get(f.get("path", ""), ())
-             if o.kind == "rotate-file" and o.state in ENDED]
+             if o.kind == EffectKind.ROTATE_FILE and o.state in ENDED]
     last = max(trims, key=lambda o: o.ts, default=None)
     view.files, view.sampled_at = len(found), samples[-1].ts
     view.bytes = sum(f["bytes"] for f in found)
@@ -106,7 +107,7 @@ def dir_watch_status(curr: Snapshot, watch: DirWatch) -> DirWatchStatus:
     data = samples[-1].data
     found = data.get("dirs", [])           # every directory over a bound, and some of the others
     trims = [o for d in found for o in curr.outcomes.get(d.get("path", ""), ())
-             if o.kind == "trim-dir" and o.state in ENDED]
+             if o.kind == EffectKind.TRIM_DIR and o.state in ENDED]
     last = max(trims, key=lambda o: o.ts, default=None)
     view.dirs, view.sampled_at = int(data.get("matched", len(found))), samples[-1].ts
     view.files, view.bytes = int(data.get("files", 0)), int(data.get("bytes", 0))
@@ -146,7 +147,7 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
     runs = curr.runs.get(name)
     ended = curr.exits.get(name)
     limits = survival.crash_limits(proc, s)
-    last_restart = max((o.ts for o in curr.outcomes.get(name, ()) if o.kind == "restart-process"), default=0.0)
+    last_restart = max((o.ts for o in curr.outcomes.get(name, ()) if o.kind == EffectKind.RESTART_PROCESS), default=0.0)
     started_pid = runs.starts[-1].pid if runs is not None and runs.starts else 0
     if (known := survival.fresh_exit(ended, last_restart, started_pid)) is not None:
         alive, started, died = False, None, known.ts     # its keeper saw it die before the watcher looked again
@@ -155,7 +156,7 @@ def process_view(curr: Snapshot, proc: Process, s: Survival) -> ProcessView:
     streak = survival.crash_loop(curr, proc, died, limits) if alive is False else []
     view = processstate.project(
         now=curr.ts, alive=alive, started=started, died=died,
-        restarting=survival.pending_or_handled(curr, (), "restart-process", name), guarded=bool(proc.restart),
+        restarting=survival.pending_or_handled(curr, (), EffectKind.RESTART_PROCESS, name), guarded=bool(proc.restart),
         stopped=runs is not None and runs.stopped, paused_until=curr.paused.get(name), streak=streak,
         held=alive is False and survival.held_fatal(curr, name), limits=limits,
         last_exit=words, probes_failing=failing, failures=proc.health.failures if proc.health else None,

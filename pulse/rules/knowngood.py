@@ -15,7 +15,8 @@ from typing import Iterable, Sequence
 
 from pulse.core.config import Process
 from pulse.core.states import EffectState
-from pulse.core.wire import Effect, KnownGood, Outcome, Snapshot, Vital
+from pulse.core.wire.enginerpc import Effect, KnownGood, Outcome, Snapshot, Vital
+from pulse.core.wire.eventmsgs import EffectKind
 
 NO_RECORD = KnownGood()
 
@@ -79,10 +80,10 @@ def keep_effect(proc: Process, curr: Snapshot) -> Effect | None:
         return None
     if not healthy_throughout(proc, curr.history.get(f"health:{proc.name}", []), started):
         return None
-    if any(o.kind == "keep-config" and o.state != EffectState.ACKED and curr.ts - o.ts < proc.config_good_after_s
+    if any(o.kind == EffectKind.KEEP_CONFIG and o.state != EffectState.ACKED and curr.ts - o.ts < proc.config_good_after_s
            for o in curr.outcomes.get(proc.name, ())):
         return None
-    return Effect(kind="keep-config", target=proc.name, origin="survival", idempotent=True,
+    return Effect(kind=EffectKind.KEEP_CONFIG, target=proc.name, origin="survival", idempotent=True,
                   params={"files": current})
 
 
@@ -113,11 +114,11 @@ def unrestored_change(proc: Process, curr: Snapshot) -> Change | None:
 
 def restarted_since(outcomes: Iterable[Outcome], ts: float) -> bool:
     """A restart ended after `ts`: the process was started on the changed files, and failed again."""
-    return any(o.kind == "restart-process" and o.ts > ts for o in outcomes)
+    return any(o.kind == EffectKind.RESTART_PROCESS and o.ts > ts for o in outcomes)
 
 
 def restore_effect(proc: Process, change: Change, why: str) -> Effect:
-    return Effect(kind="restore-config", target=proc.name, origin="survival",
+    return Effect(kind=EffectKind.RESTORE_CONFIG, target=proc.name, origin="survival",
                   params={"files": {p: f"sha256:{h}" for p, h in sorted(change.files.items())}, "why": why,
                           "changed_at": change.at})
 

@@ -14,7 +14,7 @@ from typing import Awaitable, Callable, Sequence
 
 import msgspec
 
-from pulse.core.wire import Effect, Snapshot
+from pulse.core.wire.enginerpc import Effect, Snapshot
 
 RuleResult = tuple[list[Effect], int | None]
 Inner = Callable[[Snapshot | None, Snapshot], Awaitable[RuleResult]]

@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Sequence
 from pulse.core import clock, staleness
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES, DirWatch, FileWatch, FreshWatch, Memory, Process, Survival, TickConfig
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import MAX_TARGET_CHARS, ON_CRASH_LOOP, STOP_PROCESS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire.enginerpc import MAX_TARGET_CHARS, Effect, Outcome, ProcessExit, ProcessStart, Snapshot, Vital
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.rules import knowngood, processstate
 from pulse.rules.onion import Inner, RuleResult, handled
 
@@ -54,7 +55,7 @@ def looked_at(vital: Vital) -> float:
 def notify(curr: Snapshot, rule: str, target: str, title: str, message: str, **extra) -> Effect:
     """A notification, marked with the rule that sent it (the snapshot remembers it per rule and target).
     It may wait a day in the queue: a webhook needs the network, which may be what is down."""
-    return Effect(kind="notify", target=target, origin="survival", idempotent=True,
+    return Effect(kind=EffectKind.NOTIFY, target=target, origin="survival", idempotent=True,
                   deadline=curr.ts + NOTIFY_DEADLINE_S, params={"rule": rule, "title": title, "message": message, **extra})
 
 
@@ -93,7 +94,7 @@ def sooner(tick_ms: int | None, ms: int) -> int:
 
 def roll_back(curr: Snapshot, rule: str, to: str, reason: str, title: str) -> list[Effect]:
     """Roll the engine back to `to`, and say so."""
-    return [Effect(kind="engine-rollback", target="engine", origin="survival",
+    return [Effect(kind=EffectKind.ENGINE_ROLLBACK, target="engine", origin="survival",
                    params={"to": to, "rule": rule, "reason": reason}),
             notify(curr, rule, "engine", title, f"{reason}; rolling back to {to[:12]}")]
 
@@ -111,7 +112,7 @@ def panic_rollback(config: TickConfig):
         life = curr.lifecycle
         if (life.promote_id and not life.rolled_back and life.corrective_streak >= limit
                 and life.last_known_good and life.last_known_good != life.after
-                and not pending_or_handled(curr, (), "engine-rollback", "engine")):
+                and not pending_or_handled(curr, (), EffectKind.ENGINE_ROLLBACK, "engine")):
             reason = (f"{life.corrective_streak} survival repairs failed in a row since the promote; "
                       "back to the last known good")
             return roll_back(curr, "panic-rollback", life.last_known_good, reason, "Engine rolled back (panic)"), None
@@ -132,7 +133,7 @@ def auto_rollback(config: TickConfig):
         within = life.promote_ts is not None and curr.ts - life.promote_ts <= s.auto_rollback_window_s
         bad = curr.engine.errors >= s.auto_rollback_errors or life.crashes >= s.auto_rollback_crashes
         if (within and bad and not life.rolled_back and life.before
-                and not pending_or_handled(curr, (), "engine-rollback", "engine")):
+                and not pending_or_handled(curr, (), EffectKind.ENGINE_ROLLBACK, "engine")):
             reason = f"{curr.engine.errors} errors and {life.crashes} crashes within {s.auto_rollback_window_s:g}s of the promote"
             return roll_back(curr, "auto-rollback", life.before, reason, "Engine rolled back"), None
         return await inner(prev, curr)
@@ -213,11 +214,11 @@ def process_watchdog(config: TickConfig):
                     continue
             change = knowngood.unrestored_change(proc, curr) if proc.config else None
             history = curr.outcomes.get(name, ())
-            last = max((o.ts for o in history if o.kind == "restart-process"), default=0.0)
+            last = max((o.ts for o in history if o.kind == EffectKind.RESTART_PROCESS), default=0.0)
             memory = curr.history.get(f"process-memory:{name}", [])
             if proc.memory is not None:
                 effects = effects + growth_notice(curr, name, proc.memory, memory_samples(memory, last), s.notify_every_s)
-            if pending_or_handled(curr, effects, "restart-process", name):
+            if pending_or_handled(curr, effects, EffectKind.RESTART_PROCESS, name):
                 continue
             runs = curr.runs.get(name)
             if runs is not None and runs.stopped:
@@ -246,7 +247,7 @@ def process_watchdog(config: TickConfig):
                             "until someone starts it", last_error=" | ".join(ended.tail.splitlines()[-3:]) or None)]
                     continue
                 if ended is not None and ended.code in proc.restart_exit_codes:
-                    effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
+                    effects = effects + [Effect(kind=EffectKind.RESTART_PROCESS, target=name, origin="survival",
                                                 params={"why": "exit-code", "code": ended.code, "pid": ended.pid})]
                     continue
                 why, limits = "dead", crash_limits(proc, s)
@@ -271,12 +272,12 @@ def process_watchdog(config: TickConfig):
                 samples = [v for w in proofs[name] for v in curr.history.get(f"fresh:{w.name}", [])]
                 worked = max((staleness.last_work(v.data) for v in samples if v.data.get("changed_at") is not None),
                              default=0.0)
-                streak = [o for o in history if o.kind == "restart-process" and o.ts > worked]
+                streak = [o for o in history if o.kind == EffectKind.RESTART_PROCESS and o.ts > worked]
                 attempt, not_before = unhealthy_backoff(curr, name, crash_limits(proc, s), "stale",
                                                         lambda since: staleness.worked_since(samples, since))
             else:
                 keep = knowngood.keep_effect(proc, curr) if proc.config else None
-                if keep is not None and not pending_or_handled(curr, effects, "keep-config", name):
+                if keep is not None and not pending_or_handled(curr, effects, EffectKind.KEEP_CONFIG, name):
                     effects = effects + [keep]
                 continue
             if change is not None and why != "stale" and knowngood.restarted_since(history, change.at):
@@ -301,7 +302,7 @@ def process_watchdog(config: TickConfig):
             if curr.ts < not_before:
                 tick_ms = sooner(tick_ms, int((not_before - curr.ts) * 1000) + 1)
                 continue
-            effects = effects + [Effect(kind="restart-process", target=name, origin="survival",
+            effects = effects + [Effect(kind=EffectKind.RESTART_PROCESS, target=name, origin="survival",
                                         params={"why": why, "attempt": attempt + 1,
                                                 **{k: v for k, v in params.items() if v is not None}})]
         return effects, tick_ms
@@ -360,10 +361,10 @@ def held_effects(curr: Snapshot, proc: Process, streak: Sequence[ProcessStart], 
         return []
     runs = curr.runs[name]
     if step == "run":
-        return [Effect(kind=ON_CRASH_LOOP, target=name, origin="survival", params={"starts": len(streak)}),
+        return [Effect(kind=EffectKind.ON_CRASH_LOOP, target=name, origin="survival", params={"starts": len(streak)}),
                 *fatal_notice(curr, name, streak, limits, ended, way_out=proc.on_crash_loop)]
     if step == "start":
-        return [Effect(kind="restart-process", target=name, origin="survival",
+        return [Effect(kind=EffectKind.RESTART_PROCESS, target=name, origin="survival",
                        params={"why": "on-crash-loop", "attempt": len(streak) + 1})]
     if step == "held":
         after = next(st.ts for st in runs.starts if st.ts > runs.way_out_at)
@@ -433,10 +434,10 @@ def fatal_notice(curr: Snapshot, name: str, streak: Sequence[ProcessStart], limi
 
 def removed_stops(curr: Snapshot, configured: set[str]) -> list[Effect]:
     """A stop-process for each [[process]] a reload took out and nothing has stopped yet."""
-    return [Effect(kind=STOP_PROCESS, target=name, origin="survival", idempotent=True,
+    return [Effect(kind=EffectKind.STOP_PROCESS, target=name, origin="survival", idempotent=True,
                    params={"why": "removed", "reload": removed["reload"], "definition": removed["definition"]})
             for name, removed in sorted(curr.removed.items())
-            if name not in configured and not any(e.kind == STOP_PROCESS and e.target == name for e in curr.pending)]
+            if name not in configured and not any(e.kind == EffectKind.STOP_PROCESS and e.target == name for e in curr.pending)]
 
 
 RESTORED_BECAUSE = {      # a restore-config's `why`, as its notification says it
@@ -461,12 +462,12 @@ def after_restore(curr: Snapshot, effects: list[Effect], proc) -> tuple[list[Eff
     Once it wrote files back: the restart, at once, and a notification with its diff summary; once
     it failed: a notification, and the usual restarts go on."""
     name = proc.name
-    if pending_or_handled(curr, effects, "restore-config", name):
+    if pending_or_handled(curr, effects, EffectKind.RESTORE_CONFIG, name):
         return effects, False
     known = knowngood.known_of(curr, name)
     told = not may_notify(curr, "config-rollback", name, 0, known.restore_at)
     if knowngood.restored_unrestarted(known):
-        restart = Effect(kind="restart-process", target=name, origin="survival",
+        restart = Effect(kind=EffectKind.RESTART_PROCESS, target=name, origin="survival",
                          params={"why": "config-restored", "restore": known.restore_id})
         notice = [] if told else [notify(
             curr, "config-rollback", name, f"{name}: config restored to its known-good copy",
@@ -640,7 +641,7 @@ def probe_ok(probe: Vital) -> bool:
     return bool(probe.data.get("ok", True))
 
 
-def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind: str = "restart-process",
+def unhelped_restarts(outcomes: Iterable[Outcome], probes: Sequence[Vital], kind: str = EffectKind.RESTART_PROCESS,
                       ok: Callable[[Vital], bool] = probe_ok) -> list[Outcome]:
     """The restarts (outcomes of `kind`, oldest first) since the last healthy probe (`ok`), or since the
     oldest probe the snapshot keeps when none was healthy: restarts that did not make it healthy."""
@@ -676,13 +677,13 @@ def resource_guard(config: TickConfig):
             for watch, path, size, sampled_at in watched_files(curr, trimmable, s.disk_trim_min_mb * MB):
                 effects, wait_ms = trim(curr, effects, watch, path, size, sampled_at, "disk", s, s.resource_cooldown_s)
                 tick_ms = tick_ms if wait_ms is None else sooner(tick_ms, wait_ms)
-            trimming = len(effects) > before or any(e.kind == "rotate-file" for e in curr.pending)
+            trimming = len(effects) > before or any(e.kind == EffectKind.ROTATE_FILE for e in curr.pending)
         target = "+".join(over)
         wanted = []
         if s.archive_from and s.archive_to:
-            wanted.append(Effect(kind="archive", target=target, origin="survival", params={
+            wanted.append(Effect(kind=EffectKind.ARCHIVE, target=target, origin="survival", params={
                 "from": s.archive_from, "to": s.archive_to, "older_than_h": s.archive_age_h}))
-        wanted.append(Effect(kind="cleanup", target=target, origin="survival", params={
+        wanted.append(Effect(kind=EffectKind.CLEANUP, target=target, origin="survival", params={
             "patterns": list(s.cleanup), "vitals_gc": True, "objects_gc": True}))
         # the last round of these, not the disk's notification (sent while the trims were still going)
         rounds = {e.kind for e in wanted}
@@ -720,13 +721,13 @@ def trim(curr: Snapshot, effects: list[Effect], watch: FileWatch, path: str, siz
     file was not sampled since its last trim (or that was within `cooldown_s`), or the last trims
     failed and their backoff is not over (then also: in how many ms it is). A streak of failed
     trims is notified once."""
-    if pending_or_handled(curr, effects, "rotate-file", path):
+    if pending_or_handled(curr, effects, EffectKind.ROTATE_FILE, path):
         return effects, None
     history = curr.outcomes.get(path, ())
-    last = max((o.ts for o in history if o.kind == "rotate-file"), default=0.0)
+    last = max((o.ts for o in history if o.kind == EffectKind.ROTATE_FILE), default=0.0)
     if sampled_at <= last or curr.ts - last < cooldown_s:
         return effects, None
-    streak = failure_streak(history, "rotate-file")
+    streak = failure_streak(history, EffectKind.ROTATE_FILE)
     if streak:
         if may_notify(curr, "file-guard", path, 0, streak[0].ts):
             effects = effects + [notify(curr, "file-guard", path, f"{path} could not be trimmed",
@@ -735,7 +736,7 @@ def trim(curr: Snapshot, effects: list[Effect], watch: FileWatch, path: str, siz
         wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
         if curr.ts < streak[-1].ts + wait:
             return effects, int((streak[-1].ts + wait - curr.ts) * 1000) + 1
-    return effects + [Effect(kind="rotate-file", target=path, origin="survival", params={
+    return effects + [Effect(kind=EffectKind.ROTATE_FILE, target=path, origin="survival", params={
         "watch": watch.name, "action": watch.action, "keep": watch.keep, "why": why, "bytes": size,
         "rule": "resource-guard" if why == "disk" else "file-guard"})], None
 
@@ -813,13 +814,13 @@ def trim_dir(curr: Snapshot, effects: list[Effect], watch: DirWatch, path: str, 
     """`effects` plus a trim-dir of `path`, unless one is pending or handled, the directory was not
     sampled since its last trim, or the last trims failed and their backoff is not over (then also:
     in how many ms it is). A streak of failed trims is notified once."""
-    if pending_or_handled(curr, effects, "trim-dir", path):
+    if pending_or_handled(curr, effects, EffectKind.TRIM_DIR, path):
         return effects, None
     history = curr.outcomes.get(path, ())
-    last = max((o.ts for o in history if o.kind == "trim-dir"), default=0.0)
+    last = max((o.ts for o in history if o.kind == EffectKind.TRIM_DIR), default=0.0)
     if sampled_at <= last:
         return effects, None
-    streak = failure_streak(history, "trim-dir")
+    streak = failure_streak(history, EffectKind.TRIM_DIR)
     if streak:
         if may_notify(curr, "dir-guard", path, 0, streak[0].ts):
             effects = effects + [notify(curr, "dir-guard", path, f"{path} could not be kept within bounds",
@@ -828,7 +829,7 @@ def trim_dir(curr: Snapshot, effects: list[Effect], watch: DirWatch, path: str, 
         wait = clock.backoff(len(streak), s.process_backoff_base_s, s.process_backoff_max_s)
         if curr.ts < streak[-1].ts + wait:
             return effects, int((streak[-1].ts + wait - curr.ts) * 1000) + 1
-    return effects + [Effect(kind="trim-dir", target=path, origin="survival", idempotent=True, params={
+    return effects + [Effect(kind=EffectKind.TRIM_DIR, target=path, origin="survival", idempotent=True, params={
         "watch": watch.name, "why": ",".join(broken), "rule": "dir-guard"})], None
 
 
@@ -854,7 +855,7 @@ def fresh_watch(config: TickConfig):
                 effects = effects + back_notice(curr, effects, watch, data)
                 continue
             worked = staleness.last_work(data)
-            if handled(effects, "notify", watch.name) or not may_notify(curr, "fresh-watch", watch.name, 0, worked):
+            if handled(effects, EffectKind.NOTIFY, watch.name) or not may_notify(curr, "fresh-watch", watch.name, 0, worked):
                 continue
             seen = (f"its last sign of work was at {clock.iso(worked, ms=False)}" if data.get("changed_at") is not None
                     else f"no sign of work since watching began at {clock.iso(worked, ms=False)}")
@@ -874,7 +875,7 @@ def back_notice(curr: Snapshot, effects: Sequence[Effect], watch: FreshWatch, da
     """A notification that a watch said stale shows work again: once per staleness said."""
     told = curr.notified.get(f"fresh-watch:{watch.name}")
     target = f"{watch.name}:back"
-    if told is None or not may_notify(curr, "fresh-watch", target, 0, told) or handled(effects, "notify", target):
+    if told is None or not may_notify(curr, "fresh-watch", target, 0, told) or handled(effects, EffectKind.NOTIFY, target):
         return []
     return [notify(curr, "fresh-watch", target, f"{watch.name}: work seen again",
                    f"{proof_words(watch)} changed at {clock.iso(staleness.last_work(data), ms=False)}, "
@@ -912,14 +913,14 @@ def llm_watchdog(config: TickConfig):
             effects = effects + [notify(curr, "llm-watchdog", llm.process, "LLM endpoint does not come back",
                                         f"{failing} failed health checks of {llm.target} in a row, even after "
                                         f"restarting {llm.process}")]
-        last = max((o.ts for o in outcomes if o.kind == "restart-process"), default=0.0)
+        last = max((o.ts for o in outcomes if o.kind == EffectKind.RESTART_PROCESS), default=0.0)
         if (failing_in_a_row([v for v in probes if v.ts > last]) >= llm.fail_after
-                and not pending_or_handled(curr, effects, "restart-process", llm.process)
+                and not pending_or_handled(curr, effects, EffectKind.RESTART_PROCESS, llm.process)
                 and llm.process not in curr.paused and llm.process not in curr.stopped):
             wait = clock.backoff(len(unhelped), s.process_backoff_base_s, s.process_backoff_max_s) if unhelped else 0.0
             if unhelped and curr.ts < unhelped[-1].ts + wait:
                 return effects, sooner(tick_ms, int((unhelped[-1].ts + wait - curr.ts) * 1000) + 1)
-            effects = effects + [Effect(kind="restart-process", target=llm.process, origin="survival",
+            effects = effects + [Effect(kind=EffectKind.RESTART_PROCESS, target=llm.process, origin="survival",
                                         params={"why": "endpoint-down", "endpoint": llm.target})]
         return effects, tick_ms
     return rule
@@ -941,7 +942,7 @@ def network_watchdog(config: TickConfig):
                 continue
             down_at = curr.notified.get(f"network-watchdog:{name}:down", 0.0)
             up_at = curr.notified.get(f"network-watchdog:{name}:up", 0.0)
-            if handled(effects, "notify", f"{name}:down") or handled(effects, "notify", f"{name}:up"):
+            if handled(effects, EffectKind.NOTIFY, f"{name}:down") or handled(effects, EffectKind.NOTIFY, f"{name}:up"):
                 continue
             if not vital.data.get("ok", True) and down_at <= up_at:
                 effects = effects + [notify(curr, "network-watchdog", f"{name}:down", f"{name} is down",
@@ -972,7 +973,7 @@ def error_escalate(config: TickConfig):
             if not fresh:
                 continue
             tick_ms = sooner(tick_ms, s.error_tick_ms)
-            if not handled(effects, "notify", name) and may_notify(curr, "error-escalate", name, s.notify_every_s):
+            if not handled(effects, EffectKind.NOTIFY, name) and may_notify(curr, "error-escalate", name, s.notify_every_s):
                 lines = [line for v in fresh for line in v.data.get("lines") or []]
                 effects = effects + [notify(curr, "error-escalate", name, f"Errors in {name}",
                                             f"{sum(v.data['matches'] for v in fresh)} matching lines",
@@ -1030,8 +1031,8 @@ def daily_report(config: TickConfig):
         if daily_at is None:
             return effects, tick_ms
         due = last_daily_due(curr.ts, daily_at)
-        if may_notify(curr, "daily-report", "day", 0, due) and not pending_or_handled(curr, effects, "report", "day"):
-            effects = effects + [Effect(kind="report", target="day", origin="survival", idempotent=True,
+        if may_notify(curr, "daily-report", "day", 0, due) and not pending_or_handled(curr, effects, EffectKind.REPORT, "day"):
+            effects = effects + [Effect(kind=EffectKind.REPORT, target="day", origin="survival", idempotent=True,
                                         params={"since_s": DAY_S, "notify": True, "rule": "daily-report"})]
         return effects, tick_ms
     return rule

@@ -30,7 +30,7 @@ from pulse.core import config as configmod
 from pulse.core import dirscan, guarded, procs, rotation, safepath
 from pulse.core.home import inside
 from pulse.core.plugins import Watcher
-from pulse.core.wire import Vital
+from pulse.core.wire.enginerpc import Vital
 from pulse.sensing.freshness import FreshWatch
 from pulse.store import objects
 

@@ -32,7 +32,7 @@ from pulse.core import config as configmod
 from pulse.core import safepath
 from pulse.core.plugins import Watcher
 from pulse.core.staleness import is_stale, last_work
-from pulse.core.wire import Vital
+from pulse.core.wire.enginerpc import Vital
 
 MAX_ENTRIES = 100_000        # a directory's entries looked at per sample (all levels); the rest: `truncated`
 MAX_BODY_BYTES = 1024 * 1024

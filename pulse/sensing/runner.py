@@ -49,11 +49,11 @@ from typing import Any, Callable, Sequence
 
 import zmq
 
-from pulse.core import wire
 from pulse.core.config import EngineConfig, WatcherConfig
 from pulse.core.plugins import Watcher
 from pulse.core.wakepipe import drain, poke
-from pulse.core.wire import Vital
+from pulse.core.wire import codec, doorbells
+from pulse.core.wire.enginerpc import Vital
 from pulse.store import ballast, errorruns, vitalsdb
 
 MAX_THREADS = 32          # one per watcher up to this: a hung collect holds a thread, the others need theirs
@@ -296,7 +296,7 @@ class WatcherRunner:
 
     def _send_wake(self, reason: str) -> bool:
         try:
-            self.wake_sock.send(wire.encode(wire.Wake(self.source, reason=reason)), zmq.NOBLOCK)
+            self.wake_sock.send(codec.encode(doorbells.Wake(self.source, reason=reason)), zmq.NOBLOCK)
         except zmq.Again:
             return False
         self.log.debug("rang the tick: %s", reason)

@@ -26,7 +26,7 @@ from pathlib import Path
 import msgspec
 import zstandard
 
-from pulse.core.wire import GATE_CALL_EVENTS, TASK_EVENTS, Event
+from pulse.core.wire.eventmsgs import GATE_CALL_EVENTS, TASK_EVENTS, Event, EventType
 
 DIRECTORY = "archive"
 LEVEL = 3         # zstd: ~4-6x on events, ~20 ms per 5,000 (xz's ratio: xz took 0.2-1 s, zlib gave 8% more bytes)
@@ -158,7 +158,7 @@ def gate_events_of_sessions(conn: sqlite3.Connection, task: str) -> list[Event]:
         if task not in seg.tasks or not set(GATE_CALL_EVENTS) & set(seg.counts):
             continue
         events = read_segment(directory, seg)
-        sessions = {e.target for e in events if e.type == "gate-call" and e.data.get("phase") == "open"
+        sessions = {e.target for e in events if e.type == EventType.GATE_CALL and e.data.get("phase") == "open"
                     and e.data.get("task") == task}
         out += [e for e in events if e.type in GATE_CALL_EVENTS and e.target in sessions]
     return out

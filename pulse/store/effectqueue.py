@@ -13,7 +13,16 @@ from typing import Callable, Sequence
 import msgspec
 
 from pulse.core.states import EFFECT_OPEN, EffectState
-from pulse.core.wire import EFFECT_END_EVENTS, STOP_PROCESS, Effect, EffectEvent, Event, ProcessAction, now_event
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import (
+    EFFECT_END_EVENTS,
+    EffectEvent,
+    EffectKind,
+    Event,
+    EventType,
+    ProcessAction,
+    now_event,
+)
 from pulse.store.connection import Transaction
 from pulse.store.eventsdb import insert_event
 
@@ -38,8 +47,8 @@ def commit_effects(conn: sqlite3.Connection, effects: Sequence[Effect], source: 
     return list(effects)
 
 
-ACTS_ON_PROCESS = {ProcessAction.STOP: STOP_PROCESS, ProcessAction.START: "restart-process",
-                   ProcessAction.RESTART: "restart-process"}
+ACTS_ON_PROCESS = {ProcessAction.STOP: EffectKind.STOP_PROCESS, ProcessAction.START: EffectKind.RESTART_PROCESS,
+                   ProcessAction.RESTART: EffectKind.RESTART_PROCESS}
 
 
 def commit_process_action(conn: sqlite3.Connection, name: str, action: ProcessAction, deadline_s: float,
@@ -49,7 +58,7 @@ def commit_process_action(conn: sqlite3.Connection, name: str, action: ProcessAc
     a stopped process down before its stop runs."""
     effect = new_effect(Effect(kind=ACTS_ON_PROCESS[action], target=name, params={"why": "operator"},
                                idempotent=action == ProcessAction.STOP), "operator", deadline_s)
-    commit_effects(conn, [effect], source, events=[now_event("operator", source, name, action=str(action))])
+    commit_effects(conn, [effect], source, events=[now_event(EventType.OPERATOR, source, name, action=str(action))])
     return effect
 
 

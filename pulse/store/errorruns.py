@@ -14,7 +14,7 @@ import time
 
 import msgspec
 
-from pulse.core.wire import now_event
+from pulse.core.wire.eventmsgs import EventType, now_event
 from pulse.store.connection import Transaction
 from pulse.store.eventsdb import insert_event
 
@@ -63,7 +63,7 @@ def _save_run(conn: sqlite3.Connection, run: ErrorRun) -> None:
 
 def _append_repeats(conn: sqlite3.Connection, run: ErrorRun, now: float) -> ErrorRun:
     """The run's unrecorded occurrences as one `error` event; the run, with nothing left unrecorded."""
-    ev = insert_event(conn, now_event("error", run.source, run.target, message=run.message,
+    ev = insert_event(conn, now_event(EventType.ERROR, run.source, run.target, message=run.message,
                                        fingerprint=run.fingerprint, count=run.unrecorded, total=run.total,
                                        first_id=run.first_id, last_ts=run.last_ts, repeat=True))
     run = msgspec.structs.replace(run, last_id=ev.id, last_event_ts=now, unrecorded=0)
@@ -85,7 +85,7 @@ def record_error(conn: sqlite3.Connection, source: str, target: str | None, mess
                 _append_repeats(conn, run, now)
             run = None
         if run is None:
-            ev = insert_event(conn, now_event("error", source, target, dict(
+            ev = insert_event(conn, now_event(EventType.ERROR, source, target, dict(
                 data, message=message, fingerprint=fingerprint, count=1, total=1, last_ts=now)))
             _save_run(conn, ErrorRun(fingerprint, source, target, message, first_id=ev.id, last_id=ev.id,
                                      last_event_ts=now, last_ts=now, total=1, unrecorded=0))

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import msgspec
 
-from pulse.core.wire import TASK_EVENTS, Event, TaskEvent, now_event  # noqa: F401  (now_event: what callers append)
+from pulse.core.wire.eventmsgs import TASK_EVENTS, Event, TaskEvent, now_event  # noqa: F401  (now_event: what callers append)
 from pulse.store.connection import Transaction, connect, migrate
 
 EVENTS_SCHEMA = 5

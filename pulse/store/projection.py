@@ -36,7 +36,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 
 import msgspec
 
-from pulse.core.wire import Event
+from pulse.core.wire.eventmsgs import Event
 from pulse.store import archive, eventsdb
 
 S = TypeVar("S")

@@ -46,7 +46,7 @@ import msgspec
 
 from pulse.core import config as configmod
 from pulse.core import fleetnames
-from pulse.core.wire import TASK_EVENTS, TaskEvent, now_event
+from pulse.core.wire.eventmsgs import TASK_EVENTS, EventType, TaskEvent, now_event
 from pulse.store import archive, effectqueue, eventsdb, projection
 from pulse.store.connection import DurableTransaction, Transaction
 from pulse.store.objects import fsync_dir
@@ -283,7 +283,7 @@ def move(conn: sqlite3.Connection, home: Path, first: int, last: int, keep_archi
                       seg.bytes, json.dumps(seg.counts), json.dumps(seg.tasks), json.dumps(seg.objects),
                       json.dumps(seg.runs), seg.moved_ts))
         effects = effectqueue.forget_ended(conn, first, last)
-        eventsdb.insert_event(conn, now_event("history-moved", source, seg.segment, first_id=first, last_id=last,
+        eventsdb.insert_event(conn, now_event(EventType.HISTORY_MOVED, source, seg.segment, first_id=first, last_id=last,
                                               events=seg.events, archived=keep_archive, sha256=seg.sha256,
                                               bytes=seg.bytes, effects=effects))
         # The one delete of events in the source: the manifest row above covers it (the trigger checks).
@@ -303,7 +303,7 @@ def describe(rows: list[tuple]) -> archive.Segment:
         if r[4] in TASK_EVENTS and r[6]:
             tasks[r[6]] = None
         objects.update(eventsdb.object_refs(r[7]))
-        if r[4] == "supervisor-started" and r[5] == "pulsed":
+        if r[4] == EventType.SUPERVISOR_STARTED and r[5] == "pulsed":
             runs.append(r[3])
     return archive.Segment(first_id=rows[0][0], last_id=rows[-1][0], events=len(rows), first_ts=rows[0][2],
                            last_ts=rows[-1][2], segment=None, sha256=None, bytes=0, counts=counts, tasks=list(tasks),
@@ -354,7 +354,7 @@ def drop_over(conn: sqlite3.Connection, home: Path, max_mb: float, source: str) 
         with DurableTransaction(conn):
             conn.execute("UPDATE history_moves SET segment = NULL, sha256 = NULL, bytes = 0 WHERE first_id = ?",
                          (seg.first_id,))
-            eventsdb.insert_event(conn, now_event("history-dropped", source, seg.segment, first_id=seg.first_id,
+            eventsdb.insert_event(conn, now_event(EventType.HISTORY_DROPPED, source, seg.segment, first_id=seg.first_id,
                                                   last_id=seg.last_id, events=seg.events, bytes=seg.bytes,
                                                   max_mb=max_mb))
         try:

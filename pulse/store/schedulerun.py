@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable
 
 from pulse.core.schedule import ARMED, FOLDED, RUN, ScheduleBook, ScheduleState
-from pulse.core.wire import Effect, Event, now_event
+from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import Event, now_event
 from pulse.store import projection
 from pulse.store.connection import Transaction
 from pulse.store.effectqueue import insert_effect

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from pulse.core.wire import Vital
+from pulse.core.wire.enginerpc import Vital
 from pulse.store.connection import Transaction, connect, migrate
 
 VITALS_SCHEMA = 1

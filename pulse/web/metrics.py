@@ -25,7 +25,8 @@ from prometheus_client.exposition import generate_latest
 from pulse import __version__
 from pulse.agents.tasks import ENDED, NEW, TRANSITIONS
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, TaskStatus, WorkerState
-from pulse.core.wire import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, Status, TaskEvent
+from pulse.core.wire.controlmsgs import Status
+from pulse.core.wire.eventmsgs import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, TaskEvent
 from pulse.store import connection, errorruns, eventsdb, retention, vitalsdb
 from pulse.store.projection import Folded, Projection
 

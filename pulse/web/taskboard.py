@@ -11,7 +11,7 @@ from typing import NamedTuple
 import msgspec
 
 from pulse.agents import tasks
-from pulse.core import wire
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import projection
 
 NAME = "web.tasks"
@@ -24,7 +24,7 @@ class TaskBoard(tasks.AgentStatsFold):
 
     def __init__(self) -> None:
         super().__init__(forget_ended=True)
-        self.ended: dict[str, wire.TaskState] = {}           # task id → its final state, oldest first
+        self.ended: dict[str, enginerpc.TaskState] = {}           # task id → its final state, oldest first
         self.ended_counts: dict[str, int] = {}
 
     def forget_if_ended(self, task: str) -> None:
@@ -74,17 +74,17 @@ def _dump(book: tasks.TaskBook) -> dict:
 def _load(raw: dict) -> tasks.TaskBook:
     book = new_task_board()
     board = book.agents
-    board.stats.update(msgspec.convert(raw["stats"], dict[str, wire.AgentCapabilityStats]))
-    board.tasks.update(msgspec.convert(raw["tasks"], dict[str, wire.TaskState]))
-    board.ended.update(msgspec.convert(raw["ended"], dict[str, wire.TaskState]))     # in the order they ended
+    board.stats.update(msgspec.convert(raw["stats"], dict[str, enginerpc.AgentCapabilityStats]))
+    board.tasks.update(msgspec.convert(raw["tasks"], dict[str, enginerpc.TaskState]))
+    board.ended.update(msgspec.convert(raw["ended"], dict[str, enginerpc.TaskState]))     # in the order they ended
     board.ended_counts.update(msgspec.convert(raw["ended_counts"], dict[str, int]))
     book.last_id = raw["last_id"]
     return book
 
 
 PROJECTION = projection.Projection(
-    name=NAME, new=new_task_board, fold=tasks.TaskBook.fold, types=tuple(wire.TASK_EVENTS), dump=_dump, load=_load,
-    code=(TaskBoard, tasks.TaskBook, tasks.AgentStatsFold, wire.TaskState, wire.AgentCapabilityStats, tasks.fold_one,
+    name=NAME, new=new_task_board, fold=tasks.TaskBook.fold, types=tuple(eventmsgs.TASK_EVENTS), dump=_dump, load=_load,
+    code=(TaskBoard, tasks.TaskBook, tasks.AgentStatsFold, enginerpc.TaskState, enginerpc.AgentCapabilityStats, tasks.fold_one,
           tasks.apply, tasks.credited_agent, tasks.add_usage, tasks.TRANSITIONS, tasks.ENDED, SHOWN_ENDED))
 
 

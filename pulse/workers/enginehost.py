@@ -25,9 +25,10 @@ import traceback
 import msgspec
 import zmq
 
-from pulse.core import client, procs, wire
+from pulse.core import client, procs
 from pulse.core.home import dev_pid
 from pulse.core.wakepipe import drain, poke
+from pulse.core.wire import codec, controlmsgs, enginerpc
 from pulse.engine import loader
 from pulse.rules import onion
 from pulse.store import errorruns, eventsdb, vitalsdb
@@ -121,7 +122,7 @@ class EngineWorker(Worker):
         os.close(self.dev)
         self.log.info("pulsectl dev ended: asking pulsed to reload the engine onto main")
         try:
-            client.request(self.paths, wire.RestartWorker(self.name), 3.0)
+            client.request(self.paths, controlmsgs.RestartWorker(self.name), 3.0)
         except client.Unreachable as err:
             self.log.warning("could not ask for a reload (%s); the engine runs staging until restarted", err)
 
@@ -133,53 +134,53 @@ class EngineWorker(Worker):
             self.log.warning("dropped a malformed frame on the engine socket: %d frames", len(frames))
             return
         identity, frame = frames
-        request = self.receive(frame, wire.EngineRequest, "engine")
+        request = self.receive(frame, enginerpc.EngineRequest, "engine")
         if request is None:
             return
         if request.deadline < time.time():
             self.log.debug("dropped expired request %d", request.id)
             return
-        if isinstance(request, wire.Ping):
-            self.reply(identity, wire.Pong(request.id, os.getpid()))
-        elif isinstance(request, wire.RunChain):
+        if isinstance(request, enginerpc.Ping):
+            self.reply(identity, enginerpc.Pong(request.id, os.getpid()))
+        elif isinstance(request, enginerpc.RunChain):
             self.reply(identity, self.run_chain(request))
-        elif isinstance(request, wire.RunExecutor):
+        elif isinstance(request, enginerpc.RunExecutor):
             self.start_executor(identity, request)
 
     def reply(self, identity: bytes, message) -> None:
         try:
-            frame = wire.encode(message)
+            frame = codec.encode(message)
         except (TypeError, ValueError, OverflowError) as err:   # agent code returned something unsendable
             self.record_error(f"engine reply cannot be sent: {err}")
-            frame = wire.encode(type(message)(message.id, [], None, error=f"unsendable result: {err}")
-                                if isinstance(message, wire.ChainResult)
-                                else wire.ExecutorResult(message.id, ok=False, error=f"unsendable result: {err}"))
+            frame = codec.encode(type(message)(message.id, [], None, error=f"unsendable result: {err}")
+                                if isinstance(message, enginerpc.ChainResult)
+                                else enginerpc.ExecutorResult(message.id, ok=False, error=f"unsendable result: {err}"))
         self.rpc.send_multipart([identity, frame])
 
-    def run_chain(self, request: wire.RunChain) -> wire.ChainResult:
+    def run_chain(self, request: enginerpc.RunChain) -> enginerpc.ChainResult:
         try:
             effects, tick_ms = self.loop.run_until_complete(self.chain(request.prev, request.curr))
         except Exception as err:
             message = short_traceback(err, str(self.root))
             self.record_error(f"rule raised {message}")
-            return wire.ChainResult(request.id, [], None, error=message)
-        return wire.ChainResult(request.id, effects, tick_ms)
+            return enginerpc.ChainResult(request.id, [], None, error=message)
+        return enginerpc.ChainResult(request.id, effects, tick_ms)
 
-    def start_executor(self, identity: bytes, request: wire.RunExecutor) -> None:
+    def start_executor(self, identity: bytes, request: enginerpc.RunExecutor) -> None:
         executor = self.engine.executors.get(request.effect.kind)
         if executor is None:
-            self.reply(identity, wire.ExecutorResult(request.id, ok=False, unknown_kind=True,
+            self.reply(identity, enginerpc.ExecutorResult(request.id, ok=False, unknown_kind=True,
                                                      error=f"no engine executor for kind {request.effect.kind!r}"))
             return
         future = self.pool.submit(executor.run, request.effect)
         future.add_done_callback(lambda f: self._executor_done(identity, request, f))
 
-    def _executor_done(self, identity: bytes, request: wire.RunExecutor, future) -> None:
+    def _executor_done(self, identity: bytes, request: enginerpc.RunExecutor, future) -> None:
         """In the executor thread: hand the result to the main loop (only it uses the socket)."""
         try:
-            result = wire.ExecutorResult(request.id, ok=True, result=msgspec.to_builtins(future.result() or {}))
+            result = enginerpc.ExecutorResult(request.id, ok=True, result=msgspec.to_builtins(future.result() or {}))
         except Exception as err:
-            result = wire.ExecutorResult(request.id, ok=False, error=short_traceback(err, str(self.root)))
+            result = enginerpc.ExecutorResult(request.id, ok=False, error=short_traceback(err, str(self.root)))
         self.done.put((identity, request, result))
         poke(self.done_w)
 

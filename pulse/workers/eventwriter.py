@@ -3,7 +3,7 @@
 pulsed itself keeps no SQLite: it stays small, and a locked database or a full
 disk can never block its loop. It numbers its events and PUSHes them here
 (eventlog socket), and holds each one until this process reports it committed
-(wire.Committed, over the heartbeat socket). A replaced writer gets again
+(heartbeats.Committed, over the heartbeat socket). A replaced writer gets again
 whatever was not acknowledged; the writer takes events strictly in sequence,
 picking up after what events.db already holds of this run of pulsed
 (`eventsdb.pulsed_committed_seq`), so every event is written exactly once.
@@ -26,8 +26,9 @@ import msgspec
 import zmq
 
 from pulse.agents import tasks
-from pulse.core import clock, wire
+from pulse.core import clock
 from pulse.core.childspecs import EVENT_WRITER
+from pulse.core.wire import eventmsgs, heartbeats
 from pulse.store import eventsdb, retention
 from pulse.workers.harness import Worker
 
@@ -50,7 +51,7 @@ class EventWriter(Worker):
         self.committed = eventsdb.pulsed_committed_seq(self.conn, self.spec.run)
         self.reported: int | None = None      # the last `committed` pulsed was told
         self.gap_reported = False
-        self.batch: list[wire.Event] = []
+        self.batch: list[eventmsgs.Event] = []
         self.write_at: float | None = None    # when the batch is due: coalescing, or a retry's backoff
         self.failures = 0                     # commits failed in a row, for the retry's backoff
         self.last_received = time.monotonic()
@@ -75,14 +76,14 @@ class EventWriter(Worker):
         return self.conn
 
     def receive_events(self) -> None:
-        for event in self.messages(self.inbox, wire.Event, "eventlog"):
+        for event in self.messages(self.inbox, eventmsgs.Event, "eventlog"):
             self.last_received = time.monotonic()
             expected = self.committed + len(self.batch) + 1
             if event.seq == expected:
                 self.batch.append(event)
             elif event.seq > expected and not self.gap_reported:
                 # Something before it never arrived (sent to a predecessor): ask for all of it again.
-                self.gap_reported = self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed, resend=True))
+                self.gap_reported = self.to_pulsed(heartbeats.Committed(self.name, os.getpid(), self.committed, resend=True))
             # below `expected`: already written, sent again to be sure
             if len(self.batch) >= BATCH:
                 self.handlers.pop(self.inbox, None)   # read on once this batch is in
@@ -118,7 +119,7 @@ class EventWriter(Worker):
         self.report_committed()
 
     def report_committed(self) -> None:
-        if self.reported != self.committed and self.to_pulsed(wire.Committed(self.name, os.getpid(), self.committed)):
+        if self.reported != self.committed and self.to_pulsed(heartbeats.Committed(self.name, os.getpid(), self.committed)):
             self.reported = self.committed
 
     def on_timer(self, now: float) -> None:

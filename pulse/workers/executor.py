@@ -53,9 +53,10 @@ from typing import Callable
 
 import zmq
 
-from pulse.core import client, clock, wire
+from pulse.core import client, clock
 from pulse.core.states import EFFECT_ENDED, EffectState
 from pulse.core.wakepipe import drain, poke
+from pulse.core.wire import codec, doorbells, enginerpc, eventmsgs
 from pulse.effects import kinds, registry
 from pulse.store import ballast, connection, effectqueue, eventsdb
 from pulse.workers.harness import Worker
@@ -113,7 +114,7 @@ def claimer_alive(claimer: str | None, boot: str) -> bool:
 
 # -- threads -----------------------------------------------------------------------------------------
 
-def retry_later(effect: wire.Effect, data: dict, first_retry_s: float) -> bool:
+def retry_later(effect: enginerpc.Effect, data: dict, first_retry_s: float) -> bool:
     """A failure its kind puts back in the queue (a notification that could not get out), with
     time left before its deadline, or whatever its deadline if the kind never expires it (an
     idempotent notification no channel took: kept until one does)."""
@@ -134,7 +135,7 @@ class Done:
     disk-full (a write could not commit: nothing of it was written; retried)."""
     effect_id: str
     outcome: str
-    effect: wire.Effect | None = None
+    effect: enginerpc.Effect | None = None
 
 
 Job = Callable[[sqlite3.Connection], Done]
@@ -181,7 +182,7 @@ class Pool:
 
 @dataclass
 class EngineCall:
-    effect: wire.Effect
+    effect: enginerpc.Effect
     expires: float               # time.monotonic(): no answer by then, and it is settled without one
 
 
@@ -216,13 +217,13 @@ class ExecutorWorker(Worker):
                                   handler=self.on_engine_reply, IMMEDIATE=1, MAXMSGSIZE=MAX_ENGINE_REPLY)
         self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
 
-        self.in_flight: dict[str, wire.Effect] = {}         # dispatched, not yet over
+        self.in_flight: dict[str, enginerpc.Effect] = {}         # dispatched, not yet over
         self.booked: set[str] = set()                       # effect ids with a bookkeeping job queued
         # Effects a full disk stopped midway: maybe claimed by us and run, the end unwritten. The scan
         # settles them as it settles a dead claimer's (an idempotent one runs again, another fails
         # "interrupted"): never twice, never left executing.
         self.disk_full: set[str] = set()
-        self.candidates: dict[str, wire.Effect] = {}        # pending at the last scan, not yet dispatched
+        self.candidates: dict[str, enginerpc.Effect] = {}        # pending at the last scan, not yet dispatched
         self.retries: dict[str, int] = {}                   # notification id → failed attempts (runner threads write)
         self.retry_at: dict[str, float] = {}                # notification id → monotonic time of its next try
         self.more_pending = False                           # the last scan did not hold them all
@@ -303,7 +304,7 @@ class ExecutorWorker(Worker):
 
     def on_doorbell(self) -> None:
         rang = False
-        for message in self.messages(self.doorbell, wire.Doorbell, "doorbell"):
+        for message in self.messages(self.doorbell, doorbells.Doorbell, "doorbell"):
             self.log.debug("doorbell from %s", message.source)
             rang = True
         if rang:
@@ -357,7 +358,7 @@ class ExecutorWorker(Worker):
 
     def ring_tick(self, reason: str) -> None:
         try:
-            self.wake.send(wire.encode(wire.Wake(SOURCE, reason)), zmq.NOBLOCK)
+            self.wake.send(codec.encode(doorbells.Wake(SOURCE, reason)), zmq.NOBLOCK)
         except zmq.Again:
             pass             # no tick right now: it reads the outcomes when it runs
 
@@ -421,7 +422,7 @@ class ExecutorWorker(Worker):
 
     def send_engine(self, message) -> bool:
         try:
-            self.engine.send(wire.encode(message), zmq.NOBLOCK)
+            self.engine.send(codec.encode(message), zmq.NOBLOCK)
             return True
         except zmq.Again:    # IMMEDIATE: no engine connected
             self.engine_trusted_until = 0.0
@@ -432,13 +433,13 @@ class ExecutorWorker(Worker):
             return
         self.next_ping = now + PING_RETRY_S
         request_id = next(self.rpc_ids)
-        if self.send_engine(wire.Ping(request_id, time.time() + self.rpc_deadline_s)):
+        if self.send_engine(enginerpc.Ping(request_id, time.time() + self.rpc_deadline_s)):
             self.ping = (request_id, now + self.rpc_deadline_s)
 
-    def call_engine(self, effect: wire.Effect, now: float) -> None:
+    def call_engine(self, effect: enginerpc.Effect, now: float) -> None:
         timeout = kinds.effect_timeout(effect, self.config.timings.effect_timeout_s)
         request_id = next(self.rpc_ids)
-        if not self.send_engine(wire.RunExecutor(request_id, time.time() + timeout, effect)):
+        if not self.send_engine(enginerpc.RunExecutor(request_id, time.time() + timeout, effect)):
             # Nothing reached the engine, so nothing ran: the claim is undone, whatever the effect.
             self.book(effect.id, functools.partial(self.unclaim, effect, "engine-unreachable"))
             return
@@ -446,20 +447,20 @@ class ExecutorWorker(Worker):
 
     def on_engine_reply(self) -> None:
         now = time.monotonic()
-        for reply in self.messages(self.engine, wire.EngineReply, "engine"):
+        for reply in self.messages(self.engine, enginerpc.EngineReply, "engine"):
             self.engine_trusted_until = now + ENGINE_TRUST_S
             if self.ping is not None and reply.id == self.ping[0]:
                 self.ping = None
             call = self.engine_calls.pop(reply.id, None)
             if call is not None:
                 self.book(call.effect.id, functools.partial(self.finish_engine, call.effect, reply))
-            elif not isinstance(reply, wire.Pong):
+            elif not isinstance(reply, enginerpc.Pong):
                 self.log.info("dropped a late reply from the engine (request %d)", reply.id)
         self.dispatch(now)
 
     # -- jobs (in threads; each gets that thread's connection) -------------------------------------
 
-    def finish(self, conn: sqlite3.Connection, effect: wire.Effect, state: str, data: dict) -> Done:
+    def finish(self, conn: sqlite3.Connection, effect: enginerpc.Effect, state: str, data: dict) -> Done:
         if state == EffectState.FAILED and retry_later(effect, data, self.retry_base_s):
             # A notification that could not get out (the network may be what is down) waits in the
             # queue and is tried again, with backoff: queued, not lost. What each channel said is in
@@ -477,12 +478,12 @@ class ExecutorWorker(Worker):
             self.log.warning("%s effect %s failed: %s", effect.kind, effect.id, data.get("error"))
         return Done(effect.id, state if ended else "lost")
 
-    def expire(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+    def expire(self, effect: enginerpc.Effect, conn: sqlite3.Connection) -> Done:
         ended = effectqueue.finish_effect(conn, effect.id, EffectState.EXPIRED, SOURCE, from_states=(EffectState.PENDING,),
                                     reason="deadline", deadline=effect.deadline)
         return Done(effect.id, EffectState.EXPIRED if ended else "lost")
 
-    def run_builtin(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+    def run_builtin(self, effect: enginerpc.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time() and registry.expires(effect):
             return self.expire(effect, conn)
         refused = registry.refusal(effect, self.config.allow, self.process_names)
@@ -523,19 +524,19 @@ class ExecutorWorker(Worker):
         data["duration_s"] = round(time.monotonic() - began, 3)
         return self.finish(conn, effect, state, data)
 
-    def record_fact(self, conn: sqlite3.Connection, effect: wire.Effect, type_: str, data: dict) -> None:
+    def record_fact(self, conn: sqlite3.Connection, effect: enginerpc.Effect, type_: str, data: dict) -> None:
         """A step of a running effect, done: committed before the effect goes on (ctx.record)."""
-        eventsdb.append_events(conn, [wire.now_event(type_, SOURCE, effect.target,
+        eventsdb.append_events(conn, [eventmsgs.now_event(type_, SOURCE, effect.target,
                                                      {**data, "effect_id": effect.id, "kind": effect.kind})])
 
-    def claim_for_engine(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+    def claim_for_engine(self, effect: enginerpc.Effect, conn: sqlite3.Connection) -> Done:
         if effect.deadline <= time.time():
             return self.expire(effect, conn)
         claimed = effectqueue.claim_effect(conn, effect.id, self.claimer, SOURCE)
         return Done(effect.id, "claimed", claimed) if claimed is not None else Done(effect.id, "lost")
 
-    def finish_engine(self, effect: wire.Effect, reply, conn: sqlite3.Connection) -> Done:
-        if not isinstance(reply, wire.ExecutorResult):
+    def finish_engine(self, effect: enginerpc.Effect, reply, conn: sqlite3.Connection) -> Done:
+        if not isinstance(reply, enginerpc.ExecutorResult):
             return self.finish(conn, effect, EffectState.FAILED, {
                 "reason": "engine", "error": f"the engine answered run-executor with {type(reply).__name__}"})
         if reply.ok:
@@ -546,18 +547,18 @@ class ExecutorWorker(Worker):
         return self.finish(conn, effect, EffectState.FAILED, {
             "reason": "engine", "error": reply.error or "the engine's executor failed", "result": reply.result})
 
-    def after_no_answer(self, effect: wire.Effect, conn: sqlite3.Connection) -> Done:
+    def after_no_answer(self, effect: enginerpc.Effect, conn: sqlite3.Connection) -> Done:
         """The engine did not answer in time: it may or may not have run the effect."""
         if effect.idempotent:
             return self.unclaim(effect, "engine-no-answer", conn)
         return self.finish(conn, effect, EffectState.FAILED, {
             "reason": "engine-no-answer", "error": "no answer from the engine in time; not idempotent, not retried"})
 
-    def unclaim(self, effect: wire.Effect, reason: str, conn: sqlite3.Connection) -> Done:
+    def unclaim(self, effect: enginerpc.Effect, reason: str, conn: sqlite3.Connection) -> Done:
         requeued = effectqueue.requeue_claimed_effect(conn, effect.id, self.claimer, SOURCE, reason)
         return Done(effect.id, "requeued" if requeued else "lost")
 
-    def settle_orphan(self, effect: wire.Effect, claimer: str | None, pgid: int | None,
+    def settle_orphan(self, effect: enginerpc.Effect, claimer: str | None, pgid: int | None,
                       conn: sqlite3.Connection) -> Done:
         if pgid is not None and not kinds.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):
             self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",

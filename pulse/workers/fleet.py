@@ -33,9 +33,10 @@ import time
 import msgspec
 
 from pulse import __version__
-from pulse.core import client, wire
+from pulse.core import client
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
+from pulse.core.wire import controlmsgs, doorbells, eventmsgs
 from pulse.store import connection, effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 from pulse.workers.harness import Worker
@@ -57,7 +58,7 @@ RETRY_S = 0.5                # after a failed put on a connection that is still 
 STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
 
 
-def event_payload(host: str, ev: wire.Event) -> bytes:
+def event_payload(host: str, ev: eventmsgs.Event) -> bytes:
     return json.dumps({"host": host, "id": ev.id, "seq": ev.seq, "ts": ev.ts, "type": ev.type,
                        "source": ev.source, "target": ev.target, "data": ev.data}).encode()
 
@@ -211,7 +212,7 @@ class FleetWorker(Worker):
         """This host, as the fleet sees it (blocking: run in a thread)."""
         out: dict = {"host": self.host, "version": __version__, "at": time.time(), "agents": []}
         try:
-            status = client.request(self.paths, wire.GetStatus(), STATUS_TIMEOUT_S).status
+            status = client.request(self.paths, controlmsgs.GetStatus(), STATUS_TIMEOUT_S).status
             out.update(msgspec.to_builtins(status))
             out.pop("fleet", None)
         except client.Unreachable as err:
@@ -311,7 +312,7 @@ class FleetWorker(Worker):
             cursor.close()
             events.close()
 
-    async def publish_window(self, js, window: list[wire.Event]) -> tuple[int, str | None]:
+    async def publish_window(self, js, window: list[eventmsgs.Event]) -> tuple[int, str | None]:
         """Publish `window` pipelined on one connection, which keeps their order; returns how many from
         its front the stream acknowledged, and why the next one was not (None: all were). Sent again
         on a new connection, those carry the same Nats-Msg-Id: a copy that did land is dropped."""
@@ -338,7 +339,7 @@ class FleetWorker(Worker):
 
     def ring_tick(self, reason: str) -> None:
         """A task taken from the fleet is news for the assignment rule (dropped if nobody listens)."""
-        client.ring(self.paths, "wake", wire.Wake("fleet", reason))
+        client.ring(self.paths, "wake", doorbells.Wake("fleet", reason))
 
     def set_published(self, last: int, count: int) -> None:
         with self.lock:

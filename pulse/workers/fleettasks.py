@@ -40,8 +40,8 @@ import msgspec
 
 from pulse.agents import routing, spend, tasks
 from pulse.core import fleetnames as names
-from pulse.core import wire
 from pulse.core.states import TaskStatus
+from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 
@@ -138,9 +138,9 @@ def putback_delay_s(delivered: int) -> float:
     return min(PUTBACK_MAX_S, PUTBACK_FIRST_S * 2 ** (delivered - PUTBACK_FREE - 1))
 
 
-def offer_state(offer: dict) -> wire.TaskState:
+def offer_state(offer: dict) -> enginerpc.TaskState:
     """A fleet task as routing reads a task: its project, pinned agent and tags."""
-    return wire.TaskState(id=offer["fleet_id"], project=offer["project"], title=offer["title"], prompt="",
+    return enginerpc.TaskState(id=offer["fleet_id"], project=offer["project"], title=offer["title"], prompt="",
                           pin=offer.get("agent"), tags=list(offer.get("tags") or []))
 
 
@@ -293,7 +293,7 @@ class FleetTasks:
                 state = tasks.load(conn, task)
                 if state is not None and state.status in (TaskStatus.PENDING, TaskStatus.ASSIGNED):
                     try:
-                        tasks.record(conn, task, wire.TaskEvent.GIVEN_UP, "fleet", by="fleet",
+                        tasks.record(conn, task, eventmsgs.TaskEvent.GIVEN_UP, "fleet", by="fleet",
                                      reason="its fleet claim lapsed while the fleet worker was down: left to the fleet")
                     except tasks.IllegalTransition:
                         pass             # it began meanwhile: it ends as it will
@@ -310,14 +310,14 @@ class FleetTasks:
 
     async def offer(self, conn, cursor) -> None:
         last = fleetcursor.read_cursor(cursor, OFFERS_CURSOR)
-        for ev in eventsdb.read_events(conn, after_id=last, types=[wire.FLEET_TASK_OFFERED], limit=100):
+        for ev in eventsdb.read_events(conn, after_id=last, types=[eventmsgs.FLEET_TASK_OFFERED], limit=100):
             body = json.dumps({**ev.data, "fleet_id": ev.target, "origin": self.w.host, "offered_at": ev.ts}).encode()
             await self.js.publish(task_subject(ev.data.get("agent")), body, headers={"Nats-Msg-Id": ev.target})
             fleetcursor.commit_cursor(cursor, OFFERS_CURSOR, ev.id)
 
     async def withdraw(self, conn, cursor) -> None:
         last = fleetcursor.read_cursor(cursor, WITHDRAWN_CURSOR)
-        for ev in eventsdb.read_events(conn, after_id=last, types=[wire.FLEET_TASK_WITHDRAWN], limit=100):
+        for ev in eventsdb.read_events(conn, after_id=last, types=[eventmsgs.FLEET_TASK_WITHDRAWN], limit=100):
             record = {"origin": self.w.host, "why": ev.data.get("why") or "withdrawn by its origin"}
             await self.withdrawals.put(names.host_token(ev.target), json.dumps(record).encode())
             self.w.log.info("fleet task %s withdrawn", ev.target)
@@ -338,8 +338,8 @@ class FleetTasks:
             report = await read_record(msg, OutcomeRecord, self.w.log)
             if report is None:
                 continue
-            kind = wire.FLEET_TASK_DEAD if report.get("status") == "dead" else wire.FLEET_TASK_UPDATE
-            eventsdb.append_events(conn, [wire.now_event(kind, "fleet", report["fleet_id"], report)])
+            kind = eventmsgs.FLEET_TASK_DEAD if report.get("status") == "dead" else eventmsgs.FLEET_TASK_UPDATE
+            eventsdb.append_events(conn, [eventmsgs.now_event(kind, "fleet", report["fleet_id"], report)])
             await msg.ack()
 
     # -- the side that runs it ------------------------------------------------------------------------
@@ -353,7 +353,7 @@ class FleetTasks:
                 out[run["agent"]] = out.get(run["agent"], 0) + 1
         return out
 
-    def load_now(self, conn) -> dict[str, wire.AgentLoad]:
+    def load_now(self, conn) -> dict[str, enginerpc.AgentLoad]:
         agents = self.w.config.agent
         if self.tasks is None:        # kept: each pull folds only what came since the last
             from pulse.store import projection
@@ -372,7 +372,7 @@ class FleetTasks:
             taken[run["agent"]] = taken.get(run["agent"], 0) + 1
         return any(taken.get(a.name, 0) < a.concurrency for a in self.w.config.agent)
 
-    def pick(self, conn, offer: dict, load: dict[str, wire.AgentLoad]) -> tuple[str | None, str | None]:
+    def pick(self, conn, offer: dict, load: dict[str, enginerpc.AgentLoad]) -> tuple[str | None, str | None]:
         agents, task = self.w.config.agent, offer_state(offer)
         # taken and maybe not reserved yet (an assigned task's run may be just before its claim): as
         # if reserved, or two tasks of one pull would both pass a limit only one fits under
@@ -558,7 +558,7 @@ class FleetTasks:
                 run["withdrawn"] = await self.withdrawn(fleet_id)
             if run["withdrawn"] and status in (TaskStatus.PENDING, TaskStatus.ASSIGNED):   # not begun again: never
                 try:
-                    state = tasks.record(conn, run["task"], wire.TaskEvent.GIVEN_UP, "fleet", by="fleet",
+                    state = tasks.record(conn, run["task"], eventmsgs.TaskEvent.GIVEN_UP, "fleet", by="fleet",
                                          reason=run["withdrawn"])
                     status = state.status
                 except tasks.IllegalTransition:

@@ -29,11 +29,12 @@ from typing import Callable
 
 import zmq
 
-from pulse.core import client, logs, procs, wire
+from pulse.core import client, logs, procs
 from pulse.core import config as configmod
 from pulse.core.home import Paths
 from pulse.core.states import Exit
 from pulse.core.wakepipe import drain
+from pulse.core.wire import codec, heartbeats, spawnmsgs
 from pulse.store import connection
 
 log = logging.getLogger("pulse.harness")
@@ -58,7 +59,7 @@ class Worker:
     name = "worker"
     commit: str | None = None   # reported in Ready: what code this worker runs, where that varies
 
-    def __init__(self, ctx: zmq.Context, paths: Paths, config, spec: wire.Spawn):
+    def __init__(self, ctx: zmq.Context, paths: Paths, config, spec: spawnmsgs.Spawn):
         # config: this worker's slice (pulse.core.config.SLICES), never the whole Config
         self.ctx, self.paths, self.config, self.spec = ctx, paths, config, spec
         self.handlers: dict[object, Callable[[], None]] = {}   # zmq socket or fd → called when readable
@@ -88,8 +89,8 @@ class Worker:
     def receive(self, frame: bytes, kind: type, where: str):
         """Decode a frame, or log it as malformed and return None."""
         try:
-            return wire.decode(frame, kind)
-        except wire.Malformed as err:
+            return codec.decode(frame, kind)
+        except codec.Malformed as err:
             self.log.warning("dropped a malformed frame on the %s socket: %s", where, err)
             return None
 
@@ -129,7 +130,7 @@ class Worker:
 
 
 class Harness:
-    def __init__(self, worker: Worker, spec: wire.Spawn):
+    def __init__(self, worker: Worker, spec: spawnmsgs.Spawn):
         self.worker, self.spec = worker, spec
         self.stop_requested = False
         self.heartbeat_s = worker.config.timings.heartbeat_ms / 1000
@@ -142,7 +143,7 @@ class Harness:
 
     def send(self, message) -> bool:
         try:
-            self.beat.send(wire.encode(message), zmq.NOBLOCK)
+            self.beat.send(codec.encode(message), zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False   # pulsed is not there (or busy): it must never stall us
@@ -154,12 +155,12 @@ class Harness:
     def heartbeat(self) -> None:
         self.last_beat = time.monotonic()
         self.seq += 1
-        self.send(wire.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic(), self.worker.status_extras()))
+        self.send(heartbeats.Heartbeat(self.worker.name, os.getpid(), self.seq, time.monotonic(), self.worker.status_extras()))
 
     def loop(self, wakeup_fd: int, after_ready: Callable[[], None]) -> None:
         if self.stop_requested:
             return   # told to stop while starting: never ready
-        self.send(wire.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
+        self.send(heartbeats.Ready(self.worker.name, os.getpid(), time.monotonic(), self.worker.commit))
         self.heartbeat()          # its extras (a web address, the processes seen) reach status now
         self.worker.on_ready()
         after_ready()
@@ -197,7 +198,7 @@ def setup_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
-def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
+def run(spec: spawnmsgs.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
     """The body of a worker process; returns its exit code: Exit.CONFIG (78) with one line when a
     store cannot be used, since every restart would fail the same way."""
     try:
@@ -209,7 +210,7 @@ def run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> in
         return Exit.CONFIG
 
 
-def _run(spec: wire.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
+def _run(spec: spawnmsgs.Spawn, worker_class: type[Worker], forkserver_pid: int) -> int:
     procs.die_with_parent(forkserver_pid)
     # the instance in ps tells the Pulses of one host apart; comm keeps the worker alone (15 bytes).
     # Short (the name cut to 24), so the title fits where the forkserver's argv was and ps reads it whole.

@@ -35,7 +35,7 @@ import time
 import zlib
 
 from pulse.core import config as configmod
-from pulse.core import wire
+from pulse.core.wire import eventmsgs
 from pulse.store import eventsdb
 from pulse.workers.harness import Worker
 from pulse.workers.serverthread import ServerThread
@@ -449,7 +449,7 @@ class TelemetryWorker(Worker):
         if not tallies:
             self.observe_sessions([])   # a session's spend is recorded even once it falls silent
             return
-        events = [wire.now_event(wire.TELEMETRY, self.name, t.target, t.fact()) for t in tallies]
+        events = [eventmsgs.now_event(eventmsgs.TELEMETRY, self.name, t.target, t.fact()) for t in tallies]
         try:
             eventsdb.append_events(self.db, events)
         except Exception as err:        # a locked or full store: kept for the next flush, within bounds

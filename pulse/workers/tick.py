@@ -22,10 +22,11 @@ import msgspec
 import zmq
 
 from pulse.agents import routing, spend, tasks
-from pulse.core import client, schedule, wire
+from pulse.core import client, schedule
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
-from pulse.core.wire import EFFECT_END_STATES, ON_CRASH_LOOP, STOP_PROCESS, EffectEvent, TaskEvent
+from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc, eventmsgs
+from pulse.core.wire.eventmsgs import EFFECT_END_STATES, ON_CRASH_LOOP, STOP_PROCESS, EffectEvent, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, projection, schedulerun, vitalsdb
@@ -33,8 +34,8 @@ from pulse.workers.harness import Worker
 
 OUTCOMES_PER_TARGET = 10
 RUNS_KEPT = 64          # starts and exits kept per guarded process (max_restarts is at most 50)
-PROCESS_ACTIONS = {wire.ProcessAction.STOP: True, wire.ProcessAction.START: False,   # → stopped
-                   wire.ProcessAction.RESTART: False}
+PROCESS_ACTIONS = {eventmsgs.ProcessAction.STOP: True, eventmsgs.ProcessAction.START: False,   # → stopped
+                   eventmsgs.ProcessAction.RESTART: False}
 HISTORY_SAMPLES = 20
 # Events folded per read. The first tick of a new tick worker folds the whole history: in batches of
 # 5,000 its RSS kept some 11 MiB more on a 16,000-effect history (freed, not returned), so each
@@ -62,7 +63,7 @@ class Promote:
 class Projections:
     """What the snapshot needs from events.db, folded incrementally (never a full scan per tick)."""
     last_id: int = 0
-    pending: dict[str, wire.Effect] = field(default_factory=dict)
+    pending: dict[str, enginerpc.Effect] = field(default_factory=dict)
     outcomes: dict[str, collections.deque] = field(default_factory=dict)
     notified: dict[str, float] = field(default_factory=dict)
     promotes: list[Promote] = field(default_factory=list)
@@ -71,17 +72,17 @@ class Projections:
     paused: dict[str, float] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)         # processes an operator holds down (process-stop)
     removed: dict[str, dict] = field(default_factory=dict)  # taken out by a reload, not yet stopped (Snapshot.removed)
-    exits: dict[str, wire.ProcessExit] = field(default_factory=dict)
+    exits: dict[str, enginerpc.ProcessExit] = field(default_factory=dict)
     engine_failed_at: float | None = None
     escalated: tuple[float, str] | None = None   # the last time pulsed stopped everything: (when, why)
     engine_recent: collections.deque = field(default_factory=collections.deque)   # (ts, fingerprint) of engine effects
     engine_horizon_s: float = budget.WINDOW_S    # engine_recent keeps this far back
     engine_retryable: dict = field(default_factory=dict)   # fingerprint → when its last engine effect failed
-    known_good: dict[str, wire.KnownGood] = field(default_factory=dict)   # process → its known-good config
+    known_good: dict[str, enginerpc.KnownGood] = field(default_factory=dict)   # process → its known-good config
     schedules: schedule.ScheduleBook = field(default_factory=schedule.ScheduleBook)   # what each schedule ran
     runs: dict[str, "Runs"] = field(default_factory=dict)   # guarded process → its starts and exits
 
-    def fold(self, events: list[wire.Event]) -> None:
+    def fold(self, events: list[eventmsgs.Event]) -> None:
         for ev in events:
             self.last_id = ev.id
             fold = _FOLDS.get(ev.type)
@@ -92,8 +93,8 @@ class Projections:
             if ev.type in schedule.FOLDED:
                 self.schedules.fold_one(ev)
 
-    def _effect(self, ev: wire.Event) -> None:
-        effect = msgspec.convert(ev.data, wire.Effect)
+    def _effect(self, ev: eventmsgs.Event) -> None:
+        effect = msgspec.convert(ev.data, enginerpc.Effect)
         self.pending[effect.id] = effect
         if effect.kind == ON_CRASH_LOOP and effect.target is not None:
             runs = self.runs_of(effect.target)
@@ -108,7 +109,7 @@ class Projections:
         if registry.tells_operator(effect.kind) and effect.params.get("rule"):   # a notification, the daily report
             self.notified[f"{effect.params['rule']}:{effect.target}"] = ev.ts
 
-    def _ended(self, ev: wire.Event) -> None:
+    def _ended(self, ev: eventmsgs.Event) -> None:
         effect_id = ev.data.get("effect_id", "")
         effect = self.pending.get(effect_id)
         state = EFFECT_END_STATES[ev.type]
@@ -122,7 +123,7 @@ class Projections:
                 self.engine_retryable = {fp: ts for fp, ts in self.engine_retryable.items()
                                          if ev.ts - ts <= self.engine_horizon_s}
         self.pending.pop(effect_id, None)
-        outcome = wire.Outcome(effect_id=effect_id, kind=ev.data.get("kind", ""), state=state, ts=ev.ts,
+        outcome = enginerpc.Outcome(effect_id=effect_id, kind=ev.data.get("kind", ""), state=state, ts=ev.ts,
                                error=ev.data.get("error") or ev.data.get("reason"))
         target = ev.target if ev.target is not None else (effect.target if effect else None)
         if target is not None:
@@ -133,33 +134,33 @@ class Projections:
         if outcome.kind == ON_CRASH_LOOP and target is not None:
             self.runs_of(target).way_out_done(ev.ts, state, ev.data)
 
-    def _promote(self, ev: wire.Event) -> None:
+    def _promote(self, ev: eventmsgs.Event) -> None:
         self.promotes = self.promotes[-9:] + [Promote(ev.id, ev.ts, ev.data.get("before", ""), ev.data.get("after", ""))]
         self.crashes = self.corrective_streak = 0
 
-    def _rollback(self, ev: wire.Event) -> None:
+    def _rollback(self, ev: eventmsgs.Event) -> None:
         if self.promotes:
             self.promotes[-1].rolled_back = True
 
-    def _exited(self, ev: wire.Event) -> None:
+    def _exited(self, ev: eventmsgs.Event) -> None:
         if ev.target == "engine" and ev.data.get("state") != "stopping" and self.promotes:
             self.crashes += 1
 
-    def _failed(self, ev: wire.Event) -> None:
+    def _failed(self, ev: eventmsgs.Event) -> None:
         if ev.target == "engine":
             self.engine_failed_at = ev.ts
 
-    def _stopping(self, ev: wire.Event) -> None:
+    def _stopping(self, ev: eventmsgs.Event) -> None:
         if ev.data.get("exit_code"):
             self.escalated = (ev.ts, ev.data.get("reason", ""))
 
-    def _pause(self, ev: wire.Event) -> None:
+    def _pause(self, ev: eventmsgs.Event) -> None:
         self.paused[ev.target] = ev.data.get("until", 0.0)
 
-    def _resume(self, ev: wire.Event) -> None:
+    def _resume(self, ev: eventmsgs.Event) -> None:
         self.paused.pop(ev.target, None)
 
-    def _reload(self, ev: wire.Event) -> None:
+    def _reload(self, ev: eventmsgs.Event) -> None:
         for name in ev.data.get("processes_added") or ():
             self.removed.pop(name, None)
         for name in [*(ev.data.get("processes_removed") or ()), *(ev.data.get("processes_kept") or ())]:
@@ -167,13 +168,13 @@ class Projections:
         for name, definition in (ev.data.get("removed_definitions") or {}).items():
             self.removed[name] = {"reload": ev.id, "definition": definition}
 
-    def _process_exited(self, ev: wire.Event) -> None:
+    def _process_exited(self, ev: eventmsgs.Event) -> None:
         if ev.target is not None and isinstance(ev.data.get("pid"), int):
-            self.exits[ev.target] = wire.ProcessExit(pid=ev.data["pid"], ts=ev.ts, code=ev.data.get("code"),
+            self.exits[ev.target] = enginerpc.ProcessExit(pid=ev.data["pid"], ts=ev.ts, code=ev.data.get("code"),
                                                      signal=ev.data.get("signal"), tail=ev.data.get("tail") or "")
             self.runs_of(ev.target).exits.append(self.exits[ev.target])
 
-    def _operator(self, ev: wire.Event) -> None:
+    def _operator(self, ev: eventmsgs.Event) -> None:
         """An operator's stop, start or restart of a guarded process (pulsed records those of workers
         with plain actions; a process's carry the `process-` prefix, as a process may share a worker's
         name): held down after a stop until a start or restart, its crash count started over."""
@@ -187,14 +188,14 @@ class Projections:
     def runs_of(self, name: str) -> "Runs":
         return self.runs.setdefault(name, Runs())
 
-    def lifecycle(self, now: float, window_s: float) -> wire.Lifecycle:
+    def lifecycle(self, now: float, window_s: float) -> enginerpc.Lifecycle:
         """The engine since its last promote; last known good = newest promote clean past its window."""
         if not self.promotes:
-            return wire.Lifecycle()
+            return enginerpc.Lifecycle()
         last = self.promotes[-1]
         good = next((p.after for p in reversed(self.promotes)
                      if not p.rolled_back and now - p.ts > window_s), self.promotes[0].before)
-        return wire.Lifecycle(promote_id=last.id, promote_ts=last.ts, before=last.before, after=last.after,
+        return enginerpc.Lifecycle(promote_id=last.id, promote_ts=last.ts, before=last.before, after=last.after,
                               rolled_back=last.rolled_back, last_known_good=good, crashes=self.crashes,
                               corrective_streak=self.corrective_streak)
 
@@ -218,11 +219,11 @@ def load_projections(raw: dict) -> Projections:
     """dump_projections' output back as the tick's projections, each deque with its bound."""
     outcomes, recent, runs = raw.pop("outcomes", {}), raw.pop("engine_recent", []), raw.pop("runs", {})
     p = msgspec.convert(raw, Projections)
-    p.outcomes = {target: collections.deque(msgspec.convert(q, list[wire.Outcome]), maxlen=OUTCOMES_PER_TARGET)
+    p.outcomes = {target: collections.deque(msgspec.convert(q, list[enginerpc.Outcome]), maxlen=OUTCOMES_PER_TARGET)
                   for target, q in outcomes.items()}
     p.engine_recent = collections.deque((ts, fp) for ts, fp in recent)
-    p.runs = {name: Runs(starts=collections.deque(msgspec.convert(r["starts"], list[wire.ProcessStart]), maxlen=RUNS_KEPT),
-                         exits=collections.deque(msgspec.convert(r["exits"], list[wire.ProcessExit]), maxlen=RUNS_KEPT),
+    p.runs = {name: Runs(starts=collections.deque(msgspec.convert(r["starts"], list[enginerpc.ProcessStart]), maxlen=RUNS_KEPT),
+                         exits=collections.deque(msgspec.convert(r["exits"], list[enginerpc.ProcessExit]), maxlen=RUNS_KEPT),
                          restarts=r["restarts"], stopped=r["stopped"], operator_at=r["operator_at"],
                          way_out_at=r["way_out_at"], way_out_ended=r["way_out_ended"], way_out_said=r["way_out_said"])
               for name, r in runs.items()}
@@ -235,7 +236,8 @@ def tick_projection(engine_horizon_s: float) -> projection.Projection[Projection
     return projection.Projection(
         name="tick", new=lambda: Projections(engine_horizon_s=engine_horizon_s), fold=fold_projections,
         dump=dump_projections, load=load_projections,
-        code=(Projections, Promote, Runs, wire.Effect, wire.Outcome, wire.ProcessExit, wire.ProcessStart, wire.KnownGood,
+        code=(Projections, Promote, Runs, enginerpc.Effect, enginerpc.Outcome, enginerpc.ProcessExit, enginerpc.ProcessStart,
+              enginerpc.KnownGood,
               configfiles.fold,
               schedule.ScheduleBook, schedule.ScheduleState, budget.fingerprint, registry.tells_operator,
               OUTCOMES_PER_TARGET, HOST_REPAIRS, repr(sorted(_FOLDS_NAMES)), engine_horizon_s))
@@ -260,7 +262,7 @@ _FOLDS_NAMES = {t: f.__name__ for t, f in _FOLDS.items()}
 
 @dataclass
 class Runs:
-    """A guarded process's recent starts and exits (the snapshot's wire.ProcessRuns)."""
+    """A guarded process's recent starts and exits (the snapshot's enginerpc.ProcessRuns)."""
     starts: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RUNS_KEPT))
     exits: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RUNS_KEPT))
     restarts: int = 0
@@ -270,11 +272,11 @@ class Runs:
     way_out_ended: float = 0.0
     way_out_said: str | None = None
 
-    def started(self, ts: float, ok: bool, effect: wire.Effect | None, pid: int) -> None:
+    def started(self, ts: float, ok: bool, effect: enginerpc.Effect | None, pid: int) -> None:
         origin = effect.origin if effect is not None else "survival"
         params = effect.params if effect is not None else {}
         attempt = params.get("attempt")
-        self.starts.append(wire.ProcessStart(ts, ok, origin, params.get("why"),
+        self.starts.append(enginerpc.ProcessStart(ts, ok, origin, params.get("why"),
                                              attempt if isinstance(attempt, int) else 0,
                                              effect.created if effect is not None and effect.created else ts, pid))
         self.restarts += 1
@@ -287,8 +289,8 @@ class Runs:
         words = f"exit code {code}" if isinstance(code, int) else data.get("error") or data.get("reason") or state
         self.way_out_ended, self.way_out_said = ts, words + (f": {said[0][:200]}" if said else "")
 
-    def view(self) -> wire.ProcessRuns:
-        return wire.ProcessRuns(starts=list(self.starts), exits=list(self.exits), restarts=self.restarts,
+    def view(self) -> enginerpc.ProcessRuns:
+        return enginerpc.ProcessRuns(starts=list(self.starts), exits=list(self.exits), restarts=self.restarts,
                                 stopped=self.stopped, operator_at=self.operator_at, way_out_at=self.way_out_at,
                                 way_out_ended=self.way_out_ended, way_out_said=self.way_out_said)
 
@@ -313,26 +315,26 @@ class EngineClient:
             except zmq.Again:
                 return replies
             try:
-                replies.append(wire.decode(frame, wire.EngineReply))
-            except wire.Malformed:
+                replies.append(codec.decode(frame, enginerpc.EngineReply))
+            except codec.Malformed:
                 replies.append(None)
 
-    def run_chain(self, prev: wire.Snapshot | None, curr: wire.Snapshot,
-                  deadline_s: float | None = None) -> tuple[wire.ChainResult | None, str | None]:
+    def run_chain(self, prev: enginerpc.Snapshot | None, curr: enginerpc.Snapshot,
+                  deadline_s: float | None = None) -> tuple[enginerpc.ChainResult | None, str | None]:
         """(result, None) or (None, why the engine gave nothing); deadline_s: this call's, if not the usual."""
         deadline_s = self.deadline_s if deadline_s is None else deadline_s
         if self.unresponsive:
-            if any(isinstance(r, wire.Pong) for r in self._drain()):
+            if any(isinstance(r, enginerpc.Pong) for r in self._drain()):
                 self.unresponsive = False
             else:
-                self._send(wire.Ping(next(self.ids), time.time() + deadline_s))
+                self._send(enginerpc.Ping(next(self.ids), time.time() + deadline_s))
                 return None, "engine unresponsive since its last deadline; skipped"
         self._drain()   # whatever is left over is late
         request_id = next(self.ids)
         deadline = time.time() + deadline_s
         # IMMEDIATE: writable only once connected (a freshly started engine may take a moment)
         if not (self.sock.poll(deadline_s * 1000, zmq.POLLOUT)
-                and self._send(wire.RunChain(request_id, deadline, prev, curr))):
+                and self._send(enginerpc.RunChain(request_id, deadline, prev, curr))):
             return None, "engine not connected"
         while (left := deadline - time.time()) > 0:
             if not self.sock.poll(left * 1000):
@@ -340,14 +342,14 @@ class EngineClient:
             for reply in self._drain():
                 if reply is None:
                     return None, "engine sent a malformed reply"
-                if isinstance(reply, wire.ChainResult) and reply.id == request_id:
+                if isinstance(reply, enginerpc.ChainResult) and reply.id == request_id:
                     return reply, None
         self.unresponsive = True
         return None, f"engine did not answer within {deadline_s * 1000:.0f} ms"
 
     def _send(self, message) -> bool:
         try:
-            self.sock.send(wire.encode(message), zmq.NOBLOCK)
+            self.sock.send(codec.encode(message), zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
@@ -385,7 +387,7 @@ class TickWorker(Worker):
         self.chain = onion.compose(survival.survival_rules(self.config), self.inner)
         self.count = 0
         self.urgent = False       # woken by a critical process's death: the next tick is in a hurry
-        self.prev: wire.Snapshot | None = None
+        self.prev: enginerpc.Snapshot | None = None
         self.next_tick = time.monotonic()
         self.last_tick = 0.0
         self.inner_note: str | None = None
@@ -399,7 +401,7 @@ class TickWorker(Worker):
     # -- inputs ----------------------------------------------------------------------------------
 
     def on_wake(self) -> None:
-        message = self.receive(self.wake.recv(), wire.Wake, "wake")
+        message = self.receive(self.wake.recv(), doorbells.Wake, "wake")
         if message is None:
             return
         self.log.debug("woken by %s (%s)", message.source, message.reason)
@@ -421,25 +423,25 @@ class TickWorker(Worker):
         if self.tasks_folded is not None:
             self.task_book = self.tasks_folded.catch_up()
 
-    def engine_state(self) -> wire.EngineHealth:
+    def engine_state(self) -> enginerpc.EngineHealth:
         """The engine worker's state from pulsed: the tick never calls an engine that is not running."""
         try:
             while self.control.poll(0):
                 self.control.recv()   # a late answer to an earlier question: stale
-            self.control.send(wire.encode(wire.GetStatus()), zmq.NOBLOCK)
+            self.control.send(codec.encode(controlmsgs.GetStatus()), zmq.NOBLOCK)
             if self.control.poll(100):
-                reply = wire.decode(self.control.recv(), wire.Reply)
+                reply = codec.decode(self.control.recv(), controlmsgs.Reply)
                 engine = next(w for w in reply.status.workers if w.name == "engine")
                 promotes = self.projections.promotes
                 errors = errorruns.engine_errors_since(self.events, promotes[-1].id if promotes else 0)
-                return wire.EngineHealth(engine.state, engine.restarts, errors, self.projections.engine_failed_at)
-        except (zmq.ZMQError, wire.Malformed, StopIteration, AttributeError):
+                return enginerpc.EngineHealth(engine.state, engine.restarts, errors, self.projections.engine_failed_at)
+        except (zmq.ZMQError, codec.Malformed, StopIteration, AttributeError):
             pass
-        return wire.EngineHealth("unknown")
+        return enginerpc.EngineHealth("unknown")
 
     # -- one tick --------------------------------------------------------------------------------
 
-    def snapshot(self) -> wire.Snapshot:
+    def snapshot(self) -> enginerpc.Snapshot:
         self.fold()
         p = self.projections
         now = time.time()
@@ -447,7 +449,7 @@ class TickWorker(Worker):
         extras = (self.task_book.extras(routing.takeable(self.config.agent, over_budget))
                   if self.task_book is not None else {})
         open_effects = list(p.pending.values())
-        return wire.Snapshot(
+        return enginerpc.Snapshot(
             pending_tasks=routing.route(self.config.agent, extras.get("pending-tasks")),
             agent_capability_stats=extras.get("agent-capability-stats", {}),
             agents=(routing.loads(self.config.agent, self.task_book.states.values(), open_effects, over_budget)
@@ -482,7 +484,7 @@ class TickWorker(Worker):
             self.log.warning("could not read the spend ledger: %s", err)
             return {}
 
-    def hold_budget_waits(self, curr: wire.Snapshot) -> bool:
+    def hold_budget_waits(self, curr: enginerpc.Snapshot) -> bool:
         """Record why each listed task whose agents are all over a limit waits (its `spend-held`, and the
         100 % alerts due), as a held claim would have; the tick hands such a task no run. True when it
         wrote (a notification may be among what it committed: the executor is rung)."""
@@ -502,7 +504,7 @@ class TickWorker(Worker):
             self.log.warning("could not record why tasks wait on a spend limit: %s", err)
         return told
 
-    async def inner(self, prev: wire.Snapshot | None, curr: wire.Snapshot) -> onion.RuleResult:
+    async def inner(self, prev: enginerpc.Snapshot | None, curr: enginerpc.Snapshot) -> onion.RuleResult:
         """The innermost layer: the engine's business chain, across the process boundary."""
         if curr.engine.state != WorkerState.RUNNING:
             self.inner_note = f"engine {curr.engine.state}; skipped"
@@ -569,11 +571,11 @@ class TickWorker(Worker):
         # Every tick is a vital (kept 24 h); only a tick that did something, or whose engine
         # call went wrong, is also an event: events.db is never compacted.
         notable = committed or self.inner_failed
-        self.commit_tick(committed, [wire.now_event("tick", "tick", None, record)] if notable else [])
+        self.commit_tick(committed, [eventmsgs.now_event("tick", "tick", None, record)] if notable else [])
         if (committed or told) and not self.config.observe_only:
             self.ring_executor()     # before the tick's own bookkeeping: a restart waits on nothing of it
         try:
-            vitalsdb.append_vitals(self.vitals, [wire.Vital("tick", now, record)])
+            vitalsdb.append_vitals(self.vitals, [enginerpc.Vital("tick", now, record)])
         except sqlite3.OperationalError as err:   # a full or locked vitals.db costs this record only
             self.log.warning("could not record tick %d in vitals.db: %s", self.count, err)
         self.settle_errors()
@@ -588,7 +590,7 @@ class TickWorker(Worker):
             due_in = max(self.next_schedule_due() - time.time(), t.tick_ms_min / 1000)
             self.next_tick = min(self.next_tick, time.monotonic() + due_in)
 
-    def within_budget(self, effects: list[wire.Effect], curr: wire.Snapshot) -> list[wire.Effect]:
+    def within_budget(self, effects: list[enginerpc.Effect], curr: enginerpc.Snapshot) -> list[enginerpc.Effect]:
         """The engine's effects that its budget admits; for each rule over it, one coalesced error and,
         at most every notify_every_s, a notification."""
         tk = self.config.tick
@@ -642,7 +644,7 @@ class TickWorker(Worker):
 
     def ring_executor(self) -> None:
         try:
-            self.doorbell.send(wire.encode(wire.Doorbell("tick")), zmq.NOBLOCK)
+            self.doorbell.send(codec.encode(doorbells.Doorbell("tick")), zmq.NOBLOCK)
         except zmq.Again:
             pass   # the executor's scan finds them
 
@@ -652,7 +654,7 @@ class TickWorker(Worker):
         return min((schedule.next_due(s, book.last_slot(s.name), now, book.open_run(s.name)) for s in self.config.schedule),
                    default=now)
 
-    def schedule_notices(self, curr: wire.Snapshot) -> list[wire.Effect]:
+    def schedule_notices(self, curr: enginerpc.Snapshot) -> list[enginerpc.Effect]:
         """A schedule whose runs keep failing (notify_after in a row) is said, once per failed run at
         most every [survival] notify_every_s."""
         out = []
@@ -666,7 +668,7 @@ class TickWorker(Worker):
                                        f"its last {state.failures_in_row} runs failed (its latest run: {state.last_run})"))
         return out
 
-    def commit_tick(self, effects: list[wire.Effect], events: list[wire.Event]) -> None:
+    def commit_tick(self, effects: list[enginerpc.Effect], events: list[eventmsgs.Event]) -> None:
         """Commit; on a full disk, free the ballast first so the effects that free space still land.
         A commit that still fails loses this tick's effects, not the tick: the next tick decides again."""
         for attempt in (1, 2):
@@ -683,13 +685,13 @@ class TickWorker(Worker):
                 self.log.error("could not commit tick %d (%d effects): %s", self.count, len(effects), err)
                 return
 
-    def log_held_fatal(self, effects: list[wire.Effect]) -> None:
+    def log_held_fatal(self, effects: list[enginerpc.Effect]) -> None:
         """A process held fatal is said in pulse.log too, whatever [[notify]] channels there are."""
         for e in effects:
             if e.kind == "notify" and e.params.get("rule") == "process-fatal":
                 self.log.error("%s: %s", e.params.get("title"), str(e.params.get("message", "")).split("\n")[0])
 
-    def disk_has_room(self, curr: wire.Snapshot) -> bool:
+    def disk_has_room(self, curr: enginerpc.Snapshot) -> bool:
         vital = curr.vitals.get("system-resource")
         return vital is not None and (vital.data.get("disk_pct") or 100) < self.config.survival.disk_pct
 
@@ -725,11 +727,11 @@ class TickWorker(Worker):
 def scheduled_task(s, slot: float):
     """The task-created event a run of schedule `s` at `slot` appends, given the next task number."""
     fields = schedule.task_fields(s, slot)
-    return lambda n: wire.now_event(TaskEvent.CREATED, "tick", tasks.task_id(n), fields)
+    return lambda n: eventmsgs.now_event(TaskEvent.CREATED, "tick", tasks.task_id(n), fields)
 
 
 def read_history(conn: sqlite3.Connection, counted: list[str], windows: dict[str, float],
-                 now: float) -> dict[str, list[wire.Vital]]:
+                 now: float) -> dict[str, list[enginerpc.Vital]]:
     """The recent samples survival counts (the last HISTORY_SAMPLES of each counted key), and for a
     key with a trend window, every sample of that window if they are more (at most
     MAX_MEMORY_WINDOW_SAMPLES, the newest): both end at the newest sample, so the longer holds the other."""
@@ -741,15 +743,15 @@ def read_history(conn: sqlite3.Connection, counted: list[str], windows: dict[str
     return out
 
 
-def validate_effects(effects: list[wire.Effect]) -> str | None:
+def validate_effects(effects: list[enginerpc.Effect]) -> str | None:
     """Bounds no rule may exceed; None when the effects are fine."""
     if len(effects) > MAX_EFFECTS_PER_TICK:
         return f"rules emitted {len(effects)} effects in one tick (at most {MAX_EFFECTS_PER_TICK})"
     for e in effects:
         if not e.kind or len(e.kind) > 64:
             return f"effect kind {e.kind[:80]!r} is empty or longer than 64 characters"
-        if e.target is not None and len(e.target) > wire.MAX_TARGET_CHARS:
-            return f"effect target longer than {wire.MAX_TARGET_CHARS} characters"
+        if e.target is not None and len(e.target) > enginerpc.MAX_TARGET_CHARS:
+            return f"effect target longer than {enginerpc.MAX_TARGET_CHARS} characters"
     return None
 
 

@@ -51,7 +51,7 @@ def test_assign_hands_out_nothing_while_no_agent_is_known():
 
 def routed(tasks, agents, eligible=None, pending=(), stats_by=None):
     """A snapshot with routing: `agents` {name: (concurrency, running)}; every agent eligible unless said."""
-    from pulse.core.wire import AgentLoad
+    from pulse.engine.api import AgentLoad
     names = list(agents)
     return Snapshot(tick=1, ts=0.0, pending=list(pending),
                     pending_tasks=PendingTasks(pending_count=len(tasks), tasks=tasks,
@@ -105,7 +105,7 @@ def test_assign_hands_out_nothing_once_no_agent_is_configured_whatever_the_histo
 
 
 def test_assign_hands_nothing_to_an_agent_over_a_spend_limit():
-    from pulse.core.wire import AgentLoad
+    from pulse.engine.api import AgentLoad
     curr = routed([task(1), task(2)], {"a": (2, 0), "b": (1, 0)})
     curr.agents["a"] = AgentLoad(agent="a", concurrency=2, budget="a: $8.00 of $10.00 usd_per_day")
     assert handed(curr) == [("task-1", "b")]                      # b's one slot; a's two are not free

@@ -1,0 +1,191 @@
+"""Events (PUB): committed events, live; every event type, effect kind and event family."""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any
+
+import msgspec
+
+from pulse.core.states import EffectState
+
+
+class EffectEvent(enum.StrEnum):
+    """An effect's life in events.db: committed, claimed, ended (one end per EffectState that ends it)."""
+    COMMITTED = "effect"
+    EXECUTING = "effect-executing"
+    ACKED = "effect-acked"
+    FAILED = "effect-failed"          # also a failure put back in the queue, marked requeued
+    EXPIRED = "effect-expired"
+
+
+# The event each end of an effect is recorded with.
+EFFECT_END_EVENTS = {EffectState.ACKED: EffectEvent.ACKED, EffectState.FAILED: EffectEvent.FAILED,
+                     EffectState.EXPIRED: EffectEvent.EXPIRED}
+EFFECT_END_STATES = {event: state for state, event in EFFECT_END_EVENTS.items()}   # ... and back
+
+
+class TaskEvent(enum.StrEnum):
+    """A task's life in events.db; pulse.agents.tasks.TRANSITIONS says which moves it between which TaskStatus."""
+    CREATED = "task-created"
+    ASSIGNED = "task-assigned"
+    EXECUTING = "task-executing"
+    ACKED = "task-acked"
+    FAILED = "task-failed"
+    CLOSED = "task-closed"
+    GIVEN_UP = "task-given-up"
+    RETRIED = "task-retried"        # the operator put a given-up task back to pending (pulsectl task retry)
+
+
+TASK_EVENTS = tuple(TaskEvent)   # a tuple: `in` works on it (a str `in` the enum class raises on 3.11)
+
+
+class SpendEvent(enum.StrEnum):
+    """The spend ledger (pulse.agents.spend): what each agent run reserved and cost, folded into
+    spend per agent and window. reserved/settled: target the agent; held: target the task."""
+    RESERVED = "spend-reserved"       # a run's expected cost, in the transaction that claims it
+    SETTLED = "spend-settled"         # its real cost, when it ended
+    HELD = "spend-held"               # a run not started: it would cross a limit (the task waits)
+    ALERT = "spend-alert"             # the operator was told: a limit at 80 % or 100 % in its window
+    RESET = "spend-reset"             # the operator forgave an agent's spend so far (pulsectl budget reset)
+    # what a session Pulse did not start reported it spent over one flush of the telemetry receiver
+    # (target: "session:<id>"); counted against the host's [budget] only when sent with the receiver's token
+    OBSERVED = "spend-observed"
+
+
+SPEND_EVENTS = tuple(SpendEvent)
+
+
+class ScheduleEvent(enum.StrEnum):
+    """A [[schedule]]'s facts (target: its name); pulse.core.schedule folds them."""
+    RUN = "schedule-run"              # a slot (or the operator's manual run) made its task or effect
+    ARMED = "schedule-armed"          # first seen: slots after this one run
+
+class ProcessAction(enum.StrEnum):
+    """An operator's word on a [[process]]: an `operator` event (source pulsectl, target the process,
+    data {"action": ...}), committed before the effect that acts on it. After process-stop, survival
+    leaves the process down, across restarts of pulsed, until a process-start or process-restart."""
+    STOP = "process-stop"
+    START = "process-start"
+    RESTART = "process-restart"
+
+
+class Name(enum.StrEnum):
+    """A name that is a plain string on the wire, in the stores and in messages (its repr too, so an
+    error that quotes one reads as before), and an enum member in the code: a misspelt one is an
+    AttributeError when its module loads."""
+
+    def __repr__(self) -> str:
+        return repr(self._value_)
+
+
+class EffectKind(Name):
+    """Every effect kind Pulse ships: the built-in ones (pulse.effects.registry) and those of the layers
+    above it (agent-run, task-add, report: plugged in by entry point). A rule names a kind as
+    EffectKind.X, so a misspelt one is an AttributeError when the module loads, not an effect no
+    executor knows. An engine's own kinds are its executors' and stay plain strings."""
+    NOOP = "noop"
+    EXEC = "exec"
+    NOTIFY = "notify"
+    RESTART_PROCESS = "restart-process"
+    STOP_PROCESS = "stop-process"         # stops a [[process]] (pulse.effects.kinds.run_stop)
+    ON_CRASH_LOOP = "on-crash-loop"       # runs a [[process]]'s on_crash_loop argv (kinds.run_on_crash_loop)
+    SIGNAL = "signal"
+    KEEP_CONFIG = "keep-config"
+    RESTORE_CONFIG = "restore-config"
+    RESTART_WORKER = "restart-worker"
+    ARCHIVE = "archive"
+    CLEANUP = "cleanup"
+    ROTATE_FILE = "rotate-file"
+    TRIM_DIR = "trim-dir"
+    ENGINE_PROMOTE = "engine-promote"
+    ENGINE_ROLLBACK = "engine-rollback"
+    AGENT_RUN = "agent-run"
+    TASK_ADD = "task-add"
+    REPORT = "report"
+
+
+STOP_PROCESS = EffectKind.STOP_PROCESS
+ON_CRASH_LOOP = EffectKind.ON_CRASH_LOOP
+
+
+class EventType(Name):
+    """Every type of event Pulse writes outside the families above (EffectEvent, TaskEvent, SpendEvent,
+    ScheduleEvent). Stored and sent as its string: an EventType is the str it stands for."""
+    SUPERVISOR_STARTED = "supervisor-started"
+    SUPERVISOR_STOPPING = "supervisor-stopping"
+    RELOAD = "reload"
+    OPERATOR = "operator"
+    WORKER_STARTED = "worker-started"
+    WORKER_READY = "worker-ready"
+    WORKER_EXITED = "worker-exited"
+    WORKER_HUNG = "worker-hung"
+    WORKER_FAILED = "worker-failed"
+    WORKER_RESTARTED = "worker-restarted"
+    WAKE = "wake"
+    TICK = "tick"
+    COLLECT = "collect"
+    ERROR = "error"
+    PAUSE = "pause"
+    RESUME = "resume"
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+    NOTIFY = "notify"
+    GATE_CALL = "gate-call"
+    GATE_BLOCKED = "gate-blocked"
+    GATE_RESET = "gate-reset"
+    PROCESS_EXITED = "process-exited"
+    # Files a trim-dir moved into objects/ (pulse.effects.dirs), each with its path and blob: committed
+    # before the files are removed, so an archived file is always found again (target: the directory).
+    DIR_ARCHIVED = "dir-archived"
+    # A task offered to the fleet (`pulsectl task add --fleet`; target: its fleet id), and what the host
+    # that took it reports of it (pulse.workers.fleettasks), both in the origin's events.db.
+    FLEET_TASK_OFFERED = "fleet-task-offered"
+    FLEET_TASK_UPDATE = "fleet-task-update"
+    # A fleet task taken [fleet] max_deliver times without an end (given up, or its host died): the
+    # dead-letter record the host that gave up last reports to the origin (target: its fleet id).
+    FLEET_TASK_DEAD = "fleet-task-dead"
+    # A fleet task its origin's operator took back (`pulsectl task close <fleet id>`; target: its fleet
+    # id): no host starts it from then on; a run already going ends as it will, and is not offered again.
+    FLEET_TASK_WITHDRAWN = "fleet-task-withdrawn"
+    # pulse.store.retention: events left the live history
+    HISTORY_MOVED = "history-moved"
+    HISTORY_DROPPED = "history-dropped"
+    # What a run or session did over one flush of the telemetry receiver (pulse.workers.telemetry): tokens,
+    # cost, API requests, tool calls, errors, when it was last heard; target: the run (its agent-run effect
+    # id) or "session:<id>" for a session Pulse did not start.
+    TELEMETRY = "telemetry"
+    # A loop seen and only said, not ended (pulse.agents.loopnotice): a run of an agent with on_loop =
+    # "notice" (target: its task), or a session Pulse did not start (target: "session:<id>").
+    LOOP_NOTICED = "loop-noticed"
+
+
+# Every type of event Pulse writes (tests/test_wire.py checks the source writes no other).
+EVENT_TYPES = frozenset({*EventType, *EffectEvent, *TaskEvent, *SpendEvent, *ScheduleEvent})
+DIR_ARCHIVED = EventType.DIR_ARCHIVED
+GATE_CALL_EVENTS = (EventType.GATE_CALL, EventType.GATE_BLOCKED)   # a task's gate calls, as task show lists them
+FLEET_TASK_OFFERED, FLEET_TASK_UPDATE = EventType.FLEET_TASK_OFFERED, EventType.FLEET_TASK_UPDATE
+FLEET_TASK_DEAD = EventType.FLEET_TASK_DEAD
+FLEET_TASK_WITHDRAWN = EventType.FLEET_TASK_WITHDRAWN
+# the origin's record of one fleet task, as its views fold it
+FLEET_TASK_EVENTS = (FLEET_TASK_OFFERED, FLEET_TASK_UPDATE, FLEET_TASK_DEAD, FLEET_TASK_WITHDRAWN)
+TELEMETRY = EventType.TELEMETRY
+LOOP_NOTICED = EventType.LOOP_NOTICED
+
+
+class Event(msgspec.Struct):
+    type: str
+    source: str
+    target: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+    ts: float = 0.0             # wall clock
+    mono: float = 0.0           # time.monotonic(), comparable across processes of one boot
+    seq: int = 0                # the source process's own sequence number
+    id: int | None = None       # assigned by events.db
+
+
+def now_event(type: str, source: str, target: str | None = None, data: dict | None = None, **fields) -> Event:
+    """An event stamped now; its data is `data` and/or the keyword fields."""
+    return Event(type=type, source=source, target=target, data={**(data or {}), **fields}, ts=time.time(),
+                 mono=time.monotonic())
