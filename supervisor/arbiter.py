@@ -197,7 +197,7 @@ class Arbiter:
         poller.register(self.control, zmq.POLLIN)
         if self.events.pending or any(c.state is S.STARTING for c in self.children.values()):
             poller.register(self.heartbeats, zmq.POLLIN)   # a Ready or a Committed is awaited: read at once
-        if self.events.unsent:
+        if self.events.to_send:
             poller.register(self.events.sock, zmq.POLLOUT)
         fds = {self.signal_r: self.read_signals}
         if self.forkserver is not None:
@@ -679,6 +679,8 @@ class Arbiter:
                     return   # the last lifecycle events are being written (or will be, once it is ready)
                 if child.state is not S.STOPPING:
                     self.stop(child, until=self.shutdown_deadline)
+                    if child.spec.writes_events:
+                        self.events.end()   # stopped last: nothing is recorded for it to write after this
                 return
 
     # -- status ------------------------------------------------------------------------------------

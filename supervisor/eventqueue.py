@@ -29,6 +29,8 @@ class EventQueue:
         self.seq = 0         # the last event numbered
         self.written = 0     # the last event the writer committed
         self.dropped = 0
+        self.ending = False  # END_OF_EVENTS is due after the last event: pulsed stops its writer for good
+        self.end_unsent = False
 
     def put(self, event: eventmsgs.Event) -> None:
         if len(self.pending) >= CAPACITY:
@@ -43,13 +45,29 @@ class EventQueue:
         self.send()
 
     def send(self) -> None:
-        """Send the writer what it has not had, while its socket takes them."""
+        """Send the writer what it has not had, while its socket takes them; the end last."""
         while self.unsent:
             try:
                 self.sock.send(codec.encode(self.pending[-self.unsent]), zmq.NOBLOCK)
             except zmq.Again:
                 return   # no writer connected, or it is behind: send() again when the socket is writable
             self.unsent -= 1
+        if self.end_unsent:
+            try:
+                self.sock.send(codec.encode(eventmsgs.END_OF_EVENTS), zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.end_unsent = False
+
+    def end(self) -> None:
+        """Tell the writer nothing more comes (pulsed is stopping it last, every other worker down):
+        it writes what it has and exits without waiting for the quiet a SIGTERM alone makes it wait."""
+        self.ending = self.end_unsent = True
+        self.send()
+
+    @property
+    def to_send(self) -> bool:
+        return bool(self.unsent) or self.end_unsent
 
     def committed(self, message: heartbeats.Committed) -> None:
         self.written = max(self.written, message.seq)
@@ -61,4 +79,5 @@ class EventQueue:
     def resend(self) -> None:
         """A new writer is up: it gets everything not committed (and skips what it already has)."""
         self.unsent = len(self.pending)
+        self.end_unsent = self.ending
         self.send()

@@ -46,11 +46,14 @@ def pytest_collection_modifyitems(items):
 # the real gateways' five tests (3-5 minutes) among the last, to run alone while the other worker had
 # nothing left: the longest files go first instead. Their seconds measured on 2 cores under load,
 # serially, where known; else 30 s a realcli test, 3 s a daemon test, 0.1 s any other. A stale
-# figure costs only order.
-MEASURED_S = {"test_realcli_agents.py": 660, "test_realcli_gateways.py": 310, "test_fleet.py": 300,
-              "test_survival_e2e.py": 190, "test_web.py": 175, "test_executor.py": 130, "test_realcli_guard.py": 125,
-              "test_supervisor.py": 110, "test_schedules.py": 55, "test_soak.py": 50, "test_power_loss.py": 50,
-              "test_realcli_telemetry.py": 47, "test_long_history.py": 35}
+# figure costs only order, but a missing one can cost the end of the run: test_mcp, estimated at 45 s
+# (15 daemon tests), measured 416 s (its storm of 10,000 gate calls alone ~100 s) and ran among the last.
+MEASURED_S = {"test_realcli_agents.py": 660, "test_mcp.py": 420, "test_realcli_gateways.py": 310, "test_fleet.py": 260,
+              "test_web.py": 175, "test_realcli_telemetry.py": 135, "test_executor.py": 130, "test_survival_e2e.py": 125,
+              "test_realcli_guard.py": 125, "test_supervisor.py": 110, "test_enginedir.py": 105, "test_kill_matrix.py": 100,
+              "test_health.py": 60, "test_schedules.py": 55, "test_say_why.py": 55, "test_soak.py": 50,
+              "test_power_loss.py": 80, "test_damaged_home.py": 50, "test_watchers.py": 50, "test_adapters.py": 50,
+              "test_effect_failures.py": 40, "test_tick.py": 40, "test_policy.py": 40, "test_long_history.py": 35}
 REALCLI_TEST_S = 30
 
 
@@ -64,6 +67,17 @@ def file_cost(items):
     def cost(item) -> float:
         return MEASURED_S.get(item.path.name, estimate[item.path.name])
     return cost
+
+
+# `-n auto` runs three workers on two cores (half again the cores, at least two). A daemon test mostly
+# waits, on a pulsed's heartbeats and ticks and on the processes it starts: measured in a cgroup of its
+# own (cpuacct), a file of them keeps 0.3-0.6 of a core busy (test_tick 11 CPU-s in 38 s, test_supervisor
+# 31 in 146 s, both serial under load 12), so a worker per core left most of both idle.
+# PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set.
+def pytest_xdist_auto_num_workers(config):
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None     # xdist's own hook reads it
+    return max(2, (os.cpu_count() or 1) * 3 // 2)
 
 
 def pytest_configure(config):

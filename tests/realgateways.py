@@ -43,6 +43,7 @@ import psutil
 
 import realtools
 from realtools import free_port, http_get, require_tools
+from support import wait_exited
 
 TAG = "PULSE_REALGW_TAG"
 HERMES_KEY = "sk-realgw-hermes-0123456789abcdef"
@@ -106,7 +107,7 @@ def kill_all(tag: str, home: Path) -> None:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(victims, timeout=10)
+    wait_exited(victims, timeout=10)
 
 
 def stop_pulsed(pulsed) -> None:

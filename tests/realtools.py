@@ -34,6 +34,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from support import wait_exited
+
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = "scripts/install_realcli.sh"
 MASTER_KEY = "sk-realcli-master"
@@ -147,13 +149,13 @@ def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
             p.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(family, timeout=grace)
+    alive = wait_exited(family, timeout=grace)
     for p in alive:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    wait_exited(alive, timeout=5)
     try:
         proc.wait(5)
     except subprocess.TimeoutExpired:

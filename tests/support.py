@@ -44,6 +44,23 @@ FAST = {
 DAEMON_TEST = True    # conftest says, per test, whether it is marked `daemon` (and so may start pulsed)
 
 
+def wait_exited(procs, timeout: float) -> list[psutil.Process]:
+    """Wait until each of `procs` has exited, at most `timeout` s; those still running. A zombie has
+    exited: an orphan's stays until init reaps it, which this machine's init does only every couple of
+    seconds (psutil.wait_procs waited those out: ~2 s a teardown that killed a keeper)."""
+    def running(proc: psutil.Process) -> bool:
+        try:
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+        alive = [p for p in alive if running(p)]
+    return alive
+
+
 def kill_keepers(home: Path) -> None:
     """What restart-process started for this home (its keepers and their processes, and the keepers'
     server) outlives pulsed by design; a test's must not outlive the test. By pid, found by title."""
@@ -60,7 +77,7 @@ def kill_keepers(home: Path) -> None:
                 proc.kill()
             except psutil.Error:
                 pass
-        psutil.wait_procs(victims, timeout=5)
+        wait_exited(victims, timeout=5)
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):

@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+from datetime import datetime
 
 import pytest
 
+from pulse.core.childspecs import EVENT_WRITER, WORKERS
+from pulse.workers.eventwriter import LINGER_QUIET_S
 from support import engine_rule, wait_for
 
 # These tests impair the writer on purpose: they read events.db as it is (events(written=False)).
@@ -125,3 +128,29 @@ def test_pulsed_keeps_no_sqlite(pulsed):
     assert "libsqlite3" not in maps and "_sqlite3" not in maps
     writer = writer_pid(pulsed)
     assert "sqlite3" in open(f"/proc/{writer}/maps").read()
+
+
+def stopped_at(log: str, worker: str) -> datetime:
+    """When pulsed logged `worker`'s exit in an ordered stop (its pulse.log timestamp)."""
+    line = next(line for line in log.splitlines() if f"supervisor: {worker} (pid " in line and ") stopped (" in line)
+    return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00"))
+
+
+def test_ordered_stop_ends_the_writer_at_its_last_event_not_at_a_quiet_inbox(pulsed):
+    """pulsed stops the writer last and tells it nothing more comes (END_OF_EVENTS after its last
+    event): the other workers' exits are all committed, and the writer leaves as soon as they are,
+    not after LINGER_QUIET_S of quiet, which a SIGTERM alone still makes it wait (at least that
+    long after its SIGTERM, so before this the gap below was never shorter)."""
+    pulsed.start()
+    pids = {w.name: w.pid for w in pulsed.status().workers}
+    assert pulsed.terminate() == 0
+    log = pulsed.log_text()
+    assert "not written" not in log
+    events = pulsed.events(written=False)
+    stopping = next(e["id"] for e in events if e["type"] == "supervisor-stopping")
+    exits = [e for e in events if e["type"] == "worker-exited" and e["id"] > stopping]
+    assert [(e["target"], e["data"]["pid"]) for e in exits] == [(w, pids[w]) for w in reversed(WORKERS)]
+    assert events[-1] == exits[-1]          # the writer's last commit: the last worker's exit
+    assert_each_event_once_in_order(pulsed)
+    last_worker = WORKERS[0]                # stopped just before the writer
+    assert (stopped_at(log, EVENT_WRITER) - stopped_at(log, last_worker)).total_seconds() < LINGER_QUIET_S

@@ -36,9 +36,9 @@ BATCH = 512
 COALESCE_S = 0.05
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 5.0
 # After a SIGTERM the writer stays while pulsed may still send: until its inbox has been quiet this
-# long and all it got is written, LINGER_MAX_S at most. pulsed stops it last, with nothing left to
-# send, so an ordered stop costs LINGER_QUIET_S; a SIGTERM to every process at once reaches it
-# first, and the other workers' exits, which pulsed records after, still get written.
+# long and all it got is written, LINGER_MAX_S at most. A SIGTERM to every process at once reaches it
+# first, and the other workers' exits, which pulsed records after, still get written. An ordered stop
+# needs no wait: pulsed stops the writer last and says so (eventmsgs.END_OF_EVENTS after its last event).
 LINGER_QUIET_S = 0.75
 LINGER_MAX_S = 3.0
 
@@ -56,6 +56,7 @@ class EventWriter(Worker):
         self.failures = 0                     # commits failed in a row, for the retry's backoff
         self.last_received = time.monotonic()
         self.stop_seen: float | None = None   # when the loop first asked stays_after_stop
+        self.ended = False                    # pulsed said END_OF_EVENTS: nothing more comes
         self.inbox = self.socket(zmq.PULL, self.paths.endpoint("eventlog"), bind=True, handler=self.receive_events)
         self.pub = self.socket(zmq.PUB, self.paths.endpoint("events"), bind=True)
         # Retention runs here, off the survival path: a move step (one segment, 0.1-0.2 s) delays only
@@ -76,8 +77,11 @@ class EventWriter(Worker):
         return self.conn
 
     def receive_events(self) -> None:
-        for event in self.messages(self.inbox, eventmsgs.Event, "eventlog"):
+        for event in self.messages(self.inbox, eventmsgs.EventlogMessage, "eventlog"):
             self.last_received = time.monotonic()
+            if event == eventmsgs.END_OF_EVENTS:
+                self.ended = True
+                continue
             expected = self.committed + len(self.batch) + 1
             if event.seq == expected:
                 self.batch.append(event)
@@ -88,8 +92,9 @@ class EventWriter(Worker):
             if len(self.batch) >= BATCH:
                 self.handlers.pop(self.inbox, None)   # read on once this batch is in
                 break
-        if self.batch and self.write_at is None:
-            self.write_at = time.monotonic() + (0.0 if len(self.batch) >= BATCH else COALESCE_S)
+        if self.batch and (self.write_at is None or self.ended and not self.failures):
+            # no burst is coming after the end: its batch is written now (a retry keeps its backoff)
+            self.write_at = time.monotonic() + (0.0 if len(self.batch) >= BATCH or self.ended else COALESCE_S)
 
     def write(self) -> None:
         self.write_at = None
@@ -136,11 +141,14 @@ class EventWriter(Worker):
             self.last_received = max(self.last_received, now)   # quiet is counted from the SIGTERM
         if now - self.stop_seen >= LINGER_MAX_S:
             return False
+        if self.ended:
+            return bool(self.batch)
         return bool(self.batch) or now - self.last_received < LINGER_QUIET_S
 
     def next_timer(self) -> float | None:
-        if self.stop_seen is not None:     # lingering: wake to see the quiet out
-            return min(t for t in (self.write_at, self.last_received + LINGER_QUIET_S) if t is not None)
+        if self.stop_seen is not None:     # lingering: wake to see the quiet out (or the batch written)
+            quiet_at = None if self.ended else self.last_received + LINGER_QUIET_S
+            return min((t for t in (self.write_at, quiet_at) if t is not None), default=None)
         return min(t for t in (self.write_at, self.retention.next_timer()) if t is not None)
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -183,6 +183,13 @@ class Event(msgspec.Struct):
     mono: float = 0.0           # time.monotonic(), comparable across processes of one boot
     seq: int = 0                # the source process's own sequence number
     id: int | None = None       # assigned by events.db
+
+
+# eventlog socket: pulsed (PUSH) → the event writer (PULL). Each Event, then, when pulsed stops the
+# writer last in an ordered stop, END_OF_EVENTS: nothing follows it, so the writer commits what it
+# holds and exits at once instead of lingering for stragglers.
+END_OF_EVENTS = "end-of-events"
+EventlogMessage = Event | Literal["end-of-events"]
 
 
 def now_event(type: str, source: str, target: str | None = None, data: dict | None = None, **fields) -> Event:
