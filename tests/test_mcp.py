@@ -745,7 +745,8 @@ def test_a_run_after_its_executor_died_mid_write_waits_reads_and_does_not_restar
                         what=f"the end of {task}")
         evs = host.events(target=task)
         assert done["type"] == "task-acked", [(e["type"], e["data"].get("reason")) for e in evs]
-        failed = next(e for e in evs if e["type"] == "task-failed")
+        failed = next((e for e in evs if e["type"] == "task-failed"), None)
+        assert failed is not None, "\n".join(f"{e['type']} {e['data']}" for e in evs)
         assert failed["data"]["reason"] == "interrupted" and failed["data"]["retry_after_s"] == 3
         second = [e for e in evs if e["type"] == "task-executing"][1]
         assert second["ts"] - failed["ts"] >= 3, f"re-run {second['ts'] - failed['ts']:.3f} s after the failure"
