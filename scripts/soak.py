@@ -318,9 +318,12 @@ def audit_history(home: Path, started: float, move_kills: list[dict]) -> dict:
     problems: list[str] = []
     for seg in segments:
         try:
-            archived_ids += [e.id for e in archive.read_segment(home / archive.DIRECTORY, seg)]
+            events = archive.read_segment(home / archive.DIRECTORY, seg)
         except archive.SegmentError as err:
             problems.append(str(err))
+            continue
+        archived_ids += [e.id for e in events]
+        moved_events += sum(1 for e in events if e.type == "history-moved")     # the records of moves moved too
     ids = archived_ids + live
     doubled = len(ids) - len(set(ids))
     missing = sorted(set(range(1, max(ids) + 1)) - set(ids)) if ids else []
