@@ -330,8 +330,16 @@ def audit_history(home: Path, started: float, move_kills: list[dict]) -> dict:
     files = {n: (home / archive.DIRECTORY / n).stat().st_size for n in os.listdir(home / archive.DIRECTORY)
              if n != ".lock"} if (home / archive.DIRECTORY).exists() else {}
     named = {seg.segment: seg.bytes for seg in segments}
-    if files != named:
-        problems.append(f"the archive's files are not the manifest's segments: {sorted(set(files) ^ set(named))}")
+    if {n: files.get(n) for n in named} != named:
+        problems.append(f"segments the manifest names are missing or of another size: "
+                        f"{sorted(n for n in named if files.get(n) != named[n])}")
+    # A file no move names is an interrupted move's (the next removes it) or one recorded after the snapshot:
+    # its events were live in the snapshot. Any other is a segment the archive grew by that nothing moved.
+    first_live = min(live, default=max(ids, default=0) + 1)
+    leftovers = sorted(set(files) - set(named))
+    stray = [n for n in leftovers if not n.startswith(".tmp-") and int(n.split("-")[1]) < first_live]
+    if stray:
+        problems.append(f"archive files no move recorded, of events not live: {stray}")
     if doubled or missing:
         problems.append(f"{doubled} events held twice, {len(missing)} missing (first {missing[:5]})")
     if len(moves) != moved_events:
@@ -341,7 +349,8 @@ def audit_history(home: Path, started: float, move_kills: list[dict]) -> dict:
     if report.get("problem"):
         problems.append(report["problem"])
     return {"events": len(ids), "archived_events": len(archived_ids), "live_events": len(live),
-            "moves": len(moves), "segments": len(segments), "archive_bytes": sum(files.values()),
+            "moves": len(moves), "segments": len(segments), "archive_bytes": sum(named.values()),
+            "leftover_files": len(leftovers),
             "move_kills": len(move_kills),
             "kills_cut": {cut: sum(1 for k in move_kills if k["cut"] == cut) for cut in
                           ("before the write", "between write and record", "after the record")},

@@ -56,7 +56,7 @@ def test_a_short_soak_of_retention_keeps_the_history_bounded_and_whole(tracker, 
     history = json.loads(out)["retention"]
     assert history["problems"] == [], history
     assert history["moves"] >= 3 and history["archived_events"] >= 15_000, history
-    assert history["move_kills"] >= 2, history                   # the event writer killed in moves, and moving on
+    assert history["move_kills"] >= 1, history                   # the event writer killed in a move, and moving on
     assert history["peak_live_bytes"] <= (16 + 8) * 1024 * 1024, history
     assert history["report"]["cited"] > 0, history
 
