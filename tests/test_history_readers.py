@@ -202,3 +202,72 @@ def test_a_reader_left_idle_while_the_events_after_it_moved_folds_them_from_the_
         conn.close()
     assert shown == {"task-1": "closed", "task-2": "closed", "task-3": "pending"}
     assert taskboard.view(board.state) == taskboard.view(rebuilt)
+
+
+def _board_checkpointed(home: Path, config: str, n: int) -> int:
+    """A home whose web.tasks checkpoint was written after a closed task, then `n` events more; its anchor."""
+    from pulse.agents import tasks
+    from pulse.store import projection
+    from pulse.web import taskboard
+    home.mkdir()
+    (home / "config.toml").write_text(config)
+    conn = eventsdb.open_events(home / "events.db")
+    try:
+        tasks.create(conn, "p", "one", "x")
+        tasks.record(conn, "task-1", "task-closed", "test")
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(n // 2)])
+        board = projection.Folded(taskboard.PROJECTION, conn, home / projection.DIRECTORY)
+        board.catch_up()
+        board.save()
+        tasks.create(conn, "p", "two", "x")
+        tasks.record(conn, "task-2", "task-closed", "test")
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(n - n // 2)])
+        return board.saved_id
+    finally:
+        conn.close()
+
+
+def _board_from_its_checkpoint(home: Path):
+    """(why it rebuilt or None, its view, a rebuild's view) of the board a web worker starting now keeps."""
+    from pulse.store import projection
+    from pulse.web import taskboard
+    conn = sqlite3.connect(home / "events.db")
+    try:
+        board = projection.Folded(taskboard.PROJECTION, conn, home / projection.DIRECTORY, save=False)
+        board.start()
+        why = board.rebuilt
+        view = taskboard.view(board.catch_up())
+        (home / projection.DIRECTORY / "web.tasks.ckpt").unlink()
+        rebuilt = taskboard.view(projection.Folded(taskboard.PROJECTION, conn, home / projection.DIRECTORY,
+                                                   save=False).catch_up())
+    finally:
+        conn.close()
+    return why, view, rebuilt
+
+
+def test_an_idle_readers_checkpoint_does_not_hold_the_disk_bounds_back_and_is_still_loaded(tmp_path):
+    """The disk's bounds (max_mb, keep_free_mb) win over a reader's fresh checkpoint (the web's task board
+    when nobody opens the page): the move passes it, and the reader, restarting, loads that checkpoint
+    (its event found in the archive) and folds what moved after it from there, not the whole history."""
+    home = tmp_path / "home"
+    anchor = _board_checkpointed(home, "[store]\nkeep_days = 0\nmax_mb = 0\nkeep_free_mb = 1e12\n", 6_000)
+    done = ctl(home, "store", "compact")
+    assert done.returncode == 0, done.stderr
+    assert first_live(home) > anchor + 1, done.stdout        # one segment moved, past the board's checkpoint
+    why, view, rebuilt = _board_from_its_checkpoint(home)
+    assert why is None
+    assert view == rebuilt and {t.id: t.status for t in view.shown} == {"task-1": "closed", "task-2": "closed"}
+
+
+def test_a_checkpoint_a_day_old_no_longer_holds_the_age_bound_back_and_is_still_loaded(tmp_path):
+    from pulse.store import retention
+    home = tmp_path / "home"
+    anchor = _board_checkpointed(home, "[store]\nkeep_days = 1e-9\n", 1_200)
+    old = time.time() - retention.STALE_CHECKPOINT_S - 60
+    os.utime(home / "checkpoints" / "web.tasks.ckpt", (old, old))
+    done = ctl(home, "store", "compact")
+    assert done.returncode == 0, done.stderr
+    assert first_live(home) > anchor + 1, done.stdout
+    why, view, rebuilt = _board_from_its_checkpoint(home)
+    assert why is None
+    assert view == rebuilt and {t.id: t.status for t in view.shown} == {"task-1": "closed", "task-2": "closed"}

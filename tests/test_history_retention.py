@@ -338,3 +338,30 @@ def test_a_listings_checkpoint_is_folded_forward_not_left_to_hold_the_move_back(
     assert "moved events 1-2399" in done.stdout                 # up to the newest event, past the old anchor
     anchor = msgspec.msgpack.decode((home / "checkpoints" / "tasks.ckpt").read_bytes(), type=projection.Checkpoint)
     assert anchor.last_id == 2400
+
+
+def test_a_web_worker_started_again_leaves_a_checkpoint_of_its_warm_up_with_nothing_scraping(pulsed):
+    """The web worker folds /metrics' counts at its start (off the request path) and leaves a checkpoint
+    of that fold: with nothing scraping /metrics, each start after a kill folded again all that came
+    after the first one (from the archive once retention moved it), more at every start."""
+    pulsed.home.mkdir(parents=True)
+    (pulsed.home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
+    pulsed.start()
+    path = pulsed.home / projection.DIRECTORY / "web.metrics.ckpt"
+
+    def anchor() -> int:
+        try:
+            return msgspec.msgpack.decode(path.read_bytes(), type=projection.Checkpoint).last_id
+        except (OSError, msgspec.DecodeError):
+            return 0
+    first = wait_for(anchor, 20, what="the first warm-up's checkpoint (a rebuild)")
+    conn = eventsdb.open_events(pulsed.home / "events.db")
+    try:
+        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(500)])
+        appended = eventsdb.last_event_id(conn)
+    finally:
+        conn.close()
+    web = pulsed.worker("web").pid
+    os.kill(web, signal.SIGKILL)
+    pulsed.wait_replaced("web", web, timeout=20)
+    wait_for(lambda: anchor() >= appended > first, 20, what="the warm-up's checkpoint past the events appended")

@@ -16,7 +16,9 @@ WHOLE = {"events_of_types", "event_type_counts", "task_titles", "referenced_obje
 # or the keyword `checkpoints`).
 UNLESS_CHECKPOINTED = {"load_all": 1, "DurableStore": 3}
 # Calls that read from the start when their `after_id` (first positional after the connection) is missing
-# or 0, and no `since_ts` bounds them.
+# or 0, and no `since_ts` bounds them; with `since_ts`, in a loop that pages on (a fold of every event
+# since a time: its cost follows the history of that window, read again at every start, and it misses
+# what retention moved out of the live rows).
 FROM_AFTER = {"read_events": 1, "task_events": 1, "gate_facts": 1, "events_after": 1}
 # tasks.catch_up(conn, book) folds from the book's position: from the start for a new book.
 FROM_BOOK = {"catch_up"}
@@ -40,15 +42,15 @@ def offenders() -> set[str]:
     return found
 
 
-def _visit(node: ast.AST, module: str, scope: list[str], found: set[str]) -> None:
+def _visit(node: ast.AST, module: str, scope: list[str], found: set[str], paging: bool = False) -> None:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             _visit(child, module, scope + [child.name], found)
             continue
-        if isinstance(child, ast.Call) and _from_start(child):
+        if isinstance(child, ast.Call) and _from_start(child, paging):
             where = ".".join(s for s in scope if not s.startswith("_") or s == scope[-1]) or "<module>"
             found.add(f"{module}:{_outer(scope)}" if scope else f"{module}:{where}")
-        _visit(child, module, scope, found)
+        _visit(child, module, scope, found, paging or isinstance(child, (ast.While, ast.For, ast.AsyncFor)))
 
 
 def _outer(scope: list[str]) -> str:
@@ -61,14 +63,14 @@ def _name(call: ast.Call) -> str | None:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
-def _from_start(call: ast.Call) -> bool:
+def _from_start(call: ast.Call, paging: bool = False) -> bool:
     name = _name(call)
     if name in WHOLE:
         return True
     keywords = {k.arg: k.value for k in call.keywords}
     if name in FROM_AFTER:
         if "since_ts" in keywords:
-            return False
+            return paging
         position = FROM_AFTER[name]
         after = keywords.get("after_id", call.args[position] if len(call.args) > position else None)
         return after is None or (isinstance(after, ast.Constant) and after.value == 0)
@@ -97,3 +99,15 @@ def test_the_check_finds_a_fold_from_the_start(tmp_path):
                  "tasks.catch_up(conn, self.book)", "tasks.load_all(conn, home / 'checkpoints')",
                  "DurableStore(conn, 'web', checkpoints=c)"]:
         assert not _from_start(ast.parse(text).body[0].value), text
+
+
+def test_the_check_finds_a_fold_of_every_event_since_a_time():
+    # a loop paging on by time re-reads the window at every start and misses what retention moved
+    paged = "def load(conn):\n    while True:\n        events = eventsdb.read_events(conn, after_id=after, since_ts=t)\n"
+    found: set[str] = set()
+    _visit(ast.parse(paged), "agents/spend.py", [], found)
+    assert found == {"agents/spend.py:load"}
+    once = "def events(conn):\n    return eventsdb.read_events(conn, after_id=first, since_ts=t, limit=100)\n"
+    found = set()
+    _visit(ast.parse(once), "agents/toolserver.py", [], found)
+    assert found == set()

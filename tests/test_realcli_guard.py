@@ -9,7 +9,8 @@ its preset's table, a real pulsed starts the gateway, and it is healed.
   kill -9 and SIGSTOP healed; a broken config.yaml (exit 78 at its next start) undone; one copy each time.
 - LiteLLM (a proxy already running on ~/litellm_config.yaml, picked with --path, for other LiteLLMs of
   this host are found too): adopted, kill -9 → one healthy copy again, restarted as `dead`; SIGSTOP →
-  the frozen copy stopped and one healthy copy, restarted as `unhealthy`.
+  the frozen copy stopped and one healthy copy, restarted as `unhealthy`; a broken edit of its config
+  (exit 1 at its next start) undone, the operator's version kept and the diff notified.
 
 Pinned: OpenClaw 2026.9.6 on node 24.22.3, Hermes Agent 0.19.0, LiteLLM 1.108.7 (scripts/install_realcli.sh), the
 versions the presets say they were tested on. Tools missing: skipped, or failed in CI (CI=true).
@@ -276,12 +277,14 @@ def replace_probe(config, url: str, start_period_s: int) -> None:
                       + f'health = {{ url = "{url}", start_period_s = {start_period_s} }}\n')
 
 
-def test_litellm_guarded_by_pulsectl_guard_is_healed_after_kill_9_and_sigstop(tmp_path, pulsed):
+def test_litellm_guarded_by_pulsectl_guard_is_healed_after_kill_9_sigstop_and_a_broken_edit(tmp_path, pulsed):
     """The litellm preset, as `guard litellm --path` writes it for the proxy running on
     ~/litellm_config.yaml (its argv and port as it runs), with the longer start period of a loaded
     host (LiteLLM took over 50 s to be ready here at a load of 15): Pulse adopts that proxy; SIGSTOP →
     its /health/liveliness stops answering, the frozen proxy is stopped and exactly one healthy proxy
-    runs, restarted as `unhealthy`; kill -9 → exactly one healthy proxy after, restarted as `dead`."""
+    runs, restarted as `unhealthy`; kill -9 → exactly one healthy proxy after, restarted as `dead`;
+    a broken edit of its config, then kill -9 → the start on it exits 1, the known-good config is
+    written back (the operator's version kept, the diff notified), one healthy proxy again."""
     tag = str(tmp_path)
     llm = InstalledLiteLLM(tmp_path / "litellm", tag)
     shell = shell_of(llm.home, pulsed.home, tool("litellm").parent)
@@ -322,8 +325,38 @@ def test_litellm_guarded_by_pulsectl_guard_is_healed_after_kill_9_and_sigstop(tm
         kill_to_healthy = elapsed(t)
         assert whys(restarts(pulsed, name, killed_at)) == ["dead"]
         assert [p.pid for p in llm.copies()] == [third]
+
+        # A broken edit of its config (a YAML it cannot parse): the proxy serves on as it read it, until
+        # its next start (after a kill -9 here), which exits 1 on it; the known-good config is written
+        # back, the operator's version kept and the diff notified, and the proxy serves again.
+        good = llm.config.read_bytes()
+        kept = pinned(pulsed, name)
+        assert list(kept["data"]["files"]) == [str(llm.config)]
+        broken = good + b"model_list: [an edit cut short\n"
+        llm.config.write_bytes(broken)
+        wait_for(lambda: (pulsed.vital(f"config:{name}") or {}).get("files", {}).get(str(llm.config), {})
+                 .get("sha256") not in (None, kept["data"]["files"][str(llm.config)]["sha256"]),
+                 30, what="the edit seen by Pulse")
+        broken_at, t = time.time(), time.monotonic()
+        os.kill(third, signal.SIGKILL)
+        restored = wait_for(lambda: [e for e in pulsed.events("effect-acked") if e["data"].get("kind") == "restore-config"
+                                     and e["ts"] > broken_at], 2 * READY_S, what="litellm_config.yaml restored")[0]
+        fourth = healthy(pulsed, llm, name, {first, second, third}, READY_S, broken_at)
+        broken_to_healthy = elapsed(t)
+        assert llm.config.read_bytes() == good
+        (entry,) = restored["data"]["files"]
+        assert open(entry["kept"], "rb").read() == broken          # the operator's version, kept
+        said = whys(restarts(pulsed, name, broken_at))
+        assert said[0] == "dead" and said[-1] == "config-restored", said
+        told = wait_for(lambda: [e["data"]["params"] for e in pulsed.events("effect") if e["data"]["kind"] == "notify"
+                                 and e["data"]["params"].get("diff") and e["ts"] > broken_at], 20,
+                        what="the restore notified with its diff")[0]
+        assert f"--- {llm.config} (as it was: undone)" in told["diff"] and "an edit cut short" in told["diff"], told
+        assert entry["kept"] in told["message"], told
+        assert [p.pid for p in llm.copies()] == [fourth]
         measure("litellm-guarded", adopted=adopted, kill_to_healthy=kill_to_healthy,
-                freeze_to_healthy=freeze_to_healthy)
+                freeze_to_healthy=freeze_to_healthy, broken_edit_to_healthy=broken_to_healthy,
+                restarts_after_broken_edit=said)
     finally:
         stop_pulsed(pulsed)
         kill_all(tag, pulsed.home)

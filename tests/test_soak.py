@@ -36,6 +36,30 @@ def test_a_short_soak_stays_flat(tracker, tmp_path):
     assert series["events.db"]["last"] > series["events.db"]["first"]     # the effects were really written
 
 
+
+def test_a_short_soak_of_retention_keeps_the_history_bounded_and_whole(tracker, tmp_path):
+    """The soak with [store] max_mb = 16 on a history grown to 26 MiB first, for about 45 s, the event
+    writer SIGKILLed in the middle of a move about every 3 s (PULSE_TEST_RETENTION_S: its mover plans
+    every 2 s): the live history comes down to its bound, moving on across the kills, and stays there, every event id once across the
+    archive and the live rows, the archive's files exactly the segments moved, the report over the
+    soak citing only events that exist."""
+    import os
+    proc = subprocess.Popen([sys.executable, str(SOAK), "--hours", "0.0125", "--max-mb", "16", "--pregrow-mb", "26",
+                             "--effects-per-s", "20", "--move-kill-every-s", "3", "--kill-every-s", "0",
+                             "--sample-every-s", "1", "--warmup", "0.4", "--process-warmup-s", "5",
+                             "--rss-bound-mib-h", "512", "--fds-bound-h", "300", "--min-life-s", "0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PULSE_TEST_RETENTION_S": "2"})
+    tracker.add(proc.pid)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out[-3000:], err[-2000:])
+    history = json.loads(out)["retention"]
+    assert history["problems"] == [], history
+    assert history["moves"] >= 3 and history["archived_events"] >= 15_000, history
+    assert history["move_kills"] >= 1, history                   # the event writer killed in a move, and moving on
+    assert history["peak_live_bytes"] <= (16 + 8) * 1024 * 1024, history
+    assert history["report"]["cited"] > 0, history
+
 # -- what the soak judges, and what it found growing (pure: no pulsed) ------------------------------
 
 def load_soak():

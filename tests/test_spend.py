@@ -53,6 +53,48 @@ def _ev(type_, target, **data) -> Event:
     return Event(type=type_, source="test", target=target, data=data)
 
 
+def test_the_ledger_forgets_what_no_window_reaches_so_its_checkpoint_stays_small():
+    now = 1764779400.0
+    ledger = spend.Ledger()
+    spend.fold_ledger(ledger, [
+        _ev(SpendEvent.RESERVED, "a", effect_id="old", agent="a", task="task-1", usd=4.0, at=now - spend.KEEP_S - 1),
+        _ev(SpendEvent.RESERVED, "a", effect_id="new", agent="a", task="task-2", usd=1.0, at=now)])
+    assert set(ledger.runs) == {"new"} and ledger.used("a", "usd_per_month", now) == 1.0
+
+
+def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
+    """The ledger is a checkpointed projection: a process that starts after retention moved this month's
+    spend events into an archive segment folds them from there (a fold of the live rows since the month's
+    start counted them no more, and the limit failed open)."""
+    import subprocess
+
+    from pulse.core import clock
+    from pulse.store import eventsdb
+    from support import PULSECTL
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[store]\nkeep_days = 1e-9\n")
+    now = clock.now()
+    conn = eventsdb.open_events(home / "events.db")
+    try:
+        eventsdb.append_events(conn, [
+            _ev(SpendEvent.RESERVED, "a", effect_id="e1", agent="a", task="task-1", usd=4.0, at=now),
+            _ev(SpendEvent.SETTLED, "a", effect_id="e1", agent="a", usd=3.5, cost_reported=True),
+            *[_ev("tick", None, i=i) for i in range(1200)]])
+        moved = subprocess.run([PULSECTL, "--home", str(home), "store", "compact"], capture_output=True, text=True,
+                               timeout=60)
+        assert moved.returncode == 0 and "moved events 1-" in moved.stdout, moved.stdout + moved.stderr
+        assert eventsdb.first_live_id(conn) > 2                    # both spend events left the live rows
+        spend.forget(conn)                                          # as a process that starts now
+        assert spend.load(conn, now).used("a", "usd_per_day", now) == 3.5
+        assert (home / "checkpoints" / "spend.ckpt").exists()
+        spend.forget(conn)                                          # and from that checkpoint
+        assert spend.load(conn, now).used("a", "runs_per_hour", now) == 1
+    finally:
+        spend.forget(conn)
+        conn.close()
+
+
 def test_the_tasks_waiting_on_a_limit_are_listed_in_number_order():
     ledger = spend.Ledger().fold([_ev(SpendEvent.HELD, t, agent="a") for t in ("task-10", "task-6", "task-11")])
     [row] = [r for r in spend.overview(ledger, [], SpendLimits(), 1764779400.0) if r["agent"] == spend.HOST]

@@ -34,6 +34,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 from pulse.agents import tasks
@@ -278,11 +279,39 @@ def scopes_of(agent, host: SpendLimits) -> list[tuple[str, SpendLimits]]:
 
 # -- reading and writing events.db (every statement is in pulse.store) ------------------------------
 
-# The ledger each process folded last, per database file: a claim folds only the spend events
-# committed since (read inside its write transaction, so nothing is missed), not the month's again.
-# Refolded from the start when the month changes. Written only from what was read from the database,
-# and forgotten when a transaction that used it fails (forget), so it never holds what was rolled back.
-_folded: dict[str, tuple[float, int, Ledger]] = {}    # database file → (month start, last event id, ledger)
+KEEP_S = 40 * 86400           # the ledger forgets runs and alerts this much older than its newest run:
+                              # no window (a month at most) reaches back that far
+
+
+def fold_ledger(ledger: Ledger, events: Iterable[Event]) -> None:
+    """The projection's fold: the events, then what no window can count any more forgotten (else the
+    state, and its checkpoint, would hold every run the host ever made)."""
+    ledger.fold(events)
+    newest = max((r.at for r in ledger.runs.values()), default=None)
+    if newest is None:
+        return
+    horizon = newest - KEEP_S
+    if any(r.at < horizon for r in ledger.runs.values()):
+        ledger.runs = {k: r for k, r in ledger.runs.items() if r.at >= horizon}
+    if ledger.alerts and float(ledger.alerts[0].get("at", horizon)) < horizon:
+        ledger.alerts = [a for a in ledger.alerts if float(a.get("at", horizon)) >= horizon]
+
+
+def ledger_projection():
+    """The spend ledger as a checkpointed projection (pulse.store.projection): a process that starts (the
+    executor after a kill, `pulsectl budget`) loads the checkpoint and folds the spend events after it;
+    what retention moved to the archive is folded from there, so a run whose events moved still counts."""
+    from pulse.store import projection
+    return projection.Projection(name="spend", new=Ledger, fold=fold_ledger, types=tuple(SpendEvent),
+                                 state_type=Ledger, code=(Ledger, Run, KEEP_S))
+
+
+# The ledger each process keeps, per database file: a claim folds only the spend events committed since
+# (read inside its write transaction, so nothing is missed). Forgotten when a transaction that used it
+# fails (forget), so it never holds what was rolled back: the next load starts from the checkpoint.
+# A checkpoint is written only outside a transaction (its fsync must not hold the claim's lock), so it
+# never holds what a later rollback undid.
+_folded: dict[str, object] = {}    # database file → projection.Folded of ledger_projection()
 _folded_lock = threading.Lock()
 
 
@@ -296,26 +325,17 @@ def forget(conn) -> None:
 
 
 def load(conn, now: float) -> Ledger:
-    """The ledger of every window open at `now` (folded from the month's start, or the hour's if
-    earlier; a superset afterwards: every count filters by time). The caller must not change it."""
-    from pulse.store import eventsdb
-    month = window_start("month", now)
+    """The ledger of every window open at `now` (and of the past KEEP_S: every count filters by time),
+    with every committed spend event folded. The caller must not change it."""
+    from pulse.store import projection
     key = _database(conn)
     with _folded_lock:
-        start, after, ledger = _folded.get(key) or (None, 0, None)
-        since = None
-        if ledger is None or start != month:
-            ledger, after = Ledger(), 0
-            since = min(month, window_start("hour", now)) - clock.offset_s() - 60
-        while True:
-            events = eventsdb.read_events(conn, after_id=after, types=list(SpendEvent), since_ts=since)
-            ledger.fold(events)
-            if events:
-                after = events[-1].id
-            if len(events) < 10_000:
-                break
-        _folded[key] = (month, after, ledger)
-        return ledger
+        folded = _folded.get(key)
+        if folded is None:
+            checkpoints = Path(key).parent / projection.DIRECTORY
+            folded = _folded[key] = projection.Folded(ledger_projection(), conn, checkpoints,
+                                                      save=bool(key) and projection.may_write(Path(key).parent))
+        return folded.catch_up(conn, save=not conn.in_transaction)
 
 
 def recent_costs(conn, agent: str) -> list[float]:

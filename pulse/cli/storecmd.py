@@ -61,8 +61,10 @@ def check(ctx: Context) -> None:
 
 
 def _archive_problems(paths) -> list[str]:
-    """Every archive segment the manifest names, read whole (its sha256, its range); a segment file
-    the manifest does not name is said too (left by an interrupted move: the next move removes it)."""
+    """Every archive segment the manifest names, read whole (its sha256, its range). A segment file the
+    manifest does not name is said, not counted a problem: an interrupted move or drop left it (a kill,
+    or a power cut that took the move's transaction), its events are live or recorded dropped, and the
+    next move removes it."""
     import sqlite3
 
     from pulse.store import archive, connection
@@ -80,9 +82,10 @@ def _archive_problems(paths) -> list[str]:
     problems = [p for seg in segments if (p := archive.problem(directory, seg))]
     named = {seg.segment for seg in segments}
     if directory.is_dir():
-        problems += [f"{directory / name} is in no move events.db records (an interrupted move's; the next move "
-                     "removes it)" for name in sorted(os.listdir(directory))
-                     if archive.is_segment_name(name) and name not in named]
+        for name in sorted(os.listdir(directory)):
+            if (archive.is_segment_name(name) and name not in named) or name.startswith(".tmp-"):
+                click.echo(f"{directory / name}: in no move events.db records, left by an interrupted move (its "
+                           "events are still live; the next move removes it)")
     if segments and not problems:
         click.echo(f"{directory}/: ok ({len(segments)} segments, events {segments[0].first_id}-{segments[-1].last_id})")
     return problems

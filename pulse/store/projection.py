@@ -208,12 +208,27 @@ def read_checkpoint(directory: Path, projection: Projection[S],
         return f"checkpoint {path} is of another version of {projection.name} ({record.version})"
     if hashlib.sha256(record.body).hexdigest() != record.digest:
         return f"checkpoint {path} fails its checksum"
-    if record.last_id and eventsdb.event_ts(conn, record.last_id) != record.anchor_ts:
+    if record.last_id and anchor_ts(conn, record.last_id) != record.anchor_ts:
         return f"checkpoint {path} is of another history (event {record.last_id} is not the one it folded)"
     try:
         return projection.decode(record.body), record.last_id
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, KeyError) as err:
         return f"checkpoint {path} does not load ({err})"
+
+
+def anchor_ts(conn: sqlite3.Connection, event_id: int) -> float | None:
+    """The ts of the event a checkpoint was taken at: live, else in the archive segment that holds it
+    (retention moved it: the checkpoint of a reader left idle, which no longer holds a move back, is
+    still this history's, and its reader folds what moved after it from the archive, not all of it).
+    None if no event has that id, or its segment was dropped or fails its checksum."""
+    ts = eventsdb.event_ts(conn, event_id)
+    if ts is not None or event_id >= eventsdb.first_live_id(conn):
+        return ts
+    try:
+        event = archive.event_by_id(conn, event_id)
+    except (archive.SegmentError, OSError):
+        return None
+    return event.ts if event is not None else None
 
 
 def may_write(home: Path) -> bool:

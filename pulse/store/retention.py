@@ -3,8 +3,9 @@
 [store] bounds the live history by age (keep_days), by size (max_mb) and by the disk's free space
 (keep_free_mb). Events past a bound move, oldest first, in segments of at most SEGMENT_EVENTS,
 and never past what is still needed live: an open effect's event, any event of an open task, the
-last event each projection's checkpoint folded (its anchor: a checkpoint whose event is gone would
-be taken for one of another history), what the fleet worker has not yet published, pulsed's newest
+last event each fresh projection's checkpoint folded (so its reader restarts from live rows; not under
+the size bounds, nor for a checkpoint a day old: that reader folds what moved from the archive, its
+checkpoint's event found there), what the fleet worker has not yet published, pulsed's newest
 event (where a restarted event writer picks up), and the newest event (ids go on from it).
 
 One move, each step durable before the next, so a kill -9 anywhere loses nothing and doubles
@@ -53,8 +54,8 @@ from pulse.store.objects import fsync_dir
 
 SEGMENT_EVENTS = 5_000        # events per segment: ~1 MB of text, ~0.1 s to compress and move (one pacer step)
 MIN_EVENTS = 1_000            # the pacer waits for this many due events (store compact moves any)
-STALE_CHECKPOINT_S = 86_400   # a checkpoint not rewritten for a day is of a reader that no longer runs:
-                              # it does not hold the move back (it is rebuilt from the archive and the live rows)
+STALE_CHECKPOINT_S = 86_400   # a checkpoint not rewritten for a day is of a reader idle or gone: it does not
+                              # hold the move back (its reader folds what moved from the archive)
 STEPS = ("selected", "written", "synced", "verified", "recorded")
 KILL_ENV = "PULSE_TEST_MOVE_KILL"
 PACE_ENV = "PULSE_TEST_RETENTION_S"   # tests: the pacer plans this often, from this soon, and moves any due event
@@ -104,18 +105,21 @@ def plan(conn: sqlite3.Connection, home: Path, store: configmod.Store, now: floa
             p.due = max(p.due, upto)
             p.why.append(f"{upto - first + 1} events older than {store.keep_days:g} days")
     per_event = p.live_bytes / (last - first + 1)
+    pressed = False          # a bound on the disk asks: a reader's checkpoint does not hold the move back
     if store.max_mb > 0 and p.live_bytes > store.max_mb * MIB:
+        pressed = True
         # down to 90% of the bound, so the next move is not due at the next event
         n = int((p.live_bytes - 0.9 * store.max_mb * MIB) / per_event) + 1
         p.due = max(p.due, first + n - 1)
         p.why.append(f"the live history is {p.live_bytes / MIB:.0f} MiB, over max_mb = {store.max_mb:g}")
     if store.keep_free_mb > 0 and (free := disk_free(home)) < store.keep_free_mb * MIB:
+        pressed = True
         p.due = max(p.due, first + SEGMENT_EVENTS - 1)
         p.why.append(f"{free / MIB:.0f} MiB free on the home's disk, under keep_free_mb = {store.keep_free_mb:g}")
     p.upto = min(p.due, last)
     if p.upto < first:
         return p
-    for limit, reason in holds(conn, home, first, p.upto, now):
+    for limit, reason in holds(conn, home, first, p.upto, now, checkpoints=not pressed):
         if limit - 1 < p.upto:
             p.upto = limit - 1
             p.held.append(reason)
@@ -127,8 +131,12 @@ def disk_free(home: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def holds(conn: sqlite3.Connection, home: Path, first: int, upto: int, now: float) -> list[tuple[int, str]]:
-    """(id, why) of each event in first..upto that must stay live, so nothing from it on moves."""
+def holds(conn: sqlite3.Connection, home: Path, first: int, upto: int, now: float,
+          checkpoints: bool = True) -> list[tuple[int, str]]:
+    """(id, why) of each event in first..upto that must stay live, so nothing from it on moves.
+    `checkpoints`: the projections' fresh checkpoints hold too (so their readers restart from live
+    rows); not when the live history is over max_mb or the disk under keep_free_mb: a reader whose
+    checkpoint the move passes folds what moved from the archive (projection.anchor_ts)."""
     out: list[tuple[int, str]] = []
     row = conn.execute("SELECT event_id, id FROM effects WHERE state IN ('pending', 'executing') "
                        "ORDER BY event_id LIMIT 1").fetchone()
@@ -136,7 +144,7 @@ def holds(conn: sqlite3.Connection, home: Path, first: int, upto: int, now: floa
         out.append((row[0], f"open effect {row[1]} (event {row[0]})"))
     if (task := oldest_open_task(conn, first, upto)) is not None:
         out.append((task[0], f"open task {task[1]} (event {task[0]})"))
-    for name, last_id in checkpoint_anchors(home / projection.DIRECTORY, now):
+    for name, last_id in checkpoint_anchors(home / projection.DIRECTORY, now) if checkpoints else ():
         out.append((last_id, f"projection {name}'s checkpoint (at event {last_id})"))
     for stream, last_id in fleet_cursors(home, now):
         out.append((last_id + 1, f"the fleet's {stream} cursor (events after {last_id} are not yet published)"))

@@ -80,6 +80,9 @@ class WebWorker(Worker):
         def warm_up() -> None:
             # fold the history for /metrics now, off the request path: the first scrape stays fast
             shared.count()
+            # and leave a checkpoint of it: with nothing scraping /metrics, each start after a kill would
+            # fold again all that came after the last one (from the archive, once retention moved it)
+            shared.save_checkpoints()
             give_back(self.libc)              # the fold's rows and pages are free now: give them back
         threading.Thread(target=warm_up, name="metrics-warm-up", daemon=True).start()
         self.shared = shared
