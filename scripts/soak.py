@@ -82,7 +82,7 @@ from _benchlib import Tracker, die_with_us, log, wait_until  # noqa: E402
 
 from pulse.core import client
 from pulse.core.home import Paths  # noqa: E402
-from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc  # noqa: E402
+from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc, eventmsgs  # noqa: E402
 from pulse.store import effectqueue, eventsdb  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -121,7 +121,7 @@ def pregrow(home: Path, mb: float) -> None:
     try:
         n = 0
         while retention.live_bytes(conn) < mb * MiB:
-            eventsdb.append_events(conn, [wire.now_event("soak-history", "soak", None, {"i": n + i, "pad": "x" * 400})
+            eventsdb.append_events(conn, [eventmsgs.now_event("soak-history", "soak", None, {"i": n + i, "pad": "x" * 400})
                                           for i in range(2_000)])
             n += 2_000
     finally:

@@ -215,13 +215,13 @@ def _board_checkpointed(home: Path, config: str, n: int) -> int:
     try:
         tasks.create(conn, "p", "one", "x")
         tasks.record(conn, "task-1", "task-closed", "test")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(n // 2)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(n // 2)])
         board = projection.Folded(taskboard.PROJECTION, conn, home / projection.DIRECTORY)
         board.catch_up()
         board.save()
         tasks.create(conn, "p", "two", "x")
         tasks.record(conn, "task-2", "task-closed", "test")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(n - n // 2)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(n - n // 2)])
         return board.saved_id
     finally:
         conn.close()

@@ -357,7 +357,7 @@ def test_a_web_worker_started_again_leaves_a_checkpoint_of_its_warm_up_with_noth
     first = wait_for(anchor, 20, what="the first warm-up's checkpoint (a rebuild)")
     conn = eventsdb.open_events(pulsed.home / "events.db")
     try:
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"i": i}) for i in range(500)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(500)])
         appended = eventsdb.last_event_id(conn)
     finally:
         conn.close()

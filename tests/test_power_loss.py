@@ -173,7 +173,7 @@ import sys
 from pathlib import Path
 from pulse.core import config as configmod
 from pulse.store import eventsdb, retention
-from pulse.core import wire
+from pulse.core.wire import eventmsgs
 retention.SEGMENT_EVENTS = 100     # small segments: a few thousand events make many moves
 home = Path(sys.argv[1])
 conn = eventsdb.open_events(home / "events.db")
@@ -185,7 +185,7 @@ n = 0
 while retention.compact(conn, home, store, "test", max_segments=1, min_events=100).moved:
     n += 1
     if n % 2:
-        eventsdb.append_events(executor, [wire.now_event("tick", "executor", None, {"synced": n})])
+        eventsdb.append_events(executor, [eventmsgs.now_event("tick", "executor", None, {"synced": n})])
 print("done", flush=True)
 """
 
@@ -221,7 +221,7 @@ def test_power_cuts_at_every_step_of_a_move_and_at_random_moments_lose_nothing_a
         home = disk / "home"
         home.mkdir()
         conn = eventsdb.open_events(home / "events.db")
-        eventsdb.append_events(conn, [wire.now_event("tick", "tick", f"t{i}", {"i": i}) for i in range(3_000)])
+        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", f"t{i}", {"i": i}) for i in range(3_000)])
         conn.close()
         powercuts.sync_tree(home)
         written, _ = whole_history(home)
@@ -229,7 +229,7 @@ def test_power_cuts_at_every_step_of_a_move_and_at_random_moments_lose_nothing_a
         moved_at = []
         for step, after_s in cuts:
             conn = eventsdb.open_events(home / "events.db", synchronous="FULL")     # more to move at each cut
-            eventsdb.append_events(conn, [wire.now_event("tick", "tick", None, {"more": i}) for i in range(300)])
+            eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"more": i}) for i in range(300)])
             conn.close()
             env = {**os.environ, **({retention.KILL_ENV: step} if step else {})}
             mover = subprocess.Popen([sys.executable, "-c", MOVES, str(home)], stdout=subprocess.PIPE, text=True,
