@@ -58,20 +58,32 @@ def elsewhere(home) -> str:
 
 
 def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
-    """(home, timeout, the rest) of argv that starts with plain --home and --timeout options; None
-    sends it to click (which says what is wrong with them)."""
+    """(--home, --timeout, the rest) from pulsectl's own options before the command; None when unsure,
+    which sends argv to click (which says what is wrong with them)."""
     home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
-    while len(args) > 2 and args[0] in ("--home", "--timeout"):
-        option, value = args.pop(0), args.pop(0)
+    seen = set()
+    while args and args[0].startswith("-") and args[0] != "--version":
+        option, eq, value = args.pop(0).partition("=")
+        if option not in ("--home", "--timeout") or option in seen:
+            return None
+        seen.add(option)
+        if not eq:
+            if not args:
+                return None
+            value = args.pop(0)
+        if value.startswith("-"):
+            return None
         if option == "--home":
-            if os.path.isfile(value):
-                return None   # click says what is wrong with it
+            if not value or os.path.isfile(value):
+                return None          # click says what is wrong with it
             home = value
         else:
             try:
                 timeout = float(value)
             except ValueError:
                 return None
+    if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
+        return None                  # click refuses a PULSE_HOME that names a file
     return home, timeout, args
 
 

@@ -14,12 +14,11 @@ its own help and errors. tests/test_cli_fastpath.py holds each OPTIONS table to 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Callable, NamedTuple
 
 from pulse import __version__
-from pulse.cli import DEFAULT_TIMEOUT_S, import_msgspec
+from pulse.cli import global_options, import_msgspec
 
 FLAG, VALUE, INT, MULTI = "flag", "value", "int", "multi"
 
@@ -134,38 +133,9 @@ def parse_options(args: list[str], command: Command) -> dict | None:
     return params
 
 
-def globals_of(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
-    """(--home, --timeout, the rest) from pulsectl's own options before the command; None when unsure."""
-    home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
-    seen = set()
-    while args and args[0].startswith("-") and args[0] != "--version":
-        option, eq, value = args.pop(0).partition("=")
-        if option not in ("--home", "--timeout") or option in seen:
-            return None
-        seen.add(option)
-        if not eq:
-            if not args:
-                return None
-            value = args.pop(0)
-        if value.startswith("-"):
-            return None
-        if option == "--home":
-            if not value or os.path.isfile(value):
-                return None          # click says what is wrong with it
-            home = value
-        else:
-            try:
-                timeout = float(value)
-            except ValueError:
-                return None
-    if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
-        return None                  # click refuses a PULSE_HOME that names a file
-    return home, timeout, args
-
-
 def resolve(argv: list[str]) -> Callable[[], None] | None:
     """What to run for `argv` without click, or None to let click handle it."""
-    found = globals_of(argv)
+    found = global_options(argv)
     if found is None:
         return None
     home, timeout, args = found
