@@ -87,6 +87,8 @@ def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
         assert eventsdb.first_live_id(conn) > 2                    # both spend events left the live rows
         spend.forget(conn)                                          # as a process that starts now
         assert spend.load(conn, now).used("a", "usd_per_day", now) == 3.5
+        # and so does its reported cost, which the next run's reservation expects
+        assert spend.recent_costs(spend.load(conn, now), "a") == [3.5]
         assert (home / "checkpoints" / "spend.ckpt").exists()
         spend.forget(conn)                                          # and from that checkpoint
         assert spend.load(conn, now).used("a", "runs_per_hour", now) == 1

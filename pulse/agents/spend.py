@@ -338,11 +338,12 @@ def load(conn, now: float) -> Ledger:
         return folded.catch_up(conn, save=not conn.in_transaction)
 
 
-def recent_costs(conn, agent: str) -> list[float]:
-    """The reported costs of the agent's latest runs, newest first."""
-    from pulse.store import eventsdb
-    settled = eventsdb.search_events(conn, types=[SpendEvent.SETTLED], target=agent, limit=MEDIAN_OF * 5)
-    return [float(e.data["usd"]) for e in settled if e.data.get("cost_reported")][:MEDIAN_OF]
+def recent_costs(ledger: Ledger, agent: str) -> list[float]:
+    """The reported costs of the agent's latest runs, newest first: from the ledger, which keeps them
+    when retention has moved their settlements out of the live history."""
+    runs = sorted((r for r in ledger.runs.values() if r.agent == agent and r.cost_reported and r.usd is not None),
+                  key=lambda r: r.at, reverse=True)
+    return [float(r.usd) for r in runs[:MEDIAN_OF]]
 
 
 def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float, source: str,
@@ -399,7 +400,7 @@ def _held_writes(ledger: Ledger, hold: "Hold", agent_name: str, task: str | None
 def _reserve(conn, effect: Effect, agent, task: str | None, host: SpendLimits, source: str) -> str | None:
     now = clock.now()
     ledger = load(conn, now)
-    expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
+    expected = expected_cost(agent.max_run_usd, recent_costs(ledger, agent.name))
     ms = measures(ledger, scopes_of(agent, host), now)
     hold = hold_of(ms, expected)
     if hold is not None:
@@ -427,9 +428,9 @@ def holds(conn, agents: list, host: SpendLimits) -> dict[str, Hold]:
     return agent_holds(ledger, subject, host, now, expected)
 
 
-# The tick asks every tick: an agent's expected cost is read again only once the ledger has a new
-# settlement of its (recent_costs walks the settlements newest first, so an agent with none would
-# walk them all each time). Keyed by database file and agent: (its settled runs seen, expected).
+# The tick asks every tick: an agent's expected cost is worked out again only once the ledger has a
+# new settlement of its (recent_costs sorts the agent's runs of the last KEEP_S, thousands on a busy
+# host). Keyed by database file and agent: (its settled runs seen, expected).
 _expected: dict[tuple[str, str], tuple[int, float]] = {}
 
 
@@ -440,7 +441,7 @@ def _expected_now(conn, ledger: Ledger, agent) -> float:
     settled = sum(1 for r in ledger.runs.values() if r.agent == agent.name and r.usd is not None)
     known = _expected.get(key)
     if known is None or known[0] != settled:
-        known = _expected[key] = (settled, expected_cost(None, recent_costs(conn, agent.name)))
+        known = _expected[key] = (settled, expected_cost(None, recent_costs(ledger, agent.name)))
     return known[1]
 
 
@@ -459,7 +460,7 @@ def hold_task(conn, task: str, agent, host: SpendLimits, source: str) -> str | N
         try:
             now = clock.now()
             ledger = load(conn, now)
-            expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
+            expected = expected_cost(agent.max_run_usd, recent_costs(ledger, agent.name))
             hold = hold_of(measures(ledger, scopes_of(agent, host), now), expected)
             if hold is None:
                 return None
@@ -484,8 +485,9 @@ def hold_reason(conn, agent, host: SpendLimits, queued: dict[str, int] | None = 
     now = clock.now()
     queued = queued or {}
     try:
-        expected = expected_cost(agent.max_run_usd, recent_costs(conn, agent.name))
-        ms = measures(load(conn, now), scopes_of(agent, host), now)
+        ledger = load(conn, now)
+        expected = expected_cost(agent.max_run_usd, recent_costs(ledger, agent.name))
+        ms = measures(ledger, scopes_of(agent, host), now)
     except BaseException:
         forget(conn)
         raise
