@@ -69,17 +69,6 @@ def file_cost(items):
     return cost
 
 
-# `-n auto` runs three workers on two cores (half again the cores, at least two). A daemon test mostly
-# waits, on a pulsed's heartbeats and ticks and on the processes it starts: measured in a cgroup of its
-# own (cpuacct), a file of them keeps 0.3-0.6 of a core busy (test_tick 11 CPU-s in 38 s, test_supervisor
-# 31 in 146 s, both serial under load 12), so a worker per core left most of both idle.
-# PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set.
-def pytest_xdist_auto_num_workers(config):
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None     # xdist's own hook reads it
-    return max(2, (os.cpu_count() or 1) * 3 // 2)
-
-
 def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist"):
         config.option.loadscopereorder = False      # the order above, not xdist's by number of tests

@@ -228,8 +228,11 @@ def load(path: Path, environ: os._Environ | dict = os.environ) -> Config:
         text = b""
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    config = decode(text, str(path))     # the file alone: a bad value in it is refused even where an override would hide it
     overrides = env_overrides(environ)
-    origin = f"{path} (with PULSE_* overrides)" if overrides else str(path)
+    if not overrides:
+        return validate(config, str(path))
+    origin = f"{path} (with PULSE_* overrides)"
     return validate(decode(text, origin, overrides), origin)
 
 
