@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Regenerate the generated parts of docs/: the effect kinds' reference in docs/rules.md, from
-pulse.effects.registry, and docs/config.md, the reference of every config key, from the keys'
-descriptors in pulse/core/config/. tests/test_docs.py and tests/test_config_reference.py fail
-while they differ, so run this after changing the registry or a config key."""
+pulse.effects.registry; docs/config.md, the reference of every config key, from the keys'
+descriptors in pulse/core/config/; docs/cli.md, every pulsectl command, from click.
+tests/test_docs.py, test_config_reference.py and test_doc_cli.py fail while they differ, so run
+this after changing the registry, a config key or a command."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from pulse.cli import clireference
 from pulse.core import config
 from pulse.core.config import reference
 from pulse.effects import registry
@@ -16,6 +18,7 @@ from pulse.effects import registry
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC = DOCS / "rules.md"
 CONFIG_DOC = DOCS / "config.md"
+CLI_DOC = DOCS / "cli.md"
 BEGIN = "<!-- generated from pulse.effects.registry.reference(): edit the registry, then run scripts/gen_docs.py -->"
 END = "<!-- end generated -->"
 
@@ -38,6 +41,8 @@ def main() -> int:
     print(f"{DOC}: the effect kinds' reference regenerated")
     CONFIG_DOC.write_text(config_reference())
     print(f"{CONFIG_DOC}: the config reference regenerated")
+    CLI_DOC.write_text(clireference.reference())
+    print(f"{CLI_DOC}: the pulsectl reference regenerated")
     return 0
 
 
