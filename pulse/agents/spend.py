@@ -363,6 +363,14 @@ def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float,
     return events, effects
 
 
+def _write_due_alerts(conn, scopes, now: float, source: str, why: str) -> None:
+    """Inside the caller's transaction, after it wrote spend: the alerts that spend brought due in
+    `scopes`, on the ledger read back with it."""
+    ledger = load(conn, now)
+    alerts = due_alerts(ledger, measures(ledger, scopes, now), lambda m: m.used)
+    _write(conn, *_alert_writes(ledger, alerts, now, source, why), source)
+
+
 def _write(conn, events: list[Event], effects: list[Effect], source: str) -> None:
     """Inside the caller's transaction: the events, and the notifications committed as effects."""
     from pulse.store import effectqueue, eventsdb
@@ -524,11 +532,8 @@ def settle(conn, effect_id: str, agent, host: SpendLimits, cost_usd: float | Non
         data = {"effect_id": effect_id, "agent": run.agent, "task": run.task, "reserved": run.reserved, **data}
         try:
             _write(conn, [now_event(SpendEvent.SETTLED, source, run.agent, data)], [], source)
-            ledger = load(conn, now)          # with this settlement, read back in this transaction
-            ms = measures(ledger, scopes_of(agent, host), now)
-            events, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: m.used), now, source,
-                                            f"after {run.agent}'s run on {run.task} cost ${data['usd']:.2f}")
-            _write(conn, events, effects, source)
+            _write_due_alerts(conn, scopes_of(agent, host), now, source,
+                              f"after {run.agent}'s run on {run.task} cost ${data['usd']:.2f}")
         except BaseException:
             forget(conn)
             raise
@@ -545,12 +550,9 @@ def observe(conn, observed: list[tuple[str, dict]], host: SpendLimits, source: s
             events = [now_event(SpendEvent.OBSERVED, source, target, {**d, "at": now}) for target, d in observed]
             _write(conn, events, [], source)
             if any(d.get("counted") for _, d in observed):
-                ledger = load(conn, now)
-                ms = measures(ledger, [(HOST, host)], now)
                 spent = sum(d["usd"] for _, d in observed if d.get("counted"))
-                alerts, effects = _alert_writes(ledger, due_alerts(ledger, ms, lambda m: m.used), now, source,
-                                                f"sessions Pulse did not start reported ${spent:.2f} more")
-                _write(conn, alerts, effects, source)
+                _write_due_alerts(conn, [(HOST, host)], now, source,
+                                  f"sessions Pulse did not start reported ${spent:.2f} more")
         except BaseException:
             forget(conn)
             raise
