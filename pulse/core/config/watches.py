@@ -128,15 +128,24 @@ def validate_watch(config: "Config", origin: str) -> None:
     validate_watched_dirs(config.watch.dir, origin)
 
 
+def validate_watch_name(where: str, name: str) -> None:
+    if not WATCH_NAME.fullmatch(name):
+        raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {name!r}")
+
+
+def validate_watch_place(where: str, name: str, path: str, what: str) -> None:
+    """A [[watch.file]]'s or [[watch.dir]]'s name, and its path: absolute, never climbing with '..'
+    (a glob climbing out of where it points is not what was configured)."""
+    validate_watch_name(where, name)
+    if not os.path.isabs(path):
+        raise ConfigError(f"{where}.path must be an absolute {what}, got {path!r}")
+    if ".." in Path(path).parts:
+        raise ConfigError(f"{where}.path must not contain '..', got {path!r}")
+
+
 def validate_watched_files(files: list[FileWatch], origin: str) -> None:
     for i, watch in enumerate(files):
-        where = f"{origin}: $.watch.file[{i}]"
-        if not WATCH_NAME.fullmatch(watch.name):
-            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
-        if not os.path.isabs(watch.path):
-            raise ConfigError(f"{where}.path must be an absolute glob, got {watch.path!r}")
-        if ".." in Path(watch.path).parts:     # a glob climbing out of where it points is not what was configured
-            raise ConfigError(f"{where}.path must not contain '..', got {watch.path!r}")
+        validate_watch_place(f"{origin}: $.watch.file[{i}]", watch.name, watch.path, "glob")
     names = [w.name for w in files]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.watch.file: names must be unique")
@@ -146,8 +155,7 @@ def validate_fresh_watches(config: "Config", origin: str) -> None:
     restartable = {p.name for p in config.process if p.restart}
     for i, watch in enumerate(config.watch.fresh):
         where = f"{origin}: $.watch.fresh[{i}]"
-        if not WATCH_NAME.fullmatch(watch.name):
-            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
+        validate_watch_name(where, watch.name)
         if (watch.path is None) == (watch.url is None):
             raise ConfigError(f"{where}: set exactly one of path or url")
         if watch.path is not None and (not os.path.isabs(watch.path) or ".." in Path(watch.path).parts):
@@ -177,12 +185,7 @@ def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
     from pulse.core import schedule as schedulemod
     for i, watch in enumerate(dirs):
         where = f"{origin}: $.watch.dir[{i}]"
-        if not WATCH_NAME.fullmatch(watch.name):
-            raise ConfigError(f"{where}.name: letters, digits and _ . : - (not starting with a symbol), got {watch.name!r}")
-        if not os.path.isabs(watch.path):
-            raise ConfigError(f"{where}.path must be an absolute directory or glob, got {watch.path!r}")
-        if ".." in Path(watch.path).parts:
-            raise ConfigError(f"{where}.path must not contain '..', got {watch.path!r}")
+        validate_watch_place(where, watch.name, watch.path, "directory or glob")
         if Path(watch.path) == Path("/"):
             raise ConfigError(f"{where}.path: not / itself: name the directory that grows")
         if watch.max_mb is None and watch.max_files is None and watch.max_age is None:
