@@ -44,16 +44,23 @@ def pytest_collection_modifyitems(items):
 # Under xdist (`-n auto --dist loadfile`, the README's command) each worker takes whole files in the
 # order of the collection. Left to itself xdist orders them by their number of tests, which started
 # the real gateways' five tests (3-5 minutes) among the last, to run alone while the other worker had
-# nothing left: the longest files go first instead. Their seconds measured on 2 cores under load,
-# serially, where known; else 30 s a realcli test, 3 s a daemon test, 0.1 s any other. A stale
-# figure costs only order, but a missing one can cost the end of the run: test_mcp, estimated at 45 s
-# (15 daemon tests), measured 416 s (its storm of 10,000 gate calls alone ~100 s) and ran among the last.
-MEASURED_S = {"test_realcli_agents.py": 660, "test_mcp.py": 420, "test_realcli_gateways.py": 310, "test_fleet.py": 260,
-              "test_web.py": 175, "test_realcli_telemetry.py": 135, "test_executor.py": 130, "test_survival_e2e.py": 125,
-              "test_realcli_guard.py": 125, "test_supervisor.py": 110, "test_enginedir.py": 105, "test_kill_matrix.py": 100,
-              "test_health.py": 60, "test_schedules.py": 55, "test_say_why.py": 55, "test_soak.py": 50,
-              "test_power_loss.py": 80, "test_damaged_home.py": 50, "test_watchers.py": 50, "test_adapters.py": 50,
-              "test_effect_failures.py": 40, "test_tick.py": 40, "test_policy.py": 40, "test_long_history.py": 35}
+# nothing left: the longest files go first instead. Their seconds measured with two workers on 2 cores
+# at load 7-12 (a run's --junitxml, summed per file), where known; else 30 s a realcli test, 3 s a
+# daemon test, 0.1 s any other. A stale figure costs only order, but a missing one can cost the end
+# of the run: test_mcp, once estimated at 45 s, took 416 s and ran among the last.
+MEASURED_S = {"test_realcli_guard.py": 430, "test_realcli_gateways.py": 270, "test_mcp.py": 175,
+              "test_fleet.py": 155, "test_power_loss.py": 120, "test_soak.py": 90, "test_kill_matrix.py": 90,
+              "test_realcli_telemetry.py": 85, "test_realcli_gate.py": 85, "test_web.py": 80,
+              "test_supervisor.py": 60, "test_realcli_hermes.py": 55, "test_enginedir.py": 55,
+              "test_health.py": 50, "test_realcli_codex.py": 50, "test_executor.py": 50, "test_schedules.py": 50,
+              "test_gate_boundary.py": 45, "test_realcli_claude.py": 40, "test_survival_e2e.py": 40,
+              "test_agent_bounds.py": 40, "test_fleet_cluster.py": 40, "test_reload.py": 35,
+              "test_say_why.py": 35, "test_realcli_openclaw.py": 35, "test_telemetry_export.py": 30,
+              "test_report.py": 30, "test_spend.py": 30, "test_runtime_dir.py": 30, "test_agents.py": 30,
+              "test_tick.py": 25, "test_notify_outage.py": 25, "test_stall.py": 25,
+              "test_config_rollback.py": 25, "test_history_retention.py": 25, "test_adapters.py": 20,
+              "test_pipeline.py": 20, "test_instances.py": 15, "test_process_verbs.py": 15,
+              "test_routing.py": 15, "test_cli_fastpath.py": 15, "test_process_way_out.py": 15}
 REALCLI_TEST_S = 30
 
 
@@ -67,6 +74,41 @@ def file_cost(items):
     def cost(item) -> float:
         return MEASURED_S.get(item.path.name, estimate[item.path.name])
     return cost
+
+
+# A daemon test mostly waits on pulsed (a file of them keeps 0.3-0.6 of a core busy), a real tool's
+# test does not: an agent CLI, OpenClaw, Hermes or LiteLLM starting takes a core for seconds, and two
+# of them at once on 2 cores is what their deadlines were measured at. So `-n auto` starts a worker
+# more than there are cores, and no more than REALCLI_AT_ONCE realcli files run at a time: a worker
+# that would take a third takes the next other file instead (PYTEST_XDIST_AUTO_NUM_WORKERS and
+# PULSE_TEST_REALCLI_AT_ONCE override both).
+REALCLI_AT_ONCE = int(os.environ.get("PULSE_TEST_REALCLI_AT_ONCE", "2"))
+
+
+def pytest_xdist_auto_num_workers(config):
+    return (os.cpu_count() or 1) + 1
+
+
+def is_realcli_file(scope: str) -> bool:
+    return Path(scope.split("::", 1)[0]).name.startswith("test_realcli_")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RealcliSpread(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            running = sum(is_realcli_file(scope) and not all(unit.values())
+                          for work in self.assigned_work.values() for scope, unit in work.items())
+            if running >= REALCLI_AT_ONCE:
+                other = next((scope for scope in self.workqueue if not is_realcli_file(scope)), None)
+                if other is not None:
+                    self.workqueue.move_to_end(other, last=False)
+            super()._assign_work_unit(node)
+
+    return RealcliSpread(config, log)
 
 
 def pytest_configure(config):
@@ -107,6 +149,22 @@ def nats_server(tmp_path, tracker):
     yield server
     if server.proc.poll() is None:
         server.kill()
+
+
+@pytest.fixture(scope="session")
+def litellm(tmp_path_factory):
+    """One real LiteLLM proxy (mock_response "PONG") per test worker, started by the first realcli test
+    that asks for it (it takes ~10 s to start) and stopped when the worker ends: the agent CLIs' files
+    (tests/test_realcli_claude.py, ...) share it."""
+    from realtools import LiteLLM, require_tools
+    require_tools("litellm")
+    proxy = LiteLLM(tmp_path_factory.mktemp("litellm"))
+    try:
+        proxy.start()
+    except (RuntimeError, TimeoutError) as err:
+        pytest.fail(str(err))
+    yield proxy
+    proxy.stop()
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ import os
 
 import psutil
 import pytest
-from test_realcli_agents import add_task, claude_env, clean_env, codex_env, settled, start  # noqa: F401 (autouse)
 
+from realagents import add_task, claude_env, clean_env, codex_env, settled, start  # noqa: F401 (autouse)
 from realtools import LiteLLM, ScriptedAnthropic, require_tools
 from support import wait_for
 
