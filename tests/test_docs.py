@@ -279,7 +279,9 @@ def test_the_docs_name_every_survival_rule_and_every_built_in_kind():
     tick = configmod.slice_of(configmod.Config(), "tick")
     camel = [re.sub(r"_(\w)", lambda m: m[1].upper(), rule.__qualname__) for rule in survival.survival_rules(tick)]
     assert [name for name in camel if f"**{name}**" not in readme] == []
-    assert [kind for kind in registry.all_kinds() if f"`{kind}`" not in readme] == []
+    # a kind is described where the registry's reference is generated (docs/rules.md), not listed by hand
+    reference = (DOCS / "rules.md").read_text()
+    assert [kind for kind in registry.all_kinds() if f"### `{kind}`" not in reference] == []
 
 
 def test_nothing_cites_a_file_outside_the_repository():
