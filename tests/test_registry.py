@@ -11,17 +11,13 @@ import msgspec
 import pytest
 
 from pulse.core.wire import enginerpc
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.effects import registry
 from support import init_home, wait_for
 
-BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
-            "rotate-file", "trim-dir", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config",
-            "stop-process", "on-crash-loop",
-            "restore-config"}
-
 
 def test_every_built_in_kind_has_one_full_descriptor():
-    assert set(registry.all_kinds()) == BUILT_IN
+    assert set(registry.all_kinds()) == set(EffectKind)    # every kind a rule may name runs here, and no other
     for name, kind in registry.all_kinds().items():
         assert kind.name == name and kind.doc and callable(kind.run)
         assert issubclass(kind.params, msgspec.Struct)
@@ -136,10 +132,9 @@ def test_no_set_of_kind_names_is_written_outside_the_registry():
     assert kind_name_sets('ok = kind in ("notify", "report")') == [["notify", "report"]]
     found = {f"{path.parent.name}/{path.name}": sets for path in source_files()
              if path.name != "registry.py" and (sets := kind_name_sets(path.read_text()))}
-    # The two allowed: [allow]'s default is configuration (the operator replaces it), and core,
-    # which pulsed loads, cannot import the registry; the names of every built-in kind, for pulsectl
-    # to check [allow] without importing every kind's module (test_cli_imports keeps it the registry's).
-    assert set(found) == {"config/safety.py", "effects/__init__.py"}
+    # The one allowed: [allow]'s default is configuration (the operator replaces it), and core,
+    # which pulsed loads, cannot import the registry.
+    assert set(found) == {"config/safety.py"}
     assert found["config/safety.py"] == [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]
 
 
