@@ -51,15 +51,27 @@ from pulse.web.reads import (
 from pulse.web.site import Web
 from pulse.web.streams import stream_events, stream_overview
 
-PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
-         "engine": "/engine", "gate": "/gate", "log": "/log"}
+# The page table: each page of the nav, in its order, and the JSON route that feeds it (`/api/<name>`,
+# in pulse.web.reads; the overview is fed by its stream). A page is its row here, that route, and its
+# drawing in static/app.js (the browser draws every page from JSON, with the one script the page's CSP
+# lets run); the nav, the page's route and its API's route all come from the row.
+PAGES = {
+    "overview": None,
+    "events": api_events,
+    "vitals": api_vitals,
+    "effects": api_effects,
+    "tasks": api_tasks,
+    "engine": api_engine,
+    "gate": api_gate,
+    "log": api_log,
+    "fleet": api_fleet,            # the hosts of the fleet ([fleet]), as this host's fleet worker last saw them
+    "schedules": api_schedules,    # the [[schedule]]s: next and last runs, the run each waits on
+    "budget": api_budget,          # each agent's spend against its limits, and what waits on them
+}
 
 
-PAGES["fleet"] = "/fleet"         # the hosts of the fleet ([fleet]), as this host's fleet worker last saw them
-PAGES["schedules"] = "/schedules"  # the [[schedule]]s: next and last runs, the run each waits on
-
-
-PAGES["budget"] = "/budget"        # each agent's spend against its limits, and what waits on them
+def page_path(name: str) -> str:
+    return "/" if name == "overview" else f"/{name}"
 
 
 class Guard:
@@ -105,8 +117,8 @@ def shell(request: Request, page: str, body: str = "", script: str | None = None
     `first`: the page's data as its stream or API would give it now, in the page itself, so the
     script draws it at once (a screenshot, a slow link, a stream that is slow to open never show
     "loading…"); the stream then keeps it current."""
-    nav = "".join(f'<a href="{href}"{" aria-current=page" if name == page else ""}>{name}</a>'
-                  for name, href in PAGES.items())
+    nav = "".join(f'<a href="{page_path(name)}"{" aria-current=page" if name == page else ""}>{name}</a>'
+                  for name in PAGES)
     csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
     text = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -187,21 +199,17 @@ def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: S
     web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
     web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
     web.schedules = list(schedules)
-    routes = [Route(path, page(name)) for name, path in PAGES.items()]
+    routes = [Route(page_path(name), page(name)) for name in PAGES]
+    routes += [Route(f"/api/{name}", api, methods=["GET"]) for name, api in PAGES.items() if api is not None]
     routes += [
         Route("/events/{id}", event_page),
         Route("/tasks/{id}", task_page), Route("/api/tasks/{id}", api_task),
         Route("/static/{name}", static),
         Route("/api/stream/overview", stream_overview),
         Route("/api/stream/events", stream_events),
-        Route("/api/events", api_events), Route("/api/vitals", api_vitals), Route("/api/effects", api_effects),
-        Route("/api/tasks", api_tasks), Route("/api/engine", api_engine, methods=["GET"]),
-        Route("/api/gate", api_gate), Route("/api/log", api_log),
         Route("/api/workers", act_worker, methods=["POST"]), Route("/api/processes", act_process, methods=["POST"]),
         Route("/api/engine", act_engine, methods=["POST"]),
         Route("/metrics", metrics),
-        Route("/api/fleet", api_fleet),
-        Route("/api/schedules", api_schedules), Route("/api/budget", api_budget),
     ]
     app = Starlette(routes=routes)
     app.state.web = web
