@@ -146,3 +146,97 @@ def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_mus
     assert "name different tasks" in registry.params_problem(both)
     assert registry.params_problem(enginerpc.Effect(kind="agent-run", target="task-1", params={"task_id": 1})) is None
     assert registry.resource("agent-run", "task-1", {"task_id": "task-2"}) == "task:*"    # refused anyway
+
+
+# A new kind as a contributor would add it, with its module in a temporary folder on PYTHONPATH: the
+# module, a row of the registry (and the import it names), and its EffectKind member, each put into
+# its table's own source as that module is imported (a finder in a sitecustomize, so every process
+# of the test sees them: pulsed, the forkserver's workers, pulsectl). Nothing else is changed: what
+# else the kind needs must follow from those three.
+NEW_KIND_EDITS = {
+    "pulse.core.wire.eventmsgs": [('    REPORT = "report"\n', '    REPORT = "report"\n    TOUCH_FILE = "touch-file"\n')],
+    "pulse.effects.registry": [
+        ("\nfrom pulse.effects import configfiles,", "\nimport touchkind\nfrom pulse.effects import configfiles,"),
+        ("\n)}\n\n\n# The higher layers' kinds",
+         '\n    Kind(EffectKind.TOUCH_FILE, "Creates a file of <home>/touched/, or sets its mtime to now.", NoParams,'
+         ' touchkind.run_touch_file, True, "the file\'s name"),\n)}\n\n\n# The higher layers\' kinds')],
+}
+KIND_SITECUSTOMIZE = textwrap.dedent("""\
+    import importlib.abc, importlib.machinery, sys
+    EDITS = %r
+
+    class NewKind(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name not in EDITS:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            spec.loader = self
+            return spec
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            source = open(module.__spec__.origin).read()
+            for anchor, new in EDITS[module.__name__]:
+                assert source.count(anchor) == 1, f"{module.__name__}: the table moved: update this test"
+                source = source.replace(anchor, new)
+            exec(compile(source, module.__spec__.origin, "exec"), module.__dict__)
+
+    sys.meta_path.insert(0, NewKind())
+    """) % NEW_KIND_EDITS
+TOUCH_KIND = textwrap.dedent('''\
+    import os
+
+    from pulse.effects.kinds import EffectFailed
+
+
+    def run_touch_file(effect, ctx):
+        name = effect.target or ""
+        if not name or "/" in name or name in (".", ".."):
+            raise EffectFailed("bad-target", f"touch-file: {name!r} is no file name")
+        (ctx.home / "touched").mkdir(exist_ok=True)
+        fd = os.open(ctx.home / "touched" / name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+        return {"name": name}
+    ''')
+# What the suite holds of every kind, asked with the new one in place: the kind names Pulse keeps agree
+# (a list of them that the three edits do not reach fails here), and the reference documents it.
+KIND_CHECKS = textwrap.dedent("""\
+    import sys
+    sys.path.insert(0, %r)
+    import test_cli_imports, test_registry, test_wire
+    from pulse.core.wire.eventmsgs import EffectKind
+    from pulse.effects import registry
+    test_wire.test_the_effect_kinds_are_every_kind_the_registry_runs()
+    test_registry.test_every_built_in_kind_has_one_full_descriptor()
+    test_registry.test_the_reference_documents_every_kind_and_param()
+    test_registry.test_no_set_of_kind_names_is_written_outside_the_registry()
+    test_cli_imports.test_built_in_kinds_named_for_pulsectl_are_the_registrys()
+    print(EffectKind.TOUCH_FILE, "### `touch-file`" in registry.reference())
+    """) % str(Path(__file__).resolve().parent)
+
+
+def test_a_kind_is_its_module_its_registry_row_and_its_effectkind_member(pulsed, tmp_path):
+    import os
+    import subprocess
+    import sys
+    folder = tmp_path / "newkind"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(KIND_SITECUSTOMIZE)
+    (folder / "touchkind.py").write_text(TOUCH_KIND)
+    env = {"PYTHONPATH": str(folder)}
+    checks = subprocess.run([sys.executable, "-c", KIND_CHECKS], env=dict(os.environ, **env), capture_output=True,
+                            text=True, timeout=120)
+    assert (checks.returncode, checks.stdout) == (0, "touch-file True\n"), checks.stderr
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text('[allow]\nkinds = ["noop", "touch-file"]\n')
+    out = pulsed.ctl("check-config", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pulsed.start(env=env)
+    out = pulsed.ctl("emit", "touch-file", "--target", "hello", "--wait", "10", env=env)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "acked", out.stdout + out.stderr
+    assert (pulsed.home / "touched" / "hello").is_file()
