@@ -7,8 +7,8 @@ small HTML shell and /static/app.js, which reads /api/…; the overview and the 
 live over server-sent events. Every request passes `Guard` (pulse.web.auth) first.
 
 This module holds the HTML pages, the guard and the app; the routes that are not pages live by job:
-`reads` (the JSON API), `streams` (server-sent events), `actions` (what pulsectl would do), and what
-they share in `site`.
+`reads` (the JSON API, where each page of the nav is declared), `streams` (server-sent events),
+`actions` (what pulsectl would do), and what they share in `site`.
 """
 
 from __future__ import annotations
@@ -32,46 +32,23 @@ from pulse.core.home import Paths
 from pulse.store import archive, eventsdb
 from pulse.web import auth
 from pulse.web.actions import act_engine, act_process, act_worker
-from pulse.web.reads import (
-    api_budget,
-    api_effects,
-    api_engine,
-    api_events,
-    api_fleet,
-    api_gate,
-    api_log,
-    api_schedules,
-    api_task,
-    api_tasks,
-    api_vitals,
-    events_view,
-    metrics,
-    overview,
-)
-from pulse.web.site import Web
+from pulse.web.reads import api_task, metrics
+from pulse.web.site import Page, Web, in_nav_order
 from pulse.web.streams import stream_events, stream_overview
 
-# The page table: each page of the nav, in its order, and the JSON route that feeds it (`/api/<name>`,
-# in pulse.web.reads; the overview is fed by its stream). A page is its row here, that route, and its
-# drawing in static/app.js (the browser draws every page from JSON, with the one script the page's CSP
-# lets run); the nav, the page's route and its API's route all come from the row.
-PAGES = {
-    "overview": None,
-    "events": api_events,
-    "vitals": api_vitals,
-    "effects": api_effects,
-    "tasks": api_tasks,
-    "engine": api_engine,
-    "gate": api_gate,
-    "log": api_log,
-    "fleet": api_fleet,            # the hosts of the fleet ([fleet]), as this host's fleet worker last saw them
-    "schedules": api_schedules,    # the [[schedule]]s: next and last runs, the run each waits on
-    "budget": api_budget,          # each agent's spend against its limits, and what waits on them
-}
+# The pages of the nav are declared where their JSON routes are defined (`@page` in pulse.web.reads),
+# each with its place in the nav; the nav, each page's route and its /api/<name> are made from those
+# rows here, with no line per page. The browser draws every page from JSON, with the one script the
+# page's CSP lets run (static/app.js), so a page is its route in reads and its drawing there.
 
 
 def page_path(name: str) -> str:
     return "/" if name == "overview" else f"/{name}"
+
+
+def page_paths() -> dict[str, str]:
+    """Each page's path, in nav order."""
+    return {row.name: page_path(row.name) for row in in_nav_order()}
 
 
 class Guard:
@@ -118,7 +95,7 @@ def shell(request: Request, page: str, body: str = "", script: str | None = None
     script draws it at once (a screenshot, a slow link, a stream that is slow to open never show
     "loading…"); the stream then keeps it current."""
     nav = "".join(f'<a href="{page_path(name)}"{" aria-current=page" if name == page else ""}>{name}</a>'
-                  for name in PAGES)
+                  for name in page_paths())
     csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
     text = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -142,15 +119,11 @@ def first_data(first: Any) -> str:
     return f'\n<script type="application/json" id="first">{text}</script>'
 
 
-def page(name: str):
+def page_handler(row: Page):
     async def handler(request: Request) -> Response:
         web: Web = request.app.state.web
-        first = None
-        if name == "overview":
-            first = await run_in_threadpool(overview, web)
-        elif name == "events":
-            first = await run_in_threadpool(events_view, web, request)
-        return shell(request, name, first=first)
+        first = await run_in_threadpool(row.first, web, request) if row.first else None
+        return shell(request, row.name, first=first)
     return handler
 
 
@@ -199,8 +172,9 @@ def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: S
     web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
     web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
     web.schedules = list(schedules)
-    routes = [Route(page_path(name), page(name)) for name in PAGES]
-    routes += [Route(f"/api/{name}", api, methods=["GET"]) for name, api in PAGES.items() if api is not None]
+    rows = in_nav_order()
+    routes = [Route(page_path(row.name), page_handler(row)) for row in rows]
+    routes += [Route(f"/api/{row.name}", row.api, methods=["GET"]) for row in rows if row.api is not None]
     routes += [
         Route("/events/{id}", event_page),
         Route("/tasks/{id}", task_page), Route("/api/tasks/{id}", api_task),
