@@ -148,21 +148,25 @@ def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_mus
     assert registry.resource("agent-run", "task-1", {"task_id": "task-2"}) == "task:*"    # refused anyway
 
 
-# A new kind as a contributor would add it, with its module in a temporary folder on PYTHONPATH: the
-# module, a row of the registry (and the import it names), and its EffectKind member, each put into
-# its table's own source as that module is imported (a finder in a sitecustomize, so every process
-# of the test sees them: pulsed, the forkserver's workers, pulsectl). Nothing else is changed: what
-# else the kind needs must follow from those three.
+# A new kind as a contributor would add it: its module in pulse/effects/ (here a temporary folder that
+# joins pulse.effects' path, so the module is pulse.effects.touchkind and leaves no file in the tree),
+# a row of the registry (and the import it names), and its EffectKind member, each put into its
+# table's own source as that module is imported (a finder in a sitecustomize, so every process of the
+# test sees them: pulsed, the forkserver's workers, pulsectl). Nothing else is changed: what else the
+# kind needs must follow from those three, and its documentation (the kinds' reference in
+# docs/rules.md, the list of modules in docs/architecture.md) from scripts/gen_docs.py.
 NEW_KIND_EDITS = {
     "pulse.core.wire.eventmsgs": [('    REPORT = "report"\n', '    REPORT = "report"\n    TOUCH_FILE = "touch-file"\n')],
     "pulse.effects.registry": [
-        ("\nfrom pulse.effects import configfiles,", "\nimport touchkind\nfrom pulse.effects import configfiles,"),
+        ("\nfrom pulse.effects import configfiles,", "\nfrom pulse.effects import touchkind\nfrom pulse.effects import configfiles,"),
         ("\n)}\n\n\n# The higher layers' kinds",
          '\n    Kind(EffectKind.TOUCH_FILE, "Creates a file of <home>/touched/, or sets its mtime to now.", NoParams,'
          ' touchkind.run_touch_file, True, "the file\'s name"),\n)}\n\n\n# The higher layers\' kinds')],
 }
 KIND_SITECUSTOMIZE = textwrap.dedent("""\
-    import importlib.abc, importlib.machinery, sys
+    import importlib.abc, importlib.machinery, os, sys
+    import pulse.effects
+    pulse.effects.__path__.append(os.path.join(os.path.dirname(__file__), "effects"))
     EDITS = %r
 
     class NewKind(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -186,6 +190,8 @@ KIND_SITECUSTOMIZE = textwrap.dedent("""\
     sys.meta_path.insert(0, NewKind())
     """) % NEW_KIND_EDITS
 TOUCH_KIND = textwrap.dedent('''\
+    \"\"\"touch-file: a file of <home>/touched/ made, or its mtime set to now.\"\"\"
+
     import os
 
     from pulse.effects.kinds import EffectFailed
@@ -206,7 +212,7 @@ TOUCH_KIND = textwrap.dedent('''\
 # What the suite holds of every kind, asked with the new one in place: the kind names Pulse keeps agree
 # (a list of them that the three edits do not reach fails here), and the reference documents it.
 KIND_CHECKS = textwrap.dedent("""\
-    import sys
+    import importlib.util, sys
     sys.path.insert(0, %r)
     import test_cli_imports, test_registry, test_wire
     from pulse.core.wire.eventmsgs import EffectKind
@@ -217,7 +223,12 @@ KIND_CHECKS = textwrap.dedent("""\
     test_registry.test_no_set_of_kind_names_is_written_outside_the_registry()
     test_cli_imports.test_built_in_kinds_named_for_pulsectl_are_the_registrys()
     print(EffectKind.TOUCH_FILE, "### `touch-file`" in registry.reference())
-    """) % str(Path(__file__).resolve().parent)
+    spec = importlib.util.spec_from_file_location("gen_docs", %r)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    effects = gen.module_tables().split("#### `pulse/effects/`")[1].split("####")[0]
+    print([row for row in effects.splitlines() if "touch" in row])
+    """) % (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "scripts" / "gen_docs.py"))
 
 
 def test_a_kind_is_its_module_its_registry_row_and_its_effectkind_member(pulsed, tmp_path):
@@ -227,11 +238,13 @@ def test_a_kind_is_its_module_its_registry_row_and_its_effectkind_member(pulsed,
     folder = tmp_path / "newkind"
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(KIND_SITECUSTOMIZE)
-    (folder / "touchkind.py").write_text(TOUCH_KIND)
+    (folder / "effects").mkdir()
+    (folder / "effects" / "touchkind.py").write_text(TOUCH_KIND)
     env = {"PYTHONPATH": str(folder)}
     checks = subprocess.run([sys.executable, "-c", KIND_CHECKS], env=dict(os.environ, **env), capture_output=True,
                             text=True, timeout=120)
-    assert (checks.returncode, checks.stdout) == (0, "touch-file True\n"), checks.stderr
+    assert (checks.returncode, checks.stdout) == (0, "touch-file True\n['| `touchkind` | touch-file: a file of "
+                                                  "<home>/touched/ made, or its mtime set to now. |']\n"), checks.stderr
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text('[allow]\nkinds = ["noop", "touch-file"]\n')
     out = pulsed.ctl("check-config", env=env)
