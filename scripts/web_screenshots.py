@@ -12,7 +12,7 @@ seconds (the host charts fill) the overview is shot at 1100 × 1040 (the desktop
     python scripts/web_screenshots.py /tmp/overview.png --phone /tmp/overview-phone.png --settle-s 20
     python scripts/web_screenshots.py /tmp/o.png --every /tmp/pages --settle-s 20   # every page, both widths
 
-With --every DIR, every page of the site (pulse.web.pages.PAGES, and one task's page) is also shot,
+With --every DIR, every page of the site (pulse.web.pages.page_paths(), and one task's page) is also shot,
 full page, at both widths, as DIR/<page>-desktop.png and DIR/<page>-phone.png, each once nothing on
 it says "loading" any more, to be looked at.
 
@@ -115,11 +115,11 @@ def shoot_every(url: str, home: Path, out: Path) -> list[Path]:
     """Every page at both widths, full page, once it has drawn (no "loading…" left on it)."""
     from playwright.sync_api import sync_playwright
 
-    from pulse.web.pages import PAGES
+    from pulse.web.pages import page_paths
     base, _, token = url.partition("/?token=")
     subprocess.run([str(BIN / "pulsectl"), "--home", str(home), "task", "add", "--project", "docs",
                     "--title", "a task nobody takes", "--prompt", "x"], check=True, capture_output=True)
-    pages = {**PAGES, "task": "/tasks/task-1"}
+    pages = {**page_paths(), "task": "/tasks/task-1"}
     shots = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH)

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -86,13 +87,17 @@ def test_a_worker_under_a_flag_is_one_pulsed_reads():
             assert key in {f.name for f in msgspec.structs.fields(tables[table])}, spec.enabled_by
 
 
-# A new worker as a contributor would add it, in a temporary folder on PYTHONPATH: its module, and a
-# row of the table. The row goes into the table's own source, read and run in place of the module
-# (a sitecustomize, so every process of the test sees it: pulsed, the forkserver, pulsectl) and
-# nothing else is changed: whatever the worker needs must follow from that row.
-NEW_ROW = ('    ChildSpec("probe", "probeworker:ProbeWorker", "TelemetryConfig", retry_after_failed_s=42),')
+# A new worker as a contributor would add it: its module in pulse/workers/ (here a temporary folder
+# that joins pulse.workers' path, so the module is pulse.workers.probeworker and leaves no file in
+# the tree) and a row of the table. The row goes into the table's own source, read and run in place
+# of the module (a sitecustomize, so every process of the test sees it: pulsed, the forkserver,
+# pulsectl) and nothing else is changed: whatever the worker needs must follow from that row, and
+# docs/architecture.md's list of modules, from its docstring (scripts/gen_docs.py regenerates it).
+NEW_ROW = ('    ChildSpec("probe", "pulse.workers.probeworker:ProbeWorker", "TelemetryConfig", retry_after_failed_s=42),')
 SITECUSTOMIZE = textwrap.dedent("""\
-    import importlib.util, sys, types
+    import importlib.util, os, sys, types
+    import pulse.workers
+    pulse.workers.__path__.append(os.path.join(os.path.dirname(__file__), "workers"))
     found = importlib.util.find_spec("pulse.core.childspecs")
     source = open(found.origin).read()
     anchor = ")}\\n\\n# Groups of names"
@@ -103,6 +108,8 @@ SITECUSTOMIZE = textwrap.dedent("""\
     exec(compile(source.replace(anchor, %r + "\\n" + anchor), found.origin, "exec"), module.__dict__)
     """) % NEW_ROW
 PROBE_WORKER = textwrap.dedent("""\
+    \"\"\"The probe: a worker that is its harness and nothing more.\"\"\"
+
     from pulse.workers.harness import Worker
 
 
@@ -116,11 +123,13 @@ def with_new_row(tmp_path) -> dict[str, str]:
     folder = tmp_path / "newrow"
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    (folder / "probeworker.py").write_text(PROBE_WORKER)
+    (folder / "workers").mkdir()
+    (folder / "workers" / "probeworker.py").write_text(PROBE_WORKER)
     return {"PYTHONPATH": str(folder)}
 
 
 DERIVED = textwrap.dedent("""\
+    import importlib.util
     import msgspec
     from pulse.core import childspecs, config
     from pulse.supervisor import child, forkserver
@@ -130,15 +139,21 @@ DERIVED = textwrap.dedent("""\
     print({f.name: f.default for f in msgspec.structs.fields(config.Timings)}["probe_retry_after_failed_s"])
     timings = config.slice_of(config.decode("[timings]\\nprobe_retry_after_failed_s = 9\\n", "t"), "supervisor").timings
     print(timings.probe_retry_after_failed_s, child.retry_after_failed_s(childspecs.CHILD_SPECS["probe"], timings))
-    """)
+    spec = importlib.util.spec_from_file_location("gen_docs", %r)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    workers = gen.module_tables().split("#### `pulse/workers/`")[1].split("####")[0]
+    print([row for row in workers.splitlines() if "probe" in row])
+    """) % str(Path(__file__).resolve().parents[1] / "scripts" / "gen_docs.py")
 
 
 def test_a_new_row_brings_its_preload_slice_retry_key_and_groups(tmp_path):
     env = dict(os.environ, **with_new_row(tmp_path))
     proc = subprocess.run([sys.executable, "-c", DERIVED], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["probe probe probe", "('probeworker', 'ProbeWorker')",
-                                        "TelemetryConfig", "42", "9.0 9.0"]
+    assert proc.stdout.splitlines() == ["probe probe probe", "('pulse.workers.probeworker', 'ProbeWorker')",
+                                        "TelemetryConfig", "42", "9.0 9.0",
+                                        "['| `probeworker` | The probe: a worker that is its harness and nothing more. |']"]
 
 
 @pytest.mark.daemon
@@ -147,8 +162,9 @@ def test_pulsed_runs_restarts_and_retries_a_worker_that_is_a_row_and_a_module(pu
     pulsed.start(env={**env, "PULSE_TEST_INJECT": "probe:crash-before-ready*6",
                       "PULSE_PROBE_RETRY_AFTER_FAILED_S": "1"}, wait=False)
     # crashes 1-5 restart it, the 6th fails it, and its own retry key brings start 7, which is healthy
-    probe = pulsed.wait_running(("watcher", "tick", "executor", "engine", "probe"), timeout=30)
-    assert [w.name for w in probe.workers] == ["watcher", "tick", "executor", "engine", "probe"]
+    always = [name for name, spec in CHILD_SPECS.items() if spec.listed and not spec.enabled_by]   # the table's, not a copy
+    probe = pulsed.wait_running((*always, "probe"), timeout=30)
+    assert [w.name for w in probe.workers] == [*always, "probe"]
     assert [e["data"]["retry_in_s"] for e in pulsed.events("worker-failed", "probe")] == [1]
     assert pulsed.events("worker-restarted", "probe")[-1]["data"]["reason"] == "retry-after-failed"
     shown = json.loads(pulsed.ctl("status", "--json", env=env).stdout)

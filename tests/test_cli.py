@@ -187,3 +187,72 @@ def test_hung_after_ms_must_exceed_the_sqlite_busy_timeout(tmp_path):
         config.load(tmp_path / "config.toml", {})
     assert "hung_after_ms (4000) must exceed sqlite_busy_timeout_ms (5000)" in str(err.value)
     assert config.load(tmp_path / "config.toml", {"PULSE_SQLITE_BUSY_TIMEOUT_MS": "1000"}).timings.hung_after_ms == 4000
+
+
+# A new command as a contributor would add it: its module in pulse/cli/ (here a temporary folder that
+# joins pulse.cli's path, so the module is pulse.cli.hellocmd and leaves no file in the tree), and a
+# row of group.py's command table. The row goes into the table's own source, read and run in place of
+# the module (a sitecustomize, so every pulsectl of the test sees it); nothing else is changed: the
+# command runs, --help lists it, a typo is pointed at it, and the CLI reference (docs/cli.md) and the
+# list of modules (docs/architecture.md) document it once scripts/gen_docs.py regenerates them.
+NEW_COMMAND_ROW = '    "hello": ("hellocmd", "Greet WHO, from the home."),'
+COMMAND_SITECUSTOMIZE = """\
+import importlib.util, os, sys, types
+import pulse.cli
+pulse.cli.__path__.append(os.path.join(os.path.dirname(__file__), "cli"))
+found = importlib.util.find_spec("pulse.cli.group")
+source = open(found.origin).read()
+anchor = "COMMAND_TABLE: dict[str, tuple[str, str]] = {\\n"
+assert source.count(anchor) == 1, "the command table moved: update this test"
+module = types.ModuleType("pulse.cli.group")
+module.__file__ = found.origin
+sys.modules[module.__name__] = module
+exec(compile(source.replace(anchor, anchor + %r + "\\n"), found.origin, "exec"), module.__dict__)
+""" % NEW_COMMAND_ROW
+HELLO_COMMAND = '''\
+\"\"\"pulsectl hello: a greeting, from the home.\"\"\"
+
+import click
+
+from pulse.cli.group import Context, pass_ctx
+
+
+@click.command(name="hello")
+@click.argument("who", default="world")
+@pass_ctx
+def hello_cmd(ctx: Context, who: str) -> None:
+    """Greet WHO, from the home."""
+    click.echo(f"hello {who}, from {ctx.home}")
+
+
+COMMANDS = [hello_cmd]
+'''
+
+
+def test_a_command_is_its_module_and_one_row_of_the_command_table(tmp_path):
+    import subprocess
+    import sys
+    folder = tmp_path / "newcommand"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(COMMAND_SITECUSTOMIZE)
+    (folder / "cli").mkdir()
+    (folder / "cli" / "hellocmd.py").write_text(HELLO_COMMAND)
+    env = dict(os.environ, PYTHONPATH=str(folder), PULSE_HOME=str(tmp_path / "home"))
+    pulsectl = os.path.join(os.path.dirname(sys.executable), "pulsectl")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    said = run(pulsectl, "hello", "operator")
+    assert (said.returncode, said.stdout) == (0, f"hello operator, from {tmp_path / 'home'}\n"), said.stderr
+    listed = run(pulsectl, "--help")
+    assert "  hello " in listed.stdout and "Greet WHO, from the home." in listed.stdout, listed.stdout
+    typo = run(pulsectl, "helo")
+    assert typo.returncode == 2 and "did you mean 'hello'?" in typo.stderr, typo.stderr
+    reference = run(sys.executable, "-c", "from pulse.cli import clireference; print(clireference.reference())")
+    assert "\n## pulsectl hello\n" in reference.stdout and "Usage: pulsectl hello [OPTIONS] [WHO]" in reference.stdout, \
+        reference.stderr
+    gen_docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "gen_docs.py")
+    modules = run(sys.executable, "-c", "import importlib.util; spec = importlib.util.spec_from_file_location('g', "
+                  f"{gen_docs!r}); g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g); "
+                  "print(g.module_tables().split('#### `pulse/cli/`')[1].split('####')[0])")
+    assert "| `hellocmd` | pulsectl hello: a greeting, from the home. |" in modules.stdout, modules.stderr

@@ -11,17 +11,13 @@ import msgspec
 import pytest
 
 from pulse.core.wire import enginerpc
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.effects import registry
 from support import init_home, wait_for
 
-BUILT_IN = {"noop", "exec", "notify", "signal", "restart-process", "restart-worker", "archive", "cleanup",
-            "rotate-file", "trim-dir", "agent-run", "task-add", "engine-promote", "engine-rollback", "report", "keep-config",
-            "stop-process", "on-crash-loop",
-            "restore-config"}
-
 
 def test_every_built_in_kind_has_one_full_descriptor():
-    assert set(registry.all_kinds()) == BUILT_IN
+    assert set(registry.all_kinds()) == set(EffectKind)    # every kind a rule may name runs here, and no other
     for name, kind in registry.all_kinds().items():
         assert kind.name == name and kind.doc and callable(kind.run)
         assert issubclass(kind.params, msgspec.Struct)
@@ -136,10 +132,9 @@ def test_no_set_of_kind_names_is_written_outside_the_registry():
     assert kind_name_sets('ok = kind in ("notify", "report")') == [["notify", "report"]]
     found = {f"{path.parent.name}/{path.name}": sets for path in source_files()
              if path.name != "registry.py" and (sets := kind_name_sets(path.read_text()))}
-    # The two allowed: [allow]'s default is configuration (the operator replaces it), and core,
-    # which pulsed loads, cannot import the registry; the names of every built-in kind, for pulsectl
-    # to check [allow] without importing every kind's module (test_cli_imports keeps it the registry's).
-    assert set(found) == {"config/safety.py", "effects/__init__.py"}
+    # The one allowed: [allow]'s default is configuration (the operator replaces it), and core,
+    # which pulsed loads, cannot import the registry.
+    assert set(found) == {"config/safety.py"}
     assert found["config/safety.py"] == [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]
 
 
@@ -151,3 +146,110 @@ def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_mus
     assert "name different tasks" in registry.params_problem(both)
     assert registry.params_problem(enginerpc.Effect(kind="agent-run", target="task-1", params={"task_id": 1})) is None
     assert registry.resource("agent-run", "task-1", {"task_id": "task-2"}) == "task:*"    # refused anyway
+
+
+# A new kind as a contributor would add it: its module in pulse/effects/ (here a temporary folder that
+# joins pulse.effects' path, so the module is pulse.effects.touchkind and leaves no file in the tree),
+# a row of the registry (and the import it names), and its EffectKind member, each put into its
+# table's own source as that module is imported (a finder in a sitecustomize, so every process of the
+# test sees them: pulsed, the forkserver's workers, pulsectl). Nothing else is changed: what else the
+# kind needs must follow from those three, and its documentation (the kinds' reference in
+# docs/rules.md, the list of modules in docs/architecture.md) from scripts/gen_docs.py.
+NEW_KIND_EDITS = {
+    "pulse.core.wire.eventmsgs": [('    REPORT = "report"\n', '    REPORT = "report"\n    TOUCH_FILE = "touch-file"\n')],
+    "pulse.effects.registry": [
+        ("\nfrom pulse.effects import configfiles,", "\nfrom pulse.effects import touchkind\nfrom pulse.effects import configfiles,"),
+        ("\n)}\n\n\n# The higher layers' kinds",
+         '\n    Kind(EffectKind.TOUCH_FILE, "Creates a file of <home>/touched/, or sets its mtime to now.", NoParams,'
+         ' touchkind.run_touch_file, True, "the file\'s name"),\n)}\n\n\n# The higher layers\' kinds')],
+}
+KIND_SITECUSTOMIZE = textwrap.dedent("""\
+    import importlib.abc, importlib.machinery, os, sys
+    import pulse.effects
+    pulse.effects.__path__.append(os.path.join(os.path.dirname(__file__), "effects"))
+    EDITS = %r
+
+    class NewKind(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name not in EDITS:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            spec.loader = self
+            return spec
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            source = open(module.__spec__.origin).read()
+            for anchor, new in EDITS[module.__name__]:
+                assert source.count(anchor) == 1, f"{module.__name__}: the table moved: update this test"
+                source = source.replace(anchor, new)
+            exec(compile(source, module.__spec__.origin, "exec"), module.__dict__)
+
+    sys.meta_path.insert(0, NewKind())
+    """) % NEW_KIND_EDITS
+TOUCH_KIND = textwrap.dedent('''\
+    \"\"\"touch-file: a file of <home>/touched/ made, or its mtime set to now.\"\"\"
+
+    import os
+
+    from pulse.effects.kinds import EffectFailed
+
+
+    def run_touch_file(effect, ctx):
+        name = effect.target or ""
+        if not name or "/" in name or name in (".", ".."):
+            raise EffectFailed("bad-target", f"touch-file: {name!r} is no file name")
+        (ctx.home / "touched").mkdir(exist_ok=True)
+        fd = os.open(ctx.home / "touched" / name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+        return {"name": name}
+    ''')
+# What the suite holds of every kind, asked with the new one in place: the kind names Pulse keeps agree
+# (a list of them that the three edits do not reach fails here), and the reference documents it.
+KIND_CHECKS = textwrap.dedent("""\
+    import importlib.util, sys
+    sys.path.insert(0, %r)
+    import test_cli_imports, test_registry, test_wire
+    from pulse.core.wire.eventmsgs import EffectKind
+    from pulse.effects import registry
+    test_wire.test_the_effect_kinds_are_every_kind_the_registry_runs()
+    test_registry.test_every_built_in_kind_has_one_full_descriptor()
+    test_registry.test_the_reference_documents_every_kind_and_param()
+    test_registry.test_no_set_of_kind_names_is_written_outside_the_registry()
+    test_cli_imports.test_built_in_kinds_named_for_pulsectl_are_the_registrys()
+    print(EffectKind.TOUCH_FILE, "### `touch-file`" in registry.reference())
+    spec = importlib.util.spec_from_file_location("gen_docs", %r)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    effects = gen.module_tables().split("#### `pulse/effects/`")[1].split("####")[0]
+    print([row for row in effects.splitlines() if "touch" in row])
+    """) % (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "scripts" / "gen_docs.py"))
+
+
+def test_a_kind_is_its_module_its_registry_row_and_its_effectkind_member(pulsed, tmp_path):
+    import os
+    import subprocess
+    import sys
+    folder = tmp_path / "newkind"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(KIND_SITECUSTOMIZE)
+    (folder / "effects").mkdir()
+    (folder / "effects" / "touchkind.py").write_text(TOUCH_KIND)
+    env = {"PYTHONPATH": str(folder)}
+    checks = subprocess.run([sys.executable, "-c", KIND_CHECKS], env=dict(os.environ, **env), capture_output=True,
+                            text=True, timeout=120)
+    assert (checks.returncode, checks.stdout) == (0, "touch-file True\n['| `touchkind` | touch-file: a file of "
+                                                  "<home>/touched/ made, or its mtime set to now. |']\n"), checks.stderr
+    init_home(pulsed.home)
+    (pulsed.home / "config.toml").write_text('[allow]\nkinds = ["noop", "touch-file"]\n')
+    out = pulsed.ctl("check-config", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pulsed.start(env=env)
+    out = pulsed.ctl("emit", "touch-file", "--target", "hello", "--wait", "10", env=env)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "acked", out.stdout + out.stderr
+    assert (pulsed.home / "touched" / "hello").is_file()

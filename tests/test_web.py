@@ -779,6 +779,36 @@ def test_the_overview_and_the_events_page_draw_their_first_state_from_the_page_i
     assert "loading" not in page.inner_text("main")
 
 
+def test_a_page_is_its_route_declared_where_it_is_defined_and_nothing_in_pages_py(tmp_path):
+    """A page declared at its JSON route (`@page`, as pulse.web.reads declares each) is in the nav at
+    its place, and has its page route and its /api/<name>, with no line of pulse.web.pages naming it."""
+    import asyncio
+    import concurrent.futures
+
+    from starlette.requests import Request
+
+    from pulse.core.home import Paths
+    from pulse.web import pages, site
+
+    @site.page("probe", order=55)
+    async def api_probe(request):
+        return None
+    try:
+        assert list(pages.page_paths())[5:8] == ["engine", "probe", "gate"]
+        guard, _ = pages.make_app(Paths(tmp_path, tmp_path), tmp_path / "token", 10.0)
+        routes = {r.path: r.endpoint for r in guard.app.routes}
+        assert routes["/api/probe"] is api_probe and "/probe" in routes
+        request = Request({"type": "http", "app": guard.app, "state": {}, "headers": []})
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:     # a loop of its own, beside the browser's
+            drawn = thread.submit(asyncio.run, routes["/probe"](request)).result(timeout=30)
+        assert 'data-page="probe"' in drawn.body.decode() and '<a href="/probe" aria-current=page>probe</a>' \
+            in drawn.body.decode()
+        with pytest.raises(ValueError, match="'probe2' .*clashes with page 'probe'"):
+            site.page("probe2", order=55)(api_probe)
+    finally:
+        del site.PAGES["probe"]
+
+
 def test_repeated_survival_actions_are_one_row_with_their_count():
     from pulse.web.reads import grouped
     trim = {"why": None, "kind": "rotate-file", "target": "app.log", "outcome": "acked"}

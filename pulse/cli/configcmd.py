@@ -47,8 +47,8 @@ def unknown_kinds(ctx: Context, config) -> list[str]:
     """allow.kinds may name built-in kinds and the kinds the engine's executors declare; anything
     else is a typo (exit 78, with the nearest name). The engine is asked only when needed: loading
     it runs agent code, in a throwaway process."""
-    from pulse.effects import BUILT_IN_KINDS
-    if BUILT_IN_KINDS.issuperset(config.allow.kinds):
+    from pulse.core.wire.eventmsgs import EffectKind
+    if set(EffectKind).issuperset(config.allow.kinds):
         return []          # as nearly always: said without importing every kind's module (registry)
     from pulse.effects import registry
     problems = registry.unknown_kinds(config.allow.kinds)

@@ -13,79 +13,58 @@ from pulse.cli.context import Context, unusable_store
 pass_ctx = click.make_pass_decorator(Context)
 
 
-# Which module defines each command: only the one invoked is imported, so `pulsectl status`
-# pays for click, zmq and msgspec, not for every other command's imports.
-COMMAND_MODULES = {
-    "status": "status", "restart": "workercmd", "start": "workercmd", "stop": "workercmd", "reload": "workercmd",
-    "events": "pipeline", "vitals": "pipeline", "effects": "pipeline", "emit": "pipeline",
-    "promote": "enginecmd", "deploy": "enginecmd", "rollback": "enginecmd", "engine": "enginecmd", "dev": "enginecmd",
-    "pause": "maintenance", "resume": "maintenance", "notify": "maintenance",
-    "task": "taskcmd", "mcp": "mcp", "gate-reset": "mcp", "gate": "mcp",
-    "daemon": "daemon", "logs": "logcmd", "systemd": "systemdcmd", "init": "init",
-    "check-config": "configcmd", "config": "configcmd", "report": "reportcmd", "instances": "roster",
-    "store": "storecmd", "web": "webcmd", "process": "processcmd",
-    "budget": "budgetcmd",
-    "schedule": "schedulecmd",
-    "fleet": "fleetcmd",
-    "guard": "guardcmd",
+# One row per command: the module that defines it, and the one line `pulsectl --help` shows for it.
+# Only the module of the command invoked is imported, so `pulsectl status` pays for click, zmq and
+# msgspec, not for every other command's imports; and --help imports none of them, so the line is
+# said here (tests/test_cli_imports.py holds it to the command's docstring: where the docstring's
+# first sentence is longer than click's 45 characters, the line here is chosen shorter, since click
+# would cut it with "..."). A new command is its module and its row here.
+COMMAND_TABLE: dict[str, tuple[str, str]] = {
+    "budget": ("budgetcmd", "Spend against limits per agent, today and this month; `budget reset AGENT`."),
+    "check-config": ("configcmd", "Validate config.toml (and PULSE_* overrides)."),
+    "config": ("configcmd", "Print the configuration pulsed would run with (--effective)."),
+    "daemon": ("daemon", "Run pulsed without systemd."),
+    "deploy": ("enginecmd", "Promote a staging tree that is already committed."),
+    "dev": ("enginecmd", "Run the engine on staging, reloaded on every save."),
+    "effects": ("pipeline", "Effects and their state."),
+    "emit": ("pipeline", "Queue an effect by hand and ring the executor."),
+    "engine": ("enginecmd", "The engine directory: alone, what main runs and what staging holds."),
+    "events": ("pipeline", "Print events (-n, --type, --since, -f)."),
+    "fleet": ("fleetcmd", "The Pulses of the fleet, over NATS JetStream (enable with [fleet] enabled = true)."),
+    "gate": ("mcp", "The agent's safety gate: its sessions."),
+    "gate-reset": ("mcp", "Reset a gate session, or an agent's."),
+    "guard": ("guardcmd", "Guard OpenClaw, Hermes or LiteLLM (--detect)."),
+    "init": ("init", "Create the Pulse home with working defaults (idempotent)."),
+    "instances": ("roster", "List this user's running Pulses."),
+    "logs": ("logcmd", "Print Pulse's log."),
+    "mcp": ("mcp", "Serve the gated tools over MCP (stdio)."),
+    "notify": ("maintenance", "Notifications."),
+    "pause": ("maintenance", "Leave PROCESS alone (no restarts) for a while."),
+    "process": ("processcmd", "A critical process ([[process]]): list, status, restart, stop, start, logs, config."),
+    "promote": ("enginecmd", "Merge staging into main, checked."),
+    "reload": ("workercmd", "Re-read config.toml; restart what changed."),
+    "report": ("reportcmd", "What happened on this host, judged."),
+    "restart": ("workercmd", "Restart WORKER (also revives a failed engine)."),
+    "resume": ("maintenance", "Watch PROCESS again."),
+    "rollback": ("enginecmd", "Return main to an earlier tree."),
+    "schedule": ("schedulecmd", "Recurring tasks and effects ([[schedule]] in config.toml), run by the tick."),
+    "start": ("workercmd", "Start WORKER (after a stop, or a failed engine)."),
+    "status": ("status", "Show every worker's and process's state."),
+    "stop": ("workercmd", "Stop WORKER, or pulsed itself."),
+    "store": ("storecmd", "Check, back up or compact the home's stores."),
+    "systemd": ("systemdcmd", "Run pulsed under systemd."),
+    "task": ("taskcmd", "Tasks for agents: add, list, show, close."),
+    "vitals": ("pipeline", "The latest vitals (KEY: one, or a prefix)."),
+    "web": ("webcmd", "The operator's page and /metrics."),
 }
-
-
-# The one line `pulsectl --help` shows for each command, so that --help imports none of their modules
-# (tests/test_cli_imports.py holds it to each command's docstring). Where a docstring's first sentence
-# is longer than click's 45 characters, the line is chosen here (click would cut it with "..."); a
-# command missing here is imported for its first sentence, shown whole (format_commands).
-SHORT_HELP = {
-    "budget": "Spend against limits per agent, today and this month; `budget reset AGENT`.",
-    "check-config": "Validate config.toml (and PULSE_* overrides).",
-    "config": "Print the configuration pulsed would run with (--effective).",
-    "daemon": "Run pulsed without systemd.",
-    "deploy": "Promote a staging tree that is already committed.",
-    "dev": "Run the engine on staging, reloaded on every save.",
-    "effects": "Effects and their state.",
-    "emit": "Queue an effect by hand and ring the executor.",
-    "engine": "The engine directory: alone, what main runs and what staging holds.",
-    "events": "Print events (-n, --type, --since, -f).",
-    "fleet": "The Pulses of the fleet, over NATS JetStream (enable with [fleet] enabled = true).",
-    "gate": "The agent's safety gate: its sessions.",
-    "gate-reset": "Reset a gate session, or an agent's.",
-    "guard": "Guard OpenClaw, Hermes or LiteLLM (--detect).",
-    "init": "Create the Pulse home with working defaults (idempotent).",
-    "instances": "List this user's running Pulses.",
-    "logs": "Print Pulse's log.",
-    "mcp": "Serve the gated tools over MCP (stdio).",
-    "notify": "Notifications.",
-    "pause": "Leave PROCESS alone (no restarts) for a while.",
-    "process": "A critical process ([[process]]): list, status, restart, stop, start, logs, config.",
-    "promote": "Merge staging into main, checked.",
-    "reload": "Re-read config.toml; restart what changed.",
-    "report": "What happened on this host, judged.",
-    "restart": "Restart WORKER (also revives a failed engine).",
-    "resume": "Watch PROCESS again.",
-    "rollback": "Return main to an earlier tree.",
-    "schedule": "Recurring tasks and effects ([[schedule]] in config.toml), run by the tick.",
-    "start": "Start WORKER (after a stop, or a failed engine).",
-    "status": "Show every worker's and process's state.",
-    "stop": "Stop WORKER, or pulsed itself.",
-    "store": "Check, back up or compact the home's stores.",
-    "systemd": "Run pulsed under systemd.",
-    "task": "Tasks for agents: add, list, show, close.",
-    "vitals": "The latest vitals (KEY: one, or a prefix).",
-    "web": "The operator's page and /metrics.",
-}
+COMMAND_MODULES = {name: module for name, (module, _) in COMMAND_TABLE.items()}
+SHORT_HELP = {name: line for name, (_, line) in COMMAND_TABLE.items()}
 
 
 class LazyGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = []
-        for name in self.list_commands(ctx):
-            if name in SHORT_HELP:
-                rows.append((name, SHORT_HELP[name]))
-            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit=1000)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SHORT_HELP[name]) for name in self.list_commands(ctx)])
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_MODULES)

@@ -11,10 +11,3 @@ files kept known good and restored, and the known-good record folded from their 
 (rotate-file: a watched file rotated or truncated in place), `dirs` (trim-dir: a watched
 directory's oldest files deleted or archived until its bounds hold).
 """
-
-# Every built-in kind's name: what registry.all_kinds() holds (tests/test_cli_imports.py keeps the two
-# equal), so that pulsectl checks [allow] kinds without importing every kind's module.
-BUILT_IN_KINDS = frozenset({
-    "agent-run", "archive", "cleanup", "engine-promote", "engine-rollback", "exec", "keep-config", "noop",
-    "notify", "on-crash-loop", "report", "restart-process", "restart-worker", "restore-config", "rotate-file",
-    "signal", "stop-process", "task-add", "trim-dir"})

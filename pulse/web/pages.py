@@ -7,8 +7,8 @@ small HTML shell and /static/app.js, which reads /api/…; the overview and the 
 live over server-sent events. Every request passes `Guard` (pulse.web.auth) first.
 
 This module holds the HTML pages, the guard and the app; the routes that are not pages live by job:
-`reads` (the JSON API), `streams` (server-sent events), `actions` (what pulsectl would do), and what
-they share in `site`.
+`reads` (the JSON API, where each page of the nav is declared), `streams` (server-sent events),
+`actions` (what pulsectl would do), and what they share in `site`.
 """
 
 from __future__ import annotations
@@ -32,34 +32,23 @@ from pulse.core.home import Paths
 from pulse.store import archive, eventsdb
 from pulse.web import auth
 from pulse.web.actions import act_engine, act_process, act_worker
-from pulse.web.reads import (
-    api_budget,
-    api_effects,
-    api_engine,
-    api_events,
-    api_fleet,
-    api_gate,
-    api_log,
-    api_schedules,
-    api_task,
-    api_tasks,
-    api_vitals,
-    events_view,
-    metrics,
-    overview,
-)
-from pulse.web.site import Web
+from pulse.web.reads import api_task, metrics
+from pulse.web.site import Page, Web, in_nav_order
 from pulse.web.streams import stream_events, stream_overview
 
-PAGES = {"overview": "/", "events": "/events", "vitals": "/vitals", "effects": "/effects", "tasks": "/tasks",
-         "engine": "/engine", "gate": "/gate", "log": "/log"}
+# The pages of the nav are declared where their JSON routes are defined (`@page` in pulse.web.reads),
+# each with its place in the nav; the nav, each page's route and its /api/<name> are made from those
+# rows here, with no line per page. The browser draws every page from JSON, with the one script the
+# page's CSP lets run (static/app.js), so a page is its route in reads and its drawing there.
 
 
-PAGES["fleet"] = "/fleet"         # the hosts of the fleet ([fleet]), as this host's fleet worker last saw them
-PAGES["schedules"] = "/schedules"  # the [[schedule]]s: next and last runs, the run each waits on
+def page_path(name: str) -> str:
+    return "/" if name == "overview" else f"/{name}"
 
 
-PAGES["budget"] = "/budget"        # each agent's spend against its limits, and what waits on them
+def page_paths() -> dict[str, str]:
+    """Each page's path, in nav order."""
+    return {row.name: page_path(row.name) for row in in_nav_order()}
 
 
 class Guard:
@@ -105,8 +94,8 @@ def shell(request: Request, page: str, body: str = "", script: str | None = None
     `first`: the page's data as its stream or API would give it now, in the page itself, so the
     script draws it at once (a screenshot, a slow link, a stream that is slow to open never show
     "loading…"); the stream then keeps it current."""
-    nav = "".join(f'<a href="{href}"{" aria-current=page" if name == page else ""}>{name}</a>'
-                  for name, href in PAGES.items())
+    nav = "".join(f'<a href="{page_path(name)}"{" aria-current=page" if name == page else ""}>{name}</a>'
+                  for name in page_paths())
     csrf = html.escape(request.scope.get("state", {}).get("csrf", ""))
     text = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -130,15 +119,11 @@ def first_data(first: Any) -> str:
     return f'\n<script type="application/json" id="first">{text}</script>'
 
 
-def page(name: str):
+def page_handler(row: Page):
     async def handler(request: Request) -> Response:
         web: Web = request.app.state.web
-        first = None
-        if name == "overview":
-            first = await run_in_threadpool(overview, web)
-        elif name == "events":
-            first = await run_in_threadpool(events_view, web, request)
-        return shell(request, name, first=first)
+        first = await run_in_threadpool(row.first, web, request) if row.first else None
+        return shell(request, row.name, first=first)
     return handler
 
 
@@ -187,21 +172,18 @@ def make_app(paths: Paths, token_file: Path, effect_deadline_s: float, agents: S
     web.agents = list(agents)        # the [[agent]] tables of the web worker's slice: who may take what ...
     web.spend_limits = (list(agents), budget)     # ... their budgets, and the host's [budget]
     web.schedules = list(schedules)
-    routes = [Route(path, page(name)) for name, path in PAGES.items()]
+    rows = in_nav_order()
+    routes = [Route(page_path(row.name), page_handler(row)) for row in rows]
+    routes += [Route(f"/api/{row.name}", row.api, methods=["GET"]) for row in rows if row.api is not None]
     routes += [
         Route("/events/{id}", event_page),
         Route("/tasks/{id}", task_page), Route("/api/tasks/{id}", api_task),
         Route("/static/{name}", static),
         Route("/api/stream/overview", stream_overview),
         Route("/api/stream/events", stream_events),
-        Route("/api/events", api_events), Route("/api/vitals", api_vitals), Route("/api/effects", api_effects),
-        Route("/api/tasks", api_tasks), Route("/api/engine", api_engine, methods=["GET"]),
-        Route("/api/gate", api_gate), Route("/api/log", api_log),
         Route("/api/workers", act_worker, methods=["POST"]), Route("/api/processes", act_process, methods=["POST"]),
         Route("/api/engine", act_engine, methods=["POST"]),
         Route("/metrics", metrics),
-        Route("/api/fleet", api_fleet),
-        Route("/api/schedules", api_schedules), Route("/api/budget", api_budget),
     ]
     app = Starlette(routes=routes)
     app.state.web = web

@@ -1,4 +1,7 @@
-"""The page's JSON API: what each page reads from the stores and pulsed (/api/…, /metrics), read-only."""
+"""The page's JSON API: what each page reads from the stores and pulsed (/api/…, /metrics), read-only.
+
+Each page of the nav is declared here, at the route that feeds it (`@page(name, order)`, pulse.web.site):
+with its drawing in static/app.js, that is the whole of a page."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pulse.core.wire import controlmsgs, enginerpc, eventmsgs
 from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.web import taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, effect_why, exposition
-from pulse.web.site import Web
+from pulse.web.site import Page, Web, declare, page
 
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
@@ -102,6 +105,10 @@ def overview(web: Web) -> dict:
     return view
 
 
+# the overview has no /api/ route: its stream (pulse.web.streams) keeps it current
+declare(Page("overview", order=0, first=lambda web, request: overview(web)))
+
+
 def event_filters(request: Request) -> dict:
     q = request.query_params
     since_ts = clock.parse_since(q["since"]) if q.get("since") else None
@@ -147,10 +154,12 @@ def events_view(web: Web, request: Request) -> dict:
     return web.read(read)
 
 
+@page("events", order=10, first=events_view)
 async def api_events(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(events_view, request.app.state.web, request))
 
 
+@page("vitals", order=20)
 async def api_vitals(request: Request) -> Response:
     web: Web = request.app.state.web
     window = WINDOWS.get(request.query_params.get("window", "1h"), 3600)
@@ -169,6 +178,7 @@ async def api_vitals(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(web.read, read, "vitals"))
 
 
+@page("effects", order=30)
 async def api_effects(request: Request) -> Response:
     web: Web = request.app.state.web
 
@@ -188,6 +198,7 @@ def task_routing(web: Web, conn, task: enginerpc.TaskState) -> dict:
     return {"pin": task.pin, "tags": task.tags, "waiting": taskview.waiting(conn, web.agents, task)}
 
 
+@page("tasks", order=40)
 async def api_tasks(request: Request) -> Response:
     web: Web = request.app.state.web
 
@@ -209,6 +220,7 @@ async def api_tasks(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
+@page("engine", order=50)
 async def api_engine(request: Request) -> Response:
     web: Web = request.app.state.web
     status = await run_in_threadpool(web.status)
@@ -228,6 +240,7 @@ async def api_engine(request: Request) -> Response:
                          "staging_differs": await run_in_threadpool(staging_differs, web)})
 
 
+@page("gate", order=60)
 async def api_gate(request: Request) -> Response:
     from pulse.gate.durable import DurableStore
     web: Web = request.app.state.web
@@ -241,6 +254,7 @@ async def api_gate(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
+@page("log", order=70)
 async def api_log(request: Request) -> Response:
     from pulse.core.childspecs import LOG_SOURCES
     from pulse.core.logs import tail
@@ -261,10 +275,13 @@ def schedule_rows(web: Web) -> list[dict]:
     return schedule.rows(list(web.schedules), book, time.time())
 
 
+@page("schedules", order=90)
 async def api_schedules(request: Request) -> Response:
+    """The [[schedule]]s: their next and last runs, and the run each waits on."""
     return JSONResponse({"schedules": await run_in_threadpool(schedule_rows, request.app.state.web)})
 
 
+@page("budget", order=100)
 async def api_budget(request: Request) -> Response:
     """Each agent's spend and the host's against their limits, as `pulsectl budget --json` gives them."""
     web: Web = request.app.state.web
@@ -272,6 +289,7 @@ async def api_budget(request: Request) -> Response:
                          "sessions": await run_in_threadpool(web.read, web.sessions_overview)})
 
 
+@page("fleet", order=80)
 async def api_fleet(request: Request) -> Response:
     """The fleet view the fleet worker writes (pulse.core.fleetnames): every host, up or gone."""
     from pulse.core import fleetnames

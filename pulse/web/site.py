@@ -1,12 +1,13 @@
 """What the operator's page's routes share: `Web` (the home, the token, the metrics' counts, the task
-board, the one watch of events.db's commits) and the read-only connections each request opens."""
+board, the one watch of events.db's commits), the read-only connections each request opens, and the
+pages of the nav, each declared where its JSON route is defined (`page`)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from pulse.core import client
 from pulse.core.config import Agent
@@ -16,6 +17,41 @@ from pulse.store import connection, projection
 from pulse.store.commitwatch import CommitWatch
 from pulse.web import taskboard
 from pulse.web.metrics import Counts, MetricsFold
+
+
+class Page(NamedTuple):
+    """A page of the nav, as the module that feeds it declares it. pulse.web.pages makes the nav, the
+    page's route (`/<name>`, the overview `/`) and `/api/<name>` from it; static/app.js draws it."""
+    name: str
+    order: int                      # its place in the nav, lowest first
+    api: Callable | None = None     # GET /api/<name>; None for a page fed by its stream
+    first: Callable[[Any, Any], Any] | None = None   # (web, request) → its data as the page first draws it
+
+
+PAGES: dict[str, Page] = {}       # every declared page, by name: declared as the modules that feed them are imported
+
+
+def declare(row: Page) -> Page:
+    """Add `row` to PAGES: a name or a place in the nav that another page has is refused, naming both."""
+    for other in PAGES.values():
+        if other.name == row.name or other.order == row.order:
+            raise ValueError(f"page {row.name!r} (order {row.order}) clashes with page {other.name!r} "
+                             f"(order {other.order}): each page has its own name and its own place in the nav")
+    PAGES[row.name] = row
+    return row
+
+
+def page(name: str, order: int, first: Callable[[Any, Any], Any] | None = None) -> Callable:
+    """Declare the page `name`, at `order` in the nav, fed by the decorated route (GET /api/<name>)."""
+    def declared(api: Callable) -> Callable:
+        declare(Page(name, order, api, first))
+        return api
+    return declared
+
+
+def in_nav_order() -> list[Page]:
+    return sorted(PAGES.values(), key=lambda row: row.order)
+
 
 TAIL_S = 1.0                      # the events tail looks at least this often (it wakes on each commit)
 

@@ -84,7 +84,9 @@ class EffectKind(Name):
     """Every effect kind Pulse ships: the built-in ones (pulse.effects.registry) and those of the layers
     above it (agent-run, task-add, report: plugged in by entry point). A rule names a kind as
     EffectKind.X, so a misspelt one is an AttributeError when the module loads, not an effect no
-    executor knows. An engine's own kinds are its executors' and stay plain strings."""
+    executor knows; `pulsectl check-config` knows every built-in kind from it, without importing
+    their modules (tests/test_wire.py keeps it equal to the registry's). An engine's own kinds are
+    its executors' and stay plain strings."""
     NOOP = "noop"
     EXEC = "exec"
     NOTIFY = "notify"
