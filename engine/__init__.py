@@ -1,7 +1,5 @@
 """The engine side of Pulse: what the agent's own code sees, and its directory's lifecycle.
 
-Modules: `api` (the public API for rules, watchers and executors), `loader` (loading an engine
-directory), `repo` (promote and rollback of the engine directory, behind the promote checks);
 `template/` is what a fresh home's engine directory starts from. The engine worker that runs
 this code is `pulse.workers.enginehost`; nothing outside it imports code from the engine directory.
 """

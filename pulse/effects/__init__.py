@@ -1,13 +1,2 @@
 """Execute: the effect kinds and what each does.
-
-Modules: `registry` (one descriptor per built-in kind: params, idempotence, [allow] check,
-run, hooks, and the properties other layers read: repair, resource, ack verifies, tells a
-person), `kinds` (the kinds that start processes, and the process primitives),
-`keeper` (the parent of each process restart-process starts, keeping its output and recording
-its exits), `keepers` (the server that forks a keeper per start, so none pays for an interpreter),
-`notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
-rollback, restart-worker), `configfiles` (keep-config and restore-config: a process's config
-files kept known good and restored, and the known-good record folded from their events), `files`
-(rotate-file: a watched file rotated or truncated in place), `dirs` (trim-dir: a watched
-directory's oldest files deleted or archived until its bounds hold).
 """

@@ -7,9 +7,9 @@ into one AgentResult (`parse`): final text, done or failed with the CLI's own re
 cost, tokens, turns, duration where the CLI reports them. The executor does the rest: the checked
 task transitions, the process group, the timeout, the output into objects/.
 
-Modules: `base` (templates, the interface, shared parsing), one module per CLI: `command` (any
-CLI, exit code only), `claude_code`, `cursor`, `codex`, `hermes`, `openclaw`. Each CLI module's
-docstring says what its CLI documents and what it reads where the format is not documented.
+`base` holds the templates, the interface and the shared parsing; `command` runs any CLI by its exit
+code alone; each other module is one CLI, and its docstring says what its CLI documents and what it
+reads where the format is not documented.
 
 Every adapter, built-in or not, registers under the `pulse.adapters` entry point group (name =
 the `adapter` key in config.toml; value = an Adapter subclass). Built-in names cannot be taken
