@@ -2,9 +2,11 @@
 """Regenerate the generated parts of docs/: the effect kinds' reference in docs/rules.md, from
 pulse.effects.registry; docs/config.md, the reference of every config key, from the keys'
 descriptors in pulse/core/config/; docs/cli.md, every pulsectl command, from click; the modules of
-each package in docs/architecture.md, from each module's own docstring (its first sentence).
-tests/test_docs.py, test_config_reference.py and test_doc_cli.py fail while they differ, so run
-this after changing the registry, a config key, a command or a module."""
+each package in docs/architecture.md, from each module's own docstring (its first sentence); and
+one file of code, pulse/core/wire/effectkinds.py (`EffectKind`, the name of every kind the registry
+knows, which the rules below the registry name kinds by). tests/test_docs.py,
+test_config_reference.py and test_doc_cli.py fail while they differ, so run this after changing the
+registry, a config key, a command or a module."""
 
 from __future__ import annotations
 
@@ -29,6 +31,25 @@ BEGIN = "<!-- generated from pulse.effects.registry.reference(): edit the regist
 END = "<!-- end generated -->"
 ARCHITECTURE_DOC = DOCS / "architecture.md"
 MODULES_BEGIN = "<!-- generated from each module's docstring: run scripts/gen_docs.py -->"
+EFFECT_KINDS = ROOT / "pulse" / "core" / "wire" / "effectkinds.py"
+EFFECT_KINDS_HEAD = '''"""EffectKind: the name of every effect kind Pulse ships. Written by scripts/gen_docs.py from
+pulse.effects.registry (its own rows, then the kinds of the layers above plugged in by entry point:
+agent-run, task-add, report), never by hand: a new kind is its code and its registry row.
+
+A rule names a kind as EffectKind.X, so a misspelt one is an AttributeError when the module loads,
+not an effect no executor knows; `pulsectl check-config` knows every built-in kind from it, without
+importing their modules. The rules are below the registry (the tick imports no executor), so the
+names are written here, in core, rather than read from it. An engine's own kinds are its
+executors' and stay plain strings. What each kind does: docs/rules.md."""
+
+from __future__ import annotations
+
+from pulse.core.wire.names import Name
+
+
+class EffectKind(Name):
+    """Every effect kind Pulse ships, by name (this module's docstring says whence)."""
+'''
 # Pulse's packages: supervisor/ and engine/ are installed as pulse.supervisor and pulse.engine
 ROOT_PACKAGES = ("pulse", "pulse.supervisor", "pulse.engine")
 
@@ -97,6 +118,12 @@ def module_tables() -> str:
     return "\n".join(out)
 
 
+def effect_kinds_module() -> str:
+    """pulse/core/wire/effectkinds.py as the registry says it now: a member per kind, named after it."""
+    return EFFECT_KINDS_HEAD + "".join(f'    {name.upper().replace("-", "_")} = "{name}"\n'
+                                       for name in registry.all_kinds())
+
+
 def config_reference() -> str:
     """docs/config.md as the descriptors say it now."""
     return reference.reference(config.Config)
@@ -115,6 +142,8 @@ def main() -> int:
     start, end = generated(text, MODULES_BEGIN)
     ARCHITECTURE_DOC.write_text(text[:start] + module_tables() + text[end:])
     print(f"{ARCHITECTURE_DOC}: the modules' tables regenerated")
+    EFFECT_KINDS.write_text(effect_kinds_module())
+    print(f"{EFFECT_KINDS}: EffectKind regenerated")
     return 0
 
 

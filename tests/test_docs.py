@@ -288,6 +288,11 @@ def test_the_effect_kinds_reference_is_generated_from_the_registry():
     assert text[start:end] == registry.reference(), "run scripts/gen_docs.py"
 
 
+def test_effectkind_is_generated_from_the_registry():
+    gen = gen_docs()
+    assert gen.EFFECT_KINDS.read_text() == gen.effect_kinds_module(), "run scripts/gen_docs.py"
+
+
 def test_the_rules_guide_names_every_field_of_the_snapshot():
     import msgspec
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 import msgspec
 
 from pulse.core.states import EffectState
+from pulse.core.wire.effectkinds import EffectKind
+from pulse.core.wire.names import Name
 
 
 class EffectEvent(enum.StrEnum):
@@ -69,43 +71,6 @@ class ProcessAction(enum.StrEnum):
     STOP = "process-stop"
     START = "process-start"
     RESTART = "process-restart"
-
-
-class Name(enum.StrEnum):
-    """A name that is a plain string on the wire, in the stores and in messages (its repr too, so an
-    error that quotes one reads as before), and an enum member in the code: a misspelt one is an
-    AttributeError when its module loads."""
-
-    def __repr__(self) -> str:
-        return repr(self._value_)
-
-
-class EffectKind(Name):
-    """Every effect kind Pulse ships: the built-in ones (pulse.effects.registry) and those of the layers
-    above it (agent-run, task-add, report: plugged in by entry point). A rule names a kind as
-    EffectKind.X, so a misspelt one is an AttributeError when the module loads, not an effect no
-    executor knows; `pulsectl check-config` knows every built-in kind from it, without importing
-    their modules (tests/test_wire.py keeps it equal to the registry's). An engine's own kinds are
-    its executors' and stay plain strings."""
-    NOOP = "noop"
-    EXEC = "exec"
-    NOTIFY = "notify"
-    RESTART_PROCESS = "restart-process"
-    STOP_PROCESS = "stop-process"         # stops a [[process]] (pulse.effects.kinds.run_stop)
-    ON_CRASH_LOOP = "on-crash-loop"       # runs a [[process]]'s on_crash_loop argv (kinds.run_on_crash_loop)
-    SIGNAL = "signal"
-    KEEP_CONFIG = "keep-config"
-    RESTORE_CONFIG = "restore-config"
-    RESTART_WORKER = "restart-worker"
-    ARCHIVE = "archive"
-    CLEANUP = "cleanup"
-    ROTATE_FILE = "rotate-file"
-    TRIM_DIR = "trim-dir"
-    ENGINE_PROMOTE = "engine-promote"
-    ENGINE_ROLLBACK = "engine-rollback"
-    AGENT_RUN = "agent-run"
-    TASK_ADD = "task-add"
-    REPORT = "report"
 
 
 STOP_PROCESS = EffectKind.STOP_PROCESS
