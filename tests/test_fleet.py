@@ -124,6 +124,35 @@ def test_the_fleet_page_lists_the_tasks_this_host_offered_and_took_newest_first(
     assert result_words({"code": 0, "tail": "ran task-4\n"}) == "ran task-4" and result_words(None) is None
 
 
+def test_a_cancel_one_loop_of_the_link_loses_still_ends_the_link():
+    """Python 3.11's wait_for drops a cancel that comes in the same turn as its result, and nats-py
+    waits that way on every request. When another loop of the link fails on the same reply (a
+    stream leader being elected answers all at once), the one that dropped its cancel must end
+    too, and the failure come out: under asyncio.TaskGroup it looped on, the link hung `connected`
+    with its outbox gone (the outbox stall of the chaos runs)."""
+    from pulse.core.together import together
+
+    async def main() -> int:
+        reply = asyncio.get_running_loop().create_future()
+        turns = 0
+
+        async def requesting():          # a loop of the link, waiting on a request's reply
+            nonlocal turns
+            while turns < 50:
+                turns += 1
+                await asyncio.wait_for(reply if turns == 1 else asyncio.sleep(0.01), 5)
+
+        async def failing():             # another, failing on a reply of the same read
+            await asyncio.sleep(0.01)
+            reply.set_result(b"503")
+            raise ConnectionError("no stream leader")
+        with pytest.raises(ExceptionGroup) as failed:
+            await together(requesting(), failing())
+        assert [type(e) for e in failed.value.exceptions] == [ConnectionError]
+        return turns
+    assert asyncio.run(main()) < 5       # TaskGroup on 3.11: 50 (it looped until it stopped by itself)
+
+
 def test_a_view_not_refreshed_within_the_ttl_says_the_other_hosts_are_unknown(tmp_path):
     rows = [{"host": "a@h", "state": "up"}, {"host": "b@h", "state": "up"}, {"host": "c@h", "state": "gone"}]
     names.write_view(tmp_path, {"at": 1000.0, "host": "a@h", "ttl_s": 30, "hosts": rows})

@@ -14,7 +14,8 @@ imported by the workers only), `plugins` (the Watcher and Executor an engine plu
 built-in sensors are too), `wakepipe` (a loop's wakeup pipe), `rotation` (the names of the
 copies a file's rotation keeps beside it), `schedule` (a [[schedule]]'s slots and the fold of
 what it ran; croniter, imported only where a cron expression is read), `fleetnames` (the fleet's
-subjects, buckets, host tokens and view, for the fleet worker and `pulsectl fleet`), `safepath`
+subjects, buckets, host tokens and view, for the fleet worker and `pulsectl fleet`), `together`
+(coroutines that run and end as one, like asyncio.TaskGroup, though one of them lose a cancel), `safepath`
 (paths reached without following a link, and acted on with the rights of whoever could place them),
 `dirscan` (a [[watch.dir]] directory's files, walked without following a link, planned oldest
 first, and which of them a process holds open for writing),

@@ -36,6 +36,7 @@ from pulse import __version__
 from pulse.core import client
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
+from pulse.core.together import together
 from pulse.core.wire import controlmsgs, doorbells, eventmsgs
 from pulse.store import connection, effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
@@ -158,7 +159,7 @@ class FleetWorker(Worker):
                 failures = 0
                 try:
                     await self.linked(nc)
-                except* retried as failed:   # the link's own tasks fail together (a TaskGroup)
+                except* retried as failed:   # the link's own tasks fail together (pulse.core.together)
                     err = failed.exceptions[0]
                     self.note("down", names.describe(err))
                     self.log.warning("fleet link failed: %s", names.describe(err))
@@ -186,10 +187,7 @@ class FleetWorker(Worker):
         # cluster lost): their messages are renewed and acknowledged on the next one
         if self.fleet_tasks is None:
             self.fleet_tasks = FleetTasks(self)
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.presence(nc, js, hosts, seen))
-            group.create_task(self.outbox(nc, js))
-            group.create_task(self.fleet_tasks.run(nc, js))
+        await together(self.presence(nc, js, hosts, seen), self.outbox(nc, js), self.fleet_tasks.run(nc, js))
 
     async def ensure_stream(self, js) -> None:
         from nats.js.errors import BadRequestError
