@@ -202,15 +202,16 @@ class Outbox:
 
     async def run(self, nc) -> None:
         cursor = CursorKeeper(self.w.paths.home / names.CURSOR_FILE)
-        events = connection.open_readonly(self.w.paths.events_db)
-        commits = CommitWatch(self.w.paths.events_db)
-        acks = Acks(nc.new_inbox())
-        sub = await nc.subscribe(f"{acks.prefix}.*", cb=acks.heard)
         last = sent = cursor.committed            # acknowledged through; sent through
         self.w.set_published(last, 0)
         inflight: collections.deque[Window] = collections.deque()
         rows: list[tuple] = []
+        events = commits = sub = None
         try:
+            events = connection.open_readonly(self.w.paths.events_db)
+            commits = CommitWatch(self.w.paths.events_db)
+            acks = Acks(nc.new_inbox())
+            sub = await nc.subscribe(f"{acks.prefix}.*", cb=acks.heard)
             while True:
                 while len(inflight) < IN_FLIGHT and not (inflight and inflight[-1].unsent_why):
                     if not rows:
@@ -240,12 +241,15 @@ class Outbox:
         finally:
             cursor.commit_soon(last)              # what was acknowledged of a cut window
             cursor.close()
-            commits.close()
-            events.close()
-            try:
-                await sub.unsubscribe()
-            except Exception:                     # the connection is gone: so is the subscription
-                pass
+            if commits is not None:
+                commits.close()
+            if events is not None:
+                events.close()
+            if sub is not None:
+                try:
+                    await sub.unsubscribe()
+                except self.link_errors:          # the connection is gone: so is the subscription
+                    pass
 
     async def send(self, nc, acks: Acks, rows: list[tuple]) -> Window:
         """Publish `rows` back to back (nothing here yields to the loop, so they leave in one write)."""
