@@ -496,6 +496,10 @@ def test_events_arrive_once_and_in_order_across_a_nats_outage_and_a_fleet_worker
     ids = [m["id"] for m in stream if m["host"] == "a@test"]
     assert ids == history_ids(a)[:len(ids)] and ids[-1] >= last_a
     assert len(stream) == len({(m["host"], m["id"]) for m in stream}), "an event was stored twice"
+    # an event the server refuses (over its max_payload, 1 MiB) stops the outbox there, and status names it
+    big = eventsdb.append_events(writers[a], [eventsdb.now_event("test-fleet", "test", "big", {"blob": "x" * 2**20})])[0]
+    wait_for(lambda: f"event {big.id} not acknowledged (MaxPayloadError" in (fleet_account(a).get("reason") or ""), 20,
+             what="a's status naming the refused event")
 
 
 @pytest.mark.daemon
