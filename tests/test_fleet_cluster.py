@@ -1,8 +1,7 @@
 """The fleet through the loss of its parts: a server of a real three-server NATS JetStream cluster
 (tests/natscluster.py, as docs/fleet.md's "Running NATS for real" has it: `[fleet] replicas = 3`,
 every server in `url`), and a host's fleet worker mid-task. scripts/fleet_chaos.py's random kills of all of these, with the
-whole fleet's accounting, are not run here: an outbox stall it found is not explained yet
-(docs/fleet.md), and a check that may fail on it is no test."""
+whole fleet's accounting, are not run here: they take minutes; run the script by hand."""
 
 from __future__ import annotations
 

@@ -204,6 +204,13 @@ def read_events(conn: sqlite3.Connection, *, after_id: int = 0, types: Sequence[
     return [_row_event(r) for r in conn.execute(sql, args)]
 
 
+def event_rows_after(conn: sqlite3.Connection, after_id: int, limit: int) -> list[tuple]:
+    """(id, seq, ts, type, source, target, data) of the events after `after_id`, oldest first, at most
+    `limit`, with data as stored (JSON text): the fleet outbox passes it on without decoding it."""
+    return conn.execute("SELECT id, seq, ts, type, source, target, data FROM events WHERE id > ? ORDER BY id LIMIT ?",
+                        (after_id, limit)).fetchall()
+
+
 def events_after(conn: sqlite3.Connection, after_id: int, upto_id: int, types: Sequence[str] = (),
                  limit: int = 500) -> list[Event]:
     """The events (of `types`; every type if none) with after_id < id <= upto_id, oldest first, at most

@@ -5,19 +5,13 @@ and with NATS unreachable the host runs as a single one while this worker keeps 
 doubling up to `reconnect_max_s`) and says why in `pulsectl status`. nats-py is asyncio: its loop
 runs in a thread of its own, and the harness heartbeats only while that loop still turns.
 
-Two duties, on one connection:
+Two duties of its own on one connection, beside the fleet's tasks (pulse.workers.fleettasks):
   - presence: every `presence_interval_s` this host's summary (pulsed's status, open effects, agents,
     version) goes to the `pulse-hosts` bucket, whose TTL drops a host that stopped, and to
     `pulse-hosts-seen`, which keeps what a gone host was; the fleet as read back is written to
     <runtime>/fleet-view.json for `pulsectl fleet status`.
-  - the events outbox: every event of events.db after the cursor (pulse.store.fleetcursor) goes to
-    the PULSE_EVENTS stream with Nats-Msg-Id <host>:<event id>, in windows of WINDOW pipelined on one
-    connection (which keeps their order). Any event of a window left unacknowledged ends the
-    connection, and a new one resumes from it: the stream holds a host's events in events.db's
-    order (unless the server refused one event and stored a later one: a refused event, such as one
-    over the server's max_payload, stops the outbox, whose status says which). The cursor moves only
-    after the acknowledgements, and a republish after a crash in between is dropped by the stream's
-    duplicate window (DUPLICATE_WINDOW_S).
+  - the events outbox (pulse.workers.fleetoutbox): every event of events.db after the cursor goes
+    to the PULSE_EVENTS stream, in order, once (the stream drops a republished one by its id).
 """
 
 from __future__ import annotations
@@ -36,9 +30,9 @@ from pulse import __version__
 from pulse.core import client
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
-from pulse.core.wire import controlmsgs, doorbells, eventmsgs
-from pulse.store import connection, effectqueue, eventsdb, fleetcursor
-from pulse.store.commitwatch import CommitWatch
+from pulse.core.together import together
+from pulse.core.wire import controlmsgs, doorbells
+from pulse.store import connection, effectqueue
 from pulse.workers.harness import Worker
 
 STOP_WAIT_S = 3.0
@@ -51,16 +45,9 @@ def link_errors() -> tuple[type[BaseException], ...]:
     restart limits and its status see it instead of an endless "link failed"."""
     import nats
     return nats.errors.Error, OSError, sqlite3.OperationalError
-IDLE_LOOK_S = 2.0            # the outbox wakes on each commit (pulse.store.commitwatch); looks this often anyway
-PUBLISH_TIMEOUT_S = 2.0      # an unacknowledged publish is sent again after this (same Nats-Msg-Id)
-WINDOW = 256                 # events published at once, in order, before their acknowledgements are awaited
+PUBLISH_TIMEOUT_S = 2.0      # JetStream's calls (streams, buckets)
 RETRY_S = 0.5                # after a failed put on a connection that is still open
 STATUS_TIMEOUT_S = 1.0       # pulsed's status for the summary; unanswered: the summary says so
-
-
-def event_payload(host: str, ev: eventmsgs.Event) -> bytes:
-    return json.dumps({"host": host, "id": ev.id, "seq": ev.seq, "ts": ev.ts, "type": ev.type,
-                       "source": ev.source, "target": ev.target, "data": ev.data}).encode()
 
 
 def agent_summary(agent, busy: int, held: dict[str, str] | None) -> dict:
@@ -158,7 +145,7 @@ class FleetWorker(Worker):
                 failures = 0
                 try:
                     await self.linked(nc)
-                except* retried as failed:   # the link's own tasks fail together (a TaskGroup)
+                except* retried as failed:   # the link's own tasks fail together (pulse.core.together)
                     err = failed.exceptions[0]
                     self.note("down", names.describe(err))
                     self.log.warning("fleet link failed: %s", names.describe(err))
@@ -173,7 +160,9 @@ class FleetWorker(Worker):
             beat.cancel()
 
     async def linked(self, nc) -> None:
-        from pulse.workers.fleettasks import FleetTasks  # here: the forkserver preloads this module, not the tasks' imports
+        # here: the forkserver preloads this module, not the tasks' and the outbox's imports
+        from pulse.workers.fleetoutbox import Outbox
+        from pulse.workers.fleettasks import FleetTasks
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         await self.ensure_stream(js)
         ttl = self.config.fleet.presence_ttl_s
@@ -186,10 +175,7 @@ class FleetWorker(Worker):
         # cluster lost): their messages are renewed and acknowledged on the next one
         if self.fleet_tasks is None:
             self.fleet_tasks = FleetTasks(self)
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.presence(nc, js, hosts, seen))
-            group.create_task(self.outbox(nc, js))
-            group.create_task(self.fleet_tasks.run(nc, js))
+        await together(self.presence(nc, js, hosts, seen), Outbox(self).run(nc), self.fleet_tasks.run(nc, js))
 
     async def ensure_stream(self, js) -> None:
         from nats.js.errors import BadRequestError
@@ -281,61 +267,6 @@ class FleetWorker(Worker):
             if entry.value:
                 out[key] = json.loads(entry.value)
         return out
-
-    # -- the events outbox ------------------------------------------------------------------------
-
-    async def outbox(self, nc, js) -> None:
-        batch = self.config.fleet.events_batch
-        cursor = fleetcursor.open_cursor(self.paths.home / names.CURSOR_FILE)
-        events = connection.open_readonly(self.paths.events_db)
-        last = fleetcursor.read_cursor(cursor, names.EVENTS_STREAM)
-        self.set_published(last, 0)
-        commits = CommitWatch(self.paths.events_db)
-        try:
-            while True:
-                pending = eventsdb.read_events(events, after_id=last, limit=batch)
-                if not pending:
-                    await commits.wait(IDLE_LOOK_S)
-                    continue
-                for start in range(0, len(pending), WINDOW):
-                    window = pending[start:start + WINDOW]
-                    acked, why = await self.publish_window(js, window)
-                    if acked:
-                        last = window[acked - 1].id
-                        self.set_published(last, acked)
-                    if why is not None:   # a fresh connection resumes from the first unacknowledged one
-                        raise ConnectionError(f"event {window[acked].id} not acknowledged ({why}); publishing again")
-                fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)
-        finally:
-            fleetcursor.commit_cursor(cursor, names.EVENTS_STREAM, last)   # what was acknowledged of a cut batch
-            commits.close()
-            cursor.close()
-            events.close()
-
-    async def publish_window(self, js, window: list[eventmsgs.Event]) -> tuple[int, str | None]:
-        """Publish `window` pipelined on one connection, which keeps their order; returns how many from
-        its front the stream acknowledged, and why the next one was not (None: all were). Sent again
-        on a new connection, those carry the same Nats-Msg-Id: a copy that did land is dropped."""
-        futures = []
-        try:
-            for ev in window:
-                futures.append(await js.publish_async(
-                    names.event_subject(self.host, ev.type), event_payload(self.host, ev),
-                    wait_stall=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": names.event_msg_id(self.host, ev.id)}))
-        except link_errors() as err:
-            for future in futures:
-                future.cancel()
-            return 0, names.describe(err)
-        # one wait for the whole window (a wait_for per publish cost a task each: most of the time)
-        _, late = await asyncio.wait(futures, timeout=PUBLISH_TIMEOUT_S)
-        for i, future in enumerate(futures):
-            if future in late:
-                for f in late:
-                    f.cancel()
-                return i, "no acknowledgement within the publish timeout"
-            if future.exception() is not None:
-                return i, names.describe(future.exception())
-        return len(window), None
 
     def ring_tick(self, reason: str) -> None:
         """A task taken from the fleet is news for the assignment rule (dropped if nobody listens)."""

@@ -41,6 +41,7 @@ import msgspec
 from pulse.agents import routing, spend, tasks
 from pulse.core import fleetnames as names
 from pulse.core.states import TaskStatus
+from pulse.core.together import together
 from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
@@ -238,12 +239,10 @@ class FleetTasks:
             if not self.resumed:
                 await self.resume(conn)
                 self.resumed = True
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.offering(conn, cursor))
-                group.create_task(self.hearing(conn))
-                group.create_task(self.keeping(conn))
-                if self.queue is not None:
-                    group.create_task(self.taking(conn))
+            loops = [self.offering(conn, cursor), self.hearing(conn), self.keeping(conn)]
+            if self.queue is not None:
+                loops.append(self.taking(conn))
+            await together(*loops)
         finally:
             conn.close()
             cursor.close()
