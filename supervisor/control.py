@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pulse.core.childspecs import CHILD_SPECS, ENGINE
 from pulse.core.wire import controlmsgs
+from pulse.core.wire.eventmsgs import EventType
 
 from .child import how_to_enable
 
@@ -51,6 +52,6 @@ def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
     if type(request) not in actions:
         return controlmsgs.Reply(ok=False, error=f"unknown request {type(request).__name__}")
     action, doing, act = actions[type(request)]
-    arbiter.record("operator", child.name, action=action, state=str(child.state))
+    arbiter.record(EventType.OPERATOR, child.name, action=action, state=str(child.state))
     act(child)
     return controlmsgs.Reply(ok=True, message=f"{doing} {child.name}")

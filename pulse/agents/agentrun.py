@@ -24,7 +24,7 @@ from pulse.agents import adapters, otel, routing, runcgroup, runfacts, runguards
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import TaskEvent
+from pulse.core.wire.eventmsgs import EffectKind, TaskEvent
 from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
 from pulse.effects.registry import Kind, Seconds
 from pulse.store import eventsdb, projection
@@ -43,7 +43,7 @@ class AgentSlots:
         self.running: dict[str, str] = {}          # effect id → agent
 
     def admit(self, effect: Effect, config: ExecutorConfig) -> bool:
-        if effect.kind != "agent-run":
+        if effect.kind != EffectKind.AGENT_RUN:
             return True
         wanted = effect.params.get("agent")
         if not config.agent:
@@ -469,7 +469,7 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     if this run still holds it; a task this host took
     from the fleet is given up instead, so the fleet offers it again (after a host's death
     another host may have run it already: it must not run here again). Safe to repeat."""
-    if effect.kind != "agent-run":
+    if effect.kind != EffectKind.AGENT_RUN:
         return
     left = runcgroup.find(effect.id)        # what the run left outside its group, before it is put back
     if left is not None:
@@ -512,13 +512,13 @@ class TaskAddParams(msgspec.Struct):
 
 
 AGENT_RUN = Kind(
-    "agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
+    EffectKind.AGENT_RUN, "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
     "once; the task is acked or failed with the agent's result. A run that would cross a spend limit "
     "(`[[agent]] budget`, `[budget]`) is not started: it stays pending, its task waiting, reason budget.",
     AgentRunParams, run_agent, False, "the task id", admit=SLOTS.admit,
     release=SLOTS.release, reserve=reserve_spend, settle_orphan=settle_interrupted, starts_process=True,
     resource="task:{target}", subject=run_subject)
 TASK_ADD = Kind(
-    "task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "
+    EffectKind.TASK_ADD, "Adds a pending task for the agents (a rule handing over what it could not fix); "
     "the assignment rule hands it out like any other.",
     TaskAddParams, run_task_add, False, "what the task is about")

@@ -41,7 +41,7 @@ from pulse.agents import tasks
 from pulse.core import clock
 from pulse.core.config import SpendLimits
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import Event, SpendEvent, now_event
+from pulse.core.wire.eventmsgs import EffectKind, Event, SpendEvent, now_event
 
 HOST = "*"                    # the scope of the host-wide [budget]
 MEDIAN_OF = 10                # a run's expected cost: the median of this many recent costs
@@ -355,7 +355,7 @@ def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float,
         events.append(now_event(SpendEvent.ALERT, source, m.scope, data))
         title = (f"Spend limit reached: {m.words()}" if level >= 100 else
                  f"Spend at {level} % of a limit: {m.words()}")
-        effects.append(Effect(kind="notify", target=m.scope, idempotent=True, params={
+        effects.append(Effect(kind=EffectKind.NOTIFY, target=m.scope, idempotent=True, params={
             # a limit reached is the limit working as asked, not a fault: warning, like its 80 % notice
             "rule": RULE, "level": "warning", "title": title,
             "message": f"{title}; {why}", "scope": m.scope, "limit": m.limit, "percent": level,

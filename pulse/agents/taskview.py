@@ -15,7 +15,7 @@ from typing import Any
 
 from pulse.agents import tasks
 from pulse.core import clock
-from pulse.core.wire.eventmsgs import LOOP_NOTICED, TaskEvent
+from pulse.core.wire.eventmsgs import LOOP_NOTICED, EventType, TaskEvent
 
 OUTPUT_CHARS = 200_000       # the most of an agent's output a page or `task show` carries; `task output` has all
 GATE_CALLS_LIMIT = 500       # the gate calls a task view lists (newest kept)
@@ -91,7 +91,7 @@ def earlier_writes(conn, task: str, limit: int = 20) -> list[str]:
     lines: list[tuple[int, str]] = []
     for e in eventsdb.gate_events_of_task(conn, task, GATE_CALLS_LIMIT):
         d = e.data
-        if e.type != "gate-call":
+        if e.type != EventType.GATE_CALL:
             continue
         if d.get("phase") == "begin" and d.get("kind") == "write":
             writes[d["call"]] = {"at": e.id, "ts": e.ts, "what": f"{d.get('tool')} on {', '.join(d.get('touches') or [])}"}

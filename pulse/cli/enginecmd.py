@@ -111,15 +111,16 @@ def engine(click_ctx: click.Context, ctx: Context) -> None:
 @pass_ctx
 def engine_log(ctx: Context) -> None:
     """Promotes and rollbacks, oldest first."""
+    from pulse.core.wire.eventmsgs import EventType
     from pulse.store import connection, eventsdb
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
         _fail(err)
-    for ev in eventsdb.read_events(conn, types=["promote", "rollback"]):
+    for ev in eventsdb.read_events(conn, types=[EventType.PROMOTE, EventType.ROLLBACK]):
         when = clock.iso(ev.ts, ms=False)
         d = ev.data
-        detail = f"checks {','.join(d.get('checks', []))}" if ev.type == "promote" else f"reason {d.get('reason')}"
+        detail = f"checks {','.join(d.get('checks', []))}" if ev.type == EventType.PROMOTE else f"reason {d.get('reason')}"
         click.echo(f"{when}  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
                    f"by {ev.source}  {detail}")
     say_what_staging_holds(ctx, err=True)     # stdout stays one line per entry, for scripts

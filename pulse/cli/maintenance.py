@@ -68,12 +68,13 @@ def notify_test(ctx: Context, wait: float) -> None:
     """Send one notification through every configured channel, and say how each one took it."""
     from pulse.cli.pipeline import await_effect, commit_operator_effect
     from pulse.core.wire import enginerpc
+    from pulse.core.wire.eventmsgs import EffectKind
     from pulse.effects.notify import channel_label
     config = ctx.config()
     labels = [channel_label(c, i) for i, c in enumerate(config.notify)]
     click.echo(f"channels: {', '.join(labels) or 'none'}")
     # Not idempotent: a test is said once and answered now, never kept in the queue for retries.
-    effect = commit_operator_effect(ctx, enginerpc.Effect(kind="notify", target="pulse", params={
+    effect = commit_operator_effect(ctx, enginerpc.Effect(kind=EffectKind.NOTIFY, target="pulse", params={
         "title": "Pulse test notification", "message": "If you read this, this channel works.", "test": True}),
         config.timings.effect_deadline_s)
     state = await_effect(ctx, effect.id, wait)

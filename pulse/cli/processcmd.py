@@ -25,7 +25,7 @@ import click
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 from pulse.core.states import EffectState
-from pulse.core.wire.eventmsgs import ProcessAction
+from pulse.core.wire.eventmsgs import EventType, ProcessAction
 
 SHORT_HASH = 12                 # hex digits of a sha256 shown beside a file
 
@@ -212,7 +212,7 @@ def status_(ctx: Context, name: str, as_json: bool) -> None:
     p = shown_one(ctx, name)
     conn = eventsdb.open_events(ctx.paths.events_db)
     try:
-        exits = eventsdb.search_events(conn, types=["process-exited"], target=name, limit=1)
+        exits = eventsdb.search_events(conn, types=[EventType.PROCESS_EXITED], target=name, limit=1)
     finally:
         conn.close()
     last = exits[0] if exits else None
@@ -321,7 +321,7 @@ def start(ctx: Context, name: str, wait: float) -> None:
         from pulse.store import eventsdb
         conn = eventsdb.open_events(ctx.paths.events_db)
         try:
-            eventsdb.append_events(conn, [eventmsgs.now_event("operator", "pulsectl", name, action=ProcessAction.START)])
+            eventsdb.append_events(conn, [eventmsgs.now_event(EventType.OPERATOR, "pulsectl", name, action=ProcessAction.START)])
         finally:
             conn.close()
         click.echo(f"{name}: already running, pid {p.pid}" + ("; no longer held down" if p.stopped else ""))

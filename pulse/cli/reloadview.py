@@ -11,6 +11,7 @@ import time
 from pulse.cli.group import Context
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import controlmsgs, eventmsgs
+from pulse.core.wire.eventmsgs import EffectEvent, EffectKind
 
 POLL_S = 0.05
 
@@ -44,7 +45,7 @@ def exit_words(worker: controlmsgs.WorkerStatus) -> str:
 def effect_since(conn, kind: str, name: str, at: float) -> eventmsgs.Event | None:
     """The first effect of `kind` on `name` committed since `at` (the reload)."""
     from pulse.store import eventsdb
-    found = [e for e in eventsdb.search_events(conn, types=["effect"], target=name, since_ts=at - 1, limit=50)
+    found = [e for e in eventsdb.search_events(conn, types=[EffectEvent.COMMITTED], target=name, since_ts=at - 1, limit=50)
              if e.data.get("kind") == kind and e.ts >= at - 1]
     return found[-1] if found else None
 
@@ -80,7 +81,7 @@ def added_line(conn, process: controlmsgs.ProcessStatus | None, name: str, at: f
         return f"[[process]] {name}: added, running (pid {process.pid})", False
     if not has_restart:                 # nothing for the reload to start: said at once, not waited on
         return f"[[process]] {name}: added, watched (it has no restart argv: Pulse does not start it)", False
-    result = ended(conn, effect_since(conn, "restart-process", name, at))
+    result = ended(conn, effect_since(conn, EffectKind.RESTART_PROCESS, name, at))
     if result is not None and result[0] != EffectState.ACKED:
         return f"[[process]] {name}: added; failed to start: {result[2]}", True
     if not final:

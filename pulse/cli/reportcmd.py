@@ -57,8 +57,8 @@ def _through_executor(ctx: Context, config, params: dict, wait_s: float):
     from pulse.core.wire import doorbells, enginerpc, eventmsgs
     from pulse.report.analysis import decode
     from pulse.store import effectqueue, eventsdb, objects
-    effect = effectqueue.new_effect(enginerpc.Effect(kind="report", target="pulsectl", params=params, idempotent=True),
-                           "operator", config.timings.effect_deadline_s)
+    effect = effectqueue.new_effect(enginerpc.Effect(kind=eventmsgs.EffectKind.REPORT, target="pulsectl", params=params,
+                                                     idempotent=True), "operator", config.timings.effect_deadline_s)
     conn = eventsdb.open_events(ctx.paths.events_db)
     effectqueue.commit_effects(conn, [effect], "pulsectl")
     client.ring(ctx.paths, "doorbell", doorbells.Doorbell("pulsectl"))

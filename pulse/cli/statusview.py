@@ -12,6 +12,7 @@ from pulse.core import clock
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, StatusExit, WorkerState
 from pulse.core.wire import controlmsgs
+from pulse.core.wire.eventmsgs import EventType
 
 
 def duration(seconds: float | None) -> str:
@@ -270,10 +271,10 @@ def rolled_back_note(paths: Paths) -> str | None:
     except connection.StoreError:
         return None
     try:
-        last = eventsdb.last_events(conn, 1, ["promote", "rollback"])
+        last = eventsdb.last_events(conn, 1, [EventType.PROMOTE, EventType.ROLLBACK])
     finally:
         conn.close()
-    if not last or last[0].type != "rollback":
+    if not last or last[0].type != EventType.ROLLBACK:
         return None      # as nearly always: said without loading the engine's repo (tarfile, git, ...)
     from pulse.engine import repo
     held = repo.rolled_back_in_staging(paths)

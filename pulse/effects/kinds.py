@@ -61,7 +61,7 @@ from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import ProcessAction
+from pulse.core.wire.eventmsgs import EventType, ProcessAction
 from pulse.effects import keeper, keepers
 from pulse.store import objects
 
@@ -526,7 +526,7 @@ def held_down(events_db: Path, name: str) -> bool:
     except (connection.StoreError, sqlite3.Error, OSError):
         return False             # no history to read (a bare executor in a test): nothing holds it
     try:
-        for ev in eventsdb.search_events(conn, types=["operator"], target=name, limit=50):
+        for ev in eventsdb.search_events(conn, types=[EventType.OPERATOR], target=name, limit=50):
             if ev.data.get("action") in tuple(ProcessAction):
                 return ev.data["action"] == ProcessAction.STOP
     finally:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from pulse.agents import runcgroup
+from pulse.core.wire.eventmsgs import EventType
 from pulse.gate import policy, protocol, sockets
 from pulse.gate.protocol import Answer, Call, Cancel, Hello, Question, Reset, ToolError
 from pulse.gate.runs import RunGate, RunIdentity, RunTokens
@@ -503,7 +504,7 @@ class GateServer:
                                                                              self.config.gate.calls_per_min))))
             return
         if isinstance(request, Question):
-            session.record(policy.Record("gate-call", {"session": session.gate.id, "tool": "ask_operator",
+            session.record(policy.Record(EventType.GATE_CALL, {"session": session.gate.id, "tool": "ask_operator",
                                                        "kind": "user_input", "ok": True, "round": "question"}))
             await send(Answer(ident, {"ok": True, "data": {}}, ""))
             return

@@ -36,6 +36,7 @@ from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
+from pulse.core.wire.eventmsgs import EffectKind, EventType
 from pulse.effects import registry
 from pulse.gate import catalogue, policy
 from pulse.gate.protocol import ToolError
@@ -49,8 +50,9 @@ POLL_S = 0.02
 LIST_LIMIT = 200
 # The effect kind each write tool commits, said once: the tool commits it, and is offered only when
 # [allow] lets it run. emit_effect's is the agent's to choose (checked when it runs).
-TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", "restart_worker": "restart-worker",
-              "promote": "engine-promote", "rollback": "engine-rollback", "create_task": "task-add"}
+TOOL_KINDS = {"restart_process": EffectKind.RESTART_PROCESS, "signal_process": EffectKind.SIGNAL,
+              "restart_worker": EffectKind.RESTART_WORKER, "promote": EffectKind.ENGINE_PROMOTE,
+              "rollback": EffectKind.ENGINE_ROLLBACK, "create_task": EffectKind.TASK_ADD}
 
 
 Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
@@ -218,7 +220,7 @@ class PulseTools:
         if task:        # a run sees nothing of other tasks, agents or their sessions (pulse.agents.taskpolicy)
             own = taskpolicy.own_tasks(self._all_tasks(), agent, task)
             others = {a.name for a in self.config.agent} - {agent}
-            sessions = taskpolicy.own_sessions(eventsdb.read_events(self.events, after_id=first, types=("gate-call",),
+            sessions = taskpolicy.own_sessions(eventsdb.read_events(self.events, after_id=first, types=(EventType.GATE_CALL,),
                                                                     limit=100_000), agent)
             found = [e for e in found if taskpolicy.visible_event(e, own, agent, others, sessions)]
         return {"events": [_event(e) for e in found[-limit:]]}
@@ -441,7 +443,7 @@ class ToolSession:
     def acting(self, admitted: policy.Admitted) -> Callable[[str], eventmsgs.Event]:
         """The fact that links a write to the effect it commits, written in the effect's transaction."""
         def fact(effect_id: str) -> eventmsgs.Event:
-            return eventmsgs.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
+            return eventmsgs.now_event(EventType.GATE_CALL, "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
                                                                      "call": admitted.ticket, "effect": effect_id})
         return fact
 

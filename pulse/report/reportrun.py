@@ -29,6 +29,7 @@ import msgspec
 from pulse.core import clock
 from pulse.core.config import Agent
 from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_process, store_output
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
@@ -285,7 +286,7 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
     if params.notify:
         from pulse.effects import notify
         summary = render.text(analysis, str(path))
-        message = Effect(kind="notify", id=effect.id, target=effect.target or "report", origin=effect.origin,
+        message = Effect(kind=EffectKind.NOTIFY, id=effect.id, target=effect.target or "report", origin=effect.origin,
                          params={"rule": effect.params.get("rule"), "title": f"Pulse report: {analysis.verdict}, "
                                  f"score {analysis.score}", "message": summary, "path": str(path)})
         # The channels get their own time: an agent analyst may have used up the effect's deadline.

@@ -14,6 +14,7 @@ from pulse.core import clock
 from pulse.core.home import Paths
 from pulse.core.states import EffectState, TaskStatus
 from pulse.core.wire import controlmsgs, enginerpc, eventmsgs
+from pulse.core.wire.eventmsgs import EffectKind, EventType
 from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
 from pulse.web import taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, effect_why, exposition
@@ -85,7 +86,7 @@ def overview(web: Web) -> dict:
     status = web.status()
 
     def from_events(conn):
-        promotes = eventsdb.last_events(conn, 1, ["promote"])
+        promotes = eventsdb.last_events(conn, 1, [EventType.PROMOTE])
         effects = effectqueue.recent_effects(conn, limit=200)
         survival = grouped([{"ts": e.created, "why": effect_why(e.params or {}), "kind": e.kind, "target": e.target,
                              "outcome": state} for e, state, _ in effects if e.origin == "survival"])[:10]
@@ -212,7 +213,7 @@ async def api_tasks(request: Request) -> Response:
 async def api_engine(request: Request) -> Response:
     web: Web = request.app.state.web
     status = await run_in_threadpool(web.status)
-    history = await run_in_threadpool(web.read, lambda c: eventsdb.last_events(c, 100, ["promote", "rollback"]))
+    history = await run_in_threadpool(web.read, lambda c: eventsdb.last_events(c, 100, [EventType.PROMOTE, EventType.ROLLBACK]))
 
     def summarise(ev: eventmsgs.Event) -> dict:
         from pulse.engine import repo
@@ -236,7 +237,7 @@ async def api_gate(request: Request) -> Response:
         store = DurableStore(conn, "web", checkpoints=web.paths.home / projection.DIRECTORY)
         ledger = store.catch_up()                      # reads only: never settles or writes
         sessions = [ledger.summary(s) for s in sorted(ledger.sessions, key=lambda s: -ledger.sessions[s].last)]
-        blocked = reversed(eventsdb.last_events(conn, 100, ["gate-blocked"]))
+        blocked = reversed(eventsdb.last_events(conn, 100, [EventType.GATE_BLOCKED]))
         return {"sessions": sessions[:200], "blocked": [as_json(e) for e in blocked]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
@@ -331,7 +332,7 @@ def chart_point(field: str, value: Any) -> float | None:
 def effect_task(effect: enginerpc.Effect) -> str | None:
     """The task an effect works on (an agent-run's params.task_id), for the effects page's link."""
     from pulse.agents.agentrun import run_subject
-    if effect.kind != "agent-run":
+    if effect.kind != EffectKind.AGENT_RUN:
         return None
     try:
         return run_subject(effect) or None

@@ -37,6 +37,7 @@ from pulse.core import client
 from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
 from pulse.core.wire import controlmsgs, doorbells, eventmsgs
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.store import connection, effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 from pulse.workers.harness import Worker
@@ -224,7 +225,7 @@ class FleetWorker(Worker):
         finally:
             conn.close()
         out["open_effects"] = len(effects)
-        running = [e.target for e, state, _, _ in effects if e.kind == "agent-run" and state == "executing"]
+        running = [e.target for e, state, _, _ in effects if e.kind == EffectKind.AGENT_RUN and state == "executing"]
         out["agents"] = [agent_summary(a, running.count(a.name), held) for a in self.config.agent]
         out["at"] = time.time()
         return out
