@@ -306,6 +306,15 @@ def ledger_projection():
                                  state_type=Ledger, code=(Ledger, Run, KEEP_S))
 
 
+def listing_projections() -> list:
+    """The projections only pulsectl's listings keep (every task; the schedule book), or that a worker
+    keeps only while it has work for them (the spend ledger: `pulsectl budget`, the executor's claims of
+    agent runs): retention folds their checkpoints forward before it moves events
+    (pulse.store.retention.refresh). Here, above pulse.agents.tasks, since the ledger is one of them."""
+    from pulse.store import schedulerun
+    return [tasks.book_projection(tasks.ALL_TASKS), schedulerun.schedules_projection(), ledger_projection()]
+
+
 # The ledger each process keeps, per database file: a claim folds only the spend events committed since
 # (read inside its write transaction, so nothing is missed). Forgotten when a transaction that used it
 # fails (forget), so it never holds what was rolled back: the next load starts from the checkpoint.

@@ -516,16 +516,6 @@ def load(conn, task: str) -> TaskState | None:
 ALL_TASKS = "tasks"     # the projection of every task, kept by the readers that list them all
 
 
-def listing_projections() -> list:
-    """The projections only pulsectl's listings keep (every task; the schedule book), or that a worker
-    keeps only while it has work for them (the spend ledger: `pulsectl budget`, the executor's claims of
-    agent runs): retention folds their checkpoints forward before it moves events
-    (pulse.store.retention.refresh)."""
-    from pulse.agents import spend
-    from pulse.store import schedulerun
-    return [book_projection(ALL_TASKS), schedulerun.schedules_projection(), spend.ledger_projection()]
-
-
 def load_all(conn, checkpoints) -> dict[str, TaskState]:
     """Every task's state, from the checkpoint under `checkpoints` (the home's checkpoint directory)
     of the projection of every task, folding only what came after it, and writing a new one when

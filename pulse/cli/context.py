@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from pulse.cli import request_or_exit
+from pulse.cli.launch import request_or_exit
 from pulse.core.home import Paths, resolve_home
 
 

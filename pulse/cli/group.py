@@ -7,8 +7,8 @@ import sys
 import click
 
 from pulse import __version__
-from pulse.cli import DEFAULT_TIMEOUT_S
 from pulse.cli.context import Context, unusable_store
+from pulse.cli.launch import DEFAULT_TIMEOUT_S, home_of, import_msgspec
 
 pass_ctx = click.make_pass_decorator(Context)
 
@@ -115,7 +115,6 @@ class LazyGroup(click.Group):
             return None
         import importlib
 
-        from pulse.cli import import_msgspec
         import_msgspec()   # before any command's module: nearly all need msgspec (--help needs none)
         commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS
         return next(c for c in commands if c.name == name)
@@ -137,6 +136,5 @@ def cli(ctx: click.Context, home: str | None, instance: str | None, timeout: flo
     if instance is not None:
         if ctx.get_parameter_source("home") == click.core.ParameterSource.COMMANDLINE:
             raise click.UsageError("--home and --instance are exclusive")
-        from pulse.cli.roster import home_of
         home = home_of(instance)
     ctx.obj = Context(home, timeout)

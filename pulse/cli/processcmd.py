@@ -346,7 +346,7 @@ def log_files(path) -> list:
     import os
 
     from pulse.core import safepath
-    from pulse.effects.files import numbered_copies
+    from pulse.effects.copytruncate import numbered_copies
     try:
         parent, name = safepath.open_parent(str(path))
     except (OSError, safepath.Refused):

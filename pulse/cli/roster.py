@@ -1,6 +1,6 @@
 """`pulsectl instances`: the running Pulses of this user on this host (and the system's, if
-readable), from the registry each pulsed keeps its entry in (pulse.core.instances); and how
-`pulsectl -i NAME` finds the home of the instance called NAME."""
+readable), from the registry each pulsed keeps its entry in (pulse.core.instances). How
+`pulsectl -i NAME` finds the home of the instance called NAME: pulse.cli.launch.home_of."""
 
 from __future__ import annotations
 
@@ -9,21 +9,12 @@ from pathlib import Path
 
 import click
 
-from pulse.cli import registries
 from pulse.cli.group import Context, pass_ctx
+from pulse.cli.launch import registries
 from pulse.core import instances
 from pulse.core.states import WorkerState
 
 PROBE_TIMEOUT_S = 1.0          # per instance: a listing must not hang on one frozen pulsed
-
-
-def home_of(name: str) -> str:
-    """The home of the running instance called `name`; exits 1 naming what runs otherwise."""
-    try:
-        return instances.find(registries(), name)["home"]
-    except LookupError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        raise SystemExit(1) from None
 
 
 def describe(entry: dict, timeout: float) -> dict:

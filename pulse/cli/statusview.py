@@ -7,7 +7,7 @@ pulsed unreachable; 5 every worker running, but a guarded process is down, held 
 
 from __future__ import annotations
 
-from pulse.cli import request_or_exit
+from pulse.cli.launch import request_or_exit
 from pulse.core import clock
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, StatusExit, WorkerState

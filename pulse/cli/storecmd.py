@@ -99,7 +99,7 @@ def compact(ctx: Context, dry_run: bool) -> None:
     archive segments (or delete them: archive = false), as pulsed does by itself; say what moved."""
     import sqlite3
 
-    from pulse.agents import tasks
+    from pulse.agents import spend
     from pulse.core import config as configmod
     from pulse.store import archive, connection, eventsdb, projection, retention
     paths = ctx.paths
@@ -121,7 +121,7 @@ def compact(ctx: Context, dry_run: bool) -> None:
         return
     conn = eventsdb.open_events(paths.events_db)
     try:
-        outcome = retention.compact(conn, paths.home, store_config, "pulsectl", readers=tasks.listing_projections()
+        outcome = retention.compact(conn, paths.home, store_config, "pulsectl", readers=spend.listing_projections()
                                     if projection.may_write(paths.home) else ())
     except retention.Busy as err:
         click.echo(f"pulsectl: {err} (pulsed's event writer is moving events): try again shortly", err=True)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 PULSE_TITLE = "pulse:"
 PULSE_PROGRAMS = ("pulsed", "pulsectl")
 KEEPER_MODULE = "pulse.effects.keeper"      # a keeper before it has set its title carries its argv
+KEEPERS_MODULE = "pulse.effects.keepers"    # ... and so does the keepers' server
 
 
 def read_pidfile(spec: "str | PidFile") -> tuple[int | None, str]:
@@ -53,7 +54,7 @@ def is_pulses_own(cmdline: list[str]) -> bool:
     """A process of Pulse itself: a worker or keeper (titled "pulse: ..."), pulsed or pulsectl."""
     if not cmdline:
         return False
-    if cmdline[0].startswith(PULSE_TITLE) or KEEPER_MODULE in cmdline[1:3]:
+    if cmdline[0].startswith(PULSE_TITLE) or {KEEPER_MODULE, KEEPERS_MODULE} & set(cmdline[1:3]):
         return True
     return any(os.path.basename(arg) in PULSE_PROGRAMS for arg in cmdline[:2])
 

@@ -8,7 +8,8 @@ its exits), `keepers` (the server that forks a keeper per start, so none pays fo
 `notify` (the notify kind's channels), `repairs` (archive, cleanup, engine promote and
 rollback, restart-worker), `configfiles` (keep-config and restore-config: a process's config
 files kept known good and restored, and the known-good record folded from their events), `files`
-(rotate-file: a watched file rotated or truncated in place), `dirs` (trim-dir: a watched
+(rotate-file: a watched file rotated or truncated in place), `copytruncate` (the rotation's steps,
+which the keeper's own log shares), `dirs` (trim-dir: a watched
 directory's oldest files deleted or archived until its bounds hold).
 """
 

@@ -3,7 +3,7 @@ start of a [[process]], so a start pays for a fork, not a fresh interpreter and 
 40-100 ms on a loaded 2-core host), and each keeper shares the server's pages instead of holding
 its own interpreter (~20 MB each).
 
-    python -m pulse.effects.keeper --serve HOME SOCKET VERSION
+    python -m pulse.effects.keepers HOME SOCKET VERSION
 
 The executor asks it (ask) over a Unix socket in the runtime directory (mode 0600 in a 0700
 directory; a peer of another uid is refused): one JSON line {version, home, name, log, argv, env,
@@ -28,6 +28,8 @@ import signal
 import socket
 import struct
 import sys
+
+from pulse.effects import keeper
 
 CHECK_S = 2.0                     # how often an idle server checks that its pulsed still runs
 MAX_REQUEST = 1024 * 1024         # bytes of one request, read before anything else is done
@@ -68,7 +70,7 @@ def ask(sock_path: str, request: dict) -> socket.socket | None:
 
 
 def server_argv(home: str, sock_path: str) -> list[str]:
-    return [sys.executable, "-m", "pulse.effects.keeper", "--serve", home, sock_path, version()]
+    return [sys.executable, "-m", "pulse.effects.keepers", home, sock_path, version()]
 
 
 # -- the server ----------------------------------------------------------------------------------------
@@ -85,7 +87,6 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
     # What every keeper needs, loaded once here and shared by each fork: its start and its exit's record
     from pulse.core import client, guarded, procs  # noqa: F401
     from pulse.core.home import Paths
-    from pulse.effects import keeper
     from pulse.store import connection, eventsdb  # noqa: F401
 
     procs.set_title(server_title(home))
@@ -203,3 +204,7 @@ def _fork_keeper(conn: socket.socket, request: dict, keeper, inherited: tuple) -
             pass
     finally:
         os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(*sys.argv[1:]))

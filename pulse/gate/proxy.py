@@ -31,7 +31,7 @@ import threading
 from typing import Any, Callable
 
 from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV
-from pulse.gate import protocol
+from pulse.gate import mcpstdio, protocol
 from pulse.gate.protocol import Answer, Call, Cancel, Hello, OperatorAnswer, Question, Refused, ToolError, Welcome
 
 GATE_UNAVAILABLE = "GATE_UNAVAILABLE"
@@ -40,15 +40,6 @@ ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "
                  "required": ["answer"]}
 DEFAULT_INSTRUCTIONS = "Pulse's tools for this host, through its safety gate (not reachable right now: retry)."
 MAX_REPLY = 1 << 24
-
-
-def operator_answer(reply: Any) -> str:
-    """The text of an elicitation reply (a model or its dict), or ToolError when nobody answered."""
-    action = getattr(reply, "action", None) or (reply.get("action") if isinstance(reply, dict) else None)
-    content = getattr(reply, "content", None) if not isinstance(reply, dict) else reply.get("content")
-    if action != "accept" or not isinstance(content, dict) or not isinstance(content.get("answer"), str):
-        raise ToolError("NO_ANSWER", f"the operator did not answer ({action or 'no reply'})")
-    return content["answer"]
 
 
 def failure(code: str, message: str, **details) -> tuple[dict, str]:
@@ -242,7 +233,6 @@ def serve(socket_path: str, hello: Hello) -> None:
     first = sys.stdin.buffer.readline()
     if not first:
         return                      # the client left before it said anything
-    from pulse.gate import mcpstdio
     connect_and_say(link)
     if mcpstdio.opens_modern_era(first):
         serve_sdk(link, first)
@@ -332,7 +322,7 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
         if not is_version_at_least(ctx.protocol_version or "", "2026-07-28"):
             try:
                 reply = await ctx.session.elicit_form(question, ANSWER_SCHEMA, related_request_id=ctx.request_id)
-                return OperatorAnswer(answer=operator_answer(reply))
+                return OperatorAnswer(answer=mcpstdio.operator_answer(reply))
             except ToolError as err:
                 return OperatorAnswer(error=(err.code, err.message))
             except Exception as err:   # the connection cannot carry it after all
@@ -342,7 +332,7 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
             form = types.ElicitRequestFormParams(message=question, requested_schema=ANSWER_SCHEMA)
             return types.InputRequiredResult(input_requests={OPERATOR_KEY: types.ElicitRequest(params=form)})
         try:
-            return OperatorAnswer(answer=operator_answer(answer))
+            return OperatorAnswer(answer=mcpstdio.operator_answer(answer))
         except ToolError as err:
             return OperatorAnswer(error=(err.code, err.message))
 
