@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from pulse.core.childspecs import CHILD_SPECS, ENGINE
+from pulse.core.config import without_secrets
 from pulse.core.wire import controlmsgs
 from pulse.core.wire.eventmsgs import EventType
 
@@ -30,9 +33,7 @@ def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
         return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
     if isinstance(request, controlmsgs.GetConfig):
-        import msgspec
 
-        from pulse.core.config import without_secrets
         return controlmsgs.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, controlmsgs.Reload):
         ok, message = arbiter.reload()

@@ -7,8 +7,10 @@ is settled by settle_interrupted, which puts the task back to pending before the
 
 from __future__ import annotations
 
+import grp
 import logging
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -20,9 +22,23 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, otel, routing, runcgroup, runfacts, runguards, runlimits, runstall, spend, tasks, taskview
+from pulse.agents import (
+    adapters,
+    loopnotice,
+    otel,
+    routing,
+    runcgroup,
+    runfacts,
+    runguards,
+    runlimits,
+    runstall,
+    spend,
+    tasks,
+    taskview,
+)
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
+from pulse.core.home import Paths
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EffectKind, TaskEvent
 from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
@@ -329,7 +345,6 @@ def loop_notice(home: Path, run: str, task: str, agent: str):
     """The callback that says a run's loop (on_loop = "notice"): a `loop-noticed` fact on its task and
     a notification, written from the watch's thread on a connection of its own. A store that refuses
     the write loses the fact, never the run: the notice is still kept in the run's end."""
-    from pulse.agents import loopnotice
 
     def notice(seen: dict) -> None:
         data = {"run": run, "task": task, "agent": agent, **seen}
@@ -407,7 +422,6 @@ def remove_scratch(run: str, owners: set[int]) -> None:
 
 def telemetry_receiver(home: Path, run: str, task: str, agent: str) -> otel.Receiver | None:
     """Pulse's telemetry receiver, when it runs ([telemetry] enabled), for this run."""
-    from pulse.core.home import Paths
     paths = Paths.for_client(Path(home))
     return otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)
 
@@ -416,8 +430,6 @@ def run_account(agent: Agent) -> tuple[int, int] | None:
     """(uid, gid) the agent CLI runs as ([[agent]] user, group); None: pulsed's own."""
     if agent.user is None and agent.group is None:
         return None
-    import grp
-    import pwd
     try:
         pw = pwd.getpwnam(agent.user) if agent.user else pwd.getpwuid(os.getuid())
     except KeyError:
@@ -433,7 +445,6 @@ def account_env(user: str | None) -> dict[str, str]:
     """HOME, USER and LOGNAME of the run's account, not pulsed's."""
     if user is None:
         return {}
-    import pwd
     pw = pwd.getpwnam(user)
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import LOOP_NOTICED, EffectKind, now_event
+from pulse.store import effectqueue, eventsdb
+from pulse.store.connection import Transaction
 
 RULE = "loop"
 NOTIFY_DEADLINE_S = 86400.0     # a notification may wait a day for a channel (as survival's)
@@ -27,8 +29,6 @@ def records(target: str, data: dict, source: str, title: str):
 
 def write(conn, target: str, data: dict, source: str, title: str) -> None:
     """The fact and its notification, committed together (the caller's connection, a transaction of its own)."""
-    from pulse.store import effectqueue, eventsdb
-    from pulse.store.connection import Transaction
     fact, note = records(target, data, source, title)
     with Transaction(conn):
         eventsdb.insert_event(conn, fact)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
 
+from pulse.agents.tasks import parse_task_id
 from pulse.core.config import Agent
 from pulse.core.states import TaskStatus
 from pulse.core.wire.enginerpc import AgentLoad, Effect, PendingTasks, TaskState
@@ -66,7 +67,6 @@ def route(agents: Sequence[Agent], pending: PendingTasks | None) -> PendingTasks
 
 def _task_of(effect: Effect) -> str:
     """The task an agent-run names, as a task id ("7" and "task-7" are one task); else the effect's id."""
-    from pulse.agents.tasks import parse_task_id
     try:
         return parse_task_id(str(effect.params.get("task_id") or effect.target or ""))
     except ValueError:

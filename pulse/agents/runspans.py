@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 
 from pulse.core.wire.eventmsgs import Event, EventType, TaskEvent
 
+# Imports inside functions: opentelemetry's protobuf modules (~15-30 ms each, python -X importtime) only
+# when the OTLP export builds spans.
+
 SEMCONV = "1.37.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV}"
 RUN_ENDS = (TaskEvent.ACKED, TaskEvent.FAILED)

@@ -43,6 +43,9 @@ from pulse.core.config import SpendLimits
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EffectKind, Event, SpendEvent, now_event
 
+# Imports inside functions: pulse.store (~5-15 ms) is imported by the functions that read or write
+# events.db: the tick's budget rule and the engine's tests import this module for its folds and types.
+
 HOST = "*"                    # the scope of the host-wide [budget]
 MEDIAN_OF = 10                # a run's expected cost: the median of this many recent costs
 ALERT_LEVELS = (80, 100)      # per cent of a limit at which the operator is told, once per window

@@ -17,6 +17,9 @@ import sys
 
 from pulse.cli.launch import global_options, import_msgspec
 
+# Imports inside functions: main() imports only the path it takes: a plain `pulsectl mcp` loads neither
+# click nor the status view, a plain status no click (tests/test_cli_imports.py holds both).
+
 
 def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
     """(home, timeout, as_json) when argv is a plain status invocation; None sends it to click."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -93,7 +94,7 @@ class LazyGroup(click.Group):
     def resolve_command(self, ctx: click.Context, args: list[str]):
         name = args[0] if args else ""
         if name and not name.startswith("-") and name not in COMMAND_MODULES:
-            import difflib
+            import difflib  # only a misspelt command
             close = difflib.get_close_matches(name, COMMAND_MODULES, n=1)
             ctx.fail(f"no command {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
                      " (pulsectl --help lists them)")
@@ -113,7 +114,6 @@ class LazyGroup(click.Group):
         module = COMMAND_MODULES.get(name)
         if module is None:
             return None
-        import importlib
 
         import_msgspec()   # before any command's module: nearly all need msgspec (--help needs none)
         commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS

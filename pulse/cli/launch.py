@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+# Imports inside functions: the plain status path and pulsectl's fast path import this module; each
+# function imports what only it needs when it runs (pulse.core.client: libzmq ~18 ms; instances only
+# when pulsed does not answer or -i is given; msgspec under import_msgspec's own terms).
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -47,7 +52,6 @@ def home_of(name: str) -> str:
 
 def elsewhere(home) -> str:
     """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
-    from pathlib import Path
 
     from pulse.core import instances
     try:

@@ -11,17 +11,17 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 from pulse.cli.launch import registries
-from pulse.core import instances
+from pulse.cli.statusview import columns
+from pulse.core import client, instances
+from pulse.core.home import Paths
 from pulse.core.states import WorkerState
+from pulse.core.wire import controlmsgs
 
 PROBE_TIMEOUT_S = 1.0          # per instance: a listing must not hang on one frozen pulsed
 
 
 def describe(entry: dict, timeout: float) -> dict:
     """The entry, plus whether its pulsed answers and how many of its workers run."""
-    from pulse.core import client
-    from pulse.core.home import Paths
-    from pulse.core.wire import controlmsgs
     out = {k: entry[k] for k in ("name", "home", "pid", "started")}
     try:
         reply = client.request(Paths(Path(entry["home"]), Path(entry["runtime"])), controlmsgs.GetStatus(), timeout)
@@ -37,7 +37,6 @@ def describe(entry: dict, timeout: float) -> dict:
 @pass_ctx
 def instances_cmd(ctx: Context, as_json: bool) -> None:
     """List the running Pulses of this user (and the system's, if readable)."""
-    from pulse.cli.statusview import columns
     rows = [describe(e, min(ctx.timeout, PROBE_TIMEOUT_S)) for e in instances.live_entries(registries())]
     if as_json:
         for row in rows:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     import psutil
 
     from pulse.core.config import PidFile, Process
+
+# Imports inside functions: psutil (~14 ms, python -X importtime) only where processes are scanned:
+# pulsed imports this module (its names and titles) and never scans (docs/architecture.md: the supervisor
+# stays tiny); so do pulsectl's commands that only name a guarded process.
 
 PULSE_TITLE = "pulse:"
 PULSE_PROGRAMS = ("pulsed", "pulsectl")
@@ -63,7 +68,6 @@ def expected_uid(process: "Process") -> int | None:
     """The uid the process must run as: its `user`'s, else Pulse's own; None for a user with no account."""
     if process.user is None:
         return os.getuid()
-    import pwd
     try:
         return pwd.getpwnam(process.user).pw_uid
     except KeyError:

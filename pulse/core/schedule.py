@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Iterable
 
 import msgspec
@@ -36,7 +37,6 @@ FOLDED = frozenset({RUN, ARMED, *TASK_ENDS, *EFFECT_ENDS})
 
 
 def _cron(expr: str, t: float):
-    from datetime import datetime
 
     from croniter import croniter
     from dateutil.tz import tzlocal  # croniter's own dependency: the zone's rules, DST included

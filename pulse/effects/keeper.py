@@ -34,6 +34,11 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+# Imports inside functions: a keeper started without the keepers' server is a fresh interpreter
+# (python -m pulse.effects.keeper) on the way to starting a process: it imports what it needs when it
+# needs it (the store, ~25-30 ms, only to record the exit; psutil and pwd only for --user).
 
 TAIL_LINES = 20
 LOG_MAX_BYTES = 8 * 1024 * 1024
@@ -200,7 +205,6 @@ def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
 
 def _record(home: str, name: str, ended: dict) -> None:
     """The exit as a fact in events.db, then a wake for the tick: processWatchdog decides from it."""
-    from pathlib import Path
 
     from pulse.core import client
     from pulse.core import home as homes

@@ -22,12 +22,14 @@ another VERSION of this code (after an upgrade), so a new one is started from th
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import signal
 import socket
 import struct
 import sys
+from pathlib import Path
 
 from pulse.effects import keeper
 
@@ -39,8 +41,7 @@ ASK_TIMEOUT_S = 1.0
 def version() -> str:
     """This code's version, as the server and the executor that asks it both compute it: the keeper's
     and this module's sources (a server of other code says no, and ends)."""
-    import hashlib
-    from pathlib import Path
+    import hashlib  # ~8 ms (OpenSSL): the executor computes this only when it starts a server
     here = Path(__file__).parent
     digest = hashlib.sha256()
     for name in ("keeper.py", "keepers.py"):
@@ -78,13 +79,10 @@ def server_argv(home: str, sock_path: str) -> list[str]:
 def serve(home: str, sock_path: str, own_version: str) -> int:
     if os.fork() > 0:
         os._exit(0)               # the executor reaps this half at once; the server lives on, reparented
-    import selectors  # noqa: F401
-    import subprocess  # noqa: F401
-    from pathlib import Path
-
+    # What every keeper needs, loaded once here (after the fork that leaves the executor) and shared
+    # by each keeper forked from it: its start and its exit's record
     import psutil  # noqa: F401
 
-    # What every keeper needs, loaded once here and shared by each fork: its start and its exit's record
     from pulse.core import client, guarded, procs  # noqa: F401
     from pulse.core.home import Paths
     from pulse.store import connection, eventsdb  # noqa: F401
@@ -92,7 +90,6 @@ def serve(home: str, sock_path: str, own_version: str) -> int:
     procs.set_title(server_title(home))
     procs.libc()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the keepers it forks are reaped by the kernel
-    import gc
     gc.freeze()                   # what is loaded now stays shared: no collection of a keeper writes to it
     lock = open(sock_path + ".lock", "w")
     try:

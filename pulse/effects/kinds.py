@@ -46,6 +46,7 @@ import re
 import selectors
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -63,7 +64,7 @@ from pulse.core.home import Paths
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EventType, ProcessAction
 from pulse.effects import keeper, keepers
-from pulse.store import objects
+from pulse.store import connection, eventsdb, objects
 
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
 MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept
@@ -518,9 +519,7 @@ def run_stop(effect: Effect, ctx: EffectContext) -> dict:
 
 def held_down(events_db: Path, name: str) -> bool:
     """An operator's last word on the process is process-stop: it stays down until they start it."""
-    import sqlite3
 
-    from pulse.store import connection, eventsdb
     try:
         conn = connection.open_readonly(events_db)
     except (connection.StoreError, sqlite3.Error, OSError):

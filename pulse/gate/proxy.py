@@ -22,6 +22,8 @@ next one tries again.
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import itertools
 import json
 import os
@@ -30,9 +32,14 @@ import sys
 import threading
 from typing import Any, Callable
 
-from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV
+from pulse import __version__
+from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV, Paths, resolve_home
 from pulse.gate import mcpstdio, protocol
 from pulse.gate.protocol import Answer, Call, Cancel, Hello, OperatorAnswer, Question, Refused, ToolError, Welcome
+
+# Imports inside functions: every agent run starts `pulsectl mcp`, so its start is every run's: the
+# mcp SDK (~1.5 s) only for a 2026-07-28 connection, pulse.gate.tools (~200 ms) only for tools/list
+# offline, the config loader only when the socket must be found from the home.
 
 GATE_UNAVAILABLE = "GATE_UNAVAILABLE"
 OPERATOR_KEY = "pulse-operator"
@@ -195,7 +202,6 @@ def gate_socket(home) -> str | None:
     home ([gate] socket_dir in its config). None, said on stderr, when there is no home."""
     if socket_path := os.environ.get(GATE_SOCKET_ENV):
         return socket_path
-    from pulse.core.home import Paths, resolve_home
     from pulse.gate.sockets import socket_path as gate_socket_path
     root = resolve_home(str(home) if home is not None else None)
     if not root.is_dir():
@@ -217,7 +223,6 @@ def run(home, agent: str | None) -> int:
     socket_path = gate_socket(home)
     if socket_path is None:
         return 1
-    import importlib.util
     if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
         print("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", file=sys.stderr)
         return 1
@@ -237,7 +242,6 @@ def serve(socket_path: str, hello: Hello) -> None:
     if mcpstdio.opens_modern_era(first):
         serve_sdk(link, first)
         return
-    from pulse import __version__
     mcpstdio.StdioServer(link, __version__, ANSWER_SCHEMA, offline_tools, DEFAULT_INSTRUCTIONS).serve(first)
 
 
@@ -259,7 +263,6 @@ class SdkStdin:
         self.first = first
 
     async def __aiter__(self):
-        import io
 
         import anyio
         yield self.first.decode("utf-8", errors="replace")
@@ -275,7 +278,6 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
     from mcp.server.stdio import stdio_server
     from mcp_types.version import is_version_at_least
 
-    from pulse import __version__
 
 
     async def list_tools(ctx, params) -> types.ListToolsResult:

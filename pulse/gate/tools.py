@@ -29,16 +29,22 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
+import msgspec
+
 from pulse.agents import taskpolicy, tasks
-from pulse.core import client
+from pulse.core import client, clock
+from pulse.core.client import daemon_pid
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
+from pulse.core.logs import tail
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
 from pulse.core.wire.eventmsgs import EffectKind, EventType
 from pulse.effects import registry
+from pulse.effects.kinds import find_processes
 from pulse.gate import catalogue, policy
+from pulse.gate.durable import DurableStore, stamp
 from pulse.gate.protocol import ToolError
 from pulse.store import connection, effectqueue, eventsdb, projection, vitalsdb
 
@@ -170,7 +176,6 @@ class PulseTools:
         if process is None:
             raise ToolError("NOT_FOUND", f"{name!r} is not a configured [[process]]",
                             configured=[p.name for p in self.config.process])
-        from pulse.effects.kinds import find_processes  # the executor's own lookup: what restart and signal act on
         found = await self.to_thread(find_processes, process)
         return {"name": name, "alive": bool(found), "checked_at": time.time(),
                 "processes": [{"pid": p.pid, "cmdline": _cmdline(p), "started": _create_time(p)} for p in found],
@@ -188,7 +193,6 @@ class PulseTools:
             everything = {k: t for k, t in everything.items() if k in own}
         states = sorted(everything.values(), key=lambda t: int(t.id.rpartition("-")[2]))
         chosen = [t for t in states if status is None or t.status == status][-LIST_LIMIT:]
-        import msgspec
         return {"tasks": [msgspec.to_builtins(t) for t in chosen], "count": len(chosen)}
 
     # -- read -----------------------------------------------------------------------------
@@ -226,14 +230,12 @@ class PulseTools:
         return {"events": [_event(e) for e in found[-limit:]]}
 
     async def tool_log_tail(self, worker: str | None = None, lines: int | None = None) -> dict:
-        from pulse.core.logs import tail
         return {"lines": tail(self.paths.log_file, worker, min(max(lines or 50, 1), 500))}
 
     async def tool_effect(self, id: str) -> dict:
         state = effectqueue.effect_state(self.events, id)
         if state is None:
             raise ToolError("NOT_FOUND", f"no effect {id!r}")
-        import msgspec
         body = effectqueue.effect_of(self.events, id)
         # its terminal event comes after it was created: start the search there (ids grow with time)
         after = max(0, eventsdb.first_id_since(self.events, body.created) - 1) if body else 0
@@ -267,7 +269,6 @@ class PulseTools:
         return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["rollback"], target="engine", params=params))
 
     async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
-        import msgspec
         agent, task = ACTOR.get()
         everything = self._all_tasks()
         parent = everything.get(task) if task else None
@@ -304,7 +305,6 @@ class PulseTools:
         return self.tasks.catch_up(self.events).states
 
     async def _status(self) -> dict:
-        import msgspec
         try:
             reply = await self.to_thread(client.request, self.paths, controlmsgs.GetStatus(), 3.0)
         except client.Unreachable as err:
@@ -313,12 +313,10 @@ class PulseTools:
 
     async def _effect(self, effect: enginerpc.Effect) -> dict:
         """Commit an effect of origin agent, ring the executor, wait for its terminal event."""
-        from pulse.core.client import daemon_pid
         if daemon_pid(self.paths) is None:
             raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", f"pulsed is not running on {self.paths.home}")
         t = self.config.timings
         if registry.tells_operator(effect.kind):    # it speaks to the operator: who sends it is the gate's to say
-            import msgspec
             agent, task = ACTOR.get()
             effect = msgspec.structs.replace(effect, params={**effect.params, "agent": agent, "task": task})
         effect = effectqueue.new_effect(effect, "agent", t.effect_deadline_s)
@@ -354,7 +352,6 @@ class PulseTools:
 
 
 def _since(text: str) -> float:
-    from pulse.core import clock
     try:
         return clock.parse_since(text)
     except ValueError as err:
@@ -392,7 +389,6 @@ class ToolSession:
         whose end settles what it leaves in flight; this process when None. `store`: a DurableStore
         shared with the other sessions of this process (else one of its own, which folds the gate
         facts after the ledger's checkpoint at its first decision)."""
-        from pulse.gate.durable import DurableStore, stamp
         self.tools = tools
         pid = os.getpid() if pid is None else pid
         store = store or DurableStore(tools.events, checkpoints=tools.paths.home / projection.DIRECTORY)

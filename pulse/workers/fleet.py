@@ -42,6 +42,10 @@ from pulse.store import connection, effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 from pulse.workers.harness import Worker
 
+# Imports inside functions: the forkserver preloads this module for every worker
+# (supervisor/forkserver.py PRELOAD); nats-py (~70 ms, python -X importtime) and the fleet's task code
+# load in the fleet worker's own process, only when [fleet] runs it.
+
 STOP_WAIT_S = 3.0
 EXIT_BUG = 70                # EX_SOFTWARE: the link's thread died of an error of our own
 
