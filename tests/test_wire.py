@@ -207,6 +207,9 @@ def bare_names(source: str) -> list[tuple[int, str]]:
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    # the parameters of the module's own functions, by position: a call passes a type where one is named so
+    params = {node.name: [a.arg for a in node.args.args] for node in ast.walk(tree)
+              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     meant: list[ast.Constant] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and "-" in node.value \
@@ -221,6 +224,8 @@ def bare_names(source: str) -> list[tuple[int, str]]:
             name = _call_name(node)
             if name in EVENT_CALLS and node.args:
                 meant += _strings(node.args[0])
+            if isinstance(node.func, ast.Name):
+                meant += [c for arg, param in zip(node.args, params.get(name, [])) if param in TYPED for c in _strings(arg)]
             if name.endswith("_events"):
                 meant += [c for arg in node.args if isinstance(arg, (ast.Tuple, ast.List, ast.Set)) for c in _strings(arg)]
         elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Attribute) and isinstance(k.value, ast.Name)
@@ -237,6 +242,7 @@ def test_event_types_and_effect_kinds_are_named_by_their_enums():
         [(1, "worker-exited"), (2, "tick"), (3, "trim-dir")]
     assert bare_names('Effect(kind="notify")\nlast_events(c, 1, ["promote"])\nif t in ("error", "x"): pass') == \
         [(1, "notify"), (2, "promote"), (3, "error")]
+    assert bare_names('def add(ctx, type_, target): pass\nadd(c, "resume", "gw")') == [(2, "resume")]
     assert bare_names('F = {EventType.RELOAD: f, "pause": g}\ne = now_event(EventType.TICK, "tick")') == [(1, "pause")]
     assert bare_names('"""Runs on a restart-process."""\nq = "SELECT 1 WHERE type = \'worker-exited\'"\n'
                       'source = "tick"\nif kind == EffectKind.NOTIFY: pass') == []

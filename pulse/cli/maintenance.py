@@ -42,12 +42,13 @@ def _known_process(ctx: Context, name: str) -> None:
 @pass_ctx
 def pause(ctx: Context, process: str, duration: str) -> None:
     """Leave PROCESS alone (no restarts) for a while."""
+    from pulse.core.wire.eventmsgs import EventType
     _known_process(ctx, process)
     seconds = clock.parse_duration(duration)
     if seconds is None:
         raise click.BadParameter(f"{duration!r}: expected a duration like 30m", param_hint="--for")
     until = time.time() + seconds
-    _append(ctx, "pause", process, until=until)
+    _append(ctx, EventType.PAUSE, process, until=until)
     click.echo(f"{process} paused until {clock.iso(until, ms=False)}")
 
 
@@ -56,8 +57,9 @@ def pause(ctx: Context, process: str, duration: str) -> None:
 @pass_ctx
 def resume(ctx: Context, process: str) -> None:
     """Watch PROCESS again."""
+    from pulse.core.wire.eventmsgs import EventType
     _known_process(ctx, process)
-    _append(ctx, "resume", process)
+    _append(ctx, EventType.RESUME, process)
     click.echo(f"{process} watched again")
 
 

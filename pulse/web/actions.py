@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from pulse.core import client, clock
 from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
-from pulse.core.wire.eventmsgs import EffectKind
+from pulse.core.wire.eventmsgs import EffectKind, EventType
 from pulse.store import effectqueue, eventsdb
 from pulse.web.site import Web
 
@@ -64,7 +64,7 @@ async def act_process(request: Request) -> Response:
     def append():
         conn = eventsdb.open_events(web.paths.events_db)
         try:
-            eventsdb.append_events(conn, [eventmsgs.now_event(action, "web", process, **extra)])
+            eventsdb.append_events(conn, [eventmsgs.now_event(EventType(action), "web", process, **extra)])
         finally:
             conn.close()
         client.ring(web.paths, "wake", doorbells.Wake("web", action))
