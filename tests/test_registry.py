@@ -136,9 +136,11 @@ def test_no_set_of_kind_names_is_written_outside_the_registry():
     assert kind_name_sets('ok = kind in ("notify", "report")') == [["notify", "report"]]
     found = {f"{path.parent.name}/{path.name}": sets for path in source_files()
              if path.name != "registry.py" and (sets := kind_name_sets(path.read_text()))}
-    # The one allowed: the names of every built-in kind, for pulsectl to check [allow] without importing
-    # every kind's module (test_cli_imports keeps it the registry's); [allow]'s default names EffectKind members.
-    assert set(found) == {"effects/__init__.py"}
+    # The two allowed: [allow]'s default is configuration (the operator replaces it), and core,
+    # which pulsed loads, cannot import the registry; the names of every built-in kind, for pulsectl
+    # to check [allow] without importing every kind's module (test_cli_imports keeps it the registry's).
+    assert set(found) == {"config/safety.py", "effects/__init__.py"}
+    assert found["config/safety.py"] == [["noop", "notify", "restart-process", "signal", "agent-run", "task-add"]]
 
 
 def test_an_agent_runs_resource_is_the_task_it_acts_on_and_target_and_params_must_agree():

@@ -15,7 +15,6 @@ from pulse.core import clock
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, StatusExit, WorkerState
 from pulse.core.wire import controlmsgs
-from pulse.core.wire.eventmsgs import EventType
 
 # Imports inside functions: the plain status path (pulse.cli.main, without click) imports this module:
 # what only some statuses show is imported when shown: pulse.store.retention ~27 ms, pulse.engine.repo
@@ -271,6 +270,7 @@ def rolled_back_note(paths: Paths) -> str | None:
     tree is said here, or the next promote would ship it again unnoticed."""
     if not (paths.engine / ".git").exists():
         return None
+    from pulse.core.wire.eventmsgs import EventType
     from pulse.store import connection, eventsdb
     try:
         conn = connection.open_readonly(paths.events_db)

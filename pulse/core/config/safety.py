@@ -7,7 +7,6 @@ import msgspec
 from msgspec import Meta
 
 from pulse.core.config.keys import ConfigError, Table
-from pulse.core.wire.eventmsgs import EffectKind
 
 if TYPE_CHECKING:
     from pulse.core.config import Config
@@ -119,8 +118,7 @@ def validate_llm(config: "Config", origin: str) -> None:
 class Allow(Table):
     """What effects of origin `engine` or `agent` may do (survival and operator effects are trusted)."""
     kinds: list[str] = msgspec.field(
-        default_factory=lambda: [EffectKind.NOOP, EffectKind.NOTIFY, EffectKind.RESTART_PROCESS, EffectKind.SIGNAL,
-                                 EffectKind.AGENT_RUN, EffectKind.TASK_ADD])
+        default_factory=lambda: ["noop", "notify", "restart-process", "signal", "agent-run", "task-add"])
     """The effect kinds they may commit (agent-run: configured [[agent]]s only)."""
     exec_argv: list[list[str]] = msgspec.field(default_factory=list)
     """The argv prefixes an `exec` effect may start with."""
