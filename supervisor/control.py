@@ -33,7 +33,6 @@ def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
         return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
     if isinstance(request, controlmsgs.GetConfig):
-
         return controlmsgs.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, controlmsgs.Reload):
         ok, message = arbiter.reload()

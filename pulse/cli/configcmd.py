@@ -96,7 +96,6 @@ def listen_taken(ctx: Context, config) -> list[str]:
 
 def own_web_port(ctx: Context) -> int | None:
     """The port this home's running web worker listens on, if it runs."""
-
     from pulse.core import client
     from pulse.core.wire import controlmsgs
     try:

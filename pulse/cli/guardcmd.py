@@ -162,7 +162,6 @@ def unique_name(config, found) -> str:
 
 def checked(ctx: Context, text: str):
     """The config that `text` is, validated as pulsed would load it; exit 78 naming what is wrong."""
-
     from pulse.core import config as configmod
     origin = f"{ctx.paths.config} (with the table appended)"
     try:

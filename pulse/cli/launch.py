@@ -52,7 +52,6 @@ def home_of(name: str) -> str:
 
 def elsewhere(home) -> str:
     """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
-
     from pulse.core import instances
     try:
         others = [e for e in instances.live_entries(registries()) if Path(e["home"]) != Path(home)]

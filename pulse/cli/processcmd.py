@@ -350,7 +350,6 @@ def stopped_words(done: dict) -> str:
 
 def log_files(path) -> list:
     """The log's rotated copies, oldest first, then the log itself (those that exist)."""
-
     from pulse.core import safepath
     from pulse.effects.copytruncate import numbered_copies
     try:

@@ -42,7 +42,6 @@ class RenderError(Exception):
 
 def pulsed_path() -> str:
     """The `pulsed` console script that belongs to the running interpreter."""
-
     path = Path(sys.executable).absolute().parent / "pulsed"
     if not path.is_file() or not os.access(path, os.X_OK):
         raise RenderError(f"no executable pulsed beside this interpreter ({path}); "
@@ -63,7 +62,6 @@ def template(name: str) -> str:
 
 def exec_path(path: str) -> str:
     """`path` as the command of an Exec*= line (systemd.syntax(7), systemd.service(5))."""
-
     if re.search(r'[\x00-\x1f\x7f"\'\\$]', path):
         raise RenderError(f"cannot put {path!r} in a unit file: quotes, backslashes, '$' and control "
                           "characters are not supported in the pulsed path")
@@ -72,7 +70,6 @@ def exec_path(path: str) -> str:
 
 
 def check_user_name(name: str) -> str:
-
     # The portable subset of what systemd accepts for User= (and what useradd accepts).
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,31}", name):
         raise RenderError(f"invalid user name {name!r}")
@@ -80,7 +77,6 @@ def check_user_name(name: str) -> str:
 
 
 def render(text: str, pulsed: str, user: str | None) -> str:
-
     text = text.replace("@PULSED@", exec_path(pulsed))
     if user is not None:
         text = text.replace("@USER@", check_user_name(user))
@@ -117,7 +113,6 @@ def instance_template(text: str) -> str:
 
 
 def check_instance_name(name: str) -> str:
-
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
         raise RenderError(f"invalid instance name {name!r}: 1 to 64 letters, digits and _ . - "
                           "(not starting with a symbol)")
@@ -126,7 +121,6 @@ def check_instance_name(name: str) -> str:
 
 def warnings(pulsed: str, user_unit: bool, user: str | None) -> list[str]:
     """What would keep the rendered unit from working on this host (best effort)."""
-
     out = []
     path = Path(pulsed)
     if any(path.is_relative_to(d) for d in ("/tmp", "/var/tmp")):
@@ -151,7 +145,6 @@ def warnings(pulsed: str, user_unit: bool, user: str | None) -> list[str]:
 
 
 def user_unit_dir() -> str:
-
     config = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
     return os.path.join(config, "systemd", "user")
 
@@ -206,7 +199,6 @@ def next_steps(target: str, user_unit: bool, user: str | None, installed: bool,
 def with_home(text: str, home, user_unit: bool) -> str:
     """The unit with the home pulsectl was given (--home or PULSE_HOME) in place of the default one.
     A user unit takes any home; the system unit's is /var/lib/pulse, made by its StateDirectory=."""
-
     if home == Path("~/.pulse").expanduser().absolute():
         return text
     if not user_unit:
@@ -247,7 +239,6 @@ def install(ctx: Context, user_unit: bool, user_name: str | None, output: str | 
     /etc/systemd/system/pulse@.service instead: each instance has its own home
     /var/lib/pulse/NAME and runtime directory, so several run side by side.
     """
-
     if output and to_stdout:
         raise click.UsageError("--output and --print are exclusive")
     if instance is not None and user_unit:

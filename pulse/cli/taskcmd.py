@@ -36,7 +36,6 @@ task_arg = click.argument("task", callback=_task_arg)
 
 def _task_or_fleet_arg(ctx, param, value: str) -> str:
     """A task id, or the fleet id `task add --fleet` printed (<host token>-<12 hex digits>)."""
-
     from pulse.agents.tasks import parse_task_id
     try:
         return parse_task_id(value)

@@ -37,7 +37,6 @@ FOLDED = frozenset({RUN, ARMED, *TASK_ENDS, *EFFECT_ENDS})
 
 
 def _cron(expr: str, t: float):
-
     from croniter import croniter
     from dateutil.tz import tzlocal  # croniter's own dependency: the zone's rules, DST included
     return croniter(expr, datetime.fromtimestamp(t, tz=tzlocal()))

@@ -205,7 +205,6 @@ def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
 
 def _record(home: str, name: str, ended: dict) -> None:
     """The exit as a fact in events.db, then a wake for the tick: processWatchdog decides from it."""
-
     from pulse.core import client
     from pulse.core import home as homes
     from pulse.core.wire import doorbells, eventmsgs

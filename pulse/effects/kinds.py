@@ -519,7 +519,6 @@ def run_stop(effect: Effect, ctx: EffectContext) -> dict:
 
 def held_down(events_db: Path, name: str) -> bool:
     """An operator's last word on the process is process-stop: it stays down until they start it."""
-
     try:
         conn = connection.open_readonly(events_db)
     except (connection.StoreError, sqlite3.Error, OSError):

@@ -263,7 +263,6 @@ class SdkStdin:
         self.first = first
 
     async def __aiter__(self):
-
         import anyio
         yield self.first.decode("utf-8", errors="replace")
         async for line in anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")):

@@ -325,7 +325,6 @@ class GateServer:
     async def _account_server(self, uid: int, gid: int):
         """The socket of one agent account, in a directory only it can enter; None (said in the log,
         and its runs' sessions answer GATE_UNAVAILABLE) when its place is not safe to make it in."""
-
         shared = self.config.gate.socket_dir
         try:
             if not shared:
