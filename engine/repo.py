@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulse.core import procs
+from pulse.core import clock, procs
 from pulse.core.home import Paths, dev_pid
 from pulse.core.wire import eventmsgs
 from pulse.store import connection, eventsdb, objects
@@ -348,7 +348,6 @@ def _blob(paths: Paths, commit: str, name: str) -> str | None:
 
 def rolled_back_words(held: tuple[eventmsgs.Event, list[str]]) -> str:
     """"staging still holds what the rollback at 2026-12-03T10:00:00Z (autoRollback) undid: rules/x.py"."""
-    from pulse.core import clock
     event, files = held
     why = event.data.get("reason") or "no reason recorded"
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")

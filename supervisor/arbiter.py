@@ -33,6 +33,7 @@ from pulse.core.states import (
     process_state_at,
 )
 from pulse.core.wire import codec, controlmsgs, eventmsgs, heartbeats, spawnmsgs
+from pulse.core.wire.eventmsgs import EventType
 
 from . import control
 from .child import (
@@ -117,7 +118,7 @@ class Arbiter:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, f: None)   # handlers only queue: the number lands in the pipe
         signal.set_wakeup_fd(signal_w, warn_on_full_buffer=False)
-        started = self.record("supervisor-started", None, pid=os.getpid(), home=str(self.paths.home),
+        started = self.record(EventType.SUPERVISOR_STARTED, None, pid=os.getpid(), home=str(self.paths.home),
                               runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
         self.run_mono = started.mono   # names this run to its event writers
         self.start_forkserver()
@@ -320,7 +321,7 @@ class Arbiter:
     def start_forkserver(self) -> None:
         self.forkserver = Forkserver.start()
         self.outputs.append(logs.PipeReader(self.forkserver.output_fd, "forkserver", self.forkserver.pid))
-        self.record("worker-started", "forkserver", pid=self.forkserver.pid)
+        self.record(EventType.WORKER_STARTED, "forkserver", pid=self.forkserver.pid)
         log.info("forkserver started (pid %d)", self.forkserver.pid)
 
     def forkserver_died(self) -> None:
@@ -330,7 +331,7 @@ class Arbiter:
         fs.sock.close()
         self.forkserver = None
         signal_num = -code if code < 0 else None
-        self.record("worker-exited", "forkserver", pid=fs.pid, code=None if code < 0 else code, signal=signal_num)
+        self.record(EventType.WORKER_EXITED, "forkserver", pid=fs.pid, code=None if code < 0 else code, signal=signal_num)
         how = f"signal {signal_num}" if signal_num else f"code {code}"
         if self.shutting_down:
             log.info("forkserver (pid %d) exited (%s) while pulsed stops", fs.pid, how)
@@ -339,13 +340,13 @@ class Arbiter:
         now = time.monotonic()
         self.forkserver_restarts = [t for t in self.forkserver_restarts if now - t <= self.timings.intensity_period_s]
         if len(self.forkserver_restarts) >= self.timings.intensity_restarts:
-            self.record("worker-failed", "forkserver", restarts=len(self.forkserver_restarts))
+            self.record(EventType.WORKER_FAILED, "forkserver", restarts=len(self.forkserver_restarts))
             log.critical("forkserver restarted too often; escalating")
             self.begin_shutdown(Exit.ESCALATED, "forkserver restart intensity reached")
             return
         self.forkserver_restarts.append(now)
         self.start_forkserver()
-        self.record("worker-restarted", "forkserver", reason="crash", pid=self.forkserver.pid)
+        self.record(EventType.WORKER_RESTARTED, "forkserver", reason="crash", pid=self.forkserver.pid)
         for child in self.children.values():   # spawns it never answered: ask the new one
             if child.state is S.STARTING and child.pid is None:
                 self.spawn(child, RESPAWN)
@@ -373,7 +374,7 @@ class Arbiter:
     def illegal_transition(self, child: Child, bug: IllegalTransition) -> None:
         log.critical("BUG: illegal transition of %s: %s; taken anyway. Please report it with this stack:\n%s",
                      child.name, bug, "".join(traceback.format_stack()[:-1]).rstrip())
-        self.record("error", child.name, message=f"illegal transition: {bug}")
+        self.record(EventType.ERROR, child.name, message=f"illegal transition: {bug}")
 
     def spawn(self, child: Child, edge: Edge, **event) -> None:
         """`edge` → STARTING: ask the forkserver for a process."""
@@ -411,7 +412,7 @@ class Arbiter:
             return
         child.pid, child.pidfd = pid, pidfd
         child.output.pid = pid
-        self.record("worker-started", child.name, pid=pid, start=child.starts)
+        self.record(EventType.WORKER_STARTED, child.name, pid=pid, start=child.starts)
         ready_at, child.commit = self.early_ready.pop(pid, (None, None))
         if pidfd is None:
             self.died(child)
@@ -456,7 +457,7 @@ class Arbiter:
                                         "hung" if was is S.HUNG else None)
         uptime = round(now - child.spawned_at, 3) if child.spawned_at else None
         if not (child.spec.writes_events and self.shutting_down):   # nobody would write that one
-            self.record("worker-exited", child.name, pid=pid, code=code, signal=signum, state=str(was),
+            self.record(EventType.WORKER_EXITED, child.name, pid=pid, code=code, signal=signum, state=str(was),
                         uptime_s=uptime)
         how = f"signal {signal.Signals(signum).name}" if signum else f"code {code}" if code is not None else "unknown status"
         if was is S.STOPPING or self.shutting_down:
@@ -612,14 +613,14 @@ class Arbiter:
             new = configmod.load(self.paths.config)
         except configmod.ConfigError as err:
             log.error("reload refused, keeping the running configuration: %s", err)
-            self.record("reload", None, ok=False, error=str(err))
+            self.record(EventType.RELOAD, None, ok=False, error=str(err))
             return False, str(err)
         before, after = self.supervised(), self.supervised(configmod.slice_of(new, "supervisor"))
         # A worker a flag turns on or off is started or stopped, never restarted as well.
         affected = [n for n in configmod.changed_slices(self.config, new) if n in before and n in after]
         turned = {**{n: "started" for n in after if n not in before}, **{n: "stopped" for n in before if n not in after}}
         processes = process_changes(self.config.process, new.process)
-        self.record("reload", None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
+        self.record(EventType.RELOAD, None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
                     **turned, **processes)
         self.last_reload = controlmsgs.ReloadDone(
             at=time.time(), restarted=affected, started=[n for n, how in turned.items() if how == "started"],
@@ -649,7 +650,7 @@ class Arbiter:
         self.shutting_down, self.exit_code = True, code
         self.shutdown_deadline = time.monotonic() + self.timings.stop_grace_ms / 1000
         self.notifier.send("STOPPING=1")
-        self.record("supervisor-stopping", None, reason=reason, exit_code=int(code))
+        self.record(EventType.SUPERVISOR_STOPPING, None, reason=reason, exit_code=int(code))
         for child in self.children.values():
             if child.state in (S.BACKOFF, S.FAILED):
                 self._transition(child, CANCEL)

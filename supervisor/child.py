@@ -39,6 +39,7 @@ from pulse.core.config import SupervisorTimings
 from pulse.core.logs import PipeReader
 from pulse.core.states import WorkerState
 from pulse.core.wire.controlmsgs import LastExit
+from pulse.core.wire.eventmsgs import EventType
 
 S = WorkerState
 
@@ -94,16 +95,16 @@ _AT_REST = {S.STOPPED, S.BACKOFF, S.FAILED}
 
 START = _edge("start", _AT_REST, S.STARTING)                      # pulsed's start, an operator's, a reload's
 BACKOFF_OVER = _edge("backoff-over", {S.BACKOFF}, S.STARTING)     # its backoff delay has passed
-RETRY = _edge("retry-after-failed", {S.FAILED}, S.STARTING, "worker-restarted")   # its spec's retry timing has passed
-RESTART = _edge("restart", {S.STOPPING, *_AT_REST}, S.STARTING, "worker-restarted")   # an operator's or a reload's
+RETRY = _edge("retry-after-failed", {S.FAILED}, S.STARTING, EventType.WORKER_RESTARTED)   # its spec's retry timing has passed
+RESTART = _edge("restart", {S.STOPPING, *_AT_REST}, S.STARTING, EventType.WORKER_RESTARTED)   # an operator's or a reload's
 RESPAWN = _edge("respawn", {S.STARTING}, S.STARTING)              # its forkserver died unanswering: ask the next
-FORKSERVER_STUCK = _edge("forkserver-stuck", {S.STARTING}, S.STARTING, "worker-hung")   # unanswered: kill the forkserver
-READY = _edge("ready", {S.STARTING}, S.RUNNING, "worker-ready")
-HANG = _edge("hang", {S.STARTING, S.RUNNING}, S.HUNG, "worker-hung")
-CRASH_RESTART = _edge("crash-restart", _HAS_PROCESS, S.STARTING, "worker-restarted")   # the first crash of a streak
-CRASH_BACKOFF = _edge("crash-backoff", _HAS_PROCESS, S.BACKOFF, "worker-restarted")    # a later one
-CRASH_FAIL = _edge("crash-fail", _HAS_PROCESS, S.FAILED, "worker-failed")              # the crash past the intensity limit
-UNUSABLE = _edge("unusable", _HAS_PROCESS, S.FAILED, "worker-failed")                  # it exited 78
+FORKSERVER_STUCK = _edge("forkserver-stuck", {S.STARTING}, S.STARTING, EventType.WORKER_HUNG)   # unanswered: kill the forkserver
+READY = _edge("ready", {S.STARTING}, S.RUNNING, EventType.WORKER_READY)
+HANG = _edge("hang", {S.STARTING, S.RUNNING}, S.HUNG, EventType.WORKER_HUNG)
+CRASH_RESTART = _edge("crash-restart", _HAS_PROCESS, S.STARTING, EventType.WORKER_RESTARTED)   # the first crash of a streak
+CRASH_BACKOFF = _edge("crash-backoff", _HAS_PROCESS, S.BACKOFF, EventType.WORKER_RESTARTED)    # a later one
+CRASH_FAIL = _edge("crash-fail", _HAS_PROCESS, S.FAILED, EventType.WORKER_FAILED)              # the crash past the intensity limit
+UNUSABLE = _edge("unusable", _HAS_PROCESS, S.FAILED, EventType.WORKER_FAILED)                  # it exited 78
 STOP = _edge("stop", _HAS_PROCESS, S.STOPPING)                    # SIGTERM sent
 STOP_DONE = _edge("stop-done", {S.STOPPING}, S.STOPPED)           # it exited as asked
 EXIT_IN_SHUTDOWN = _edge("exit-in-shutdown", _HAS_PROCESS, S.STOPPED)   # pulsed is stopping: no restart

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from pulse.core.childspecs import CHILD_SPECS, ENGINE
+from pulse.core.config import without_secrets
 from pulse.core.wire import controlmsgs
+from pulse.core.wire.eventmsgs import EventType
 
 from .child import how_to_enable
 
@@ -29,9 +33,6 @@ def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
         return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
     if isinstance(request, controlmsgs.GetConfig):
-        import msgspec
-
-        from pulse.core.config import without_secrets
         return controlmsgs.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, controlmsgs.Reload):
         ok, message = arbiter.reload()
@@ -51,6 +52,6 @@ def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
     if type(request) not in actions:
         return controlmsgs.Reply(ok=False, error=f"unknown request {type(request).__name__}")
     action, doing, act = actions[type(request)]
-    arbiter.record("operator", child.name, action=action, state=str(child.state))
+    arbiter.record(EventType.OPERATOR, child.name, action=action, state=str(child.state))
     act(child)
     return controlmsgs.Reply(ok=True, message=f"{doing} {child.name}")

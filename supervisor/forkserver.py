@@ -16,6 +16,7 @@ workers die with it, so nothing outlives pulsed.
 
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import signal
@@ -26,6 +27,9 @@ import traceback
 
 from pulse.core.childspecs import CHILD_SPECS
 from pulse.core.wire import codec, spawnmsgs
+
+# Imports inside functions: the forkserver's own imports (every worker's module) run in the forkserver,
+# never in pulsed, which imports this module to start it.
 
 # Each worker's module and class, from its child spec's entry: every module imported before any fork.
 PRELOAD = {name: tuple(spec.entry.split(":", 1)) for name, spec in CHILD_SPECS.items()}
@@ -152,7 +156,6 @@ def _worker_body(spec: spawnmsgs.Spawn, output_fd: int, server: socket.socket, w
 def preload() -> None:
     """What every fork inherits: the workers' modules (and what they compute as they are imported,
     such as the tick's projection versions), and what the workers import late."""
-    import importlib
     for module, _ in PRELOAD.values():
         importlib.import_module(module)
     for module in LATE_IMPORTS:

@@ -29,6 +29,9 @@ from pulse.core.home import (
 from pulse.core.sdnotify import Notifier
 from pulse.core.states import Exit
 
+# Imports inside functions: pulsed stays small (tests/test_docs.py, test_pulsed_imports_only_the_core_at_module_level):
+# the store, ~25 ms, only in the child that makes the home; the rest only on the paths that use them.
+
 
 def fail(code: Exit, message: str) -> NoReturn:
     print(f"pulsed: {message}", file=sys.stderr, flush=True)

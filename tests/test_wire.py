@@ -120,7 +120,9 @@ def test_every_event_type_the_source_writes_is_a_known_one():
     for path in [*root.glob("pulse/**/*.py"), *root.glob("supervisor/*.py"), *root.glob("engine/*.py")]:
         text = path.read_text()
         written |= set(re.findall(r'(?:now_event|self\.record|_record\(paths,|_append\(ctx,)\(?\s*"([a-z-]+)"', text))
-    assert written and written <= EVENT_TYPES, written - EVENT_TYPES
+    # none is written as a string any more (test_event_types_and_effect_kinds_are_named_by_their_enums);
+    # one that is must at least be a known type
+    assert written <= EVENT_TYPES, written - EVENT_TYPES
 
 
 # The event names no other word reads like (every hyphenated one): spelled out in pulse/core/wire/ alone
@@ -144,6 +146,9 @@ def retyped_event_names(source: str) -> tuple[list[str], list[list[str]]]:
     return names, groups
 
 
+NAMES_DEFINED_IN = {"pulse/core/wire/eventmsgs.py", "pulse/core/wire/effectkinds.py"}
+
+
 def test_event_names_are_spelled_out_once_in_wire():
     # the check finds what it is for
     assert retyped_event_names('if ev.type == "task-given-up": pass') == (["task-given-up"], [])
@@ -153,10 +158,108 @@ def test_event_names_are_spelled_out_once_in_wire():
     found = {}
     for path in [*root.glob("pulse/**/*.py"), *root.glob("supervisor/*.py"), *root.glob("engine/*.py")]:
         names, groups = retyped_event_names(path.read_text())
-        if path.relative_to(root).as_posix() != "pulse/core/wire/eventmsgs.py" and (names or groups):
+        if path.relative_to(root).as_posix() not in NAMES_DEFINED_IN and (names or groups):
             found[path.relative_to(root).as_posix()] = names + groups
     assert found == {}
 
+
+# Every event type and effect kind, as the strings they stand for; the enums that name them.
+NAMES = set(eventmsgs.EVENT_TYPES) | set(eventmsgs.EffectKind)
+ENUMS = {"EventType", "EffectKind", "EffectEvent", "TaskEvent", "SpendEvent", "ScheduleEvent"}
+# Where a string reads as an event type or effect kind: what is compared with it, the keyword it is
+# passed as, the call it is the first argument of.
+TYPED = {"type", "kind", "type_", "kind_", "t"}
+TYPED_KEYWORDS = {"type", "kind", "types", "kinds"}
+EVENT_CALLS = {"now_event", "Event", "Record", "record"}
+# (file, string): why it is a string there.
+BARE_NAME_ALLOWED = {
+    ("pulse/agents/adapters/codex.py", "error"): "codex's own JSON event type, not one of Pulse's",
+    ("pulse/cli/group.py", "gate-reset"): "the pulsectl command's name",
+    ("pulse/cli/mcp.py", "gate-reset"): "the pulsectl command's name",
+    ("pulse/core/config/safety.py", "*"): "[allow]'s default kinds: configuration, as the operator writes it; the enum "
+                                          "would import the wire's events module into every config load (~1.4 ms)",
+}
+
+
+def _typed(node: ast.AST) -> bool:
+    """`node` holds an event type or effect kind: x.type, kind, ev["type"], data.get("kind")."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in TYPED
+    if isinstance(node, ast.Name):
+        return node.id in TYPED
+    key = node.slice if isinstance(node, ast.Subscript) else \
+        node.args[0] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+        and node.args else None
+    return isinstance(key, ast.Constant) and key.value in TYPED
+
+
+def _strings(node: ast.AST) -> list[ast.Constant]:
+    """The string constants `node` is, or holds as a tuple, list or set."""
+    elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [e for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def _call_name(node: ast.Call) -> str:
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def bare_names(source: str) -> list[tuple[int, str]]:
+    """(line, string) of each event type or effect kind written as a string literal in `source` where
+    one is meant: any hyphenated one outside a docstring (no other word reads like it), and a plain
+    word (tick, notify, error...) where it is compared with a type or kind, passed as type=/kind=, as
+    an event's type (now_event, Event, Record, record, the types of a *_events read), or as a key
+    beside enum-named ones. SQL text is one longer string and is not seen."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    # the parameters of the module's own functions, by position: a call passes a type where one is named so
+    params = {node.name: [a.arg for a in node.args.args] for node in ast.walk(tree)
+              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    meant: list[ast.Constant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "-" in node.value \
+                and node.value in NAMES and id(node) not in docstrings:
+            meant.append(node)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_typed(side) for side in sides):
+                meant += [c for side in sides for c in _strings(side)]
+        elif isinstance(node, ast.Call):
+            meant += [c for kw in node.keywords if kw.arg in TYPED_KEYWORDS for c in _strings(kw.value)]
+            name = _call_name(node)
+            if name in EVENT_CALLS and node.args:
+                meant += _strings(node.args[0])
+            if isinstance(node.func, ast.Name):
+                meant += [c for arg, param in zip(node.args, params.get(name, [])) if param in TYPED for c in _strings(arg)]
+            if name.endswith("_events"):
+                meant += [c for arg in node.args if isinstance(arg, (ast.Tuple, ast.List, ast.Set)) for c in _strings(arg)]
+        elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Attribute) and isinstance(k.value, ast.Name)
+                                                and k.value.id in ENUMS for k in node.keys):
+            meant += [k for k in node.keys if isinstance(k, ast.Constant)]
+    return sorted({(c.lineno, c.value) for c in meant if c.value in NAMES})
+
+
+def test_event_types_and_effect_kinds_are_named_by_their_enums():
+    """Product code names an event type or effect kind as EventType.X, EffectKind.X or its family's
+    member (a misspelt one fails when the module loads), never as the string it stands for."""
+    # the check finds what it is for, and leaves alone what only looks like it
+    assert bare_names('if ev.type == "worker-exited": pass\nrecord("tick", None)\nx = {"k": "trim-dir"}') == \
+        [(1, "worker-exited"), (2, "tick"), (3, "trim-dir")]
+    assert bare_names('Effect(kind="notify")\nlast_events(c, 1, ["promote"])\nif t in ("error", "x"): pass') == \
+        [(1, "notify"), (2, "promote"), (3, "error")]
+    assert bare_names('def add(ctx, type_, target): pass\nadd(c, "resume", "gw")') == [(2, "resume")]
+    assert bare_names('F = {EventType.RELOAD: f, "pause": g}\ne = now_event(EventType.TICK, "tick")') == [(1, "pause")]
+    assert bare_names('"""Runs on a restart-process."""\nq = "SELECT 1 WHERE type = \'worker-exited\'"\n'
+                      'source = "tick"\nif kind == EffectKind.NOTIFY: pass') == []
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in [*root.glob("pulse/**/*.py"), *root.glob("supervisor/*.py"), *root.glob("engine/*.py")]:
+        rel = path.relative_to(root).as_posix()
+        if rel not in NAMES_DEFINED_IN and "template" not in path.parts:
+            found += [f"{rel}:{line}: {value!r}" for line, value in bare_names(path.read_text())
+                      if (rel, value) not in BARE_NAME_ALLOWED and (rel, "*") not in BARE_NAME_ALLOWED]
+    assert found == []
 
 def test_a_misspelt_kind_or_event_type_fails_at_once():
     with pytest.raises(AttributeError):

@@ -7,8 +7,10 @@ is settled by settle_interrupted, which puts the task back to pending before the
 
 from __future__ import annotations
 
+import grp
 import logging
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -20,11 +22,25 @@ from typing import Annotated
 
 import msgspec
 
-from pulse.agents import adapters, otel, routing, runcgroup, runfacts, runguards, runlimits, runstall, spend, tasks, taskview
+from pulse.agents import (
+    adapters,
+    loopnotice,
+    otel,
+    routing,
+    runcgroup,
+    runfacts,
+    runguards,
+    runlimits,
+    runstall,
+    spend,
+    tasks,
+    taskview,
+)
 from pulse.core.argvtemplate import substitute
 from pulse.core.config import Agent, ExecutorConfig
+from pulse.core.home import Paths
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import TaskEvent
+from pulse.core.wire.eventmsgs import EffectKind, TaskEvent
 from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
 from pulse.effects.registry import Kind, Seconds
 from pulse.store import eventsdb, projection
@@ -43,7 +59,7 @@ class AgentSlots:
         self.running: dict[str, str] = {}          # effect id → agent
 
     def admit(self, effect: Effect, config: ExecutorConfig) -> bool:
-        if effect.kind != "agent-run":
+        if effect.kind != EffectKind.AGENT_RUN:
             return True
         wanted = effect.params.get("agent")
         if not config.agent:
@@ -329,7 +345,6 @@ def loop_notice(home: Path, run: str, task: str, agent: str):
     """The callback that says a run's loop (on_loop = "notice"): a `loop-noticed` fact on its task and
     a notification, written from the watch's thread on a connection of its own. A store that refuses
     the write loses the fact, never the run: the notice is still kept in the run's end."""
-    from pulse.agents import loopnotice
 
     def notice(seen: dict) -> None:
         data = {"run": run, "task": task, "agent": agent, **seen}
@@ -407,7 +422,6 @@ def remove_scratch(run: str, owners: set[int]) -> None:
 
 def telemetry_receiver(home: Path, run: str, task: str, agent: str) -> otel.Receiver | None:
     """Pulse's telemetry receiver, when it runs ([telemetry] enabled), for this run."""
-    from pulse.core.home import Paths
     paths = Paths.for_client(Path(home))
     return otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)
 
@@ -416,8 +430,6 @@ def run_account(agent: Agent) -> tuple[int, int] | None:
     """(uid, gid) the agent CLI runs as ([[agent]] user, group); None: pulsed's own."""
     if agent.user is None and agent.group is None:
         return None
-    import grp
-    import pwd
     try:
         pw = pwd.getpwnam(agent.user) if agent.user else pwd.getpwuid(os.getuid())
     except KeyError:
@@ -433,7 +445,6 @@ def account_env(user: str | None) -> dict[str, str]:
     """HOME, USER and LOGNAME of the run's account, not pulsed's."""
     if user is None:
         return {}
-    import pwd
     pw = pwd.getpwnam(user)
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
 
@@ -469,7 +480,7 @@ def settle_interrupted(effect: Effect, conn, config: ExecutorConfig) -> None:
     if this run still holds it; a task this host took
     from the fleet is given up instead, so the fleet offers it again (after a host's death
     another host may have run it already: it must not run here again). Safe to repeat."""
-    if effect.kind != "agent-run":
+    if effect.kind != EffectKind.AGENT_RUN:
         return
     left = runcgroup.find(effect.id)        # what the run left outside its group, before it is put back
     if left is not None:
@@ -512,13 +523,13 @@ class TaskAddParams(msgspec.Struct):
 
 
 AGENT_RUN = Kind(
-    "agent-run", "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
+    EffectKind.AGENT_RUN, "Runs a configured [[agent]] on a task, at most `concurrency` runs of an agent at "
     "once; the task is acked or failed with the agent's result. A run that would cross a spend limit "
     "(`[[agent]] budget`, `[budget]`) is not started: it stays pending, its task waiting, reason budget.",
     AgentRunParams, run_agent, False, "the task id", admit=SLOTS.admit,
     release=SLOTS.release, reserve=reserve_spend, settle_orphan=settle_interrupted, starts_process=True,
     resource="task:{target}", subject=run_subject)
 TASK_ADD = Kind(
-    "task-add", "Adds a pending task for the agents (a rule handing over what it could not fix); "
+    EffectKind.TASK_ADD, "Adds a pending task for the agents (a rule handing over what it could not fix); "
     "the assignment rule hands it out like any other.",
     TaskAddParams, run_task_add, False, "what the task is about")

@@ -9,7 +9,9 @@ operator reads one kind of fact and gets one kind of notification ([[notify]], r
 from __future__ import annotations
 
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import LOOP_NOTICED, now_event
+from pulse.core.wire.eventmsgs import LOOP_NOTICED, EffectKind, now_event
+from pulse.store import effectqueue, eventsdb
+from pulse.store.connection import Transaction
 
 RULE = "loop"
 NOTIFY_DEADLINE_S = 86400.0     # a notification may wait a day for a channel (as survival's)
@@ -18,7 +20,7 @@ NOTIFY_DEADLINE_S = 86400.0     # a notification may wait a day for a channel (a
 def records(target: str, data: dict, source: str, title: str):
     """(the fact, its notification) for a loop noticed on `target` (a task, or session:<id>)."""
     fact = now_event(LOOP_NOTICED, source, target, data)
-    note = Effect(kind="notify", target=target, idempotent=True, params={
+    note = Effect(kind=EffectKind.NOTIFY, target=target, idempotent=True, params={
         "rule": RULE, "level": "warning", "title": title, "message": f"{title}: {data.get('detail', '')}",
         **{k: v for k, v in data.items() if k in ("run", "task", "agent", "session", "api_requests", "tool_calls",
                                                    "per_min")}})
@@ -27,8 +29,6 @@ def records(target: str, data: dict, source: str, title: str):
 
 def write(conn, target: str, data: dict, source: str, title: str) -> None:
     """The fact and its notification, committed together (the caller's connection, a transaction of its own)."""
-    from pulse.store import effectqueue, eventsdb
-    from pulse.store.connection import Transaction
     fact, note = records(target, data, source, title)
     with Transaction(conn):
         eventsdb.insert_event(conn, fact)

@@ -23,6 +23,9 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+# Imports inside functions: hashlib and hmac (~3-4 ms, OpenSSL) only for a run's trace ids: every
+# adapter imports this module.
+
 # Set by the operator, any of these says: this agent's telemetry is mine.
 OPERATOR_KEYS = ("OTEL_SDK_DISABLED", "CLAUDE_CODE_ENABLE_TELEMETRY", "OTEL_EXPORTER_OTLP_ENDPOINT",
                  "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",

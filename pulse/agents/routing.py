@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
 
+from pulse.agents.tasks import parse_task_id
 from pulse.core.config import Agent
 from pulse.core.states import TaskStatus
 from pulse.core.wire.enginerpc import AgentLoad, Effect, PendingTasks, TaskState
+from pulse.core.wire.eventmsgs import EffectKind
 
 HELD = (TaskStatus.ASSIGNED, TaskStatus.EXECUTING)   # a run of its agent holds the task
 
@@ -65,7 +67,6 @@ def route(agents: Sequence[Agent], pending: PendingTasks | None) -> PendingTasks
 
 def _task_of(effect: Effect) -> str:
     """The task an agent-run names, as a task id ("7" and "task-7" are one task); else the effect's id."""
-    from pulse.agents.tasks import parse_task_id
     try:
         return parse_task_id(str(effect.params.get("task_id") or effect.target or ""))
     except ValueError:
@@ -83,7 +84,7 @@ def loads(agents: Sequence[Agent], states: Iterable[TaskState], open_effects: It
         if task.status in HELD and task.agent in busy:
             busy[task.agent].add(task.id)
     for effect in open_effects:
-        if effect.kind != "agent-run":
+        if effect.kind != EffectKind.AGENT_RUN:
             continue
         agent = effect.params.get("agent")
         if agent in busy:
@@ -112,7 +113,7 @@ def budget_waits(pending: PendingTasks | None, agents: Mapping[str, AgentLoad],
     says why (pulsectl task show), as a held claim's would."""
     if pending is None:
         return {}
-    queued = {_task_of(e) for e in open_effects if e.kind == "agent-run"}
+    queued = {_task_of(e) for e in open_effects if e.kind == EffectKind.AGENT_RUN}
     out = {}
     for task in pending.tasks:
         names = pending.eligible.get(task.id, [])
@@ -129,7 +130,7 @@ def over_budget_runs(effects: Sequence[Effect], agents: Mapping[str, AgentLoad])
     kept, dropped = [], []
     for e in effects:
         name = e.params.get("agent")
-        load = agents.get(name) if e.kind == "agent-run" and isinstance(name, str) else None
+        load = agents.get(name) if e.kind == EffectKind.AGENT_RUN and isinstance(name, str) else None
         (dropped if load is not None and load.budget is not None else kept).append(e)
     return kept, dropped
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from pulse.core.wire.eventmsgs import Event, TaskEvent
+from pulse.core.wire.eventmsgs import Event, EventType, TaskEvent
+
+# Imports inside functions: opentelemetry's protobuf modules (~15-30 ms each, python -X importtime) only
+# when the OTLP export builds spans.
 
 SEMCONV = "1.37.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV}"
@@ -82,13 +85,13 @@ def run_end(ev: Event) -> RunEnd | None:
 
 def tool_calls(gate_events: list[Event], agent: str, start: float, end: float) -> list[ToolCall]:
     """The calls of `agent`'s gate sessions opened within [start, end], from their gate-call facts."""
-    sessions = {e.target for e in gate_events if e.type == "gate-call" and e.data.get("phase") == "open"
+    sessions = {e.target for e in gate_events if e.type == EventType.GATE_CALL and e.data.get("phase") == "open"
                 and e.data.get("agent") == agent and start - 1 <= e.ts <= end + 1}
     begun: dict[str, ToolCall] = {}
     calls: list[ToolCall] = []
     for e in gate_events:
         d = e.data
-        if e.type != "gate-call" or e.target not in sessions or not start - 1 <= e.ts <= end + 1:
+        if e.type != EventType.GATE_CALL or e.target not in sessions or not start - 1 <= e.ts <= end + 1:
             continue
         phase, tool, kind = d.get("phase"), str(d.get("tool") or "?"), str(d.get("kind") or "")
         ticket = str(d.get("call") or f"{e.target}@{e.id}")
@@ -115,7 +118,7 @@ def read_run(conn, ev: Event) -> RunEnd | None:
     created = next((e for e in eventsdb.task_history(conn, run.task) if e.type == TaskEvent.CREATED), None)
     if created is not None and isinstance(created.data, dict):
         run.project = created.data.get("project")
-    fact = next(iter(eventsdb.search_events(conn, types=("telemetry",), target=run.run, limit=1)), None)
+    fact = next(iter(eventsdb.search_events(conn, types=(EventType.TELEMETRY,), target=run.run, limit=1)), None)
     if fact is not None and isinstance(fact.data, dict):
         run.service = fact.data.get("service")
         run.session = run.session or fact.data.get("session")

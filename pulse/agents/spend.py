@@ -41,7 +41,10 @@ from pulse.agents import tasks
 from pulse.core import clock
 from pulse.core.config import SpendLimits
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import Event, SpendEvent, now_event
+from pulse.core.wire.eventmsgs import EffectKind, Event, SpendEvent, now_event
+
+# Imports inside functions: pulse.store (~5-15 ms) is imported by the functions that read or write
+# events.db: the tick's budget rule and the engine's tests import this module for its folds and types.
 
 HOST = "*"                    # the scope of the host-wide [budget]
 MEDIAN_OF = 10                # a run's expected cost: the median of this many recent costs
@@ -306,6 +309,15 @@ def ledger_projection():
                                  state_type=Ledger, code=(Ledger, Run, KEEP_S))
 
 
+def listing_projections() -> list:
+    """The projections only pulsectl's listings keep (every task; the schedule book), or that a worker
+    keeps only while it has work for them (the spend ledger: `pulsectl budget`, the executor's claims of
+    agent runs): retention folds their checkpoints forward before it moves events
+    (pulse.store.retention.refresh). Here, above pulse.agents.tasks, since the ledger is one of them."""
+    from pulse.store import schedulerun
+    return [tasks.book_projection(tasks.ALL_TASKS), schedulerun.schedules_projection(), ledger_projection()]
+
+
 # The ledger each process keeps, per database file: a claim folds only the spend events committed since
 # (read inside its write transaction, so nothing is missed). Forgotten when a transaction that used it
 # fails (forget), so it never holds what was rolled back: the next load starts from the checkpoint.
@@ -355,7 +367,7 @@ def _alert_writes(ledger: Ledger, alerts: list[tuple[Measure, int]], now: float,
         events.append(now_event(SpendEvent.ALERT, source, m.scope, data))
         title = (f"Spend limit reached: {m.words()}" if level >= 100 else
                  f"Spend at {level} % of a limit: {m.words()}")
-        effects.append(Effect(kind="notify", target=m.scope, idempotent=True, params={
+        effects.append(Effect(kind=EffectKind.NOTIFY, target=m.scope, idempotent=True, params={
             # a limit reached is the limit working as asked, not a fault: warning, like its 80 % notice
             "rule": RULE, "level": "warning", "title": title,
             "message": f"{title}; {why}", "scope": m.scope, "limit": m.limit, "percent": level,

@@ -22,6 +22,7 @@ from typing import Any
 
 from pulse.core.config import Agent, Config
 from pulse.core.wire.enginerpc import TaskState
+from pulse.core.wire.eventmsgs import EffectKind, EventType
 
 TASK_ID = re.compile(r"task-\d+")
 HOUR_S = 3600.0
@@ -51,7 +52,7 @@ def made_within(tasks: Iterable[TaskState], agent: str, now: float, window_s: fl
 def check_create(config: Config, agent: str, parent: TaskState | None, project: str,
                  tasks: Iterable[TaskState], now: float) -> int:
     """The new task's depth, or Refusal naming the rule that refuses it."""
-    if "task-add" not in config.allow.kinds:
+    if EffectKind.TASK_ADD not in config.allow.kinds:
         raise Refusal("ACTION_NOT_ALLOWED", 'create_task needs "task-add" in [allow] kinds, which lacks it')
     projects = allowed_projects(agent_config(config, agent))
     if projects is not None and project not in projects:
@@ -90,7 +91,7 @@ def visible_event(event: Any, own: set[str], agent: str, others: set[str], own_s
         return False
     if target in others:
         return False
-    if event.type == "gate-call" and target not in own_sessions:
+    if event.type == EventType.GATE_CALL and target not in own_sessions:
         return False
     params = data.get("params") if isinstance(data.get("params"), dict) else {}
     for value in (data.get("task"), data.get("task_id"), params.get("task"), params.get("task_id")):
@@ -101,5 +102,5 @@ def visible_event(event: Any, own: set[str], agent: str, others: set[str], own_s
 
 def own_sessions(events: Iterable[Any], agent: str) -> set[str]:
     """The gate sessions of `agent` whose opening is among `events`."""
-    return {e.target for e in events if e.type == "gate-call" and isinstance(e.data, dict)
+    return {e.target for e in events if e.type == EventType.GATE_CALL and isinstance(e.data, dict)
             and e.data.get("phase") == "open" and e.data.get("agent") == agent}

@@ -24,8 +24,13 @@ import msgspec
 
 from pulse.core import clock
 from pulse.core.states import TaskStatus
+from pulse.core.wire import eventmsgs
 from pulse.core.wire.enginerpc import AgentCapabilityStats, PendingTasks, TaskState
 from pulse.core.wire.eventmsgs import TASK_EVENTS, TaskEvent
+
+# Imports inside functions: the engine's rules and tests import this module for its types
+# (engine/template/tests/test_assign.py) and open no store: pulse.store (~5-17 ms, python -X importtime)
+# is imported by the functions that read or write events.db.
 
 MAX_FAILURES = 3            # consecutive failed runs of one task before it is given up
 # Failures that cannot fix themselves (pulse.agents.adapters reads them from the CLI's own words):
@@ -432,7 +437,6 @@ def create(conn, project: str, title: str, prompt: str, priority: int = 0, sourc
     """Append a task-created event under the next task id; returns the new task. `pin`: only that
     agent may take it; `tags`: only an agent with all of them (pulse.agents.routing). `created_by`,
     `parent`, `depth`: the agent whose run (of task `parent`) made it, and how deep it is."""
-    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
     fields = {"project": project, "title": title, "prompt": prompt, "priority": int(priority)}
     if pin:
@@ -454,7 +458,6 @@ def record(conn, task: str, type: str, source: str, max_failures: int = MAX_FAIL
 
     `run`: only if the task is held by that run (see current_run), so the end of one run can
     never land on the next one (an orphan settled late, say); the events carry it."""
-    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
     if run is not None:
         data = {**data, "run": run}
@@ -486,7 +489,6 @@ def start_run(conn, task: str, agent: str, run: str, source: str, **data) -> Tas
     """A run of `agent` takes the task: task-assigned (from pending) and task-executing, both
     checked and appended in one transaction, each carrying `run`. A task already assigned to
     `agent` by someone else only gets task-executing. Raises IllegalTransition otherwise."""
-    from pulse.core.wire import eventmsgs
     from pulse.store import eventsdb
 
     def decide_events(history: list) -> list:
@@ -514,16 +516,6 @@ def load(conn, task: str) -> TaskState | None:
 
 
 ALL_TASKS = "tasks"     # the projection of every task, kept by the readers that list them all
-
-
-def listing_projections() -> list:
-    """The projections only pulsectl's listings keep (every task; the schedule book), or that a worker
-    keeps only while it has work for them (the spend ledger: `pulsectl budget`, the executor's claims of
-    agent runs): retention folds their checkpoints forward before it moves events
-    (pulse.store.retention.refresh)."""
-    from pulse.agents import spend
-    from pulse.store import schedulerun
-    return [book_projection(ALL_TASKS), schedulerun.schedules_projection(), spend.ledger_projection()]
 
 
 def load_all(conn, checkpoints) -> dict[str, TaskState]:

@@ -10,12 +10,18 @@ gate opened for this task). Times are ISO 8601 (UTC, pulse.core.clock.iso), neve
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from pulse.agents import tasks
 from pulse.core import clock
-from pulse.core.wire.eventmsgs import LOOP_NOTICED, TaskEvent
+from pulse.core.states import TaskStatus
+from pulse.core.wire import eventmsgs
+from pulse.core.wire.eventmsgs import LOOP_NOTICED, EventType, SpendEvent, TaskEvent
+
+# Imports inside functions: pulse.store and the spend ledger (~10-15 ms) only for the reads that need
+# them; the page and `pulsectl task show` import this module for one task's view.
 
 OUTPUT_CHARS = 200_000       # the most of an agent's output a page or `task show` carries; `task output` has all
 GATE_CALLS_LIMIT = 500       # the gate calls a task view lists (newest kept)
@@ -91,7 +97,7 @@ def earlier_writes(conn, task: str, limit: int = 20) -> list[str]:
     lines: list[tuple[int, str]] = []
     for e in eventsdb.gate_events_of_task(conn, task, GATE_CALLS_LIMIT):
         d = e.data
-        if e.type != "gate-call":
+        if e.type != EventType.GATE_CALL:
             continue
         if d.get("phase") == "begin" and d.get("kind") == "write":
             writes[d["call"]] = {"at": e.id, "ts": e.ts, "what": f"{d.get('tool')} on {', '.join(d.get('touches') or [])}"}
@@ -120,8 +126,6 @@ def waiting(conn, agents: list | None, state) -> dict[str, Any] | None:
     event (a `spend-held` event, pulse.agents.spend: reason `budget`). The one answer of `pulsectl task
     show`, the board and the task's page."""
     from pulse.agents import routing
-    from pulse.core.states import TaskStatus
-    from pulse.core.wire.eventmsgs import SpendEvent
     from pulse.store import eventsdb
     if state.status != TaskStatus.PENDING:
         return None
@@ -158,7 +162,6 @@ def task_view(conn, task: str, agents: list | None = None) -> dict[str, Any] | N
 def given_up(history: list, state) -> dict[str, Any] | None:
     """Why a given-up task is no more retried (its latest task-given-up: after failures in a row,
     ended the same way again and again, a failure no retry can fix, or the operator's word)."""
-    from pulse.core.states import TaskStatus
     if state.status != TaskStatus.GIVEN_UP:
         return None
     ev = next((e for e in reversed(history) if e.type == TaskEvent.GIVEN_UP), None)
@@ -207,7 +210,6 @@ def fleet_task_view(events: list) -> dict[str, Any] | None:
     was dead-lettered. None when this host never offered it. Withdrawn by its operator: `withdrawn`
     until a run that was already going reports its end. The projection behind `pulsectl task show
     <fleet id>` and `pulsectl fleet tasks`."""
-    from pulse.core.wire import eventmsgs
     offer = next((e for e in events if e.type == eventmsgs.FLEET_TASK_OFFERED), None)
     if offer is None:
         return None
@@ -229,7 +231,6 @@ def new_fleet_view(offer) -> dict[str, Any]:
 def apply_fleet_event(view: dict[str, Any], ev) -> None:
     """Fold one of a fleet task's events (after its offer) into its view. Withdrawn, a run that was
     going then changes it only by its end (acked, closed)."""
-    from pulse.core.wire import eventmsgs
     r = ev.data
     if ev.type not in (eventmsgs.FLEET_TASK_UPDATE, eventmsgs.FLEET_TASK_DEAD, eventmsgs.FLEET_TASK_WITHDRAWN):
         return
@@ -274,7 +275,6 @@ def _fold_taking(view: dict, report: dict) -> None:
 def fold_fleet_views(views: dict[str, dict[str, Any]], events) -> None:
     """Every fleet task this host offered (fleet id → its fleet_task_view, in the order offered): an
     offer makes its view, its later events fold into it."""
-    from pulse.core.wire import eventmsgs
     for ev in events:
         if ev.type == eventmsgs.FLEET_TASK_OFFERED:
             views.setdefault(ev.target, new_fleet_view(ev))
@@ -283,7 +283,6 @@ def fold_fleet_views(views: dict[str, dict[str, Any]], events) -> None:
 
 
 def fleet_views_projection():
-    from pulse.core.wire import eventmsgs
     from pulse.store import projection
     return projection.Projection(
         name="fleet.tasks", new=dict, fold=fold_fleet_views, state_type=dict[str, dict[str, Any]],
@@ -330,7 +329,6 @@ def result_words(result: Any) -> str | None:
     """An agent's result in a cell: its own words where the result carries them (an adapter's
     `result`, with its cost), else compact JSON; None: no result. The cell is text, never an
     escaped JSON string with literal \\n in it."""
-    import json
     if result is None:
         return None
     said = result.get("result", result.get("tail")) if isinstance(result, dict) else None

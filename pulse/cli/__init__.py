@@ -15,76 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
-DEFAULT_TIMEOUT_S = 3.0
+from pulse.cli.launch import global_options, import_msgspec
 
-
-def request_or_exit(paths, message, timeout: float):
-    """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses."""
-    from pulse.core import client
-    from pulse.core.states import StatusExit
-    try:
-        reply = client.request(paths, message, timeout)
-    except client.Unreachable as err:
-        print(f"pulsectl: {err}{elsewhere(paths.home)}", file=sys.stderr)
-        sys.exit(StatusExit.UNKNOWN)
-    if not reply.ok:
-        print(f"pulsectl: {reply.error}", file=sys.stderr)
-        sys.exit(1)
-    return reply
-
-
-def registries() -> list:
-    """This user's registry (where a pulsed of the default home registers) and the system one.
-    (Here, not in pulse.cli.roster: the plain status path says `elsewhere` without click.)"""
-    from pulse.core import instances
-    from pulse.core.home import derived_runtime_dir, resolve_home
-    mine = instances.registry_dir(derived_runtime_dir(resolve_home(None)))
-    return [mine] + ([instances.SYSTEM_REGISTRY] if instances.SYSTEM_REGISTRY != mine else [])
-
-
-def elsewhere(home) -> str:
-    """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
-    from pathlib import Path
-
-    from pulse.core import instances
-    try:
-        others = [e for e in instances.live_entries(registries()) if Path(e["home"]) != Path(home)]
-    except OSError:
-        return ""
-    if not others:
-        return ""
-    names = ", ".join(f"{e['name']} (home {e['home']})" for e in others)
-    return f"; running on this host: {names}: select one with pulsectl -i NAME"
-
-
-def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
-    """(--home, --timeout, the rest) from pulsectl's own options before the command; None when unsure,
-    which sends argv to click (which says what is wrong with them)."""
-    home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
-    seen = set()
-    while args and args[0].startswith("-") and args[0] != "--version":
-        option, eq, value = args.pop(0).partition("=")
-        if option not in ("--home", "--timeout") or option in seen:
-            return None
-        seen.add(option)
-        if not eq:
-            if not args:
-                return None
-            value = args.pop(0)
-        if value.startswith("-"):
-            return None
-        if option == "--home":
-            if not value or os.path.isfile(value):
-                return None          # click says what is wrong with it
-            home = value
-        else:
-            try:
-                timeout = float(value)
-            except ValueError:
-                return None
-    if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
-        return None                  # click refuses a PULSE_HOME that names a file
-    return home, timeout, args
+# Imports inside functions: main() imports only the path it takes: a plain `pulsectl mcp` loads neither
+# click nor the status view, a plain status no click (tests/test_cli_imports.py holds both).
 
 
 def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
@@ -108,19 +42,6 @@ def plain_mcp(argv: list[str]) -> tuple[str | None, str | None] | None:
     if len(args) == 1 and args[0].startswith("--agent=") and len(args[0]) > len("--agent="):
         return parsed[0], args[0].removeprefix("--agent=")
     return None
-
-
-def import_msgspec() -> None:
-    """msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it costs
-    ~11 ms, inspect included; no type of ours needs it, so msgspec is imported without it. Only
-    msgspec: a command that needs typing_extensions itself (mcp) imports it as usual."""
-    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
-        return
-    sys.modules["typing_extensions"] = None
-    try:
-        import msgspec  # noqa: F401
-    finally:
-        del sys.modules["typing_extensions"]
 
 
 def main() -> None:

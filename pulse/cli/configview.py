@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from pulse.cli.context import Context, echo
 
+# Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
+# its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
+# pulse.effects ~120-170 ms, pulse.report ~110 ms, pulse.engine.repo ~26 ms (python -X importtime, this
+# 2-core host).
+
 
 def effective(ctx: Context) -> None:
     """The configuration in force: the running pulsed's (and where it differs from config.toml),

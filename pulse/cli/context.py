@@ -3,9 +3,10 @@ pulse.cli.fastpath serves without click run the very same code as through click.
 
 from __future__ import annotations
 
+import re
 import sys
 
-from pulse.cli import request_or_exit
+from pulse.cli.launch import request_or_exit
 from pulse.core.home import Paths, resolve_home
 
 
@@ -15,7 +16,6 @@ def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
     task's title is the operator's text)."""
     stream = sys.stderr if err else sys.stdout
     if "\x1b" in message and not stream.isatty():
-        import re  # only for text that carries an escape: click strips the same sequences
         message = re.sub(r"\033\[[;?0-9]*[a-zA-Z]", "", message)
     stream.write(message + "\n" if nl else message)
     stream.flush()

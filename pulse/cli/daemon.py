@@ -16,6 +16,11 @@ import click
 
 from pulse.cli.group import Context, pass_ctx
 
+# Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
+# its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
+# pulse.effects ~120-170 ms, pulse.report ~110 ms, pulse.engine.repo ~26 ms (python -X importtime, this
+# 2-core host).
+
 
 @click.group()
 def daemon() -> None:

@@ -18,7 +18,7 @@ import sys
 from typing import Callable, NamedTuple
 
 from pulse import __version__
-from pulse.cli import global_options, import_msgspec
+from pulse.cli.launch import global_options, import_msgspec
 
 FLAG, VALUE, INT, MULTI = "flag", "value", "int", "multi"
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from pulse import __version__
-from pulse.cli import DEFAULT_TIMEOUT_S
 from pulse.cli.context import Context, unusable_store
+from pulse.cli.launch import DEFAULT_TIMEOUT_S, home_of, import_msgspec
 
 pass_ctx = click.make_pass_decorator(Context)
 
@@ -72,7 +73,7 @@ class LazyGroup(click.Group):
     def resolve_command(self, ctx: click.Context, args: list[str]):
         name = args[0] if args else ""
         if name and not name.startswith("-") and name not in COMMAND_MODULES:
-            import difflib
+            import difflib  # only a misspelt command
             close = difflib.get_close_matches(name, COMMAND_MODULES, n=1)
             ctx.fail(f"no command {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
                      " (pulsectl --help lists them)")
@@ -92,9 +93,7 @@ class LazyGroup(click.Group):
         module = COMMAND_MODULES.get(name)
         if module is None:
             return None
-        import importlib
 
-        from pulse.cli import import_msgspec
         import_msgspec()   # before any command's module: nearly all need msgspec (--help needs none)
         commands = importlib.import_module(f"pulse.cli.{module}").COMMANDS
         return next(c for c in commands if c.name == name)
@@ -116,6 +115,5 @@ def cli(ctx: click.Context, home: str | None, instance: str | None, timeout: flo
     if instance is not None:
         if ctx.get_parameter_source("home") == click.core.ParameterSource.COMMANDLINE:
             raise click.UsageError("--home and --instance are exclusive")
-        from pulse.cli.roster import home_of
         home = home_of(instance)
     ctx.obj = Context(home, timeout)

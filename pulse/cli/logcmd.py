@@ -8,6 +8,7 @@ import time
 import click
 
 from pulse.cli.group import Context, pass_ctx
+from pulse.core import logs as logsmod
 from pulse.core.childspecs import LOG_SOURCES
 
 
@@ -18,7 +19,6 @@ from pulse.core.childspecs import LOG_SOURCES
 @pass_ctx
 def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
     """Print Pulse's log."""
-    from pulse.core import logs as logsmod
     path = ctx.paths.log_file
     for line in logsmod.tail(path, worker, lines):
         click.echo(line)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 
 from pulse.cli.group import Context
+from pulse.core import client
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import controlmsgs, eventmsgs
+from pulse.core.wire.eventmsgs import EffectEvent, EffectKind
+from pulse.store import effectqueue, eventsdb
 
 POLL_S = 0.05
 
@@ -43,15 +46,13 @@ def exit_words(worker: controlmsgs.WorkerStatus) -> str:
 
 def effect_since(conn, kind: str, name: str, at: float) -> eventmsgs.Event | None:
     """The first effect of `kind` on `name` committed since `at` (the reload)."""
-    from pulse.store import eventsdb
-    found = [e for e in eventsdb.search_events(conn, types=["effect"], target=name, since_ts=at - 1, limit=50)
+    found = [e for e in eventsdb.search_events(conn, types=[EffectEvent.COMMITTED], target=name, since_ts=at - 1, limit=50)
              if e.data.get("kind") == kind and e.ts >= at - 1]
     return found[-1] if found else None
 
 
 def ended(conn, effect: eventmsgs.Event | None) -> tuple[str, dict, str | None] | None:
     """(state, the ending event's data, why) once the effect has ended; None while it is open."""
-    from pulse.store import effectqueue, eventsdb
     if effect is None:
         return None
     effect_id = effect.data.get("id")
@@ -80,7 +81,7 @@ def added_line(conn, process: controlmsgs.ProcessStatus | None, name: str, at: f
         return f"[[process]] {name}: added, running (pid {process.pid})", False
     if not has_restart:                 # nothing for the reload to start: said at once, not waited on
         return f"[[process]] {name}: added, watched (it has no restart argv: Pulse does not start it)", False
-    result = ended(conn, effect_since(conn, "restart-process", name, at))
+    result = ended(conn, effect_since(conn, EffectKind.RESTART_PROCESS, name, at))
     if result is not None and result[0] != EffectState.ACKED:
         return f"[[process]] {name}: added; failed to start: {result[2]}", True
     if not final:
@@ -90,8 +91,6 @@ def added_line(conn, process: controlmsgs.ProcessStatus | None, name: str, at: f
 
 def outcome(ctx: Context, done: controlmsgs.ReloadDone, before: dict[str, int | None], wait_s: float) -> tuple[list[str], bool]:
     """The lines to print, in the order of the reload, and whether anything failed."""
-    from pulse.core import client
-    from pulse.store import eventsdb
     workers = {**{n: "restarted" for n in done.restarted}, **{n: "started" for n in done.started},
                **{n: "stopped" for n in done.stopped}}
     restartable = {p.name for p in ctx.config().process if p.restart}

@@ -1,6 +1,6 @@
 """`pulsectl instances`: the running Pulses of this user on this host (and the system's, if
-readable), from the registry each pulsed keeps its entry in (pulse.core.instances); and how
-`pulsectl -i NAME` finds the home of the instance called NAME."""
+readable), from the registry each pulsed keeps its entry in (pulse.core.instances). How
+`pulsectl -i NAME` finds the home of the instance called NAME: pulse.cli.launch.home_of."""
 
 from __future__ import annotations
 
@@ -9,28 +9,19 @@ from pathlib import Path
 
 import click
 
-from pulse.cli import registries
 from pulse.cli.group import Context, pass_ctx
-from pulse.core import instances
+from pulse.cli.launch import registries
+from pulse.cli.statusview import columns
+from pulse.core import client, instances
+from pulse.core.home import Paths
 from pulse.core.states import WorkerState
+from pulse.core.wire import controlmsgs
 
 PROBE_TIMEOUT_S = 1.0          # per instance: a listing must not hang on one frozen pulsed
 
 
-def home_of(name: str) -> str:
-    """The home of the running instance called `name`; exits 1 naming what runs otherwise."""
-    try:
-        return instances.find(registries(), name)["home"]
-    except LookupError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        raise SystemExit(1) from None
-
-
 def describe(entry: dict, timeout: float) -> dict:
     """The entry, plus whether its pulsed answers and how many of its workers run."""
-    from pulse.core import client
-    from pulse.core.home import Paths
-    from pulse.core.wire import controlmsgs
     out = {k: entry[k] for k in ("name", "home", "pid", "started")}
     try:
         reply = client.request(Paths(Path(entry["home"]), Path(entry["runtime"])), controlmsgs.GetStatus(), timeout)
@@ -46,7 +37,6 @@ def describe(entry: dict, timeout: float) -> dict:
 @pass_ctx
 def instances_cmd(ctx: Context, as_json: bool) -> None:
     """List the running Pulses of this user (and the system's, if readable)."""
-    from pulse.cli.statusview import columns
     rows = [describe(e, min(ctx.timeout, PROBE_TIMEOUT_S)) for e in instances.live_entries(registries())]
     if as_json:
         for row in rows:

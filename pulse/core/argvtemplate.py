@@ -35,7 +35,7 @@ def placeholders(template: str, allowed: Iterable[str] = PLACEHOLDERS) -> list[s
 
 def substitute(template: str, values: dict[str, str]) -> str:
     """`template` with its placeholders replaced by plain text: no format mini-language, no shell."""
-    import string
+    import string  # as in the function above
     parts = []
     for literal, name, _, _ in string.Formatter().parse(template):
         parts.append(literal)

@@ -58,7 +58,7 @@ def parse_since(text: str) -> float:
     seconds = parse_duration(text)
     if seconds is not None:
         return time.time() - seconds
-    from datetime import datetime, timezone
+    from datetime import datetime, timezone  # ~1.5 ms: only a printed time
     try:
         when = datetime.fromisoformat(text)
     except ValueError:

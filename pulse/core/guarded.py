@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import sys
 from pathlib import Path
@@ -25,9 +26,14 @@ if TYPE_CHECKING:
 
     from pulse.core.config import PidFile, Process
 
+# Imports inside functions: psutil (~14 ms, python -X importtime) only where processes are scanned:
+# pulsed imports this module (its names and titles) and never scans (docs/architecture.md: the supervisor
+# stays tiny); so do pulsectl's commands that only name a guarded process.
+
 PULSE_TITLE = "pulse:"
 PULSE_PROGRAMS = ("pulsed", "pulsectl")
 KEEPER_MODULE = "pulse.effects.keeper"      # a keeper before it has set its title carries its argv
+KEEPERS_MODULE = "pulse.effects.keepers"    # ... and so does the keepers' server
 
 
 def read_pidfile(spec: "str | PidFile") -> tuple[int | None, str]:
@@ -53,7 +59,7 @@ def is_pulses_own(cmdline: list[str]) -> bool:
     """A process of Pulse itself: a worker or keeper (titled "pulse: ..."), pulsed or pulsectl."""
     if not cmdline:
         return False
-    if cmdline[0].startswith(PULSE_TITLE) or KEEPER_MODULE in cmdline[1:3]:
+    if cmdline[0].startswith(PULSE_TITLE) or {KEEPER_MODULE, KEEPERS_MODULE} & set(cmdline[1:3]):
         return True
     return any(os.path.basename(arg) in PULSE_PROGRAMS for arg in cmdline[:2])
 
@@ -62,7 +68,6 @@ def expected_uid(process: "Process") -> int | None:
     """The uid the process must run as: its `user`'s, else Pulse's own; None for a user with no account."""
     if process.user is None:
         return os.getuid()
-    import pwd
     try:
         return pwd.getpwnam(process.user).pw_uid
     except KeyError:

@@ -22,7 +22,9 @@ that is there and that it did not make (another owner, a link, a wider mode).
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -214,7 +216,6 @@ def make_private_dir(path: Path) -> None:
     """mkdir `path` 0700; one already there only if it is a directory of ours that no other account
     can write or enter (one an earlier pulsed of this home made and left), never through a link.
     HomeError naming what is there otherwise."""
-    import stat
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -240,7 +241,6 @@ def remove_runtime_dir(runtime: Path) -> bool:
     """After a clean stop: remove the runtime directory if it is a real directory of ours (never a
     symlink: rmdir of a link fails, and lstat says so first) and empty (rmdir removes nothing else,
     and nothing that appeared in it since). True when it was removed."""
-    import stat
     try:
         st = os.lstat(runtime)
     except OSError:
@@ -266,7 +266,7 @@ def dev_pid(paths: Paths) -> int | None:
 
 def write_web_token(paths: Paths) -> str:
     """A new web token, written whole (mode 0600) and renamed into place; returns it."""
-    import secrets
+    import secrets  # ~16 ms: only a new web token
     token = secrets.token_urlsafe(32)
     tmp = paths.web_token.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -279,7 +279,6 @@ def write_web_token(paths: Paths) -> str:
 # -- which workers an operator stopped: kept across pulsed restarts until a start ---------------------
 
 def load_stopped(path: Path) -> set[str]:
-    import json
     try:
         return set(json.loads(path.read_text()).get("stopped", []))
     except FileNotFoundError:
@@ -290,7 +289,6 @@ def load_stopped(path: Path) -> set[str]:
 
 def save_stopped(path: Path, stopped: set[str]) -> None:
     """Atomic: write a temporary file, fsync, rename."""
-    import json
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         json.dump({"stopped": sorted(stopped)}, f)

@@ -19,6 +19,7 @@ file: pulsed stays small (stdlib only here).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -99,7 +100,6 @@ def trusted_dir(directory: Path) -> bool:
     """A registry worth reading or writing: a real directory (not a link) of ours or root's that no
     other account may write. In a shared /tmp another account could make `pulse-<uid>-instances`
     first, to plant entries naming homes of its own or links where pulsed writes its entry."""
-    import stat
     try:
         st = os.lstat(directory)
     except OSError:

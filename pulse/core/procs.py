@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     import subprocess
 
+# Imports inside functions: pulsed imports this module; ctypes (~2 ms) for prctl, setproctitle (~5 ms)
+# and subprocess (~3 ms) are loaded by the processes that use them.
+
 PR_SET_PDEATHSIG = 1
 
 

@@ -25,6 +25,7 @@ import errno
 import fnmatch
 import os
 import pickle
+import pwd
 import stat
 from typing import Callable, Iterator, NamedTuple, TypeVar
 
@@ -334,7 +335,6 @@ def as_writer(writer: int | None, what: str, act: Callable[[], T]) -> T:
 
 def rights_of(uid: int) -> tuple[int, list[int]]:
     """(primary group, groups) of the account `uid`; an account no longer listed gets none but its uid."""
-    import pwd
     try:
         account = pwd.getpwuid(uid)
     except KeyError:

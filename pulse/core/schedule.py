@@ -19,64 +19,24 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from datetime import datetime
+from typing import Iterable
 
 import msgspec
 
+from pulse.core.config.schedules import Schedule, parse_every
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EffectEvent, ScheduleEvent, TaskEvent
-
-if TYPE_CHECKING:
-    from pulse.core.config import Schedule
 
 RUN, ARMED = ScheduleEvent.RUN, ScheduleEvent.ARMED     # the two facts a schedule's history is
 # The events the fold reads: its own two, and the ends of the tasks and effects its runs made (ok or not).
 TASK_ENDS = {TaskEvent.ACKED: True, TaskEvent.GIVEN_UP: False, TaskEvent.CLOSED: None}   # closed: ended, no verdict
 EFFECT_ENDS = {EffectEvent.ACKED: True, EffectEvent.FAILED: False, EffectEvent.EXPIRED: False}
 FOLDED = frozenset({RUN, ARMED, *TASK_ENDS, *EFFECT_ENDS})
-CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
-MIN_EVERY_S = 1.0
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-
-# -- reading a schedule's spec ------------------------------------------------------------------------
-
-def parse_every(text: str) -> float:
-    """"15m", "90s", "1h30m", "2d" → seconds; ValueError saying what a duration looks like."""
-    compact = text.replace(" ", "")
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise ValueError(f"{text!r} is not a duration (like \"90s\", \"15m\", \"1h30m\" or \"1d\")")
-    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if seconds < MIN_EVERY_S:
-        raise ValueError(f"{text!r} is shorter than {MIN_EVERY_S:g} s")
-    return seconds
-
-
-def cron_problem(expr: str) -> str | None:
-    """What is wrong with a 5-field cron expression, naming the field; None when croniter reads it."""
-    from croniter import croniter
-    columns = expr.split()
-    if len(columns) != len(CRON_FIELDS):
-        return (f"{expr!r} has {len(columns)} fields; a cron expression has 5: "
-                f"{', '.join(CRON_FIELDS)} (for seconds, use every = \"30s\")")
-    if croniter.is_valid(expr):
-        return None
-    for i, name in enumerate(CRON_FIELDS):   # croniter says "out of range": find which field
-        alone = ["*"] * len(CRON_FIELDS)
-        alone[i] = columns[i]
-        if not croniter.is_valid(" ".join(alone)):
-            return f"{expr!r}: the {name} field {columns[i]!r} is not valid"
-    return f"{expr!r} is not a valid cron expression"
 
 
 def _cron(expr: str, t: float):
-    from datetime import datetime
-
     from croniter import croniter
     from dateutil.tz import tzlocal  # croniter's own dependency: the zone's rules, DST included
     return croniter(expr, datetime.fromtimestamp(t, tz=tzlocal()))

@@ -12,7 +12,7 @@ half at once and never holds a zombie), starts ARGV, and stays its parent:
 - ARGV's stdout and stderr are appended to LOG, between a line that says when it started and one
   that says how it ended, so a crash's own output is still there after the starts that follow;
   past LOG_MAX_BYTES the log is rotated as a [[watch.file]] is (gzipped copies LOG.1.gz, the
-  newest, … LOG.<LOG_KEEP>.gz; pulse.effects.files.rotate), and its last TAIL_LINES lines are kept;
+  newest, … LOG.<LOG_KEEP>.gz; pulse.effects.copytruncate), and its last TAIL_LINES lines are kept;
 - when ARGV exits, it commits a `process-exited` event (target NAME: pid, code, signal, tail)
   to HOME's events.db and rings the tick: restart_exit_codes and stop_exit_codes are honoured
   from that fact, whichever executor started the process;
@@ -34,11 +34,16 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+# Imports inside functions: a keeper started without the keepers' server is a fresh interpreter
+# (python -m pulse.effects.keeper) on the way to starting a process: it imports what it needs when it
+# needs it (the store, ~25-30 ms, only to record the exit; psutil and pwd only for --user).
 
 TAIL_LINES = 20
 LOG_MAX_BYTES = 8 * 1024 * 1024
 LOG_KEEP = 3                    # gzipped copies of the log kept beside it when it is rotated
-ROTATE_WITHIN_S = 30.0          # a rotation that takes longer leaves the log whole (files.rotate)
+ROTATE_WITHIN_S = 30.0          # a rotation that takes longer leaves the log whole (copytruncate.rotate)
 DRAIN_AFTER_EXIT_S = 0.2        # a daemonised grandchild may hold the pipe open: read this long, then stop
 RECORD_TRIES_S = 30.0           # events.db locked or full: keep trying this long
 
@@ -51,9 +56,6 @@ def report(message: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--serve"]:
-        from pulse.effects import keepers
-        return keepers.serve(*argv[1:])
     home, name, log_path, *rest = argv
     user = None
     if rest[:1] == ["--user"] and len(rest) > 1:
@@ -119,15 +121,14 @@ def _rotate(log, log_path: str) -> None:
     """Rotate the log (only the keeper writes it, so copy-then-truncate loses nothing); a rotation
     that fails leaves it whole, to grow, rather than losing what it holds."""
     from pulse.core import safepath
-    from pulse.effects import files
-    from pulse.effects.kinds import EffectFailed
+    from pulse.effects import copytruncate
     try:
         parent, name = safepath.open_parent(log_path)
         try:
-            files.rotate(parent, name, log.fileno(), LOG_KEEP, time.monotonic() + ROTATE_WITHIN_S)
+            copytruncate.rotate(parent, name, log.fileno(), LOG_KEEP, time.monotonic() + ROTATE_WITHIN_S)
         finally:
             os.close(parent.fd)
-    except (OSError, EffectFailed, safepath.Refused) as err:
+    except (OSError, copytruncate.TooSlow, safepath.Refused) as err:
         print(f"[pulse] the log {log_path} was not rotated: {err}", file=sys.stderr)
 
 
@@ -204,8 +205,6 @@ def _copy_output(child: subprocess.Popen, log, log_path: str) -> str:
 
 def _record(home: str, name: str, ended: dict) -> None:
     """The exit as a fact in events.db, then a wake for the tick: processWatchdog decides from it."""
-    from pathlib import Path
-
     from pulse.core import client
     from pulse.core import home as homes
     from pulse.core.wire import doorbells, eventmsgs

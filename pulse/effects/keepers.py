@@ -3,7 +3,7 @@ start of a [[process]], so a start pays for a fork, not a fresh interpreter and 
 40-100 ms on a loaded 2-core host), and each keeper shares the server's pages instead of holding
 its own interpreter (~20 MB each).
 
-    python -m pulse.effects.keeper --serve HOME SOCKET VERSION
+    python -m pulse.effects.keepers HOME SOCKET VERSION
 
 The executor asks it (ask) over a Unix socket in the runtime directory (mode 0600 in a 0700
 directory; a peer of another uid is refused): one JSON line {version, home, name, log, argv, env,
@@ -22,12 +22,16 @@ another VERSION of this code (after an upgrade), so a new one is started from th
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import signal
 import socket
 import struct
 import sys
+from pathlib import Path
+
+from pulse.effects import keeper
 
 CHECK_S = 2.0                     # how often an idle server checks that its pulsed still runs
 MAX_REQUEST = 1024 * 1024         # bytes of one request, read before anything else is done
@@ -37,8 +41,7 @@ ASK_TIMEOUT_S = 1.0
 def version() -> str:
     """This code's version, as the server and the executor that asks it both compute it: the keeper's
     and this module's sources (a server of other code says no, and ends)."""
-    import hashlib
-    from pathlib import Path
+    import hashlib  # ~8 ms (OpenSSL): the executor computes this only when it starts a server
     here = Path(__file__).parent
     digest = hashlib.sha256()
     for name in ("keeper.py", "keepers.py"):
@@ -68,7 +71,7 @@ def ask(sock_path: str, request: dict) -> socket.socket | None:
 
 
 def server_argv(home: str, sock_path: str) -> list[str]:
-    return [sys.executable, "-m", "pulse.effects.keeper", "--serve", home, sock_path, version()]
+    return [sys.executable, "-m", "pulse.effects.keepers", home, sock_path, version()]
 
 
 # -- the server ----------------------------------------------------------------------------------------
@@ -76,22 +79,17 @@ def server_argv(home: str, sock_path: str) -> list[str]:
 def serve(home: str, sock_path: str, own_version: str) -> int:
     if os.fork() > 0:
         os._exit(0)               # the executor reaps this half at once; the server lives on, reparented
-    import selectors  # noqa: F401
-    import subprocess  # noqa: F401
-    from pathlib import Path
-
+    # What every keeper needs, loaded once here (after the fork that leaves the executor) and shared
+    # by each keeper forked from it: its start and its exit's record
     import psutil  # noqa: F401
 
-    # What every keeper needs, loaded once here and shared by each fork: its start and its exit's record
     from pulse.core import client, guarded, procs  # noqa: F401
     from pulse.core.home import Paths
-    from pulse.effects import keeper
     from pulse.store import connection, eventsdb  # noqa: F401
 
     procs.set_title(server_title(home))
     procs.libc()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the keepers it forks are reaped by the kernel
-    import gc
     gc.freeze()                   # what is loaded now stays shared: no collection of a keeper writes to it
     lock = open(sock_path + ".lock", "w")
     try:
@@ -203,3 +201,7 @@ def _fork_keeper(conn: socket.socket, request: dict, keeper, inherited: tuple) -
             pass
     finally:
         os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(*sys.argv[1:]))

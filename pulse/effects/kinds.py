@@ -46,6 +46,7 @@ import re
 import selectors
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -61,9 +62,9 @@ from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
 from pulse.core.home import Paths
 from pulse.core.wire.enginerpc import Effect
-from pulse.core.wire.eventmsgs import ProcessAction
+from pulse.core.wire.eventmsgs import EventType, ProcessAction
 from pulse.effects import keeper, keepers
-from pulse.store import objects
+from pulse.store import connection, eventsdb, objects
 
 TAIL_BYTES = 2048                            # output kept in the event; the rest is in objects/
 MAX_OUTPUT = 16 * 1024 * 1024                # output beyond this is counted, not kept
@@ -518,15 +519,12 @@ def run_stop(effect: Effect, ctx: EffectContext) -> dict:
 
 def held_down(events_db: Path, name: str) -> bool:
     """An operator's last word on the process is process-stop: it stays down until they start it."""
-    import sqlite3
-
-    from pulse.store import connection, eventsdb
     try:
         conn = connection.open_readonly(events_db)
     except (connection.StoreError, sqlite3.Error, OSError):
         return False             # no history to read (a bare executor in a test): nothing holds it
     try:
-        for ev in eventsdb.search_events(conn, types=["operator"], target=name, limit=50):
+        for ev in eventsdb.search_events(conn, types=[EventType.OPERATOR], target=name, limit=50):
             if ev.data.get("action") in tuple(ProcessAction):
                 return ev.data["action"] == ProcessAction.STOP
     finally:

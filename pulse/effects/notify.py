@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pulse.core import clock
 from pulse.core.config import Notify
 from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import EventType
 from pulse.effects.kinds import EffectContext, EffectFailed, run_process, tail
 
 log = logging.getLogger("pulse.executor")
@@ -165,7 +166,7 @@ def run_notify(effect: Effect, ctx: EffectContext) -> dict:
             results[label] = f"failed: {err}"
             failed.append(label)
         else:
-            ctx.record("notify", {"channel": label, "result": results[label]})
+            ctx.record(EventType.NOTIFY, {"channel": label, "result": results[label]})
     if not failed:
         return {"channels": results}
     delivered = [label for label in results if label not in failed]

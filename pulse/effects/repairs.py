@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pulse.core import safepath
+from pulse.core import client, safepath
 from pulse.core.childspecs import STEERABLE, WEB
 from pulse.core.config import ExecutorConfig
 from pulse.core.home import Paths, inside
@@ -249,7 +249,6 @@ def restart_worker(name: str | None, paths: Paths) -> dict:
     """Ask pulsed to restart a worker (an operator-style restart: never counted as a crash). The web
     worker too, while it is enabled; pulsed's status says whether it is (the executor's own config
     does not hold [web])."""
-    from pulse.core import client
     if name not in STEERABLE:
         raise EffectFailed("bad-params", f"no worker named {name!r}: the target is one of {', '.join(STEERABLE)}")
     try:
@@ -271,7 +270,7 @@ def _refused(err: "EngineDirError") -> EffectFailed:
 
 def engine_rollback(params: dict, paths: Paths) -> dict:
     """Roll main back (through the one engine lock) and reload the engine."""
-    from pulse.engine import repo
+    from pulse.engine import repo  # ~26 ms: only a promote or rollback
     try:
         result = repo.rollback(paths, to=params.get("to"), source="executor",
                                reason=params.get("rule") or params.get("reason") or "effect")
@@ -282,7 +281,7 @@ def engine_rollback(params: dict, paths: Paths) -> dict:
 
 def engine_promote(params: dict, paths: Paths, config: ExecutorConfig) -> dict:
     """An agent-requested promote of its committed staging tree: the same promote checks, the same lock."""
-    from pulse.engine import repo
+    from pulse.engine import repo  # ~26 ms: only a promote or rollback
     try:
         result = repo.promote(paths, deploy=True, typecheck=config.engine.typecheck, source="executor",
                               message=params.get("message"))

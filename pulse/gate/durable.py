@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple
 import msgspec
 
 from pulse.core.states import EFFECT_OPEN, EffectState
-from pulse.core.wire.eventmsgs import now_event
+from pulse.core.wire.eventmsgs import EventType, now_event
 from pulse.gate import policy
 from pulse.store import connection, effectqueue, eventsdb, projection
 
@@ -53,7 +53,7 @@ def process_alive(pid: int | None, started: float | None) -> bool:
     """The session's process still runs (the same process: a pid alone may have been reused)."""
     if pid is None:
         return True
-    import psutil
+    import psutil  # ~14 ms: the page and pulsectl read the ledger without it
     try:
         return started is None or abs(psutil.Process(pid).create_time() - started) < 0.05
     except psutil.Error:
@@ -128,7 +128,7 @@ def load_ledger(raw: Any) -> policy.HostLedger:
 
 
 LEDGER = projection.Projection(
-    name="gate.ledger", new=policy.HostLedger, fold=fold_facts, types=("gate-call",), dump=dump_ledger, load=load_ledger,
+    name="gate.ledger", new=policy.HostLedger, fold=fold_facts, types=(EventType.GATE_CALL,), dump=dump_ledger, load=load_ledger,
     code=(policy.HostLedger, policy.SessionFacts, policy.Actor, policy.Flight, policy.Change, policy.Uncertain, policy.Debt,
           policy.Pattern, policy.is_covered, policy.about, policy.conflicts, _ActorDump, _LedgerDump))
 
@@ -221,7 +221,7 @@ class DurableStore:
 
 
 def settle_fact(flight: policy.Flight, settled: Settled, how: str) -> policy.Record:
-    return policy.Record("gate-call", {
+    return policy.Record(EventType.GATE_CALL, {
         "phase": "settle", "session": flight.session, "call": flight.call, "tool": flight.tool,
         "kind": str(flight.kind), "acted": settled.acted, "effect": flight.effect, "ended": settled.ended,
         "why": how + settled.why, **({"uncertain": True} if settled.uncertain else {})})
@@ -229,7 +229,7 @@ def settle_fact(flight: policy.Flight, settled: Settled, how: str) -> policy.Rec
 
 def stamp(pid: int) -> float | None:
     """A process's start time, which with its pid names it (see process_alive)."""
-    import psutil
+    import psutil  # ~14 ms: the page and pulsectl read the ledger without it
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:

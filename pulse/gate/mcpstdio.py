@@ -30,6 +30,15 @@ MODERN_ENVELOPE_KEY = "io.modelcontextprotocol/protocolVersion"
 METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32601, -32602, -32603
 
 
+def operator_answer(reply: Any) -> str:
+    """The text of an elicitation reply (a model or its dict), or ToolError when nobody answered."""
+    action = getattr(reply, "action", None) or (reply.get("action") if isinstance(reply, dict) else None)
+    content = getattr(reply, "content", None) if not isinstance(reply, dict) else reply.get("content")
+    if action != "accept" or not isinstance(content, dict) or not isinstance(content.get("answer"), str):
+        raise ToolError("NO_ANSWER", f"the operator did not answer ({action or 'no reply'})")
+    return content["answer"]
+
+
 class RpcError(Exception):
     """A request answered with a JSON-RPC error (the SDK's codes, messages and data)."""
 
@@ -203,7 +212,6 @@ class StdioServer:
     def _ask_operator(self, arguments: dict | None) -> OperatorAnswer | None:
         """The client's person asked (elicitation/create) before the call goes to the gate; None when the
         client declared no form elicitation: nobody can answer (the tool says so)."""
-        from pulse.gate.proxy import operator_answer
         question = (arguments or {}).get("question")
         if not may_elicit(self.capabilities) or not isinstance(question, str) or not question:
             return None                     # the gate refuses a call without a question, INVALID_INPUT

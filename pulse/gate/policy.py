@@ -54,6 +54,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
+from pulse.core.wire.eventmsgs import EventType
+
 RECOVERY_TTL_S = 600.0
 BLOCK_WINDOW_S = 60.0       # blocked calls are recorded one by one up to a budget per agent and task in this window
 FSM_BLOCKED = "FSM_BLOCKED"
@@ -613,7 +615,7 @@ def records_of(outcome: Any) -> tuple[Record, ...]:
 def complete(ledger: HostLedger, record: Record, position: int, ts: float) -> None:
     """Fold a fact about to be committed at `position`, and add to it what the fold says (what it
     verified, the state after), so the event tells the whole step."""
-    if record.type != "gate-call":
+    if record.type != EventType.GATE_CALL:
         return
     verified = ledger.apply(position, ts, record.data)
     if verified:
@@ -638,7 +640,7 @@ class MemoryStore:
 
 def reset_fact(agent: str, task: str | None, keep_progress: bool, by: str = "operator") -> Record:
     """The operator's reset of an agent (of one task, or None: all its tasks)."""
-    return Record("gate-call", {"phase": "reset", "tool": "reset", "kind": "reset", "agent": agent,
+    return Record(EventType.GATE_CALL, {"phase": "reset", "tool": "reset", "kind": "reset", "agent": agent,
                                 "task": task, "keep_progress": keep_progress, "by": by})
 
 
@@ -687,7 +689,7 @@ class GateSession:
 
     def open(self, pid: int | None = None, started: float | None = None) -> Record:
         """The session's first fact: who acts, and its process (to settle what it leaves in flight)."""
-        return self.store.transact(lambda: Record("gate-call", {
+        return self.store.transact(lambda: Record(EventType.GATE_CALL, {
             "phase": "open", "session": self.id, "agent": self.agent, "task": self.task or None,
             "pid": pid, "started": started}))
 
@@ -720,7 +722,7 @@ class GateSession:
             data["covers"] = sorted([p.text, p.prefix] for p in call.covers)
         if call.why:
             data["classified"] = call.why
-        return Admitted(ticket, call, Record("gate-call", data))
+        return Admitted(ticket, call, Record(EventType.GATE_CALL, data))
 
     # -- after a call -------------------------------------------------------------------
 
@@ -755,7 +757,7 @@ class GateSession:
             data["classified"] = call.why
         if ok and (recovered := self._recovered(call)):
             data["recovered"] = recovered
-        return Record("gate-call", data)
+        return Record(EventType.GATE_CALL, data)
 
     # -- the agent's "I'm done" ---------------------------------------------------------
 
@@ -774,7 +776,7 @@ class GateSession:
                 **self._coalesced()}
         if recovered := self._recovered(call):
             data["recovered"] = recovered
-        return Record("gate-call", data)
+        return Record(EventType.GATE_CALL, data)
 
     # -- reset (the operator's, never a tool the agent holds) ------------------------------------------
 
@@ -808,7 +810,7 @@ class GateSession:
         data.update(self._coalesced())
         as_call = {"phase": "blocked", "session": self.id, "tool": call.tool, "kind": kind,
                    "args_hash": call.args_hash, "ok": False, "blocked": code, "state_before": state, "state": state}
-        return Blocked(error, Record("gate-call", as_call), Record("gate-blocked", data))
+        return Blocked(error, Record(EventType.GATE_CALL, as_call), Record(EventType.GATE_BLOCKED, data))
 
     def oversized(self, tool: str, args_hash: str, size: int, preview: str) -> Record | None:
         """A call too large to classify (INVALID_INPUT): recorded by hash and a preview, within the
@@ -820,7 +822,7 @@ class GateSession:
         if self._over_block_budget():
             self.uncounted_blocks += 1
             return None
-        return Record("gate-call", {"phase": "blocked", "session": self.id, "tool": tool, "ok": False,
+        return Record(EventType.GATE_CALL, {"phase": "blocked", "session": self.id, "tool": tool, "ok": False,
                                     "blocked": "INVALID_INPUT", "args_hash": args_hash, "args_bytes": size,
                                     "preview": preview, **self._coalesced()})
 

@@ -22,6 +22,8 @@ next one tries again.
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import itertools
 import json
 import os
@@ -30,9 +32,14 @@ import sys
 import threading
 from typing import Any, Callable
 
-from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV
-from pulse.gate import protocol
+from pulse import __version__
+from pulse.core.home import GATE_SOCKET_ENV, RUN_TOKEN_ENV, Paths, resolve_home
+from pulse.gate import mcpstdio, protocol
 from pulse.gate.protocol import Answer, Call, Cancel, Hello, OperatorAnswer, Question, Refused, ToolError, Welcome
+
+# Imports inside functions: every agent run starts `pulsectl mcp`, so its start is every run's: the
+# mcp SDK (~1.5 s) only for a 2026-07-28 connection, pulse.gate.tools (~200 ms) only for tools/list
+# offline, the config loader only when the socket must be found from the home.
 
 GATE_UNAVAILABLE = "GATE_UNAVAILABLE"
 OPERATOR_KEY = "pulse-operator"
@@ -40,15 +47,6 @@ ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "
                  "required": ["answer"]}
 DEFAULT_INSTRUCTIONS = "Pulse's tools for this host, through its safety gate (not reachable right now: retry)."
 MAX_REPLY = 1 << 24
-
-
-def operator_answer(reply: Any) -> str:
-    """The text of an elicitation reply (a model or its dict), or ToolError when nobody answered."""
-    action = getattr(reply, "action", None) or (reply.get("action") if isinstance(reply, dict) else None)
-    content = getattr(reply, "content", None) if not isinstance(reply, dict) else reply.get("content")
-    if action != "accept" or not isinstance(content, dict) or not isinstance(content.get("answer"), str):
-        raise ToolError("NO_ANSWER", f"the operator did not answer ({action or 'no reply'})")
-    return content["answer"]
 
 
 def failure(code: str, message: str, **details) -> tuple[dict, str]:
@@ -204,7 +202,6 @@ def gate_socket(home) -> str | None:
     home ([gate] socket_dir in its config). None, said on stderr, when there is no home."""
     if socket_path := os.environ.get(GATE_SOCKET_ENV):
         return socket_path
-    from pulse.core.home import Paths, resolve_home
     from pulse.gate.sockets import socket_path as gate_socket_path
     root = resolve_home(str(home) if home is not None else None)
     if not root.is_dir():
@@ -226,7 +223,6 @@ def run(home, agent: str | None) -> int:
     socket_path = gate_socket(home)
     if socket_path is None:
         return 1
-    import importlib.util
     if importlib.util.find_spec("mcp") is None:   # an install requirement; say so plainly if it is missing
         print("pulsectl: the MCP server needs the `mcp` package (pip install 'mcp>=2,<3')", file=sys.stderr)
         return 1
@@ -242,12 +238,10 @@ def serve(socket_path: str, hello: Hello) -> None:
     first = sys.stdin.buffer.readline()
     if not first:
         return                      # the client left before it said anything
-    from pulse.gate import mcpstdio
     connect_and_say(link)
     if mcpstdio.opens_modern_era(first):
         serve_sdk(link, first)
         return
-    from pulse import __version__
     mcpstdio.StdioServer(link, __version__, ANSWER_SCHEMA, offline_tools, DEFAULT_INSTRUCTIONS).serve(first)
 
 
@@ -269,8 +263,6 @@ class SdkStdin:
         self.first = first
 
     async def __aiter__(self):
-        import io
-
         import anyio
         yield self.first.decode("utf-8", errors="replace")
         async for line in anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")):
@@ -285,7 +277,6 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
     from mcp.server.stdio import stdio_server
     from mcp_types.version import is_version_at_least
 
-    from pulse import __version__
 
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
@@ -332,7 +323,7 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
         if not is_version_at_least(ctx.protocol_version or "", "2026-07-28"):
             try:
                 reply = await ctx.session.elicit_form(question, ANSWER_SCHEMA, related_request_id=ctx.request_id)
-                return OperatorAnswer(answer=operator_answer(reply))
+                return OperatorAnswer(answer=mcpstdio.operator_answer(reply))
             except ToolError as err:
                 return OperatorAnswer(error=(err.code, err.message))
             except Exception as err:   # the connection cannot carry it after all
@@ -342,7 +333,7 @@ def serve_sdk(link: GateConnection, first: bytes) -> None:
             form = types.ElicitRequestFormParams(message=question, requested_schema=ANSWER_SCHEMA)
             return types.InputRequiredResult(input_requests={OPERATOR_KEY: types.ElicitRequest(params=form)})
         try:
-            return OperatorAnswer(answer=operator_answer(answer))
+            return OperatorAnswer(answer=mcpstdio.operator_answer(answer))
         except ToolError as err:
             return OperatorAnswer(error=(err.code, err.message))
 

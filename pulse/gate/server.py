@@ -21,6 +21,7 @@ connection is pulse.gate.protocol's messages, one JSON object per line.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import struct
@@ -32,10 +33,12 @@ from dataclasses import dataclass, field
 import msgspec
 
 from pulse.agents import runcgroup
+from pulse.core.wire.eventmsgs import EventType
 from pulse.gate import policy, protocol, sockets
+from pulse.gate.durable import DurableStore
 from pulse.gate.protocol import Answer, Call, Cancel, Hello, Question, Reset, ToolError
 from pulse.gate.runs import RunGate, RunIdentity, RunTokens
-from pulse.store import projection
+from pulse.store import eventsdb, projection
 
 MAX_LINE = 16 * 1024 * 1024          # a call's line longer than this closes the connection (calls are bounded far below)
 HELLO_MAX_BYTES = 4 * 1024           # a hello is a few hundred bytes: longer, refused before it is parsed
@@ -284,8 +287,7 @@ class GateServer:
             self.ready.set()
 
     async def _main(self) -> None:
-        from pulse.gate.tools import PulseTools
-        from pulse.store import eventsdb
+        from pulse.gate.tools import PulseTools  # ~100-200 ms: in the gate's thread, once it runs
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
         self.events = eventsdb.open_events(self.paths.events_db)     # used from this loop's thread only
@@ -293,7 +295,6 @@ class GateServer:
         # One ledger for every session this process serves (each decision still catches up on what
         # others committed first): a session that made its own folded every gate fact in events.db
         # again at its hello, a cost that grew with the history.
-        from pulse.gate.durable import DurableStore
         self.store = DurableStore(self.events, checkpoints=self.paths.home / projection.DIRECTORY)
         self.rates = CallRates(self.config.gate.calls_per_min, self.config.gate.call_burst)
         try:
@@ -324,8 +325,6 @@ class GateServer:
     async def _account_server(self, uid: int, gid: int):
         """The socket of one agent account, in a directory only it can enter; None (said in the log,
         and its runs' sessions answer GATE_UNAVAILABLE) when its place is not safe to make it in."""
-        import logging
-
         shared = self.config.gate.socket_dir
         try:
             if not shared:
@@ -395,7 +394,7 @@ class GateServer:
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pid: int,
                                 uid: int) -> None:
         """One client connection: a reset, or one session's calls until the proxy goes (or its run ends)."""
-        from pulse.gate.tools import ToolSession, instructions, tool_list
+        from pulse.gate.tools import ToolSession, instructions, tool_list  # as in _main
         lock = asyncio.Lock()
 
         async def send(message: protocol.Message) -> None:
@@ -417,7 +416,6 @@ class GateServer:
                 opening = await read_hello(reader, self.config.gate.hello_timeout_s)
                 if isinstance(opening, Reset):      # `pulsectl gate-reset`: the operator's alone
                     _, _, run = identify(Hello(), uid, self.operator_uid, self.tokens, pid)
-                    from pulse.gate.durable import DurableStore
                     store = DurableStore(self.events, "gate", checkpoints=self.paths.home / projection.DIRECTORY)
                     await send(operator_reset(store, opening.session, opening.agent, opening.keep_progress))
                     return
@@ -503,7 +501,7 @@ class GateServer:
                                                                              self.config.gate.calls_per_min))))
             return
         if isinstance(request, Question):
-            session.record(policy.Record("gate-call", {"session": session.gate.id, "tool": "ask_operator",
+            session.record(policy.Record(EventType.GATE_CALL, {"session": session.gate.id, "tool": "ask_operator",
                                                        "kind": "user_input", "ok": True, "round": "question"}))
             await send(Answer(ident, {"ok": True, "data": {}}, ""))
             return

@@ -29,15 +29,22 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
+import msgspec
+
 from pulse.agents import taskpolicy, tasks
-from pulse.core import client
+from pulse.core import client, clock
+from pulse.core.client import daemon_pid
 from pulse.core.config import Allow, Config
 from pulse.core.config import Gate as GateLimits
 from pulse.core.home import Paths
+from pulse.core.logs import tail
 from pulse.core.states import EFFECT_OPEN, EffectState
 from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
+from pulse.core.wire.eventmsgs import EffectKind, EventType
 from pulse.effects import registry
+from pulse.effects.kinds import find_processes
 from pulse.gate import catalogue, policy
+from pulse.gate.durable import DurableStore, stamp
 from pulse.gate.protocol import ToolError
 from pulse.store import connection, effectqueue, eventsdb, projection, vitalsdb
 
@@ -49,8 +56,9 @@ POLL_S = 0.02
 LIST_LIMIT = 200
 # The effect kind each write tool commits, said once: the tool commits it, and is offered only when
 # [allow] lets it run. emit_effect's is the agent's to choose (checked when it runs).
-TOOL_KINDS = {"restart_process": "restart-process", "signal_process": "signal", "restart_worker": "restart-worker",
-              "promote": "engine-promote", "rollback": "engine-rollback", "create_task": "task-add"}
+TOOL_KINDS = {"restart_process": EffectKind.RESTART_PROCESS, "signal_process": EffectKind.SIGNAL,
+              "restart_worker": EffectKind.RESTART_WORKER, "promote": EffectKind.ENGINE_PROMOTE,
+              "rollback": EffectKind.ENGINE_ROLLBACK, "create_task": EffectKind.TASK_ADD}
 
 
 Operator = Callable[[str], Awaitable[str]]   # asks a person a question, returns the answer
@@ -168,7 +176,6 @@ class PulseTools:
         if process is None:
             raise ToolError("NOT_FOUND", f"{name!r} is not a configured [[process]]",
                             configured=[p.name for p in self.config.process])
-        from pulse.effects.kinds import find_processes  # the executor's own lookup: what restart and signal act on
         found = await self.to_thread(find_processes, process)
         return {"name": name, "alive": bool(found), "checked_at": time.time(),
                 "processes": [{"pid": p.pid, "cmdline": _cmdline(p), "started": _create_time(p)} for p in found],
@@ -186,7 +193,6 @@ class PulseTools:
             everything = {k: t for k, t in everything.items() if k in own}
         states = sorted(everything.values(), key=lambda t: int(t.id.rpartition("-")[2]))
         chosen = [t for t in states if status is None or t.status == status][-LIST_LIMIT:]
-        import msgspec
         return {"tasks": [msgspec.to_builtins(t) for t in chosen], "count": len(chosen)}
 
     # -- read -----------------------------------------------------------------------------
@@ -218,20 +224,18 @@ class PulseTools:
         if task:        # a run sees nothing of other tasks, agents or their sessions (pulse.agents.taskpolicy)
             own = taskpolicy.own_tasks(self._all_tasks(), agent, task)
             others = {a.name for a in self.config.agent} - {agent}
-            sessions = taskpolicy.own_sessions(eventsdb.read_events(self.events, after_id=first, types=("gate-call",),
+            sessions = taskpolicy.own_sessions(eventsdb.read_events(self.events, after_id=first, types=(EventType.GATE_CALL,),
                                                                     limit=100_000), agent)
             found = [e for e in found if taskpolicy.visible_event(e, own, agent, others, sessions)]
         return {"events": [_event(e) for e in found[-limit:]]}
 
     async def tool_log_tail(self, worker: str | None = None, lines: int | None = None) -> dict:
-        from pulse.core.logs import tail
         return {"lines": tail(self.paths.log_file, worker, min(max(lines or 50, 1), 500))}
 
     async def tool_effect(self, id: str) -> dict:
         state = effectqueue.effect_state(self.events, id)
         if state is None:
             raise ToolError("NOT_FOUND", f"no effect {id!r}")
-        import msgspec
         body = effectqueue.effect_of(self.events, id)
         # its terminal event comes after it was created: start the search there (ids grow with time)
         after = max(0, eventsdb.first_id_since(self.events, body.created) - 1) if body else 0
@@ -265,7 +269,6 @@ class PulseTools:
         return await self._effect(enginerpc.Effect(kind=TOOL_KINDS["rollback"], target="engine", params=params))
 
     async def tool_create_task(self, project: str, title: str, prompt: str, priority: int | None = None) -> dict:
-        import msgspec
         agent, task = ACTOR.get()
         everything = self._all_tasks()
         parent = everything.get(task) if task else None
@@ -302,7 +305,6 @@ class PulseTools:
         return self.tasks.catch_up(self.events).states
 
     async def _status(self) -> dict:
-        import msgspec
         try:
             reply = await self.to_thread(client.request, self.paths, controlmsgs.GetStatus(), 3.0)
         except client.Unreachable as err:
@@ -311,12 +313,10 @@ class PulseTools:
 
     async def _effect(self, effect: enginerpc.Effect) -> dict:
         """Commit an effect of origin agent, ring the executor, wait for its terminal event."""
-        from pulse.core.client import daemon_pid
         if daemon_pid(self.paths) is None:
             raise ToolError("EXECUTION_CONTEXT_UNAVAILABLE", f"pulsed is not running on {self.paths.home}")
         t = self.config.timings
         if registry.tells_operator(effect.kind):    # it speaks to the operator: who sends it is the gate's to say
-            import msgspec
             agent, task = ACTOR.get()
             effect = msgspec.structs.replace(effect, params={**effect.params, "agent": agent, "task": task})
         effect = effectqueue.new_effect(effect, "agent", t.effect_deadline_s)
@@ -352,7 +352,6 @@ class PulseTools:
 
 
 def _since(text: str) -> float:
-    from pulse.core import clock
     try:
         return clock.parse_since(text)
     except ValueError as err:
@@ -390,7 +389,6 @@ class ToolSession:
         whose end settles what it leaves in flight; this process when None. `store`: a DurableStore
         shared with the other sessions of this process (else one of its own, which folds the gate
         facts after the ledger's checkpoint at its first decision)."""
-        from pulse.gate.durable import DurableStore, stamp
         self.tools = tools
         pid = os.getpid() if pid is None else pid
         store = store or DurableStore(tools.events, checkpoints=tools.paths.home / projection.DIRECTORY)
@@ -441,7 +439,7 @@ class ToolSession:
     def acting(self, admitted: policy.Admitted) -> Callable[[str], eventmsgs.Event]:
         """The fact that links a write to the effect it commits, written in the effect's transaction."""
         def fact(effect_id: str) -> eventmsgs.Event:
-            return eventmsgs.now_event("gate-call", "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
+            return eventmsgs.now_event(EventType.GATE_CALL, "mcp", self.gate.id, {"phase": "acting", "session": self.gate.id,
                                                                      "call": admitted.ticket, "effect": effect_id})
         return fact
 

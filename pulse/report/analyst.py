@@ -52,7 +52,16 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from pulse.core.states import EffectState
-from pulse.core.wire.eventmsgs import EFFECT_END_STATES, LOOP_NOTICED, TASK_EVENTS, EffectEvent, SpendEvent, TaskEvent
+from pulse.core.wire.eventmsgs import (
+    EFFECT_END_STATES,
+    LOOP_NOTICED,
+    TASK_EVENTS,
+    EffectEvent,
+    EffectKind,
+    EventType,
+    SpendEvent,
+    TaskEvent,
+)
 from pulse.effects import registry
 from pulse.report.analysis import MAX_CITATIONS, Analysis, Finding, RoleCard, TimelineEntry, Window, stamp
 
@@ -95,7 +104,7 @@ def task_of(ev) -> str | None:
     """The task an event is about: task-* events by target, agent-run effects by their task."""
     if ev.type in TASK_EVENTS:
         return ev.target
-    if ev.type == EffectEvent.COMMITTED and ev.data.get("kind") == "agent-run":
+    if ev.type == EffectEvent.COMMITTED and ev.data.get("kind") == EffectKind.AGENT_RUN:
         params = ev.data.get("params") or {}
         raw = params.get("task_id", ev.data.get("target"))
         if raw is None:
@@ -244,19 +253,19 @@ def fold(events: Iterable, window_start: float) -> Fold:
                 if isinstance(ev.data.get("removed"), int):
                     action.removed = ev.data["removed"]
                 action.event_ids.append(ev.id)
-        elif t == "promote":
+        elif t == EventType.PROMOTE:
             f.promotes.append(ev)
-        elif t == "rollback":
+        elif t == EventType.ROLLBACK:
             f.rollbacks.append(ev)
-        elif t == "gate-blocked":
+        elif t == EventType.GATE_BLOCKED:
             f.gate_blocks.append(ev)
-        elif t == "error":
+        elif t == EventType.ERROR:
             f.errors.append(ev)
-        elif t == "worker-failed" or (t == "supervisor-stopping" and ev.data.get("exit_code")):
+        elif t == EventType.WORKER_FAILED or (t == EventType.SUPERVISOR_STOPPING and ev.data.get("exit_code")):
             f.worker_failures.append(ev)
-        elif t == "worker-exited" and ev.data.get("state") in UNASKED_EXIT_STATES:
+        elif t == EventType.WORKER_EXITED and ev.data.get("state") in UNASKED_EXIT_STATES:
             f.worker_crashes.append(ev)
-        elif t == "worker-hung":
+        elif t == EventType.WORKER_HUNG:
             f.worker_hangs.append(ev)
     return f
 
@@ -383,7 +392,7 @@ def worker_words(crashes: Sequence, hangs: Sequence, failures: Sequence) -> str:
     said: dict[str, list[str]] = {}
     for what, events in (("crashed", crashes), ("hung", hangs), ("failed", failures)):
         for ev in events:
-            if ev.type == "supervisor-stopping":
+            if ev.type == EventType.SUPERVISOR_STOPPING:
                 said.setdefault("pulsed", []).append("escalated")
             else:
                 said.setdefault(str(ev.target), []).append(what)
@@ -400,7 +409,7 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence, crashes: Seque
     repairs = [a for a in actions if is_repair(a)]
     failed = [a for a in repairs if a.state == EffectState.FAILED]
     acked = [a for a in repairs if a.state == EffectState.ACKED]
-    notes = [a for a in actions if a.kind == "notify"]
+    notes = [a for a in actions if a.kind == EffectKind.NOTIFY]
     pulse_itself = worker_words(crashes, hangs, failures)
     if failures:
         verdict, summary = "fail", f"Pulse's own workers: {pulse_itself}"
@@ -419,7 +428,7 @@ def survival_card(actions: Sequence[Action], rollbacks: Sequence, crashes: Seque
         summary = f"Pulse's own workers: {pulse_itself}; " + summary
     figures = {"actions": len(actions), "repairs": len(repairs), "repairs_acked": len(acked),
                "repairs_failed": len(failed), "notifications": len(notes),
-               "rollbacks": sum(1 for a in actions if a.kind == "engine-rollback"),
+               "rollbacks": sum(1 for a in actions if a.kind == EffectKind.ENGINE_ROLLBACK),
                **guard_figures(acked),
                **({"proofs_stale": n} if (n := len(stale_proofs(actions))) else {}),
                **{k: v for k, v in (("worker_crashes", len(crashes)), ("worker_hangs", len(hangs)),
@@ -433,10 +442,10 @@ def guard_figures(acked: Sequence[Action]) -> dict:
     """What the guards did (only those that did something): processes restarted at their memory
     ceiling, configs restored to known good, watched files trimmed and the MiB that freed, watched
     directories kept within bounds and the files and MiB their trims took away."""
-    trims = [a for a in acked if a.kind == "rotate-file"]
-    dir_trims = [a for a in acked if a.kind == "trim-dir"]
-    figures = {"memory_restarts": sum(1 for a in acked if a.kind == "restart-process" and a.why == "memory"),
-               "config_restores": sum(1 for a in acked if a.kind == "restore-config"),
+    trims = [a for a in acked if a.kind == EffectKind.ROTATE_FILE]
+    dir_trims = [a for a in acked if a.kind == EffectKind.TRIM_DIR]
+    figures = {"memory_restarts": sum(1 for a in acked if a.kind == EffectKind.RESTART_PROCESS and a.why == "memory"),
+               "config_restores": sum(1 for a in acked if a.kind == EffectKind.RESTORE_CONFIG),
                "files_trimmed": len(trims),
                "mb_freed": round(sum(a.freed or 0 for a in trims) / 1048576, 1),
                "dirs_trimmed": len(dir_trims),
@@ -448,13 +457,13 @@ OPERATOR_VERBS = {"restart": "restarted", "stop": "stopped", "start": "started"}
 
 def operator_phrase(ev) -> str:
     """What the operator did, in words: "restarted executor", "reloaded the configuration"."""
-    if ev.type == "operator":
+    if ev.type == EventType.OPERATOR:
         action = str(ev.data.get("action", ""))
         if action.startswith("process-"):        # pulsectl process restart|stop|start, or the page's buttons
             verb = action.removeprefix("process-")
             return f"{OPERATOR_VERBS.get(verb, verb)} the {ev.target} process"
         return f"{OPERATOR_VERBS.get(action, action)} the {ev.target} worker".strip()
-    if ev.type == "reload":
+    if ev.type == EventType.RELOAD:
         return "reloaded the configuration" if ev.data.get("ok", True) else "tried a reload the config refused"
     if ev.type.startswith("task-"):
         return {TaskEvent.CREATED: "added a task", TaskEvent.CLOSED: "closed a task", TaskEvent.GIVEN_UP: "gave up a task",
@@ -640,7 +649,7 @@ def error_issues(errors: Sequence) -> list[Finding]:
 
 
 def worker_failure_issues(failures: Sequence) -> list[Finding]:
-    return [Finding(text=f"worker {ev.target} failed (restart intensity reached)" if ev.type == "worker-failed"
+    return [Finding(text=f"worker {ev.target} failed (restart intensity reached)" if ev.type == EventType.WORKER_FAILED
                     else f"pulsed escalated: {ev.data.get('reason', '')}", severity="error", event_ids=[ev.id])
             for ev in failures]
 
@@ -660,7 +669,7 @@ def worker_death_issues(crashes: Sequence, hangs: Sequence) -> list[Finding]:
 
 def crash_loops(actions: Sequence[Action]) -> list[Action]:
     """processWatchdog's notifications that a guarded process was held fatal (a crash loop)."""
-    return [a for a in actions if a.kind == "notify" and a.rule == FATAL_RULE]
+    return [a for a in actions if a.kind == EffectKind.NOTIFY and a.rule == FATAL_RULE]
 
 
 def crash_loop_issues(fatal: Sequence[Action]) -> list[Finding]:
@@ -670,7 +679,7 @@ def crash_loop_issues(fatal: Sequence[Action]) -> list[Finding]:
 
 def dir_trims_highlight(survival: Sequence[Action]) -> list[Finding]:
     """The watched directories dirGuard kept within bounds: each, how often, what it took away."""
-    acked = [a for a in survival if a.kind == "trim-dir" and a.state == EffectState.ACKED and a.target]
+    acked = [a for a in survival if a.kind == EffectKind.TRIM_DIR and a.state == EffectState.ACKED and a.target]
     if not acked:
         return []
     by_dir: dict[str, list[Action]] = {}
@@ -691,14 +700,14 @@ def stale_proofs(survival: Sequence[Action]) -> dict[str, list[Action]]:
     """watch name → freshWatch's notifications that it went stale, oldest first."""
     out: dict[str, list[Action]] = {}
     for a in survival:
-        if a.kind == "notify" and a.rule == FRESH_RULE and a.target and not a.target.endswith(BACK):
+        if a.kind == EffectKind.NOTIFY and a.rule == FRESH_RULE and a.target and not a.target.endswith(BACK):
             out.setdefault(a.target, []).append(a)
     return out
 
 
 def still_stale(name: str, notices: Sequence[Action], survival: Sequence[Action]) -> bool:
     """No notification that work was seen again after its last staleness."""
-    return not any(a.kind == "notify" and a.rule == FRESH_RULE and a.target == name + BACK and a.ts > notices[-1].ts
+    return not any(a.kind == EffectKind.NOTIFY and a.rule == FRESH_RULE and a.target == name + BACK and a.ts > notices[-1].ts
                    for a in survival)
 
 
@@ -707,8 +716,8 @@ def stale_proof_issues(survival: Sequence[Action]) -> list[Finding]:
     and whether work was seen again before the window's end."""
     out = []
     for name, notices in stale_proofs(survival).items():
-        back = [a for a in survival if a.kind == "notify" and a.rule == FRESH_RULE and a.target == name + BACK]
-        restarts = [a for a in survival if a.kind == "restart-process" and a.why == "stale" and a.watch == name]
+        back = [a for a in survival if a.kind == EffectKind.NOTIFY and a.rule == FRESH_RULE and a.target == name + BACK]
+        restarts = [a for a in survival if a.kind == EffectKind.RESTART_PROCESS and a.why == "stale" and a.watch == name]
         stale = still_stale(name, notices, survival)
         text = (f"proof of work {name} went stale" + (f" {times(len(notices))}" if len(notices) > 1 else "")
                 + f": {notices[-1].reason or 'no sign of work'}"
@@ -774,7 +783,7 @@ def analyse(events: Sequence, start: float, end: float, *, tasks: Mapping[str, t
     all_slow = [r for agent_runs in slow.values() for r in agent_runs]
     actions = sorted(f.actions.values(), key=lambda a: a.ts)
     # the report's own effect (the daily report) is not something survival did about the host
-    survival = [a for a in actions if a.origin == "survival" and a.kind != "report"]
+    survival = [a for a in actions if a.origin == "survival" and a.kind != EffectKind.REPORT]
     failed_repairs = [a for a in survival if is_repair(a) and a.state == EffectState.FAILED]
     fatal = crash_loops(survival)
     stale = stale_proofs(survival)

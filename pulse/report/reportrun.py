@@ -26,9 +26,13 @@ from typing import Sequence
 
 import msgspec
 
+from pulse.agents import adapters
+from pulse.agents import tasks as taskmod
 from pulse.core import clock
 from pulse.core.config import Agent
 from pulse.core.wire.enginerpc import Effect
+from pulse.core.wire.eventmsgs import EffectKind
+from pulse.effects import notify
 from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_process, store_output
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
@@ -60,7 +64,6 @@ def read(conn, start: float, end: float, project: str | None = None, task: str |
     under `checkpoints` (the home's), so a report does not read every task-created event since the
     host began, and still names a task created long before the window. A window that reaches past
     the live history reads the archive segments it meets (archive.SegmentError if one is unsound)."""
-    from pulse.agents import tasks as taskmod
     tasks = {t.id: (t.project, t.title) for t in taskmod.load_all(conn, checkpoints).values()}
     return analyst.in_scope(window_events(conn, start, end), tasks, project, task), tasks
 
@@ -169,7 +172,6 @@ def answer(output: bytes) -> dict:
 
 def ask_agent(agent: Agent, text: str, ctx: EffectContext, workdir: Path, timeout_s: float) -> tuple[dict, str]:
     """Run the agent on the prompt; (its answer, where its whole output is in objects/)."""
-    from pulse.agents import adapters
     try:
         adapter = adapters.load_adapter(agent.adapter)
     except Exception as err:
@@ -283,9 +285,8 @@ def run_report(effect: Effect, ctx: EffectContext) -> dict:
     data = {"path": str(path), "analysis": store_output(ctx.objects, encode(analysis)), "score": analysis.score,
             "verdict": analysis.verdict, "analyst": analysis.analyst, "fallback": analysis.fallback, **notes}
     if params.notify:
-        from pulse.effects import notify
         summary = render.text(analysis, str(path))
-        message = Effect(kind="notify", id=effect.id, target=effect.target or "report", origin=effect.origin,
+        message = Effect(kind=EffectKind.NOTIFY, id=effect.id, target=effect.target or "report", origin=effect.origin,
                          params={"rule": effect.params.get("rule"), "title": f"Pulse report: {analysis.verdict}, "
                                  f"score {analysis.score}", "message": summary, "path": str(path)})
         # The channels get their own time: an agent analyst may have used up the effect's deadline.

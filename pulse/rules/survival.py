@@ -365,7 +365,7 @@ def held_effects(curr: Snapshot, proc: Process, streak: Sequence[ProcessStart], 
                 *fatal_notice(curr, name, streak, limits, ended, way_out=proc.on_crash_loop)]
     if step == "start":
         return [Effect(kind=EffectKind.RESTART_PROCESS, target=name, origin="survival",
-                       params={"why": "on-crash-loop", "attempt": len(streak) + 1})]
+                       params={"why": EffectKind.ON_CRASH_LOOP, "attempt": len(streak) + 1})]
     if step == "held":
         after = next(st.ts for st in runs.starts if st.ts > runs.way_out_at)
         return fatal_notice(curr, name, streak, limits, ended, since=after,

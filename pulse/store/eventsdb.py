@@ -398,7 +398,7 @@ def task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
 
 
 def _archived_task_history(conn: sqlite3.Connection, task: str) -> list[Event]:
-    from pulse.store import archive
+    from pulse.store import archive  # only a read that reaches into archive/
     return archive.task_history(conn, task)
 
 
@@ -431,7 +431,7 @@ def next_task_number(conn: sqlite3.Connection) -> int:
 def gate_events_of_task(conn: sqlite3.Connection, task: str, limit: int = 500) -> list[Event]:
     """The gate-call and gate-blocked events of the gate sessions opened for `task` (a session's
     "open" fact names its task; its other events have the session as target), oldest first."""
-    from pulse.store import archive
+    from pulse.store import archive  # only a read that reaches into archive/
     archived = [] if _has_live_start(conn, task) else archive.gate_events_of_sessions(conn, task)
     sessions = [r[0] for r in conn.execute(
         "SELECT DISTINCT target FROM events WHERE type = 'gate-call' AND json_extract(data, '$.phase') = 'open' "

@@ -66,14 +66,12 @@ def open_takings(conn: sqlite3.Connection) -> dict[str, tuple[str, dict]]:
 
 def taken_tasks(path) -> dict[str, str]:
     """fleet id → this host's task, read only (the web's fleet page): {} before the fleet worker made the file."""
-    import sqlite3 as _sqlite3
-    from pathlib import Path as _Path
-    if not _Path(path).exists():
+    if not Path(path).exists():
         return {}
-    conn = _sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
     try:
         return dict(conn.execute("SELECT fleet_id, task FROM fleet_tasks"))
-    except _sqlite3.OperationalError:    # a file of schema 1, before fleet_tasks
+    except sqlite3.OperationalError:    # a file of schema 1, before fleet_tasks
         return {}
     finally:
         conn.close()

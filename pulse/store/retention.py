@@ -45,8 +45,8 @@ from pathlib import Path
 
 import msgspec
 
+from pulse.core import clock, fleetnames
 from pulse.core import config as configmod
-from pulse.core import fleetnames
 from pulse.core.wire.eventmsgs import TASK_EVENTS, EventType, TaskEvent, now_event
 from pulse.store import archive, effectqueue, eventsdb, projection
 from pulse.store.connection import DurableTransaction, Transaction
@@ -480,7 +480,6 @@ def summary(conn: sqlite3.Connection, store: configmod.Store | None) -> dict:
 def summary_words(h: dict) -> str:
     """One line of it: "history: 312.4 MiB live of 512 MiB (events since 2026-11-05), archive 40.1 MiB of 2048 MiB
     (1,204,000 events moved)"."""
-    from pulse.core import clock
     line = f"history: {h['live_bytes'] / MIB:.1f} MiB live"
     if h.get("max_mb"):
         line += f" of {h['max_mb']:g} MiB"

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from pulse.core import client, clock
 from pulse.core.wire import controlmsgs, doorbells, enginerpc, eventmsgs
+from pulse.core.wire.eventmsgs import EffectKind, EventType
 from pulse.store import effectqueue, eventsdb
 from pulse.web.site import Web
 
@@ -63,7 +64,7 @@ async def act_process(request: Request) -> Response:
     def append():
         conn = eventsdb.open_events(web.paths.events_db)
         try:
-            eventsdb.append_events(conn, [eventmsgs.now_event(action, "web", process, **extra)])
+            eventsdb.append_events(conn, [eventmsgs.now_event(EventType(action), "web", process, **extra)])
         finally:
             conn.close()
         client.ring(web.paths, "wake", doorbells.Wake("web", action))
@@ -95,7 +96,8 @@ async def steer_process(web: Web, process: str, action: eventmsgs.ProcessAction)
 async def act_engine(request: Request) -> Response:
     web: Web = request.app.state.web
     action = (await body(request)).get("action")
-    kinds = {"promote": ("engine-promote", {"by": "web"}), "rollback": ("engine-rollback", {"reason": "from the web page"})}
+    kinds = {"promote": (EffectKind.ENGINE_PROMOTE, {"by": "web"}),
+             "rollback": (EffectKind.ENGINE_ROLLBACK, {"reason": "from the web page"})}
     if action not in kinds:
         return JSONResponse({"ok": False, "error": "action must be promote or rollback"}, 400)
     kind, params = kinds[action]

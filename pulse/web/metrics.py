@@ -26,7 +26,16 @@ from pulse import __version__
 from pulse.agents.tasks import ENDED, NEW, TRANSITIONS
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, TaskStatus, WorkerState
 from pulse.core.wire.controlmsgs import Status
-from pulse.core.wire.eventmsgs import EFFECT_END_EVENTS, EFFECT_END_STATES, TASK_EVENTS, EffectEvent, Event, TaskEvent
+from pulse.core.wire.eventmsgs import (
+    EFFECT_END_EVENTS,
+    EFFECT_END_STATES,
+    TASK_EVENTS,
+    EffectEvent,
+    EffectKind,
+    Event,
+    EventType,
+    TaskEvent,
+)
 from pulse.store import connection, errorruns, eventsdb, retention, vitalsdb
 from pulse.store.projection import Folded, Projection
 
@@ -116,9 +125,9 @@ class Counts:
                 self.survival[(d.get("params") or {}).get("rule") or d.get("kind", "unknown")] += 1
             if ev.target:
                 self.remember_effect(ev.target, d, ev.ts)
-            if d.get("kind") == "rotate-file":
+            if d.get("kind") == EffectKind.ROTATE_FILE:
                 self.open_trims[d.get("id", "")] = str((d.get("params") or {}).get("watch") or "unknown")
-            if d.get("kind") == "trim-dir":
+            if d.get("kind") == EffectKind.TRIM_DIR:
                 self.open_dir_trims[d.get("id", "")] = str((d.get("params") or {}).get("watch") or "unknown")
         elif ev.type in EFFECT_END_STATES:
             if d.get("requeued"):
@@ -129,9 +138,9 @@ class Counts:
             origin = self.open_origins.pop(d.get("effect_id", ""), "unknown")
             kind = d.get("kind", "unknown")
             self.effects[(kind, origin, EFFECT_END_STATES[ev.type])] += 1
-            if kind == "restart-process" and ev.type == EffectEvent.ACKED and ev.target:
+            if kind == EffectKind.RESTART_PROCESS and ev.type == EffectEvent.ACKED and ev.target:
                 self.process_restarts[ev.target] += 1
-            if kind == "restore-config" and ev.type == EffectEvent.ACKED and ev.target:
+            if kind == EffectKind.RESTORE_CONFIG and ev.type == EffectEvent.ACKED and ev.target:
                 self.config_restores[ev.target] += 1
             watch = self.open_trims.pop(d.get("effect_id", ""), None)
             if watch is not None and ev.type == EffectEvent.ACKED and isinstance(d.get("bytes_freed"), int):
@@ -142,7 +151,7 @@ class Counts:
                 self.dir_freed[watched_dir] += int(d.get("bytes_freed") or 0)
             if ev.type == EffectEvent.ACKED and isinstance(d.get("duration_s"), (int, float)):
                 self.durations.setdefault(kind, Histogram(EFFECT_BUCKETS)).observe(d["duration_s"])
-        elif ev.type == "error":
+        elif ev.type == EventType.ERROR:
             if ev.source in ("engine", "tick") and (ev.target or "").startswith("engine"):
                 self.rule_errors += int(d.get("count", 1) or 1)
         elif ev.type in TASK_EVENTS and ev.target:
@@ -325,7 +334,7 @@ class Collector:
         for status, n in sorted(c.task_statuses().items()):
             tasks.add_metric([status], n)
         yield tasks
-        yield CounterMetricFamily("pulse_gate_blocked", "Calls the agent's gate refused", value=c.types["gate-blocked"])
+        yield CounterMetricFamily("pulse_gate_blocked", "Calls the agent's gate refused", value=c.types[EventType.GATE_BLOCKED])
         engine = GaugeMetricFamily("pulse_engine_info", "The engine's commit", labels=["commit"])
         if s and s.engine_commit:
             engine.add_metric([s.engine_commit], 1)

@@ -13,14 +13,20 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from pulse.core import clock
+from pulse.core import clock, fleetnames
+from pulse.core.childspecs import LOG_SOURCES
 from pulse.core.home import Paths
+from pulse.core.logs import tail
 from pulse.core.states import EffectState, TaskStatus
 from pulse.core.wire import controlmsgs, enginerpc, eventmsgs
-from pulse.store import archive, ballast, connection, effectqueue, eventsdb, projection, retention, vitalsdb
+from pulse.core.wire.eventmsgs import EffectKind, EventType
+from pulse.store import archive, ballast, connection, effectqueue, eventsdb, fleetcursor, projection, retention, schedulerun, vitalsdb
 from pulse.web import taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, effect_why, exposition
 from pulse.web.site import Page, Web, declare, page
+
+# Imports inside functions: each read imports what only its page needs (agentrun ~100 ms, the gate's
+# ledger ~10 ms, the engine's repo ~26 ms): the web worker is preloaded by the forkserver.
 
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 POINTS = 240                      # a chart's points, whatever its window
@@ -88,7 +94,7 @@ def overview(web: Web) -> dict:
     status = web.status()
 
     def from_events(conn):
-        promotes = eventsdb.last_events(conn, 1, ["promote"])
+        promotes = eventsdb.last_events(conn, 1, [EventType.PROMOTE])
         effects = effectqueue.recent_effects(conn, limit=200)
         survival = grouped([{"ts": e.created, "why": effect_why(e.params or {}), "kind": e.kind, "target": e.target,
                              "outcome": state} for e, state, _ in effects if e.origin == "survival"])[:10]
@@ -224,7 +230,7 @@ async def api_tasks(request: Request) -> Response:
 async def api_engine(request: Request) -> Response:
     web: Web = request.app.state.web
     status = await run_in_threadpool(web.status)
-    history = await run_in_threadpool(web.read, lambda c: eventsdb.last_events(c, 100, ["promote", "rollback"]))
+    history = await run_in_threadpool(web.read, lambda c: eventsdb.last_events(c, 100, [EventType.PROMOTE, EventType.ROLLBACK]))
 
     def summarise(ev: eventmsgs.Event) -> dict:
         from pulse.engine import repo
@@ -249,15 +255,13 @@ async def api_gate(request: Request) -> Response:
         store = DurableStore(conn, "web", checkpoints=web.paths.home / projection.DIRECTORY)
         ledger = store.catch_up()                      # reads only: never settles or writes
         sessions = [ledger.summary(s) for s in sorted(ledger.sessions, key=lambda s: -ledger.sessions[s].last)]
-        blocked = reversed(eventsdb.last_events(conn, 100, ["gate-blocked"]))
+        blocked = reversed(eventsdb.last_events(conn, 100, [EventType.GATE_BLOCKED]))
         return {"sessions": sessions[:200], "blocked": [as_json(e) for e in blocked]}
     return JSONResponse(await run_in_threadpool(web.read, read))
 
 
 @page("log", order=70)
 async def api_log(request: Request) -> Response:
-    from pulse.core.childspecs import LOG_SOURCES
-    from pulse.core.logs import tail
     web: Web = request.app.state.web
     worker = request.query_params.get("worker") or None
     lines = await run_in_threadpool(tail, web.paths.log_file, worker, 500)
@@ -268,7 +272,6 @@ def schedule_rows(web: Web) -> list[dict]:
     """The schedules as `pulsectl schedule list --json` gives them (pulse.core.schedule.rows), from
     the schedule book's checkpoint: the page and /metrics."""
     from pulse.core import schedule
-    from pulse.store import schedulerun
     if not web.schedules:
         return []
     book = web.read(lambda conn: schedulerun.book_of(conn, web.paths.home))
@@ -292,7 +295,6 @@ async def api_budget(request: Request) -> Response:
 @page("fleet", order=80)
 async def api_fleet(request: Request) -> Response:
     """The fleet view the fleet worker writes (pulse.core.fleetnames): every host, up or gone."""
-    from pulse.core import fleetnames
     web: Web = request.app.state.web
     view = await run_in_threadpool(fleetnames.read_judged_view, web.paths.runtime)
     if view is None:
@@ -306,8 +308,6 @@ async def api_fleet(request: Request) -> Response:
 def fleet_tasks_of(paths: Paths) -> list[dict]:
     """The fleet tasks this host offered or took, for the fleet page (pulse.agents.taskview.fleet_board)."""
     from pulse.agents import tasks, taskview
-    from pulse.core import fleetnames
-    from pulse.store import fleetcursor
     conn = connection.open_readonly(paths.events_db)
     try:
         offered = taskview.fleet_views(conn, paths.home / projection.DIRECTORY)
@@ -349,7 +349,7 @@ def chart_point(field: str, value: Any) -> float | None:
 def effect_task(effect: enginerpc.Effect) -> str | None:
     """The task an effect works on (an agent-run's params.task_id), for the effects page's link."""
     from pulse.agents.agentrun import run_subject
-    if effect.kind != "agent-run":
+    if effect.kind != EffectKind.AGENT_RUN:
         return None
     try:
         return run_subject(effect) or None

@@ -70,7 +70,7 @@ class EngineWorker(Worker):
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
         self.events = eventsdb.open_events(self.paths.events_db)
-        from pulse.engine import repo
+        from pulse.engine import repo  # late, after the address space limit (LATE_IMPORTS)
         self.root, self.dev = repo.engine_root(self.paths), None
         if self.root == self.paths.staging:
             # Back to main as soon as that `pulsectl dev` ends, however it ends (SIGKILL runs no
@@ -98,7 +98,7 @@ class EngineWorker(Worker):
         self.handlers[self.done_r] = self.on_executor_done
         self.runner = None
         if self.engine.watchers:
-            from pulse.sensing.runner import WatcherRunner
+            from pulse.sensing.runner import WatcherRunner  # only an engine with watchers
             self.wake = self.socket(zmq.PUSH, self.paths.endpoint("wake"), bind=False, **client.DOORBELL)
             self.vitals = vitalsdb.open_vitals(self.paths.vitals_db)
             self.runner = WatcherRunner(self.engine.watchers, vitals_conn=self.vitals, events_conn=self.events,
@@ -117,7 +117,6 @@ class EngineWorker(Worker):
             self.log.error("%s%s", message, f" (×{count})" if count > 1 else "")
 
     def on_dev_ended(self) -> None:
-        from pulse.core import client
         del self.handlers[self.dev]
         os.close(self.dev)
         self.log.info("pulsectl dev ended: asking pulsed to reload the engine onto main")

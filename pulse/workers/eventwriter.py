@@ -25,7 +25,7 @@ import time
 import msgspec
 import zmq
 
-from pulse.agents import tasks
+from pulse.agents import spend
 from pulse.core import clock
 from pulse.core.childspecs import EVENT_WRITER
 from pulse.core.wire import eventmsgs, heartbeats
@@ -62,7 +62,7 @@ class EventWriter(Worker):
         # Retention runs here, off the survival path: a move step (one segment, 0.1-0.2 s) delays only
         # the commit of pulsed's lifecycle events, which pulsed holds until they are written.
         self.retention = retention.Pacer(self.retention_conn, self.paths.home, self.config.store, self.name,
-                                         self.log, time.monotonic(), readers=tasks.listing_projections())
+                                         self.log, time.monotonic(), readers=spend.listing_projections())
 
     def connect(self) -> sqlite3.Connection:
         conn = eventsdb.open_events(self.paths.events_db)

@@ -53,11 +53,13 @@ from typing import Callable
 
 import zmq
 
+from pulse.agents.agentrun import run_account
 from pulse.core import client, clock
 from pulse.core.states import EFFECT_ENDED, EffectState
 from pulse.core.wakepipe import drain, poke
 from pulse.core.wire import codec, doorbells, enginerpc, eventmsgs
 from pulse.effects import kinds, registry
+from pulse.effects.kinds import EffectFailed
 from pulse.store import ballast, connection, effectqueue, eventsdb
 from pulse.workers.harness import Worker
 
@@ -247,7 +249,7 @@ class ExecutorWorker(Worker):
     # and a gate without an executor could decide writes that nothing carries out.
 
     def open_gate(self) -> None:
-        from pulse.gate.server import GateServer
+        from pulse.gate.server import GateServer  # ~100 ms: on the way to Ready
         from pulse.gate.sockets import socket_path
         path = socket_path(self.paths, self.config.gate.socket_dir)
         # pulsed's account's alone; each agent account gets a socket of its own (pulse.gate.sockets)
@@ -260,8 +262,6 @@ class ExecutorWorker(Worker):
         once here, and its runs fail as they start)."""
         if not any(agent.user or agent.group for agent in self.config.agent):
             return {}                   # and agentrun (a third of a second to import) stays unimported
-        from pulse.agents.agentrun import run_account
-        from pulse.effects.kinds import EffectFailed
         accounts = {}
         for agent in self.config.agent:
             try:

@@ -32,8 +32,13 @@ from pulse.core import fleetnames as names
 from pulse.core.instances import default_name
 from pulse.core.together import together
 from pulse.core.wire import controlmsgs, doorbells
+from pulse.core.wire.eventmsgs import EffectKind
 from pulse.store import connection, effectqueue
 from pulse.workers.harness import Worker
+
+# Imports inside functions: the forkserver preloads this module for every worker
+# (supervisor/forkserver.py PRELOAD); nats-py (~70 ms, python -X importtime) and the fleet's task code
+# load in the fleet worker's own process, only when [fleet] runs it.
 
 STOP_WAIT_S = 3.0
 EXIT_BUG = 70                # EX_SOFTWARE: the link's thread died of an error of our own
@@ -75,6 +80,7 @@ class FleetWorker(Worker):
         self.main: asyncio.Task | None = None
         self.fleet_tasks = None        # pulse.workers.fleettasks.FleetTasks, made on the first connection
         self.link_server: str | None = None   # the server the current connection is to
+        self.link_errors = link_errors()      # what the link retries: the outbox's and the tasks' too
         self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
         self.thread.start()
         self.log.info("fleet host %s, servers %s", self.host, ", ".join(self.account["servers"]))
@@ -129,7 +135,7 @@ class FleetWorker(Worker):
         beat = asyncio.create_task(self.turning())
         f = self.config.fleet
         failures = 0
-        retried = link_errors()
+        retried = self.link_errors
         try:
             while True:
                 try:
@@ -210,7 +216,7 @@ class FleetWorker(Worker):
         finally:
             conn.close()
         out["open_effects"] = len(effects)
-        running = [e.target for e, state, _, _ in effects if e.kind == "agent-run" and state == "executing"]
+        running = [e.target for e, state, _, _ in effects if e.kind == EffectKind.AGENT_RUN and state == "executing"]
         out["agents"] = [agent_summary(a, running.count(a.name), held) for a in self.config.agent]
         out["at"] = time.time()
         return out
@@ -240,7 +246,7 @@ class FleetWorker(Worker):
                         "hosts": names.fleet_rows(present, kept, now)}
                 await asyncio.to_thread(names.write_view, self.paths.runtime, view)
                 self.note("connected", None)
-            except link_errors() as err:
+            except self.link_errors as err:
                 if nc.is_closed:
                     raise
                 self.note("disconnected", f"presence: {names.describe(err)}")

@@ -191,8 +191,7 @@ class Outbox:
         self.host = worker.host
         self.batch = worker.config.fleet.events_batch
         self.subjects: dict[str, str] = {}        # event type → its subject
-        from pulse.workers.fleet import link_errors
-        self.link_errors = link_errors()
+        self.link_errors = worker.link_errors      # what the link retries (pulse.workers.fleet.link_errors)
 
     def subject(self, event_type: str) -> str:
         subject = self.subjects.get(event_type)

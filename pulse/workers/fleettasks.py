@@ -46,6 +46,9 @@ from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 
+# Imports inside functions: as pulse.workers.fleet: nats-py (~70 ms) loads in the fleet worker's own
+# process, not in the forkserver that preloads every worker's module.
+
 TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOMES", "pulse-task-claims"
 ATTEMPTS_BUCKET = "pulse-task-attempts"   # fleet id → how many times a host took it
 DEAD_BUCKET = "pulse-task-dead"           # fleet id → its dead-letter record (kept until deleted)

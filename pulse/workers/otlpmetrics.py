@@ -29,6 +29,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Imports inside functions: the OpenTelemetry SDK and its exporter (~130-200 ms with requests, python
+# -X importtime) load only when [telemetry] export is on, in the telemetry worker's own process, not
+# in the forkserver that preloads every worker's module.
+
 log = logging.getLogger("pulse.telemetry")
 
 TIMEOUT_S = 5.0               # one export, retries within it included

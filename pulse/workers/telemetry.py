@@ -41,6 +41,9 @@ from pulse.workers.harness import Worker
 from pulse.workers.serverthread import ServerThread
 from pulse.workers.webserver import give_back, libc, limit_arenas
 
+# Imports inside functions: the OTLP receiver's protobuf modules and server (~15-35 ms each) load in the
+# telemetry worker's own process, not in the forkserver that preloads every worker's module.
+
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 SIGNALS = ("logs", "metrics", "traces")
 MAX_CONNECTIONS = 64          # uvicorn answers 503 past this many at once

@@ -26,7 +26,7 @@ from pulse.core import client, schedule
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc, eventmsgs
-from pulse.core.wire.eventmsgs import EFFECT_END_STATES, ON_CRASH_LOOP, STOP_PROCESS, EffectEvent, TaskEvent
+from pulse.core.wire.eventmsgs import EFFECT_END_STATES, ON_CRASH_LOOP, STOP_PROCESS, EffectEvent, EffectKind, EventType, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, projection, schedulerun, vitalsdb
@@ -128,7 +128,7 @@ class Projections:
         target = ev.target if ev.target is not None else (effect.target if effect else None)
         if target is not None:
             self.outcomes.setdefault(target, collections.deque(maxlen=OUTCOMES_PER_TARGET)).append(outcome)
-        if outcome.kind == "restart-process" and target is not None and state != EffectState.EXPIRED:
+        if outcome.kind == EffectKind.RESTART_PROCESS and target is not None and state != EffectState.EXPIRED:
             pid = ev.data.get("pid")
             self.runs_of(target).started(ev.ts, state == EffectState.ACKED, effect, pid if isinstance(pid, int) else 0)
         if outcome.kind == ON_CRASH_LOOP and target is not None:
@@ -246,16 +246,16 @@ def tick_projection(engine_horizon_s: float) -> projection.Projection[Projection
 _FOLDS = {
     EffectEvent.COMMITTED: Projections._effect,
     **{end: Projections._ended for end in EFFECT_END_STATES},
-    "promote": Projections._promote,
-    "rollback": Projections._rollback,
-    "worker-exited": Projections._exited,
-    "worker-failed": Projections._failed,
-    "supervisor-stopping": Projections._stopping,
-    "pause": Projections._pause,
-    "process-exited": Projections._process_exited,
-    "operator": Projections._operator,
-    "resume": Projections._resume,
-    "reload": Projections._reload,
+    EventType.PROMOTE: Projections._promote,
+    EventType.ROLLBACK: Projections._rollback,
+    EventType.WORKER_EXITED: Projections._exited,
+    EventType.WORKER_FAILED: Projections._failed,
+    EventType.SUPERVISOR_STOPPING: Projections._stopping,
+    EventType.PAUSE: Projections._pause,
+    EventType.PROCESS_EXITED: Projections._process_exited,
+    EventType.OPERATOR: Projections._operator,
+    EventType.RESUME: Projections._resume,
+    EventType.RELOAD: Projections._reload,
 }
 _FOLDS_NAMES = {t: f.__name__ for t, f in _FOLDS.items()}
 
@@ -571,7 +571,7 @@ class TickWorker(Worker):
         # Every tick is a vital (kept 24 h); only a tick that did something, or whose engine
         # call went wrong, is also an event: events.db is never compacted.
         notable = committed or self.inner_failed
-        self.commit_tick(committed, [eventmsgs.now_event("tick", "tick", None, record)] if notable else [])
+        self.commit_tick(committed, [eventmsgs.now_event(EventType.TICK, "tick", None, record)] if notable else [])
         if (committed or told) and not self.config.observe_only:
             self.ring_executor()     # before the tick's own bookkeeping: a restart waits on nothing of it
         try:
@@ -688,7 +688,7 @@ class TickWorker(Worker):
     def log_held_fatal(self, effects: list[enginerpc.Effect]) -> None:
         """A process held fatal is said in pulse.log too, whatever [[notify]] channels there are."""
         for e in effects:
-            if e.kind == "notify" and e.params.get("rule") == "process-fatal":
+            if e.kind == EffectKind.NOTIFY and e.params.get("rule") == "process-fatal":
                 self.log.error("%s: %s", e.params.get("title"), str(e.params.get("message", "")).split("\n")[0])
 
     def disk_has_room(self, curr: enginerpc.Snapshot) -> bool:

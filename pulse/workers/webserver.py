@@ -20,6 +20,9 @@ from pulse.core import config as configmod
 from pulse.workers.harness import Worker
 from pulse.workers.serverthread import ServerThread
 
+# Imports inside functions: uvicorn (~140 ms) and the pages (~280 ms, python -X importtime) load in the
+# web worker's own process when [web] runs it, not in the forkserver that preloads every worker's module.
+
 # -- memory: what the web worker holds must not follow the history's length ---------------------
 # The server runs the page's reads in a pool of threads (anyio's, 40 by default), and glibc gives each
 # thread that allocates its own malloc arena (up to 8 per core), which keeps what was freed in it: every

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pulse.agents import otel
 from pulse.core.argvtemplate import substitute
 
 SUMMARY_CHARS = 4_000            # of the agent's final text kept in the task events (the rest: objects/)
@@ -138,7 +139,6 @@ class Adapter:
         """Point the run's telemetry at Pulse's receiver (pulse.agents.otel.Receiver) the way the CLI
         documents, unless `operator_env` (the [[agent]]'s own env) says otherwise. The base adapter
         knows no way: it only tags the run (OTEL_RESOURCE_ATTRIBUTES), for a CLI that exports by itself."""
-        from pulse.agents import otel
         otel.tag(inv.env, receiver.tags)
 
     def cap_spend(self, inv: Invocation, usd: float) -> None:

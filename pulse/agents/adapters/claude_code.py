@@ -47,6 +47,7 @@ import json
 import math
 import os
 
+from pulse.agents import otel
 from pulse.agents.adapters.base import (
     MCP_STARTUP_TIMEOUT_S,
     Adapter,
@@ -105,7 +106,6 @@ class ClaudeCodeAdapter(Adapter):
         # variables): its events (api_request with tokens and cost, tool_result, api_error) and
         # metrics over OTLP/HTTP, more often than its defaults (5 s events, 60 s metrics) so a run is
         # seen spending, and alive, while it runs.
-        from pulse.agents import otel
         otel.tag(inv.env, receiver.tags)
         if otel.operator_decides(operator_env):
             return

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 
+from pulse.agents import otel
 from pulse.agents.adapters.base import (
     MCP_STARTUP_TIMEOUT_S,
     Adapter,
@@ -106,7 +107,6 @@ class CodexAdapter(Adapter):
         # counts, codex.tool_result) over OTLP/HTTP in protobuf, set as `-c` overrides after `exec`
         # like the MCP server; the token, when one is needed, goes by the environment
         # (OTEL_EXPORTER_OTLP_HEADERS), never on the command line. An argv that sets otel.* itself wins.
-        from pulse.agents import otel
         otel.tag(inv.env, receiver.tags)
         if otel.operator_decides(operator_env) or any(a.startswith("otel.") for a in inv.argv):
             return

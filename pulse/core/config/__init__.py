@@ -191,7 +191,7 @@ def with_presets(raw: object, origin: str) -> object:
     tables = raw.get("process") if isinstance(raw, dict) else None
     if not isinstance(tables, list) or not any(isinstance(t, dict) and "preset" in t for t in tables):
         return raw
-    from pulse.core import presets
+    from pulse.core import presets  # only a [[process]] with a preset
     out = []
     for i, table in enumerate(tables):
         if not isinstance(table, dict):
@@ -252,7 +252,7 @@ def _without_none(value: object) -> object:
 
 def to_toml(config: Config) -> str:
     """TOML text for `config` (tomli-w: imported here, so pulsed and the workers never load it)."""
-    import tomli_w
+    import tomli_w  # pulsed and the workers never write TOML
     return tomli_w.dumps(_without_none(msgspec.to_builtins(config)))
 
 

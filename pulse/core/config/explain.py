@@ -146,7 +146,7 @@ def _misplaced(root: type, source: str, path: str, key: str) -> str:
 def _did_you_mean(root: type, path: str, key: str) -> str:
     """`; did you mean heartbeat_ms?` for a misspelt key, or the table a top-level key belongs in
     (`level` uncommented under a commented `# [log]` lands at the top level)."""
-    import difflib
+    import difflib  # only a misspelt key
     if path == "$":      # a table's own key first: a top-level name that merely looks like it is no help
         tables = _owners(root, key)
         if tables:

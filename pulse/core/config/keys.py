@@ -89,7 +89,7 @@ def _help_and_examples(doc: str) -> tuple[str, list]:
     found = _EXAMPLE.search(doc)
     if not found:
         return " ".join(doc.split()), []
-    import tomllib
+    import tomllib  # only the reference's examples
     return " ".join(doc[:found.start()].split()), [tomllib.loads(f"v = {found['toml']}")["v"]]
 
 

@@ -15,6 +15,40 @@ if TYPE_CHECKING:
 
 DAILY_AT = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 SCHEDULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")   # it is an event's target
+# A schedule's spec, read here where it is checked; pulse.core.schedule computes its slots from it.
+CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+MIN_EVERY_S = 1.0
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def parse_every(text: str) -> float:
+    """"15m", "90s", "1h30m", "2d" → seconds; ValueError saying what a duration looks like."""
+    compact = text.replace(" ", "")
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"{text!r} is not a duration (like \"90s\", \"15m\", \"1h30m\" or \"1d\")")
+    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if seconds < MIN_EVERY_S:
+        raise ValueError(f"{text!r} is shorter than {MIN_EVERY_S:g} s")
+    return seconds
+
+
+def cron_problem(expr: str) -> str | None:
+    """What is wrong with a 5-field cron expression, naming the field; None when croniter reads it."""
+    from croniter import croniter  # ~43 ms with dateutil: only a config with a cron schedule pays it
+    columns = expr.split()
+    if len(columns) != len(CRON_FIELDS):
+        return (f"{expr!r} has {len(columns)} fields; a cron expression has 5: "
+                f"{', '.join(CRON_FIELDS)} (for seconds, use every = \"30s\")")
+    if croniter.is_valid(expr):
+        return None
+    for i, name in enumerate(CRON_FIELDS):   # croniter says "out of range": find which field
+        alone = ["*"] * len(CRON_FIELDS)
+        alone[i] = columns[i]
+        if not croniter.is_valid(" ".join(alone)):
+            return f"{expr!r}: the {name} field {columns[i]!r} is not valid"
+    return f"{expr!r} is not a valid cron expression"
 
 
 class Report(Table):
@@ -93,11 +127,10 @@ class Schedule(Table):
 
 
 def validate_schedules(config: "Config", origin: str) -> None:
-    """Each [[schedule]]: one of cron or every, read by pulse.core.schedule (a bad cron expression
-    is named, field by field); one of task or effect; a task for a configured agent only."""
+    """Each [[schedule]]: one of cron or every, as parse_every and cron_problem read them (a bad cron
+    expression is named, field by field); one of task or effect; a task for a configured agent only."""
     if not config.schedule:
-        return      # without importing pulse.core.schedule: most commands load the config, few schedule
-    from pulse.core import schedule as schedulemod
+        return
     agents = {a.name for a in config.agent}
     for i, s in enumerate(config.schedule):
         where = f"{origin}: $.schedule[{i}]"
@@ -107,11 +140,11 @@ def validate_schedules(config: "Config", origin: str) -> None:
         where = f"{origin}: schedule {s.name!r} ($.schedule[{i}])"
         if (s.cron is None) == (s.every is None):
             raise ConfigError(f"{where}: set exactly one of cron or every")
-        if s.cron is not None and (problem := schedulemod.cron_problem(s.cron)):
+        if s.cron is not None and (problem := cron_problem(s.cron)):
             raise ConfigError(f"{where}.cron: {problem}")
         if s.every is not None:
             try:
-                schedulemod.parse_every(s.every)
+                parse_every(s.every)
             except ValueError as err:
                 raise ConfigError(f"{where}.every: {err}") from None
         if (s.task is None) == (s.effect is None):
@@ -124,7 +157,7 @@ def validate_schedules(config: "Config", origin: str) -> None:
                 raise ConfigError(f"{where}.task.agent: no [[agent]] named {s.task.agent!r}")
         if s.effect is not None and not s.effect.kind.strip():
             raise ConfigError(f"{where}.effect.kind: must not be empty")
-        if s.every is not None and s.jitter_s >= schedulemod.parse_every(s.every):
+        if s.every is not None and s.jitter_s >= parse_every(s.every):
             raise ConfigError(f"{where}.jitter_s must be shorter than every ({s.every})")
     names = [s.name for s in config.schedule]
     if len(set(names)) != len(names):

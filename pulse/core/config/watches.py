@@ -10,6 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from pulse.core.config.keys import ConfigError, Table
+from pulse.core.config.schedules import parse_every
 from pulse.core.config.services import is_loopback, urlsplit_host
 
 if TYPE_CHECKING:
@@ -181,8 +182,7 @@ def validate_fresh_watches(config: "Config", origin: str) -> None:
 
 def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
     if not dirs:
-        return      # as validate_schedules: pulse.core.schedule (~8 ms with dataclasses and hashlib) is for those that have some
-    from pulse.core import schedule as schedulemod
+        return
     for i, watch in enumerate(dirs):
         where = f"{origin}: $.watch.dir[{i}]"
         validate_watch_place(where, watch.name, watch.path, "directory or glob")
@@ -192,7 +192,7 @@ def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
             raise ConfigError(f"{where}: set at least one of max_mb, max_files, max_age")
         if watch.max_age is not None:
             try:
-                schedulemod.parse_every(watch.max_age)
+                parse_every(watch.max_age)
             except ValueError as err:
                 raise ConfigError(f"{where}.max_age: {err}") from None
     names = [w.name for w in dirs]
@@ -202,5 +202,4 @@ def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
 
 def max_age_s(watch: DirWatch) -> float | None:
     """A [[watch.dir]]'s max_age in seconds (validated: it parses)."""
-    from pulse.core import schedule as schedulemod
-    return None if watch.max_age is None else schedulemod.parse_every(watch.max_age)
+    return None if watch.max_age is None else parse_every(watch.max_age)

@@ -16,6 +16,7 @@ scripts/install_realcli.sh) and the keys a table must set itself (`requires`: a 
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 import tomllib
 from pathlib import Path
@@ -49,7 +50,6 @@ def read(name: str) -> dict:
 
 def account(table: dict) -> tuple[str, int]:
     """(home, uid) of the account the table's process runs as."""
-    import pwd
     user = table.get("user")
     if isinstance(user, str):
         try:

@@ -1,0 +1,106 @@
+"""What every path of pulsectl shares, with click or without (pulse.cli.main, pulse.cli.fastpath, the
+click group): reaching a pulsed (which one: the registries, -i NAME; asking it; what to say when it
+does not answer), pulsectl's own options read from argv, and msgspec imported without
+typing_extensions. Below every other module of pulse.cli, importing none of them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Imports inside functions: the plain status path and pulsectl's fast path import this module; each
+# function imports what only it needs when it runs (pulse.core.client: libzmq ~18 ms; instances only
+# when pulsed does not answer or -i is given; msgspec under import_msgspec's own terms).
+
+DEFAULT_TIMEOUT_S = 3.0
+
+
+def request_or_exit(paths, message, timeout: float):
+    """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses."""
+    from pulse.core import client
+    from pulse.core.states import StatusExit
+    try:
+        reply = client.request(paths, message, timeout)
+    except client.Unreachable as err:
+        print(f"pulsectl: {err}{elsewhere(paths.home)}", file=sys.stderr)
+        sys.exit(StatusExit.UNKNOWN)
+    if not reply.ok:
+        print(f"pulsectl: {reply.error}", file=sys.stderr)
+        sys.exit(1)
+    return reply
+
+
+def registries() -> list:
+    """This user's registry (where a pulsed of the default home registers) and the system one.
+    (Here, not in pulse.cli.roster: the plain status path says `elsewhere` without click.)"""
+    from pulse.core import instances
+    from pulse.core.home import derived_runtime_dir, resolve_home
+    mine = instances.registry_dir(derived_runtime_dir(resolve_home(None)))
+    return [mine] + ([instances.SYSTEM_REGISTRY] if instances.SYSTEM_REGISTRY != mine else [])
+
+
+def home_of(name: str) -> str:
+    """The home of the running instance called `name` (`pulsectl -i NAME`); exits 1 naming what runs otherwise."""
+    from pulse.core import instances
+    try:
+        return instances.find(registries(), name)["home"]
+    except LookupError as err:
+        print(f"pulsectl: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def elsewhere(home) -> str:
+    """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
+    from pulse.core import instances
+    try:
+        others = [e for e in instances.live_entries(registries()) if Path(e["home"]) != Path(home)]
+    except OSError:
+        return ""
+    if not others:
+        return ""
+    names = ", ".join(f"{e['name']} (home {e['home']})" for e in others)
+    return f"; running on this host: {names}: select one with pulsectl -i NAME"
+
+
+def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
+    """(--home, --timeout, the rest) from pulsectl's own options before the command; None when unsure,
+    which sends argv to click (which says what is wrong with them)."""
+    home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
+    seen = set()
+    while args and args[0].startswith("-") and args[0] != "--version":
+        option, eq, value = args.pop(0).partition("=")
+        if option not in ("--home", "--timeout") or option in seen:
+            return None
+        seen.add(option)
+        if not eq:
+            if not args:
+                return None
+            value = args.pop(0)
+        if value.startswith("-"):
+            return None
+        if option == "--home":
+            if not value or os.path.isfile(value):
+                return None          # click says what is wrong with it
+            home = value
+        else:
+            try:
+                timeout = float(value)
+            except ValueError:
+                return None
+    if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
+        return None                  # click refuses a PULSE_HOME that names a file
+    return home, timeout, args
+
+
+def import_msgspec() -> None:
+    """msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it costs
+    ~11 ms, inspect included; no type of ours needs it, so msgspec is imported without it. Only
+    msgspec: a command that needs typing_extensions itself (mcp) imports it as usual."""
+    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
+        return
+    sys.modules["typing_extensions"] = None
+    try:
+        import msgspec  # noqa: F401
+    finally:
+        del sys.modules["typing_extensions"]
