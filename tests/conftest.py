@@ -167,6 +167,15 @@ def litellm(tmp_path_factory):
     proxy.stop()
 
 
+@pytest.fixture
+def closed_port():
+    """A loopback port that refuses connections (bound, never listening) for the test's length."""
+    from realtools import ClosedPort
+    port = ClosedPort()
+    yield port.port
+    port.close()
+
+
 @pytest.fixture(scope="session")
 def long_history(tmp_path_factory):
     """A home whose events.db holds LONG_HISTORY_MIB of a busy host's history, grown once per session

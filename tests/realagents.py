@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from pulse.store import objects
-from realtools import CHAT_MODEL, CODEX_MODEL, MASTER_KEY, SECRET_PREFIXES, ClosedPort, agent_path, offline_env, openclaw_config
+from realtools import CHAT_MODEL, CODEX_MODEL, MASTER_KEY, SECRET_PREFIXES, agent_path, offline_env, openclaw_config
 from support import wait_for
 
 # The reasons a run cannot fix by running again: its task is given up after that one failure.
@@ -37,13 +37,6 @@ def clean_env(monkeypatch, tmp_path):
     home = tmp_path / "user-home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-
-
-@pytest.fixture
-def closed_port():
-    port = ClosedPort()
-    yield port.port
-    port.close()
 
 
 # -- pulsed, tasks and results -------------------------------------------------------------------------
