@@ -213,7 +213,7 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if history is not None:
-            from pulse.store.retention import summary_words
+            from pulse.store.historysize import summary_words
             print(summary_words(history))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
@@ -227,12 +227,12 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
 
 
 def history_of(paths: Paths) -> dict | None:
-    """events.db's size against [store]'s bounds, and its archive (pulse.store.retention), read from
+    """events.db's size against [store]'s bounds, and its archive (pulse.store.historysize), read from
     the home; None if events.db cannot be read (status says the rest all the same)."""
     import sqlite3
 
     from pulse.core import config as configmod
-    from pulse.store import connection, retention
+    from pulse.store import connection, historysize
     try:
         store = configmod.load(paths.config).store
     except configmod.ConfigError:
@@ -242,7 +242,7 @@ def history_of(paths: Paths) -> dict | None:
     except (connection.StoreError, sqlite3.Error):
         return None
     try:
-        return retention.summary(conn, store)
+        return historysize.summary(conn, store)
     except sqlite3.Error:
         return None
     finally:
