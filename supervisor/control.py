@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pulse.core.childspecs import CHILD_SPECS, ENGINE
 from pulse.core.wire import controlmsgs
+from pulse.store import historysize
 
 from .child import how_to_enable
 
@@ -27,7 +28,8 @@ def _worker(arbiter: "Arbiter", name: str):
 def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
     if isinstance(request, controlmsgs.GetStatus):
         return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
-                          events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
+                          events_recorded=arbiter.events.seq, events_written=arbiter.events.written,
+                          history_bounds=historysize.bounds(arbiter.config.store))
     if isinstance(request, controlmsgs.GetConfig):
         import msgspec
 

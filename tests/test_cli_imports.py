@@ -89,10 +89,22 @@ def test_status_and_task_add_talk_to_a_running_pulsed_without_zmq(tmp_path, puls
     assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
     # its history line reads pulse.store.historysize, not the mover (logging, dataclasses, zstandard, ~20 ms)
     assert not modules & {"pulse.store.retention", "pulse.store.archive", "logging", "dataclasses", "socket"}
+    # ... and [store]'s bounds from pulsed's reply (Reply.history_bounds), not from the config (~12 ms)
+    assert "of 512 MiB" in proc.stdout and "pulse.core.config" not in modules and "tomllib" not in modules
     modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x",
                              home=pulsed.home, running=True)
     assert proc.returncode == 0 and proc.stdout.startswith("task-"), proc.stderr
     assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+
+
+def test_status_says_the_bounds_pulsed_sent_and_reads_the_config_only_when_an_older_pulsed_sent_none(tmp_path):
+    from pulse.cli import statusview
+    paths = init_home(tmp_path / "home")
+    (paths.home / "config.toml").write_text("[store]\nmax_mb = 64\nkeep_days = 7\n")
+    sent = {"max_mb": 100, "keep_days": 3, "keep_free_mb": 10, "archive": False, "archive_max_mb": 0}
+    assert {k: statusview.history_of(paths, sent)[k] for k in sent} == sent
+    history = statusview.history_of(paths, None)
+    assert (history["max_mb"], history["keep_days"], history["archive"]) == (64, 7, True)
 
 
 def test_each_commands_line_in_help_is_its_docstrings_first_sentence():

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
 
 MIB = 1024 * 1024
 
+# [store]'s keys that bound the history, said beside its size. pulsed sends them in its status reply
+# (controlmsgs.Reply.history_bounds), so that `pulsectl status` need not load the config to say them.
+BOUNDS = ("max_mb", "keep_days", "keep_free_mb", "archive", "archive_max_mb")
+
+
+def bounds(store: configmod.Store | None) -> dict | None:
+    """[store]'s bounds on the history, as plain data (summary's `bounds`); None: not known."""
+    return None if store is None else {key: getattr(store, key) for key in BOUNDS}
+
 
 def live_bytes(conn: sqlite3.Connection) -> int:
     """The bytes events.db's pages in use hold (freed pages are reused by new events: the file does
@@ -38,16 +47,15 @@ def archive_totals(conn: sqlite3.Connection) -> dict:
             "oldest_archived_ts": row[4]}
 
 
-def summary(conn: sqlite3.Connection, store: configmod.Store | None) -> dict:
+def summary(conn: sqlite3.Connection, bounds: dict | None) -> dict:
     """The history's size against its bounds (status, the page, /metrics): cheap, the manifest and
-    three PRAGMAs. `store`: the bounds in force, or None if unknown."""
+    three PRAGMAs. `bounds`: [store]'s bounds in force (bounds()), or None if unknown."""
     totals = archive_totals(conn)
     first = eventsdb.first_live_id(conn)
     out = {"live_bytes": live_bytes(conn), "first_live_id": first, "oldest_live_ts": eventsdb.event_ts(conn, first),
            **totals}
-    if store is not None:
-        out.update(max_mb=store.max_mb, keep_days=store.keep_days, keep_free_mb=store.keep_free_mb,
-                   archive=store.archive, archive_max_mb=store.archive_max_mb)
+    if bounds is not None:
+        out.update({key: bounds[key] for key in BOUNDS})
     return out
 
 

@@ -98,7 +98,7 @@ def overview(web: Web) -> dict:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
     # A full disk, said from the file system itself (nothing can be written to record it)
     view["disk_full"] = ballast.disk_full_note(web.paths.home, web.paths.home / "ballast")
-    view["history"] = web.read(lambda c: historysize.summary_words(historysize.summary(c, web.store)))
+    view["history"] = web.read(lambda c: historysize.summary_words(historysize.summary(c, historysize.bounds(web.store))))
     return view
 
 
