@@ -107,6 +107,25 @@ def test_status_says_the_bounds_pulsed_sent_and_reads_the_config_only_when_an_ol
     assert (history["max_mb"], history["keep_days"], history["archive"]) == (64, 7, True)
 
 
+# What reading a projection's checkpoint (pulse.store.projection) and the spend ledger once pulled in:
+# inspect and dataclasses, logging, the archive's zstandard, statistics: ~35 ms of `budget` together.
+NOT_FOR_READERS = {"inspect", "dataclasses", "logging", "statistics", "pulse.store.archive", "zstandard"}
+
+
+def test_task_list_and_budget_read_their_projections_without_inspect_logging_or_the_archive(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "list", home=home)
+    assert proc.returncode == 0 and proc.stdout.startswith("ID "), proc.stderr
+    assert "pulse.store.projection" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    assert not modules & NOT_FOR_READERS, modules & NOT_FOR_READERS
+    assert "pulse.core.config" not in modules          # a listing needs no [[agent]]
+    modules, proc = imported(tmp_path, "budget", home=home)
+    assert proc.returncode == 0 and proc.stdout.startswith("AGENT "), proc.stderr
+    assert "pulse.agents.spend" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    assert not modules & NOT_FOR_READERS, modules & NOT_FOR_READERS
+
+
 def test_each_commands_line_in_help_is_its_docstrings_first_sentence():
     """group.SHORT_HELP says what --help shows without importing the commands: it must match them."""
     ctx = click.Context(cli)
