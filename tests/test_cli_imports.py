@@ -17,13 +17,15 @@ import click
 from pulse.cli.group import COMMAND_MODULES, SHORT_HELP, cli
 from support import init_home
 
+GC_ON = "<the garbage collector is on>"     # PROBE's mark, beside the modules
+
 # pulsectl's main() under a hook that prints sys.modules at the exit (the plain status path leaves
-# through os._exit, which runs no atexit handler).
-PROBE = textwrap.dedent("""\
-    import json, os, sys
+# through os._exit, which runs no atexit handler), and whether the garbage collector is on then.
+PROBE = textwrap.dedent(f"""\
+    import gc, json, os, sys
     def report(code=0):
         with open(os.environ["PROBE_OUT"], "w") as f:
-            f.write(json.dumps(sorted(sys.modules)))
+            f.write(json.dumps(sorted(sys.modules) + [{GC_ON!r}] * gc.isenabled()))
         real_exit(code)
     real_exit, os._exit = os._exit, report
     sys.argv = ["pulsectl", *sys.argv[1:]]
@@ -124,6 +126,19 @@ def test_task_list_and_budget_read_their_projections_without_inspect_logging_or_
     assert proc.returncode == 0 and proc.stdout.startswith("AGENT "), proc.stderr
     assert "pulse.agents.spend" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
     assert not modules & NOT_FOR_READERS, modules & NOT_FOR_READERS
+
+
+def test_the_commands_served_without_click_end_with_the_collector_off_and_clicks_keep_it(tmp_path):
+    """Off: the passes over what the imports made were ~4 ms of a command that ends at once. On for
+    click's commands, which may run for hours (`events --follow` turns it back on the same way)."""
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "list", home=home)
+    assert proc.returncode == 0 and GC_ON not in modules
+    modules, proc = imported(tmp_path, "status", home=home)
+    assert proc.returncode == 4 and GC_ON not in modules
+    modules, proc = imported(tmp_path, "--help")
+    assert proc.returncode == 0 and GC_ON in modules
 
 
 def test_each_commands_line_in_help_is_its_docstrings_first_sentence():
