@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from pulse.core.childspecs import CHILD_SPECS, ENGINE
 from pulse.core.wire import controlmsgs
-from pulse.store import historysize
 
 from .child import how_to_enable
 
@@ -29,10 +30,8 @@ def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
     if isinstance(request, controlmsgs.GetStatus):
         return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
                           events_recorded=arbiter.events.seq, events_written=arbiter.events.written,
-                          history_bounds=historysize.bounds(arbiter.config.store))
+                          store=msgspec.to_builtins(arbiter.config.store))
     if isinstance(request, controlmsgs.GetConfig):
-        import msgspec
-
         from pulse.core.config import without_secrets
         return controlmsgs.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, controlmsgs.Reload):

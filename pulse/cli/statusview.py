@@ -207,7 +207,7 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         time.sleep(0.3)
         reply = request_or_exit(paths, controlmsgs.GetStatus(), timeout)
     code, why = exit_of(reply.status)
-    history = history_of(paths, reply.history_bounds)
+    history = history_of(paths, reply.store)
     if as_json:
         print(status_json(reply.status, code, why, history))
     else:
@@ -228,8 +228,8 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
 
 def history_of(paths: Paths, bounds: dict | None = None) -> dict | None:
     """events.db's size against [store]'s bounds, and its archive (pulse.store.historysize), read from
-    the home; None if events.db cannot be read (status says the rest all the same). `bounds`: those
-    pulsed said it keeps; None (a pulsed older than that): read from the config file."""
+    the home; None if events.db cannot be read (status says the rest all the same). `bounds`: the
+    [store] table pulsed said it keeps; None (a pulsed older than that): read from the config file."""
     import sqlite3
 
     from pulse.store import connection, historysize

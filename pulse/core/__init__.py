@@ -8,7 +8,8 @@ codes), `childspecs` (what each worker is to pulsed, one row each), `home` (the 
 runtime directory), `logs` (the one log writer), `procs`
 (process primitives and the one git runner), `clock` (UTC stamps, durations, backoff),
 `sdnotify` (systemd's notify protocol), `client` (sockets to a running pulsed; pyzmq, imported
-only by what talks to pulsed), `instances`
+only by what talks to pulsed), `zmtp` (pulsectl's one request and its rings in ZMTP 3.0, without
+pyzmq), `instances`
 (the registry of running Pulses on the host), `guarded` (how a [[process]] is found; psutil,
 imported by the workers only), `plugins` (the Watcher and Executor an engine plugs in, which the
 built-in sensors are too), `wakepipe` (a loop's wakeup pipe), `rotation` (the names of the

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 MIB = 1024 * 1024
 
-# [store]'s keys that bound the history, said beside its size. pulsed sends them in its status reply
-# (controlmsgs.Reply.history_bounds), so that `pulsectl status` need not load the config to say them.
+# [store]'s keys that bound the history, said beside its size. pulsed sends its [store] in its status
+# reply (controlmsgs.Reply.store), so that `pulsectl status` need not load the config to say them.
 BOUNDS = ("max_mb", "keep_days", "keep_free_mb", "archive", "archive_max_mb")
 
 
@@ -49,7 +49,8 @@ def archive_totals(conn: sqlite3.Connection) -> dict:
 
 def summary(conn: sqlite3.Connection, bounds: dict | None) -> dict:
     """The history's size against its bounds (status, the page, /metrics): cheap, the manifest and
-    three PRAGMAs. `bounds`: [store]'s bounds in force (bounds()), or None if unknown."""
+    three PRAGMAs. `bounds`: [store]'s bounds in force (bounds(), or the whole table as plain data),
+    or None if unknown."""
     totals = archive_totals(conn)
     first = eventsdb.first_live_id(conn)
     out = {"live_bytes": live_bytes(conn), "first_live_id": first, "oldest_live_ts": eventsdb.event_ts(conn, first),
