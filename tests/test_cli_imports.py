@@ -91,12 +91,13 @@ def test_status_and_task_add_talk_to_a_running_pulsed_without_zmq(tmp_path, puls
     assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
     # its history line reads pulse.store.historysize, not the mover (logging, dataclasses, zstandard, ~20 ms)
     assert not modules & {"pulse.store.retention", "pulse.store.archive", "logging", "dataclasses", "socket"}
-    # ... and [store]'s bounds from pulsed's reply (Reply.history_bounds), not from the config (~12 ms)
+    # ... and [store]'s bounds from pulsed's reply (Reply.store), not from the config (~12 ms)
     assert "of 512 MiB" in proc.stdout and "pulse.core.config" not in modules and "tomllib" not in modules
     modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x",
                              home=pulsed.home, running=True)
     assert proc.returncode == 0 and proc.stdout.startswith("task-"), proc.stderr
     assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    assert "pulse.core.wire.controlmsgs" not in modules     # a ring asks pulsed nothing: no reply to decode
 
 
 def test_status_says_the_bounds_pulsed_sent_and_reads_the_config_only_when_an_older_pulsed_sent_none(tmp_path):
@@ -126,6 +127,23 @@ def test_task_list_and_budget_read_their_projections_without_inspect_logging_or_
     assert proc.returncode == 0 and proc.stdout.startswith("AGENT "), proc.stderr
     assert "pulse.agents.spend" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
     assert not modules & NOT_FOR_READERS, modules & NOT_FOR_READERS
+    assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
+
+
+# What loading config.toml does not need: the workers' slices (pulsed cuts them) and ast (the keys'
+# help, read by init, check-config and the docs).
+NOT_FOR_CONFIG_READERS = {"pulse.core.config.slices", "ast"}
+
+
+def test_task_add_and_config_effective_load_the_config_without_the_slices_or_ast(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x", home=home)
+    assert proc.returncode == 0 and "pulse.core.config" in modules, proc.stderr
+    assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
+    modules, proc = imported(tmp_path, "config", "--effective", home=home)
+    assert proc.returncode == 0 and "[timings]" in proc.stdout, proc.stderr
+    assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
 
 
 def test_the_commands_served_without_click_end_with_the_collector_off_and_clicks_keep_it(tmp_path):

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pulse.core.home import Paths
-from pulse.core.wire import codec, controlmsgs
+from pulse.core.wire import codec
 
 if TYPE_CHECKING:
     import zmq
+
+    from pulse.core.wire import controlmsgs
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -103,4 +105,5 @@ def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> contro
         raise _denied(paths) from None
     except (OSError, zmtp.ProtocolError) as err:
         raise Unreachable(f"pulsed on {paths.home} did not answer on {paths.socket_file('control')}: {err}") from None
+    from pulse.core.wire import controlmsgs  # its ~30 Structs: a ring (task add) needs none of them
     return codec.decode(reply, controlmsgs.Reply)
