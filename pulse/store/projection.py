@@ -23,8 +23,6 @@ archive segments (pulse.store.retention), a rebuild folds those segments first, 
 from __future__ import annotations
 
 import functools
-import hashlib
-import linecache
 import os
 import sqlite3
 import sys
@@ -110,10 +108,44 @@ def _read_source(function) -> str:
     read from the code's positions, not by tokenizing the module as inspect.getsource does, which
     cost every pulsectl command that reads a projection (`task list`) a tenth of its time."""
     code = getattr(unwrapped(function), "__code__", None)
-    lines = linecache.getlines(code.co_filename) if code is not None else []
+    lines = source_lines(code.co_filename) if code is not None else []
     if not lines:
         return function.__qualname__
     return "".join(lines[code.co_firstlineno - 1:_last_line(code)])
+
+
+@functools.lru_cache(maxsize=None)
+def source_lines(filename: str) -> list[str]:
+    """A source file's lines (as linecache.getlines, whose tokenize import was ~1 ms of `task list`);
+    [] if it cannot be read (a class made by code, a module without its source)."""
+    try:
+        with open(filename, encoding="utf-8") as f:
+            return f.readlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+BUILTIN_HASH_MAX = 1 << 20   # bytes: past this OpenSSL's SHA-256 (hashlib) more than pays for its loading
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of `data`, in hex. hashlib loads OpenSSL, ~3 ms of a `task list` that hashes a few KiB:
+    small data, in a process that has not loaded hashlib, goes to the interpreter's own SHA-256
+    (the same digest; hashlib's fallback where OpenSSL is missing)."""
+    if len(data) <= BUILTIN_HASH_MAX and "hashlib" not in sys.modules and (builtin := _builtin_sha256()):
+        return builtin(data).hexdigest()
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.cache
+def _builtin_sha256():
+    for module in ("_sha2", "_sha256"):     # CPython 3.12 on, 3.11
+        try:
+            return __import__(module).sha256
+        except ImportError:
+            continue
+    return None
 
 
 def unwrapped(function):
@@ -148,11 +180,10 @@ class Projection(Generic[S]):
                  rebuild: Callable[[sqlite3.Connection, int], S] | None = None):
         self.name, self.new, self.fold, self.types, self.code = name, new, fold, types, code
         self.dump, self.load, self.state_type, self.rebuild = dump, load, state_type, rebuild
-        digest = hashlib.sha256(f"{PROTOCOL}\0{self.name}\0{sorted(self.types)}".encode())
-        for obj in (self.fold, self.new, self.dump, self.load, self.state_type, self.rebuild, *self.code):
-            if obj is not None:
-                digest.update(b"\0" + source_of(obj).encode())
-        self.version = digest.hexdigest()[:16]
+        parts = [f"{PROTOCOL}\0{self.name}\0{sorted(self.types)}"]
+        parts += [source_of(obj) for obj in (self.fold, self.new, self.dump, self.load, self.state_type, self.rebuild,
+                                             *self.code) if obj is not None]
+        self.version = sha256_hex("\0".join(parts).encode())[:16]
 
     def decode(self, body: bytes) -> S:
         if self.load is not None:
@@ -179,7 +210,7 @@ def write_checkpoint(directory: Path, projection: Projection[S], state: S, last_
     """Replace the projection's checkpoint atomically (temporary file, fsync, rename, fsync of the directory)."""
     body = msgspec.msgpack.encode(projection.dump(state))
     record = Checkpoint(PROTOCOL, projection.name, projection.version, last_id, anchor_ts, time.time(),
-                        hashlib.sha256(body).hexdigest(), body)
+                        sha256_hex(body), body)
     directory.mkdir(mode=0o700, exist_ok=True)
     path = checkpoint_path(directory, projection.name)
     # imported here: most readers of a projection (pulsectl task list) never write one
@@ -229,7 +260,7 @@ def read_checkpoint(directory: Path, projection: Projection[S],
         return f"checkpoint {path} is torn or damaged"
     if record.protocol != PROTOCOL or record.name != projection.name or record.version != projection.version:
         return f"checkpoint {path} is of another version of {projection.name} ({record.version})"
-    if hashlib.sha256(record.body).hexdigest() != record.digest:
+    if sha256_hex(record.body) != record.digest:
         return f"checkpoint {path} fails its checksum"
     if record.last_id and anchor_ts(conn, record.last_id) != record.anchor_ts:
         return f"checkpoint {path} is of another history (event {record.last_id} is not the one it folded)"
