@@ -111,8 +111,10 @@ def test_status_says_the_bounds_pulsed_sent_and_reads_the_config_only_when_an_ol
 
 
 # What reading a projection's checkpoint (pulse.store.projection) and the spend ledger once pulled in:
-# inspect and dataclasses, logging, the archive's zstandard, statistics: ~35 ms of `budget` together.
-NOT_FOR_READERS = {"inspect", "dataclasses", "logging", "statistics", "pulse.store.archive", "zstandard"}
+# inspect and dataclasses, logging, the archive's zstandard, statistics: ~35 ms of `budget` together;
+# hashlib's OpenSSL (~3 ms) and linecache's tokenize (~1 ms) for a few KiB of sources and checkpoint.
+NOT_FOR_READERS = {"inspect", "dataclasses", "logging", "statistics", "pulse.store.archive", "zstandard",
+                   "_hashlib", "tokenize"}
 
 
 def test_task_list_and_budget_read_their_projections_without_inspect_logging_or_the_archive(tmp_path):
