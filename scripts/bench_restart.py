@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import random
-import resource
 import shutil
 import signal
 import socket
@@ -37,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -164,6 +164,27 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
+
+
+def run_timed(argv: list[str], env: dict, timeout: float) -> tuple[int, float, float]:
+    """(exit code, wall seconds, CPU seconds) of one run of `argv`, its output to /dev/null.
+
+    Waited for by a blocking wait4, not subprocess.run(timeout=...): that polls with sleeps that
+    double up to 50 ms, so a command's wall time read as 31.5, 63.5, 113.5 ms..., never between (a
+    51 ms command showed 63.5). wait4 also gives this child's own CPU time. A timer kills a run
+    that outlives `timeout`."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        killer.cancel()
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)     # reaped here: Popen must not wait again
+    return proc.returncode, wall, usage.ru_utime + usage.ru_stime
 
 
 # -- one pulsed ------------------------------------------------------------------------------------
@@ -584,23 +605,18 @@ class Bench:
         log(f"cli: {a.cli_runs} rounds (+1 warm-up) of {', '.join(runs)}")
         for i in range(a.cli_runs + 1):
             for label, argv in runs.items():
-                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                t0 = time.monotonic()
-                out = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, timeout=60)
-                dt = time.monotonic() - t0
-                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                code, wall, used = run_timed(argv, env, 60)
                 if i:
-                    times[label].append(ms(dt))
-                    cpu[label].append(ms(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime))
-                    codes[label].add(out.returncode)
+                    times[label].append(ms(wall))
+                    cpu[label].append(ms(used))
+                    codes[label].add(code)
         code, _ = p.stop()
         bad = {label: sorted(c) for label, c in codes.items() if c - {0}}
         if bad:
             self.note(f"cli: non-zero exit codes {bad}")
         self.results["cli"] = {
-            "method": "time.monotonic() around subprocess.run (Popen → exit), stdout/stderr to /dev/null; "
-                      "CPU: user + system time of the child (getrusage RUSAGE_CHILDREN), which load "
+            "method": "time.monotonic() around Popen → a blocking wait4, stdout/stderr to /dev/null; "
+                      "CPU: user + system time of the child (wait4's rusage), which load "
                       "on the machine sways less; rounds of every command in turn, the first not counted",
             "rounds": a.cli_runs, "commands": {label: {"argv": argv[1:] if label != "python -c pass" else argv,
                                                        "ms": summary(times[label]), "samples_ms": times[label],

@@ -31,7 +31,8 @@ def _worker(arbiter: "Arbiter", name: str):
 def handle(arbiter: "Arbiter", request) -> controlmsgs.Reply:
     if isinstance(request, controlmsgs.GetStatus):
         return controlmsgs.Reply(ok=True, status=arbiter.status(), engine_commit=arbiter.children[ENGINE].commit,
-                          events_recorded=arbiter.events.seq, events_written=arbiter.events.written)
+                          events_recorded=arbiter.events.seq, events_written=arbiter.events.written,
+                          store=msgspec.to_builtins(arbiter.config.store))
     if isinstance(request, controlmsgs.GetConfig):
         return controlmsgs.Reply(ok=True, config=msgspec.to_builtins(without_secrets(arbiter.config)))
     if isinstance(request, controlmsgs.Reload):

@@ -17,13 +17,15 @@ import click
 from pulse.cli.group import COMMAND_MODULES, SHORT_HELP, cli
 from support import init_home
 
+GC_ON = "<the garbage collector is on>"     # PROBE's mark, beside the modules
+
 # pulsectl's main() under a hook that prints sys.modules at the exit (the plain status path leaves
-# through os._exit, which runs no atexit handler).
-PROBE = textwrap.dedent("""\
-    import json, os, sys
+# through os._exit, which runs no atexit handler), and whether the garbage collector is on then.
+PROBE = textwrap.dedent(f"""\
+    import gc, json, os, sys
     def report(code=0):
         with open(os.environ["PROBE_OUT"], "w") as f:
-            f.write(json.dumps(sorted(sys.modules)))
+            f.write(json.dumps(sorted(sys.modules) + [{GC_ON!r}] * gc.isenabled()))
         real_exit(code)
     real_exit, os._exit = os._exit, report
     sys.argv = ["pulsectl", *sys.argv[1:]]
@@ -40,13 +42,15 @@ PROBE = textwrap.dedent("""\
 HEAVY = {"zmq", "pulse.effects.registry", "pulse.engine.repo", "typing_extensions", "importlib.metadata"}
 
 
-def imported(tmp_path, *args: str, home=None) -> tuple[set[str], subprocess.CompletedProcess]:
+def imported(tmp_path, *args: str, home=None, running=False) -> tuple[set[str], subprocess.CompletedProcess]:
+    """`running`: the home's pulsed runs, and its runtime directory is the one recorded in the home."""
     out = tmp_path / "modules.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
     env["PROBE_OUT"] = str(out)
     if home is not None:
         env["PULSE_HOME"] = str(home)
-        env["PULSE_RUNTIME_DIR"] = str(tmp_path / "run")
+        if not running:
+            env["PULSE_RUNTIME_DIR"] = str(tmp_path / "run")
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, timeout=60)
     assert out.exists(), proc.stderr
     return set(json.loads(out.read_text())), proc
@@ -77,6 +81,84 @@ def test_task_add_rings_the_tick_without_zmq_and_checks_no_kind(tmp_path):
     # served without click (pulse.cli.fastpath): its body, none of the click commands' modules
     assert "pulse.cli.taskverbs" in modules and not command_modules(modules)
     assert not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+
+
+def test_status_and_task_add_talk_to_a_running_pulsed_without_zmq(tmp_path, pulsed):
+    """The request and the ring go over pulse.core.zmtp: libzmq is ~18 ms of import for one message."""
+    pulsed.start()
+    modules, proc = imported(tmp_path, "status", home=pulsed.home, running=True)
+    assert proc.returncode == 0 and "running" in proc.stdout and "history: " in proc.stdout, proc.stderr
+    assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    # its history line reads pulse.store.historysize, not the mover (logging, dataclasses, zstandard, ~20 ms)
+    assert not modules & {"pulse.store.retention", "pulse.store.archive", "logging", "dataclasses", "socket"}
+    # ... and [store]'s bounds from pulsed's reply (Reply.store), not from the config (~12 ms)
+    assert "of 512 MiB" in proc.stdout and "pulse.core.config" not in modules and "tomllib" not in modules
+    modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x",
+                             home=pulsed.home, running=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("task-"), proc.stderr
+    assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    assert "pulse.core.wire.controlmsgs" not in modules     # a ring asks pulsed nothing: no reply to decode
+
+
+def test_status_says_the_bounds_pulsed_sent_and_reads_the_config_only_when_an_older_pulsed_sent_none(tmp_path):
+    from pulse.cli import statusview
+    paths = init_home(tmp_path / "home")
+    (paths.home / "config.toml").write_text("[store]\nmax_mb = 64\nkeep_days = 7\n")
+    sent = {"max_mb": 100, "keep_days": 3, "keep_free_mb": 10, "archive": False, "archive_max_mb": 0}
+    assert {k: statusview.history_of(paths, sent)[k] for k in sent} == sent
+    history = statusview.history_of(paths, None)
+    assert (history["max_mb"], history["keep_days"], history["archive"]) == (64, 7, True)
+
+
+# What reading a projection's checkpoint (pulse.store.projection) and the spend ledger once pulled in:
+# inspect and dataclasses, logging, the archive's zstandard, statistics: ~35 ms of `budget` together;
+# hashlib's OpenSSL (~3 ms) and linecache's tokenize (~1 ms) for a few KiB of sources and checkpoint.
+NOT_FOR_READERS = {"inspect", "dataclasses", "logging", "statistics", "pulse.store.archive", "zstandard",
+                   "_hashlib", "tokenize"}
+
+
+def test_task_list_and_budget_read_their_projections_without_inspect_logging_or_the_archive(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "list", home=home)
+    assert proc.returncode == 0 and proc.stdout.startswith("ID "), proc.stderr
+    assert "pulse.store.projection" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    assert not modules & NOT_FOR_READERS, modules & NOT_FOR_READERS
+    assert "pulse.core.config" not in modules          # a listing needs no [[agent]]
+    modules, proc = imported(tmp_path, "budget", home=home)
+    assert proc.returncode == 0 and proc.stdout.startswith("AGENT "), proc.stderr
+    assert "pulse.agents.spend" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+    assert not modules & NOT_FOR_READERS, modules & NOT_FOR_READERS
+    assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
+
+
+# What loading config.toml does not need: the workers' slices (pulsed cuts them) and ast (the keys'
+# help, read by init, check-config and the docs).
+NOT_FOR_CONFIG_READERS = {"pulse.core.config.slices", "ast"}
+
+
+def test_task_add_and_config_effective_load_the_config_without_the_slices_or_ast(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x", home=home)
+    assert proc.returncode == 0 and "pulse.core.config" in modules, proc.stderr
+    assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
+    modules, proc = imported(tmp_path, "config", "--effective", home=home)
+    assert proc.returncode == 0 and "[timings]" in proc.stdout, proc.stderr
+    assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
+
+
+def test_the_commands_served_without_click_end_with_the_collector_off_and_clicks_keep_it(tmp_path):
+    """Off: the passes over what the imports made were ~4 ms of a command that ends at once. On for
+    click's commands, which may run for hours (`events --follow` turns it back on the same way)."""
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "task", "list", home=home)
+    assert proc.returncode == 0 and GC_ON not in modules
+    modules, proc = imported(tmp_path, "status", home=home)
+    assert proc.returncode == 4 and GC_ON not in modules
+    modules, proc = imported(tmp_path, "--help")
+    assert proc.returncode == 0 and GC_ON in modules
 
 
 def test_each_commands_line_in_help_is_its_docstrings_first_sentence():

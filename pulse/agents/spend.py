@@ -28,23 +28,24 @@ function but those that take a connection is pure.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import statistics
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+import msgspec
 
 from pulse.agents import tasks
 from pulse.core import clock
-from pulse.core.config import SpendLimits
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EffectKind, Event, SpendEvent, now_event
 
 # Imports inside functions: pulse.store (~5-15 ms) is imported by the functions that read or write
 # events.db: the tick's budget rule and the engine's tests import this module for its folds and types.
+
+if TYPE_CHECKING:
+    from pulse.core.config import SpendLimits
 
 HOST = "*"                    # the scope of the host-wide [budget]
 MEDIAN_OF = 10                # a run's expected cost: the median of this many recent costs
@@ -75,10 +76,12 @@ def window_key(window: str, now: float) -> str:
     return time.strftime({"day": "%Y-%m-%d", "month": "%Y-%m", "hour": "%Y-%m-%dT%H"}[window], time.gmtime(now))
 
 
+# The ledger and what is decided on it are msgspec Structs, not dataclasses: `pulsectl budget` reads
+# them, and dataclasses (with inspect) and statistics were ~10 ms of its time; msgspec is loaded anyway.
+
 # -- the ledger -----------------------------------------------------------------------------------
 
-@dataclass
-class Run:
+class Run(msgspec.Struct):
     effect_id: str
     agent: str
     task: str | None
@@ -102,16 +105,15 @@ def hour_of(at: float) -> float:
     return float(math.floor(at / HOUR_S) * HOUR_S)
 
 
-@dataclass
-class Ledger:
-    runs: dict[str, Run] = field(default_factory=dict)
-    resets: dict[str, float] = field(default_factory=dict)          # agent → when its spend was reset
-    alerts: list[dict] = field(default_factory=list)                # spend-alert data
-    held: dict[str, dict] = field(default_factory=dict)             # task → its spend-held data, while it waits
+class Ledger(msgspec.Struct):
+    runs: dict[str, Run] = msgspec.field(default_factory=dict)
+    resets: dict[str, float] = msgspec.field(default_factory=dict)  # agent → when its spend was reset
+    alerts: list[dict] = msgspec.field(default_factory=list)        # spend-alert data
+    held: dict[str, dict] = msgspec.field(default_factory=dict)     # task → its spend-held data, while it waits
     # sessions Pulse did not start: (session, UTC hour) → usd; those without the token as UNCOUNTED,
     # one sum, so what anyone may send costs one entry an hour here
-    observed: dict[tuple[str, float], float] = field(default_factory=dict)
-    sessions: dict[str, dict] = field(default_factory=dict)         # session → its service, last seen
+    observed: dict[tuple[str, float], float] = msgspec.field(default_factory=dict)
+    sessions: dict[str, dict] = msgspec.field(default_factory=dict)  # session → its service, last seen
 
     def fold(self, events: Iterable[Event]) -> "Ledger":
         for ev in events:
@@ -172,8 +174,7 @@ class Ledger:
 
 # -- decisions (pure) -----------------------------------------------------------------------------
 
-@dataclass
-class Measure:
+class Measure(msgspec.Struct):
     """One limit of one scope, now: used (usd or runs) of `of`."""
     scope: str
     limit: str
@@ -211,8 +212,7 @@ def crossing(m: Measure, expected_usd: float) -> bool:
     return m.used >= m.of or m.used + expected_usd > m.of
 
 
-@dataclass
-class Hold:
+class Hold(msgspec.Struct):
     """Why a run of an agent would not start now: the limits one more run would cross."""
     why: str
     blocked: list[Measure]
@@ -269,11 +269,19 @@ def remaining_usd(ms: list[Measure]) -> float | None:
     return round(min(left), 6) if left else None
 
 
+def median(values: list[float]) -> float:
+    """The middle value (of an even count, the mean of the two middle ones), as statistics.median,
+    which is not imported for it: its module and what it loads were milliseconds of `pulsectl budget`."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def expected_cost(max_run_usd: float | None, recent_costs: list[float]) -> float:
     """What a run is expected to cost: max_run_usd where set, else the median of the recent costs (none: 0)."""
     if max_run_usd is not None:
         return float(max_run_usd)
-    return float(statistics.median(recent_costs[:MEDIAN_OF])) if recent_costs else 0.0
+    return float(median(recent_costs[:MEDIAN_OF])) if recent_costs else 0.0
 
 
 def scopes_of(agent, host: SpendLimits) -> list[tuple[str, SpendLimits]]:
@@ -413,7 +421,7 @@ def _held_writes(ledger: Ledger, hold: "Hold", agent_name: str, task: str | None
     if task is not None and ledger.held.get(task, {}).get("why") != hold.why:
         events.insert(0, now_event(SpendEvent.HELD, source, task, {
             "reason": "budget", "agent": agent_name, "effect_id": effect_id, "why": hold.why, "at": now,
-            "limits": [dataclasses.asdict(m) for m in hold.blocked]}))
+            "limits": [msgspec.structs.asdict(m) for m in hold.blocked]}))
     return events, effects
 
 
@@ -494,7 +502,7 @@ def hold_task(conn, task: str, agent, host: SpendLimits, source: str) -> str | N
 
 def with_queued(m: Measure, runs: int, expected_usd: float) -> Measure:
     """`m` as it will be once `runs` more runs, not reserved yet, are (each at `expected_usd`)."""
-    return dataclasses.replace(m, used=m.used + (runs if m.unit == "runs" else runs * expected_usd))
+    return msgspec.structs.replace(m, used=m.used + (runs if m.unit == "runs" else runs * expected_usd))
 
 
 def hold_reason(conn, agent, host: SpendLimits, queued: dict[str, int] | None = None) -> str | None:

@@ -159,6 +159,9 @@ def _version() -> None:
 
 def _run(module: str, function: str, home: str | None, timeout: float, params: dict) -> None:
     from pulse.cli.context import Context  # pathlib and typing, ~10 ms where site has not loaded them: not for --version
+    if params.get("follow"):
+        import gc
+        gc.enable()              # it runs until stopped (pulse.cli.main turned the collector off)
     body = getattr(importlib.import_module(f"pulse.cli.{module}"), function)
     body(Context(home, timeout), **params)
 

@@ -213,13 +213,13 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
         time.sleep(0.3)
         reply = request_or_exit(paths, controlmsgs.GetStatus(), timeout)
     code, why = exit_of(reply.status)
-    history = history_of(paths)
+    history = history_of(paths, reply.store)
     if as_json:
         print(status_json(reply.status, code, why, history))
     else:
         print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
         if history is not None:
-            from pulse.store.retention import summary_words
+            from pulse.store.historysize import summary_words
             print(summary_words(history))
         if dev_pid(paths) is not None:
             print(f"the engine runs staging ({paths.home / 'staging'}): pulsectl dev is running")
@@ -232,27 +232,36 @@ def show(paths: Paths, timeout: float, as_json: bool) -> int:
     return code
 
 
-def history_of(paths: Paths) -> dict | None:
-    """events.db's size against [store]'s bounds, and its archive (pulse.store.retention), read from
-    the home; None if events.db cannot be read (status says the rest all the same)."""
+def history_of(paths: Paths, bounds: dict | None = None) -> dict | None:
+    """events.db's size against [store]'s bounds, and its archive (pulse.store.historysize), read from
+    the home; None if events.db cannot be read (status says the rest all the same). `bounds`: the
+    [store] table pulsed said it keeps; None (a pulsed older than that): read from the config file."""
     import sqlite3
 
-    from pulse.core import config as configmod
-    from pulse.store import connection, retention
-    try:
-        store = configmod.load(paths.config).store
-    except configmod.ConfigError:
-        store = None                 # check-config says what is wrong; the sizes are still worth showing
+    from pulse.store import connection, historysize
+    if bounds is None:
+        bounds = bounds_in_config(paths)
     try:
         conn = connection.open_readonly(paths.events_db)
     except (connection.StoreError, sqlite3.Error):
         return None
     try:
-        return retention.summary(conn, store)
+        return historysize.summary(conn, bounds)
     except sqlite3.Error:
         return None
     finally:
         conn.close()
+
+
+def bounds_in_config(paths: Paths) -> dict | None:
+    """[store]'s bounds as the home's config file says them; None if it does not load (check-config
+    says what is wrong; the sizes are still worth showing)."""
+    from pulse.core import config as configmod
+    from pulse.store import historysize
+    try:
+        return historysize.bounds(configmod.load(paths.config).store)
+    except configmod.ConfigError:
+        return None
 
 
 def exit_of(status: controlmsgs.Status) -> tuple[StatusExit, list[str]]:

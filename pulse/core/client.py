@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pulse.core.home import Paths
-from pulse.core.wire import codec, controlmsgs
+from pulse.core.wire import codec
 
 if TYPE_CHECKING:
     import zmq
 
-# Imports inside functions: libzmq (~18 ms, python -X importtime) only when a request or a ring is
-# sent: pulsectl's commands that ask pulsed nothing import this module and never load it.
+    from pulse.core.wire import controlmsgs
+
+# Imports inside functions: what only a request, a ring or a worker's own socket needs (libzmq ~18 ms,
+# python -X importtime): pulsectl's commands that ask pulsed nothing import this module and load none.
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -65,27 +67,27 @@ def open_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, **opt
     return sock
 
 
+RING_S = 0.5    # how long a ring may wait for a worker that is rebinding (restarting) its doorbell
+
+
 def ring(paths: Paths, socket: str, message) -> None:
     """Ring a worker's doorbell (wake, doorbell, fleet) from outside Pulse: dropped if nobody
-    listens, since the receiver finds the work at its next scan anyway. Not IMMEDIATE: the message
-    waits for the connection that is still being made; a context of its own, terminated here,
-    sees it leave (LINGER: half a second at most) before the caller goes on or exits. The shared
-    context is never terminated at exit (pyzmq leaves it at interpreter shutdown, and os._exit skips
-    even that), so a ring sent through it as a process ended was lost."""
-    if not paths.socket_file(socket).exists():
-        return
-    import zmq
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 500)
+    listens, since the receiver finds the work at its next scan anyway. Over pulse.core.zmtp, not
+    libzmq: the message is handed over (or dropped) before this returns, so a process that rings
+    and exits loses nothing, and pulsectl does not load libzmq for one message. A ring waits at most
+    RING_S, for a worker that is restarting (its socket refused or missing for a moment)."""
+    if not paths.socket_file(socket).exists() or daemon_pid(paths) is None:
+        return          # nobody to wake (a worker stopped, no pulsed): not even RING_S
+    from pulse.core import zmtp
     try:
-        sock.connect(paths.endpoint(socket))
-        sock.send(codec.encode(message), zmq.NOBLOCK)
-    except zmq.ZMQError:
+        zmtp.push(str(paths.socket_file(socket)), codec.encode(message), RING_S)
+    except (OSError, zmtp.ProtocolError):
         pass
-    finally:
-        sock.close()
-        ctx.term()
+
+
+def _denied(paths: Paths) -> Unreachable:
+    return Unreachable(f"pulsed's control socket {paths.socket_file('control')}: permission denied "
+                       "(this account may not steer pulsed)")
 
 
 def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> controlmsgs.Reply:
@@ -94,16 +96,17 @@ def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> contro
     try:
         present = Path(paths.socket_file("control")).exists()
     except PermissionError:     # an account Pulse keeps out (an agent run's own user): say so, not a traceback
-        raise Unreachable(f"pulsed's control socket {paths.socket_file('control')}: permission denied "
-                          "(this account may not steer pulsed)") from None
+        raise _denied(paths) from None
     if not present:
         raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
-    import zmq
-    sock = open_socket(zmq.Context.instance(), zmq.DEALER, paths.endpoint("control"), bind=False)
+    from pulse.core import zmtp  # not pyzmq: ~18 ms of import, more than the rest of `pulsectl status`
     try:
-        sock.send(codec.encode(message))
-        if not sock.poll(timeout * 1000):
-            raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s")
-        return codec.decode(sock.recv(), controlmsgs.Reply)
-    finally:
-        sock.close()
+        reply = zmtp.request(str(paths.socket_file("control")), codec.encode(message), timeout)
+    except TimeoutError:
+        raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s") from None
+    except PermissionError:
+        raise _denied(paths) from None
+    except (OSError, zmtp.ProtocolError) as err:
+        raise Unreachable(f"pulsed on {paths.home} did not answer on {paths.socket_file('control')}: {err}") from None
+    from pulse.core.wire import controlmsgs  # its ~30 Structs: a ring (task add) needs none of them
+    return codec.decode(reply, controlmsgs.Reply)

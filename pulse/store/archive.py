@@ -239,18 +239,3 @@ def event_by_id(conn: sqlite3.Connection, event_id: int) -> Event | None:
     if seg is None:
         return None
     return next((e for e in read_segment(directory_of(conn), seg) if e.id == event_id), None)
-
-
-# -- sizes (status, /metrics) ----------------------------------------------------------------------------
-
-def totals(conn: sqlite3.Connection) -> dict:
-    """What left the live history: events moved (archived or deleted), segments, the archive's bytes
-    (one aggregate over the manifest: the page asks several times a second)."""
-    try:
-        row = conn.execute("SELECT COALESCE(SUM(events), 0), COALESCE(SUM(CASE WHEN segment IS NULL THEN 0 ELSE events END), 0), "
-                           "COUNT(segment), COALESCE(SUM(bytes), 0), MIN(CASE WHEN segment IS NULL THEN NULL ELSE first_ts END) "
-                           "FROM history_moves").fetchone()
-    except sqlite3.OperationalError:
-        row = (0, 0, 0, 0, None)
-    return {"moved_events": row[0], "archived_events": row[1], "segments": row[2], "archive_bytes": row[3],
-            "oldest_archived_ts": row[4]}

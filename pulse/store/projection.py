@@ -23,21 +23,24 @@ archive segments (pulse.store.retention), a rebuild folds those segments first, 
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
-import linecache
-import logging
 import os
 import sqlite3
+import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from types import FunctionType, MethodType
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar
 
 import msgspec
 
-from pulse.core.wire.eventmsgs import Event
-from pulse.store import archive, eventsdb
+from pulse.store import eventsdb
+
+if TYPE_CHECKING:
+    from pulse.core.wire.eventmsgs import Event
+
+# Not imported here: inspect, dataclasses, logging and pulse.store.archive (zstandard) were ~20 ms of
+# `pulsectl task list`, which reads a projection's checkpoint and folds a few events after it. The
+# archive is read only when events moved there, and log lines are written through say().
 
 S = TypeVar("S")
 
@@ -47,7 +50,17 @@ CHECKPOINT_S = 30.0          # …or this long since it, if anything was folded
 FOLD_BATCH = 500             # events read per query: a worker's RSS keeps what one batch needed
 DIRECTORY = "checkpoints"
 
-log = logging.getLogger("pulse.projection")
+INFO, WARNING, ERROR = 20, 30, 40     # logging's levels
+
+
+def say(level: int, message: str, *args: Any) -> None:
+    """A line of the log "pulse.projection". Below WARNING, only where logging was set up: a process
+    that never imported logging (pulsectl) has no handler that would show it, so logging need not
+    load for it (WARNING and above reach logging's last-resort handler, stderr, as before)."""
+    if level < WARNING and "logging" not in sys.modules:
+        return
+    import logging
+    logging.getLogger("pulse.projection").log(level, message, *args)
 
 
 def source_of(obj: Any) -> str:
@@ -58,7 +71,7 @@ def source_of(obj: Any) -> str:
         return repr(sorted(obj, key=repr))    # a set's order varies between processes (hash seeds)
     if isinstance(obj, type):
         return _class_source(obj)
-    if inspect.isfunction(obj) or inspect.ismethod(obj):
+    if isinstance(obj, (FunctionType, MethodType)):
         return _function_source(obj)
     return repr(obj)                          # a constant: its value is its meaning
 
@@ -68,7 +81,7 @@ def _class_source(cls: type) -> str:
     parts = [cls.__qualname__, repr(sorted(getattr(cls, "__annotations__", {}).items(), key=repr))]
     for name, member in sorted(vars(cls).items()):
         function = getattr(member, "__func__", getattr(member, "fget", member))
-        if inspect.isfunction(function):
+        if isinstance(function, FunctionType):
             parts.append(_function_source(function))
         elif not name.startswith("__") and isinstance(member, (int, float, str, bytes, tuple, frozenset)):
             parts.append(f"{name} = {source_of(member)}")
@@ -94,11 +107,56 @@ def _read_source(function) -> str:
     """Its lines, from its first (a decorator's) to the last any of its code (nested code too) spans:
     read from the code's positions, not by tokenizing the module as inspect.getsource does, which
     cost every pulsectl command that reads a projection (`task list`) a tenth of its time."""
-    code = getattr(inspect.unwrap(function), "__code__", None)
-    lines = linecache.getlines(code.co_filename) if code is not None else []
+    code = getattr(unwrapped(function), "__code__", None)
+    lines = source_lines(code.co_filename) if code is not None else []
     if not lines:
         return function.__qualname__
     return "".join(lines[code.co_firstlineno - 1:_last_line(code)])
+
+
+@functools.lru_cache(maxsize=None)
+def source_lines(filename: str) -> list[str]:
+    """A source file's lines (as linecache.getlines, whose tokenize import was ~1 ms of `task list`);
+    [] if it cannot be read (a class made by code, a module without its source)."""
+    try:
+        with open(filename, encoding="utf-8") as f:
+            return f.readlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+BUILTIN_HASH_MAX = 1 << 20   # bytes: past this OpenSSL's SHA-256 (hashlib) more than pays for its loading
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of `data`, in hex. hashlib loads OpenSSL, ~3 ms of a `task list` that hashes a few KiB:
+    small data, in a process that has not loaded hashlib, goes to the interpreter's own SHA-256
+    (the same digest; hashlib's fallback where OpenSSL is missing)."""
+    if len(data) <= BUILTIN_HASH_MAX and "hashlib" not in sys.modules and (builtin := _builtin_sha256()):
+        return builtin(data).hexdigest()
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.cache
+def _builtin_sha256():
+    for module in ("_sha2", "_sha256"):     # CPython 3.12 on, 3.11
+        try:
+            return __import__(module).sha256
+        except ImportError:
+            continue
+    return None
+
+
+def unwrapped(function):
+    """What a decorator wrapped (its __wrapped__, as functools.wraps records it), as inspect.unwrap."""
+    seen = {id(function)}
+    while hasattr(function, "__wrapped__"):
+        function = function.__wrapped__
+        if id(function) in seen:
+            raise ValueError(f"wrapper loop in {function!r}")
+        seen.add(id(function))
+    return function
 
 
 def _last_line(code) -> int:
@@ -107,29 +165,25 @@ def _last_line(code) -> int:
     return max([last, *nested])
 
 
-@dataclass(frozen=True)
 class Projection(Generic[S]):
     """What a fold is. `fold(state, events)` folds in place; `code` lists the functions and types the
-    fold calls (its state type, helpers in other modules): a change to any of them changes the version."""
-    name: str
-    new: Callable[[], S]
-    fold: Callable[[S, Sequence[Event]], None]
-    types: tuple[str, ...] = ()      # the event types it folds; () is every event
-    code: tuple = ()
-    dump: Callable[[S], Any] = lambda state: state          # → what msgspec encodes
-    load: Callable[[Any], S] | None = None                  # what msgspec decoded → state
-    state_type: Any = None                                  # decode into this type when load is None
-    # How to fold from the first event when no checkpoint serves (rebuild(conn, upto_id) → state), when
-    # something faster than event by event exists (counts by one GROUP BY); None folds event by event.
-    rebuild: Callable[[sqlite3.Connection, int], S] | None = None
-    version: str = field(init=False, default="")
+    fold calls (its state type, helpers in other modules): a change to any of them changes the version.
 
-    def __post_init__(self) -> None:
-        digest = hashlib.sha256(f"{PROTOCOL}\0{self.name}\0{sorted(self.types)}".encode())
-        for obj in (self.fold, self.new, self.dump, self.load, self.state_type, self.rebuild, *self.code):
-            if obj is not None:
-                digest.update(b"\0" + source_of(obj).encode())
-        object.__setattr__(self, "version", digest.hexdigest()[:16])
+    `dump`: state → what msgspec encodes; `load`: what msgspec decoded → state, or None to decode
+    into `state_type`. `rebuild(conn, upto_id) → state`: how to fold from the first event when no
+    checkpoint serves, when something faster than event by event exists (counts by one GROUP BY);
+    None folds event by event. `types`: the event types it folds; () is every event."""
+
+    def __init__(self, name: str, new: Callable[[], S], fold: Callable[[S, Sequence[Event]], None],
+                 types: tuple[str, ...] = (), code: tuple = (), dump: Callable[[S], Any] = lambda state: state,
+                 load: Callable[[Any], S] | None = None, state_type: Any = None,
+                 rebuild: Callable[[sqlite3.Connection, int], S] | None = None):
+        self.name, self.new, self.fold, self.types, self.code = name, new, fold, types, code
+        self.dump, self.load, self.state_type, self.rebuild = dump, load, state_type, rebuild
+        parts = [f"{PROTOCOL}\0{self.name}\0{sorted(self.types)}"]
+        parts += [source_of(obj) for obj in (self.fold, self.new, self.dump, self.load, self.state_type, self.rebuild,
+                                             *self.code) if obj is not None]
+        self.version = sha256_hex("\0".join(parts).encode())[:16]
 
     def decode(self, body: bytes) -> S:
         if self.load is not None:
@@ -156,7 +210,7 @@ def write_checkpoint(directory: Path, projection: Projection[S], state: S, last_
     """Replace the projection's checkpoint atomically (temporary file, fsync, rename, fsync of the directory)."""
     body = msgspec.msgpack.encode(projection.dump(state))
     record = Checkpoint(PROTOCOL, projection.name, projection.version, last_id, anchor_ts, time.time(),
-                        hashlib.sha256(body).hexdigest(), body)
+                        sha256_hex(body), body)
     directory.mkdir(mode=0o700, exist_ok=True)
     path = checkpoint_path(directory, projection.name)
     # imported here: most readers of a projection (pulsectl task list) never write one
@@ -206,7 +260,7 @@ def read_checkpoint(directory: Path, projection: Projection[S],
         return f"checkpoint {path} is torn or damaged"
     if record.protocol != PROTOCOL or record.name != projection.name or record.version != projection.version:
         return f"checkpoint {path} is of another version of {projection.name} ({record.version})"
-    if hashlib.sha256(record.body).hexdigest() != record.digest:
+    if sha256_hex(record.body) != record.digest:
         return f"checkpoint {path} fails its checksum"
     if record.last_id and anchor_ts(conn, record.last_id) != record.anchor_ts:
         return f"checkpoint {path} is of another history (event {record.last_id} is not the one it folded)"
@@ -224,6 +278,7 @@ def anchor_ts(conn: sqlite3.Connection, event_id: int) -> float | None:
     ts = eventsdb.event_ts(conn, event_id)
     if ts is not None or event_id >= eventsdb.first_live_id(conn):
         return ts
+    from pulse.store import archive
     try:
         event = archive.event_by_id(conn, event_id)
     except (archive.SegmentError, OSError):
@@ -262,12 +317,12 @@ class Folded(Generic[S]):
         found = read_checkpoint(self.directory, self.projection, self.conn)
         if isinstance(found, str):
             self.rebuilt = found
-            log.info("%s: %s; rebuilding it from the history", self.projection.name, found)
+            say(INFO, "%s: %s; rebuilding it from the history", self.projection.name, found)
             self.state, self.last_id = self.projection.new(), 0
         else:
             self.rebuilt = None
             self.state, self.last_id = found
-            log.info("%s: from its checkpoint at event %d", self.projection.name, self.last_id)
+            say(INFO, "%s: from its checkpoint at event %d", self.projection.name, self.last_id)
         self.saved_id, self.saved_at = self.last_id, time.monotonic()
 
     def catch_up(self, conn: sqlite3.Connection | None = None, save: bool = True) -> S:
@@ -301,6 +356,7 @@ class Folded(Generic[S]):
         folded segment by segment: a rebuild's first part, or what moved while a reader was idle. A
         segment that cannot be read (it fails its checksum) is said in the log and skipped: the worker
         keeps running on what the rest holds."""
+        from pulse.store import archive
         wanted, after = frozenset(self.projection.types), self.last_id
         directory = archive.directory_of(self.conn)
         for seg in archive.archived(self.conn):
@@ -310,7 +366,7 @@ class Folded(Generic[S]):
                 events = [e for e in archive.read_segment(directory, seg)
                           if e.id > after and (not wanted or e.type in wanted)]
             except archive.SegmentError as err:
-                log.error("%s: rebuilt without events %d-%d: %s", self.projection.name, seg.first_id, seg.last_id, err)
+                say(ERROR, "%s: rebuilt without events %d-%d: %s", self.projection.name, seg.first_id, seg.last_id, err)
                 continue
             for i in range(0, len(events), self.batch):
                 self.projection.fold(self.state, events[i:i + self.batch])
@@ -332,7 +388,7 @@ class Folded(Generic[S]):
             anchor = eventsdb.event_ts(self.conn, self.last_id) or 0.0
             write_checkpoint(self.directory, self.projection, self.state, self.last_id, anchor)
         except (OSError, sqlite3.Error) as err:
-            log.warning("%s: could not write its checkpoint: %s", self.projection.name, err)
+            say(WARNING, "%s: could not write its checkpoint: %s", self.projection.name, err)
             self.saved_at = time.monotonic()   # try again after every_s, not at every call
             return
         self.saved_id, self.saved_at, self.rebuilt = self.last_id, time.monotonic(), None

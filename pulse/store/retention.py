@@ -45,11 +45,12 @@ from pathlib import Path
 
 import msgspec
 
-from pulse.core import clock, fleetnames
 from pulse.core import config as configmod
+from pulse.core import fleetnames
 from pulse.core.wire.eventmsgs import TASK_EVENTS, EventType, TaskEvent, now_event
 from pulse.store import archive, effectqueue, eventsdb, projection
 from pulse.store.connection import DurableTransaction, Transaction
+from pulse.store.historysize import live_bytes
 from pulse.store.objects import fsync_dir
 
 SEGMENT_EVENTS = 5_000        # events per segment: ~1 MB of text, ~0.1 s to compress and move (one pacer step)
@@ -82,13 +83,6 @@ class Plan:
 
     def segments(self) -> list[tuple[int, int]]:
         return [(a, min(a + SEGMENT_EVENTS - 1, self.upto)) for a in range(self.first, self.upto + 1, SEGMENT_EVENTS)]
-
-
-def live_bytes(conn: sqlite3.Connection) -> int:
-    """The bytes events.db's pages in use hold (freed pages are reused by new events: the file does
-    not shrink, it stops growing)."""
-    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
-    return pages * conn.execute("PRAGMA page_size").fetchone()[0]
 
 
 def plan(conn: sqlite3.Connection, home: Path, store: configmod.Store, now: float | None = None) -> Plan:
@@ -462,33 +456,3 @@ class Pacer:
             self.due = now + self.PAUSE_S       # more is due: the next segment soon, not in one go
         else:
             self.moved = 0
-
-
-def summary(conn: sqlite3.Connection, store: configmod.Store | None) -> dict:
-    """The history's size against its bounds (status, the page, /metrics): cheap, the manifest and
-    three PRAGMAs. `store`: the bounds in force, or None if unknown."""
-    totals = archive.totals(conn)
-    first = eventsdb.first_live_id(conn)
-    out = {"live_bytes": live_bytes(conn), "first_live_id": first, "oldest_live_ts": eventsdb.event_ts(conn, first),
-           **totals}
-    if store is not None:
-        out.update(max_mb=store.max_mb, keep_days=store.keep_days, keep_free_mb=store.keep_free_mb,
-                   archive=store.archive, archive_max_mb=store.archive_max_mb)
-    return out
-
-
-def summary_words(h: dict) -> str:
-    """One line of it: "history: 312.4 MiB live of 512 MiB (events since 2026-11-05), archive 40.1 MiB of 2048 MiB
-    (1,204,000 events moved)"."""
-    line = f"history: {h['live_bytes'] / MIB:.1f} MiB live"
-    if h.get("max_mb"):
-        line += f" of {h['max_mb']:g} MiB"
-    if h.get("oldest_live_ts"):
-        line += f" (events since {clock.iso(h['oldest_live_ts'])[:10]}"
-        line += f", keep_days = {h['keep_days']:g})" if h.get("keep_days") else ")"
-    if h["moved_events"]:
-        line += f", archive {h['archive_bytes'] / MIB:.1f} MiB"
-        if h.get("archive_max_mb"):
-            line += f" of {h['archive_max_mb']:g} MiB"
-        line += f" ({h['moved_events']:,} events moved)"
-    return line

@@ -36,7 +36,7 @@ from pulse.core.wire.eventmsgs import (
     EventType,
     TaskEvent,
 )
-from pulse.store import connection, errorruns, eventsdb, retention, vitalsdb
+from pulse.store import connection, errorruns, eventsdb, historysize, vitalsdb
 from pulse.store.projection import Folded, Projection
 
 EFFECT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
@@ -243,7 +243,7 @@ class MetricsFold:
                 self.folded = Folded(COUNTS, events, self.checkpoints, batch=CATCH_UP_BATCH)
             counts = self.folded.catch_up(events)
             counts.rule_errors_unrecorded = errorruns.unrecorded_engine_errors(events)
-            counts.history = retention.summary(events, None)    # as read at each scrape, never checkpointed
+            counts.history = historysize.summary(events, None)    # as read at each scrape, never checkpointed
         if vitals is not None:
             counts.fold_ticks(vitals)
         return counts
@@ -465,7 +465,7 @@ def schedule_metrics(rows: Iterable[dict]) -> Iterable:
 
 
 def history_metrics(h: dict | None) -> Iterable:
-    """events.db's live history and what left it for the archive (pulse.store.retention)."""
+    """events.db's live history and what left it for the archive (pulse.store.historysize)."""
     if h is None:
         return ()
     return (GaugeMetricFamily("pulse_history_live_bytes", "Bytes of events.db's pages in use", value=h["live_bytes"]),

@@ -20,7 +20,18 @@ from pulse.core.logs import tail
 from pulse.core.states import EffectState, TaskStatus
 from pulse.core.wire import controlmsgs, enginerpc, eventmsgs
 from pulse.core.wire.eventmsgs import EffectKind, EventType
-from pulse.store import archive, ballast, connection, effectqueue, eventsdb, fleetcursor, projection, retention, schedulerun, vitalsdb
+from pulse.store import (
+    archive,
+    ballast,
+    connection,
+    effectqueue,
+    eventsdb,
+    fleetcursor,
+    historysize,
+    projection,
+    schedulerun,
+    vitalsdb,
+)
 from pulse.web import taskboard
 from pulse.web.metrics import HOST, HOST_FIELDS, effect_why, exposition
 from pulse.web.site import Page, Web, declare, page
@@ -107,7 +118,7 @@ def overview(web: Web) -> dict:
         view["error"] = f"pulsed is not answering on {web.paths.home}"
     # A full disk, said from the file system itself (nothing can be written to record it)
     view["disk_full"] = ballast.disk_full_note(web.paths.home, web.paths.home / "ballast")
-    view["history"] = web.read(lambda c: retention.summary_words(retention.summary(c, web.store)))
+    view["history"] = web.read(lambda c: historysize.summary_words(historysize.summary(c, historysize.bounds(web.store))))
     return view
 
 

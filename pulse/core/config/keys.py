@@ -12,7 +12,6 @@ Annotated description for each of ~250 keys made every process that reads config
 ~17 ms more CPU in typing and msgspec (import and first decode, measured on 2 cores).
 """
 
-import ast
 import functools
 import re
 import sys
@@ -96,6 +95,7 @@ def _help_and_examples(doc: str) -> tuple[str, list]:
 @functools.cache
 def _attribute_docs(cls: type) -> dict[str, str]:
     """{key: the string under it} of a class, read from its module's source (none for a class made by code)."""
+    import ast  # the help is read by init, check-config and the docs, not as a config loads
     file = getattr(sys.modules.get(cls.__module__), "__file__", None)
     if not file or not file.endswith(".py"):
         return {}
@@ -107,7 +107,8 @@ def _attribute_docs(cls: type) -> dict[str, str]:
 
 
 @functools.cache
-def _module_tree(file: str) -> ast.Module:
+def _module_tree(file: str):
+    import ast
     with open(file, encoding="utf-8") as f:
         return ast.parse(f.read())
 

@@ -217,6 +217,9 @@ class Reply(msgspec.Struct, omit_defaults=True):
     events_recorded: int = 0           # pulsed's lifecycle events so far (the last seq) ...
     events_written: int = 0            # ... and how many of them the event writer has committed
     reload: "ReloadDone | None" = None   # Reload: what pulsed set in motion, for pulsectl to see through
+    # GetStatus: the [store] table in force, whose bounds status says beside the history's size
+    # (pulse.store.historysize) without loading the config; None from a pulsed older than the field.
+    store: dict[str, Any] | None = None
 
 
 class ReloadDone(msgspec.Struct, kw_only=True):
