@@ -13,6 +13,7 @@ its own help and errors. tests/test_cli_fastpath.py holds each OPTIONS table to 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from typing import Callable, NamedTuple
@@ -160,7 +161,6 @@ def _version() -> None:
 def _run(module: str, function: str, home: str | None, timeout: float, params: dict) -> None:
     from pulse.cli.context import Context  # pathlib and typing, ~10 ms where site has not loaded them: not for --version
     if params.get("follow"):
-        import gc
         gc.enable()              # it runs until stopped (pulse.cli.main turned the collector off)
     body = getattr(importlib.import_module(f"pulse.cli.{module}"), function)
     body(Context(home, timeout), **params)

@@ -63,7 +63,7 @@ def summary(conn: sqlite3.Connection, bounds: dict | None) -> dict:
 def summary_words(h: dict) -> str:
     """One line of it: "history: 312.4 MiB live of 512 MiB (events since 2026-11-05), archive 40.1 MiB of 2048 MiB
     (1,204,000 events moved)"."""
-    from pulse.core import clock
+    from pulse.core import clock  # only for the words: /metrics and the page read the figures alone
     line = f"history: {h['live_bytes'] / MIB:.1f} MiB live"
     if h.get("max_mb"):
         line += f" of {h['max_mb']:g} MiB"

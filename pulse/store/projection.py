@@ -59,7 +59,7 @@ def say(level: int, message: str, *args: Any) -> None:
     load for it (WARNING and above reach logging's last-resort handler, stderr, as before)."""
     if level < WARNING and "logging" not in sys.modules:
         return
-    import logging
+    import logging  # ~4 ms that a pulsectl read which has nothing to warn of never pays
     logging.getLogger("pulse.projection").log(level, message, *args)
 
 
@@ -134,7 +134,7 @@ def sha256_hex(data: bytes) -> str:
     (the same digest; hashlib's fallback where OpenSSL is missing)."""
     if len(data) <= BUILTIN_HASH_MAX and "hashlib" not in sys.modules and (builtin := _builtin_sha256()):
         return builtin(data).hexdigest()
-    import hashlib
+    import hashlib  # OpenSSL: only past BUILTIN_HASH_MAX, or where another caller loaded it already
     return hashlib.sha256(data).hexdigest()
 
 
@@ -278,7 +278,7 @@ def anchor_ts(conn: sqlite3.Connection, event_id: int) -> float | None:
     ts = eventsdb.event_ts(conn, event_id)
     if ts is not None or event_id >= eventsdb.first_live_id(conn):
         return ts
-    from pulse.store import archive
+    from pulse.store import archive  # its compression only when a read reaches past the live events
     try:
         event = archive.event_by_id(conn, event_id)
     except (archive.SegmentError, OSError):
@@ -356,7 +356,7 @@ class Folded(Generic[S]):
         folded segment by segment: a rebuild's first part, or what moved while a reader was idle. A
         segment that cannot be read (it fails its checksum) is said in the log and skipped: the worker
         keeps running on what the rest holds."""
-        from pulse.store import archive
+        from pulse.store import archive  # its compression only when a read reaches past the live events
         wanted, after = frozenset(self.projection.types), self.last_id
         directory = archive.directory_of(self.conn)
         for seg in archive.archived(self.conn):

@@ -97,7 +97,7 @@ SLICE_NAMES = frozenset({"EVERY_WORKER", "SLICES", "EngineConfig", "ExecutorConf
 
 def __getattr__(name: str):
     if name in SLICE_NAMES:
-        from pulse.core.config import slices
+        from pulse.core.config import slices  # the per-worker slice types, built only for a process that reads one
         return getattr(slices, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -108,7 +108,7 @@ def _attribute_docs(cls: type) -> dict[str, str]:
 
 @functools.cache
 def _module_tree(file: str):
-    import ast
+    import ast  # only when a key's help is read (the reference, the sample): not on a config load
     with open(file, encoding="utf-8") as f:
         return ast.parse(f.read())
 
