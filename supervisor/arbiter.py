@@ -308,7 +308,7 @@ class Arbiter:
         """Spawned messages may be read while waiting for an exit status: take them all here."""
         while self.forkserver is not None and self.forkserver.spawned:
             message = self.forkserver.spawned.pop(0)
-            self.spawned(self.children[message.name], message.pid)
+            self.spawned(self.children[message.name], message)
 
     def read_output(self, reader: logs.PipeReader) -> None:
         if not reader.read(self.sink):
@@ -398,7 +398,8 @@ class Arbiter:
             log.error("could not reach the forkserver to start %s; restarting the forkserver", child.name)
             self.forkserver.kill()
 
-    def spawned(self, child: Child, pid: int) -> None:
+    def spawned(self, child: Child, message: spawnmsgs.Spawned) -> None:
+        pid = message.pid
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -411,7 +412,9 @@ class Arbiter:
             return
         child.pid, child.pidfd = pid, pidfd
         child.output.pid = pid
-        self.record("worker-started", child.name, pid=pid, start=child.starts)
+        # fork_ms: spawn request → the fork returned (a share of start_to_ready_ms in its worker-ready)
+        self.record("worker-started", child.name, pid=pid, start=child.starts,
+                    fork_ms=round((message.mono - child.spawned_at) * 1000, 2))
         ready_at, child.commit = self.early_ready.pop(pid, (None, None))
         if pidfd is None:
             self.died(child)

@@ -221,8 +221,9 @@ def serve(server: socket.socket, parent: int) -> int:
             pid = os.fork()
             if pid == 0:
                 _worker_body(spec, fds[0], server, (wake_r, wake_w))
+            forked = time.monotonic()
             os.close(fds[0])
-            send(spawnmsgs.Spawned(spec.name, pid))
+            send(spawnmsgs.Spawned(spec.name, pid, forked))
 
 
 def main() -> None:
