@@ -262,7 +262,7 @@ PHASES = (
     ("exit_known_ms", "exit known", "kill → worker-exited: the kernel's word (pidfd) and the exit status from "
                                     "the forkserver"),
     ("spawn_asked_ms", "spawn asked", "→ worker-restarted: pulsed's decision, the Spawn sent"),
-    ("forked_ms", "forked", "→ the fork returned in the forkserver (worker-started's fork_ms)"),
+    ("forked_ms", "forked", "→ the forkserver had its process, a spare or a fork (worker-started's fork_ms)"),
     ("ready_sent_ms", "Ready sent", "→ the worker sent Ready (worker-ready's start_to_ready_ms − fork_ms): its "
                                     "setup"),
     ("ready_taken_ms", "Ready taken", "→ pulsed took the Ready (worker-ready's mono)"),

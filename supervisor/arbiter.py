@@ -385,13 +385,13 @@ class Arbiter:
         spec = spawnmsgs.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
                           str(self.paths.runtime), str(self.paths.home), self.run_mono,
                           self.settings.pulse.name or instances.default_name(self.paths.home))
+        child.spawned_at = time.monotonic()   # before the request: a spare may be told to go before it returns
         sent = self.forkserver.spawn(spec, out_w)
         child.forkserver = self.forkserver
         os.close(out_w)
         child.output = logs.PipeReader(out_r, child.name, None)
         self.outputs.append(child.output)
         child.pid = None
-        child.spawned_at = time.monotonic()
         child.ready_at = child.heartbeat_at = None
         self._transition(child, edge, now=child.spawned_at, **event)
         if not sent:
@@ -412,7 +412,7 @@ class Arbiter:
             return
         child.pid, child.pidfd = pid, pidfd
         child.output.pid = pid
-        # fork_ms: spawn request → the fork returned (a share of start_to_ready_ms in its worker-ready)
+        # fork_ms: spawn request → the forkserver had its process (a share of start_to_ready_ms in its worker-ready)
         self.record("worker-started", child.name, pid=pid, start=child.starts,
                     fork_ms=round((message.mono - child.spawned_at) * 1000, 2))
         ready_at, child.commit = self.early_ready.pop(pid, (None, None))
