@@ -277,6 +277,37 @@ class Pulsed:
         return code, time.monotonic() - t0
 
 
+# The way from a kill to the replacement's Ready, in the order it is walked, each from the events one
+# restart records: (key, column heading, what it is).
+PHASES = (
+    ("exit_known_ms", "exit known", "kill → worker-exited: the kernel's word (pidfd) and the exit status from "
+                                    "the forkserver"),
+    ("spawn_asked_ms", "spawn asked", "→ worker-restarted: pulsed's decision, the Spawn sent"),
+    ("forked_ms", "forked", "→ the forkserver had its process, a spare or a fork (worker-started's fork_ms)"),
+    ("ready_sent_ms", "Ready sent", "→ the worker sent Ready (worker-ready's start_to_ready_ms − fork_ms): its "
+                                    "setup"),
+    ("ready_taken_ms", "Ready taken", "→ pulsed took the Ready (worker-ready's mono)"),
+)
+
+
+def phases(t_kill: float, exited: dict | None, restarted: dict | None, started: dict | None,
+           ready: dict) -> dict[str, float | None]:
+    """One restart's PHASES in ms (None where an event or a field is missing)."""
+    fork_ms = started["data"].get("fork_ms") if started else None
+    start_to_ready = ready["data"].get("start_to_ready_ms")
+    out = dict.fromkeys(k for k, _, _ in PHASES)
+    if exited:
+        out["exit_known_ms"] = ms(exited["mono"] - t_kill)
+        if restarted:
+            out["spawn_asked_ms"] = ms(restarted["mono"] - exited["mono"])
+    out["forked_ms"] = fork_ms
+    if fork_ms is not None and start_to_ready is not None:
+        out["ready_sent_ms"] = round(start_to_ready - fork_ms, 3)
+    if restarted and start_to_ready is not None:
+        out["ready_taken_ms"] = round(ms(ready["mono"] - restarted["mono"]) - start_to_ready, 3)
+    return out
+
+
 # -- the bench -------------------------------------------------------------------------------------
 
 class Bench:
@@ -322,10 +353,7 @@ class Bench:
         return {
             "killed_pid": pid, "new_pid": new_pid, "pid_differs": new_pid != pid,
             "kill_to_ready_ms": ms(ready["mono"] - t_kill),
-            "kill_to_exit_seen_ms": ms(exited["mono"] - t_kill) if exited else None,
-            "exit_seen_to_forked_ms": ms(started["mono"] - exited["mono"]) if exited and started else None,
-            "forked_to_ready_ms": ms(ready["mono"] - started["mono"]) if started else None,
-            "spawn_to_ready_ms": ready["data"].get("start_to_ready_ms"),
+            **phases(t_kill, exited, restarted, started, ready),
             "exit_signal": exited["data"].get("signal") if exited else None,
             "restart_delay_ms": restarted["data"].get("delay_ms") if restarted else None,
             "streak": restarted["data"].get("streak") if restarted else None,
@@ -407,8 +435,7 @@ class Bench:
                 "kill_to_ready_ms": summary(r["kill_to_ready_ms"] for r in rs),
                 "phases_median_ms": {
                     k: (statistics.median(v) if (v := [r[k] for r in rs if r[k] is not None]) else None)
-                    for k in ("kill_to_exit_seen_ms", "exit_seen_to_forked_ms", "forked_to_ready_ms",
-                              "spawn_to_ready_ms")},
+                    for k, _, _ in PHASES},
                 "samples_ms": [r["kill_to_ready_ms"] for r in rs],
                 "backoff_engaged": sum(1 for r in rs if r["restart_delay_ms"] not in (0, None) or
                                        (r["streak"] or 1) > 1),
@@ -842,28 +869,24 @@ def report(b: Bench) -> str:
         lines += ["", f"1. SIGKILL → replacement ready ({k['trials_per_worker']} trials per worker, ms)",
                   textwrap.fill("   measured: " + k["method"], 110, subsequent_indent="   "),
                   textwrap.fill("   spacing: " + k["spacing"], 110, subsequent_indent="   ")]
-        rows = [("worker", "n", "min", "median", "p95", "max", "kill→exit seen", "exit→forked", "forked→ready",
-                 "spawn→ready", "target")]
+        rows = [("worker", "n", "min", "median", "p95", "max", *(head for _, head, _ in PHASES), "target")]
         for w in WORKERS:
             s, ph = k["workers"][w]["kill_to_ready_ms"], k["workers"][w]["phases_median_ms"]
             tgt = f"≤{TARGETS['core_kill_ready_median_ms']:g} / ≤{TARGETS['core_kill_ready_p95_ms']:g}" \
                 if w in CORE else "-"
             rows.append((w, s["n"], fmt(s["min"]), fmt(s["median"]), fmt(s["p95"]), fmt(s["max"]),
-                         fmt(ph["kill_to_exit_seen_ms"]), fmt(ph["exit_seen_to_forked_ms"]),
-                         fmt(ph["forked_to_ready_ms"]), fmt(ph["spawn_to_ready_ms"]), tgt))
+                         *(fmt(ph.get(key)) for key, _, _ in PHASES), tgt))
             if w in CORE:
                 checks.append((f"{w} kill→ready median (ms)", s["median"], "≤", TARGETS["core_kill_ready_median_ms"]))
                 checks.append((f"{w} kill→ready p95 (ms)", s["p95"], "≤", TARGETS["core_kill_ready_p95_ms"]))
         s = k["core_pooled_ms"]
         rows.append(("core pooled", s["n"], fmt(s["min"]), fmt(s["median"]), fmt(s["p95"]), fmt(s["max"]),
-                     "", "", "", "", f"≤{TARGETS['core_kill_ready_median_ms']:g} / ≤{TARGETS['core_kill_ready_p95_ms']:g}"))
+                     *([""] * len(PHASES)), f"≤{TARGETS['core_kill_ready_median_ms']:g} / ≤{TARGETS['core_kill_ready_p95_ms']:g}"))
         checks.append(("core pooled kill→ready median (ms)", s["median"], "≤", TARGETS["core_kill_ready_median_ms"]))
         checks.append(("core pooled kill→ready p95 (ms)", s["p95"], "≤", TARGETS["core_kill_ready_p95_ms"]))
         lines.append(table(rows, "   "))
-        lines.append("   phases are medians from the events: kill→exit seen = worker-exited.mono − kill; "
-                     "exit→forked = worker-started − worker-exited;")
-        lines.append("   forked→ready = worker-ready − worker-started (pulsed's clock); spawn→ready = "
-                     "data.start_to_ready_ms (spawn request → the worker's Ready send time)")
+        lines.append("   phases, medians of each step from the events (they add up to kill→ready, medians aside):")
+        lines += [f"     {head}: {what}" for _, head, what in PHASES]
         mb, ma = k["memory_before"]["pulsed"]["rss"], k["memory_after"]["pulsed"]["rss"]
         lines.append(f"   pulsed RSS before/after the trials: {mb / MiB:.2f} / {ma / MiB:.2f} MiB; "
                      f"tree PSS {k['memory_before']['tree_pss'] / MiB:.2f} / {k['memory_after']['tree_pss'] / MiB:.2f} MiB; "

@@ -309,7 +309,7 @@ class Arbiter:
         """Spawned messages may be read while waiting for an exit status: take them all here."""
         while self.forkserver is not None and self.forkserver.spawned:
             message = self.forkserver.spawned.pop(0)
-            self.spawned(self.children[message.name], message.pid)
+            self.spawned(self.children[message.name], message)
 
     def read_output(self, reader: logs.PipeReader) -> None:
         if not reader.read(self.sink):
@@ -386,20 +386,21 @@ class Arbiter:
         spec = spawnmsgs.Spawn(child.name, child.starts, configmod.encode_slice(self.config, child.name),
                           str(self.paths.runtime), str(self.paths.home), self.run_mono,
                           self.settings.pulse.name or instances.default_name(self.paths.home))
+        child.spawned_at = time.monotonic()   # before the request: a spare may be told to go before it returns
         sent = self.forkserver.spawn(spec, out_w)
         child.forkserver = self.forkserver
         os.close(out_w)
         child.output = logs.PipeReader(out_r, child.name, None)
         self.outputs.append(child.output)
         child.pid = None
-        child.spawned_at = time.monotonic()
         child.ready_at = child.heartbeat_at = None
         self._transition(child, edge, now=child.spawned_at, **event)
         if not sent:
             log.error("could not reach the forkserver to start %s; restarting the forkserver", child.name)
             self.forkserver.kill()
 
-    def spawned(self, child: Child, pid: int) -> None:
+    def spawned(self, child: Child, message: spawnmsgs.Spawned) -> None:
+        pid = message.pid
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -412,7 +413,9 @@ class Arbiter:
             return
         child.pid, child.pidfd = pid, pidfd
         child.output.pid = pid
-        self.record(EventType.WORKER_STARTED, child.name, pid=pid, start=child.starts)
+        # fork_ms: spawn request → the forkserver had its process (a share of start_to_ready_ms in its worker-ready)
+        self.record(EventType.WORKER_STARTED, child.name, pid=pid, start=child.starts,
+                    fork_ms=round((message.mono - child.spawned_at) * 1000, 2))
         ready_at, child.commit = self.early_ready.pop(pid, (None, None))
         if pidfd is None:
             self.died(child)

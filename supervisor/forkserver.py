@@ -5,11 +5,15 @@ resident (no SQLite, none of the workers' modules). Forking a worker straight
 from it could hand the child a mutex another thread held, and the child would
 import its modules on every start. So pulsed execs this process once, before it
 needs a worker; it imports everything a worker needs, then forks workers on
-request in milliseconds, single-threaded.
+request in milliseconds, single-threaded. A request takes the spare if there is
+one: a fork made ahead, idle until told to be a worker, so a restart waits on no
+fork; the next spare is forked once the forkserver has been idle SPARE_AFTER_S.
+One spare costs about 1.5 MiB of private memory (its page tables and the pages
+its own start wrote); its exit, if it never became a worker, is not reported.
 
 Protocol, over a SOCK_SEQPACKET socketpair (one message per packet):
     pulsed → forkserver   Spawn, with the worker's output pipe passed as an fd
-    forkserver → pulsed   Spawned(name, pid); Exited(pid, code, signal) when it reaps one
+    forkserver → pulsed   Spawned(name, pid, mono); Exited(pid, code, signal) when it reaps a worker
 EOF at pulsed's end makes it exit. It dies with pulsed (PDEATHSIG), and its
 workers die with it, so nothing outlives pulsed.
 """
@@ -24,6 +28,7 @@ import socket
 import sys
 import time
 import traceback
+from typing import NamedTuple
 
 from pulse.core.childspecs import CHILD_SPECS
 from pulse.core.wire import codec, spawnmsgs
@@ -33,10 +38,13 @@ from pulse.core.wire import codec, spawnmsgs
 
 # Each worker's module and class, from its child spec's entry: every module imported before any fork.
 PRELOAD = {name: tuple(spec.entry.split(":", 1)) for name, spec in CHILD_SPECS.items()}
-# Modules a worker imports only on its way to Ready (the executor's gate thread, the engine's repo):
-# imported here once, not in every fork.
-LATE_IMPORTS = ("pulse.gate.tools", "pulse.gate.durable", "pulse.engine.repo")
+# Modules a worker imports only as it starts (the executor's gate, the engine's repo): imported here
+# once, not in every fork (tests/test_preload.py runs each worker's way to Ready to keep this true).
+LATE_IMPORTS = ("pulse.gate.server", "pulse.gate.sockets", "pulse.gate.tools", "pulse.gate.durable",
+                "pulse.engine.repo")
 TITLE = "pulse: forkserver"
+SPARE_TITLE = "pulse: spare"
+SPARE_AFTER_S = 0.2     # idle this long after a start, the forkserver forks the next spare
 MAX_PACKET = 1 << 20
 
 
@@ -123,16 +131,26 @@ class Forkserver:
 
 # -- the forkserver process ---------------------------------------------------------------------------
 
-def _worker_body(spec: spawnmsgs.Spawn, output_fd: int, server: socket.socket, wakeup: tuple[int, int]) -> None:
-    """In the freshly forked worker: never returns."""
+class Spare(NamedTuple):
+    """A fork made ahead of need, waiting for one Spawn: a start then costs no fork."""
+    pid: int
+    go: socket.socket       # our end: one Spawn with its output fd makes it that worker; EOF ends it
+
+
+def _detach(server: socket.socket, wakeup: tuple[int, int]) -> None:
+    """In any fork: drop the forkserver's own ends and its SIGCHLD handling."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    server.close()
+    for fd in wakeup:
+        os.close(fd)
+
+
+def _worker_body(spec: spawnmsgs.Spawn, output_fd: int) -> None:
+    """In the forked worker (detached): never returns."""
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)   # the forkserver's immunity is not the worker's
-        server.close()
-        for fd in wakeup:
-            os.close(fd)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         os.close(output_fd)
@@ -151,6 +169,49 @@ def _worker_body(spec: spawnmsgs.Spawn, output_fd: int, server: socket.socket, w
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _spare_body(go: socket.socket, forkserver: int) -> None:
+    """In the spare (detached): wait for one Spawn, then be that worker; never returns. Like the
+    forkserver it ignores SIGTERM and SIGINT while it waits, and dies with it."""
+    from pulse.core import procs
+    spec = None
+    try:
+        procs.die_with_parent(forkserver)
+        procs.set_title(SPARE_TITLE)
+        packet, fds, _, _ = socket.recv_fds(go, MAX_PACKET, 1)
+        go.close()
+        if packet and len(fds) == 1:
+            spec = codec.decode(packet, spawnmsgs.Spawn)
+    except BaseException:
+        traceback.print_exc()
+    if spec is None:            # EOF: let go (the forkserver stops), or nothing it could be
+        os._exit(0)
+    _worker_body(spec, fds[0])
+
+
+def fork_spare(server: socket.socket, wakeup: tuple[int, int]) -> Spare:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        _detach(server, wakeup)
+        _spare_body(theirs, os.getppid())
+    theirs.close()
+    return Spare(pid, ours)
+
+
+def hand_over(spare: Spare, packet: bytes, output_fd: int) -> bool:
+    """Tell the spare to go; False if it is gone (killed as it waited)."""
+    try:
+        socket.send_fds(spare.go, [packet], [output_fd])
+        return True
+    except OSError:
+        return False
+    finally:
+        spare.go.close()        # one Spawn only: it is never two workers
 
 
 def preload() -> None:
@@ -185,8 +246,16 @@ def serve(server: socket.socket, parent: int) -> int:
         except OSError:
             pass
 
+    spare: Spare | None = None
+    unreported: set[int] = set()     # spares never handed over: their exits are nobody's news
+    next_spare = time.monotonic() + SPARE_AFTER_S
     while True:
-        readable, _, _ = select.select([server, wake_r], [], [])
+        wait = None if spare is not None else max(0.0, next_spare - time.monotonic())
+        readable, _, _ = select.select([server, wake_r], [], [], wait)
+        if not readable:
+            spare = fork_spare(server, (wake_r, wake_w))
+            unreported.add(spare.pid)
+            continue
         if wake_r in readable:
             try:
                 os.read(wake_r, 4096)
@@ -199,7 +268,12 @@ def serve(server: socket.socket, parent: int) -> int:
                     break
                 if pid == 0:
                     break
-                if os.WIFSIGNALED(status):
+                if pid in unreported:
+                    unreported.discard(pid)
+                    if spare is not None and spare.pid == pid:
+                        spare.go.close()
+                        spare, next_spare = None, time.monotonic() + SPARE_AFTER_S
+                elif os.WIFSIGNALED(status):
                     send(spawnmsgs.Exited(pid, None, os.WTERMSIG(status)))
                 else:
                     send(spawnmsgs.Exited(pid, os.waitstatus_to_exitcode(status), None))
@@ -209,7 +283,7 @@ def serve(server: socket.socket, parent: int) -> int:
             except ConnectionResetError:
                 return 0
             if not packet:
-                return 0   # pulsed closed its end
+                return 0   # pulsed closed its end (a spare sees EOF on its own, and dies with us anyway)
             try:
                 spec = codec.decode(packet, spawnmsgs.Spawn)
                 if spec.name not in PRELOAD or len(fds) != 1:
@@ -219,13 +293,22 @@ def serve(server: socket.socket, parent: int) -> int:
                 for fd in fds:
                     os.close(fd)
                 continue
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                _worker_body(spec, fds[0], server, (wake_r, wake_w))
+            if spare is not None and hand_over(spare, packet, fds[0]):
+                pid = spare.pid
+                unreported.discard(pid)
+            else:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _detach(server, (wake_r, wake_w))
+                    _worker_body(spec, fds[0])
+            # The next spare is forked once we have been idle a while, not now: the worker just
+            # started needs the CPU more.
+            spare, next_spare = None, time.monotonic() + SPARE_AFTER_S
+            started = time.monotonic()
             os.close(fds[0])
-            send(spawnmsgs.Spawned(spec.name, pid))
+            send(spawnmsgs.Spawned(spec.name, pid, started))
 
 
 def main() -> None:

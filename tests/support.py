@@ -304,6 +304,19 @@ class Pulsed:
         self.tracker.add(pid)
         return pid
 
+    def wait_spare(self, other_than: int | None = None, timeout: float = 10.0) -> psutil.Process:
+        """The forkserver's spare (a fork waiting to be told which worker to be) once it has one,
+        other than `other_than`; there is never more than one."""
+        forkserver = psutil.Process(self.forkserver_pid())
+
+        def spare():
+            found = [p for p in forkserver.children() if comm(p.pid) == "pulse: spare"]
+            assert len(found) <= 1, f"more than one spare: {found}"
+            return found[0] if found and found[0].pid != other_than else None
+        found = wait_for(spare, timeout, what="the forkserver's spare")
+        self.tracker.add(found.pid)
+        return found
+
     def tree(self) -> list[psutil.Process]:
         procs = [psutil.Process(self.proc.pid)] + psutil.Process(self.proc.pid).children(recursive=True)
         self.tracker.add(*[p.pid for p in procs])
@@ -320,6 +333,15 @@ class Pulsed:
     def log_text(self) -> str:
         path = self.home / "logs" / "pulse.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def comm(pid: int) -> str:
+    """/proc/PID/comm (a worker's name, 15 bytes at most); "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
 
 
 class Tracker:

@@ -84,7 +84,9 @@ def test_core_crash_loop_escalates(pulsed):
 
 def test_sigkill_of_pulsed_leaves_nothing_alive(pulsed):
     pulsed.start(env={"PULSE_TEST_INJECT": "watcher:grandchild,executor:grandchild,engine:grandchild"})
+    spare = pulsed.wait_spare()
     tree = pulsed.tree()
+    assert spare.pid in {p.pid for p in tree}
     names = {open(f"/proc/{p.pid}/comm").read().strip() for p in tree}   # comm: the worker alone, 15 bytes
     assert {f"pulse: {w}"[:15] for w in ("forkserver", "watcher", "tick", "executor", "engine")} <= names
     sleepers = [p for p in tree if p.name() == "sleep"]
@@ -92,7 +94,7 @@ def test_sigkill_of_pulsed_leaves_nothing_alive(pulsed):
     pulsed.proc.kill()
     pulsed.proc.wait(5)
     wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree), 2,
-             what="no worker, forkserver or grandchild alive 2 s after SIGKILL of pulsed")
+             what="no worker, spare, forkserver or grandchild alive 2 s after SIGKILL of pulsed")
 
 
 def test_reload_restarts_only_affected_workers(pulsed):

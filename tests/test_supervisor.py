@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from support import PULSECTL, engine_rule, init_home, wait_for
+from support import PULSECTL, comm, engine_rule, init_home, wait_for
 
 WORKERS = ("watcher", "tick", "executor", "engine")
 
@@ -303,3 +303,32 @@ def test_every_way_of_stopping_writes_every_lifecycle_event_and_exits_0(pulsed, 
     assert not [e for e in events if e["type"] == "worker-started" and e["id"] > stopping[0]["id"]]
     if how is not signal_every_process:       # pulsed alone chose the order: the event writer last
         assert [e["target"] for e in exits] == list(reversed(WORKERS))
+
+
+def test_a_restart_takes_the_spare_which_becomes_that_worker_alone(pulsed):
+    pulsed.start()
+    spare = pulsed.wait_spare()
+    old_tick = pulsed.worker("tick").pid
+    os.kill(old_tick, signal.SIGKILL)
+    assert pulsed.wait_replaced("tick", old_tick).pid == spare.pid and comm(spare.pid) == "pulse: tick"
+    # the next restart takes a new spare: the one that became the tick stays the tick alone
+    following = pulsed.wait_spare(other_than=spare.pid)
+    old_executor = pulsed.worker("executor").pid
+    os.kill(old_executor, signal.SIGKILL)
+    assert pulsed.wait_replaced("executor", old_executor).pid == following.pid
+    pids = [w.pid for w in pulsed.wait_running().workers]
+    assert len(set(pids)) == len(pids) and pulsed.worker("tick").pid == spare.pid
+    assert [e["data"]["pid"] for e in pulsed.events("worker-started", "tick")][-1] == spare.pid
+
+
+def test_killing_the_spare_is_harmless(pulsed):
+    pulsed.start()
+    spare = pulsed.wait_spare()
+    before, events = {w.name: w.pid for w in pulsed.status().workers}, len(pulsed.events())
+    spare.kill()
+    following = pulsed.wait_spare(other_than=spare.pid)     # forked anew
+    status = pulsed.wait_running()
+    assert {w.name: w.pid for w in status.workers} == before and all(w.restarts == 0 for w in status.workers)
+    assert pulsed.events()[events:] == []                    # not a worker: no event, nothing restarted
+    os.kill(before["watcher"], signal.SIGKILL)
+    assert pulsed.wait_replaced("watcher", before["watcher"]).pid == following.pid

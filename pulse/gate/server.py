@@ -43,6 +43,7 @@ from pulse.store import eventsdb, projection
 MAX_LINE = 16 * 1024 * 1024          # a call's line longer than this closes the connection (calls are bounded far below)
 HELLO_MAX_BYTES = 4 * 1024           # a hello is a few hundred bytes: longer, refused before it is parsed
 READ_CHUNK = 64 * 1024               # the stream's limit: what one connection holds buffered before it is read
+LISTEN_BACKLOG = 100                 # asyncio's own default: connections that wait while the loop starts
 
 
 # -- who is on the other end ------------------------------------------------------------------------------
@@ -227,6 +228,23 @@ def rate_limited(agent: str, wait_s: float, per_min: int) -> dict:
 
 # -- the server -------------------------------------------------------------------------------------------
 
+def listen_unix(path: str, mode: int) -> socket.socket:
+    """A listening unix socket at `path`, born 0600 (the umask is the process's: never wider, even for
+    a moment), then opened as far as `mode` says."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    sock.listen(LISTEN_BACKLOG)
+    return sock
+
+
 class GateServer:
     """Serves the gate on a unix socket from an asyncio loop of its own thread (start/stop from the
     owning worker). `config`: anything with the fields PulseTools reads (process, allow, timings,
@@ -247,6 +265,7 @@ class GateServer:
         self.operator_uid = os.getuid()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
+        self.listening: list[socket.socket | None] = []   # bound by `bind`, served by the loop once started
         self.turned = time.monotonic()
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -256,7 +275,21 @@ class GateServer:
 
     # -- lifecycle (the owner's thread) ----------------------------------------------------------
 
+    def bind(self) -> None:
+        """Make the sockets (the main one, and each agent account's): before the owner says Ready, so a
+        client that connects at once waits in the listen backlog until `start` serves it."""
+        try:
+            os.unlink(self.path)           # a predecessor's, dead with it
+        except FileNotFoundError:
+            pass
+        try:
+            self.listening = [listen_unix(self.path, self.mode)]
+        except OSError as err:
+            raise RuntimeError(f"the gate did not start on {self.path}: {err!r}") from None
+        self.listening += [self._account_socket(uid, gid) for uid, gid in sorted(self.accounts.items())]
+
     def start(self, timeout_s: float = 10.0) -> None:
+        """Serve the bound sockets from the loop's thread; returns once it serves (`bind` first)."""
         self.tokens.listeners.append(self._run_ended)
         self.thread = threading.Thread(target=self._serve, name="gate-server", daemon=True)
         self.thread.start()
@@ -272,6 +305,9 @@ class GateServer:
         if self.loop is not None and self.thread is not None and self.thread.is_alive():
             self.loop.call_soon_threadsafe(self.stopping.set)
             self.thread.join(timeout_s)
+        for sock in self.listening:    # those a loop served are closed already; those it never did, here
+            if sock is not None:
+                sock.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -297,17 +333,8 @@ class GateServer:
         # again at its hello, a cost that grew with the history.
         self.store = DurableStore(self.events, checkpoints=self.paths.home / projection.DIRECTORY)
         self.rates = CallRates(self.config.gate.calls_per_min, self.config.gate.call_burst)
-        try:
-            os.unlink(self.path)           # a predecessor's, dead with it
-        except FileNotFoundError:
-            pass
-        old = os.umask(0o177)              # the socket is born 0600, then opened as far as `mode` says
-        try:
-            server = await asyncio.start_unix_server(self._client, self.path, limit=READ_CHUNK)
-        finally:
-            os.umask(old)
-        os.chmod(self.path, self.mode)
-        servers = [server, *[await self._account_server(uid, gid) for uid, gid in sorted(self.accounts.items())]]
+        servers = [await asyncio.start_unix_server(self._client, sock=sock, limit=READ_CHUNK)
+                   for sock in self.listening if sock is not None]
         self.ready.set()
         try:
             while not self.stopping.is_set():
@@ -318,11 +345,10 @@ class GateServer:
                     pass
         finally:
             for each in servers:
-                if each is not None:
-                    each.close()
+                each.close()
             self.events.close()
 
-    async def _account_server(self, uid: int, gid: int):
+    def _account_socket(self, uid: int, gid: int) -> socket.socket | None:
         """The socket of one agent account, in a directory only it can enter; None (said in the log,
         and its runs' sessions answer GATE_UNAVAILABLE) when its place is not safe to make it in."""
         shared = self.config.gate.socket_dir
@@ -333,19 +359,14 @@ class GateServer:
             sockets.check_socket_dir(shared, self.operator_uid)
             path = sockets.account_socket(shared, self.paths.runtime, uid)
             sockets.make_account_dir(os.path.dirname(path), uid, self.operator_uid)
-            old = os.umask(0o177)          # the umask is the process's: never wider, even for a moment
-            try:
-                server = await asyncio.start_unix_server(self._client, path, limit=READ_CHUNK)
-            finally:
-                os.umask(old)
-            os.chmod(path, 0o666)          # while only root can enter its directory; then only the account
+            sock = listen_unix(path, 0o666)   # while only root can enter its directory; then only the account
             sockets.hand_over(os.path.dirname(path), uid, gid)
         except (OSError, sockets.SocketDirError) as err:
             self.account_errors.append(str(err))
             logging.getLogger("pulse.executor").error("gate: no socket for uid %d: %s", uid, err)
             return None
         self.account_paths[uid] = path
-        return server
+        return sock
 
     def run_socket(self, uid: int | None) -> str:
         """The socket a run under `uid` is handed: its account's own, else the main one."""

@@ -239,6 +239,7 @@ class ExecutorWorker(Worker):
         self.open_gate()
 
     def on_ready(self) -> None:
+        self.gate.start()          # before the runners: no run starts before its gate serves
         self.runners.start()
         self.bookkeeper.start()
 
@@ -254,7 +255,9 @@ class ExecutorWorker(Worker):
         path = socket_path(self.paths, self.config.gate.socket_dir)
         # pulsed's account's alone; each agent account gets a socket of its own (pulse.gate.sockets)
         self.gate = GateServer(self.paths, self.config, path, mode=0o600, accounts=self.agent_accounts())
-        self.gate.start()
+        # Bound now, served from on_ready: its thread's start (a loop, a connection to events.db, the
+        # ledger) need not hold Ready up; a session that connects meanwhile waits in the listen backlog.
+        self.gate.bind()
         self.log.info("gate on %s%s", path, "".join(f"; uid {uid} on {p}" for uid, p in self.gate.account_paths.items()))
 
     def agent_accounts(self) -> dict[int, int]:

@@ -18,6 +18,7 @@ class Spawn(msgspec.Struct, tag="spawn"):
 class Spawned(msgspec.Struct, tag="spawned"):
     name: str
     pid: int
+    mono: float = 0.0           # when the forkserver had its process (a spare told to go, else a fork)
 
 
 class Exited(msgspec.Struct, tag="exited"):
