@@ -213,7 +213,6 @@ def test_the_overview_reads_the_same_whatever_the_length_of_the_history(tmp_path
 def test_the_metrics_caught_up_in_batches_equal_the_history_folded_at_once(tmp_path):
     """The counts rebuilt at once (a GROUP BY and the type index), folded event by event in batches,
     and loaded from a checkpoint written half-way then caught up, all say the same."""
-    import dataclasses
 
     from pulse.agents import tasks
     from pulse.core.wire import enginerpc
@@ -246,7 +245,8 @@ def test_the_metrics_caught_up_in_batches_equal_the_history_folded_at_once(tmp_p
     events = connection.open_readonly(home / "events.db")
     try:
         at_once = rebuild_counts(events, eventsdb.last_event_id(events))
-        by_event = dataclasses.replace(COUNTS, rebuild=None)
+        by_event = projection.Projection(COUNTS.name, COUNTS.new, COUNTS.fold, COUNTS.types, COUNTS.code, COUNTS.dump,
+                                         COUNTS.load, COUNTS.state_type, rebuild=None)     # folded event by event
         in_batches = projection.Folded(by_event, events, tmp_path / "none", batch=CATCH_UP_BATCH).catch_up()
         half = projection.read_checkpoint(tmp_path / "ck", COUNTS, events)[1]
         assert 0 < half < at_once.last_event
