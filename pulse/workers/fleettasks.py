@@ -44,7 +44,7 @@ from pulse.core import fleetnames as names
 from pulse.core.states import TaskStatus
 from pulse.core.together import together
 from pulse.core.wire import enginerpc, eventmsgs
-from pulse.store import effectqueue, eventsdb, fleetcursor
+from pulse.store import commitwatch, effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 
 TASKS_STREAM, OUTCOMES_STREAM, CLAIMS_BUCKET = "PULSE_TASKS", "PULSE_TASK_OUTCOMES", "pulse-task-claims"
@@ -259,7 +259,7 @@ class FleetTasks:
             cursor.close()
 
     async def offering(self, conn, cursor) -> None:
-        commits = CommitWatch(self.w.paths.events_db)
+        commits = CommitWatch(self.w.paths.events_db, commitwatch.RECHECK_FIRST_S)   # an offer is looked for within 1 ms
         try:
             while True:
                 await self.offer(conn, cursor)
