@@ -90,8 +90,9 @@ def make_host(root: Path, name: str, urls: list[str], agent: str | None = None, 
     return home
 
 
-def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
-    """Seconds from each offer on `origin` to its task-executing on `runner` (one task at a time)."""
+def claim_latency(origin: Path, runner: Path, n: int, hops: dict | None = None) -> list[float]:
+    """Seconds from each offer on `origin` to its task-executing on `runner` (one task at a time);
+    each hop's seconds appended to `hops` by name (HOPS) when given."""
     from pulse.core.wire.eventmsgs import FLEET_TASK_OFFERED, FLEET_TASK_UPDATE
     out = []
     for i in range(n):
@@ -111,12 +112,24 @@ def claim_latency(origin: Path, runner: Path, n: int) -> list[float]:
         offered, done = wait_until(ended, 60, 0.05, f"fleet task {fleet_id} ended")
         conn = connection.open_readonly(Paths.for_client(runner).events_db)
         try:
-            executing = eventsdb.read_events(conn, types=["task-executing"], limit=1_000_000)
+            local = eventsdb.read_events(conn, types=list(HOPS), limit=1_000_000)
         finally:
             conn.close()
-        started = next(e for e in executing if e.target == done.data["task"])
-        out.append(started.ts - offered.ts)
+        at = {e.type: e.ts for e in local if e.target == done.data["task"]}
+        out.append(at["task-executing"] - offered.ts)
+        if hops is not None:
+            before = offered.ts
+            for kind, name in HOPS.items():
+                hops.setdefault(name, []).append(at[kind] - before)
+                before = at[kind]
     return out
+
+
+# each hop of a fleet task, by the event that ends it on the runner: from the offer's commit on the
+# origin through the outbox, the long poll, the claim and the local task's commit on the runner; then
+# the tick's assignment; then the executor's start of the agent's process
+HOPS = {"task-created": "offered_to_taken_ms", "task-assigned": "taken_to_assigned_ms",
+        "task-executing": "assigned_to_executing_ms"}
 
 
 def fleet_status(home: Path) -> dict:
@@ -410,8 +423,10 @@ def main() -> int:
             figures["every_event_once_in_order"] = in_order and figures["duplicates"] == 0
 
             log(f"claim latency: {args.tasks} tasks added on a, run on c")
-            latency = claim_latency(homes[0], homes[2], args.tasks)
+            hops: dict[str, list[float]] = {}
+            latency = claim_latency(homes[0], homes[2], args.tasks, hops)
             figures["claim_latency_median_s"] = round(statistics.median(latency), 3)
+            figures["claim_hops_median_ms"] = {name: round(statistics.median(v) * 1000, 1) for name, v in hops.items()}
             figures["claim_latency_p95_s"] = round(sorted(latency)[max(0, int(len(latency) * 0.95) - 1)], 3)
             if cluster:
                 wait_until(cluster.all_healthy, 60, 0.2, "every server current")

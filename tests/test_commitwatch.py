@@ -58,3 +58,27 @@ def test_writes_to_other_files_of_the_home_do_not_wake_it(tmp_path):
     finally:
         watch.close()
         vitals.close()
+
+
+def test_a_quick_watch_looks_again_a_few_times_soon_after_a_commit_then_waits_its_timeout(tmp_path):
+    """A commit's write wakes the reader a moment before the commit is visible: a watch made with
+    RECHECK_FIRST_S looks again within 1, 2, 4, 8 and 16 ms (one 20 ms look delayed a fleet task's
+    taking), then waits whole timeouts again."""
+    from pulse.store import commitwatch
+    db = tmp_path / "events.db"
+    conn = eventsdb.open_events(db)
+    watch = CommitWatch(db, commitwatch.RECHECK_FIRST_S)
+
+    async def main() -> float:
+        eventsdb.append_events(conn, [eventmsgs.now_event("operator", "test", None, {})])
+        await asyncio.wait_for(watch.wait(30), 10)          # the commit
+        for _ in range(5):                                  # five more looks, none waits its 30 s
+            await asyncio.wait_for(watch.wait(30), 10)
+        started = time.monotonic()
+        await watch.wait(0.5)                               # then quiet: the whole timeout
+        return time.monotonic() - started
+    try:
+        assert asyncio.run(main()) >= 0.5
+    finally:
+        watch.close()
+        conn.close()

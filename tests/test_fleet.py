@@ -586,6 +586,44 @@ def test_a_task_whose_host_is_killed_runs_again_on_another_after_the_lease_and_n
     revive(first)
 
 
+def take_and_drop(url: str) -> str:
+    """A taker that gets one task from the takers consumer and is gone before it claims it (as a host
+    killed just after the delivery, or one whose connection died with the delivery on it); its subject."""
+    async def take() -> str:
+        import nats
+        nc = await nats.connect(url)
+        try:
+            queue = await nc.jetstream().pull_subscribe("pulse.tasks.>", durable="takers", stream="PULSE_TASKS")
+            [msg] = await queue.fetch(1, timeout=20)
+            return msg.subject
+        finally:
+            await nc.close()
+    return asyncio.run(take())
+
+
+@pytest.mark.daemon
+def test_a_task_handed_to_a_taker_that_never_claims_it_comes_back_within_seconds_not_a_lease(
+        tmp_path, tracker, nats_server):
+    """The takers' ack wait is short: a task handed to a host that neither claims nor puts it back runs
+    on another host seconds later, not after the 30 s lease (scripts/fleet_chaos.py's offer → executing
+    p95 was the lease: a task offered just after a server's loss). Fails with the lease as the ack wait."""
+    lease = 30
+    a = fleet_host(tmp_path, tracker, "a", nats_server.url, task_lease_s=lease)
+    b = fleet_host(tmp_path, tracker, "b", nats_server.url, agent="1", task_lease_s=lease)
+    start_all([a, b])
+    wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b)), 20, what="connected")
+    assert b.ctl("stop", "fleet").returncode == 0          # the takers consumer is made; b takes nothing now
+    fleet_id = offer(a, "--title", "t", "--agent", "builder")
+    assert take_and_drop(nats_server.url) == "pulse.tasks.builder"
+    dropped = time.time()
+    assert b.ctl("start", "fleet").returncode == 0
+    [created] = wait_for(lambda: tasks_created(b), lease, what="b took it")
+    started = wait_for(lambda: b.events("task-executing", target=created["target"], written=False), 20, what="it runs")
+    assert started[0]["ts"] - dropped < lease / 3, f"dropped -> executing {started[0]['ts'] - dropped:.1f}s"
+    wait_for(lambda: fleet_task(a, fleet_id)["status"] == "acked", 20, what="acked")
+    assert [r["status"] for r in fleet_task(a, fleet_id)["runs"]] == ["acked"]
+
+
 @pytest.mark.daemon
 def test_a_fleet_run_cut_by_its_executors_death_goes_back_to_the_fleet_and_runs_to_its_end(
         tmp_path, tracker, nats_server):

@@ -8,7 +8,11 @@ missed wake-ups (it was busy) catches up by that same read.
 
 inotify reports the WAL's write(), and the commit becomes visible to readers a moment later, when
 the writer updates the WAL index (shared memory: no event). A reader woken in between reads nothing
-new; so after each wake the next wait lasts RECHECK_S at most, one more look once it is visible.
+new; so after each wake the next wait lasts RECHECK_S at most, one more look once it is visible. A
+reader to whom those milliseconds matter (the fleet's offers: one 20 ms look was most of a task's
+way from its offer to its taking on another host) starts at RECHECK_FIRST_S instead, doubling up to
+RECHECK_S: a few more cheap looks after each commit, the first within a millisecond of its being
+visible; the page's streams keep one look, each of which wakes every client.
 
 Linux only, like Pulse; where inotify is refused (another OS, fs.inotify.max_user_instances
 reached) `wait` sleeps its timeout instead, which is the poll it replaces.
@@ -27,7 +31,7 @@ IN_MODIFY, IN_CREATE, IN_MOVED_TO = 0x002, 0x100, 0x080
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 HEADER = struct.Struct("iIII")            # wd, mask, cookie, len (then the name, NUL-padded)
 READ_SIZE = 64 * 1024
-RECHECK_S = 0.02                          # the look after a wake, for a commit not yet visible at the wake
+RECHECK_FIRST_S, RECHECK_S = 0.001, 0.02  # the looks after a wake, for a commit not yet visible at the wake
 
 
 def _libc():
@@ -37,10 +41,11 @@ def _libc():
 class CommitWatch:
     """inotify on the directory of `db`, for writes to `db` and its WAL (other files' are ignored)."""
 
-    def __init__(self, db: Path):
+    def __init__(self, db: Path, first_recheck_s: float = RECHECK_S):
         self.names = {db.name.encode(), f"{db.name}-wal".encode()}
         self.fd: int | None = None
-        self.woken = False                    # the last wait ended on a commit: the next one rechecks soon
+        self.first_recheck_s = first_recheck_s
+        self.recheck_s: float | None = None   # after a wake: how soon the next wait looks again (doubling)
         try:
             libc = _libc()
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
@@ -76,22 +81,28 @@ class CommitWatch:
             await asyncio.sleep(timeout_s)
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (min(timeout_s, RECHECK_S) if self.woken else timeout_s)
-        self.woken = True
+        recheck = self.recheck_s
+        deadline = loop.time() + (min(timeout_s, recheck) if recheck is not None else timeout_s)
         while not self.committed():
             left = deadline - loop.time()
             if left <= 0:
-                self.woken = False
+                self.after_look(recheck)
                 return
             ready = loop.create_future()
             loop.add_reader(self.fd, lambda: ready.done() or ready.set_result(None))
             try:
                 await asyncio.wait_for(ready, left)
             except TimeoutError:
-                self.woken = False
+                self.after_look(recheck)
                 return
             finally:
                 loop.remove_reader(self.fd)
+        self.recheck_s = self.first_recheck_s
+
+    def after_look(self, recheck: float | None) -> None:
+        """A wait ended with no write: the next looks again twice as late, or waits its whole timeout
+        once RECHECK_S has passed since the last wake."""
+        self.recheck_s = None if recheck is None or recheck * 2 > RECHECK_S else recheck * 2
 
     def close(self) -> None:
         if self.fd is not None:

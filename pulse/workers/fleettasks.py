@@ -11,10 +11,11 @@
     `pulse-task-claims` (a redelivery landing on another host finds the claim and leaves the task
     alone), a count in `pulse-task-attempts`, and a task of its own events.db pinned to the agent
     chosen, which its assignment rule hands out as any task;
-  - keeping: while the local task runs, the message is kept alive (in_progress) and the claim renewed
-    every third of `task_lease_s`. A host that dies stops renewing: its claim lapses with the
-    bucket's TTL, the message is redelivered after the consumer's ack wait (the same lease), and
-    another host runs the task again: at least once across a host's death, at most once otherwise;
+  - keeping: while the local task runs, the message is kept alive (in_progress, every third of the
+    consumer's short ack wait, TAKE_ACK_WAIT_S) and the claim renewed every third of `task_lease_s`.
+    A host that dies stops renewing: its message comes back to the others within the ack wait, who
+    leave it while the claim stands; the claim lapses with the bucket's TTL (the lease), and the next
+    delivery's host runs the task again: at least once across a host's death, at most once otherwise;
   - reporting: every change of the local task's status goes to `pulse.outcomes.<origin host>`
     (stream PULSE_TASK_OUTCOMES); when the task ends the message is acknowledged. The origin's worker
     records each report as a `fleet-task-update` event, which `pulsectl fleet tasks` and `pulsectl
@@ -43,7 +44,7 @@ from pulse.core import fleetnames as names
 from pulse.core.states import TaskStatus
 from pulse.core.together import together
 from pulse.core.wire import enginerpc, eventmsgs
-from pulse.store import effectqueue, eventsdb, fleetcursor
+from pulse.store import commitwatch, effectqueue, eventsdb, fleetcursor
 from pulse.store.commitwatch import CommitWatch
 
 # Imports inside functions: as pulse.workers.fleet: nats-py (~70 ms) loads in the fleet worker's own
@@ -63,6 +64,14 @@ OFFERS_LOOK_S = 2.0               # offers go out on the commit that holds them 
 # A pull waits this long on the server for a message (a long poll: a task offered reaches a waiting
 # host at once), its idle heartbeats telling a live server from a dead connection meanwhile.
 LONG_POLL_S, POLL_HEARTBEAT_S = 5.0, 1.0
+# The takers' ack wait: how long a task handed to a host waits for the host to say it holds it (a
+# claim, then in_progress every third of this while it runs) before the server hands it out again.
+# A handing the host never got (its pull request outlived its connection: the server it was on died,
+# and the one leading the consumer still answered the request) comes back after this, not after the
+# lease. The claim in pulse-task-claims, not the ack wait, keeps a task from running twice: a host
+# that gets a task another one holds puts it back (at most once while its host is alive), and the
+# claim lapses only with the lease (at least once across its death).
+TAKE_ACK_WAIT_S = 3.0
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
 WITHDRAWN_CURSOR = "withdrawn"    # … and for the last withdrawal made known
 # A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
@@ -224,10 +233,12 @@ class FleetTasks:
         self.queue = None
         if self.w.config.fleet.take_tasks and self.w.config.agent:
             from nats.js.api import ConsumerConfig
-            # one consumer for every host: a work-queue stream allows no two whose subjects overlap
-            self.queue = await self.js.pull_subscribe(
-                "pulse.tasks.>", durable=TAKERS, stream=TASKS_STREAM,
-                config=ConsumerConfig(ack_wait=self.lease, max_ack_pending=-1))
+            # one consumer for every host: a work-queue stream allows no two whose subjects overlap.
+            # Made or updated first (a consumer an older version made had the lease as its ack wait)
+            config = ConsumerConfig(durable_name=TAKERS, filter_subject="pulse.tasks.>",
+                                    ack_wait=TAKE_ACK_WAIT_S, max_ack_pending=-1)
+            await self.js.add_consumer(TASKS_STREAM, config=config)
+            self.queue = await self.js.pull_subscribe("pulse.tasks.>", durable=TAKERS, stream=TASKS_STREAM, config=config)
 
     async def run(self, nc, js) -> None:
         """Four loops on one connection, none waiting on another: offering (on each commit),
@@ -251,7 +262,7 @@ class FleetTasks:
             cursor.close()
 
     async def offering(self, conn, cursor) -> None:
-        commits = CommitWatch(self.w.paths.events_db)
+        commits = CommitWatch(self.w.paths.events_db, commitwatch.RECHECK_FIRST_S)   # an offer is looked for within 1 ms
         try:
             while True:
                 await self.offer(conn, cursor)
@@ -574,10 +585,14 @@ class FleetTasks:
                 del self.running[fleet_id]
                 fleetcursor.end_taking(self.cursor, fleet_id)
                 self.slot_freed.set()
-            elif time.monotonic() - run["renewed"] >= self.lease / 3:
-                await run["msg"].in_progress()
-                await self.claims.put(names.host_token(fleet_id), self.w.host.encode())
-                run["renewed"] = time.monotonic()
+            else:
+                now = time.monotonic()
+                if now - run.get("kept", 0.0) >= TAKE_ACK_WAIT_S / 3:
+                    await run["msg"].in_progress()
+                    run["kept"] = now
+                if now - run["renewed"] >= self.lease / 3:
+                    await self.claims.put(names.host_token(fleet_id), self.w.host.encode())
+                    run["renewed"] = now
 
     async def ended(self, fleet_id: str, run: dict, status: str) -> None:
         """Done (acked, closed): off the queue. Given up here: back to the fleet for another taking,
