@@ -15,15 +15,14 @@ servers with the gateway's environment, not the run's: no run token reaches them
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from pulse.core.config import ADAPTER_ARGV
+from realagents import clean_env  # noqa: F401 (autouse: no credential of the shell reaches a CLI)
 from realtools import (
     CHAT_MODEL,
     MASTER_KEY,
-    SECRET_PREFIXES,
     ScriptedModel,
     agent_path,
     free_port,
@@ -38,16 +37,6 @@ pytestmark = pytest.mark.realcli
 TOOL = "find_process"
 PROCESS = "worker"              # the [[process]] the model asks about: configured, never running (`true`)
 FINAL = "DONE: looked it up"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith(SECRET_PREFIXES):
-            monkeypatch.delenv(key)
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from realagents import add_task, claude_env, clean_env, codex_env, settled, start  # noqa: F401 (autouse)
-from realtools import LiteLLM, ScriptedAnthropic, require_tools
+from realtools import ScriptedAnthropic, require_tools
 from support import wait_for
 
 pytestmark = pytest.mark.realcli
@@ -18,18 +18,6 @@ pytestmark = pytest.mark.realcli
 # Three tool calls that take a while each: the run lasts long enough for Claude Code's exporters
 # (events every 2 s, as the adapter sets) to report while it runs.
 SLOW_STEPS = [("Bash", {"command": "sleep 2", "description": "wait"})] * 3
-@pytest.fixture
-def litellm(tmp_path):
-    require_tools("litellm")
-    proxy = LiteLLM(tmp_path / "litellm")
-    try:
-        proxy.start()
-    except (RuntimeError, TimeoutError) as err:
-        pytest.fail(str(err))
-    yield proxy
-    proxy.stop()
-
-
 TELEMETRY = '[telemetry]\nenabled = true\nlisten = "127.0.0.1:0"\nflush_s = 0.5\n\n'
 
 
