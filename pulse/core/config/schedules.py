@@ -34,6 +34,15 @@ def parse_every(text: str) -> float:
     return seconds
 
 
+def duration_problem(text: str) -> str | None:
+    """What is wrong with a duration ("15m", "1h30m"), or None when parse_every reads it."""
+    try:
+        parse_every(text)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def cron_problem(expr: str) -> str | None:
     """What is wrong with a 5-field cron expression, naming the field; None when croniter reads it."""
     from croniter import croniter  # ~43 ms with dateutil: only a config with a cron schedule pays it
@@ -142,11 +151,8 @@ def validate_schedules(config: "Config", origin: str) -> None:
             raise ConfigError(f"{where}: set exactly one of cron or every")
         if s.cron is not None and (problem := cron_problem(s.cron)):
             raise ConfigError(f"{where}.cron: {problem}")
-        if s.every is not None:
-            try:
-                parse_every(s.every)
-            except ValueError as err:
-                raise ConfigError(f"{where}.every: {err}") from None
+        if s.every is not None and (problem := duration_problem(s.every)):
+            raise ConfigError(f"{where}.every: {problem}")
         if (s.task is None) == (s.effect is None):
             raise ConfigError(f"{where}: set exactly one of task or effect")
         if s.task is not None:

@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from pulse.core.config.keys import ConfigError, Table
-from pulse.core.config.schedules import parse_every
+from pulse.core.config.schedules import duration_problem, parse_every
 from pulse.core.config.services import is_loopback, urlsplit_host
 
 if TYPE_CHECKING:
@@ -190,11 +190,8 @@ def validate_watched_dirs(dirs: list[DirWatch], origin: str) -> None:
             raise ConfigError(f"{where}.path: not / itself: name the directory that grows")
         if watch.max_mb is None and watch.max_files is None and watch.max_age is None:
             raise ConfigError(f"{where}: set at least one of max_mb, max_files, max_age")
-        if watch.max_age is not None:
-            try:
-                parse_every(watch.max_age)
-            except ValueError as err:
-                raise ConfigError(f"{where}.max_age: {err}") from None
+        if watch.max_age is not None and (problem := duration_problem(watch.max_age)):
+            raise ConfigError(f"{where}.max_age: {problem}")
     names = [w.name for w in dirs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{origin}: $.watch.dir: names must be unique")
