@@ -137,7 +137,7 @@ def start_cost(home: Path) -> float:
     for i in range(1000):
         inv = adapter.invocation(agent, adapters.Task("task-1", "hi"), "/tmp")
         began = time.perf_counter()
-        receiver = agentrun.telemetry_receiver(home, f"run-{i}", "task-1", "claude")
+        receiver = agentrun.telemetry_receiver(home, True, f"run-{i}", "task-1", "claude")
         adapter.report_to(inv, receiver, agent.env)
         times.append(time.perf_counter() - began)
     return statistics.median(times) * 1000

@@ -43,7 +43,9 @@ def test_signal(pulsed, worker, fault):
         assert exited[0]["data"]["code"] == 0
     if fault == "SIGSTOP":        # hung: SIGABRT for a traceback, SIGCONT, then replaced
         assert pulsed.events("worker-hung", worker)
-        assert exited[0]["data"]["signal"] == signal.SIGABRT
+        # faulthandler reads the other threads' frames as they run again: its dump may crash
+        assert exited[0]["data"]["signal"] in (signal.SIGABRT, signal.SIGSEGV)
+        assert "aborting it for a traceback" in pulsed.log_text()
         # pulsed's abort is how it ended, not why: status says hung (the signal stays in the JSON)
         assert (replaced.last_exit.signal, replaced.last_exit.why) == (signal.SIGABRT, "hung")
         assert f" hung at {replaced.last_exit.at[11:19]}Z" in pulsed.ctl("status").stdout

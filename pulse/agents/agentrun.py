@@ -43,9 +43,13 @@ from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EffectKind, TaskEvent
 from pulse.effects.kinds import RUN_MARK, SOURCE, EffectContext, EffectFailed, run_process, stop_marked, store_output
 from pulse.effects.registry import Kind, Seconds
-from pulse.store import eventsdb, projection
+from pulse.store import commitwatch, eventsdb, projection
 
 log = logging.getLogger("pulse.executor")
+
+# How long a run that starts before the telemetry receiver is up waits for it (a receiver that never
+# comes, failed until its retry, costs each run this much, said in the log).
+RECEIVER_WAIT_S = 10.0
 
 
 class AgentSlots:
@@ -261,7 +265,8 @@ def _run_agent_process(effect: Effect, ctx: EffectContext, conn, agent: Agent, a
         prompt = prompt_with_history(state.prompt, taskview.earlier_writes(conn, state.id))
         invocation = adapter.invocation(with_token, adapters.Task(state.id, prompt, state.title, state.project),
                                         workdir, home=home, scratch=scratch)
-        if (receiver := telemetry_receiver(home, effect.id, state.id, agent.name)) is not None:
+        receiver = telemetry_receiver(home, ctx.config.telemetry.enabled, effect.id, state.id, agent.name)
+        if receiver is not None:
             adapter.report_to(invocation, receiver, agent.env)   # the run's telemetry to Pulse, tagged as the run
         if account is not None:           # what the adapter wrote there (an MCP config, a token file) too
             for entry in os.scandir(scratch):
@@ -420,10 +425,19 @@ def remove_scratch(run: str, owners: set[int]) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def telemetry_receiver(home: Path, run: str, task: str, agent: str) -> otel.Receiver | None:
-    """Pulse's telemetry receiver, when it runs ([telemetry] enabled), for this run."""
+def telemetry_receiver(home: Path, enabled: bool, run: str, task: str, agent: str) -> otel.Receiver | None:
+    """Pulse's telemetry receiver, for this run; None when [telemetry] is off (`enabled`), or when it
+    is not up within RECEIVER_WAIT_S. A run started as pulsed starts, or as the receiver restarts,
+    waits for it: the run's spend and loop guards read only what it reports there."""
     paths = Paths.for_client(Path(home))
-    return otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)
+    look = lambda: otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)  # noqa: E731
+    if not enabled:
+        return look()
+    found = commitwatch.written(paths.telemetry_file, look, RECEIVER_WAIT_S)
+    if found is None:
+        log.warning("run %s: no telemetry receiver after %g s, though [telemetry] is enabled: it runs without "
+                    "its telemetry, and its agent's spend and loop guards see nothing of it", run, RECEIVER_WAIT_S)
+    return found
 
 
 def run_account(agent: Agent) -> tuple[int, int] | None:

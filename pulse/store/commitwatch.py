@@ -14,6 +14,9 @@ way from its offer to its taking on another host) starts at RECHECK_FIRST_S inst
 RECHECK_S: a few more cheap looks after each commit, the first within a millisecond of its being
 visible; the page's streams keep one look, each of which wakes every client.
 
+`written` waits the same way, blocking, for another file of the runtime directory to be written
+whole (a worker's published address, os.replace'd into place).
+
 Linux only, like Pulse; where inotify is refused (another OS, fs.inotify.max_user_instances
 reached) `wait` sleeps its timeout instead, which is the poll it replaces.
 """
@@ -24,8 +27,14 @@ import asyncio
 import ctypes
 import ctypes.util
 import os
+import select
 import struct
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 IN_MODIFY, IN_CREATE, IN_MOVED_TO = 0x002, 0x100, 0x080
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
@@ -41,8 +50,9 @@ def _libc():
 class CommitWatch:
     """inotify on the directory of `db`, for writes to `db` and its WAL (other files' are ignored)."""
 
-    def __init__(self, db: Path, first_recheck_s: float = RECHECK_S):
-        self.names = {db.name.encode(), f"{db.name}-wal".encode()}
+    def __init__(self, db: Path, first_recheck_s: float = RECHECK_S, names: tuple[str, ...] | None = None):
+        """`names`: the files of db's directory whose writes count (default: db and its WAL)."""
+        self.names = {n.encode() for n in (names or (db.name, f"{db.name}-wal"))}
         self.fd: int | None = None
         self.first_recheck_s = first_recheck_s
         self.recheck_s: float | None = None   # after a wake: how soon the next wait looks again (doubling)
@@ -108,3 +118,23 @@ class CommitWatch:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def written(path: Path, look: Callable[[], T | None], timeout_s: float) -> T | None:
+    """`look()` once it is not None: looked at now, then again after each write to `path` (made,
+    replaced, appended), until `timeout_s`. Blocks: for a thread that may wait."""
+    watch = CommitWatch(path, names=(path.name,))     # set before the first look: no write falls between
+    deadline = time.monotonic() + timeout_s
+    try:
+        while (found := look()) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if watch.fd is None:
+                time.sleep(left)
+            else:
+                select.select([watch.fd], [], [], left)
+                watch.committed()
+        return found
+    finally:
+        watch.close()

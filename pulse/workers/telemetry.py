@@ -287,9 +287,6 @@ class TelemetryWorker(Worker):
     name = "telemetry"
 
     def open(self) -> None:
-        import uvicorn
-
-        from pulse.sensing.otlp import Fold
         settings = self.config.telemetry
         host, port = configmod.listen_address(settings.listen)
         self.remote = not configmod.is_loopback(host)
@@ -297,6 +294,12 @@ class TelemetryWorker(Worker):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.create_server((host, port), family=family, reuse_port=False)
         self.port = self.sock.getsockname()[1]
+        # Published as soon as it listens, before the server's imports: a run starting meanwhile waits
+        # for this address (pulse.agents.agentrun), and what it sends waits in the listen backlog.
+        self.publish_address()
+        import uvicorn
+
+        from pulse.sensing.otlp import Fold
         self.libc = libc()
         limit_arenas(self.libc, ARENAS)        # before the server's thread makes its own
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -322,7 +325,6 @@ class TelemetryWorker(Worker):
         self.export_file = self.paths.home / CHECKPOINTS / EXPORT_CHECKPOINT
         self.export_after = self.exported_until() if self.exporter is not None else 0
         self.export_saved = self.export_after
-        self.publish_address()
         self.log.info("receiving OTLP/HTTP at %s%s", self.url(), " (token required)" if self.remote else "")
 
     def url(self) -> str:

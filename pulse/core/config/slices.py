@@ -52,6 +52,7 @@ PromoteChecks = _cut("PromoteChecks", EngineLimits, ("typecheck",))
 ReportSchedule = _cut("ReportSchedule", Report, ("daily_at",))
 WatchedFiles = _cut("WatchedFiles", Watch, ("file", "dir"))
 SurvivalPaths = _cut("SurvivalPaths", Survival, ("archive_from", "archive_to", "cleanup"))
+TelemetryOn = _cut("TelemetryOn", Telemetry, ("enabled",))
 
 
 class EventWriterConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -99,6 +100,7 @@ class ExecutorConfig(msgspec.Struct, kw_only=True, frozen=True):
     survival: SurvivalPaths       # with the globs above: the directories an agent's archive or cleanup may touch
     budget: SpendLimits           # the host-wide spend limits agent-run reserves against
     gate: Gate                    # the executor serves the agents' gate (pulse.gate.server)
+    telemetry: TelemetryOn        # an agent run waits for the receiver to be up when it is enabled
 
 
 class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
