@@ -213,7 +213,7 @@ class Arbiter:
             poller.register(fd, zmq.POLLIN)
 
         deadline = self.next_deadline()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+        timeout = None if deadline is None else clock.poll_ms(deadline - time.monotonic())
         ready = dict(poller.poll(timeout))
         # Deaths first, so a Ready or a request never acts on a process that is already gone.
         for fd in sorted((f for f in ready if isinstance(f, int)), key=lambda f: f != self.signal_r):

@@ -5,6 +5,7 @@ Stdlib only (pulsed imports it).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -45,6 +46,12 @@ def parse_duration(text: str) -> float | None:
     """Seconds in `30s`, `10m`, `2h`, `1d` (or `1.5h`); None if `text` is no such duration."""
     m = _DURATION.match(text.strip())
     return float(m[1]) * _UNIT_S[m[2]] if m else None
+
+
+def poll_ms(seconds: float) -> int:
+    """The timeout of a poll for a deadline `seconds` away, in whole ms, rounded up: zmq's poll takes
+    an int, and a last fraction of a ms rounded down to 0 returns at once, spinning until the deadline."""
+    return max(0, math.ceil(seconds * 1000))
 
 
 def backoff(attempt: int, first: float, cap: float) -> float:

@@ -29,7 +29,7 @@ from typing import Callable
 
 import zmq
 
-from pulse.core import client, logs, procs
+from pulse.core import client, clock, logs, procs
 from pulse.core import config as configmod
 from pulse.core.home import Paths
 from pulse.core.states import Exit
@@ -179,7 +179,7 @@ class Harness:
                 for item in registered:
                     poller.register(item, zmq.POLLIN)
             wake_at = min(t for t in (next_beat, self.worker.next_timer()) if t is not None)
-            for item, _ in poller.poll(max(0.0, wake_at - time.monotonic()) * 1000):
+            for item, _ in poller.poll(clock.poll_ms(wake_at - time.monotonic())):
                 if item == wakeup_fd:
                     drain(wakeup_fd)
                 elif item in self.worker.handlers:

@@ -22,7 +22,7 @@ import msgspec
 import zmq
 
 from pulse.agents import routing, spend, tasks
-from pulse.core import client, schedule
+from pulse.core import client, clock, schedule
 from pulse.core.config import MAX_MEMORY_WINDOW_SAMPLES
 from pulse.core.states import EffectState, WorkerState
 from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc, eventmsgs
@@ -333,11 +333,11 @@ class EngineClient:
         request_id = next(self.ids)
         deadline = time.time() + deadline_s
         # IMMEDIATE: writable only once connected (a freshly started engine may take a moment)
-        if not (self.sock.poll(deadline_s * 1000, zmq.POLLOUT)
+        if not (self.sock.poll(clock.poll_ms(deadline_s), zmq.POLLOUT)
                 and self._send(enginerpc.RunChain(request_id, deadline, prev, curr))):
             return None, "engine not connected"
         while (left := deadline - time.time()) > 0:
-            if not self.sock.poll(left * 1000):
+            if not self.sock.poll(clock.poll_ms(left)):
                 break
             for reply in self._drain():
                 if reply is None:
