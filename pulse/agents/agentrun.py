@@ -7,6 +7,7 @@ is settled by settle_interrupted, which puts the task back to pending before the
 
 from __future__ import annotations
 
+import functools
 import grp
 import logging
 import os
@@ -430,7 +431,7 @@ def telemetry_receiver(home: Path, enabled: bool, run: str, task: str, agent: st
     is not up within RECEIVER_WAIT_S. A run started as pulsed starts, or as the receiver restarts,
     waits for it: the run's spend and loop guards read only what it reports there."""
     paths = Paths.for_client(Path(home))
-    look = lambda: otel.receiver(paths.telemetry_file, paths.telemetry_token, run, task, agent)  # noqa: E731
+    look = functools.partial(otel.receiver, paths.telemetry_file, paths.telemetry_token, run, task, agent)
     if not enabled:
         return look()
     found = commitwatch.written(paths.telemetry_file, look, RECEIVER_WAIT_S)
