@@ -47,6 +47,7 @@ SERVED = [
     ["effects"], ["effects", "--pending", "-n", "5", "--json"],
     ["config", "--effective"],
     ["budget"], ["budget", "--json"],
+    ["process", "list"], ["process", "list", "--json"],
     ["--timeout", "2", "task", "list"], ["--timeout=2", "effects"],
 ]
 # ... and left to click, for its help and its errors.
@@ -58,6 +59,7 @@ LEFT = [
     ["task", "add", "--project", "p", "--title", "t"], ["task", "add", "--project", "p", "--title", "t", "--prompt"],
     ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--priority", "high"],
     ["config"], ["budget", "reset"], ["budget", "--jsn"], ["--timeout", "soon", "effects"], ["effects", "--pending=yes"],
+    ["process", "list", "--jsn"], ["process", "lst"],
 ]
 
 

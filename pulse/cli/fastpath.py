@@ -2,8 +2,8 @@
 
 Importing click takes longer (~20 ms here) than most of these commands take to run. So a plain
 invocation of one of them (`status`, `task add`, `task list`, `events`, `effects`,
-`config --effective`, `budget`, `--version`) is read here, by a parser that knows each one's
-options, and runs the very same code click would run (their click commands call it too).
+`config --effective`, `budget`, `process list`, `--version`) is read here, by a parser that knows
+each one's options, and runs the very same code click would run (their click commands call it too).
 
 Only what is certainly well formed is served here: anything this parser is not sure of (an unknown
 option, a value that looks like an option, a bad number, a missing required option, `--help`, `-i`,
@@ -88,6 +88,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         _opts((("--effective",), Option("effective", FLAG, False))),
         check=_effective, run="configview:effective"),
     ("budget",): Command(_opts(JSON), run="budgetview:show"),
+    ("process", "list"): Command(_opts(JSON), run="processview:list_all"),
 }
 
 

@@ -25,6 +25,7 @@ import time
 import click
 
 from pulse.cli.group import Context, pass_ctx
+from pulse.cli.processview import list_all, shown, state_of
 from pulse.core import clock
 from pulse.core.states import EffectState
 from pulse.core.wire import eventmsgs
@@ -163,21 +164,6 @@ def config(ctx: Context, name: str, pin: bool, restore: bool, as_json: bool, wai
 
 # -- list, status --------------------------------------------------------------------------------------
 
-def state_of(p) -> str:
-    """One word for a process as status reports it (its fuller states: pulsectl status)."""
-    if p.stopped:
-        return "stopped"
-    if p.paused_until is not None:
-        return "paused"
-    return {True: "alive", False: "dead", None: "unsampled"}[p.alive]
-
-
-def shown(ctx: Context) -> list:
-    """Every [[process]] as pulsed's status shows it (pulsed not answering: exit 4, saying so)."""
-    from pulse.core.wire import controlmsgs
-    return ctx.request(controlmsgs.GetStatus()).status.processes
-
-
 def shown_one(ctx: Context, name: str):
     """`name` as pulsed's status shows it; exit 2 when pulsed runs without it (config.toml has it,
     but was not reloaded since)."""
@@ -194,18 +180,7 @@ def shown_one(ctx: Context, name: str):
 @pass_ctx
 def list_(ctx: Context, as_json: bool) -> None:
     """Every [[process]]: its state and pid."""
-    rows = shown(ctx)
-    if as_json:
-        for p in rows:
-            click.echo(json.dumps({"name": p.name, "state": state_of(p), "pid": p.pid, "rss_mb": p.rss_mb}))
-        return
-    if not rows:
-        click.echo("no [[process]] in config.toml")
-        return
-    width = max(len(p.name) for p in rows)
-    for p in rows:
-        click.echo(f"{p.name:<{width}}  {state_of(p):<9}  " + (f"pid {p.pid}" if p.pid else "-")
-                   + (f"  {p.rss_mb:g} MiB" if p.rss_mb is not None else ""))
+    list_all(ctx, as_json)
 
 
 @process.command("status")
