@@ -23,6 +23,12 @@ def git(repo, *args) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
 
 
+def worktrees_while_added(repo) -> int:
+    """The repo's worktrees, read while the gate may be adding one: git then can refuse the read (128)."""
+    out = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True, timeout=30)
+    return len(out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
 def tree_of(repo, ref: str) -> str:
     return git(repo, "rev-parse", f"{ref}^{{tree}}")
 
@@ -177,7 +183,7 @@ def test_the_engine_killed_during_a_promote(pulsed):
     promote = subprocess.Popen([PULSECTL, "--home", str(pulsed.home), "promote"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     pulsed.tracker.add(promote.pid)
-    wait_for(lambda: git(pulsed.home / "engine", "worktree", "list").count("\n") >= 2, 10,
+    wait_for(lambda: worktrees_while_added(pulsed.home / "engine") >= 3, 10,
              what="the gate running on its candidate")
     os.kill(pulsed.worker("engine").pid, signal.SIGKILL)
     out, err = promote.communicate(timeout=60)
