@@ -123,7 +123,9 @@ class CommitWatch:
 def written(path: Path, look: Callable[[], T | None], timeout_s: float) -> T | None:
     """`look()` once it is not None: looked at now, then again after each write to `path` (made,
     replaced, appended), until `timeout_s`. Blocks: for a thread that may wait."""
-    watch = CommitWatch(path, names=(path.name,))     # set before the first look: no write falls between
+    if (found := look()) is not None:
+        return found                                  # as nearly always: no watch set up
+    watch = CommitWatch(path, names=(path.name,))     # then looked at again: no write falls between
     deadline = time.monotonic() + timeout_s
     try:
         while (found := look()) is None:
