@@ -204,8 +204,10 @@ def test_a_gateway_that_refuses_its_config_fails_the_restart_with_its_own_words(
 
 def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
     llm = Proxy(rig.dir("litellm"), rig.tag)
-    # fail_after x the watcher interval (5 x 4 s) must exceed LiteLLM's start (8-10 s, 16 s and more on
-    # a loaded host): llmWatchdog counts the endpoint's failures from the restart on, with no start period.
+    # fail_after x the watcher interval (8 x 4 s) must exceed LiteLLM's start (8-10 s idle; 16 s and more
+    # at load 4-6, and past 20 s once, where 5 x 4 s had the restarted proxy restarted again as
+    # endpoint-down): llmWatchdog counts the endpoint's failures from the restart on, with no start period.
+    fail_after, interval_s = 8, 4
     write_config(pulsed, f"""
         [[process]]
         name = "litellm"
@@ -221,11 +223,12 @@ def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
         [survival.llm]
         target = "llm-api"
         process = "litellm"
-        fail_after = 5
+        fail_after = {fail_after}
     """)
     effect_timeout_s = 5
     t = time.monotonic()
-    pulsed.start(env={**FAST, "PULSE_WATCHER_INTERVAL_MS": "4000", "PULSE_EFFECT_TIMEOUT_S": str(effect_timeout_s)})
+    pulsed.start(env={**FAST, "PULSE_WATCHER_INTERVAL_MS": str(interval_s * 1000),
+                       "PULSE_EFFECT_TIMEOUT_S": str(effect_timeout_s)})
     first = healthy(pulsed, llm, "litellm", set(), LITELLM_READY_S)
     started = elapsed(t)
 
@@ -238,7 +241,7 @@ def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
     # SIGSTOP: the endpoint times out fail_after times; llmWatchdog restarts the [[process]].
     frozen_at, t = time.time(), time.monotonic()
     os.kill(second, signal.SIGSTOP)
-    third = healthy(pulsed, llm, "litellm", {first, second}, 5 * 4 + 10 + LITELLM_READY_S, frozen_at)
+    third = healthy(pulsed, llm, "litellm", {first, second}, fail_after * interval_s + 10 + LITELLM_READY_S, frozen_at)
     freeze_to_healthy = elapsed(t)
     assert gone(second), "the frozen proxy is still there"
     after_freeze = restarts(pulsed, "litellm", frozen_at)
