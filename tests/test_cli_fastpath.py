@@ -48,6 +48,7 @@ SERVED = [
     ["config", "--effective"],
     ["budget"], ["budget", "--json"],
     ["process", "list"], ["process", "list", "--json"],
+    ["reload"], ["reload", "--wait", "0"], ["reload", "--wait=2.5"],
     ["--timeout", "2", "task", "list"], ["--timeout=2", "effects"],
 ]
 # ... and left to click, for its help and its errors.
@@ -60,6 +61,7 @@ LEFT = [
     ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--priority", "high"],
     ["config"], ["budget", "reset"], ["budget", "--jsn"], ["--timeout", "soon", "effects"], ["effects", "--pending=yes"],
     ["process", "list", "--jsn"], ["process", "lst"],
+    ["reload", "--wait", "soon"], ["reload", "--wait"], ["reload", "--wait", "-1"], ["reload", "now"],
 ]
 
 
@@ -109,7 +111,7 @@ def test_missing_store_is_said_as_click_says_it(tmp_path):
 def test_each_option_table_is_its_click_commands():
     """A new option on a served command must be taught to fastpath too (else it would be refused
     there and sent to click: right, but slow), and no option may mean something else there."""
-    kinds = {click.INT: fastpath.INT}
+    kinds = {click.INT: fastpath.INT, click.FLOAT: fastpath.FLOAT}
     for words, served in fastpath.COMMANDS.items():
         ctx = click.Context(cli)
         command = cli.get_command(ctx, words[0])

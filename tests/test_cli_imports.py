@@ -83,7 +83,7 @@ def test_task_add_rings_the_tick_without_zmq_and_checks_no_kind(tmp_path):
     assert not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
 
 
-def test_status_and_task_add_talk_to_a_running_pulsed_without_zmq(tmp_path, pulsed):
+def test_status_task_add_and_reload_talk_to_a_running_pulsed_without_zmq(tmp_path, pulsed):
     """The request and the ring go over pulse.core.zmtp: libzmq is ~18 ms of import for one message."""
     pulsed.start()
     modules, proc = imported(tmp_path, "status", home=pulsed.home, running=True)
@@ -98,6 +98,11 @@ def test_status_and_task_add_talk_to_a_running_pulsed_without_zmq(tmp_path, puls
     assert proc.returncode == 0 and proc.stdout.startswith("task-"), proc.stderr
     assert "pulse.core.zmtp" in modules and not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
     assert "pulse.core.wire.controlmsgs" not in modules     # a ring asks pulsed nothing: no reply to decode
+    # reload, served without click too (an operator runs it after each edit), nor the effect kinds' modules
+    modules, proc = imported(tmp_path, "reload", home=pulsed.home, running=True)
+    assert proc.returncode == 0 and "nothing to restart" in proc.stdout, proc.stderr
+    assert "pulse.cli.reloadview" in modules and not command_modules(modules)
+    assert not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
 
 
 def test_status_says_the_bounds_pulsed_sent_and_reads_the_config_only_when_an_older_pulsed_sent_none(tmp_path):

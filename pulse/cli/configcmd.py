@@ -21,7 +21,7 @@ from pulse.cli.group import Context, pass_ctx
 def check_config(ctx: Context) -> None:
     """Validate config.toml (and PULSE_* overrides). Exit 78 if it is bad."""
     config = ctx.config()
-    problems = unknown_kinds(ctx, config) + listen_taken(ctx, config)
+    problems = configview.unknown_kinds(ctx, config) + listen_taken(ctx, config)
     for problem in problems:
         click.echo(f"pulsectl: {problem}", err=True)
     if problems:
@@ -48,26 +48,6 @@ def missing_programs(config) -> list[str]:
             out.append(f"$.agent[{i}] ({agent.name}): its program {argv[0]!r} {where}; its runs will fail "
                        "until it is installed")
     return out
-
-
-def unknown_kinds(ctx: Context, config) -> list[str]:
-    """allow.kinds may name built-in kinds and the kinds the engine's executors declare; anything
-    else is a typo (exit 78, with the nearest name). The engine is asked only when needed: loading
-    it runs agent code, in a throwaway process."""
-    from pulse.core.wire.eventmsgs import EffectKind
-    if set(EffectKind).issuperset(config.allow.kinds):
-        return []          # as nearly always: said without importing every kind's module (registry)
-    from pulse.effects import registry
-    problems = registry.unknown_kinds(config.allow.kinds)
-    if problems and ctx.paths.engine.is_dir():
-        from pulse.engine import repo
-        try:
-            declared = repo.probe(ctx.paths.engine)["kinds"]
-        except repo.EngineDirError as err:
-            click.echo(f"pulsectl: could not ask the engine which kinds it declares: {err}", err=True)
-            declared = []
-        problems = registry.unknown_kinds(config.allow.kinds, declared)
-    return [f"{ctx.paths.config}: $.allow.kinds: {problem}" for problem in problems]
 
 
 def listen_taken(ctx: Context, config) -> list[str]:

@@ -1,5 +1,5 @@
-"""`pulsectl config --effective` itself, click-free: pulse.cli.configcmd declares it to click,
-pulse.cli.fastpath runs it without it."""
+"""`pulsectl config --effective`, and the check of allow.kinds that check-config and reload make,
+click-free: pulse.cli.configcmd declares them to click, pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
@@ -44,3 +44,23 @@ def differing(running: object, on_disk: object, path: str = "") -> list[str]:
         return [key for name in sorted(set(running) | set(on_disk))
                 for key in differing(running.get(name), on_disk.get(name), f"{path}.{name}" if path else name)]
     return [] if running == on_disk else [path]
+
+
+def unknown_kinds(ctx: Context, config) -> list[str]:
+    """allow.kinds may name built-in kinds and the kinds the engine's executors declare; anything
+    else is a typo (exit 78, with the nearest name). The engine is asked only when needed: loading
+    it runs agent code, in a throwaway process."""
+    from pulse.core.wire.eventmsgs import EffectKind
+    if set(EffectKind).issuperset(config.allow.kinds):
+        return []          # as nearly always: said without importing every kind's module (registry)
+    from pulse.effects import registry
+    problems = registry.unknown_kinds(config.allow.kinds)
+    if problems and ctx.paths.engine.is_dir():
+        from pulse.engine import repo
+        try:
+            declared = repo.probe(ctx.paths.engine)["kinds"]
+        except repo.EngineDirError as err:
+            echo(f"pulsectl: could not ask the engine which kinds it declares: {err}", err=True)
+            declared = []
+        problems = registry.unknown_kinds(config.allow.kinds, declared)
+    return [f"{ctx.paths.config}: $.allow.kinds: {problem}" for problem in problems]

@@ -2,7 +2,7 @@
 
 Importing click takes longer (~20 ms here) than most of these commands take to run. So a plain
 invocation of one of them (`status`, `task add`, `task list`, `events`, `effects`,
-`config --effective`, `budget`, `process list`, `--version`) is read here, by a parser that knows
+`config --effective`, `budget`, `process list`, `reload`, `--version`) is read here, by a parser that knows
 each one's options, and runs the very same code click would run (their click commands call it too).
 
 Only what is certainly well formed is served here: anything this parser is not sure of (an unknown
@@ -21,12 +21,12 @@ from typing import Callable, NamedTuple
 from pulse import __version__
 from pulse.cli.launch import global_options, import_msgspec
 
-FLAG, VALUE, INT, MULTI = "flag", "value", "int", "multi"
+FLAG, VALUE, INT, FLOAT, MULTI = "flag", "value", "int", "float", "multi"
 
 
 class Option(NamedTuple):
     dest: str            # the click parameter's name
-    kind: str            # FLAG, VALUE, INT (a value int() reads) or MULTI (a value, repeatable)
+    kind: str            # FLAG, VALUE, INT or FLOAT (a value int() or float() reads), MULTI (a value, repeatable)
     default: object = None
 
 
@@ -89,6 +89,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         check=_effective, run="configview:effective"),
     ("budget",): Command(_opts(JSON), run="budgetview:show"),
     ("process", "list"): Command(_opts(JSON), run="processview:list_all"),
+    ("reload",): Command(_opts((("--wait",), Option("wait", FLOAT, 20.0))), run="reloadview:reload"),
 }
 
 
@@ -114,9 +115,9 @@ def parse_options(args: list[str], command: Command) -> dict | None:
                 value = args[i]
             if value.startswith("-") and value != "-":
                 return None                  # an option's name, or a negative number: click's to judge
-            if option.kind == INT:
+            if option.kind in (INT, FLOAT):
                 try:
-                    value = int(value)
+                    value = int(value) if option.kind == INT else float(value)
                 except ValueError:
                     return None
             if option.kind == MULTI:

@@ -1,21 +1,56 @@
-"""What `pulsectl reload` says once pulsed has reloaded: per worker and per [[process]], what came of
-what the reload set in motion (controlmsgs.ReloadDone), as it actually ended, not as it was begun. A worker
-that does not come back is said as failed, with its state and last exit; a [[process]] taken out is
-said stopped once its stop-process effect ends; one added, running once the watcher sees it alive.
+"""`pulsectl reload` itself, click-free (pulse.cli.workercmd declares it to click, pulse.cli.fastpath
+runs it without it), and what it says once pulsed has reloaded: per worker and per [[process]], what came
+of what the reload set in motion (controlmsgs.ReloadDone), as it actually ended, not as it was begun. A
+worker that does not come back is said as failed, with its state and last exit; a [[process]] taken out
+is said stopped once its stop-process effect ends; one added, running once the watcher sees it alive.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
-from pulse.cli.group import Context
+from pulse.cli.configview import unknown_kinds
+from pulse.cli.context import Context, echo
 from pulse.core import client
-from pulse.core.states import EffectState, WorkerState
+from pulse.core import config as configmod
+from pulse.core.states import EffectState, StatusExit, WorkerState
 from pulse.core.wire import controlmsgs, eventmsgs
 from pulse.core.wire.eventmsgs import EffectEvent, EffectKind
 from pulse.store import effectqueue, eventsdb
 
 POLL_S = 0.05
+REFUSED = "pulsectl: reload refused, pulsed keeps its running configuration: "
+
+
+def reload(ctx: Context, wait: float) -> None:
+    """Have pulsed re-read config.toml, then say what came of it; exit 78 when it is refused, 1 when
+    anything it set in motion failed."""
+    try:
+        problems = unknown_kinds(ctx, configmod.load(ctx.paths.config))
+    except configmod.ConfigError:
+        problems = []              # pulsed refuses it (recording a failed `reload` event), and says why
+    if problems:
+        for problem in problems:
+            echo(REFUSED + problem, err=True)
+        sys.exit(78)
+    try:
+        before = {w.name: w.pid for w in client.request(ctx.paths, controlmsgs.GetStatus(), ctx.timeout).status.workers}
+        reply = client.request(ctx.paths, controlmsgs.Reload(), ctx.timeout)
+    except client.Unreachable as err:
+        echo(f"pulsectl: {err}", err=True)
+        sys.exit(StatusExit.UNKNOWN)
+    if not reply.ok:
+        echo(REFUSED + str(reply.error), err=True)
+        sys.exit(78)
+    if reply.reload is None or not wait:
+        echo(reply.message)
+        return
+    lines, failed = outcome(ctx, reply.reload, before, wait)
+    echo("reloaded" + ("" if lines else "; nothing to restart, start or stop"))
+    for line in lines:
+        echo(f"  {line}")
+    sys.exit(1 if failed else 0)
 
 
 def worker_line(name: str, how: str, worker: controlmsgs.WorkerStatus | None, old_pid: int | None,

@@ -13,10 +13,9 @@ import time
 import click
 
 from pulse.cli.group import Context, pass_ctx
-from pulse.core import client
 from pulse.core.childspecs import STEERABLE
 from pulse.core.client import daemon_pid
-from pulse.core.states import StatusExit, WorkerState
+from pulse.core.states import WorkerState
 from pulse.core.wire import controlmsgs
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -134,35 +133,8 @@ def reload(ctx: Context, wait: float) -> None:
     Then say, per worker and per [[process]], what actually happened: restarted (with its new pid)
     or failed, started, stopped; exit 1 if anything failed. A bad file exits 78, as `pulsectl
     check-config` and pulsed do for the same file, and says that the running configuration was kept."""
-    from pulse.cli.configcmd import unknown_kinds
-    from pulse.core import config as configmod
-    refused = "pulsectl: reload refused, pulsed keeps its running configuration: "
-    try:
-        problems = unknown_kinds(ctx, configmod.load(ctx.paths.config))
-    except configmod.ConfigError:
-        problems = []              # pulsed refuses it (recording a failed `reload` event), and says why
-    if problems:
-        for problem in problems:
-            click.echo(refused + problem, err=True)
-        sys.exit(78)
     from pulse.cli import reloadview
-    try:
-        before = {w.name: w.pid for w in client.request(ctx.paths, controlmsgs.GetStatus(), ctx.timeout).status.workers}
-        reply = client.request(ctx.paths, controlmsgs.Reload(), ctx.timeout)
-    except client.Unreachable as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(StatusExit.UNKNOWN)
-    if not reply.ok:
-        click.echo(refused + str(reply.error), err=True)
-        sys.exit(78)
-    if reply.reload is None or not wait:
-        click.echo(reply.message)
-        return
-    lines, failed = reloadview.outcome(ctx, reply.reload, before, wait)
-    click.echo("reloaded" + ("" if lines else "; nothing to restart, start or stop"))
-    for line in lines:
-        click.echo(f"  {line}")
-    sys.exit(1 if failed else 0)
+    reloadview.reload(ctx, wait)
 
 
 COMMANDS = [restart, start, stop, reload]
