@@ -436,9 +436,9 @@ class Arbiter:
             self.events.resend()
         self.update_notify()
 
-    def signal(self, child: Child, signum: int) -> None:
+    def signal(self, child: Child, signum: int, main_thread: bool = False) -> None:
         if child.pidfd is not None:
-            procs.signal_pidfd(child.pidfd, signum)
+            procs.signal_pidfd(child.pidfd, signum, main_thread)
 
     def died(self, child: Child) -> None:
         """The kernel says the process is gone. Decide what follows."""
@@ -534,7 +534,10 @@ class Arbiter:
             self._transition(child, FORKSERVER_STUCK, now=now, **hung)
             return
         self._transition(child, HANG, now=now, **hung)
-        self.signal(child, signal.SIGABRT)
+        # To the main thread: a stopped process's signal is taken, once it runs again, by whichever
+        # thread comes first, and faulthandler dumping from a libzmq thread read the main thread's
+        # frames as they changed (a SIGSEGV, the traceback lost). The main loop is what stopped.
+        self.signal(child, signal.SIGABRT, main_thread=True)
         self.signal(child, signal.SIGCONT)
 
     def restart_now(self, child: Child) -> None:

@@ -43,15 +43,16 @@ def test_signal(pulsed, worker, fault):
         assert exited[0]["data"]["code"] == 0
     if fault == "SIGSTOP":        # hung: SIGABRT for a traceback, SIGCONT, then replaced
         assert pulsed.events("worker-hung", worker)
-        # faulthandler reads the other threads' frames as they run again: its dump may crash
-        assert exited[0]["data"]["signal"] in (signal.SIGABRT, signal.SIGSEGV)
+        assert exited[0]["data"]["signal"] == signal.SIGABRT
         assert "aborting it for a traceback" in pulsed.log_text()
         # pulsed's abort is how it ended, not why: status says hung (the signal stays in the JSON)
         assert (replaced.last_exit.signal, replaced.last_exit.why) == (signal.SIGABRT, "hung")
         assert f" hung at {replaced.last_exit.at[11:19]}Z" in pulsed.ctl("status").stdout
         wait_for(lambda: f"{worker}[{before[worker]}] Fatal Python error: Aborted" in pulsed.log_text(), 5,
                  what="the faulthandler traceback in the log")
-        assert f"{worker}[{before[worker]}]   File " in pulsed.log_text()
+        # the main thread's: its loop (a libzmq thread that took the abort had "<no Python frame>")
+        dumped = [line for line in pulsed.log_text().splitlines() if f"{worker}[{before[worker]}]   File " in line]
+        assert any("harness.py" in line for line in dumped), dumped
 
 
 @pytest.mark.parametrize("worker", WORKERS)

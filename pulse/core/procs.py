@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from typing import TYPE_CHECKING, Sequence
@@ -78,9 +79,21 @@ def start_child(argv: Sequence[str], **popen) -> "subprocess.Popen":
                             stdin=subprocess.DEVNULL, close_fds=True, **popen)
 
 
-def signal_pidfd(pidfd: int, sig: int) -> bool:
-    """Signal through a pidfd, immune to pid reuse; False if the process is gone."""
+# linux/pidfd.h (Linux 6.9): the signal goes to the thread the pidfd names, not to the whole process.
+PIDFD_SIGNAL_THREAD = 1
+
+
+def signal_pidfd(pidfd: int, sig: int, main_thread: bool = False) -> bool:
+    """Signal through a pidfd, immune to pid reuse; False if the process is gone. `main_thread`: to
+    the process's main thread alone (where the kernel has it; else to the process, as without it)."""
     try:
+        if main_thread:
+            try:
+                signal.pidfd_send_signal(pidfd, sig, None, PIDFD_SIGNAL_THREAD)
+                return True
+            except OSError as err:
+                if err.errno != errno.EINVAL:       # EINVAL: a kernel before 6.9
+                    raise
         signal.pidfd_send_signal(pidfd, sig)
         return True
     except ProcessLookupError:

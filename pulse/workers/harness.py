@@ -3,7 +3,7 @@
 A worker is started by the forkserver, which calls `run()`. The harness
   1. makes the process a good child: dies with its parent, ignores SIGINT (Ctrl-C
      reaches the whole process group; pulsed decides), stops cleanly on SIGTERM,
-     dumps every thread's traceback on SIGABRT (faulthandler);
+     dumps its main thread's traceback on SIGABRT (faulthandler);
   2. opens the worker (its databases and sockets), then says Ready;
   3. runs one loop: poll the worker's sockets, run its timers, and heartbeat to
      pulsed from this loop, never from a thread, so a worker stuck in its own
@@ -218,7 +218,10 @@ def _run(spec: spawnmsgs.Spawn, worker_class: type[Worker], forkserver_pid: int)
                     comm=f"pulse: {spec.name}")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    faulthandler.enable(file=sys.stderr, all_threads=True)
+    # The main thread's stack alone: the loop that heartbeats is what a hang stopped, and pulsed aborts
+    # that thread (supervisor/arbiter.py, hung). Walking the other threads' frames while they run
+    # (after the SIGCONT that follows) could crash the dump part-way.
+    faulthandler.enable(file=sys.stderr, all_threads=False)
     config = configmod.decode_slice(spec.name, spec.config)   # all this worker may read
     connection.BUSY_TIMEOUT_MS = config.timings.sqlite_busy_timeout_ms
     setup_logging(config.log.level)
