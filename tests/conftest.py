@@ -15,6 +15,12 @@ from support import Pulsed, Tracker, kill_keepers
 # directory made here and removed when the run ends: a SIGKILLed pulsed cannot remove its own.
 RUN_DIR = tempfile.mkdtemp(prefix="pulse-tests-")
 os.environ["XDG_RUNTIME_DIR"] = RUN_DIR
+# The processes the tests start keep their temporary files there too (support.CHILD_TMPDIR): an agent
+# run's scratch directory outlives a pulsed killed mid-run (its next start would remove it). pytest's
+# own temporary homes stay where they were (tempfile has read TMPDIR already), kept for a post-mortem.
+support.CHILD_TMPDIR = Path(RUN_DIR) / "tmp"
+support.CHILD_TMPDIR.mkdir()
+os.environ["TMPDIR"] = str(support.CHILD_TMPDIR)
 support.GOLDEN_HOME = Path(RUN_DIR) / "golden" / "home"
 
 

@@ -118,6 +118,9 @@ def init_home(home: Path) -> Paths:
 # git repository, its worktree and the scan for tools to guard, ~600 times a run. conftest sets the
 # path; None: every home is made by `pulsectl init` (or pulsed) itself.
 GOLDEN_HOME: Path | None = None
+# The TMPDIR of every process a test starts (pulsed, and so an agent run's scratch directory), under
+# the run's private directory: conftest sets it; this process's own tempfile still says /tmp.
+CHILD_TMPDIR: Path | None = None
 FRESH_HOME = False    # conftest says, per test, whether it is marked `fresh_home` (pulsed makes the home)
 
 

@@ -12,13 +12,13 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import psutil
 import pytest
 
+import support
 from pulse.agents import adapters, agentrun
 from pulse.core import config
 from pulse.core.config import Agent, Config, ConfigError, agentwork
@@ -216,7 +216,7 @@ def test_kill_9_mid_run_loses_no_task_and_never_runs_it_twice_at_once(pulsed, fa
     executor = pulsed.worker("executor").pid
     claim = wait_for(lambda: pulsed.events("effect-executing") and pulsed.events("effect-executing")[0], 5)
     assert claim["data"]["effect_id"] == run
-    assert list(Path(tempfile.gettempdir()).glob(f"pulse-run-{run}-*"))    # the run's scratch directory
+    assert list(support.CHILD_TMPDIR.glob(f"pulse-run-{run}-*"))    # the run's scratch directory
     os.kill(executor, signal.SIGKILL)
 
     interrupted = wait_for(lambda: next((e for e in pulsed.events("task-failed", task)
@@ -230,7 +230,7 @@ def test_kill_9_mid_run_loses_no_task_and_never_runs_it_twice_at_once(pulsed, fa
     assert not group_alive(first["pgid"])                      # the leader and its background child: gone
     assert not psutil.pid_exists(first["child"]) or psutil.Process(first["child"]).status() == psutil.STATUS_ZOMBIE
     # its scratch directory (MCP config, usage file), which its own cleanup never reached: removed
-    assert not list(Path(tempfile.gettempdir()).glob(f"pulse-run-{run}-*"))
+    assert not list(support.CHILD_TMPDIR.glob(f"pulse-run-{run}-*"))
 
     acked = wait_for(lambda: next(iter(pulsed.events("task-acked", task)), None), 20, what="the retry acked")
     assert acked["data"]["run"] != run

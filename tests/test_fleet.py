@@ -11,19 +11,19 @@ import re
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+import support
 from pulse.agents import agentrun
 from pulse.core import config as configmod
 from pulse.core import fleetnames as names
 from pulse.store import connection, eventsdb
+from support import PULSECTL, Pulsed, init_home, wait_for
 from tests.natscluster import free_port, nats_server_binary
-from tests.support import PULSECTL, Pulsed, init_home, wait_for
 
 PRESENCE = {"presence_interval_s": 0.2, "presence_ttl_s": 1.5, "reconnect_max_s": 1}
 # several pulseds start at once on a shared 2-core machine: their forkservers' preload alone may pass FAST's 3 s
@@ -248,7 +248,7 @@ def test_the_origin_folds_a_fleet_task_from_its_offer_the_hosts_reports_and_its_
 
 
 def test_task_add_fleet_and_fleet_add_offer_alike_and_task_show_follows_the_offer(tmp_path):
-    from tests.support import PULSECTL
+    from support import PULSECTL
     home = tmp_path / "home"
     init_home(home)
 
@@ -337,7 +337,7 @@ def page_fleet(host: Pulsed) -> dict[str, dict]:
 @contextlib.contextmanager
 def fleet_page(host: Pulsed):
     """`host`'s /fleet page in Debian's headless Chromium, logged in through `pulsectl web url`."""
-    from tests.support import CHROMIUM, browser_or_skip
+    from support import CHROMIUM, browser_or_skip
     sync_playwright = browser_or_skip()
     url = host.ctl("web", "url").stdout.strip()
     base, _, token = url.partition("/?token=")
@@ -656,7 +656,7 @@ def revive(host: Pulsed) -> None:
     wait_for(lambda: host.events("task-given-up", target=created["target"]), 30, what="the interrupted run given back")
     assert len(host.events("task-executing", target=created["target"])) == 1
     scratch = agentrun.scratch_prefix(started["data"]["run"]) + "*"
-    assert not list(Path(tempfile.gettempdir()).glob(scratch)), scratch
+    assert not list(support.CHILD_TMPDIR.glob(scratch)), scratch
 
 
 @pytest.mark.daemon

@@ -14,8 +14,8 @@ import pytest
 
 from pulse.core import config as configmod
 from pulse.core import fleetnames as names
+from support import wait_for
 from tests.natscluster import NatsCluster
-from tests.support import wait_for
 from tests.test_fleet import (
     fleet_account,
     fleet_host,
