@@ -49,6 +49,7 @@ SERVED = [
     ["budget"], ["budget", "--json"],
     ["process", "list"], ["process", "list", "--json"],
     ["reload"], ["reload", "--wait", "0"], ["reload", "--wait=2.5"],
+    ["task", "show", "1"], ["task", "show", "task-2", "--json"], ["task", "show", "--json", "2"], ["task", "show", "99"],
     ["--timeout", "2", "task", "list"], ["--timeout=2", "effects"],
 ]
 # ... and left to click, for its help and its errors.
@@ -62,6 +63,8 @@ LEFT = [
     ["config"], ["budget", "reset"], ["budget", "--jsn"], ["--timeout", "soon", "effects"], ["effects", "--pending=yes"],
     ["process", "list", "--jsn"], ["process", "lst"],
     ["reload", "--wait", "soon"], ["reload", "--wait"], ["reload", "--wait", "-1"], ["reload", "now"],
+    ["task", "show"], ["task", "show", "x"], ["task", "show", "1", "2"], ["task", "show", "-1"],
+    ["task", "show", "gw_node-3-0123456789ab"], ["task", "show", "1", "--help"],
 ]
 
 
@@ -133,11 +136,12 @@ def test_each_option_table_is_its_click_commands():
         unserved = set(declared) - set(ours)
         assert unserved <= {"--fleet", "--help"}, (words, unserved)   # --fleet: NATS, click's path
         assert {name: declared[name] for name in ours} == ours, words
-        assert set(served.required) == {p.name for p in command.params if getattr(p, "required", False)}, words
+        assert set(served.required) | {served.argument} - {None} == \
+            {p.name for p in command.params if getattr(p, "required", False)}, words
 
 
 @pytest.mark.parametrize("args", [["task", "list"], ["events", "-n", "5"], ["effects"], ["budget"],
-                                  ["config", "--effective"], ["--version"]])
+                                  ["config", "--effective"], ["task", "show", "1"], ["--version"]])
 def test_served_commands_load_neither_click_nor_libzmq_nor_heavy_modules(tmp_path, home, args):
     modules, proc = imported(tmp_path, *args, home=home)
     assert proc.returncode == 0, proc.stderr

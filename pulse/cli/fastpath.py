@@ -1,7 +1,7 @@
 """The commands operators and scripts run in loops, served without click.
 
 Importing click takes longer (~20 ms here) than most of these commands take to run. So a plain
-invocation of one of them (`status`, `task add`, `task list`, `events`, `effects`,
+invocation of one of them (`status`, `task add`, `task list`, `task show`, `events`, `effects`,
 `config --effective`, `budget`, `process list`, `reload`, `--version`) is read here, by a parser that knows
 each one's options, and runs the very same code click would run (their click commands call it too).
 
@@ -35,6 +35,7 @@ class Command(NamedTuple):
     required: tuple[str, ...] = ()        # dests that must be given
     check: Callable[[dict], bool] | None = None   # False: let click say what is wrong
     run: str = ""                         # "module:function" of pulse.cli, called (ctx, **params)
+    argument: str | None = None           # the dest of its one positional argument (then required)
 
 
 def _opts(*rows: tuple[tuple[str, ...], Option]) -> dict[str, Option]:
@@ -63,6 +64,16 @@ def _events_sound(params: dict) -> bool:
     return True
 
 
+def _task_of_this_host(params: dict) -> bool:
+    """`task show`'s TASK as its click callback reads it; a fleet id, or anything else, is click's."""
+    from pulse.agents.tasks import parse_task_id  # with msgspec and the wire, ~10 ms: only `task show` checks it
+    try:
+        params["task"] = parse_task_id(params["task"])
+    except ValueError:
+        return False
+    return True
+
+
 def _effective(params: dict) -> bool:
     """`config` alone is a usage error, click's to say."""
     return params.pop("effective")
@@ -76,6 +87,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         required=("project", "title", "prompt"), run="taskverbs:add"),
     ("task", "list"): Command(
         _opts((("--status",), Option("statuses", MULTI)), JSON), check=_task_statuses, run="taskverbs:list_all"),
+    ("task", "show"): Command(_opts(JSON), argument="task", check=_task_of_this_host, run="taskverbs:show"),
     ("events",): Command(
         _opts((("--type",), Option("types", MULTI)), (("--since",), Option("since", VALUE)),
               (("-n", "--lines"), Option("lines", INT, 50)), (("-f", "--follow"), Option("follow", FLAG, False)),
@@ -99,6 +111,11 @@ def parse_options(args: list[str], command: Command) -> dict | None:
     given: set[str] = set()
     i = 0
     while i < len(args):
+        if command.argument is not None and command.argument not in given and not args[i].startswith("-"):
+            params[command.argument] = args[i]
+            given.add(command.argument)
+            i += 1
+            continue
         name, eq, value = args[i].partition("=")
         option = command.options.get(name)
         if option is None or (eq and (option.kind == FLAG or not name.startswith("--"))):
@@ -128,7 +145,7 @@ def parse_options(args: list[str], command: Command) -> dict | None:
                 params[option.dest] = value
         given.add(option.dest)
         i += 1
-    if not given.issuperset(command.required):
+    if not given.issuperset(command.required) or (command.argument is not None and command.argument not in given):
         return None
     for option in command.options.values():
         if option.kind == MULTI:

@@ -99,27 +99,9 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     """One task: its fields, every attempt with its outcome, cost and tokens, and its gate calls. A
     fleet id (`task add --fleet`): which hosts took it, its state there, its outcome, or its
     dead-letter record."""
-    from pulse.agents import taskview
-    from pulse.core import config as configmod
-    conn = _readonly(ctx)
-    if not task.startswith("task-"):
-        return show_fleet(conn, task, as_json)
-    try:
-        agents = configmod.load(ctx.paths.config).agent
-    except configmod.ConfigError:
-        agents = None               # show the task anyway; pulsectl check-config names what is wrong
-    from pulse.store.archive import SegmentError
-    try:
-        view = taskview.task_view(conn, task, agents)
-    except SegmentError as err:          # the task's events are in an archive segment that is not sound
-        _fail(f"{task}: {err}; run `pulsectl store check`")
-    if view is None:
-        _fail(f"{task}: no such task")
-    if as_json:
-        click.echo(json.dumps(view))
-        return
-    for line in show_lines(view):
-        click.echo(line)
+    if task.startswith("task-"):
+        return taskverbs.show(ctx, task, as_json)
+    show_fleet(_readonly(ctx), task, as_json)
 
 
 def show_fleet(conn, fleet_id: str, as_json: bool) -> None:
@@ -136,43 +118,6 @@ def show_fleet(conn, fleet_id: str, as_json: bool) -> None:
     for line in taskview.fleet_view_lines(view):
         click.echo(line)
 
-
-def show_lines(view: dict) -> list[str]:
-    """`task show` in words: the same projection as the page's task page (pulse.agents.taskview)."""
-    out = [f"{name + ':':<12} {view[name]}" for name in ("id", "title", "project", "status", "priority", "agent",
-                                                         "created", "updated", "error")
-           if view.get(name) not in (None, "")]
-    out += [f"{name + ':':<12} {value}" for name, value in (("pinned to", view["pin"]), ("tags", ", ".join(view["tags"])),
-                                                          ("failed on", ", ".join(view["failed_on"]))) if value]
-    if gave_up := view.get("given_up"):
-        out.append(f"{'given up:':<12} {gave_up['why']} (by {gave_up['by']})")
-    if waiting := view.get("waiting"):
-        out.append(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
-    if view["cost_usd"] is not None:
-        out.append(f"{'cost:':<12} ${view['cost_usd']:.4f}")
-    if view["tokens"]:
-        out.append(f"{'tokens:':<12} " + ", ".join(f"{k} {v}" for k, v in sorted(view["tokens"].items())))
-    out.append("prompt:")
-    out += [f"  {line}" for line in view["prompt"].splitlines() or [""]]
-    out.append(f"attempts: {view['attempts']}")
-    for r in view["runs"]:
-        why = f" ({r['reason']}: {r['error']})" if r.get("reason") else ""
-        cost = f", ${r['cost_usd']:.4f}" if isinstance(r.get("cost_usd"), (int, float)) else ""
-        tokens = "".join(f", {v} {k} tokens" for k, v in sorted((r.get("tokens") or {}).items()))
-        out.append(f"  #{r['attempt']} {r['agent'] or '-'}: {r['outcome']}{why}")
-        out.append(f"     started {r['started'] or '-'}, ended {r['ended'] or '-'}{cost}{tokens}")
-        out += [f"     noticed, left running: {n.get('guard')}: {n.get('detail')}" for n in r.get("notices") or []]
-        if r.get("output"):
-            out.append(f"     output: pulsectl task output {view['id']} --attempt {r['attempt']}")
-    out.append(f"gate calls: {len(view['gate_calls'])}")
-    for g in view["gate_calls"]:
-        ok = "" if g["ok"] is None else (" ok" if g["ok"] else " refused")
-        out.append(f"  {g['ts']} {g['phase'] or g['type']:<8} {g['tool'] or '-'}{ok}"
-                   + (f" ({g['reason']})" if g.get("reason") else ""))
-    out.append("history:")
-    out += [f"  {e['ts']} {e['type']:<15} {e['source']}" + (f" ({e['reason']})" if e.get("reason") else "")
-            for e in view["events"]]
-    return out
 
 
 @task.command()

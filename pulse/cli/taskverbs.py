@@ -1,5 +1,6 @@
-"""`pulsectl task add` and `task list` themselves, click-free: pulse.cli.taskcmd declares them to
-click, pulse.cli.fastpath runs them without it (they are what scripts run in loops)."""
+"""`pulsectl task add`, `task list` and `task show` (of a task of this host) themselves, click-free:
+pulse.cli.taskcmd declares them to click, pulse.cli.fastpath runs them without it (they are what
+operators and scripts run in loops)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,69 @@ def list_all(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
     echo(HEADER)
     for t in chosen:
         echo(line(t))
+
+
+def show(ctx: Context, task: str, as_json: bool) -> None:
+    """One task of this host (`task-N`), as the page's task page shows it (pulse.agents.taskview)."""
+    import json
+
+    from pulse.agents import taskview
+    from pulse.core import config as configmod
+    conn = readonly(ctx)
+    try:
+        agents = configmod.load(ctx.paths.config).agent
+    except configmod.ConfigError:
+        agents = None               # show the task anyway; pulsectl check-config names what is wrong
+    try:
+        view = taskview.task_view(conn, task, agents)
+    except Exception as err:
+        # A read imports the archive (zstandard, hashlib: ~5 ms) only when the task's events reach into it
+        archive = sys.modules.get("pulse.store.archive")
+        if archive is None or not isinstance(err, archive.SegmentError):
+            raise
+        fail(f"{task}: {err}; run `pulsectl store check`")   # an archive segment that is not sound
+    if view is None:
+        fail(f"{task}: no such task")
+    if as_json:
+        echo(json.dumps(view))
+        return
+    for text in show_lines(view):
+        echo(text)
+
+
+def show_lines(view: dict) -> list[str]:
+    """`task show` in words: the same projection as the page's task page (pulse.agents.taskview)."""
+    out = [f"{name + ':':<12} {view[name]}" for name in ("id", "title", "project", "status", "priority", "agent",
+                                                         "created", "updated", "error")
+           if view.get(name) not in (None, "")]
+    out += [f"{name + ':':<12} {value}" for name, value in (("pinned to", view["pin"]), ("tags", ", ".join(view["tags"])),
+                                                          ("failed on", ", ".join(view["failed_on"]))) if value]
+    if gave_up := view.get("given_up"):
+        out.append(f"{'given up:':<12} {gave_up['why']} (by {gave_up['by']})")
+    if waiting := view.get("waiting"):
+        out.append(f"{'waiting:':<12} {waiting['reason']}: {waiting['why']}")
+    if view["cost_usd"] is not None:
+        out.append(f"{'cost:':<12} ${view['cost_usd']:.4f}")
+    if view["tokens"]:
+        out.append(f"{'tokens:':<12} " + ", ".join(f"{k} {v}" for k, v in sorted(view["tokens"].items())))
+    out.append("prompt:")
+    out += [f"  {line}" for line in view["prompt"].splitlines() or [""]]
+    out.append(f"attempts: {view['attempts']}")
+    for r in view["runs"]:
+        why = f" ({r['reason']}: {r['error']})" if r.get("reason") else ""
+        cost = f", ${r['cost_usd']:.4f}" if isinstance(r.get("cost_usd"), (int, float)) else ""
+        tokens = "".join(f", {v} {k} tokens" for k, v in sorted((r.get("tokens") or {}).items()))
+        out.append(f"  #{r['attempt']} {r['agent'] or '-'}: {r['outcome']}{why}")
+        out.append(f"     started {r['started'] or '-'}, ended {r['ended'] or '-'}{cost}{tokens}")
+        out += [f"     noticed, left running: {n.get('guard')}: {n.get('detail')}" for n in r.get("notices") or []]
+        if r.get("output"):
+            out.append(f"     output: pulsectl task output {view['id']} --attempt {r['attempt']}")
+    out.append(f"gate calls: {len(view['gate_calls'])}")
+    for g in view["gate_calls"]:
+        ok = "" if g["ok"] is None else (" ok" if g["ok"] else " refused")
+        out.append(f"  {g['ts']} {g['phase'] or g['type']:<8} {g['tool'] or '-'}{ok}"
+                   + (f" ({g['reason']})" if g.get("reason") else ""))
+    out.append("history:")
+    out += [f"  {e['ts']} {e['type']:<15} {e['source']}" + (f" ({e['reason']})" if e.get("reason") else "")
+            for e in view["events"]]
+    return out
