@@ -10,7 +10,10 @@ Runs a real `pulsed` (the console script next to this interpreter) on temporary 
   4. pulsed start → READY=1 on a real NOTIFY_SOCKET (fresh home each trial);
   5. `pulsectl status` wall time;
   6. with --peers: the same kill trial against supervisord and circus (installed into throwaway venvs);
-  7. the common `pulsectl` commands' wall time, round-robin with `python -c pass` (the floor).
+  7. the common `pulsectl` commands' wall time, round-robin with `python -c pass` (the floor). Under an
+     editable install (`pip install -e`) the floor includes setuptools' import finder (pathlib, re,
+     fnmatch: ~10 ms here) that a regular install, as the README's first command makes, does not
+     load; pulsectl imports most of it anyway, so the commands differ by ~1 ms, the floor by ~10.
 
 Every process it starts is tracked by pid (and create time) and stopped at the end, also on Ctrl-C,
 SIGTERM or an error. Progress goes to stderr; the figures to stdout (plus one JSON document with --json).
@@ -83,6 +86,7 @@ CLI_COMMANDS = {
     "status --json": ["status", "--json"],
     "task add": ["task", "add", "--project", "bench", "--title", "a bench task", "--prompt", "nothing to do"],
     "task list": ["task", "list"],
+    "task show": ["task", "show", "1"],          # task-1: the warm-up round's `task add` made it
     "events": ["events", "-n", "20"],
     "effects": ["effects"],
     "config --effective": ["config", "--effective"],
