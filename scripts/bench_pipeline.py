@@ -56,8 +56,10 @@ TARGETS = {"restart_median_ms": 50, "sustained_per_s": 1000, "append_per_s": 100
 
 
 def start_pulsed(home: Path, tracker: Tracker, env: dict) -> subprocess.Popen:
+    # its registry entry beside its home, not in this user's registry (/tmp/pulse-UID-instances, left behind)
+    registry = {"PULSE_INSTANCES_DIR": str(home.parent / "instances")}
     proc = subprocess.Popen([str(BIN / "pulsed"), "--home", str(home), "--no-log-stderr"],
-                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **registry, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     tracker.add_root(proc)
     from pulse.core import client
