@@ -887,7 +887,8 @@ def test_the_one_machine_start_of_docs_fleet_md_runs_as_written(tmp_path, tracke
         assert s.connect_ex(("127.0.0.1", 4222)) != 0, "port 4222 is taken: the block runs nats-server on its default"
     user = tmp_path / "user"
     user.mkdir()
-    env = {"HOME": str(user), "LANG": "C.UTF-8",
+    # a login shell's: its XDG_RUNTIME_DIR (the run's) holds the pulseds' runtime directories and registry
+    env = {"HOME": str(user), "LANG": "C.UTF-8", "XDG_RUNTIME_DIR": os.environ["XDG_RUNTIME_DIR"],
            "PATH": f"{Path(PULSECTL).parent}:{Path(nats_server_binary()).parent}:/usr/bin:/bin"}
     homes = [user / "pulse-a", user / "pulse-b"]
 
