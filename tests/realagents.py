@@ -153,7 +153,10 @@ def gate_opened_before_the_answer(pulsed, task: str) -> str | None:
 def claude_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, **extra) -> dict:
     home = tmp_path / "claude-home"
     home.mkdir(exist_ok=True)
+    # TMPDIR: Claude Code keeps a directory per working directory in $TMPDIR/claude-UID; the run's (the
+    # tests' own, conftest), not /tmp, where it outlived the run
     env = {"HOME": str(home), "PATH": agent_path(), "ANTHROPIC_BASE_URL": base_url,
+           "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **offline_env(), **extra}
     if key:
         env["ANTHROPIC_API_KEY"] = key
