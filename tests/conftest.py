@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import realtools
 import support
 from support import Pulsed, Tracker, kill_keepers
 
@@ -22,10 +23,17 @@ support.CHILD_TMPDIR = Path(RUN_DIR) / "tmp"
 support.CHILD_TMPDIR.mkdir()
 os.environ["TMPDIR"] = str(support.CHILD_TMPDIR)
 support.GOLDEN_HOME = Path(RUN_DIR) / "golden" / "home"
+# OpenClaw's directories outside any TMPDIR: removed at the end if the run made them, by the process
+# that ends last (xdist's controller, or the only one)
+OPENCLAW_MADE_HERE = [] if os.environ.get("PYTEST_XDIST_WORKER") else \
+    [path for path in realtools.OPENCLAW_OUTSIDE_TMPDIR if not path.exists()]
 
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(RUN_DIR, ignore_errors=True)
+    realtools.remove_openclaw_locks()
+    for path in OPENCLAW_MADE_HERE:
+        shutil.rmtree(path, ignore_errors=True)
     # pytest keeps its last runs' temporary homes for a post-mortem; none keeps its 32 MiB ballast file,
     # whichever fixture made the home (the `pulsed` fixture drops its own at once, to free the space early)
     factory = getattr(session.config, "_tmp_path_factory", None)

@@ -193,7 +193,9 @@ def openclaw_env(tmp_path, litellm_url: str, gateway_port: int) -> dict:
     home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
     home.mkdir(exist_ok=True)
     openclaw_config(state, litellm_url, gateway_port)
-    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(), **offline_env()}
+    # TMPDIR: its node compile cache and terminal uploads go there; the run's, not /tmp
+    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(),
+            "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **offline_env()}
 
 
 def cli_json(text: str) -> dict:

@@ -17,7 +17,7 @@ What the real tools need (pinned versions of scripts/install_realcli.sh), measur
   exit, left stale by kill -9. SIGTERM: drains and exits in ~3 s.
   It writes outside its state dir: the log in /tmp/openclaw (logging.file moves it), the node
   compile cache and terminal uploads in $TMPDIR, and three empty lock files in the hard-coded
-  /tmp/openclaw-state-locks-<uid>/ (removed at teardown here).
+  /tmp/openclaw-state-locks-<uid>/ (removed as the run ends: realtools.remove_openclaw_locks).
 - Hermes 0.19.0: `hermes gateway run --external-supervisor` with HERMES_HOME; no messaging
   platform is needed. /health comes from its API server platform (API_SERVER_ENABLED, _HOST,
   _PORT and _KEY: it refuses to start without a key, even on loopback), ~1 s after the start.
@@ -30,7 +30,6 @@ What the real tools need (pinned versions of scripts/install_realcli.sh), measur
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -136,8 +135,7 @@ class OpenClaw:
     def __init__(self, root: Path, tag: str, tmpdir: Path, config: dict | None = None):
         require_tools("openclaw", "node24")
         self.root, self.tag = root, tag
-        self.state = root / "openclaw-state"
-        self.state.mkdir(parents=True, exist_ok=True)
+        self.state = realtools.openclaw_state(root / "openclaw-state")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/readyz"
         self.config_path = self.state / "openclaw.json"
@@ -173,15 +171,6 @@ class OpenClaw:
     def ready(self) -> bool:
         got = http_get(self.url, timeout=1.0)
         return got is not None and got[0] == 200 and b'"ready":true' in got[1].replace(b" ", b"")
-
-    def cleanup(self) -> None:
-        """The lock files it leaves in the hard-coded /tmp/openclaw-state-locks-<uid>/: named by
-        the first 8 hex digits of the sha256 of its database's path."""
-        db = os.path.realpath(self.state / "state" / "openclaw.sqlite")
-        digest = hashlib.sha256(db.encode()).hexdigest()[:8]
-        locks = Path("/tmp") / f"openclaw-state-locks-{os.getuid()}"
-        for family in ("gateway-lifecycle", "state-handles", "state-lifecycle"):
-            (locks / f"{family}.{digest}.lock.sqlite").unlink(missing_ok=True)
 
 
 # -- Hermes --------------------------------------------------------------------------------------------

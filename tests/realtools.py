@@ -19,6 +19,7 @@ Every wait has a deadline.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -497,12 +498,38 @@ class Outage:
 
 # -- OpenClaw --------------------------------------------------------------------------------------------
 
+# OpenClaw keeps a lock file per state database in /tmp/openclaw-state-locks-<uid>, whatever its
+# environment says, named by the first 8 hex digits of the sha256 of the database's real path. Every
+# state directory a test makes is named here (openclaw_state), and the run removes their lock files as
+# it ends (remove_openclaw_locks), and the directory too if the run made it; so /tmp/openclaw, where
+# it logs when it refuses its config (a config it accepts moves its log: openclaw_config).
+OPENCLAW_LOCKS = Path("/tmp") / f"openclaw-state-locks-{os.getuid()}"
+OPENCLAW_OUTSIDE_TMPDIR = (OPENCLAW_LOCKS, Path("/tmp/openclaw"))
+OPENCLAW_DATABASES: list[str] = []      # the digests of the state databases made in this process
+
+
+def openclaw_state(state: Path) -> Path:
+    """`state` made, as an OpenClaw state directory whose lock files the run removes."""
+    state.mkdir(parents=True, exist_ok=True)
+    database = os.path.realpath(state / "state" / "openclaw.sqlite")
+    OPENCLAW_DATABASES.append(hashlib.sha256(database.encode()).hexdigest()[:8])
+    return state
+
+
+def remove_openclaw_locks() -> None:
+    for digest in OPENCLAW_DATABASES:
+        for family in ("gateway-lifecycle", "state-handles", "state-lifecycle"):
+            (OPENCLAW_LOCKS / f"{family}.{digest}.lock.sqlite").unlink(missing_ok=True)
+    OPENCLAW_DATABASES.clear()
+
+
 def openclaw_config(state: Path, litellm_url: str, gateway_port: int, key: str = MASTER_KEY) -> Path:
     """OpenClaw's state directory with openclaw.json: its gateway on `gateway_port` (loopback, a
-    token), the `litellm` provider at `litellm_url` with the one mock model as the default."""
-    state.mkdir(parents=True, exist_ok=True)
-    path = state / "openclaw.json"
+    token), the `litellm` provider at `litellm_url` with the one mock model as the default, its log
+    in the state directory (not the hard-coded /tmp/openclaw)."""
+    path = openclaw_state(state) / "openclaw.json"
     path.write_text(json.dumps({
+        "logging": {"file": str(state / "openclaw.log")},
         "gateway": {"mode": "local", "port": gateway_port, "bind": "loopback",
                     "auth": {"mode": "token", "token": "realcli-gateway-token"}},
         "models": {"mode": "replace", "providers": {"litellm": {

@@ -15,11 +15,12 @@ servers with the gateway's environment, not the run's: no run token reaches them
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from pulse.core.config import ADAPTER_ARGV
-from realagents import clean_env  # noqa: F401 (autouse: no credential of the shell reaches a CLI)
+from realagents import clean_env, openclaw_env  # noqa: F401 (clean_env, autouse: no credential of the shell reaches a CLI)
 from realtools import (
     CHAT_MODEL,
     MASTER_KEY,
@@ -27,7 +28,6 @@ from realtools import (
     agent_path,
     free_port,
     offline_env,
-    openclaw_config,
     require_tools,
 )
 from support import PULSECTL, wait_for
@@ -139,11 +139,10 @@ def test_openclaw_local_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_p
     A --local turn is slow to start (SQLite maintenance, plugins, its memory index): the run took
     98-139 s on 2 cores at a load of 13-18, the test 104-150 s; the bounds stay under 3 min."""
     require_tools("openclaw", "node24")
-    home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
-    config = openclaw_config(state, f"{model.url}/v1", free_port())   # the operator's config: no MCP server
+    env = openclaw_env(tmp_path, f"{model.url}/v1", free_port())     # the operator's config: no MCP server
     # its plugins off: by hand, a --local turn took 55 s instead of 88 s (at a load of 17 on 2 cores)
+    config = Path(env["OPENCLAW_STATE_DIR"]) / "openclaw.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "plugins": {"enabled": False}}, indent=2))
-    env = {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(), **offline_env()}
     argv = [*ADAPTER_ARGV["openclaw"], "--local"]
     task = start(pulsed, "openclaw", env, argv=argv, timeout_s=160)
     through_the_gate(pulsed, task, model, 175)

@@ -55,7 +55,6 @@ class Rig:
     def __init__(self, tmp_path):
         self.root = tmp_path / "gateways"
         self.tag = str(tmp_path)                # unique per test: marks every process it causes
-        self.cleanups = []
 
     def dir(self, name: str):
         path = self.root / name
@@ -66,13 +65,11 @@ class Rig:
 @pytest.fixture
 def rig(tmp_path, pulsed):
     """Teardown: pulsed first (nothing restarts what follows), then every process the test caused
-    (by its tag, and Pulse's keepers of this home), by pid; then what a tool left outside tmp."""
+    (by its tag, and Pulse's keepers of this home), by pid."""
     r = Rig(tmp_path)
     yield r
     stop_pulsed(pulsed)
     kill_all(r.tag, pulsed.home)
-    for cleanup in r.cleanups:
-        cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +130,6 @@ def measure(case: str, **figures) -> None:
 
 def test_openclaw_gateway_killed_or_frozen_is_replaced_by_exactly_one_healthy_copy(rig, pulsed, openclaw_tmp):
     gw = OpenClaw(rig.dir("openclaw"), rig.tag, openclaw_tmp)
-    rig.cleanups.append(gw.cleanup)
     write_config(pulsed, f"""
         [[process]]
         name = "openclaw"
@@ -172,7 +168,6 @@ def test_openclaw_gateway_killed_or_frozen_is_replaced_by_exactly_one_healthy_co
 def test_a_gateway_that_refuses_its_config_fails_the_restart_with_its_own_words(rig, pulsed, openclaw_tmp):
     """OpenClaw without gateway.mode exits 78 at start, saying why: that is the restart's error."""
     gw = OpenClaw(rig.dir("openclaw"), rig.tag, openclaw_tmp, config={"gateway": {}})
-    rig.cleanups.append(gw.cleanup)
     write_config(pulsed, f"""
         [[process]]
         name = "openclaw"

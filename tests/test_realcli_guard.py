@@ -45,8 +45,7 @@ class InstalledOpenClaw(OpenClaw):
         require_tools("openclaw", "node24")
         self.root, self.tag = root, tag
         self.home = root / "user-home"
-        self.state = self.home / ".openclaw"
-        self.state.mkdir(parents=True)
+        self.state = realtools.openclaw_state(self.home / ".openclaw")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/readyz"
         self.config_path = self.state / "openclaw.json"
@@ -178,7 +177,6 @@ def test_openclaw_guarded_by_pulsectl_guard_undoes_a_broken_edit_and_is_healed_a
     finally:
         stop_pulsed(pulsed)
         kill_all(tag, pulsed.home)
-        gw.cleanup()
 
 
 def test_hermes_guarded_by_pulsectl_guard_is_restarted_on_75_and_healed_after_kill_9_sigstop_and_a_broken_edit(
