@@ -12,22 +12,16 @@ no events.db; 2 usage.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from pulse.cli import budgetview
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
 # its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
 # pulse.effects ~120-170 ms, pulse.report ~110 ms, pulse.engine.repo ~26 ms (python -X importtime, this
 # 2-core host).
-
-
-def _fail(message: str, code: int = 1):
-    click.echo(f"pulsectl: {message}", err=True)
-    sys.exit(code)
 
 
 @click.group(invoke_without_command=True)
@@ -50,9 +44,9 @@ def reset(ctx: Context, agent: str) -> None:
     from pulse.store import eventsdb
     names = [a.name for a in ctx.config().agent]
     if agent not in names:
-        _fail(f"{agent!r} is not a configured [[agent]] (configured: {', '.join(names) or 'none'})")
+        fail(f"{agent!r} is not a configured [[agent]] (configured: {', '.join(names) or 'none'})")
     if not ctx.paths.events_db.exists():
-        _fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
+        fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
     spend.reset(eventsdb.open_events(ctx.paths.events_db), agent, "pulsectl", by="operator")
     from pulse.core import client
     from pulse.core.wire import doorbells

@@ -58,8 +58,7 @@ class Context:
         try:
             return configmod.load(self.paths.config)
         except configmod.ConfigError as err:
-            echo(f"pulsectl: {err}", err=True)
-            sys.exit(78)
+            fail(str(err), 78)
 
     def request(self, message):
         return request_or_exit(self.paths, message, self.timeout)

@@ -14,6 +14,7 @@ import time
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -39,8 +40,7 @@ def daemon_start(ctx: Context, wait: float) -> None:
     from pulse.core.client import daemon_pid
     pid = daemon_pid(ctx.paths)
     if pid:
-        click.echo(f"pulsectl: pulsed is already running on {ctx.home} (pid {pid})", err=True)
-        sys.exit(2)
+        fail(f"pulsed is already running on {ctx.home} (pid {pid})", 2)
     with tempfile.TemporaryDirectory(prefix="pulsectl-") as tmp:
         address = os.path.join(tmp, "notify")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
@@ -63,11 +63,8 @@ def daemon_start(ctx: Context, wait: float) -> None:
             if proc.poll() is not None:
                 errors.seek(0)
                 reason = errors.read().decode(errors="replace").strip() or "no message"
-                click.echo(f"pulsectl: pulsed exited with code {proc.returncode}: {reason}", err=True)
-                sys.exit(1)
-        click.echo(f"pulsectl: pulsed (pid {proc.pid}) not ready after {wait:g}s; see {ctx.paths.log_file}",
-                   err=True)
-        sys.exit(1)
+                fail(f"pulsed exited with code {proc.returncode}: {reason}")
+        fail(f"pulsed (pid {proc.pid}) not ready after {wait:g}s; see {ctx.paths.log_file}")
 
 
 COMMANDS = [daemon]

@@ -7,10 +7,10 @@ which also revives a `failed` engine.
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 
@@ -31,11 +31,6 @@ def _reload_engine(ctx: Context) -> None:
     click.echo(reply.message if reply.ok else f"pulsectl: engine reload refused: {reply.error}")
 
 
-def _fail(err) -> None:
-    click.echo(f"pulsectl: {err}", err=True)
-    sys.exit(1)
-
-
 def _promote(ctx: Context, *, deploy: bool, message: str | None = None, again: bool = False) -> None:
     from pulse.engine import repo
     verb, done = ("deploy", "deployed") if deploy else ("promote", "promoted")
@@ -43,7 +38,7 @@ def _promote(ctx: Context, *, deploy: bool, message: str | None = None, again: b
         result = repo.promote(ctx.paths, deploy=deploy, typecheck=ctx.config().engine.typecheck,
                               message=message, again=again)
     except repo.EngineDirError as err:
-        _fail(f"{verb} refused, main untouched: {err}")
+        fail(f"{verb} refused, main untouched: {err}")
     click.echo(f"{done} {result.before[:12]} → {result.after[:12]} (snapshot {result.snapshot[:19]}…)")
     _reload_engine(ctx)
 
@@ -77,7 +72,7 @@ def rollback(ctx: Context, ref: str | None) -> None:
     try:
         result = repo.rollback(ctx.paths, ref)
     except repo.EngineDirError as err:
-        _fail(err if err.check == "rollback" else f"rollback failed: {err}")
+        fail(str(err) if err.check == "rollback" else f"rollback failed: {err}")
     if result.before == result.after and not result.snapshot:
         click.echo(f"main is already at {result.after[:12]}'s tree: nothing rolled back")
         return
@@ -105,7 +100,7 @@ def engine(click_ctx: click.Context, ctx: Context) -> None:
         click.echo(f"main at {repo.head(ctx.paths.engine)[:12]} ({ctx.paths.engine})")
         differs = repo.staging_differs(ctx.paths)
     except repo.EngineDirError as err:
-        _fail(err)
+        fail(str(err))
     click.echo(f"staging ({ctx.paths.staging}): " + (f"{len(differs)} files differ from main (a promote "
                "would ship them)" if differs else "its committed tree is main's"))
     for line in differs[:20]:
@@ -122,7 +117,7 @@ def engine_log(ctx: Context) -> None:
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
-        _fail(err)
+        fail(str(err))
     for ev in eventsdb.read_events(conn, types=[EventType.PROMOTE, EventType.ROLLBACK]):
         when = clock.iso(ev.ts, ms=False)
         d = ev.data
@@ -156,7 +151,7 @@ def dev(ctx: Context) -> None:
     from pulse.engine import repo
     staging = ctx.paths.staging
     if not staging.is_dir():
-        _fail(f"{staging} does not exist; run `pulsectl init`")
+        fail(f"{staging} does not exist; run `pulsectl init`")
     repo.enter_dev(ctx.paths, os.getpid())
     stop = __import__("threading").Event()
     for signum in (signal.SIGTERM, signal.SIGHUP):      # a closed terminal ends dev mode cleanly too

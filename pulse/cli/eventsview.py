@@ -4,11 +4,10 @@ to click, pulse.cli.fastpath runs them without it (they are what operators run i
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Callable
 
-from pulse.cli.context import Context, echo
+from pulse.cli.context import Context, echo, fail
 from pulse.core import clock
 from pulse.core.states import EFFECT_OPEN
 
@@ -25,8 +24,7 @@ def connect(ctx: Context, name: str):
     try:
         return connection.open_readonly(ctx.home / name)
     except connection.StoreError as err:
-        echo(f"pulsectl: {err}", err=True)
-        sys.exit(1)
+        fail(str(err))
 
 
 def json_line(value: object) -> str:
@@ -87,8 +85,7 @@ def with_archived(conn, past: list, since_ts: float | None, lines: int, types: t
             return archive.events_since(conn, since_ts, types) + past
         return archive.last_events(conn, lines - len(past), types, before_id=first_live) + past
     except archive.SegmentError as err:
-        echo(f"pulsectl: {err}; run `pulsectl store check`", err=True)
-        sys.exit(1)
+        fail(f"{err}; run `pulsectl store check`")
 
 
 def print_effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> None:

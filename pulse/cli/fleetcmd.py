@@ -12,6 +12,7 @@ from collections import deque
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -129,8 +130,7 @@ def events(ctx: Context, follow: bool, host: str | None, type_: str | None, last
         pass
     except Exception as err:
         from pulse.core.fleetnames import describe
-        click.echo(f"pulsectl: cannot read the fleet's events: {describe(err)}", err=True)
-        sys.exit(4)
+        fail(f"cannot read the fleet's events: {describe(err)}", 4)
 
 
 def this_host(ctx: Context) -> str:
@@ -169,8 +169,7 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
         sys.exit(3)
     for name, value in [("--agent", pin)] + [("--tag", t) for t in tags]:
         if value is not None and not ROUTE_NAME.fullmatch(value):
-            click.echo(f"pulsectl: {name} {value!r}: letters, digits and _ . : / -, not starting with a symbol", err=True)
-            sys.exit(2)
+            fail(f"{name} {value!r}: letters, digits and _ . : / -, not starting with a symbol", 2)
     unknown = unknown_pin(names.read_view(ctx.paths.runtime), pin)
     if unknown:   # said, not refused: a host with that agent may join before offer_ttl_s
         click.echo(f"pulsectl: warning: --agent {pin!r}: {unknown}; offered anyway, it waits for such a host "
@@ -216,8 +215,7 @@ def withdraw(conn, fleet_id: str) -> None:
                    err=True)
         sys.exit(1)
     if view["status"] in ("acked", "closed", "dead", "withdrawn"):
-        click.echo(f"pulsectl: {fleet_id} is {view['status']} already: nothing to withdraw", err=True)
-        sys.exit(1)
+        fail(f"{fleet_id} is {view['status']} already: nothing to withdraw")
     running = view["host"] if view["status"] in ("assigned", "executing") else None
     why = "withdrawn by the operator of its origin"
     eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])

@@ -1,9 +1,8 @@
 """`pulsectl init`: make the home (what pulsed does on its first run), and say what was made."""
 
-import sys
-
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.core.home import HomeError
 
@@ -21,8 +20,7 @@ def init(ctx: Context) -> None:
     try:
         made = ensure_home(ctx.home)
     except HomeError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(1)
+        fail(str(err))
     for item in made:
         click.echo(f"made {item}")
     if not made:

@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.core.home import GATE_SOCKET_ENV
 from pulse.gate import protocol
@@ -46,8 +47,7 @@ def gate_store(ctx: Context, source: str = "pulsectl"):
     from pulse.gate.durable import DurableStore
     from pulse.store import eventsdb
     if not ctx.paths.events_db.exists():
-        click.echo(f"pulsectl: no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)", err=True)
-        sys.exit(1)
+        fail(f"no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)")
     from pulse.store import projection
     store = DurableStore(eventsdb.open_events(ctx.paths.events_db), source,
                          checkpoints=ctx.paths.home / projection.DIRECTORY)

@@ -12,6 +12,7 @@ import time
 import click
 
 from pulse.cli import eventsview
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 from pulse.core.states import EFFECT_OPEN, EffectState
@@ -66,8 +67,7 @@ def vitals(ctx: Context, key: str | None, as_json: bool) -> None:
     if key and not latest and not key.endswith(("*", ":")):   # a family's name alone: each of its keys
         latest = vitalsdb.latest_vitals(conn, [key + ":*"])
     if key and not latest:
-        click.echo(f"pulsectl: no vitals for {key!r}", err=True)
-        sys.exit(1)
+        fail(f"no vitals for {key!r}")
     for k in sorted(latest):
         v = latest[k]
         click.echo(_json_line(v) if as_json else
@@ -110,8 +110,7 @@ def emit(ctx: Context, kind: str, target: str | None, params: tuple[str, ...], i
     try:
         values = dict(_param(p) for p in params)
     except click.BadParameter as err:
-        click.echo(f"pulsectl: --param {err.message}", err=True)
-        sys.exit(2)
+        fail(f"--param {err.message}", 2)
     effect = enginerpc.Effect(kind=kind, target=target, params=values, idempotent=idempotent)
     sys.exit(queue_effect(ctx, effect, deadline_s or config.timings.effect_deadline_s, wait_s))
 

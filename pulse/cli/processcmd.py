@@ -24,6 +24,7 @@ import time
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.cli.processview import list_all, shown, state_of
 from pulse.core import clock
@@ -59,8 +60,7 @@ def configured(ctx: Context, name: str):
     """The [[process]] named `name`, with config files; exit 2 saying what is wrong otherwise."""
     proc = named(ctx, name)
     if not proc.config:
-        click.echo(f"pulsectl: [[process]] {name!r} lists no config files: add config = [\"/path/to/file\"]", err=True)
-        sys.exit(2)
+        fail(f"[[process]] {name!r} lists no config files: add config = [\"/path/to/file\"]", 2)
     return proc
 
 
@@ -246,8 +246,7 @@ def steer(ctx: Context, name: str, action: ProcessAction, wait: float) -> dict |
     finally:
         conn.close()
     if state != EffectState.ACKED:
-        click.echo(f"pulsectl: {name}: {action} {state}: {why or 'no reason recorded'} ({effect.id})", err=True)
-        sys.exit(1)
+        fail(f"{name}: {action} {state}: {why or 'no reason recorded'} ({effect.id})")
     return end.data if end is not None else {}
 
 

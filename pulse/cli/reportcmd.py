@@ -11,11 +11,11 @@ Exit codes: 0 a report was made (whatever its verdict); 1 no events.db, or the e
 
 from __future__ import annotations
 
-import sys
 import time
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -24,11 +24,6 @@ from pulse.cli.group import Context, pass_ctx
 # 2-core host).
 
 EFFECT_SLACK_S = 30          # beyond the analyst's timeout, for the executor to claim the effect and write
-
-
-def _fail(message: str, code: int = 1):
-    click.echo(f"pulsectl: {message}", err=True)
-    sys.exit(code)
 
 
 def _window(since: str | None, start: str | None, end: str | None) -> tuple[float, float]:
@@ -70,10 +65,10 @@ def _through_executor(ctx: Context, config, params: dict, wait_s: float):
     deadline = time.monotonic() + wait_s
     while (ended := eventsdb.effect_end(conn, effect.id)) is None:
         if time.monotonic() >= deadline:
-            _fail(f"the report effect {effect.id} did not end within {wait_s:g}s (see `pulsectl effects`)")
+            fail(f"the report effect {effect.id} did not end within {wait_s:g}s (see `pulsectl effects`)")
         time.sleep(0.05)
     if ended.type != eventmsgs.EffectEvent.ACKED:
-        _fail(f"the report effect {effect.id} {eventmsgs.EFFECT_END_STATES[ended.type]}: "
+        fail(f"the report effect {effect.id} {eventmsgs.EFFECT_END_STATES[ended.type]}: "
               f"{ended.data.get('error') or ended.data.get('reason')}")
     return decode(objects.get(ctx.paths.objects, ended.data["analysis"]))
 
@@ -110,15 +105,15 @@ def report(ctx: Context, since: str | None, start: str | None, end: str | None, 
     if name != "deterministic":
         agent = next((a for a in config.agent if a.name == name), None)
         if agent is None:
-            _fail(f"--analyst {name!r} is neither \"deterministic\" nor an [[agent]] in {ctx.paths.config}", 2)
+            fail(f"--analyst {name!r} is neither \"deterministic\" nor an [[agent]] in {ctx.paths.config}", 2)
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
-        _fail(str(err))
+        fail(str(err))
     try:
         result, by_id = _analysed(ctx, conn, config, agent, lo, hi, project, task)
     except archive.SegmentError as err:      # refused, never half-read: the report would miss what it holds
-        _fail(f"{err}; run `pulsectl store check`")
+        fail(f"{err}; run `pulsectl store check`")
     analysismod.check(result, set(by_id))          # never print a report that cites what is not there
     if result.fallback:
         click.echo(f"pulsectl: the agent's analysis was not used: {result.fallback}", err=True)

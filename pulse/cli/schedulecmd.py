@@ -8,22 +8,17 @@ outside the slots, so the next slot still runs on time. Exit codes: 0 done; 1 no
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
 # its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
 # pulse.effects ~120-170 ms, pulse.report ~110 ms, pulse.engine.repo ~26 ms (python -X importtime, this
 # 2-core host).
-
-
-def _fail(message: str, code: int = 1):
-    click.echo(f"pulsectl: {message}", err=True)
-    sys.exit(code)
 
 
 def _book(ctx: Context):
@@ -36,7 +31,7 @@ def _book(ctx: Context):
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
-        _fail(str(err))
+        fail(str(err))
     try:
         return schedulerun.book_of(conn, ctx.paths.home)
     finally:
@@ -97,9 +92,9 @@ def run(ctx: Context, name: str) -> None:
     s = next((s for s in config.schedule if s.name == name), None)
     if s is None:
         known = ", ".join(x.name for x in config.schedule) or "none"
-        _fail(f"no [[schedule]] named {name!r} in {ctx.paths.config} (configured: {known})")
+        fail(f"no [[schedule]] named {name!r} in {ctx.paths.config} (configured: {known})")
     if not ctx.home.is_dir():
-        _fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
+        fail(f"no Pulse home at {ctx.home} (run `pulsectl init`, or start pulsed)")
     conn = eventsdb.open_events(ctx.paths.events_db)
     make_task = effect = None
     if s.task is not None:

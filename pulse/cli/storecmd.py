@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -112,11 +113,9 @@ def compact(ctx: Context, dry_run: bool) -> None:
     try:
         store_config = configmod.load(paths.config).store
     except configmod.ConfigError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(2)
+        fail(f"{err}", 2)
     if not paths.events_db.exists():
-        click.echo(f"pulsectl: {paths.events_db} does not exist (has pulsed run on this home?)", err=True)
-        sys.exit(1)
+        fail(f"{paths.events_db} does not exist (has pulsed run on this home?)")
     if dry_run:
         conn = connection.open_readonly(paths.events_db)
         try:
@@ -133,8 +132,7 @@ def compact(ctx: Context, dry_run: bool) -> None:
         click.echo(f"pulsectl: {err} (pulsed's event writer is moving events): try again shortly", err=True)
         sys.exit(75)
     except (sqlite3.Error, OSError, ValueError, archive.SegmentError) as err:
-        click.echo(f"pulsectl: the move stopped, its events stay in events.db: {err}", err=True)
-        sys.exit(1)
+        fail(f"the move stopped, its events stay in events.db: {err}")
     finally:
         conn.close()
     for name in outcome.recovered:
@@ -175,8 +173,7 @@ def backup(ctx: Context, dest: Path) -> None:
     from pulse.store import connection, eventsdb
     paths = ctx.paths
     if dest.exists() and any(dest.iterdir()):
-        click.echo(f"pulsectl: {dest} is not empty; back up into a new directory", err=True)
-        sys.exit(2)
+        fail(f"{dest} is not empty; back up into a new directory", 2)
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in (paths.events_db, paths.vitals_db):
         source = connection.open_readonly(path)
@@ -277,16 +274,13 @@ def restore_archived(ctx: Context, path: str, dest: str | None) -> None:
     from pulse.store import objects
     found = archived(ctx.paths.events_db, path)
     if found is None:
-        click.echo(f"pulsectl: no dir-archived event names {path}", err=True)
-        sys.exit(1)
+        fail(f"no dir-archived event names {path}")
     target = os.path.abspath(dest or path)
     try:
         data = objects.get(ctx.paths.objects, found["object"])
         write_new(target, data, float(found.get("mtime") or 0), int(found.get("mode") or 0o600))
     except FileExistsError:
-        click.echo(f"pulsectl: {target} exists; restore it elsewhere with --to", err=True)
-        sys.exit(1)
+        fail(f"{target} exists; restore it elsewhere with --to")
     except (OSError, ValueError, safepath.Refused) as err:
-        click.echo(f"pulsectl: {target}: {err}", err=True)
-        sys.exit(1)
+        fail(f"{target}: {err}")
     click.echo(f"{target}: restored from {found['object']} ({len(data)} bytes)")

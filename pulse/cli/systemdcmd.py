@@ -20,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -256,8 +257,7 @@ def install(ctx: Context, user_unit: bool, user_name: str | None, output: str | 
         text = render(text, pulsed, user)
         text = with_home(text, ctx.home, user_unit)
     except RenderError as err:
-        click.echo(f"pulsectl: {err}", err=True)
-        sys.exit(1)
+        fail(f"{err}")
     for warning in warnings(pulsed, user_unit, user):
         click.echo(f"pulsectl: warning: {warning}", err=True)
     if to_stdout:
@@ -269,8 +269,7 @@ def install(ctx: Context, user_unit: bool, user_name: str | None, output: str | 
         target = write(directory, text, unit_name)
     except OSError as err:
         hint = "" if output or user_unit else " (run as root, or use --output DIR / --print)"
-        click.echo(f"pulsectl: cannot write {directory}/{unit_name}: {err.strerror}{hint}", err=True)
-        sys.exit(1)
+        fail(f"cannot write {directory}/{unit_name}: {err.strerror}{hint}")
     who = "you" if user_unit else f"user {user}"
     click.echo(f"wrote {target} (runs {pulsed} as {who})")
     click.echo("next:")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import click
 
 from pulse.cli import taskverbs
+from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.core.states import TaskStatus
 
@@ -43,11 +43,6 @@ def _task_or_fleet_arg(ctx, param, value: str) -> str:
         if re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{12}", value.strip()):
             return value.strip()
         raise click.BadParameter(f"{err}, or a fleet id such as gw_node-3-0123456789ab") from None
-
-
-def _fail(message: str, code: int = 1):
-    click.echo(f"pulsectl: {message}", err=True)
-    sys.exit(code)
 
 
 _writable, _readonly = taskverbs.writable, taskverbs.readonly
@@ -111,7 +106,7 @@ def show_fleet(conn, fleet_id: str, as_json: bool) -> None:
     from pulse.cli.fleetcmd import read_fleet_events
     view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
     if view is None:
-        _fail(f"{fleet_id}: no such fleet task offered from this host")
+        fail(f"{fleet_id}: no such fleet task offered from this host")
     if as_json:
         click.echo(json.dumps(view, default=str))
         return
@@ -129,12 +124,12 @@ def output(ctx: Context, task: str, attempt: int | None) -> None:
     from pulse.agents import taskview
     view = taskview.task_view(_readonly(ctx), task)
     if view is None:
-        _fail(f"{task}: no such task")
+        fail(f"{task}: no such task")
     ref = taskview.last_output_ref(view, attempt)
     text = taskview.output_text(ctx.paths.objects, ref, limit=None)
     if text is None:
         which = f"attempt {attempt}" if attempt is not None else "any attempt"
-        _fail(f"{task}: no output kept for {which}" + (f" ({ref} is gone from objects/)" if ref else ""))
+        fail(f"{task}: no output kept for {which}" + (f" ({ref} is gone from objects/)" if ref else ""))
     click.echo(text, nl=not text.endswith("\n"))
 
 
@@ -143,7 +138,7 @@ def _record(ctx: Context, task: str, type: str, **data) -> None:
     try:
         state = tasks.record(_writable(ctx), task, type, "pulsectl", **data)
     except tasks.IllegalTransition as err:
-        _fail(str(err))
+        fail(str(err))
     click.echo(f"{task}: {state.status}")
 
 
@@ -181,7 +176,7 @@ def retry(ctx: Context, task: str) -> None:
     from pulse.store import eventsdb
     created = eventsdb.search_events(_writable(ctx), types=[eventmsgs.TaskEvent.CREATED], source="fleet", target=task, limit=1)
     if created:   # the fleet has moved on with it: a run here now could be its second
-        _fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
+        fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
               "offer it again where it came from (pulsectl task add --fleet)")
     from pulse.agents import tasks
     state = tasks.load(_readonly(ctx), task)
