@@ -3,8 +3,9 @@
 pulse.effects.registry; docs/config.md, the reference of every config key, from the keys'
 descriptors in pulse/core/config/; docs/cli.md, every pulsectl command, from click; the modules of
 each package in docs/architecture.md, from each module's own docstring (its first sentence); and
-one file of code, pulse/core/wire/effectkinds.py (`EffectKind`, the name of every kind the registry
-knows, which the rules below the registry name kinds by). tests/test_docs.py,
+two files of code: pulse/core/wire/effectkinds.py (`EffectKind`, the name of every kind the registry
+knows, which the rules below the registry name kinds by) and pulse/cli/helptext.py (every command's
+--help, which pulsectl prints without click). tests/test_docs.py,
 test_config_reference.py and test_doc_cli.py fail while they differ, so run this after changing the
 registry, a config key, a command or a module."""
 
@@ -27,6 +28,7 @@ DOCS = ROOT / "docs"
 DOC = DOCS / "rules.md"
 CONFIG_DOC = DOCS / "config.md"
 CLI_DOC = DOCS / "cli.md"
+HELP_TEXT = ROOT / "pulse" / "cli" / "helptext.py"
 BEGIN = "<!-- generated from pulse.effects.registry.reference(): edit the registry, then run scripts/gen_docs.py -->"
 END = "<!-- end generated -->"
 ARCHITECTURE_DOC = DOCS / "architecture.md"
@@ -138,6 +140,8 @@ def main() -> int:
     print(f"{CONFIG_DOC}: the config reference regenerated")
     CLI_DOC.write_text(clireference.reference())
     print(f"{CLI_DOC}: the pulsectl reference regenerated")
+    HELP_TEXT.write_text(clireference.help_module())
+    print(f"{HELP_TEXT}: every command's --help regenerated")
     text = ARCHITECTURE_DOC.read_text()
     start, end = generated(text, MODULES_BEGIN)
     ARCHITECTURE_DOC.write_text(text[:start] + module_tables() + text[end:])

@@ -191,7 +191,7 @@ def test_hung_after_ms_must_exceed_the_sqlite_busy_timeout(tmp_path):
 
 # A new command as a contributor would add it: its module in pulse/cli/ (here a temporary folder that
 # joins pulse.cli's path, so the module is pulse.cli.hellocmd and leaves no file in the tree), and a
-# row of group.py's command table. The row goes into the table's own source, read and run in place of
+# row of commandtable.py's table. The row goes into the table's own source, read and run in place of
 # the module (a sitecustomize, so every pulsectl of the test sees it); nothing else is changed: the
 # command runs, --help lists it, a typo is pointed at it, and the CLI reference (docs/cli.md) and the
 # list of modules (docs/architecture.md) document it once scripts/gen_docs.py regenerates them.
@@ -200,11 +200,11 @@ COMMAND_SITECUSTOMIZE = """\
 import importlib.util, os, sys, types
 import pulse.cli
 pulse.cli.__path__.append(os.path.join(os.path.dirname(__file__), "cli"))
-found = importlib.util.find_spec("pulse.cli.group")
+found = importlib.util.find_spec("pulse.cli.commandtable")
 source = open(found.origin).read()
 anchor = "COMMAND_TABLE: dict[str, tuple[str, str]] = {\\n"
 assert source.count(anchor) == 1, "the command table moved: update this test"
-module = types.ModuleType("pulse.cli.group")
+module = types.ModuleType("pulse.cli.commandtable")
 module.__file__ = found.origin
 sys.modules[module.__name__] = module
 exec(compile(source.replace(anchor, anchor + %r + "\\n"), found.origin, "exec"), module.__dict__)

@@ -51,10 +51,14 @@ SERVED = [
     ["reload"], ["reload", "--wait", "0"], ["reload", "--wait=2.5"],
     ["task", "show", "1"], ["task", "show", "task-2", "--json"], ["task", "show", "--json", "2"], ["task", "show", "99"],
     ["--timeout", "2", "task", "list"], ["--timeout=2", "effects"],
+    ["restart", "engine"], ["restart", "--no-wait", "tick"], ["start", "watcher", "--wait", "2"],
+    ["stop", "executor", "--wait=1"], ["stop"], ["stop", "--no-wait"],
+    ["--help"], ["-h"], ["task", "add", "--help"], ["task", "-h"], ["events", "--help"], ["fleet", "add", "--help"],
+    ["--timeout", "2", "stop", "--help"],
 ]
 # ... and left to click, for its help and its errors.
 LEFT = [
-    ["--help"], ["-h"], ["task", "add", "--help"], ["events", "--help"], ["--version", "task"],
+    ["--version", "task"], ["task", "add", "--title", "--help"], ["nope", "--help"], ["-i", "x", "--help"],
     ["events", "--type", "nope"], ["events", "--since", "yesterday-ish"], ["events", "-n", "x"],
     ["events", "-n"], ["events", "-n", "-1"], ["events", "-n3"], ["events", "--json=1"], ["events", "extra"],
     ["task", "list", "--status", "bogus"], ["task", "list", "--json", "--json"],
@@ -65,6 +69,8 @@ LEFT = [
     ["reload", "--wait", "soon"], ["reload", "--wait"], ["reload", "--wait", "-1"], ["reload", "now"],
     ["task", "show"], ["task", "show", "x"], ["task", "show", "1", "2"], ["task", "show", "-1"],
     ["task", "show", "gw_node-3-0123456789ab"], ["task", "show", "1", "--help"],
+    ["restart"], ["restart", "nope"], ["start", "engine", "--help"], ["stop", "engine", "tick"],
+    ["restart", "engine", "--wait", "x"], ["stop", "--wait"], ["start", "engine", "--no-wait=1"],
 ]
 
 
@@ -90,6 +96,15 @@ def test_task_add_writes_and_says_what_click_does(home, args):
         assert out2.strip() == f"task-{number + 1}"
         out2, err2 = out, err2.replace(f"task-{number + 1}", f"task-{number}")
     assert (code, out, err) == (code2, out2, err2)
+
+
+def test_help_on_a_terminal_narrower_than_clicks_width_is_left_to_click(monkeypatch):
+    """click wraps its help to the terminal's width: one narrower than the text generated ahead gets
+    click's own; a wider one (or none) the same text as click prints."""
+    monkeypatch.setenv("COLUMNS", "79")
+    assert fastpath.resolve(["--help"]) is None
+    monkeypatch.setenv("COLUMNS", "200")
+    assert fastpath.resolve(["--help"]) is not None
 
 
 def test_an_option_given_twice_is_left_to_click(home):
@@ -136,8 +151,9 @@ def test_each_option_table_is_its_click_commands():
         unserved = set(declared) - set(ours)
         assert unserved <= {"--fleet", "--help"}, (words, unserved)   # --fleet: NATS, click's path
         assert {name: declared[name] for name in ours} == ours, words
-        assert set(served.required) | {served.argument} - {None} == \
-            {p.name for p in command.params if getattr(p, "required", False)}, words
+        required = set() if served.argument_optional else {served.argument} - {None}
+        assert set(served.required) | required == {p.name for p in command.params if getattr(p, "required", False)}, words
+        assert {p.name for p in command.params if isinstance(p, click.Argument)} == {served.argument} - {None}, words
 
 
 @pytest.mark.parametrize("args", [["task", "list"], ["events", "-n", "5"], ["effects"], ["budget"],
@@ -146,6 +162,14 @@ def test_served_commands_load_neither_click_nor_libzmq_nor_heavy_modules(tmp_pat
     modules, proc = imported(tmp_path, *args, home=home)
     assert proc.returncode == 0, proc.stderr
     assert not modules & (HEAVY | {"click"}), modules & (HEAVY | {"click"})
+
+
+def test_worker_verbs_load_neither_click_nor_heavy_modules_on_their_way_to_pulsed(tmp_path, home):
+    """No pulsed runs here: each says so, having loaded only what its request needs."""
+    for args in (["restart", "engine"], ["stop"]):
+        modules, proc = imported(tmp_path, *args, home=home)
+        assert proc.returncode != 0 and "pulsed is not running" in proc.stderr, proc.stderr
+        assert not modules & (HEAVY | {"click"}), (args, modules & (HEAVY | {"click"}))
 
 
 def test_version_and_help_load_no_msgspec(tmp_path):

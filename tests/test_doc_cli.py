@@ -15,6 +15,10 @@ def test_the_cli_reference_is_what_click_says_now():
     assert (ROOT / "docs" / "cli.md").read_text() == reference.reference(), "run scripts/gen_docs.py"
 
 
+def test_the_help_pulsectl_prints_without_click_is_what_click_says_now():
+    assert (ROOT / "pulse" / "cli" / "helptext.py").read_text() == reference.help_module(), "run scripts/gen_docs.py"
+
+
 def test_the_cli_reference_has_every_command_and_every_option():
     import click
 

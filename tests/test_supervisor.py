@@ -190,7 +190,7 @@ def test_plain_status_never_imports_click(pulsed):
                            capture_output=True, text=True, timeout=30)
     assert plain.returncode == 0 and json.loads(plain.stdout)["version"] == 1
     assert " pulse.cli.statusview\n" in plain.stderr and " click\n" not in plain.stderr
-    clicked = subprocess.run([*argv, "--home", str(pulsed.home), "status", "--help"], capture_output=True,
+    clicked = subprocess.run([*argv, "--home", str(pulsed.home), "status", "--json", "--json"], capture_output=True,
                              text=True, timeout=30)
     assert clicked.returncode == 0 and " click\n" in clicked.stderr
 

@@ -174,7 +174,8 @@ EVENT_CALLS = {"now_event", "Event", "Record", "record"}
 # (file, string): why it is a string there.
 BARE_NAME_ALLOWED = {
     ("pulse/agents/adapters/codex.py", "error"): "codex's own JSON event type, not one of Pulse's",
-    ("pulse/cli/group.py", "gate-reset"): "the pulsectl command's name",
+    ("pulse/cli/commandtable.py", "gate-reset"): "the pulsectl command's name",
+    ("pulse/cli/helptext.py", "gate-reset"): "the pulsectl command's name, in its help",
     ("pulse/cli/mcp.py", "gate-reset"): "the pulsectl command's name",
     ("pulse/core/config/safety.py", "*"): "[allow]'s default kinds: configuration, as the operator writes it; the enum "
                                           "would import the wire's events module into every config load (~1.4 ms)",

@@ -75,7 +75,7 @@ def main() -> None:
         if run is None:
             gc.enable()
             from pulse.cli.group import cli
-            cli()
+            cli(prog_name="pulsectl")       # as pulse.cli.helptext names it, however the script is called
             return
         code = fastpath.serve(run)
     for stream in (sys.stdout, sys.stderr):

@@ -2,13 +2,16 @@
 
 Importing click takes longer (~20 ms here) than most of these commands take to run. So a plain
 invocation of one of them (`status`, `task add`, `task list`, `task show`, `events`, `effects`,
-`config --effective`, `budget`, `process list`, `reload`, `--version`) is read here, by a parser that knows
-each one's options, and runs the very same code click would run (their click commands call it too).
+`config --effective`, `budget`, `process list`, `reload`, `restart`, `start`, `stop`, `--version`) is
+read here, by a parser that knows each one's options, and runs the very same code click would run
+(their click commands call it too).
 
-Only what is certainly well formed is served here: anything this parser is not sure of (an unknown
-option, a value that looks like an option, a bad number, a missing required option, `--help`, `-i`,
-a subcommand it does not serve) returns None, and click parses the command line as always, with
-its own help and errors. tests/test_cli_fastpath.py holds each OPTIONS table to its click command.
+Every command's `--help` is printed from pulse.cli.helptext, click's own words generated ahead (on a
+terminal narrower than click's widest help, click says it). Only what is certainly well formed is
+served here: anything this parser is not sure of (an unknown option, a value that looks like an
+option, a bad number, a missing required option, `-i`, a subcommand it does not serve) returns None,
+and click parses the command line as always, with its own errors. tests/test_cli_fastpath.py holds
+each OPTIONS table to its click command.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class Command(NamedTuple):
     required: tuple[str, ...] = ()        # dests that must be given
     check: Callable[[dict], bool] | None = None   # False: let click say what is wrong
     run: str = ""                         # "module:function" of pulse.cli, called (ctx, **params)
-    argument: str | None = None           # the dest of its one positional argument (then required)
+    argument: str | None = None           # the dest of its one positional argument (required unless ...)
+    argument_optional: bool = False       # ... this: then None when not given
 
 
 def _opts(*rows: tuple[tuple[str, ...], Option]) -> dict[str, Option]:
@@ -43,6 +47,7 @@ def _opts(*rows: tuple[tuple[str, ...], Option]) -> dict[str, Option]:
 
 
 JSON = (("--json",), Option("as_json", FLAG, False))
+WAIT = ((("--wait",), Option("wait", FLOAT, 15.0)), (("--no-wait",), Option("no_wait", FLAG, False)))
 
 
 def _task_statuses(params: dict) -> bool:
@@ -74,6 +79,12 @@ def _task_of_this_host(params: dict) -> bool:
     return True
 
 
+def _steerable(params: dict) -> bool:
+    """A worker's name; anything else (a [[process]]'s name too) is click's to say."""
+    from pulse.core.childspecs import STEERABLE  # with typing, ~5 ms: only the worker verbs check it
+    return params["worker"] is None or params["worker"] in STEERABLE
+
+
 def _effective(params: dict) -> bool:
     """`config` alone is a usage error, click's to say."""
     return params.pop("effective")
@@ -102,6 +113,10 @@ COMMANDS: dict[tuple[str, ...], Command] = {
     ("budget",): Command(_opts(JSON), run="budgetview:show"),
     ("process", "list"): Command(_opts(JSON), run="processview:list_all"),
     ("reload",): Command(_opts((("--wait",), Option("wait", FLOAT, 20.0))), run="reloadview:reload"),
+    ("restart",): Command(_opts(*WAIT), argument="worker", check=_steerable, run="workerverbs:restart"),
+    ("start",): Command(_opts(*WAIT), argument="worker", check=_steerable, run="workerverbs:start"),
+    ("stop",): Command(_opts(*WAIT), argument="worker", argument_optional=True, check=_steerable,
+                       run="workerverbs:stop"),
 }
 
 
@@ -145,7 +160,11 @@ def parse_options(args: list[str], command: Command) -> dict | None:
                 params[option.dest] = value
         given.add(option.dest)
         i += 1
-    if not given.issuperset(command.required) or (command.argument is not None and command.argument not in given):
+    if command.argument is not None and command.argument not in given:
+        if not command.argument_optional:
+            return None
+        params[command.argument] = None
+    if not given.issuperset(command.required):
         return None
     for option in command.options.values():
         if option.kind == MULTI:
@@ -161,6 +180,8 @@ def resolve(argv: list[str]) -> Callable[[], None] | None:
     home, timeout, args = found
     if args == ["--version"]:
         return _version
+    if args and args[-1] in ("--help", "-h"):
+        return _help(tuple(args[:-1]))
     for words, command in COMMANDS.items():
         if tuple(args[:len(words)]) != words:
             continue
@@ -175,6 +196,19 @@ def resolve(argv: list[str]) -> Callable[[], None] | None:
 
 def _version() -> None:
     print(f"pulsectl, version {__version__}")
+
+
+def _help(words: tuple[str, ...]) -> Callable[[], None] | None:
+    """A command's --help as click would print it here: its text at click's width, when the terminal
+    has the columns for it (or there is none)."""
+    import shutil  # with bz2 and lzma, ~3 ms: only for --help
+
+    from pulse.cli.commandtable import COMMAND_TABLE
+    from pulse.cli.helptext import COLUMNS, HELP, MADE_FROM
+    text = HELP.get(words)
+    if text is None or MADE_FROM != COMMAND_TABLE or shutil.get_terminal_size().columns < COLUMNS:
+        return None
+    return lambda: print(text, end="")
 
 
 def _run(module: str, function: str, home: str | None, timeout: float, params: dict) -> None:

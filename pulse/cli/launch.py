@@ -68,7 +68,7 @@ def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | Non
     which sends argv to click (which says what is wrong with them)."""
     home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
     seen = set()
-    while args and args[0].startswith("-") and args[0] != "--version":
+    while args and args[0].startswith("-") and args[0] not in ("--version", "--help", "-h"):
         option, eq, value = args.pop(0).partition("=")
         if option not in ("--home", "--timeout") or option in seen:
             return None
