@@ -15,6 +15,11 @@ HERMES_AIOHTTP=3.14.1   # Hermes' own pin (its messaging extras'); edge-tts alon
 LITELLM=1.108.7
 mkdir -p "$DIR"
 echo "real CLIs into $DIR"
+# npm and pip keep their scratch (node's compile cache, build trees) in TMPDIR: one of ours, removed at
+# the end, not /tmp, where it outlived the install
+TMPDIR="$(mktemp -d)"
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 
 # A registry's transient failure (npm exited 217 once, mid-download) should not fail a CI run:
 # each install is tried three times, its errors shown (npm's --silent hid them).
