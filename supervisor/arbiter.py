@@ -70,7 +70,11 @@ from .forkserver import Forkserver
 
 log = logs.Log("pulse.supervisor")
 S = WorkerState
-EXIT_STATUS_WAIT_S = 0.05     # a death is known from the pidfd; its status follows from the forkserver
+# A death is known from the pidfd; its status follows from the forkserver, within a millisecond when
+# the machine is idle. A status not come by then is lost (the exit said as "unknown status", and an
+# exit 78 taken for a crash), and on 2 loaded cores the forkserver once took longer than 50 ms: the
+# wait ends as soon as the status arrives, so only a stalled forkserver makes pulsed wait this long.
+EXIT_STATUS_WAIT_S = 0.5
 
 
 class Arbiter:
