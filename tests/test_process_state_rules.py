@@ -10,7 +10,7 @@ import pytest
 from pulse.core import config as configmod
 from pulse.core.config import Backoff, Config, Health, Process, Survival
 from pulse.core.states import ProcessState, process_state_at
-from pulse.core.wire.enginerpc import ProcessExit, ProcessRuns, ProcessStart, Snapshot, Vital
+from pulse.core.wire.enginerpc import Outcome, ProcessExit, ProcessRuns, ProcessStart, Snapshot, Vital
 from pulse.rules import guardview, processstate, survival
 
 LIMITS = processstate.Limits(min_uptime_s=10, max_restarts=3, restart_window_s=300, backoff_base_s=1, backoff_max_s=8)
@@ -164,6 +164,23 @@ def test_unhealthy_restarts_back_off_by_the_attempt_they_carry():
     assert effects == [] and tick_ms == 3001                      # the 5th waits 8 s after the 4th (at 190)
     effects, _ = watchdog(curr(198.5), proc)
     assert [(e.params["why"], e.params["attempt"]) for e in effects] == [("unhealthy", 5)]
+
+
+def test_unhealthy_restarts_that_never_saw_a_passing_probe_name_the_start_period():
+    """Three restarts for failed probes and no probe passed since: the notification says that a
+    start period too short for the host would look like this, and which value it has."""
+    proc = Process(name="gw", match="gw", restart=["gw"], health=Health(argv=["false"], failures=2, start_period_s=15))
+    alive = Vital(key="process-alive:gw", ts=300.0, data={"alive": True, "pid": 7, "since": 250.0})
+    probes = [Vital(key="health:gw", ts=200.0 + i * 10, data={"ok": False, "error": "connection refused"})
+              for i in range(11)]
+    runs = ProcessRuns(starts=[start(ts, why="unhealthy", attempt=n) for n, ts in enumerate((210, 230, 250), 1)])
+    restarted = {"gw": tuple(Outcome(f"r{ts}", "restart-process", "acked", ts) for ts in (210.0, 230.0, 250.0))}
+    effects, _ = watchdog(Snapshot(tick=1, ts=301.0, vitals={alive.key: alive}, runs={"gw": runs},
+                                   history={"health:gw": probes}, outcomes=restarted), proc)
+    (told,) = [e for e in effects if e.kind == "notify"]
+    assert told.params["title"] == "gw stays unhealthy" and told.params["last_error"] == "connection refused"
+    assert "no health probe has passed since" in told.params["message"], told.params
+    assert "lengthen its health start_period_s (15 s now)" in told.params["message"], told.params
 
 
 def test_crash_loop_settings_are_checked_and_named():

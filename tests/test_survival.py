@@ -302,6 +302,22 @@ def test_failed_probes_within_the_start_period_do_not_count():
     assert kinds(effects) == [("restart-process", "hermes")] and effects[0].params["why"] == "unhealthy"
 
 
+def test_a_passing_probe_ends_the_start_period_so_a_freeze_after_it_counts_at_once():
+    """As Docker's start period: ready once (at 993), then failing, it is restarted after `failures`
+    probes, not given the rest of its 10 s; the status and the watchdog agree it is unhealthy."""
+    alive = {"process-alive:hermes": Vital("process-alive:hermes", 999.0, {"alive": True, "pid": 5, "since": 990.0})}
+    probes = {"health:hermes": [Vital("health:hermes", 992.0, {"ok": False}), Vital("health:hermes", 993.0, {"ok": True}),
+                                Vital("health:hermes", 994.0, {"ok": False})]}
+    assert run(survival.process_watchdog, snap(ts=994.1, vitals=alive, history=probes), cfg=HERMES)[0] == []
+    probes["health:hermes"].append(Vital("health:hermes", 995.0, {"ok": False}))
+    effects = run(survival.process_watchdog, snap(ts=995.1, vitals=alive, history=probes), cfg=HERMES)[0]
+    assert kinds(effects) == [("restart-process", "hermes")] and effects[0].params["why"] == "unhealthy"
+    assert survival.counted_probes(probes["health:hermes"], 0.0, alive["process-alive:hermes"], 10.0) \
+        == probes["health:hermes"][2:]
+    # Restarted at 993.5, its sample not yet the new copy's: the pass at 993 was the old copy's.
+    assert survival.counted_probes(probes["health:hermes"], 993.5, alive["process-alive:hermes"], 10.0) == []
+
+
 # -- memory ceilings ([[process]] memory) ---------------------------------------------------------------
 
 LEAKY = configmod.validate(configmod.decode(

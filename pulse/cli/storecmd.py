@@ -113,7 +113,7 @@ def compact(ctx: Context, dry_run: bool) -> None:
     try:
         store_config = configmod.load(paths.config).store
     except configmod.ConfigError as err:
-        fail(f"{err}", 2)
+        fail(str(err), 2)
     if not paths.events_db.exists():
         fail(f"{paths.events_db} does not exist (has pulsed run on this home?)")
     if dry_run:

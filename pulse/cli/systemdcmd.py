@@ -257,7 +257,7 @@ def install(ctx: Context, user_unit: bool, user_name: str | None, output: str | 
         text = render(text, pulsed, user)
         text = with_home(text, ctx.home, user_unit)
     except RenderError as err:
-        fail(f"{err}")
+        fail(str(err))
     for warning in warnings(pulsed, user_unit, user):
         click.echo(f"pulsectl: warning: {warning}", err=True)
     if to_stdout:

@@ -160,8 +160,8 @@ def process_watchdog(config: TickConfig):
       process-fatal) with its last exit and output, until an operator starts it. An operator's stop
       (an `operator` event, action process-stop) leaves it alone until a process-start.
     - Unhealthy (`[[process]] health`): `failures` failed probes in a row, every one newer than
-      the last restart outcome and outside the process's `start_period_s` (a restart starts the
-      count again).
+      the last restart outcome and outside the process's start period: `start_period_s` after its
+      start, or until its first passing probe if that came sooner (a restart starts the count again).
     - Over its memory ceiling (`[[process]] memory`): `for_samples` samples in a row of its tree's
       RSS (`process-memory:<name>`) above `max_mb`, of the pid that runs now and newer than the
       last restart outcome; the restart's params carry the figures and a reason naming them. Its
@@ -296,9 +296,13 @@ def process_watchdog(config: TickConfig):
                 last_error = getattr(streak[-1], "error", None) or (
                     params.get("reason") if why in ("memory", "stale") else probes[-1].data.get("error") if probes
                     else exit_words(curr.exits.get(name)))
+                message = f"{len(streak)} restarts of {name} did not help; still trying"
+                if why == "unhealthy":
+                    # The one cause Pulse cannot tell from a broken tool: a host too loaded for its start period.
+                    message += (f"; no health probe has passed since. If {name} is only slow to start here, "
+                                f"lengthen its health start_period_s ({proc.health.start_period_s:g} s now)")
                 effects = effects + [notify(curr, "process-watchdog", name, STREAK_TITLES[why].format(name=name),
-                                            f"{len(streak)} restarts of {name} did not help; still trying",
-                                            last_error=last_error)]
+                                            message, last_error=last_error)]
             if curr.ts < not_before:
                 tick_ms = sooner(tick_ms, int((not_before - curr.ts) * 1000) + 1)
                 continue
@@ -631,9 +635,16 @@ def exit_of(ended: ProcessExit | None, pid: int | None, since: float) -> Process
 
 def counted_probes(probes: Sequence[Vital], since: float, alive: Vital | None, start_period_s: float) -> list[Vital]:
     """The health probes that count toward a restart: after the last restart outcome, and not within
-    `start_period_s` of the process's start (a gateway takes its time to be ready)."""
+    the start period of the process's start (a gateway takes its time to be ready). As Docker's
+    start period, it ends at `start_period_s` or at the first probe that passed, whichever is first:
+    a process that was ready once and then froze is not given the rest of its start period."""
     started = alive.data.get("since") if alive is not None and alive.data.get("alive") else None
-    not_before = since if started is None else max(since, started + start_period_s)
+    if started is None:
+        return [v for v in probes if v.ts > since]
+    # A passing probe of the copy before the last restart says nothing of this one's start (the
+    # process-alive sample may still carry that copy's start for a moment after the restart).
+    ready = next((v.ts for v in probes if v.ts > max(started, since) and probe_ok(v)), started + start_period_s)
+    not_before = max(since, min(started + start_period_s, ready))
     return [v for v in probes if v.ts > not_before]
 
 

@@ -31,7 +31,8 @@ class Health(Table):
     failures: Annotated[int, Meta(ge=1, le=MAX_HEALTH_FAILURES)] = 3
     """Failed probes in a row before the process is restarted."""
     start_period_s: Annotated[float, Meta(ge=0)] = 0
-    """Failed probes this soon after the process started do not count, in s."""
+    """Failed probes this soon after the process started do not count, in s; its first passing probe
+    ends the start period sooner (as Docker's does)."""
     # A saturated event loop answers /health in seconds long before it stops answering.
     max_latency_ms: Annotated[float, Meta(gt=0)] | None = None
     """A probe that answers, but slower than this, failed all the same, in ms; below timeout_s; unset: only timeout_s
