@@ -78,8 +78,12 @@ EXIT_STATUS_WAIT_S = 0.5
 
 
 class Arbiter:
-    def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier):
+    def __init__(self, paths: Paths, config: configmod.Config, sink: logs.Sink, notifier: Notifier,
+                 forkserver: Forkserver | None = None):
+        """`forkserver`: one started already (pulsed starts it first thing, so its preload runs while
+        pulsed checks its home), taken over at open(); else open() starts one."""
         self.paths, self.sink, self.notifier = paths, sink, notifier
+        self.first_forkserver = forkserver
         self.set_config(config)
         self.children = {name: Child(spec) for name, spec in CHILD_SPECS.items()}   # in start order
         self.stopped_by_operator = load_stopped(paths.workers_state) & set(STEERABLE)
@@ -125,7 +129,8 @@ class Arbiter:
         started = self.record(EventType.SUPERVISOR_STARTED, None, pid=os.getpid(), home=str(self.paths.home),
                               runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
         self.run_mono = started.mono   # names this run to its event writers
-        self.start_forkserver()
+        self.start_forkserver(self.first_forkserver)
+        self.first_forkserver = None
         if self.notifier.watchdog_s:
             self.next_watchdog = time.monotonic()
 
@@ -322,8 +327,8 @@ class Arbiter:
 
     # -- the forkserver ----------------------------------------------------------------------------
 
-    def start_forkserver(self) -> None:
-        self.forkserver = Forkserver.start()
+    def start_forkserver(self, started: Forkserver | None = None) -> None:
+        self.forkserver = started or Forkserver.start()
         self.outputs.append(logs.PipeReader(self.forkserver.output_fd, "forkserver", self.forkserver.pid))
         self.record(EventType.WORKER_STARTED, "forkserver", pid=self.forkserver.pid)
         log.info("forkserver started (pid %d)", self.forkserver.pid)

@@ -118,6 +118,14 @@ class Forkserver:
     def close(self) -> None:
         self.sock.close()          # EOF: the forkserver exits
 
+    def discard(self) -> None:
+        """End one that never forked a worker (pulsed refused to start): nothing of it to wait for."""
+        self.kill()
+        self.wait()
+        self.close()
+        os.close(self.output_fd)
+        os.close(self.pidfd)
+
     def kill(self) -> None:
         signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
 

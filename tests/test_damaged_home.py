@@ -7,16 +7,32 @@ import os
 import shutil
 import subprocess
 
+import psutil
 import pytest
 
 from support import PULSED, init_home, wait_for
 
 
 def start_and_fail(pulsed, timeout: float = 30) -> subprocess.CompletedProcess:
-    out = subprocess.run([PULSED, "--home", str(pulsed.home)], capture_output=True, text=True, timeout=timeout)
+    """pulsed, refusing to start: exit 78, one line each, and nothing of it left running (its
+    forkserver, started first thing, ended with it)."""
+    proc = subprocess.Popen([PULSED, "--home", str(pulsed.home)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    pulsed.tracker.add(proc.pid)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert out.returncode == 78, out.stderr
     assert "Traceback" not in out.stderr
+    left = [p.info for p in psutil.process_iter(["pid", "name"]) if session_of(p.pid) == proc.pid]
+    assert not left, f"left running by a pulsed that refused to start: {left}"
     return out
+
+
+def session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def real_history(pulsed):

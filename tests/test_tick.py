@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
+import time
 
 import msgspec
+import psutil
 import pytest
 
 from pulse.core.wire import enginerpc, eventmsgs
@@ -121,6 +123,24 @@ def test_tick_keeps_cadence_when_the_engine_is_killed_or_frozen(pulsed, fault):
     # and once the engine is back, it is called again
     wait_for(lambda: [t for t in ticks(pulsed) if t["id"] > events[-1]["id"] and t["data"]["inner"] == "ok"], 10,
              what="the new engine called")
+
+
+def test_a_sigterm_ends_the_ticks_wait_on_the_engine_and_is_no_error_of_the_engine(pulsed):
+    """pulsed stops the engine before the tick: a tick waiting on the engine's answer stops at its
+    SIGTERM, not at the RPC deadline (20 s here), and records nothing against the engine."""
+    pulsed.start(env={"PULSE_TICK_MS": "100", "PULSE_ENGINE_RPC_DEADLINE_MS": "20000", "PULSE_HUNG_AFTER_MS": "60000"})
+    wait_ticks(pulsed, 2)
+    engine, tick = pulsed.worker("engine").pid, psutil.Process(pulsed.worker("tick").pid)
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        # ticking every 0.1 s, it is in its wait on the frozen engine once no tick started for a second
+        wait_for(lambda: time.monotonic() - ticks(pulsed)[-1]["data"]["started_mono"] > 1.0, 15,
+                 what="the tick waiting on the frozen engine")
+        tick.send_signal(signal.SIGTERM)
+        tick.wait(timeout=10)
+        assert not [e for e in pulsed.events("error") if e["target"] == "engine"], pulsed.events("error")
+    finally:
+        os.kill(engine, signal.SIGCONT)
 
 
 def test_broken_module_is_an_error_naming_file_and_line_and_the_rest_loads(pulsed):

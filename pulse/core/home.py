@@ -97,8 +97,9 @@ def derived_runtime_dir(home: Path) -> Path:
     recorded = recorded_runtime_dir(home)
     if recorded is not None and is_made_name(recorded):
         return recorded
-    import secrets  # only now: every pulsectl command comes here, and secrets brings hmac and random
-    return runtime_base() / f"pulse-{os.getuid()}-{secrets.token_hex(8)}"
+    # os.urandom is what secrets.token_hex reads; secrets itself brings hmac and random (~6 ms), and
+    # every pulsectl command on a home no pulsed has run comes here
+    return runtime_base() / f"pulse-{os.getuid()}-{os.urandom(8).hex()}"
 
 
 class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `pulsectl status`

@@ -69,6 +69,9 @@ class Worker:
         # batch by batch): heartbeats when one is due. Each call is progress, so a worker stuck inside
         # one step is still found hung; a job whose length follows the history is not.
         self.progress: Callable[[], None] = lambda: None
+        # Set by the harness: the fd a SIGTERM makes readable, and whether one came (see poll).
+        self.signal_fd: int | None = None
+        self.stop_requested: Callable[[], bool] = lambda: False
 
     def status_extras(self) -> dict | None:
         """What this worker adds to `pulsectl status`, sent with each heartbeat (keep it small)."""
@@ -85,6 +88,26 @@ class Worker:
         if handler is not None:
             self.handlers[sock] = handler
         return sock
+
+    def poll(self, sock: zmq.Socket, timeout_ms: int, flags: int = zmq.POLLIN) -> bool:
+        """`sock.poll` for a wait inside one step of the loop, ended early (False) by a SIGTERM:
+        pulsed stops the workers one by one, and one waiting on a peer stopped before it (the tick
+        on the engine) would otherwise hold its own stop up for the whole wait."""
+        if self.signal_fd is None:
+            return bool(sock.poll(timeout_ms, flags))
+        poller = zmq.Poller()
+        poller.register(sock, flags)
+        poller.register(self.signal_fd, zmq.POLLIN)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not self.stop_requested():
+            ready = dict(poller.poll(clock.poll_ms(deadline - time.monotonic())))
+            if sock in ready:
+                return True
+            if not ready:
+                return False
+            if not self.stop_requested():
+                drain(self.signal_fd)       # another signal's wake-up: wait on
+        return False
 
     def receive(self, frame: bytes, kind: type, where: str):
         """Decode a frame, or log it as malformed and return None."""
@@ -257,6 +280,7 @@ def _run(spec: spawnmsgs.Spawn, worker_class: type[Worker], forkserver_pid: int)
     worker.open()
     harness = Harness(worker, spec)
     harness.stop_requested = stop_requested   # a SIGTERM that came while it opened
+    worker.signal_fd, worker.stop_requested = rfd, lambda: harness.stop_requested
 
     def after_ready() -> None:
         for code in (0, 1):

@@ -17,6 +17,7 @@ import itertools
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import msgspec
 import zmq
@@ -302,8 +303,8 @@ def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
 class EngineClient:
     """The tick's side of the engine RPC: request id, absolute deadline, late replies dropped."""
 
-    def __init__(self, sock: zmq.Socket, deadline_s: float):
-        self.sock, self.deadline_s = sock, deadline_s
+    def __init__(self, sock: zmq.Socket, deadline_s: float, poll: Callable[[zmq.Socket, int, int], bool]):
+        self.sock, self.deadline_s, self.poll = sock, deadline_s, poll   # poll: the worker's (ends at a SIGTERM)
         self.ids = itertools.count(1)
         self.unresponsive = False   # after a timeout: ping without waiting until it answers again
 
@@ -333,11 +334,11 @@ class EngineClient:
         request_id = next(self.ids)
         deadline = time.time() + deadline_s
         # IMMEDIATE: writable only once connected (a freshly started engine may take a moment)
-        if not (self.sock.poll(clock.poll_ms(deadline_s), zmq.POLLOUT)
+        if not (self.poll(self.sock, clock.poll_ms(deadline_s), zmq.POLLOUT)
                 and self._send(enginerpc.RunChain(request_id, deadline, prev, curr))):
             return None, "engine not connected"
         while (left := deadline - time.time()) > 0:
-            if not self.sock.poll(clock.poll_ms(left)):
+            if not self.poll(self.sock, clock.poll_ms(left), zmq.POLLIN):
                 break
             for reply in self._drain():
                 if reply is None:
@@ -367,7 +368,7 @@ class TickWorker(Worker):
                                        MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)
         self.control = self.socket(zmq.DEALER, self.paths.endpoint("control"), bind=False)
         self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, **client.DOORBELL)
-        self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000)
+        self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000, self.poll)
         self.ballast = self.paths.home / "ballast"
         ballast.keep(self.ballast, self.config.survival.ballast_mb)
         self.ballast_checked = time.monotonic()
@@ -512,7 +513,10 @@ class TickWorker(Worker):
         urgent_s = self.config.timings.engine_urgent_deadline_ms / 1000 if self.urgent else None
         result, why = self.engine.run_chain(prev, curr, urgent_s)
         if result is None:
-            self.inner_error(why)
+            if self.stop_requested():    # pulsed stopped the engine first: not the engine's failure
+                self.inner_note = "stopping; engine skipped"
+            else:
+                self.inner_error(why)
             return [], None
         if result.error is not None:
             self.inner_note = f"engine rules raised: {result.error}"   # the engine recorded the error itself
