@@ -323,7 +323,12 @@ def main() -> None:
     fd, parent = int(sys.argv[1]), int(sys.argv[2])
     server = socket.socket(fileno=fd)
     server.setblocking(True)
-    sys.exit(serve(server, parent))
+    code = serve(server, parent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: nothing of ours needs it (the workers are gone, a spare dies with
+    # us), and tearing down every worker's modules held pulsed's stop up by ~50 ms.
+    os._exit(code)
 
 
 if __name__ == "__main__":
