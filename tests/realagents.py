@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from pulse.store import objects
-from realtools import CHAT_MODEL, CODEX_MODEL, MASTER_KEY, SECRET_PREFIXES, agent_path, offline_env, openclaw_config
+from realtools import CHAT_MODEL, CODEX_MODEL, MASTER_KEY, SECRET_PREFIXES, agent_env, openclaw_config
 from support import wait_for
 
 # The reasons a run cannot fix by running again: its task is given up after that one failure.
@@ -153,11 +153,8 @@ def gate_opened_before_the_answer(pulsed, task: str) -> str | None:
 def claude_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, **extra) -> dict:
     home = tmp_path / "claude-home"
     home.mkdir(exist_ok=True)
-    # TMPDIR: Claude Code keeps a directory per working directory in $TMPDIR/claude-UID; the run's (the
-    # tests' own, conftest), not /tmp, where it outlived the run
-    env = {"HOME": str(home), "PATH": agent_path(), "ANTHROPIC_BASE_URL": base_url,
-           "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **offline_env(), **extra}
+    env = agent_env(home, ANTHROPIC_BASE_URL=base_url, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                    DISABLE_AUTOUPDATER="1", **extra)
     if key:
         env["ANTHROPIC_API_KEY"] = key
     return env
@@ -172,7 +169,7 @@ def codex_env(tmp_path, base_url: str, key: str | None = MASTER_KEY, stream_retr
         f'model = "{CODEX_MODEL}"\nmodel_provider = "litellm"\n\n[model_providers.litellm]\nname = "LiteLLM"\n'
         f'base_url = "{base_url}/v1"\nenv_key = "LITELLM_API_KEY"\nwire_api = "responses"\n'
         f"request_max_retries = 0\nstream_max_retries = {stream_retries}\n")
-    env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "PATH": agent_path(), **offline_env()}
+    env = agent_env(home, CODEX_HOME=str(codex_home))
     if key:
         env["LITELLM_API_KEY"] = key
     return env
@@ -186,16 +183,14 @@ def hermes_env(tmp_path, base_url: str | None) -> dict:
         (hermes_home / "config.yaml").write_text(
             f"model:\n  provider: custom\n  default: {CHAT_MODEL}\n  base_url: {base_url}/v1\n  api_key: {MASTER_KEY}\n"
             "agent:\n  api_max_retries: 1\n")
-    return {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path(), **offline_env()}
+    return agent_env(home, HERMES_HOME=str(hermes_home))
 
 
 def openclaw_env(tmp_path, litellm_url: str, gateway_port: int) -> dict:
     home, state = tmp_path / "openclaw-home", tmp_path / "openclaw-home" / ".openclaw"
     home.mkdir(exist_ok=True)
     openclaw_config(state, litellm_url, gateway_port)
-    # TMPDIR: its node compile cache and terminal uploads go there; the run's, not /tmp
-    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": agent_path(),
-            "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **offline_env()}
+    return agent_env(home, OPENCLAW_STATE_DIR=str(state))
 
 
 def cli_json(text: str) -> dict:

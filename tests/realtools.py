@@ -105,6 +105,14 @@ def offline_env() -> dict[str, str]:
             "PIP_CONFIG_FILE": os.devnull, "UV_OFFLINE": "1", "UV_NO_INDEX": "1", "npm_config_offline": "true"}
 
 
+def agent_env(home, **extra: str) -> dict[str, str]:
+    """What an agent run's table gives every CLI: its own HOME, agent_path(), the run's TMPDIR (the
+    tests' own, conftest's: what a CLI keeps there, Claude Code's directory per working directory and
+    node's compile cache, goes with the run, never left in /tmp) and offline_env(); then `extra`."""
+    return {"HOME": str(home), "PATH": agent_path(), "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **offline_env(),
+            **extra}
+
+
 # -- ports and processes -------------------------------------------------------------------------------
 
 def free_port() -> int:

@@ -25,9 +25,8 @@ from realtools import (
     CHAT_MODEL,
     MASTER_KEY,
     ScriptedModel,
-    agent_path,
+    agent_env,
     free_port,
-    offline_env,
     require_tools,
 )
 from support import PULSECTL, wait_for
@@ -104,8 +103,7 @@ def test_codex_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
         f'model = "{CHAT_MODEL}"\nmodel_provider = "scripted"\n\n[model_providers.scripted]\nname = "scripted"\n'
         f'base_url = "{model.url}/v1"\nenv_key = "SCRIPTED_API_KEY"\nwire_api = "responses"\n'
         "request_max_retries = 0\nstream_max_retries = 0\n")
-    env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "PATH": agent_path(), "SCRIPTED_API_KEY": MASTER_KEY,
-           **offline_env()}
+    env = agent_env(home, CODEX_HOME=str(codex_home), SCRIPTED_API_KEY=MASTER_KEY)
     task = start(pulsed, "codex", env)
     through_the_gate(pulsed, task, model, 120)
 
@@ -125,7 +123,7 @@ def test_hermes_calls_a_pulse_tool_through_the_gate(pulsed, model, tmp_path):
         "mcp_discovery_timeout: 30\n"
         f"mcp_servers:\n  pulse:\n    command: {PULSECTL}\n    args: [mcp]\n    env:\n"
         '      PULSE_RUN_TOKEN: "${PULSE_RUN_TOKEN}"\n      PULSE_GATE_SOCKET: "${PULSE_GATE_SOCKET}"\n')
-    env = {"HOME": str(home), "HERMES_HOME": str(hermes_home), "PATH": agent_path(), **offline_env()}
+    env = agent_env(home, HERMES_HOME=str(hermes_home))
     task = start(pulsed, "hermes", env)
     through_the_gate(pulsed, task, model, 120)
 
