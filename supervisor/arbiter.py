@@ -83,7 +83,6 @@ class Arbiter:
         """`forkserver`: one started already (pulsed starts it first thing, so its preload runs while
         pulsed checks its home), taken over at open(); else open() starts one."""
         self.paths, self.sink, self.notifier = paths, sink, notifier
-        self.first_forkserver = forkserver
         self.set_config(config)
         self.children = {name: Child(spec) for name, spec in CHILD_SPECS.items()}   # in start order
         self.stopped_by_operator = load_stopped(paths.workers_state) & set(STEERABLE)
@@ -95,7 +94,7 @@ class Arbiter:
         self.shutdown_overtime = False   # past stop_grace_ms: only the event writer may still finish
         self.exit_code = Exit.OK
         self.next_watchdog: float | None = None
-        self.forkserver: Forkserver | None = None
+        self.forkserver: Forkserver | None = forkserver
         self.forkserver_restarts: list[float] = []
         self.outputs: list[logs.PipeReader] = []   # output pipes, read until EOF (which may outlive the process)
         self.early_ready: dict[int, tuple] = {}           # Ready seen before Spawned, by pid: (sent, commit)
@@ -129,8 +128,7 @@ class Arbiter:
         started = self.record(EventType.SUPERVISOR_STARTED, None, pid=os.getpid(), home=str(self.paths.home),
                               runtime=str(self.paths.runtime), stopped=sorted(self.stopped_by_operator))
         self.run_mono = started.mono   # names this run to its event writers
-        self.start_forkserver(self.first_forkserver)
-        self.first_forkserver = None
+        self.start_forkserver(self.forkserver)
         if self.notifier.watchdog_s:
             self.next_watchdog = time.monotonic()
 
