@@ -80,11 +80,18 @@ def kill_keepers(home: Path) -> None:
         wait_exited(victims, timeout=5)
 
 
-def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):
+MIN_POLL_S, MAX_POLL_S = 0.01, 0.05
+
+
+def wait_for(condition, timeout: float = 10.0, interval: float | None = None, what: str = "condition"):
     """Poll `condition` until it returns something truthy; fail the test at the deadline.
     A costly check (a `pulsectl` run, a page's request) waits as long as it took before the next:
-    polling takes at most half a core from the processes it waits for, on a 2-core machine."""
-    deadline = time.monotonic() + timeout
+    polling takes at most half a core from the processes it waits for, on a 2-core machine. Without
+    an `interval`, the checks start 10 ms apart and then come no more often than a tenth of the time
+    waited so far (up to 50 ms): the suite is CPU-bound on 2 cores, and a wait of seconds polled every
+    10 ms took CPU from the very processes it waited for, to answer at most 5 ms sooner."""
+    start = time.monotonic()
+    deadline = start + timeout
     while True:
         began = time.monotonic()
         value = condition()
@@ -93,7 +100,8 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, what: str
         now = time.monotonic()
         if now >= deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(min(max(interval, now - began), deadline - now))
+        pause = interval if interval is not None else min(max(MIN_POLL_S, (now - start) / 10), MAX_POLL_S)
+        time.sleep(min(max(pause, now - began), deadline - now))
 
 
 def notifications(path: Path, rule: str) -> list[dict]:

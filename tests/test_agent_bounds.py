@@ -93,7 +93,7 @@ plan = json.loads(prompt)
 
 async def main():
     params = StdioServerParameters(command=pulsectl, args=["mcp"], env=dict(os.environ))
-    async with Client(params, read_timeout_seconds=60) as c:
+    async with Client(params, read_timeout_seconds=60, mode="legacy") as c:
         for tool, args in plan.get("calls", []):
             if tool == "create_task":
                 await c.call_tool("list_tasks", {})

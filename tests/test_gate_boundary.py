@@ -68,7 +68,7 @@ def agent_config(script, exec_argv: str = '[["true"]]') -> str:
             f'[allow]\nkinds = ["noop", "exec", "agent-run", "task-add"]\nexec_argv = {exec_argv}\n')
 
 
-def proxy(home, agent: str | None = None, mode: str = "auto", **env_changes):
+def proxy(home, agent: str | None = None, mode: str = "legacy", **env_changes):
     from mcp import Client, StdioServerParameters
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PULSE_AGENT",
                                                                "PULSE_TASK", "PULSE_RUN_TOKEN", "PULSE_GATE_SOCKET")}
@@ -203,7 +203,7 @@ pulsectl, where = sys.argv[1:3]
 async def main():
     out = {}
     params = StdioServerParameters(command=pulsectl, args=["mcp"], env=dict(os.environ))
-    async with Client(params, read_timeout_seconds=60) as c:
+    async with Client(params, read_timeout_seconds=60, mode="legacy") as c:
         out["look"] = (await c.call_tool("events", {"target": "linger"})).structured_content
         write = asyncio.ensure_future(c.call_tool("emit_effect", {"kind": "exec", "target": "linger",
                                                                   "params": {"argv": ["sleep", "5"]}}))
@@ -378,7 +378,7 @@ out = {"uid": os.getuid()}
 
 def proxy(env):
     return Client(StdioServerParameters(command=pulsectl, args=["mcp", "--agent", "operator-shell"], env=env),
-                  read_timeout_seconds=60)
+                  read_timeout_seconds=60, mode="legacy")
 
 async def sessions():
     async with proxy(dict(os.environ)) as c:

@@ -35,7 +35,7 @@ out = {"uid": os.getuid(), "socket": os.environ.get("PULSE_GATE_SOCKET")}
 
 async def main():
     params = StdioServerParameters(command=pulsectl, args=["mcp"], env=dict(os.environ))
-    async with Client(params, read_timeout_seconds=60) as c:
+    async with Client(params, read_timeout_seconds=60, mode="legacy") as c:
         out["look"] = (await c.call_tool("events", {"target": "confined"})).structured_content
         out["write"] = (await c.call_tool("emit_effect", {"kind": "noop", "target": "confined"})).structured_content
         out["finish"] = (await c.call_tool("finish", {"summary": "noop written, acked"})).structured_content

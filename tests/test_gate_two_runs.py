@@ -28,7 +28,8 @@ async def main(pulsectl, prompt):
     if prompt.startswith("intrude:"):
         env.update(PULSE_AGENT="alice", PULSE_TASK=prompt[8:])
         args += ["--agent", "alice"]
-    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60) as c:
+    async with Client(StdioServerParameters(command=pulsectl, args=args, env=env), read_timeout_seconds=60,
+                      mode="legacy") as c:
         await c.call_tool("events", {"target": "boundary"})
         wrote = await c.call_tool("emit_effect", {"kind": "exec", "target": "boundary", "params": {"argv": ["true"]}})
         print(json.dumps({"wrote": wrote.structured_content}), flush=True)

@@ -252,7 +252,7 @@ def test_mcp_refuses_a_missing_home(tmp_path):
 async def reset_session(host) -> dict:
     from mcp import Client
     seen: dict = {}
-    async with Client(server_params(host.home), read_timeout_seconds=60) as c:
+    async with Client(server_params(host.home), read_timeout_seconds=60, mode="legacy") as c:
         seen["ask"] = await c.call_tool("ask_operator", {"question": "anyone there?"})   # no elicitation here
         await c.call_tool("find_process", {"name": "sleeper"})
         seen["write"] = await c.call_tool("restart_process", {"name": "sleeper"})
@@ -353,7 +353,7 @@ def test_every_tool_advertises_exactly_the_arguments_the_gate_declares():
 def test_finish_is_terminal_and_arguments_are_bounded_through_the_real_client(host):
     async def session():
         from mcp import Client
-        async with Client(server_params(host.home), read_timeout_seconds=60) as c:
+        async with Client(server_params(host.home), read_timeout_seconds=60, mode="legacy") as c:
             huge = await c.call_tool("find_process", {"name": "x" * (1024 * 1024)})
             found = await c.call_tool("find_process", {"name": "sleeper"})
             done = await c.call_tool("finish", {"summary": "looked"})
@@ -421,7 +421,9 @@ def test_a_huge_tool_name_and_a_storm_of_blocked_calls_are_bounded(pulsed):
 
 # -- the gate across sessions, restarts and agent runs --------------------------------------------------------
 
-def client(home, agent: str | None = None, mode: str = "auto"):
+# The initialize handshake unless a test is about the era: it is what every agent CLI speaks, and a
+# 2026-07-28 connection has `pulsectl mcp` import the SDK (~1 s of CPU a session, on a CPU-bound suite).
+def client(home, agent: str | None = None, mode: str = "legacy"):
     from mcp import Client
     return Client(server_params(home, agent), read_timeout_seconds=60, mode=mode)
 
@@ -579,7 +581,7 @@ async def main(prompt):
         with open(os.environ["PROMPT_LOG"], "a") as f:
             f.write(json.dumps(prompt) + "\\n")
     server = StdioServerParameters(command=sys.argv[1], args=["mcp"], env=dict(os.environ))
-    async with Client(server, read_timeout_seconds=60) as c:
+    async with Client(server, read_timeout_seconds=60, mode="legacy") as c:
         if mode == "refused":          # a write before any look: the gate refuses it; then "I restarted it"
             await c.call_tool("restart_process", {"name": "sleeper"})
             await c.call_tool("finish", {"summary": "I restarted the sleeper"})

@@ -125,7 +125,7 @@ provider.shutdown()
 
 async def main():
     async with Client(StdioServerParameters(command=sys.argv[1], args=["mcp"], env=dict(os.environ)),
-                      read_timeout_seconds=60) as c:
+                      read_timeout_seconds=60, mode="legacy") as c:
         await c.call_tool("events", {"target": "boundary"})
         await c.call_tool("finish", {"summary": "looked"})
 
