@@ -23,13 +23,19 @@ support.CHILD_TMPDIR = Path(RUN_DIR) / "tmp"
 support.CHILD_TMPDIR.mkdir()
 os.environ["TMPDIR"] = str(support.CHILD_TMPDIR)
 support.GOLDEN_HOME = Path(RUN_DIR) / "golden" / "home"
+# What the test workers share for the run (the LiteLLM proxy): the controller's directory, which the
+# workers it starts inherit through the environment; the controller (or the only process) ends it all.
+SHARED_DIR = Path(os.environ.setdefault("PULSE_TEST_SHARED_DIR", str(Path(RUN_DIR) / "shared")))
+RUNS_THE_SESSION = not os.environ.get("PYTEST_XDIST_WORKER")
 # OpenClaw's directories outside any TMPDIR: removed at the end if the run made them, by the process
 # that ends last (xdist's controller, or the only one)
-OPENCLAW_MADE_HERE = [] if os.environ.get("PYTEST_XDIST_WORKER") else \
-    [path for path in realtools.OPENCLAW_OUTSIDE_TMPDIR if not path.exists()]
+OPENCLAW_MADE_HERE = [path for path in realtools.OPENCLAW_OUTSIDE_TMPDIR if not path.exists()] \
+    if RUNS_THE_SESSION else []
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if RUNS_THE_SESSION:
+        realtools.LiteLLM.stop_shared(SHARED_DIR / "litellm")
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     realtools.remove_openclaw_locks()
     for path in OPENCLAW_MADE_HERE:
@@ -168,19 +174,16 @@ def nats_server(tmp_path, tracker):
 
 
 @pytest.fixture(scope="session")
-def litellm(tmp_path_factory):
-    """One real LiteLLM proxy (mock_response "PONG") per test worker, started by the first realcli test
-    that asks for it (it takes ~10 s to start) and stopped when the worker ends: the agent CLIs' files
-    (tests/test_realcli_claude.py, ...) share it."""
+def litellm():
+    """The run's one real LiteLLM proxy (mock_response "PONG"), started by the first realcli test that
+    asks for it, in whichever test worker (it takes ~10 s to start), and stopped as the run ends: the
+    agent CLIs' files (tests/test_realcli_claude.py, ...) share it."""
     from realtools import LiteLLM, require_tools
     require_tools("litellm")
-    proxy = LiteLLM(tmp_path_factory.mktemp("litellm"))
     try:
-        proxy.start()
+        return LiteLLM.shared(SHARED_DIR / "litellm")
     except (RuntimeError, TimeoutError) as err:
         pytest.fail(str(err))
-    yield proxy
-    proxy.stop()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ Every wait has a deadline.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -150,9 +151,21 @@ def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """SIGTERM `proc`'s session (and whatever it started that left it), SIGKILL after `grace`;
     then reap it. Every process is addressed by pid; psutil checks each one's create time."""
     try:
-        family = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+        kill_family(psutil.Process(proc.pid), grace)
     except psutil.NoSuchProcess:
-        family = []
+        pass
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def kill_family(root: psutil.Process, grace: float = 5.0) -> None:
+    """SIGTERM `root` and its descendants, SIGKILL whichever outlive `grace`."""
+    try:
+        family = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
     for p in family:
         try:
             p.send_signal(signal.SIGTERM)
@@ -165,10 +178,6 @@ def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
         except psutil.NoSuchProcess:
             pass
     wait_exited(alive, timeout=5)
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 class Service:
@@ -252,7 +261,9 @@ class LiteLLM(Service):
         path.write_text(self.config())
         home = self.workdir / "home"
         home.mkdir(exist_ok=True)
-        env = {**clean_environ(), "HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        scratch = self.workdir / "tmp"           # not the TMPDIR of the test worker it may outlive
+        scratch.mkdir(exist_ok=True)
+        env = {**clean_environ(), "HOME": str(home), "TMPDIR": str(scratch), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", **offline_env()}
         self.spawn([str(tool("litellm")), "--config", str(path), "--host", "127.0.0.1", "--port", str(self.port)], env)
         if wait:
@@ -261,6 +272,37 @@ class LiteLLM(Service):
 
     def alive(self) -> bool:
         return (http_get(self.url + "/health/liveliness") or (0,))[0] == 200
+
+    # One proxy for a whole run, whichever test worker asks first: it takes ~12 s of CPU to start on a
+    # CPU-bound suite, and a mock model keeps no state between the agent CLIs' files that share it.
+    @classmethod
+    def shared(cls, workdir: Path) -> LiteLLM:
+        """The run's proxy in `workdir`: started by the first caller (the others wait on its lock),
+        found by the rest, started again if it died; stop_shared(workdir) ends it."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        record = workdir / "proxies.json"
+        with open(workdir / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            started = json.loads(record.read_text()) if record.exists() else []
+            if started and (proxy := cls(workdir, started[-1]["port"])).alive():
+                return proxy
+            proxy = cls(workdir).start()
+            started.append({"pid": proxy.proc.pid, "created": psutil.Process(proxy.proc.pid).create_time(),
+                            "port": proxy.port})
+            record.write_text(json.dumps(started))
+            return proxy
+
+    @staticmethod
+    def stop_shared(workdir: Path) -> None:
+        """Stop every proxy shared() started in `workdir` (by pid, its create time checked)."""
+        record = workdir / "proxies.json"
+        for entry in json.loads(record.read_text()) if record.exists() else []:
+            try:
+                root = psutil.Process(entry["pid"])
+                if root.create_time() == entry["created"]:
+                    kill_family(root)
+            except psutil.NoSuchProcess:
+                pass
 
 
 # -- a fake Anthropic endpoint -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pulse.agents import tasks
 from pulse.core import clock
@@ -120,15 +120,17 @@ def earlier_writes(conn, task: str, limit: int = 20) -> list[str]:
     return [text for _, text in sorted(lines)[-limit:]]
 
 
-def waiting(conn, agents: list | None, state) -> dict[str, Any] | None:
+def waiting(conn, agents: list | Callable[[], list | None] | None, state) -> dict[str, Any] | None:
     """Why a pending task is not handed out, or None: no agent may take it (reason `unassignable`,
-    pulse.agents.routing; `agents` None: not known, not said), or a spend limit said so since its last
-    event (a `spend-held` event, pulse.agents.spend: reason `budget`). The one answer of `pulsectl task
-    show`, the board and the task's page."""
+    pulse.agents.routing; `agents` None: not known, not said; a function: called only if the task is
+    pending), or a spend limit said so since its last event (a `spend-held` event, pulse.agents.spend:
+    reason `budget`). The one answer of `pulsectl task show`, the board and the task's page."""
     from pulse.agents import routing
     from pulse.store import eventsdb
     if state.status != TaskStatus.PENDING:
         return None
+    if callable(agents):       # read only for a pending task: `pulsectl task show` loads config.toml for it
+        agents = agents()
     if agents is not None and (why := routing.unassignable(agents, state)) is not None:
         return {"reason": "unassignable", "why": why}
     held = eventsdb.search_events(conn, types=[SpendEvent.HELD], target=state.id, limit=1)
@@ -138,7 +140,7 @@ def waiting(conn, agents: list | None, state) -> dict[str, Any] | None:
             "since": iso(held[0].ts), "agent": held[0].data.get("agent")}
 
 
-def task_view(conn, task: str, agents: list | None = None) -> dict[str, Any] | None:
+def task_view(conn, task: str, agents: list | Callable[[], list | None] | None = None) -> dict[str, Any] | None:
     """The task as `pulsectl task show --json` and /api/tasks/ID give it; None when there is none.
     `agents`: the configured [[agent]]s, to say why a pending task waits."""
     from pulse.store import eventsdb

@@ -27,9 +27,10 @@ def reload(ctx: Context, wait: float) -> None:
     """Have pulsed re-read config.toml, then say what came of it; exit 78 when it is refused, 1 when
     anything it set in motion failed."""
     try:
-        problems = unknown_kinds(ctx, configmod.load(ctx.paths.config))
+        config = configmod.load(ctx.paths.config)
     except configmod.ConfigError:
-        problems = []              # pulsed refuses it (recording a failed `reload` event), and says why
+        config = None              # pulsed refuses it (recording a failed `reload` event), and says why
+    problems = unknown_kinds(ctx, config) if config is not None else []
     if problems:
         for problem in problems:
             echo(REFUSED + problem, err=True)
@@ -46,7 +47,7 @@ def reload(ctx: Context, wait: float) -> None:
     if reply.reload is None or not wait:
         echo(reply.message)
         return
-    lines, failed = outcome(ctx, reply.reload, before, wait)
+    lines, failed = outcome(ctx, config or ctx.config(), reply.reload, before, wait)
     echo("reloaded" + ("" if lines else "; nothing to restart, start or stop"))
     for line in lines:
         echo(f"  {line}")
@@ -124,11 +125,12 @@ def added_line(conn, process: controlmsgs.ProcessStatus | None, name: str, at: f
     return f"[[process]] {name}: added; failed: not running after the wait", True
 
 
-def outcome(ctx: Context, done: controlmsgs.ReloadDone, before: dict[str, int | None], wait_s: float) -> tuple[list[str], bool]:
+def outcome(ctx: Context, config, done: controlmsgs.ReloadDone, before: dict[str, int | None],
+            wait_s: float) -> tuple[list[str], bool]:
     """The lines to print, in the order of the reload, and whether anything failed."""
     workers = {**{n: "restarted" for n in done.restarted}, **{n: "started" for n in done.started},
                **{n: "stopped" for n in done.stopped}}
-    restartable = {p.name for p in ctx.config().process if p.restart}
+    restartable = {p.name for p in config.process if p.restart}
     said: dict[str, tuple[str, bool]] = {f"[[process]] {n}": (f"[[process]] {n}: removed, left running "
                                                               "(keep_on_remove)", False) for n in done.processes_kept}
     deadline = time.monotonic() + wait_s

@@ -97,12 +97,15 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     import json
 
     from pulse.agents import taskview
-    from pulse.core import config as configmod
     conn = readonly(ctx)
-    try:
-        agents = configmod.load(ctx.paths.config).agent
-    except configmod.ConfigError:
-        agents = None               # show the task anyway; pulsectl check-config names what is wrong
+
+    def agents():
+        """The [[agent]]s, read only for a pending task (config.toml is most of the command's time)."""
+        from pulse.core import config as configmod
+        try:
+            return configmod.load(ctx.paths.config).agent
+        except configmod.ConfigError:
+            return None             # show the task anyway; pulsectl check-config names what is wrong
     try:
         view = taskview.task_view(conn, task, agents)
     except Exception as err:

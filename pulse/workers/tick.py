@@ -364,8 +364,11 @@ class TickWorker(Worker):
         self.events = eventsdb.open_events(self.paths.events_db)
         self.vitals = vitalsdb.open_vitals(self.paths.vitals_db)
         self.wake = self.socket(zmq.PULL, self.paths.endpoint("wake"), bind=True, handler=self.on_wake)
+        # RECONNECT_IVL as the doorbells': with zmq's 100 ms, a tick could wait that long after an engine
+        # restart before its first call reached the new engine
         self.engine_sock = self.socket(zmq.DEALER, self.paths.endpoint("engine"), bind=False, IMMEDIATE=1,
-                                       MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4)
+                                       MAXMSGSIZE=ENGINE_REPLY_MAX_BYTES, SNDHWM=4, RECONNECT_IVL=10,
+                                       RECONNECT_IVL_MAX=200)
         self.control = self.socket(zmq.DEALER, self.paths.endpoint("control"), bind=False)
         self.doorbell = self.socket(zmq.PUSH, self.paths.endpoint("doorbell"), bind=False, **client.DOORBELL)
         self.engine = EngineClient(self.engine_sock, t.engine_rpc_deadline_ms / 1000, self.poll)
