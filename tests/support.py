@@ -89,7 +89,7 @@ def wait_for(condition, timeout: float = 10.0, interval: float | None = None, wh
     polling takes at most half a core from the processes it waits for, on a 2-core machine. Without
     an `interval`, the checks start 10 ms apart and then come no more often than a tenth of the time
     waited so far (up to 50 ms): the suite is CPU-bound on 2 cores, and a wait of seconds polled every
-    10 ms took CPU from the very processes it waited for, to answer at most 5 ms sooner."""
+    10 ms took CPU from the very processes it waited for, to see the answer at most 40 ms sooner."""
     start = time.monotonic()
     deadline = start + timeout
     while True:

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import threading
 
+import psutil
 import pytest
 
 from pulse.engine import repo
@@ -268,6 +269,26 @@ def test_dev_mode_ending_any_way_returns_the_engine_to_main(pulsed, tracker, end
     pulsed.wait_replaced("engine", engine, timeout=5)
     wait_for(lambda: running_commit(pulsed) == main_head, 5, what="the engine back on main")
     assert "the engine runs staging" not in pulsed.ctl("status").stdout
+
+
+def test_a_dev_that_exited_is_not_live_while_its_parent_has_yet_to_reap_it(tmp_path):
+    """The engine loads staging while `pulsectl dev` lives: one killed, a zombie until its shell
+    reaps it, is over (an engine started in that moment loaded staging and asked for a second restart)."""
+    import signal
+
+    from pulse.core.home import dev_pid
+    paths = init_home(tmp_path / "home")
+    dev = subprocess.Popen(["sleep", "60"])
+    try:
+        paths.dev_marker.write_text(f"{dev.pid}\n")
+        assert dev_pid(paths) == dev.pid and repo.engine_root(paths) == paths.staging
+        dev.send_signal(signal.SIGKILL)
+        wait_for(lambda: psutil.Process(dev.pid).status() == psutil.STATUS_ZOMBIE, 5, what="a zombie")
+        assert dev_pid(paths) is None and repo.engine_root(paths) == paths.engine
+    finally:
+        dev.kill()
+        dev.wait(5)
+    assert dev_pid(paths) is None
 
 
 def test_a_refused_promote_shows_the_failing_assertion_and_leaves_staging_as_it_was(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import stat
 from pathlib import Path
 from typing import NamedTuple
@@ -256,13 +257,19 @@ def remove_runtime_dir(runtime: Path) -> bool:
 
 
 def dev_pid(paths: Paths) -> int | None:
-    """The pid of a live `pulsectl dev` on this home, or None."""
+    """The pid of a live `pulsectl dev` on this home, or None. One that has exited is not live while
+    its parent has yet to reap it: kill(pid, 0) still finds it then, and an engine started in that
+    moment loaded staging again, saw the end at once and asked for a second restart."""
     try:
         pid = int(paths.dev_marker.read_text().strip())
-        os.kill(pid, 0)
-        return pid
+        pidfd = os.pidfd_open(pid)
     except (OSError, ValueError):
         return None
+    try:
+        exited = select.select([pidfd], [], [], 0)[0]      # a pidfd is readable once its process exits
+    finally:
+        os.close(pidfd)
+    return None if exited else pid
 
 
 def write_web_token(paths: Paths) -> str:
