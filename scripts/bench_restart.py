@@ -12,8 +12,10 @@ Runs a real `pulsed` (the console script next to this interpreter) on temporary 
   6. with --peers: the same kill trial against supervisord and circus (installed into throwaway venvs);
   7. the common `pulsectl` commands' wall time, round-robin with `python -c pass` (the floor). Under an
      editable install (`pip install -e`) the floor includes setuptools' import finder (pathlib, re,
-     fnmatch: ~10 ms here) that a regular install, as the README's first command makes, does not
-     load; pulsectl imports most of it anyway, so the commands differ by ~1 ms, the floor by ~10.
+     fnmatch, importlib.util) that a regular install, as the README's first command makes, does not
+     load; pulsectl imports most of it anyway, so the commands differ by ~1 ms and the floor by
+     10-22 ms (17 ms against 39, median, on 2 cores). Run it with a regular install's python to
+     compare with the target.
 
 Every process it starts is tracked by pid (and create time) and stopped at the end, also on Ctrl-C,
 SIGTERM or an error. Progress goes to stderr; the figures to stdout (plus one JSON document with --json).
