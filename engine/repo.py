@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pulse.core import clock, procs
-from pulse.core.home import Paths, dev_pid
+from pulse.core.home import Paths, dev_marker_text
 from pulse.core.wire import eventmsgs
 from pulse.store import connection, eventsdb, objects
 
@@ -97,16 +97,11 @@ def locked(paths: Paths, timeout_s: float = LOCK_TIMEOUT_S):
 # -- dev mode --------------------------------------------------------------------------------------
 
 def enter_dev(paths: Paths, pid: int) -> None:
-    paths.dev_marker.write_text(f"{pid}\n")
+    paths.dev_marker.write_text(dev_marker_text(pid))
 
 
 def leave_dev(paths: Paths) -> None:
     paths.dev_marker.unlink(missing_ok=True)
-
-
-def engine_root(paths: Paths) -> Path:
-    """What the engine loads: staging while a `pulsectl dev` is alive, else main."""
-    return paths.staging if dev_pid(paths) is not None else paths.engine
 
 
 def dev_filter(change, path: str) -> bool:

@@ -38,10 +38,9 @@ from pulse.core.wire import codec, spawnmsgs
 
 # Each worker's module and class, from its child spec's entry: every module imported before any fork.
 PRELOAD = {name: tuple(spec.entry.split(":", 1)) for name, spec in CHILD_SPECS.items()}
-# Modules a worker imports only as it starts (the executor's gate, the engine's repo): imported here
-# once, not in every fork (tests/test_preload.py runs each worker's way to Ready to keep this true).
-LATE_IMPORTS = ("pulse.gate.server", "pulse.gate.sockets", "pulse.gate.tools", "pulse.gate.durable",
-                "pulse.engine.repo")
+# Modules a worker imports only as it starts (the executor's gate): imported here once, not in every
+# fork (tests/test_preload.py runs each worker's way to Ready to keep this true).
+LATE_IMPORTS = ("pulse.gate.server", "pulse.gate.sockets", "pulse.gate.tools", "pulse.gate.durable")
 TITLE = "pulse: forkserver"
 SPARE_TITLE = "pulse: spare"
 SPARE_AFTER_S = 0.2     # idle this long after a start, the forkserver forks the next spare

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import subprocess
 import threading
@@ -271,20 +273,30 @@ def test_dev_mode_ending_any_way_returns_the_engine_to_main(pulsed, tracker, end
     assert "the engine runs staging" not in pulsed.ctl("status").stdout
 
 
-def test_a_dev_that_exited_is_not_live_while_its_parent_has_yet_to_reap_it(tmp_path):
-    """The engine loads staging while `pulsectl dev` lives: one killed, a zombie until its shell
-    reaps it, is over (an engine started in that moment loaded staging and asked for a second restart)."""
+def test_a_dev_is_live_by_pid_and_start_not_when_a_zombie_nor_when_another_process_has_its_pid(tmp_path):
+    """The engine loads staging while `pulsectl dev` lives. One killed is over even as a zombie its
+    shell has yet to reap (an engine started in that moment loaded staging and asked for a second
+    restart); a marker whose pid now names another process (a dev killed with -9 leaves its marker,
+    and pids are reused) is over too."""
     import signal
 
-    from pulse.core.home import dev_pid
+    from pulse.core.home import dev_marker_text, dev_pid, dev_pidfd
     paths = init_home(tmp_path / "home")
     dev = subprocess.Popen(["sleep", "60"])
     try:
-        paths.dev_marker.write_text(f"{dev.pid}\n")
-        assert dev_pid(paths) == dev.pid and repo.engine_root(paths) == paths.staging
+        paths.dev_marker.write_text(dev_marker_text(dev.pid))
+        assert dev_pid(paths) == dev.pid
+        pidfd = dev_pidfd(paths)
+        assert pidfd is not None and not select.select([pidfd], [], [], 0)[0]
+        for stale in (f"{dev.pid}\n", f"{dev.pid} 1\n", "", "not a pid\n"):  # another start, none, garbage
+            paths.dev_marker.write_text(stale)
+            assert dev_pid(paths) is None and dev_pidfd(paths) is None, stale
+        paths.dev_marker.write_text(dev_marker_text(dev.pid))
         dev.send_signal(signal.SIGKILL)
         wait_for(lambda: psutil.Process(dev.pid).status() == psutil.STATUS_ZOMBIE, 5, what="a zombie")
-        assert dev_pid(paths) is None and repo.engine_root(paths) == paths.engine
+        assert select.select([pidfd], [], [], 0)[0], "the pidfd turns readable at the exit"
+        os.close(pidfd)
+        assert dev_pid(paths) is None and dev_pidfd(paths) is None
     finally:
         dev.kill()
         dev.wait(5)

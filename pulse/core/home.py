@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import stat
 from pathlib import Path
 from typing import NamedTuple
+
+from pulse.core.procs import proc_start
 
 # Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
 
@@ -134,7 +135,7 @@ class Paths(NamedTuple):   # not a dataclass: that imports inspect, a tenth of `
 
     @property
     def dev_marker(self) -> Path:
-        """Holds the pid of the `pulsectl dev` that has the engine run staging."""
+        """Holds the pid and start time of the `pulsectl dev` that has the engine run staging."""
         return self.home / "dev"
 
     @property
@@ -256,20 +257,42 @@ def remove_runtime_dir(runtime: Path) -> bool:
     return True
 
 
+def dev_marker_text(pid: int) -> str:
+    """What `pulsectl dev` writes in the home's dev marker: its pid and start time (procs.proc_start)."""
+    return f"{pid} {proc_start(pid)}\n"
+
+
 def dev_pid(paths: Paths) -> int | None:
-    """The pid of a live `pulsectl dev` on this home, or None. One that has exited is not live while
-    its parent has yet to reap it: kill(pid, 0) still finds it then, and an engine started in that
-    moment loaded staging again, saw the end at once and asked for a second restart."""
-    try:
-        pid = int(paths.dev_marker.read_text().strip())
-        pidfd = os.pidfd_open(pid)
-    except (OSError, ValueError):
+    """The pid of the live `pulsectl dev` on this home, or None. The marker names it by pid and start
+    time, so a process that took the pid of a dev killed with -9 (whose marker stays) is not taken for
+    it; nor is a dev that has exited while its parent has yet to reap it (kill(pid, 0) finds a zombie:
+    an engine started then loaded staging again, saw the end at once and asked for a second restart)."""
+    marked = _dev_marked(paths)
+    return marked[0] if marked is not None and proc_start(marked[0]) == marked[1] else None
+
+
+def dev_pidfd(paths: Paths) -> int | None:
+    """A pidfd of the live `pulsectl dev` on this home (dev_pid's judgement; the caller closes it), or
+    None. The start is read after the pidfd is open, so it is of the process the marker names."""
+    marked = _dev_marked(paths)
+    if marked is None:
         return None
     try:
-        exited = select.select([pidfd], [], [], 0)[0]      # a pidfd is readable once its process exits
-    finally:
+        pidfd = os.pidfd_open(marked[0])
+    except OSError:
+        return None
+    if proc_start(marked[0]) != marked[1]:
         os.close(pidfd)
-    return None if exited else pid
+        return None
+    return pidfd
+
+
+def _dev_marked(paths: Paths) -> tuple[int, str] | None:
+    try:
+        pid, _, started = paths.dev_marker.read_text().strip().partition(" ")
+        return int(pid), started
+    except (OSError, ValueError):
+        return None
 
 
 def write_web_token(paths: Paths) -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import msgspec  # pulsed has it loaded already; the stdlib json would be ~2.5 ms and more resident code
 
+from pulse.core.procs import proc_start
+
 SYSTEM_RUNTIME = Path("/run/pulsed")
 SYSTEM_REGISTRY = SYSTEM_RUNTIME / "instances"
 NAME_CHARS = "letters, digits and _ . @ -"
@@ -48,18 +50,6 @@ def registry_dir(runtime: Path) -> Path:
 def default_name(home: Path) -> str:
     """An instance's name when `[pulse] name` is unset: its home's folder name."""
     return home.name.lstrip(".") or "pulse"
-
-
-def proc_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None
-    when there is no such process: with the pid, it names one process across pid reuse."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat.rsplit(b")", 1)[1].split()
-    return None if fields[0] in (b"Z", b"X") else fields[19].decode()
 
 
 def boot_id() -> str | None:

@@ -16,6 +16,19 @@ if TYPE_CHECKING:
 PR_SET_PDEATHSIG = 1
 
 
+def proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None
+    when there is no such process or it has exited (a zombie): with the pid, it names one process
+    across pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[1].split()
+    return None if fields[0] in (b"Z", b"X") else fields[19].decode()
+
+
 _libc = None
 
 

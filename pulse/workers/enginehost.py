@@ -26,7 +26,7 @@ import msgspec
 import zmq
 
 from pulse.core import client, procs
-from pulse.core.home import dev_pid
+from pulse.core.home import dev_pidfd
 from pulse.core.wakepipe import drain, poke
 from pulse.core.wire import codec, controlmsgs, enginerpc
 from pulse.engine import loader
@@ -70,16 +70,13 @@ class EngineWorker(Worker):
     def open(self) -> None:
         limit_self(self.config.engine.address_space_mb, self.config.engine.oom_score_adj)
         self.events = eventsdb.open_events(self.paths.events_db)
-        from pulse.engine import repo  # late, after the address space limit (LATE_IMPORTS)
-        self.root, self.dev = repo.engine_root(self.paths), None
-        if self.root == self.paths.staging:
-            # Back to main as soon as that `pulsectl dev` ends, however it ends (SIGKILL runs no
-            # handler of its own): its pidfd becomes readable, and this engine asks to be replaced.
-            try:
-                self.dev = os.pidfd_open(dev_pid(self.paths) or 0)
-                self.handlers[self.dev] = self.on_dev_ended
-            except (OSError, ValueError):
-                self.root = self.paths.engine
+        # Staging while a `pulsectl dev` lives, and back to main as soon as it ends, however it ends
+        # (SIGKILL runs no handler of its own): its pidfd becomes readable, and this engine asks to
+        # be replaced.
+        self.dev = dev_pidfd(self.paths)
+        self.root = self.paths.engine if self.dev is None else self.paths.staging
+        if self.dev is not None:
+            self.handlers[self.dev] = self.on_dev_ended
         self.engine = loader.load(self.root)
         self.commit = loaded_commit(self.root)
         for error in self.engine.errors:
