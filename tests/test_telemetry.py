@@ -342,6 +342,29 @@ def test_the_fold_tracks_at_most_max_sources_and_counts_the_rest():
 
 # -- runs Pulse starts report to it ------------------------------------------------------------------
 
+def test_a_run_is_pointed_at_the_receiver_its_file_names_only_while_that_very_process_lives(tmp_path):
+    """telemetry.json names the receiver by pid and start time: a file a killed receiver left, whose
+    pid another process now has (or that names none), points no run at a port nobody serves."""
+    import os
+    import subprocess
+
+    from pulse.agents import otel
+    from pulse.core import procs
+    info, token = tmp_path / "telemetry.json", tmp_path / "telemetry.token"
+    token.write_text("secret\n")
+    look = lambda: otel.receiver(info, token, "eff-1", "task-3", "claude")  # noqa: E731
+    me = os.getpid()
+    info.write_text(json.dumps({"url": "http://127.0.0.1:4318", "pid": me, "proc_start": procs.proc_start(me)}))
+    found = look()
+    assert found is not None and found.url == "http://127.0.0.1:4318" and found.token == otel.run_token("secret", "eff-1")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for stale in ({"pid": me, "proc_start": "1"}, {"pid": me}, {"pid": gone.pid, "proc_start": procs.proc_start(me)}):
+        info.write_text(json.dumps({"url": "http://127.0.0.1:4318", **stale}))
+        assert look() is None, stale
+
+
+
 def claude_invocation(env: dict | None = None):
     from pulse.agents import adapters
     from pulse.core.config import Agent

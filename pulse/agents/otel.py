@@ -18,10 +18,11 @@ added to its OTEL_RESOURCE_ATTRIBUTES, so the operator's own collector can tell 
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+
+from pulse.core import procs
 
 # Imports inside functions: hashlib and hmac (~3-4 ms, OpenSSL) only for a run's trace ids: every
 # adapter imports this module.
@@ -64,10 +65,12 @@ def run_token(secret: str, run: str) -> str:
 
 def receiver(telemetry_file: Path, token_file: Path, run: str, task: str, agent: str) -> Receiver | None:
     """The running receiver, from what it wrote in the runtime directory; None when there is none
-    (not enabled, stopped, or a file its dead predecessor left)."""
+    (not enabled, stopped, or a file its dead predecessor left: the pid and start time it names are
+    no live process's)."""
     try:
         info = json.loads(telemetry_file.read_text())
-        os.kill(int(info["pid"]), 0)
+        if procs.proc_start(int(info["pid"])) != info["proc_start"]:
+            return None
         url = str(info["url"])
         secret = token_file.read_text().strip() or None
     except (OSError, ValueError, KeyError, TypeError):

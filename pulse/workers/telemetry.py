@@ -35,6 +35,7 @@ import time
 import zlib
 
 from pulse.core import config as configmod
+from pulse.core import procs
 from pulse.core.wire import eventmsgs
 from pulse.store import eventsdb
 from pulse.workers.harness import Worker
@@ -339,7 +340,8 @@ class TelemetryWorker(Worker):
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"url": self.url(), "pid": os.getpid(), "token_required": self.remote}, f)
+            json.dump({"url": self.url(), "pid": os.getpid(), "proc_start": procs.proc_start(os.getpid()),
+                       "token_required": self.remote}, f)
         os.replace(tmp, path)
 
     def take_queue(self) -> None:
