@@ -175,6 +175,14 @@ def test_run_process_outside_a_daemon(tmp_path):
 
     code, out, timed_out = kinds.run_process([PY, "-c", "print('x' * 5000)"], ctx())
     assert (code, len(out), timed_out) == (0, 5001, False)
+    # what the claim records: that a process is starting, before it can run (it may run before Popen
+    # returns, and its executor die then), then its group
+    ran, told = tmp_path / "ran", []
+    recording = ctx()
+    recording.starting = lambda: told.append(("starting", ran.exists()))
+    recording.started = lambda pgid: told.append(("started", pgid))
+    kinds.run_process(["touch", str(ran)], recording)
+    assert told[0] == ("starting", False) and told[1][0] == "started" and told[1][1] > 0 and len(told) == 2
     t0 = time.monotonic()
     code, out, timed_out = kinds.run_process(["sh", "-c", "sleep 300 & echo $!; wait"], ctx())
     assert timed_out and code is None and 0.9 < time.monotonic() - t0 < 2
@@ -271,8 +279,8 @@ def test_expired_effects_are_recorded_not_run(pulsed):
 def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     """Claimed by a dead executor: its process group is killed first, then idempotent → run again,
     not idempotent → failed, `interrupted-after-start` if it may have acted (its process group was
-    recorded, or its kind runs no process), else `interrupted-before-start`. A live claimer's effect
-    is left alone."""
+    recorded, or that it was starting one, or its kind runs no process), else
+    `interrupted-before-start`. A live claimer's effect is left alone."""
     ensure_home(pulsed.home)
     out = tmp_path / "ran.txt"
     append = [PY, "-c", "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')", str(out)]
@@ -280,8 +288,9 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     again = effect("exec", argv=append + ["again"], idempotent=True)
     predates = effect("noop")
     unstarted = effect("exec", argv=append + ["unstarted"])
+    spawning = effect("exec", argv=append + ["spawning"])   # its executor died between the fork and the record
     live = effect("noop")
-    commit(pulsed.home, once, again, unstarted, live)
+    commit(pulsed.home, once, again, unstarted, spawning, live)
     commit(pulsed.home, predates, now=time.time() + 10)    # created "after" the process below started
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -290,8 +299,9 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     unrelated = subprocess.Popen(["sleep", "301"], process_group=0)  # its group id, recorded, got "reused"
     pulsed.tracker.add(leftover.pid, unrelated.pid)
     conn = eventsdb.open_events(pulsed.home / "events.db")
-    for e in (once, again, predates, unstarted):
+    for e in (once, again, predates, unstarted, spawning):
         assert effectqueue.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
+    effectqueue.record_pgid(conn, spawning.id, effectqueue.SPAWNING)
     effectqueue.record_pgid(conn, once.id, leftover.pid)
     effectqueue.record_pgid(conn, predates.id, unrelated.pid)
     assert effectqueue.claim_effect(conn, live.id, claimer_id(), "test") is not None
@@ -302,6 +312,8 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     assert failed["data"]["dead_claimer"] == dead_claimer and failed["data"]["may_have_acted"]
     never = wait_end(pulsed, unstarted.id)["data"]      # claimed, but no process group was ever recorded
     assert never["reason"] == "interrupted-before-start" and not never["may_have_acted"]
+    maybe = wait_end(pulsed, spawning.id)["data"]       # its process may have run: said so, nothing killed
+    assert maybe["reason"] == "interrupted-after-start" and maybe["may_have_acted"]
     assert leftover.wait(5) == -signal.SIGKILL
     assert wait_end(pulsed, again.id)["type"] == "effect-acked"
     assert history(pulsed, again.id) == ["effect", "effect-executing", "effect-failed(requeued)",

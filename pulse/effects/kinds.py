@@ -123,7 +123,8 @@ class EffectContext:
     objects: Path
     timeout_s: float                                            # this effect may run this long
     paths: Paths | None = None                                  # the home, for the repairs that act on it
-    started: Callable[[int], None] = lambda pgid: None          # record a process group in the claim
+    starting: Callable[[], None] = lambda: None                 # record in the claim that a process is being started
+    started: Callable[[int], None] = lambda pgid: None          # record its process group in the claim
     # An effect that acts in steps records each step done as an event about it, committed at once,
     # and skips the steps recorded when it runs again (a retry, or after its executor died): a
     # notification is sent once per channel that took it.
@@ -189,13 +190,15 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
 
     `on_output`: called whenever output arrives (an agent run's stall watch: output is a sign of life).
 
-    The group is recorded (ctx.started) before waiting. At the timeout, or once the
+    That a process is being started is recorded (ctx.starting) before the fork, and its group
+    (ctx.started) before waiting: the child may run before Popen returns. At the timeout, or once the
     leader has exited, whatever is left of the group is killed; the leader is reaped
     only after that, so until then the group id cannot have been reused."""
     timeout_s = ctx.timeout_s if timeout_s is None else timeout_s
     deadline = min(ctx.deadline, time.monotonic() + timeout_s)
     switch = {"user": account[0], "group": account[1], "extra_groups": list(extra_groups)} if account is not None else {}
     setup = procs.child_dies_with_parent if preexec is None else (lambda: (procs.child_dies_with_parent(), preexec()))
+    ctx.starting()
     try:
         proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True, **switch,
                                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,

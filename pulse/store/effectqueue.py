@@ -141,8 +141,15 @@ def claim_effect(conn: sqlite3.Connection, effect_id: str, claimer: str, source:
         return effect
 
 
+# The pgid of a claim whose process is being started, its group not known yet: an executor that dies
+# before it records the group may have started the process all the same (the child can run before
+# Popen returns), so its successor must not say the effect never ran.
+SPAWNING = 0
+
+
 def record_pgid(conn: sqlite3.Connection, effect_id: str, pgid: int) -> None:
-    """The process group an executing effect started, so a successor can kill or await it."""
+    """The process group an executing effect started (or SPAWNING, just before it starts one), so a
+    successor can kill or await it, and knows whether it may have acted."""
     with Transaction(conn):
         conn.execute("UPDATE effects SET pgid = ? WHERE id = ? AND state = 'executing'", (pgid, effect_id))
 

@@ -510,6 +510,7 @@ class ExecutorWorker(Worker):
         ctx = kinds.EffectContext(self.config, self.objects,
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
                                 paths=self.paths,
+                                starting=lambda: effectqueue.record_pgid(conn, effect.id, effectqueue.SPAWNING),
                                 started=lambda pgid: effectqueue.record_pgid(conn, effect.id, pgid),
                                 record=functools.partial(self.record_fact, conn, effect),
                                 recorded=lambda type_: eventsdb.effect_facts(conn, effect.id, type_),
@@ -563,7 +564,7 @@ class ExecutorWorker(Worker):
 
     def settle_orphan(self, effect: enginerpc.Effect, claimer: str | None, pgid: int | None,
                       conn: sqlite3.Connection) -> Done:
-        if pgid is not None and not kinds.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):
+        if pgid and not kinds.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):   # SPAWNING: none known
             self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",
                              effect.id, pgid, claimer)
             return Done(effect.id, "kept")
@@ -577,7 +578,8 @@ class ExecutorWorker(Worker):
                               claimer)
             return Done(effect.id, "requeued" if requeued else "lost")
         # Whether it may have acted: a kind that acts through a process had started one only if the
-        # claim recorded its group; any other kind's code may have run once it was claimed.
+        # claim recorded its group or that it was starting one (SPAWNING); any other kind's code may
+        # have run once it was claimed.
         started = pgid is not None or kind is None or not kind.starts_process
         reason = "interrupted-after-start" if started else "interrupted-before-start"
         what = "while it ran; it may have acted" if started else "before its process started"
