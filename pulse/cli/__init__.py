@@ -16,7 +16,8 @@ import gc
 import os
 import sys
 
-from pulse.cli.launch import global_options, import_msgspec
+from pulse.cli.launch import global_options
+from pulse.core.leanimport import import_msgspec
 
 # Imports inside functions: main() imports only the path it takes: a plain `pulsectl mcp` loads neither
 # click nor the status view, a plain status no click (tests/test_cli_imports.py holds both).

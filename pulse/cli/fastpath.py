@@ -22,7 +22,8 @@ import sys
 from typing import Callable, NamedTuple
 
 from pulse import __version__
-from pulse.cli.launch import global_options, import_msgspec
+from pulse.cli.launch import global_options
+from pulse.core.leanimport import import_msgspec
 
 FLAG, VALUE, INT, FLOAT, MULTI = "flag", "value", "int", "float", "multi"
 

@@ -11,7 +11,8 @@ import click
 from pulse import __version__
 from pulse.cli.commandtable import COMMAND_MODULES, SHORT_HELP
 from pulse.cli.context import Context, unusable_store
-from pulse.cli.launch import DEFAULT_TIMEOUT_S, home_of, import_msgspec
+from pulse.cli.launch import DEFAULT_TIMEOUT_S, home_of
+from pulse.core.leanimport import import_msgspec
 
 pass_ctx = click.make_pass_decorator(Context)
 

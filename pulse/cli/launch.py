@@ -1,7 +1,7 @@
 """What every path of pulsectl shares, with click or without (pulse.cli.main, pulse.cli.fastpath, the
 click group): reaching a pulsed (which one: the registries, -i NAME; asking it; what to say when it
-does not answer), pulsectl's own options read from argv, and msgspec imported without
-typing_extensions. Below every other module of pulse.cli, importing none of them."""
+does not answer), and pulsectl's own options read from argv. Below every other module of
+pulse.cli, importing none of them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 # Imports inside functions: the plain status path and pulsectl's fast path import this module; each
 # function imports what only it needs when it runs (pulse.core.client: libzmq ~18 ms; instances only
-# when pulsed does not answer or -i is given; msgspec under import_msgspec's own terms).
+# when pulsed does not answer or -i is given; msgspec under pulse.core.leanimport's terms).
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -91,16 +91,3 @@ def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | Non
     if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
         return None                  # click refuses a PULSE_HOME that names a file
     return home, timeout, args
-
-
-def import_msgspec() -> None:
-    """msgspec uses typing_extensions when it is installed (mcp brings it in), and importing it costs
-    ~11 ms, inspect included; no type of ours needs it, so msgspec is imported without it. Only
-    msgspec: a command that needs typing_extensions itself (mcp) imports it as usual."""
-    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
-        return
-    sys.modules["typing_extensions"] = None
-    try:
-        import msgspec  # noqa: F401
-    finally:
-        del sys.modules["typing_extensions"]
