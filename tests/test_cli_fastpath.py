@@ -15,9 +15,12 @@ from test_cli_imports import HEAVY, imported
 
 from pulse.cli import fastpath
 from pulse.cli.group import cli
+from pulse.core.wire import eventmsgs
+from pulse.store import eventsdb
 from support import init_home
 
 CLICK_ONLY = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli.group import cli; cli()"
+OFFERED = "gw_node-3-0123456789ab"
 ENTRY = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"
 
 
@@ -35,6 +38,10 @@ def home(tmp_path_factory):
     init_home(home)
     for title in ("first", "second \x1b[31mred\x1b[0m"):
         assert run(ENTRY, home, "task", "add", "--project", "p", "--title", title, "--prompt", "x")[0] == 0
+    conn = eventsdb.open_events(home / "events.db")      # a task this host offered to the fleet
+    eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_OFFERED, "pulsectl", OFFERED,
+                                                      {"title": "far", "project": "p", "prompt": "x"})])
+    conn.close()
     return home
 
 
@@ -50,6 +57,8 @@ SERVED = [
     ["process", "list"], ["process", "list", "--json"],
     ["reload"], ["reload", "--wait", "0"], ["reload", "--wait=2.5"],
     ["task", "show", "1"], ["task", "show", "task-2", "--json"], ["task", "show", "--json", "2"], ["task", "show", "99"],
+    ["task", "show", "gw_node-3-0123456789ab"], ["task", "show", "gw_node-3-0123456789ab", "--json"],
+    ["task", "show", "gw_node-3-00000000000f"],
     ["--timeout", "2", "task", "list"], ["--timeout=2", "effects"],
     ["restart", "engine"], ["restart", "--no-wait", "tick"], ["start", "watcher", "--wait", "2"],
     ["stop", "executor", "--wait=1"], ["stop"], ["stop", "--no-wait"],
@@ -68,7 +77,7 @@ LEFT = [
     ["process", "list", "--jsn"], ["process", "lst"],
     ["reload", "--wait", "soon"], ["reload", "--wait"], ["reload", "--wait", "-1"], ["reload", "now"],
     ["task", "show"], ["task", "show", "x"], ["task", "show", "1", "2"], ["task", "show", "-1"],
-    ["task", "show", "gw_node-3-0123456789ab"], ["task", "show", "1", "--help"],
+    ["task", "show", "gw_node-3-0123456789a"], ["task", "show", "1", "--help"],
     ["restart"], ["restart", "nope"], ["start", "engine", "--help"], ["stop", "engine", "tick"],
     ["restart", "engine", "--wait", "x"], ["stop", "--wait"], ["start", "engine", "--no-wait=1"],
 ]

@@ -70,14 +70,16 @@ def _events_sound(params: dict) -> bool:
     return True
 
 
-def _task_of_this_host(params: dict) -> bool:
-    """`task show`'s TASK as its click callback reads it; a fleet id, or anything else, is click's."""
+def _task_or_fleet_id(params: dict) -> bool:
+    """`task show`'s TASK as its click callback reads it (a task of this host, or a fleet id); anything
+    else is click's to say."""
     from pulse.agents.tasks import parse_task_id  # with msgspec and the wire, ~10 ms: only `task show` checks it
+    from pulse.cli.taskverbs import fleet_id
     try:
         params["task"] = parse_task_id(params["task"])
     except ValueError:
-        return False
-    return True
+        params["task"] = fleet_id(params["task"])
+    return params["task"] is not None
 
 
 def _steerable(params: dict) -> bool:
@@ -99,7 +101,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         required=("project", "title", "prompt"), run="taskverbs:add"),
     ("task", "list"): Command(
         _opts((("--status",), Option("statuses", MULTI)), JSON), check=_task_statuses, run="taskverbs:list_all"),
-    ("task", "show"): Command(_opts(JSON), argument="task", check=_task_of_this_host, run="taskverbs:show"),
+    ("task", "show"): Command(_opts(JSON), argument="task", check=_task_or_fleet_id, run="taskverbs:show"),
     ("events",): Command(
         _opts((("--type",), Option("types", MULTI)), (("--since",), Option("since", VALUE)),
               (("-n", "--lines"), Option("lines", INT, 50)), (("-f", "--follow"), Option("follow", FLAG, False)),

@@ -14,6 +14,7 @@ import click
 
 from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
+from pulse.cli.taskverbs import read_fleet_events
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
 # its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
@@ -221,14 +222,6 @@ def withdraw(conn, fleet_id: str) -> None:
     eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])
     click.echo(f"{fleet_id}: withdrawn" + (f" (its run on {running} ends as it will, and is not offered again)"
                                            if running else ""))
-
-
-def read_fleet_events(conn, fleet_id: str) -> list:
-    """One fleet task's events, oldest first."""
-    from pulse.core.wire import eventmsgs
-    from pulse.store import eventsdb
-    types = list(eventmsgs.FLEET_TASK_EVENTS)
-    return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)
 
 
 def task_row(view: dict) -> tuple[str, ...]:

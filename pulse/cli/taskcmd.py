@@ -7,9 +7,6 @@ and nothing is written. Exit codes: 0 done; 1 refused or no such task; 2 usage.
 
 from __future__ import annotations
 
-import json
-import re
-
 import click
 
 from pulse.cli import taskverbs
@@ -40,8 +37,8 @@ def _task_or_fleet_arg(ctx, param, value: str) -> str:
     try:
         return parse_task_id(value)
     except ValueError as err:
-        if re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{12}", value.strip()):
-            return value.strip()
+        if (fleet_id := taskverbs.fleet_id(value)) is not None:
+            return fleet_id
         raise click.BadParameter(f"{err}, or a fleet id such as gw_node-3-0123456789ab") from None
 
 
@@ -94,25 +91,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
     """One task: its fields, every attempt with its outcome, cost and tokens, and its gate calls. A
     fleet id (`task add --fleet`): which hosts took it, its state there, its outcome, or its
     dead-letter record."""
-    if task.startswith("task-"):
-        return taskverbs.show(ctx, task, as_json)
-    show_fleet(_readonly(ctx), task, as_json)
-
-
-def show_fleet(conn, fleet_id: str, as_json: bool) -> None:
-    """A task this host offered to the fleet, from the reports of the hosts that took it, which this
-    host's fleet worker recorded in events.db: pulsectl never talks to NATS for it."""
-    from pulse.agents import taskview
-    from pulse.cli.fleetcmd import read_fleet_events
-    view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
-    if view is None:
-        fail(f"{fleet_id}: no such fleet task offered from this host")
-    if as_json:
-        click.echo(json.dumps(view, default=str))
-        return
-    for line in taskview.fleet_view_lines(view):
-        click.echo(line)
-
+    taskverbs.show(ctx, task, as_json)
 
 
 @task.command()

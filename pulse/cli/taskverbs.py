@@ -1,9 +1,10 @@
-"""`pulsectl task add`, `task list` and `task show` (of a task of this host) themselves, click-free:
-pulse.cli.taskcmd declares them to click, pulse.cli.fastpath runs them without it (they are what
-operators and scripts run in loops)."""
+"""`pulsectl task add`, `task list` and `task show` (of a task of this host, or of one it offered to the
+fleet) themselves, click-free: pulse.cli.taskcmd declares them to click, pulse.cli.fastpath runs them
+without it (they are what operators and scripts run in loops)."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 from pulse.cli.context import Context, echo, fail
@@ -92,11 +93,19 @@ def list_all(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
         echo(line(t))
 
 
+def fleet_id(text: str) -> str | None:
+    """The fleet id `task add --fleet` printed (<host token>-<12 hex digits>) in `text`, else None."""
+    return text.strip() if re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{12}", text.strip()) else None
+
+
 def show(ctx: Context, task: str, as_json: bool) -> None:
-    """One task of this host (`task-N`), as the page's task page shows it (pulse.agents.taskview)."""
+    """One task: of this host (`task-N`), as the page's task page shows it (pulse.agents.taskview), or
+    one this host offered to the fleet (its fleet id)."""
     import json
 
     from pulse.agents import taskview
+    if not task.startswith("task-"):
+        return show_fleet(readonly(ctx), task, as_json)
     conn = readonly(ctx)
 
     def agents():
@@ -121,6 +130,30 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         return
     for text in show_lines(view):
         echo(text)
+
+
+def show_fleet(conn, fleet_id: str, as_json: bool) -> None:
+    """A task this host offered to the fleet, from the reports of the hosts that took it, which this
+    host's fleet worker recorded in events.db: pulsectl never talks to NATS for it."""
+    import json
+
+    from pulse.agents import taskview
+    view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
+    if view is None:
+        fail(f"{fleet_id}: no such fleet task offered from this host")
+    if as_json:
+        echo(json.dumps(view, default=str))
+        return
+    for text in taskview.fleet_view_lines(view):
+        echo(text)
+
+
+def read_fleet_events(conn, fleet_id: str) -> list:
+    """One fleet task's events, oldest first."""
+    from pulse.core.wire import eventmsgs
+    from pulse.store import eventsdb
+    types = list(eventmsgs.FLEET_TASK_EVENTS)
+    return sorted(eventsdb.search_events(conn, types=types, target=fleet_id, limit=100_000), key=lambda e: e.id)
 
 
 def show_lines(view: dict) -> list[str]:
