@@ -176,13 +176,15 @@ def test_run_process_outside_a_daemon(tmp_path):
     code, out, timed_out = kinds.run_process([PY, "-c", "print('x' * 5000)"], ctx())
     assert (code, len(out), timed_out) == (0, 5001, False)
     # what the claim records: that a process is starting, before it can run (it may run before Popen
-    # returns, and its executor die then), then its group
+    # returns, and its executor die then), then its group; the process carries the effect's mark
     ran, told = tmp_path / "ran", []
     recording = ctx()
+    recording.effect_id = "eff-1"
     recording.starting = lambda: told.append(("starting", ran.exists()))
     recording.started = lambda pgid: told.append(("started", pgid))
-    kinds.run_process(["touch", str(ran)], recording)
+    code, out, _ = kinds.run_process(["sh", "-c", f'touch {ran}; echo "${kinds.EFFECT_MARK}"'], recording)
     assert told[0] == ("starting", False) and told[1][0] == "started" and told[1][1] > 0 and len(told) == 2
+    assert (code, out) == (0, b"eff-1\n")
     t0 = time.monotonic()
     code, out, timed_out = kinds.run_process(["sh", "-c", "sleep 300 & echo $!; wait"], ctx())
     assert timed_out and code is None and 0.9 < time.monotonic() - t0 < 2
@@ -297,7 +299,9 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     dead_claimer = f"{dead.pid}:1@{boot_id()}"
     leftover = subprocess.Popen(["sleep", "300"], process_group=0)   # what the dead executor's effect left
     unrelated = subprocess.Popen(["sleep", "301"], process_group=0)  # its group id, recorded, got "reused"
-    pulsed.tracker.add(leftover.pid, unrelated.pid)
+    # what the spawning one started, known by the effect's mark alone
+    started = subprocess.Popen(["sleep", "302"], process_group=0, env={**os.environ, kinds.EFFECT_MARK: spawning.id})
+    pulsed.tracker.add(leftover.pid, unrelated.pid, started.pid)
     conn = eventsdb.open_events(pulsed.home / "events.db")
     for e in (once, again, predates, unstarted, spawning):
         assert effectqueue.claim_effect(conn, e.id, dead_claimer, "dead-executor") is not None
@@ -312,8 +316,9 @@ def test_orphans_are_settled_when_the_executor_starts(pulsed, tmp_path):
     assert failed["data"]["dead_claimer"] == dead_claimer and failed["data"]["may_have_acted"]
     never = wait_end(pulsed, unstarted.id)["data"]      # claimed, but no process group was ever recorded
     assert never["reason"] == "interrupted-before-start" and not never["may_have_acted"]
-    maybe = wait_end(pulsed, spawning.id)["data"]       # its process may have run: said so, nothing killed
+    maybe = wait_end(pulsed, spawning.id)["data"]       # its process may have run: said so, and it is ended
     assert maybe["reason"] == "interrupted-after-start" and maybe["may_have_acted"]
+    assert started.wait(5) == -signal.SIGKILL
     assert leftover.wait(5) == -signal.SIGKILL
     assert wait_end(pulsed, again.id)["type"] == "effect-acked"
     assert history(pulsed, again.id) == ["effect", "effect-executing", "effect-failed(requeued)",

@@ -123,6 +123,7 @@ class EffectContext:
     objects: Path
     timeout_s: float                                            # this effect may run this long
     paths: Paths | None = None                                  # the home, for the repairs that act on it
+    effect_id: str | None = None                                # marks the processes it starts (EFFECT_MARK)
     starting: Callable[[], None] = lambda: None                 # record in the claim that a process is being started
     started: Callable[[int], None] = lambda pgid: None          # record its process group in the claim
     # An effect that acts in steps records each step done as an event about it, committed at once,
@@ -191,16 +192,18 @@ def run_process(argv: Sequence[str], ctx: EffectContext, *, env: dict | None = N
     `on_output`: called whenever output arrives (an agent run's stall watch: output is a sign of life).
 
     That a process is being started is recorded (ctx.starting) before the fork, and its group
-    (ctx.started) before waiting: the child may run before Popen returns. At the timeout, or once the
-    leader has exited, whatever is left of the group is killed; the leader is reaped
-    only after that, so until then the group id cannot have been reused."""
+    (ctx.started) before waiting: the child may run before Popen returns. It carries the effect's id
+    (EFFECT_MARK), by which a successor finds what it left when the group was never recorded. At the
+    timeout, or once the leader has exited, whatever is left of the group is killed; the leader is
+    reaped only after that, so until then the group id cannot have been reused."""
     timeout_s = ctx.timeout_s if timeout_s is None else timeout_s
     deadline = min(ctx.deadline, time.monotonic() + timeout_s)
     switch = {"user": account[0], "group": account[1], "extra_groups": list(extra_groups)} if account is not None else {}
     setup = procs.child_dies_with_parent if preexec is None else (lambda: (procs.child_dies_with_parent(), preexec()))
     ctx.starting()
+    marked = {**(env or {}), EFFECT_MARK: ctx.effect_id} if ctx.effect_id is not None else env
     try:
-        proc = subprocess.Popen(list(argv), env=child_env(env), cwd=cwd, process_group=0, close_fds=True, **switch,
+        proc = subprocess.Popen(list(argv), env=child_env(marked), cwd=cwd, process_group=0, close_fds=True, **switch,
                                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if stderr is None else subprocess.PIPE,
@@ -397,12 +400,14 @@ def _wait_gone(victims: Sequence[psutil.Process], timeout_s: float) -> list[psut
 
 
 RUN_MARK = "PULSE_RUN"    # in the environment of every process an agent run starts: the run's effect id
+EFFECT_MARK = "PULSE_EFFECT"  # ... and of every process an effect starts (run_process): the effect's id
 
 
-def stop_marked(run: str, timeout_s: float = 5.0) -> int:
-    """Kill every process that carries RUN_MARK=`run` in its environment, and wait until it is gone:
-    what a run left behind outside its process group (setsid, a double fork) once the run has ended.
-    How many there were. (A process that scrubbed its environment as well is out of reach here; the
+def stop_marked(run: str, timeout_s: float = 5.0, mark: str = RUN_MARK) -> int:
+    """Kill every process that carries `mark`=`run` in its environment, and wait until it is gone:
+    what a run left behind outside its process group (setsid, a double fork) once the run has ended,
+    or what an effect left when its executor died before it recorded the group (EFFECT_MARK). How
+    many there were. (A process that scrubbed its environment as well is out of reach here; the
     run's own account, [[agent]] user, is the boundary for that.)"""
     mine = os.getpid()
     marked = []
@@ -410,7 +415,7 @@ def stop_marked(run: str, timeout_s: float = 5.0) -> int:
         if proc.pid == mine:
             continue
         try:
-            if proc.environ().get(RUN_MARK) == run:
+            if proc.environ().get(mark) == run:
                 marked.append(proc)
         except psutil.Error:             # gone, a zombie, or another user's
             continue

@@ -509,7 +509,7 @@ class ExecutorWorker(Worker):
             return Done(effect.id, "lost")
         ctx = kinds.EffectContext(self.config, self.objects,
                                 kinds.effect_timeout(effect, self.config.timings.effect_timeout_s),
-                                paths=self.paths,
+                                paths=self.paths, effect_id=effect.id,
                                 starting=lambda: effectqueue.record_pgid(conn, effect.id, effectqueue.SPAWNING),
                                 started=lambda pgid: effectqueue.record_pgid(conn, effect.id, pgid),
                                 record=functools.partial(self.record_fact, conn, effect),
@@ -564,10 +564,16 @@ class ExecutorWorker(Worker):
 
     def settle_orphan(self, effect: enginerpc.Effect, claimer: str | None, pgid: int | None,
                       conn: sqlite3.Connection) -> Done:
-        if pgid and not kinds.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):   # SPAWNING: none known
+        if pgid and not kinds.end_group(pgid, not_before=effect.created - CLOCK_SLACK_S):
             self.log.warning("effect %s: process group %d of dead claimer %s is still alive; settled later",
                              effect.id, pgid, claimer)
             return Done(effect.id, "kept")
+        if pgid == effectqueue.SPAWNING:    # its group never recorded: what it started, by the effect's mark
+            try:
+                kinds.stop_marked(effect.id, mark=kinds.EFFECT_MARK)
+            except kinds.EffectFailed as err:
+                self.log.warning("effect %s of dead claimer %s: %s; settled later", effect.id, claimer, err.error)
+                return Done(effect.id, "kept")
         kind = registry.get(effect.kind)
         if kind is not None and kind.settle_orphan is not None:
             kind.settle_orphan(effect, conn, self.config)   # e.g. agent-run: its task back to pending
