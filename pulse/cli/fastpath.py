@@ -73,13 +73,12 @@ def _events_sound(params: dict) -> bool:
 def _task_or_fleet_id(params: dict) -> bool:
     """`task show`'s TASK as its click callback reads it (a task of this host, or a fleet id); anything
     else is click's to say."""
-    from pulse.agents.tasks import parse_task_id  # with msgspec and the wire, ~10 ms: only `task show` checks it
-    from pulse.cli.taskverbs import fleet_id
+    from pulse.cli.taskverbs import task_or_fleet_id  # the task verbs' module: only `task show` checks it
     try:
-        params["task"] = parse_task_id(params["task"])
+        params["task"] = task_or_fleet_id(params["task"])
     except ValueError:
-        params["task"] = fleet_id(params["task"])
-    return params["task"] is not None
+        return False
+    return True
 
 
 def _steerable(params: dict) -> bool:

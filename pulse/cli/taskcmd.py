@@ -32,14 +32,11 @@ task_arg = click.argument("task", callback=_task_arg)
 
 
 def _task_or_fleet_arg(ctx, param, value: str) -> str:
-    """A task id, or the fleet id `task add --fleet` printed (<host token>-<12 hex digits>)."""
-    from pulse.agents.tasks import parse_task_id
+    """A task id, or the fleet id `task add --fleet` printed (taskverbs.task_or_fleet_id)."""
     try:
-        return parse_task_id(value)
+        return taskverbs.task_or_fleet_id(value)
     except ValueError as err:
-        if (fleet_id := taskverbs.fleet_id(value)) is not None:
-            return fleet_id
-        raise click.BadParameter(f"{err}, or a fleet id such as gw_node-3-0123456789ab") from None
+        raise click.BadParameter(str(err)) from None
 
 
 _writable, _readonly = taskverbs.writable, taskverbs.readonly

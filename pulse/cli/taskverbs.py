@@ -93,19 +93,26 @@ def list_all(ctx: Context, statuses: tuple[str, ...], as_json: bool) -> None:
         echo(line(t))
 
 
-def fleet_id(text: str) -> str | None:
-    """The fleet id `task add --fleet` printed (<host token>-<12 hex digits>) in `text`, else None."""
-    return text.strip() if re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{12}", text.strip()) else None
+def task_or_fleet_id(text: str) -> str:
+    """`task show`'s TASK: a task of this host ("7" or "task-7" → "task-7"), or the fleet id `task add
+    --fleet` printed (<host token>-<12 hex digits>); a ValueError that names both forms otherwise."""
+    from pulse.agents.tasks import parse_task_id  # with msgspec and the wire, ~10 ms: only `task show` reads one
+    try:
+        return parse_task_id(text)
+    except ValueError as err:
+        if re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{12}", text.strip()):
+            return text.strip()
+        raise ValueError(f"{err}, or a fleet id such as gw_node-3-0123456789ab") from None
 
 
 def show(ctx: Context, task: str, as_json: bool) -> None:
     """One task: of this host (`task-N`), as the page's task page shows it (pulse.agents.taskview), or
     one this host offered to the fleet (its fleet id)."""
+    if not task.startswith("task-"):
+        return show_fleet(readonly(ctx), task, as_json)
     import json
 
     from pulse.agents import taskview
-    if not task.startswith("task-"):
-        return show_fleet(readonly(ctx), task, as_json)
     conn = readonly(ctx)
 
     def agents():
