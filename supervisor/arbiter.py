@@ -207,7 +207,8 @@ class Arbiter:
             poller.register(self.heartbeats, zmq.POLLIN)   # a Ready or a Committed is awaited: read at once
         if self.events.to_send:
             poller.register(self.events.sock, zmq.POLLOUT)
-        fds = {self.signal_r: self.read_signals}
+        poller.register(self.signal_r, zmq.POLLIN)     # wakes the poll; read below whether or not it says so
+        fds = {}
         if self.forkserver is not None:
             fds[self.forkserver.sock.fileno()] = self.read_forkserver
             fds[self.forkserver.pidfd] = self.forkserver_died
@@ -222,8 +223,13 @@ class Arbiter:
         deadline = self.next_deadline()
         timeout = None if deadline is None else clock.poll_ms(deadline - time.monotonic())
         ready = dict(poller.poll(timeout))
-        # Deaths first, so a Ready or a request never acts on a process that is already gone.
-        for fd in sorted((f for f in ready if isinstance(f, int)), key=lambda f: f != self.signal_r):
+        # Signals first, read whether or not the poll said so: a SIGTERM that woke the poll as a worker
+        # died (init's final kill signals every process at once) reaches its handler after the kernel
+        # has gathered the poll's answer, which then holds the death alone; read after it, the
+        # worker's exit would be taken for a crash and the worker restarted in the shutdown.
+        self.read_signals()
+        # Then deaths, so a Ready or a request never acts on a process that is already gone.
+        for fd in ready:
             if fd in fds:
                 fds[fd]()
         if self.heartbeats in ready:
