@@ -20,7 +20,7 @@ from starlette.requests import Request
 from pulse.core.home import Paths
 from pulse.core.wire import eventmsgs
 from pulse.report import analysis as analysismod
-from pulse.store import archive, eventsdb
+from pulse.store import archive, eventindex, eventsdb
 from reportfixture import fixture_history, write
 from support import PULSECTL
 
@@ -67,7 +67,7 @@ def moved(tmp_path_factory):
 def first_live(home: Path) -> int:
     conn = sqlite3.connect(home / "events.db")
     try:
-        return eventsdb.first_live_id(conn)
+        return eventindex.first_live_id(conn)
     finally:
         conn.close()
 

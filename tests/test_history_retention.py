@@ -22,7 +22,7 @@ import pytest
 from pulse.agents import tasks
 from pulse.core import config as configmod
 from pulse.core.wire import enginerpc, eventmsgs
-from pulse.store import archive, effectqueue, eventsdb, projection, retention
+from pulse.store import archive, effectqueue, eventindex, eventsdb, projection, retention
 from support import PULSECTL, wait_for
 
 OLD = 1200            # events before the open task: due to move (keep_days is a moment), and past MIN_EVENTS
@@ -109,7 +109,7 @@ def test_compact_moves_what_is_past_the_bounds_and_the_readers_still_see_it(tmp_
     assert f"moved events 1-{ids['held'] - 1}" in done.stdout
     conn = sqlite3.connect(home / "events.db")
     try:
-        assert eventsdb.first_live_id(conn) == ids["held"]           # the open task's events stay live
+        assert eventindex.first_live_id(conn) == ids["held"]           # the open task's events stay live
         moved = eventsdb.last_events(conn, 1, ["history-moved"])[0]
         assert moved.data["first_id"] == 1 and moved.data["last_id"] == ids["held"] - 1 and moved.data["archived"]
         assert eventsdb.referenced_objects(conn) == {"ab" * 32}     # objects/ gc still sees the archived refs
@@ -157,7 +157,7 @@ def test_a_move_killed_after_any_step_loses_nothing_and_doubles_nothing(tmp_path
     assert unnamed_files(home) == []
     conn = sqlite3.connect(home / "events.db")
     try:
-        assert eventsdb.first_live_id(conn) == ids["held"]
+        assert eventindex.first_live_id(conn) == ids["held"]
         assert len(eventsdb.last_events(conn, 5, ["history-moved"])) == 1
     finally:
         conn.close()
@@ -190,7 +190,7 @@ def test_archive_false_deletes_instead(tmp_path):
     assert [p.name for p in (home / archive.DIRECTORY).iterdir()] == [".lock"]
     conn = eventsdb.open_events(home / "events.db")
     try:
-        assert eventsdb.first_live_id(conn) == ids["held"]
+        assert eventindex.first_live_id(conn) == ids["held"]
         (move,) = archive.moves(conn)
         assert (move.first_id, move.last_id, move.segment) == (1, ids["held"] - 1, None)
         assert eventsdb.last_events(conn, 1, ["history-moved"])[0].data["archived"] is False
@@ -209,9 +209,9 @@ def test_the_event_writers_pacer_moves_a_segment_per_step(tmp_path):
         store = configmod.load(home / "config.toml").store
         pacer = retention.Pacer(lambda: conn, home, store, "eventlog", logging.getLogger("test"), now=0.0)
         pacer.on_timer(1.0)                                     # not yet: it leaves the start alone
-        assert eventsdb.first_live_id(conn) == 1
+        assert eventindex.first_live_id(conn) == 1
         pacer.on_timer(pacer.next_timer())
-        assert eventsdb.first_live_id(conn) == ids["held"]
+        assert eventindex.first_live_id(conn) == ids["held"]
         assert pacer.next_timer() >= pacer.EVERY_S              # nothing more is due: back in a minute
     finally:
         conn.close()
@@ -292,7 +292,7 @@ def test_a_restarted_event_writer_picks_up_after_a_run_whose_start_was_moved(tmp
     assert ctl(home, "store", "compact").returncode == 0
     conn = eventsdb.open_events(home / "events.db")
     try:
-        assert eventsdb.first_live_id(conn) == 56                    # the run's start moved; its newest event did not
+        assert eventindex.first_live_id(conn) == 56                    # the run's start moved; its newest event did not
         assert eventsdb.pulsed_committed_seq(conn, run) == 6
         assert eventsdb.pulsed_committed_seq(conn, run + 99) == 0    # another run's: nothing of it yet
     finally:

@@ -24,7 +24,7 @@ import powercuts
 import pytest
 
 from pulse.core.wire import eventmsgs
-from pulse.store import archive, eventsdb
+from pulse.store import archive, eventindex, eventsdb
 
 CUTS = 50
 
@@ -252,7 +252,7 @@ def test_power_cuts_at_every_step_of_a_move_and_at_random_moments_lose_nothing_a
             assert problems == [], (step, after_s, problems)
             assert all(found[i] == row for i, row in written.items()), (step, after_s)
             conn = sqlite3.connect(home / "events.db")
-            moved_at.append((eventsdb.first_live_id(conn), len(archive.archived(conn))))
+            moved_at.append((eventindex.first_live_id(conn), len(archive.archived(conn))))
             conn.close()
         assert max(first for first, _ in moved_at) > 1, moved_at     # some moves outlived their cut
     finally:

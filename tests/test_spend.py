@@ -69,7 +69,7 @@ def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
     import subprocess
 
     from pulse.core import clock
-    from pulse.store import eventsdb
+    from pulse.store import eventindex, eventsdb
     from support import PULSECTL
     home = tmp_path / "home"
     home.mkdir()
@@ -84,7 +84,7 @@ def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
         moved = subprocess.run([PULSECTL, "--home", str(home), "store", "compact"], capture_output=True, text=True,
                                timeout=60)
         assert moved.returncode == 0 and "moved events 1-" in moved.stdout, moved.stdout + moved.stderr
-        assert eventsdb.first_live_id(conn) > 2                    # both spend events left the live rows
+        assert eventindex.first_live_id(conn) > 2                    # both spend events left the live rows
         spend.forget(conn)                                          # as a process that starts now
         assert spend.load(conn, now).used("a", "usd_per_day", now) == 3.5
         # and so does its reported cost, which the next run's reservation expects

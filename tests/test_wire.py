@@ -146,7 +146,7 @@ def retyped_event_names(source: str) -> tuple[list[str], list[list[str]]]:
     return names, groups
 
 
-NAMES_DEFINED_IN = {"pulse/core/wire/eventmsgs.py", "pulse/core/wire/effectkinds.py"}
+NAMES_DEFINED_IN = {"pulse/core/wire/eventmsgs.py", "pulse/core/wire/eventtypes.py", "pulse/core/wire/effectkinds.py"}
 
 
 def test_event_names_are_spelled_out_once_in_wire():
@@ -324,3 +324,57 @@ def test_an_engine_written_before_the_families_still_imports_the_snapshot_types_
     assert wire.AgentLoad is enginerpc.AgentLoad and wire.Snapshot is enginerpc.Snapshot
     # only the engine's family: anything else is imported from its module
     assert not hasattr(wire, "Malformed") and hasattr(codec, "Malformed")
+
+
+# -- pulsectl status reads pulsed's reply without msgspec (pulse.core.wire.plainmsgpack) --------------
+
+def every_kind_of_status() -> controlmsgs.Status:
+    """A status with a row of each kind, a field of each msgpack type, long strings and large numbers."""
+    cm = controlmsgs
+    return cm.Status(
+        version=1, supervisor=cm.SupervisorStatus(pid=4_000_000, uptime_s=86_400 * 3 + 0.25, home="/h" * 40),
+        workers=[cm.WorkerStatus("tick", 70_000, "running", 2, 12.5, 0.3, cm.LastExit(None, 9, "2026-12-06T10:00:00Z"),
+                                 crashes=1, operator_restarts=1),
+                 cm.WorkerStatus("engine", None, "failed", 300, None, None, cm.LastExit(3, None, "t", "hung"))],
+        engine_commit="a" * 40,
+        processes=[cm.ProcessStatus("gw", True, pid=12, paused_until=1.5e9, matches=2, rss_mb=812.4, max_mb=4096,
+                                    config=cm.ConfigStatus(files=[cm.ConfigFileStatus("/etc/gw.json", "changed")],
+                                                           kept_at=1.7e9, pinned=True),
+                                    state="fatal", why="é" * 300, restarts=70_000,
+                                    last_exit=cm.ProcessExitView(at=1.7e9, code=-1, output=["x" * 70_000, ""]),
+                                    health=cm.HealthView(ok=False, at=1.7e9, latency_ms=3.25, failing=-200, error="no"))],
+        files=[cm.FileWatchStatus(name="log", path="/var/*.log", action="rotate", max_mb=0.5, files=3, bytes=2**40,
+                                  largest="/var/a.log", largest_bytes=2**33, over=1)],
+        fleet={"state": "connected", "servers": ["nats://a", "nats://b"], "published_through": 2**63 - 1,
+               "nested": {"k": [1.0, -1, None, True]}},
+        fresh=[cm.FreshWatchStatus(name="p", what="http://x", within_s=60.0, stale=False, value="")],
+        dirs=[cm.DirWatchStatus(name="d", path="/d/*", oldest="delete", dirs=2, files=-129, refused=1)],
+        telemetry={"port": 65535, "spans": -(2**63)})
+
+
+def test_status_reads_pulseds_reply_without_msgspec_as_msgspec_wrote_it():
+    from pulse.cli import statusview
+    from pulse.core.wire import plainmsgpack
+    assert statusview.GET_STATUS == codec.encode(controlmsgs.GetStatus())
+    status = every_kind_of_status()
+    frame = codec.encode(controlmsgs.Reply(ok=True, status=status, events_recorded=5))
+    reply = plainmsgpack.unpack(frame)
+    assert reply == msgspec.to_builtins(controlmsgs.Reply(ok=True, status=status, events_recorded=5))
+    assert reply["status"] == msgspec.json.decode(controlmsgs.status_json(status))     # the document status --json starts from
+    # the views read its maps as they read the Structs: the same table, the same exit
+    assert statusview.table(reply.status, reply.get("engine_commit"), 3) == statusview.table(status, None, 3)
+    assert statusview.exit_of(reply.status) == statusview.exit_of(status)
+    # no field of the document is hidden by a method of dict, which a Record is
+    structs = {controlmsgs.Reply, controlmsgs.Status, controlmsgs.SupervisorStatus, controlmsgs.WorkerStatus,
+               controlmsgs.LastExit, controlmsgs.ProcessStatus, controlmsgs.ConfigStatus, controlmsgs.ConfigFileStatus,
+               controlmsgs.ProcessExitView, controlmsgs.HealthView, controlmsgs.FileWatchStatus,
+               controlmsgs.FreshWatchStatus, controlmsgs.DirWatchStatus}
+    assert {f.encode_name for s in structs for f in msgspec.structs.fields(s)} & set(dir(dict)) == set()
+
+
+@pytest.mark.parametrize("frame", [b"", b"\x81\xa4type", b"\x92\x01", b"\xc1", b"\xd9\x05abc", b"\x01\x02",
+                                   b"\xa2\xff\xfe", b"\xc7\x01\x00\x00"])
+def test_a_reply_that_is_not_one_msgpack_value_is_malformed(frame):
+    from pulse.core.wire import plainmsgpack
+    with pytest.raises(plainmsgpack.Malformed):
+        plainmsgpack.unpack(frame)

@@ -60,8 +60,7 @@ def main() -> None:
     gc.disable()
     plain = plain_status(argv)
     if plain is not None:
-        import_msgspec()   # before the wire
-        from pulse.cli import statusview
+        from pulse.cli import statusview  # loads no msgspec (it reads pulsed's reply as plain data)
         from pulse.core.home import Paths, resolve_home
         home, timeout, as_json = plain
         try:

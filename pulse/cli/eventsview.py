@@ -71,11 +71,11 @@ def with_archived(conn, past: list, since_ts: float | None, lines: int, types: t
     """`past` with the archived events before it where the range reaches into the archive (the
     oldest events moved out of events.db: pulse.store.archive). A segment that fails its checksum
     is refused: said, and exit 1."""
-    from pulse.store import eventsdb
-    first_live = eventsdb.first_live_id(conn)
+    from pulse.store import eventindex
+    first_live = eventindex.first_live_id(conn)
     if first_live == 1:
         return past                       # nothing moved
-    if since_ts is not None and since_ts >= (eventsdb.event_ts(conn, first_live) or 0):
+    if since_ts is not None and since_ts >= (eventindex.event_ts(conn, first_live) or 0):
         return past                       # the range starts in the live history
     if since_ts is None and len(past) >= lines:
         return past

@@ -17,24 +17,43 @@ DEFAULT_TIMEOUT_S = 3.0
 
 
 def request_or_exit(paths, message, timeout: float):
-    """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses."""
+    """Send a control request; exit 4 (LSB: unknown) when pulsed cannot be reached, 1 when it refuses.
+    `message` is a Struct, and the reply a controlmsgs.Reply; or a frame already encoded, and the
+    reply plain data (pulse.core.wire.plainmsgpack: no msgspec), without the fields Reply omits at
+    their defaults."""
     from pulse.core import client
     from pulse.core.states import StatusExit
     try:
-        reply = client.request(paths, message, timeout)
+        if isinstance(message, bytes):
+            # the module by name: `from pulse.core.wire import` asks the package's __getattr__ first, which loads msgspec
+            from pulse.core.wire.plainmsgpack import unpack
+            reply = unpack(client.exchange(paths, message, timeout))
+            ok, error = reply["ok"], reply.get("error")
+        else:
+            reply = client.request(paths, message, timeout)
+            ok, error = reply.ok, reply.error
     except client.Unreachable as err:
         print(f"pulsectl: {err}{elsewhere(paths.home)}", file=sys.stderr)
         sys.exit(StatusExit.UNKNOWN)
-    if not reply.ok:
-        print(f"pulsectl: {reply.error}", file=sys.stderr)
+    if not ok:
+        print(f"pulsectl: {error}", file=sys.stderr)
         sys.exit(1)
     return reply
+
+
+def _instances():
+    """pulse.core.instances, whose msgspec comes without typing_extensions (pulse.core.leanimport): a
+    status that finds no pulsed loads it, and runs in loops all the same."""
+    from pulse.core.leanimport import import_msgspec
+    import_msgspec()
+    from pulse.core import instances
+    return instances
 
 
 def registries() -> list:
     """This user's registry (where a pulsed of the default home registers) and the system one.
     (Here, not in pulse.cli.roster: the plain status path says `elsewhere` without click.)"""
-    from pulse.core import instances
+    instances = _instances()
     from pulse.core.home import derived_runtime_dir, resolve_home
     mine = instances.registry_dir(derived_runtime_dir(resolve_home(None)))
     return [mine] + ([instances.SYSTEM_REGISTRY] if instances.SYSTEM_REGISTRY != mine else [])
@@ -42,7 +61,7 @@ def registries() -> list:
 
 def home_of(name: str) -> str:
     """The home of the running instance called `name` (`pulsectl -i NAME`); exits 1 naming what runs otherwise."""
-    from pulse.core import instances
+    instances = _instances()
     try:
         return instances.find(registries(), name)["home"]
     except LookupError as err:
@@ -52,7 +71,7 @@ def home_of(name: str) -> str:
 
 def elsewhere(home) -> str:
     """The Pulses that do run on this host (their names, for -i), when the one asked for does not."""
-    from pulse.core import instances
+    instances = _instances()
     try:
         others = [e for e in instances.live_entries(registries()) if Path(e["home"]) != Path(home)]
     except OSError:

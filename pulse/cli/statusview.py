@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from pulse.cli.launch import request_or_exit
 from pulse.core import clock
 from pulse.core.home import Paths, dev_pid
 from pulse.core.states import LATE, PROCESS_FAILING, ProcessState, StatusExit, WorkerState
-from pulse.core.wire import controlmsgs
+
+if TYPE_CHECKING:
+    from pulse.core.wire import controlmsgs
 
 # Imports inside functions: the plain status path (pulse.cli.main, without click) imports this module:
 # what only some statuses show is imported when shown: pulse.store.retention ~27 ms, pulse.engine.repo
 # ~26 ms (python -X importtime, this 2-core host).
+#
+# Without msgspec (~30 ms): status asks with GET_STATUS and reads pulsed's reply as plain data
+# (pulse.core.wire.plainmsgpack), whose maps read as attributes like the Structs they were written
+# from; the status document has every field (only the Reply around it leaves defaults out).
+GET_STATUS = b"\x81\xa4type\xa6status"    # controlmsgs.GetStatus(), as msgspec writes it (tests/test_wire.py)
 
 
 def duration(seconds: float | None) -> str:
@@ -206,18 +214,20 @@ def fleet_line(fleet: dict) -> str:
 
 
 def show(paths: Paths, timeout: float, as_json: bool) -> int:
-    reply = request_or_exit(paths, controlmsgs.GetStatus(), timeout)
-    if not as_json and reply.events_recorded > reply.events_written:
+    reply = request_or_exit(paths, GET_STATUS, timeout)
+    unwritten = reply.get("events_recorded", 0) - reply.get("events_written", 0)
+    if not as_json and unwritten > 0:
         # Right after a kill the restart's own events are a few milliseconds from being committed:
         # look again once before saying so, so a passing moment is not reported as a backlog.
         time.sleep(0.3)
-        reply = request_or_exit(paths, controlmsgs.GetStatus(), timeout)
+        reply = request_or_exit(paths, GET_STATUS, timeout)
+        unwritten = reply.get("events_recorded", 0) - reply.get("events_written", 0)
     code, why = exit_of(reply.status)
-    history = history_of(paths, reply.store)
+    history = history_of(paths, reply.get("store"))
     if as_json:
         print(status_json(reply.status, code, why, history))
     else:
-        print(table(reply.status, reply.engine_commit, reply.events_recorded - reply.events_written))
+        print(table(reply.status, reply.get("engine_commit"), unwritten))
         if history is not None:
             from pulse.store.historysize import summary_words
             print(summary_words(history))
@@ -279,17 +289,17 @@ def rolled_back_note(paths: Paths) -> str | None:
     tree is said here, or the next promote would ship it again unnoticed."""
     if not (paths.engine / ".git").exists():
         return None
-    from pulse.core.wire.eventmsgs import EventType
-    from pulse.store import connection, eventsdb
+    from pulse.core.wire.eventtypes import EventType
+    from pulse.store import connection, eventindex
     try:
         conn = connection.open_readonly(paths.events_db)
     except connection.StoreError:
         return None
     try:
-        last = eventsdb.last_events(conn, 1, [EventType.PROMOTE, EventType.ROLLBACK])
+        last = eventindex.last_type(conn, [EventType.PROMOTE, EventType.ROLLBACK])
     finally:
         conn.close()
-    if not last or last[0].type != EventType.ROLLBACK:
+    if last != EventType.ROLLBACK:
         return None      # as nearly always: said without loading the engine's repo (tarfile, git, ...)
     from pulse.engine import repo
     held = repo.rolled_back_in_staging(paths)
@@ -308,12 +318,12 @@ def iso_times(item: dict) -> dict:
     return {k: clock.iso(v) if k in WIRE_TIMES and isinstance(v, (int, float)) else v for k, v in item.items()}
 
 
-def status_json(status: controlmsgs.Status, code: int | None = None, why: list[str] | None = None,
+def status_json(status: dict, code: int | None = None, why: list[str] | None = None,
                 history: dict | None = None) -> str:
-    """`status --json`: the document pulsed sent, with the times of processes, their configs and the
-    watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like every other
-    time in it, and the exit code with why it is not 0."""
-    document = json.loads(controlmsgs.status_json(status))
+    """`status --json`: the document pulsed sent (as plain data), with the times of processes, their
+    configs and the watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like
+    every other time in it, and the exit code with why it is not 0."""
+    document = dict(status)
     document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"]),
                                         "last_exit": p.get("last_exit") and iso_times(p["last_exit"]),
                                         "health": p.get("health") and iso_times(p["health"])})

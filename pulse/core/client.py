@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pulse.core.home import Paths
-from pulse.core.wire import codec
 
 if TYPE_CHECKING:
     import zmq
@@ -17,7 +16,8 @@ if TYPE_CHECKING:
     from pulse.core.wire import controlmsgs
 
 # Imports inside functions: what only a request, a ring or a worker's own socket needs (libzmq ~18 ms,
-# python -X importtime): pulsectl's commands that ask pulsed nothing import this module and load none.
+# python -X importtime): pulsectl's commands that ask pulsed nothing import this module and load none;
+# and the codec (msgspec, ~30 ms), which `pulsectl status` does without (exchange).
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -79,6 +79,7 @@ def ring(paths: Paths, socket: str, message) -> None:
     if not paths.socket_file(socket).exists() or daemon_pid(paths) is None:
         return          # nobody to wake (a worker stopped, no pulsed): not even RING_S
     from pulse.core import zmtp
+    from pulse.core.wire import codec
     try:
         zmtp.push(str(paths.socket_file(socket)), codec.encode(message), RING_S)
     except (OSError, zmtp.ProtocolError):
@@ -91,6 +92,12 @@ def _denied(paths: Paths) -> Unreachable:
 
 
 def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> controlmsgs.Reply:
+    from pulse.core.wire import codec, controlmsgs  # its ~30 Structs: a ring (task add) needs none of them
+    return codec.decode(exchange(paths, codec.encode(message), timeout), controlmsgs.Reply)
+
+
+def exchange(paths: Paths, frame: bytes, timeout: float = DEFAULT_TIMEOUT_S) -> bytes:
+    """A request's frame to pulsed's control socket, and the frame of its reply."""
     if daemon_pid(paths) is None:
         raise Unreachable(f"pulsed is not running on {paths.home}")
     try:
@@ -101,12 +108,10 @@ def request(paths: Paths, message, timeout: float = DEFAULT_TIMEOUT_S) -> contro
         raise Unreachable(f"pulsed on {paths.home} has no control socket at {paths.socket_file('control')}")
     from pulse.core import zmtp  # not pyzmq: ~18 ms of import, more than the rest of `pulsectl status`
     try:
-        reply = zmtp.request(str(paths.socket_file("control")), codec.encode(message), timeout)
+        return zmtp.request(str(paths.socket_file("control")), frame, timeout)
     except TimeoutError:
         raise Unreachable(f"pulsed on {paths.home} did not answer within {timeout:g}s") from None
     except PermissionError:
         raise _denied(paths) from None
     except (OSError, zmtp.ProtocolError) as err:
         raise Unreachable(f"pulsed on {paths.home} did not answer on {paths.socket_file('control')}: {err}") from None
-    from pulse.core.wire import controlmsgs  # its ~30 Structs: a ring (task add) needs none of them
-    return codec.decode(reply, controlmsgs.Reply)

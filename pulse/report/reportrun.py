@@ -37,7 +37,7 @@ from pulse.effects.kinds import EffectContext, EffectFailed, os_failure, run_pro
 from pulse.effects.registry import Kind
 from pulse.report import analyst, render
 from pulse.report.analysis import Analysis, InvalidAnalysis, check, cited, decode, encode, schema
-from pulse.store import archive, connection, eventsdb, projection
+from pulse.store import archive, connection, eventindex, eventsdb, projection
 
 DAY_S = 86_400
 EVENT_LINE_CHARS = 240
@@ -71,8 +71,8 @@ def read(conn, start: float, end: float, project: str | None = None, task: str |
 def window_events(conn, start: float, end: float) -> list:
     """Every event stamped within [start, end], oldest first: the archived ones, then the live ones."""
     live = eventsdb.events_between(conn, start, end)
-    first_live = eventsdb.first_live_id(conn)
-    if first_live == 1 or start >= (eventsdb.event_ts(conn, first_live) or 0):
+    first_live = eventindex.first_live_id(conn)
+    if first_live == 1 or start >= (eventindex.event_ts(conn, first_live) or 0):
         return live                       # nothing moved, or the window starts in the live history
     return archive.events_between(conn, start, end) + live
 

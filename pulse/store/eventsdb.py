@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 import msgspec
 
 from pulse.core.wire.eventmsgs import TASK_EVENTS, Event, TaskEvent, now_event  # noqa: F401  (now_event: what callers append)
+from pulse.store import eventindex
 from pulse.store.connection import Transaction, connect, migrate
 
 EVENTS_SCHEMA = 5
@@ -225,12 +226,6 @@ def events_after(conn: sqlite3.Connection, after_id: int, upto_id: int, types: S
             for r in rows]
 
 
-def event_ts(conn: sqlite3.Connection, event_id: int) -> float | None:
-    """When event `event_id` was appended, or None if there is none: which history a checkpoint is of."""
-    row = conn.execute("SELECT ts FROM events WHERE id = ?", (event_id,)).fetchone()
-    return row[0] if row else None
-
-
 def last_events(conn: sqlite3.Connection, n: int, types: Sequence[str] = ()) -> list[Event]:
     """The last `n` events (of `types`, over the whole history), oldest first."""
     sql = f"SELECT {_EVENT_COLUMNS} FROM events"
@@ -333,7 +328,7 @@ def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
     """The first live event id stamped at or after `ts`, by bisection over ids (events leave only
     from the oldest end, so live ids are contiguous and grow with time; a wall-clock jump back
     makes this a little early, and the ts filter in read_events keeps the result right)."""
-    lo, hi = first_live_id(conn), last_event_id(conn) + 1
+    lo, hi = eventindex.first_live_id(conn), last_event_id(conn) + 1
     while lo < hi:
         mid = (lo + hi) // 2
         row = conn.execute("SELECT ts FROM events WHERE id = ?", (mid,)).fetchone()
@@ -346,11 +341,6 @@ def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
 
 def last_event_id(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-
-
-def first_live_id(conn: sqlite3.Connection) -> int:
-    """The oldest event still in events.db (those before it moved to the archive), or 1 if none is."""
-    return conn.execute("SELECT COALESCE(MIN(id), 1) FROM events").fetchone()[0]
 
 
 # -- objects/ references -----------------------------------------------------------------------------

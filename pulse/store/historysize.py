@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING
 
-from pulse.store import eventsdb
+from pulse.store import eventindex
 
 if TYPE_CHECKING:
     from pulse.core import config as configmod
@@ -52,8 +52,8 @@ def summary(conn: sqlite3.Connection, bounds: dict | None) -> dict:
     three PRAGMAs. `bounds`: [store]'s bounds in force (bounds(), or the whole table as plain data),
     or None if unknown."""
     totals = archive_totals(conn)
-    first = eventsdb.first_live_id(conn)
-    out = {"live_bytes": live_bytes(conn), "first_live_id": first, "oldest_live_ts": eventsdb.event_ts(conn, first),
+    first = eventindex.first_live_id(conn)
+    out = {"live_bytes": live_bytes(conn), "first_live_id": first, "oldest_live_ts": eventindex.event_ts(conn, first),
            **totals}
     if bounds is not None:
         out.update({key: bounds[key] for key in BOUNDS})

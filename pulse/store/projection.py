@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar
 
 import msgspec
 
-from pulse.store import eventsdb
+from pulse.store import eventindex, eventsdb
 
 if TYPE_CHECKING:
     from pulse.core.wire.eventmsgs import Event
@@ -275,8 +275,8 @@ def anchor_ts(conn: sqlite3.Connection, event_id: int) -> float | None:
     (retention moved it: the checkpoint of a reader left idle, which no longer holds a move back, is
     still this history's, and its reader folds what moved after it from the archive, not all of it).
     None if no event has that id, or its segment was dropped or fails its checksum."""
-    ts = eventsdb.event_ts(conn, event_id)
-    if ts is not None or event_id >= eventsdb.first_live_id(conn):
+    ts = eventindex.event_ts(conn, event_id)
+    if ts is not None or event_id >= eventindex.first_live_id(conn):
         return ts
     from pulse.store import archive  # its compression only when a read reaches past the live events
     try:
@@ -334,7 +334,7 @@ class Folded(Generic[S]):
         if self.state is None:
             self.start()
         upto = eventsdb.last_event_id(self.conn)
-        moved = eventsdb.first_live_id(self.conn) - 1 if upto else 0
+        moved = eventindex.first_live_id(self.conn) - 1 if upto else 0
         if self.last_id < moved:
             # What it has not folded left events.db: at a rebuild, or for a reader left idle past
             # the day after which retention no longer waits for its checkpoint. Fold those first.
@@ -385,7 +385,7 @@ class Folded(Generic[S]):
         if self.state is None or self.last_id == self.saved_id or not self.saves:
             return
         try:
-            anchor = eventsdb.event_ts(self.conn, self.last_id) or 0.0
+            anchor = eventindex.event_ts(self.conn, self.last_id) or 0.0
             write_checkpoint(self.directory, self.projection, self.state, self.last_id, anchor)
         except (OSError, sqlite3.Error) as err:
             say(WARNING, "%s: could not write its checkpoint: %s", self.projection.name, err)

@@ -48,7 +48,7 @@ import msgspec
 from pulse.core import config as configmod
 from pulse.core import fleetnames
 from pulse.core.wire.eventmsgs import TASK_EVENTS, EventType, TaskEvent, now_event
-from pulse.store import archive, effectqueue, eventsdb, projection
+from pulse.store import archive, effectqueue, eventindex, eventsdb, projection
 from pulse.store.connection import DurableTransaction, Transaction
 from pulse.store.historysize import live_bytes
 from pulse.store.objects import fsync_dir
@@ -89,7 +89,7 @@ def plan(conn: sqlite3.Connection, home: Path, store: configmod.Store, now: floa
     """What should move now under `store`'s bounds, and how far it may."""
     now = time.time() if now is None else now
     last = eventsdb.last_event_id(conn)
-    first = eventsdb.first_live_id(conn)
+    first = eventindex.first_live_id(conn)
     p = Plan(first=first, last=last, due=first - 1, upto=first - 1, live_bytes=live_bytes(conn))
     if not last:
         return p
@@ -277,7 +277,7 @@ def move(conn: sqlite3.Connection, home: Path, first: int, last: int, keep_archi
     if keep_archive:
         seg.segment, seg.sha256, seg.bytes = write_segment(home / archive.DIRECTORY, rows)
     with Transaction(conn):
-        if eventsdb.first_live_id(conn) != first:
+        if eventindex.first_live_id(conn) != first:
             raise ValueError(f"event {first} is no longer the oldest live one")
         conn.execute("INSERT INTO history_moves (first_id, last_id, events, first_ts, last_ts, segment, sha256, bytes, "
                      "counts, tasks, objects, runs, moved_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
