@@ -7,7 +7,6 @@ pulsed unreachable; 5 every worker running, but a guarded process is down, held 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING
 
@@ -323,6 +322,7 @@ def status_json(status: dict, code: int | None = None, why: list[str] | None = N
     """`status --json`: the document pulsed sent (as plain data), with the times of processes, their
     configs and the watched files (epoch seconds on the wire, which the page reads) as ISO 8601 like
     every other time in it, and the exit code with why it is not 0."""
+    import json  # here: the text status does without it (json compiles six regular expressions as it loads)
     document = dict(status)
     document["processes"] = [iso_times({**p, "config": p.get("config") and iso_times(p["config"]),
                                         "last_exit": p.get("last_exit") and iso_times(p["last_exit"]),

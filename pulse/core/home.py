@@ -22,7 +22,6 @@ that is there and that it did not make (another owner, a link, a wider mode).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -30,7 +29,8 @@ from typing import NamedTuple
 
 from pulse.core.procs import proc_start
 
-# Only what every pulsectl call needs is imported here: `pulsectl status` must start fast.
+# Only what every pulsectl call needs is imported here: `pulsectl status` must start fast (json, with
+# the six regular expressions it compiles as it loads, only where a file of it is read or written).
 
 SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "events")
 # Files a worker keeps in the runtime directory, removed by pulsed at a clean stop with the sockets,
@@ -310,6 +310,7 @@ def write_web_token(paths: Paths) -> str:
 # -- which workers an operator stopped: kept across pulsed restarts until a start ---------------------
 
 def load_stopped(path: Path) -> set[str]:
+    import json
     try:
         return set(json.loads(path.read_text()).get("stopped", []))
     except FileNotFoundError:
@@ -320,6 +321,7 @@ def load_stopped(path: Path) -> set[str]:
 
 def save_stopped(path: Path, stopped: set[str]) -> None:
     """Atomic: write a temporary file, fsync, rename."""
+    import json
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         json.dump({"stopped": sorted(stopped)}, f)
