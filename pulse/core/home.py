@@ -29,8 +29,9 @@ from typing import NamedTuple
 
 from pulse.core.procs import proc_start
 
-# Only what every pulsectl call needs is imported here: `pulsectl status` must start fast (json, with
-# the six regular expressions it compiles as it loads, only where a file of it is read or written).
+# Imports inside functions: only what every pulsectl call needs is imported above, `pulsectl status`
+# must start fast; json (it compiles six regular expressions as it loads) where a file of it is read
+# or written.
 
 SOCKETS = ("control", "heartbeat", "eventlog", "wake", "doorbell", "engine", "events")
 # Files a worker keeps in the runtime directory, removed by pulsed at a clean stop with the sockets,
