@@ -152,18 +152,25 @@ def check_imports(tree: Path) -> None:
         raise EngineDirError("import", first["error"], first["file"], first["line"])
 
 
+# pytest's settings in the environment are those of whoever started pulsed (a CI job's --junitxml, a
+# profiler's -p plugin), not the engine's: the gate would write their reports, or refuse every promote
+# for a plugin the engine never asked for. The engine's own configuration, in its tree, still applies.
+CALLERS_PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+
+
 def check_tests(tree: Path) -> None:
     if not any((tree / "tests").glob("test_*.py")):
         return
     require_pytest()
+    env = {k: v for k, v in os.environ.items() if k not in CALLERS_PYTEST_ENV}
     try:
         proc = subprocess.run([sys.executable, "-P", "-B", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                "--tb=short", "--rootdir", str(tree), "tests"], cwd=tree, capture_output=True, text=True,
-                              timeout=GATE_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(tree)})
+                              timeout=GATE_TIMEOUT_S, env={**env, "PYTHONPATH": str(tree)})
     except subprocess.TimeoutExpired:
         raise EngineDirError("tests", f"the engine's tests took longer than {GATE_TIMEOUT_S}s") from None
     if proc.returncode != 0:
-        raise EngineDirError("tests", failure_summary(proc.stdout))
+        raise EngineDirError("tests", failure_summary(proc.stdout, proc.stderr))
 
 
 # pytest is not one of Pulse's own dependencies: only an engine with tests needs it, at promote time.
@@ -180,12 +187,14 @@ def require_pytest() -> None:
                                       f"'pulse-supervisor[{PYTEST_EXTRA}]'), then promote again")
 
 
-def failure_summary(output: str, most: int = 20) -> str:
+def failure_summary(output: str, errors: str = "", most: int = 20) -> str:
     """The failed test's name, then its traceback's lines (--tb=short: file:line, the source line,
-    and the assertion's `E` lines), at most `most` lines."""
+    and the assertion's `E` lines), at most `most` lines; when pytest ran none (a usage error, a
+    plugin it could not load: said on stderr, not stdout), what it said."""
     lines = output.splitlines()
     failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
-    head_line = failed[0] if failed else (lines[-1] if lines else "the engine's tests failed")
+    said = [line for line in errors.splitlines() if line.startswith("ERROR")] or errors.strip().splitlines()[-1:]
+    head_line = failed[0] if failed else lines[-1] if lines else said[0] if said else "the engine's tests failed"
     start = next((i for i, line in enumerate(lines) if line.startswith("_") and line.endswith("_")), None)
     if start is None:
         return head_line

@@ -318,6 +318,23 @@ def test_a_refused_promote_shows_the_failing_assertion_and_leaves_staging_as_it_
     assert "tests/test_mine.py" in git(home / "staging", "status", "--porcelain")   # the change, uncommitted
 
 
+def test_the_gate_runs_the_engines_pytest_settings_not_the_callers_and_says_what_pytest_could_not_run(
+        tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    init_home(home)
+    (home / "staging" / "tests" / "test_mine.py").write_text("def test_fine():\n    assert True\n")
+    # whoever started pulsed asked for a report and a plugin: none of it is the engine's
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"-p no_such_plugin_of_the_caller --junitxml={tmp_path / 'callers.xml'}")
+    monkeypatch.setenv("PYTEST_PLUGINS", "no_such_plugin_either")
+    repo.check_tests(home / "staging")
+    assert not (tmp_path / "callers.xml").exists()
+    # the engine's own configuration applies, and a plugin it names that is missing is said as pytest says it
+    (home / "staging" / "pytest.ini").write_text("[pytest]\naddopts = -p the_engines_missing_plugin\n")
+    with pytest.raises(repo.EngineDirError) as err:
+        repo.check_tests(home / "staging")
+    assert "the_engines_missing_plugin" in str(err.value), str(err.value)
+
+
 def test_a_rule_that_keeps_raising_reaches_the_log_coalesced(pulsed):
     from support import engine_rule
     engine_rule(pulsed, "broken", "def broken(prev, curr, inner):\n    raise RuntimeError('no disk here')\nRULES = [broken]\n")
