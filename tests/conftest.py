@@ -186,6 +186,17 @@ def litellm():
         pytest.fail(str(err))
 
 
+@pytest.fixture(scope="session")
+def openclaw_tmp():
+    """OpenClaw's TMPDIR, one for the run's every gateway: its launcher keeps node's compile cache
+    there (warm, a start takes ~4 s and ~6 s of CPU less), and its terminal uploads; never /tmp. Not
+    NODE_COMPILE_CACHE: with it set, the launcher respawns itself onto a cache directory of its own,
+    and the gateway would not be the process Pulse started."""
+    path = SHARED_DIR / "openclaw-tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @pytest.fixture
 def closed_port():
     """A loopback port that refuses connections (bound, never listening) for the test's length."""

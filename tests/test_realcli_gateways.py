@@ -72,13 +72,6 @@ def rig(tmp_path, pulsed):
     kill_all(r.tag, pulsed.home)
 
 
-@pytest.fixture(scope="module")
-def openclaw_tmp(tmp_path_factory):
-    """OpenClaw's TMPDIR, shared by this module's tests: its node compile cache (a warm one saves
-    seconds on every start) and terminal uploads land here, not in /tmp."""
-    return tmp_path_factory.mktemp("openclaw-tmp")
-
-
 def write_config(pulsed, text: str) -> None:
     init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text(textwrap.dedent(text))

@@ -111,7 +111,7 @@ def service_env(tag: str, tmp_path) -> dict:
 
 
 def test_openclaw_guarded_by_pulsectl_guard_undoes_a_broken_edit_and_is_healed_after_sigstop_and_kill_9(
-        tmp_path, pulsed):
+        tmp_path, pulsed, openclaw_tmp):
     """The openclaw-gateway preset keeps openclaw.json known good: once it is (pinned here), an edit
     that breaks it (cut short, as an editor killed mid-write leaves it) is undone when the gateway
     next starts on it and dies, the operator's version kept and the diff notified. Here the next
@@ -119,8 +119,6 @@ def test_openclaw_guarded_by_pulsectl_guard_undoes_a_broken_edit_and_is_healed_a
     known-good file. Then kill -9: one healthy gateway after, restarted as `dead`."""
     tag = str(tmp_path)
     gw = InstalledOpenClaw(tmp_path / "openclaw", tag)
-    openclaw_tmp = tmp_path / "openclaw-tmp"            # its node compile cache, not in /tmp
-    openclaw_tmp.mkdir()
     shell = shell_of(gw.home, pulsed.home, node24_bin(), tool("openclaw").parent)
     name = "openclaw-gateway"
     try:
