@@ -34,6 +34,7 @@ OPENCLAW_MADE_HERE = [path for path in realtools.OPENCLAW_OUTSIDE_TMPDIR if not 
 
 
 def pytest_sessionfinish(session, exitstatus):
+    support.CTL_ZYGOTE.close()
     if RUNS_THE_SESSION:
         realtools.LiteLLM.stop_shared(SHARED_DIR / "litellm")
     shutil.rmtree(RUN_DIR, ignore_errors=True)

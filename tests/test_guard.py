@@ -20,7 +20,7 @@ import pytest
 from test_doc_snippets import fenced_blocks
 
 from realtools import free_port
-from support import FAST, PULSECTL, init_home, kill_keepers, wait_for
+from support import FAST, init_home, kill_keepers, pulsectl, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -83,8 +83,7 @@ class Host:
         path.chmod(0o755)
 
     def ctl(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([PULSECTL, *args], env={**self.env, **(env or {})}, capture_output=True, text=True,
-                              timeout=60)
+        return pulsectl(list(args), timeout=60, env={**self.env, **(env or {})})
 
     @property
     def config(self) -> Path:

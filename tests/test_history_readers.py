@@ -22,14 +22,13 @@ from pulse.core.wire import eventmsgs
 from pulse.report import analysis as analysismod
 from pulse.store import archive, eventindex, eventsdb
 from reportfixture import fixture_history, write
-from support import PULSECTL
+from support import pulsectl
 
 FILLER = 6_000         # events after the fixture's window: with it, more than one segment moves
 
 
 def ctl(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ))
+    return pulsectl(["--home", str(home), *args], timeout=60)
 
 
 def iso(ts: float) -> str:

@@ -23,7 +23,7 @@ from pulse.agents import tasks
 from pulse.core import config as configmod
 from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import archive, effectqueue, eventindex, eventsdb, projection, retention
-from support import PULSECTL, wait_for
+from support import pulsectl, wait_for
 
 OLD = 1200            # events before the open task: due to move (keep_days is a moment), and past MIN_EVENTS
 AFTER = 300           # events from the open task on: held live
@@ -58,8 +58,7 @@ def all_rows(conn) -> dict[int, tuple]:
 
 
 def ctl(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return pulsectl(["--home", str(home), *args], timeout=60, env={**os.environ, **(env or {})})
 
 
 def every_event(home: Path) -> dict[int, tuple]:

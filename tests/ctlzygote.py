@@ -1,0 +1,101 @@
+"""`pulsectl` for the tests, forked from a process that has imported it already.
+
+A test's `pulsectl` runs were ~1,200 a run at ~0.1 s of CPU each, nearly all of it the interpreter's
+start and pulsectl's imports, on a run that is CPU-bound. This process (one per test worker, started
+at its first request, ended by pid with the worker's session, dying with the worker) imports
+pulse.cli and what its commands import, then forks one child per request: the child takes the
+request's stdout and stderr, environment, working directory and argv, and runs pulsectl's own entry
+point (pulse.cli.main), as the console script does, exit code and all. What stays the console
+script's alone (its imports, the interpreter's start) is tested by the tests that run it by path.
+
+Protocol over a SOCK_SEQPACKET socketpair, one request at a time: the client sends JSON
+{"argv", "env", "cwd"} with its stdout and stderr pipes as fds; the zygote answers {"pid"} once
+forked, then {"code"} once it has reaped the child (a negative code: killed by that signal).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import socket
+import sys
+import traceback
+
+import pulse.cli
+from pulse.core import procs
+from pulse.core.leanimport import import_msgspec
+
+MAX_REQUEST = 1 << 20
+
+
+def preload() -> None:
+    """pulsectl's modules, and what its commands import inside their functions."""
+    import_msgspec()
+    for module in pkgutil.iter_modules(pulse.cli.__path__, "pulse.cli."):
+        if module.name != "pulse.cli.mcp":          # the MCP SDK: only `pulsectl mcp`, long-lived
+            importlib.import_module(module.name)
+    for name in ("pulse.core.client", "pulse.core.zmtp", "pulse.core.config", "pulse.core.instances",
+                 "pulse.core.wire.controlmsgs", "pulse.core.wire.eventmsgs", "pulse.core.wire.plainmsgpack",
+                 "pulse.store.eventsdb", "pulse.store.connection", "pulse.agents.tasks"):
+        importlib.import_module(name)
+
+
+def child(request: dict, out: int, err: int) -> None:
+    """In the fork: become that pulsectl run; never returns."""
+    code = 1
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((devnull, 0), (out, 1), (err, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = request["argv"]
+        pulse.cli.main()
+        code = 0
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            code = exit.code or 0
+        else:
+            print(exit.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:
+                pass
+        os._exit(code)
+
+
+def serve(sock: socket.socket) -> None:
+    while True:
+        packet, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 2)
+        if not packet:
+            return                                      # the test worker is done
+        request = json.loads(packet)
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            child(request, *fds)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+        _, status = os.waitpid(pid, 0)
+        sock.send(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def main() -> None:
+    procs.die_with_parent(int(sys.argv[2]))
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    preload()
+    serve(sock)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
