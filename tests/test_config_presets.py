@@ -4,7 +4,6 @@ merged under the table's own keys when config.toml is read, shown whole by `conf
 from __future__ import annotations
 
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from pulse.core import config as configmod
 from pulse.core import presets
 from realgateways import readme_process
-from support import PULSECTL
+from support import pulsectl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,8 +111,7 @@ def test_config_effective_shows_the_merged_table(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text('[[process]]\npreset = "litellm"\nhealth = { every_s = 1 }\n')
-    out = subprocess.run([PULSECTL, "--home", str(home), "config", "--effective"], capture_output=True, text=True,
-                         timeout=60)
+    out = pulsectl(["--home", str(home), "config", "--effective"], timeout=60)
     assert out.returncode == 0, out.stderr
     (shown,) = tomllib.loads(out.stdout)["process"]
     assert shown["preset"] == "litellm" and shown["restart"][0] == "litellm"

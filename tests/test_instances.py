@@ -17,14 +17,14 @@ import pytest
 from test_systemd import analyze, one, parse, verify  # noqa: F401  (analyze is a fixture)
 
 from pulse.core import instances
-from support import PULSECTL, Pulsed, init_home, wait_for
+from support import PULSECTL, Pulsed, init_home, pulsectl, wait_for
 
 
 def ctl(registry, *args, home=None):
     env = {**os.environ, "PULSE_INSTANCES_DIR": str(registry)}
     env.pop("PULSE_HOME", None)
     prefix = ["--home", str(home)] if home else []
-    return subprocess.run([PULSECTL, *prefix, *args], capture_output=True, text=True, timeout=30, env=env)
+    return pulsectl([*prefix, *args], timeout=30, env=env)
 
 
 def listed(registry) -> list[dict]:

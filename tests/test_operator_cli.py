@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
-from support import PULSECTL
+from support import PULSECTL, pulsectl
 
 
 def ctl(home, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=60)
+    return pulsectl(["--home", str(home), *args], timeout=60)
 
 
 def test_the_top_level_help_cuts_no_description(tmp_path):

@@ -213,7 +213,7 @@ def test_power_cuts_at_every_step_of_a_move_and_at_random_moments_lose_nothing_a
     time the power cut (what was not synced is gone): `pulsectl store check` passes, every event is live
     or in a segment the manifest names, once, as it was written; the next mover goes on from there."""
     from pulse.store import retention
-    from support import PULSECTL
+    from support import pulsectl
     disk = tmp_path / "disk"
     fs = powercuts.mount(disk, tracker.add)
     rng = random.Random(34)
@@ -245,8 +245,7 @@ def test_power_cuts_at_every_step_of_a_move_and_at_random_moments_lose_nothing_a
                     mover.kill()                # the power goes with it: no close, no checkpoint
                     mover.wait(10)
             powercuts.power_cut(disk)
-            check = subprocess.run([PULSECTL, "--home", str(home), "store", "check"], capture_output=True, text=True,
-                                   timeout=120)
+            check = pulsectl(["--home", str(home), "store", "check"], timeout=120)
             assert check.returncode == 0, (step, after_s, check.stdout, check.stderr)
             found, problems = whole_history(home)
             assert problems == [], (step, after_s, problems)

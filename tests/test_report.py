@@ -20,7 +20,7 @@ from pulse.report import analyst, render, reportrun
 from pulse.rules import survival
 from pulse.store import connection, errorruns, eventsdb
 from reportfixture import fixture_history, write
-from support import CHROMIUM, browser_or_skip, init_home, notifications, wait_for
+from support import CHROMIUM, browser_or_skip, init_home, notifications, pulsectl, wait_for
 
 PY = sys.executable
 MARKUP = "<img src=x onerror=window.__pwned=1>"
@@ -162,11 +162,7 @@ def test_a_project_or_a_task_scopes_the_report(history):
 # -- pulsectl report, deterministic ------------------------------------------------------------------
 
 def ctl(home: Path, *args: str, timeout: float = 60, env: dict | None = None):
-    import subprocess
-
-    from support import PULSECTL
-    return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    return pulsectl(["--home", str(home), *args], timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
 def test_pulsectl_report_prints_text_json_and_html(history, tmp_path):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import subprocess
 
 from pulse.engine import repo
-from support import PULSECTL, init_home
+from support import init_home, pulsectl
 
 
 def ctl(home, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PULSECTL, "--home", str(home), *args], capture_output=True, text=True, timeout=120)
+    return pulsectl(["--home", str(home), *args], timeout=120)
 
 
 def test_an_automatic_rollback_leaves_staging_said_and_the_next_promote_refused(tmp_path):

@@ -66,11 +66,10 @@ def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
     """The ledger is a checkpointed projection: a process that starts after retention moved this month's
     spend events into an archive segment folds them from there (a fold of the live rows since the month's
     start counted them no more, and the limit failed open)."""
-    import subprocess
 
     from pulse.core import clock
     from pulse.store import eventindex, eventsdb
-    from support import PULSECTL
+    from support import pulsectl
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text("[store]\nkeep_days = 1e-9\n")
@@ -81,8 +80,7 @@ def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
             _ev(SpendEvent.RESERVED, "a", effect_id="e1", agent="a", task="task-1", usd=4.0, at=now),
             _ev(SpendEvent.SETTLED, "a", effect_id="e1", agent="a", usd=3.5, cost_reported=True),
             *[_ev("tick", None, i=i) for i in range(1200)]])
-        moved = subprocess.run([PULSECTL, "--home", str(home), "store", "compact"], capture_output=True, text=True,
-                               timeout=60)
+        moved = pulsectl(["--home", str(home), "store", "compact"], timeout=60)
         assert moved.returncode == 0 and "moved events 1-" in moved.stdout, moved.stdout + moved.stderr
         assert eventindex.first_live_id(conn) > 2                    # both spend events left the live rows
         spend.forget(conn)                                          # as a process that starts now
