@@ -23,7 +23,7 @@ from pulse.agents import tasks
 from pulse.core import config as configmod
 from pulse.core.wire import enginerpc, eventmsgs
 from pulse.store import archive, effectqueue, eventindex, eventsdb, projection, retention
-from support import pulsectl, wait_for
+from support import init_home, pulsectl, wait_for
 
 OLD = 1200            # events before the open task: due to move (keep_days is a moment), and past MIN_EVENTS
 AFTER = 300           # events from the open task on: held live
@@ -343,8 +343,19 @@ def test_a_web_worker_started_again_leaves_a_checkpoint_of_its_warm_up_with_noth
     """The web worker folds /metrics' counts at its start (off the request path) and leaves a checkpoint
     of that fold: with nothing scraping /metrics, each start after a kill folded again all that came
     after the first one (from the archive once retention moved it), more at every start."""
-    pulsed.home.mkdir(parents=True)
+    init_home(pulsed.home)
     (pulsed.home / "config.toml").write_text('[web]\nenabled = true\nlisten = "127.0.0.1:0"\n')
+
+    def append(n: int) -> int:
+        conn = eventsdb.open_events(pulsed.home / "events.db")
+        try:
+            eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(n)])
+            return eventsdb.last_event_id(conn)
+        finally:
+            conn.close()
+    # a history before the first start: pulsed's own first events may be committed after the web
+    # worker's first fold, which then has nothing to leave a checkpoint of
+    append(10)
     pulsed.start()
     path = pulsed.home / projection.DIRECTORY / "web.metrics.ckpt"
 
@@ -354,12 +365,7 @@ def test_a_web_worker_started_again_leaves_a_checkpoint_of_its_warm_up_with_noth
         except (OSError, msgspec.DecodeError):
             return 0
     first = wait_for(anchor, 20, what="the first warm-up's checkpoint (a rebuild)")
-    conn = eventsdb.open_events(pulsed.home / "events.db")
-    try:
-        eventsdb.append_events(conn, [eventmsgs.now_event("tick", "tick", None, {"i": i}) for i in range(500)])
-        appended = eventsdb.last_event_id(conn)
-    finally:
-        conn.close()
+    appended = append(500)
     web = pulsed.worker("web").pid
     os.kill(web, signal.SIGKILL)
     pulsed.wait_replaced("web", web, timeout=20)
