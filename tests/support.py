@@ -359,6 +359,8 @@ class CtlZygote:
 
     def _started(self) -> socket.socket:
         if self.proc is None or self.proc.poll() is not None:
+            if self.sock is not None:
+                self.sock.close()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("ctlzygote.py")), str(theirs.fileno()), str(os.getpid())],
@@ -367,7 +369,15 @@ class CtlZygote:
             self.sock = ours
         return self.sock
 
+    def _said(self, sock: socket.socket) -> dict:
+        packet = sock.recv(4096)
+        if not packet:
+            raise RuntimeError(f"tests/ctlzygote.py (pid {self.proc.pid}) ended mid-request: see its stderr above")
+        return json.loads(packet)
+
     def run(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        """As subprocess.run: stdout and stderr read to their end (what the run started may hold them
+        open after it exited), the run killed at the deadline if it has not exited, TimeoutExpired."""
         with self.lock:
             sock = self._started()
             out_r, out_w = os.pipe()
@@ -378,29 +388,34 @@ class CtlZygote:
             finally:
                 os.close(out_w)
                 os.close(err_w)
-            pid = json.loads(sock.recv(4096))["pid"]
+            pid = self._said(sock)["pid"]
             said = {out_r: bytearray(), err_r: bytearray()}
-            deadline, timed_out = time.monotonic() + timeout, False
+            code, open_pipes, timed_out = None, 2, False
+            deadline = time.monotonic() + timeout
             with selectors.DefaultSelector() as sel:
-                for fd in said:
+                for fd in (out_r, err_r, sock):
                     sel.register(fd, selectors.EVENT_READ)
-                while sel.get_map():
+                while open_pipes or code is None:
                     ready = sel.select(deadline - time.monotonic())
                     if not ready:
-                        os.kill(pid, signal.SIGKILL)      # not reaped yet: still the zygote's child
                         timed_out = True
                         break
                     for key, _ in ready:
-                        chunk = os.read(key.fd, 65536)
-                        if chunk:
+                        if key.fileobj is sock:
+                            code = self._said(sock)["code"]     # reaped: its pid may be another's now
+                            sel.unregister(sock)
+                        elif chunk := os.read(key.fd, 65536):
                             said[key.fd] += chunk
                         else:
                             sel.unregister(key.fd)
+                            open_pipes -= 1
             os.close(out_r)
             os.close(err_r)
-            code = json.loads(sock.recv(4096))["code"]
             stdout, stderr = said[out_r].decode(), said[err_r].decode()
             if timed_out:
+                if code is None:
+                    os.kill(pid, signal.SIGKILL)              # not reaped yet: still the zygote's child
+                    self._said(sock)
                 raise subprocess.TimeoutExpired([PULSECTL, *argv], timeout, stdout, stderr)
             return subprocess.CompletedProcess([PULSECTL, *argv], code, stdout, stderr)
 

@@ -1,0 +1,47 @@
+"""The tests' pulsectl (support.pulsectl, through tests/ctlzygote.py) answers as the console script does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import psutil
+import pytest
+
+from support import PULSECTL, init_home, pulsectl
+
+
+@pytest.mark.parametrize("argv", [
+    ["status"],                                   # the plain path: no pulsed here, exit 4 and why
+    ["status", "--json"],
+    ["task", "list"],                             # the fast path, reading the home
+    ["events", "-n", "3", "--type", "nosuch"],    # click's usage error, exit 2
+    ["config", "--effective"],
+    ["--version"],
+    ["task", "add", "--help"],
+])
+def test_it_answers_as_the_console_script_does(tmp_path, argv):
+    init_home(tmp_path / "home")
+    args = ["--home", str(tmp_path / "home"), *argv]
+    script = subprocess.run([PULSECTL, *args], capture_output=True, text=True, timeout=60)
+    forked = pulsectl(args, timeout=60)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (script.returncode, script.stdout, script.stderr)
+
+
+def test_its_environment_and_working_directory_are_the_callers(tmp_path, monkeypatch):
+    init_home(tmp_path / "home")
+    monkeypatch.chdir(tmp_path)
+    shown = pulsectl(["--home", "home", "config", "--effective"], env={**os.environ, "PULSE_HOME": "/nowhere"})
+    assert shown.returncode == 0 and "[store]" in shown.stdout, shown.stderr          # --home home, from here
+    unset = pulsectl(["status"], env={**os.environ, "PULSE_HOME": str(tmp_path / "home")})
+    assert unset.returncode == 4 and str(tmp_path / "home") in unset.stderr, unset.stderr
+
+
+def test_a_run_past_its_timeout_is_killed_and_said_as_subprocess_says_it(tmp_path):
+    init_home(tmp_path / "home")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(subprocess.TimeoutExpired):
+        pulsectl(["--home", str(tmp_path / "home"), "events", "-f"], timeout=1)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.status() != "zombie"]
+    assert [p.cmdline() for p in left if "ctlzygote.py" not in " ".join(p.cmdline())] == []
+    assert pulsectl(["--version"]).returncode == 0            # and the next run is served as ever
