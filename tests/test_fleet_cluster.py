@@ -63,15 +63,18 @@ def test_a_report_heard_again_after_its_runs_end_does_not_undo_the_end():
 
 
 def replicas_of(url: str) -> dict[str, int] | None:
-    """Each fleet stream's and bucket's number of copies, as the cluster reports it (None: not all made yet)."""
+    """Each fleet stream's and bucket's number of copies, as the cluster reports it (None: not all made
+    yet, or the cluster did not answer within 5 s, as it may not while it places a new stream's
+    copies on a loaded machine)."""
     async def read() -> dict[str, int] | None:
         import nats
+        from nats.errors import TimeoutError as NatsTimeout
         from nats.js.errors import NotFoundError
         nc = await nats.connect(url)
         try:
             js = nc.jetstream(timeout=5)
             return {s: (await js.stream_info(s)).config.num_replicas for s in STREAMS + tuple(f"KV_{b}" for b in BUCKETS)}
-        except NotFoundError:
+        except (NotFoundError, NatsTimeout):
             return None
         finally:
             await nc.close()
@@ -106,7 +109,7 @@ def test_the_fleet_rides_out_the_loss_of_the_cluster_server_a_host_is_connected_
         b = fleet_host(tmp_path, tracker, "b", cluster.urls, agent="2", **settings)
         start_all([a, b])
         wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b)), 30, what="both connected")
-        made = wait_for(lambda: replicas_of(cluster.urls[0]), 20, interval=0.2, what="the fleet's streams made")
+        made = wait_for(lambda: replicas_of(cluster.urls[0]), 30, interval=0.2, what="the fleet's streams made")
         assert set(made.values()) == {3}, made
         wait_for(lambda: view_hosts(a).get("b@test") == "up", 20, what="a's view has b")
         # the hosts' looks at the presence buckets leave no consumer behind (each one nats-py's keys()
