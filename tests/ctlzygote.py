@@ -42,10 +42,12 @@ def preload() -> None:
         importlib.import_module(name)
 
 
-def child(request: dict, out: int, err: int) -> None:
-    """In the fork: become that pulsectl run; never returns."""
+def child(request: dict, zygote: int, out: int, err: int) -> None:
+    """In the fork: become that pulsectl run; never returns. It dies with the zygote, which its client
+    kills when an exchange is cut short (a test's timeout firing mid-run)."""
     code = 1
     try:
+        procs.die_with_parent(zygote)
         devnull = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((devnull, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
@@ -78,10 +80,11 @@ def serve(sock: socket.socket) -> None:
         if not packet:
             return                                      # the test worker is done
         request = json.loads(packet)
+        zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
             sock.close()
-            child(request, *fds)
+            child(request, zygote, *fds)
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())

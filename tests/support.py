@@ -377,19 +377,31 @@ class CtlZygote:
 
     def run(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
         """As subprocess.run: stdout and stderr read to their end (what the run started may hold them
-        open after it exited), the run killed at the deadline if it has not exited, TimeoutExpired."""
+        open after it exited), the run killed at the deadline if it has not exited, TimeoutExpired.
+        An exchange cut short otherwise (pytest-timeout's alarm, ^C) ends the zygote and so its run,
+        whose answers would otherwise be read as the next request's."""
         with self.lock:
-            sock = self._started()
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
             try:
-                request = {"argv": [PULSECTL, *argv], "env": env, "cwd": os.getcwd()}
-                socket.send_fds(sock, [json.dumps(request).encode()], [out_w, err_w])
-            finally:
-                os.close(out_w)
-                os.close(err_w)
+                return self._exchange(argv, env, timeout)
+            except subprocess.TimeoutExpired:
+                raise
+            except BaseException:
+                self.close(at_once=True)
+                raise
+
+    def _exchange(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        sock = self._started()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            request = {"argv": [PULSECTL, *argv], "env": env, "cwd": os.getcwd()}
+            socket.send_fds(sock, [json.dumps(request).encode()], [out_w, err_w])
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        said = {out_r: bytearray(), err_r: bytearray()}
+        try:
             pid = self._said(sock)["pid"]
-            said = {out_r: bytearray(), err_r: bytearray()}
             code, open_pipes, timed_out = None, 2, False
             deadline = time.monotonic() + timeout
             with selectors.DefaultSelector() as sel:
@@ -409,25 +421,26 @@ class CtlZygote:
                         else:
                             sel.unregister(key.fd)
                             open_pipes -= 1
+        finally:
             os.close(out_r)
             os.close(err_r)
-            stdout, stderr = said[out_r].decode(), said[err_r].decode()
-            if timed_out:
-                if code is None:
-                    os.kill(pid, signal.SIGKILL)              # not reaped yet: still the zygote's child
-                    self._said(sock)
-                raise subprocess.TimeoutExpired([PULSECTL, *argv], timeout, stdout, stderr)
-            return subprocess.CompletedProcess([PULSECTL, *argv], code, stdout, stderr)
+        stdout, stderr = said[out_r].decode(), said[err_r].decode()
+        if timed_out:
+            if code is None:
+                os.kill(pid, signal.SIGKILL)              # not reaped yet: still the zygote's child
+                self._said(sock)
+            raise subprocess.TimeoutExpired([PULSECTL, *argv], timeout, stdout, stderr)
+        return subprocess.CompletedProcess([PULSECTL, *argv], code, stdout, stderr)
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
         if self.proc is not None:
-            self.sock.close()                             # EOF: it exits
+            self.sock.close()                             # EOF: it exits once its run has
             try:
-                self.proc.wait(10)
+                self.proc.wait(0 if at_once else 10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-            self.proc = None
+            self.proc, self.sock = None, None
 
 
 CTL_ZYGOTE = CtlZygote()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
 import psutil
 import pytest
 
-from support import PULSECTL, init_home, pulsectl
+from support import PULSECTL, init_home, pulsectl, wait_for
 
 
 @pytest.mark.parametrize("argv", [
@@ -45,3 +46,31 @@ def test_a_run_past_its_timeout_is_killed_and_said_as_subprocess_says_it(tmp_pat
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.status() != "zombie"]
     assert [p.cmdline() for p in left if "ctlzygote.py" not in " ".join(p.cmdline())] == []
     assert pulsectl(["--version"]).returncode == 0            # and the next run is served as ever
+
+
+def test_a_run_cut_short_ends_with_its_zygote_and_the_next_run_is_answered_afresh(tmp_path):
+    """pytest-timeout's alarm (or ^C) mid-run: the zygote and its run are ended, not left to answer
+    the next request with this one's exit."""
+    init_home(tmp_path / "home")
+    pulsectl(["--version"])                                     # the zygote is up
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    class Cut(Exception):
+        pass
+
+    def cut(signum, frame):
+        raise Cut
+    previous = signal.signal(signal.SIGALRM, cut)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(Cut):
+            pulsectl(["--home", str(tmp_path / "home"), "events", "-f"], timeout=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    wait_for(lambda: not [p for p in psutil.Process().children(recursive=True) if p.status() != "zombie"], 10,
+             what="the zygote and its run gone")
+    script = subprocess.run([PULSECTL, "--version"], capture_output=True, text=True, timeout=60)
+    again = pulsectl(["--version"])
+    assert (again.returncode, again.stdout) == (0, script.stdout)
+    assert before                                               # the zygote the first run started
