@@ -9,8 +9,9 @@ point (pulse.cli.main), as the console script does, exit code and all. What stay
 script's alone (its imports, the interpreter's start) is tested by the tests that run it by path.
 
 Protocol over a SOCK_SEQPACKET socketpair, one request at a time: the client sends JSON
-{"argv", "env", "cwd"} with its stdout and stderr pipes as fds; the zygote answers {"pid"} once
-forked, then {"code"} once it has reaped the child (a negative code: killed by that signal).
+{"argv", "env", "cwd"} (cwd null: the caller's was removed) with its stdout and stderr pipes as fds;
+the zygote answers {"pid"} once forked, then {"code"} once it has reaped the child (a negative code:
+killed by that signal).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def child(request: dict, zygote: int, out: int, err: int) -> None:
         for fd, target in ((devnull, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
             os.close(fd)
-        os.chdir(request["cwd"])
+        if request["cwd"] is not None:
+            os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = request["argv"]

@@ -394,7 +394,7 @@ class CtlZygote:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            request = {"argv": [PULSECTL, *argv], "env": env, "cwd": os.getcwd()}
+            request = {"argv": [PULSECTL, *argv], "env": env, "cwd": working_directory()}
             socket.send_fds(sock, [json.dumps(request).encode()], [out_w, err_w])
         finally:
             os.close(out_w)
@@ -444,6 +444,15 @@ class CtlZygote:
 
 
 CTL_ZYGOTE = CtlZygote()
+
+
+def working_directory() -> str | None:
+    """This process's working directory; None when it was removed (a test's tmp dir gone): the run then
+    starts where the zygote started, and a relative path is as meaningless there as in a removed one."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
 
 
 def pulsectl(argv: list[str], timeout: float = 30, env: dict | None = None) -> subprocess.CompletedProcess:
