@@ -66,7 +66,6 @@ def test_a_run_whose_spend_events_moved_to_the_archive_still_counts(tmp_path):
     """The ledger is a checkpointed projection: a process that starts after retention moved this month's
     spend events into an archive segment folds them from there (a fold of the live rows since the month's
     start counted them no more, and the limit failed open)."""
-
     from pulse.core import clock
     from pulse.store import eventindex, eventsdb
     from support import pulsectl
