@@ -422,8 +422,9 @@ def test_three_hosts_see_each_other_and_a_stopped_one_is_gone_within_the_ttl(tmp
     start_all(hosts)
     everyone = {"a@test": "up", "b@test": "up", "c@test": "up"}
     wait_for(lambda: view_hosts(hosts[0]) == everyone, 20, what="a sees three hosts up")
-    account = fleet_account(hosts[0])
-    assert account["state"] == "connected" and account["servers"] == [nats_server.url]
+    # status has the link's state from the worker's next heartbeat, the view file at once
+    wait_for(lambda: fleet_account(hosts[0]).get("state") == "connected", 10, what="a's status says connected")
+    assert fleet_account(hosts[0])["servers"] == [nats_server.url]
     assert "fleet: connected as a@test" in hosts[0].ctl("status").stdout
     hosts[2].terminate()
     stopped = time.monotonic()
