@@ -9,7 +9,8 @@ point (pulse.cli.main), as the console script does, exit code and all. What stay
 script's alone (its imports, the interpreter's start) is tested by the tests that run it by path.
 
 Protocol over a SOCK_SEQPACKET socketpair, one request at a time: the client sends JSON
-{"argv", "env", "cwd"} (cwd null: the caller's was removed) with its stdout and stderr pipes as fds;
+{"argv", "env", "cwd", "entry"} (cwd null: the caller's was removed; entry "main", pulsectl's entry
+point, or "click", its click group alone) with its stdout and stderr pipes as fds;
 the zygote answers {"pid"} once forked, then {"code"} once it has reaped the child (a negative code:
 killed by that signal).
 """
@@ -58,7 +59,11 @@ def child(request: dict, zygote: int, out: int, err: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = request["argv"]
-        pulse.cli.main()
+        if request.get("entry") == "click":
+            from pulse.cli.group import cli
+            cli()
+        else:
+            pulse.cli.main()
         code = 0
     except SystemExit as exit:
         if exit.code is None or isinstance(exit.code, int):

@@ -375,26 +375,27 @@ class CtlZygote:
             raise RuntimeError(f"tests/ctlzygote.py (pid {self.proc.pid}) ended mid-request: see its stderr above")
         return json.loads(packet)
 
-    def run(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
-        """As subprocess.run: stdout and stderr read to their end (what the run started may hold them
+    def run(self, argv: list[str], env: dict, timeout: float, entry: str = "main") -> subprocess.CompletedProcess:
+        """`pulsectl ARGV` through its entry point (entry "main") or its click group alone ("click").
+        As subprocess.run: stdout and stderr read to their end (what the run started may hold them
         open after it exited), the run killed at the deadline if it has not exited, TimeoutExpired.
         An exchange cut short otherwise (pytest-timeout's alarm, ^C) ends the zygote and so its run,
         whose answers would otherwise be read as the next request's."""
         with self.lock:
             try:
-                return self._exchange(argv, env, timeout)
+                return self._exchange(argv, env, timeout, entry)
             except subprocess.TimeoutExpired:
                 raise
             except BaseException:
                 self.close(at_once=True)
                 raise
 
-    def _exchange(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def _exchange(self, argv: list[str], env: dict, timeout: float, entry: str) -> subprocess.CompletedProcess:
         sock = self._started()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            request = {"argv": [PULSECTL, *argv], "env": env, "cwd": working_directory()}
+            request = {"argv": [PULSECTL, *argv], "env": env, "cwd": working_directory(), "entry": entry}
             socket.send_fds(sock, [json.dumps(request).encode()], [out_w, err_w])
         finally:
             os.close(out_w)

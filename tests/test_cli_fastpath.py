@@ -17,18 +17,24 @@ from pulse.cli import fastpath
 from pulse.cli.group import cli
 from pulse.core.wire import eventmsgs
 from pulse.store import eventsdb
-from support import init_home
+from support import CTL_ZYGOTE, init_home
 
-CLICK_ONLY = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli.group import cli; cli()"
 OFFERED = "gw_node-3-0123456789ab"
-ENTRY = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"
+ENTRY, CLICK_ONLY = "main", "click"     # pulsectl's entry point; its click group alone
+PROGRAM = {ENTRY: "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"}
 
 
-def run(program: str, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
+def run(entry: str, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    """`pulsectl --home HOME ARGS` in a process of its own, forked from the test worker's zygote (a fresh
+    interpreter when it reads stdin, which the zygote's runs do not have)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
     env["PULSE_RUNTIME_DIR"] = str(home.parent / "run")
-    proc = subprocess.run([sys.executable, "-c", program, "--home", str(home), *args], env=env, input=stdin,
-                          capture_output=True, text=True, timeout=60)
+    argv = ["--home", str(home), *args]
+    if stdin:
+        proc = subprocess.run([sys.executable, "-c", PROGRAM[entry], *argv], env=env, input=stdin,
+                              capture_output=True, text=True, timeout=60)
+    else:
+        proc = CTL_ZYGOTE.run(argv, env, 60, entry)
     return proc.returncode, proc.stdout, proc.stderr
 
 
