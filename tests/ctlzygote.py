@@ -59,7 +59,7 @@ def child(request: dict, zygote: int, out: int, err: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = request["argv"]
-        if request.get("entry") == "click":
+        if request["entry"] == "click":
             from pulse.cli.group import cli
             cli()
         else:

@@ -21,7 +21,8 @@ from support import CTL_ZYGOTE, init_home
 
 OFFERED = "gw_node-3-0123456789ab"
 ENTRY, CLICK_ONLY = "main", "click"     # pulsectl's entry point; its click group alone
-PROGRAM = {ENTRY: "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"}
+# the entry point in a fresh interpreter: for the one run that reads stdin, which the zygote's runs lack
+ENTRY_PROGRAM = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"
 
 
 def run(entry: str, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
@@ -31,7 +32,8 @@ def run(entry: str, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
     env["PULSE_RUNTIME_DIR"] = str(home.parent / "run")
     argv = ["--home", str(home), *args]
     if stdin:
-        proc = subprocess.run([sys.executable, "-c", PROGRAM[entry], *argv], env=env, input=stdin,
+        assert entry == ENTRY
+        proc = subprocess.run([sys.executable, "-c", ENTRY_PROGRAM, *argv], env=env, input=stdin,
                               capture_output=True, text=True, timeout=60)
     else:
         proc = CTL_ZYGOTE.run(argv, env, 60, entry)
