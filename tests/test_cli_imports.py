@@ -147,12 +147,15 @@ def test_task_list_and_budget_read_their_projections_without_inspect_logging_or_
 NOT_FOR_CONFIG_READERS = {"pulse.core.config.slices", "ast"}
 
 
-def test_task_add_and_config_effective_load_the_config_without_the_slices_or_ast(tmp_path):
+def test_task_add_show_and_config_effective_load_the_config_without_the_slices_ast_or_the_archive(tmp_path):
     home = tmp_path / "home"
     init_home(home)
     modules, proc = imported(tmp_path, "task", "add", "--project", "p", "--title", "t", "--prompt", "x", home=home)
     assert proc.returncode == 0 and "pulse.core.config" in modules, proc.stderr
     assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
+    modules, proc = imported(tmp_path, "task", "show", "task-1", home=home)   # its events all live: no archive
+    assert proc.returncode == 0 and "unassignable" in proc.stdout, proc.stderr
+    assert not modules & (NOT_FOR_READERS | NOT_FOR_CONFIG_READERS), modules & (NOT_FOR_READERS | NOT_FOR_CONFIG_READERS)
     modules, proc = imported(tmp_path, "config", "--effective", home=home)
     assert proc.returncode == 0 and "[timings]" in proc.stdout, proc.stderr
     assert not modules & NOT_FOR_CONFIG_READERS, modules & NOT_FOR_CONFIG_READERS
@@ -245,3 +248,38 @@ def test_the_operators_pulsectl_mcp_reads_the_config_for_the_socket_and_nothing_
     modules = set(seen["modules"])
     assert not modules & NOT_FOR_MCP, modules & NOT_FOR_MCP
     assert sorted(m for m in modules if m.startswith(("pulse.store", "pulse.effects", "pulse.agents"))) == []
+
+
+# pulse.core.leanimport in an interpreter without site (an editable install's finder loads pathlib and
+# urllib.parse at startup): what it stands in for is absent after, and each works once imported for real.
+LEAN = textwrap.dedent("""\
+    import sys
+    sys.path[:0] = sys.argv[1:]
+    from pulse.core import leanimport
+    leanimport.import_pathlib()
+    leanimport.import_msgspec()
+    stood_in = ("urllib.parse", "ipaddress", "platform", "textwrap", "typing_extensions")
+    assert not [m for m in stood_in if m in sys.modules], [m for m in stood_in if m in sys.modules]
+    import pathlib, msgspec, uuid
+    assert uuid._LINUX and uuid.uuid4().version == 4
+    assert pathlib.PurePosixPath("/a b").as_uri() == "file:///a%20b"
+    assert sys.modules["urllib.parse"].urlsplit("http://x/y").path == "/y"
+    import platform
+    assert platform.system() == "Linux" and platform.python_implementation()
+    class Doc(msgspec.Struct):
+        '''First.
+            Indented.'''
+    assert msgspec.json.schema(Doc)["$defs"]["Doc"]["description"] == "First.\\nIndented."
+    colorsys = leanimport._module("colorsys")   # asked what it does not carry: the real module answers
+    sys.modules["colorsys"] = colorsys
+    assert colorsys.rgb_to_hsv(1, 0, 0) == (0, 1, 1) and sys.modules["colorsys"] is not colorsys
+    print("ok")
+    """)
+
+
+def test_leanimport_stands_in_only_while_it_imports_and_the_real_modules_answer_after(tmp_path):
+    import site
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-S", "-c", LEAN, root, *site.getsitepackages()],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
+
+from pulse.core.leanimport import import_pathlib
+
+import_pathlib()     # the first pathlib of pulsectl's process: without urllib.parse
+from pathlib import Path  # noqa: E402
 
 # Imports inside functions: the plain status path and pulsectl's fast path import this module; each
 # function imports what only it needs when it runs (pulse.core.client: libzmq ~18 ms; instances only

@@ -13,7 +13,6 @@ queue (pulse.store.effectqueue) and the error runs (pulse.store.errorruns).
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from collections.abc import Callable
@@ -121,6 +120,17 @@ def open_events(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
 
 _json = msgspec.json.Encoder(enc_hook=str)
 _json_object = msgspec.json.Decoder()
+
+
+def _json_data(text: str):
+    """A JSON column as Python data. What Pulse writes msgspec reads; anything else (a NaN) goes to
+    the stdlib's more lenient reader, imported then: every pulsectl command that opens events.db
+    would otherwise pay its ~1 ms."""
+    try:
+        return _json_object.decode(text)
+    except msgspec.DecodeError:
+        import json
+        return json.loads(text)
 _INSERT_EVENT = "INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _EVENT_COLUMNS = "id, seq, ts, mono, type, source, target, data"
 
@@ -132,7 +142,7 @@ def _event_row(ev: Event) -> tuple:
 def _row_event(row) -> Event:
     """A row of _EVENT_COLUMNS as an Event."""
     return Event(id=row[0], seq=row[1], ts=row[2], mono=row[3], type=row[4], source=row[5], target=row[6],
-                 data=json.loads(row[7]))
+                 data=_json_data(row[7]))
 
 
 def insert_event(conn: sqlite3.Connection, ev: Event) -> Event:
@@ -174,7 +184,7 @@ def pulsed_committed_seq(conn: sqlite3.Connection, run: float) -> int:
         return row[0]
     # The run's start moved to the archive (a long run): the mover keeps pulsed's newest event
     # live, and that is this run's, since its start is older.
-    if any(run in json.loads(runs) for (runs,) in _moves(conn, "runs")):
+    if any(run in _json_data(runs) for (runs,) in _moves(conn, "runs")):
         row = conn.execute("SELECT seq FROM events WHERE source = 'pulsed' ORDER BY id DESC LIMIT 1").fetchone()
         return row[0] if row else 0
     return 0
@@ -321,7 +331,7 @@ def effect_facts(conn: sqlite3.Connection, effect_id: str, type_: str) -> list[d
     rows = conn.execute(
         "SELECT data FROM events WHERE type = ? AND id > (SELECT event_id FROM effects WHERE id = ?) "
         "AND json_extract(data, '$.effect_id') = ? ORDER BY id", (type_, effect_id, effect_id))
-    return [json.loads(r[0]) for r in rows]
+    return [_json_data(r[0]) for r in rows]
 
 
 def first_id_since(conn: sqlite3.Connection, ts: float) -> int:
@@ -354,7 +364,7 @@ def referenced_objects(conn: sqlite3.Connection) -> set[str]:
     for (data,) in conn.execute("SELECT data FROM events WHERE data LIKE '%sha256:%'"):
         out.update(_OBJECT_REF.findall(data))
     for (refs,) in _moves(conn, "objects"):
-        out.update(json.loads(refs))
+        out.update(_json_data(refs))
     return out
 
 
@@ -421,8 +431,7 @@ def next_task_number(conn: sqlite3.Connection) -> int:
 def gate_events_of_task(conn: sqlite3.Connection, task: str, limit: int = 500) -> list[Event]:
     """The gate-call and gate-blocked events of the gate sessions opened for `task` (a session's
     "open" fact names its task; its other events have the session as target), oldest first."""
-    from pulse.store import archive  # only a read that reaches into archive/
-    archived = [] if _has_live_start(conn, task) else archive.gate_events_of_sessions(conn, task)
+    archived = [] if _has_live_start(conn, task) else _archived_gate_events(conn, task)
     sessions = [r[0] for r in conn.execute(
         "SELECT DISTINCT target FROM events WHERE type = 'gate-call' AND json_extract(data, '$.phase') = 'open' "
         "AND json_extract(data, '$.task') = ?", (task,))]
@@ -433,6 +442,11 @@ def gate_events_of_task(conn: sqlite3.Connection, task: str, limit: int = 500) -
     rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN ('gate-call', 'gate-blocked') "
                         f"AND target IN ({marks}) ORDER BY id DESC LIMIT ?", (*sessions, limit)).fetchall()
     return (archived + [_row_event(r) for r in reversed(rows)])[-limit:]
+
+
+def _archived_gate_events(conn: sqlite3.Connection, task: str) -> list[Event]:
+    from pulse.store import archive  # only a read that reaches into archive/ (zstandard, hashlib: ~5 ms)
+    return archive.gate_events_of_sessions(conn, task)
 
 
 def _has_live_start(conn: sqlite3.Connection, task: str) -> bool:
