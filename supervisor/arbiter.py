@@ -642,7 +642,8 @@ class Arbiter:
         self.record(EventType.RELOAD, None, ok=True, changed=configmod.changed_tables(self.config, new), restarted=affected,
                     **turned, **processes)
         self.last_reload = controlmsgs.ReloadDone(
-            at=time.time(), restarted=affected, started=[n for n, how in turned.items() if how == "started"],
+            at=time.time(), pids={name: self.children[name].pid for name in self.listed()}, restarted=affected,
+            started=[n for n, how in turned.items() if how == "started"],
             stopped=[n for n, how in turned.items() if how == "stopped"],
             **{k: v for k, v in processes.items() if k != "removed_definitions"})
         self.set_config(new)

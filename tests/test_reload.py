@@ -48,6 +48,9 @@ def reload(pulsed) -> set[str]:
     assert out.returncode == 0, out.stdout + out.stderr
     named = {line.split(":")[0].strip() for line in out.stdout.splitlines()
              if ": restarted (pid " in line or ": restart begun" in line}
+    # "begun" is only for the event writer, which status does not list: a listed worker's restart is
+    # seen by its pid changing from the one the reload found
+    assert all(line.startswith("  eventlog:") for line in out.stdout.splitlines() if ": restart begun" in line), out.stdout
     pulsed.wait_running(WORKERS)
     return named
 

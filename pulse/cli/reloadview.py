@@ -36,7 +36,6 @@ def reload(ctx: Context, wait: float) -> None:
             echo(REFUSED + problem, err=True)
         sys.exit(78)
     try:
-        before = {w.name: w.pid for w in client.request(ctx.paths, controlmsgs.GetStatus(), ctx.timeout).status.workers}
         reply = client.request(ctx.paths, controlmsgs.Reload(), ctx.timeout)
     except client.Unreachable as err:
         echo(f"pulsectl: {err}", err=True)
@@ -47,7 +46,7 @@ def reload(ctx: Context, wait: float) -> None:
     if reply.reload is None or not wait:
         echo(reply.message)
         return
-    lines, failed = outcome(ctx, config or ctx.config(), reply.reload, before, wait)
+    lines, failed = outcome(ctx, config or ctx.config(), reply.reload, wait)
     echo("reloaded" + ("" if lines else "; nothing to restart, start or stop"))
     for line in lines:
         echo(f"  {line}")
@@ -125,11 +124,13 @@ def added_line(conn, process: controlmsgs.ProcessStatus | None, name: str, at: f
     return f"[[process]] {name}: added; failed: not running after the wait", True
 
 
-def outcome(ctx: Context, config, done: controlmsgs.ReloadDone, before: dict[str, int | None],
-            wait_s: float) -> tuple[list[str], bool]:
+def outcome(ctx: Context, config, done: controlmsgs.ReloadDone, wait_s: float) -> tuple[list[str], bool]:
     """The lines to print, in the order of the reload, and whether anything failed."""
     workers = {**{n: "restarted" for n in done.restarted}, **{n: "started" for n in done.started},
                **{n: "stopped" for n in done.stopped}}
+    if not (workers or done.processes_removed or done.processes_added or done.processes_kept):
+        return [], False          # nothing set in motion: nothing to wait for
+    before = done.pids
     restartable = {p.name for p in config.process if p.restart}
     said: dict[str, tuple[str, bool]] = {f"[[process]] {n}": (f"[[process]] {n}: removed, left running "
                                                               "(keep_on_remove)", False) for n in done.processes_kept}

@@ -225,8 +225,10 @@ class Reply(msgspec.Struct, omit_defaults=True):
 class ReloadDone(msgspec.Struct, kw_only=True):
     """What a reload set in motion (at: its wall-clock time): the workers restarted, started and
     stopped, and the [[process]] tables added, removed (stopped: a stop-process effect follows) and
-    removed but kept running (keep_on_remove). pulsectl reload waits on each and says how it ended."""
+    removed but kept running (keep_on_remove), and the pid of each worker status lists as the reload
+    found it. pulsectl reload waits on each and says how it ended."""
     at: float
+    pids: dict[str, int | None] = msgspec.field(default_factory=dict)
     restarted: list[str] = msgspec.field(default_factory=list)
     started: list[str] = msgspec.field(default_factory=list)
     stopped: list[str] = msgspec.field(default_factory=list)
