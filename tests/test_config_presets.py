@@ -7,6 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pulse.core import config as configmod
@@ -50,7 +51,7 @@ def test_each_preset_is_the_readmes_tested_table_with_paths_of_the_account(tmp_p
         for key in ("restart", "start_grace_s", "restart_exit_codes", "stop_exit_codes", "match"):
             if key in documented:
                 assert getattr(proc, key) == documented[key], (proc.name, key)
-        assert {k: v for k, v in configmod.msgspec.to_builtins(proc.health).items() if v is not None} == documented["health"]
+        assert {k: v for k, v in msgspec.to_builtins(proc.health).items() if v is not None} == documented["health"]
         if "pidfile" in documented:
             assert proc.pidfile.key == documented["pidfile"]["key"]
         for key, value in documented.get("env", {}).items():

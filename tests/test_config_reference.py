@@ -163,3 +163,43 @@ def test_a_key_added_to_its_table_alone_is_checked_sampled_shown_and_documented(
     check = subprocess.run([PULSECTL, "--home", str(home), "check-config"], env=env, capture_output=True, text=True,
                            timeout=60)
     assert check.returncode != 0 and "$.store.scratch_mb must lie within 1 … 64, got 0" in check.stdout + check.stderr
+
+
+def test_the_agent_tables_read_alone_are_declared_as_config_declares_them_and_read_the_same(tmp_path):
+    """`task add`, `task show` and `budget` read [tasks], [[agent]] and [budget] alone
+    (agentwork.load_agent_tables): the same tables, defaults and words for what is wrong as a whole
+    load, and a bad table they do not read is not theirs to refuse."""
+    whole = {f.name: f for f in msgspec.structs.fields(configmod.Config)}
+    for field in msgspec.structs.fields(configmod.AgentTables):
+        assert (field.type, field.default, field.default_factory) == (
+            whole[field.name].type, whole[field.name].default, whole[field.name].default_factory), field.name
+    path = tmp_path / "config.toml"
+    assert configmod.load_agent_tables(path) == configmod.AgentTables()     # no file: every default
+    agents = textwrap.dedent("""\
+        [tasks]
+        retry_base_s = 5
+        [[agent]]
+        name = "coder"
+        adapter = "command"
+        argv = ["true"]
+        tags = ["py"]
+        [budget]
+        usd_per_day = 3.5
+        """)
+    path.write_text(agents)
+    whole_config = configmod.load(path)
+    assert configmod.load_agent_tables(path) == configmod.AgentTables(
+        tasks=whole_config.tasks, agent=whole_config.agent, budget=whole_config.budget)
+    path.write_text(agents + "[web]\nport = \"eighty\"\n")
+    with pytest.raises(configmod.ConfigError):
+        configmod.load(path)
+    assert configmod.load_agent_tables(path).agent[0].name == "coder"
+    for broken in ('[[agent]]\nname = "a"\nadapter = "command"\n',                      # validate_agents: no argv
+                   '[[agent]]\nname = "a"\nadapter = "command"\nargv = ["x"]\ntimeout_s = -1\n',   # a bound
+                   '[[agent]\n'):                                                       # not TOML
+        path.write_text(broken)
+        with pytest.raises(configmod.ConfigError) as whole_error:
+            configmod.load(path)
+        with pytest.raises(configmod.ConfigError) as alone_error:
+            configmod.load_agent_tables(path)
+        assert str(alone_error.value) == str(whole_error.value)

@@ -42,7 +42,7 @@ def reset(ctx: Context, agent: str) -> None:
     """Forgive AGENT's spend so far: its runs until now count against no limit."""
     from pulse.agents import spend
     from pulse.store import eventsdb
-    names = [a.name for a in ctx.config().agent]
+    names = [a.name for a in ctx.config("load_agent_tables").agent]
     if agent not in names:
         fail(f"{agent!r} is not a configured [[agent]] (configured: {', '.join(names) or 'none'})")
     if not ctx.paths.events_db.exists():

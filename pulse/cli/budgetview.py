@@ -25,7 +25,7 @@ def overview_rows(ctx: Context) -> tuple[list[dict], list[dict]]:
     from pulse.agents import spend
     from pulse.core import clock
     from pulse.store import connection
-    config = ctx.config()
+    config = ctx.config("load_agent_tables")
     try:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:

@@ -52,11 +52,12 @@ class Context:
     def paths(self) -> Paths:
         return Paths.for_client(self.home)
 
-    def config(self):
-        """config.toml with PULSE_* overrides; exit 78 (like pulsed) naming what is wrong."""
+    def config(self, load: str = "load"):
+        """config.toml with PULSE_* overrides (or, `load="load_agent_tables"`, its agents' tables
+        alone); exit 78 (like pulsed) naming what is wrong."""
         from pulse.core import config as configmod  # its structs and tomllib, ~8 ms: not every command reads it
         try:
-            return configmod.load(self.paths.config)
+            return getattr(configmod, load)(self.paths.config)
         except configmod.ConfigError as err:
             fail(str(err), 78)
 

@@ -57,7 +57,7 @@ def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin:
         prompt = sys.stdin.read()
     if not prompt.strip():
         fail("--prompt is empty", 2)
-    agents = ctx.config().agent
+    agents = ctx.config("load_agent_tables").agent
     if pin is not None and pin not in {a.name for a in agents}:
         fail(f"--agent {pin}: not an [[agent]] in {ctx.paths.config} "
              f"(configured: {', '.join(a.name for a in agents) or 'none'})", 2)
@@ -119,7 +119,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
         """The [[agent]]s, read only for a pending task (config.toml is most of the command's time)."""
         from pulse.core import config as configmod
         try:
-            return configmod.load(ctx.paths.config).agent
+            return configmod.load_agent_tables(ctx.paths.config).agent
         except configmod.ConfigError:
             return None             # show the task anyway; pulsectl check-config names what is wrong
     try:

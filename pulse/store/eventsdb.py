@@ -123,14 +123,15 @@ _json_object = msgspec.json.Decoder()
 
 
 def _json_data(text: str):
-    """A JSON column as Python data. What Pulse writes msgspec reads; anything else (a NaN) goes to
-    the stdlib's more lenient reader, imported then: every pulsectl command that opens events.db
-    would otherwise pay its ~1 ms."""
+    """A JSON column as Python data: msgspec reads what Pulse writes, the stdlib's more lenient reader
+    anything else (a NaN)."""
     try:
         return _json_object.decode(text)
     except msgspec.DecodeError:
-        import json
+        import json  # only for what msgspec refuses: ~1 ms of every command that opens events.db spared
         return json.loads(text)
+
+
 _INSERT_EVENT = "INSERT INTO events (seq, ts, mono, type, source, target, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _EVENT_COLUMNS = "id, seq, ts, mono, type, source, target, data"
 
