@@ -130,6 +130,24 @@ def test_check_config_and_effective(tmp_path):
     assert bad.returncode == 78 and "$.process[0]: set exactly one of pidfile or match" in bad.stderr
 
 
+def test_effective_shows_what_pulsed_runs_and_where_the_file_differs_even_when_it_is_broken(pulsed):
+    pulsed.home.mkdir(parents=True)
+    config = pulsed.home / "config.toml"
+    config.write_text("[timings]\ntick_ms = 2000\n")
+    pulsed.start(env={"PULSE_HEARTBEAT_MS": "250"})
+    shown = pulsed.ctl("config", "--effective")
+    assert shown.returncode == 0 and shown.stdout.startswith("# what the running pulsed uses\n"), shown.stderr
+    assert "# timings.heartbeat_ms: not what" in shown.stdout and "heartbeat_ms = 250" in shown.stdout
+    assert "tick_ms = 2000" in shown.stdout and "# timings.tick_ms" not in shown.stdout
+    config.write_text("[timings]\ntick_ms = 'soon'\n")          # an edit pulsed has not taken, and never will
+    shown = pulsed.ctl("config", "--effective")
+    assert shown.returncode == 0 and "is not valid now" in shown.stdout and "$.timings.tick_ms" in shown.stdout
+    assert "tick_ms = 2000" in shown.stdout, shown.stdout      # still what pulsed runs
+    assert pulsed.terminate() == 0
+    shown = pulsed.ctl("config", "--effective")
+    assert shown.returncode == 78 and "$.timings.tick_ms" in shown.stderr and shown.stdout == ""
+
+
 def test_unknown_worker_is_refused(pulsed):
     pulsed.start()
     out = pulsed.ctl("restart", "nobody")

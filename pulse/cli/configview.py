@@ -19,10 +19,10 @@ def effective(ctx: Context) -> None:
     from pulse.core import client
     from pulse.core.config import Config, ConfigError, load, to_toml, without_secrets
     from pulse.core.wire import controlmsgs
-    on_disk = without_secrets(ctx.config())
     try:
         reply = client.request(ctx.paths, controlmsgs.GetConfig(), ctx.timeout)
     except client.Unreachable:
+        on_disk = without_secrets(ctx.config())
         echo(f"# pulsed is not running: {ctx.paths.config} with every default and PULSE_* override")
         echo(to_toml(on_disk), nl=False)
         return

@@ -17,7 +17,8 @@ from pulse.core import config as configmod
 from pulse.core.states import EffectState, StatusExit, WorkerState
 from pulse.core.wire import controlmsgs, eventmsgs
 from pulse.core.wire.eventmsgs import EffectEvent, EffectKind
-from pulse.store import effectqueue, eventsdb
+
+# Imports inside functions below: events.db's modules (~2 ms), only for a reload that set something in motion.
 
 POLL_S = 0.05
 REFUSED = "pulsectl: reload refused, pulsed keeps its running configuration: "
@@ -81,6 +82,7 @@ def exit_words(worker: controlmsgs.WorkerStatus) -> str:
 
 def effect_since(conn, kind: str, name: str, at: float) -> eventmsgs.Event | None:
     """The first effect of `kind` on `name` committed since `at` (the reload)."""
+    from pulse.store import eventsdb
     found = [e for e in eventsdb.search_events(conn, types=[EffectEvent.COMMITTED], target=name, since_ts=at - 1, limit=50)
              if e.data.get("kind") == kind and e.ts >= at - 1]
     return found[-1] if found else None
@@ -91,6 +93,7 @@ def ended(conn, effect: eventmsgs.Event | None) -> tuple[str, dict, str | None] 
     if effect is None:
         return None
     effect_id = effect.data.get("id")
+    from pulse.store import effectqueue, eventsdb
     state = effectqueue.effect_state(conn, effect_id)
     if state not in (EffectState.ACKED, EffectState.FAILED, EffectState.EXPIRED):
         return None
@@ -135,6 +138,7 @@ def outcome(ctx: Context, config, done: controlmsgs.ReloadDone, wait_s: float) -
     said: dict[str, tuple[str, bool]] = {f"[[process]] {n}": (f"[[process]] {n}: removed, left running "
                                                               "(keep_on_remove)", False) for n in done.processes_kept}
     deadline = time.monotonic() + wait_s
+    from pulse.store import eventsdb
     conn = eventsdb.open_events(ctx.paths.events_db)
     try:
         while True:
