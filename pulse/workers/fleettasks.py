@@ -72,6 +72,10 @@ LONG_POLL_S, POLL_HEARTBEAT_S = 5.0, 1.0
 # that gets a task another one holds puts it back (at most once while its host is alive), and the
 # claim lapses only with the lease (at least once across its death).
 TAKE_ACK_WAIT_S = 3.0
+# A task's end is acknowledged with the server's answer awaited (a double ack): a plain ack sent while
+# the connection is failing sits in the client's buffer and is lost with it, the task forgotten here,
+# and once its claim lapsed another host ran it again. Unanswered within this, the link is retried.
+END_ACK_S = 2.0
 OFFERS_CURSOR = "offers"          # fleet-cursor.db's key for the last offered event published
 WITHDRAWN_CURSOR = "withdrawn"    # … and for the last withdrawal made known
 # A task left by a host goes back at once for its first PUTBACK_FREE deliveries (another host whose
@@ -560,7 +564,7 @@ class FleetTasks:
         record = dead_record(offer, self.w.host, attempts, why, task)
         await self.dead.put(names.host_token(offer["fleet_id"]), json.dumps(record).encode())
         await self.js.publish(outcome_subject(offer["origin"]), json.dumps(record).encode())
-        await msg.ack()                          # off the queue: the dead-letter bucket has it
+        await msg.ack_sync(timeout=END_ACK_S)    # off the queue: the dead-letter bucket has it
         self.w.log.warning("fleet task %s dead-lettered: %s", offer["fleet_id"], why)
 
     async def keep(self, conn) -> None:
@@ -598,7 +602,7 @@ class FleetTasks:
         """Done (acked, closed): off the queue. Given up here: back to the fleet for another taking,
         or dead-lettered when this was the last one max_deliver allows. Withdrawn: off the queue."""
         if status != TaskStatus.GIVEN_UP or run.get("withdrawn"):
-            await run["msg"].ack()
+            await run["msg"].ack_sync(timeout=END_ACK_S)
             return
         if run["attempts"] >= self.max_deliver:
             await self.dead_letter(run["msg"], run["offer"], run["attempts"],
