@@ -98,6 +98,15 @@ CLI_COMMANDS = {
     "--version": ["--version"],
     "--help": ["--help"],
     "task add --help": ["task", "add", "--help"],
+    "check-config": ["check-config"],
+    "vitals": ["vitals", "health"],
+    "logs": ["logs", "-n", "20"],
+    "instances": ["instances"],
+    "schedule list": ["schedule", "list"],
+    "engine log": ["engine", "log"],
+    "store check": ["store", "check"],
+    "gate sessions": ["gate", "sessions"],
+    "fleet tasks": ["fleet", "tasks"],
 }
 
 # Reference figures for the peers, quoted from the issue (same kind of machine).

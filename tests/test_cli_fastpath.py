@@ -25,12 +25,15 @@ ENTRY, CLICK_ONLY = "main", "click"     # pulsectl's entry point; its click grou
 ENTRY_PROGRAM = "import sys; sys.argv = ['pulsectl', *sys.argv[1:]]; from pulse.cli import main; main()"
 
 
-def run(entry: str, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
-    """`pulsectl --home HOME ARGS` in a process of its own, forked from the test worker's zygote (a fresh
-    interpreter when it reads stdin, which the zygote's runs do not have)."""
+def run(entry: str, home, *args: str, stdin: str = "", home_from_env: bool = False) -> tuple[int, str, str]:
+    """`pulsectl --home HOME ARGS` (`home_from_env`: PULSE_HOME=HOME pulsectl ARGS) in a process of its
+    own, forked from the test worker's zygote (a fresh interpreter when it reads stdin, which the
+    zygote's runs do not have)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
     env["PULSE_RUNTIME_DIR"] = str(home.parent / "run")
-    argv = ["--home", str(home), *args]
+    if home_from_env:
+        env["PULSE_HOME"] = str(home)
+    argv = list(args) if home_from_env else ["--home", str(home), *args]
     if stdin:
         assert entry == ENTRY
         proc = subprocess.run([sys.executable, "-c", ENTRY_PROGRAM, *argv], env=env, input=stdin,
@@ -72,6 +75,24 @@ SERVED = [
     ["stop", "executor", "--wait=1"], ["stop"], ["stop", "--no-wait"],
     ["--help"], ["-h"], ["task", "add", "--help"], ["task", "-h"], ["events", "--help"], ["fleet", "add", "--help"],
     ["--timeout", "2", "stop", "--help"],
+    ["check-config"], ["vitals"], ["vitals", "nope"], ["vitals", "health", "--json"], ["instances"],
+    ["instances", "--json"], ["logs"], ["logs", "-n", "3", "--worker", "tick"],
+    ["schedule", "list"], ["schedule", "list", "--json"], ["schedule", "run", "nightly"],
+    ["fleet", "status"], ["fleet", "tasks"], ["fleet", "tasks", "--json"], ["fleet", "events", "-n", "5"],
+    ["fleet", "add", "--project", "p", "--title", "t", "--prompt", "x"],
+    ["task", "add", "--project", "p", "--title", "t", "--prompt", "x", "--fleet"],
+    ["gate", "sessions"], ["gate", "sessions", "--json"], ["gate-reset", "--agent", "nobody"],
+    ["gate-reset", "operator-shell/none/1", "--keep-progress"],
+    ["task", "output", "1"], ["task", "output", "1", "--attempt", "2"], ["task", "close", "99"],
+    ["task", "close", "gw_node-3-00000000000f"], ["task", "give-up", "99", "--reason", "r"], ["task", "retry", "1"],
+    ["budget", "reset", "nobody"], ["pause", "nope"], ["pause", "nope", "--for", "2h"], ["resume", "nope"],
+    ["emit", "noop", "--param", "novalue"], ["web", "url"], ["web", "rotate-token"],
+    ["process", "status", "nope"], ["process", "status", "nope", "--json"], ["process", "config", "nope", "--pin"],
+    ["process", "restart", "nope", "--wait", "0"], ["process", "stop", "nope"], ["process", "start", "nope"],
+    ["process", "logs", "nope", "-n", "5"],
+    ["store", "check"], ["store", "compact", "--dry-run"], ["store", "restore-archived", "/nowhere/x"],
+    ["engine"], ["engine", "log"], ["rollback", "--to", "nothing"],
+    ["deploy"], ["promote", "-m", "msg"],
 ]
 # ... and left to click, for its help and its errors.
 LEFT = [
@@ -88,6 +109,14 @@ LEFT = [
     ["task", "show", "gw_node-3-0123456789a"], ["task", "show", "1", "--help"],
     ["restart"], ["restart", "nope"], ["start", "engine", "--help"], ["stop", "engine", "tick"],
     ["restart", "engine", "--wait", "x"], ["stop", "--wait"], ["start", "engine", "--no-wait=1"],
+    ["check-config", "extra"], ["vitals", "a", "b"], ["logs", "--worker", "nope"], ["logs", "-n", "many"],
+    ["instances", "--jsn"], ["schedule", "run"], ["schedule", "lst"], ["fleet", "add", "--project", "p"],
+    ["gate-reset"], ["gate-reset", "s", "--agent", "a"], ["task", "output", "x"], ["task", "close", "x"],
+    ["task", "retry"], ["pause", "nope", "--for", "soon"], ["emit"], ["emit", "noop", "--deadline", "soon"],
+    ["process", "config", "x", "--pin", "--restore"], ["process", "status"], ["process", "logs", "x", "-n", "-2"],
+    ["web", "url", "extra"], ["notify", "test", "--wait", "x"],
+    ["store", "backup"], ["store", "backup", "/etc/hostname"], ["store", "compact", "--dry-run", "x"], ["engine", "lg"],
+    ["promote", "-m"],
 ]
 
 
@@ -95,6 +124,29 @@ LEFT = [
 def test_fast_path_says_what_click_says(home, args):
     assert (fastpath.resolve(["--home", str(home), *args]) is not None) == (args in SERVED)
     assert run(ENTRY, home, *args) == run(CLICK_ONLY, home, *args)
+
+
+# -i NAME: the home of the running instance of that name (none runs here: both paths say so alike)
+INSTANCE_SERVED = [["-i", "nosuch", "task", "list"], ["--instance=nosuch", "--timeout", "2", "events"],
+                   ["-i", "nosuch", "gate", "sessions", "--json"]]
+INSTANCE_LEFT = [["-i", "x", "--home", "h", "task", "list"], ["-i=x", "task", "list"], ["-i", "x", "nope"],
+                 ["-i", "x", "--version"], ["-i", "x", "-i", "y", "effects"], ["-i", "x", "task", "list", "--help"],
+                 ["-i", "x", "task", "list", "--jsn"], ["-i", "--home", "task", "list"]]
+
+
+@pytest.mark.parametrize("args", INSTANCE_SERVED + INSTANCE_LEFT, ids=" ".join)
+def test_an_instance_by_name_is_said_as_click_says_it(home, args, monkeypatch):
+    monkeypatch.setenv("PULSE_HOME", str(home))
+    monkeypatch.setenv("PULSE_RUNTIME_DIR", str(home.parent / "run"))
+    served = args in INSTANCE_SERVED
+    if served:     # resolve looks the instance up, and says there is none
+        with pytest.raises(SystemExit):
+            fastpath.resolve(args)
+    else:
+        assert fastpath.resolve(args) is None
+    code, out, err = run(ENTRY, home, *args, home_from_env=True)
+    assert (code, out, err) == run(CLICK_ONLY, home, *args, home_from_env=True)
+    assert not served or (code == 1 and "nosuch" in err), err
 
 
 @pytest.mark.parametrize("args", [
@@ -166,7 +218,7 @@ def test_each_option_table_is_its_click_commands():
         ours = {name: (o.dest, o.kind, None if o.kind == fastpath.MULTI else o.default)
                 for name, o in served.options.items()}
         unserved = set(declared) - set(ours)
-        assert unserved <= {"--fleet", "--help"}, (words, unserved)   # --fleet: NATS, click's path
+        assert unserved <= {"--help"}, (words, unserved)
         assert {name: declared[name] for name in ours} == ours, words
         required = set() if served.argument_optional else {served.argument} - {None}
         assert set(served.required) | required == {p.name for p in command.params if getattr(p, "required", False)}, words
@@ -174,7 +226,9 @@ def test_each_option_table_is_its_click_commands():
 
 
 @pytest.mark.parametrize("args", [["task", "list"], ["events", "-n", "5"], ["effects"], ["budget"],
-                                  ["config", "--effective"], ["task", "show", "1"], ["--version"]])
+                                  ["config", "--effective"], ["task", "show", "1"], ["--version"],
+                                  ["check-config"], ["schedule", "list"], ["vitals"], ["logs"], ["gate", "sessions"],
+                                  ["fleet", "tasks"]])
 def test_served_commands_load_neither_click_nor_libzmq_nor_heavy_modules(tmp_path, home, args):
     modules, proc = imported(tmp_path, *args, home=home)
     assert proc.returncode == 0, proc.stderr

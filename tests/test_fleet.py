@@ -164,7 +164,7 @@ def test_a_view_not_refreshed_within_the_ttl_says_the_other_hosts_are_unknown(tm
 
 
 def test_a_task_pinned_to_an_agent_no_host_has_is_said_from_the_fleet_view():
-    from pulse.cli.fleetcmd import unknown_pin
+    from pulse.cli.fleetview import unknown_pin
     view = {"hosts": [{"host": "a", "agents": [{"name": "builder"}]}, {"host": "b", "agents": []}]}
     assert unknown_pin(view, "builder") is None and unknown_pin(view, None) is None
     assert unknown_pin(None, "nobody") is None          # no view yet: nothing is known

@@ -27,7 +27,7 @@ FROM_BOOK = {"catch_up"}
 ALLOWED = {
     "web/metrics.py:rebuild_counts": "the metrics projection's rebuild (a GROUP BY and the type index)",
     "store/schedulerun.py:rebuild_book": "the schedule book's rebuild: from the first schedule fact (type index)",
-    "cli/enginecmd.py:engine_log": "pulsectl engine log: every promote and rollback (type index)",
+    "cli/engineview.py:engine_log": "pulsectl engine log: every promote and rollback (type index)",
     "effects/configfiles.py:known_good_of": "one process's known-good record, on an operator's request (type index)",
     "effects/repairs.py:cleanup": "objects/ garbage collection must see every reference",
 }

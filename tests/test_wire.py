@@ -177,6 +177,7 @@ BARE_NAME_ALLOWED = {
     ("pulse/cli/commandtable.py", "gate-reset"): "the pulsectl command's name",
     ("pulse/cli/helptext.py", "gate-reset"): "the pulsectl command's name, in its help",
     ("pulse/cli/mcp.py", "gate-reset"): "the pulsectl command's name",
+    ("pulse/cli/fastpath.py", "gate-reset"): "the pulsectl command's name",
     ("pulse/core/config/safety.py", "*"): "[allow]'s default kinds: configuration, as the operator writes it; the enum "
                                           "would import the wire's events module into every config load (~1.4 ms)",
 }

@@ -3,11 +3,11 @@
 The click application is in `group`, each command in its own module, and heavy
 imports stay inside the commands that need them. `pulsectl status` is what
 health checks and operators run in loops, so a plain status invocation
-(`[--home DIR] [--timeout S] status [--json]`) is served without importing
-click at all, which alone costs more than the request, and so are the other
-commands run in loops (pulse.cli.fastpath) and a plain `pulsectl mcp`
+(`[--home DIR | -i NAME] [--timeout S] status [--json]`) is served without importing
+click at all, which alone costs more than the request, and so is every other command
+that ends in a moment (pulse.cli.fastpath), and a plain `pulsectl mcp`
 (`[--home DIR] [--timeout S] mcp [--agent NAME]`), which every agent run starts, and which goes
-straight to the gate's proxy (pulse.gate.proxy). Anything else, `--help` included, goes through click.
+straight to the gate's proxy (pulse.gate.proxy). Anything they are not sure of goes through click.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import gc
 import os
 import sys
 
-from pulse.cli.launch import global_options
+from pulse.cli.launch import chosen_home, global_options
 from pulse.core.leanimport import import_msgspec
 
 # Imports inside functions: main() imports only the path it takes: a plain `pulsectl mcp` loads neither
@@ -26,24 +26,26 @@ from pulse.core.leanimport import import_msgspec
 def plain_status(argv: list[str]) -> tuple[str | None, float, bool] | None:
     """(home, timeout, as_json) when argv is a plain status invocation; None sends it to click."""
     parsed = global_options(argv)
-    if parsed is None or parsed[2] not in (["status"], ["status", "--json"]):
+    if parsed is None or parsed[3] not in (["status"], ["status", "--json"]):
         return None
-    return parsed[0], parsed[1], parsed[2][-1] == "--json"
+    return chosen_home(parsed[0], parsed[1]), parsed[2], parsed[3][-1] == "--json"
 
 
 def plain_mcp(argv: list[str]) -> tuple[str | None, str | None] | None:
     """(home, agent) when argv is a plain `mcp` invocation; None sends it to click."""
     parsed = global_options(argv)
-    if parsed is None or not parsed[2] or parsed[2][0] != "mcp":
+    if parsed is None or not parsed[3] or parsed[3][0] != "mcp":
         return None
-    args = parsed[2][1:]
+    args = parsed[3][1:]
     if not args:
-        return parsed[0], None
-    if len(args) == 2 and args[0] == "--agent" and args[1] and not args[1].startswith("-"):
-        return parsed[0], args[1]
-    if len(args) == 1 and args[0].startswith("--agent=") and len(args[0]) > len("--agent="):
-        return parsed[0], args[0].removeprefix("--agent=")
-    return None
+        agent = None
+    elif len(args) == 2 and args[0] == "--agent" and args[1] and not args[1].startswith("-"):
+        agent = args[1]
+    elif len(args) == 1 and args[0].startswith("--agent=") and len(args[0]) > len("--agent="):
+        agent = args[0].removeprefix("--agent=")
+    else:
+        return None
+    return chosen_home(parsed[0], parsed[1]), agent
 
 
 def main() -> None:

@@ -15,13 +15,7 @@ from __future__ import annotations
 import click
 
 from pulse.cli import budgetview
-from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
-
-# Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
-# its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
-# pulse.effects ~120-170 ms, pulse.report ~110 ms, pulse.engine.repo ~26 ms (python -X importtime, this
-# 2-core host).
 
 
 @click.group(invoke_without_command=True)
@@ -40,18 +34,7 @@ def budget(click_ctx: click.Context, as_json: bool) -> None:
 @pass_ctx
 def reset(ctx: Context, agent: str) -> None:
     """Forgive AGENT's spend so far: its runs until now count against no limit."""
-    from pulse.agents import spend
-    from pulse.store import eventsdb
-    names = [a.name for a in ctx.config("load_agent_tables").agent]
-    if agent not in names:
-        fail(f"{agent!r} is not a configured [[agent]] (configured: {', '.join(names) or 'none'})")
-    if not ctx.paths.events_db.exists():
-        fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
-    spend.reset(eventsdb.open_events(ctx.paths.events_db), agent, "pulsectl", by="operator")
-    from pulse.core import client
-    from pulse.core.wire import doorbells
-    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{agent} spend reset"))   # its held tasks go out now
-    click.echo(f"{agent}: spend reset; the tasks it held back are handed out at the next tick")
+    budgetview.reset(ctx, agent)
 
 
 COMMANDS = [budget]

@@ -1,5 +1,5 @@
-"""`pulsectl budget` itself (the overview), click-free: pulse.cli.budgetcmd declares it to click,
-pulse.cli.fastpath runs it without it."""
+"""`pulsectl budget` (the overview) and `budget reset` themselves, click-free: pulse.cli.budgetcmd
+declares them to click, pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
@@ -66,3 +66,19 @@ def show(ctx: Context, as_json: bool) -> None:
                  "against runs_per_hour only")
     for line in session_lines(sessions):
         echo(line)
+
+
+def reset(ctx: Context, agent: str) -> None:
+    """`agent`'s spend so far forgiven (a `spend-reset` event); the tick, rung, hands out the tasks it held."""
+    from pulse.agents import spend
+    from pulse.store import eventsdb
+    names = [a.name for a in ctx.config("load_agent_tables").agent]
+    if agent not in names:
+        fail(f"{agent!r} is not a configured [[agent]] (configured: {', '.join(names) or 'none'})")
+    if not ctx.paths.events_db.exists():
+        fail(f"no events.db at {ctx.paths.events_db} (start pulsed, or run `pulsectl init`)")
+    spend.reset(eventsdb.open_events(ctx.paths.events_db), agent, "pulsectl", by="operator")
+    from pulse.core import client
+    from pulse.core.wire import doorbells
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{agent} spend reset"))   # its held tasks go out now
+    echo(f"{agent}: spend reset; the tasks it held back are handed out at the next tick")

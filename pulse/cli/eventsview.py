@@ -1,4 +1,4 @@
-"""`pulsectl events` and `pulsectl effects` themselves, click-free: pulse.cli.pipeline declares them
+"""`pulsectl events`, `effects` and `vitals` themselves, click-free: pulse.cli.pipeline declares them
 to click, pulse.cli.fastpath runs them without it (they are what operators run in loops)."""
 
 from __future__ import annotations
@@ -103,3 +103,19 @@ def print_effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> Non
         else:
             echo(f"{effect.id:<32}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} "
                  f"{effect.origin:<9} {clock.iso(effect.created):<24} {why or ''}".rstrip())
+
+
+def print_vitals(ctx: Context, key: str | None, as_json: bool) -> None:
+    """The latest vital of each key: of `key` alone, of its family (`health`: every `health:NAME`), or
+    of a prefix ending in *; every key when None."""
+    from pulse.store import vitalsdb
+    conn = connect(ctx, "vitals.db")
+    latest = vitalsdb.latest_vitals(conn, [key] if key else ["*"])
+    if key and not latest and not key.endswith(("*", ":")):   # a family's name alone: each of its keys
+        latest = vitalsdb.latest_vitals(conn, [key + ":*"])
+    if key and not latest:
+        fail(f"no vitals for {key!r}")
+    for k in sorted(latest):
+        v = latest[k]
+        echo(json_line(v) if as_json else
+             f"{k:<28} {clock.iso(v.ts)}  {json.dumps(readable_times(v.data), separators=(',', ':'), default=str)}")

@@ -86,14 +86,18 @@ def elsewhere(home) -> str:
     return f"; running on this host: {names}: select one with pulsectl -i NAME"
 
 
-def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | None:
-    """(--home, --timeout, the rest) from pulsectl's own options before the command; None when unsure,
-    which sends argv to click (which says what is wrong with them)."""
-    home, timeout, args = None, DEFAULT_TIMEOUT_S, list(argv)
+def global_options(argv: list[str]) -> tuple[str | None, str | None, float, list[str]] | None:
+    """(--home, -i, --timeout, the rest) from pulsectl's own options before the command; None when
+    unsure, which sends argv to click (which says what is wrong with them). The instance's home is
+    looked up (home_of) only once the command is known to be served: click looks it up after naming
+    the command, and says an unknown command first."""
+    home, instance, timeout, args = None, None, DEFAULT_TIMEOUT_S, list(argv)
     seen = set()
     while args and args[0].startswith("-") and args[0] not in ("--version", "--help", "-h"):
         option, eq, value = args.pop(0).partition("=")
-        if option not in ("--home", "--timeout") or option in seen:
+        if option == "-i" and not eq:
+            option = "--instance"     # (`-i=x` is click's: a short option's value would be "=x")
+        if option not in ("--home", "--timeout", "--instance") or option in seen:
             return None
         seen.add(option)
         if not eq:
@@ -106,6 +110,8 @@ def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | Non
             if not value or os.path.isfile(value):
                 return None          # click says what is wrong with it
             home = value
+        elif option == "--instance":
+            instance = value
         else:
             try:
                 timeout = float(value)
@@ -113,4 +119,12 @@ def global_options(argv: list[str]) -> tuple[str | None, float, list[str]] | Non
                 return None
     if home is None and (env := os.environ.get("PULSE_HOME")) and os.path.isfile(env):
         return None                  # click refuses a PULSE_HOME that names a file
-    return home, timeout, args
+    if instance is not None and (home is not None or {"--help", "-h", "--version"} & set(args)):
+        return None                  # exclusive, or help (which click gives before looking the instance up)
+    return home, instance, timeout, args
+
+
+def chosen_home(home: str | None, instance: str | None) -> str | None:
+    """The home global_options' choice names: the running instance's (exit 1 naming what runs when
+    there is none of that name), else --home (None: $PULSE_HOME, else ~/.pulse)."""
+    return home_of(instance) if instance is not None else home

@@ -1,14 +1,12 @@
-"""`pulsectl logs [-f] [--worker NAME] [-n N]`: pulse.log, written by pulsed alone."""
+"""`pulsectl logs [-f] [--worker NAME] [-n N]`: pulse.log, written by pulsed alone (printed by
+pulse.cli.logview)."""
 
 from __future__ import annotations
 
-import os
-import time
-
 import click
 
+from pulse.cli import logview
 from pulse.cli.group import Context, pass_ctx
-from pulse.core import logs as logsmod
 from pulse.core.childspecs import LOG_SOURCES
 
 
@@ -19,31 +17,7 @@ from pulse.core.childspecs import LOG_SOURCES
 @pass_ctx
 def logs(ctx: Context, follow: bool, worker: str | None, lines: int) -> None:
     """Print Pulse's log."""
-    path = ctx.paths.log_file
-    for line in logsmod.tail(path, worker, lines):
-        click.echo(line)
-    if not follow:
-        return
-    f = open(path, encoding="utf-8", errors="replace") if path.exists() else None
-    if f is not None:
-        f.seek(0, os.SEEK_END)
-    try:
-        while True:
-            line = f.readline() if f is not None else ""
-            if line:
-                if logsmod.written_by(line, worker):
-                    click.echo(line.rstrip("\n"))
-                continue
-            time.sleep(0.2)
-            try:   # rotated or created: reopen
-                if f is None or os.stat(path).st_ino != os.fstat(f.fileno()).st_ino:
-                    if f is not None:
-                        f.close()
-                    f = open(path, encoding="utf-8", errors="replace")
-            except FileNotFoundError:
-                f = None
-    except KeyboardInterrupt:
-        pass
+    logview.print_log(ctx, follow, worker, lines)
 
 
 COMMANDS = [logs]

@@ -1,39 +1,14 @@
 """`pulsectl pause PROCESS --for 30m`, `pulsectl resume PROCESS`: leave a critical process alone
-during maintenance; `pulsectl notify test`: one notification through every channel."""
+during maintenance; `pulsectl notify test`: one notification through every channel. Each
+command's body is pulse.cli.maintview's."""
 
 from __future__ import annotations
 
-import sys
-import time
-
 import click
 
+from pulse.cli import maintview
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
-from pulse.core.states import EffectState
-
-# Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
-# its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
-# pulse.effects ~120-170 ms, pulse.report ~110 ms, pulse.engine.repo ~26 ms (python -X importtime, this
-# 2-core host).
-
-
-def _append(ctx: Context, type_: str, target: str, **data) -> None:
-    """Commit the event, then ring the tick so the rules see it now."""
-    from pulse.core import client
-    from pulse.core.wire import doorbells, eventmsgs
-    from pulse.store import eventsdb
-    conn = eventsdb.open_events(ctx.paths.events_db)
-    eventsdb.append_events(conn, [eventmsgs.now_event(type_, "pulsectl", target, **data)])
-    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", type_))
-
-
-def _known_process(ctx: Context, name: str) -> None:
-    names = [p.name for p in ctx.config().process]
-    if name not in names:
-        click.echo(f"pulsectl: no [[process]] named {name!r} in config.toml (known: {', '.join(names) or 'none'})",
-                   err=True)
-        sys.exit(2)
 
 
 @click.command()
@@ -42,14 +17,10 @@ def _known_process(ctx: Context, name: str) -> None:
 @pass_ctx
 def pause(ctx: Context, process: str, duration: str) -> None:
     """Leave PROCESS alone (no restarts) for a while."""
-    from pulse.core.wire.eventmsgs import EventType
-    _known_process(ctx, process)
-    seconds = clock.parse_duration(duration)
-    if seconds is None:
+    if clock.parse_duration(duration) is None:
+        maintview.known_process(ctx, process)     # an unknown process is said first
         raise click.BadParameter(f"{duration!r}: expected a duration like 30m", param_hint="--for")
-    until = time.time() + seconds
-    _append(ctx, EventType.PAUSE, process, until=until)
-    click.echo(f"{process} paused until {clock.iso(until, ms=False)}")
+    maintview.pause(ctx, process, duration)
 
 
 @click.command()
@@ -57,10 +28,7 @@ def pause(ctx: Context, process: str, duration: str) -> None:
 @pass_ctx
 def resume(ctx: Context, process: str) -> None:
     """Watch PROCESS again."""
-    from pulse.core.wire.eventmsgs import EventType
-    _known_process(ctx, process)
-    _append(ctx, EventType.RESUME, process)
-    click.echo(f"{process} watched again")
+    maintview.resume(ctx, process)
 
 
 @click.group()
@@ -73,52 +41,7 @@ def notify() -> None:
 @pass_ctx
 def notify_test(ctx: Context, wait: float) -> None:
     """Send one notification through every configured channel, and say how each one took it."""
-    from pulse.cli.pipeline import await_effect, commit_operator_effect
-    from pulse.core.wire import enginerpc
-    from pulse.core.wire.eventmsgs import EffectKind
-    from pulse.effects.notify import channel_label
-    config = ctx.config()
-    labels = [channel_label(c, i) for i, c in enumerate(config.notify)]
-    click.echo(f"channels: {', '.join(labels) or 'none'}")
-    # Not idempotent: a test is said once and answered now, never kept in the queue for retries.
-    effect = commit_operator_effect(ctx, enginerpc.Effect(kind=EffectKind.NOTIFY, target="pulse", params={
-        "title": "Pulse test notification", "message": "If you read this, this channel works.", "test": True}),
-        config.timings.effect_deadline_s)
-    state = await_effect(ctx, effect.id, wait)
-    if state is None:
-        sys.exit(1)
-    every_one_took_it = report_channels(ctx, effect.id, labels)
-    click.echo(f"{effect.id} {state}")
-    sys.exit(0 if every_one_took_it and state == EffectState.ACKED else 1)
-
-
-def channel_lines(labels: list[str], answers: dict) -> list[str]:
-    """One line per channel: its name, ok or failed, and what it answered."""
-    width = max(map(len, labels), default=0)
-    lines = []
-    for label in labels:
-        answer = str(answers.get(label, "failed: not tried"))
-        failed = answer.startswith("failed: ")
-        lines.append(f"{label:<{width}}  {'failed' if failed else 'ok':<6}  {answer.removeprefix('failed: ')}")
-    return lines
-
-
-def report_channels(ctx: Context, effect_id: str, labels: list[str]) -> bool:
-    """Print each channel's answer to the ended effect; True when every channel took it."""
-    from pulse.store import eventsdb
-    conn = eventsdb.open_events(ctx.paths.events_db)
-    try:
-        end = eventsdb.effect_end(conn, effect_id)
-    finally:
-        conn.close()
-    data = end.data if end is not None else {}
-    answers = data.get("channels")
-    if not isinstance(answers, dict):        # refused before any channel was tried (bad-params, not-allowed)
-        click.echo(f"{effect_id} {data.get('reason', 'failed')}: {data.get('error', '')}")
-        return False
-    for line in channel_lines(labels, answers):
-        click.echo(line)
-    return all(not str(answers.get(label, "failed: ")).startswith("failed: ") for label in labels)
+    maintview.notify_test(ctx, wait)
 
 
 COMMANDS = [pause, resume, notify]

@@ -13,16 +13,12 @@ starts where the last one left off. stdout carries JSON-RPC only; anything else 
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import click
 
-from pulse.cli.context import fail
+from pulse.cli import gateview
 from pulse.cli.group import Context, pass_ctx
-from pulse.core.home import GATE_SOCKET_ENV
-from pulse.gate import protocol
 from pulse.gate.policy import OPERATOR_SHELL
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -42,19 +38,6 @@ def mcp(ctx: Context, agent: str | None) -> None:
     sys.exit(run(ctx.home, agent))
 
 
-def gate_store(ctx: Context, source: str = "pulsectl"):
-    """The gate's durable store on this home, caught up with every session's facts."""
-    from pulse.gate.durable import DurableStore
-    from pulse.store import eventsdb
-    if not ctx.paths.events_db.exists():
-        fail(f"no events.db in {ctx.home} (run `pulsectl init`, or start pulsed)")
-    from pulse.store import projection
-    store = DurableStore(eventsdb.open_events(ctx.paths.events_db), source,
-                         checkpoints=ctx.paths.home / projection.DIRECTORY)
-    store.catch_up()
-    return store
-
-
 @click.command(name="gate-reset")
 @click.argument("session", required=False)
 @click.option("--agent", default=None, metavar="NAME", help="Reset every session of this agent instead.")
@@ -67,49 +50,7 @@ def gate_reset(ctx: Context, session: str | None, agent: str | None, keep_progre
     looked at. The gate writes the fact (pulsectl does, when no gate runs); running sessions see it at their next call."""
     if (session is None) == (agent is None):
         raise click.UsageError("give a SESSION or --agent NAME (one of them)")
-    done = reset_through_gate(ctx, protocol.Reset(session, agent, keep_progress))
-    if done is None:     # no gate running (pulsed down): nothing else decides now; the operator writes the fact
-        from pulse.gate.server import operator_reset
-        done = operator_reset(gate_store(ctx), session, agent, keep_progress)
-    for line in done.out:
-        click.echo(line)
-    if done.err:
-        click.echo(f"pulsectl: {done.err}", err=True)
-    sys.exit(done.code)
-
-
-def reset_through_gate(ctx: Context, request: protocol.Reset) -> protocol.ResetDone | None:
-    """The gate's answer to a reset (it alone writes gate facts while it runs), or None when no gate
-    listens. Only the operator's uid, with no run token, may reset."""
-    import socket as socketmod
-
-    from pulse.core import config as configmod
-    from pulse.gate.sockets import socket_path
-    path = os.environ.get(GATE_SOCKET_ENV)      # where a run was told the gate is: it decides who may reset
-    if not path:
-        try:
-            shared = configmod.load(ctx.paths.config).gate.socket_dir
-        except (configmod.ConfigError, OSError):
-            shared = ""
-        path = socket_path(ctx.paths, shared)
-    sock = socketmod.socket(socketmod.AF_UNIX)
-    try:
-        sock.connect(path)
-    except OSError:
-        sock.close()
-        return None
-    with sock, sock.makefile("rwb") as f:
-        f.write(protocol.encode(request))
-        f.flush()
-        line = f.readline()
-    try:
-        reply = protocol.reply_decoder.decode(line) if line else None
-    except ValueError as err:
-        reply = protocol.Refused("BAD_REPLY", f"not a reply of the gate's ({err})")
-    if not isinstance(reply, protocol.ResetDone):
-        why = reply.message if isinstance(reply, protocol.Refused) else "the gate closed the connection"
-        return protocol.ResetDone(1, [], f"the gate refused the reset: {why}")
-    return reply
+    gateview.reset(ctx, session, agent, keep_progress)
 
 
 @click.group(name="gate")
@@ -122,22 +63,7 @@ def gate_group() -> None:
 @pass_ctx
 def sessions(ctx: Context, as_json: bool) -> None:
     """Every gate session: its agent, task, state, unverified writes and counts."""
-    from pulse.cli.statusview import columns
-    from pulse.core import clock
-    ledger = gate_store(ctx).ledger
-    rows = [ledger.summary(sid) for sid in sorted(ledger.sessions, key=lambda s: ledger.sessions[s].opened)]
-    if as_json:
-        for row in rows:
-            click.echo(json.dumps(row))
-        return
-    if not rows:
-        click.echo("no gate sessions yet (`pulsectl mcp` starts one)")
-        return
-    table = [("SESSION", "AGENT", "TASK", "STATE", "CALLS", "BLOCKED", "LAST", "UNVERIFIED")]
-    table += [(r["session"], r["agent"], r["task"] or "-", r["state"], str(r["calls"]), str(r["blocked"]),
-               clock.iso(r["last"], ms=False), ", ".join(r["unverified"]) or "-") for r in rows]
-    for line in columns(table):
-        click.echo(line)
+    gateview.sessions(ctx, as_json)
 
 
 COMMANDS = [mcp, gate_reset, gate_group]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import click
 
 from pulse.cli import taskverbs
-from pulse.cli.context import fail
 from pulse.cli.group import Context, pass_ctx
 from pulse.core.states import TaskStatus
 
@@ -39,9 +38,6 @@ def _task_or_fleet_arg(ctx, param, value: str) -> str:
         raise click.BadParameter(str(err)) from None
 
 
-_writable, _readonly = taskverbs.writable, taskverbs.readonly
-
-
 @click.group()
 def task() -> None:
     """Tasks Pulse hands to agents: add, list, show, close, give up."""
@@ -62,11 +58,7 @@ def task() -> None:
 def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin: str | None,
         tags: tuple[str, ...], fleet: bool) -> None:
     """Add a pending task; prints its id (with --fleet, its fleet id)."""
-    if fleet:   # the agent may be on another host: --agent names any host's [[agent]]
-        from pulse.cli.fleetcmd import offer_task
-        click.echo(offer_task(ctx, pin, project, title, prompt, priority, tags))
-        return
-    taskverbs.add(ctx, project, title, prompt, priority, pin, tags)
+    taskverbs.add(ctx, project, title, prompt, priority, pin, tags, fleet)
 
 
 @task.command(name="list")
@@ -97,25 +89,7 @@ def show(ctx: Context, task: str, as_json: bool) -> None:
 @pass_ctx
 def output(ctx: Context, task: str, attempt: int | None) -> None:
     """The agent's output for a task, as text (exit 1 when there is none)."""
-    from pulse.agents import taskview
-    view = taskview.task_view(_readonly(ctx), task)
-    if view is None:
-        fail(f"{task}: no such task")
-    ref = taskview.last_output_ref(view, attempt)
-    text = taskview.output_text(ctx.paths.objects, ref, limit=None)
-    if text is None:
-        which = f"attempt {attempt}" if attempt is not None else "any attempt"
-        fail(f"{task}: no output kept for {which}" + (f" ({ref} is gone from objects/)" if ref else ""))
-    click.echo(text, nl=not text.endswith("\n"))
-
-
-def _record(ctx: Context, task: str, type: str, **data) -> None:
-    from pulse.agents import tasks
-    try:
-        state = tasks.record(_writable(ctx), task, type, "pulsectl", **data)
-    except tasks.IllegalTransition as err:
-        fail(str(err))
-    click.echo(f"{task}: {state.status}")
+    taskverbs.output(ctx, task, attempt)
 
 
 @task.command()
@@ -125,11 +99,7 @@ def close(ctx: Context, task: str) -> None:
     """Close a task: its result is accepted (acked), or it needs no agent (pending). A fleet id
     (`task add --fleet`): withdraw it; no host starts it from now on, and a run already going is
     not offered again when it ends."""
-    if not task.startswith("task-"):
-        from pulse.cli.fleetcmd import withdraw
-        return withdraw(_writable(ctx), task)
-    from pulse.core.wire.eventmsgs import TaskEvent
-    _record(ctx, task, TaskEvent.CLOSED, by="operator")
+    taskverbs.close(ctx, task)
 
 
 @task.command(name="give-up")
@@ -138,8 +108,7 @@ def close(ctx: Context, task: str) -> None:
 @pass_ctx
 def give_up(ctx: Context, task: str, reason: str) -> None:
     """Give a task up: no agent will be handed it again."""
-    from pulse.core.wire.eventmsgs import TaskEvent
-    _record(ctx, task, TaskEvent.GIVEN_UP, by="operator", reason=reason)
+    taskverbs.give_up(ctx, task, reason)
 
 
 @task.command()
@@ -147,20 +116,7 @@ def give_up(ctx: Context, task: str, reason: str) -> None:
 @pass_ctx
 def retry(ctx: Context, task: str) -> None:
     """Put a given-up task back to pending, its failures forgiven: the agents may take it again."""
-    from pulse.core import client
-    from pulse.core.wire import doorbells, eventmsgs
-    from pulse.store import eventsdb
-    created = eventsdb.search_events(_writable(ctx), types=[eventmsgs.TaskEvent.CREATED], source="fleet", target=task, limit=1)
-    if created:   # the fleet has moved on with it: a run here now could be its second
-        fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
-              "offer it again where it came from (pulsectl task add --fleet)")
-    from pulse.agents import tasks
-    state = tasks.load(_readonly(ctx), task)
-    # the task's own fields ride on the event: a fold that forgot the given-up task has it back from them
-    fields = {k: getattr(state, k) for k in ("project", "title", "prompt", "priority", "pin", "tags", "created",
-                                             "created_by", "parent", "depth")} if state is not None else {}
-    _record(ctx, task, eventmsgs.TaskEvent.RETRIED, by="operator", **fields)
-    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{task} retried"))
+    taskverbs.retry(ctx, task)
 
 
 COMMANDS = [task]

@@ -1,6 +1,6 @@
-"""`pulsectl task add`, `task list` and `task show` (of a task of this host, or of one it offered to the
-fleet) themselves, click-free: pulse.cli.taskcmd declares them to click, pulse.cli.fastpath runs them
-without it (they are what operators and scripts run in loops)."""
+"""`pulsectl task add|list|show|output|close|give-up|retry` (of a task of this host, or of one it
+offered to the fleet) themselves, click-free: pulse.cli.taskcmd declares them to click,
+pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
@@ -49,8 +49,13 @@ def number(task_id: str) -> int:
 
 
 def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin: str | None,
-        tags: tuple[str, ...]) -> None:
-    """A pending task on this host; prints its id (--fleet is pulse.cli.fleetcmd's)."""
+        tags: tuple[str, ...], fleet: bool = False) -> None:
+    """A pending task on this host; prints its id. `fleet`: offered to the fleet instead
+    (pulse.cli.fleetview.offer_task), its fleet id printed."""
+    if fleet:   # the agent may be on another host: --agent names any host's [[agent]]
+        from pulse.cli.fleetview import offer_task
+        echo(offer_task(ctx, pin, project, title, prompt, priority, tags))
+        return
     from pulse.agents import routing, tasks
     from pulse.core.config import ROUTE_NAME
     if prompt == "-":
@@ -199,3 +204,79 @@ def show_lines(view: dict) -> list[str]:
     out += [f"  {e['ts']} {e['type']:<15} {e['source']}" + (f" ({e['reason']})" if e.get("reason") else "")
             for e in view["events"]]
     return out
+
+
+def output(ctx: Context, task: str, attempt: int | None) -> None:
+    """The agent's output for a task (of `attempt`, else the last with one), as text; exit 1 when there
+    is none."""
+    from pulse.agents import taskview
+    view = taskview.task_view(readonly(ctx), task)
+    if view is None:
+        fail(f"{task}: no such task")
+    ref = taskview.last_output_ref(view, attempt)
+    text = taskview.output_text(ctx.paths.objects, ref, limit=None)
+    if text is None:
+        which = f"attempt {attempt}" if attempt is not None else "any attempt"
+        fail(f"{task}: no output kept for {which}" + (f" ({ref} is gone from objects/)" if ref else ""))
+    echo(text, nl=not text.endswith("\n"))
+
+
+def record(ctx: Context, task: str, type: str, **data) -> None:
+    from pulse.agents import tasks
+    try:
+        state = tasks.record(writable(ctx), task, type, "pulsectl", **data)
+    except tasks.IllegalTransition as err:
+        fail(str(err))
+    echo(f"{task}: {state.status}")
+
+
+def close(ctx: Context, task: str) -> None:
+    """A task closed (acked, or pending and needing no agent); a fleet id withdrawn."""
+    if not task.startswith("task-"):
+        return withdraw(writable(ctx), task)
+    from pulse.core.wire.eventmsgs import TaskEvent
+    record(ctx, task, TaskEvent.CLOSED, by="operator")
+
+
+def give_up(ctx: Context, task: str, reason: str) -> None:
+    """A task given up: no agent will be handed it again."""
+    from pulse.core.wire.eventmsgs import TaskEvent
+    record(ctx, task, TaskEvent.GIVEN_UP, by="operator", reason=reason)
+
+
+def retry(ctx: Context, task: str) -> None:
+    """A given-up task back to pending, its failures forgiven."""
+    from pulse.core import client
+    from pulse.core.wire import doorbells, eventmsgs
+    from pulse.store import eventsdb
+    created = eventsdb.search_events(writable(ctx), types=[eventmsgs.TaskEvent.CREATED], source="fleet", target=task, limit=1)
+    if created:   # the fleet has moved on with it: a run here now could be its second
+        fail(f"{task} was taken from the fleet (fleet task {created[0].data.get('fleet_id', '?')}): "
+              "offer it again where it came from (pulsectl task add --fleet)")
+    from pulse.agents import tasks
+    state = tasks.load(readonly(ctx), task)
+    # the task's own fields ride on the event: a fold that forgot the given-up task has it back from them
+    fields = {k: getattr(state, k) for k in ("project", "title", "prompt", "priority", "pin", "tags", "created",
+                                             "created_by", "parent", "depth")} if state is not None else {}
+    record(ctx, task, eventmsgs.TaskEvent.RETRIED, by="operator", **fields)
+    client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", f"{task} retried"))
+
+
+def withdraw(conn, fleet_id: str) -> None:
+    """Take back a task this host offered (`pulsectl task close <fleet id>`): a `fleet-task-withdrawn`
+    event, which this host's fleet worker makes known to every host (pulse.workers.fleettasks)."""
+    from pulse.agents import taskview
+    from pulse.core.wire import eventmsgs
+    from pulse.store import eventsdb
+    view = taskview.fleet_task_view(read_fleet_events(conn, fleet_id))
+    if view is None:
+        echo(f"pulsectl: {fleet_id}: no such fleet task offered from this host (withdraw it where it was added)",
+             err=True)
+        sys.exit(1)
+    if view["status"] in ("acked", "closed", "dead", "withdrawn"):
+        fail(f"{fleet_id} is {view['status']} already: nothing to withdraw")
+    running = view["host"] if view["status"] in ("assigned", "executing") else None
+    why = "withdrawn by the operator of its origin"
+    eventsdb.append_events(conn, [eventmsgs.now_event(eventmsgs.FLEET_TASK_WITHDRAWN, "pulsectl", fleet_id, {"why": why})])
+    echo(f"{fleet_id}: withdrawn" + (f" (its run on {running} ends as it will, and is not offered again)"
+                                     if running else ""))

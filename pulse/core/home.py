@@ -334,3 +334,10 @@ def save_stopped(path: Path, stopped: set[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def process_log(home: Path, name: str) -> Path:
+    """Where a started [[process]]'s output goes (appended; its keeper rotates it by size): its name
+    with anything but ASCII letters, digits and _ . - made a dash."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "-" for c in name)
+    return home / "logs" / f"process-{safe}.log"

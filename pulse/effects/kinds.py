@@ -60,7 +60,7 @@ import psutil
 
 from pulse.core import guarded, procs
 from pulse.core.config import ExecutorConfig, Process
-from pulse.core.home import Paths
+from pulse.core.home import Paths, process_log
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EventType, ProcessAction
 from pulse.effects import keeper, keepers
@@ -431,11 +431,6 @@ def process_cwd(process: Process, home: Path) -> str:
     """Where a process's restart and stop run: its `cwd` (relative: to the home), else the home,
     so `restart = ["python3", "server.py"]` finds server.py beside config.toml, not in /."""
     return str(home / process.cwd) if process.cwd else str(home)
-
-
-def process_log(home: Path, name: str) -> Path:
-    """Where a started process's output goes (appended; its keeper rotates it by size)."""
-    return home / "logs" / ("process-" + re.sub(r"[^A-Za-z0-9_.-]", "-", name) + ".log")
 
 
 def outside_pulse(argv: Sequence[str], unit: str, environ: dict, systemd_run: str | None, uid: int) -> list[str]:
