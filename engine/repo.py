@@ -23,12 +23,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pulse.core import clock, procs
 from pulse.core.home import Paths, dev_marker_text
@@ -49,8 +47,9 @@ class EngineDirError(Exception):
         super().__init__(f"{check} failed{where}: {reason}")
 
 
-@dataclass
-class Change:
+class Change(NamedTuple):
+    """A promote or rollback that happened. (Not a dataclass: `pulsectl engine log` would import
+    dataclasses, and inspect with it, ~5 ms.)"""
     kind: str                 # promote | rollback
     before: str
     after: str
@@ -248,6 +247,7 @@ def restore_snapshot(paths: Paths, ref: str) -> None:
         if entry.name == ".git":
             continue
         shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    import tarfile  # ~3 ms: only a restore from a snapshot
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(paths.engine, filter="data")
 
@@ -295,6 +295,7 @@ def _promote(paths: Paths, typecheck: list[str] | None, source: str, message: st
     staged = head(paths.staging)
     if is_ancestor(paths.engine, staged, before):
         raise EngineDirError("staging", "nothing to promote: staging has no commits main lacks")
+    import tempfile  # with random, ~2 ms: only a promote
     with tempfile.TemporaryDirectory(prefix="pulse-candidate-") as tmp:
         candidate = Path(tmp) / "engine"
         git(paths.engine, "worktree", "add", "-q", "--detach", str(candidate), before)

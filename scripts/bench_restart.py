@@ -99,7 +99,7 @@ CLI_COMMANDS = {
     "--help": ["--help"],
     "task add --help": ["task", "add", "--help"],
     "check-config": ["check-config"],
-    "vitals": ["vitals", "health"],
+    "vitals": ["vitals"],
     "logs": ["logs", "-n", "20"],
     "instances": ["instances"],
     "schedule list": ["schedule", "list"],
