@@ -4,6 +4,7 @@ and writes to other files of the home (vitals.db) do not wake it."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import time
 
@@ -13,6 +14,9 @@ from pulse.store.commitwatch import CommitWatch
 
 APPEND = ("import sys; from pathlib import Path; from pulse.core.wire.eventmsgs import now_event; from pulse.store import eventsdb; "
           "eventsdb.append_events(eventsdb.open_events(Path(sys.argv[1])), [now_event('operator', 'test', None, {})])")
+APPEND_VITAL = ("import sys, time; from pathlib import Path; from pulse.core.wire.enginerpc import Vital; "
+                "from pulse.store import vitalsdb; "
+                "vitalsdb.append_vitals(vitalsdb.open_vitals(Path(sys.argv[1])), [Vital('cpu', time.time(), {'percent': 1.0})])")
 
 
 def test_a_commit_by_another_process_wakes_the_reader_long_before_its_timeout(tmp_path):
@@ -82,3 +86,28 @@ def test_a_quick_watch_looks_again_a_few_times_soon_after_a_commit_then_waits_it
     finally:
         watch.close()
         conn.close()
+
+
+def test_the_blocking_wait_wakes_on_a_commit_to_a_named_store_and_not_on_other_files(tmp_path):
+    """wait_blocking (pulsectl reload's wait): a commit to vitals.db wakes a watch of events.db's and
+    vitals.db's files; a write to another file of the home waits the whole timeout."""
+    db = tmp_path / "events.db"
+    eventsdb.open_events(db).close()
+    vitals = vitalsdb.open_vitals(tmp_path / "vitals.db")
+    watch = CommitWatch(db, names=("events.db", "events.db-wal", "vitals.db", "vitals.db-wal"))
+    assert watch.fd is not None, "inotify refused on this host"
+    try:
+        (tmp_path / "other").write_text("x")
+        started = time.monotonic()
+        watch.wait_blocking(0.5)
+        assert time.monotonic() - started >= 0.5
+        started = time.monotonic()
+        writer = subprocess.Popen([sys.executable, "-c", APPEND_VITAL, str(tmp_path / "vitals.db")])
+        try:
+            watch.wait_blocking(30)
+        finally:
+            assert writer.wait(timeout=30) == 0
+        assert time.monotonic() - started < 15     # woken by the commit (a fresh interpreter's start), not the 30 s
+    finally:
+        watch.close()
+        vitals.close()

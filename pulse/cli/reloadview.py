@@ -20,7 +20,12 @@ from pulse.core.wire.eventmsgs import EffectEvent, EffectKind
 
 # Imports inside functions below: events.db's modules (~2 ms), only for a reload that set something in motion.
 
-POLL_S = 0.05
+# What a reload sets in motion ends in a commit: a worker's ready, exit or failure is an event, an
+# effect's end too, and the watcher's sample of a started process a vital. So the wait looks again at
+# each commit to events.db or vitals.db (pulse.store.commitwatch), and at least this often, for
+# whatever no commit says.
+LOOK_AT_LEAST_S = 1.0
+STORES = ("events.db", "events.db-wal", "vitals.db", "vitals.db-wal")
 REFUSED = "pulsectl: reload refused, pulsed keeps its running configuration: "
 
 
@@ -139,6 +144,8 @@ def outcome(ctx: Context, config, done: controlmsgs.ReloadDone, wait_s: float) -
                                                               "(keep_on_remove)", False) for n in done.processes_kept}
     deadline = time.monotonic() + wait_s
     from pulse.store import eventsdb
+    from pulse.store.commitwatch import CommitWatch
+    watch = CommitWatch(ctx.paths.events_db, names=STORES)    # before the first look: no commit falls between
     conn = eventsdb.open_events(ctx.paths.events_db)
     try:
         while True:
@@ -163,9 +170,10 @@ def outcome(ctx: Context, config, done: controlmsgs.ReloadDone, wait_s: float) -
             if final or len(said) == len(workers) + len(done.processes_removed) + len(done.processes_added) \
                     + len(done.processes_kept):
                 break
-            time.sleep(POLL_S)
+            watch.wait_blocking(min(LOOK_AT_LEAST_S, max(0.0, deadline - time.monotonic())))
     finally:
         conn.close()
+        watch.close()
     order = [*workers, *(f"[[process]] {n}" for n in [*done.processes_removed, *done.processes_kept,
                                                        *done.processes_added])]
     lines = [said[key] for key in order if key in said]

@@ -14,8 +14,9 @@ way from its offer to its taking on another host) starts at RECHECK_FIRST_S inst
 RECHECK_S: a few more cheap looks after each commit, the first within a millisecond of its being
 visible; the page's streams keep one look, each of which wakes every client.
 
-`written` waits the same way, blocking, for another file of the runtime directory to be written
-whole (a worker's published address, os.replace'd into place).
+`wait_blocking` is `wait` for a process with no event loop (`pulsectl reload`, waiting on what it set
+in motion); `written` waits the same way, blocking, for another file of the runtime directory to be
+written whole (a worker's published address, os.replace'd into place).
 
 Linux only, like Pulse; where inotify is refused (another OS, fs.inotify.max_user_instances
 reached) `wait` sleeps its timeout instead, which is the poll it replaces.
@@ -107,6 +108,20 @@ class CommitWatch:
                 return
             finally:
                 loop.remove_reader(self.fd)
+        self.recheck_s = self.first_recheck_s
+
+    def wait_blocking(self, timeout_s: float) -> None:
+        """wait's form for a process without an event loop (pulsectl reload): blocks."""
+        if self.fd is None:
+            time.sleep(timeout_s)
+            return
+        recheck = self.recheck_s
+        deadline = time.monotonic() + (min(timeout_s, recheck) if recheck is not None else timeout_s)
+        while not self.committed():
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                self.after_look(recheck)
+                return
         self.recheck_s = self.first_recheck_s
 
     def after_look(self, recheck: float | None) -> None:
