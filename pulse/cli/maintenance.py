@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from pulse.cli import maintview
+from pulse.cli import maintview, processview
 from pulse.cli.group import Context, pass_ctx
 from pulse.core import clock
 
@@ -18,7 +18,7 @@ from pulse.core import clock
 def pause(ctx: Context, process: str, duration: str) -> None:
     """Leave PROCESS alone (no restarts) for a while."""
     if clock.parse_duration(duration) is None:
-        maintview.known_process(ctx, process)     # an unknown process is said first
+        processview.named(ctx, process)     # an unknown process is said first
         raise click.BadParameter(f"{duration!r}: expected a duration like 30m", param_hint="--for")
     maintview.pause(ctx, process, duration)
 

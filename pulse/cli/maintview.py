@@ -7,6 +7,7 @@ import sys
 import time
 
 from pulse.cli.context import Context, echo
+from pulse.cli.processview import named
 from pulse.core import clock
 from pulse.core.states import EffectState
 
@@ -26,18 +27,10 @@ def _append(ctx: Context, type_: str, target: str, **data) -> None:
     client.ring(ctx.paths, "wake", doorbells.Wake("pulsectl", type_))
 
 
-def known_process(ctx: Context, name: str) -> None:
-    names = [p.name for p in ctx.config().process]
-    if name not in names:
-        echo(f"pulsectl: no [[process]] named {name!r} in config.toml (known: {', '.join(names) or 'none'})",
-             err=True)
-        sys.exit(2)
-
-
 def pause(ctx: Context, process: str, duration: str) -> None:
     """Leave `process` alone (no restarts) for `duration` (90s, 30m, 2h, 1d: one clock.parse_duration reads)."""
     from pulse.core.wire.eventmsgs import EventType
-    known_process(ctx, process)
+    named(ctx, process)
     until = time.time() + clock.parse_duration(duration)
     _append(ctx, EventType.PAUSE, process, until=until)
     echo(f"{process} paused until {clock.iso(until, ms=False)}")
@@ -46,7 +39,7 @@ def pause(ctx: Context, process: str, duration: str) -> None:
 def resume(ctx: Context, process: str) -> None:
     """Watch `process` again."""
     from pulse.core.wire.eventmsgs import EventType
-    known_process(ctx, process)
+    named(ctx, process)
     _append(ctx, EventType.RESUME, process)
     echo(f"{process} watched again")
 

@@ -162,7 +162,7 @@ def backup(ctx: Context, dest: Path) -> None:
             target.close()
             source.close()
         echo(f"{dest / path.name}: copied")
-    copy = sqlite3.connect(f"file:{dest / paths.events_db.name}?mode=ro", uri=True)
+    copy = sqlite3_connect_ro(dest / paths.events_db.name)
     try:
         events = eventsdb.last_event_id(copy)
     finally:
