@@ -262,7 +262,7 @@ LEAN = textwrap.dedent("""\
     from pulse.core import leanimport
     leanimport.import_pathlib()
     leanimport.import_msgspec()
-    stood_in = ("urllib.parse", "ipaddress", "platform", "textwrap", "typing_extensions")
+    stood_in = ("urllib.parse", "ipaddress", "platform", "textwrap", "typing_extensions", "msgspec.inspect")
     assert not [m for m in stood_in if m in sys.modules], [m for m in stood_in if m in sys.modules]
     import pathlib, msgspec, uuid
     assert uuid._LINUX and uuid.uuid4().version == 4
@@ -274,6 +274,7 @@ LEAN = textwrap.dedent("""\
         '''First.
             Indented.'''
     assert msgspec.json.schema(Doc)["$defs"]["Doc"]["description"] == "First.\\nIndented."
+    assert msgspec.inspect.type_info(int) == msgspec.inspect.IntType() and msgspec.inspect is sys.modules["msgspec.inspect"]
     colorsys = leanimport._module("colorsys")   # asked what it does not carry: the real module answers
     sys.modules["colorsys"] = colorsys
     assert colorsys.rgb_to_hsv(1, 0, 0) == (0, 1, 1) and sys.modules["colorsys"] is not colorsys
@@ -287,3 +288,19 @@ def test_leanimport_stands_in_only_while_it_imports_and_the_real_modules_answer_
     proc = subprocess.run([sys.executable, "-S", "-c", LEAN, root, *site.getsitepackages()],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+# What commands that read a store once loaded for nothing: OpenSSL to hash a few bytes, dataclasses (and
+# inspect) for the gate's ledger, zstandard where no archive segment is read, git (subprocess) where no
+# rollback is the latest change, the template copier (shutil, importlib.resources) in `store check`.
+NOT_FOR_STORE_READERS = {"_hashlib", "dataclasses", "inspect", "zstandard", "subprocess", "shutil",
+                         "importlib.resources"}
+
+
+def test_store_readers_load_no_openssl_dataclasses_zstandard_or_git_for_what_they_do_not_read(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    for args in (("gate", "sessions"), ("schedule", "list"), ("store", "check"), ("engine", "log")):
+        modules, proc = imported(tmp_path, *args, home=home)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert not modules & (HEAVY | {"click"} | NOT_FOR_STORE_READERS), (args, modules & (HEAVY | {"click"} | NOT_FOR_STORE_READERS))

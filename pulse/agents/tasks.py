@@ -73,7 +73,7 @@ class IllegalTransition(Exception):
 
 # -- task ids -----------------------------------------------------------------------------------------
 
-_ID = re.compile(r"^(?:task-)?([1-9][0-9]*)$")
+_ID = r"^(?:task-)?([1-9][0-9]*)$"   # compiled at first use (re caches it)
 
 
 def task_id(number: int) -> str:
@@ -82,13 +82,13 @@ def task_id(number: int) -> str:
 
 def id_order(task: str) -> tuple[int, str]:
     """A sort key that puts task-6 before task-10 (ids that are no task number last, by text)."""
-    m = _ID.match(task)
+    m = re.match(_ID, task)
     return (int(m[1]), "") if m else (1 << 62, task)
 
 
 def parse_task_id(text: str) -> str:
     """"7" or "task-7" → "task-7"; anything else is a ValueError."""
-    m = _ID.match(text.strip())
+    m = re.match(_ID, text.strip())
     if not m:
         raise ValueError(f"{text!r} is not a task id (expected a number such as 7, or task-7)")
     return task_id(int(m[1]))

@@ -92,13 +92,15 @@ def engine_log(ctx: Context) -> None:
         conn = connection.open_readonly(ctx.paths.events_db)
     except connection.StoreError as err:
         fail(str(err))
-    for ev in eventsdb.read_events(conn, types=[EventType.PROMOTE, EventType.ROLLBACK]):
+    changes = eventsdb.read_events(conn, types=[EventType.PROMOTE, EventType.ROLLBACK])
+    for ev in changes:
         when = clock.iso(ev.ts, ms=False)
         d = ev.data
         detail = f"checks {','.join(d.get('checks', []))}" if ev.type == EventType.PROMOTE else f"reason {d.get('reason')}"
         echo(f"{when}  {ev.type:<8} {d.get('before', '')[:12]} → {d.get('after', '')[:12]}  "
              f"by {ev.source}  {detail}")
-    say_what_staging_holds(ctx, err=True)     # stdout stays one line per entry, for scripts
+    if changes and changes[-1].type == EventType.ROLLBACK:    # else staging holds nothing rolled back: no git
+        say_what_staging_holds(ctx, err=True)     # stdout stays one line per entry, for scripts
 
 
 def say_what_staging_holds(ctx: Context, err: bool = False) -> None:

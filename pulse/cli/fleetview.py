@@ -9,6 +9,7 @@ publishes, and nothing that keeps the host alive waits on it."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections import deque
@@ -152,7 +153,7 @@ def offer_task(ctx: Context, pin: str | None, project: str, title: str, prompt: 
         echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
         sys.exit(3)
     for name, value in [("--agent", pin)] + [("--tag", t) for t in tags]:
-        if value is not None and not ROUTE_NAME.fullmatch(value):
+        if value is not None and not re.fullmatch(ROUTE_NAME, value):
             fail(f"{name} {value!r}: letters, digits and _ . : / -, not starting with a symbol", 2)
     unknown = unknown_pin(names.read_view(ctx.paths.runtime), pin)
     if unknown:   # said, not refused: a host with that agent may join before offer_ttl_s

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from pulse.cli.context import Context, echo, fail
 from pulse.core.home import GATE_SOCKET_ENV
-from pulse.gate import protocol
+
+if TYPE_CHECKING:
+    from pulse.gate import protocol
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
 # its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
@@ -33,6 +36,7 @@ def gate_store(ctx: Context, source: str = "pulsectl"):
 def reset(ctx: Context, session: str | None, agent: str | None, keep_progress: bool) -> None:
     """The gate of `session`, or of every session of `agent` (exactly one of them given), reset: by
     the gate when it runs, else the fact written here."""
+    from pulse.gate import protocol  # the gate's wire messages, ~1-2 ms: `gate sessions` sends none
     done = reset_through_gate(ctx, protocol.Reset(session, agent, keep_progress))
     if done is None:     # no gate running (pulsed down): nothing else decides now; the operator writes the fact
         from pulse.gate.server import operator_reset
@@ -50,6 +54,7 @@ def reset_through_gate(ctx: Context, request: protocol.Reset) -> protocol.ResetD
     import socket as socketmod
 
     from pulse.core import config as configmod
+    from pulse.gate import protocol
     from pulse.gate.sockets import socket_path
     path = os.environ.get(GATE_SOCKET_ENV)      # where a run was told the gate is: it decides who may reset
     if not path:

@@ -3,13 +3,13 @@ declares them to click, pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from pulse.cli.context import Context, echo, fail
+from pulse.core.digest import sha256
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
 # its commands (--help for none), so each command imports what only it uses: pulse.store ~5-25 ms,
@@ -41,7 +41,7 @@ def check(ctx: Context) -> None:
         else:
             echo(f"{path}: ok")
     problems += _archive_problems(paths)
-    bad = [p for p in _objects(paths.objects) if hashlib.sha256(p.read_bytes()).hexdigest() != p.parent.name + p.name]
+    bad = [p for p in _objects(paths.objects) if sha256(p.read_bytes()).hexdigest() != p.parent.name + p.name]
     problems += [f"{p} does not hold what its name says (its sha256 differs)" for p in bad]
     if paths.objects.exists() and not bad:
         echo(f"{paths.objects}/: ok ({sum(1 for _ in _objects(paths.objects))} objects)")

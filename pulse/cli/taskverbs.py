@@ -67,7 +67,7 @@ def add(ctx: Context, project: str, title: str, prompt: str, priority: int, pin:
         fail(f"--agent {pin}: not an [[agent]] in {ctx.paths.config} "
              f"(configured: {', '.join(a.name for a in agents) or 'none'})", 2)
     for tag in tags:
-        if not ROUTE_NAME.fullmatch(tag):
+        if not re.fullmatch(ROUTE_NAME, tag):
             fail(f"--tag {tag!r}: letters, digits and _ . : / -, not starting with a symbol", 2)
     state = tasks.create(writable(ctx), project, title, prompt, priority, source="pulsectl", pin=pin, tags=tags)
     ring_tick(ctx, f"{state.id} created")

@@ -10,7 +10,7 @@ import os
 import re
 import time
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_DURATION = r"^(\d+(?:\.\d+)?)([smhd])$"   # compiled at first use (re caches it): most runs parse none
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -24,13 +24,13 @@ def iso(ts: float, ms: bool = True) -> str:
 # person, and a script reading --json, gets ISO 8601 in UTC instead of `"until": 1796292125.5162346`.
 # Which values are wall times: those under a key named for a time (ts, created, …_at, …_since), or a
 # fractional number of seconds in 2001 … 2096 (pids and counts are integers). `mono` is no wall time.
-TIME_KEY = re.compile(r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|"
-                      r"next_retry|before|slot)$")
+TIME_KEY = (r"(^|_)(ts|at|time|now|created|deadline|until|since|started|ended|opened|last|expires|"
+            r"next_retry|before|slot)$")
 
 
 def is_wall_time(key: str, value: object) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and 1e9 <= value < 4e9
-            and (bool(TIME_KEY.search(key)) or not float(value).is_integer()))
+            and (bool(re.search(TIME_KEY, key)) or not float(value).is_integer()))
 
 
 def readable_times(value: object, key: str = "") -> object:
@@ -44,7 +44,7 @@ def readable_times(value: object, key: str = "") -> object:
 
 def parse_duration(text: str) -> float | None:
     """Seconds in `30s`, `10m`, `2h`, `1d` (or `1.5h`); None if `text` is no such duration."""
-    m = _DURATION.match(text.strip())
+    m = re.match(_DURATION, text.strip())
     return float(m[1]) * _UNIT_S[m[2]] if m else None
 
 

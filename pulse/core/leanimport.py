@@ -4,7 +4,8 @@ msgspec uses typing_extensions when it is installed (the MCP SDK brings it in), 
 costs ~11-16 ms (python -X importtime), inspect, ast and dis included, and their pages stay resident
 for the life of the process; no type of ours needs it. Its import also runs `platform` (for uuid,
 which asks only `platform.system()`: ~1.6 ms, nine regular expressions compiled) and `textwrap`
-(for msgspec.json.schema, which we never call: ~0.8 ms); pathlib imports urllib.parse, and with it
+(for msgspec.json.schema, which we never call: ~0.8 ms), and msgspec.inspect, which it imports
+for its users and never uses itself (~1.2 ms); pathlib imports urllib.parse, and with it
 ipaddress (~3 ms), for `Path.as_uri()` alone. pulsectl, pulsed and its forkserver import msgspec
 (and pulsectl pathlib) through here before anything else does; each module stood in for is taken
 out of sys.modules again at once, so a later `import platform` (or textwrap, urllib.parse) gets the
@@ -24,7 +25,8 @@ def import_msgspec() -> None:
         _import_standing_in("msgspec", {
             "typing_extensions": None,
             "platform": _module("platform", system=lambda: os.uname().sysname),
-            "textwrap": _module("textwrap", dedent=_deferred("textwrap", "dedent"))})
+            "textwrap": _module("textwrap", dedent=_deferred("textwrap", "dedent")),
+            "msgspec.inspect": _module("msgspec.inspect")})
 
 
 def import_pathlib() -> None:

@@ -17,7 +17,6 @@ Everything here is pure but `cron_*`, which read the host's time zone.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from datetime import datetime
 from typing import Iterable
@@ -25,6 +24,7 @@ from typing import Iterable
 import msgspec
 
 from pulse.core.config.schedules import Schedule, parse_every
+from pulse.core.digest import sha256
 from pulse.core.wire.enginerpc import Effect
 from pulse.core.wire.eventmsgs import EffectEvent, ScheduleEvent, TaskEvent
 
@@ -69,8 +69,8 @@ def jitter(name: str, slot: float, jitter_s: float) -> float:
     """The slot's delay within [0, jitter_s): from a hash, so every computation agrees."""
     if jitter_s <= 0:
         return 0.0
-    digest = hashlib.sha256(f"{name}\0{slot:.3f}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 * jitter_s
+    hashed = sha256(f"{name}\0{slot:.3f}".encode()).digest()
+    return int.from_bytes(hashed[:8], "big") / 2**64 * jitter_s
 
 
 # -- what to do now --------------------------------------------------------------------------------

@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import collections
 import enum
-import hashlib
 import json
-import string
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
+import msgspec
+
+from pulse.core.digest import sha256
 from pulse.core.wire.eventmsgs import EventType
 
 RECOVERY_TTL_S = 600.0
@@ -81,8 +81,7 @@ class State(enum.StrEnum):
 # A resource key is "<class>:<name>" (process:gateway, worker:tick, task:task-3, target:x).
 # A write *touches* keys; a read or resolve *covers* patterns: a key, or a prefix (class:*).
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(msgspec.Struct, frozen=True):
     text: str
     prefix: bool = False       # True: covers every key starting with `text`
 
@@ -96,6 +95,7 @@ class Pattern:
 
 
 def _fields(template: str) -> list[str]:
+    import string  # ~1 ms (its Template compiles a pattern): the ledger's readers (pulsectl) fill no template
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
@@ -144,17 +144,16 @@ class Arg(NamedTuple):
     required: bool = False
 
 
-@dataclass(frozen=True)
-class Descriptor:
+class Descriptor(msgspec.Struct, frozen=True):
     """One tool: its kind (static, or chosen by a discriminator argument), the arguments it
     takes, and the resources it touches (as a write) or covers (as a read or resolve)."""
     name: str
     kind: CallKind | None = None
-    params: Mapping[str, Arg] = field(default_factory=dict)   # the arguments it takes, by name
+    params: Mapping[str, Arg] = msgspec.field(default_factory=dict)   # the arguments it takes, by name
     touches: tuple[str, ...] = ()      # templates, e.g. "process:{name}"
     covers: tuple[str, ...] = ()       # templates, e.g. "worker:*"
     discriminator: str | None = None   # the argument naming the action, e.g. "action"
-    cases: Mapping[str, CallKind] = field(default_factory=dict)   # its values; any other value is a write
+    cases: Mapping[str, CallKind] = msgspec.field(default_factory=dict)   # its values; any other value is a write
     touches_fn: Callable[[Mapping[str, Any]], frozenset[str]] | None = None   # when templates cannot say
     verified_by: str = ""              # for writes: what verifies it, in words the model reads
     idempotent: bool = False           # for writes: running it twice does no harm (a write on an
@@ -192,8 +191,7 @@ def check_registry(tools: Mapping[str, Descriptor]) -> None:
                 raise ValueError(f"{where}: template {t!r} names unknown parameters {unknown}")
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(msgspec.Struct, frozen=True):
     """One classified call."""
     tool: str
     kind: CallKind
@@ -206,7 +204,7 @@ class Call:
 
 def args_hash(args: Any) -> str:
     text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return sha256(text.encode()).hexdigest()[:16]
 
 
 def classify(tools: Mapping[str, Descriptor], name: str, args: Any) -> Call:
@@ -243,14 +241,12 @@ def _write_keys(d: Descriptor, args: Mapping[str, Any]) -> frozenset[str]:
 
 # -- what the caller records ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Record:
+class Record(msgspec.Struct, frozen=True):
     type: str                   # gate-call | gate-blocked
     data: dict
 
 
-@dataclass(frozen=True)
-class Blocked:
+class Blocked(msgspec.Struct, frozen=True):
     """A refused call: `error` is what the model gets back. It is still a call, so it is
     recorded twice: a gate-call (ok false, blocked) and the gate-blocked with the reason; past
     the agent's budget of recorded blocks (GateSession.block_budget), only counted (no record)."""
@@ -271,8 +267,7 @@ class Blocked:
         return f"{self.code}: {self.error['error']['reason']}\n{json.dumps(self.error, sort_keys=True)}"
 
 
-@dataclass(frozen=True)
-class Admitted:
+class Admitted(msgspec.Struct, frozen=True):
     ticket: str                 # the call's id, unique on the host
     call: Call
     record: Record | None       # its begin fact (none for user_input, which changes nothing)
@@ -282,8 +277,7 @@ class Admitted:
         return (self.record,) if self.record else ()
 
 
-@dataclass
-class Recovery:
+class Recovery(msgspec.Struct):
     """A blocked call the model may yet make right: same tool, same arguments."""
     code: str
     tool: str
@@ -307,8 +301,7 @@ class Recovery:
 Principal = tuple[str, str]
 
 
-@dataclass
-class Flight:
+class Flight(msgspec.Struct):
     """A call that began and has not returned."""
     call: str
     session: str
@@ -319,11 +312,10 @@ class Flight:
     began: int
     effect: str | None = None       # the effect a write committed, once it did
     cancelled: bool = False         # the client gave up on it; its effect's outcome settles it
-    before: dict[str, str | None] = field(default_factory=dict)   # a write: what its actor last found each key to be
+    before: dict[str, str | None] = msgspec.field(default_factory=dict)   # a write: what its actor last found each key to be
 
 
-@dataclass
-class Uncertain:
+class Uncertain(msgspec.Struct):
     """A resource whose last write's effect may have acted, unknown (interrupted)."""
     tool: str
     agent: str
@@ -334,30 +326,26 @@ class Uncertain:
     acted_at: int | None = None     # a look found it changed since: the write acted (settled, for its task)
 
 
-@dataclass
-class Debt:
+class Debt(msgspec.Struct):
     tool: str
     began: int
     returned: int
 
 
-@dataclass
-class Change:
+class Change(msgspec.Struct):
     returned: int
     agent: str
     ts: float
 
 
-@dataclass
-class Actor:
-    looked: dict[Pattern, int] = field(default_factory=dict)   # pattern → where its latest good look began
-    unverified: dict[str, Debt] = field(default_factory=dict)   # resource → the write that left it so
+class Actor(msgspec.Struct):
+    looked: dict[Pattern, int] = msgspec.field(default_factory=dict)   # pattern → where its latest good look began
+    unverified: dict[str, Debt] = msgspec.field(default_factory=dict)   # resource → the write that left it so
     verified: int = 0            # its writes that acted and were verified: the changes it can claim
-    found: dict[str, tuple[str, int]] = field(default_factory=dict)   # resource → (identity, where that look began)
+    found: dict[str, tuple[str, int]] = msgspec.field(default_factory=dict)   # resource → (identity, where that look began)
 
 
-@dataclass
-class SessionFacts:
+class SessionFacts(msgspec.Struct):
     agent: str
     task: str
     pid: int | None = None

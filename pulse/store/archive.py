@@ -16,7 +16,6 @@ manifest says may hold what it asks for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -24,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
-import zstandard
 
+from pulse.core import digest
 from pulse.core.wire.eventmsgs import GATE_CALL_EVENTS, TASK_EVENTS, Event, EventType
 
 DIRECTORY = "archive"
@@ -98,6 +97,7 @@ def encode_rows(rows: Sequence[tuple]) -> bytes:
 
 
 def compress(plain: bytes) -> bytes:
+    import zstandard  # with platform, ~3-5 ms: only where a segment is written or read, not where none is
     return zstandard.ZstdCompressor(level=LEVEL, write_checksum=True, write_content_size=True).compress(plain)
 
 
@@ -125,8 +125,9 @@ def read_plain(path: Path, sha256: str | None) -> bytes:
             packed = f.read()
     except OSError as err:
         raise SegmentError(f"{path} cannot be read ({err.strerror})") from None
-    if hashlib.sha256(packed).hexdigest() != sha256:
+    if digest.sha256(packed).hexdigest() != sha256:
         raise SegmentError(f"{path} fails its checksum (its sha256 is not the one recorded when it was written)")
+    import zstandard  # as compress's
     try:
         return zstandard.ZstdDecompressor().decompress(packed)
     except zstandard.ZstdError as err:

@@ -356,14 +356,14 @@ def last_event_id(conn: sqlite3.Connection) -> int:
 
 # -- objects/ references -----------------------------------------------------------------------------
 
-_OBJECT_REF = re.compile(r"sha256:([0-9a-f]{64})")
+_OBJECT_REF = r"sha256:([0-9a-f]{64})"   # compiled at first use (re caches it)
 
 
 def referenced_objects(conn: sqlite3.Connection) -> set[str]:
     """Every blob an event names (as "sha256:<hex>"), live or in an archive segment."""
     out: set[str] = set()
     for (data,) in conn.execute("SELECT data FROM events WHERE data LIKE '%sha256:%'"):
-        out.update(_OBJECT_REF.findall(data))
+        out.update(re.findall(_OBJECT_REF, data))
     for (refs,) in _moves(conn, "objects"):
         out.update(_json_data(refs))
     return out
@@ -371,7 +371,7 @@ def referenced_objects(conn: sqlite3.Connection) -> set[str]:
 
 def object_refs(data: str) -> list[str]:
     """The blobs one event's data (as JSON text) names."""
-    return _OBJECT_REF.findall(data) if "sha256:" in data else []
+    return re.findall(_OBJECT_REF, data) if "sha256:" in data else []
 
 
 # -- tasks -------------------------------------------------------------------------------------------

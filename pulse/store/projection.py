@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar
 
 import msgspec
 
+from pulse.core.digest import sha256
 from pulse.store import eventindex, eventsdb
 
 if TYPE_CHECKING:
@@ -125,29 +126,6 @@ def source_lines(filename: str) -> list[str]:
         return []
 
 
-BUILTIN_HASH_MAX = 1 << 20   # bytes: past this OpenSSL's SHA-256 (hashlib) more than pays for its loading
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of `data`, in hex. hashlib loads OpenSSL, ~3 ms of a `task list` that hashes a few KiB:
-    small data, in a process that has not loaded hashlib, goes to the interpreter's own SHA-256
-    (the same digest; hashlib's fallback where OpenSSL is missing)."""
-    if len(data) <= BUILTIN_HASH_MAX and "hashlib" not in sys.modules and (builtin := _builtin_sha256()):
-        return builtin(data).hexdigest()
-    import hashlib  # OpenSSL: only past BUILTIN_HASH_MAX, or where another caller loaded it already
-    return hashlib.sha256(data).hexdigest()
-
-
-@functools.cache
-def _builtin_sha256():
-    for module in ("_sha2", "_sha256"):     # CPython 3.12 on, 3.11
-        try:
-            return __import__(module).sha256
-        except ImportError:
-            continue
-    return None
-
-
 def unwrapped(function):
     """What a decorator wrapped (its __wrapped__, as functools.wraps records it), as inspect.unwrap."""
     seen = {id(function)}
@@ -183,7 +161,7 @@ class Projection(Generic[S]):
         parts = [f"{PROTOCOL}\0{self.name}\0{sorted(self.types)}"]
         parts += [source_of(obj) for obj in (self.fold, self.new, self.dump, self.load, self.state_type, self.rebuild,
                                              *self.code) if obj is not None]
-        self.version = sha256_hex("\0".join(parts).encode())[:16]
+        self.version = sha256("\0".join(parts).encode()).hexdigest()[:16]
 
     def decode(self, body: bytes) -> S:
         if self.load is not None:
@@ -210,7 +188,7 @@ def write_checkpoint(directory: Path, projection: Projection[S], state: S, last_
     """Replace the projection's checkpoint atomically (temporary file, fsync, rename, fsync of the directory)."""
     body = msgspec.msgpack.encode(projection.dump(state))
     record = Checkpoint(PROTOCOL, projection.name, projection.version, last_id, anchor_ts, time.time(),
-                        sha256_hex(body), body)
+                        sha256(body).hexdigest(), body)
     directory.mkdir(mode=0o700, exist_ok=True)
     path = checkpoint_path(directory, projection.name)
     # imported here: most readers of a projection (pulsectl task list) never write one
@@ -260,7 +238,7 @@ def read_checkpoint(directory: Path, projection: Projection[S],
         return f"checkpoint {path} is torn or damaged"
     if record.protocol != PROTOCOL or record.name != projection.name or record.version != projection.version:
         return f"checkpoint {path} is of another version of {projection.name} ({record.version})"
-    if sha256_hex(record.body) != record.digest:
+    if sha256(record.body).hexdigest() != record.digest:
         return f"checkpoint {path} fails its checksum"
     if record.last_id and anchor_ts(conn, record.last_id) != record.anchor_ts:
         return f"checkpoint {path} is of another history (event {record.last_id} is not the one it folded)"

@@ -27,7 +27,7 @@ ADAPTER_ARGV: dict[str, list[str] | None] = {
 }
 ADAPTER_GROUP = "pulse.adapters"              # the entry point group other adapters register under
 MAX_AGENT_TIMEOUT_S = 7 * 24 * 3600
-ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")   # a project or a tag, as task add takes it
+ROUTE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.:/-]*"   # a project or a tag, as task add takes it (compiled at first use)
 # The least a limit may be (0 turns it off): below these no agent CLI starts, and a typo of a unit
 # (memory_mb = 4 for 4 GiB) would fail every run.
 RUN_LIMIT_FLOORS = {"memory_mb": 16, "pids": 4, "cpu_percent": 1, "disk_mb": 1}
@@ -256,6 +256,6 @@ def agent_routing_problem(agent: Agent) -> str | None:
         return "projects: an empty list takes no task at all; leave it unset for every project"
     for key, names in (("projects", agent.projects or []), ("tags", agent.tags)):
         for name in names:
-            if not ROUTE_NAME.fullmatch(name):
+            if not re.fullmatch(ROUTE_NAME, name):
                 return f"{key}: {name!r} is not a name (letters, digits and _ . : / -, not starting with a symbol)"
     return None

@@ -80,12 +80,12 @@ def keys_of(table: type[msgspec.Struct]) -> list[Key]:
     return out
 
 
-_EXAMPLE = re.compile(r"\s*Example:\s+`(?P<toml>[^`]+)`\s*$")
+_EXAMPLE = r"\s*Example:\s+`(?P<toml>[^`]+)`\s*$"   # compiled at first use: only help reads it
 
 
 def _help_and_examples(doc: str) -> tuple[str, list]:
     """A key's docstring → its help (one line) and its example, read as TOML."""
-    found = _EXAMPLE.search(doc)
+    found = re.search(_EXAMPLE, doc)
     if not found:
         return " ".join(doc.split()), []
     import tomllib  # only the reference's examples
