@@ -17,7 +17,7 @@ import tomli_w
 
 from pulse.core import config as configmod
 from pulse.core.config import reference
-from pulse.core.config.keys import keys_of
+from pulse.core.config.keys import decode_toml, keys_of
 from support import PULSECTL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,3 +203,27 @@ def test_the_agent_tables_read_alone_are_declared_as_config_declares_them_and_re
         with pytest.raises(configmod.ConfigError) as alone_error:
             configmod.load_agent_tables(path)
         assert str(alone_error.value) == str(whole_error.value)
+
+
+def test_comment_lines_skipped_before_parsing_change_no_document_and_no_error():
+    """decode_toml blanks comment lines before tomllib parses: each document decodes as msgspec.toml
+    does, and each broken one fails with the same words (its line numbers the file's)."""
+    sample = configmod.default_toml()
+    assert decode_toml(sample) == msgspec.toml.decode(sample) and decode_toml(sample.encode()) == msgspec.toml.decode(sample)
+    documents = [
+        'a = """\n# not a comment: a line of the string\n"""\n# a comment\nb = 1\n',   # a triple quote: parsed whole
+        "a = '''\n  # also the string's\n'''\n",
+        'argv = [\n  # a comment inside an array\n  "x",\n]\n',
+        "# tab\tin a comment\nx = 1\n",                     # TOML allows a tab in a comment
+        "  # indented comment\r\nx = 2\r\n",
+    ]
+    for doc in documents:
+        assert decode_toml(doc) == msgspec.toml.decode(doc), doc
+    broken = ["# comment\n# another\nx = \n", "# a control char \x01 in a comment\nx = 1\n", "x = 1\n# c\nx = 2\n",
+              b"# \xff not UTF-8\nx = 1\n"]
+    for doc in broken:
+        with pytest.raises(msgspec.DecodeError) as expected:
+            msgspec.toml.decode(doc)
+        with pytest.raises(msgspec.DecodeError) as got:
+            decode_toml(doc)
+        assert str(got.value) == str(expected.value), doc

@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 
 from pulse.core.config.agentwork import Agent, SpendLimits, Tasks, validate_agents
-from pulse.core.config.keys import ConfigError
+from pulse.core.config.keys import ConfigError, decode_toml
 
 
 class AgentTables(msgspec.Struct):
@@ -23,7 +23,7 @@ def load_agent_tables(path: Path) -> AgentTables:
     file's others. Anything wrong in them is said by a whole load of the file (pulse.core.config.whole),
     in the words every other command says it; a bad table they do not read is not theirs to refuse."""
     try:
-        raw = msgspec.toml.decode(path.read_bytes())
+        raw = decode_toml(path.read_bytes())
         tables = msgspec.convert({k: v for k, v in raw.items() if k in AgentTables.__struct_fields__}, AgentTables,
                                  str_keys=True)
         validate_agents(tables, str(path))

@@ -17,7 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from pulse.core.config.agentwork import Agent, Gate, SpendLimits, Tasks, validate_agents, validate_gate
-from pulse.core.config.keys import ConfigError, Table, unwrapped
+from pulse.core.config.keys import ConfigError, Table, decode_toml, unwrapped
 from pulse.core.config.processes import Process, validate_processes
 from pulse.core.config.safety import Allow, Notify, Store, Survival, validate_llm, validate_notify, validate_store
 from pulse.core.config.schedules import Report, Schedule, validate_report, validate_schedules
@@ -90,7 +90,7 @@ def decode(text: str | bytes, origin: str, overrides: dict[str, object] | None =
     """Decode config.toml text, with `overrides` of [timings] keys (env_overrides) on top; errors
     name `origin` and the key path, and a value out of its key's bounds the value."""
     try:
-        raw = msgspec.toml.decode(text)
+        raw = decode_toml(text)
     except msgspec.DecodeError as err:
         raise ConfigError(f"{origin}: not valid TOML: {err}") from None
     raw = with_presets(raw, origin)
