@@ -262,12 +262,17 @@ LEAN = textwrap.dedent("""\
     from pulse.core import leanimport
     leanimport.import_pathlib()
     leanimport.import_msgspec()
-    stood_in = ("urllib.parse", "ipaddress", "platform", "textwrap", "typing_extensions", "msgspec.inspect")
+    leanimport.import_tomllib()
+    stood_in = ("urllib.parse", "ipaddress", "platform", "textwrap", "typing_extensions", "msgspec.inspect", "string")
     assert not [m for m in stood_in if m in sys.modules], [m for m in stood_in if m in sys.modules]
     import pathlib, msgspec, uuid
     assert uuid._LINUX and uuid.uuid4().version == 4
     assert pathlib.PurePosixPath("/a b").as_uri() == "file:///a%20b"
     assert sys.modules["urllib.parse"].urlsplit("http://x/y").path == "/y"
+    import tomllib
+    assert tomllib.loads("k = 0xfF\\n_b-1 = 2") == {"k": 255, "_b-1": 2}
+    import string
+    assert string.Template("$x").substitute(x=1) == "1"
     import platform
     assert platform.system() == "Linux" and platform.python_implementation()
     class Doc(msgspec.Struct):

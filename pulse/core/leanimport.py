@@ -6,7 +6,8 @@ for the life of the process; no type of ours needs it. Its import also runs `pla
 which asks only `platform.system()`: ~1.6 ms, nine regular expressions compiled) and `textwrap`
 (for msgspec.json.schema, which we never call: ~0.8 ms), and msgspec.inspect, which it imports
 for its users and never uses itself (~1.2 ms); pathlib imports urllib.parse, and with it
-ipaddress (~3 ms), for `Path.as_uri()` alone. pulsectl, pulsed and its forkserver import msgspec
+ipaddress (~3 ms), for `Path.as_uri()` alone; tomllib imports string (~0.8 ms: its Template compiles
+a pattern) for three constants. pulsectl, pulsed and its forkserver import msgspec
 (and pulsectl pathlib) through here before anything else does; each module stood in for is taken
 out of sys.modules again at once, so a later `import platform` (or textwrap, urllib.parse) gets the
 real one, and a module that needs typing_extensions itself (the MCP SDK, in `pulsectl mcp`)
@@ -33,6 +34,13 @@ def import_pathlib() -> None:
     if "pathlib" not in sys.modules:
         _import_standing_in("pathlib", {
             "urllib.parse": _module("urllib.parse", quote_from_bytes=_deferred("urllib.parse", "quote_from_bytes"))})
+
+
+def import_tomllib() -> None:
+    if "tomllib" not in sys.modules:
+        _import_standing_in("tomllib", {
+            "string": _module("string", ascii_letters="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                              digits="0123456789", hexdigits="0123456789abcdefABCDEF")})
 
 
 def _import_standing_in(name: str, stand_ins: dict[str, ModuleType | None]) -> None:

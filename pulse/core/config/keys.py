@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from pulse.core.leanimport import import_tomllib
+
 BOUNDS = ("gt", "ge", "lt", "le")              # the numeric constraints a key's Meta may carry
 
 
@@ -34,6 +36,7 @@ def decode_toml(text: str | bytes) -> dict:
     comment: it starts with # after blanks and the text has no triple quote (so no multi-line string
     could hold it); one that is not printable (a control character, which TOML refuses in a comment
     too; a tab, which it allows) is left for the parser to judge."""
+    import_tomllib()
     try:
         plain = text.decode() if isinstance(text, bytes) else text
     except UnicodeDecodeError:
