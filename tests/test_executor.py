@@ -353,6 +353,32 @@ def test_kill_9_mid_effect(pulsed, tmp_path):
     conn.close()
 
 
+def fcntl_lockers(path: Path) -> set[int]:
+    """The pids holding an fcntl (POSIX) lock on the file at `path`, as /proc/locks lists them."""
+    st = os.stat(path)
+    lockers = set()
+    with open("/proc/locks") as f:
+        for fields in map(str.split, f):
+            if fields[1] != "POSIX":        # "->": a waiter, not a holder
+                continue
+            major, minor, inode = fields[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino):
+                lockers.add(int(fields[4]))
+    return lockers
+
+
+def test_the_executor_keeps_its_lock_on_events_db_when_its_threads_open_their_connections(pulsed):
+    """Each open connection holds a shared fcntl lock on events.db, and a connection closing in another
+    process deletes the WAL and the -shm only when it finds none. The executor opens a connection per
+    thread as effects come; that must not drop the locks its other connections hold (closing any
+    descriptor of the file does), or the WAL could be deleted under them and the claims they commit
+    next go to a deleted file that no other process reads: a non-idempotent effect claimed, and run,
+    twice (and what was synced, lost to a power cut)."""
+    pulsed.start()
+    executor_has_looked(pulsed)        # a runner thread opened its connection, after the loop's
+    assert pulsed.worker("executor").pid in fcntl_lockers(pulsed.home / "events.db")
+
+
 # -- the allow-list, live --------------------------------------------------------------------------------
 
 def test_disallowed_effects_fail_without_running(pulsed, tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -122,6 +124,41 @@ def test_effect_claim_is_atomic_and_terminal_once(events):
     assert not effectqueue.finish_effect(events, effect.id, "failed", "a")
     types = [e.type for e in eventsdb.read_events(events)]
     assert types == ["effect", "effect-executing", "effect-acked"]
+
+
+CLOSE_ELSEWHERE = """
+import sys
+from pathlib import Path
+from pulse.store import eventsdb
+eventsdb.open_events(Path(sys.argv[1])).close()
+"""
+CLAIM_ELSEWHERE = """
+import sys
+from pathlib import Path
+from pulse.store import effectqueue, eventsdb
+print(effectqueue.claim_effect(eventsdb.open_events(Path(sys.argv[1]), "FULL"), sys.argv[2], "2:2", "other") is not None)
+"""
+
+
+def test_a_second_connection_in_a_process_keeps_the_wal_of_the_first_from_being_deleted(tmp_path):
+    """An executor opens a connection per thread. Opening one must not drop the fcntl locks its
+    others hold on events.db: a connection closing in another process would then take itself for the
+    last one and delete the -wal and -shm under them, and a claim they commit next goes to a deleted
+    file that no other process reads: a non-idempotent effect claimed, and run, twice."""
+    db = tmp_path / "events.db"
+    first = eventsdb.open_events(db, "FULL")
+    effect = effectqueue.new_effect(enginerpc.Effect(kind="exec", params={"argv": ["true"]}, idempotent=False),
+                                    "operator", 60)
+    effectqueue.commit_effects(first, [effect], "test")
+    second = eventsdb.open_events(db, "FULL")
+    subprocess.run([sys.executable, "-c", CLOSE_ELSEWHERE, str(db)], check=True, timeout=30)
+    assert (tmp_path / "events.db-wal").exists()
+    assert effectqueue.claim_effect(first, effect.id, "1:1", "executor") is not None
+    other = subprocess.run([sys.executable, "-c", CLAIM_ELSEWHERE, str(db), effect.id], check=True, timeout=30,
+                           capture_output=True, text=True)
+    assert other.stdout.strip() == "False"      # it sees the claim: no second run
+    second.close()
+    first.close()
 
 
 def test_vitals_latest_window_and_gc_without_blocking(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+from _thread import RLock  # threading's own (C) RLock; threading's import is ~1 ms of every pulsectl command
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -47,12 +48,55 @@ def unusable(err: sqlite3.DatabaseError) -> str | None:
     return None
 
 
+# Closing any descriptor of a file drops every fcntl lock the process holds on it (POSIX ties them to
+# the process and the file, not to the descriptor), SQLite's own included. In WAL mode each open
+# connection holds a shared lock on the database; a connection closing in another process that finds
+# none takes itself for the last one, checkpoints, and deletes the -wal and -shm under the connections
+# still open here. What they commit next (an executor's claim of a non-idempotent effect, synced or not)
+# goes to a deleted file: no other process sees it, another executor claims the effect again, and a
+# power cut takes the claim. So the header is read through a descriptor this process already has open
+# on the file; one of its own is opened (and closed) only while there is none, under this lock, which
+# connect() and open_readonly() also hold while SQLite opens the file.
+_HEADER_LOCK = RLock()
+
+
+def _open_here(st: os.stat_result) -> list[int]:
+    """The descriptors this process has open on the file `st` describes (SQLite's, say)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            fd_st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if (fd_st.st_dev, fd_st.st_ino) == (st.st_dev, st.st_ino):
+            found.append(int(name))
+    return found
+
+
+def _read_header(path: Path) -> bytes:
+    with _HEADER_LOCK:
+        st = os.stat(path)
+        for fd in _open_here(st):
+            try:
+                header = os.pread(fd, len(SQLITE_MAGIC), 0)
+                fd_st = os.fstat(fd)
+            except OSError:
+                continue                        # closed meanwhile, or opened write-only
+            if (fd_st.st_dev, fd_st.st_ino) == (st.st_dev, st.st_ino):
+                return header
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_MAGIC))
+
+
 def header_problem(path: Path) -> str | None:
     """What its first bytes already say is wrong with the database at `path` (cheap: every open
     asks); None if it looks like SQLite or is not made yet."""
     try:
-        with open(path, "rb") as f:
-            header = f.read(len(SQLITE_MAGIC))
+        header = _read_header(path)
     except FileNotFoundError:
         return None
     except OSError as err:
@@ -112,10 +156,11 @@ def store_problem(path: Path, latest: int | None = None) -> str | None:
 
 
 def connect(path: Path, synchronous: str) -> sqlite3.Connection:
-    if path.exists() and (problem := header_problem(path)):
-        raise StoreError(f"{path} {problem}")
-    conn = sqlite3.connect(path, timeout=busy_timeout_s(), isolation_level=None,
-                           check_same_thread=True)
+    with _HEADER_LOCK:     # until SQLite holds a descriptor of its own on the file (see _HEADER_LOCK)
+        if path.exists() and (problem := header_problem(path)):
+            raise StoreError(f"{path} {problem}")
+        conn = sqlite3.connect(path, timeout=busy_timeout_s(), isolation_level=None,
+                               check_same_thread=True)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s() * 1000)}")
         # WAL is persistent: only a new file needs the switch, and pulse.store.provision.ensure_home makes every
@@ -155,10 +200,14 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     """For pulsectl: never writes, never migrates, never creates."""
     if not path.exists():
         raise StoreError(f"{path} does not exist (has pulsed run on this home?)")
-    if problem := header_problem(path):
-        raise StoreError(f"{path} {problem}")
+    with _HEADER_LOCK:     # as in connect()
+        if problem := header_problem(path):
+            raise StoreError(f"{path} {problem}")
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s())
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"{path} {store_problem(path) or err}") from None
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s())
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s() * 1000)}")
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")   # a damaged header shows here, not later
     except sqlite3.DatabaseError as err:
