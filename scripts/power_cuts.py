@@ -16,7 +16,9 @@ Needs root, /dev/fuse and the mfusepy package (the test extra).
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -41,6 +43,10 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     tracker = support.Tracker()
     work = Path(tempfile.mkdtemp(prefix="pulse-power-cuts-"))
+    # pulsed's runtime directory (sockets, its instance file) under the run's directory, not under /tmp
+    # for root without XDG_RUNTIME_DIR: a pulsed killed at a cut cannot remove its own
+    (work / "run").mkdir(mode=0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(work / "run")
     pulsed = support.Pulsed(work / "disk", tracker)
     started = time.monotonic()
     print(f"seed {seed}, work in {work}")
@@ -63,7 +69,11 @@ def main() -> int:
           f"was starting, {by_state['running']} while it ran; {len(refused)} refused, {len(broken)} with "
           f"problems; the side effects: {len(powercuts.runs_twice(work / 'side-effects.log'))} ran twice, "
           f"{len((work / 'side-effects.log').read_text().split()) if (work / 'side-effects.log').exists() else 0} ran")
-    return 1 if broken or len(outcomes) < args.cuts else 0
+    if broken or len(outcomes) < args.cuts:
+        print(f"kept for a post-mortem: {work}")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
