@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import socket
@@ -652,6 +653,7 @@ class Bench:
                     times[label].append(ms(wall))
                     cpu[label].append(ms(used))
                     codes[label].add(code)
+        instructions = self.cli_instructions(runs, env) if not a.no_instructions else {}
         code, _ = p.stop()
         bad = {label: sorted(c) for label, c in codes.items() if c - {0}}
         if bad:
@@ -662,9 +664,29 @@ class Bench:
                       "on the machine sways less; rounds of every command in turn, the first not counted",
             "rounds": a.cli_runs, "commands": {label: {"argv": argv[1:] if label != "python -c pass" else argv,
                                                        "ms": summary(times[label]), "samples_ms": times[label],
-                                                       "cpu_ms": summary(cpu[label])}
+                                                       "cpu_ms": summary(cpu[label]),
+                                                       "instructions_m": instructions.get(label)}
                                                for label, argv in runs.items()},
             "loadavg_after": [round(x, 2) for x in os.getloadavg()], "pulsed_exit_code": code}
+
+    def cli_instructions(self, runs: dict[str, list[str]], env: dict) -> dict[str, float]:
+        """Millions of instructions each command executes, one run each under valgrind (cachegrind,
+        no cache simulation): a machine's speed swings by 2× within an hour here, its instruction
+        counts do not, so old and new code compare on a busy host. {} without valgrind."""
+        if shutil.which("valgrind") is None:
+            self.note("cli: valgrind is not installed: no instruction counts")
+            return {}
+        log(f"cli: instruction counts under valgrind, {len(runs)} commands")
+        env = {**env, "PYTHONHASHSEED": "0"}    # the same dict layouts each run
+        counts = {}
+        for label, argv in runs.items():
+            out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                                  *argv], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True, timeout=300)
+            found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+            if found:
+                counts[label] = int(found.group(1).replace(",", "")) / 1e6
+        return counts
 
     # 4. start → READY=1 --------------------------------------------------------------------------
 
@@ -1018,13 +1040,16 @@ def report(b: Bench) -> str:
         floor = cmds["python -c pass"]["ms"]["median"]
         lines += ["", f"7. pulsectl commands, wall time ({c['rounds']} rounds, round-robin with the floor; "
                       f"loadavg after {c['loadavg_after']})"]
-        rows = [("command", "n", "min", "median", "p95", "max", "median − floor", "CPU median", "target")]
+        floor_m = cmds["python -c pass"].get("instructions_m")
+        rows = [("command", "n", "min", "median", "p95", "max", "median − floor", "CPU median", "M instr. (×floor)",
+                 "target")]
         for label, x in cmds.items():
             s = x["ms"]
             is_floor = label == "python -c pass"
+            m = x.get("instructions_m")
             rows.append((label, s["n"], fmt(s["min"]), fmt(s["median"]), fmt(s["p95"]), fmt(s["max"]),
                          "-" if is_floor else fmt(s["median"] - floor if s["median"] and floor else None),
-                         fmt(x["cpu_ms"]["median"]),
+                         fmt(x["cpu_ms"]["median"]), f"{m:.1f} ({m / floor_m:.2f})" if m and floor_m else "-",
                          "(floor)" if is_floor else f"≤{TARGETS['pulsectl_command_median_ms']:g}"))
             if not is_floor:
                 checks.append((f"`pulsectl {label}` median (ms)", s["median"], "≤",
@@ -1068,6 +1093,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="PULSE_HEALTHY_RESET_S for the kill-trial pulsed (default 0.2)")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds to let a fresh tree settle (default 5)")
     ap.add_argument("--cli-runs", type=int, help="rounds of the pulsectl commands (default 30; --quick: 10)")
+    ap.add_argument("--no-instructions", action="store_true",
+                    help="skip the commands' instruction counts (one valgrind run each, ~3 s a command)")
     ap.add_argument("--skip", action="append", default=[], choices=["kills", "idle", "ready", "cli"],
                     help="skip a part (repeatable)")
     ap.add_argument("--quick", action="store_true",
