@@ -20,12 +20,13 @@ from support import init_home
 GC_ON = "<the garbage collector is on>"     # PROBE's mark, beside the modules
 
 # pulsectl's main() under a hook that prints sys.modules at the exit (the plain status path leaves
-# through os._exit, which runs no atexit handler), and whether the garbage collector is on then.
+# through os._exit, which runs no atexit handler), and whether the garbage collector is on then: a line
+# each (the probe imports no json: whether a command does is asked).
 PROBE = textwrap.dedent(f"""\
-    import gc, json, os, sys
+    import gc, os, sys
     def report(code=0):
         with open(os.environ["PROBE_OUT"], "w") as f:
-            f.write(json.dumps(sorted(sys.modules) + [{GC_ON!r}] * gc.isenabled()))
+            f.write("\\n".join(sorted(sys.modules) + [{GC_ON!r}] * gc.isenabled()))
         real_exit(code)
     real_exit, os._exit = os._exit, report
     sys.argv = ["pulsectl", *sys.argv[1:]]
@@ -44,7 +45,7 @@ HEAVY = {"zmq", "pulse.effects.registry", "pulse.engine.repo", "typing_extension
 
 def imported(tmp_path, *args: str, home=None, running=False) -> tuple[set[str], subprocess.CompletedProcess]:
     """`running`: the home's pulsed runs, and its runtime directory is the one recorded in the home."""
-    out = tmp_path / "modules.json"
+    out = tmp_path / "modules.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
     env["PROBE_OUT"] = str(out)
     if home is not None:
@@ -53,7 +54,7 @@ def imported(tmp_path, *args: str, home=None, running=False) -> tuple[set[str], 
             env["PULSE_RUNTIME_DIR"] = str(tmp_path / "run")
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, timeout=60)
     assert out.exists(), proc.stderr
-    return set(json.loads(out.read_text())), proc
+    return set(out.read_text().splitlines()), proc
 
 
 def command_modules(modules: set[str]) -> set[str]:
@@ -309,3 +310,8 @@ def test_store_readers_load_no_openssl_dataclasses_zstandard_or_git_for_what_the
         modules, proc = imported(tmp_path, *args, home=home)
         assert proc.returncode == 0, (args, proc.stderr)
         assert not modules & (HEAVY | {"click"} | NOT_FOR_STORE_READERS), (args, modules & (HEAVY | {"click"} | NOT_FOR_STORE_READERS))
+    for args in (("fleet", "tasks"), ("instances",)):     # json: for their --json alone
+        modules, proc = imported(tmp_path, *args, home=home)
+        assert proc.returncode == 0 and "json" not in modules, (args, proc.stderr)
+        modules, proc = imported(tmp_path, *args, "--json", home=home)
+        assert proc.returncode == 0 and "json" in modules, (args, proc.stderr)

@@ -10,7 +10,6 @@ gate opened for this task). Times are ISO 8601 (UTC, pulse.core.clock.iso), neve
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -337,7 +336,10 @@ def result_words(result: Any) -> str | None:
     if isinstance(said, str):   # the agent's answer, else (the command adapter) its output's tail
         cost = result.get("cost_usd")
         return said.strip() + (f" (${cost:.4f})" if isinstance(cost, (int, float)) else "")
-    return result if isinstance(result, str) else json.dumps(result, default=str, separators=(",", ":"))
+    if isinstance(result, str):
+        return result
+    import json  # ~2 ms: only a result that is neither words nor text (the listings show most without it)
+    return json.dumps(result, default=str, separators=(",", ":"))
 
 
 def offered_row(view: dict) -> dict[str, Any]:

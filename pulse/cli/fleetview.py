@@ -8,7 +8,6 @@ publishes, and nothing that keeps the host alive waits on it."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -43,6 +42,7 @@ def status(ctx: Context, as_json: bool) -> None:
              if enabled else "[fleet] enabled = true in config.toml, then `pulsectl reload`"), err=True)
         sys.exit(3)
     if as_json:
+        import json  # only --json prints it
         echo(json.dumps(view, sort_keys=True))
         return
     rows = [("HOST", "STATE", "WORKERS", "PROCESSES", "EFFECTS", "AGENTS BUSY", "LAST SEEN")]
@@ -56,6 +56,7 @@ def status(ctx: Context, as_json: bool) -> None:
 
 
 def event_line(m: dict) -> str:
+    import json
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m["ts"])) + f".{int(m['ts'] % 1 * 1000):03d}Z"
     data = json.dumps(m.get("data") or {}, sort_keys=True)
     return f"{stamp}  {m['host']}  #{m['id']}  {m['type']}  {m['source']}  {m.get('target') or '-'}  {data}"
@@ -70,6 +71,7 @@ async def read_events(fleet_settings, subject: str, last: int, follow: bool, sho
     """The last `last` events of `subject` (read through from the stream's start), then, with
     `follow`, every new one as it comes."""
     import asyncio
+    import json
 
     import nats
 
@@ -102,6 +104,7 @@ async def read_events(fleet_settings, subject: str, last: int, follow: bool, sho
 def events(ctx: Context, follow: bool, host: str | None, type_: str | None, last: int, as_json: bool) -> None:
     """Every host's events, from the PULSE_EVENTS stream (in order per host)."""
     import asyncio
+    import json
     settings = ctx.config().fleet
     if not settings.enabled:
         echo("pulsectl: [fleet] is not enabled in config.toml", err=True)
@@ -198,6 +201,7 @@ def tasks(ctx: Context, as_json: bool) -> None:
     finally:
         conn.close()
     if as_json:
+        import json  # only --json prints it
         for view in views:
             echo(json.dumps(view, sort_keys=True, default=str))
         return

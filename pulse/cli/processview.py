@@ -3,7 +3,6 @@ pulse.cli.processcmd declares them to click, pulse.cli.fastpath runs them withou
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -38,6 +37,7 @@ def list_all(ctx: Context, as_json: bool) -> None:
     """Every [[process]]: its state and pid."""
     rows = shown(ctx)
     if as_json:
+        import json  # only --json prints it
         for p in rows:
             echo(json.dumps({"name": p.name, "state": state_of(p), "pid": p.pid, "rss_mb": p.rss_mb}))
         return
@@ -111,6 +111,7 @@ def show(proc, known, restores, objects_root, as_json: bool) -> None:
     files = [file_report(path, known.files.get(path), objects.file_state(path), objects_root) for path in proc.config]
     last = restores[-1] if restores else None
     if as_json:
+        import json  # only --json prints it
         echo(json.dumps({"process": proc.name, "kept_at": known.kept_at, "pinned": known.pinned,
                          "files": files, "last_restore": None if last is None else
                          {"ts": last.ts, "type": last.type, **last.data}}, default=str))
@@ -193,6 +194,7 @@ def status(ctx: Context, name: str, as_json: bool) -> None:
                                                     "code": last.data.get("code"), "signal": last.data.get("signal")},
            "restart": proc.restart}
     if as_json:
+        import json  # only --json prints it
         echo(json.dumps(out))
     else:
         echo(f"{name}: {out['state']}" + (f", pid {p.pid}" if p.pid else ""))

@@ -3,7 +3,6 @@ runs it without it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pulse.cli.context import Context, echo
@@ -33,6 +32,7 @@ def list_all(ctx: Context, as_json: bool) -> None:
     """The running Pulses of this user (and the system's, if readable): a table, or JSON Lines."""
     rows = [describe(e, min(ctx.timeout, PROBE_TIMEOUT_S)) for e in instances.live_entries(registries())]
     if as_json:
+        import json  # only --json prints it
         for row in rows:
             echo(json.dumps(row))
         return

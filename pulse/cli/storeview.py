@@ -3,7 +3,6 @@ declares them to click, pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -145,6 +144,7 @@ def _objects(root: Path):
 
 def backup(ctx: Context, dest: Path) -> None:
     """Copy the home's stores into DEST (new or empty), consistently, while pulsed runs."""
+    import json
     import shutil  # with bz2 and lzma, ~3 ms: only for a backup
     import sqlite3
 

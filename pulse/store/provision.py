@@ -6,10 +6,11 @@ pulsed runs this in a short-lived child, `pulsectl init` and `pulsectl check-sto
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from pathlib import Path
+
+import msgspec
 
 from pulse.core import config as configmod
 from pulse.core import procs
@@ -48,7 +49,7 @@ def check_home(paths: Paths) -> list[str]:
 def _history_problem(paths: Paths) -> list[str]:
     """events.db replaced by an empty or new file, or rewound behind the events this home had."""
     try:
-        mark = json.loads(paths.history_mark.read_text())
+        mark = msgspec.json.decode(paths.history_mark.read_bytes())
     except (OSError, ValueError):
         return []
     had = int(mark.get("events", 0))
@@ -76,7 +77,7 @@ def mark_history(paths: Paths) -> None:
     finally:
         conn.close()
     tmp = paths.history_mark.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"events": events}) + "\n")
+    tmp.write_bytes(msgspec.json.encode({"events": events}) + b"\n")
     os.replace(tmp, paths.history_mark)
 
 
