@@ -1,4 +1,4 @@
-"""msgspec and pathlib imported without what their import drags in and no process of ours uses.
+"""msgspec, pathlib and tomllib imported without what their import drags in and no process of ours uses.
 
 msgspec uses typing_extensions when it is installed (the MCP SDK brings it in), and importing it
 costs ~11-16 ms (python -X importtime), inspect, ast and dis included, and their pages stay resident
