@@ -144,11 +144,11 @@ def _objects(root: Path):
 
 def backup(ctx: Context, dest: Path) -> None:
     """Copy the home's stores into DEST (new or empty), consistently, while pulsed runs."""
-    import json
     import shutil  # with bz2 and lzma, ~3 ms: only for a backup
     import sqlite3
 
     from pulse.store import connection, eventsdb
+    from pulse.store.provision import write_history_mark
     paths = ctx.paths
     if dest.exists() and any(dest.iterdir()):
         fail(f"{dest} is not empty; back up into a new directory", 2)
@@ -167,7 +167,7 @@ def backup(ctx: Context, dest: Path) -> None:
         events = eventsdb.last_event_id(copy)
     finally:
         copy.close()
-    (dest / paths.history_mark.name).write_text(json.dumps({"events": events}) + "\n")
+    write_history_mark(dest / paths.history_mark.name, events)
     _backup_archive(paths, dest)
     if paths.objects.exists():
         shutil.copytree(paths.objects, dest / "objects", dirs_exist_ok=True)

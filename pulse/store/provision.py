@@ -76,9 +76,15 @@ def mark_history(paths: Paths) -> None:
         events = eventsdb.last_event_id(conn)
     finally:
         conn.close()
-    tmp = paths.history_mark.with_suffix(".tmp")
+    write_history_mark(paths.history_mark, events)
+
+
+def write_history_mark(mark: Path, events: int) -> None:
+    """`events`, the count _history_problem compares events.db against, at `mark`: written whole, then
+    renamed into place (a home's, or a backup's beside its copy)."""
+    tmp = mark.with_suffix(".tmp")
     tmp.write_bytes(msgspec.json.encode({"events": events}) + b"\n")
-    os.replace(tmp, paths.history_mark)
+    os.replace(tmp, mark)
 
 
 def home_is_complete(paths: Paths) -> bool:
