@@ -383,9 +383,7 @@ def main() -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
     work = Path(tempfile.mkdtemp(prefix="pulse-fleet-chaos-"))
     log(f"seed {args.seed}, work in {work}")
-    # the hosts register here, not in the registry beside their runtime directories (under /tmp for root
-    # without XDG_RUNTIME_DIR), which would outlive the run
-    os.environ["PULSE_INSTANCES_DIR"] = str(work / "instances")
+    support.runtime_dirs_in(work)      # and their registry: a killed host's would outlive the run
     try:
         figures = run(args, work, tracker, log)
     finally:

@@ -16,7 +16,6 @@ Needs root, /dev/fuse and the mfusepy package (the test extra).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import sys
@@ -43,10 +42,7 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     tracker = support.Tracker()
     work = Path(tempfile.mkdtemp(prefix="pulse-power-cuts-"))
-    # pulsed's runtime directory (sockets, its instance file) under the run's directory, not under /tmp
-    # for root without XDG_RUNTIME_DIR: a pulsed killed at a cut cannot remove its own
-    (work / "run").mkdir(mode=0o700)
-    os.environ["XDG_RUNTIME_DIR"] = str(work / "run")
+    support.runtime_dirs_in(work)      # a pulsed killed at a cut cannot remove its own
     pulsed = support.Pulsed(work / "disk", tracker)
     started = time.monotonic()
     print(f"seed {seed}, work in {work}")

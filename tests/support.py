@@ -135,6 +135,15 @@ CHILD_TMPDIR: Path | None = None
 FRESH_HOME = False    # conftest says, per test, whether it is marked `fresh_home` (pulsed makes the home)
 
 
+def runtime_dirs_in(work: Path) -> None:
+    """Every pulsed this process starts keeps its runtime directory (sockets, its instance file and the
+    registry beside it) under work/run, as conftest does for a test run: not under /tmp, where root
+    without XDG_RUNTIME_DIR makes them and a SIGKILLed pulsed leaves its own behind. For the scripts
+    that start pulseds outside pytest; work goes with the run."""
+    (work / "run").mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = str(work / "run")
+
+
 def copy_golden_home(home: Path) -> None:
     """A new home equal to what `pulsectl init` makes there (a web token of its own included)."""
     if not (GOLDEN_HOME / "engine").exists():
