@@ -147,7 +147,7 @@ def backup(ctx: Context, dest: Path) -> None:
     import shutil  # with bz2 and lzma, ~3 ms: only for a backup
     import sqlite3
 
-    from pulse.store import connection, eventsdb
+    from pulse.store import archive, connection, eventsdb
     from pulse.store.provision import write_history_mark
     paths = ctx.paths
     if dest.exists() and any(dest.iterdir()):
@@ -162,13 +162,14 @@ def backup(ctx: Context, dest: Path) -> None:
             target.close()
             source.close()
         echo(f"{dest / path.name}: copied")
-    copy = sqlite3_connect_ro(dest / paths.events_db.name)
+    copy = connection.open_readonly(dest / paths.events_db.name)
     try:
         events = eventsdb.last_event_id(copy)
+        segments = [str(seg.segment) for seg in archive.archived(copy)]
     finally:
         copy.close()
     write_history_mark(dest / paths.history_mark.name, events)
-    _backup_archive(paths, dest)
+    _backup_archive(paths, dest, segments)
     if paths.objects.exists():
         shutil.copytree(paths.objects, dest / "objects", dirs_exist_ok=True)
         echo(f"{dest / 'objects'}/: copied")
@@ -178,27 +179,17 @@ def backup(ctx: Context, dest: Path) -> None:
     echo(f"backup of {paths.home} in {dest}: {events} events")
 
 
-def _backup_archive(paths, dest: Path) -> None:
-    """The archive segments the copied events.db names (segments are never rewritten: a copy is a copy)."""
+def _backup_archive(paths, dest: Path, names: list[str]) -> None:
+    """The archive segments `names` the copied events.db names (segments are never rewritten: a copy is a copy)."""
     import shutil  # as backup's
 
     from pulse.store import archive
-    copy = sqlite3_connect_ro(dest / paths.events_db.name)
-    try:
-        names = [seg.segment for seg in archive.archived(copy)]
-    finally:
-        copy.close()
     if not names:
         return
     (dest / archive.DIRECTORY).mkdir(mode=0o700)
     for name in names:
-        shutil.copy2(paths.home / archive.DIRECTORY / str(name), dest / archive.DIRECTORY / str(name))
+        shutil.copy2(paths.home / archive.DIRECTORY / name, dest / archive.DIRECTORY / name)
     echo(f"{dest / archive.DIRECTORY}/: copied ({len(names)} segments)")
-
-
-def sqlite3_connect_ro(path: Path):
-    import sqlite3
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
 def archived(events_db: Path, path: str) -> dict | None:
