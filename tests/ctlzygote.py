@@ -2,7 +2,7 @@
 
 A test's `pulsectl` runs were ~1,200 a run at ~0.1 s of CPU each, nearly all of it the interpreter's
 start and pulsectl's imports, on a run that is CPU-bound. This process (one per test worker, started
-at its first request, ended by pid with the worker's session, dying with the worker) imports
+at its first request, ended by pid with the worker's session, ending at its socket's EOF) imports
 pulse.cli and what its commands import, then forks one child per request: the child takes the
 request's stdout and stderr, environment, working directory and argv, and runs pulsectl's own entry
 point (pulse.cli.main), as the console script does, exit code and all. What stays the console
@@ -12,7 +12,9 @@ Protocol over a SOCK_SEQPACKET socketpair, one request at a time: the client sen
 {"argv", "env", "cwd", "entry"} (cwd null: the caller's was removed; entry "main", pulsectl's entry
 point, or "click", its click group alone) with its stdout and stderr pipes as fds;
 the zygote answers {"pid"} once forked, then {"code"} once it has reaped the child (a negative code:
-killed by that signal).
+killed by that signal). EOF on the socket, idle or mid-run, ends the zygote and its run: the worker
+died, or cut an exchange short. Not PR_SET_PDEATHSIG towards the worker: that fires when the worker's
+*thread* that started the zygote ends, and tests start it from threads (asyncio.to_thread).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import importlib
 import json
 import os
 import pkgutil
+import select
+import signal
 import socket
 import sys
 import traceback
@@ -95,12 +99,28 @@ def serve(sock: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
-        _, status = os.waitpid(pid, 0)
-        sock.send(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
+        code = reaped(pid, sock)
+        if code is None:
+            return
+        sock.send(json.dumps({"code": code}).encode())
+
+
+def reaped(pid: int, sock: socket.socket) -> int | None:
+    """The run's exit code once it has ended; None, with the run killed, if the socket reached EOF
+    first (no request comes mid-run, so the socket is readable then only at its end)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([pidfd, sock], [], [])
+    finally:
+        os.close(pidfd)
+    ended = pidfd in readable
+    if not ended:
+        os.kill(pid, signal.SIGKILL)                    # not reaped yet: still our child
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) if ended else None
 
 
 def main() -> None:
-    procs.die_with_parent(int(sys.argv[2]))
     sock = socket.socket(fileno=int(sys.argv[1]))
     preload()
     serve(sock)

@@ -371,6 +371,7 @@ class CtlZygote:
             if self.sock is not None:
                 self.sock.close()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            # this worker's pid: unused by the zygote, it names its worker in its command line
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("ctlzygote.py")), str(theirs.fileno()), str(os.getpid())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

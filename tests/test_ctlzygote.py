@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import psutil
 import pytest
 
-from support import PULSECTL, init_home, pulsectl, wait_for
+from support import CTL_ZYGOTE, PULSECTL, init_home, pulsectl, wait_for
 
 
 @pytest.mark.parametrize("argv", [
@@ -85,3 +88,33 @@ def test_a_run_cut_short_ends_with_its_zygote_and_the_next_run_is_answered_afres
     script = subprocess.run([PULSECTL, "--version"], capture_output=True, text=True, timeout=60)
     again = pulsectl(["--version"])
     assert (again.returncode, again.stdout) == (0, script.stdout)
+
+
+def test_a_zygote_started_from_a_thread_outlives_the_thread(tmp_path):
+    """Tests call pulsectl from threads (asyncio.to_thread); the zygote a thread started serves the
+    next call once that thread has ended, rather than dying with it mid-request."""
+    CTL_ZYGOTE.close()
+    first = threading.Thread(target=pulsectl, args=(["--version"],))
+    first.start()
+    first.join()
+    zygote = CTL_ZYGOTE.proc
+    wait_for(lambda: zygote.poll() is not None or not psutil.pid_exists(first.native_id), 5,
+             what="the starting thread gone")
+    assert pulsectl(["--version"]).returncode == 0 and CTL_ZYGOTE.proc is zygote and zygote.poll() is None
+
+
+def test_a_worker_killed_mid_run_takes_its_zygote_and_run_along(tmp_path):
+    init_home(tmp_path / "home")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys, support; support.pulsectl(sys.argv[1:], timeout=600)",
+         "--home", str(tmp_path / "home"), "events", "-f"], cwd=Path(__file__).parent)
+    try:
+        def theirs() -> list[psutil.Process]:
+            return [p for p in psutil.Process(worker.pid).children(recursive=True) if p.status() != "zombie"]
+        wait_for(lambda: len(theirs()) == 2, 30, what="its zygote and its run")
+        family = theirs()
+    finally:
+        worker.kill()
+        worker.wait()
+    wait_for(lambda: not any(p.is_running() and p.status() != "zombie" for p in family), 10,
+             what="the zygote and its run ended with their worker")
