@@ -221,6 +221,25 @@ def test_a_critical_death_gives_a_frozen_engine_the_short_deadline(pulsed, track
 
 
 
+def test_a_death_the_snapshot_shows_before_its_wake_is_news():
+    """A tick already due reads the watcher's sample before the watcher's wake arrives: the snapshot
+    alone makes its engine call urgent, once (the next snapshot shows the same death)."""
+    from pulse.workers.tick import news_of_a_death
+
+    def snap(alive: bool | None = None, exited: float | None = None) -> enginerpc.Snapshot:
+        vitals = {} if alive is None else {"process-alive:svc": enginerpc.Vital("process-alive:svc", 1.0, {"alive": alive})}
+        exits = {} if exited is None else {"svc": enginerpc.ProcessExit(pid=7, code=1, ts=exited)}
+        return enginerpc.Snapshot(tick=1, ts=2.0, vitals=vitals, exits=exits)
+    assert news_of_a_death(snap(True), snap(False))
+    assert news_of_a_death(snap(), snap(False))                    # its first sample says dead
+    assert not news_of_a_death(snap(False), snap(False))           # the same death: its restart is out
+    assert not news_of_a_death(snap(False), snap(True))
+    assert not news_of_a_death(None, snap(False))                  # the first tick: no wake to miss
+    assert news_of_a_death(snap(True), snap(True, exited=5.0))     # its keeper's exit fact
+    assert news_of_a_death(snap(True, exited=5.0), snap(True, exited=9.0))
+    assert not news_of_a_death(snap(True, exited=5.0), snap(True, exited=5.0))
+
+
 def test_a_critical_death_is_decided_at_once_not_tick_ms_min_after_the_last_tick(pulsed, tracker, tmp_path):
     """A death's wake (the watcher's pidfd, the keeper's exit fact) runs the tick at once: tick_ms_min
     paces the other wakes, and a death comes once (one that keeps coming is paced by its backoff)."""

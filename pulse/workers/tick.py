@@ -300,6 +300,21 @@ def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
     return min(max(default if value is None else value, low), high)
 
 
+def news_of_a_death(prev: enginerpc.Snapshot | None, curr: enginerpc.Snapshot) -> bool:
+    """A process alive in the last tick's snapshot is dead in this one, or its keeper recorded a new
+    exit: what a death's wake says. The snapshot can carry it before the wake arrives (the watcher
+    writes its sample, then rings), so a tick already due does not give a frozen engine the long
+    deadline while survival holds a restart."""
+    if prev is None:
+        return False
+    for key, vital in curr.vitals.items():
+        if key.startswith("process-alive:") and not vital.data.get("alive", True):
+            before = prev.vitals.get(key)
+            if before is None or before.data.get("alive", True):
+                return True
+    return any(prev.exits.get(name) != ended for name, ended in curr.exits.items())
+
+
 class EngineClient:
     """The tick's side of the engine RPC: request id, absolute deadline, late replies dropped."""
 
@@ -513,7 +528,8 @@ class TickWorker(Worker):
         if curr.engine.state != WorkerState.RUNNING:
             self.inner_note = f"engine {curr.engine.state}; skipped"
             return [], None
-        urgent_s = self.config.timings.engine_urgent_deadline_ms / 1000 if self.urgent else None
+        urgent = self.urgent or news_of_a_death(prev, curr)
+        urgent_s = self.config.timings.engine_urgent_deadline_ms / 1000 if urgent else None
         result, why = self.engine.run_chain(prev, curr, urgent_s)
         if result is None:
             if self.stop_requested():    # pulsed stopped the engine first: not the engine's failure
