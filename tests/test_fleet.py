@@ -278,20 +278,26 @@ def test_task_add_fleet_and_fleet_add_offer_alike_and_task_show_follows_the_offe
 
 
 class Nats:
-    """One `nats-server -js` on loopback, its store under the test's tmp dir (its command line names it)."""
+    """One `nats-server -js` on loopback, its store under the test's tmp dir (its command line names it).
+    authorization: the body of a server config's `authorization` block (its users), none by default."""
 
-    def __init__(self, tmp_path: Path, tracker):
+    def __init__(self, tmp_path: Path, tracker, authorization: str | None = None):
         self.store, self.tracker = tmp_path / "nats-store", tracker
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.authorization = authorization
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> "Nats":
-        self.proc = subprocess.Popen([nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-                                      "-sd", str(self.store)], stdout=subprocess.DEVNULL,
+        argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)]
+        if self.authorization is not None:
+            conf = self.store.parent / "nats.conf"
+            conf.write_text(f"authorization {{\n{self.authorization}\n}}\n")
+            argv += ["-c", str(conf)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                                      stderr=open(self.store.parent / "nats.log", "ab"))
         self.tracker.add(self.proc.pid)
 

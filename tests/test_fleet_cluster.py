@@ -17,6 +17,7 @@ from pulse.core import fleetnames as names
 from support import wait_for
 from tests.natscluster import NatsCluster
 from tests.test_fleet import (
+    Nats,
     fleet_account,
     fleet_host,
     fleet_task,
@@ -211,3 +212,42 @@ def test_a_taking_whose_claim_lapsed_while_the_fleet_worker_was_down_is_given_up
     assert b.events("task-executing", target=mine["target"]) == []
     view = fleet_task(a, fleet_id)
     assert (view["status"], view["host"]) == ("acked", "c@test"), view
+
+
+@pytest.mark.daemon
+def test_a_claim_is_renewed_while_the_rest_of_the_link_keeps_failing(tmp_path, tracker):
+    """b runs a task it may not report on (its NATS user may not publish to pulse.outcomes.>): each
+    report times out and takes b's link down, again and again. Its claim is renewed apart from the
+    link's loops, so c, handed the task again and again past many leases, leaves it to b: it is not
+    run twice. Before, the renewal came after the report in the same loop, never ran, and c ran the
+    task as soon as the claim lapsed."""
+    lease = 3
+    users = {"a": "", "b": 'permissions: {publish: {deny: ["pulse.outcomes.>"]}}', "c": ""}
+    server = Nats(tmp_path, tracker, authorization="users: [\n" + "\n".join(
+        f'{{user: {name}, password: {name}-pw, {rules}}}' for name, rules in users.items()) + "\n]").start()
+    try:
+        def url(name: str) -> str:
+            return f"nats://{name}:{name}-pw@127.0.0.1:{server.port}"
+        a = fleet_host(tmp_path, tracker, "a", url("a"), task_lease_s=lease)
+        b = fleet_host(tmp_path, tracker, "b", url("b"), agent="60", task_lease_s=lease)
+        c = fleet_host(tmp_path, tracker, "c", url("c"), agent="1", task_lease_s=lease)
+        start_all([a, b, c])
+        wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in (a, b, c)), 20, what="connected")
+        assert c.ctl("stop", "fleet").returncode == 0              # b takes it
+        fleet_id = offer(a, "--title", "once", "--agent", "builder")
+        [mine] = wait_for(lambda: tasks_created(b), 30, what="b took it")
+        wait_for(lambda: b.events("task-executing", target=mine["target"], written=False), 20, what="it runs on b")
+        wait_for(lambda: "fleet link failed" in b.log_text(), 20, what="b's report failing its link")
+        assert c.ctl("start", "fleet").returncode == 0
+        wait_for(lambda: f"fleet task {fleet_id} left to other hosts: claimed by b@test" in c.log_text(), 30,
+                 what="c handed the task and leaving it to b")
+        left = time.monotonic()
+
+        def settled() -> bool:     # c took it, or was handed it again and again past the lease
+            return bool(tasks_created(c)) or (time.monotonic() - left > 3 * lease
+                                              and c.log_text().count(f"fleet task {fleet_id} delivered") >= 3)
+        wait_for(settled, 60, what="c handed the task three times over three leases")
+        assert tasks_created(c) == [], "c ran the task b holds"
+        assert b.log_text().count("fleet link failed") >= 3, "b's link did not keep failing: the test proved nothing"
+    finally:
+        server.kill()

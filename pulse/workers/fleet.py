@@ -78,7 +78,11 @@ class FleetWorker(Worker):
         self.turned = time.monotonic()
         self.loop = asyncio.new_event_loop()
         self.main: asyncio.Task | None = None
-        self.fleet_tasks = None        # pulse.workers.fleettasks.FleetTasks, made on the first connection
+        # here: the forkserver preloads this module, not the tasks' imports (nats-py among them)
+        from pulse.workers.fleettasks import FleetTasks
+        # one for the worker's life: the tasks this host runs outlive a connection (a server of the
+        # cluster lost): their messages are renewed and acknowledged on the next one
+        self.fleet_tasks = FleetTasks(self)
         self.link_server: str | None = None   # the server the current connection is to
         self.link_errors = link_errors()      # what the link retries: the outbox's and the tasks' too
         self.thread = threading.Thread(target=self.serve, name="fleet-link", daemon=True)
@@ -131,45 +135,44 @@ class FleetWorker(Worker):
             await asyncio.sleep(self.beat_s / 2)
 
     async def run(self) -> None:
+        await together(self.turning(), self.linking(), self.fleet_tasks.renewing())
+
+    async def linking(self) -> None:
         import nats
-        beat = asyncio.create_task(self.turning())
         f = self.config.fleet
         failures = 0
         retried = self.link_errors
-        try:
-            while True:
+        while True:
+            try:
+                errors: list[str] = []
+                nc = await nats.connect(**names.connect_options(f, self.note, errors.append))
+            except retried as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
+                failures += 1
+                wait = names.backoff_s(failures, f.reconnect_max_s)
+                why = errors[-1] if errors else names.describe(err)   # nats-py's own error says only "no servers"
+                self.note("down", f"cannot connect: {why}; retrying in {wait:g}s")
+                await asyncio.sleep(wait)
+                continue
+            failures = 0
+            try:
+                await self.linked(nc)
+            except* retried as failed:   # the link's own tasks fail together (pulse.core.together)
+                err = failed.exceptions[0]
+                self.note("down", names.describe(err))
+                self.log.warning("fleet link failed: %s", names.describe(err))
+                await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
+            finally:
+                self.link_server = None
                 try:
-                    errors: list[str] = []
-                    nc = await nats.connect(**names.connect_options(f, self.note, errors.append))
-                except retried as err:   # refused, unresolvable, TLS, auth: all mean "not yet"
-                    failures += 1
-                    wait = names.backoff_s(failures, f.reconnect_max_s)
-                    why = errors[-1] if errors else names.describe(err)   # nats-py's own error says only "no servers"
-                    self.note("down", f"cannot connect: {why}; retrying in {wait:g}s")
-                    await asyncio.sleep(wait)
-                    continue
-                failures = 0
-                try:
-                    await self.linked(nc)
-                except* retried as failed:   # the link's own tasks fail together (pulse.core.together)
-                    err = failed.exceptions[0]
-                    self.note("down", names.describe(err))
-                    self.log.warning("fleet link failed: %s", names.describe(err))
-                    await asyncio.sleep(names.backoff_s(1, f.reconnect_max_s))
-                finally:
-                    self.link_server = None
-                    try:
-                        await asyncio.wait_for(nc.close(), 2)
-                    except Exception:
-                        pass
-        finally:
-            beat.cancel()
+                    await asyncio.wait_for(nc.close(), 2)
+                except Exception:
+                    pass
 
     async def linked(self, nc) -> None:
         # here: the forkserver preloads this module, not the tasks' and the outbox's imports
         from pulse.workers.fleetoutbox import Outbox
-        from pulse.workers.fleettasks import FleetTasks
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        await self.fleet_tasks.hold_claims(js)
         await self.ensure_stream(js)
         ttl = self.config.fleet.presence_ttl_s
         hosts = await self.bucket(js, names.HOSTS_BUCKET, ttl)
@@ -177,10 +180,6 @@ class FleetWorker(Worker):
         # which server of the cluster, for status (and for a test that kills that one)
         self.link_server = names.shown_url(nc.connected_url.geturl()) if nc.connected_url else None
         self.note("connected", None)
-        # one for the worker's life: the tasks this host runs outlive a connection (a server of the
-        # cluster lost): their messages are renewed and acknowledged on the next one
-        if self.fleet_tasks is None:
-            self.fleet_tasks = FleetTasks(self)
         await together(self.presence(nc, js, hosts, seen), Outbox(self).run(nc), self.fleet_tasks.run(nc, js))
 
     async def ensure_stream(self, js) -> None:

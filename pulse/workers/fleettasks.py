@@ -12,8 +12,10 @@
     alone), a count in `pulse-task-attempts`, and a task of its own events.db pinned to the agent
     chosen, which its assignment rule hands out as any task;
   - keeping: while the local task runs, the message is kept alive (in_progress, every third of the
-    consumer's short ack wait, TAKE_ACK_WAIT_S) and the claim renewed every third of `task_lease_s`.
-    A host that dies stops renewing: its message comes back to the others within the ack wait, who
+    consumer's short ack wait, TAKE_ACK_WAIT_S). Apart from the link's loops, for the worker's life,
+    the claim is renewed every third of `task_lease_s` until the task's end is acknowledged: a stream
+    with no leader, a report that fails, or the link being set up again do not let it lapse under a
+    host that is alive (`renewing`). A host that dies stops renewing: its message comes back to the others within the ack wait, who
     leave it while the claim stands; the claim lapses with the bucket's TTL (the lease), and the next
     delivery's host runs the task again: at least once across a host's death, at most once otherwise;
   - reporting: every change of the local task's status goes to `pulse.outcomes.<origin host>`
@@ -207,6 +209,7 @@ class FleetTasks:
         self.slot_freed = asyncio.Event()          # a run of a task taken here ended: a pull may take another
         self.tasks = None                          # the projection of every task, at the first load_now
         self.resumed = False                       # the takings a dead worker of this host left: taken up once
+        self.claims = None                         # the claims bucket, on the connection there is (hold_claims)
 
     async def kv(self, name: str, ttl: float | None):
         from nats.js.errors import BadRequestError
@@ -215,6 +218,29 @@ class FleetTasks:
                                                   replicas=self.w.config.fleet.replicas)
         except BadRequestError:
             return await self.js.key_value(name)   # made by another host with other settings
+
+    async def hold_claims(self, js) -> None:
+        """The claims bucket on this connection, first of all the link sets up: from here on `renewing`
+        renews through it, whatever else of the link fails."""
+        self.js = js
+        self.claims = await self.kv(CLAIMS_BUCKET, self.lease)
+
+    async def renewing(self) -> None:
+        """Every claim this host holds, renewed once a third of the lease has passed since it last was:
+        a task running here, or ended here with its end not yet acknowledged (until then another host
+        would run it again). A put that fails (no connection, no leader) is tried again at the next look."""
+        while True:
+            for fleet_id, run in list(self.running.items()):
+                now = time.monotonic()
+                if self.claims is None or run.get("released") or now - run["renewed"] < self.lease / 3:
+                    continue
+                try:
+                    await self.claims.put(names.host_token(fleet_id), self.w.host.encode())
+                except self.w.link_errors as err:
+                    self.w.log.debug("could not renew the claim of fleet task %s: %s", fleet_id, names.describe(err))
+                    break
+                run["renewed"] = now
+            await asyncio.sleep(LOOK_S)
 
     async def setup(self) -> None:
         from nats.js.api import RetentionPolicy
@@ -227,7 +253,6 @@ class FleetTasks:
                                          num_replicas=self.w.config.fleet.replicas)
             except BadRequestError:
                 await self.js.stream_info(name)
-        self.claims = await self.kv(CLAIMS_BUCKET, self.lease)
         self.attempts = await self.kv(ATTEMPTS_BUCKET, ATTEMPTS_TTL_S)
         self.dead = await self.kv(DEAD_BUCKET, None)
         self.passes = await self.kv(PASSES_BUCKET, ATTEMPTS_TTL_S)
@@ -589,14 +614,9 @@ class FleetTasks:
                 del self.running[fleet_id]
                 fleetcursor.end_taking(self.cursor, fleet_id)
                 self.slot_freed.set()
-            else:
-                now = time.monotonic()
-                if now - run.get("kept", 0.0) >= TAKE_ACK_WAIT_S / 3:
-                    await run["msg"].in_progress()
-                    run["kept"] = now
-                if now - run["renewed"] >= self.lease / 3:
-                    await self.claims.put(names.host_token(fleet_id), self.w.host.encode())
-                    run["renewed"] = now
+            elif time.monotonic() - run.get("kept", 0.0) >= TAKE_ACK_WAIT_S / 3:
+                await run["msg"].in_progress()
+                run["kept"] = time.monotonic()
 
     async def ended(self, fleet_id: str, run: dict, status: str) -> None:
         """Done (acked, closed): off the queue. Given up here: back to the fleet for another taking,
@@ -609,6 +629,7 @@ class FleetTasks:
                                    f"given up on {self.w.host} at taking {run['attempts']} of {self.max_deliver} "
                                    "([fleet] max_deliver)", run["task"])
             return
+        run["released"] = True                     # renewing must not put the claim back
         await self.claims.delete(names.host_token(fleet_id))
         self.failed_here[fleet_id] = time.time()   # left to the other hosts for failed_host_wait_s
         await run["msg"].nak()
