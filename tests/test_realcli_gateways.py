@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import textwrap
 import time
 
@@ -94,6 +95,17 @@ def whys(effects: list[dict]) -> list[str]:
 def alive_pid(pulsed, name: str) -> int | None:
     vital = pulsed.vital(f"process-alive:{name}", lambda d: d.get("alive"))
     return vital and vital.get("pid")
+
+
+def probed_ok(pulsed, key: str, since: float) -> bool:
+    """A probe of Pulse's own (`key`) passed after `since`: by Pulse's sight, a start period that
+    began before it is over (the test's own look at the endpoint may come a probe earlier)."""
+    conn = sqlite3.connect(f"file:{pulsed.home / 'vitals.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT 1 FROM vitals WHERE key = ? AND ts > ? AND json_extract(data, '$.ok')",
+                            (key, since)).fetchone() is not None
+    finally:
+        conn.close()
 
 
 def healthy(pulsed, gw, name: str, exclude: set[int], timeout: float, since: float = 0.0) -> int:
@@ -195,9 +207,10 @@ def test_a_gateway_that_refuses_its_config_fails_the_restart_with_its_own_words(
 
 def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
     llm = Proxy(rig.dir("litellm"), rig.tag)
-    # fail_after x the watcher interval (8 x 4 s) must exceed LiteLLM's start (8-10 s idle; 16 s and more
-    # at load 4-6, and past 20 s once, where 5 x 4 s had the restarted proxy restarted again as
-    # endpoint-down): llmWatchdog counts the endpoint's failures from the restart on, with no start period.
+    # LiteLLM's start takes 8-10 s idle, 16 s and more at load 4-6, and past 32 s once in CI, where
+    # the restarted proxy was restarted again as endpoint-down. So, as docs/gateways.md has it, its
+    # [[process]] has a health start period, which llmWatchdog honours too: probes count from its first
+    # answer, or from LITELLM_READY_S after its start.
     fail_after, interval_s = 8, 4
     write_config(pulsed, f"""
         [[process]]
@@ -205,6 +218,13 @@ def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
         match = '{llm.match}'
         restart = {toml_argv(llm.argv())}
         stop_timeout_s = 5
+
+        [process.health]
+        url = "{llm.url}"
+        every_s = {interval_s}
+        timeout_s = 1
+        failures = {fail_after}
+        start_period_s = {LITELLM_READY_S}
 
         [[watch.network]]
         name = "llm-api"
@@ -230,6 +250,10 @@ def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
     assert whys(restarts(pulsed, "litellm", killed_at)) == ["dead"]
 
     # SIGSTOP: the endpoint times out fail_after times; llmWatchdog restarts the [[process]].
+    # Frozen once Pulse's own probes saw it answer: else its start period still runs, by Pulse's sight.
+    started_at = pulsed.vital("process-alive:litellm")["since"]
+    wait_for(lambda: probed_ok(pulsed, "network:llm-api", started_at) and probed_ok(pulsed, "health:litellm", started_at),
+             2 * interval_s + 10, what="Pulse's probes passing on the new proxy")
     frozen_at, t = time.time(), time.monotonic()
     os.kill(second, signal.SIGSTOP)
     third = healthy(pulsed, llm, "litellm", {first, second}, fail_after * interval_s + 10 + LITELLM_READY_S, frozen_at)

@@ -681,8 +681,10 @@ def test_vitals_charts_have_time_axes_units_gaps_and_no_cpus(site, page):
 
 def test_the_log_is_newest_first_with_errors_marked(site, page):
     pulsed, base, token = site
-    # an error as a worker writes it (pulse.core.logs' format), then the page's own newer lines
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    # an error as a worker writes it (pulse.core.logs' format, to the millisecond: a stamp cut to
+    # the second sorts before the lines written earlier in that second), then the page's own newer lines
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
     with open(pulsed.home / "logs" / "pulse.log", "a") as log:
         log.write(f"{stamp} tick[1] ERROR pulse.tick: could not commit tick 7 (2 effects): disk I/O error\n"
                   f'{stamp} tick[1]   File "/srv/rules/seven.py", line 7 in decide\n')   # a hung worker's dump
