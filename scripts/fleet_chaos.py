@@ -19,7 +19,7 @@ It prints figures (offer → executing latency, runs again after a cut, kills by
 anything lost, doubled without a death, acked-not-run, out of order or left over.
 
     python scripts/fleet_chaos.py --minutes 10
-    python scripts/fleet_chaos.py --seconds 20 --json      # the short version tests/test_fleet_cluster.py runs
+    python scripts/fleet_chaos.py --seconds 15 --json      # the short version tests/test_fleet_cluster.py runs
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from natscluster import NatsCluster  # noqa: E402
 
 import support  # noqa: E402
 from pulse.agents.taskview import fleet_task_view  # noqa: E402
+from pulse.core import config as configmod  # noqa: E402
 from pulse.core import fleetnames as names  # noqa: E402
 from pulse.core.wire import eventmsgs  # noqa: E402
 from pulse.store import connection, eventsdb  # noqa: E402
@@ -366,9 +367,11 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--tasks-per-s", type=float, default=2.0, help="tasks offered a second, over all hosts")
     parser.add_argument("--kill-every-s", type=float, default=4.0, help="a kill every this long on average")
-    # a stream or bucket whose leader's server dies has none for 4-8 s (the Raft election): a lease
-    # shorter than that lets a task whose host could not renew meanwhile run again elsewhere
-    parser.add_argument("--lease", type=float, default=15.0, help="[fleet] task_lease_s of every host (15)")
+    # The product's own lease by default. A host cut off from JetStream longer than the lease (two
+    # servers killed in a row leave streams without a leader for 16 s and more) may have its task run
+    # again elsewhere: the lease's at-least-once across a loss, which a shorter one makes common.
+    parser.add_argument("--lease", type=float, default=configmod.Fleet().task_lease_s,
+                        help="[fleet] task_lease_s of every host (default: the product's, %(default)g)")
     parser.add_argument("--run-s", type=float, default=0.5, help="how long the agent's run takes")
     parser.add_argument("--settle-s", type=float, default=120.0, help="the bound on the end's waits")
     parser.add_argument("--seed", type=int, default=None)
