@@ -135,6 +135,8 @@ class FleetWorker(Worker):
             await asyncio.sleep(self.beat_s / 2)
 
     async def run(self) -> None:
+        # the claims' renewals beside the link, not in it: a link failing or being set up again must
+        # not let a claim lapse under a task this host still holds
         await together(self.turning(), self.linking(), self.fleet_tasks.renewing())
 
     async def linking(self) -> None:
