@@ -16,8 +16,9 @@
     the claim is renewed every third of `task_lease_s` until the task's end is acknowledged: a stream
     with no leader, a report that fails, or the link being set up again do not let it lapse under a
     host that is alive (`renewing`). A host that dies stops renewing: its message comes back to the
-    others within the ack wait, who leave it while the claim stands; the claim lapses with the bucket's TTL (the lease), and the next
-    delivery's host runs the task again: at least once across a host's death, at most once otherwise;
+    others within the ack wait, who leave it while the claim stands; the claim lapses with the
+    bucket's TTL (the lease), and the next delivery's host runs the task again: at least once across
+    a host's death, at most once otherwise;
   - reporting: every change of the local task's status goes to `pulse.outcomes.<origin host>`
     (stream PULSE_TASK_OUTCOMES); when the task ends the message is acknowledged. The origin's worker
     records each report as a `fleet-task-update` event, which `pulsectl fleet tasks` and `pulsectl
