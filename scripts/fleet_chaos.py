@@ -290,6 +290,8 @@ def run(args, work: Path, tracker, log) -> dict:
     try:
         for host in hosts:
             host.start(env=HOST_ENV, wait=False)
+        for host in hosts:
+            host.wait_running(timeout=60)     # a pulsed that cannot start says why
         support.wait_for(lambda: all(fleet_account(h).get("state") == "connected" for h in hosts), 60,
                          interval=0.2, what="every host connected")
         log(f"{len(hosts)} hosts connected to the cluster; chaos for {args.seconds:g}s")

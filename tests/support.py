@@ -210,8 +210,12 @@ class Pulsed:
             return None
 
     def wait_running(self, names=("watcher", "tick", "executor", "engine"), timeout: float = 15.0) -> controlmsgs.Status:
+        """Its status, once `names` run; a pulsed that exited meanwhile fails at once, with what it said."""
         def check():
             st = self.try_status()
+            if st is None and self.proc is not None and self.proc.poll() is not None:
+                out = (self.home.parent / "pulsed.out").read_bytes()[-2000:].decode(errors="replace")
+                pytest.fail(f"pulsed exited ({self.proc.returncode}) before {', '.join(names)} ran; it said:\n{out}")
             return st if st and all(w.state == "running" for w in st.workers if w.name in names) else None
         return wait_for(check, timeout, what=f"{', '.join(names)} running")
 
