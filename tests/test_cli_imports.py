@@ -310,8 +310,16 @@ def test_store_readers_load_no_openssl_dataclasses_zstandard_or_git_for_what_the
         modules, proc = imported(tmp_path, *args, home=home)
         assert proc.returncode == 0, (args, proc.stderr)
         assert not modules & (HEAVY | {"click"} | NOT_FOR_STORE_READERS), (args, modules & (HEAVY | {"click"} | NOT_FOR_STORE_READERS))
-    for args in (("fleet", "tasks"), ("instances",)):     # json: for their --json alone
+    for args in (("fleet", "tasks"), ("instances",), ("schedule", "list"), ("budget",), ("gate", "sessions")):
+        # json: for their --json alone
         modules, proc = imported(tmp_path, *args, home=home)
         assert proc.returncode == 0 and "json" not in modules, (args, proc.stderr)
         modules, proc = imported(tmp_path, *args, "--json", home=home)
         assert proc.returncode == 0 and "json" in modules, (args, proc.stderr)
+
+
+def test_check_config_opens_no_socket_for_a_web_page_that_is_off(tmp_path):
+    home = tmp_path / "home"
+    init_home(home)
+    modules, proc = imported(tmp_path, "check-config", home=home)
+    assert proc.returncode == 0 and "socket" not in modules, (proc.stderr, "socket" in modules)

@@ -3,8 +3,6 @@ declares them to click, pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
-import json
-
 from pulse.cli.context import Context, echo, fail
 
 # Imports inside functions: pulsectl loads a command's module, and the views it imports, for any one of
@@ -52,6 +50,7 @@ def show(ctx: Context, as_json: bool) -> None:
     """Per agent, then the host: spend today and this month and runs in the last hour, each against its limit."""
     rows, sessions = overview_rows(ctx)
     if as_json:
+        import json
         echo(json.dumps({"agents": rows, "sessions": sessions}))
         return
     echo(f"{'AGENT':<14} {'TODAY (UTC)':<24} {'THIS MONTH':<26} {'RUNS LAST HOUR':<18} WAITING")

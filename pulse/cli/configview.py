@@ -109,12 +109,12 @@ def missing_programs(config) -> list[str]:
 def listen_taken(ctx: Context, config) -> list[str]:
     """[web] listen already taken by another process (another Pulse, a second instance of one): the
     web worker would fail at each start. Its own running web worker's port is not a problem."""
-    import socket
     if not config.web.enabled:
         return []
     host, _, port = config.web.listen.rpartition(":")
     if not port.isdigit() or int(port) == 0:
         return []
+    import socket  # here: only a [web] that listens on a fixed port is looked at
     host = host.strip("[]") or "127.0.0.1"
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:

@@ -3,7 +3,6 @@ them to click, pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -90,6 +89,7 @@ def sessions(ctx: Context, as_json: bool) -> None:
     ledger = gate_store(ctx).ledger
     rows = [ledger.summary(sid) for sid in sorted(ledger.sessions, key=lambda s: ledger.sessions[s].opened)]
     if as_json:
+        import json
         for row in rows:
             echo(json.dumps(row))
         return

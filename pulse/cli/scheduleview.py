@@ -3,7 +3,6 @@ pulse.cli.fastpath runs them without it."""
 
 from __future__ import annotations
 
-import json
 import time
 
 from pulse.cli.context import Context, echo, fail
@@ -45,6 +44,7 @@ def list_all(ctx: Context, as_json: bool) -> None:
     """Every schedule: when it runs next, what it ran last, whether its runs keep failing."""
     found = rows(ctx)
     if as_json:
+        import json
         for row in found:
             echo(json.dumps(row))
         return

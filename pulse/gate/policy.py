@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import json
 import time
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -203,6 +202,7 @@ class Call(msgspec.Struct, frozen=True):
 
 
 def args_hash(args: Any) -> str:
+    import json  # here: the ledger's readers (`pulsectl gate sessions`, the page) hash no call
     text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
     return sha256(text.encode()).hexdigest()[:16]
 
@@ -264,6 +264,7 @@ class Blocked(msgspec.Struct, frozen=True):
 
     def text(self) -> str:
         """The text the model sees: the stable code first, then the whole envelope."""
+        import json  # here: as in args_hash
         return f"{self.code}: {self.error['error']['reason']}\n{json.dumps(self.error, sort_keys=True)}"
 
 
