@@ -323,3 +323,13 @@ def test_check_config_opens_no_socket_for_a_web_page_that_is_off(tmp_path):
     init_home(home)
     modules, proc = imported(tmp_path, "check-config", home=home)
     assert proc.returncode == 0 and "socket" not in modules, (proc.stderr, "socket" in modules)
+
+
+def test_the_commands_operators_run_in_loops_print_json_without_the_json_module(tmp_path):
+    """events and effects print their data through msgspec, loaded already, --json or not (vitals.db's
+    rows are read with json: json.dumps wrote NaN into some, which msgspec does not read)."""
+    home = tmp_path / "home"
+    init_home(home)
+    for args in (("events",), ("events", "--json"), ("effects",), ("effects", "--json")):
+        modules, proc = imported(tmp_path, *args, home=home)
+        assert proc.returncode in (0, 1) and "json" not in modules, (args, proc.stderr)

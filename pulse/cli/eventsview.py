@@ -3,7 +3,6 @@ to click, pulse.cli.fastpath runs them without it (they are what operators run i
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Callable
 
@@ -27,16 +26,18 @@ def connect(ctx: Context, name: str):
         fail(str(err))
 
 
-def json_line(value: object) -> str:
+def compact(value: object) -> str:
+    """`value` as one line of JSON, its times readable. msgspec's encoder, which pulsectl has loaded
+    already, not the json module (~1 ms of imports, six regular expressions compiled, for every
+    `pulsectl events`): text as UTF-8, not escaped."""
     import msgspec
-    return json.dumps(readable_times(msgspec.to_builtins(value)), separators=(",", ":"), default=str,
-                      ensure_ascii=False)
+    return msgspec.json.encode(readable_times(msgspec.to_builtins(value)), enc_hook=str).decode()
 
 
 def event_line(ev, as_json: bool) -> str:
     if as_json:
-        return json_line(ev)
-    data = json.dumps(readable_times(ev.data), separators=(",", ":"), default=str)
+        return compact(ev)
+    data = compact(ev.data)
     return f"{ev.id:>7} {clock.iso(ev.ts)} {ev.type:<17} {ev.source:<9} {ev.target or '-':<20} {data}"
 
 
@@ -99,7 +100,7 @@ def print_effects(ctx: Context, pending: bool, lines: int, as_json: bool) -> Non
         echo(f"{'ID':<32}  {'STATE':<9} {'KIND':<16} {'TARGET':<20} {'ORIGIN':<9} {'CREATED':<24} WHY")
     for effect, state, why in rows:
         if as_json:
-            echo(json_line({**msgspec.to_builtins(effect), "state": state, "why": why}))
+            echo(compact({**msgspec.to_builtins(effect), "state": state, "why": why}))
         else:
             echo(f"{effect.id:<32}  {state:<9} {effect.kind:<16} {effect.target or '-':<20} "
                  f"{effect.origin:<9} {clock.iso(effect.created):<24} {why or ''}".rstrip())
@@ -117,5 +118,5 @@ def print_vitals(ctx: Context, key: str | None, as_json: bool) -> None:
         fail(f"no vitals for {key!r}")
     for k in sorted(latest):
         v = latest[k]
-        echo(json_line(v) if as_json else
-             f"{k:<28} {clock.iso(v.ts)}  {json.dumps(readable_times(v.data), separators=(',', ':'), default=str)}")
+        echo(compact(v) if as_json else
+             f"{k:<28} {clock.iso(v.ts)}  {compact(v.data)}")
