@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -264,8 +266,14 @@ def test_a_short_fleet_chaos_run_loses_nothing_and_runs_nothing_twice():
     every host in the stream once and in order, nothing left claimed or queued. The script kills
     what it started by pid and exits 1 on any of those."""
     script = Path(__file__).parent.parent / "scripts" / "fleet_chaos.py"
-    done = subprocess.run([sys.executable, str(script), "--seconds", "15", "--seed", "7", "--json"],
-                          capture_output=True, text=True, timeout=400)
+    # its hosts' runtime directories go under its work directory, in TMPDIR: a test worker's is nested
+    # two runs deep, too long a path for their sockets, so the run gets a short one of its own
+    short = tempfile.mkdtemp(prefix="pfc-", dir="/tmp")
+    try:
+        done = subprocess.run([sys.executable, str(script), "--seconds", "15", "--seed", "7", "--json"],
+                              capture_output=True, text=True, timeout=400, env={**os.environ, "TMPDIR": short})
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     figures = json.loads(done.stdout)
     assert figures["offered"] > 0 and figures["offered"] == figures["acked"] + len(figures["dead"]), figures
