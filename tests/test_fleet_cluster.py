@@ -269,12 +269,20 @@ def test_a_short_fleet_chaos_run_loses_nothing_and_runs_nothing_twice():
     # its hosts' runtime directories go under its work directory, in TMPDIR: a test worker's is nested
     # two runs deep, too long a path for their sockets, so the run gets a short one of its own
     short = tempfile.mkdtemp(prefix="pfc-", dir="/tmp")
+    run = subprocess.Popen([sys.executable, str(script), "--seconds", "15", "--seed", "7", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": short})
     try:
-        done = subprocess.run([sys.executable, str(script), "--seconds", "15", "--seed", "7", "--json"],
-                              capture_output=True, text=True, timeout=400, env={**os.environ, "TMPDIR": short})
+        out, err = run.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGINT)      # its finally kills, by pid, the hosts and servers it started
+        out, err = run.communicate(timeout=60)
+        pytest.fail(f"fleet_chaos.py did not end within 400 s: {err[-4000:]}")
     finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
         shutil.rmtree(short, ignore_errors=True)
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    figures = json.loads(done.stdout)
+    assert run.returncode == 0, out + err[-4000:]
+    figures = json.loads(out)
     assert figures["offered"] > 0 and figures["offered"] == figures["acked"] + len(figures["dead"]), figures
     assert sum(figures["kills"].values()) >= 2 and figures["events_in_stream"] > 0, figures
