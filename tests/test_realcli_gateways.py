@@ -249,7 +249,8 @@ def test_litellm_as_the_llm_process_is_replaced_once_and_stays_up(rig, pulsed):
     kill_to_healthy = elapsed(t)
     assert whys(restarts(pulsed, "litellm", killed_at)) == ["dead"]
 
-    # SIGSTOP: the endpoint times out fail_after times; llmWatchdog restarts the [[process]].
+    # SIGSTOP: the endpoint times out fail_after times; llmWatchdog (or processWatchdog, on the health
+    # probes, whichever counts to fail_after first) restarts the [[process]], once.
     # Frozen once Pulse's own probes saw it answer: else its start period still runs, by Pulse's sight.
     started_at = pulsed.vital("process-alive:litellm")["since"]
     wait_for(lambda: probed_ok(pulsed, "network:llm-api", started_at) and probed_ok(pulsed, "health:litellm", started_at),
