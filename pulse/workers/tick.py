@@ -30,6 +30,7 @@ from pulse.core.wire import codec, controlmsgs, doorbells, enginerpc, eventmsgs
 from pulse.core.wire.eventmsgs import EFFECT_END_STATES, ON_CRASH_LOOP, STOP_PROCESS, EffectEvent, EffectKind, EventType, TaskEvent
 from pulse.effects import configfiles, registry
 from pulse.rules import budget, guardview, onion, survival
+from pulse.sensing.builtin import died
 from pulse.store import ballast, effectqueue, errorruns, eventsdb, projection, schedulerun, vitalsdb
 from pulse.workers.harness import Worker
 
@@ -301,17 +302,16 @@ def clamp_tick_ms(value: int | None, default: int, low: int, high: int) -> int:
 
 
 def news_of_a_death(prev: enginerpc.Snapshot | None, curr: enginerpc.Snapshot) -> bool:
-    """A process alive in the last tick's snapshot is dead in this one, or its keeper recorded a new
-    exit: what a death's wake says. The snapshot can carry it before the wake arrives (the watcher
-    writes its sample, then rings), so a tick already due does not give a frozen engine the long
-    deadline while survival holds a restart."""
+    """A process alive in the last tick's snapshot is dead in this one (the watcher's own judgement,
+    which rings the tick: sensing.builtin.died), or its keeper recorded a new exit: what a death's
+    wake says. The snapshot can carry it before the wake arrives (the watcher writes its sample, then
+    rings), so a tick already due does not give a frozen engine the long deadline while survival
+    holds a restart."""
     if prev is None:
         return False
-    for key, vital in curr.vitals.items():
-        if key.startswith("process-alive:") and not vital.data.get("alive", True):
-            before = prev.vitals.get(key)
-            if before is None or before.data.get("alive", True):
-                return True
+    if any(key.startswith("process-alive:") and died([v for v in (prev.vitals.get(key), vital) if v is not None])
+           for key, vital in curr.vitals.items()):
+        return True
     return any(prev.exits.get(name) != ended for name, ended in curr.exits.items())
 
 
