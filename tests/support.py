@@ -310,6 +310,9 @@ class Pulsed:
     def wait_ticks(self, n: int, timeout: float = 10.0) -> None:
         self.wait_samples("tick", n, timeout)
 
+    def vitals_of(self, key: str) -> list[dict]:
+        return vitals_of(self.home, key)
+
     def vital(self, key: str, check=lambda data: True):
         """The latest vital of `key` if `check(data)` holds, else None."""
         path = self.home / "vitals.db"
@@ -359,6 +362,22 @@ class Pulsed:
     def log_text(self) -> str:
         path = self.home / "logs" / "pulse.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def vitals_of(home: Path, key: str) -> list[dict]:
+    """Every sample of `key` in `home`'s vitals.db, oldest first, each {"ts", **data}; none before the
+    store is made."""
+    path = home / "vitals.db"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT ts, data FROM vitals WHERE key = ? ORDER BY ts", (key,)).fetchall()
+    except sqlite3.OperationalError:   # not migrated yet
+        return []
+    finally:
+        conn.close()
+    return [{"ts": ts, **json.loads(data)} for ts, data in rows]
 
 
 class CtlZygote:

@@ -279,17 +279,6 @@ def test_process_watchdog_restarts_a_live_process_whose_proof_is_stale_and_gives
     assert run(survival.process_watchdog, Snapshot(tick=1, ts=1000, vitals=young, history=stale.history))[0] == []
 
 
-def vitals(pulsed, key: str) -> list[dict]:
-    """Every sample of `key`, oldest first, from vitals.db."""
-    import sqlite3
-    conn = sqlite3.connect(f"file:{pulsed.home / 'vitals.db'}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT ts, data FROM vitals WHERE key = ? ORDER BY ts", (key,)).fetchall()
-    finally:
-        conn.close()
-    return [{"ts": ts, **json.loads(data)} for ts, data in rows]
-
-
 # -- a real pulsed -----------------------------------------------------------------------------------------
 
 WORKER = r'''
@@ -362,7 +351,7 @@ def test_a_heartbeat_that_stops_and_a_counter_that_stops_are_noticed_and_the_wor
     # Within within_s + one watcher interval: the first sample that found it stale is the first one
     # taken after the deadline (none was missed), and its wake made the tick notify at once. (The
     # figures themselves, a loaded host may stretch: the bound on them is loose.)
-    samples = [v for v in vitals(pulsed, "fresh:heartbeat") if v["ts"] > stopped]
+    samples = [v for v in pulsed.vitals_of("fresh:heartbeat") if v["ts"] > stopped]
     turned = next((i for i, v in enumerate(samples) if v["stale"]), None)
     assert turned, [(v["looked_at"] - stopped, v["stale"]) for v in samples]   # (the first after the last beat is fresh)
     before, after = samples[turned - 1]["looked_at"], samples[turned]["looked_at"]

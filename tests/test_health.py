@@ -45,13 +45,7 @@ def restarts(pulsed, name: str) -> list[dict]:
 
 def probes(pulsed, name: str) -> list[dict]:
     """Every health:<name> sample, oldest first, from vitals.db."""
-    import sqlite3
-    conn = sqlite3.connect(f"file:{pulsed.home / 'vitals.db'}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT ts, data FROM vitals WHERE key = ? ORDER BY ts", (f"health:{name}",)).fetchall()
-    finally:
-        conn.close()
-    return [{"ts": ts, **json.loads(data)} for ts, data in rows]
+    return pulsed.vitals_of(f"health:{name}")
 
 
 def test_an_unhealthy_process_is_restarted_after_failures_probes_and_not_before(pulsed, endpoint, tmp_path, tracker):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import sys
 import textwrap
 
@@ -34,16 +33,6 @@ else:
             hoard.append(b"x" * (1 << 20))
         time.sleep(0.1)
 """
-
-
-def samples(pulsed, key: str) -> list[dict]:
-    """Every sample of `key`, oldest first."""
-    conn = sqlite3.connect(f"file:{pulsed.home / 'vitals.db'}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT ts, data FROM vitals WHERE key = ? ORDER BY ts", (key,)).fetchall()
-    finally:
-        conn.close()
-    return [{"ts": ts, **json.loads(data)} for ts, data in rows]
 
 
 def memory_restarts(pulsed) -> list[dict]:
@@ -79,7 +68,7 @@ def test_a_leaking_tree_is_notified_of_its_growth_then_restarted_at_its_ceiling(
     assert restart["data"]["origin"] == "survival"
 
     # not before for_samples samples of that pid above the ceiling, and they were of the tree
-    old = [s for s in samples(pulsed, "process-memory:leaky") if s["pid"] == first["pid"] and s["rss_mb"] is not None]
+    old = [s for s in pulsed.vitals_of("process-memory:leaky") if s["pid"] == first["pid"] and s["rss_mb"] is not None]
     over = [s for s in old if s["rss_mb"] > MAX_MB and s["ts"] < restart["ts"]]
     assert len(over) >= 3, over
     assert all(s["processes"] == 2 for s in over)
@@ -101,7 +90,7 @@ def test_a_leaking_tree_is_notified_of_its_growth_then_restarted_at_its_ceiling(
     again = wait_for(lambda: pulsed.vital("process-alive:leaky", lambda d: d["alive"] and d["pid"] != first["pid"]),
                      10, what="the new copy")
     tracker.add(again["pid"])
-    seen = next(s["ts"] for s in samples(pulsed, "process-alive:leaky") if s.get("pid") == again["pid"])
+    seen = next(s["ts"] for s in pulsed.vitals_of("process-alive:leaky") if s.get("pid") == again["pid"])
 
     # status says how much it holds, and of what ceiling
     status = wait_for(lambda: [p for p in json.loads(pulsed.ctl("status", "--json").stdout)["processes"]

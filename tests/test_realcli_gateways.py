@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import textwrap
 import time
 
@@ -100,12 +99,7 @@ def alive_pid(pulsed, name: str) -> int | None:
 def probed_ok(pulsed, key: str, since: float) -> bool:
     """A probe of Pulse's own (`key`) passed after `since`: by Pulse's sight, a start period that
     began before it is over (the test's own look at the endpoint may come a probe earlier)."""
-    conn = sqlite3.connect(f"file:{pulsed.home / 'vitals.db'}?mode=ro", uri=True)
-    try:
-        return conn.execute("SELECT 1 FROM vitals WHERE key = ? AND ts > ? AND json_extract(data, '$.ok')",
-                            (key, since)).fetchone() is not None
-    finally:
-        conn.close()
+    return any(sample["ts"] > since and sample.get("ok") for sample in pulsed.vitals_of(key))
 
 
 def healthy(pulsed, gw, name: str, exclude: set[int], timeout: float, since: float = 0.0) -> int:

@@ -29,7 +29,7 @@ from pulse.engine.api import Watcher
 from pulse.sensing.runner import WatcherRunner
 from pulse.store import errorruns, eventsdb, vitalsdb
 from pulse.workers.watcher import VitalsGc
-from support import wait_for
+from support import vitals_of, wait_for
 
 # A minute between samples and between ticks: whatever happens faster was event-driven.
 SLOW = {"PULSE_WATCHER_INTERVAL_MS": "60000", "PULSE_TICK_MS": "60000"}
@@ -43,23 +43,8 @@ def configure(pulsed, toml: str) -> None:
     (pulsed.home / "config.toml").write_text(toml)
 
 
-def vitals(home: Path, key: str) -> list[dict]:
-    """Every vital of `key`, oldest first: {"ts", **data}."""
-    path = home / "vitals.db"
-    if not path.exists():
-        return []
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT ts, data FROM vitals WHERE key = ? ORDER BY ts", (key,)).fetchall()
-    except sqlite3.OperationalError:   # not migrated yet
-        return []
-    finally:
-        conn.close()
-    return [{"ts": ts, **json.loads(data)} for ts, data in rows]
-
-
 def latest(home: Path, key: str) -> dict | None:
-    rows = vitals(home, key)
+    rows = vitals_of(home, key)
     return rows[-1] if rows else None
 
 
@@ -185,7 +170,7 @@ def test_error_log_counts_keywords_across_rotation_and_truncation(pulsed, tmp_pa
     wait_for(lambda: latest(pulsed.home, key), 10, what="the first error-log sample")
 
     def totals():
-        rows = vitals(pulsed.home, key)
+        rows = vitals_of(pulsed.home, key)
         return (sum(r["matches"] for r in rows), sum(r["by_keyword"]["ERROR"] for r in rows),
                 sum(r["by_keyword"]["FATAL"] for r in rows), sum(r["lines_read"] for r in rows))
 
@@ -196,7 +181,7 @@ def test_error_log_counts_keywords_across_rotation_and_truncation(pulsed, tmp_pa
         f.write("ERROR one\nall is well\nFATAL two\nERROR and FATAL three\n")
     reach(3, 2, 2, "the appended matches counted")
     assert totals()[3] == 4   # the line from before the start was never read
-    assert any("ERROR and FATAL three" in line for r in vitals(pulsed.home, key) for line in r["lines"])
+    assert any("ERROR and FATAL three" in line for r in vitals_of(pulsed.home, key) for line in r["lines"])
 
     os.rename(log, tmp_path / "app.log.1")                  # rotation: rename, the writer still has it open ...
     with open(tmp_path / "app.log.1", "a") as f:
@@ -492,8 +477,8 @@ def test_vitals_gc_runs_in_the_watcher_at_start_with_the_configured_retention(pu
     conn.close()
     (pulsed.home / "config.toml").write_text("[store]\nvitals_retention_h = 1\n")
     pulsed.start(env=SLOW)
-    wait_for(lambda: not vitals(pulsed.home, "process-alive:old"), 10, what="vitals older than 1 h deleted")
-    assert len(vitals(pulsed.home, "process-alive:recent")) == 1
+    wait_for(lambda: not vitals_of(pulsed.home, "process-alive:old"), 10, what="vitals older than 1 h deleted")
+    assert len(vitals_of(pulsed.home, "process-alive:recent")) == 1
     wait_for(lambda: "vitals gc: deleted 3000 vitals older than 1.0 h" in pulsed.log_text(), 5, what="the gc logged")
 
 
